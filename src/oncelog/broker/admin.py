@@ -1,0 +1,134 @@
+"""CreateTopics, DeleteTopics and DescribeConfigs."""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from ..protocol.messages import Request
+from .api_meta import NO_THROTTLE
+from .config import BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_TO_BROKER_KEY, render
+from .responses import build, response_module
+from .topics import TopicError
+
+log = logging.getLogger(__name__)
+
+# Kafka's ConfigResource.Type and ConfigEntry.ConfigSource / ConfigType ids.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
+
+
+def handle_create_topics(broker, request: Request):
+    mod = response_module(CREATE_TOPICS, request.api_version)
+    body = request.body
+    results = []
+    for t in body.topics:
+        configs = {c.name: c.value for c in t.configs}
+        try:
+            if t.assignments:
+                raise TopicError(ErrorCode.invalid_request,
+                                 "manual replica assignment is not supported")
+            topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
+                                         validate_only=body.validate_only)
+        except TopicError as exc:
+            log.info("create topic %r refused: %s", t.name, exc)
+            results.append(build(mod.CreatableTopicResult, name=t.name, topic_id=None,
+                                 error_code=exc.error, error_message=str(exc),
+                                 topic_config_error_code=0, num_partitions=-1,
+                                 replication_factor=-1, configs=()))
+            continue
+        described = tuple(
+            build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
+                  config_source=SOURCE_DEFAULT if is_default else SOURCE_TOPIC,
+                  is_sensitive=False)
+            for key, value, is_default in broker.topics.describe_topic_configs(topic)
+        )
+        results.append(build(mod.CreatableTopicResult, name=t.name, topic_id=topic.topic_id,
+                             error_code=ErrorCode.none, error_message=None,
+                             topic_config_error_code=0, num_partitions=len(topic.partitions)
+                             if topic.partitions else t.num_partitions,
+                             replication_factor=1, configs=described))
+    return build(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def handle_delete_topics(broker, request: Request):
+    mod = response_module(DELETE_TOPICS, request.api_version)
+    results = []
+    for name in request.body.topic_names:
+        error, message = ErrorCode.none, None
+        try:
+            broker.topics.delete(name)
+        except TopicError as exc:
+            error, message = exc.error, str(exc)
+        results.append(build(mod.DeletableTopicResult, name=name, error_code=error,
+                             error_message=message))
+    return build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def handle_describe_configs(broker, request: Request):
+    mod = response_module(DESCRIBE_CONFIGS, request.api_version)
+    body = request.body
+    results = []
+    for res in body.resources:
+        error, message, entries = _describe(broker, res.resource_type, res.resource_name)
+        wanted = res.configuration_keys
+        configs = tuple(
+            build(mod.DescribeConfigsResourceResult, name=name, value=render(value),
+                  read_only=read_only, config_source=source, is_sensitive=False,
+                  synonyms=_synonyms(mod, broker, name, source, body.include_synonyms,
+                                     res.resource_type),
+                  config_type=CONFIG_TYPES.get(kind, 0),
+                  documentation=doc if getattr(body, "include_documentation", False) else None,
+                  is_default=source == SOURCE_DEFAULT)
+            for name, value, source, read_only, kind, doc in entries
+            if wanted is None or name in wanted
+        )
+        results.append(build(mod.DescribeConfigsResult, error_code=error, error_message=message,
+                             resource_type=res.resource_type, resource_name=res.resource_name,
+                             configs=configs))
+    return build(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _describe(broker, resource_type: int, name: str):
+    if resource_type == RESOURCE_TOPIC:
+        topic = broker.topics.get(name)
+        if topic is None:
+            return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
+        entries = []
+        for key, value, is_default in broker.topics.describe_topic_configs(topic):
+            if is_default:
+                source = SOURCE_DEFAULT if broker.config.is_default(TOPIC_TO_BROKER_KEY[key]) \
+                    else SOURCE_STATIC_BROKER
+            else:
+                source = SOURCE_TOPIC
+            spec = TOPIC_CONFIGS[key]
+            entries.append((key, value, source, False, spec.kind, spec.doc))
+        return ErrorCode.none, None, entries
+    if resource_type == RESOURCE_BROKER:
+        if name not in ("", str(broker.broker_id)):
+            return ErrorCode.invalid_request, f"broker {name!r} is not this broker", []
+        entries = [
+            (key, value, SOURCE_DEFAULT if broker.config.is_default(key) else SOURCE_STATIC_BROKER,
+             True, BROKER_CONFIGS[key].kind, BROKER_CONFIGS[key].doc)
+            for key, value in broker.config.effective().items()
+        ]
+        return ErrorCode.none, None, entries
+    return ErrorCode.invalid_request, f"resource type {resource_type} is not supported", []
+
+
+def _synonyms(mod, broker, name, source, include: bool, resource_type: int):
+    if not include or not hasattr(mod, "DescribeConfigsSynonym"):
+        return ()
+    if resource_type == RESOURCE_TOPIC and name in TOPIC_TO_BROKER_KEY:
+        broker_key = TOPIC_TO_BROKER_KEY[name]
+        return (build(mod.DescribeConfigsSynonym, name=broker_key,
+                      value=render(broker.config.get(broker_key)),
+                      source=SOURCE_DEFAULT if broker.config.is_default(broker_key)
+                      else SOURCE_STATIC_BROKER),)
+    return ()

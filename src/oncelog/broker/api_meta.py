@@ -1,0 +1,116 @@
+"""ApiVersions, Metadata and FindCoordinator: what a client asks before anything else."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import API_VERSIONS_KEY, FIND_COORDINATOR, METADATA, SUPPORTED_VERSIONS
+from ..protocol.messages import Request
+from .responses import build, has_field, response_module
+from .topics import TopicError, topic_name_problem
+
+log = logging.getLogger(__name__)
+
+NO_THROTTLE = datetime.timedelta(0)
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
+
+
+def api_versions_body(api_version: int, error: ErrorCode = ErrorCode.none):
+    mod = response_module(API_VERSIONS_KEY, api_version)
+    keys = tuple(
+        build(mod.ApiVersion, api_key=key, min_version=lo, max_version=hi)
+        for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+    )
+    return build(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
+                 throttle_time=NO_THROTTLE, supported_features=(),
+                 finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False)
+
+
+def handle_api_versions(broker, request: Request):
+    return api_versions_body(request.api_version)
+
+
+def unsupported_api_versions_body():
+    """KIP-511: a too-new ApiVersions request gets a v0 answer listing what we do support."""
+    return api_versions_body(0, ErrorCode.unsupported_version)
+
+
+def handle_metadata(broker, request: Request):
+    mod = response_module(METADATA, request.api_version)
+    body = request.body
+    topics = broker.topics
+    if body.topics is None or (request.api_version == 0 and not body.topics):
+        wanted = sorted(topics.topics)
+    else:
+        wanted = []
+        for t in body.topics:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                name = next((n for n, tp in topics.topics.items() if tp.topic_id == t.topic_id),
+                            None)
+            wanted.append(name)
+    auto_create = getattr(body, "allow_auto_topic_creation", True) and \
+        broker.config.get("auto.create.topics.enable")
+    results = []
+    for name in wanted:
+        results.append(_metadata_topic(broker, mod, name, auto_create))
+    brokers = (build(mod.MetadataResponseBroker, node_id=broker.broker_id,
+                     host=broker.advertised_host, port=broker.advertised_port, rack=None),)
+    return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
+                 cluster_id=broker.cluster_id, controller_id=broker.broker_id,
+                 topics=tuple(results), cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _metadata_topic(broker, mod, name: str | None, auto_create: bool):
+    topics = broker.topics
+    topic = topics.get(name) if name else None
+    error = ErrorCode.none
+    if topic is None:
+        problem = topic_name_problem(name)
+        if problem:
+            error = ErrorCode.invalid_topic_exception
+        elif auto_create:
+            try:
+                topic = topics.auto_create(name)
+            except TopicError as exc:
+                log.warning("auto-creating topic %r failed: %s", name, exc)
+                error = exc.error
+        else:
+            error = ErrorCode.unknown_topic_or_partition
+    partitions = ()
+    if topic is not None:
+        node = (broker.broker_id,)
+        partitions = tuple(
+            build(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p.index,
+                  leader_id=broker.broker_id, leader_epoch=0, replica_nodes=node, isr_nodes=node,
+                  offline_replicas=())
+            for p in topic.partitions
+        )
+    values = {
+        "error_code": error, "name": name or "", "is_internal": False, "partitions": partitions,
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_id": topic.topic_id if topic is not None else uuid.UUID(int=0),
+    }
+    return build(mod.MetadataResponseTopic, **values)
+
+
+COORDINATORS_MISSING = "group and transaction coordinators are not implemented yet"
+
+
+def handle_find_coordinator(broker, request: Request):
+    mod = response_module(FIND_COORDINATOR, request.api_version)
+    error = ErrorCode.coordinator_not_available
+    if has_field(mod.FindCoordinatorResponse, "coordinators"):
+        coordinators = tuple(
+            build(mod.Coordinator, key=key, node_id=-1, host="", port=-1, error_code=error,
+                  error_message=COORDINATORS_MISSING)
+            for key in request.body.coordinator_keys
+        )
+        return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
+                     coordinators=coordinators)
+    return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
+                 error_message=COORDINATORS_MISSING, node_id=-1, host="", port=-1)

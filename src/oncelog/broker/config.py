@@ -1,0 +1,286 @@
+"""Broker and topic configuration: Kafka's keys, types, defaults, and the .properties format.
+
+Every key the broker accepts is declared once in BROKER_CONFIGS; an unknown key is an error
+naming the key. Topic configs (TOPIC_CONFIGS) fall back to the broker key they shadow, as in
+Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ConfigError(f"{value} is outside {lo}..{hi}")
+        return value
+
+    return parse
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigError(f"expected true or false, got {text!r}")
+
+
+def _parse_str(text: str) -> str:
+    return text.strip()
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in choices:
+            raise ConfigError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    kind: str  # Kafka's ConfigType name for DescribeConfigs: INT, LONG, BOOLEAN, STRING, LIST
+
+
+def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], Any] | None = None):
+    if parse is None:
+        parse = {
+            "INT": _parse_int(-(1 << 31), INT_MAX),
+            "LONG": _parse_int(-(1 << 63), LONG_MAX),
+            "BOOLEAN": _parse_bool,
+            "STRING": _parse_str,
+            "LIST": _parse_str,
+        }[kind]
+    return ConfigKey(name, parse, default, doc, kind)
+
+
+_POSITIVE_INT = _parse_int(1, INT_MAX)
+_NON_NEGATIVE_LONG = _parse_int(0, LONG_MAX)
+_RETENTION = _parse_int(-1, LONG_MAX)
+
+BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
+    _key("broker.id", "INT", 0, "The id of this broker.", _parse_int(0, INT_MAX)),
+    _key("listeners", "STRING", "PLAINTEXT://127.0.0.1:9092",
+         "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
+    _key("advertised.listeners", "STRING", "",
+         "What Metadata tells clients to connect to; defaults to the bound listener."),
+    _key("log.dirs", "STRING", "./data", "The directory holding the partitions' logs."),
+    _key("log.dir", "STRING", "./data", "Used when log.dirs is not set."),
+    _key("num.partitions", "INT", 1, "Partitions of an auto-created topic.", _POSITIVE_INT),
+    _key("default.replication.factor", "INT", 1, "Replication factor of auto-created topics.",
+         _parse_int(1, 1)),
+    _key("auto.create.topics.enable", "BOOLEAN", True,
+         "Create a topic when a client asks Metadata for it."),
+    _key("delete.topic.enable", "BOOLEAN", True, "Allow DeleteTopics."),
+    _key("log.segment.bytes", "INT", 1 << 30, "Size at which a segment is rolled.",
+         _parse_int(14, INT_MAX)),
+    _key("log.roll.ms", "LONG", None, "Age at which a segment is rolled (ms).",
+         _parse_int(1, LONG_MAX)),
+    _key("log.roll.hours", "INT", 168, "Age at which a segment is rolled (hours).",
+         _POSITIVE_INT),
+    _key("log.retention.ms", "LONG", None, "How long data is kept (ms); -1 keeps it forever.",
+         _RETENTION),
+    _key("log.retention.minutes", "INT", None, "How long data is kept (minutes).",
+         _parse_int(-1, INT_MAX)),
+    _key("log.retention.hours", "INT", 168, "How long data is kept (hours).",
+         _parse_int(-1, INT_MAX)),
+    _key("log.retention.bytes", "LONG", -1, "Size a partition is trimmed to; -1: no limit.",
+         _RETENTION),
+    _key("log.retention.check.interval.ms", "LONG", 300_000,
+         "How often retention is applied (ms).", _parse_int(1, LONG_MAX)),
+    _key("log.flush.interval.messages", "LONG", LONG_MAX,
+         "Messages appended before the log is fsynced.", _parse_int(1, LONG_MAX)),
+    _key("log.flush.interval.ms", "LONG", LONG_MAX,
+         "Time after which unflushed messages are fsynced (ms).", _NON_NEGATIVE_LONG),
+    _key("log.flush.scheduler.interval.ms", "LONG", 1000,
+         "How often the time-based flush is checked (ms).", _parse_int(1, LONG_MAX)),
+    _key("log.index.interval.bytes", "INT", 4096, "Bytes between offset index entries.",
+         _parse_int(0, INT_MAX)),
+    _key("log.cleanup.policy", "LIST", "delete", "Only delete is supported.",
+         _one_of("delete")),
+    _key("message.max.bytes", "INT", 1_048_588, "Largest record batch accepted.",
+         _parse_int(0, INT_MAX)),
+    _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
+         _POSITIVE_INT),
+)}
+
+# topic key -> (broker key it defaults to, how the broker value maps to the topic value)
+TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
+    _key("cleanup.policy", "LIST", "delete", "Only delete is supported.", _one_of("delete")),
+    _key("segment.bytes", "INT", None, "Segment size.", _parse_int(14, INT_MAX)),
+    _key("segment.ms", "LONG", None, "Segment age.", _parse_int(1, LONG_MAX)),
+    _key("retention.ms", "LONG", None, "Retention time.", _RETENTION),
+    _key("retention.bytes", "LONG", None, "Retention size.", _RETENTION),
+    _key("flush.messages", "LONG", None, "Messages between fsyncs.", _parse_int(1, LONG_MAX)),
+    _key("flush.ms", "LONG", None, "Time between fsyncs.", _NON_NEGATIVE_LONG),
+    _key("max.message.bytes", "INT", None, "Largest batch.", _parse_int(0, INT_MAX)),
+    _key("index.interval.bytes", "INT", None, "Index density.", _parse_int(0, INT_MAX)),
+)}
+
+TOPIC_TO_BROKER_KEY = {
+    "cleanup.policy": "log.cleanup.policy",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "max.message.bytes": "message.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` joins."""
+    result: dict[str, str] = {}
+    logical: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry = "".join(logical)
+        logical = []
+        match = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", entry)
+        if match:
+            key, value = match.group(1), match.group(2)
+        else:
+            key, value = entry, ""
+        result[key.replace("\\", "")] = value
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> Listener:
+        match = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*)\]?:(\d{1,5})", text.strip())
+        if not match or int(match.group(2)) > 65535:
+            raise ConfigError(f"{key}: expected PLAINTEXT://host:port, got {text!r}")
+        host = match.group(1) or "0.0.0.0"
+        return cls(host, int(match.group(2)))
+
+
+class BrokerConfig:
+    """Validated broker configuration. ``explicit`` remembers what the user set."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self.explicit: dict[str, Any] = {}
+        for name, text in (values or {}).items():
+            key = BROKER_CONFIGS.get(name)
+            if key is None:
+                raise ConfigError(f"unknown config key {name!r}")
+            try:
+                self.explicit[name] = key.parse(text)
+            except ConfigError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        dirs = self.get("log.dirs") if "log.dirs" in self.explicit else self.get("log.dir")
+        if "," in dirs:
+            raise ConfigError("log.dirs: only one log directory is supported")
+        self.log_dir: str = dirs
+        self.listener = Listener.parse(self.get("listeners"), "listeners")
+        advertised = self.get("advertised.listeners")
+        self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
+
+    @classmethod
+    def from_sources(cls, properties_file: str | None, overrides: Iterable[str]) -> BrokerConfig:
+        values: dict[str, str] = {}
+        if properties_file:
+            try:
+                with open(properties_file, encoding="utf-8") as f:
+                    values.update(parse_properties(f.read()))
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {properties_file}: {exc}") from None
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--set expects key=value, got {item!r}")
+            name, value = item.split("=", 1)
+            values[name.strip()] = value
+        return cls(values)
+
+    def get(self, name: str) -> Any:
+        if name in self.explicit:
+            return self.explicit[name]
+        return BROKER_CONFIGS[name].default
+
+    def is_default(self, name: str) -> bool:
+        return name not in self.explicit
+
+    @property
+    def roll_ms(self) -> int:
+        if self.get("log.roll.ms") is not None:
+            return self.get("log.roll.ms")
+        return self.get("log.roll.hours") * 3_600_000
+
+    @property
+    def retention_ms(self) -> int:
+        for name, factor in (("log.retention.ms", 1), ("log.retention.minutes", 60_000)):
+            value = self.get(name)
+            if value is not None:
+                return -1 if value < 0 else value * factor
+        hours = self.get("log.retention.hours")
+        return -1 if hours < 0 else hours * 3_600_000
+
+    def topic_default(self, topic_key: str) -> Any:
+        broker_key = TOPIC_TO_BROKER_KEY[topic_key]
+        if broker_key == "log.roll.ms":
+            return self.roll_ms
+        if broker_key == "log.retention.ms":
+            return self.retention_ms
+        return self.get(broker_key)
+
+    def effective(self) -> dict[str, Any]:
+        """Every broker key with its value (DescribeConfigs for the broker resource)."""
+        return {name: self.get(name) for name in BROKER_CONFIGS}
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse topic-level overrides; raises ConfigError naming the bad key."""
+    parsed: dict[str, Any] = {}
+    for name, text in configs.items():
+        key = TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise ConfigError(f"unknown topic config {name!r}")
+        if text is None:
+            raise ConfigError(f"{name}: a value is required")
+        try:
+            parsed[name] = key.parse(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return parsed
+
+
+def render(value: Any) -> str | None:
+    """A config value as Kafka prints it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,135 @@
+"""Fetch (with long polling) and ListOffsets: the read side, served from segment bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import FETCH, LIST_OFFSETS
+from ..protocol.messages import Request
+from ..protocol.records import decode_batch
+from .api_meta import NO_THROTTLE
+from .responses import build, response_module
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+async def handle_fetch(broker, request: Request):
+    body = request.body
+    mod = response_module(FETCH, request.api_version)
+    max_wait = body.max_wait.total_seconds()
+    deadline = time.monotonic() + max_wait
+    while True:
+        responses, total, errors, partitions = _read_all(broker, mod, body)
+        remaining = deadline - time.monotonic()
+        if total >= body.min_bytes or errors or remaining <= 0 or not partitions:
+            break
+        waiters = [p.waiter() for p in partitions]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+    return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 session_id=0, responses=tuple(responses))
+
+
+def _read_all(broker, mod, body):
+    budget = body.max_bytes
+    total = 0
+    errors = False
+    partitions = []
+    responses = []
+    for topic_req in body.topics:
+        results = []
+        for preq in topic_req.partitions:
+            partition = broker.topics.partition(topic_req.topic, preq.partition)
+            error = ErrorCode.none
+            records = b""
+            hw = lso = start = -1
+            if partition is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                plog = partition.log
+                hw = lso = partition.high_watermark
+                start = plog.log_start_offset
+                if not start <= preq.fetch_offset <= hw:
+                    error = ErrorCode.offset_out_of_range
+                elif preq.fetch_offset < hw and budget > 0:
+                    limit = min(preq.partition_max_bytes, budget)
+                    records = plog.read(preq.fetch_offset, limit, min_one_batch=total == 0).records
+                    budget -= len(records)
+                    total += len(records)
+                partitions.append(partition)
+            if error != ErrorCode.none:
+                errors = True
+            results.append(build(
+                mod.PartitionData, partition_index=preq.partition, error_code=error,
+                high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+                aborted_transactions=None if error != ErrorCode.none else (),
+                preferred_read_replica=-1, records=records,
+            ))
+        responses.append(build(mod.FetchableTopicResponse, topic=topic_req.topic,
+                               partitions=tuple(results)))
+    return responses, total, errors, partitions
+
+
+def handle_list_offsets(broker, request: Request):
+    mod = response_module(LIST_OFFSETS, request.api_version)
+    topics = []
+    for topic_req in request.body.topics:
+        results = []
+        for preq in topic_req.partitions:
+            error, timestamp, offset = _list_offset(broker, topic_req.name,
+                                                    preq.partition_index, preq.timestamp)
+            results.append(build(mod.ListOffsetsPartitionResponse,
+                                 partition_index=preq.partition_index, error_code=error,
+                                 timestamp=timestamp, offset=offset, leader_epoch=0))
+        topics.append(build(mod.ListOffsetsTopicResponse, name=topic_req.name,
+                            partitions=tuple(results)))
+    return build(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _list_offset(broker, topic: str, index: int, timestamp: int) -> tuple[ErrorCode, int, int]:
+    partition = broker.topics.partition(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    plog = partition.log
+    if timestamp == EARLIEST_TIMESTAMP:
+        return ErrorCode.none, -1, plog.log_start_offset
+    if timestamp == LATEST_TIMESTAMP:
+        return ErrorCode.none, -1, partition.high_watermark
+    if timestamp == MAX_TIMESTAMP:
+        return _max_timestamp(plog)
+    if timestamp < 0:
+        return ErrorCode.invalid_request, -1, -1  # other special values are not supported
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return ErrorCode.none, -1, -1
+    base_offset, _ = found
+    _, records = decode_batch(plog.batch_at(base_offset))
+    for record in records:
+        if record.timestamp >= timestamp:
+            return ErrorCode.none, record.timestamp, record.offset
+    return ErrorCode.none, -1, -1
+
+
+def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
+    best_ts, best_segment = -1, None
+    for segment in plog.segments:
+        if segment.max_timestamp > best_ts:
+            best_ts, best_segment = segment.max_timestamp, segment
+    if best_segment is None:
+        return ErrorCode.none, -1, -1
+    _, records = decode_batch(plog.batch_at(best_segment.offset_of_max_timestamp))
+    for record in records:
+        if record.timestamp == best_ts:
+            return ErrorCode.none, record.timestamp, record.offset
+    return ErrorCode.none, best_ts, best_segment.offset_of_max_timestamp

@@ -1,0 +1,34 @@
+"""Build version-specific kio response entities from one set of values.
+
+kio generates a module per API version with the same class names; a field that a version
+lacks is simply dropped, so each handler is written once for all the versions it supports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+
+@functools.cache
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    return load_payload_module(api_key, api_version, EntityType.response)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def build(cls: type, **values: Any) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls: type, name: str) -> bool:
+    return name in _field_names(cls)

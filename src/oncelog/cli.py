@@ -1,0 +1,59 @@
+"""The ``oncelog`` command: run a broker, manage topics, produce and consume by hand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .broker.config import ConfigError
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from .broker.config import BrokerConfig
+    from .broker.server import run_broker
+
+    try:
+        config = BrokerConfig.from_sources(args.config, args.set or [])
+    except ConfigError as exc:
+        print(f"oncelog broker: {exc}", file=sys.stderr)
+        return 2
+
+    def started(host: str, port: int) -> None:
+        print(f"oncelog broker listening on {host}:{port}", flush=True)
+
+    run_broker(config, started)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oncelog", description="A Kafka-compatible log broker built for exactly-once.")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    broker = sub.add_parser("broker", help="run a single-node broker",
+                            description="Run a single-node broker until SIGINT or SIGTERM.")
+    broker.add_argument("--config", metavar="FILE",
+                        help="a Kafka-style .properties file (listeners=, log.dirs=, ...)")
+    broker.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override one config key; may be repeated")
+    broker.set_defaults(func=_broker)
+
+    from .cli_tools import add_tool_commands
+
+    add_tool_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+def add_tool_commands(sub):
+    pass

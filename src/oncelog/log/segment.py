@@ -1,0 +1,200 @@
+"""One segment of a partition's log: the ``.log`` file of batches and its two indexes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from ..protocol.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    crc_of,
+    read_header,
+)
+from .index import OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.path = stem + ".log"
+        self.offset_index = OffsetIndex(stem + ".index")
+        self.time_index = TimeIndex(stem + ".timeindex")
+        self.index_interval_bytes = index_interval_bytes
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp = -1
+        self.created_at_ms = int(time.time() * 1000)
+        self._bytes_since_index = 0
+        self.unflushed_messages = 0
+
+    # --- opening -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open a segment closed cleanly: trust its indexes, rescan only after the last entry."""
+        if not self.offset_index.load(self.size):
+            self.recover()
+            return
+        start = self.offset_index.positions[-1] if len(self.offset_index) else 0
+        if self._scan(start, check_crc=False, index=False) != self.size:
+            self.recover()
+            return
+        if not self.time_index.load(self.next_offset - self.base_offset):
+            self.recover()
+            return
+        self._bytes_since_index = self.size - start
+        if self.time_index.last_timestamp > self.max_timestamp:
+            self.max_timestamp = self.time_index.last_timestamp
+            self.offset_of_max_timestamp = self.base_offset + self.time_index.relative_offsets[-1]
+        if self.size >= HEADER_SIZE:
+            self.first_batch_timestamp = read_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+
+    def recover(self) -> int:
+        """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.
+
+        Returns the number of bytes truncated.
+        """
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+        valid_end = self._scan(0, check_crc=True)
+        truncated = self.size - valid_end
+        if truncated:
+            log.warning(
+                "%s: truncating %d bytes of torn or corrupt data after byte %d",
+                self.path, truncated, valid_end,
+            )
+            os.ftruncate(self._fd, valid_end)
+            os.fsync(self._fd)
+            self.size = valid_end
+        return truncated
+
+    def _scan(self, start: int, check_crc: bool, index: bool = True) -> int:
+        """Walk batches from ``start``, updating offsets, timestamps and indexes.
+
+        Returns the position after the last good batch.
+        """
+        pos = start
+        while pos + HEADER_SIZE <= self.size:
+            header_bytes = os.pread(self._fd, HEADER_SIZE, pos)
+            header = read_header(header_bytes)
+            if (
+                header.magic != 2
+                or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
+                or pos + header.size > self.size
+                or header.base_offset < self.next_offset
+            ):
+                break
+            if check_crc:
+                body = os.pread(self._fd, header.size, pos)
+                if crc_of(body, 0, header.size) != header.crc:
+                    break
+            self._track(header, pos, index)
+            pos += header.size
+        return pos
+
+    # --- writing -------------------------------------------------------------------------
+
+    def _track(self, header: BatchHeader, position: int, index: bool = True) -> None:
+        if self.first_batch_timestamp < 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+        if index and (self._bytes_since_index >= self.index_interval_bytes or position == 0):
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            # Kafka's rule: the entry is the running maximum, so every batch before the entry's
+            # offset has a timestamp no greater than the entry's.
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
+            )
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        self.next_offset = header.last_offset + 1
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        position = self.size
+        written = os.write(self._fd, data)
+        while written < len(data):  # a short write on a regular file means a full disk
+            written += os.write(self._fd, memoryview(data)[written:])
+        for header in headers:
+            self._track(header, position)
+            position += header.size
+            self.unflushed_messages += header.records_count
+        self.size = position
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.unflushed_messages = 0
+
+    def seal(self) -> None:
+        """Make the segment durable with its indexes (on roll and clean shutdown)."""
+        self.flush()
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
+            )
+        self.offset_index.save()
+        self.time_index.save()
+
+    # --- reading -------------------------------------------------------------------------
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def position_of(self, offset: int) -> int | None:
+        """File position of the batch holding ``offset`` (or the first one after it)."""
+        if offset >= self.next_offset:
+            return None
+        pos = self.offset_index.lookup(max(0, offset - self.base_offset))
+        while pos + HEADER_SIZE <= self.size:
+            header = read_header(os.pread(self._fd, HEADER_SIZE, pos))
+            if header.last_offset >= offset:
+                return pos
+            pos += header.size
+        return None
+
+    def headers_from(self, position: int):
+        """Yield (position, header) of each batch from ``position`` to the end."""
+        pos = position
+        while pos + HEADER_SIZE <= self.size:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK, self.size - pos), pos)
+            view = memoryview(chunk)
+            inner = 0
+            while inner + HEADER_SIZE <= len(view):
+                header = read_header(view, inner)
+                yield pos + inner, header
+                inner += header.size
+            if inner == 0:
+                return
+            pos += inner
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

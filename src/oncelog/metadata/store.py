@@ -1,0 +1,101 @@
+"""The cluster metadata store: versioned values under paths, changed by compare-and-set.
+
+The interface is ZooKeeper's shape kept small (get with version, set if version matches,
+delete, list children) so a ZooKeeper store can implement it later. The embedded default,
+LocalFileStore, keeps one JSON file per path, each written atomically (temp file, fsync,
+rename) under an exclusive lock so two processes sharing the directory cannot interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+NO_VERSION = -1  # expected version of a path that must not exist yet
+
+
+class BadVersion(Exception):
+    """compare_and_set lost a race: the stored version is not the expected one."""
+
+
+class MetadataStore(Protocol):
+    def get(self, path: str) -> tuple[Any, int]:
+        """(value, version); (None, NO_VERSION) when the path does not exist."""
+
+    def compare_and_set(self, path: str, value: Any, expected_version: int) -> int:
+        """Store ``value`` if the path is at ``expected_version``; returns the new version."""
+
+    def delete(self, path: str, expected_version: int | None = None) -> None: ...
+
+    def children(self, prefix: str) -> list[str]: ...
+
+
+class LocalFileStore:
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self._lock_path = os.path.join(directory, ".lock")
+
+    def _file(self, path: str) -> str:
+        return os.path.join(self.dir, urllib.parse.quote(path, safe="") + ".json")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self, path: str) -> tuple[Any, int]:
+        try:
+            with open(self._file(path), encoding="utf-8") as f:
+                stored = json.load(f)
+        except FileNotFoundError:
+            return None, NO_VERSION
+        return stored["value"], stored["version"]
+
+    def get(self, path: str) -> tuple[Any, int]:
+        return self._read(path)
+
+    def compare_and_set(self, path: str, value: Any, expected_version: int) -> int:
+        with self._locked():
+            _, version = self._read(path)
+            if version != expected_version:
+                raise BadVersion(f"{path}: version is {version}, expected {expected_version}")
+            new_version = version + 1
+            target = self._file(path)
+            tmp = target + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"version": new_version, "value": value}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+            dir_fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            return new_version
+
+    def delete(self, path: str, expected_version: int | None = None) -> None:
+        with self._locked():
+            _, version = self._read(path)
+            if expected_version is not None and version != expected_version:
+                raise BadVersion(f"{path}: version is {version}, expected {expected_version}")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._file(path))
+
+    def children(self, prefix: str) -> list[str]:
+        quoted = urllib.parse.quote(prefix.rstrip("/") + "/", safe="")
+        names = []
+        for name in os.listdir(self.dir):
+            if name.startswith(quoted) and name.endswith(".json"):
+                names.append(urllib.parse.unquote(name[len(quoted):-5]))
+        return sorted(names)

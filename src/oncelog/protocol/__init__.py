@@ -1,0 +1,1 @@
+"""Kafka wire format: frames, request/response codecs (kio), API versions, record batches."""

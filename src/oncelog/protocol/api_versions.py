@@ -1,0 +1,29 @@
+"""The API versions this broker implements: ApiVersions advertises exactly this table.
+
+Ranges start where kio's schemas start (Kafka 4 removed the older versions) and stop at the
+newest version whose semantics the broker honours; e.g. Fetch stops before v13, which names
+topics by id only.
+"""
+
+API_VERSIONS_KEY = 18
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+FIND_COORDINATOR = 10
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    FIND_COORDINATOR: (0, 4),
+    API_VERSIONS_KEY: (0, 3),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 5),
+    DESCRIBE_CONFIGS: (1, 4),
+}
