@@ -43,7 +43,7 @@ def handle_create_topics(broker, request: Request):
                                  topic_config_error_code=0, num_partitions=-1,
                                  replication_factor=-1, configs=()))
             continue
-        described = tuple(
+        described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
             build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
                   config_source=SOURCE_DEFAULT if is_default else SOURCE_TOPIC,
                   is_sensitive=False)

@@ -202,6 +202,7 @@ class Connection(asyncio.Protocol):
         self.busy = False
         self.closed = False
         self.paused = False
+        self.pending: asyncio.Future | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -236,7 +237,7 @@ class Connection(asyncio.Protocol):
             result = self.broker.handle_frame(self.queue.popleft(), self.peer)
             if inspect.iscoroutine(result):
                 self.busy = True
-                asyncio.ensure_future(self._await(result))
+                self.pending = asyncio.ensure_future(self._await(result))
                 return
             self._send(result)
         if self.paused and not self.closed:

@@ -61,7 +61,8 @@ class LogSegment:
             self.max_timestamp = self.time_index.last_timestamp
             self.offset_of_max_timestamp = self.base_offset + self.time_index.relative_offsets[-1]
         if self.size >= HEADER_SIZE:
-            self.first_batch_timestamp = read_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+            first = read_header(os.pread(self._fd, HEADER_SIZE, 0))
+            self.first_batch_timestamp = first.max_timestamp
 
     def recover(self) -> int:
         """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.

@@ -22,7 +22,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     FIND_COORDINATOR: (0, 4),
-    API_VERSIONS_KEY: (0, 3),
+    API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4),

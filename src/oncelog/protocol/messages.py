@@ -126,11 +126,10 @@ def decode_request(frame: bytes) -> Request:
         raise ProtocolError(
             f"malformed api key {api_key} v{api_version} request: {exc!r}"
         ) from exc
-    if pos + body_size != len(frame):
-        raise ProtocolError(
-            f"api key {api_key} v{api_version} request has {len(frame) - pos - body_size} "
-            "trailing bytes"
-        )
+    if pos + body_size > len(frame):
+        raise ProtocolError(f"api key {api_key} v{api_version} request is truncated")
+    # Trailing bytes are tolerated, as Kafka's own parser does: some librdkafka versions send
+    # fields a version no longer has.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 

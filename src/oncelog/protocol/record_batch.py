@@ -140,7 +140,8 @@ def split_batches(
                 f"batch of {size} bytes exceeds the limit of {max_batch_bytes} bytes",
             )
         if batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
-            raise InvalidBatch(ErrorCode.corrupt_message, f"batch length {batch_length} is out of range")
+            raise InvalidBatch(ErrorCode.corrupt_message,
+                               f"batch length {batch_length} is out of range")
         header = read_header(buf, pos)
         if crc_of(buf, pos, size) != header.crc:
             raise InvalidBatch(ErrorCode.corrupt_message, "record batch CRC32C does not match")

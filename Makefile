@@ -1,0 +1,46 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+ARGS ?=
+
+.PHONY: run test lint bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[fast]'
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[fast,test]'
+	touch $@
+
+run: $(STAMP)
+	$(PY) -m oncelog broker --set log.dirs=./data $(ARGS)
+
+# kcat (a real Kafka client binary) and a Java runtime (for PySpark) come from Debian.
+system-deps:
+	@missing=""; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+test: $(TEST_STAMP) system-deps
+	$(PY) -m ruff check src tests bench
+	$(PY) -m pytest -n 2 $(ARGS)
+
+lint: $(TEST_STAMP)
+	$(PY) -m ruff check src tests bench
+
+bench: $(TEST_STAMP)
+	$(PY) bench/run_all.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,97 @@
+"""Real oncelog brokers as subprocesses on ephemeral loopback ports, for the tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+_LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+
+class BrokerProcess:
+    """One broker process; ``restart`` keeps its data directory and its port."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.settings = dict(settings or {})
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        args = [sys.executable, "-m", "oncelog", "broker",
+                "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "--set", f"log.dirs={self.data_dir}"]
+        for key, value in self.settings.items():
+            args += ["--set", f"{key}={value}"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        buf = b""
+        while time.monotonic() < deadline:
+            chunk = self.proc.stdout.read()
+            if chunk:
+                buf += chunk
+                match = _LISTENING.search(buf.decode(errors="replace"))
+                if match:
+                    self.port = int(match.group(2))
+                    return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"broker did not start; its log:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> int:
+        """SIGTERM and wait: the clean shutdown path."""
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+            raise RuntimeError("broker did not stop within the timeout") from None
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: the crash path."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait(STOP_TIMEOUT)
+        self.proc = None
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

@@ -1,0 +1,30 @@
+import itertools
+
+import pytest
+from brokers import BrokerProcess
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def start_broker(tmp_path):
+    """Factory: start_broker(**settings) -> a running BrokerProcess, stopped at teardown."""
+    started: list[BrokerProcess] = []
+
+    def start(**settings: str) -> BrokerProcess:
+        config = {key.replace("_", "."): str(value) for key, value in settings.items()}
+        broker = BrokerProcess(tmp_path / f"broker{next(_names)}", config).start()
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        if broker.alive:
+            code = broker.stop()
+            assert code == 0, f"broker exited with {code}; its log:\n{broker.log_text()}"
+        assert "Traceback" not in broker.log_text(), broker.log_text()
+
+
+@pytest.fixture
+def broker(start_broker):
+    return start_broker()
