@@ -1,2 +1,261 @@
-def add_tool_commands(sub):
-    pass
+"""The client-side commands of ``oncelog``: topics, produce, consume (simple, for humans)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+from .client import calls
+from .client.admin import Admin
+from .client.connection import BrokerConnection, KafkaError
+from .client.partitioner import partition_for_key
+from .protocol.records import CODECS, encode_batch, iter_batches
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin({"bootstrap.servers": args.bootstrap_server})
+
+
+def _key_value(items: list[str] | None, what: str) -> dict[str, str]:
+    result = {}
+    for item in items or []:
+        if "=" not in item:
+            raise SystemExit(f"oncelog: {what} expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        result[key] = value
+    return result
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+def _topics_create(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                           _key_value(args.config, "--config"))
+    print(f"created topic {args.topic}")
+    return 0
+
+
+def _topics_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        for name in sorted(admin.metadata().topics):
+            print(name)
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        info = admin.metadata([args.topic]).topics[args.topic]
+        configs = admin.describe_topic_configs(args.topic)
+        offsets = []
+        for p in info.partitions:
+            offsets.append((calls.list_offset(admin.conn, args.topic, p.index, calls.EARLIEST),
+                            calls.list_offset(admin.conn, args.topic, p.index, calls.LATEST)))
+    print(f"Topic: {args.topic}\tPartitionCount: {len(info.partitions)}\tReplicationFactor: "
+          f"{len(info.partitions[0].replicas) if info.partitions else 0}")
+    overrides = ",".join(f"{k}={v}" for k, (v, default) in sorted(configs.items()) if not default)
+    print(f"Configs: {overrides}")
+    for p, (start, end) in zip(info.partitions, offsets, strict=True):
+        print(f"\tPartition: {p.index}\tLeader: {p.leader}\tReplicas: "
+              f"{','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
+              f"Offsets: {start}..{end}")
+    return 0
+
+
+def _topics_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_topic(args.topic)
+    print(f"deleted topic {args.topic}")
+    return 0
+
+
+# --- produce ----------------------------------------------------------------------------------
+
+def _produce(args: argparse.Namespace) -> int:
+    headers = list(_key_value(args.header, "--header").items())
+    encoded_headers = [(k, v.encode()) for k, v in headers]
+    acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[args.acks]
+    with _admin(args) as admin:
+        partitions = len(admin.metadata([args.topic], auto_create=True)
+                         .topics[args.topic].partitions)
+        if args.partition is not None and not 0 <= args.partition < partitions:
+            raise SystemExit(f"oncelog produce: topic {args.topic} has no partition "
+                             f"{args.partition}")
+        round_robin = itertools.cycle(range(partitions))
+        pending: dict[int, list] = {}
+        count = 0
+
+        def send(partition: int) -> None:
+            records = pending.pop(partition)
+            batch = encode_batch(records, CODECS[args.compression])
+            calls.produce(admin.conn, args.topic, partition, batch, acks)
+
+        keyless = next(round_robin)
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key = None
+            if args.key_separator:
+                sep = args.key_separator.encode()
+                if sep in line:
+                    key, line = line.split(sep, 1)
+            if args.partition is not None:
+                partition = args.partition
+            elif key is not None:
+                partition = partition_for_key(key, partitions)
+            else:
+                partition = keyless
+            pending.setdefault(partition, []).append(
+                (key, line, encoded_headers, int(time.time() * 1000)))
+            count += 1
+            if len(pending[partition]) >= args.batch_size:
+                send(partition)
+                keyless = next(round_robin)  # sticky for keyless records: one batch each
+        for partition in list(pending):
+            send(partition)
+    print(f"produced {count} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+# --- consume ----------------------------------------------------------------------------------
+
+def _start_offset(conn: BrokerConnection, topic: str, partition: int, spec: str) -> int:
+    if spec == "earliest":
+        return calls.list_offset(conn, topic, partition, calls.EARLIEST)
+    if spec == "latest":
+        return calls.list_offset(conn, topic, partition, calls.LATEST)
+    if spec.startswith("ts:"):
+        offset = calls.list_offset(conn, topic, partition, int(spec[3:]))
+        return offset if offset >= 0 else calls.list_offset(conn, topic, partition, calls.LATEST)
+    try:
+        return int(spec)
+    except ValueError:
+        raise SystemExit(
+            f"oncelog consume: --offset takes earliest, latest, ts:MILLIS or a number, not {spec!r}"
+        ) from None
+
+
+def _show(args: argparse.Namespace, partition: int, record) -> str:
+    parts = []
+    if args.print_offset:
+        parts.append(f"{partition}:{record.offset}")
+    if args.print_timestamp:
+        parts.append(str(record.timestamp))
+    if args.print_key:
+        parts.append("" if record.key is None else record.key.decode("utf-8", "replace"))
+    if args.print_headers:
+        parts.append(",".join(f"{k}={(v or b'').decode('utf-8', 'replace')}"
+                              for k, v in record.headers))
+    parts.append("" if record.value is None else record.value.decode("utf-8", "replace"))
+    return "\t".join(parts)
+
+
+def _consume(args: argparse.Namespace) -> int:
+    shown = 0
+    with _admin(args) as admin:
+        info = admin.metadata([args.topic]).topics[args.topic]
+        indexes = [args.partition] if args.partition is not None else \
+            [p.index for p in info.partitions]
+        positions = {i: _start_offset(admin.conn, args.topic, i, args.offset) for i in indexes}
+        while True:
+            at_end = True
+            for partition in indexes:
+                result = calls.fetch(admin.conn, args.topic, partition, positions[partition],
+                                     max_wait_ms=100 if len(indexes) > 1 else 500)
+                for _, records in iter_batches(result.records):
+                    for record in records:
+                        if record.offset < positions[partition]:
+                            continue
+                        print(_show(args, partition, record), flush=False)
+                        positions[partition] = record.offset + 1
+                        shown += 1
+                        if args.max_messages and shown >= args.max_messages:
+                            sys.stdout.flush()
+                            return 0
+                if positions[partition] < result.high_watermark:
+                    at_end = False
+            sys.stdout.flush()
+            if at_end and args.exit_at_end:
+                return 0
+
+
+# --- wiring -----------------------------------------------------------------------------------
+
+def _with_bootstrap(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                        help=f"broker to talk to (default {DEFAULT_BOOTSTRAP})")
+    return parser
+
+
+def _guarded(func):
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except KafkaError as exc:
+            print(f"oncelog {args.command}: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+
+    return run
+
+
+def add_tool_commands(sub) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics",
+                            description="Manage topics on any Kafka-compatible broker.")
+    tsub = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+
+    create = _with_bootstrap(tsub.add_parser("create", help="create a topic"))
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=-1,
+                        help="number of partitions (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="topic config such as retention.ms=60000; may be repeated")
+    create.set_defaults(func=_guarded(_topics_create))
+
+    listing = _with_bootstrap(tsub.add_parser("list", help="list topic names"))
+    listing.set_defaults(func=_guarded(_topics_list))
+
+    describe = _with_bootstrap(tsub.add_parser(
+        "describe", help="partitions, leaders, offsets and config overrides of a topic"))
+    describe.add_argument("--topic", required=True)
+    describe.set_defaults(func=_guarded(_topics_describe))
+
+    delete = _with_bootstrap(tsub.add_parser("delete", help="delete a topic and its data"))
+    delete.add_argument("--topic", required=True)
+    delete.set_defaults(func=_guarded(_topics_delete))
+
+    produce = _with_bootstrap(sub.add_parser(
+        "produce", help="send each line of standard input as a record",
+        description="Send each line of standard input as one record."))
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=int,
+                         help="partition to write to (default: by key, else round robin)")
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="split each line at the first SEP into key and value")
+    produce.add_argument("--header", action="append", metavar="KEY=VALUE",
+                         help="header added to every record; may be repeated")
+    produce.add_argument("--compression", choices=sorted(CODECS), default="none")
+    produce.add_argument("--acks", choices=["all", "-1", "1", "0"], default="all")
+    produce.add_argument("--batch-size", type=int, default=500, metavar="N",
+                         help="records per batch (default 500)")
+    produce.set_defaults(func=_guarded(_produce))
+
+    consume = _with_bootstrap(sub.add_parser(
+        "consume", help="print records of a topic",
+        description="Print a topic's records, one per line (value last, tab-separated)."))
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, help="only this partition (default: all)")
+    consume.add_argument("--offset", default="earliest",
+                         help="earliest (default), latest, ts:MILLIS, or an offset")
+    consume.add_argument("--max-messages", type=int, default=0, metavar="N",
+                         help="stop after N records")
+    consume.add_argument("--exit-at-end", action="store_true",
+                         help="stop at the end of the log instead of waiting for more")
+    for flag in ("key", "offset", "timestamp", "headers"):
+        consume.add_argument(f"--print-{flag}", action="store_true", help=f"show the {flag}")
+    consume.set_defaults(func=_guarded(_consume))

@@ -8,9 +8,9 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
 from ..protocol.messages import Request
+from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
 from .config import BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_TO_BROKER_KEY, render
-from .responses import build, response_module
 from .topics import TopicError
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.api_versions import API_VERSIONS_KEY, FIND_COORDINATOR, METADATA, SUPPORTED_VERSIONS
 from ..protocol.messages import Request
-from .responses import build, has_field, response_module
+from ..protocol.schema import build, has_field, response_module
 from .topics import TopicError, topic_name_problem
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from kio.schema.errors import ErrorCode
 from ..protocol.api_versions import FETCH, LIST_OFFSETS
 from ..protocol.messages import Request
 from ..protocol.records import decode_batch
+from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
-from .responses import build, response_module
 
 log = logging.getLogger(__name__)
 

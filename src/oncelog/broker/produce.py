@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 from ..protocol.api_versions import PRODUCE
 from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch
+from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
-from .responses import build, response_module
 
 log = logging.getLogger(__name__)
 

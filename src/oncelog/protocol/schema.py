@@ -1,7 +1,8 @@
-"""Build version-specific kio response entities from one set of values.
+"""Build version-specific kio entities from one set of values.
 
 kio generates a module per API version with the same class names; a field that a version
-lacks is simply dropped, so each handler is written once for all the versions it supports.
+lacks is simply dropped, so each handler (broker) or call (client) is written once for all the
+versions it supports.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from kio.static.constants import EntityType
 @functools.cache
 def response_module(api_key: int, api_version: int) -> ModuleType:
     return load_payload_module(api_key, api_version, EntityType.response)
+
+
+@functools.cache
+def request_module(api_key: int, api_version: int) -> ModuleType:
+    return load_payload_module(api_key, api_version, EntityType.request)
 
 
 @functools.cache

@@ -1,0 +1,153 @@
+"""A blocking connection to one Kafka-compatible broker, with API version negotiation.
+
+Used by the CLI tools and the admin client. Every call has a timeout; a broker that does not
+answer in time raises KafkaTimeout and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
+from ..protocol.messages import decode_response, encode_request
+from ..protocol.schema import build, request_module
+
+_SIZE = struct.Struct(">i")
+CLIENT_API_VERSIONS = SUPPORTED_VERSIONS  # the client speaks what the protocol layer knows
+
+
+class KafkaError(Exception):
+    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
+        super().__init__(f"{error.name.upper()} ({int(error)})" + (f": {message}" if message
+                                                                   else ""))
+        self.error = error
+
+
+class KafkaTimeout(KafkaError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.request_timed_out, message)
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    result = []
+    for item in servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        result.append((host.strip("[]"), int(port)))
+    return result
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str = "oncelog",
+                 timeout: float = 30.0) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout = timeout
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.network_exception,
+                             f"cannot connect to {host}:{port}: {exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = 0
+        self.versions: dict[int, int] = {}
+        self._negotiate()
+
+    def _negotiate(self) -> None:
+        _, response = self._call(API_VERSIONS_KEY, 0, build(
+            request_module(API_VERSIONS_KEY, 0).ApiVersionsRequest))
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(response.error_code, "ApiVersions failed")
+        for entry in response.api_keys:
+            ours = CLIENT_API_VERSIONS.get(entry.api_key)
+            if ours is None:
+                continue
+            best = min(ours[1], entry.max_version)
+            if best >= max(ours[0], entry.min_version):
+                self.versions[entry.api_key] = best
+
+    def version(self, api_key: int) -> int:
+        try:
+            return self.versions[api_key]
+        except KeyError:
+            raise KafkaError(ErrorCode.unsupported_version,
+                             f"the broker shares no version of api key {api_key} with us") from None
+
+    def call(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+        """Send the request ``make(request_module, version)`` builds; return the response."""
+        version = self.version(api_key)
+        _, response = self._call(api_key, version, make(request_module(api_key, version), version))
+        return response
+
+    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> None:
+        """For requests that get no response (produce with acks=0)."""
+        version = self.version(api_key)
+        self._correlation += 1
+        self.sock.sendall(encode_request(api_key, version, self._correlation, self.client_id,
+                                         make(request_module(api_key, version), version)))
+
+    def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
+        self._correlation += 1
+        correlation = self._correlation
+        try:
+            self.sock.sendall(encode_request(api_key, version, correlation, self.client_id, body))
+            frame = self._read_frame()
+        except TimeoutError:
+            self.close()
+            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
+                from None
+        except OSError as exc:
+            self.close()
+            raise KafkaError(ErrorCode.network_exception, str(exc)) from None
+        got, response = decode_response(api_key, version, frame)
+        if got != correlation:
+            self.close()
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"correlation id {got} answered where {correlation} was asked")
+        return got, response
+
+    def _read_exactly(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._read_exactly(4))
+        return self._read_exactly(size)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(bootstrap_servers: str, client_id: str = "oncelog",
+            timeout: float = 30.0) -> BrokerConnection:
+    """A connection to the first reachable bootstrap server."""
+    last: Exception | None = None
+    for host, port in parse_bootstrap(bootstrap_servers):
+        try:
+            return BrokerConnection(host, port, client_id, timeout)
+        except KafkaError as exc:
+            last = exc
+    assert last is not None
+    raise last
