@@ -41,6 +41,7 @@ class LogSegment:
         self.created_at_ms = int(time.time() * 1000)
         self._bytes_since_index = 0
         self.unflushed_messages = 0
+        self.recovered = False
 
     # --- opening -------------------------------------------------------------------------
 
@@ -49,7 +50,10 @@ class LogSegment:
         if not self.offset_index.load(self.size):
             self.recover()
             return
-        start = self.offset_index.positions[-1] if len(self.offset_index) else 0
+        start = 0
+        if len(self.offset_index):
+            start = self.offset_index.positions[-1]
+            self.next_offset = self.base_offset + self.offset_index.relative_offsets[-1]
         if self._scan(start, check_crc=False, index=False) != self.size:
             self.recover()
             return
@@ -69,6 +73,7 @@ class LogSegment:
 
         Returns the number of bytes truncated.
         """
+        self.recovered = True
         self.offset_index.clear()
         self.time_index.clear()
         self.next_offset = self.base_offset
@@ -100,7 +105,9 @@ class LogSegment:
                 header.magic != 2
                 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
                 or pos + header.size > self.size
-                or header.base_offset < self.next_offset
+                # Offsets in a log are contiguous, so a batch that does not start where the
+                # previous one ended has a damaged base offset (a field the CRC does not cover).
+                or header.base_offset != self.next_offset
             ):
                 break
             if check_crc:
