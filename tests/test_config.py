@@ -1,0 +1,93 @@
+"""Broker configuration: .properties parsing, Kafka key names, clear errors."""
+
+import subprocess
+import sys
+
+import pytest
+
+from oncelog.broker.config import BrokerConfig, ConfigError, parse_properties
+
+
+def test_properties_format():
+    text = """
+# a comment
+! another comment
+listeners=PLAINTEXT://127.0.0.1:19092
+log.dirs = /tmp/x
+num.partitions: 4
+auto.create.topics.enable false
+log.retention.ms=\\
+   60000
+"""
+    assert parse_properties(text) == {
+        "listeners": "PLAINTEXT://127.0.0.1:19092",
+        "log.dirs": "/tmp/x",
+        "num.partitions": "4",
+        "auto.create.topics.enable": "false",
+        "log.retention.ms": "60000",
+    }
+
+
+def test_values_are_typed_and_derived_keys_follow_kafka():
+    config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:19092", "num.partitions": "4",
+                           "log.retention.minutes": "2", "log.roll.hours": "1"})
+    assert (config.listener.host, config.listener.port) == ("127.0.0.1", 19092)
+    assert config.get("num.partitions") == 4
+    assert config.retention_ms == 120_000
+    assert config.roll_ms == 3_600_000
+    assert config.topic_default("retention.ms") == 120_000
+    assert BrokerConfig({"log.retention.ms": "5", "log.retention.hours": "9"}).retention_ms == 5
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"no.such.key": "1"}, "unknown config key 'no.such.key'"),
+    ({"num.partitions": "zero"}, "num.partitions: expected an integer"),
+    ({"num.partitions": "0"}, "num.partitions: 0 is outside"),
+    ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable: expected true or false"),
+    ({"listeners": "http://x"}, "listeners: expected PLAINTEXT://host:port"),
+    ({"log.dirs": "/a,/b"}, "only one log directory"),
+    ({"log.cleanup.policy": "compact"}, "log.cleanup.policy: expected one of delete"),
+])
+def test_bad_values_name_the_key(values, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(values)
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "oncelog", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_broker_refuses_an_unknown_key_before_starting(tmp_path):
+    result = run_cli("broker", "--set", f"log.dirs={tmp_path}", "--set", "log.segmnet.bytes=5")
+    assert result.returncode == 2
+    assert "unknown config key 'log.segmnet.bytes'" in result.stderr
+
+
+def test_broker_reads_a_properties_file(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={tmp_path}/data\nnum.partitions=oops\n")
+    result = run_cli("broker", "--config", str(props))
+    assert result.returncode == 2
+    assert "num.partitions: expected an integer" in result.stderr
+    missing = run_cli("broker", "--config", str(tmp_path / "nope.properties"))
+    assert missing.returncode == 2 and "cannot read config file" in missing.stderr
+
+
+@pytest.mark.parametrize("command", [
+    [], ["broker"], ["topics"], ["topics", "create"], ["topics", "list"], ["topics", "describe"],
+    ["topics", "delete"], ["produce"], ["consume"],
+])
+def test_every_command_has_help(command):
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: oncelog")
+
+
+def test_bad_arguments_are_refused_with_usage():
+    result = run_cli("topics", "create")
+    assert result.returncode == 2
+    assert "the following arguments are required: --topic" in result.stderr
+    result = run_cli("consume", "--topic", "x", "--offset", "soon", "--bootstrap-server",
+                     "127.0.0.1:1")
+    assert result.returncode != 0
