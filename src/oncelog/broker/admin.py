@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -27,42 +28,67 @@ CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
 def handle_create_topics(broker, request: Request):
     mod = response_module(CREATE_TOPICS, request.api_version)
     body = request.body
+    duplicates = _duplicates(t.name for t in body.topics)
     results = []
     for t in body.topics:
-        configs = {c.name: c.value for c in t.configs}
-        try:
-            if t.assignments:
-                raise TopicError(ErrorCode.invalid_request,
-                                 "manual replica assignment is not supported")
-            topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
-                                         validate_only=body.validate_only)
-        except TopicError as exc:
-            log.info("create topic %r refused: %s", t.name, exc)
-            results.append(build(mod.CreatableTopicResult, name=t.name, topic_id=None,
-                                 error_code=exc.error, error_message=str(exc),
-                                 topic_config_error_code=0, num_partitions=-1,
-                                 replication_factor=-1, configs=()))
-            continue
-        described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
-            build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
-                  config_source=SOURCE_DEFAULT if is_default else SOURCE_TOPIC,
-                  is_sensitive=False)
-            for key, value, is_default in broker.topics.describe_topic_configs(topic)
-        )
-        results.append(build(mod.CreatableTopicResult, name=t.name, topic_id=topic.topic_id,
-                             error_code=ErrorCode.none, error_message=None,
-                             topic_config_error_code=0, num_partitions=len(topic.partitions)
-                             if topic.partitions else t.num_partitions,
-                             replication_factor=1, configs=described))
+        if t.name not in duplicates:
+            results.append(_create_topic(broker, mod, t, body.validate_only))
+    # Kafka refuses every copy of a name given twice and answers for it once: clients match
+    # results to topics by name (librdkafka rejects a response naming a topic twice).
+    for name in duplicates:
+        log.info("create topic %r refused: named more than once in the request", name)
+        results.append(_create_refused(mod, name, ErrorCode.invalid_request,
+                                       "Duplicate topic name."))
     return build(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _duplicates(names) -> list[str]:
+    """The names that occur more than once, in order of first occurrence."""
+    counts = collections.Counter(names)
+    return [name for name, n in counts.items() if n > 1]
+
+
+def _create_topic(broker, mod, t, validate_only: bool):
+    configs = {c.name: c.value for c in t.configs}
+    try:
+        if t.assignments:
+            raise TopicError(ErrorCode.invalid_request,
+                             "manual replica assignment is not supported")
+        topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
+                                     validate_only=validate_only)
+    except TopicError as exc:
+        log.info("create topic %r refused: %s", t.name, exc)
+        return _create_refused(mod, t.name, exc.error, str(exc))
+    described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
+        build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
+              config_source=_topic_config_source(broker, key, is_default), is_sensitive=False)
+        for key, value, is_default in broker.topics.describe_topic_configs(topic)
+    )
+    # A validate_only topic has no partitions to count: answer what would have been made.
+    partitions = len(topic.partitions) if topic.partitions else t.num_partitions
+    if partitions == -1:
+        partitions = broker.config.get("num.partitions")
+    return build(mod.CreatableTopicResult, name=t.name, topic_id=topic.topic_id,
+                 error_code=ErrorCode.none, error_message=None, topic_config_error_code=0,
+                 num_partitions=partitions, replication_factor=1, configs=described)
+
+
+def _create_refused(mod, name: str, error: ErrorCode, message: str):
+    return build(mod.CreatableTopicResult, name=name, topic_id=None, error_code=error,
+                 error_message=message, topic_config_error_code=0, num_partitions=-1,
+                 replication_factor=-1, configs=())
 
 
 def handle_delete_topics(broker, request: Request):
     mod = response_module(DELETE_TOPICS, request.api_version)
+    names = request.body.topic_names
+    duplicates = _duplicates(names)
     results = []
-    for name in request.body.topic_names:
+    for name in dict.fromkeys(names):  # one answer per name, as for CreateTopics
         error, message = ErrorCode.none, None
         try:
+            if name in duplicates:
+                raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
             broker.topics.delete(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
@@ -102,13 +128,9 @@ def _describe(broker, resource_type: int, name: str):
             return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
         entries = []
         for key, value, is_default in broker.topics.describe_topic_configs(topic):
-            if is_default:
-                source = SOURCE_DEFAULT if broker.config.is_default(TOPIC_TO_BROKER_KEY[key]) \
-                    else SOURCE_STATIC_BROKER
-            else:
-                source = SOURCE_TOPIC
             spec = TOPIC_CONFIGS[key]
-            entries.append((key, value, source, False, spec.kind, spec.doc))
+            entries.append((key, value, _topic_config_source(broker, key, is_default), False,
+                            spec.kind, spec.doc))
         return ErrorCode.none, None, entries
     if resource_type == RESOURCE_BROKER:
         if name not in ("", str(broker.broker_id)):
@@ -120,6 +142,24 @@ def _describe(broker, resource_type: int, name: str):
         ]
         return ErrorCode.none, None, entries
     return ErrorCode.invalid_request, f"resource type {resource_type} is not supported", []
+
+
+# Broker keys a topic default can come from besides TOPIC_TO_BROKER_KEY's: setting
+# log.retention.hours changes retention.ms just as log.retention.ms does.
+BROKER_FALLBACK_KEYS = {
+    "retention.ms": ("log.retention.minutes", "log.retention.hours"),
+    "segment.ms": ("log.roll.hours",),
+}
+
+
+def _topic_config_source(broker, key: str, is_default: bool) -> int:
+    """Where a topic config's value comes from: the topic, the broker's config, or the default."""
+    if not is_default:
+        return SOURCE_TOPIC
+    broker_keys = (TOPIC_TO_BROKER_KEY[key], *BROKER_FALLBACK_KEYS.get(key, ()))
+    if all(broker.config.is_default(k) for k in broker_keys):
+        return SOURCE_DEFAULT
+    return SOURCE_STATIC_BROKER
 
 
 def _synonyms(mod, broker, name, source, include: bool, resource_type: int):

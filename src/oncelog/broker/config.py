@@ -123,6 +123,20 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(0, INT_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
+    _key("producer.id.expiration.ms", "INT", 86_400_000,
+         "Idle time after which a producer's state moves out of memory to a compact record.",
+         _parse_int(1, INT_MAX)),
+    _key("producer.id.expiration.check.interval.ms", "INT", 600_000,
+         "How often idle producers are looked for (ms).", _parse_int(1, INT_MAX)),
+    _key("producer.id.tombstone.ms", "LONG", 604_800_000,
+         "How long the compact record of an expired producer is kept (ms).",
+         _parse_int(0, LONG_MAX)),
+    _key("producer.state.max.producers", "INT", 100_000,
+         "Producers kept in memory per partition; the least recently active are moved to "
+         "compact records beyond this.", _POSITIVE_INT),
+    _key("producer.state.batches.to.retain", "INT", 5,
+         "Batches remembered per producer per partition to answer retries as duplicates.",
+         _parse_int(1, 255)),
 )}
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
@@ -136,6 +150,8 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("flush.ms", "LONG", None, "Time between fsyncs.", _NON_NEGATIVE_LONG),
     _key("max.message.bytes", "INT", None, "Largest batch.", _parse_int(0, INT_MAX)),
     _key("index.interval.bytes", "INT", None, "Index density.", _parse_int(0, INT_MAX)),
+    _key("producer.state.batches.to.retain", "INT", None,
+         "Batches remembered per producer to answer retries as duplicates.", _parse_int(1, 255)),
 )}
 
 TOPIC_TO_BROKER_KEY = {
@@ -148,6 +164,7 @@ TOPIC_TO_BROKER_KEY = {
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
+    "producer.state.batches.to.retain": "producer.state.batches.to.retain",
 }
 
 

@@ -70,6 +70,9 @@ def _read_all(broker, mod, body):
                 partitions.append(partition)
             if error != ErrorCode.none:
                 errors = True
+                log.info("fetch from %s-%d at offset %d refused: %s (log start %d, high "
+                         "watermark %d)", topic_req.topic, preq.partition, preq.fetch_offset,
+                         error.name, start, hw)
             results.append(build(
                 mod.PartitionData, partition_index=preq.partition, error_code=error,
                 high_watermark=hw, last_stable_offset=lso, log_start_offset=start,

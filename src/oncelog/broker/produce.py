@@ -37,28 +37,34 @@ def handle_produce(broker, request: Request):
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None) -> dict:
-    def failed(error: ErrorCode, message: str | None = None) -> dict:
+    def failed(error: ErrorCode, message: str, level: int = logging.INFO) -> dict:
+        # Logged as well as answered: clients often show only the code, and with acks=0
+        # the log is the only trace of a refused batch.
+        log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
+                message, error.name)
         return {"error_code": error, "base_offset": -1, "log_append_time": None,
                 "log_start_offset": -1, "error_message": message}
 
     if acks not in VALID_ACKS:
-        return failed(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
+        return failed(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}",
+                      logging.WARNING)
     partition = broker.topics.partition(topic, index)
     if partition is None:
         return failed(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
     if records is None:
-        return failed(ErrorCode.corrupt_message, "null record set")
+        return failed(ErrorCode.corrupt_message, "null record set", logging.WARNING)
     try:
         result = partition.append_records(records)
     except InvalidBatch as exc:
-        log.warning("produce to %s-%d from %s refused: %s (%s)", topic, index,
-                    client_id, exc, exc.error.name)
         broker.counters.inc(topic, index, exc.error.name)
-        return failed(exc.error, str(exc))
+        # A retry of something already stored is the idempotence working, not a fault.
+        level = logging.INFO if exc.error == ErrorCode.duplicate_sequence_number \
+            else logging.WARNING
+        return failed(exc.error, str(exc), level)
     except OSError as exc:
-        log.error("produce to %s-%d failed writing the log: %s", topic, index, exc)
-        return failed(ErrorCode.kafka_storage_error, str(exc))
-    broker.counters.inc(topic, index, "appended")
+        return failed(ErrorCode.kafka_storage_error, f"writing the log failed: {exc}",
+                      logging.ERROR)
+    broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     return {"error_code": ErrorCode.none, "base_offset": result.base_offset,
             "log_append_time": None, "log_start_offset": result.log_start_offset,
             "error_message": None}

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..coordinator.producer_id_manager import ProducerIdManager
 from ..metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from ..protocol import api_versions as apis
 from ..protocol.messages import (
@@ -40,6 +41,7 @@ from .config import BrokerConfig
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
 from .produce import handle_produce
+from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.CREATE_TOPICS: handle_create_topics,
     apis.DELETE_TOPICS: handle_delete_topics,
     apis.DESCRIBE_CONFIGS: handle_describe_configs,
+    apis.INIT_PRODUCER_ID: handle_init_producer_id,
+    apis.DESCRIBE_PRODUCERS: handle_describe_producers,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -69,7 +73,8 @@ class Broker:
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         self.cluster_id = self._cluster_id()
-        self.topics = TopicManager(config, self.store)
+        self.producer_ids = ProducerIdManager(self.store, self.broker_id)
+        self.topics = TopicManager(config, self.store, self.producer_ids.is_issued)
         self.counters = Counters()
         self.advertised_host = ""
         self.advertised_port = -1
@@ -109,6 +114,9 @@ class Broker:
                                             self.apply_retention)),
             asyncio.create_task(self._every(self.config.get("log.flush.scheduler.interval.ms"),
                                             self.flush_by_time)),
+            asyncio.create_task(self._every(
+                self.config.get("producer.id.expiration.check.interval.ms"),
+                self.expire_producers)),
         ]
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
@@ -125,12 +133,19 @@ class Broker:
 
     def apply_retention(self) -> None:
         now = int(time.time() * 1000)
+        for partition in self._partitions_with_data():
+            partition.apply_retention(now)
+
+    def expire_producers(self) -> None:
+        now = int(time.time() * 1000)
+        for partition in list(self.topics.open_partitions()):
+            partition.expire_producers(now)
+
+    def _partitions_with_data(self):
         for topic in list(self.topics.topics.values()):
             for partition in topic.partitions:
-                if not partition.is_open and not os.path.isdir(partition.dir):
-                    continue
-                cfg = partition.log.config
-                partition.log.delete_old_segments(now, cfg.retention_ms, cfg.retention_bytes)
+                if partition.is_open or os.path.isdir(partition.dir):
+                    yield partition
 
     def flush_by_time(self) -> None:
         now = int(time.time() * 1000)

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, MetadataStore
+from ..producer_state.manager import StateLimits
 from .config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
 from .partition import Partition
 
@@ -52,9 +54,11 @@ class Topic:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore,
+                 pid_issued: Callable[[int], bool]) -> None:
         self.config = config
         self.store = store
+        self._pid_issued = pid_issued
         self.topics: dict[str, Topic] = {}
         self.log_dir = config.log_dir
         os.makedirs(self.log_dir, exist_ok=True)
@@ -80,6 +84,7 @@ class TopicManager:
         return Partition(
             topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
+            self.state_limits(topic), self._pid_issued,
         )
 
     # --- configs -------------------------------------------------------------------------
@@ -101,6 +106,14 @@ class TopicManager:
             flush_messages=get("flush.messages"),
             flush_ms=get("flush.ms"),
             index_interval_bytes=get("index.interval.bytes"),
+        )
+
+    def state_limits(self, topic: Topic) -> StateLimits:
+        return StateLimits(
+            batches_to_retain=self.topic_config(topic, "producer.state.batches.to.retain"),
+            max_producers=self.config.get("producer.state.max.producers"),
+            expiration_ms=self.config.get("producer.id.expiration.ms"),
+            tombstone_ms=self.config.get("producer.id.tombstone.ms"),
         )
 
     def describe_topic_configs(self, topic: Topic) -> list[tuple[str, Any, bool]]:

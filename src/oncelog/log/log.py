@@ -189,6 +189,16 @@ class Log:
                     return header.base_offset, header.max_timestamp
         return None
 
+    def headers_from(self, offset: int):
+        """Headers of every batch whose last offset is at or after ``offset``, in order."""
+        i = self._segment_for(offset)
+        for segment in self.segments[i:]:
+            position = segment.position_of(max(offset, segment.base_offset))
+            if position is None:
+                continue
+            for _, header in segment.headers_from(position):
+                yield header
+
     def batch_at(self, offset: int) -> bytes:
         """The whole batch holding ``offset`` (b"" when there is none)."""
         return self.read(offset, 1, min_one_batch=True).records

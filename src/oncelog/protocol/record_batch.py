@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
+MIN_MESSAGE_OVERHEAD = 14  # the smallest v0 message; Kafka's floor for any batch length
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
@@ -126,18 +127,23 @@ def split_batches(
     while pos < total:
         if total - pos < LOG_OVERHEAD + 5:
             raise InvalidBatch(ErrorCode.corrupt_message, f"truncated batch header at byte {pos}")
+        _, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+        size = LOG_OVERHEAD + batch_length
+        # Kafka's order: a length that no message format allows is corruption, whatever the
+        # magic byte says (zeros are not an old format); only then size, then format.
+        if batch_length < MIN_MESSAGE_OVERHEAD:
+            raise InvalidBatch(ErrorCode.corrupt_message,
+                               f"batch length {batch_length} is out of range")
+        if size > max_batch_bytes:
+            raise InvalidBatch(
+                ErrorCode.message_too_large,
+                f"batch of {size} bytes exceeds the limit of {max_batch_bytes} bytes",
+            )
         magic = buf[pos + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
             raise InvalidBatch(
-                "UNSUPPORTED_FOR_MESSAGE_FORMAT",
+                ErrorCode.unsupported_for_message_format,
                 f"message format v{magic} is not supported, only v2 record batches",
-            )
-        _, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
-        size = LOG_OVERHEAD + batch_length
-        if size > max_batch_bytes:
-            raise InvalidBatch(
-                "MESSAGE_TOO_LARGE",
-                f"batch of {size} bytes exceeds the limit of {max_batch_bytes} bytes",
             )
         if batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > total:
             raise InvalidBatch(ErrorCode.corrupt_message,
@@ -147,7 +153,7 @@ def split_batches(
             raise InvalidBatch(ErrorCode.corrupt_message, "record batch CRC32C does not match")
         if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
             raise InvalidBatch(
-                "INVALID_RECORD",
+                ErrorCode.invalid_record,
                 f"batch says {header.records_count} records but last offset delta "
                 f"{header.last_offset_delta}",
             )

@@ -1,0 +1,66 @@
+"""InitProducerId (idempotent producers) and DescribeProducers (KIP-664)."""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ..coordinator.producer_id_manager import ProducerIdsExhausted
+from ..protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
+from ..protocol.messages import Request
+from ..protocol.schema import build, response_module
+from .api_meta import NO_THROTTLE
+
+log = logging.getLogger(__name__)
+
+TRANSACTIONS_MISSING = "transactions are not implemented yet"
+
+
+def handle_init_producer_id(broker, request: Request):
+    mod = response_module(INIT_PRODUCER_ID, request.api_version)
+    body = request.body
+
+    def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1):
+        return build(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
+                     producer_id=producer_id, producer_epoch=epoch)
+
+    if body.transactional_id is not None:
+        log.info("%s: InitProducerId for transactional id %r refused: %s", request.client_id,
+                 body.transactional_id, TRANSACTIONS_MISSING)
+        return answer(ErrorCode.coordinator_not_available)
+    # Without a transactional id Kafka always hands out a fresh id, even to a producer that
+    # names its current one to have its epoch bumped (KIP-360): the old id's sequences are
+    # then simply never continued, and partitions accept the new id from any sequence.
+    try:
+        producer_id = broker.producer_ids.generate()
+    except ProducerIdsExhausted as exc:
+        log.error("InitProducerId refused: %s", exc)
+        return answer(ErrorCode.unknown_server_error)
+    log.debug("%s: issued producer id %d", request.client_id, producer_id)
+    return answer(ErrorCode.none, producer_id, 0)
+
+
+def handle_describe_producers(broker, request: Request):
+    mod = response_module(DESCRIBE_PRODUCERS, request.api_version)
+    topics = []
+    for topic_req in request.body.topics:
+        partitions = []
+        for index in topic_req.partition_indexes:
+            partition = broker.topics.partition(topic_req.name, index)
+            if partition is None:
+                partitions.append(build(mod.PartitionResponse, partition_index=index,
+                                        error_code=ErrorCode.unknown_topic_or_partition,
+                                        error_message=None, active_producers=()))
+                continue
+            producers = tuple(
+                build(mod.ProducerState, producer_id=e.producer_id, producer_epoch=e.epoch,
+                      last_sequence=e.last_seq, last_timestamp=e.batches[-1].timestamp,
+                      coordinator_epoch=-1, current_txn_start_offset=-1)
+                for e in partition.state.entries()
+            )
+            partitions.append(build(mod.PartitionResponse, partition_index=index,
+                                    error_code=ErrorCode.none, error_message=None,
+                                    active_producers=producers))
+        topics.append(build(mod.TopicResponse, name=topic_req.name, partitions=tuple(partitions)))
+    return build(mod.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,213 @@
+"""Every idempotence decision lives in this file.
+
+This file does not know about sockets, files, or which broker it runs in. It is given what the
+partition remembers of one producer (a ProducerStateEntry, a compact Tombstone, or nothing)
+and the header of one incoming batch, and it answers with one Decision: append, duplicate, or
+a Kafka error. It never changes anything; ProducerStateManager applies an Append only after
+the log took the batch.
+
+Theory of operation (seeds 000, 001, 003): a producer id (PID) is handed out by the cluster,
+the epoch fences older incarnations of a producer, and per partition each record carries a
+sequence number, 0, 1, 2, ... wrapping from 2^31-1 back to 0. The broker remembers the last N
+batches (default 5) of each producer on each partition, so a retry of one of them is answered
+with its original offset instead of being stored twice.
+
+Where Kafka loses: a retry older than the cache (more than 5 in flight, seed figure 5) gets
+OUT_OF_ORDER_SEQUENCE_NUMBER from Kafka; the client bumps its epoch and stores the batch again.
+Here such a batch lies wholly at or below the last sequence, so it is answered
+DUPLICATE_SEQUENCE_NUMBER (clients treat that as delivered) and nothing is stored.
+
+The decisions, in the order they are taken (f, l: the batch's first and last sequence;
+E: what the partition remembers of the producer; "last": E's last sequence):
+
+    | # | situation                                        | outcome                          |
+    |---|--------------------------------------------------|----------------------------------|
+    | 1 | PID above every id the cluster ever issued       | UNKNOWN_PRODUCER_ID              |
+    | 2 | nothing remembered (never wrote here, forgotten) | append, whatever f (KIP-360)     |
+    | 3 | batch epoch < E.epoch                            | INVALID_PRODUCER_EPOCH (fenced)  |
+    | 4 | batch epoch > E.epoch, f == 0                    | append, new epoch, cache cleared |
+    | 5 | batch epoch > E.epoch, f != 0                    | OUT_OF_ORDER_SEQUENCE_NUMBER     |
+    | 6 | same epoch, (f, l) is one of the cached batches  | duplicate: its original offset   |
+    | 7 | same epoch, f == last + 1                        | append                           |
+    | 8 | same epoch, f > last + 1 (a gap)                 | OUT_OF_ORDER_SEQUENCE_NUMBER     |
+    | 9 | same epoch, f..l wholly at or below last         | DUPLICATE_SEQUENCE_NUMBER        |
+    |10 | same epoch, f <= last < l (straddles)            | OUT_OF_ORDER_SEQUENCE_NUMBER     |
+
+A tombstone (a producer moved out of memory, keeping epoch and last sequence) is judged by the
+same rows 3-10 except 6: it has no cached batches, so a retry of its last batch gets row 9.
+
+"Above" and "below" are taken on the circle of 2^31 sequences: f is ahead of last when it is
+less than half the circle ahead, so the comparison survives the wrap at 2^31-1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+SEQUENCE_SPACE = 1 << 31
+_HALF = SEQUENCE_SPACE // 2
+
+
+@dataclass(frozen=True, slots=True)
+class CachedBatch:
+    first_seq: int
+    last_seq: int
+    last_offset: int
+    timestamp: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.last_offset - sequence_distance(self.first_seq, self.last_seq)
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    """What a partition remembers of one producer: its epoch and its last batches."""
+
+    producer_id: int
+    epoch: int
+    batches: list[CachedBatch]  # oldest first, at most batches_to_retain
+    last_timestamp: int  # broker time of the last append (ms): drives expiration
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A producer moved out of memory: enough to judge its next batch by its real sequence."""
+
+    producer_id: int
+    epoch: int
+    last_seq: int
+    last_offset: int
+    since: int  # when it was moved out (ms): tombstones go after producer.id.tombstone.ms
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIdentity:
+    """The fields of a batch header the rules look at."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append the batch; ``reset`` starts the producer afresh (new epoch or first sight)."""
+
+    batch: BatchIdentity
+    reset: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A retry of a cached batch: answer success with the offset it was stored at."""
+
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    error: ErrorCode
+    message: str
+
+
+Decision = Append | Duplicate | Refuse
+
+
+# --- sequence arithmetic on the circle of 2^31 ------------------------------------------------
+
+def next_sequence(seq: int) -> int:
+    return (seq + 1) % SEQUENCE_SPACE
+
+
+def sequence_distance(start: int, end: int) -> int:
+    """How far ``end`` is ahead of ``start``, going forward round the circle."""
+    return (end - start) % SEQUENCE_SPACE
+
+
+def is_ahead(seq: int, of: int) -> bool:
+    """``seq`` comes after ``of`` (within half the circle)."""
+    return 0 < sequence_distance(of, seq) < _HALF
+
+
+# --- the rules, one function per row group ----------------------------------------------------
+
+def judge_unissued(batch: BatchIdentity, pid_issued: bool) -> Refuse | None:
+    """Row 1: no client may invent an identity."""
+    if pid_issued:
+        return None
+    return Refuse(ErrorCode.unknown_producer_id,
+                  f"producer id {batch.producer_id} was never issued by this cluster")
+
+
+def judge_epoch(batch: BatchIdentity, epoch: int) -> Decision | None:
+    """Rows 3-5: an older epoch is fenced; a newer one must start its sequences at 0."""
+    if batch.epoch < epoch:
+        return Refuse(ErrorCode.invalid_producer_epoch,
+                      f"producer {batch.producer_id} epoch {batch.epoch} is fenced by epoch "
+                      f"{epoch}")
+    if batch.epoch > epoch:
+        if batch.first_seq != 0:
+            return Refuse(ErrorCode.out_of_order_sequence_number,
+                          f"producer {batch.producer_id} new epoch {batch.epoch} must start at "
+                          f"sequence 0, not {batch.first_seq}")
+        return Append(batch, reset=True)
+    return None
+
+
+def judge_cached(batch: BatchIdentity, batches: list[CachedBatch]) -> Duplicate | None:
+    """Row 6: a retry of one of the cached batches, matched on first and last sequence."""
+    for cached in batches:
+        if cached.first_seq == batch.first_seq and cached.last_seq == batch.last_seq:
+            return Duplicate(cached.base_offset, cached.last_offset)
+    return None
+
+
+def judge_sequence(batch: BatchIdentity, last_seq: int) -> Decision:
+    """Rows 7-10, same epoch and not a cached retry."""
+    expected = next_sequence(last_seq)
+    if batch.first_seq == expected:
+        return Append(batch, reset=False)
+    if is_ahead(batch.first_seq, last_seq):
+        return Refuse(ErrorCode.out_of_order_sequence_number,
+                      f"producer {batch.producer_id} sent sequence {batch.first_seq}, expected "
+                      f"{expected}: a batch in between is missing")
+    if not is_ahead(batch.last_seq, last_seq):
+        return Refuse(ErrorCode.duplicate_sequence_number,
+                      f"producer {batch.producer_id} batch {batch.first_seq}..{batch.last_seq} "
+                      f"was already stored (last sequence {last_seq}), older than the cache")
+    return Refuse(ErrorCode.out_of_order_sequence_number,
+                  f"producer {batch.producer_id} batch {batch.first_seq}..{batch.last_seq} "
+                  f"straddles the last stored sequence {last_seq}")
+
+
+def decide(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
+           pid_issued: bool) -> Decision:
+    """The one entry point: what to do with ``batch`` given what the partition knows."""
+    refused = judge_unissued(batch, pid_issued)
+    if refused is not None:
+        return refused
+    if known is None:
+        return Append(batch, reset=True)
+    by_epoch = judge_epoch(batch, known.epoch)
+    if by_epoch is not None:
+        return by_epoch
+    if isinstance(known, ProducerStateEntry):
+        duplicate = judge_cached(batch, known.batches)
+        if duplicate is not None:
+            return duplicate
+    return judge_sequence(batch, known.last_seq)

@@ -1,0 +1,516 @@
+"""Hostile and broken input over raw sockets: the broker answers with the right Kafka error
+code (or closes that one connection), says why in its log, and keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import socket
+import struct
+import time
+
+import crc32c
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
+from oncelog.protocol.messages import decode_response, encode_request
+from oncelog.protocol.records import encode_batch
+
+IO_TIMEOUT = 5.0
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
+VERSIONS = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, API_VERSIONS: 3,
+            CREATE_TOPICS: 7}
+TOPIC = "bad-input"
+LATEST = -1
+
+# --- raw socket helpers ---------------------------------------------------------------------
+
+
+def connect(broker) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=IO_TIMEOUT)
+    sock.settimeout(IO_TIMEOUT)
+    return sock
+
+
+def send_frame(sock: socket.socket, payload: bytes, size: int | None = None) -> None:
+    """Send ``payload`` behind a size prefix; ``size`` overrides the honest one."""
+    sock.sendall(struct.pack(">i", len(payload) if size is None else size) + payload)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    deadline = time.monotonic() + IO_TIMEOUT
+    while len(buf) < n:
+        assert time.monotonic() < deadline, f"timed out with {len(buf)} of {n} bytes"
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One response frame, without its size prefix."""
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    assert 4 <= size < 10_000_000, f"absurd response size {size}"
+    return recv_exact(sock, size)
+
+
+def assert_closed(sock: socket.socket) -> None:
+    """The broker closes the connection, with no response bytes before the close."""
+    try:
+        data = sock.recv(65536)
+    except ConnectionResetError:
+        data = b""
+    except TimeoutError:
+        pytest.fail(f"the broker kept the connection open for {IO_TIMEOUT} s")
+    assert data == b"", f"expected a closed connection, got {data[:64]!r}"
+    sock.close()
+
+
+def call(sock: socket.socket, api_key: int, body, correlation_id: int = 7):
+    """Send one request at our default version and return its decoded response body."""
+    version = VERSIONS[api_key]
+    sock.sendall(encode_request(api_key, version, correlation_id, "bad-input-test", body))
+    got, response = decode_response(api_key, version, read_frame(sock))
+    assert got == correlation_id
+    return response
+
+
+# --- request bodies ---------------------------------------------------------------------------
+
+
+def api_versions_request() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="oncelog-tests",
+                              client_software_version="1.0")
+
+
+def metadata_request(*names: str, auto_create: bool = False) -> MetadataRequest:
+    topics = tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names) if names else None
+    return MetadataRequest(topics=topics, allow_auto_topic_creation=auto_create,
+                           include_topic_authorized_operations=False)
+
+
+def create_topics_request(*names: str, partitions: int = 1) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=tuple(CreatableTopic(name=n, num_partitions=partitions, replication_factor=1,
+                                    assignments=(), configs=()) for n in names),
+        timeout=datetime.timedelta(seconds=5), validate_only=False)
+
+
+def produce_request(parts: dict[tuple[str, int], bytes | None], acks: int = -1) -> ProduceRequest:
+    topics: dict[str, list[PartitionProduceData]] = {}
+    for (topic, index), records in parts.items():
+        topics.setdefault(topic, []).append(PartitionProduceData(index=index, records=records))
+    return ProduceRequest(acks=acks, timeout=datetime.timedelta(seconds=5), topic_data=tuple(
+        TopicProduceData(name=t, partition_data=tuple(p)) for t, p in topics.items()))
+
+
+def fetch_request(topic: str, index: int, offset: int, max_wait_ms: int = 0,
+                  min_bytes: int = 1) -> FetchRequest:
+    part = FetchPartition(partition=index, fetch_offset=offset, partition_max_bytes=1 << 20)
+    return FetchRequest(max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                        min_bytes=min_bytes, topics=(FetchTopic(topic=topic, partitions=(part,)),),
+                        forgotten_topics_data=())
+
+
+def list_offsets_request(topic: str, index: int) -> ListOffsetsRequest:
+    part = ListOffsetsPartition(partition_index=index, timestamp=LATEST)
+    return ListOffsetsRequest(replica_id=-1, isolation_level=0,
+                              topics=(ListOffsetsTopic(name=topic, partitions=(part,)),))
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+def batch(n: int = 1, value_size: int = 10) -> bytes:
+    return encode_batch([(b"k%d" % i, b"v" * value_size, (), 1_700_000_000_000 + i)
+                         for i in range(n)])
+
+
+def patched(data: bytes, pos: int, fmt: str, value: int, fix_crc: bool = True) -> bytes:
+    """``data`` with one header field overwritten; the CRC recomputed unless told not to."""
+    buf = bytearray(data)
+    struct.pack_into(fmt, buf, pos, value)
+    if fix_crc:
+        struct.pack_into(">I", buf, 17, crc32c.crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+# --- higher-level checks ----------------------------------------------------------------------
+
+
+def assert_serving(broker) -> None:
+    """A fresh connection gets good ApiVersions and Metadata answers."""
+    assert broker.alive
+    with connect(broker) as sock:
+        versions = call(sock, API_VERSIONS, api_versions_request())
+        assert versions.error_code == ErrorCode.none
+        assert {k.api_key for k in versions.api_keys} == set(SUPPORTED_VERSIONS)
+        metadata = call(sock, METADATA, metadata_request())
+        assert [b.port for b in metadata.brokers] == [broker.port]
+
+
+def create_topic(sock, name: str = TOPIC, partitions: int = 1) -> None:
+    result = call(sock, CREATE_TOPICS, create_topics_request(name, partitions=partitions))
+    assert [t.error_code for t in result.topics] == [ErrorCode.none], result
+
+
+def produce(sock, parts: dict[tuple[str, int], bytes | None], acks: int = -1) -> dict:
+    """{(topic, partition): (error code, base offset)} of one Produce request."""
+    response = call(sock, PRODUCE, produce_request(parts, acks))
+    return {(t.name, p.index): (p.error_code, p.base_offset)
+            for t in response.responses for p in t.partition_responses}
+
+
+def produce_one(sock, records: bytes | None, topic: str = TOPIC, index: int = 0,
+                acks: int = -1) -> tuple[ErrorCode, int]:
+    return produce(sock, {(topic, index): records}, acks)[(topic, index)]
+
+
+def latest_offset(sock, topic: str = TOPIC, index: int = 0) -> int:
+    response = call(sock, LIST_OFFSETS, list_offsets_request(topic, index))
+    (part,) = response.topics[0].partitions
+    assert part.error_code == ErrorCode.none
+    return part.offset
+
+
+def fetch_one(sock, topic: str, index: int, offset: int):
+    response = call(sock, FETCH, fetch_request(topic, index, offset))
+    assert response.error_code == ErrorCode.none
+    (part,) = response.responses[0].partitions
+    return part
+
+
+def assert_logged(broker, *fragments: str) -> None:
+    text = broker.log_text()
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in the broker log:\n{text}"
+
+
+def header_prefix(api_key: int, version: int, correlation_id: int = 1) -> bytes:
+    """Request header v1 (key, version, correlation id, client id "t")."""
+    return struct.pack(">hhih", api_key, version, correlation_id, 1) + b"t"
+
+
+# --- connection-level errors: the broker closes the connection -------------------------------
+
+
+def _valid_produce_payload() -> bytes:
+    frame = encode_request(PRODUCE, 9, 1, "t", produce_request({(TOPIC, 0): batch(3)}))
+    return frame[4:]
+
+
+MALFORMED = {
+    # A Metadata v12 header followed by bytes that are no Metadata body: 0xff... is a varint
+    # that never ends.
+    "garbage body": (lambda: header_prefix(METADATA, 12) + b"\x00" + b"\xff" * 40,
+                     None, "malformed api key 3 v12"),
+    "random bytes after a produce header": (
+        lambda: header_prefix(PRODUCE, 9)[:8] + random.Random(7).randbytes(200),
+        None, "malformed api key 0 v9"),
+    "truncated request body": (lambda: _valid_produce_payload()[:-20], None,
+                               "malformed api key 0 v9"),
+    "header only": (lambda: struct.pack(">hhi", METADATA, 12, 1), None, "malformed api key 3"),
+    "negative frame size": (lambda: b"\0" * 16, -1, "frame size -1 is outside"),
+    "frame size 0": (lambda: b"", 0, "frame size 0 is outside"),
+    "frame size below 8": (lambda: b"\0\x12\0\0\0\0\0", 7, "frame size 7 is outside"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_frame_closes_only_that_connection(broker, case):
+    make, size, fragment = MALFORMED[case]
+    with connect(broker) as bystander:  # opened before: must survive the bad peer
+        create_topic(bystander)
+        with connect(broker) as sock:
+            send_frame(sock, make(), size)
+            assert_closed(sock)
+        assert_logged(broker, fragment, "closing the connection")
+        assert produce_one(bystander, batch(2)) == (ErrorCode.none, 0)
+    assert_serving(broker)
+
+
+@pytest.mark.parametrize("api_key,version,fragment", [
+    (9999, 0, "api key 9999 version 0 is not supported"),
+    (-1, 0, "api key -1 version 0 is not supported"),
+    (PRODUCE, 1, "api key 0 version 1 is not supported"),
+    (FETCH, 99, "api key 1 version 99 is not supported"),
+    (METADATA, -1, "api key 3 version -1 is not supported"),
+])
+def test_unknown_api_or_version_closes_the_connection(broker, api_key, version, fragment):
+    with connect(broker) as sock:
+        # A correct request before it is answered; the bad one ends the connection.
+        assert call(sock, API_VERSIONS, api_versions_request()).error_code == ErrorCode.none
+        send_frame(sock, header_prefix(api_key, version) + b"\0" * 32)
+        assert_closed(sock)
+    assert_logged(broker, fragment)
+    assert_serving(broker)
+
+
+def test_too_new_api_versions_gets_v0_answer_with_unsupported_version(broker):
+    with connect(broker) as sock:
+        # A v99 body is unknown to us; only the header prefix can be trusted (KIP-511).
+        send_frame(sock, header_prefix(API_VERSIONS, 99, correlation_id=4242) + b"\x05future")
+        correlation_id, body = decode_response(API_VERSIONS, 0, read_frame(sock))
+        assert correlation_id == 4242
+        assert body.error_code == ErrorCode.unsupported_version
+        listed = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+        assert {key: hi for key, (_, hi) in listed.items()} \
+            == {key: hi for key, (_, hi) in SUPPORTED_VERSIONS.items()}
+        # The client now retries at a version we support, on the same connection, and is
+        # told the same table.
+        retry = call(sock, API_VERSIONS, api_versions_request())
+        assert retry.error_code == ErrorCode.none
+        assert {k.api_key: (k.min_version, k.max_version) for k in retry.api_keys} == listed
+    assert_logged(broker, "ApiVersions v99 is newer than ours")
+    assert_serving(broker)
+
+
+def test_oversized_frame_is_refused_from_its_size_prefix(start_broker):
+    broker = start_broker(**{"socket.request.max.bytes": "100000"})
+    for size in (100_001, 2**31 - 1):
+        with connect(broker) as sock:
+            # Only the prefix is sent: a close proves the broker neither waited for the body
+            # nor needed it.
+            sock.sendall(struct.pack(">i", size))
+            assert_closed(sock)
+        assert_logged(broker, f"frame size {size} is outside 8..100000")
+    # A frame of exactly the limit is fine (trailing bytes after a body are tolerated).
+    with connect(broker) as sock:
+        frame = encode_request(METADATA, 12, 9, "t", metadata_request())[4:]
+        send_frame(sock, frame + b"\0" * (100_000 - len(frame)))
+        correlation_id, body = decode_response(METADATA, 12, read_frame(sock))
+        assert correlation_id == 9 and body.brokers[0].port == broker.port
+    assert_serving(broker)
+
+
+# --- in-band errors: a per-partition error code, the connection stays usable ----------------
+
+
+def test_bad_crc_is_corrupt_message_and_appends_nothing(broker):
+    with connect(broker) as sock:
+        create_topic(sock)
+        assert produce_one(sock, batch(2)) == (ErrorCode.none, 0)
+        good = batch(3)
+        flipped = good[:-1] + bytes([good[-1] ^ 0x01])
+        assert produce_one(sock, flipped)[0] == ErrorCode.corrupt_message
+        wrong_crc = patched(good, 17, ">I", 0xDEADBEEF, fix_crc=False)
+        assert produce_one(sock, wrong_crc)[0] == ErrorCode.corrupt_message
+        assert latest_offset(sock) == 2
+        assert produce_one(sock, good) == (ErrorCode.none, 2)
+        assert latest_offset(sock) == 5
+    assert_logged(broker, "CRC32C does not match", "(corrupt_message)")
+    assert_serving(broker)
+
+
+def assert_refused(broker, error: ErrorCode, cases: list[tuple[bytes | None, str]]) -> None:
+    """Each bad record set gets ``error`` and appends nothing, says why in the log, and
+    leaves both its own connection and fresh ones working."""
+    with connect(broker) as sock:
+        create_topic(sock)
+        for n, (records, fragment) in enumerate(cases):
+            assert produce_one(sock, records)[0] == error, fragment
+            assert latest_offset(sock) == n, fragment
+            assert produce_one(sock, batch(1)) == (ErrorCode.none, n), fragment
+            assert_logged(broker, fragment, f"({error.name})")
+            assert_serving(broker)
+
+
+def test_torn_record_sets_are_corrupt_message(broker):
+    assert_refused(broker, ErrorCode.corrupt_message, [
+        (b"", "empty record set"),
+        (None, "null record set"),
+        (b"\0" * 10, "truncated batch header"),
+        (b"\0" * 20, "batch length 0 is out of range"),  # zeros are corruption, not magic 0
+        (batch(1)[:-3], f"batch length {len(batch(1)) - 12} is out of range"),  # torn
+        (patched(batch(1), 8, ">i", 10), "batch length 10 is out of range"),
+        (patched(batch(1), 8, ">i", 40), "batch length 40 is out of range"),  # < a v2 header
+        (patched(batch(1), 8, ">i", -100), "batch length -100 is out of range"),
+    ])
+
+
+def test_batch_over_message_max_bytes_is_message_too_large(start_broker):
+    broker = start_broker(**{"message.max.bytes": "2000"})
+    with connect(broker) as sock:
+        create_topic(sock)
+        assert produce_one(sock, batch(1, value_size=3000))[0] == ErrorCode.message_too_large
+        assert latest_offset(sock) == 0
+        assert produce_one(sock, batch(1, value_size=1900)) == (ErrorCode.none, 0)
+    assert_logged(broker, "exceeds the limit of 2000 bytes", "(message_too_large)")
+    assert_serving(broker)
+
+
+def test_old_or_unknown_magic_is_unsupported_for_message_format(broker):
+    assert_refused(broker, ErrorCode.unsupported_for_message_format, [
+        (patched(batch(2), 16, ">b", magic), f"message format v{magic} is not supported")
+        for magic in (0, 1, 3)
+    ])
+
+
+def test_count_and_last_offset_delta_disagreeing_is_invalid_record(broker):
+    assert_refused(broker, ErrorCode.invalid_record, [
+        (patched(batch(3), 57, ">i", 5), "says 5 records but last offset delta 2"),
+        (patched(batch(3), 57, ">i", 0), "says 0 records but last offset delta 2"),
+        (patched(batch(3), 23, ">i", 7), "says 3 records but last offset delta 7"),
+        (patched(batch(3), 23, ">i", -1), "says 3 records but last offset delta -1"),
+    ])
+
+
+def test_unknown_topic_or_partition(broker):
+    with connect(broker) as sock:
+        create_topic(sock, partitions=2)
+        assert produce_one(sock, batch(1), topic="missing")[0] \
+            == ErrorCode.unknown_topic_or_partition
+        assert produce_one(sock, batch(1), index=99)[0] == ErrorCode.unknown_topic_or_partition
+        assert produce_one(sock, batch(1), index=-1)[0] == ErrorCode.unknown_topic_or_partition
+        assert fetch_one(sock, "missing", 0, 0).error_code == ErrorCode.unknown_topic_or_partition
+        assert fetch_one(sock, TOPIC, 99, 0).error_code == ErrorCode.unknown_topic_or_partition
+        # Produce never creates topics; the same connection still works.
+        metadata = call(sock, METADATA, metadata_request("missing"))
+        assert metadata.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert produce_one(sock, batch(1), index=1) == (ErrorCode.none, 0)
+    assert_logged(broker, "missing-0 does not exist", f"{TOPIC}-99 does not exist")
+    assert_serving(broker)
+
+
+BAD_NAMES = ["bad/name", "..", ".", "x" * 300, "", "space name", "ünïcode"]
+
+
+def test_invalid_topic_names_in_create_topics(broker):
+    with connect(broker) as sock:
+        result = call(sock, CREATE_TOPICS, create_topics_request(*BAD_NAMES, "good-name"))
+        errors = {t.name: t.error_code for t in result.topics}
+        assert errors == {**{n: ErrorCode.invalid_topic_exception for n in BAD_NAMES},
+                          "good-name": ErrorCode.none}
+        metadata = call(sock, METADATA, metadata_request())
+        assert [t.name for t in metadata.topics] == ["good-name"]
+    assert_logged(broker, "create topic 'bad/name' refused", "create topic '..' refused",
+                  "longer than 249 characters")
+    assert not (broker.data_dir / "bad").exists()
+    assert {p.name for p in broker.data_dir.iterdir() if not p.name.startswith(".")} \
+        <= {"good-name-0"}  # partition directories appear on first use
+    assert_serving(broker)
+
+
+def test_invalid_topic_names_in_metadata_are_not_auto_created(broker):
+    with connect(broker) as sock:
+        metadata = call(sock, METADATA, metadata_request(*BAD_NAMES, "auto", auto_create=True))
+        errors = {t.name: t.error_code for t in metadata.topics}
+        assert errors == {**{n: ErrorCode.invalid_topic_exception for n in BAD_NAMES},
+                          "auto": ErrorCode.none}
+        assert len(metadata.topics) == len(BAD_NAMES) + 1
+        assert produce_one(sock, batch(1), topic="auto") == (ErrorCode.none, 0)
+    assert_logged(broker, "metadata request for invalid topic 'bad/name' refused")
+    assert_serving(broker)
+
+
+def test_invalid_acks(broker):
+    with connect(broker) as sock:
+        create_topic(sock)
+        for acks in (5, 2, -2):
+            assert produce_one(sock, batch(1), acks=acks)[0] == ErrorCode.invalid_required_acks
+            assert_logged(broker, f"acks must be -1, 0 or 1, not {acks}")
+        assert latest_offset(sock) == 0
+        assert produce_one(sock, batch(1), acks=1) == (ErrorCode.none, 0)
+    assert_serving(broker)
+
+
+def test_fetch_outside_the_log_is_offset_out_of_range(broker):
+    with connect(broker) as sock:
+        create_topic(sock)
+        assert produce_one(sock, batch(3)) == (ErrorCode.none, 0)
+        for offset in (4, 1_000_000, -5):
+            part = fetch_one(sock, TOPIC, 0, offset)
+            assert part.error_code == ErrorCode.offset_out_of_range
+            assert part.high_watermark == 3 and part.log_start_offset == 0
+        # At the end is not out of range, just empty.
+        part = fetch_one(sock, TOPIC, 0, 3)
+        assert (part.error_code, part.records) == (ErrorCode.none, b"")
+        part = fetch_one(sock, TOPIC, 0, 0)
+        assert part.error_code == ErrorCode.none and len(part.records) > 0
+    assert_logged(broker, f"fetch from {TOPIC}-0 at offset 1000000")
+    assert_serving(broker)
+
+
+def test_partitions_in_one_produce_request_are_judged_independently(broker):
+    with connect(broker) as sock:
+        create_topic(sock, partitions=3)
+        good = batch(2)
+        results = produce(sock, {
+            (TOPIC, 0): good,
+            (TOPIC, 1): good[:-1] + bytes([good[-1] ^ 0xFF]),
+            (TOPIC, 2): patched(good, 16, ">b", 1),
+            (TOPIC, 99): good,
+            ("missing", 0): good,
+        })
+        assert results == {
+            (TOPIC, 0): (ErrorCode.none, 0),
+            (TOPIC, 1): (ErrorCode.corrupt_message, -1),
+            (TOPIC, 2): (ErrorCode.unsupported_for_message_format, -1),
+            (TOPIC, 99): (ErrorCode.unknown_topic_or_partition, -1),
+            ("missing", 0): (ErrorCode.unknown_topic_or_partition, -1),
+        }
+        assert [latest_offset(sock, TOPIC, i) for i in range(3)] == [2, 0, 0]
+        assert produce_one(sock, good, index=1) == (ErrorCode.none, 0)
+    assert_serving(broker)
+
+
+# --- pipelining -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [20, 150])
+def test_pipelined_requests_are_answered_in_order(broker, count):
+    with connect(broker) as setup:
+        create_topic(setup)
+    kinds = [
+        (API_VERSIONS, api_versions_request()),
+        (METADATA, metadata_request(TOPIC)),
+        (PRODUCE, produce_request({(TOPIC, 0): batch(1)})),
+        (FETCH, fetch_request(TOPIC, 0, 0)),
+        (LIST_OFFSETS, list_offsets_request(TOPIC, 0)),
+    ]
+    plan = [kinds[i % len(kinds)] for i in range(count)]
+    # Long-polls until its 100 ms run out: the requests behind it must wait for it.
+    plan[6] = (FETCH, fetch_request(TOPIC, 0, 0, max_wait_ms=100, min_bytes=1 << 20))
+    ids = [1000 + 37 * i for i in range(count)]
+    with connect(broker) as sock:
+        data = b"".join(encode_request(key, VERSIONS[key], cid, "pipe", body)
+                        for cid, (key, body) in zip(ids, plan, strict=True))
+        sock.sendall(data)
+        produced = 0
+        for cid, (key, _) in zip(ids, plan, strict=True):
+            got, body = decode_response(key, VERSIONS[key], read_frame(sock))
+            assert got == cid
+            if key == PRODUCE:
+                assert body.responses[0].partition_responses[0].base_offset == produced
+                produced += 1
+            if key == LIST_OFFSETS:
+                assert body.topics[0].partitions[0].offset == produced
+    assert_serving(broker)
+
+
+def test_frames_split_anywhere_are_reassembled(broker):
+    frame = encode_request(API_VERSIONS, 3, 77, "t", api_versions_request())
+    with connect(broker) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(frame)):
+            sock.sendall(frame[i:i + 1])
+        correlation_id, body = decode_response(API_VERSIONS, 3, read_frame(sock))
+        assert (correlation_id, body.error_code) == (77, ErrorCode.none)
+    # A peer that vanishes mid-frame costs nothing but its buffer.
+    with connect(broker) as sock:
+        sock.sendall(frame[:len(frame) // 2])
+    assert_serving(broker)
