@@ -1,0 +1,120 @@
+"""Producer state through a real partition on disk: snapshots, restarts, crashes, retention."""
+
+import os
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from oncelog.broker.partition import Partition
+from oncelog.log.log import LogConfig
+from oncelog.producer_state.manager import StateLimits
+from oncelog.protocol.record_batch import InvalidBatch
+from oncelog.protocol.records import encode_batch
+
+NOW = int(time.time() * 1000)
+
+
+def open_partition(directory, segment_bytes=1 << 30, **limits) -> Partition:
+    return Partition("t", 0, str(directory), LogConfig(segment_bytes=segment_bytes),
+                     1 << 20, StateLimits(**limits), lambda pid: pid < 1000)
+
+
+def batch(pid: int, first_seq: int, count: int = 2, epoch: int = 0) -> bytes:
+    return encode_batch([(None, b"r%d" % (first_seq + i), (), NOW) for i in range(count)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=first_seq)
+
+
+def crash(partition: Partition) -> None:
+    """What kill -9 leaves: files as written, no snapshot at the end, no clean marker."""
+    for segment in partition.log.segments:
+        segment.close()
+
+
+def test_snapshot_written_at_every_roll(tmp_path):
+    p = open_partition(tmp_path, segment_bytes=300)
+    for seq in range(0, 20, 2):
+        p.append_records(batch(7, seq))
+    snapshots = sorted(f for f in os.listdir(tmp_path) if f.endswith(".snapshot"))
+    assert snapshots, "no snapshot at roll"
+    assert len(snapshots) <= 3  # only the newest few are kept
+    bases = {f[:-4] for f in os.listdir(tmp_path) if f.endswith(".log")}
+    assert {f[:-9] for f in snapshots} <= bases
+
+
+def test_clean_restart_keeps_all_cached_batches(tmp_path):
+    p = open_partition(tmp_path)
+    offsets = [p.append_records(batch(7, seq)).base_offset for seq in range(0, 10, 2)]
+    p.close()
+    p = open_partition(tmp_path)
+    for seq, offset in zip(range(0, 10, 2), offsets, strict=True):
+        result = p.append_records(batch(7, seq))
+        assert result.duplicate and result.base_offset == offset
+    assert p.log.log_end_offset == 10
+
+
+@pytest.mark.parametrize("segment_bytes", [1 << 30, 250])
+def test_crash_rebuilds_state_from_snapshot_and_log(tmp_path, segment_bytes):
+    p = open_partition(tmp_path, segment_bytes=segment_bytes)
+    for seq in range(0, 30, 2):
+        p.append_records(batch(7, seq))
+    crash(p)
+    p = open_partition(tmp_path, segment_bytes=segment_bytes)
+    assert p.append_records(batch(7, 28)).duplicate
+    with pytest.raises(InvalidBatch) as gap:
+        p.append_records(batch(7, 40))
+    assert gap.value.error == ErrorCode.out_of_order_sequence_number
+    assert p.append_records(batch(7, 30)).base_offset == 30
+
+
+def test_damaged_newest_snapshot_falls_back_to_an_older_one(tmp_path):
+    p = open_partition(tmp_path, segment_bytes=250)
+    for seq in range(0, 30, 2):
+        p.append_records(batch(7, seq))
+    p.close()
+    newest = max(f for f in os.listdir(tmp_path) if f.endswith(".snapshot"))
+    with open(tmp_path / newest, "r+b") as f:
+        f.seek(12)
+        f.write(b"\xff\xff")
+    p = open_partition(tmp_path, segment_bytes=250)
+    assert p.append_records(batch(7, 28)).duplicate
+    assert p.append_records(batch(7, 30)).base_offset == 30
+
+
+def test_snapshot_past_the_log_end_is_discarded(tmp_path):
+    p = open_partition(tmp_path)
+    for seq in range(0, 10, 2):
+        p.append_records(batch(7, seq))
+    p.close()
+    # a crash cut the log back after the snapshot was taken: the snapshot lies about 8..9
+    log_file = tmp_path / f"{0:020d}.log"
+    size = os.path.getsize(log_file)
+    os.truncate(log_file, size - 20)
+    os.unlink(tmp_path / ".clean_shutdown")
+    p = open_partition(tmp_path)
+    assert p.log.log_end_offset == 8
+    assert not os.path.exists(tmp_path / f"{10:020d}.snapshot")
+    assert p.append_records(batch(7, 8)).base_offset == 8  # not a duplicate: it was lost
+
+
+def test_retention_deletes_batches_but_not_producer_state(tmp_path):
+    p = open_partition(tmp_path, segment_bytes=250)
+    for seq in range(0, 30, 2):
+        p.append_records(batch(7, seq))
+    p.log.roll()
+    p.apply_retention(NOW + 10**9)  # everything expired
+    assert p.log.log_start_offset == p.log.log_end_offset == 30
+    p.close()
+    p = open_partition(tmp_path, segment_bytes=250)
+    assert p.append_records(batch(7, 28)).duplicate
+    with pytest.raises(InvalidBatch) as old:
+        p.append_records(batch(7, 0))
+    assert old.value.error == ErrorCode.duplicate_sequence_number
+
+
+def test_idempotent_request_with_two_batches_is_refused(tmp_path):
+    p = open_partition(tmp_path)
+    with pytest.raises(InvalidBatch) as two:
+        p.append_records(batch(7, 0) + batch(7, 2))
+    assert two.value.error == ErrorCode.invalid_record
+    assert p.log.log_end_offset == 0

@@ -1,0 +1,220 @@
+"""The idempotence rules, one test per row of the table in producer_state/rules.py."""
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from oncelog.producer_state import snapshot
+from oncelog.producer_state.manager import ProducerStateManager, StateLimits
+from oncelog.producer_state.rules import (
+    SEQUENCE_SPACE,
+    Append,
+    BatchIdentity,
+    Duplicate,
+    Refuse,
+)
+
+PID = 4000
+NOW = 1_700_000_000_000
+
+
+def issued(pid: int) -> bool:
+    return pid < 10_000
+
+
+class Partition:
+    """A partition reduced to what the rules see: the manager and a log end offset."""
+
+    def __init__(self, limits: StateLimits | None = None) -> None:
+        self.state = ProducerStateManager(limits)
+        self.end = 0
+
+    def send(self, first: int, count: int, epoch: int = 0, pid: int = PID, now: int = NOW):
+        batch = BatchIdentity(pid, epoch, first % SEQUENCE_SPACE,
+                              (first + count - 1) % SEQUENCE_SPACE)
+        decision = self.state.validate(batch, issued)
+        if isinstance(decision, Append):
+            self.end += count
+            self.state.apply(decision, self.end - 1, now, now)
+            return self.end - count
+        return decision
+
+
+def refused(decision, error: ErrorCode) -> bool:
+    return isinstance(decision, Refuse) and decision.error == error
+
+
+# --- row 1 ----------------------------------------------------------------------------------
+
+def test_row1_unissued_producer_id_is_unknown_whatever_its_sequence():
+    p = Partition()
+    for first in (0, 7):
+        assert refused(p.send(first, 3, pid=10**12), ErrorCode.unknown_producer_id)
+    assert p.end == 0
+
+
+# --- row 2 ----------------------------------------------------------------------------------
+
+def test_row2_issued_producer_with_no_state_here_is_accepted_at_any_sequence():
+    p = Partition()
+    assert p.send(42, 3) == 0
+    assert p.send(45, 1) == 3
+
+
+# --- rows 3-5 -------------------------------------------------------------------------------
+
+def test_row3_older_epoch_is_fenced():
+    p = Partition()
+    p.send(0, 1, epoch=3)
+    assert refused(p.send(1, 1, epoch=2), ErrorCode.invalid_producer_epoch)
+
+
+def test_row4_newer_epoch_starting_at_zero_resets_the_producer():
+    p = Partition()
+    p.send(0, 5)
+    assert p.send(0, 2, epoch=1) == 5
+    assert p.state.entry(PID).epoch == 1
+    assert [(b.first_seq, b.last_seq) for b in p.state.entry(PID).batches] == [(0, 1)]
+
+
+def test_row5_newer_epoch_not_starting_at_zero_is_out_of_order():
+    p = Partition()
+    p.send(0, 5)
+    assert refused(p.send(5, 1, epoch=1), ErrorCode.out_of_order_sequence_number)
+
+
+# --- rows 6-10 ------------------------------------------------------------------------------
+
+def test_row6_retry_of_a_cached_batch_gets_its_original_offsets():
+    p = Partition()
+    offsets = [p.send(first, 4) for first in range(0, 20, 4)]
+    for first, offset in zip(range(0, 20, 4), offsets, strict=True):
+        assert p.send(first, 4) == Duplicate(offset, offset + 3)
+    assert p.end == 20
+
+
+def test_row7_next_sequence_is_appended():
+    p = Partition()
+    p.send(0, 3)
+    assert p.send(3, 2) == 3
+
+
+def test_row8_gap_is_out_of_order():
+    p = Partition()
+    p.send(0, 3)
+    assert refused(p.send(4, 2), ErrorCode.out_of_order_sequence_number)
+
+
+def test_row9_retry_older_than_the_cache_is_a_duplicate_not_stored_again():
+    """Seed 000 figure 5: six in flight, the first ACK lost; Kafka stores A twice."""
+    p = Partition()
+    batches = [(114, 7), (121, 4), (125, 8), (133, 10), (143, 8), (151, 5)]  # A..F
+    for first, count in batches:
+        p.send(first, count)
+    end = p.end
+    assert refused(p.send(114, 7), ErrorCode.duplicate_sequence_number)
+    assert p.end == end
+
+
+def test_row9_partial_batch_below_last_is_a_duplicate_too():
+    p = Partition()
+    p.send(0, 10)
+    assert refused(p.send(2, 3), ErrorCode.duplicate_sequence_number)
+
+
+def test_row10_batch_straddling_the_last_sequence_is_out_of_order_never_split():
+    p = Partition()
+    p.send(0, 10)
+    assert refused(p.send(8, 5), ErrorCode.out_of_order_sequence_number)
+    assert p.end == 10
+
+
+# --- wrap-around ----------------------------------------------------------------------------
+
+def test_sequences_wrap_at_2_31_minus_1():
+    p = Partition()
+    top = SEQUENCE_SPACE - 3  # the batch holds 2^31-3, 2^31-2, 2^31-1, then 0, 1
+    assert p.send(top, 5) == 0
+    assert p.state.entry(PID).last_seq == 1
+    assert p.send(2, 1) == 5  # continues after the wrap
+    assert p.send(top, 5) == Duplicate(0, 4)  # a retry of the batch that wrapped
+
+
+def test_sequence_just_below_zero_after_wrap_is_below_not_ahead():
+    p = Partition()
+    p.state.apply(Append(BatchIdentity(PID, 0, SEQUENCE_SPACE - 2, 3), reset=True), 5, NOW, NOW)
+    assert refused(p.send(SEQUENCE_SPACE - 5, 2), ErrorCode.duplicate_sequence_number)
+    assert refused(p.send(9, 1), ErrorCode.out_of_order_sequence_number)
+
+
+# --- cache size, eviction, expiration -------------------------------------------------------
+
+def test_cache_holds_batches_to_retain():
+    p = Partition(StateLimits(batches_to_retain=2))
+    for first in range(0, 6, 2):
+        p.send(first, 2)
+    assert isinstance(p.send(2, 2), Duplicate)
+    assert refused(p.send(0, 2), ErrorCode.duplicate_sequence_number)
+
+
+def test_least_recently_active_producers_are_evicted_to_compact_records():
+    p = Partition(StateLimits(max_producers=3))
+    for pid in range(1, 5):
+        p.send(0, 2, pid=pid, now=NOW + pid)
+    assert len(p.state) == 3 and p.state.entry(1) is None
+    tomb = p.state.tombstone(1)
+    assert (tomb.epoch, tomb.last_seq, tomb.last_offset) == (0, 1, 1)
+    # the evicted producer is still judged by its real last sequence
+    assert refused(p.send(0, 2, pid=1), ErrorCode.duplicate_sequence_number)
+    assert refused(p.send(5, 1, pid=1), ErrorCode.out_of_order_sequence_number)
+    assert isinstance(p.send(2, 1, pid=1), int)
+    assert p.state.tombstone(1) is None and p.state.entry(1) is not None
+
+
+def test_idle_producers_expire_to_compact_records_then_go():
+    p = Partition(StateLimits(expiration_ms=1000, tombstone_ms=5000))
+    p.send(0, 3, pid=1, now=NOW)
+    p.send(0, 3, pid=2, now=NOW + 900)
+    assert p.state.expire(NOW + 1000) == (1, 0)
+    assert p.state.entry(1) is None and p.state.tombstone(1).last_seq == 2
+    assert p.state.entry(2) is not None
+    assert p.state.expire(NOW + 6000) == (1, 1)
+    assert p.state.tombstone(1) is None
+    assert p.send(17, 1, pid=1) == 6  # forgotten entirely: row 2
+
+
+def test_validate_changes_nothing_until_apply():
+    p = Partition()
+    p.send(0, 1)
+    before = p.state.entry(PID)
+    decision = p.state.validate(BatchIdentity(PID, 0, 1, 1), issued)
+    assert isinstance(decision, Append)
+    assert p.state.entry(PID) == before
+
+
+# --- snapshots ------------------------------------------------------------------------------
+
+def test_snapshot_round_trip_keeps_every_cached_batch_and_tombstones():
+    p = Partition(StateLimits(max_producers=2))
+    for pid in (1, 2, 3):
+        for first in range(0, 10, 2):
+            p.send(first, 2, pid=pid)
+    data = snapshot.encode(p.end, list(p.state.entries()), list(p.state.tombstones()))
+    offset, entries, tombstones = snapshot.decode(data)
+    restored = ProducerStateManager(StateLimits(max_producers=2))
+    restored.load(entries, tombstones)
+    assert offset == p.end
+    assert list(restored.entries()) == list(p.state.entries())
+    assert list(restored.tombstones()) == list(p.state.tombstones())
+    assert len(restored.entry(3).batches) == 5
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d[:-1], lambda d: d[:10], lambda d: b"XXXX" + d[4:],
+    lambda d: d[:20] + bytes([d[20] ^ 1]) + d[21:], lambda d: d[:4] + b"\x09\x00" + d[6:],
+])
+def test_damaged_snapshot_is_refused(damage):
+    p = Partition()
+    p.send(0, 3)
+    data = snapshot.encode(3, list(p.state.entries()), [])
+    with pytest.raises(snapshot.BadSnapshot):
+        snapshot.decode(damage(data))
