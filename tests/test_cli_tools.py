@@ -49,3 +49,25 @@ def test_errors_are_reported_not_raised(broker):
     assert "Traceback" not in bad.stderr
     missing = oncelog(broker, "consume", "--topic", "nope", "--exit-at-end")
     assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+
+
+def test_producers_describe_and_stats(broker):
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for i in range(50):
+        producer.produce("idem", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    described = oncelog(broker, "producers", "describe", "--topic", "idem")
+    assert described.returncode == 0, described.stderr
+    header, row = described.stdout.splitlines()
+    assert header.split("\t")[:4] == ["PARTITION", "PRODUCER_ID", "EPOCH", "LAST_SEQUENCE"]
+    partition, _, epoch, last_sequence, _ = row.split("\t")
+    assert (partition, epoch, last_sequence) == ("0", "0", "49")
+
+    stats = oncelog(broker, "stats")
+    assert stats.returncode == 0, stats.stderr
+    rows = [line.split("\t") for line in stats.stdout.splitlines()[1:]]
+    appended = sum(int(r[3]) for r in rows if r[:3] == ["idem", "0", "appended"])
+    assert appended >= 1
+    assert ["idem", "0", "producers", "1"] in rows

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
+import re
 import sys
 import time
+import urllib.request
 
 from .client import calls
 from .client.admin import Admin
@@ -71,6 +74,55 @@ def _topics_delete(args: argparse.Namespace) -> int:
         admin.delete_topic(args.topic)
     print(f"deleted topic {args.topic}")
     return 0
+
+
+# --- producers and stats -----------------------------------------------------------------------
+
+def _producers_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        info = admin.metadata([args.topic]).topics[args.topic]
+        indexes = [args.partition] if args.partition is not None else \
+            [p.index for p in info.partitions]
+        described = admin.describe_producers(args.topic, indexes)
+    print("PARTITION\tPRODUCER_ID\tEPOCH\tLAST_SEQUENCE\tLAST_TIMESTAMP")
+    for index in indexes:
+        for p in sorted(described.get(index, []), key=lambda p: p.producer_id):
+            print(f"{index}\t{p.producer_id}\t{p.epoch}\t{p.last_sequence}\t"
+                  f"{_iso(p.last_timestamp)}")
+    return 0
+
+
+def _iso(ms: int) -> str:
+    if ms < 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
+        timespec="milliseconds")
+
+
+def _stats(args: argparse.Namespace) -> int:
+    url = f"http://{args.bootstrap_server}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        print(f"oncelog stats: cannot read {url}: {exc}", file=sys.stderr)
+        return 1
+    rows = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            labels = dict(_LABEL.findall(match.group(2)))
+            rows.append((labels.get("topic", ""), int(labels.get("partition", -1)),
+                         labels.get("outcome", match.group(1).removeprefix("oncelog_")),
+                         match.group(3)))
+    print("TOPIC\tPARTITION\tWHAT\tCOUNT")
+    for topic, partition, what, count in sorted(rows):
+        print(f"{topic}\t{partition}\t{what}\t{count}")
+    return 0
+
+
+_SAMPLE = re.compile(r"^(oncelog_\w+)\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 # --- produce ----------------------------------------------------------------------------------
@@ -228,6 +280,21 @@ def add_tool_commands(sub) -> None:
     delete = _with_bootstrap(tsub.add_parser("delete", help="delete a topic and its data"))
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=_guarded(_topics_delete))
+
+    producers = sub.add_parser("producers", help="idempotent producers a topic remembers",
+                               description="Inspect the producer state of partitions.")
+    psub = producers.add_subparsers(dest="producers_command", required=True, metavar="ACTION")
+    pdescribe = _with_bootstrap(psub.add_parser(
+        "describe", help="each producer id, epoch, last sequence and last timestamp"))
+    pdescribe.add_argument("--topic", required=True)
+    pdescribe.add_argument("--partition", type=int, help="only this partition (default: all)")
+    pdescribe.set_defaults(func=_guarded(_producers_describe))
+
+    stats = _with_bootstrap(sub.add_parser(
+        "stats", help="produce outcomes per partition (appended, duplicate, each error)",
+        description="Read an oncelog broker's counters (also served as Prometheus text at "
+                    "http://HOST:PORT/metrics on the Kafka port)."))
+    stats.set_defaults(func=_guarded(_stats))
 
     produce = _with_bootstrap(sub.add_parser(
         "produce", help="send each line of standard input as a record",

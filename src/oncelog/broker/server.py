@@ -30,6 +30,7 @@ from ..protocol.messages import (
     decode_request,
     encode_response,
 )
+from . import metrics
 from .admin import handle_create_topics, handle_delete_topics, handle_describe_configs
 from .api_meta import (
     handle_api_versions,
@@ -218,6 +219,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.paused = False
         self.pending: asyncio.Future | None = None
+        self.http: bytes | None = None  # set when the peer speaks HTTP (metrics), not Kafka
+        self.seen_kafka = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -234,6 +237,10 @@ class Connection(asyncio.Protocol):
         self.broker._connections.discard(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.http is not None or (not self.seen_kafka and data[:4] in metrics.HTTP_METHODS):
+            self._serve_http(data)
+            return
+        self.seen_kafka = True
         try:
             frames = self.reader.feed(data)
         except ProtocolError as exc:
@@ -246,6 +253,13 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
         if not self.busy:
             self._drain()
+
+    def _serve_http(self, data: bytes) -> None:
+        self.http = (self.http or b"") + data
+        answer = metrics.http_response(self.http, self.broker)
+        if answer is not None:
+            self.transport.write(answer)
+            self.close()
 
     def _drain(self) -> None:
         while self.queue and not self.closed:

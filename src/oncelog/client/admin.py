@@ -29,6 +29,14 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterInfo:
     cluster_id: str | None
     brokers: dict[int, tuple[str, int]]
@@ -122,4 +130,23 @@ class Admin:
                 if is_default is None:
                     is_default = getattr(c, "config_source", 5) == 5
                 result[c.name] = (c.value, bool(is_default))
+        return result
+
+    def describe_producers(self, topic: str,
+                           partitions: list[int]) -> dict[int, list[ProducerInfo]]:
+        """DescribeProducers (KIP-664): the idempotent producers each partition remembers."""
+        def make(mod, version):
+            return build(mod.DescribeProducersRequest, topics=(
+                build(mod.TopicRequest, name=topic, partition_indexes=tuple(partitions)),))
+
+        response = self.conn.call(apis.DESCRIBE_PRODUCERS, make)
+        result = {}
+        for t in response.topics:
+            for p in t.partitions:
+                _raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
+                result[p.partition_index] = [
+                    ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
+                                 s.last_timestamp)
+                    for s in p.active_producers
+                ]
         return result

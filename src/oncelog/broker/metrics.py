@@ -1,0 +1,54 @@
+"""Counters for operators, in Prometheus' text format, served on the Kafka port itself.
+
+An HTTP request is told apart from a Kafka one by its first four bytes: ``GET `` read as a
+Kafka frame size would be 1.2 GB, far over any request limit, so nothing valid is lost. The
+seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
+partition, every produce outcome (appended, duplicate, each error) and the producers held.
+"""
+
+from __future__ import annotations
+
+HTTP_METHODS = (b"GET ", b"HEAD")
+_MAX_HEADER = 16 * 1024
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(broker) -> str:
+    lines = [
+        "# HELP oncelog_produce_batches_total Produce batches per partition by outcome.",
+        "# TYPE oncelog_produce_batches_total counter",
+    ]
+    for (topic, partition), outcomes in sorted(broker.counters.snapshot().items()):
+        for outcome, count in sorted(outcomes.items()):
+            lines.append(f'oncelog_produce_batches_total{{topic="{_label(topic)}",'
+                         f'partition="{partition}",outcome="{_label(outcome)}"}} {count}')
+    lines += [
+        "# HELP oncelog_producers Idempotent producers held in memory per partition.",
+        "# TYPE oncelog_producers gauge",
+    ]
+    tombstones = ["# HELP oncelog_producer_records Compact records of expired or evicted "
+                  "producers per partition.", "# TYPE oncelog_producer_records gauge"]
+    for partition in broker.topics.open_partitions():
+        labels = f'topic="{_label(partition.topic)}",partition="{partition.index}"'
+        lines.append(f"oncelog_producers{{{labels}}} {len(partition.state)}")
+        tombstones.append(f"oncelog_producer_records{{{labels}}} "
+                          f"{partition.state.tombstone_count}")
+    return "\n".join(lines + tombstones) + "\n"
+
+
+def http_response(request_head: bytes, broker) -> bytes | None:
+    """The whole HTTP answer once the request head is complete, else None (read more)."""
+    if b"\r\n\r\n" not in request_head and len(request_head) < _MAX_HEADER:
+        return None
+    request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = request_line.split()
+    if len(parts) >= 2 and parts[1] in ("/metrics", "/"):
+        status, body = "200 OK", render(broker).encode()
+    else:
+        status, body = "404 Not Found", b"only /metrics is served here\n"
+    head = (f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    return head if parts and parts[0] == "HEAD" else head + body
