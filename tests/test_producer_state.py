@@ -171,13 +171,14 @@ def test_least_recently_active_producers_are_evicted_to_compact_records():
 
 
 def test_idle_producers_expire_to_compact_records_then_go():
-    p = Partition(StateLimits(expiration_ms=1000, tombstone_ms=5000))
+    # Idle time is kept in whole seconds (enough for a day-scale expiration).
+    p = Partition(StateLimits(expiration_ms=10_000, tombstone_ms=50_000))
     p.send(0, 3, pid=1, now=NOW)
-    p.send(0, 3, pid=2, now=NOW + 900)
-    assert p.state.expire(NOW + 1000) == (1, 0)
+    p.send(0, 3, pid=2, now=NOW + 9_000)
+    assert p.state.expire(NOW + 10_000) == (1, 0)
     assert p.state.entry(1) is None and p.state.tombstone(1).last_seq == 2
     assert p.state.entry(2) is not None
-    assert p.state.expire(NOW + 6000) == (1, 1)
+    assert p.state.expire(NOW + 60_000) == (1, 1)
     assert p.state.tombstone(1) is None
     assert p.send(17, 1, pid=1) == 6  # forgotten entirely: row 2
 

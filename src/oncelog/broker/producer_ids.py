@@ -55,7 +55,7 @@ def handle_describe_producers(broker, request: Request):
                 continue
             producers = tuple(
                 build(mod.ProducerState, producer_id=e.producer_id, producer_epoch=e.epoch,
-                      last_sequence=e.last_seq, last_timestamp=e.batches[-1].timestamp,
+                      last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
                       coordinator_epoch=-1, current_txn_start_offset=-1)
                 for e in partition.state.entries()
             )

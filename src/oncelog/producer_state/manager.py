@@ -4,12 +4,12 @@ Split as Kafka splits it: ``validate`` judges a batch (rules.decide) without cha
 anything, the caller appends the batch to the log, then ``apply`` records it. A batch the log
 did not take leaves no trace here.
 
-Memory: each live producer is one fixed-size slot of a bytearray (epoch, last append time and
-the last N batches packed with struct), found through a dict from producer id to slot number:
-about 230 bytes a producer with 5 cached batches, instead of several hundred for Python
-objects. The dict's order is recency: the least recently active producer is evicted first when
-``max_producers`` is reached, and becomes a Tombstone, as do producers idle longer than
-``expiration_ms``. Tombstones are packed too (30 bytes each) and go after ``tombstone_ms``.
+Memory: each live producer is one ``bytes`` value (epoch, timestamps and the last N batches
+packed with struct) in a dict keyed by producer id: about 230 bytes a producer with 5 cached
+batches, where Python objects would take over a kilobyte. The dict's order is recency: the
+least recently active producer is evicted first when ``max_producers`` is reached and becomes
+a Tombstone, as do producers idle longer than ``expiration_ms``. Tombstones are packed too and
+go after ``tombstone_ms``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from .rules import (
     decide,
 )
 
-_SLOT_HEAD = struct.Struct("<hBxq")  # epoch, batch count, last append time
-_BATCH = struct.Struct("<iiqq")  # first seq, last seq, last offset, timestamp
+# epoch, last timestamp, last append in whole seconds: a day-scale expiration needs no more,
+# and the four bytes saved keep a 5-batch entry inside pymalloc's 128-byte size class.
+_HEAD = struct.Struct("<hqI")
+_BATCH = struct.Struct("<iiq")  # first seq, last seq, last offset
 _TOMBSTONE = struct.Struct("<hiqq")  # epoch, last seq, last offset, since
 
 
@@ -42,27 +44,35 @@ class StateLimits:
     max_tombstones: int = 1_000_000
 
 
+def _pack(entry: ProducerStateEntry) -> bytes:
+    return _HEAD.pack(entry.epoch, entry.last_timestamp, entry.last_append_ms // 1000) + b"".join(
+        _BATCH.pack(b.first_seq, b.last_seq, b.last_offset) for b in entry.batches)
+
+
+def _unpack(producer_id: int, packed: bytes) -> ProducerStateEntry:
+    epoch, last_ts, last_append_s = _HEAD.unpack_from(packed)
+    batches = [CachedBatch(*fields) for fields in _BATCH.iter_unpack(packed[_HEAD.size:])]
+    return ProducerStateEntry(producer_id, epoch, batches, last_ts, last_append_s * 1000)
+
+
 class ProducerStateManager:
     def __init__(self, limits: StateLimits | None = None) -> None:
         self.limits = limits or StateLimits()
-        self._slot_size = _SLOT_HEAD.size + _BATCH.size * self.limits.batches_to_retain
-        self._arena = bytearray()
-        self._free: list[int] = []
-        self._slots: dict[int, int] = {}  # producer id -> slot, least recently active first
-        self._tombstones: dict[int, bytes] = {}  # producer id -> packed, oldest first
+        self._entries: dict[int, bytes] = {}  # least recently active first
+        self._tombstones: dict[int, bytes] = {}  # oldest first
 
     # --- reading state ---------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._entries)
 
     @property
     def tombstone_count(self) -> int:
         return len(self._tombstones)
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
-        slot = self._slots.get(producer_id)
-        return None if slot is None else self._unpack(producer_id, slot)
+        packed = self._entries.get(producer_id)
+        return None if packed is None else _unpack(producer_id, packed)
 
     def tombstone(self, producer_id: int) -> Tombstone | None:
         packed = self._tombstones.get(producer_id)
@@ -71,12 +81,15 @@ class ProducerStateManager:
         return Tombstone(producer_id, *_TOMBSTONE.unpack(packed))
 
     def entries(self) -> Iterator[ProducerStateEntry]:
-        for producer_id, slot in list(self._slots.items()):
-            yield self._unpack(producer_id, slot)
+        """Least recently active first."""
+        for producer_id, packed in list(self._entries.items()):
+            yield _unpack(producer_id, packed)
 
     def tombstones(self) -> Iterator[Tombstone]:
         for producer_id in list(self._tombstones):
-            yield self.tombstone(producer_id)
+            tombstone = self.tombstone(producer_id)
+            assert tombstone is not None
+            yield tombstone
 
     # --- the produce path ------------------------------------------------------------------
 
@@ -92,13 +105,14 @@ class ProducerStateManager:
     def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int) -> None:
         """Record an appended batch; ``last_offset`` is the offset the log gave its last record."""
         batch = decision.batch
-        cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset, timestamp)
+        cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
         entry = None if decision.reset else self.entry(batch.producer_id)
         if entry is None:
-            entry = ProducerStateEntry(batch.producer_id, batch.epoch, [], now_ms)
+            entry = ProducerStateEntry(batch.producer_id, batch.epoch, [], timestamp, now_ms)
         entry.batches.append(cached)
         del entry.batches[:-self.limits.batches_to_retain]
-        entry.last_timestamp = now_ms
+        entry.last_timestamp = timestamp
+        entry.last_append_ms = now_ms
         self._store(entry)
 
     def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int) -> None:
@@ -109,43 +123,23 @@ class ProducerStateManager:
 
     # --- storage ---------------------------------------------------------------------------
 
-    def _unpack(self, producer_id: int, slot: int) -> ProducerStateEntry:
-        base = slot * self._slot_size
-        epoch, count, last_ts = _SLOT_HEAD.unpack_from(self._arena, base)
-        pos = base + _SLOT_HEAD.size
-        batches = [CachedBatch(*_BATCH.unpack_from(self._arena, pos + i * _BATCH.size))
-                   for i in range(count)]
-        return ProducerStateEntry(producer_id, epoch, batches, last_ts)
-
     def _store(self, entry: ProducerStateEntry) -> None:
-        slot = self._slots.pop(entry.producer_id, None)
-        if slot is None:
-            self._tombstones.pop(entry.producer_id, None)
-            if len(self._slots) >= self.limits.max_producers:
-                self._retire(next(iter(self._slots)), entry.last_timestamp)
-            slot = self._allocate()
-        self._slots[entry.producer_id] = slot  # re-inserted last: the most recently active
-        base = slot * self._slot_size
-        _SLOT_HEAD.pack_into(self._arena, base, entry.epoch, len(entry.batches),
-                             entry.last_timestamp)
-        pos = base + _SLOT_HEAD.size
-        for i, b in enumerate(entry.batches):
-            _BATCH.pack_into(self._arena, pos + i * _BATCH.size, b.first_seq, b.last_seq,
-                             b.last_offset, b.timestamp)
-
-    def _allocate(self) -> int:
-        if self._free:
-            return self._free.pop()
-        slot = len(self._arena) // self._slot_size
-        self._arena.extend(bytes(self._slot_size))
-        return slot
+        entries = self._entries
+        pid = entry.producer_id
+        if pid in entries:
+            # Moved to the end (most recently active) unless already there: a pop and
+            # re-insert leaves a hole in the dict until its next resize.
+            if next(reversed(entries)) != pid:
+                del entries[pid]
+        else:
+            self._tombstones.pop(pid, None)
+            if len(entries) >= self.limits.max_producers:
+                self._retire(next(iter(entries)), entry.last_append_ms)
+        entries[pid] = _pack(entry)
 
     def _retire(self, producer_id: int, now_ms: int) -> None:
         """Move a producer out of memory, keeping what judges its next batch."""
-        entry = self.entry(producer_id)
-        slot = self._slots.pop(producer_id)
-        self._free.append(slot)
-        assert entry is not None
+        entry = _unpack(producer_id, self._entries.pop(producer_id))
         self._put_tombstone(Tombstone(producer_id, entry.epoch, entry.last_seq,
                                       entry.last_offset, now_ms))
 
@@ -160,26 +154,24 @@ class ProducerStateManager:
 
     def expire(self, now_ms: int) -> tuple[int, int]:
         """Retire idle producers, drop old tombstones; returns (retired, dropped)."""
-        idle = [pid for pid, slot in self._slots.items()
-                if now_ms - self._last_append(slot) >= self.limits.expiration_ms]
+        idle = [pid for pid, packed in self._entries.items()
+                if now_ms - _HEAD.unpack_from(packed)[2] * 1000 >= self.limits.expiration_ms]
         for pid in idle:
             self._retire(pid, now_ms)
-        old = [pid for pid in self._tombstones
-               if now_ms - self.tombstone(pid).since >= self.limits.tombstone_ms]
+        old = []
+        for pid, packed in self._tombstones.items():
+            since = _TOMBSTONE.unpack(packed)[3]
+            if now_ms - since >= self.limits.tombstone_ms:
+                old.append(pid)
         for pid in old:
             del self._tombstones[pid]
         return len(idle), len(old)
 
-    def _last_append(self, slot: int) -> int:
-        return _SLOT_HEAD.unpack_from(self._arena, slot * self._slot_size)[2]
-
     # --- snapshots -------------------------------------------------------------------------
 
     def load(self, entries: list[ProducerStateEntry], tombstones: list[Tombstone]) -> None:
-        """Replace all state (from a snapshot); both lists oldest activity first."""
-        self._arena = bytearray()
-        self._free = []
-        self._slots = {}
+        """Replace all state (from a snapshot); both lists least recently active first."""
+        self._entries = {}
         self._tombstones = {}
         for tombstone in tombstones:
             self._put_tombstone(tombstone)

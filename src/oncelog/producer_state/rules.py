@@ -55,7 +55,6 @@ class CachedBatch:
     first_seq: int
     last_seq: int
     last_offset: int
-    timestamp: int
 
     @property
     def base_offset(self) -> int:
@@ -69,7 +68,8 @@ class ProducerStateEntry:
     producer_id: int
     epoch: int
     batches: list[CachedBatch]  # oldest first, at most batches_to_retain
-    last_timestamp: int  # broker time of the last append (ms): drives expiration
+    last_timestamp: int  # max timestamp of the last batch, as DescribeProducers shows it
+    last_append_ms: int  # broker time of the last append: drives expiration and eviction
 
     @property
     def last_seq(self) -> int:

@@ -7,8 +7,9 @@ with its original offset. Tombstones are kept too.
 Layout (little-endian):
     magic b"OLPS", version u16, crc32c u32 of everything after it,
     offset i64 (the state covers the log up to, not including, this offset),
-    entry count u32, then per entry: producer id i64, epoch i16, last append ms i64,
-        batch count u8, then per batch: first seq i32, last seq i32, last offset i64, ts i64,
+    entry count u32, then per entry: producer id i64, epoch i16, last timestamp i64,
+        last append ms i64, batch count u8, then per batch: first seq i32, last seq i32,
+        last offset i64,
     tombstone count u32, then per tombstone: producer id i64, epoch i16, last seq i32,
         last offset i64, since i64.
 """
@@ -26,8 +27,8 @@ VERSION = 1
 _PREFIX = struct.Struct("<4sHI")
 _OFFSET = struct.Struct("<q")
 _COUNT = struct.Struct("<I")
-_ENTRY = struct.Struct("<qhqB")
-_BATCH = struct.Struct("<iiqq")
+_ENTRY = struct.Struct("<qhqqB")
+_BATCH = struct.Struct("<iiq")
 _TOMBSTONE = struct.Struct("<qhiqq")
 
 
@@ -39,9 +40,10 @@ def encode(offset: int, entries: list[ProducerStateEntry], tombstones: list[Tomb
     body = bytearray(_OFFSET.pack(offset))
     body += _COUNT.pack(len(entries))
     for e in entries:
-        body += _ENTRY.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches))
+        body += _ENTRY.pack(e.producer_id, e.epoch, e.last_timestamp, e.last_append_ms,
+                            len(e.batches))
         for b in e.batches:
-            body += _BATCH.pack(b.first_seq, b.last_seq, b.last_offset, b.timestamp)
+            body += _BATCH.pack(b.first_seq, b.last_seq, b.last_offset)
     body += _COUNT.pack(len(tombstones))
     for t in tombstones:
         body += _TOMBSTONE.pack(t.producer_id, t.epoch, t.last_seq, t.last_offset, t.since)
@@ -73,13 +75,13 @@ def _decode_body(body: memoryview) -> tuple[int, list[ProducerStateEntry], list[
     pos += _COUNT.size
     entries = []
     for _ in range(count):
-        pid, epoch, last_ts, nbatches = _ENTRY.unpack_from(body, pos)
+        pid, epoch, last_ts, last_append, nbatches = _ENTRY.unpack_from(body, pos)
         pos += _ENTRY.size
         batches = []
         for _ in range(nbatches):
             batches.append(CachedBatch(*_BATCH.unpack_from(body, pos)))
             pos += _BATCH.size
-        entries.append(ProducerStateEntry(pid, epoch, batches, last_ts))
+        entries.append(ProducerStateEntry(pid, epoch, batches, last_ts, last_append))
     (count,) = _COUNT.unpack_from(body, pos)
     pos += _COUNT.size
     tombstones = []
