@@ -71,7 +71,7 @@ def build_log(directory: str, producers: int) -> None:
         plog.append(buf, headers)
         for header in headers:
             partition.state.replay(
-                BatchIdentity(header.producer_id, 0, 0, 0), header.last_offset, NOW)
+                BatchIdentity(header.producer_id, 0, 0, 0), header.last_offset, NOW, NOW)
     partition.close()
 
 

@@ -118,3 +118,18 @@ def test_idempotent_request_with_two_batches_is_refused(tmp_path):
         p.append_records(batch(7, 0) + batch(7, 2))
     assert two.value.error == ErrorCode.invalid_record
     assert p.log.log_end_offset == 0
+
+
+@pytest.mark.parametrize("timestamp", [-1, 1_700_000_000_000_000, 1_600_000_000_000])
+def test_rebuild_after_crash_counts_producers_active_from_the_rebuild(tmp_path, timestamp):
+    """A batch's timestamp is the client's clock: it must not age or break rebuilt state."""
+    p = open_partition(tmp_path, expiration_ms=3_600_000)
+    p.append_records(encode_batch([(None, b"v", (), timestamp)], producer_id=7,
+                                  producer_epoch=0, base_sequence=0))
+    crash(p)
+    p = open_partition(tmp_path, expiration_ms=3_600_000)
+    p.expire_producers(int(time.time() * 1000) + 1000)
+    assert p.state.entry(7) is not None
+    assert p.state.entry(7).last_timestamp == timestamp
+    assert p.append_records(encode_batch([(None, b"v", (), timestamp)], producer_id=7,
+                                         producer_epoch=0, base_sequence=0)).duplicate

@@ -92,9 +92,10 @@ class Partition:
         state = ProducerStateManager(self.limits)
         start = self._load_snapshot(plog, state)
         replayed = 0
+        now = _now_ms()
         for header in plog.headers_from(start):
             if header.has_producer_id and header.base_offset >= start:
-                state.replay(_identity(header), header.last_offset, header.max_timestamp)
+                state.replay(_identity(header), header.last_offset, header.max_timestamp, now)
                 replayed += 1
         if replayed:
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,

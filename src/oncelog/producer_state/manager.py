@@ -115,11 +115,17 @@ class ProducerStateManager:
         entry.last_append_ms = now_ms
         self._store(entry)
 
-    def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int) -> None:
-        """Rebuild from the log: the log is the truth, so no rule is checked."""
+    def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int,
+               now_ms: int) -> None:
+        """Rebuild from the log: the log is the truth, so no rule is checked.
+
+        ``now_ms`` is the time of the rebuild, not the batch's timestamp: a producer found in
+        the log counts as active from then, as it would have had the broker not stopped (the
+        batch's timestamp is the client's clock, and may be anything).
+        """
         entry = self.entry(batch.producer_id)
         reset = entry is None or batch.epoch != entry.epoch
-        self.apply(Append(batch, reset), last_offset, timestamp, timestamp)
+        self.apply(Append(batch, reset), last_offset, timestamp, now_ms)
 
     # --- storage ---------------------------------------------------------------------------
 
