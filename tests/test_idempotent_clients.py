@@ -608,7 +608,7 @@ def test_unissued_producer_id_is_refused(raw_broker):
     assert read_partition(raw_broker, "raw", 0) == []
 
 
-def test_issued_producer_id_starts_at_any_sequence(raw_broker):
+def test_issued_producer_id_new_to_a_partition_starts_at_zero(raw_broker):
     conn = RawConnection(raw_broker.bootstrap)
     try:
         pid, epoch = conn.init_producer_id()
@@ -616,27 +616,30 @@ def test_issued_producer_id_starts_at_any_sequence(raw_broker):
         other, _ = conn.init_producer_id()
         assert other != pid, "InitProducerId handed out the same id twice"
 
-        # First sight of the producer on partitions 0 and 1, at sequences other than 0.
-        first = conn.produce("raw", 0, idempotent_batch(pid, 42, [b"a", b"b", b"c"]))
+        # A producer new to a partition starts at 0 (rules.py rows 2b-2c): a first batch at
+        # another sequence means an earlier one is still on its way, so it waits.
+        early = conn.produce("raw", 0, idempotent_batch(pid, 42, [b"too", b"soon"]))
+        assert early.error_code == ErrorCode.out_of_order_sequence_number
+        first = conn.produce("raw", 0, idempotent_batch(pid, 0, [b"a", b"b", b"c"]))
         assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
-        elsewhere = conn.produce("raw", 1, idempotent_batch(pid, 1000, [b"x"]))
+        elsewhere = conn.produce("raw", 1, idempotent_batch(pid, 0, [b"x"]))
         assert (elsewhere.error_code, elsewhere.base_offset) == (ErrorCode.none, 0)
 
         # From there on its sequences count: the next batch, a retry, a gap, an overlap.
-        nxt = conn.produce("raw", 0, idempotent_batch(pid, 45, [b"d", b"e"]))
+        nxt = conn.produce("raw", 0, idempotent_batch(pid, 3, [b"d", b"e"]))
         assert (nxt.error_code, nxt.base_offset) == (ErrorCode.none, 3)
-        retry = conn.produce("raw", 0, idempotent_batch(pid, 42, [b"a", b"b", b"c"]))
+        retry = conn.produce("raw", 0, idempotent_batch(pid, 0, [b"a", b"b", b"c"]))
         assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 0)
-        gap = conn.produce("raw", 0, idempotent_batch(pid, 48, [b"lost?"]))
+        gap = conn.produce("raw", 0, idempotent_batch(pid, 6, [b"lost?"]))
         assert gap.error_code == ErrorCode.out_of_order_sequence_number
-        straddle = conn.produce("raw", 0, idempotent_batch(pid, 46, [b"e", b"f"]))
+        straddle = conn.produce("raw", 0, idempotent_batch(pid, 4, [b"e", b"f"]))
         assert straddle.error_code == ErrorCode.out_of_order_sequence_number
 
         described = conn.describe_producers("raw", (0, 1, 2))
         assert [(s.producer_id, s.producer_epoch, s.last_sequence)
-                for s in described[0].active_producers] == [(pid, 0, 46)]
+                for s in described[0].active_producers] == [(pid, 0, 4)]
         assert [(s.producer_id, s.producer_epoch, s.last_sequence)
-                for s in described[1].active_producers] == [(pid, 0, 1000)]
+                for s in described[1].active_producers] == [(pid, 0, 0)]
         assert described[2].active_producers == ()
     finally:
         conn.close()
@@ -645,19 +648,19 @@ def test_issued_producer_id_starts_at_any_sequence(raw_broker):
     raw_broker.restart(clean=False)
     conn = RawConnection(raw_broker.bootstrap)
     try:
-        again = conn.produce("raw", 0, idempotent_batch(pid, 45, [b"d", b"e"]))
+        again = conn.produce("raw", 0, idempotent_batch(pid, 3, [b"d", b"e"]))
         assert (again.error_code, again.base_offset) == (ErrorCode.none, 3)
-        on = conn.produce("raw", 0, idempotent_batch(pid, 47, [b"f"]))
+        on = conn.produce("raw", 0, idempotent_batch(pid, 5, [b"f"]))
         assert (on.error_code, on.base_offset) == (ErrorCode.none, 5)
         described = conn.describe_producers("raw", (0, 1))
         assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp)
-                for s in described[0].active_producers] == [(pid, 0, 47, T0)]
+                for s in described[0].active_producers] == [(pid, 0, 5, T0)]
         assert [(s.producer_id, s.producer_epoch, s.last_sequence)
-                for s in described[1].active_producers] == [(pid, 0, 1000)]
+                for s in described[1].active_producers] == [(pid, 0, 0)]
         fresh, _ = conn.init_producer_id()
         assert fresh not in (pid, other), "a restarted broker reissued a producer id"
     finally:
         conn.close()
     assert read_partition(raw_broker, "raw", 0) == [
-        (pid, 42, [b"a", b"b", b"c"]), (pid, 45, [b"d", b"e"]), (pid, 47, [b"f"])]
-    assert read_partition(raw_broker, "raw", 1) == [(pid, 1000, [b"x"])]
+        (pid, 0, [b"a", b"b", b"c"]), (pid, 3, [b"d", b"e"]), (pid, 5, [b"f"])]
+    assert read_partition(raw_broker, "raw", 1) == [(pid, 0, [b"x"])]

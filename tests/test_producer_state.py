@@ -52,12 +52,37 @@ def test_row1_unissued_producer_id_is_unknown_whatever_its_sequence():
     assert p.end == 0
 
 
-# --- row 2 ----------------------------------------------------------------------------------
+# --- rows 2-2c -----------------------------------------------------------------------------
 
-def test_row2_issued_producer_with_no_state_here_is_accepted_at_any_sequence():
+def test_row2_producer_this_partition_may_have_forgotten_is_accepted_at_any_sequence():
     p = Partition()
+    p.state.forgotten_up_to = PID  # e.g. its compact record was dropped after a long idle
     assert p.send(42, 3) == 0
     assert p.send(45, 1) == 3
+
+
+def test_row2b_producer_new_to_the_partition_starts_at_zero():
+    p = Partition()
+    assert p.send(0, 3) == 0
+
+
+def test_row2c_producer_new_to_the_partition_starting_later_waits_for_its_first_batch():
+    """Sequences 0-4 still on their way, 5-9 arrive first: Kafka would store 5-9, then
+    answer 0-4 OUT_OF_ORDER (fatal in librdkafka). Here 5-9 wait for 0-4."""
+    p = Partition()
+    assert refused(p.send(5, 5), ErrorCode.out_of_order_sequence_number)
+    assert p.end == 0
+    assert p.send(0, 5) == 0
+    assert p.send(5, 5) == 5
+
+
+def test_dropped_compact_record_marks_the_producer_as_possibly_forgotten():
+    p = Partition(StateLimits(max_producers=1, max_tombstones=1))
+    for pid in (1, 2, 3):
+        p.send(0, 1, pid=pid)  # 1 and then 2 become compact records; 1's is dropped
+    assert p.state.forgotten_up_to == 1
+    assert p.send(9, 1, pid=1) == 3  # row 2: it may have written here
+    assert refused(p.send(9, 1, pid=4), ErrorCode.out_of_order_sequence_number)
 
 
 # --- rows 3-5 -------------------------------------------------------------------------------
@@ -107,6 +132,7 @@ def test_row8_gap_is_out_of_order():
 def test_row9_retry_older_than_the_cache_is_a_duplicate_not_stored_again():
     """Seed 000 figure 5: six in flight, the first ACK lost; Kafka stores A twice."""
     p = Partition()
+    p.send(0, 114)  # the producer's earlier records: the seed's producer is mid-stream
     batches = [(114, 7), (121, 4), (125, 8), (133, 10), (143, 8), (151, 5)]  # A..F
     for first, count in batches:
         p.send(first, count)
@@ -128,10 +154,35 @@ def test_row10_batch_straddling_the_last_sequence_is_out_of_order_never_split():
     assert p.end == 10
 
 
+def test_row11_batch_before_the_first_one_stored_here_is_out_of_order_not_dropped():
+    """Sequences 0-4 held up on the way, 5-9 arrive first at a partition new to the producer:
+    the late 0-4 were never stored, so a "duplicate" answer would lose them."""
+    p = Partition()
+    p.state.forgotten_up_to = PID
+    assert p.send(5, 5) == 0  # row 2: a forgotten producer back mid-stream
+    assert refused(p.send(0, 5), ErrorCode.out_of_order_sequence_number)
+    assert refused(p.send(3, 4), ErrorCode.out_of_order_sequence_number)  # straddles the start
+    assert isinstance(p.send(5, 5), Duplicate)
+    assert refused(p.send(6, 2), ErrorCode.duplicate_sequence_number)  # inside what is stored
+    # the client resends 0-4 under a new epoch from sequence 0: stored, nothing lost
+    assert p.send(0, 5, epoch=1) == 5
+
+
+def test_compact_record_keeps_where_the_stored_range_starts():
+    p = Partition(StateLimits(max_producers=1))
+    p.state.forgotten_up_to = 1
+    p.send(10, 5, pid=1)
+    p.send(0, 1, pid=2)  # evicts producer 1 to a compact record
+    assert p.state.tombstone(1).start_seq == 10
+    assert refused(p.send(0, 5, pid=1), ErrorCode.out_of_order_sequence_number)
+    assert refused(p.send(10, 5, pid=1), ErrorCode.duplicate_sequence_number)
+
+
 # --- wrap-around ----------------------------------------------------------------------------
 
 def test_sequences_wrap_at_2_31_minus_1():
     p = Partition()
+    p.state.forgotten_up_to = PID
     top = SEQUENCE_SPACE - 3  # the batch holds 2^31-3, 2^31-2, 2^31-1, then 0, 1
     assert p.send(top, 5) == 0
     assert p.state.entry(PID).last_seq == 1
@@ -141,7 +192,10 @@ def test_sequences_wrap_at_2_31_minus_1():
 
 def test_sequence_just_below_zero_after_wrap_is_below_not_ahead():
     p = Partition()
-    p.state.apply(Append(BatchIdentity(PID, 0, SEQUENCE_SPACE - 2, 3), reset=True), 5, NOW, NOW)
+    p.state.apply(Append(BatchIdentity(PID, 0, SEQUENCE_SPACE - 6, SEQUENCE_SPACE - 3),
+                         reset=True), 3, NOW, NOW)
+    p.state.apply(Append(BatchIdentity(PID, 0, SEQUENCE_SPACE - 2, 3), reset=False), 9, NOW,
+                  NOW)
     assert refused(p.send(SEQUENCE_SPACE - 5, 2), ErrorCode.duplicate_sequence_number)
     assert refused(p.send(9, 1), ErrorCode.out_of_order_sequence_number)
 
@@ -199,11 +253,13 @@ def test_snapshot_round_trip_keeps_every_cached_batch_and_tombstones():
     for pid in (1, 2, 3):
         for first in range(0, 10, 2):
             p.send(first, 2, pid=pid)
-    data = snapshot.encode(p.end, list(p.state.entries()), list(p.state.tombstones()))
-    offset, entries, tombstones = snapshot.decode(data)
+    p.state.forgotten_up_to = 17
+    data = snapshot.of_state(p.end, p.state)
+    snap = snapshot.decode(data)
     restored = ProducerStateManager(StateLimits(max_producers=2))
-    restored.load(entries, tombstones)
-    assert offset == p.end
+    restored.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
+    assert snap.offset == p.end
+    assert restored.forgotten_up_to == 17
     assert list(restored.entries()) == list(p.state.entries())
     assert list(restored.tombstones()) == list(p.state.tombstones())
     assert len(restored.entry(3).batches) == 5
@@ -216,6 +272,6 @@ def test_snapshot_round_trip_keeps_every_cached_batch_and_tombstones():
 def test_damaged_snapshot_is_refused(damage):
     p = Partition()
     p.send(0, 3)
-    data = snapshot.encode(3, list(p.state.entries()), [])
+    data = snapshot.of_state(3, p.state)
     with pytest.raises(snapshot.BadSnapshot):
         snapshot.decode(damage(data))

@@ -41,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one config key; may be repeated")
     broker.set_defaults(func=_broker)
 
+    from .chaos.cli import add_chaos_commands
     from .cli_tools import add_tool_commands
 
     add_tool_commands(sub)
+    add_chaos_commands(sub)
     return parser
 
 

@@ -113,21 +113,26 @@ class Partition:
                 self._snapshots.delete(offset)
                 continue
             try:
-                _, entries, tombstones = snapshot.decode(self._snapshots.read(offset))
+                snap = snapshot.decode(self._snapshots.read(offset))
             except (snapshot.BadSnapshot, OSError) as exc:
                 log.warning("%s: snapshot at %d unusable (%s); trying an older one", self.name,
                             offset, exc)
                 continue
-            state.load(entries, tombstones)
+            state.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
+            if offset < plog.log_start_offset:
+                # Batches between the snapshot and the log start are gone: anyone who wrote
+                # only there is forgotten.
+                state.forget_everyone()
             return max(offset, plog.log_start_offset)
+        if plog.log_start_offset > 0:
+            state.forget_everyone()
         return plog.log_start_offset
 
     def _snapshot_at(self, offset: int) -> None:
         state = self._state
         if state is None:  # the log rolled while opening: nothing to save yet
             return
-        self._snapshots.write(offset, snapshot.encode(offset, list(state.entries()),
-                                                      list(state.tombstones())))
+        self._snapshots.write(offset, snapshot.of_state(offset, state))
         self._snapshots.keep_newest(SNAPSHOTS_KEPT)
 
     # --- the produce path ------------------------------------------------------------------

@@ -26,23 +26,52 @@ class FetchResult:
     log_start_offset: int
 
 
-def produce(conn: BrokerConnection, topic: str, partition: int, batch: bytes, acks: int = -1,
-            timeout_ms: int = 30_000) -> int:
-    """Append one record set; returns its base offset (-1 with acks=0)."""
+def _produce_request(topic: str, partition: int, batch: bytes, acks: int, timeout_ms: int):
     def make(mod, version):
         pdata = build(mod.PartitionProduceData, index=partition, records=batch)
         tdata = build(mod.TopicProduceData, name=topic, partition_data=(pdata,))
         return build(mod.ProduceRequest, transactional_id=None, acks=acks,
                      timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=(tdata,))
 
+    return make
+
+
+def produce(conn: BrokerConnection, topic: str, partition: int, batch: bytes, acks: int = -1,
+            timeout_ms: int = 30_000) -> int:
+    """Append one record set; returns its base offset (-1 with acks=0)."""
+    make = _produce_request(topic, partition, batch, acks, timeout_ms)
     if acks == 0:
         conn.send_only(apis.PRODUCE, make)
         return -1
-    response = conn.call(apis.PRODUCE, make)
-    result = response.responses[0].partition_responses[0]
+    result = produce_result(conn.call(apis.PRODUCE, make))
     if result.error_code != ErrorCode.none:
         raise KafkaError(result.error_code, getattr(result, "error_message", None))
     return result.base_offset
+
+
+def send_produce(conn: BrokerConnection, topic: str, partition: int, batch: bytes,
+                 acks: int = -1, timeout_ms: int = 30_000) -> int:
+    """Pipeline a produce request; read its answer with ``conn.receive`` then produce_result."""
+    return conn.send_only(apis.PRODUCE, _produce_request(topic, partition, batch, acks,
+                                                         timeout_ms))
+
+
+def produce_result(response):
+    """The one partition's answer in a single-partition produce response."""
+    return response.responses[0].partition_responses[0]
+
+
+def init_producer_id(conn: BrokerConnection) -> tuple[int, int]:
+    """(producer id, epoch) for an idempotent producer."""
+    def make(mod, version):
+        return build(mod.InitProducerIdRequest, transactional_id=None,
+                     transaction_timeout=datetime.timedelta(milliseconds=60_000),
+                     producer_id=-1, producer_epoch=-1)
+
+    response = conn.call(apis.INIT_PRODUCER_ID, make)
+    if response.error_code != ErrorCode.none:
+        raise KafkaError(response.error_code, "InitProducerId")
+    return response.producer_id, response.producer_epoch
 
 
 def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,

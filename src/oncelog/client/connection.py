@@ -6,6 +6,7 @@ answer in time raises KafkaTimeout and the connection is closed.
 
 from __future__ import annotations
 
+import collections
 import socket
 import struct
 from collections.abc import Callable
@@ -57,6 +58,7 @@ class BrokerConnection:
                              f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
+        self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.versions: dict[int, int] = {}
         self._negotiate()
 
@@ -86,12 +88,33 @@ class BrokerConnection:
         _, response = self._call(api_key, version, make(request_module(api_key, version), version))
         return response
 
-    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> None:
-        """For requests that get no response (produce with acks=0)."""
+    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> int:
+        """Send without waiting: for acks=0, or to pipeline (then ``receive`` in order).
+
+        Returns the correlation id.
+        """
         version = self.version(api_key)
         self._correlation += 1
         self.sock.sendall(encode_request(api_key, version, self._correlation, self.client_id,
                                          make(request_module(api_key, version), version)))
+        self._in_flight.append((self._correlation, api_key, version))
+        return self._correlation
+
+    def receive(self) -> tuple[int, Any]:
+        """(correlation id, body) of the oldest pipelined request's answer."""
+        correlation, api_key, version = self._in_flight.popleft()
+        try:
+            frame = self._read_frame()
+        except TimeoutError:
+            self.close()
+            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
+                from None
+        got, response = decode_response(api_key, version, frame)
+        if got != correlation:
+            self.close()
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"correlation id {got} answered where {correlation} was asked")
+        return got, response
 
     def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
         self._correlation += 1

@@ -5,7 +5,7 @@ anything, the caller appends the batch to the log, then ``apply`` records it. A 
 did not take leaves no trace here.
 
 Memory: each live producer is one ``bytes`` value (epoch, timestamps and the last N batches
-packed with struct) in a dict keyed by producer id: about 230 bytes a producer with 5 cached
+packed with struct) in a dict keyed by producer id: about 220 bytes a producer with 5 cached
 batches, where Python objects would take over a kilobyte. The dict's order is recency: the
 least recently active producer is evicted first when ``max_producers`` is reached and becomes
 a Tombstone, as do producers idle longer than ``expiration_ms``. Tombstones are packed too and
@@ -28,11 +28,11 @@ from .rules import (
     decide,
 )
 
-# epoch, last timestamp, last append in whole seconds: a day-scale expiration needs no more,
-# and the four bytes saved keep a 5-batch entry inside pymalloc's 128-byte size class.
-_HEAD = struct.Struct("<hqI")
+# epoch, start sequence, last timestamp, last append in whole seconds (a day-scale
+# expiration needs no more).
+_HEAD = struct.Struct("<hiqI")
 _BATCH = struct.Struct("<iiq")  # first seq, last seq, last offset
-_TOMBSTONE = struct.Struct("<hiqq")  # epoch, last seq, last offset, since
+_TOMBSTONE = struct.Struct("<hiiqq")  # epoch, start seq, last seq, last offset, since
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +45,16 @@ class StateLimits:
 
 
 def _pack(entry: ProducerStateEntry) -> bytes:
-    return _HEAD.pack(entry.epoch, entry.last_timestamp, entry.last_append_ms // 1000) + b"".join(
+    return _HEAD.pack(entry.epoch, entry.start_seq, entry.last_timestamp,
+                      entry.last_append_ms // 1000) + b"".join(
         _BATCH.pack(b.first_seq, b.last_seq, b.last_offset) for b in entry.batches)
 
 
 def _unpack(producer_id: int, packed: bytes) -> ProducerStateEntry:
-    epoch, last_ts, last_append_s = _HEAD.unpack_from(packed)
+    epoch, start_seq, last_ts, last_append_s = _HEAD.unpack_from(packed)
     batches = [CachedBatch(*fields) for fields in _BATCH.iter_unpack(packed[_HEAD.size:])]
-    return ProducerStateEntry(producer_id, epoch, batches, last_ts, last_append_s * 1000)
+    return ProducerStateEntry(producer_id, epoch, start_seq, batches, last_ts,
+                              last_append_s * 1000)
 
 
 class ProducerStateManager:
@@ -60,6 +62,9 @@ class ProducerStateManager:
         self.limits = limits or StateLimits()
         self._entries: dict[int, bytes] = {}  # least recently active first
         self._tombstones: dict[int, bytes] = {}  # oldest first
+        # Producer ids up to this one may have written here and been forgotten since (their
+        # compact record dropped): rows 2-2c of the rules. -1 on a new partition.
+        self.forgotten_up_to = -1
 
     # --- reading state ---------------------------------------------------------------------
 
@@ -100,7 +105,7 @@ class ProducerStateManager:
         # Only ask whether the id was issued for producers we know nothing of: a known producer
         # was necessarily issued (its batches are in this log).
         issued = known is not None or pid_issued(batch.producer_id)
-        return decide(batch, known, issued)
+        return decide(batch, known, issued, batch.producer_id <= self.forgotten_up_to)
 
     def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int) -> None:
         """Record an appended batch; ``last_offset`` is the offset the log gave its last record."""
@@ -108,7 +113,8 @@ class ProducerStateManager:
         cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
         entry = None if decision.reset else self.entry(batch.producer_id)
         if entry is None:
-            entry = ProducerStateEntry(batch.producer_id, batch.epoch, [], timestamp, now_ms)
+            entry = ProducerStateEntry(batch.producer_id, batch.epoch, batch.first_seq, [],
+                                       timestamp, now_ms)
         entry.batches.append(cached)
         del entry.batches[:-self.limits.batches_to_retain]
         entry.last_timestamp = timestamp
@@ -146,39 +152,50 @@ class ProducerStateManager:
     def _retire(self, producer_id: int, now_ms: int) -> None:
         """Move a producer out of memory, keeping what judges its next batch."""
         entry = _unpack(producer_id, self._entries.pop(producer_id))
-        self._put_tombstone(Tombstone(producer_id, entry.epoch, entry.last_seq,
+        self._put_tombstone(Tombstone(producer_id, entry.epoch, entry.start_seq, entry.last_seq,
                                       entry.last_offset, now_ms))
 
     def _put_tombstone(self, tombstone: Tombstone) -> None:
         self._tombstones.pop(tombstone.producer_id, None)
         if len(self._tombstones) >= self.limits.max_tombstones:
-            del self._tombstones[next(iter(self._tombstones))]
+            self._forget(next(iter(self._tombstones)))
         self._tombstones[tombstone.producer_id] = _TOMBSTONE.pack(
-            tombstone.epoch, tombstone.last_seq, tombstone.last_offset, tombstone.since)
+            tombstone.epoch, tombstone.start_seq, tombstone.last_seq, tombstone.last_offset,
+            tombstone.since)
 
     # --- time ------------------------------------------------------------------------------
 
     def expire(self, now_ms: int) -> tuple[int, int]:
         """Retire idle producers, drop old tombstones; returns (retired, dropped)."""
         idle = [pid for pid, packed in self._entries.items()
-                if now_ms - _HEAD.unpack_from(packed)[2] * 1000 >= self.limits.expiration_ms]
+                if now_ms - _HEAD.unpack_from(packed)[3] * 1000 >= self.limits.expiration_ms]
         for pid in idle:
             self._retire(pid, now_ms)
         old = []
         for pid, packed in self._tombstones.items():
-            since = _TOMBSTONE.unpack(packed)[3]
+            since = _TOMBSTONE.unpack(packed)[4]
             if now_ms - since >= self.limits.tombstone_ms:
                 old.append(pid)
         for pid in old:
-            del self._tombstones[pid]
+            self._forget(pid)
         return len(idle), len(old)
+
+    def _forget(self, producer_id: int) -> None:
+        del self._tombstones[producer_id]
+        self.forgotten_up_to = max(self.forgotten_up_to, producer_id)
+
+    def forget_everyone(self) -> None:
+        """State was rebuilt from a log whose beginning is gone: anyone may have been lost."""
+        self.forgotten_up_to = (1 << 63) - 1
 
     # --- snapshots -------------------------------------------------------------------------
 
-    def load(self, entries: list[ProducerStateEntry], tombstones: list[Tombstone]) -> None:
+    def load(self, entries: list[ProducerStateEntry], tombstones: list[Tombstone],
+             forgotten_up_to: int) -> None:
         """Replace all state (from a snapshot); both lists least recently active first."""
         self._entries = {}
         self._tombstones = {}
+        self.forgotten_up_to = forgotten_up_to
         for tombstone in tombstones:
             self._put_tombstone(tombstone)
         for entry in entries:

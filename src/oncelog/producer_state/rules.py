@@ -23,18 +23,37 @@ E: what the partition remembers of the producer; "last": E's last sequence):
     | # | situation                                        | outcome                          |
     |---|--------------------------------------------------|----------------------------------|
     | 1 | PID above every id the cluster ever issued       | UNKNOWN_PRODUCER_ID              |
-    | 2 | nothing remembered (never wrote here, forgotten) | append, whatever f (KIP-360)     |
+    | 2 | nothing remembered, but may have been forgotten  | append, whatever f (KIP-360)     |
+    |2b | nothing remembered and never forgotten, f == 0   | append                           |
+    |2c | nothing remembered and never forgotten, f != 0   | OUT_OF_ORDER_SEQUENCE_NUMBER     |
     | 3 | batch epoch < E.epoch                            | INVALID_PRODUCER_EPOCH (fenced)  |
     | 4 | batch epoch > E.epoch, f == 0                    | append, new epoch, cache cleared |
     | 5 | batch epoch > E.epoch, f != 0                    | OUT_OF_ORDER_SEQUENCE_NUMBER     |
     | 6 | same epoch, (f, l) is one of the cached batches  | duplicate: its original offset   |
     | 7 | same epoch, f == last + 1                        | append                           |
     | 8 | same epoch, f > last + 1 (a gap)                 | OUT_OF_ORDER_SEQUENCE_NUMBER     |
-    | 9 | same epoch, f..l wholly at or below last         | DUPLICATE_SEQUENCE_NUMBER        |
+    | 9 | same epoch, f..l wholly within start..last       | DUPLICATE_SEQUENCE_NUMBER        |
     |10 | same epoch, f <= last < l (straddles)            | OUT_OF_ORDER_SEQUENCE_NUMBER     |
+    |11 | same epoch, f before start (never seen here)     | OUT_OF_ORDER_SEQUENCE_NUMBER     |
 
-A tombstone (a producer moved out of memory, keeping epoch and last sequence) is judged by the
-same rows 3-10 except 6: it has no cached batches, so a retry of its last batch gets row 9.
+Rows 2-2c, better than Kafka: Kafka accepts any first sequence from a producer it knows
+nothing of (KIP-360), because it cannot tell a producer whose state it forgot from one that
+never wrote here. Here the partition knows which producer ids it may have forgotten (ids up
+to the highest one whose compact record it dropped, or every id when its state was rebuilt
+from a log whose start was already deleted). A producer that never wrote here starts at 0; if
+its first batch to arrive starts later, an earlier batch is still on its way (delayed or
+retried), and Kafka would store the later one first, then answer the earlier one
+OUT_OF_ORDER, which librdkafka treats as fatal. Row 2c makes the later one wait instead.
+
+"start" is the first sequence of the current epoch this partition stored: everything from
+start to last is known to be in the log (appends are contiguous). Row 2 can make start > 0
+(a forgotten producer coming back mid-stream), and a batch from before start may never have
+arrived. Answering it "duplicate" would make the client drop it, so row 11 answers what
+Kafka answers, and the client resends it under a new epoch: nothing is lost.
+
+A tombstone (a producer moved out of memory, keeping epoch, start and last sequence) is
+judged by the same rows 3-11 except 6: it has no cached batches, so a retry of its last batch
+gets row 9.
 
 "Above" and "below" are taken on the circle of 2^31 sequences: f is ahead of last when it is
 less than half the circle ahead, so the comparison survives the wrap at 2^31-1.
@@ -67,6 +86,7 @@ class ProducerStateEntry:
 
     producer_id: int
     epoch: int
+    start_seq: int  # first sequence of this epoch stored here: start..last are all in the log
     batches: list[CachedBatch]  # oldest first, at most batches_to_retain
     last_timestamp: int  # max timestamp of the last batch, as DescribeProducers shows it
     last_append_ms: int  # broker time of the last append: drives expiration and eviction
@@ -86,6 +106,7 @@ class Tombstone:
 
     producer_id: int
     epoch: int
+    start_seq: int
     last_seq: int
     last_offset: int
     since: int  # when it was moved out (ms): tombstones go after producer.id.tombstone.ms
@@ -177,8 +198,8 @@ def judge_cached(batch: BatchIdentity, batches: list[CachedBatch]) -> Duplicate 
     return None
 
 
-def judge_sequence(batch: BatchIdentity, last_seq: int) -> Decision:
-    """Rows 7-10, same epoch and not a cached retry."""
+def judge_sequence(batch: BatchIdentity, start_seq: int, last_seq: int) -> Decision:
+    """Rows 7-11, same epoch and not a cached retry."""
     expected = next_sequence(last_seq)
     if batch.first_seq == expected:
         return Append(batch, reset=False)
@@ -186,23 +207,37 @@ def judge_sequence(batch: BatchIdentity, last_seq: int) -> Decision:
         return Refuse(ErrorCode.out_of_order_sequence_number,
                       f"producer {batch.producer_id} sent sequence {batch.first_seq}, expected "
                       f"{expected}: a batch in between is missing")
-    if not is_ahead(batch.last_seq, last_seq):
-        return Refuse(ErrorCode.duplicate_sequence_number,
+    if is_ahead(batch.last_seq, last_seq):
+        return Refuse(ErrorCode.out_of_order_sequence_number,
                       f"producer {batch.producer_id} batch {batch.first_seq}..{batch.last_seq} "
-                      f"was already stored (last sequence {last_seq}), older than the cache")
-    return Refuse(ErrorCode.out_of_order_sequence_number,
+                      f"straddles the last stored sequence {last_seq}")
+    if sequence_distance(start_seq, batch.first_seq) > sequence_distance(start_seq, last_seq):
+        return Refuse(ErrorCode.out_of_order_sequence_number,
+                      f"producer {batch.producer_id} batch {batch.first_seq}..{batch.last_seq} "
+                      f"is older than anything stored here of it (from {start_seq}): it may "
+                      f"never have arrived")
+    return Refuse(ErrorCode.duplicate_sequence_number,
                   f"producer {batch.producer_id} batch {batch.first_seq}..{batch.last_seq} "
-                  f"straddles the last stored sequence {last_seq}")
+                  f"was already stored (last sequence {last_seq}), older than the cache")
+
+
+def judge_unknown(batch: BatchIdentity, may_be_forgotten: bool) -> Decision:
+    """Rows 2-2c: a producer the partition knows nothing of."""
+    if may_be_forgotten or batch.first_seq == 0:
+        return Append(batch, reset=True)
+    return Refuse(ErrorCode.out_of_order_sequence_number,
+                  f"producer {batch.producer_id} never wrote here and starts at sequence "
+                  f"{batch.first_seq}, not 0: an earlier batch is still on its way")
 
 
 def decide(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
-           pid_issued: bool) -> Decision:
+           pid_issued: bool, may_be_forgotten: bool = True) -> Decision:
     """The one entry point: what to do with ``batch`` given what the partition knows."""
     refused = judge_unissued(batch, pid_issued)
     if refused is not None:
         return refused
     if known is None:
-        return Append(batch, reset=True)
+        return judge_unknown(batch, may_be_forgotten)
     by_epoch = judge_epoch(batch, known.epoch)
     if by_epoch is not None:
         return by_epoch
@@ -210,4 +245,4 @@ def decide(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
         duplicate = judge_cached(batch, known.batches)
         if duplicate is not None:
             return duplicate
-    return judge_sequence(batch, known.last_seq)
+    return judge_sequence(batch, known.start_seq, known.last_seq)
