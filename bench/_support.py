@@ -1,0 +1,284 @@
+"""Shared helpers for the benchmarks: an oncelog broker subprocess and librdkafka's mock cluster.
+
+Everything listens on 127.0.0.1 only, and every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+_LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
+# "Mock cluster enabled: ... replaced with HOST:PORT" (a notice, logged without any debug
+# context) or, with debug=mock, "Mock cluster NAME bootstrap.servers=HOST:PORT".
+_MOCK_BOOTSTRAP = re.compile(r"Mock cluster .*(?:replaced with |bootstrap\.servers=)(\S+)")
+
+
+class OncelogBroker:
+    """``python -m oncelog broker`` on an ephemeral loopback port, with its own data dir."""
+
+    def __init__(self, settings: dict[str, str] | None = None, src: Path | None = None,
+                 base_dir: Path | None = None) -> None:
+        self.settings = dict(settings or {})
+        self.src = Path(src or REPO / "src").resolve()
+        self._tmp = tempfile.TemporaryDirectory(prefix="oncelog-bench-", dir=base_dir)
+        self.data_dir = Path(self._tmp.name) / "data"
+        self.log_path = Path(self._tmp.name) / "broker.log"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> OncelogBroker:
+        args = [sys.executable, "-m", "oncelog", "broker",
+                "--set", "listeners=PLAINTEXT://127.0.0.1:0",
+                "--set", f"log.dirs={self.data_dir}"]
+        for key, value in self.settings.items():
+            args += ["--set", f"{key}={value}"]
+        env = self.env()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
+                                         cwd=self._tmp.name)
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        deadline = time.monotonic() + START_TIMEOUT
+        buf = b""
+        while time.monotonic() < deadline:
+            chunk = self.proc.stdout.read()
+            if chunk:
+                buf += chunk
+                match = _LISTENING.search(buf.decode(errors="replace"))
+                if match:
+                    self.port = int(match.group(2))
+                    return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self._kill()
+        raise RuntimeError(f"oncelog broker did not start; its log:\n{self.log_text()}")
+
+    def env(self) -> dict[str, str]:
+        """The broker's environment: ``self.src`` first on the path (ahead of the editable
+        install's .pth entry), so that a snapshot of another version can be measured."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        src = str(self.src)
+        env["PYTHONPATH"] = src + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else src
+        return env
+
+    def package_dir(self) -> str:
+        """Where the broker's ``oncelog`` package is imported from."""
+        out = subprocess.run([sys.executable, "-c", "import oncelog; print(oncelog.__file__)"],
+                             env=self.env(), capture_output=True, text=True, timeout=60,
+                             check=True)
+        return str(Path(out.stdout.strip()).parent)
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.stop()
+        finally:
+            self._tmp.cleanup()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            raise RuntimeError("oncelog broker did not stop within the timeout") from None
+        self.proc = None
+        if code != 0 or "Traceback" in self.log_text():
+            print(f"warning: oncelog broker exited with {code}; its log:\n{self.log_text()}",
+                  file=sys.stderr)
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+            self.proc = None
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+class MockCluster:
+    """librdkafka's in-process mock cluster (one broker), kept alive by a holder client.
+
+    The mock announces its address in the holder's log ("Mock cluster enabled: ... replaced
+    with 127.0.0.1:PORT", a notice). ``debug=mock`` is deliberately not set: it logs every
+    request the mock serves, which would slow the mock down and flatter oncelog.
+    """
+
+    def __init__(self) -> None:
+        self._capture = _Capture()
+        self._logger = logging.getLogger(f"oncelog.bench.mock.{id(self)}")
+        self._logger.addHandler(self._capture)
+        self._logger.setLevel(logging.DEBUG)
+        self._logger.propagate = False
+        self._holder = None
+        self.bootstrap = ""
+
+    def __enter__(self) -> MockCluster:
+        from confluent_kafka import Producer
+
+        self._holder = Producer({"test.mock.num.brokers": 1, "logger": self._logger})
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and not self.bootstrap:
+            self._holder.poll(0.05)
+            for message in self._capture.messages:
+                match = _MOCK_BOOTSTRAP.search(message)
+                if match:
+                    self.bootstrap = match.group(1)
+                    break
+        if not self.bootstrap:
+            # Fall back to the metadata the mock serves about itself.
+            brokers = self._holder.list_topics(timeout=10).brokers
+            broker = brokers[min(brokers)]
+            self.bootstrap = f"{broker.host}:{broker.port}"
+        host = self.bootstrap.rsplit(":", 1)[0]
+        if host != "127.0.0.1":
+            raise RuntimeError(f"mock cluster is not on loopback: {self.bootstrap}")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._holder is not None:
+            self._holder.flush(5)
+            self._holder = None
+        self._logger.removeHandler(self._capture)
+
+
+def filesystem_of(path: str | Path) -> str:
+    """'ext4 on /dev/vda' for the mount holding ``path`` (from /proc/mounts)."""
+    path = os.path.realpath(path)
+    best = ("", "?", "?")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                device, mount, fstype = line.split()[:3]
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) > len(best[0]):
+                    best = (mount, fstype, device)
+    except OSError:
+        return "?"
+    return f"{best[1]} on {best[2]}"
+
+
+class LoadMeter:
+    """How much CPU other processes took while we measured: the machine-wide user + system
+    time from /proc/stat minus what this process, its reaped children and ``extra`` (a probe
+    of a live broker's CPU seconds) used.
+
+    The benchmark shares the CPUs with whatever else runs; on a 2-CPU machine a test suite
+    running alongside halves the numbers, so this is measured for every run.
+    """
+
+    def __init__(self, extra: Callable[[], float] | None = None) -> None:
+        self._extra = extra
+        self._start = self._sample()
+
+    @staticmethod
+    def _busy_seconds() -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:4]]  # user nice system
+        return sum(fields) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self) -> tuple[float, float, float]:
+        t = os.times()
+        ours = t.user + t.system + t.children_user + t.children_system
+        if self._extra is not None:
+            try:
+                ours += self._extra()
+            except OSError:  # the process is gone (and reaped: counted above)
+                pass
+        return time.monotonic(), self._busy_seconds(), ours
+
+    def others_share(self) -> float:
+        """CPU used by other processes, as a share of all CPUs, since the start."""
+        wall0, busy0, ours0 = self._start
+        wall1, busy1, ours1 = self._sample()
+        cpus = os.cpu_count() or 1
+        return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / (max(wall1 - wall0, 1e-3) * cpus)
+
+
+def other_load(seconds: float = 2.0) -> float:
+    """Share of all CPUs that other processes use right now (measured over ``seconds``)."""
+    meter = LoadMeter()
+    time.sleep(seconds)
+    return meter.others_share()
+
+
+def wait_for_quiet(limit: float, timeout: float) -> float:
+    """Wait up to ``timeout`` seconds until other processes use less than ``limit`` of the
+    CPUs; returns the last measured share."""
+    deadline = time.monotonic() + timeout
+    while True:
+        load = other_load(2.0)
+        if load < limit or time.monotonic() >= deadline:
+            return load
+        print(f"waiting for a quiet machine: other processes use {load:.0%} of the CPUs",
+              file=sys.stderr, flush=True)
+        time.sleep(min(8.0, max(0.0, deadline - time.monotonic())))
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(fraction * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def machine() -> str:
+    import confluent_kafka
+
+    def first(value) -> str:  # version() is a str in some releases, a tuple in others
+        return value if isinstance(value, str) else value[0]
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return (f"{cpu or platform.machine()}, nproc={os.cpu_count()}, {platform.system()} "
+            f"{platform.release()}; Python {platform.python_version()}; "
+            f"confluent-kafka {first(confluent_kafka.version())}, "
+            f"librdkafka {first(confluent_kafka.libversion())}")
