@@ -165,6 +165,11 @@ _LOC = struct.Struct("=Q")
 _FLUSH_BYTES = 1 << 16  # a bucket's buffer is written out from this size
 _FLUSH_RECORDS = 1 << 14  # checked every this many records
 MAX_LOCATIONS = 5  # locations kept per repeated value, for the examples
+# Bucket files: enough that each holds about BUCKET_RECORDS records (finish() holds one bucket
+# at a time, about 100 bytes a record), up to MAX_BUCKETS; past 8.4 million records the
+# buckets grow instead (10 million records: about 4 MB at a time).
+BUCKET_RECORDS = 32_768
+MAX_BUCKETS = 256
 
 
 @dataclass
@@ -196,13 +201,12 @@ class RepeatFinder:
         self.field = field_name
         self.examples = examples
         buckets = 1
-        while buckets < 256 and buckets * 131_072 < expected_records:
+        while buckets < MAX_BUCKETS and buckets * BUCKET_RECORDS < expected_records:
             buckets *= 2
         self._shift = 8 - (buckets.bit_length() - 1)  # bucket = first digest byte >> shift
         self._dir = tempfile.TemporaryDirectory(prefix=f"oncelog-audit-{field_name}-",
                                                 dir=directory)
         self._paths = [os.path.join(self._dir.name, f"{i:03d}") for i in range(buckets)]
-        self._files = [open(p, "wb") for p in self._paths]  # closed in finish()
         self._buffers = [bytearray() for _ in range(buckets)]
         self.records = 0
         self.nulls = 0
@@ -232,15 +236,21 @@ class RepeatFinder:
         self._pending += hashed
         if self._pending >= _FLUSH_RECORDS:
             self._pending = 0
-            for buf, f in zip(buffers, self._files, strict=True):
+            for index, buf in enumerate(buffers):
                 if len(buf) >= _FLUSH_BYTES:
-                    f.write(buf)
-                    buf.clear()
+                    self._write(index)
+
+    def _write(self, index: int) -> None:
+        # Opened for each write: no file handles held (256 buckets per field would exceed
+        # some systems' default limit of open files).
+        buf = self._buffers[index]
+        with open(self._paths[index], "ab") as f:
+            f.write(buf)
+        buf.clear()
 
     def finish(self) -> RepeatReport:
-        for buf, f in zip(self._buffers, self._files, strict=True):
-            f.write(buf)
-            f.close()
+        for index in range(len(self._buffers)):
+            self._write(index)
         self._buffers = []
         repeated = extra = 0
         by_partition: dict[int, int] = {}
@@ -248,9 +258,10 @@ class RepeatFinder:
         try:
             for path in self._paths:
                 entries = array("Q")
-                with open(path, "rb") as f:
-                    entries.frombytes(f.read())
-                os.unlink(path)
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        entries.frombytes(f.read())
+                    os.unlink(path)
                 hashes = entries[0::2]
                 if len(set(hashes)) == len(hashes):
                     continue
@@ -289,8 +300,7 @@ class RepeatFinder:
                             dict(sorted(by_partition.items())), examples)
 
     def close(self) -> None:
-        for f in self._files:
-            f.close()
+        self._buffers = []
         self._dir.cleanup()
 
 

@@ -6,44 +6,41 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import PRODUCE
+from ..protocol import produce_response
 from ..protocol.messages import Request
+from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
-from ..protocol.schema import build, response_module
-from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
 
-def handle_produce(broker, request: Request):
+def handle_produce(broker, request: Request) -> bytes | None:
+    """The whole response frame (written by produce_response, not kio), or None for acks=0."""
     body = request.body
-    mod = response_module(PRODUCE, request.api_version)
     topics = []
     for topic_data in body.topic_data:
         partitions = []
         for pdata in topic_data.partition_data:
             result = _produce_partition(broker, body.acks, topic_data.name, pdata.index,
                                         pdata.records, request.client_id)
-            partitions.append(build(mod.PartitionProduceResponse, index=pdata.index,
-                                    record_errors=(), **result))
-        topics.append(build(mod.TopicProduceResponse, name=topic_data.name,
-                            partition_responses=tuple(partitions)))
+            partitions.append(PartitionResult(pdata.index, *result))
+        topics.append((topic_data.name, partitions))
     if body.acks == 0:
         return None
-    return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
-                       client_id: str | None) -> dict:
-    def failed(error: ErrorCode, message: str, level: int = logging.INFO) -> dict:
+                       client_id: str | None) -> tuple[int, int, int, str | None]:
+    """(error code, base offset, log start offset, error message) for one partition."""
+    def failed(error: ErrorCode, message: str, level: int = logging.INFO) -> tuple:
         # Logged as well as answered: clients often show only the code, and with acks=0
         # the log is the only trace of a refused batch.
         log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
                 message, error.name)
-        return {"error_code": error, "base_offset": -1, "log_append_time": None,
-                "log_start_offset": -1, "error_message": message}
+        return int(error), -1, -1, message
 
     if acks not in VALID_ACKS:
         return failed(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}",
@@ -65,6 +62,4 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         return failed(ErrorCode.kafka_storage_error, f"writing the log failed: {exc}",
                       logging.ERROR)
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
-    return {"error_code": ErrorCode.none, "base_offset": result.base_offset,
-            "log_append_time": None, "log_start_offset": result.log_start_offset,
-            "error_message": None}
+    return 0, result.base_offset, result.log_start_offset, None

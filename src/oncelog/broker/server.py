@@ -192,8 +192,8 @@ class Broker:
             return _CLOSE
         if inspect.iscoroutine(body):
             return self._finish(request, body, peer)
-        if body is None:
-            return None
+        if body is None or isinstance(body, bytes):  # no answer, or one already encoded
+            return body
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)
 
@@ -262,16 +262,31 @@ class Connection(asyncio.Protocol):
             self.close()
 
     def _drain(self) -> None:
-        while self.queue and not self.closed:
-            result = self.broker.handle_frame(self.queue.popleft(), self.peer)
-            if inspect.iscoroutine(result):
-                self.busy = True
-                self.pending = asyncio.ensure_future(self._await(result))
-                return
-            self._send(result)
+        # Answers of one pass go out in one write: pipelined requests cost one send, not many.
+        out: list[bytes] = []
+        try:
+            while self.queue and not self.closed:
+                result = self.broker.handle_frame(self.queue.popleft(), self.peer)
+                if inspect.iscoroutine(result):
+                    self.busy = True
+                    self.pending = asyncio.ensure_future(self._await(result))
+                    return
+                if result is _CLOSE:
+                    self._flush(out)
+                    self.close()
+                    return
+                if result is not None:
+                    out.append(result)
+        finally:
+            self._flush(out)
         if self.paused and not self.closed:
             self.paused = False
             self.transport.resume_reading()
+
+    def _flush(self, out: list[bytes]) -> None:
+        if out and not self.closed:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
 
     async def _await(self, pending) -> None:
         result = await pending

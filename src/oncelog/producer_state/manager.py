@@ -26,6 +26,7 @@ from .rules import (
     ProducerStateEntry,
     Tombstone,
     decide,
+    next_sequence,
 )
 
 # epoch, start sequence, last timestamp, last append in whole seconds (a day-scale
@@ -113,8 +114,8 @@ class ProducerStateManager:
         cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
         entry = None if decision.reset else self.entry(batch.producer_id)
         if entry is None:
-            entry = ProducerStateEntry(batch.producer_id, batch.epoch, batch.first_seq, [],
-                                       timestamp, now_ms)
+            entry = ProducerStateEntry(batch.producer_id, batch.epoch, self._start_of(decision),
+                                       [], timestamp, now_ms)
         entry.batches.append(cached)
         del entry.batches[:-self.limits.batches_to_retain]
         entry.last_timestamp = timestamp
@@ -129,9 +130,29 @@ class ProducerStateManager:
         the log counts as active from then, as it would have had the broker not stopped (the
         batch's timestamp is the client's clock, and may be anything).
         """
-        entry = self.entry(batch.producer_id)
-        reset = entry is None or batch.epoch != entry.epoch
+        known: ProducerStateEntry | Tombstone | None = self.entry(batch.producer_id)
+        if known is None:
+            known = self.tombstone(batch.producer_id)
+        # The stored range goes on only where the log does. A new epoch, or a batch that does
+        # not follow the last one (a forgotten producer taken back mid-stream by row 2, with
+        # its batches in between never stored), starts it afresh, as the append did; a range
+        # running on from 0 across that gap would call the missing batches duplicates (row 9).
+        reset = (known is None or batch.epoch != known.epoch
+                 or batch.first_seq != next_sequence(known.last_seq))
         self.apply(Append(batch, reset), last_offset, timestamp, now_ms)
+
+    def _start_of(self, decision: Append) -> int:
+        """Where the stored range of a producer getting a fresh entry begins."""
+        batch = decision.batch
+        if not decision.reset:
+            # Row 7 for a producer moved out to a compact record: its range goes on from where
+            # it began. Beginning it at this batch would make a retry of an earlier batch,
+            # stored, look never stored (row 11): the client would resend it under a new
+            # epoch and it would be stored twice.
+            tombstone = self.tombstone(batch.producer_id)
+            if tombstone is not None:
+                return tombstone.start_seq
+        return batch.first_seq
 
     # --- storage ---------------------------------------------------------------------------
 
