@@ -68,7 +68,7 @@ def build_log(directory: str, producers: int) -> None:
             crc = crc32c.crc32c(memoryview(buf)[pos + 21:pos + size])
             struct.pack_into(">I", buf, pos + 17, crc)
         headers = split_batches(buf, 1 << 30)
-        plog.append(buf, headers)
+        plog.append([buf], headers)
         for header in headers:
             partition.state.replay(
                 BatchIdentity(header.producer_id, 0, 0, 0), header.last_offset, NOW, NOW)

@@ -14,9 +14,9 @@ NOW = int(time.time() * 1000)
 
 
 def append(log: Log, values: list[bytes], timestamp: int = NOW) -> tuple[int, int]:
-    batch = bytearray(encode_batch([(None, v, (), timestamp) for v in values]))
-    headers = assign_offsets(batch, split_batches(batch, 1 << 30), log.log_end_offset, 0)
-    log.append(batch, headers)
+    batch = encode_batch([(None, v, (), timestamp) for v in values])
+    headers, parts = assign_offsets(batch, split_batches(batch, 1 << 30), log.log_end_offset, 0)
+    log.append(parts, headers)
     return headers[0].base_offset, headers[-1].last_offset
 
 

@@ -241,8 +241,9 @@ def _audit(args: argparse.Namespace) -> int:
 
     from .audit import AuditError, audit_topic, format_report
 
-    if args.examples < 0:
-        print("oncelog audit: --examples must be 0 or more", file=sys.stderr)
+    if args.examples < 0 or args.fetch_max_bytes < 1024:
+        print("oncelog audit: --examples must be 0 or more and --fetch-max-bytes 1024 or more",
+              file=sys.stderr)
         return 2
     progress = None
     if not args.json and sys.stderr.isatty():

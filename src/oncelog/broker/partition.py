@@ -137,7 +137,7 @@ class Partition:
 
     # --- the produce path ------------------------------------------------------------------
 
-    def append_records(self, records: bytes) -> AppendResult:
+    def append_records(self, records: bytes | memoryview) -> AppendResult:
         """Validate and append a produce request's records.
 
         Raises InvalidBatch with the Kafka error for anything refused; nothing is stored then.
@@ -153,9 +153,8 @@ class Partition:
             if isinstance(decision, Duplicate):
                 return AppendResult(decision.base_offset, decision.last_offset,
                                     plog.log_start_offset, duplicate=True)
-        buf = bytearray(records)
-        headers = assign_offsets(buf, headers, plog.log_end_offset, 0)
-        plog.append(buf, headers)
+        headers, parts = assign_offsets(records, headers, plog.log_end_offset, 0)
+        plog.append(parts, headers)
         if isinstance(decision, Append):
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, _now_ms())

@@ -101,10 +101,13 @@ class Log:
 
     # --- writing -------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
-        """Append batches whose offsets start at log_end_offset (the caller patched them)."""
-        self._maybe_roll(len(data), headers[0].max_timestamp)
-        self.active.append(data, headers)
+    def append(self, parts: list, headers: list[BatchHeader]) -> None:
+        """Append batches whose offsets start at log_end_offset (see assign_offsets).
+
+        ``parts`` are the buffers holding the batches, in order, written with one writev.
+        """
+        self._maybe_roll(sum(h.size for h in headers), headers[0].max_timestamp)
+        self.active.append(parts, headers)
         if self.active.unflushed_messages >= self.config.flush_messages:
             self.flush()
 

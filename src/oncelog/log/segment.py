@@ -137,16 +137,26 @@ class LogSegment:
         self._bytes_since_index += header.size
         self.next_offset = header.last_offset + 1
 
-    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+    def append(self, parts: list, headers: list[BatchHeader]) -> None:
+        """Write the buffers in ``parts`` (the batches, in order) with one writev."""
         position = self.size
-        written = os.write(self._fd, data)
-        while written < len(data):  # a short write on a regular file means a full disk
-            written += os.write(self._fd, memoryview(data)[written:])
+        total = sum(len(p) for p in parts)
+        written = os.writev(self._fd, parts)
+        if written < total:  # a short write on a regular file: the disk is full, say why
+            self._write_rest(parts, written)
         for header in headers:
             self._track(header, position)
             position += header.size
             self.unflushed_messages += header.records_count
         self.size = position
+
+    def _write_rest(self, parts: list, written: int) -> None:
+        rest = b"".join(bytes(p) for p in parts)[written:]
+        while rest:
+            n = os.write(self._fd, rest)
+            if n == 0:
+                raise OSError("no space left on device")
+            rest = rest[n:]
 
     def flush(self) -> None:
         os.fsync(self._fd)

@@ -20,22 +20,16 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from .api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
+from . import produce_request
+from .api_versions import API_VERSIONS_KEY, PRODUCE, SUPPORTED_VERSIONS
+from .errors import ProtocolError, UnsupportedVersion
+
+__all__ = ["ProtocolError", "UnsupportedVersion"]
 
 _PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
 
-class ProtocolError(Exception):
-    """The peer broke the protocol; the connection must be closed."""
-
-
-class UnsupportedVersion(ProtocolError):
-    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
-        super().__init__(f"api key {api_key} version {api_version} is not supported")
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +111,8 @@ def decode_request(frame: bytes) -> Request:
     versions = SUPPORTED_VERSIONS.get(api_key)
     if versions is None or not versions[0] <= api_version <= versions[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
+    if api_key == PRODUCE:
+        return _decode_produce(frame, api_version, correlation_id)
     schema = request_schema(api_key, api_version)
     header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
     try:
@@ -131,6 +127,17 @@ def decode_request(frame: bytes) -> Request:
     # Trailing bytes are tolerated, as Kafka's own parser does: some librdkafka versions send
     # fields a version no longer has.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def _decode_produce(frame: bytes, api_version: int, correlation_id: int) -> Request:
+    """The hot path: records stay memoryviews into the frame (see produce_request)."""
+    try:
+        client_id, pos = produce_request.read_header(frame, api_version)
+        body = produce_request.decode(frame, api_version, pos)
+    except ProtocolError as exc:
+        raise ProtocolError(f"malformed api key {PRODUCE} v{api_version} request: {exc}") \
+            from None
+    return Request(PRODUCE, api_version, correlation_id, client_id, body, len(frame))
 
 
 def encode_response(request_api_key: int, api_version: int, correlation_id: int,
