@@ -46,3 +46,19 @@ def test_truncated_requests_are_protocol_errors(version, data, cut):
     whole = frame(version, None, -1, data)
     with pytest.raises(ProtocolError):
         decode_request(whole[:-cut])
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(sizes=st.lists(st.integers(8, 300_000), min_size=1, max_size=6),
+       chunk=st.integers(1, 100_000))
+def test_frame_reader_cuts_any_chunking_into_the_same_frames(sizes, chunk):
+    from oncelog.protocol.messages import FrameReader
+
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    stream = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    reader = FrameReader(1 << 20)
+    got = []
+    for start in range(0, len(stream), chunk):
+        got += [bytes(f) for f in reader.feed(stream[start:start + chunk])]
+    assert got == frames
+    assert reader.buffered == 0

@@ -27,6 +27,7 @@ from .errors import ProtocolError, UnsupportedVersion
 __all__ = ["ProtocolError", "UnsupportedVersion"]
 
 _PREFIX = struct.Struct(">hhi")
+_ASSEMBLE_ABOVE = 64 * 1024
 _SIZE = struct.Struct(">i")
 
 
@@ -43,16 +44,27 @@ class Request:
 
 
 class FrameReader:
-    """Accumulates bytes and cuts them into frames; refuses frames over ``max_size``."""
+    """Accumulates bytes and cuts them into frames; refuses frames over ``max_size``.
+
+    A frame that arrives in pieces is assembled in a buffer of its own size, allocated
+    once its size is known, so a megabyte request is copied once, not three times.
+    """
 
     def __init__(self, max_size: int) -> None:
         self._buf = bytearray()
         self._max_size = max_size
+        self._frame: bytearray | None = None  # a partly received frame
+        self._filled = 0
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes) -> list[bytes | bytearray]:
+        frames: list[bytes | bytearray] = []
+        view = memoryview(data)
+        if self._frame is not None:
+            view = self._fill(view, frames)
+            if self._frame is not None:
+                return frames
         buf = self._buf
-        buf += data
-        frames = []
+        buf += view
         pos = 0
         end = len(buf)
         while end - pos >= 4:
@@ -63,15 +75,33 @@ class FrameReader:
                 )
             if end - pos - 4 < size:
                 break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            frames.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
+        if end - pos >= 4 and size > _ASSEMBLE_ABOVE:
+            # Start this frame's own buffer with what has arrived of it.
+            self._frame = bytearray(size)
+            have = end - pos - 4
+            self._frame[:have] = memoryview(buf)[pos + 4 : end]
+            self._filled = have
+            pos = end
         if pos:
             del buf[:pos]
         return frames
 
+    def _fill(self, view: memoryview, frames: list) -> memoryview:
+        frame = self._frame
+        assert frame is not None
+        n = min(len(view), len(frame) - self._filled)
+        frame[self._filled : self._filled + n] = view[:n]
+        self._filled += n
+        if self._filled == len(frame):
+            frames.append(frame)
+            self._frame = None
+        return view[n:]
+
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._filled if self._frame is not None else len(self._buf)
 
 
 @functools.cache
