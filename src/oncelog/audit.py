@@ -415,7 +415,8 @@ class AuditReport:
     @property
     def verdict(self) -> str:
         t = self.totals
-        read = (f"{t['records']:,} records in {_count(len(self.partitions), 'partition')}, "
+        read = (f"{_count(t['records'], 'record')} in "
+                f"{_count(len(self.partitions), 'partition')}, "
                 f"{_count(t['producers'], 'producer id')}")
         if self.clean:
             checked = "duplicate, gap or regression" + (
