@@ -59,6 +59,7 @@ from oncelog.producer_state.rules import (
 CACHE = 5  # batches the broker remembers per producer, Kafka's hard-coded 5
 NOW = 1_700_000_000_000
 FIRST_PID = 1000
+HIGHEST_ISSUED = 10**6  # every producer of the model was issued before any restart
 
 
 def every_pid_issued(pid: int) -> bool:
@@ -160,7 +161,7 @@ class Broker:
             state.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
             start = snap.offset
         elif self.beginning_deleted:
-            state.forget_everyone()
+            state.forget_everyone(HIGHEST_ISSUED)
         for logged in self.log:
             if logged.base_offset >= start:
                 state.replay(logged.request.identity, logged.last_offset, logged.timestamp,

@@ -15,9 +15,22 @@ from oncelog.protocol.records import encode_batch
 NOW = int(time.time() * 1000)
 
 
-def open_partition(directory, segment_bytes=1 << 30, **limits) -> Partition:
+class IssuedBelow:
+    """Producer ids the cluster has issued: those below ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def is_issued(self, producer_id: int) -> bool:
+        return 0 <= producer_id < self.limit
+
+    def highest_claimed(self) -> int:
+        return self.limit - 1
+
+
+def open_partition(directory, segment_bytes=1 << 30, ids=None, **limits) -> Partition:
     return Partition("t", 0, str(directory), LogConfig(segment_bytes=segment_bytes),
-                     1 << 20, StateLimits(**limits), lambda pid: pid < 1000)
+                     1 << 20, StateLimits(**limits), ids or IssuedBelow(1000))
 
 
 def batch(pid: int, first_seq: int, count: int = 2, epoch: int = 0) -> bytes:
@@ -133,3 +146,24 @@ def test_rebuild_after_crash_counts_producers_active_from_the_rebuild(tmp_path, 
     assert p.state.entry(7).last_timestamp == timestamp
     assert p.append_records(encode_batch([(None, b"v", (), timestamp)], producer_id=7,
                                          producer_epoch=0, base_sequence=0)).duplicate
+
+
+def test_rebuild_from_a_truncated_log_forgets_only_ids_issued_so_far(tmp_path):
+    """Producers issued after the rebuild never wrote to the deleted part: they start at 0."""
+    p = open_partition(tmp_path, segment_bytes=250)
+    for seq in range(0, 30, 2):
+        p.append_records(batch(7, seq))
+    p.log.roll()
+    p.apply_retention(NOW + 10**9)
+    p.close()
+    for name in os.listdir(tmp_path):
+        if name.endswith(".snapshot"):
+            os.unlink(tmp_path / name)
+    ids = IssuedBelow(1000)
+    p = open_partition(tmp_path, ids=ids)
+    assert p.state.forgotten_up_to == 999
+    assert p.append_records(batch(7, 40)).base_offset == 30  # may have been forgotten: row 2
+    ids.limit = 2000  # the cluster hands out more ids after the rebuild
+    with pytest.raises(InvalidBatch) as early:
+        p.append_records(batch(1500, 3))  # never wrote here: must start at 0 (rows 2b-2c)
+    assert early.value.error == ErrorCode.out_of_order_sequence_number

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +27,14 @@ from ..protocol.record_batch import BatchHeader, InvalidBatch, assign_offsets, s
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
+
+
+class IssuedProducerIds(Protocol):
+    """What a partition asks the cluster's producer id allocator (ProducerIdManager)."""
+
+    def is_issued(self, producer_id: int) -> bool: ...
+
+    def highest_claimed(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +57,14 @@ def _now_ms() -> int:
 class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
-                 pid_issued: Callable[[int], bool]) -> None:
+                 producer_ids: IssuedProducerIds) -> None:
         self.topic = topic
         self.index = index
         self.dir = directory
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.limits = limits
-        self._pid_issued = pid_issued
+        self._producer_ids = producer_ids
         self._log: Log | None = None
         self._state: ProducerStateManager | None = None
         self._snapshots = SnapshotFiles(directory)
@@ -122,10 +130,10 @@ class Partition:
             if offset < plog.log_start_offset:
                 # Batches between the snapshot and the log start are gone: anyone who wrote
                 # only there is forgotten.
-                state.forget_everyone()
+                state.forget_everyone(self._producer_ids.highest_claimed())
             return max(offset, plog.log_start_offset)
         if plog.log_start_offset > 0:
-            state.forget_everyone()
+            state.forget_everyone(self._producer_ids.highest_claimed())
         return plog.log_start_offset
 
     def _snapshot_at(self, offset: int) -> None:
@@ -147,7 +155,7 @@ class Partition:
         decision = None
         if any(h.has_producer_id for h in headers):
             header = self._single_idempotent_batch(headers)
-            decision = state.validate(_identity(header), self._pid_issued)
+            decision = state.validate(_identity(header), self._producer_ids.is_issued)
             if isinstance(decision, Refuse):
                 raise InvalidBatch(decision.error, decision.message)
             if isinstance(decision, Duplicate):

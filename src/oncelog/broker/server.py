@@ -75,7 +75,7 @@ class Broker:
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         self.cluster_id = self._cluster_id()
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
-        self.topics = TopicManager(config, self.store, self.producer_ids.is_issued)
+        self.topics = TopicManager(config, self.store, self.producer_ids)
         self.counters = Counters()
         self.advertised_host = ""
         self.advertised_port = -1

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +16,7 @@ from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, MetadataStore
 from ..producer_state.manager import StateLimits
 from .config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
-from .partition import Partition
+from .partition import IssuedProducerIds, Partition
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +54,10 @@ class Topic:
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, store: MetadataStore,
-                 pid_issued: Callable[[int], bool]) -> None:
+                 producer_ids: IssuedProducerIds) -> None:
         self.config = config
         self.store = store
-        self._pid_issued = pid_issued
+        self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
         self.log_dir = config.log_dir
         os.makedirs(self.log_dir, exist_ok=True)
@@ -84,7 +83,7 @@ class TopicManager:
         return Partition(
             topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
-            self.state_limits(topic), self._pid_issued,
+            self.state_limits(topic), self._producer_ids,
         )
 
     # --- configs -------------------------------------------------------------------------

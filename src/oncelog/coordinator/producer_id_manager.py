@@ -65,6 +65,11 @@ class ProducerIdManager:
             return
         raise BadVersion(f"could not claim a producer id block in {_CLAIM_ATTEMPTS} attempts")
 
+    def highest_claimed(self) -> int:
+        """No producer id above this was ever handed out, by any broker."""
+        self._highest_claimed = max(self._highest_claimed, self._read_highest())
+        return self._highest_claimed
+
     def is_issued(self, producer_id: int) -> bool:
         """Whether the cluster ever handed out ``producer_id`` (or at least claimed it)."""
         if 0 <= producer_id <= self._highest_claimed:

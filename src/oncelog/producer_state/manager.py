@@ -205,9 +205,10 @@ class ProducerStateManager:
         del self._tombstones[producer_id]
         self.forgotten_up_to = max(self.forgotten_up_to, producer_id)
 
-    def forget_everyone(self) -> None:
-        """State was rebuilt from a log whose beginning is gone: anyone may have been lost."""
-        self.forgotten_up_to = (1 << 63) - 1
+    def forget_everyone(self, highest_issued: int) -> None:
+        """State was rebuilt from a log whose beginning is gone: any producer id issued so far
+        may have been lost; ids issued later cannot have written to what is gone."""
+        self.forgotten_up_to = max(self.forgotten_up_to, highest_issued)
 
     # --- snapshots -------------------------------------------------------------------------
 
