@@ -94,9 +94,16 @@ class BrokerConnection:
         Returns the correlation id.
         """
         version = self.version(api_key)
+        return self._send(api_key, version, make(request_module(api_key, version), version))
+
+    def _send(self, api_key: int, version: int, body: Any) -> int:
         self._correlation += 1
-        self.sock.sendall(encode_request(api_key, version, self._correlation, self.client_id,
-                                         make(request_module(api_key, version), version)))
+        try:
+            self.sock.sendall(encode_request(api_key, version, self._correlation,
+                                             self.client_id, body))
+        except OSError as exc:
+            self.close()
+            raise KafkaError(ErrorCode.network_exception, str(exc)) from None
         self._in_flight.append((self._correlation, api_key, version))
         return self._correlation
 
@@ -104,23 +111,6 @@ class BrokerConnection:
         """(correlation id, body) of the oldest pipelined request's answer."""
         correlation, api_key, version = self._in_flight.popleft()
         try:
-            frame = self._read_frame()
-        except TimeoutError:
-            self.close()
-            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
-                from None
-        got, response = decode_response(api_key, version, frame)
-        if got != correlation:
-            self.close()
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             f"correlation id {got} answered where {correlation} was asked")
-        return got, response
-
-    def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
-        self._correlation += 1
-        correlation = self._correlation
-        try:
-            self.sock.sendall(encode_request(api_key, version, correlation, self.client_id, body))
             frame = self._read_frame()
         except TimeoutError:
             self.close()
@@ -135,6 +125,10 @@ class BrokerConnection:
             raise KafkaError(ErrorCode.unknown_server_error,
                              f"correlation id {got} answered where {correlation} was asked")
         return got, response
+
+    def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
+        self._send(api_key, version, body)
+        return self.receive()
 
     def _read_exactly(self, n: int) -> bytes:
         chunks = []

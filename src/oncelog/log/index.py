@@ -12,21 +12,13 @@ File formats (big-endian):
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from array import array
 
+from .files import write_atomically
+
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class OffsetIndex:
@@ -63,7 +55,7 @@ class OffsetIndex:
             _OFFSET_ENTRY.pack(o, p)
             for o, p in zip(self.relative_offsets, self.positions, strict=True)
         )
-        _write_atomically(self.path, data)
+        write_atomically(self.path, data)
 
     def load(self, segment_size: int) -> bool:
         """Load from disk; False when the file is missing or cannot describe this segment."""
@@ -125,7 +117,7 @@ class TimeIndex:
             _TIME_ENTRY.pack(t, o)
             for t, o in zip(self.timestamps, self.relative_offsets, strict=True)
         )
-        _write_atomically(self.path, data)
+        write_atomically(self.path, data)
 
     def load(self, max_relative_offset: int) -> bool:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from .files import write_atomically
 from .segment import segment_name
 
 SUFFIX = ".snapshot"
@@ -30,13 +31,7 @@ class SnapshotFiles:
         return sorted(found, reverse=True)
 
     def write(self, offset: int, data: bytes) -> None:
-        target = self.path(offset)
-        tmp = target + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        write_atomically(self.path(offset), data)
 
     def read(self, offset: int) -> bytes:
         with open(self.path(offset), "rb") as f:
