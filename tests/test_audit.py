@@ -449,6 +449,16 @@ def test_duplicates_gaps_and_regressions_stored_by_a_broker_that_forgot_the_prod
         "(7 missing sequences), 1 regressed sequence")
 
 
+def leaders_of(holder, topic: str) -> set[int]:
+    for _ in range(20):  # the first Metadata answer may come before the topic has leaders
+        partitions = holder.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
+        leaders = {p.leader for p in partitions.values()}
+        if partitions and -1 not in leaders:
+            return leaders
+        time.sleep(0.1)
+    raise AssertionError(f"the mock gave {topic} no leaders")
+
+
 def test_another_kafka_implementation_with_leaders_on_three_brokers(capsys):
     """librdkafka's mock cluster: a Kafka implementation that is not oncelog, three brokers,
     each partition led by one of them."""
@@ -456,19 +466,20 @@ def test_another_kafka_implementation_with_leaders_on_three_brokers(capsys):
     try:
         brokers = holder.list_topics(timeout=TIMEOUT).brokers
         bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers.values())
-        # The mock creates topics on first use, with 4 partitions (it has no CreateTopics).
-        produce(bootstrap, "mock", [(i % 4, b"m%d" % i) for i in range(1200)],
+        # The mock creates topics on first use, with 4 partitions (it has no CreateTopics),
+        # and places leaders as it likes: take the first topic whose leaders are spread.
+        topic = next((t for t in (f"mock{i}" for i in range(20))
+                      if len(leaders_of(holder, t)) > 1), None)
+        assert topic is not None, "the mock put all leaders on one broker for 20 topics"
+        produce(bootstrap, topic, [(i % 4, b"m%d" % i) for i in range(1200)],
                 **{"enable.idempotence": True})
-        produce(bootstrap, "mock", [(1, b"m7")], **{"enable.idempotence": False})
-        leaders = {p.leader for p in holder.list_topics("mock", timeout=TIMEOUT)
-                   .topics["mock"].partitions.values()}
-        assert len(leaders) > 1
+        produce(bootstrap, topic, [(1, b"m7")], **{"enable.idempotence": False})
 
-        code, out = run_cli(capsys, "--bootstrap-server", bootstrap, "--topic", "mock")
+        code, out = run_cli(capsys, "--bootstrap-server", bootstrap, "--topic", topic)
         assert code == 0, out
         assert out.splitlines()[-1] == ("CLEAN: 1,201 records in 4 partitions, 1 producer id; "
                                         "no duplicate, gap or regression")
-        code, out = run_cli(capsys, "--bootstrap-server", bootstrap, "--topic", "mock", "--by",
+        code, out = run_cli(capsys, "--bootstrap-server", bootstrap, "--topic", topic, "--by",
                             "value")
         assert code == 1
         assert "m7  x2 at 1:300, 3:1" in out

@@ -62,3 +62,26 @@ def test_frame_reader_cuts_any_chunking_into_the_same_frames(sizes, chunk):
         got += [bytes(f) for f in reader.feed(stream[start:start + chunk])]
     assert got == frames
     assert reader.buffered == 0
+
+
+def test_a_large_frame_arriving_in_pieces_decodes_for_every_api():
+    """Frames over 64 KiB are assembled in their own buffer; kio must still read them."""
+    from oncelog.protocol.messages import FrameReader
+
+    mod = request_module(3, 12)
+    names = tuple(build(mod.MetadataRequestTopic, name=f"topic-{i:05d}-" + "x" * 20,
+                        topic_id=None) for i in range(3000))
+    metadata = encode_request(3, 12, 5, "c", build(mod.MetadataRequest, topics=names,
+                                                   allow_auto_topic_creation=False,
+                                                   include_topic_authorized_operations=False))
+    produce = b"\0\0\0\0" + frame(9, None, -1, [("t", [(0, b"r" * 200_000)])])
+    produce = len(produce[4:]).to_bytes(4, "big") + produce[4:]
+    assert len(metadata) > 64 * 1024
+    reader = FrameReader(1 << 20)
+    frames = []
+    for whole in (metadata, produce):
+        for start in range(0, len(whole), 50_000):
+            frames += reader.feed(whole[start:start + 50_000])
+    first, second = (decode_request(f) for f in frames)
+    assert [t.name for t in first.body.topics] == [t.name for t in names]
+    assert bytes(second.body.topic_data[0].partition_data[0].records) == b"r" * 200_000

@@ -56,8 +56,8 @@ class FrameReader:
         self._frame: bytearray | None = None  # a partly received frame
         self._filled = 0
 
-    def feed(self, data: bytes) -> list[bytes | bytearray]:
-        frames: list[bytes | bytearray] = []
+    def feed(self, data: bytes) -> list[bytes | memoryview]:
+        frames: list[bytes | memoryview] = []
         view = memoryview(data)
         if self._frame is not None:
             view = self._fill(view, frames)
@@ -95,7 +95,7 @@ class FrameReader:
         frame[self._filled : self._filled + n] = view[:n]
         self._filled += n
         if self._filled == len(frame):
-            frames.append(frame)
+            frames.append(memoryview(frame).toreadonly())  # kio reads only read-only buffers
             self._frame = None
         return view[n:]
 
