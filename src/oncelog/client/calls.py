@@ -93,6 +93,36 @@ def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
     return FetchResult(result.records or b"", result.high_watermark, result.log_start_offset)
 
 
+def fetch_many(conn: BrokerConnection, positions: dict[tuple[str, int], int],
+               max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
+               isolation_level: int = 0) -> dict[tuple[str, int], tuple[ErrorCode, FetchResult]]:
+    """One Fetch for several partitions: per (topic, partition), its error and its data."""
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in positions.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+
+    def make(mod, version):
+        topics = tuple(
+            build(mod.FetchTopic, topic=topic, partitions=tuple(
+                build(mod.FetchPartition, partition=partition, current_leader_epoch=-1,
+                      fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                      partition_max_bytes=partition_max_bytes)
+                for partition, offset in parts))
+            for topic, parts in by_topic.items())
+        return build(mod.FetchRequest, replica_id=-1,
+                     max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
+                     max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
+                     session_epoch=-1, topics=topics, forgotten_topics_data=(), rack_id="")
+
+    response = conn.call(apis.FETCH, make)
+    results = {}
+    for topic in response.responses:
+        for p in topic.partitions:
+            results[(topic.topic, p.partition_index)] = (
+                p.error_code, FetchResult(p.records or b"", p.high_watermark, p.log_start_offset))
+    return results
+
+
 def list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int) -> int:
     """EARLIEST, LATEST, or the first offset with a timestamp >= ``timestamp`` (-1: none)."""
     def make(mod, version):

@@ -176,6 +176,13 @@ def encode_batch(
 
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     """Header and records of the batch at ``pos``; raises ValueError when it does not parse."""
+    try:
+        return _decode_batch(buf, pos)
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"record batch does not parse: {exc}") from None
+
+
+def _decode_batch(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record]]:
     header = read_header(buf, pos)
     end = pos + header.size
     if end > len(buf):

@@ -1,0 +1,285 @@
+"""oncelog.Consumer: read partitions you assign, from offsets you choose, on any Kafka broker.
+
+No consumer groups yet (assign and seek, as with confluent-kafka's ``assign``). Every record
+carries what no Kafka consumer API shows: the producer id, epoch and sequence number its batch
+gave it, so exactly-once can be checked record by record. Every codec is decompressed and,
+with ``check.crcs`` (the default, as in Kafka), every batch's CRC32C is verified.
+
+Config keys are Kafka's: ``bootstrap.servers``, ``client.id``, ``auto.offset.reset``
+(earliest, latest, error), ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
+``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted; read_committed
+arrives with transactions), ``request.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.record_batch import NO_SEQUENCE, crc_of, read_header
+from ..protocol.records import decode_batch
+from . import calls
+from .admin import Admin
+from .connection import BrokerConnection, KafkaError
+
+EARLIEST, LATEST = calls.EARLIEST, calls.LATEST
+_LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+                  ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: str  # "CreateTime" or "LogAppendTime"
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    producer_id: int
+    producer_epoch: int
+    sequence: int  # -1 for records of producers without idempotence
+    is_transactional: bool
+
+
+_DEFAULTS = {
+    "bootstrap.servers": "127.0.0.1:9092", "client.id": "oncelog-consumer",
+    "auto.offset.reset": "latest", "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 1_048_576, "fetch.wait.max.ms": 500, "check.crcs": True,
+    "isolation.level": "read_uncommitted", "request.timeout.ms": 30_000,
+}
+
+
+def _config(config: dict) -> dict:
+    unknown = set(config) - set(_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown consumer config {', '.join(sorted(unknown))}")
+    merged = {**_DEFAULTS, **config}
+    if merged["auto.offset.reset"] not in ("earliest", "latest", "error"):
+        raise ValueError("auto.offset.reset must be earliest, latest or error")
+    if merged["isolation.level"] != "read_uncommitted":
+        raise ValueError("isolation.level: only read_uncommitted until transactions exist")
+    return merged
+
+
+class Consumer:
+    def __init__(self, config: dict) -> None:
+        self.config = _config(config)
+        self._timeout = int(self.config["request.timeout.ms"]) / 1000
+        self._admin = Admin({"bootstrap.servers": self.config["bootstrap.servers"],
+                             "client.id": self.config["client.id"],
+                             "request.timeout.ms": str(self.config["request.timeout.ms"])})
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._leaders: dict[TopicPartition, int] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._buffered: list[ConsumerRecord] = []
+
+    # --- assignment and positions ----------------------------------------------------------
+
+    def assign(self, partitions: list[TopicPartition | tuple[str, int]],
+               offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Consume exactly these partitions, from ``offsets`` or per auto.offset.reset."""
+        wanted = [p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions]
+        self._positions = {tp: (offsets or {}).get(tp) for tp in wanted}
+        self._buffered.clear()
+        self._refresh_leaders()
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._positions)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Next poll reads ``tp`` from ``offset`` (EARLIEST and LATEST work too)."""
+        self._check_assigned(tp)
+        if offset in (EARLIEST, LATEST):
+            offset = self._list_offset(tp, offset)
+        self._positions[tp] = offset
+        self._buffered = [r for r in self._buffered if (r.topic, r.partition) != tuple(
+            (tp.topic, tp.partition))]
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record poll will return for ``tp`` (as Kafka defines it)."""
+        for record in self._buffered:
+            if record.topic == tp.topic and record.partition == tp.partition:
+                return record.offset
+        return self._fetch_position(tp)
+
+    def _fetch_position(self, tp: TopicPartition) -> int:
+        self._check_assigned(tp)
+        if self._positions[tp] is None:
+            self._positions[tp] = self._reset(tp)
+        return self._positions[tp]
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The first offset whose timestamp is at or after each timestamp (-1: none)."""
+        return {tp: self._list_offset(tp, ts) for tp, ts in timestamps.items()}
+
+    def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        return self._list_offset(tp, EARLIEST), self._list_offset(tp, LATEST)
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._positions:
+            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned")
+
+    # --- polling ---------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records, waiting at most ``timeout`` seconds for some."""
+        deadline = time.monotonic() + timeout
+        while not self._buffered:
+            self._fetch(max(0, deadline - time.monotonic()))
+            if self._buffered or time.monotonic() >= deadline:
+                break
+        records, self._buffered = self._buffered[:max_records], self._buffered[max_records:]
+        return records
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records until the end of every assigned partition (as of each fetch)."""
+        while True:
+            records = self.poll(timeout=0)
+            if not records:
+                if self._at_end():
+                    return
+                continue
+            yield from records
+
+    def _at_end(self) -> bool:
+        return all(self._fetch_position(tp) >= self._list_offset(tp, LATEST)
+                   for tp in self._positions)
+
+    def _fetch(self, wait: float) -> None:
+        by_leader: dict[int, dict[tuple[str, int], int]] = {}
+        for tp in self._positions:
+            by_leader.setdefault(self._leaders[tp], {})[(tp.topic, tp.partition)] = \
+                self._fetch_position(tp)
+        wait_ms = min(int(wait * 1000), int(self.config["fetch.wait.max.ms"]))
+        for leader, positions in by_leader.items():
+            try:
+                results = calls.fetch_many(
+                    self._connection(leader), positions, wait_ms,
+                    int(self.config["fetch.max.bytes"]),
+                    int(self.config["max.partition.fetch.bytes"]))
+            except KafkaError as exc:
+                if exc.error not in (ErrorCode.network_exception, ErrorCode.request_timed_out):
+                    raise
+                # The broker went away (a restart, a new leader): reconnect on the next poll.
+                self._drop_connection(leader)
+                time.sleep(min(wait, 0.1))
+                continue
+            for (topic, partition), (error, result) in results.items():
+                self._take(TopicPartition(topic, partition), error, result)
+
+    def _take(self, tp: TopicPartition, error: ErrorCode, result: calls.FetchResult) -> None:
+        if error == ErrorCode.offset_out_of_range:
+            if self.config["auto.offset.reset"] == "error":
+                raise KafkaError(error, f"{tp.topic}-{tp.partition} at {self._positions[tp]}")
+            self._positions[tp] = self._reset(tp)
+            return
+        if error in _LEADER_ERRORS:
+            self._refresh_leaders()
+            return
+        if error != ErrorCode.none:
+            raise KafkaError(error, f"fetch {tp.topic}-{tp.partition}")
+        position = self._positions[tp]
+        for record in self._records(tp, result.records):
+            if record.offset >= position:
+                self._buffered.append(record)
+                position = record.offset + 1
+        self._positions[tp] = position
+
+    def _records(self, tp: TopicPartition, data: bytes) -> Iterator[ConsumerRecord]:
+        view = memoryview(data)
+        pos = 0
+        while len(view) - pos >= 61:
+            header = read_header(view, pos)
+            if pos + header.size > len(view):
+                return  # a partial batch at the end of the response: fetched again next time
+            if self.config["check.crcs"] and crc_of(view, pos, header.size) != header.crc:
+                raise KafkaError(ErrorCode.corrupt_message,
+                                 f"{tp.topic}-{tp.partition}: batch at offset "
+                                 f"{header.base_offset} fails its CRC32C check")
+            try:
+                _, records = decode_batch(view, pos)
+            except ValueError as exc:
+                raise KafkaError(ErrorCode.corrupt_message,
+                                 f"{tp.topic}-{tp.partition}: batch at offset "
+                                 f"{header.base_offset}: {exc}") from None
+            log_append = bool(header.attributes & 0x08)
+            for r in records:
+                delta = r.offset - header.base_offset
+                sequence = NO_SEQUENCE if header.base_sequence < 0 else \
+                    (header.base_sequence + delta) & 0x7FFFFFFF
+                yield ConsumerRecord(
+                    tp.topic, tp.partition, r.offset,
+                    header.max_timestamp if log_append else r.timestamp,
+                    "LogAppendTime" if log_append else "CreateTime", r.key, r.value, r.headers,
+                    header.producer_id, header.producer_epoch, sequence,
+                    header.is_transactional)
+            pos += header.size
+
+    # --- cluster plumbing ------------------------------------------------------------------
+
+    def _reset(self, tp: TopicPartition) -> int:
+        policy = self.config["auto.offset.reset"]
+        if policy == "error":
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"{tp.topic}-{tp.partition} has no position and "
+                             "auto.offset.reset=error")
+        return self._list_offset(tp, EARLIEST if policy == "earliest" else LATEST)
+
+    def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
+        return calls.list_offset(self._connection(self._leaders[tp]), tp.topic, tp.partition,
+                                 timestamp)
+
+    def _refresh_leaders(self) -> None:
+        topics = sorted({tp.topic for tp in self._positions})
+        info = self._admin.metadata(topics) if topics else None
+        self._brokers = info.brokers if info else {}
+        for tp in self._positions:
+            partitions = {p.index: p for p in info.topics[tp.topic].partitions}
+            if tp.partition not in partitions:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"{tp.topic}-{tp.partition} does not exist")
+            self._leaders[tp] = partitions[tp.partition].leader
+
+    def _connection(self, node: int) -> BrokerConnection:
+        conn = self._connections.get(node)
+        if conn is None:
+            host, port = self._brokers[node]
+            conn = BrokerConnection(host, port, self.config["client.id"], self._timeout)
+            self._connections[node] = conn
+        return conn
+
+    def _drop_connection(self, node: int) -> None:
+        conn = self._connections.pop(node, None)
+        if conn is not None:
+            conn.close()
+        try:
+            self._admin.close()
+            self._admin = Admin({"bootstrap.servers": self.config["bootstrap.servers"],
+                                 "client.id": self.config["client.id"],
+                                 "request.timeout.ms": str(self.config["request.timeout.ms"])})
+            self._refresh_leaders()
+        except KafkaError:
+            pass  # still down: the next poll tries again
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        self._admin.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
