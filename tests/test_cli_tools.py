@@ -71,3 +71,11 @@ def test_producers_describe_and_stats(broker):
     appended = sum(int(r[3]) for r in rows if r[:3] == ["idem", "0", "appended"])
     assert appended >= 1
     assert ["idem", "0", "producers", "1"] in rows
+
+
+def test_deleted_topic_leaves_no_counters(broker):
+    assert oncelog(broker, "topics", "create", "--topic", "gone").returncode == 0
+    assert oncelog(broker, "produce", "--topic", "gone", stdin="a\n").returncode == 0
+    assert "gone\t0\tappended" in oncelog(broker, "stats").stdout
+    assert oncelog(broker, "topics", "delete", "--topic", "gone").returncode == 0
+    assert "gone" not in oncelog(broker, "stats").stdout

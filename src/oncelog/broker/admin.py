@@ -90,6 +90,7 @@ def handle_delete_topics(broker, request: Request):
             if name in duplicates:
                 raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
             broker.topics.delete(name)
+            broker.counters.forget_topic(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
         results.append(build(mod.DeletableTopicResult, name=name, error_code=error,

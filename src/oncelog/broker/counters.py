@@ -14,5 +14,10 @@ class Counters:
     def inc(self, topic: str, partition: int, outcome: str, n: int = 1) -> None:
         self._counts[(topic, partition)][outcome] += n
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's counts go with it (a topic made again later starts from zero)."""
+        for key in [k for k in self._counts if k[0] == topic]:
+            del self._counts[key]
+
     def snapshot(self) -> dict[tuple[str, int], dict[str, int]]:
         return {key: dict(counter) for key, counter in self._counts.items()}
