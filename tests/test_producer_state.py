@@ -275,3 +275,14 @@ def test_damaged_snapshot_is_refused(damage):
     data = snapshot.of_state(3, p.state)
     with pytest.raises(snapshot.BadSnapshot):
         snapshot.decode(damage(data))
+
+
+def test_snapshot_loaded_under_a_lower_producer_limit_keeps_the_rest_as_compact_records():
+    p = Partition()
+    for pid in (1, 2, 3):
+        p.send(0, 4, pid=pid)
+    snap = snapshot.decode(snapshot.of_state(p.end, p.state))
+    smaller = ProducerStateManager(StateLimits(max_producers=2))
+    smaller.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
+    assert len(smaller) == 2 and smaller.entry(1) is None
+    assert smaller.tombstone(1).last_seq == 3  # still judged by its real sequence

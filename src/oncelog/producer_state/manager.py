@@ -212,14 +212,33 @@ class ProducerStateManager:
 
     # --- snapshots -------------------------------------------------------------------------
 
-    def load(self, entries: list[ProducerStateEntry], tombstones: list[Tombstone],
+    # The packed forms, for snapshot.py: a snapshot stores them as they are.
+    PACKED_HEAD = _HEAD
+    PACKED_BATCH = _BATCH
+    PACKED_TOMBSTONE = _TOMBSTONE
+
+    @staticmethod
+    def valid_packed_entry_size(size: int) -> bool:
+        batches, rest = divmod(size - _HEAD.size, _BATCH.size)
+        return rest == 0 and 1 <= batches <= 255
+
+    def packed_entries(self) -> list[tuple[int, bytes]]:
+        return list(self._entries.items())
+
+    def packed_tombstones(self) -> list[tuple[int, bytes]]:
+        return list(self._tombstones.items())
+
+    def load(self, entries: list[tuple[int, bytes]], tombstones: list[tuple[int, bytes]],
              forgotten_up_to: int) -> None:
-        """Replace all state (from a snapshot); both lists least recently active first."""
-        self._entries = {}
-        self._tombstones = {}
+        """Replace all state with packed entries and tombstones (from a snapshot), both least
+        recently active first. An entry with more batches than batches_to_retain is trimmed
+        at its next append; producers beyond max_producers (a limit lowered since) become
+        compact records, as eviction would have made them."""
+        self._entries = dict(entries)
+        self._tombstones = dict(tombstones)
         self.forgotten_up_to = forgotten_up_to
-        for tombstone in tombstones:
-            self._put_tombstone(tombstone)
-        for entry in entries:
-            del entry.batches[:-self.limits.batches_to_retain]
-            self._store(entry)
+        while len(self._entries) > self.limits.max_producers:
+            oldest = next(iter(self._entries))
+            self._retire(oldest, _unpack(oldest, self._entries[oldest]).last_append_ms)
+        while len(self._tombstones) > self.limits.max_tombstones:
+            self._forget(next(iter(self._tombstones)))
