@@ -74,6 +74,7 @@ from .protocol.record_batch import (
     read_header,
 )
 from .protocol.records import NONE, decode_batch, decompress
+from .protocol.varint import read_uvarint
 
 SEQUENCE_SPACE = 1 << 31
 _HALF = 1 << 30
@@ -612,20 +613,6 @@ def _expand(packed: bytes) -> _Producer:
 
 # --- reading records fast ----------------------------------------------------------------------
 
-def _raw_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint (zigzag still applied) at ``pos``; returns it and the next pos."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is too long")
-
-
 def record_fields(header: BatchHeader, buf: bytes, pos: int, want_key: bool,
                   want_value: bool) -> tuple[list[int], list, list]:
     """Offsets, keys and values of the records of the batch at ``pos`` (the keys or values
@@ -653,7 +640,7 @@ def record_fields(header: BatchHeader, buf: bytes, pos: int, want_key: bool,
             n = (b & 0x7F) | (body[p + 1] << 7)
             p += 2
         else:
-            n, p = _raw_varint(body, p)
+            n, p = read_uvarint(body, p)
         record_end = p + ((n >> 1) ^ -(n & 1))
         p += 1  # attributes
         # timestamp delta: skipped
@@ -669,7 +656,7 @@ def record_fields(header: BatchHeader, buf: bytes, pos: int, want_key: bool,
             n = (b & 0x7F) | (body[p + 1] << 7)
             p += 2
         else:
-            n, p = _raw_varint(body, p)
+            n, p = read_uvarint(body, p)
         offsets.append(base + ((n >> 1) ^ -(n & 1)))
         # key
         b = body[p]
@@ -680,7 +667,7 @@ def record_fields(header: BatchHeader, buf: bytes, pos: int, want_key: bool,
             n = (b & 0x7F) | (body[p + 1] << 7)
             p += 2
         else:
-            n, p = _raw_varint(body, p)
+            n, p = read_uvarint(body, p)
         n = (n >> 1) ^ -(n & 1)
         if n < 0:
             if want_key:
@@ -698,7 +685,7 @@ def record_fields(header: BatchHeader, buf: bytes, pos: int, want_key: bool,
                 n = (b & 0x7F) | (body[p + 1] << 7)
                 p += 2
             else:
-                n, p = _raw_varint(body, p)
+                n, p = read_uvarint(body, p)
             n = (n >> 1) ^ -(n & 1)
             values.append(None if n < 0 else body[p:p + n])
         p = record_end

@@ -12,6 +12,7 @@ import struct
 from typing import NamedTuple
 
 from .errors import ProtocolError
+from .varint import read_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -53,15 +54,13 @@ class _Reader:
         return fmt.unpack(self.take(fmt.size))
 
     def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ProtocolError("varint is too long")
+        try:
+            value, self.pos = read_uvarint(self.view, self.pos, max_bits=32)
+        except IndexError:
+            raise ProtocolError("produce request is truncated") from None
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        return value
 
     def length(self, flexible: bool, wide: bool = False) -> int:
         """-1 for null; compact lengths are stored plus one."""

@@ -11,6 +11,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .varint import write_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
@@ -29,10 +31,7 @@ class PartitionResult(NamedTuple):
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(out, value)
     return bytes(out)
 
 

@@ -23,6 +23,7 @@ from .record_batch import (
     BatchHeader,
     read_header,
 )
+from .varint import read_varint, write_varint
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
@@ -43,41 +44,16 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-# --- varints (zigzag) -----------------------------------------------------------------------
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is too long")
-    return (result >> 1) ^ -(result & 1), pos
-
-
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
-        _write_varint(out, -1)
+        write_varint(out, -1)
     else:
-        _write_varint(out, len(data))
+        write_varint(out, len(data))
         out += data
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     end = pos + length
@@ -151,16 +127,16 @@ def encode_batch(
     body = bytearray()
     for delta, (key, value, headers, ts) in enumerate(records):
         rec = bytearray(b"\0")  # attributes
-        _write_varint(rec, ts - base_ts)
-        _write_varint(rec, delta)
+        write_varint(rec, ts - base_ts)
+        write_varint(rec, delta)
         _write_bytes(rec, key)
         _write_bytes(rec, value)
         headers = list(headers)
-        _write_varint(rec, len(headers))
+        write_varint(rec, len(headers))
         for hkey, hvalue in headers:
             _write_bytes(rec, hkey.encode())
             _write_bytes(rec, hvalue)
-        _write_varint(body, len(rec))
+        write_varint(body, len(rec))
         body += rec
     payload = compress(compression, bytes(body))
     attributes = compression | (0x10 if transactional else 0)
@@ -194,14 +170,14 @@ def _decode_batch(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[
     records = []
     p = 0
     for _ in range(header.records_count):
-        length, p = _read_varint(payload, p)
+        length, p = read_varint(payload, p)
         rec_end = p + length
         p += 1  # attributes, unused in v2
-        ts_delta, p = _read_varint(payload, p)
-        off_delta, p = _read_varint(payload, p)
+        ts_delta, p = read_varint(payload, p)
+        off_delta, p = read_varint(payload, p)
         key, p = _read_bytes(payload, p)
         value, p = _read_bytes(payload, p)
-        count, p = _read_varint(payload, p)
+        count, p = read_varint(payload, p)
         headers = []
         for _ in range(count):
             hkey, p = _read_bytes(payload, p)

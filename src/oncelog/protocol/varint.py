@@ -1,0 +1,44 @@
+"""Base-128 varints, the one implementation: unsigned ones (flexible protocol versions) and
+zigzag-signed ones (fields of records in a RecordBatch)."""
+
+from __future__ import annotations
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int, max_bits: int = 64) -> tuple[int, int]:
+    """(value, position after it); ValueError when longer than ``max_bits``, IndexError when
+    the buffer ends inside it."""
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= max_bits:
+            raise ValueError("varint is too long")
+
+
+def zigzag(value: int) -> int:
+    """A signed 64-bit value as the unsigned one Kafka writes."""
+    return (value << 1) ^ (value >> 63)
+
+
+def unzigzag(value: int) -> int:
+    return (value >> 1) ^ -(value & 1)
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    write_uvarint(out, zigzag(value))
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value, pos = read_uvarint(buf, pos)
+    return unzigzag(value), pos
