@@ -93,10 +93,6 @@ class ChaosProxy:
             self.rules.append(rule)
         return rule
 
-    def clear_rules(self) -> None:
-        with self._lock:
-            self.rules.clear()
-
     def _fire(self, api_key: int, frame: bytes) -> list[Rule]:
         with self._lock:
             candidates = [r for r in self.rules if r.api_key == api_key]
@@ -156,11 +152,6 @@ class ChaosProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def cut_all(self) -> None:
-        """Close every proxied connection now (as a network partition would)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._close_all)
 
     def _close_all(self) -> None:
         for writer in list(self._writers):

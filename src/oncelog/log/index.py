@@ -41,11 +41,6 @@ class OffsetIndex:
         i = bisect.bisect_right(self.relative_offsets, relative_offset)
         return self.positions[i - 1] if i else 0
 
-    def truncate_to_position(self, position: int) -> None:
-        i = bisect.bisect_left(self.positions, position)
-        del self.relative_offsets[i:]
-        del self.positions[i:]
-
     def clear(self) -> None:
         del self.relative_offsets[:]
         del self.positions[:]
@@ -102,11 +97,6 @@ class TimeIndex:
         """Relative offset to start scanning from for the first batch with max ts >= timestamp."""
         i = bisect.bisect_left(self.timestamps, timestamp)
         return self.relative_offsets[i - 1] if i else 0
-
-    def truncate_to_offset(self, relative_offset: int) -> None:
-        i = bisect.bisect_left(self.relative_offsets, relative_offset)
-        del self.timestamps[i:]
-        del self.relative_offsets[i:]
 
     def clear(self) -> None:
         del self.timestamps[:]
