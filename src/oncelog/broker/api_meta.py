@@ -9,11 +9,10 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ..protocol.api_versions import (
+    ADVERTISED_VERSIONS,
     API_VERSIONS_KEY,
     FIND_COORDINATOR,
     METADATA,
-    PRODUCE,
-    SUPPORTED_VERSIONS,
 )
 from ..protocol.messages import Request
 from ..protocol.schema import build, has_field, response_module
@@ -25,24 +24,11 @@ NO_THROTTLE = datetime.timedelta(0)
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 
 
-# librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
-# broker lists a Produce version <= 2, and otherwise sends every batch uncompressed. Kafka 4
-# lists Produce from v0 for that reason alone (KAFKA-18659) and refuses v0-v2 when used, as
-# decode_request does here; clients pick their highest common version, so none sends them.
-ADVERTISED_MIN_VERSIONS = {PRODUCE: 0}
-
-
-def advertised_versions() -> list[tuple[int, int, int]]:
-    """(api key, min, max) as ApiVersions lists them."""
-    return [(key, ADVERTISED_MIN_VERSIONS.get(key, lo), hi)
-            for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
-
-
 def api_versions_body(api_version: int, error: ErrorCode = ErrorCode.none):
     mod = response_module(API_VERSIONS_KEY, api_version)
     keys = tuple(
         build(mod.ApiVersion, api_key=key, min_version=lo, max_version=hi)
-        for key, lo, hi in advertised_versions()
+        for key, lo, hi in ADVERTISED_VERSIONS
     )
     return build(mod.ApiVersionsResponse, error_code=error, api_keys=keys,
                  throttle_time=NO_THROTTLE, supported_features=(),

@@ -31,3 +31,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_PRODUCERS: (0, 0),
 }
+
+# librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
+# broker lists a Produce version <= 2, and otherwise sends every batch uncompressed. Kafka 4
+# lists Produce from v0 for that reason alone (KAFKA-18659) and refuses v0-v2 when used, as
+# decode_request does here; clients pick their highest common version, so none sends them.
+_ADVERTISED_MIN = {PRODUCE: 0}
+
+# (api key, min, max) as ApiVersions lists them.
+ADVERTISED_VERSIONS: list[tuple[int, int, int]] = [
+    (key, _ADVERTISED_MIN.get(key, lo), hi) for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+]
