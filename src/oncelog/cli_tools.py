@@ -12,9 +12,10 @@ import urllib.request
 
 from .client import calls
 from .client.admin import Admin
-from .client.connection import BrokerConnection, KafkaError
+from .client.connection import KafkaError
+from .client.consumer import EARLIEST, LATEST, Consumer, TopicPartition
 from .client.partitioner import partition_for_key
-from .protocol.records import CODECS, encode_batch, iter_batches
+from .protocol.records import CODECS, encode_batch
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -174,20 +175,18 @@ def _produce(args: argparse.Namespace) -> int:
 
 # --- consume ----------------------------------------------------------------------------------
 
-def _start_offset(conn: BrokerConnection, topic: str, partition: int, spec: str) -> int:
-    if spec == "earliest":
-        return calls.list_offset(conn, topic, partition, calls.EARLIEST)
-    if spec == "latest":
-        return calls.list_offset(conn, topic, partition, calls.LATEST)
-    if spec.startswith("ts:"):
-        offset = calls.list_offset(conn, topic, partition, int(spec[3:]))
-        return offset if offset >= 0 else calls.list_offset(conn, topic, partition, calls.LATEST)
-    try:
-        return int(spec)
-    except ValueError:
+def _seek_to(consumer: Consumer, tp: TopicPartition, spec: str) -> None:
+    if spec in ("earliest", "latest"):
+        consumer.seek(tp, EARLIEST if spec == "earliest" else LATEST)
+    elif spec.startswith("ts:") and spec[3:].isdigit():
+        offset = consumer.offsets_for_times({tp: int(spec[3:])})[tp]
+        consumer.seek(tp, offset if offset >= 0 else LATEST)
+    elif spec.isdigit():
+        consumer.seek(tp, int(spec))
+    else:
         raise SystemExit(
             f"oncelog consume: --offset takes earliest, latest, ts:MILLIS or a number, not {spec!r}"
-        ) from None
+        )
 
 
 def _show(args: argparse.Namespace, partition: int, record) -> str:
@@ -209,29 +208,28 @@ def _consume(args: argparse.Namespace) -> int:
     shown = 0
     with _admin(args) as admin:
         info = admin.metadata([args.topic]).topics[args.topic]
-        indexes = [args.partition] if args.partition is not None else \
-            [p.index for p in info.partitions]
-        positions = {i: _start_offset(admin.conn, args.topic, i, args.offset) for i in indexes}
-        while True:
-            at_end = True
-            for partition in indexes:
-                result = calls.fetch(admin.conn, args.topic, partition, positions[partition],
-                                     max_wait_ms=100 if len(indexes) > 1 else 500)
-                for _, records in iter_batches(result.records):
-                    for record in records:
-                        if record.offset < positions[partition]:
-                            continue
-                        print(_show(args, partition, record), flush=False)
-                        positions[partition] = record.offset + 1
-                        shown += 1
-                        if args.max_messages and shown >= args.max_messages:
-                            sys.stdout.flush()
-                            return 0
-                if positions[partition] < result.high_watermark:
-                    at_end = False
-            sys.stdout.flush()
-            if at_end and args.exit_at_end:
-                return 0
+    indexes = [args.partition] if args.partition is not None else \
+        [p.index for p in info.partitions]
+    with Consumer({"bootstrap.servers": args.bootstrap_server,
+                   "client.id": "oncelog-consume"}) as consumer:
+        partitions = [TopicPartition(args.topic, i) for i in indexes]
+        consumer.assign(partitions)
+        for tp in partitions:
+            _seek_to(consumer, tp, args.offset)
+        records = iter(consumer) if args.exit_at_end else _forever(consumer)
+        for record in records:
+            print(_show(args, record.partition, record), flush=False)
+            shown += 1
+            if args.max_messages and shown >= args.max_messages:
+                break
+        sys.stdout.flush()
+    return 0
+
+
+def _forever(consumer: Consumer):
+    while True:
+        yield from consumer.poll(timeout=1.0)
+        sys.stdout.flush()
 
 
 # --- audit ------------------------------------------------------------------------------------
