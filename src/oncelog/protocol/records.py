@@ -188,15 +188,3 @@ def _decode_batch(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[
         records.append(Record(header.base_offset + off_delta, header.base_timestamp + ts_delta,
                               key, value, tuple(headers)))
     return header, records
-
-
-def iter_batches(buf: bytes | memoryview):
-    """(header, records) for every complete batch in a fetched record set."""
-    pos = 0
-    total = len(buf)
-    while total - pos >= HEADER_SIZE:
-        header = read_header(buf, pos)
-        if pos + header.size > total:
-            return
-        yield decode_batch(buf, pos)
-        pos += header.size
