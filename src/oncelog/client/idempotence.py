@@ -15,9 +15,9 @@ Theory of operation
 - A batch to retry goes back into its queue in sequence order; while a partition has a retry
   queued, only its first unacknowledged batch may be sent (in flight drops to 1 until the
   retries are through).
-- Some answers need a new epoch (KIP-360). Then nothing is sent until every request in flight
-  is answered; every partition restarts at sequence 0 in the new epoch, and each batch not yet
-  acknowledged is resequenced, except those that may already be stored, which fail.
+- Some answers need a new epoch (KIP-360), or a new producer id. Then nothing is sent until
+  every request in flight is answered; every partition restarts at sequence 0, and each batch
+  not yet acknowledged is resequenced, except those that may already be stored, which fail.
 
 Answer to a batch -> what happens (one function per row group below):
 
@@ -27,7 +27,8 @@ Answer to a batch -> what happens (one function per row group below):
 | DUPLICATE_SEQUENCE_NUMBER                                | delivered (stored before)       |
 | OUT_OF_ORDER_SEQUENCE_NUMBER, an earlier batch unacked   | retry in order                  |
 | OUT_OF_ORDER_SEQUENCE_NUMBER, first unacked batch        | bump epoch, resequence, retry   |
-| UNKNOWN_PRODUCER_ID                                      | bump epoch, resequence, retry   |
+| UNKNOWN_PRODUCER_ID                                      | new producer id, resequence,    |
+|                                                          | retry                           |
 | INVALID_PRODUCER_EPOCH, PRODUCER_FENCED                  | fatal: the producer stops       |
 | retriable error or no answer, attempts left              | retry in order                  |
 | other errors, attempts exhausted, delivery timeout       | fail; a sequenced batch leaves  |
@@ -79,7 +80,8 @@ class IdempotenceManager:
         self.epoch = -1
         self.partitions: dict[TopicPartition, PartitionSequences] = {}
         self.bump_needed = False
-        self.needs_new_id = False
+        self.new_id_wanted = False  # the bump takes a new producer id, not a new epoch
+        self.needs_new_id = False   # bumped: no sends until InitProducerId answers
 
     @property
     def has_identity(self) -> bool:
@@ -150,8 +152,10 @@ class IdempotenceManager:
         if error == ErrorCode.out_of_order_sequence_number:
             return self._out_of_order(state, batch)
         if error == ErrorCode.unknown_producer_id:
-            # The broker has no state for us here (retention, or a broker that lost it).
-            self.bump_needed = True
+            # The broker does not know this id at all (seed 000: an id it never issued, as
+            # after resuming a checkpoint against another cluster): a new epoch would not
+            # help, a new id does.
+            self.bump_needed = self.new_id_wanted = True
             return Action.RETRY
         return self._retry_or_fail(state, batch, error.retriable)
 
@@ -211,11 +215,11 @@ class IdempotenceManager:
             state.unacked.clear()
             state.next_sequence = 0
             state.last_acked = -1
-        if self.epoch >= MAX_EPOCH:
+        if self.epoch >= MAX_EPOCH or self.new_id_wanted:
             self.needs_new_id = True
         else:
             self.epoch += 1
-        self.bump_needed = False
+        self.bump_needed = self.new_id_wanted = False
         return doomed
 
     # --- checkpoints (seed 001, "Transitivity") ---------------------------------------------
