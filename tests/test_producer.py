@@ -325,24 +325,32 @@ def test_checkpoint_is_json_and_resume_continues_the_sequences(broker):
 
 
 def test_resending_after_resume_is_answered_as_duplicate(broker):
-    """Seed 001's copy process: restart from a checkpoint and produce the same input again;
-    deterministic batching re-creates the batches, the broker recognises each one."""
+    """Seed 001's copy process: restart from a checkpoint and produce the same input again.
+    Deterministic batches are aligned on sequence numbers (multiples of batch.num.messages),
+    so each one lies within one the broker stored, or after all of them."""
     config = {"bootstrap.servers": broker.bootstrap, "batching": "deterministic",
               "batch.num.messages": 10}
     with Producer(config) as p:
-        p.produce("again", b"before", partition=0)
+        p.produce("again", b"before", partition=0)   # sequence 0, offset 0
         saved = p.checkpoint()
-        for i in range(100):  # ten batches, more than the broker's cache of five
+        for i in range(100):  # sequences 1..100: [1-9] [10-19] ... [90-99], [100] at close
             p.produce("again", b"%d" % i, partition=0)
-        p.flush(TIMEOUT)
     with Producer(config, resume=saved) as p:
         futures = [p.produce("again", b"%d" % i, partition=0) for i in range(120)]
         p.flush(TIMEOUT)
     offsets = [f.result().offset for f in futures]
-    assert offsets[:50] == [-1] * 50         # older than the cache: DUPLICATE_SEQUENCE_NUMBER
-    assert offsets[50:] == list(range(51, 121))  # the last five batches: their own offsets
-    values = [r.value for r in read_back(broker.bootstrap, "again")]
-    assert values == [b"before"] + [b"%d" % i for i in range(120)]
+    # Older than the broker's cache of five batches: DUPLICATE_SEQUENCE_NUMBER, offset unknown.
+    assert offsets[:59] == [-1] * 59
+    # The five cached batches ([60-69] .. [90-99]; [100] is below) answer their own offsets.
+    assert offsets[59:99] == list(range(60, 100))
+    # [100-109] straddles the end of what the broker holds (it had [100] alone): the producer
+    # asks DescribeProducers, drops record 100 and sends [101-109].
+    assert offsets[99] == -1
+    assert offsets[100:] == list(range(101, 121))
+    stored = read_back(broker.bootstrap, "again")
+    assert [r.value for r in stored] == [b"before"] + [b"%d" % i for i in range(120)]
+    assert {(r.producer_id, r.producer_epoch) for r in stored} == \
+        {(saved["producer_id"], saved["producer_epoch"])}
 
 
 def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):

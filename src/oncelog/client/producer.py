@@ -59,6 +59,8 @@ class _ProducerCore:
                                  "enable.idempotence must be true")
             self._resume(resume)
         self.acc = RecordAccumulator(cfg, time.monotonic, new_loop_future)
+        self.acc.appended = {tp: state.next_sequence
+                             for tp, state in self.idem.partitions.items()}
         self.sender = Sender(cfg, self.acc, self.idem)
         self.closed = False
 

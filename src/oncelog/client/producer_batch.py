@@ -18,7 +18,7 @@ from typing import Any
 import crc32c
 
 from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
-from ..protocol.records import NONE, compress
+from ..protocol.records import NONE, compress, decode_batch
 from ..protocol.varint import varint_bytes
 from .connection import KafkaTimeout
 
@@ -96,7 +96,7 @@ class ProducerBatch:
         "_callbacks", "_error", "_event", "_loop_future", "accounted", "attempts", "base_offset",
         "base_sequence", "base_ts", "buf", "closed", "count", "created", "data",
         "epoch", "in_flight", "max_ts", "maybe_stored", "partition", "retry_at",
-        "timestamps", "topic",
+        "skipped", "timestamps", "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,
@@ -119,6 +119,7 @@ class ProducerBatch:
         self.in_flight = False
         self.maybe_stored = False  # sent with no definite answer yet: it may be in the log
         self.base_offset: int | None = None
+        self.skipped = 0  # leading records found already stored (see drop_head)
         self._error: BaseException | None = None
         self._callbacks: list[tuple[int, Callable]] | None = None
         self._event: threading.Event | None = None
@@ -173,6 +174,22 @@ class ProducerBatch:
         _CRC.pack_into(self.data, CRC_OFFSET,
                        crc32c.crc32c(memoryview(self.data)[ATTRIBUTES_OFFSET:]))
 
+    def drop_head(self, stored: int, codec: int) -> None:
+        """The broker already holds this batch's first ``stored`` records (a resumed producer
+        cut its batches differently): rebuild the batch from the rest. Their futures report
+        offset -1, as for DUPLICATE_SEQUENCE_NUMBER."""
+        assert self.data is not None and 0 < stored < self.count
+        _, records = decode_batch(self.data)
+        keep = records[stored:]
+        self.buf = bytearray(HEADER_SIZE)
+        self.count = 0
+        for record in keep:
+            self.append(record.timestamp, record.key, record.value, record.headers)
+        del self.timestamps[-len(keep):]  # append() added them again
+        self.skipped += stored
+        self.data = None
+        self.build(codec)
+
     @property
     def last_sequence(self) -> int:
         assert self.base_sequence is not None
@@ -216,7 +233,7 @@ class ProducerBatch:
 
     def metadata(self, index: int) -> RecordMetadata:
         offset = -1 if self.base_offset is None or self.base_offset < 0 \
-            else self.base_offset + index
+            or index < self.skipped else self.base_offset + index - self.skipped
         return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
 
     def wait(self, timeout: float | None) -> bool:
