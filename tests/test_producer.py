@@ -6,7 +6,9 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 
 import kafka
 import pytest
@@ -395,3 +397,25 @@ def test_consumer_assignment_of_what_was_produced(broker):
                    "auto.offset.reset": "earliest"}) as c:
         c.assign([TopicPartition("assigned", 0)])
         assert [r.value for r in c] == [b"x"]
+
+
+def test_works_against_another_kafka_implementation():
+    """librdkafka's mock cluster (C, in-process) is a Kafka broker oncelog did not write."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from _support import MockCluster
+
+    with MockCluster() as mock:
+        with Producer({"bootstrap.servers": mock.bootstrap, "compression.type": "lz4"}) as p:
+            futures = [p.produce("mock", b"v%d" % i, key=b"k%d" % i) for i in range(500)]
+            p.flush(TIMEOUT)
+            saved = p.checkpoint()
+        placed = [f.result() for f in futures]
+        partitions = sorted({m.partition for m in placed})
+        stored = []
+        with Consumer({"bootstrap.servers": mock.bootstrap,
+                       "auto.offset.reset": "earliest"}) as c:
+            c.assign([("mock", q) for q in partitions])
+            stored = list(c)
+    assert sorted(r.value for r in stored) == sorted(b"v%d" % i for i in range(500))
+    assert {r.producer_id for r in stored} == {saved["producer_id"]}
+    assert sum(saved["sequences"]["mock"].values()) == 500
