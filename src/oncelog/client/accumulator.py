@@ -61,9 +61,10 @@ class RecordAccumulator:
     # --- the caller's side ------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None,
-               value: bytes | None, headers: Headers,
+               value: bytes | None, headers: Headers, size: int,
                on_delivery: Callable | None = None) -> tuple[ProducerBatch, int]:
-        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        """Add a record (``size``: key and value bytes) to the partition's open batch."""
+        size += _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + len(v or b"") + 4 for k, v in (
                 headers.items() if isinstance(headers, dict) else headers))
@@ -75,8 +76,10 @@ class RecordAccumulator:
             if queue is None:
                 queue = self.queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
-            if batch is not None and not batch.closed and batch.count and (
-                    self._full(batch, size)):
+            if batch is not None and not batch.closed and (
+                    batch.count >= config.batch_records
+                    or len(batch.buf) + size > config.batch_size
+                    if not config.deterministic else self._oversize(batch, size)):
                 batch.closed = True  # full: the record starts the next batch
                 wake = True
             if batch is None or batch.closed:
@@ -109,21 +112,17 @@ class RecordAccumulator:
             self.wake()
         return batch, index
 
-    def _full(self, batch: ProducerBatch, size: int) -> bool:
-        config = self.config
-        if not config.deterministic:
-            return batch.count >= config.batch_records or len(batch.buf) + size > \
-                config.batch_size
-        # Aligned batches close themselves at the boundary; bytes only stop a batch that
-        # would not fit in a request at all.
-        if len(batch.buf) + size <= config.max_request_size - _REQUEST_OVERHEAD:
+    def _oversize(self, batch: ProducerBatch, size: int) -> bool:
+        """Aligned batches close themselves at the boundary; bytes only stop a batch that
+        would not fit in a request at all."""
+        if len(batch.buf) + size <= self.config.max_request_size - _REQUEST_OVERHEAD:
             return False
         if not self._warned_oversize:
             self._warned_oversize = True
             log.warning("deterministic batching: %d records do not fit in max.request.size "
                         "(%d); cutting by bytes, which a resumed run may cut differently. "
-                        "Lower batch.num.messages.", config.batch_records,
-                        config.max_request_size)
+                        "Lower batch.num.messages.", self.config.batch_records,
+                        self.config.max_request_size)
         return True
 
     def wait_for_space(self, timeout: float) -> bool:
