@@ -33,11 +33,11 @@ system-deps:
 	fi
 
 test: $(TEST_STAMP) system-deps
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench examples
 	$(PY) -m pytest -n 2 $(ARGS)
 
 lint: $(TEST_STAMP)
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench examples
 
 bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(ARGS)
