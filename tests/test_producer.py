@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -419,3 +420,29 @@ def test_works_against_another_kafka_implementation():
     assert sorted(r.value for r in stored) == sorted(b"v%d" % i for i in range(500))
     assert {r.producer_id for r in stored} == {saved["producer_id"]}
     assert sum(saved["sequences"]["mock"].values()) == 500
+
+
+def test_threads_producing_at_once_lose_nothing(broker):
+    """produce() from several threads while the sender drains batches that are still open
+    (linger.ms=0): every record stored once, each thread's records in its order."""
+    create_topic(broker.bootstrap, "threads", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+
+    def work(t: int) -> None:
+        for i in range(4000):
+            p.produce("threads", b"%d-%d" % (t, i), partition=i % 2)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(TIMEOUT)
+    p.flush(TIMEOUT)
+    p.close()
+    stored = read_back(broker.bootstrap, "threads", 2)
+    assert len(stored) == 16000
+    for t in range(4):
+        for partition in (0, 1):
+            mine = [int(r.value.split(b"-")[1]) for r in stored
+                    if r.partition == partition and r.value.startswith(b"%d-" % t)]
+            assert mine == list(range(partition, 4000, 2))

@@ -275,10 +275,11 @@ class Sender:
                 continue
             if not self.idem.has_identity or not self.idem.may_send(batch, conn.in_flight):
                 continue
-            batch.build(self.config.codec)
+            # Before compression the size is an upper bound: good enough to split requests.
             if requests.get(node) and sizes[node] + batch.size > self.config.max_request_size:
                 continue  # the next request takes it
-            self.acc.take(batch)
+            self.acc.take(batch)  # closed to appends (under the lock) before it is built
+            batch.build(self.config.codec)
             self.idem.sending(batch)
             requests.setdefault(node, []).append(batch)
             sizes[node] = sizes.get(node, 0) + batch.size
