@@ -27,8 +27,9 @@ aiokafka: linger 0). Both asyncio clients run on uvloop (oncelog.Producer's send
 it too). The clients take turns within each repetition, starting one later each time, so drift
 of the machine hits them alike; medians are reported, and for each ratio oncelog / other the
 median of the per-repetition ratios. Every run also reports the client process's CPU per
-message (all its threads, librdkafka's included), the broker's CPU share, and the share of the
-CPUs other processes took meanwhile: the machine may be shared.
+message (user + system, all its threads, librdkafka's included) and the kernel's part of it
+("sys"), the broker's CPU share, and the share of the CPUs other processes took meanwhile: the
+machine may be shared.
 
 With ``--profile DIR``, py-spy (``.venv/bin/pip install py-spy``) then samples this process
 while oncelog.Producer produces and while oncelog.Consumer polls, for each value size;
@@ -45,6 +46,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -68,7 +70,7 @@ OURS = ("oncelog", "oncelog-aio")
 TARGETS = {"confluent": 0.5, "kafka-python": 2.0, "aiokafka": 2.0}
 DEFAULT_MESSAGES = 50_000
 DEFAULT_CONSUME_MESSAGES = 100_000
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 5
 MAX_RECORDS = 500  # records per poll/consume/getmany call, for every consumer
 RUN_TIMEOUT = 120.0  # seconds for any one run, set-up included
 CALL_TIMEOUT = 30.0
@@ -96,6 +98,7 @@ class Run:
     value_bytes: int
     seconds: float = 0.0
     client_cpu: float = 0.0  # CPU seconds of this process (all threads) in the timed window
+    client_sys: float = 0.0  # the part of client_cpu spent in the kernel
     broker_cpu: float = 0.0  # CPU seconds of the broker in the timed window
     others: float = 0.0      # share of all CPUs other processes used in the timed window
 
@@ -114,19 +117,22 @@ class Window:
 
     broker_cpu: Callable[[], float]
     run: Run
-    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    _start: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     _load: LoadMeter | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self._load = LoadMeter(self.broker_cpu)
-        self._start = (time.perf_counter(), time.process_time(), self.broker_cpu())
+        ours = resource.getrusage(resource.RUSAGE_SELF)  # microseconds, unlike os.times()
+        self._start = (time.perf_counter(), ours.ru_utime, ours.ru_stime, self.broker_cpu())
 
     def stop(self) -> None:
-        wall, cpu, broker = time.perf_counter(), time.process_time(), self.broker_cpu()
+        wall = time.perf_counter()
+        ours, broker = resource.getrusage(resource.RUSAGE_SELF), self.broker_cpu()
         assert self._load is not None
         self.run.seconds = wall - self._start[0]
-        self.run.client_cpu = cpu - self._start[1]
-        self.run.broker_cpu = broker - self._start[2]
+        self.run.client_sys = ours.ru_stime - self._start[2]
+        self.run.client_cpu = ours.ru_utime - self._start[1] + self.run.client_sys
+        self.run.broker_cpu = broker - self._start[3]
         self.run.others = self._load.others_share()
 
 
@@ -583,6 +589,9 @@ def summarize(runs: dict[str, dict[str, dict[str, list[Run]]]]) -> dict:
                     "max_msgs_per_s": max(r.msgs_per_s for r in client_runs),
                     "client_cpu_us_per_msg": median(
                         [r.client_cpu / r.messages * 1e6 for r in client_runs]),
+                    "client_sys_share": median(
+                        [r.client_sys / r.client_cpu if r.client_cpu else 0.0
+                         for r in client_runs]),
                     "broker_cpu_share": median([r.broker_cpu / r.seconds for r in client_runs]),
                     "others": median([r.others for r in client_runs]),
                     "runs": [asdict(r) for r in client_runs],
@@ -611,7 +620,7 @@ def report(results: dict) -> None:
           f"after {results['loadavg_after']}; other processes used "
           f"{results['other_load']:.0%} of the CPUs during the run")
     header = (f"{'':16} {'client':20} {'msgs/s':>10} {'MB/s':>6} {'min..max msgs/s':>21} "
-              f"{'us CPU/msg':>10} {'broker':>6} {'others':>6}")
+              f"{'us CPU/msg':>10} {'sys':>4} {'broker':>6} {'others':>6}")
     print(header)
     print("-" * len(header))
     for what, by_size in results["summary"].items():
@@ -620,7 +629,7 @@ def report(results: dict) -> None:
                 print(f"{what + ' ' + size_name:16} {_label(what, client):20} "
                       f"{row['msgs_per_s']:10,.0f} {row['mb_per_s']:6.1f} "
                       f"{row['min_msgs_per_s']:10,.0f}..{row['max_msgs_per_s']:<9,.0f} "
-                      f"{row['client_cpu_us_per_msg']:10.1f} "
+                      f"{row['client_cpu_us_per_msg']:10.1f} {row['client_sys_share']:4.0%} "
                       f"{row['broker_cpu_share']:6.0%} {row['others']:6.0%}")
     print()
     print("ratios oncelog / other: median of the per-repetition ratios (ratio of the medians)")
