@@ -31,6 +31,10 @@ message (user + system, all its threads, librdkafka's included) and the kernel's
 ("sys"), the broker's CPU share, and the share of the CPUs other processes took meanwhile: the
 machine may be shared.
 
+``--what produce`` or ``--what consume`` runs one side only; ``--set KEY=VALUE`` gives
+oncelog's producers extra config (e.g. ``batch.size=65536``) for an A/B against the same
+run's other clients.
+
 With ``--profile DIR``, py-spy (``.venv/bin/pip install py-spy``) then samples this process
 while oncelog.Producer produces and while oncelog.Consumer polls, for each value size;
 speedscope files and collapsed stacks go to DIR and the hot spots are printed, split by
@@ -159,6 +163,15 @@ def _run_async(coro: Coroutine[Any, Any, None]) -> None:
 # --- producers -------------------------------------------------------------------------------
 # Each: connect and send one record untimed, then window.start(), n records, flush,
 # window.stop(). Every loop does the same cheap clock check once per 4096 records.
+
+def _producer_config(client: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The producer settings a client gets beyond acks and idempotence: the batching, and
+    ``--set`` for oncelog's producers."""
+    extra = _batching(client, args.batching == "native")
+    if client in OURS:
+        extra.update(args.set)
+    return extra
+
 
 def _batching(client: str, native: bool) -> dict[str, Any]:
     if native:
@@ -508,7 +521,7 @@ def fill(bootstrap: str, topics: Topics, topic: str, value: bytes, n: int) -> No
 # --- the comparison --------------------------------------------------------------------------
 
 def _rotated(names: list[str], rep: int) -> list[str]:
-    k = rep % len(names)
+    k = rep % len(names) if names else 0
     return names[k:] + names[:k]
 
 
@@ -528,8 +541,8 @@ def run_comparison(args: argparse.Namespace, broker: OncelogBroker) -> dict:
     bootstrap = broker.bootstrap
     broker_cpu = cpu_probe(broker.pid)
     topics = Topics(bootstrap)
-    producers = [c for c in PRODUCERS if c in args.clients]
-    consumers = [c for c in CONSUMERS if c in args.clients]
+    producers = [c for c in PRODUCERS if c in args.clients and "produce" in args.what]
+    consumers = [c for c in CONSUMERS if c in args.clients and "consume" in args.what]
     runs: dict[str, dict[str, dict[str, list[Run]]]] = {"produce": {}, "consume": {}}
     try:
         for size_name in args.sizes:
@@ -540,7 +553,7 @@ def run_comparison(args: argparse.Namespace, broker: OncelogBroker) -> dict:
                 warm = f"warm-{size_name}-{client}"
                 topics.create(warm)
                 PRODUCE[client](bootstrap, warm, value, 1000, Window(broker_cpu, Run(
-                    client, 1000, len(value))), _batching(client, args.batching == "native"))
+                    client, 1000, len(value))), _producer_config(client, args))
                 topics.delete(warm)
             runs["produce"][size_name] = {c: [] for c in producers}
             runs["consume"][size_name] = {c: [] for c in consumers}
@@ -552,7 +565,7 @@ def run_comparison(args: argparse.Namespace, broker: OncelogBroker) -> dict:
                     gc.collect()
                     PRODUCE[client](bootstrap, topic, value, args.messages,
                                     Window(broker_cpu, run),
-                                    _batching(client, args.batching == "native"))
+                                    _producer_config(client, args))
                     topics.check_produced(topic, args.messages + 1, client)
                     topics.delete(topic)
                     runs["produce"][size_name][client].append(run)
@@ -692,7 +705,7 @@ def profile(args: argparse.Namespace, broker: OncelogBroker, out_dir: Path) -> d
                             topics.create(topic)
                             produce_oncelog(broker.bootstrap, topic, value, args.messages,
                                             Window(broker_cpu, run),
-                                            _batching("oncelog", args.batching == "native"))
+                                            _producer_config("oncelog", args))
                             topics.delete(topic)
                         else:
                             run = Run("oncelog", args.consume_messages, len(value))
@@ -775,6 +788,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="value sizes (default: all)")
     parser.add_argument("--clients", nargs="+", choices=PRODUCERS, default=list(PRODUCERS),
                         help="clients to run (default: all; oncelog-aio is produce only)")
+    parser.add_argument("--what", nargs="+", choices=("produce", "consume"),
+                        default=["produce", "consume"], help="default: both")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra config for oncelog.Producer and AIOProducer, e.g. "
+                             "batch.size=65536 (repeatable)")
     parser.add_argument("--batching", choices=("same", "native"), default="same",
                         help="same: linger.ms=5 and 16 KiB batches for every producer; "
                              "native: each client's own defaults (default %(default)s)")
@@ -793,6 +811,10 @@ def main(argv: list[str] | None = None) -> int:
     args, _ = parser.parse_known_args(argv)  # run_all.py may pass other modules' options
     if min(args.messages, args.consume_messages, args.repeats) < 1:
         parser.error("--messages, --consume-messages and --repeats must be positive")
+    try:
+        args.set = dict(item.split("=", 1) for item in args.set)
+    except ValueError:
+        parser.error("--set takes KEY=VALUE")
     if args.profile_only and not args.profile:
         parser.error("--profile-only needs --profile DIR")
     if args.wait_quiet > 0:
@@ -800,8 +822,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: dict = {"machine": machine(), "messages": args.messages,
                      "consume_messages": args.consume_messages, "repeats": args.repeats,
-                     "batching": "linger.ms=5, 16 KiB batches for every producer"
-                     if args.batching == "same" else "each client's defaults",
+                     "batching": ("linger.ms=5, 16 KiB batches for every producer"
+                                  if args.batching == "same" else "each client's defaults")
+                     + "".join(f"; oncelog {k}={v}" for k, v in args.set.items()),
                      "loadavg_before": _loadavg()}
     meter = LoadMeter()
     with OncelogBroker(base_dir=args.data_dir) as broker:
