@@ -42,3 +42,23 @@ def write_varint(out: bytearray, value: int) -> None:
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     value, pos = read_uvarint(buf, pos)
     return unzigzag(value), pos
+
+
+
+def _encoded(value: int) -> bytes:
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+# Record fields are mostly small: -1 for a null key, deltas and lengths under 16 KiB. A table
+# makes writing one a lookup, which matters on the producer's per-record path.
+_TABLE_END = 1 << 14
+_SMALL = tuple(_encoded(v) for v in range(-1, _TABLE_END))
+
+
+def varint_bytes(value: int) -> bytes:
+    """The zigzag varint of ``value`` as bytes."""
+    if -1 <= value < _TABLE_END:
+        return _SMALL[value + 1]
+    return _encoded(value)

@@ -1,0 +1,188 @@
+"""RecordAccumulator: per-partition queues of batches between produce() and the sender.
+
+produce() appends to the newest open batch of a partition (from the caller's thread); the
+sender drains batches from the heads (from its own). Everything is guarded by one lock, held
+for a few dictionary and list operations at a time.
+
+When is a batch ready to send?
+- ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
+  records), when its first record has waited ``linger.ms``, or on flush.
+- ``batching="deterministic"``: only when full, or on flush. Batch boundaries then depend only
+  on the records produced since the last flush, so a process that resumes from a checkpoint
+  taken at a flush and produces the same records again cuts the same batches, with the same
+  sequence numbers, and the broker recognises every one it already stored.
+
+A retried batch goes back into its queue in sequence order (seed 002's ``reenqueue``), so a
+partition never sends a later batch ahead of an earlier one.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+
+from .producer_batch import Headers, ProducerBatch
+from .producer_config import ProducerConfig
+
+TopicPartition = tuple[str, int]
+
+# Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
+_RECORD_OVERHEAD = 12
+
+
+class RecordAccumulator:
+    def __init__(self, config: ProducerConfig, clock: Callable[[], float],
+                 new_loop_future: Callable[[], object] | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.space = threading.Condition(self.lock)  # notified when buffered bytes drop
+        self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self.buffered = 0      # bytes of records not yet acknowledged or failed
+        self.incomplete: set[ProducerBatch] = set()  # created, not yet acknowledged or failed
+        self.space_listeners: list[Callable[[], None]] = []
+        self.flushing = 0      # flush() calls waiting: every open batch is ready
+        self.wake: Callable[[], None] = lambda: None
+        self.wake_pending = False
+        self.sender_deadline = float("inf")  # when the sender wakes on its own
+        self._new_loop_future = new_loop_future
+
+    # --- the caller's side ------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, timestamp: int, key: bytes | None,
+               value: bytes | None, headers: Headers,
+               on_delivery: Callable | None = None) -> tuple[ProducerBatch, int]:
+        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size += sum(len(k) + len(v or b"") + 4 for k, v in (
+                headers.items() if isinstance(headers, dict) else headers))
+        config = self.config
+        wake = False
+        with self.lock:
+            tp = (topic, partition)
+            queue = self.queues.get(tp)
+            if queue is None:
+                queue = self.queues[tp] = collections.deque()
+            batch = queue[-1] if queue else None
+            if batch is not None and not batch.closed and batch.count and (
+                    batch.count >= config.batch_records
+                    or len(batch.buf) + size > config.batch_size):
+                batch.closed = True  # full: the record starts the next batch
+                wake = True
+            if batch is None or batch.closed:
+                now = self.clock()
+                batch = ProducerBatch(topic, partition, now,
+                                      self._new_loop_future() if self._new_loop_future
+                                      else None)
+                queue.append(batch)
+                self.incomplete.add(batch)
+                if not config.deterministic and now + config.linger < self.sender_deadline:
+                    self.sender_deadline = now + config.linger
+                    wake = True
+            index = batch.append(timestamp, key, value, headers)
+            batch.accounted += size
+            if on_delivery is not None:
+                # Under the lock: the sender cannot have taken the batch yet.
+                batch.add_callback(index, on_delivery)
+            self.buffered += size
+            if wake and not self.wake_pending:
+                self.wake_pending = True
+            else:
+                wake = False
+        if wake:
+            self.wake()
+        return batch, index
+
+    def wait_for_space(self, timeout: float) -> bool:
+        """Block until buffer.memory has room (False when ``timeout`` passes first)."""
+        with self.space:
+            return self.space.wait_for(lambda: self.buffered < self.config.buffer_memory,
+                                       timeout)
+
+    def has_space(self) -> bool:
+        return self.buffered < self.config.buffer_memory
+
+    # --- the sender's side -----------------------------------------------------------------
+
+    def ready_heads(self, now: float) -> tuple[list[ProducerBatch], float]:
+        """The head batch of every partition that may be sent now, and when the next one
+        becomes ready by lingering."""
+        heads = []
+        next_ready = float("inf")
+        linger = self.config.linger
+        with self.lock:
+            self.wake_pending = False
+            flushing = self.flushing > 0
+            for queue in self.queues.values():
+                if not queue:
+                    continue
+                batch = queue[0]
+                if batch.retry_at > now:
+                    next_ready = min(next_ready, batch.retry_at)
+                    continue
+                if batch.closed or flushing or len(queue) > 1 or (
+                        batch.count >= self.config.batch_records):
+                    heads.append(batch)
+                elif not self.config.deterministic:
+                    if batch.created + linger <= now:
+                        heads.append(batch)
+                    else:
+                        next_ready = min(next_ready, batch.created + linger)
+        return heads, next_ready
+
+    def take(self, batch: ProducerBatch) -> None:
+        """Remove ``batch`` (a head returned by ready_heads) from its queue to send it."""
+        with self.lock:
+            queue = self.queues[(batch.topic, batch.partition)]
+            assert queue[0] is batch
+            queue.popleft()
+            batch.closed = True
+
+    def reenqueue(self, batch: ProducerBatch, order: Callable[[ProducerBatch], int]) -> None:
+        """Put a batch to retry back in front of its partition's queue, in ``order``."""
+        with self.lock:
+            queue = self.queues.setdefault((batch.topic, batch.partition),
+                                           collections.deque())
+            key = order(batch)
+            position = 0
+            for queued in queue:
+                if queued.base_sequence is None or order(queued) > key:
+                    break
+                position += 1
+            queue.insert(position, batch)
+
+    def remove(self, batch: ProducerBatch) -> bool:
+        with self.lock:
+            queue = self.queues.get((batch.topic, batch.partition))
+            if queue is not None and batch in queue:
+                queue.remove(batch)
+                return True
+            return False
+
+    def finished(self, batch: ProducerBatch) -> None:
+        """A batch was acknowledged or failed: its records no longer count as buffered."""
+        with self.lock:
+            self.buffered -= batch.accounted
+            self.incomplete.discard(batch)
+            self.space.notify_all()
+        for listener in self.space_listeners:
+            listener()
+
+    def take_expired(self, deadline_age: float, now: float) -> list[ProducerBatch]:
+        """Remove and return queued batches created ``deadline_age`` or more ago. The oldest
+        are at the heads (retries go back in front), so only heads need looking at."""
+        expired = []
+        with self.lock:
+            for queue in self.queues.values():
+                while queue and now >= queue[0].created + deadline_age:
+                    expired.append(queue.popleft())
+        return expired
+
+    def drain_all(self) -> list[ProducerBatch]:
+        with self.lock:
+            batches = [b for queue in self.queues.values() for b in queue]
+            for queue in self.queues.values():
+                queue.clear()
+        return batches
+

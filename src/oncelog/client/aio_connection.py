@@ -1,0 +1,178 @@
+"""An asyncio connection to one Kafka-compatible broker: version negotiation, pipelined requests.
+
+Requests are written as they are sent and answered in order (Kafka answers in order on one
+connection); each ``request`` returns a future. A broker that does not answer within the
+request timeout, a reset or a malformed answer fails every pending future with
+NETWORK_EXCEPTION or REQUEST_TIMED_OUT and closes the connection: what was in flight on it has
+an unknown outcome, which the producer's sequence numbers resolve on retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import struct
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import API_VERSIONS_KEY
+from ..protocol.messages import decode_response, encode_request
+from ..protocol.schema import build, request_module
+from .connection import CLIENT_API_VERSIONS, KafkaError, KafkaTimeout
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+
+
+class AsyncBrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout = timeout
+        self.versions: dict[int, int] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+        # (correlation id, api key, version, future or None for no answer, deadline)
+        self._pending: collections.deque[tuple[int, int, int, asyncio.Future, float]] = \
+            collections.deque()
+        self._read_task: asyncio.Task | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.on_close: Callable[[AsyncBrokerConnection], None] | None = None
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str,
+                   timeout: float) -> AsyncBrokerConnection:
+        conn = cls(host, port, client_id, timeout)
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise KafkaError(ErrorCode.network_exception,
+                             f"cannot connect to {host}:{port}: {exc}") from None
+        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
+        try:
+            await conn._negotiate()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _negotiate(self) -> None:
+        response = await self._send(API_VERSIONS_KEY, 0, build(
+            request_module(API_VERSIONS_KEY, 0).ApiVersionsRequest))
+        if response.error_code != ErrorCode.none:
+            raise KafkaError(response.error_code, "ApiVersions failed")
+        for entry in response.api_keys:
+            ours = CLIENT_API_VERSIONS.get(entry.api_key)
+            if ours is None:
+                continue
+            best = min(ours[1], entry.max_version)
+            if best >= max(ours[0], entry.min_version):
+                self.versions[entry.api_key] = best
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def request(self, api_key: int, make: Callable[[ModuleType, int], Any],
+                expect_response: bool = True) -> asyncio.Future:
+        """Send now; the future resolves to the response body (to None without a response)."""
+        version = self.versions.get(api_key)
+        if version is None:
+            raise KafkaError(ErrorCode.unsupported_version,
+                             f"{self.host}:{self.port} shares no version of api key {api_key}")
+        return self._send(api_key, version, make(request_module(api_key, version), version),
+                          expect_response)
+
+    def _send(self, api_key: int, version: int, body: Any,
+              expect_response: bool = True) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        if self.closed or self._writer is None:
+            future.set_exception(KafkaError(ErrorCode.network_exception,
+                                            f"connection to {self.host}:{self.port} is closed"))
+            return future
+        self._correlation += 1
+        self._writer.write(encode_request(api_key, version, self._correlation, self.client_id,
+                                          body))
+        if expect_response:
+            self._pending.append((self._correlation, api_key, version, future,
+                                  time.monotonic() + self.timeout))
+            if self._watchdog is None:
+                self._arm_watchdog()
+        else:
+            future.set_result(None)
+        return future
+
+    def _arm_watchdog(self) -> None:
+        if not self._pending:
+            self._watchdog = None
+            return
+        delay = max(0.0, self._pending[0][4] - time.monotonic())
+        self._watchdog = asyncio.get_running_loop().call_later(delay, self._check_timeout)
+
+    def _check_timeout(self) -> None:
+        self._watchdog = None
+        if self._pending and self._pending[0][4] <= time.monotonic():
+            self._fail(KafkaTimeout(f"no answer from {self.host}:{self.port} within "
+                                    f"{self.timeout}s"))
+            return
+        self._arm_watchdog()
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                size_bytes = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(size_bytes)
+                frame = await self._reader.readexactly(size)
+                if not self._pending:
+                    raise KafkaError(ErrorCode.unknown_server_error, "an unasked-for answer")
+                correlation, api_key, version, future, _ = self._pending.popleft()
+                got, body = decode_response(api_key, version, frame)
+                if got != correlation:
+                    raise KafkaError(ErrorCode.unknown_server_error,
+                                     f"correlation id {got} answered where {correlation} "
+                                     "was asked")
+                if not future.done():
+                    future.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(KafkaError(ErrorCode.network_exception,
+                                  f"connection to {self.host}:{self.port} lost: {exc}"))
+        except KafkaError as exc:
+            log.warning("closing connection to %s:%d: %s", self.host, self.port, exc)
+            self._fail(exc)
+        except asyncio.CancelledError:
+            self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
+        except Exception as exc:  # an answer that does not decode
+            log.warning("closing connection to %s:%d: %r", self.host, self.port, exc)
+            self._fail(KafkaError(ErrorCode.network_exception, f"bad answer: {exc!r}"))
+
+    def _fail(self, error: KafkaError) -> None:
+        pending, self._pending = self._pending, collections.deque()
+        for *_, future, _deadline in pending:
+            if not future.done():
+                future.set_exception(error)
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._writer is not None:
+            self._writer.close()
+        if self._read_task is not None and self._read_task is not asyncio.current_task():
+            self._read_task.cancel()
+        if self._pending:
+            self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
+        if self.on_close is not None:
+            self.on_close(self)

@@ -1,0 +1,359 @@
+"""oncelog.Producer (blocking calls, a background sender thread) and oncelog.AIOProducer
+(asyncio): idempotent by default, with an identity that can be checkpointed and resumed.
+
+Both share everything but the waiting: configuration, partitioning, the accumulator, the
+sender and the idempotence rules.
+
+    p = oncelog.Producer({"bootstrap.servers": "127.0.0.1:9092"})
+    future = p.produce("events", b"value", key=b"k")
+    p.flush()
+    future.result()        # RecordMetadata(topic, partition, offset, timestamp)
+    saved = p.checkpoint()  # JSON: producer id, epoch, next sequence per partition
+    p.close()
+    p = oncelog.Producer(config, resume=saved)   # the same identity, continuing
+
+With ``"batching": "deterministic"`` a process that resumes from a checkpoint and produces
+the same records again re-creates the same batches, which the broker answers as duplicates:
+a copy job can crash anywhere and restart from its last checkpoint without writing anything
+twice (seed 001, "Transitivity").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .accumulator import RecordAccumulator
+from .connection import KafkaError, KafkaTimeout
+from .idempotence import IdempotenceManager
+from .partitioner import partition_for_key
+from .producer_batch import Headers, ProducerBatch, RecordFuture, RecordMetadata, as_bytes
+from .producer_config import ProducerConfig, parse_producer_config
+from .sender import Sender
+
+__all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
+
+CHECKPOINT_VERSION = 1
+_RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
+
+
+class _ProducerCore:
+    """What both APIs share: config, partitioning, records into the accumulator."""
+
+    def __init__(self, config: dict[str, Any], resume: dict[str, Any] | None,
+                 new_loop_future: Callable[[], object] | None) -> None:
+        self.config: ProducerConfig = parse_producer_config(config)
+        cfg = self.config
+        self.idem = IdempotenceManager(cfg.idempotence, cfg.max_in_flight, cfg.retries)
+        # [partition, bytes produced to it] per topic, for keyless records (KIP-794).
+        self.sticky: dict[str, list[int]] = {}
+        if resume is not None:
+            if not cfg.idempotence:
+                raise ValueError("resume: a checkpoint continues an idempotent producer; "
+                                 "enable.idempotence must be true")
+            self._resume(resume)
+        self.acc = RecordAccumulator(cfg, time.monotonic, new_loop_future)
+        self.sender = Sender(cfg, self.acc, self.idem)
+        self.closed = False
+
+    def _resume(self, checkpoint: dict[str, Any]) -> None:
+        if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"resume: not a version {CHECKPOINT_VERSION} producer checkpoint")
+        self.idem.resume(checkpoint)
+        try:
+            self.sticky = {str(t): [int(p), int(n)]
+                           for t, (p, n) in checkpoint.get("sticky", {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"resume: bad sticky partitions ({exc!r})") from None
+
+    def checkpoint(self) -> dict[str, Any]:
+        state = self.idem.checkpoint()
+        return {"version": CHECKPOINT_VERSION, **state,
+                "sticky": {t: list(v) for t, v in sorted(self.sticky.items())}}
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the producer is closed")
+        if self.sender.fatal is not None:
+            raise self.sender.fatal
+
+    def prepare(self, value: Any, key: Any, timestamp: int | None
+                ) -> tuple[bytes | None, bytes | None, int, int]:
+        key_bytes = None if key is None else as_bytes(key, "key")
+        value_bytes = None if value is None else as_bytes(value, "value")
+        size = (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
+        if size + _RECORD_LIMIT_OVERHEAD > self.config.max_request_size:
+            raise KafkaError(ErrorCode.message_too_large,
+                             f"a {size}-byte record does not fit in max.request.size "
+                             f"({self.config.max_request_size})")
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        return key_bytes, value_bytes, int(timestamp), size
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None,
+                         count: int, size: int) -> int:
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"{topic} has partitions 0..{count - 1}, not {partition}")
+            return partition
+        partitioner = self.config.partitioner
+        if callable(partitioner):
+            return int(partitioner(key, count)) % count
+        if partitioner == "random":
+            return random.randrange(count)
+        if key is not None or partitioner == "murmur2":
+            return partition_for_key(key or b"", count)
+        return self._sticky(topic, count, size)
+
+    def _sticky(self, topic: str, count: int, size: int) -> int:
+        """Keyless records fill a batch's worth on one partition, then move on (KIP-794);
+        with deterministic batching the move is to the next partition, so that resuming from
+        a checkpoint repeats it."""
+        state = self.sticky.get(topic)
+        if state is None or state[0] >= count:
+            first = 0 if self.config.deterministic else random.randrange(count)
+            state = self.sticky[topic] = [first, 0]
+        chosen = state[0]
+        state[1] += size
+        if state[1] >= self.config.batch_size:
+            if self.config.deterministic or count == 1:
+                state[0] = (chosen + 1) % count
+            else:
+                state[0] = (chosen + random.randrange(1, count)) % count
+            state[1] = 0
+        return chosen
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+               headers: Headers, timestamp: int, on_delivery: Callable | None
+               ) -> RecordFuture:
+        batch, index = self.acc.append(topic, partition, timestamp, key, value, headers,
+                                       on_delivery)
+        return RecordFuture(batch, index)
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        with self.acc.lock:
+            self.acc.flushing += 1
+            pending = list(self.acc.incomplete)
+        self.acc.wake()
+        return pending
+
+    def end_flush(self, pending: list[ProducerBatch]) -> None:
+        with self.acc.lock:
+            self.acc.flushing -= 1
+        for batch in pending:
+            if batch.error is not None:
+                raise batch.error
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Producer:
+    """The blocking producer. ``produce`` returns a future at once; a background thread
+    sends. ``on_delivery(error, metadata)`` callbacks run on that thread: keep them short."""
+
+    def __init__(self, config: dict[str, Any], resume: dict[str, Any] | None = None) -> None:
+        self._core = _ProducerCore(config, resume, None)
+        self._loop = _new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="oncelog-producer-sender", daemon=True)
+        self._thread.start()
+        sender = self._core.sender
+        self._core.acc.wake = lambda: self._loop.call_soon_threadsafe(sender._wake)
+        try:
+            self._call(sender.start(), self._core.config.max_block + 1)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._run = asyncio.run_coroutine_threadsafe(sender.run(), self._loop)
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._core.config
+
+    def _call(self, coro: Coroutine, timeout: float | None) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise KafkaTimeout(f"no answer within {timeout}s") from None
+
+    def produce(self, topic: str, value: Any = None, key: Any = None,
+                partition: int | None = None, headers: Headers = None,
+                timestamp: int | None = None,
+                on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any]
+                | None = None) -> RecordFuture:
+        core = self._core
+        core.check_open()
+        key_bytes, value_bytes, ts, size = core.prepare(value, key, timestamp)
+        count = core.sender.partition_counts.get(topic)
+        if count is None:
+            count = self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
+        chosen = core.choose_partition(topic, key_bytes, partition, count, size)
+        if not core.acc.has_space() and not core.acc.wait_for_space(core.config.max_block):
+            raise KafkaError(ErrorCode.request_timed_out,
+                             "buffer.memory is full and max.block.ms passed")
+        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, on_delivery)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything produced so far and wait for every answer; raises the first
+        delivery error among them (or KafkaTimeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = self._core.begin_flush()
+        try:
+            for batch in pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.wait(left):
+                    raise KafkaTimeout(f"flush: records still in flight after {timeout}s")
+        finally:
+            self._core.end_flush(pending)
+
+    def checkpoint(self, timeout: float | None = None) -> dict[str, Any]:
+        """Flush, then the identity to resume from: JSON-serialisable."""
+        self.flush(timeout)
+        return self._call(_in_loop(self._core.checkpoint), timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what was produced (up to ``timeout``), then stop."""
+        if self._core.closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._core.closed = True
+            self._core.sender.closing = True
+            self._core.acc.wake()
+            try:
+                self._run.result(5 if timeout is None else max(timeout, 0.1))
+            except Exception:  # closing anyway
+                self._run.cancel()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        async def shutdown() -> None:
+            self._core.sender.close_connections()
+
+        try:
+            self._call(shutdown(), 5)
+        except Exception:  # the loop is going away regardless
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _in_loop(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+class AIOProducer:
+    """The asyncio producer: ``await start()``, ``await send(...)`` gives an awaitable of the
+    record's RecordMetadata, ``await flush()``, ``await stop()`` (or ``async with``)."""
+
+    def __init__(self, config: dict[str, Any], resume: dict[str, Any] | None = None) -> None:
+        self._config = config
+        self._resume = resume
+        self._core: _ProducerCore | None = None
+        self._task: asyncio.Task | None = None
+        self._space: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        core = self._core = _ProducerCore(self._config, self._resume, loop.create_future)
+        self._space = asyncio.Event()
+        core.acc.wake = core.sender._wake
+        core.acc.space_listeners.append(self._space.set)
+        await core.sender.start()
+        self._task = loop.create_task(core.sender.run())
+
+    def _started(self) -> _ProducerCore:
+        if self._core is None or self._task is None:
+            raise RuntimeError("await AIOProducer.start() first")
+        return self._core
+
+    async def send(self, topic: str, value: Any = None, key: Any = None,
+                   partition: int | None = None, headers: Headers = None,
+                   timestamp: int | None = None) -> RecordFuture:
+        core = self._started()
+        core.check_open()
+        key_bytes, value_bytes, ts, size = core.prepare(value, key, timestamp)
+        count = core.sender.partition_counts.get(topic)
+        if count is None:
+            count = await core.sender.partitions_for(topic)
+        chosen = core.choose_partition(topic, key_bytes, partition, count, size)
+        if not core.acc.has_space():
+            assert self._space is not None
+            deadline = time.monotonic() + core.config.max_block
+            while not core.acc.has_space():
+                self._space.clear()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaError(ErrorCode.request_timed_out,
+                                     "buffer.memory is full and max.block.ms passed")
+                try:
+                    await asyncio.wait_for(self._space.wait(), left)
+                except TimeoutError:
+                    pass
+        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, None)
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
+                            partition: int | None = None, headers: Headers = None,
+                            timestamp: int | None = None) -> RecordMetadata:
+        return await (await self.send(topic, value, key, partition, headers, timestamp))
+
+    async def flush(self) -> None:
+        core = self._started()
+        pending = core.begin_flush()
+        try:
+            for batch in pending:
+                await batch.loop_future
+        finally:
+            core.end_flush(pending)
+
+    async def checkpoint(self) -> dict[str, Any]:
+        await self.flush()
+        return self._started().checkpoint()
+
+    async def stop(self) -> None:
+        core = self._started()
+        if core.closed:
+            return
+        try:
+            await self.flush()
+        finally:
+            core.closed = True
+            core.sender.closing = True
+            core.sender._wake()
+            assert self._task is not None
+            try:
+                await asyncio.wait_for(self._task, 5)
+            except Exception:  # stopping anyway
+                self._task.cancel()
+            core.sender.close_connections()
+
+    async def __aenter__(self) -> AIOProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,405 @@
+"""The Sender: drains ready batches into Produce requests and acts on the answers.
+
+It runs as an asyncio task: in the caller's event loop for oncelog.AIOProducer, in a
+background thread's loop for oncelog.Producer. Every sequence decision is delegated to
+IdempotenceManager; this module only moves batches between the accumulator, the
+connections and the futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol import api_versions as apis
+from ..protocol.schema import build
+from .accumulator import RecordAccumulator, TopicPartition
+from .aio_connection import AsyncBrokerConnection
+from .connection import KafkaError, parse_bootstrap
+from .idempotence import Action, IdempotenceManager
+from .producer_batch import ProducerBatch
+from .producer_config import ProducerConfig
+
+log = logging.getLogger(__name__)
+
+_LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+                            ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch,
+                            ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error})
+_METADATA = -1  # the key of the connection used for metadata and InitProducerId
+
+
+class Sender:
+    def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator,
+                 idempotence: IdempotenceManager,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.acc = accumulator
+        self.idem = idempotence
+        self.clock = clock
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.leaders: dict[TopicPartition, int] = {}
+        self.partition_counts: dict[str, int] = {}
+        self.connections: dict[int, AsyncBrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task] = {}
+        self._node_retry_at: dict[int, float] = {}
+        self._metadata_lock: asyncio.Lock | None = None
+        self._metadata_task: asyncio.Task | None = None
+        self._metadata_at = 0.0
+        self._stale_topics: set[str] = set()
+        self.wakeup: asyncio.Event | None = None
+        self.fatal: KafkaError | None = None
+        self.closing = False
+        self.stopped = False
+        self.requests_in_flight = 0
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.wakeup = asyncio.Event()
+        self._metadata_lock = asyncio.Lock()
+        await self._refresh_metadata([])
+        if self.config.idempotence and not self.idem.has_identity:
+            await self._init_producer_id()
+
+    async def _control(self) -> AsyncBrokerConnection:
+        """A connection for metadata and InitProducerId: any broker, bootstrap ones first."""
+        conn = self.connections.get(_METADATA)
+        if conn is not None and not conn.closed:
+            return conn
+        candidates = parse_bootstrap(self.config.bootstrap_servers) + list(
+            self.brokers.values())
+        last: Exception | None = None
+        for host, port in candidates:
+            try:
+                conn = await AsyncBrokerConnection.open(host, port, self.config.client_id,
+                                                        self.config.request_timeout)
+            except KafkaError as exc:
+                last = exc
+                continue
+            self.connections[_METADATA] = conn
+            return conn
+        raise last or KafkaError(ErrorCode.network_exception, "no bootstrap server")
+
+    async def _control_call(self, api_key: int, make) -> object:
+        conn = await self._control()
+        try:
+            return await conn.request(api_key, make)
+        except KafkaError:
+            conn.close()
+            raise
+
+    async def _init_producer_id(self) -> None:
+        def make(mod, version):
+            return build(mod.InitProducerIdRequest, transactional_id=None,
+                         transaction_timeout=datetime.timedelta(milliseconds=60_000),
+                         producer_id=-1, producer_epoch=-1)
+
+        deadline = self.clock() + self.config.max_block
+        while True:
+            try:
+                response = await self._control_call(apis.INIT_PRODUCER_ID, make)
+                error = ErrorCode(response.error_code)
+                if error == ErrorCode.none:
+                    self.idem.set_identity(response.producer_id, response.producer_epoch)
+                    log.debug("producer id %d epoch %d", response.producer_id,
+                              response.producer_epoch)
+                    return
+                exc = KafkaError(error, "InitProducerId")
+                if not error.retriable:
+                    raise exc
+            except KafkaError as exc_:
+                exc = exc_
+            if self.clock() >= deadline:
+                raise exc
+            await asyncio.sleep(self.config.retry_backoff)
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    async def partitions_for(self, topic: str) -> int:
+        """How many partitions ``topic`` has (asking the cluster, which may create it)."""
+        count = self.partition_counts.get(topic)
+        if count is not None:
+            return count
+        deadline = self.clock() + self.config.max_block
+        while True:
+            try:
+                await self._refresh_metadata([topic])
+            except KafkaError as exc:
+                if self.clock() >= deadline or not exc.error.retriable:
+                    raise
+            count = self.partition_counts.get(topic)
+            if count is not None:
+                return count
+            if self.clock() >= deadline:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {topic!r} not known within max.block.ms")
+            await asyncio.sleep(self.config.retry_backoff)
+
+    async def _refresh_metadata(self, topics: list[str]) -> None:
+        assert self._metadata_lock is not None
+        async with self._metadata_lock:
+            wanted = sorted(set(topics) | set(self.partition_counts) | self._stale_topics)
+
+            def make(mod, version):
+                return build(mod.MetadataRequest, topics=tuple(
+                    build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in wanted),
+                    allow_auto_topic_creation=True, include_topic_authorized_operations=False,
+                    include_cluster_authorized_operations=False)
+
+            response = await self._control_call(apis.METADATA, make)
+            self._metadata_at = self.clock()
+            self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+            for t in response.topics:
+                error = ErrorCode(t.error_code)
+                if error != ErrorCode.none:
+                    if not error.retriable:
+                        raise KafkaError(error, f"topic {t.name!r}")
+                    continue
+                self._stale_topics.discard(t.name)
+                self.partition_counts[t.name] = len(t.partitions)
+                for p in t.partitions:
+                    if p.leader_id >= 0:
+                        self.leaders[(t.name, p.partition_index)] = p.leader_id
+                    else:
+                        self.leaders.pop((t.name, p.partition_index), None)
+
+    def _want_metadata(self, topic: str | None = None) -> None:
+        if topic is not None:
+            self._stale_topics.add(topic)
+        if self._metadata_task is None or self._metadata_task.done():
+            self._metadata_task = asyncio.get_running_loop().create_task(
+                self._background_metadata())
+
+    async def _background_metadata(self) -> None:
+        try:
+            await asyncio.sleep(self.config.retry_backoff)
+            await self._refresh_metadata([])
+        except KafkaError as exc:
+            log.info("metadata refresh failed: %s", exc)
+        self._wake()
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _connection(self, node: int) -> AsyncBrokerConnection | None:
+        conn = self.connections.get(node)
+        if conn is not None and not conn.closed:
+            return conn
+        if node not in self._connecting and self._node_retry_at.get(node, 0) <= self.clock():
+            self._connecting[node] = asyncio.get_running_loop().create_task(
+                self._connect(node))
+        return None
+
+    async def _connect(self, node: int) -> None:
+        host, port = self.brokers[node]
+        try:
+            conn = await AsyncBrokerConnection.open(host, port, self.config.client_id,
+                                                    self.config.request_timeout)
+            self.connections[node] = conn
+        except KafkaError as exc:
+            log.info("broker %d at %s:%d: %s", node, host, port, exc)
+            self._node_retry_at[node] = self.clock() + self.config.retry_backoff
+            self._want_metadata()
+        finally:
+            self._connecting.pop(node, None)
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.wakeup is not None:
+            self.wakeup.set()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        assert self.wakeup is not None
+        try:
+            while True:
+                now = self.clock()
+                self._expire(now)
+                if (self.idem.bump_needed or self.idem.needs_new_id) and \
+                        self.idem.in_flight() == 0:
+                    await self._bump()
+                next_ready = self._send_ready(now)
+                if self.closing and not self.acc.incomplete and self.requests_in_flight == 0:
+                    return
+                if now - self._metadata_at > self.config.metadata_max_age:
+                    self._metadata_at = now
+                    self._want_metadata()
+                timeout = max(0.0, min(next_ready, now + self.config.retry_backoff * 10)
+                              - self.clock())
+                with self.acc.lock:
+                    self.acc.sender_deadline = min(self.acc.sender_deadline,
+                                                   self.clock() + timeout)
+                if not self.wakeup.is_set():
+                    try:
+                        await asyncio.wait_for(self.wakeup.wait(), timeout)
+                    except TimeoutError:
+                        pass
+                self.wakeup.clear()
+        except Exception as exc:
+            # A bug here must not leave callers waiting forever: fail what is pending.
+            log.exception("the producer's sender failed")
+            self.fatal = KafkaError(ErrorCode.unknown_server_error, f"sender failed: {exc!r}")
+            for batch in self.acc.drain_all():
+                self._fail(batch, self.fatal)
+            for batch in list(self.acc.incomplete):
+                if not batch.done:
+                    self._fail(batch, self.fatal)
+            raise
+        finally:
+            self.stopped = True
+
+    def _send_ready(self, now: float) -> float:
+        heads, next_ready = self.acc.ready_heads(now)
+        with self.acc.lock:
+            self.acc.sender_deadline = float("inf")
+        if self.fatal is not None:
+            for batch in heads:
+                self.acc.take(batch)
+                self._fail(batch, self.fatal)
+            return next_ready
+        requests: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        for batch in heads:
+            tp = (batch.topic, batch.partition)
+            node = self.leaders.get(tp)
+            if node is None:
+                self._want_metadata(batch.topic)
+                continue
+            conn = self._connection(node)
+            if conn is None:
+                continue
+            if not self.idem.has_identity or not self.idem.may_send(batch, conn.in_flight):
+                continue
+            batch.build(self.config.codec)
+            if requests.get(node) and sizes[node] + batch.size > self.config.max_request_size:
+                continue  # the next request takes it
+            self.acc.take(batch)
+            self.idem.sending(batch)
+            requests.setdefault(node, []).append(batch)
+            sizes[node] = sizes.get(node, 0) + batch.size
+        for node, batches in requests.items():
+            self._send(self.connections[node], batches)
+        return next_ready
+
+    def _send(self, conn: AsyncBrokerConnection, batches: list[ProducerBatch]) -> None:
+        by_topic: dict[str, list[ProducerBatch]] = {}
+        for batch in batches:
+            by_topic.setdefault(batch.topic, []).append(batch)
+        acks = self.config.acks
+        timeout = datetime.timedelta(seconds=self.config.request_timeout)
+
+        def make(mod, version):
+            topics = tuple(
+                build(mod.TopicProduceData, name=topic, partition_data=tuple(
+                    build(mod.PartitionProduceData, index=b.partition, records=b.data)
+                    for b in group))
+                for topic, group in by_topic.items())
+            return build(mod.ProduceRequest, transactional_id=None, acks=acks,
+                         timeout=timeout, topic_data=topics)
+
+        try:
+            future = conn.request(apis.PRODUCE, make, expect_response=acks != 0)
+        except KafkaError as exc:
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+        self.requests_in_flight += 1
+        future.add_done_callback(lambda f: self._answered(f, batches))
+
+    def _answered(self, future: asyncio.Future, batches: list[ProducerBatch]) -> None:
+        self.requests_in_flight -= 1
+        self._wake()
+        exc = future.exception()
+        if exc is not None:
+            for batch in batches:
+                self._act(batch, self.idem.lost(batch), exc)
+            return
+        response = future.result()
+        if response is None:  # acks=0: nothing will tell us more
+            for batch in batches:
+                self.idem.answered(batch, ErrorCode.none)
+                self._deliver(batch, -1)
+            return
+        answers = {(t.name, p.index): p for t in response.responses
+                   for p in t.partition_responses}
+        for batch in batches:
+            answer = answers.get((batch.topic, batch.partition))
+            if answer is None:
+                self._act(batch, self.idem.lost(batch), KafkaError(
+                    ErrorCode.unknown_server_error, "the response left this partition out"))
+                continue
+            error = ErrorCode(answer.error_code)
+            action = self.idem.answered(batch, error)
+            if action is Action.DELIVERED:
+                self._deliver(batch, answer.base_offset
+                              if error == ErrorCode.none else -1)
+                continue
+            if error in _LEADER_ERRORS:
+                self._want_metadata(batch.topic)
+            self._act(batch, action, KafkaError(error, getattr(answer, "error_message", None)
+                                                or f"{batch.topic}-{batch.partition}"))
+
+    def _act(self, batch: ProducerBatch, action: Action, error: BaseException) -> None:
+        if action is Action.RETRY:
+            if self.clock() >= batch.created + self.config.delivery_timeout:
+                self.idem.give_up(batch)
+                self._fail(batch, KafkaError(ErrorCode.request_timed_out,
+                                             f"delivery.timeout.ms expired; last error: "
+                                             f"{error}"))
+                return
+            log.debug("retrying %s-%d after %s", batch.topic, batch.partition, error)
+            batch.retry_at = self.clock() + self.config.retry_backoff
+            self.acc.reenqueue(batch, self.idem.order)
+        elif action is Action.FATAL:
+            self.fatal = error if isinstance(error, KafkaError) else KafkaError(
+                ErrorCode.unknown_server_error, str(error))
+            log.error("producer stopped: %s", error)
+            self._fail(batch, error)
+        else:
+            self._fail(batch, error)
+
+    def _deliver(self, batch: ProducerBatch, base_offset: int) -> None:
+        batch.complete(base_offset)
+        self.acc.finished(batch)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.fail(error)
+        self.acc.finished(batch)
+
+    def _expire(self, now: float) -> None:
+        for batch in self.acc.take_expired(self.config.delivery_timeout, now):
+            self.idem.give_up(batch)
+            self._fail(batch, KafkaError(ErrorCode.request_timed_out,
+                                         "delivery.timeout.ms expired before the record was "
+                                         "acknowledged"))
+
+    async def _bump(self) -> None:
+        if self.idem.bump_needed:
+            for batch in self.idem.bump():
+                self.acc.remove(batch)
+                self._fail(batch, KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    "the producer needed a new epoch while this batch's outcome was unknown; "
+                    "it may be stored, and is not sent again so that it is never stored twice"))
+            log.info("producer %d bumped its epoch to %d", self.idem.producer_id,
+                     self.idem.epoch)
+        if self.idem.needs_new_id:
+            try:
+                await self._init_producer_id()
+            except KafkaError as exc:
+                self.fatal = exc
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    def close_connections(self) -> None:
+        for conn in list(self.connections.values()):
+            conn.close()
+        self.connections.clear()
+        for task in self._connecting.values():
+            task.cancel()
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
