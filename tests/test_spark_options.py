@@ -70,14 +70,16 @@ def test_bad_read_options(options, streaming, message):
 def test_write_options():
     opts = write_options({**B, "topic": "out", "kafka.linger.ms": "20",
                           "compression.type": "ZSTD", "kafka.acks": "all"})
-    assert (opts.topic, opts.producer) == ("out", {"linger.ms": 20, "compression.type": "zstd"})
+    assert (opts.topic, opts.producer) == ("out", {
+        "bootstrap.servers": "127.0.0.1:9092", "enable.idempotence": "true", "acks": "all",
+        "linger.ms": "20", "compression.type": "ZSTD"})
     assert write_options(B).topic is None
     for options, message in [
         ({**B, "kafka.enable.idempotence": "false"}, "option enable.idempotence: the oncelog "
                                                      "sink always writes with an idempotent"),
         ({**B, "acks": "1"}, "option acks: '1': an idempotent producer needs acks=all"),
-        ({**B, "batch.size": "0"}, "option batch.size: must be a whole number of 1 or more"),
-        ({**B, "compression.type": "brotli"}, "option compression.type: 'brotli' is not one"),
+        ({**B, "batch.size": "0"}, "option batch.size: 0 is below the minimum 1"),
+        ({**B, "compression.type": "brotli"}, "option compression.type: 'brotli' must be one"),
         ({**B, "topic": " "}, "option topic: is empty"),
         ({**B, "subscribe": "t"}, "option subscribe: unknown option"),
     ]:

@@ -24,12 +24,12 @@ def create(bootstrap: str, topic: str, partitions: int = 1, **configs: str) -> N
 
 
 def produce(bootstrap: str, topic: str, items, **config) -> None:
-    """items: (partition, key, value, headers, timestamp ms)."""
+    """items: (partition, key, value, headers, timestamp ms or None for now)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "message.timeout.ms": int(TIMEOUT * 1000), **config})
     for partition, key, value, headers, timestamp in items:
         producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
-                         timestamp=timestamp)
+                         timestamp=timestamp or 0)  # librdkafka: 0 is now
     assert producer.flush(TIMEOUT) == 0
 
 

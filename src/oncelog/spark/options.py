@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..client.connection import parse_bootstrap
+from ..client.producer_config import CONFIG_KEYS, parse_producer_config
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1
@@ -37,12 +38,10 @@ _SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
 
 # Kafka client settings: accepted with or without Spark's "kafka." prefix.
 _CLIENT_READ = ("bootstrap.servers", "isolation.level")
-_CLIENT_WRITE = ("bootstrap.servers", "acks", "enable.idempotence", "linger.ms", "batch.size",
-                 "compression.type", "client.id")
+_CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
 _READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
          "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss")
 _WRITE = ("topic",)
-_COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
@@ -262,13 +261,13 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
 class WriteOptions:
     bootstrap: str
     topic: str | None
-    producer: dict[str, object]  # extra oncelog.Producer settings
+    producer: dict[str, str]  # oncelog.Producer settings, checked by its own parser
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = _canonical(options, _WRITE, _CLIENT_WRITE)
     bootstrap = _bootstrap(opts)
-    topic = opts.get("topic")
+    topic = opts.pop("topic", None)
     if topic is not None and not topic.strip():
         raise OptionError("topic", "is empty")
     if opts.get("enable.idempotence", "true").strip().lower() != "true":
@@ -276,24 +275,11 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
                                                 "idempotent producer")
     if opts.get("acks", "all").strip().lower() not in ("all", "-1"):
         raise OptionError("acks", f"{opts['acks']!r}: an idempotent producer needs acks=all")
-    producer: dict[str, object] = {}
-    for name in ("linger.ms", "batch.size"):
-        if name in opts:
-            try:
-                number = int(opts[name].strip())
-            except ValueError:
-                number = -1
-            least = 1 if name == "batch.size" else 0
-            if number < least:
-                raise OptionError(name, f"must be a whole number of {least} or more, not "
-                                        f"{opts[name]!r}")
-            producer[name] = number
-    if "compression.type" in opts:
-        codec = opts["compression.type"].strip().lower()
-        if codec not in _COMPRESSION:
-            raise OptionError("compression.type", f"{opts['compression.type']!r} is not one of "
-                                                  f"{', '.join(_COMPRESSION)}")
-        producer["compression.type"] = codec
-    if "client.id" in opts:
-        producer["client.id"] = opts["client.id"]
+    producer = {**opts, "bootstrap.servers": bootstrap, "enable.idempotence": "true"}
+    try:
+        parse_producer_config(producer)
+    except ValueError as exc:
+        name, _, problem = str(exc).partition(": ")
+        raise OptionError(name if name in CONFIG_KEYS else "kafka.*", problem or str(exc)) \
+            from None
     return WriteOptions(bootstrap, topic.strip() if topic else None, producer)

@@ -10,9 +10,12 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -33,7 +36,16 @@ from .offsets import (
     split,
     to_json,
 )
-from .options import EARLIEST, LATEST, OptionError, ReadOptions, read_options
+from .options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    ReadOptions,
+    WriteOptions,
+    read_options,
+    write_options,
+)
+from .sink import WriteReport, check_schema, write_rows
 
 
 class RangePartition(InputPartition):
@@ -170,6 +182,48 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: no consumer groups yet, the checkpoint is the only position."""
 
 
+class _WritesRows:
+    """The part both writers share: each task produces its rows (see ``sink``)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator) -> WriteReport:
+        return write_rows(self.options, iterator)
+
+
+class OncelogWriter(_WritesRows, DataSourceArrowWriter):
+    """``df.write.format("oncelog")``. Its ``commit`` has nothing to do: every task's records
+    were acknowledged before the task finished; ``abort`` cannot take back what finished
+    tasks wrote (no transactions yet)."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
+    """``writeStream.format("oncelog")``, per micro-batch as the batch writer. Spark runs
+    ``commit`` in another process with a new writer: only the tasks' messages reach it."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+def _writer_options(options, schema: StructType, overwrite: bool) -> WriteOptions:
+    if overwrite:
+        raise OptionError("mode", "overwrite is not possible: a topic is an append-only log "
+                                  "(use append)")
+    opts = write_options(options)
+    check_schema(schema, opts)
+    return opts
+
+
 class OncelogDataSource(DataSource):
     """``format("oncelog")``: read and write topics of oncelog or any Kafka-compatible broker.
 
@@ -194,3 +248,9 @@ class OncelogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return OncelogStreamReader(read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> OncelogWriter:
+        return OncelogWriter(_writer_options(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OncelogStreamWriter:
+        return OncelogStreamWriter(_writer_options(self.options, schema, overwrite))
