@@ -215,8 +215,11 @@ class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
         pass
 
 
-def _writer_options(options, schema: StructType, overwrite: bool) -> WriteOptions:
-    if overwrite:
+def _writer_options(options, schema: StructType, overwrite: bool,
+                    streaming: bool = False) -> WriteOptions:
+    # A stream in complete mode asks to overwrite: each trigger appends the whole result
+    # table, as Spark's Kafka sink does. A batch write cannot replace a log.
+    if overwrite and not streaming:
         raise OptionError("mode", "overwrite is not possible: a topic is an append-only log "
                                   "(use append)")
     opts = write_options(options)
@@ -253,4 +256,5 @@ class OncelogDataSource(DataSource):
         return OncelogWriter(_writer_options(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OncelogStreamWriter:
-        return OncelogStreamWriter(_writer_options(self.options, schema, overwrite))
+        return OncelogStreamWriter(_writer_options(self.options, schema, overwrite,
+                                                   streaming=True))
