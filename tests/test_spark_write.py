@@ -145,3 +145,23 @@ def test_overwrite_and_a_missing_partition_fail_clearly(spark, broker):
     with pytest.raises(Exception, match=r"two has partitions 0\.\.1, not 5"):
         writer(df, broker.bootstrap, topic="two").save()
 
+
+
+def test_stream_in_complete_mode_appends_the_result_table(spark, broker, tmp_path):
+    create(broker.bootstrap, "votes", 1)
+    produce(broker.bootstrap, "votes", [(0, b"abc"[i % 3:i % 3 + 1], b"1", None, None)
+                                        for i in range(30)])
+    query = (spark.readStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
+             .option("subscribe", "votes").option("startingOffsets", "earliest").load()
+             .groupBy("key").count()
+             .selectExpr("key", "cast(cast(count as string) as binary) as value")
+             .writeStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
+             .option("topic", "tally").option("checkpointLocation", str(tmp_path / "cp"))
+             .outputMode("complete").trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(TIMEOUT), "the stream did not finish in time"
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    assert sorted((r.key, r.value) for r in read_back(broker.bootstrap, "tally", 1)) == \
+        [(b"a", b"10"), (b"b", b"10"), (b"c", b"10")]
