@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import io
 import json
-import time
 
 import pytest
-from test_audit import batch, create_topic, init_producer_id, produce
+from test_audit import create_topic, produce, store_forgetting
 
 from oncelog.audit import audit_topic, format_report
 from oncelog.cli import main
-from oncelog.client import calls
-from oncelog.client.admin import Admin
 from oncelog.spark.audit import audit_topic_on_spark
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -60,24 +57,9 @@ def test_duplicates_gaps_and_regressions_as_the_one_process_audit_finds_them(
                              "producer.id.expiration.check.interval.ms": "50",
                              "producer.id.tombstone.ms": "0"})
     create_topic(broker.bootstrap, "forgot", 2)
-    admin = Admin({"bootstrap.servers": broker.bootstrap})
-    try:
-        pid = init_producer_id(admin.conn)
-
-        def forgotten(partition: int) -> None:
-            deadline = time.monotonic() + TIMEOUT
-            while admin.describe_producers("forgot", [partition])[partition]:
-                assert time.monotonic() < deadline, "the broker never forgot the producer"
-                time.sleep(0.05)
-
-        for partition, epoch, seq, values in [
-                (0, 0, 0, [b"a", b"b"]), (0, 0, 0, [b"a", b"b"]), (0, 0, 10, [b"k"]),
-                (0, 0, 5, [b"f"]), (1, 0, 0, [b"x"] * 5), (1, 1, 0, [b"y"] * 3),
-                (1, 0, 5, [b"z"])]:
-            calls.produce(admin.conn, "forgot", partition, batch(pid, epoch, seq, values))
-            forgotten(partition)
-    finally:
-        admin.close()
+    store_forgetting(broker.bootstrap, "forgot", [
+        (0, 0, 0, [b"a", b"b"]), (0, 0, 0, [b"a", b"b"]), (0, 0, 10, [b"k"]), (0, 0, 5, [b"f"]),
+        (1, 0, 0, [b"x"] * 5), (1, 1, 0, [b"y"] * 3), (1, 0, 5, [b"z"])])
     plain = audit_topic(broker.bootstrap, "forgot")
     on_spark = audit_topic_on_spark(spark, broker.bootstrap, "forgot", min_partitions=4)
     assert not on_spark.clean

@@ -22,7 +22,6 @@ from dataclasses import asdict
 
 from ..audit import (
     Audit,
-    AuditError,
     AuditReport,
     EpochReport,
     PartitionReport,
@@ -90,12 +89,8 @@ def audit_topic_on_spark(spark, bootstrap: str, topic: str,
     partition's log start to its high watermark when the audit starts, run on ``spark``."""
     started = time.monotonic()
     with TopicReader(bootstrap, topic) as reader:
-        indexes = reader.partitions if partitions is None else list(dict.fromkeys(partitions))
-        unknown = [p for p in indexes if p not in reader.leaders]
-        if unknown:
-            raise AuditError(f"topic {topic!r} has no partition "
-                             f"{', '.join(map(str, unknown))} (it has {len(reader.leaders)})")
-        offsets = {p: reader.offsets(p) for p in indexes}
+        offsets = reader.ranges(partitions)
+    indexes = list(offsets)
     ranges = split([OffsetRange(topic, p, s, e) for p, (s, e) in offsets.items()],
                    min_partitions or spark.sparkContext.defaultParallelism)
     sc = spark.sparkContext

@@ -61,7 +61,19 @@ def _partitions(ranges: Sequence[OffsetRange], min_partitions: int | None
     return [RangePartition(r) for r in split(ranges, min_partitions)]
 
 
-class OncelogReader(DataSourceReader):
+class _ReadsRanges:
+    """The part both readers share: a task reads its offset range (see ``columns``)."""
+
+    options: ReadOptions
+
+    def read(self, partition: InputPartition) -> Iterator:
+        opts = self.options
+        assert isinstance(partition, RangePartition)
+        return read_range(opts.bootstrap, partition.range, opts.include_headers,
+                          opts.fail_on_data_loss)
+
+
+class OncelogReader(_ReadsRanges, DataSourceReader):
     """``spark.read.format("oncelog")``: offsets fixed when the query is planned."""
 
     def __init__(self, options: ReadOptions) -> None:
@@ -91,14 +103,8 @@ class OncelogReader(DataSourceReader):
             ranges.append(OffsetRange(tp[0], tp[1], start, end))
         return _partitions(ranges, opts.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator:
-        opts = self.options
-        assert isinstance(partition, RangePartition)
-        return read_range(opts.bootstrap, partition.range, opts.include_headers,
-                          opts.fail_on_data_loss)
 
-
-class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class OncelogStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("oncelog")``. Offsets are JSON per topic and partition, as
     Spark's Kafka source writes them; a micro-batch reads exactly [start, end) of each
     partition, so a query restarted from its checkpoint neither skips nor repeats a record of
@@ -171,12 +177,6 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 stop = max(first, high)
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))
         return _partitions(ranges, opts.min_partitions)
-
-    def read(self, partition: InputPartition) -> Iterator:
-        opts = self.options
-        assert isinstance(partition, RangePartition)
-        return read_range(opts.bootstrap, partition.range, opts.include_headers,
-                          opts.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: no consumer groups yet, the checkpoint is the only position."""
