@@ -38,11 +38,11 @@ system-deps:
 	fi
 
 test: $(TEST_STAMP) system-deps
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench examples
 	$(PY) -m pytest -n 2 --dist loadgroup $(ARGS)
 
 lint: $(TEST_STAMP)
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench examples
 
 # The example pipeline (examples/pipeline.py) on Spark local[*], with its own broker.
 demo: $(SPARK_STAMP) system-deps

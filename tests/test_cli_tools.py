@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import oncelog as oncelog_package
+
 
 def oncelog(broker, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -79,3 +81,24 @@ def test_deleted_topic_leaves_no_counters(broker):
     assert "gone\t0\tappended" in oncelog(broker, "stats").stdout
     assert oncelog(broker, "topics", "delete", "--topic", "gone").returncode == 0
     assert "gone" not in oncelog(broker, "stats").stdout
+
+
+def test_produce_is_idempotent_and_takes_producer_properties(broker):
+    produced = oncelog(broker, "produce", "--topic", "cli-idem", "--partition", "0",
+                       "--producer-property", "linger.ms=1", stdin="a\nb\nc\n")
+    assert produced.returncode == 0, produced.stderr
+    with oncelog_package.Consumer({"bootstrap.servers": broker.bootstrap,
+                                   "auto.offset.reset": "earliest"}) as c:
+        c.assign([("cli-idem", 0)])
+        records = list(c)
+    assert [(r.value, r.sequence) for r in records] == [(b"a", 0), (b"b", 1), (b"c", 2)]
+    assert records[0].producer_id >= 0
+
+    refused = oncelog(broker, "produce", "--topic", "cli-idem", "--producer-property",
+                      "max.in.flight.requests.per.connection=9", "--producer-property",
+                      "enable.idempotence=true", stdin="x\n")
+    assert refused.returncode != 0
+    assert "at most 5" in refused.stderr
+    missing = oncelog(broker, "produce", "--topic", "cli-idem", "--partition", "7", stdin="x\n")
+    assert missing.returncode == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr

@@ -44,6 +44,7 @@ from kio.schema.init_producer_id.v4 import response as init_resp
 from kio.schema.produce.v9 import request as produce_req
 from kio.schema.produce.v9 import response as produce_resp
 
+import oncelog
 from oncelog.protocol.messages import decode_response, encode_request
 from oncelog.protocol.record_batch import scan_batches
 from oncelog.protocol.records import decode_batch, encode_batch
@@ -375,7 +376,27 @@ def stream_kafka_python(bootstrap: str, topic: str, delivered: Delivered) -> Non
         producer.close(TIMEOUT)
 
 
-STREAMS = {"confluent": stream_confluent, "kafka-python": stream_kafka_python}
+def stream_oncelog(bootstrap: str, topic: str, delivered: Delivered) -> None:
+    producer = oncelog.Producer({
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 5,
+        "delivery.timeout.ms": DELIVERY_TIMEOUT_MS,
+        "request.timeout.ms": 10_000,
+        "retry.backoff.ms": 50,
+        "max.block.ms": int(STREAM_TIMEOUT * 1000),
+    })
+    try:
+        for i in range(COUNT):
+            producer.produce(topic, value_of(i), partition=partition_of(i),
+                             on_delivery=lambda err, meta, i=i: delivered.report(
+                                 i, err, meta.offset if meta else -1))
+        producer.flush(STREAM_TIMEOUT)
+    finally:
+        producer.close(TIMEOUT)
+
+
+STREAMS = {"confluent": stream_confluent, "kafka-python": stream_kafka_python,
+           "oncelog": stream_oncelog}
 
 
 def produce_outcomes(broker: BrokerProcess, topic: str) -> dict[str, int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import re
 import sys
 import time
@@ -14,8 +13,8 @@ from .client import calls
 from .client.admin import Admin
 from .client.connection import KafkaError
 from .client.consumer import EARLIEST, LATEST, Consumer, TopicPartition
-from .client.partitioner import partition_for_key
-from .protocol.records import CODECS, encode_batch
+from .client.producer import Producer
+from .protocol.records import CODECS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -129,46 +128,35 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # --- produce ----------------------------------------------------------------------------------
 
 def _produce(args: argparse.Namespace) -> int:
-    headers = list(_key_value(args.header, "--header").items())
-    encoded_headers = [(k, v.encode()) for k, v in headers]
-    acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[args.acks]
-    with _admin(args) as admin:
-        partitions = len(admin.metadata([args.topic], auto_create=True)
-                         .topics[args.topic].partitions)
-        if args.partition is not None and not 0 <= args.partition < partitions:
-            raise SystemExit(f"oncelog produce: topic {args.topic} has no partition "
-                             f"{args.partition}")
-        round_robin = itertools.cycle(range(partitions))
-        pending: dict[int, list] = {}
-        count = 0
-
-        def send(partition: int) -> None:
-            records = pending.pop(partition)
-            batch = encode_batch(records, CODECS[args.compression])
-            calls.produce(admin.conn, args.topic, partition, batch, acks)
-
-        keyless = next(round_robin)
+    encoded_headers = [(k, v.encode()) for k, v in _key_value(args.header, "--header").items()]
+    config = {"bootstrap.servers": args.bootstrap_server, "compression.type": args.compression,
+              "acks": args.acks, "batch.num.messages": args.batch_size,
+              **_key_value(args.producer_property, "--producer-property")}
+    try:
+        producer = Producer(config)
+    except ValueError as exc:
+        raise SystemExit(f"oncelog produce: {exc}") from None
+    separator = args.key_separator.encode() if args.key_separator else None
+    failed: list[BaseException] = []
+    count = 0
+    with producer:
         for line in sys.stdin.buffer:
-            line = line.rstrip(b"\r\n")
+            value = line.rstrip(b"\r\n")
             key = None
-            if args.key_separator:
-                sep = args.key_separator.encode()
-                if sep in line:
-                    key, line = line.split(sep, 1)
-            if args.partition is not None:
-                partition = args.partition
-            elif key is not None:
-                partition = partition_for_key(key, partitions)
-            else:
-                partition = keyless
-            pending.setdefault(partition, []).append(
-                (key, line, encoded_headers, int(time.time() * 1000)))
+            if separator is not None and separator in value:
+                key, value = value.split(separator, 1)
+            producer.produce(args.topic, value, key=key, partition=args.partition,
+                             headers=encoded_headers,
+                             on_delivery=lambda err, _meta: err and failed.append(err))
             count += 1
-            if len(pending[partition]) >= args.batch_size:
-                send(partition)
-                keyless = next(round_robin)  # sticky for keyless records: one batch each
-        for partition in list(pending):
-            send(partition)
+        try:
+            producer.flush()
+        except KafkaError:
+            pass  # counted by on_delivery
+    if failed:
+        print(f"oncelog produce: {len(failed)} records not delivered: {failed[0]}",
+              file=sys.stderr)
+        return 1
     print(f"produced {count} records to {args.topic}", file=sys.stderr)
     return 0
 
@@ -376,7 +364,7 @@ def add_tool_commands(sub) -> None:
         description="Send each line of standard input as one record."))
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partition", type=int,
-                         help="partition to write to (default: by key, else round robin)")
+                         help="partition to write to (default: by key, else sticky)")
     produce.add_argument("--key-separator", metavar="SEP",
                          help="split each line at the first SEP into key and value")
     produce.add_argument("--header", action="append", metavar="KEY=VALUE",
@@ -384,7 +372,10 @@ def add_tool_commands(sub) -> None:
     produce.add_argument("--compression", choices=sorted(CODECS), default="none")
     produce.add_argument("--acks", choices=["all", "-1", "1", "0"], default="all")
     produce.add_argument("--batch-size", type=int, default=500, metavar="N",
-                         help="records per batch (default 500)")
+                         help="records per batch at most (batch.num.messages, default 500)")
+    produce.add_argument("--producer-property", action="append", metavar="KEY=VALUE",
+                         help="any oncelog.Producer setting (Kafka names, e.g. linger.ms=50 "
+                         "or enable.idempotence=false); may be repeated")
     produce.set_defaults(func=_guarded(_produce))
 
     consume = _with_bootstrap(sub.add_parser(

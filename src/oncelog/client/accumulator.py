@@ -7,10 +7,13 @@ for a few dictionary and list operations at a time.
 When is a batch ready to send?
 - ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
   records), when its first record has waited ``linger.ms``, or on flush.
-- ``batching="deterministic"``: only when full, or on flush. Batch boundaries then depend only
-  on the records produced since the last flush, so a process that resumes from a checkpoint
-  taken at a flush and produces the same records again cuts the same batches, with the same
-  sequence numbers, and the broker recognises every one it already stored.
+- ``batching="deterministic"``: only when full, or on flush, and "full" means the partition's
+  record count reached a multiple of ``batch.num.messages``: batches are aligned on sequence
+  numbers, never cut by time or by the bytes since some starting point. A process that
+  resumes from a checkpoint and produces the same records again, even flushing at other
+  points than before, cuts batches that lie each within one batch it sent before or wholly
+  after them, so the broker recognises every record it already stored (as a cached batch or
+  as DUPLICATE_SEQUENCE_NUMBER) and none straddles the end of what it holds.
 
 A retried batch goes back into its queue in sequence order (seed 002's ``reenqueue``), so a
 partition never sends a later batch ahead of an earlier one.
@@ -19,6 +22,7 @@ partition never sends a later batch ahead of an earlier one.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Callable
 
@@ -29,6 +33,8 @@ TopicPartition = tuple[str, int]
 
 # Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
 _RECORD_OVERHEAD = 12
+_REQUEST_OVERHEAD = 512  # request header, topic name, batch header
+log = logging.getLogger(__name__)
 
 
 class RecordAccumulator:
@@ -47,13 +53,18 @@ class RecordAccumulator:
         self.wake_pending = False
         self.sender_deadline = float("inf")  # when the sender wakes on its own
         self._new_loop_future = new_loop_future
+        # Records appended per partition since the identity began (the next record's
+        # sequence, as long as no epoch bump intervenes): deterministic batching aligns on it.
+        self.appended: dict[TopicPartition, int] = {}
+        self._warned_oversize = False
 
     # --- the caller's side ------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None,
-               value: bytes | None, headers: Headers,
+               value: bytes | None, headers: Headers, size: int,
                on_delivery: Callable | None = None) -> tuple[ProducerBatch, int]:
-        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        """Add a record (``size``: key and value bytes) to the partition's open batch."""
+        size += _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + len(v or b"") + 4 for k, v in (
                 headers.items() if isinstance(headers, dict) else headers))
@@ -65,9 +76,10 @@ class RecordAccumulator:
             if queue is None:
                 queue = self.queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
-            if batch is not None and not batch.closed and batch.count and (
+            if batch is not None and not batch.closed and (
                     batch.count >= config.batch_records
-                    or len(batch.buf) + size > config.batch_size):
+                    or len(batch.buf) + size > config.batch_size
+                    if not config.deterministic else self._oversize(batch, size)):
                 batch.closed = True  # full: the record starts the next batch
                 wake = True
             if batch is None or batch.closed:
@@ -82,6 +94,12 @@ class RecordAccumulator:
                     wake = True
             index = batch.append(timestamp, key, value, headers)
             batch.accounted += size
+            if config.deterministic:
+                appended = self.appended.get(tp, 0) + 1
+                self.appended[tp] = appended
+                if appended % config.batch_records == 0:
+                    batch.closed = True
+                    wake = True
             if on_delivery is not None:
                 # Under the lock: the sender cannot have taken the batch yet.
                 batch.add_callback(index, on_delivery)
@@ -93,6 +111,19 @@ class RecordAccumulator:
         if wake:
             self.wake()
         return batch, index
+
+    def _oversize(self, batch: ProducerBatch, size: int) -> bool:
+        """Aligned batches close themselves at the boundary; bytes only stop a batch that
+        would not fit in a request at all."""
+        if len(batch.buf) + size <= self.config.max_request_size - _REQUEST_OVERHEAD:
+            return False
+        if not self._warned_oversize:
+            self._warned_oversize = True
+            log.warning("deterministic batching: %d records do not fit in max.request.size "
+                        "(%d); cutting by bytes, which a resumed run may cut differently. "
+                        "Lower batch.num.messages.", self.config.batch_records,
+                        self.config.max_request_size)
+        return True
 
     def wait_for_space(self, timeout: float) -> bool:
         """Block until buffer.memory has room (False when ``timeout`` passes first)."""

@@ -132,14 +132,20 @@ class AsyncBrokerConnection:
                 size_bytes = await self._reader.readexactly(4)
                 (size,) = _SIZE.unpack(size_bytes)
                 frame = await self._reader.readexactly(size)
-                if not self._pending:
-                    raise KafkaError(ErrorCode.unknown_server_error, "an unasked-for answer")
-                correlation, api_key, version, future, _ = self._pending.popleft()
-                got, body = decode_response(api_key, version, frame)
-                if got != correlation:
+                (got,) = _SIZE.unpack_from(frame, 0)
+                # Answers come in order, so one for a later request means the earlier ones
+                # will never come (a proxy or a broker dropped them): they are lost.
+                while self._pending and self._pending[0][0] < got:
+                    lost = self._pending.popleft()[3]
+                    if not lost.done():
+                        lost.set_exception(KafkaError(
+                            ErrorCode.network_exception,
+                            f"{self.host}:{self.port} skipped the answer"))
+                if not self._pending or self._pending[0][0] != got:
                     raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"correlation id {got} answered where {correlation} "
-                                     "was asked")
+                                     f"an answer to correlation id {got}, never asked")
+                _, api_key, version, future, _ = self._pending.popleft()
+                _, body = decode_response(api_key, version, frame)
                 if not future.done():
                     future.set_result(body)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:

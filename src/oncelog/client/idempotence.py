@@ -26,7 +26,10 @@ Answer to a batch -> what happens (one function per row group below):
 | NONE                                                     | delivered                       |
 | DUPLICATE_SEQUENCE_NUMBER                                | delivered (stored before)       |
 | OUT_OF_ORDER_SEQUENCE_NUMBER, an earlier batch unacked   | retry in order                  |
-| OUT_OF_ORDER_SEQUENCE_NUMBER, first unacked batch        | bump epoch, resequence, retry   |
+| OUT_OF_ORDER_SEQUENCE_NUMBER, first unacked batch        | ask the broker (resolve below)  |
+|   it holds this epoch up to within the batch             | send only the rest              |
+|   it holds this epoch up to the batch's end or beyond    | delivered (stored before)       |
+|   it holds nothing of this epoch, or ends before it      | bump epoch, resequence, retry   |
 | UNKNOWN_PRODUCER_ID                                      | new producer id, resequence,    |
 |                                                          | retry                           |
 | INVALID_PRODUCER_EPOCH, PRODUCER_FENCED                  | fatal: the producer stops       |
@@ -59,6 +62,7 @@ _FATAL = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced}
 class Action(enum.Enum):
     DELIVERED = "delivered"
     RETRY = "retry"
+    RESOLVE = "resolve"  # ask the broker how far it holds this producer (DescribeProducers)
     FAIL = "fail"
     FATAL = "fatal"
 
@@ -69,6 +73,7 @@ class PartitionSequences:
     last_acked: int = -1
     in_flight: int = 0
     unacked: list[ProducerBatch] = field(default_factory=list)  # sequence order
+    resolving: bool = False
 
 
 class IdempotenceManager:
@@ -108,6 +113,8 @@ class IdempotenceManager:
         if self.bump_needed or self.needs_new_id:
             return False
         if state.in_flight >= self.max_in_flight:
+            return False
+        if state.resolving:
             return False
         if batch.base_sequence is None:
             return True  # nothing to retry is queued ahead of it (retries sit in front)
@@ -176,10 +183,34 @@ class IdempotenceManager:
 
     def _out_of_order(self, state: PartitionSequences, batch: ProducerBatch) -> Action:
         if state.unacked and state.unacked[0] is batch:
-            # Everything before it was acknowledged, yet the broker expects another
-            # sequence: it lost this producer's state. Only a new epoch continues.
+            # Everything before it was acknowledged, yet the broker expects another sequence:
+            # it lost this producer's state, or (after a resume) it holds more of this epoch
+            # than the checkpoint said, up to inside this batch. Ask before bumping.
+            state.resolving = True
+            return Action.RESOLVE
+        return Action.RETRY  # an earlier batch is missing: this one was not stored
+
+    def resolved(self, batch: ProducerBatch, held: tuple[int, int] | None) -> int:
+        """The broker's (epoch, last sequence) for us on the batch's partition, or None:
+        returns how many of the batch's records it already holds (all: delivered; some: the
+        caller drops them and sends the rest; none: an epoch bump is now needed)."""
+        state = self._partition((batch.topic, batch.partition))
+        state.resolving = False
+        assert batch.base_sequence is not None
+        stored = 0
+        if held is not None and held[0] == batch.epoch:
+            stored = ((held[1] - batch.base_sequence) & _MAX_SEQUENCE) + 1
+            if stored > _MAX_SEQUENCE // 2:  # it ends before the batch: a gap
+                stored = 0
+        if stored == 0:
             self.bump_needed = True
-        return Action.RETRY  # either way it was not stored; sent again in order
+            return 0
+        if stored >= batch.count:
+            self._delivered(state, batch)
+            return batch.count
+        state.last_acked = (batch.base_sequence + stored - 1) & _MAX_SEQUENCE
+        batch.base_sequence = (batch.base_sequence + stored) & _MAX_SEQUENCE
+        return stored
 
     def _retry_or_fail(self, state: PartitionSequences, batch: ProducerBatch,
                        retriable: bool) -> Action:

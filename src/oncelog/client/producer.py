@@ -59,8 +59,11 @@ class _ProducerCore:
                                  "enable.idempotence must be true")
             self._resume(resume)
         self.acc = RecordAccumulator(cfg, time.monotonic, new_loop_future)
+        self.acc.appended = {tp: state.next_sequence
+                             for tp, state in self.idem.partitions.items()}
         self.sender = Sender(cfg, self.acc, self.idem)
         self.closed = False
+        self.record_limit = cfg.max_request_size - _RECORD_LIMIT_OVERHEAD
 
     def _resume(self, checkpoint: dict[str, Any]) -> None:
         if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
@@ -85,16 +88,20 @@ class _ProducerCore:
 
     def prepare(self, value: Any, key: Any, timestamp: int | None
                 ) -> tuple[bytes | None, bytes | None, int, int]:
-        key_bytes = None if key is None else as_bytes(key, "key")
-        value_bytes = None if value is None else as_bytes(value, "value")
-        size = (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
-        if size + _RECORD_LIMIT_OVERHEAD > self.config.max_request_size:
+        """Key and value as bytes, the timestamp, and their size (checked against
+        max.request.size)."""
+        if type(key) is not bytes and key is not None:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes and value is not None:
+            value = as_bytes(value, "value")
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        if size > self.record_limit:
             raise KafkaError(ErrorCode.message_too_large,
                              f"a {size}-byte record does not fit in max.request.size "
                              f"({self.config.max_request_size})")
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
-        return key_bytes, value_bytes, int(timestamp), size
+            timestamp = time.time_ns() // 1_000_000
+        return key, value, int(timestamp), size
 
     def choose_partition(self, topic: str, key: bytes | None, partition: int | None,
                          count: int, size: int) -> int:
@@ -131,9 +138,9 @@ class _ProducerCore:
         return chosen
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-               headers: Headers, timestamp: int, on_delivery: Callable | None
+               headers: Headers, timestamp: int, size: int, on_delivery: Callable | None
                ) -> RecordFuture:
-        batch, index = self.acc.append(topic, partition, timestamp, key, value, headers,
+        batch, index = self.acc.append(topic, partition, timestamp, key, value, headers, size,
                                        on_delivery)
         return RecordFuture(batch, index)
 
@@ -197,7 +204,8 @@ class Producer:
                 on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any]
                 | None = None) -> RecordFuture:
         core = self._core
-        core.check_open()
+        if core.closed or core.sender.fatal is not None:
+            core.check_open()
         key_bytes, value_bytes, ts, size = core.prepare(value, key, timestamp)
         count = core.sender.partition_counts.get(topic)
         if count is None:
@@ -206,7 +214,8 @@ class Producer:
         if not core.acc.has_space() and not core.acc.wait_for_space(core.config.max_block):
             raise KafkaError(ErrorCode.request_timed_out,
                              "buffer.memory is full and max.block.ms passed")
-        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, on_delivery)
+        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, size,
+                           on_delivery)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything produced so far and wait for every answer; raises the first
@@ -314,7 +323,7 @@ class AIOProducer:
                     await asyncio.wait_for(self._space.wait(), left)
                 except TimeoutError:
                     pass
-        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, None)
+        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, size, None)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
                             partition: int | None = None, headers: Headers = None,

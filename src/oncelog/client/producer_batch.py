@@ -18,7 +18,9 @@ from typing import Any
 import crc32c
 
 from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
-from ..protocol.records import NONE, compress
+from ..protocol.records import NONE, compress, decode_batch
+from ..protocol.varint import SMALL_VARINTS as _SMALL
+from ..protocol.varint import SMALL_VARINTS_END as _END
 from ..protocol.varint import varint_bytes
 from .connection import KafkaTimeout
 
@@ -96,7 +98,7 @@ class ProducerBatch:
         "_callbacks", "_error", "_event", "_loop_future", "accounted", "attempts", "base_offset",
         "base_sequence", "base_ts", "buf", "closed", "count", "created", "data",
         "epoch", "in_flight", "max_ts", "maybe_stored", "partition", "retry_at",
-        "timestamps", "topic",
+        "skipped", "timestamps", "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,
@@ -119,6 +121,7 @@ class ProducerBatch:
         self.in_flight = False
         self.maybe_stored = False  # sent with no definite answer yet: it may be in the log
         self.base_offset: int | None = None
+        self.skipped = 0  # leading records found already stored (see drop_head)
         self._error: BaseException | None = None
         self._callbacks: list[tuple[int, Callable]] | None = None
         self._event: threading.Event | None = None
@@ -138,9 +141,28 @@ class ProducerBatch:
         index = self.count
         if index == 0:
             self.base_ts = self.max_ts = record_timestamp
-        elif record_timestamp > self.max_ts:
-            self.max_ts = record_timestamp
-        self.buf += encode_record(index, record_timestamp - self.base_ts, key, value, headers)
+            ts_delta = 0
+        else:
+            if record_timestamp > self.max_ts:
+                self.max_ts = record_timestamp
+            ts_delta = record_timestamp - self.base_ts
+        key_len = -1 if key is None else len(key)
+        value_len = -1 if value is None else len(value)
+        if headers or not (0 <= ts_delta < _END and index < _END and key_len < _END
+                           and value_len < _END):
+            self.buf += encode_record(index, ts_delta, key, value, headers)
+        else:
+            # The common record, written with table lookups and one join: this runs once
+            # per produce() call.
+            ts_bytes = _SMALL[ts_delta + 1]
+            index_bytes = _SMALL[index + 1]
+            key_bytes = _SMALL[key_len + 1]
+            value_bytes = _SMALL[value_len + 1]
+            body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes) + 2
+                    + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0))
+            self.buf += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
+                                  _ATTRIBUTES, ts_bytes, index_bytes, key_bytes, key or b"",
+                                  value_bytes, value or b"", _NO_HEADERS))
         self.timestamps.append(record_timestamp)
         self.count = index + 1
         return index
@@ -172,6 +194,22 @@ class ProducerBatch:
         assert self.data is not None
         _CRC.pack_into(self.data, CRC_OFFSET,
                        crc32c.crc32c(memoryview(self.data)[ATTRIBUTES_OFFSET:]))
+
+    def drop_head(self, stored: int, codec: int) -> None:
+        """The broker already holds this batch's first ``stored`` records (a resumed producer
+        cut its batches differently): rebuild the batch from the rest. Their futures report
+        offset -1, as for DUPLICATE_SEQUENCE_NUMBER."""
+        assert self.data is not None and 0 < stored < self.count
+        _, records = decode_batch(self.data)
+        keep = records[stored:]
+        self.buf = bytearray(HEADER_SIZE)
+        self.count = 0
+        for record in keep:
+            self.append(record.timestamp, record.key, record.value, record.headers)
+        del self.timestamps[-len(keep):]  # append() added them again
+        self.skipped += stored
+        self.data = None
+        self.build(codec)
 
     @property
     def last_sequence(self) -> int:
@@ -216,7 +254,7 @@ class ProducerBatch:
 
     def metadata(self, index: int) -> RecordMetadata:
         offset = -1 if self.base_offset is None or self.base_offset < 0 \
-            else self.base_offset + index
+            or index < self.skipped else self.base_offset + index - self.skipped
         return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
 
     def wait(self, timeout: float | None) -> bool:

@@ -13,6 +13,9 @@ from typing import Any
 from ..protocol.records import CODECS
 
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5  # what the broker's per-producer batch cache covers
+# Deterministic batches are cut by record count alone; 500 keeps 1 KiB records well inside
+# max.request.size.
+DETERMINISTIC_BATCH_RECORDS = 500
 
 _DEFAULTS: dict[str, Any] = {
     "bootstrap.servers": "127.0.0.1:9092",
@@ -142,6 +145,9 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
                          f"linger.ms + request.timeout.ms ({linger_ms + request_timeout_ms})")
     max_request_size = _int("max.request.size", c["max.request.size"], 1024)
     buffer_memory = _int("buffer.memory", c["buffer.memory"], 1024)
+    batch_records = c["batch.num.messages"]
+    if batching == "deterministic" and "batch.num.messages" not in config:
+        batch_records = DETERMINISTIC_BATCH_RECORDS
     return ProducerConfig(
         bootstrap_servers=str(c["bootstrap.servers"]),
         client_id=str(c["client.id"]),
@@ -149,7 +155,7 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
         idempotence=idempotence,
         linger=linger_ms / 1000,
         batch_size=_int("batch.size", c["batch.size"], 1),
-        batch_records=_int("batch.num.messages", c["batch.num.messages"], 1),
+        batch_records=_int("batch.num.messages", batch_records, 1),
         deterministic=batching == "deterministic",
         buffer_memory=buffer_memory,
         max_block=_int("max.block.ms", c["max.block.ms"]) / 1000,

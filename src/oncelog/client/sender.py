@@ -275,10 +275,11 @@ class Sender:
                 continue
             if not self.idem.has_identity or not self.idem.may_send(batch, conn.in_flight):
                 continue
-            batch.build(self.config.codec)
+            # Before compression the size is an upper bound: good enough to split requests.
             if requests.get(node) and sizes[node] + batch.size > self.config.max_request_size:
                 continue  # the next request takes it
-            self.acc.take(batch)
+            self.acc.take(batch)  # closed to appends (under the lock) before it is built
+            batch.build(self.config.codec)
             self.idem.sending(batch)
             requests.setdefault(node, []).append(batch)
             sizes[node] = sizes.get(node, 0) + batch.size
@@ -354,6 +355,10 @@ class Sender:
             log.debug("retrying %s-%d after %s", batch.topic, batch.partition, error)
             batch.retry_at = self.clock() + self.config.retry_backoff
             self.acc.reenqueue(batch, self.idem.order)
+        elif action is Action.RESOLVE:
+            batch.retry_at = self.clock() + self.config.retry_backoff
+            self.acc.reenqueue(batch, self.idem.order)
+            asyncio.get_running_loop().create_task(self._resolve(batch))
         elif action is Action.FATAL:
             self.fatal = error if isinstance(error, KafkaError) else KafkaError(
                 ErrorCode.unknown_server_error, str(error))
@@ -361,6 +366,42 @@ class Sender:
             self._fail(batch, error)
         else:
             self._fail(batch, error)
+
+    async def _resolve(self, batch: ProducerBatch) -> None:
+        """How much of this producer does the partition hold? (DescribeProducers, KIP-664.)"""
+        def make(mod, version):
+            return build(mod.DescribeProducersRequest, topics=(
+                build(mod.TopicRequest, name=batch.topic,
+                      partition_indexes=(batch.partition,)),))
+
+        held = None
+        try:
+            leader = self.connections.get(self.leaders.get((batch.topic, batch.partition), -2))
+            if leader is not None and not leader.closed:
+                response = await leader.request(apis.DESCRIBE_PRODUCERS, make)
+            else:
+                response = await self._control_call(apis.DESCRIBE_PRODUCERS, make)
+            for topic in response.topics:
+                for p in topic.partitions:
+                    for entry in p.active_producers if p.error_code == 0 else ():
+                        if entry.producer_id == self.idem.producer_id:
+                            held = (entry.producer_epoch, entry.last_sequence)
+        except KafkaError as exc:
+            log.info("DescribeProducers for %s-%d failed (%s): bumping the epoch",
+                     batch.topic, batch.partition, exc)
+        if batch.done:
+            self.idem.partitions[(batch.topic, batch.partition)].resolving = False
+        else:
+            stored = self.idem.resolved(batch, held)
+            log.info("%s-%d holds %d of the %d records of the batch at sequence %s",
+                     batch.topic, batch.partition, stored, batch.count, batch.base_sequence)
+            if stored == batch.count:
+                self.acc.remove(batch)
+                self._deliver(batch, -1)
+            elif stored:
+                batch.drop_head(stored, self.config.codec)
+                batch.stamp(self.idem.producer_id, batch.epoch, batch.base_sequence)
+        self._wake()
 
     def _deliver(self, batch: ProducerBatch, base_offset: int) -> None:
         batch.complete(base_offset)

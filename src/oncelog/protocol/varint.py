@@ -53,7 +53,6 @@ def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     return unzigzag(value), pos
 
 
-
 def _encoded(value: int) -> bytes:
     out = bytearray()
     write_varint(out, value)
@@ -61,13 +60,14 @@ def _encoded(value: int) -> bytes:
 
 
 # Record fields are mostly small: -1 for a null key, deltas and lengths under 16 KiB. A table
-# makes writing one a lookup, which matters on the producer's per-record path.
-_TABLE_END = 1 << 14
-_SMALL = tuple(_encoded(v) for v in range(-1, _TABLE_END))
+# makes writing one a lookup, which matters on the producer's per-record path:
+# SMALL_VARINTS[v + 1] is the varint of v, for -1 <= v < SMALL_VARINTS_END.
+SMALL_VARINTS_END = 1 << 14
+SMALL_VARINTS = tuple(_encoded(v) for v in range(-1, SMALL_VARINTS_END))
 
 
 def varint_bytes(value: int) -> bytes:
     """The zigzag varint of ``value`` as bytes."""
-    if -1 <= value < _TABLE_END:
-        return _SMALL[value + 1]
+    if -1 <= value < SMALL_VARINTS_END:
+        return SMALL_VARINTS[value + 1]
     return _encoded(value)

@@ -1,0 +1,448 @@
+"""oncelog.Producer and AIOProducer against real brokers, read back by real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import kafka
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka import TopicPartition as ConfluentTP
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import oncelog
+from oncelog import AIOProducer, Consumer, KafkaError, Producer, TopicPartition
+from oncelog.chaos.proxy import ChaosProxy
+from oncelog.chaos.rules import Action, Rule
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+NOW = int(time.time() * 1000)
+TIMEOUT = 30
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(20)
+
+
+def read_back(bootstrap: str, topic: str, partitions: int = 1) -> list[oncelog.ConsumerRecord]:
+    with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, p) for p in range(partitions)])
+        return list(c)
+
+
+def records(n: int, null_header: bool = True) -> list[tuple[bytes | None, bytes | None, list,
+                                                            int]]:
+    # Null keys, null values (never both: kafka-python refuses that), headers with nulls.
+    return [(b"k%d" % i if i % 3 else None,
+             None if i % 11 == 0 and i % 3 else b"v%d" % i * (i % 5 + 1),
+             [("n", b"%d" % i), ("empty", b""), ("null", None if null_header else b"-")]
+             if i % 2 else [], NOW + i)
+            for i in range(n)]
+
+
+# --- round trips and interoperability ------------------------------------------------------
+
+def test_produce_returns_futures_with_offsets_and_calls_on_delivery(broker):
+    reports = []
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        futures = [p.produce("futures", b"v%d" % i, partition=0,
+                             on_delivery=lambda err, meta: reports.append((err, meta)))
+                   for i in range(300)]
+        p.flush(TIMEOUT)
+        metas = [f.result(0) for f in futures]
+    assert [m.offset for m in metas] == list(range(300))
+    assert {(m.topic, m.partition) for m in metas} == {("futures", 0)}
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert sorted(meta.offset for err, meta in reports if err is None) == list(range(300))
+    assert [r.value for r in read_back(broker.bootstrap, "futures")] == \
+        [b"v%d" % i for i in range(300)]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_what_it_writes_confluent_and_kafka_python_read(broker, codec):
+    topic = f"interop-{codec}"
+    create_topic(broker.bootstrap, topic)
+    sent = records(300)
+    with Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec,
+                   "linger.ms": 20}) as p:
+        for key, value, headers, ts in sent:
+            p.produce(topic, value, key=key, partition=0, headers=headers, timestamp=ts)
+        p.flush(TIMEOUT)
+
+    consumer = ConfluentConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "x",
+                                  "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([ConfluentTP(topic, 0, 0)])
+    got = []
+    try:
+        for _ in range(1000):
+            msg = consumer.poll(10)
+            assert msg is not None
+            if msg.error():
+                break
+            got.append((msg.key(), msg.value(), msg.headers() or [], msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    assert got == [(k, v, h, ts) for k, v, h, ts in sent]
+
+    kp = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=5000)
+    kp.assign([kafka.TopicPartition(topic, 0)])
+    kp.seek_to_beginning()
+    got = [(m.key, m.value, list(m.headers), m.timestamp) for m in kp]
+    kp.close()
+    assert got == [(k, v, h, ts) for k, v, h, ts in sent]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_what_kafka_python_writes_this_consumer_reads(broker, codec):
+    topic = f"from-kafka-python-{codec}"
+    create_topic(broker.bootstrap, topic)
+    sent = records(200, null_header=False)  # kafka-python refuses null header values
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap,
+                                   compression_type=None if codec == "none" else codec,
+                                   linger_ms=20)
+    for key, value, headers, ts in sent:
+        producer.send(topic, value=value, key=key, partition=0, headers=headers,
+                      timestamp_ms=ts)
+    producer.flush(TIMEOUT)
+    producer.close(TIMEOUT)
+    got = [(r.key, r.value, list(r.headers), r.timestamp)
+           for r in read_back(broker.bootstrap, topic)]
+    assert got == [(k, v, list(h), ts) for k, v, h, ts in sent]
+
+
+def test_keys_land_where_confluent_puts_them(broker):
+    create_topic(broker.bootstrap, "keys-ours", 6)
+    create_topic(broker.bootstrap, "keys-theirs", 6)
+    keys = [b"key-%d" % i for i in range(200)] + [b"", "unicode-\u00e9".encode()]
+    theirs = ConfluentProducer({"bootstrap.servers": broker.bootstrap,
+                                "partitioner": "murmur2_random"})
+    placed = {}
+    for key in keys:
+        theirs.produce("keys-theirs", b"x", key=key,
+                       on_delivery=lambda err, msg: placed.__setitem__(msg.key(),
+                                                                       msg.partition()))
+    assert theirs.flush(TIMEOUT) == 0
+    with Producer({"bootstrap.servers": broker.bootstrap}) as ours:
+        futures = {key: ours.produce("keys-ours", b"x", key=key) for key in keys}
+        ours.flush(TIMEOUT)
+    assert {key: f.result().partition for key, f in futures.items()} == placed
+    assert len(set(placed.values())) == 6
+
+
+def test_keyless_records_stick_to_a_partition_for_a_batch(broker):
+    create_topic(broker.bootstrap, "sticky", 4)
+    with Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 1000,
+                   "batching": "deterministic"}) as p:
+        futures = [p.produce("sticky", b"x" * 100) for _ in range(100)]
+        p.flush(TIMEOUT)
+    partitions = [f.result().partition for f in futures]
+    # Ten records fill batch.size, then the next partition takes over, in turn.
+    assert partitions == [(i // 10) % 4 for i in range(100)]
+
+
+def test_aio_producer_round_trip(broker):
+    async def main() -> list:
+        async with AIOProducer({"bootstrap.servers": broker.bootstrap,
+                                "compression.type": "zstd"}) as p:
+            first = await p.send_and_wait("aio", b"first", key=b"k")
+            futures = [await p.send("aio", b"v%d" % i, partition=0) for i in range(500)]
+            await p.flush()
+            metas = [await f for f in futures]
+            checkpoint = await p.checkpoint()
+        return [first, *metas], checkpoint
+
+    metas, checkpoint = asyncio.run(main())
+    assert [m.offset for m in metas] == list(range(501))
+    assert checkpoint["sequences"] == {"aio": {"0": 501}}
+    assert len(read_back(broker.bootstrap, "aio")) == 501
+
+
+# --- configuration and misuse -----------------------------------------------------------------
+
+@pytest.mark.parametrize("config, message", [
+    ({"max.in.flight.requests.per.connection": 6, "enable.idempotence": True},
+     "at most 5"),
+    ({"acks": "1", "enable.idempotence": True}, "acks must be all"),
+    ({"compression.type": "brotli"}, r"compression\.type"),
+    ({"batching": "sometimes"}, "batching"),
+    ({"linger.ms": "soon"}, r"linger\.ms"),
+    ({"no.such.key": 1}, r"unknown producer config no\.such\.key"),
+    ({"transactional.id": "t"}, "transactions are not implemented"),
+    ({"delivery.timeout.ms": 100}, r"delivery\.timeout\.ms"),
+    ({"partitioner": "fnv"}, "partitioner"),
+])
+def test_bad_config_is_refused_naming_the_key(config, message):
+    with pytest.raises(ValueError, match=message):
+        Producer({"bootstrap.servers": "127.0.0.1:1", **config})
+
+
+def test_idempotence_by_default_yields_to_settings_that_exclude_it(broker):
+    with Producer({"bootstrap.servers": broker.bootstrap, "acks": 1,
+                   "max.in.flight.requests.per.connection": 10}) as p:
+        assert not p.config.idempotence
+        p.produce("plain", b"x").result(TIMEOUT)
+    assert read_back(broker.bootstrap, "plain")[0].producer_id == -1
+
+
+def test_misuse_gets_clear_errors(broker):
+    create_topic(broker.bootstrap, "two", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "max.request.size": 2048})
+    with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        p.produce("two", b"x", partition=2)
+    with pytest.raises(KafkaError, match="MESSAGE_TOO_LARGE"):
+        p.produce("two", b"x" * 4096)
+    with pytest.raises(TypeError, match="value must be bytes"):
+        p.produce("two", 12)
+    p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        p.produce("two", b"x")
+    with pytest.raises(ValueError, match="checkpoint"):
+        Producer({"bootstrap.servers": broker.bootstrap}, resume={"producer_id": 1})
+
+
+def test_no_broker_is_a_clear_error_within_max_block():
+    with pytest.raises(KafkaError, match="cannot connect"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "max.block.ms": 500})
+
+
+def test_full_buffer_blocks_then_raises_and_recovers(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap, "buffer.memory": 4096,
+                  "max.block.ms": 300, "linger.ms": 0})
+    p.produce("full", b"warm-up").result(TIMEOUT)
+    os.kill(broker.proc.pid, signal.SIGSTOP)  # the broker stops answering
+    try:
+        with pytest.raises(KafkaError, match=r"buffer\.memory is full"):
+            for _ in range(100):
+                p.produce("full", b"x" * 500, partition=0)
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    p.flush(TIMEOUT)
+    p.close()
+    assert len(read_back(broker.bootstrap, "full")) >= 2
+
+
+def test_delivery_timeout_fails_records_when_the_broker_is_gone(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                  "request.timeout.ms": 500, "delivery.timeout.ms": 1500,
+                  "retry.backoff.ms": 50})
+    p.produce("gone", b"first").result(TIMEOUT)
+    broker.kill()
+    future = p.produce("gone", b"second")
+    with pytest.raises(KafkaError, match="REQUEST_TIMED_OUT"):
+        future.result(TIMEOUT)
+    p.close(1)
+
+
+# --- idempotence through faults (the seeds' flows) ----------------------------------------------
+
+@pytest.fixture
+def proxy(broker):
+    with ChaosProxy(("127.0.0.1", broker.port)) as p:
+        yield p
+
+
+def faulty(bootstrap: str, **extra) -> Producer:
+    """One record per batch and short timeouts, so that each rule hits one batch."""
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
+                     "request.timeout.ms": 1000, "retry.backoff.ms": 20, **extra})
+
+
+def send_all(p: Producer, topic: str, n: int) -> list:
+    futures = [p.produce(topic, b"%d" % i, partition=0) for i in range(n)]
+    p.flush(TIMEOUT)
+    metas = [f.result(0) for f in futures]
+    p.close()
+    return metas
+
+
+@pytest.mark.parametrize("rules", [
+    [(Action.DROP_RESPONSE, "produce:4,5")],            # figure 3: ACKs of D and E lost
+    [(Action.DROP_REQUEST, "produce:3")],               # figure 4: C lost on the way
+    [(Action.DROP_RESPONSE, "produce:2,3"), (Action.CUT_AFTER_REQUEST, "produce:6")],
+    [(Action.DUPLICATE_REQUEST, "produce:1,3,7")],
+    [(Action.DELAY_RESPONSE, "produce:2=1500")],       # answered after the request timeout
+], ids=["missing-acks", "missing-records", "lost-acks-and-cut", "duplicated", "late-answer"])
+def test_seed_flows_store_each_record_once_in_order(broker, proxy, rules):
+    create_topic(broker.bootstrap, "flow")
+    for action, spec in rules:
+        proxy.add_rule(Rule.parse(action, spec))
+    metas = send_all(faulty(proxy.bootstrap), "flow", 12)
+    stored = read_back(broker.bootstrap, "flow")
+    assert [r.value for r in stored] == [b"%d" % i for i in range(12)]
+    assert len({(r.producer_id, r.producer_epoch) for r in stored}) == 1
+    assert [m.offset for m in metas] == list(range(12))
+    fired = {e.what for e in proxy.events}
+    assert {action.value for action, _ in rules} <= fired, fired
+
+
+def test_broker_restart_mid_stream(start_broker):
+    broker = start_broker()
+    create_topic(broker.bootstrap, "restart", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2,
+                  "request.timeout.ms": 2000, "retry.backoff.ms": 50})
+    futures = []
+    for i in range(6000):
+        futures.append(p.produce("restart", b"%d" % i, partition=i % 2))
+        if i in (2000, 4000):
+            broker.kill()
+            broker.start()
+    p.flush(60)
+    p.close()
+    stored = read_back(broker.bootstrap, "restart", 2)
+    for partition in (0, 1):
+        values = [int(r.value) for r in stored if r.partition == partition]
+        assert values == list(range(partition, 6000, 2))
+    assert len({(r.producer_id, r.producer_epoch) for r in stored}) == 1
+
+
+# --- identity: checkpoints, resume, new epochs ----------------------------------------------------
+
+def test_checkpoint_is_json_and_resume_continues_the_sequences(broker):
+    create_topic(broker.bootstrap, "resume", 2)
+    config = {"bootstrap.servers": broker.bootstrap}
+    with Producer(config) as p:
+        for i in range(10):
+            p.produce("resume", b"a%d" % i, partition=i % 2)
+        saved = json.loads(json.dumps(p.checkpoint()))
+    assert saved["sequences"] == {"resume": {"0": 5, "1": 5}}
+    with Producer(config, resume=saved) as p:
+        for i in range(4):
+            p.produce("resume", b"b%d" % i, partition=0)
+        after = p.checkpoint()
+    assert (after["producer_id"], after["producer_epoch"]) == \
+        (saved["producer_id"], saved["producer_epoch"])
+    assert after["sequences"]["resume"] == {"0": 9, "1": 5}
+    stored = read_back(broker.bootstrap, "resume", 2)
+    assert {r.producer_id for r in stored} == {saved["producer_id"]}
+    assert [r.sequence for r in stored if r.partition == 0] == list(range(9))
+
+
+def test_resending_after_resume_is_answered_as_duplicate(broker):
+    """Seed 001's copy process: restart from a checkpoint and produce the same input again.
+    Deterministic batches are aligned on sequence numbers (multiples of batch.num.messages),
+    so each one lies within one the broker stored, or after all of them."""
+    config = {"bootstrap.servers": broker.bootstrap, "batching": "deterministic",
+              "batch.num.messages": 10}
+    with Producer(config) as p:
+        p.produce("again", b"before", partition=0)   # sequence 0, offset 0
+        saved = p.checkpoint()
+        for i in range(100):  # sequences 1..100: [1-9] [10-19] ... [90-99], [100] at close
+            p.produce("again", b"%d" % i, partition=0)
+    with Producer(config, resume=saved) as p:
+        futures = [p.produce("again", b"%d" % i, partition=0) for i in range(120)]
+        p.flush(TIMEOUT)
+    offsets = [f.result().offset for f in futures]
+    # Older than the broker's cache of five batches: DUPLICATE_SEQUENCE_NUMBER, offset unknown.
+    assert offsets[:59] == [-1] * 59
+    # The five cached batches ([60-69] .. [90-99]; [100] is below) answer their own offsets.
+    assert offsets[59:99] == list(range(60, 100))
+    # [100-109] straddles the end of what the broker holds (it had [100] alone): the producer
+    # asks DescribeProducers, drops record 100 and sends [101-109].
+    assert offsets[99] == -1
+    assert offsets[100:] == list(range(101, 121))
+    stored = read_back(broker.bootstrap, "again")
+    assert [r.value for r in stored] == [b"before"] + [b"%d" % i for i in range(120)]
+    assert {(r.producer_id, r.producer_epoch) for r in stored} == \
+        {(saved["producer_id"], saved["producer_epoch"])}
+
+
+def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):
+    """Resuming against a partition that lost the producer's state (here: the topic was
+    recreated) gets OUT_OF_ORDER_SEQUENCE_NUMBER for the first batch: a new epoch from 0."""
+    create_topic(broker.bootstrap, "lost", 1)
+    config = {"bootstrap.servers": broker.bootstrap}
+    with Producer(config) as p:
+        for i in range(5):
+            p.produce("lost", b"old%d" % i)
+        saved = p.checkpoint()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["lost"])["lost"].result(20)
+    create_topic(broker.bootstrap, "lost", 1)
+    with Producer(config, resume=saved) as p:
+        metas = [p.produce("lost", b"new%d" % i).result(TIMEOUT) for i in range(3)]
+        after = p.checkpoint()
+    assert [m.offset for m in metas] == [0, 1, 2]
+    assert after["producer_epoch"] == saved["producer_epoch"] + 1
+    stored = read_back(broker.bootstrap, "lost")
+    assert [(r.value, r.producer_epoch, r.sequence) for r in stored] == [
+        (b"new%d" % i, saved["producer_epoch"] + 1, i) for i in range(3)]
+
+
+def test_unknown_producer_id_takes_a_new_id(broker):
+    """A checkpoint from another cluster names an id this one never issued (seed 000):
+    UNKNOWN_PRODUCER_ID, and the producer carries on under a new id."""
+    forged = {"version": 1, "producer_id": 10**12, "producer_epoch": 3, "sequences": {},
+              "sticky": {}}
+    with Producer({"bootstrap.servers": broker.bootstrap}, resume=forged) as p:
+        meta = p.produce("forged", b"x").result(TIMEOUT)
+        after = p.checkpoint()
+    assert meta.offset == 0
+    assert after["producer_id"] != forged["producer_id"]
+    assert read_back(broker.bootstrap, "forged")[0].producer_id == after["producer_id"]
+
+
+def test_consumer_assignment_of_what_was_produced(broker):
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        p.produce("assigned", b"x", partition=0).result(TIMEOUT)
+    with Consumer({"bootstrap.servers": broker.bootstrap,
+                   "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition("assigned", 0)])
+        assert [r.value for r in c] == [b"x"]
+
+
+def test_works_against_another_kafka_implementation():
+    """librdkafka's mock cluster (C, in-process) is a Kafka broker oncelog did not write."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from _support import MockCluster
+
+    with MockCluster() as mock:
+        with Producer({"bootstrap.servers": mock.bootstrap, "compression.type": "lz4"}) as p:
+            futures = [p.produce("mock", b"v%d" % i, key=b"k%d" % i) for i in range(500)]
+            p.flush(TIMEOUT)
+            saved = p.checkpoint()
+        placed = [f.result() for f in futures]
+        partitions = sorted({m.partition for m in placed})
+        stored = []
+        with Consumer({"bootstrap.servers": mock.bootstrap,
+                       "auto.offset.reset": "earliest"}) as c:
+            c.assign([("mock", q) for q in partitions])
+            stored = list(c)
+    assert sorted(r.value for r in stored) == sorted(b"v%d" % i for i in range(500))
+    assert {r.producer_id for r in stored} == {saved["producer_id"]}
+    assert sum(saved["sequences"]["mock"].values()) == 500
+
+
+def test_threads_producing_at_once_lose_nothing(broker):
+    """produce() from several threads while the sender drains batches that are still open
+    (linger.ms=0): every record stored once, each thread's records in its order."""
+    create_topic(broker.bootstrap, "threads", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+
+    def work(t: int) -> None:
+        for i in range(4000):
+            p.produce("threads", b"%d-%d" % (t, i), partition=i % 2)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(TIMEOUT)
+    p.flush(TIMEOUT)
+    p.close()
+    stored = read_back(broker.bootstrap, "threads", 2)
+    assert len(stored) == 16000
+    for t in range(4):
+        for partition in (0, 1):
+            mine = [int(r.value.split(b"-")[1]) for r in stored
+                    if r.partition == partition and r.value.startswith(b"%d-" % t)]
+            assert mine == list(range(partition, 4000, 2))
