@@ -1,5 +1,7 @@
-"""Single Kafka calls on one blocking connection: pipelined produce of a hand-made batch (for
-the seed scenarios, which control sequences themselves), fetch, list offsets, InitProducerId.
+"""Single Kafka calls on one connection: produce a batch, fetch, list offsets.
+
+The building blocks of the CLI tools; oncelog.Producer and oncelog.Consumer add batching,
+retries and idempotence on top.
 """
 
 from __future__ import annotations
@@ -32,6 +34,19 @@ def _produce_request(topic: str, partition: int, batch: bytes, acks: int, timeou
                      timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=(tdata,))
 
     return make
+
+
+def produce(conn: BrokerConnection, topic: str, partition: int, batch: bytes, acks: int = -1,
+            timeout_ms: int = 30_000) -> int:
+    """Append one record set; returns its base offset (-1 with acks=0)."""
+    make = _produce_request(topic, partition, batch, acks, timeout_ms)
+    if acks == 0:
+        conn.send_only(apis.PRODUCE, make)
+        return -1
+    result = produce_result(conn.call(apis.PRODUCE, make))
+    if result.error_code != ErrorCode.none:
+        raise KafkaError(result.error_code, getattr(result, "error_message", None))
+    return result.base_offset
 
 
 def send_produce(conn: BrokerConnection, topic: str, partition: int, batch: bytes,

@@ -33,6 +33,11 @@ _LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_n
 _METADATA = -1  # the key of the connection used for metadata and InitProducerId
 
 
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class Sender:
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator,
                  idempotence: IdempotenceManager,
@@ -51,7 +56,8 @@ class Sender:
         self._metadata_task: asyncio.Task | None = None
         self._metadata_at = 0.0
         self._stale_topics: set[str] = set()
-        self.wakeup: asyncio.Event | None = None
+        self._woken = False
+        self._waiter: asyncio.Future | None = None
         self.fatal: KafkaError | None = None
         self.closing = False
         self.stopped = False
@@ -60,7 +66,6 @@ class Sender:
     # --- start-up ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.wakeup = asyncio.Event()
         self._metadata_lock = asyncio.Lock()
         await self._refresh_metadata([])
         if self.config.idempotence and not self.idem.has_identity:
@@ -209,13 +214,26 @@ class Sender:
             self._wake()
 
     def _wake(self) -> None:
-        if self.wakeup is not None:
-            self.wakeup.set()
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, timeout: float) -> None:
+        """Until _wake or ``timeout``: a future and a timer, cheaper than wait_for's task
+        on a path taken once per request."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        assert self.wakeup is not None
         try:
             while True:
                 now = self.clock()
@@ -234,12 +252,9 @@ class Sender:
                 with self.acc.lock:
                     self.acc.sender_deadline = min(self.acc.sender_deadline,
                                                    self.clock() + timeout)
-                if not self.wakeup.is_set():
-                    try:
-                        await asyncio.wait_for(self.wakeup.wait(), timeout)
-                    except TimeoutError:
-                        pass
-                self.wakeup.clear()
+                if not self._woken:
+                    await self._sleep(timeout)
+                self._woken = False
         except Exception as exc:
             # A bug here must not leave callers waiting forever: fail what is pending.
             log.exception("the producer's sender failed")

@@ -152,13 +152,29 @@ def encode_batch(
 
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     """Header and records of the batch at ``pos``; raises ValueError when it does not parse."""
+    header, fields = decode_record_fields(buf, pos)
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    return header, [Record(base_offset + delta, base_ts + ts_delta, key, value, headers)
+                    for delta, ts_delta, key, value, headers in fields]
+
+
+RecordFields = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+def decode_record_fields(buf: bytes | memoryview, pos: int = 0
+                         ) -> tuple[BatchHeader, list[RecordFields]]:
+    """Header and (offset delta, timestamp delta, key, value, headers) of each record of the
+    batch at ``pos``: for consumers that build their own record objects. Raises ValueError
+    when the batch does not parse."""
     try:
-        return _decode_batch(buf, pos)
+        return _decode_record_fields(buf, pos)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"record batch does not parse: {exc}") from None
 
 
-def _decode_batch(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[Record]]:
+def _decode_record_fields(buf: bytes | memoryview, pos: int
+                          ) -> tuple[BatchHeader, list[RecordFields]]:
+    # One pass, one-byte varints decoded in line: this loop runs once per record consumed.
     header = read_header(buf, pos)
     end = pos + header.size
     if end > len(buf):
@@ -167,24 +183,66 @@ def _decode_batch(buf: bytes | memoryview, pos: int) -> tuple[BatchHeader, list[
         return header, []
     payload = decompress(header.attributes & COMPRESSION_MASK,
                          memoryview(buf)[pos + HEADER_SIZE:end])
+    size = len(payload)
     records = []
     p = 0
     for _ in range(header.records_count):
-        length, p = read_varint(payload, p)
+        b = payload[p]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            length, p = read_varint(payload, p)
         rec_end = p + length
-        p += 1  # attributes, unused in v2
-        ts_delta, p = read_varint(payload, p)
-        off_delta, p = read_varint(payload, p)
-        key, p = _read_bytes(payload, p)
-        value, p = _read_bytes(payload, p)
-        count, p = read_varint(payload, p)
-        headers = []
-        for _ in range(count):
-            hkey, p = _read_bytes(payload, p)
-            hvalue, p = _read_bytes(payload, p)
-            headers.append(((hkey or b"").decode("utf-8", "replace"), hvalue))
+        b = payload[p + 1]  # after the attributes byte, unused in v2
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            p += 2
+        else:
+            ts_delta, p = read_varint(payload, p + 1)
+        b = payload[p]
+        if b < 0x80:
+            delta = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            delta, p = read_varint(payload, p)
+        b = payload[p]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            n, p = read_varint(payload, p)
+        if n < 0:
+            key = None
+        else:
+            key = payload[p:p + n]
+            p += n
+        b = payload[p]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            n, p = read_varint(payload, p)
+        if n < 0:
+            value = None
+        else:
+            value = payload[p:p + n]
+            p += n
+        if p > size:
+            raise ValueError("record field runs past the end of the batch")
+        b = payload[p]
+        if b == 0:
+            headers: tuple = ()
+            p += 1
+        else:
+            count, p = read_varint(payload, p)
+            items = []
+            for _ in range(count):
+                hkey, p = _read_bytes(payload, p)
+                hvalue, p = _read_bytes(payload, p)
+                items.append(((hkey or b"").decode("utf-8", "replace"), hvalue))
+            headers = tuple(items)
         if p != rec_end:
             raise ValueError("record length does not match its fields")
-        records.append(Record(header.base_offset + off_delta, header.base_timestamp + ts_delta,
-                              key, value, tuple(headers)))
+        records.append((delta, ts_delta, key, value, headers))
     return header, records
