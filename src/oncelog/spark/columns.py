@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from ..audit import AuditError, PartitionReport, TopicReader
 from ..client.connection import KafkaError
 from ..protocol.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_BIT
-from ..protocol.records import decode_batch
+from ..protocol.records import decode_record_fields
 from .offsets import DataLossError, OffsetRange
 
 ROWS_PER_BATCH = 10_000  # Arrow batch handed to Spark: at most this many rows ...
@@ -89,22 +89,26 @@ class RecordColumns:
 
     def add_batch(self, buf: bytes, pos: int, start: int, end: int) -> None:
         """The records of the batch at ``pos`` whose offsets lie in [start, end)."""
-        header, records = decode_batch(buf, pos)
+        header, records = decode_record_fields(buf, pos)
         log_append = bool(header.attributes & TIMESTAMP_TYPE_BIT)
-        base_seq = header.base_sequence
-        for r in records:
-            if not start <= r.offset < end:
+        base, base_ts, base_seq = header.base_offset, header.base_timestamp, \
+            header.base_sequence
+        keys, values, offsets, timestamps = self.keys, self.values, self.offsets, \
+            self.timestamps
+        for delta, ts_delta, key, value, headers in records:
+            if not start <= base + delta < end:
                 continue
-            self.keys.append(r.key)
-            self.values.append(r.value)
-            self.offsets.append(r.offset)
-            self.timestamps.append((header.max_timestamp if log_append else r.timestamp) * 1000)
+            keys.append(key)
+            values.append(value)
+            offsets.append(base + delta)
+            timestamps.append((header.max_timestamp if log_append else base_ts + ts_delta)
+                              * 1000)
             if self.include_headers:
-                self.headers.append(r.headers)
+                self.headers.append(headers)
             self.sequences.append(NO_SEQUENCE if base_seq < 0 else
-                                  (base_seq + r.offset - header.base_offset) & 0x7FFFFFFF)
-            self.bytes += len(r.value or b"") + len(r.key or b"")
-        added = len(self.offsets) - len(self.pids)
+                                  (base_seq + delta) & 0x7FFFFFFF)
+            self.bytes += len(value or b"") + len(key or b"")
+        added = len(offsets) - len(self.pids)
         self.types += [int(log_append)] * added
         self.pids += [header.producer_id] * added
         self.epochs += [header.producer_epoch] * added
