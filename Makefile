@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+SPARK_STAMP := $(VENV)/.installed-spark
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run test lint bench system-deps clean
+.PHONY: run test lint bench demo system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,10 @@ $(STAMP): pyproject.toml
 
 $(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[fast,test]'
+	touch $@
+
+$(SPARK_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[fast,spark]'
 	touch $@
 
 run: $(STAMP)
@@ -34,10 +39,14 @@ system-deps:
 
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
-	$(PY) -m pytest -n 2 $(ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check src tests bench examples
+
+# The example pipeline (examples/pipeline.py) on Spark local[*], with its own broker.
+demo: $(SPARK_STAMP) system-deps
+	$(PY) examples/pipeline.py $(ARGS)
 
 bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(ARGS)

@@ -28,3 +28,17 @@ def start_broker(tmp_path):
 @pytest.fixture
 def broker(start_broker):
     return start_broker()
+
+
+@pytest.fixture(scope="session")
+def _spark_sessions():
+    import sparks
+
+    yield sparks
+    sparks.stop()
+
+
+@pytest.fixture
+def spark(_spark_sessions):
+    """The shared local[2] Spark session (see tests/sparks.py)."""
+    return _spark_sessions.spark_session("local[2]")

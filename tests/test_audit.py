@@ -401,6 +401,23 @@ def test_figure_5_duplicate_under_a_new_epoch(broker, capsys):
     assert report["problems"] == ["3 values repeated (3 extra records)"]
 
 
+def store_forgetting(bootstrap: str, topic: str, batches) -> int:
+    """Store each (partition, epoch, base sequence, values) batch of one producer id, waiting
+    after each until the broker has forgotten the producer; returns the producer id."""
+    admin = Admin({"bootstrap.servers": bootstrap})
+    try:
+        pid = init_producer_id(admin.conn)
+        for partition, epoch, seq, values in batches:
+            calls.produce(admin.conn, topic, partition, batch(pid, epoch, seq, values))
+            deadline = time.monotonic() + TIMEOUT
+            while admin.describe_producers(topic, [partition])[partition]:
+                assert time.monotonic() < deadline, "the broker never forgot the producer"
+                time.sleep(0.05)
+    finally:
+        admin.close()
+    return pid
+
+
 def test_duplicates_gaps_and_regressions_stored_by_a_broker_that_forgot_the_producer(
         start_broker, capsys):
     """A broker refuses repeated and out-of-order sequences only while it remembers the
@@ -411,23 +428,10 @@ def test_duplicates_gaps_and_regressions_stored_by_a_broker_that_forgot_the_prod
                              "producer.id.expiration.check.interval.ms": "50",
                              "producer.id.tombstone.ms": "0"})
     create_topic(broker.bootstrap, "forgot", 1)
-    admin = Admin({"bootstrap.servers": broker.bootstrap})
-    try:
-        pid = init_producer_id(admin.conn)
-
-        def forgotten() -> None:
-            deadline = time.monotonic() + TIMEOUT
-            while admin.describe_producers("forgot", [0])[0]:
-                assert time.monotonic() < deadline, "the broker never forgot the producer"
-                time.sleep(0.05)
-
-        for seq, values in [(0, [b"a", b"b"]), (0, [b"a", b"b"]),  # the retry stored again
-                            (10, [b"k"]),  # 2..9 lost
-                            (5, [b"f"])]:  # 5 arrives late
-            calls.produce(admin.conn, "forgot", 0, batch(pid, 0, seq, values))
-            forgotten()
-    finally:
-        admin.close()
+    pid = store_forgetting(broker.bootstrap, "forgot", [
+        (0, 0, 0, [b"a", b"b"]), (0, 0, 0, [b"a", b"b"]),  # the retry stored again
+        (0, 0, 10, [b"k"]),  # 2..9 lost
+        (0, 0, 5, [b"f"])])  # 5 arrives late
 
     code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "forgot",
                         "--json", "--by", "value")

@@ -789,6 +789,15 @@ class TopicReader:
             c, self.topic, partition, calls.LATEST))
         return start, end
 
+    def ranges(self, partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+        """(log start offset, high watermark) of each of ``partitions`` (default: all)."""
+        indexes = self.partitions if partitions is None else list(dict.fromkeys(partitions))
+        unknown = [p for p in indexes if p not in self.leaders]
+        if unknown:
+            raise AuditError(f"topic {self.topic!r} has no partition "
+                             f"{', '.join(map(str, unknown))} (it has {len(self.leaders)})")
+        return {p: self.offsets(p) for p in indexes}
+
     def fetch(self, partition: int, offset: int, max_bytes: int) -> calls.FetchResult:
         return self._on_leader(partition, lambda c: calls.fetch(
             c, self.topic, partition, offset, max_wait_ms=100, max_bytes=max_bytes))
@@ -893,12 +902,8 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
     started = time.monotonic()
     by = tuple(dict.fromkeys(by))
     with TopicReader(bootstrap, topic, timeout, max_bytes) as reader:
-        indexes = reader.partitions if partitions is None else list(dict.fromkeys(partitions))
-        unknown = [p for p in indexes if p not in reader.leaders]
-        if unknown:
-            raise AuditError(f"topic {topic!r} has no partition "
-                             f"{', '.join(map(str, unknown))} (it has {len(reader.leaders)})")
-        ranges = {p: reader.offsets(p) for p in indexes}
+        ranges = reader.ranges(partitions)
+        indexes = list(ranges)
         expected = sum(end - start for start, end in ranges.values())
         audit = Audit(topic, by, expected, directory, examples)
         try:

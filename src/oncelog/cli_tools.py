@@ -242,11 +242,23 @@ def _audit(args: argparse.Namespace) -> int:
                 print(f"\r{done:,} of {expected:,} records read", end="", file=sys.stderr,
                       flush=True)
 
+    if args.min_partitions is not None and args.min_partitions < 1:
+        print("oncelog audit: --min-partitions must be 1 or more", file=sys.stderr)
+        return 2
+    if args.spark and args.by:
+        print("oncelog audit: --by is not available with --spark yet", file=sys.stderr)
+        return 2
     try:
-        report = audit_topic(args.bootstrap_server, args.topic, by=args.by or (),
-                             partitions=args.partition, examples=args.examples,
-                             directory=args.tmp_dir, max_bytes=args.fetch_max_bytes,
-                             progress=progress)
+        if args.spark:
+            from .spark.audit import audit_in_new_session
+
+            report = audit_in_new_session(args.bootstrap_server, args.topic, args.partition,
+                                          args.spark_master, args.min_partitions)
+        else:
+            report = audit_topic(args.bootstrap_server, args.topic, by=args.by or (),
+                                 partitions=args.partition, examples=args.examples,
+                                 directory=args.tmp_dir, max_bytes=args.fetch_max_bytes,
+                                 progress=progress)
     except AuditError as exc:
         print(f"oncelog audit: {exc}", file=sys.stderr)
         return 2
@@ -276,6 +288,11 @@ not counted. Each record costs 16 bytes in temporary files (--tmp-dir), not memo
 compared by an 8-byte BLAKE2b hash, so two different values could in principle be taken for
 one (odds about n^2/2^65: under 1e-5 for ten million values); the examples shown are read back
 and compared byte for byte.
+
+--spark runs the sequence audit as a Spark job (pip install 'oncelog[spark]' and a Java
+runtime): tasks read offset ranges of the partitions in parallel (--min-partitions cuts big
+partitions), keeping only batch headers, and each partition is then audited exactly as
+without --spark. --spark-master picks the cluster (default local[*]).
 
 Exit status: 0 clean, 1 something is wrong (or the broker failed us), 2 usage errors such as
 an unknown topic or partition."""
@@ -392,4 +409,12 @@ def add_tool_commands(sub) -> None:
                        help="where --by keeps its hash files (default: the system's)")
     audit.add_argument("--fetch-max-bytes", type=int, default=8 << 20, metavar="BYTES",
                        help="bytes per fetch (default 8 MiB)")
+    audit.add_argument("--spark", action="store_true",
+                       help="run the sequence audit on Spark (for topics too big for one "
+                            "process)")
+    audit.add_argument("--spark-master", default="local[*]", metavar="URL",
+                       help="Spark master for --spark (default local[*])")
+    audit.add_argument("--min-partitions", type=int, metavar="N",
+                       help="with --spark: read in at least N tasks (default: Spark's "
+                            "default parallelism)")
     audit.set_defaults(func=_guarded(_audit))

@@ -39,6 +39,7 @@ _DEFAULTS: dict[str, Any] = {
     "partitioner": "murmur2_random",
 }
 _PARTITIONERS = ("murmur2_random", "murmur2", "random")
+CONFIG_KEYS = frozenset(_DEFAULTS)  # every key parse_producer_config knows
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,15 @@ def write_varint(out: bytearray, value: int) -> None:
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    # One- and two-byte varints (nearly every record field) without further calls: this is
+    # the inner loop of decoding records.
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    c = buf[pos + 1]
+    if c < 0x80:
+        value = (b & 0x7F) | (c << 7)
+        return (value >> 1) ^ -(value & 1), pos + 2
     value, pos = read_uvarint(buf, pos)
     return unzigzag(value), pos
 

@@ -1,0 +1,17 @@
+"""PySpark data source ``format("oncelog")``: read and write topics from Spark.
+
+Installing oncelog with pyspark present is enough: Spark finds the source through the
+``pyspark_oncelog`` module. ``register(spark)`` registers it by hand (for example in a session
+whose Python path does not include it when Spark looks).
+"""
+
+from __future__ import annotations
+
+from .source import OncelogDataSource
+
+__all__ = ["OncelogDataSource", "register"]
+
+
+def register(spark) -> None:
+    """Make ``format("oncelog")`` available in ``spark`` (a SparkSession)."""
+    spark.dataSource.register(OncelogDataSource)

@@ -1,0 +1,162 @@
+"""format("oncelog") on Spark against Parquet files holding the same rows: rows per second.
+
+    .venv/bin/python bench/spark_source.py [--rows 100000] [--repeats 3] [--partitions 2]
+
+Spark local[2]; one oncelog broker on 127.0.0.1 with a fresh temporary log.dirs; values of
+1 KiB, 16-byte keys, no compression. Every run forces every row and column through Spark with
+the ``noop`` sink, so nothing is pruned or skipped:
+
+* read:  ``spark.read.format("oncelog")`` of the whole topic, and ``spark.read.parquet`` of the
+  same rows (written once from the topic, same columns);
+* write: the same DataFrame (key, value; cached in memory first, so its source costs neither
+  side anything) written with ``df.write.format("oncelog")`` to a new topic each run (one
+  idempotent producer per Spark task), and with ``df.write.parquet`` to a new directory.
+
+Each measurement runs once as a warm-up (Spark starts its Python workers, the JVM compiles)
+before the runs that count. Printed: median rows/s of each and the ratios oncelog / Parquet,
+measured in this run. There is no target: Parquet is a columnar file format read by Spark's
+JVM reader, the oncelog source fetches over the Kafka protocol and decodes in Python
+workers; the ratio says how far apart they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _support import OncelogBroker, machine, median
+from confluent_kafka import Producer
+
+import oncelog
+
+VALUE_BYTES = 1024
+
+
+def load_topic(bootstrap: str, topic: str, rows: int, partitions: int) -> None:
+    with oncelog.Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20, "batch.size": 1 << 20})
+    value = os.urandom(VALUE_BYTES // 2).hex().encode()
+    for i in range(rows):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"key-%012d" % i,
+                                 partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+
+
+def session(tmp: str):
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    spark = (SparkSession.builder.master("local[2]").appName("oncelog-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "4g")
+             .config("spark.local.dir", tmp)
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def run(rows: int, repeats: int, partitions: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="oncelog-bench-spark-")
+    try:
+        with OncelogBroker() as broker:
+            load_topic(broker.bootstrap, "bench", rows, partitions)
+            spark = session(tmp)
+            try:
+                source = (spark.read.format("oncelog")
+                          .option("bootstrap.servers", broker.bootstrap)
+                          .option("subscribe", "bench").load())
+                parquet = str(Path(tmp) / "bench.parquet")
+                source.write.parquet(parquet)
+                assert spark.read.parquet(parquet).count() == rows
+                to_write = spark.read.parquet(parquet).select("key", "value").cache()
+                assert to_write.count() == rows
+
+                times: dict[str, list[float]] = {k: [] for k in
+                                                 ("read_oncelog", "read_parquet",
+                                                  "write_oncelog", "write_parquet")}
+                for rep in range(-1, repeats):  # -1: warm-up (Python workers, JIT), not kept
+                    if rep == 0:
+                        times = {k: [] for k in times}
+                    times["read_oncelog"].append(timed(
+                        lambda: source.write.format("noop").mode("overwrite").save()))
+                    times["read_parquet"].append(timed(
+                        lambda: spark.read.parquet(parquet).write.format("noop")
+                        .mode("overwrite").save()))
+                    topic = f"bench-out-{rep + 1}"
+                    with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+                        admin.create_topic(topic, partitions)
+                    times["write_oncelog"].append(timed(
+                        lambda topic=topic: to_write.write.format("oncelog").mode("append")
+                        .option("bootstrap.servers", broker.bootstrap).option("topic", topic)
+                        .save()))
+                    out = str(Path(tmp) / f"out-{rep + 1}.parquet")
+                    times["write_parquet"].append(timed(lambda out=out: to_write.write.parquet(
+                        out)))
+                    shutil.rmtree(out)
+                    with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+                        admin.delete_topic(topic)
+                    print(f"  {'warm-up' if rep < 0 else f'#{rep + 1}'}: " + ", ".join(
+                        f"{k} {rows / v[-1]:,.0f} rows/s" for k, v in times.items()), flush=True)
+                written = (spark.read.format("oncelog")
+                           .option("bootstrap.servers", broker.bootstrap)
+                           .option("subscribe", "bench").load().count())
+                assert written == rows
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rates = {k: rows / median(v) for k, v in times.items()}
+    return {"rows": rows, "repeats": repeats, "partitions": partitions,
+            "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
+            "read_ratio": rates["read_oncelog"] / rates["read_parquet"],
+            "write_ratio": rates["write_oncelog"] / rates["write_parquet"],
+            "seconds": {k: v for k, v in times.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=2, help="topic partitions")
+    parser.add_argument("--json", metavar="PATH", help="write every result here as JSON")
+    args, _ = parser.parse_known_args(argv)
+    result = run(args.rows, args.repeats, args.partitions)
+    rates = result["rows_per_second"]
+    print(f"spark_source: {args.rows:,} rows of {VALUE_BYTES} B values, {args.partitions} "
+          f"partitions, Spark local[2], median of {args.repeats}")
+    print(f"  read : oncelog {rates['read_oncelog']:>10,.0f} rows/s, Parquet "
+          f"{rates['read_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
+          f"{result['read_ratio']:.3f}")
+    print(f"  write: oncelog {rates['write_oncelog']:>10,.0f} rows/s, Parquet "
+          f"{rates['write_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
+          f"{result['write_ratio']:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Records of an offset range as Arrow record batches with the schema of Spark's Kafka source,
+plus the producer id, epoch and sequence number of each record. Runs in Spark's Python
+workers: one call of ``read_range`` per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from kio.schema.errors import ErrorCode
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ..audit import AuditError, PartitionReport, TopicReader
+from ..client.connection import KafkaError
+from ..protocol.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_BIT
+from ..protocol.records import decode_record_fields
+from .offsets import DataLossError, OffsetRange
+
+ROWS_PER_BATCH = 10_000  # Arrow batch handed to Spark: at most this many rows ...
+BYTES_PER_BATCH = 16 << 20  # ... or about this many bytes of keys and values
+
+_HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    fields = [
+        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        StructField("topic", StringType()), StructField("partition", IntegerType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(_HEADER)))
+    fields += [StructField("producerId", LongType()), StructField("producerEpoch", ShortType()),
+               StructField("sequence", IntegerType())]
+    return StructType(fields)
+
+
+_ARROW_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()),
+                                                         ("value", pa.binary())])))
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """What Spark expects of ``spark_schema`` batches, exactly (it refuses any other types)."""
+    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+              ("partition", pa.int32()), ("offset", pa.int64()),
+              ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(("headers", _ARROW_HEADERS))
+    fields += [("producerId", pa.int64()), ("producerEpoch", pa.int16()),
+               ("sequence", pa.int32())]
+    return pa.schema(fields)
+
+
+class RecordColumns:
+    """Column lists for the records of one partition, turned into Arrow batches."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic, self.partition = topic, partition
+        self.include_headers = include_headers
+        self.schema = arrow_schema(include_headers)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.keys: list = []
+        self.values: list = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.headers: list = []
+        self.pids: list[int] = []
+        self.epochs: list[int] = []
+        self.sequences: list[int] = []
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add_batch(self, buf: bytes, pos: int, start: int, end: int) -> None:
+        """The records of the batch at ``pos`` whose offsets lie in [start, end)."""
+        header, records = decode_record_fields(buf, pos)
+        log_append = bool(header.attributes & TIMESTAMP_TYPE_BIT)
+        base, base_ts, base_seq = header.base_offset, header.base_timestamp, \
+            header.base_sequence
+        keys, values, offsets, timestamps = self.keys, self.values, self.offsets, \
+            self.timestamps
+        for delta, ts_delta, key, value, headers in records:
+            if not start <= base + delta < end:
+                continue
+            keys.append(key)
+            values.append(value)
+            offsets.append(base + delta)
+            timestamps.append((header.max_timestamp if log_append else base_ts + ts_delta)
+                              * 1000)
+            if self.include_headers:
+                self.headers.append(headers)
+            self.sequences.append(NO_SEQUENCE if base_seq < 0 else
+                                  (base_seq + delta) & 0x7FFFFFFF)
+            self.bytes += len(value or b"") + len(key or b"")
+        added = len(offsets) - len(self.pids)
+        self.types += [int(log_append)] * added
+        self.pids += [header.producer_id] * added
+        self.epochs += [header.producer_epoch] * added
+
+    def take(self) -> pa.RecordBatch:
+        n = len(self)
+        columns = [
+            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.types, pa.int32()),
+        ]
+        if self.include_headers:
+            columns.append(pa.array(self.headers, _ARROW_HEADERS))
+        columns += [pa.array(self.pids, pa.int64()), pa.array(self.epochs, pa.int16()),
+                    pa.array(self.sequences, pa.int32())]
+        self._clear()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
+               fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+    """The records of ``rng``, in offset order, as Arrow batches."""
+    columns = RecordColumns(rng.topic, rng.partition, include_headers)
+    report = PartitionReport(rng.partition, rng.start, rng.end)
+    where = f"{rng.topic}-{rng.partition}"
+    try:
+        reader = TopicReader(bootstrap, rng.topic)
+    except AuditError:
+        if fail_on_data_loss:
+            raise DataLossError(f"topic {rng.topic!r} is gone; offsets {rng.start}..{rng.end} "
+                                f"of {where} were to be read") from None
+        return
+    with reader:
+        try:
+            for header, buf, pos in reader.batches(rng.partition, report):
+                if report.corrupt_batches:
+                    raise KafkaError(ErrorCode.corrupt_message,
+                                     f"{where}: a batch before offset {header.base_offset} "
+                                     "fails its CRC32C check")
+                if report.skipped_offsets and fail_on_data_loss:
+                    break
+                if header.is_control:
+                    continue
+                columns.add_batch(buf, pos, rng.start, rng.end)
+                if len(columns) >= ROWS_PER_BATCH or columns.bytes >= BYTES_PER_BATCH:
+                    yield columns.take()
+        except KafkaError as exc:
+            if exc.error != ErrorCode.offset_out_of_range:
+                raise
+            report.complete = False  # the partition is shorter than the range: truncated
+        if report.corrupt_batches:
+            raise KafkaError(ErrorCode.corrupt_message,
+                             f"{where}: a batch fails its CRC32C check")
+    if fail_on_data_loss:
+        if report.skipped_offsets:
+            raise DataLossError(f"offsets {rng.start}..{rng.start + report.skipped_offsets} "
+                                f"of {where} were gone before they were read")
+        if not report.complete:
+            raise DataLossError(f"{where} ends before offset {rng.end}, the end of the range "
+                                "to read")
+    if len(columns):
+        yield columns.take()

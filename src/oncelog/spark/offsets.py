@@ -1,0 +1,180 @@
+"""Which offsets a read covers: topics and partitions, start and end per partition, and how
+they are cut into Spark tasks. Runs on the driver.
+
+Offsets are ``{(topic, partition): offset}`` in here; a stream's checkpoint holds them as Spark's
+Kafka source does, ``{"topic": {"0": offset, ...}}`` (``to_json`` / ``from_json``). A range is
+``[start, end)``. Offsets need not be contiguous (transaction markers take offsets no record
+has), so a range may hold fewer records than ``end - start``; that is never data loss.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from ..audit import AuditError, TopicReader
+from ..client.admin import Admin
+from ..client.connection import KafkaError
+from .options import EARLIEST, LATEST, OptionError, ReadOptions
+
+TopicPartition = tuple[str, int]
+Offsets = dict[TopicPartition, int]
+
+
+class DataLossError(RuntimeError):
+    """Records a query was to read are gone (failOnDataLoss=true)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}. Records may have been deleted by retention, or the topic "
+                         "deleted or re-created; set failOnDataLoss=false to skip what is lost "
+                         "and carry on")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = offset
+    return result
+
+
+def from_json(offsets: dict[str, dict[str, int]]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+def split(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """The non-empty ranges, big ones cut so there are at least ``min_partitions`` (as Spark's
+    Kafka source does: each range gets parts in proportion to its share of all offsets)."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    result = []
+    for r in ranges:
+        parts = max(1, min(r.size, round(r.size / total * min_partitions)))
+        bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
+        result += [OffsetRange(r.topic, r.partition, a, b)
+                   for a, b in itertools.pairwise(bounds)]
+    return result
+
+
+def rate_limit(start: Offsets, latest: Offsets, max_offsets: int) -> Offsets:
+    """End offsets at most ``max_offsets`` past ``start`` in all, shared among the partitions in
+    proportion to what each has waiting (largest remainders first, then partition order, so
+    the same inputs always give the same ends and a partition with data always moves on)."""
+    waiting = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(waiting.values())
+    if total <= max_offsets:
+        return dict(latest)
+    shares = {tp: n * max_offsets // total for tp, n in waiting.items()}
+    left = max_offsets - sum(shares.values())
+    by_remainder = sorted((tp for tp, n in waiting.items() if shares[tp] < n),
+                          key=lambda tp: (-(waiting[tp] * max_offsets % total), tp))
+    for tp in by_remainder[:left]:
+        shares[tp] += 1
+    return {tp: start.get(tp, latest[tp]) + shares[tp] for tp in latest}
+
+
+class Cluster:
+    """The driver's view of the topics a query reads (metadata and watermarks)."""
+
+    def __init__(self, options: ReadOptions, timeout: float = 30.0) -> None:
+        self.options = options
+        self.timeout = timeout
+        self._readers: dict[str, TopicReader] = {}
+
+    def partitions(self, must_exist: bool) -> list[TopicPartition]:
+        """The topic-partitions read now. A batch read (``must_exist``) insists that every
+        subscribed topic and assigned partition exists; a stream waits for them to appear."""
+        opts = self.options
+        with Admin({"bootstrap.servers": opts.bootstrap, "client.id": "oncelog-spark",
+                    "request.timeout.ms": str(int(self.timeout * 1000))}) as admin:
+            if opts.pattern is not None:
+                topics = {name: info for name, info in admin.metadata().topics.items()
+                          if re.fullmatch(opts.pattern, name)}
+            else:
+                topics = {}
+                for name in opts.subscribe or opts.assign:
+                    try:
+                        topics.update(admin.metadata([name]).topics)
+                    except KafkaError as exc:
+                        if exc.error != ErrorCode.unknown_topic_or_partition:
+                            raise
+                        if must_exist:
+                            option = "subscribe" if opts.subscribe else "assign"
+                            raise OptionError(option, f"topic {name!r} does not exist") \
+                                from None
+        result = []
+        for name, info in sorted(topics.items()):
+            indexes = [p.index for p in info.partitions]
+            if opts.assign:
+                missing = sorted(set(opts.assign[name]) - set(indexes))
+                if missing and must_exist:
+                    raise OptionError("assign", f"topic {name!r} has no partition {missing[0]} "
+                                                f"(it has {len(indexes)})")
+                indexes = [p for p in opts.assign[name] if p in indexes]
+            result += [(name, p) for p in indexes]
+        return result
+
+    def _reader(self, topic: str) -> TopicReader:
+        reader = self._readers.get(topic)
+        if reader is None:
+            reader = self._readers[topic] = TopicReader(self.options.bootstrap, topic,
+                                                        self.timeout)
+        return reader
+
+    def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start offset, high watermark) of each partition; a partition whose topic has
+        gone is left out."""
+        result = {}
+        for topic, partition in tps:
+            try:
+                result[(topic, partition)] = self._reader(topic).offsets(partition)
+            except AuditError:
+                continue  # the topic was deleted
+            except KafkaError as exc:
+                if exc.error != ErrorCode.unknown_topic_or_partition:
+                    raise
+        return result
+
+    def resolve(self, spec: str | dict, tps: list[TopicPartition],
+                marks: dict[TopicPartition, tuple[int, int]], default: int) -> Offsets:
+        """Offsets from startingOffsets/endingOffsets: earliest, latest, or per-partition JSON
+        (partitions it does not name get ``default``, EARLIEST or LATEST)."""
+        result = {}
+        for tp in tps:
+            if tp not in marks:
+                continue
+            if isinstance(spec, str):
+                wanted = EARLIEST if spec == "earliest" else LATEST
+            else:
+                wanted = spec.get(tp[0], {}).get(tp[1], default)
+            low, high = marks[tp]
+            result[tp] = low if wanted == EARLIEST else high if wanted == LATEST else wanted
+        return result
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

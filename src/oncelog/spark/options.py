@@ -1,0 +1,285 @@
+"""The options of ``format("oncelog")``: parsed and checked before any task runs.
+
+Names follow Spark's Kafka source and sink, so a job written for ``format("kafka")`` needs
+only its format changed. Kafka client settings may carry Spark's ``kafka.`` prefix or not
+(``kafka.bootstrap.servers`` and ``bootstrap.servers`` are the same option). Spark hands
+options over with lower-cased names; errors name them as the documentation spells them.
+Every mistake is an ``OptionError`` that names the option, says what was given and what is
+allowed: an unknown option is a mistake too (a misspelt ``subscribe`` would otherwise be
+ignored).
+
+This module knows nothing of Spark or of the network: the tests check it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..client.connection import parse_bootstrap
+from ..client.producer_config import CONFIG_KEYS, parse_producer_config
+
+EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
+LATEST = -1
+
+
+class OptionError(ValueError):
+    """A bad option of format("oncelog"); the message names it."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f'format("oncelog") option {option}: {problem}')
+        self.option = option
+
+
+# Options Spark itself may hand to a data source, which are not ours to judge.
+_SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
+
+# Kafka client settings: accepted with or without Spark's "kafka." prefix.
+_CLIENT_READ = ("bootstrap.servers", "isolation.level")
+_CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
+_READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
+         "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss")
+_WRITE = ("topic",)
+
+
+def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
+               client: tuple[str, ...]) -> dict[str, str]:
+    """Options by their documented names (``kafka.`` stripped); unknown names refused."""
+    names = {n.lower(): n for n in plain + _SPARK_OWN}
+    names.update({n.lower(): n for n in client})
+    names.update({f"kafka.{n}".lower(): n for n in client})
+    result: dict[str, str] = {}
+    for key, value in options.items():
+        name = names.get(key.lower())
+        if name is None:
+            known = ", ".join(sorted(plain + client, key=str.lower))
+            raise OptionError(key, f"unknown option (known: {known}; Kafka client settings "
+                                   "may also be written with the kafka. prefix)")
+        if name in result:
+            raise OptionError(name, "given twice (with and without the kafka. prefix)")
+        if name not in _SPARK_OWN:
+            result[name] = value
+    return result
+
+
+def _bootstrap(options: dict[str, str]) -> str:
+    value = options.get("bootstrap.servers")
+    if not value:
+        raise OptionError("bootstrap.servers",
+                          'required: the brokers to connect to, e.g. "127.0.0.1:9092" '
+                          "(kafka.bootstrap.servers works too)")
+    try:
+        parse_bootstrap(value)
+    except ValueError as exc:
+        raise OptionError("bootstrap.servers", str(exc)) from None
+    return value
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise OptionError(name, f"must be true or false, not {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _positive(options: dict[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise OptionError(name, f"must be a whole number of 1 or more, not {value!r}")
+    return number
+
+
+def _json(name: str, value: str, example: str):
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise OptionError(name, f"is neither earliest/latest nor JSON ({exc.msg} at "
+                                f"character {exc.pos}); JSON looks like {example}") from None
+
+
+def _partition_number(name: str, topic: str, text) -> int:
+    try:
+        number = int(text)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0 or str(text).strip() != str(number):
+        raise OptionError(name, f"partition {text!r} of topic {topic!r} is not a partition "
+                                "number")
+    return number
+
+
+def parse_assign(value: str) -> dict[str, tuple[int, ...]]:
+    example = '{"topicA":[0,1],"topicB":[2,4]}'
+    parsed = _json("assign", value, example)
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError("assign", f"must be a JSON object of topic -> partitions, like "
+                                    f"{example}")
+    result = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, list) or not partitions:
+            raise OptionError("assign", f"topic {topic!r} needs a non-empty list of partitions,"
+                                        f" like {example}")
+        result[topic] = tuple(sorted({_partition_number("assign", topic, p)
+                                      for p in partitions}))
+    return result
+
+
+def parse_offsets(name: str, value: str, allowed: tuple[str, ...]) -> str | dict:
+    """``earliest``, ``latest`` or ``{"topic": {"0": offset, ...}}`` (-2 earliest, -1 latest);
+    ``allowed`` lists the words (and so the matching negative offsets) permitted."""
+    word = value.strip().lower()
+    if word in ("earliest", "latest"):
+        if word not in allowed:
+            raise OptionError(name, f"{word} is not allowed here (allowed: "
+                                    f"{', '.join(allowed)} or per-partition JSON)")
+        return word
+    example = '{"topicA":{"0":23,"1":-2}}'
+    parsed = _json(name, value, example)
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(name, f"must be earliest, latest or a JSON object like {example}")
+    special = {EARLIEST: "earliest", LATEST: "latest"}
+    special = {number: word for number, word in special.items() if word in allowed}
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict) or not partitions:
+            raise OptionError(name, f"topic {topic!r} needs an object of partition -> offset, "
+                                    f"like {example}")
+        offsets = {}
+        for partition, offset in partitions.items():
+            number = _partition_number(name, topic, partition)
+            if type(offset) is not int or (offset < 0 and offset not in special):
+                words = "".join(f" or {n} ({w})" for n, w in special.items())
+                raise OptionError(name, f"offset {offset!r} of {topic}-{number} must be an "
+                                        f"offset of 0 or more{words}")
+            offsets[number] = offset
+        result[topic] = offsets
+    return result
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    bootstrap: str
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    starting: str | dict = "earliest"
+    ending: str | dict = "latest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+
+    def wants(self, topic: str) -> bool:
+        """Whether ``topic`` is among those read."""
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.assign
+
+
+def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
+    """Checked read options; ``streaming`` None checks only what batch and stream share."""
+    opts = _canonical(options, _READ, _CLIENT_READ)
+    bootstrap = _bootstrap(opts)
+    chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n in opts]
+    if len(chosen) != 1:
+        raise OptionError("subscribe", "give exactly one of subscribe (topics, comma-separated),"
+                                       " subscribePattern (a regular expression) or assign "
+                                       f"(JSON); given: {', '.join(chosen) or 'none'}")
+    subscribe: tuple[str, ...] = ()
+    pattern = None
+    assign: dict[str, tuple[int, ...]] = {}
+    if "subscribe" in opts:
+        subscribe = tuple(dict.fromkeys(t.strip() for t in opts["subscribe"].split(",")
+                                        if t.strip()))
+        if not subscribe:
+            raise OptionError("subscribe", "names no topic")
+    elif "subscribePattern" in opts:
+        pattern = opts["subscribePattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError("subscribePattern", f"{pattern!r} is not a regular expression: "
+                                                  f"{exc}") from None
+    else:
+        assign = parse_assign(opts["assign"])
+
+    level = opts.get("isolation.level", "read_uncommitted")
+    if level != "read_uncommitted":
+        raise OptionError("isolation.level", f"{level!r}: only read_uncommitted until oncelog "
+                                             "has transactions (without them every record is "
+                                             "committed, so it reads the same)")
+    if streaming is None:  # the schema only: checks common to batch and stream
+        starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "earliest"),
+                                 ("earliest", "latest"))
+        ending = parse_offsets("endingOffsets", opts.get("endingOffsets", "latest"),
+                               ("latest",))
+    elif streaming:
+        if "endingOffsets" in opts:
+            raise OptionError("endingOffsets", "applies to batch reads (spark.read) only; a "
+                                               "stream reads on as records arrive")
+        starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "latest"),
+                                 ("earliest", "latest"))
+        ending = "latest"
+    else:
+        if "maxOffsetsPerTrigger" in opts:
+            raise OptionError("maxOffsetsPerTrigger", "applies to streaming reads "
+                                                      "(spark.readStream) only")
+        starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "earliest"),
+                                 ("earliest",))
+        ending = parse_offsets("endingOffsets", opts.get("endingOffsets", "latest"),
+                               ("latest",))
+    result = ReadOptions(
+        bootstrap, subscribe, pattern, assign, starting, ending,
+        _positive(opts, "maxOffsetsPerTrigger"), _positive(opts, "minPartitions"),
+        _flag(opts, "includeHeaders", False), _flag(opts, "failOnDataLoss", True))
+    for name, offsets in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(offsets, dict):
+            for topic, partitions in offsets.items():
+                if not result.wants(topic):
+                    raise OptionError(name, f"names topic {topic!r}, which this query does "
+                                            "not read")
+                missing = set(partitions) - set(assign.get(topic, partitions))
+                if missing:
+                    raise OptionError(name, f"names {topic}-{min(missing)}, which assign does "
+                                            "not")
+    return result
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    bootstrap: str
+    topic: str | None
+    producer: dict[str, str]  # oncelog.Producer settings, checked by its own parser
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = _canonical(options, _WRITE, _CLIENT_WRITE)
+    bootstrap = _bootstrap(opts)
+    topic = opts.pop("topic", None)
+    if topic is not None and not topic.strip():
+        raise OptionError("topic", "is empty")
+    if opts.get("enable.idempotence", "true").strip().lower() != "true":
+        raise OptionError("enable.idempotence", "the oncelog sink always writes with an "
+                                                "idempotent producer")
+    if opts.get("acks", "all").strip().lower() not in ("all", "-1"):
+        raise OptionError("acks", f"{opts['acks']!r}: an idempotent producer needs acks=all")
+    producer = {**opts, "bootstrap.servers": bootstrap, "enable.idempotence": "true"}
+    try:
+        parse_producer_config(producer)
+    except ValueError as exc:
+        name, _, problem = str(exc).partition(": ")
+        raise OptionError(name if name in CONFIG_KEYS else "kafka.*", problem or str(exc)) \
+            from None
+    return WriteOptions(bootstrap, topic.strip() if topic else None, producer)

@@ -1,0 +1,260 @@
+"""``format("oncelog")``: the PySpark data source (batch and streaming reads and writes).
+
+Spark pickles the readers and writers made here on the driver and runs ``read``/``write`` in
+its Python workers, so they hold options and offsets only, never a connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from .columns import read_range, spark_schema
+from .offsets import (
+    Cluster,
+    DataLossError,
+    OffsetRange,
+    Offsets,
+    from_json,
+    rate_limit,
+    split,
+    to_json,
+)
+from .options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    ReadOptions,
+    WriteOptions,
+    read_options,
+    write_options,
+)
+from .sink import WriteReport, check_schema, write_rows
+
+
+class RangePartition(InputPartition):
+    """One Spark task's share: an offset range of one partition."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+def _partitions(ranges: Sequence[OffsetRange], min_partitions: int | None
+                ) -> list[InputPartition]:
+    return [RangePartition(r) for r in split(ranges, min_partitions)]
+
+
+class _ReadsRanges:
+    """The part both readers share: a task reads its offset range (see ``columns``)."""
+
+    options: ReadOptions
+
+    def read(self, partition: InputPartition) -> Iterator:
+        opts = self.options
+        assert isinstance(partition, RangePartition)
+        return read_range(opts.bootstrap, partition.range, opts.include_headers,
+                          opts.fail_on_data_loss)
+
+
+class OncelogReader(_ReadsRanges, DataSourceReader):
+    """``spark.read.format("oncelog")``: offsets fixed when the query is planned."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        opts = self.options
+        with Cluster(opts) as cluster:
+            tps = cluster.partitions(must_exist=True)
+            marks = cluster.watermarks(tps)
+            starts = cluster.resolve(opts.starting, tps, marks, EARLIEST)
+            ends = cluster.resolve(opts.ending, tps, marks, LATEST)
+        ranges = []
+        for tp, start in starts.items():
+            low, high = marks[tp]
+            end = ends[tp]
+            if start > end:
+                raise OptionError("startingOffsets", f"{tp[0]}-{tp[1]} would start at {start}, "
+                                                     f"after its end at {end}")
+            if end > high:
+                raise OptionError("endingOffsets", f"{tp[0]}-{tp[1]} ends at {high}, before "
+                                                   f"offset {end}")
+            if start < low:
+                if opts.fail_on_data_loss:
+                    raise DataLossError(f"{tp[0]}-{tp[1]} starts at {low}, after offset {start}")
+                start = low
+            ranges.append(OffsetRange(tp[0], tp[1], start, end))
+        return _partitions(ranges, opts.min_partitions)
+
+
+class OncelogStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("oncelog")``. Offsets are JSON per topic and partition, as
+    Spark's Kafka source writes them; a micro-batch reads exactly [start, end) of each
+    partition, so a query restarted from its checkpoint neither skips nor repeats a record of
+    its input. Partitions that appear later (new topics matching subscribePattern, more
+    partitions) are read from their earliest offset."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._until: Offsets | None = None  # Trigger.AvailableNow: read up to here, then stop
+
+    def _latest(self) -> tuple[Offsets, dict]:
+        with Cluster(self.options) as cluster:
+            marks = cluster.watermarks(cluster.partitions(must_exist=False))
+        return {tp: high for tp, (_, high) in marks.items()}, marks
+
+    def initialOffset(self) -> dict:
+        with Cluster(self.options) as cluster:
+            tps = cluster.partitions(must_exist=False)
+            marks = cluster.watermarks(tps)
+            return to_json(cluster.resolve(self.options.starting, tps, marks, EARLIEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._latest()[0]
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json(start)
+        latest, marks = self._latest()
+        if self._until is not None:
+            latest = {tp: min(high, self._until.get(tp, marks[tp][0]))
+                      for tp, high in latest.items()}
+        # A partition new since ``start`` begins at its earliest offset.
+        begin = {tp: begin.get(tp, marks[tp][0]) for tp in latest}
+        end = {tp: max(high, begin[tp]) for tp, high in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
+        # Keep partitions that went away at the offset reached, so the checkpoint still says
+        # where they were (partitions() reports their loss).
+        for tp, offset in from_json(start).items():
+            end.setdefault(tp, offset)
+        return to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, finish = from_json(start), from_json(end)
+        opts = self.options
+        with Cluster(opts) as cluster:
+            marks = cluster.watermarks(finish)
+        ranges = []
+        for tp, stop in sorted(finish.items()):
+            first = begin.get(tp)
+            low, high = marks.get(tp, (None, None))
+            if first is None:
+                first = low if low is not None else stop
+            if low is None:
+                if first < stop and opts.fail_on_data_loss:
+                    raise DataLossError(f"{tp[0]}-{tp[1]} is gone; offsets {first}..{stop} were "
+                                        "to be read")
+                continue
+            if first < low:
+                if opts.fail_on_data_loss:
+                    raise DataLossError(f"{tp[0]}-{tp[1]} starts at {low}, after offset "
+                                        f"{first}")
+                first = min(low, stop)
+            if stop > high:
+                if opts.fail_on_data_loss:
+                    raise DataLossError(f"{tp[0]}-{tp[1]} ends at {high}, before offset {stop}")
+                stop = max(first, high)
+            ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        return _partitions(ranges, opts.min_partitions)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: no consumer groups yet, the checkpoint is the only position."""
+
+
+class _WritesRows:
+    """The part both writers share: each task produces its rows (see ``sink``)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator) -> WriteReport:
+        return write_rows(self.options, iterator)
+
+
+class OncelogWriter(_WritesRows, DataSourceArrowWriter):
+    """``df.write.format("oncelog")``. Its ``commit`` has nothing to do: every task's records
+    were acknowledged before the task finished; ``abort`` cannot take back what finished
+    tasks wrote (no transactions yet)."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
+    """``writeStream.format("oncelog")``, per micro-batch as the batch writer. Spark runs
+    ``commit`` in another process with a new writer: only the tasks' messages reach it."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+def _writer_options(options, schema: StructType, overwrite: bool,
+                    streaming: bool = False) -> WriteOptions:
+    # A stream in complete mode asks to overwrite: each trigger appends the whole result
+    # table, as Spark's Kafka sink does. A batch write cannot replace a log.
+    if overwrite and not streaming:
+        raise OptionError("mode", "overwrite is not possible: a topic is an append-only log "
+                                  "(use append)")
+    opts = write_options(options)
+    check_schema(schema, opts)
+    return opts
+
+
+class OncelogDataSource(DataSource):
+    """``format("oncelog")``: read and write topics of oncelog or any Kafka-compatible broker.
+
+    Read options (as Spark's Kafka source): ``bootstrap.servers`` (or
+    ``kafka.bootstrap.servers``), one of ``subscribe``, ``subscribePattern``, ``assign``;
+    ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
+    ``includeHeaders``, ``failOnDataLoss``, ``isolation.level``. Write options:
+    ``bootstrap.servers``, ``topic``, and producer settings (``linger.ms``, ``batch.size``,
+    ``compression.type``, ``client.id``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "oncelog"
+
+    def schema(self) -> StructType:
+        opts = read_options(self.options, streaming=None)
+        return spark_schema(opts.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return OncelogReader(read_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return OncelogStreamReader(read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> OncelogWriter:
+        return OncelogWriter(_writer_options(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OncelogStreamWriter:
+        return OncelogStreamWriter(_writer_options(self.options, schema, overwrite,
+                                                   streaming=True))

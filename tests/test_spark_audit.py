@@ -1,0 +1,79 @@
+"""``oncelog audit --spark`` reports what the one-process audit reports, on a clean topic and on
+one holding duplicates, gaps and regressions."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from test_audit import create_topic, produce, store_forgetting
+
+from oncelog.audit import audit_topic, format_report
+from oncelog.cli import main
+from oncelog.spark.audit import audit_topic_on_spark
+
+pytestmark = pytest.mark.xdist_group("spark")
+TIMEOUT = 30.0
+
+
+def same_reports(spark_report, plain_report) -> None:
+    spark_json, plain_json = spark_report.to_json(), plain_report.to_json()
+    for report in (spark_json, plain_json):
+        report.pop("seconds")
+    assert spark_json == plain_json
+    texts = []
+    for report in (spark_report, plain_report):
+        out = io.StringIO()
+        format_report(report, out)
+        texts.append(out.getvalue())
+    assert texts[0] == texts[1]
+
+
+def test_clean_topic_cut_into_many_ranges(spark, broker, capsys):
+    create_topic(broker.bootstrap, "clean", 3)
+    produce(broker.bootstrap, "clean", [(i % 3, b"v%d" % i) for i in range(3000)],
+            **{"enable.idempotence": True, "batch.num.messages": 7})
+    produce(broker.bootstrap, "clean", [(0, b"plain")], **{"enable.idempotence": False})
+    plain = audit_topic(broker.bootstrap, "clean")
+    on_spark = audit_topic_on_spark(spark, broker.bootstrap, "clean", min_partitions=9)
+    assert on_spark.clean and on_spark.totals["records"] == 3001
+    same_reports(on_spark, plain)
+
+    capsys.readouterr()
+    assert main(["audit", "--bootstrap-server", broker.bootstrap, "--topic", "clean",
+                 "--spark", "--json", "--partition", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["partition"] for p in report["partitions"]] == [1]
+    assert report["verdict"] == ("CLEAN: 1,000 records in 1 partition, 1 producer id; "
+                                 "no duplicate, gap or regression")
+
+
+def test_duplicates_gaps_and_regressions_as_the_one_process_audit_finds_them(
+        spark, start_broker, capsys):
+    """As test_audit's forgetful broker: a retried batch stored again, a lost one, a late one;
+    on two partitions, plus a second epoch."""
+    broker = start_broker(**{"producer.id.expiration.ms": "1",
+                             "producer.id.expiration.check.interval.ms": "50",
+                             "producer.id.tombstone.ms": "0"})
+    create_topic(broker.bootstrap, "forgot", 2)
+    store_forgetting(broker.bootstrap, "forgot", [
+        (0, 0, 0, [b"a", b"b"]), (0, 0, 0, [b"a", b"b"]), (0, 0, 10, [b"k"]), (0, 0, 5, [b"f"]),
+        (1, 0, 0, [b"x"] * 5), (1, 1, 0, [b"y"] * 3), (1, 0, 5, [b"z"])])
+    plain = audit_topic(broker.bootstrap, "forgot")
+    on_spark = audit_topic_on_spark(spark, broker.bootstrap, "forgot", min_partitions=4)
+    assert not on_spark.clean
+    assert on_spark.problems == ["2 duplicate sequences", "2 gaps (7 missing sequences)",
+                                 "2 regressed sequences"]
+    same_reports(on_spark, plain)
+
+    capsys.readouterr()
+    assert main(["audit", "--bootstrap-server", broker.bootstrap, "--topic", "forgot",
+                 "--spark"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("NOT CLEAN: 15 records")
+
+
+def test_spark_audit_usage_errors(capsys):
+    assert main(["audit", "--topic", "t", "--spark", "--by", "value"]) == 2
+    assert "--by is not available with --spark" in capsys.readouterr().err
+    assert main(["audit", "--topic", "t", "--spark", "--min-partitions", "0"]) == 2
