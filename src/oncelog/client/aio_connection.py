@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.api_versions import API_VERSIONS_KEY
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
-from .connection import CLIENT_API_VERSIONS, KafkaError, KafkaTimeout
+from .connection import KafkaError, KafkaTimeout, choose_versions
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -67,15 +67,7 @@ class AsyncBrokerConnection:
     async def _negotiate(self) -> None:
         response = await self._send(API_VERSIONS_KEY, 0, build(
             request_module(API_VERSIONS_KEY, 0).ApiVersionsRequest))
-        if response.error_code != ErrorCode.none:
-            raise KafkaError(response.error_code, "ApiVersions failed")
-        for entry in response.api_keys:
-            ours = CLIENT_API_VERSIONS.get(entry.api_key)
-            if ours is None:
-                continue
-            best = min(ours[1], entry.max_version)
-            if best >= max(ours[0], entry.min_version):
-                self.versions[entry.api_key] = best
+        self.versions = choose_versions(response)
 
     @property
     def in_flight(self) -> int:

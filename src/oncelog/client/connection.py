@@ -35,6 +35,21 @@ class KafkaTimeout(KafkaError):
         super().__init__(ErrorCode.request_timed_out, message)
 
 
+def choose_versions(response: Any) -> dict[int, int]:
+    """From an ApiVersions response: the newest version of each API both sides speak."""
+    if response.error_code != ErrorCode.none:
+        raise KafkaError(response.error_code, "ApiVersions failed")
+    versions = {}
+    for entry in response.api_keys:
+        ours = CLIENT_API_VERSIONS.get(entry.api_key)
+        if ours is None:
+            continue
+        best = min(ours[1], entry.max_version)
+        if best >= max(ours[0], entry.min_version):
+            versions[entry.api_key] = best
+    return versions
+
+
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     result = []
     for item in servers.split(","):
@@ -65,15 +80,7 @@ class BrokerConnection:
     def _negotiate(self) -> None:
         _, response = self._call(API_VERSIONS_KEY, 0, build(
             request_module(API_VERSIONS_KEY, 0).ApiVersionsRequest))
-        if response.error_code != ErrorCode.none:
-            raise KafkaError(response.error_code, "ApiVersions failed")
-        for entry in response.api_keys:
-            ours = CLIENT_API_VERSIONS.get(entry.api_key)
-            if ours is None:
-                continue
-            best = min(ours[1], entry.max_version)
-            if best >= max(ours[0], entry.min_version):
-                self.versions[entry.api_key] = best
+        self.versions = choose_versions(response)
 
     def version(self, api_key: int) -> int:
         try:
