@@ -156,7 +156,9 @@ class ProducerStateManager:
         # The producer goes on: epoch and start stay, the times are the batch's, the batch joins
         # the cache and the oldest beyond batches_to_retain leave (as they would from
         # entry.batches), all as slices of the packed bytes.
-        kept = max(_HEAD.size, len(packed) - self._kept_bytes)
+        kept = len(packed) - self._kept_bytes
+        if kept < _HEAD.size:
+            kept = _HEAD.size
         self._store(pid, b"".join((packed[:_EPOCH_AND_START],
                                    _TIMES.pack(timestamp, now_ms // 1000), packed[kept:],
                                    _BATCH.pack(batch.first_seq, batch.last_seq, last_offset))),
