@@ -28,12 +28,15 @@ processes used is measured, and repetitions during which they used more than
 measures do not depend on the wall clock: the broker's CPU time per message (its threads'
 schedstat), whose ratio plain@1 / idempotent is the broker's cost of idempotence as the
 broker would see it were it the bottleneck, and the number of batches each run stored (one
-per produce request), which shows whether the modes sent the same requests.
+per produce request), which shows whether the modes sent the same requests. The client's CPU
+per message (this process: Python's produce loop and librdkafka's threads) is printed too:
+where the client needs more than a CPU, its own cost of idempotence takes CPU from the broker.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +63,15 @@ MESSAGES = {"default": 1_000_000, "16KiB": 200_000}  # about 2 s a run either wa
 class Run:
     msgs_per_s: float
     others: float  # share of all CPUs other processes used meanwhile
+    client_us_per_msg: float = float("nan")  # this process: Python's loop and librdkafka
     broker_us_per_msg: float = float("nan")  # oncelog only
     batches: int = 0  # batches the partition stored (= produce requests); oncelog only
+
+
+def _own_cpu_seconds() -> float:
+    """CPU this process used so far, all threads (librdkafka's too, even ended ones)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def stored_batches(partition_dir: Path) -> int:
@@ -95,8 +105,10 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
                 topic = f"cost-{batching}-{mode.replace('@', '-at-')}-{rep}"
                 meter = LoadMeter(probe)
                 cpu = probe() if probe else 0.0
+                client = _own_cpu_seconds()
                 result = produce_throughput(bootstrap, topic, count, {**extra, **MODES[mode]})
-                run = Run(result.messages / result.seconds, meter.others_share())
+                run = Run(result.messages / result.seconds, meter.others_share(),
+                          (_own_cpu_seconds() - client) / result.messages * 1e6)
                 if broker and probe:
                     run.broker_us_per_msg = (probe() - cpu) / result.messages * 1e6
                     run.batches = stored_batches(broker.data_dir / f"{topic}-0")
@@ -105,8 +117,10 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
                 pair[mode] = run
             results[batching].append(pair)
             line = "  ".join(f"{mode} {pair[mode].msgs_per_s:>9,.0f}" for mode in MODES)
+            line += "  client us/msg " + " ".join(
+                f"{pair[mode].client_us_per_msg:.2f}" for mode in MODES)
             if broker:
-                line += "  broker us/msg " + " ".join(
+                line += "  broker " + " ".join(
                     f"{pair[mode].broker_us_per_msg:.2f}" for mode in MODES)
                 line += "  batches " + " ".join(str(pair[mode].batches) for mode in MODES)
             others = max(run.others for run in pair.values())
@@ -129,6 +143,7 @@ def summary(reps: list[dict[str, Run]], max_other_load: float) -> dict:
                                 for p in used])}
     for mode in MODES:
         out[mode] = median([p[mode].msgs_per_s for p in used])
+        out[f"{mode} client"] = median([p[mode].client_us_per_msg for p in used])
         out[f"{mode} us/msg"] = median([p[mode].broker_us_per_msg for p in used])
         out[f"{mode} batches"] = median([p[mode].batches for p in used])
     return out
@@ -180,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{ours['cpu']:.3f} ({ours['plain@1 us/msg']:.2f} / "
               f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a librdkafka user "
               f"sees) = {ours['ratio']:.3f}, on the mock {mock['ratio']:.3f}")
+        print(f"  {batching:8s} client CPU per message (Python's produce loop and librdkafka): "
+              + ", ".join(f"{mode} {ours[f'{mode} client']:.2f} us" for mode in MODES))
     return 0
 
 
