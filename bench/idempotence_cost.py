@@ -31,11 +31,13 @@ broker would see it were it the bottleneck, and the number of batches each run s
 per produce request), which shows whether the modes sent the same requests. The client's CPU
 per message (this process: Python's produce loop and librdkafka's threads) is printed too:
 where the client needs more than a CPU, its own cost of idempotence takes CPU from the broker.
+With ``--client-stats``, librdkafka's statistics give its broker thread's wake-ups per message.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -64,6 +66,7 @@ class Run:
     msgs_per_s: float
     others: float  # share of all CPUs other processes used meanwhile
     client_us_per_msg: float = float("nan")  # this process: Python's loop and librdkafka
+    wakeups_per_msg: float = float("nan")  # librdkafka's broker thread; with --client-stats
     broker_us_per_msg: float = float("nan")  # oncelog only
     batches: int = 0  # batches the partition stored (= produce requests); oncelog only
 
@@ -85,8 +88,30 @@ def stored_batches(partition_dir: Path) -> int:
     return count
 
 
+class ClientStats:
+    """librdkafka's statistics (``statistics.interval.ms``): the last report, for the broker
+    thread's wake-ups (``brokers[].wakeups``, cumulative; the last report is at most one
+    interval old)."""
+
+    INTERVAL_MS = 100
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def conf(self) -> dict:
+        return {"statistics.interval.ms": self.INTERVAL_MS, "stats_cb": self._keep}
+
+    def _keep(self, report: str) -> None:
+        self.last = report
+
+    def wakeups(self) -> int:
+        brokers = json.loads(self.last)["brokers"].values() if self.last else []
+        return sum(b["wakeups"] for b in brokers if b["nodeid"] >= 0)
+
+
 def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
-              broker: OncelogBroker | None = None) -> dict[str, list[dict[str, Run]]]:
+              broker: OncelogBroker | None = None,
+              client_stats: bool = False) -> dict[str, list[dict[str, Run]]]:
     """Every repetition of every scenario: {scenario: [{mode: Run}]}."""
     probe = cpu_seconds_probe(broker.pid) if broker else None
     results: dict[str, list[dict[str, Run]]] = {}
@@ -106,9 +131,14 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
                 meter = LoadMeter(probe)
                 cpu = probe() if probe else 0.0
                 client = _own_cpu_seconds()
-                result = produce_throughput(bootstrap, topic, count, {**extra, **MODES[mode]})
+                stats = ClientStats()
+                result = produce_throughput(bootstrap, topic, count,
+                                            {**extra, **MODES[mode],
+                                             **(stats.conf() if client_stats else {})})
                 run = Run(result.messages / result.seconds, meter.others_share(),
                           (_own_cpu_seconds() - client) / result.messages * 1e6)
+                if client_stats:
+                    run.wakeups_per_msg = stats.wakeups() / result.messages
                 if broker and probe:
                     run.broker_us_per_msg = (probe() - cpu) / result.messages * 1e6
                     run.batches = stored_batches(broker.data_dir / f"{topic}-0")
@@ -119,6 +149,9 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
             line = "  ".join(f"{mode} {pair[mode].msgs_per_s:>9,.0f}" for mode in MODES)
             line += "  client us/msg " + " ".join(
                 f"{pair[mode].client_us_per_msg:.2f}" for mode in MODES)
+            if client_stats:
+                line += "  wakeups/msg " + " ".join(
+                    f"{pair[mode].wakeups_per_msg:.2f}" for mode in MODES)
             if broker:
                 line += "  broker " + " ".join(
                     f"{pair[mode].broker_us_per_msg:.2f}" for mode in MODES)
@@ -144,16 +177,18 @@ def summary(reps: list[dict[str, Run]], max_other_load: float) -> dict:
     for mode in MODES:
         out[mode] = median([p[mode].msgs_per_s for p in used])
         out[f"{mode} client"] = median([p[mode].client_us_per_msg for p in used])
+        out[f"{mode} wakeups"] = median([p[mode].wakeups_per_msg for p in used])
         out[f"{mode} us/msg"] = median([p[mode].broker_us_per_msg for p in used])
         out[f"{mode} batches"] = median([p[mode].batches for p in used])
     return out
 
 
-def run(messages: dict[str, int], repeats: int, data_dir: Path | None) -> dict[str, dict]:
+def run(messages: dict[str, int], repeats: int, data_dir: Path | None,
+        client_stats: bool) -> dict[str, dict]:
     with OncelogBroker(base_dir=data_dir) as broker:
-        oncelog = run_pairs(broker.bootstrap, "oncelog", messages, repeats, broker)
+        oncelog = run_pairs(broker.bootstrap, "oncelog", messages, repeats, broker, client_stats)
     with MockCluster() as mock:
-        mocked = run_pairs(mock.bootstrap, "mock", messages, repeats)
+        mocked = run_pairs(mock.bootstrap, "mock", messages, repeats, None, client_stats)
     return {"oncelog": oncelog, "mock": mocked}
 
 
@@ -173,14 +208,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made (default: the "
                              "system temp dir); e.g. /dev/shm to take the disk out")
+    parser.add_argument("--client-stats", action="store_true",
+                        help="also collect librdkafka's statistics every "
+                             f"{ClientStats.INTERVAL_MS} ms and print its broker thread's "
+                             "wake-ups per message")
     args, _ = parser.parse_known_args(argv)
     messages = {k: args.messages or v for k, v in MESSAGES.items()}
     if args.wait_quiet > 0:
         wait_for_quiet(QUIET, args.wait_quiet)
-    results = run(messages, args.repeats, args.data_dir)
+    results = run(messages, args.repeats, args.data_dir, args.client_stats)
     print(f"idempotence_cost: 1 KiB messages, acks=all, {args.repeats} repetitions; medians "
           f"over those during which other processes used <= {args.max_other_load:.0%} of the "
           f"CPUs (all when fewer than 3)")
+    client_stats = args.client_stats
     for batching in SCENARIOS:
         ours = summary(results["oncelog"][batching], args.max_other_load)
         mock = summary(results["mock"][batching], args.max_other_load)
@@ -196,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a librdkafka user "
               f"sees) = {ours['ratio']:.3f}, on the mock {mock['ratio']:.3f}")
         print(f"  {batching:8s} client CPU per message (Python's produce loop and librdkafka): "
-              + ", ".join(f"{mode} {ours[f'{mode} client']:.2f} us" for mode in MODES))
+              + ", ".join(f"{mode} {ours[f'{mode} client']:.2f} us" for mode in MODES)
+              + ("; librdkafka wake-ups per message: " + ", ".join(
+                  f"{mode} {ours[f'{mode} wakeups']:.2f}" for mode in MODES)
+                 if client_stats else ""))
     return 0
 
 
