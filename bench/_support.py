@@ -253,6 +253,25 @@ def wait_for_quiet(limit: float, timeout: float) -> float:
         time.sleep(min(8.0, max(0.0, deadline - time.monotonic())))
 
 
+def cpu_seconds_probe(pid: int) -> Callable[[], float]:
+    """CPU seconds process ``pid`` has run so far, to the nanosecond: the sum of its threads'
+    on-CPU time from /proc/PID/task/*/schedstat (/proc/PID/stat counts in 10 ms ticks, too
+    coarse for a run of a second or two). A thread that has exited no longer counts."""
+    tasks = f"/proc/{pid}/task"
+
+    def probe() -> float:
+        total = 0
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:  # the thread ended meanwhile
+                pass
+        return total / 1e9
+
+    return probe
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

@@ -1,6 +1,8 @@
 """The idempotence rules, one test per row of the table in producer_state/rules.py."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from oncelog.producer_state import snapshot
@@ -9,8 +11,11 @@ from oncelog.producer_state.rules import (
     SEQUENCE_SPACE,
     Append,
     BatchIdentity,
+    CachedBatch,
     Duplicate,
+    ProducerStateEntry,
     Refuse,
+    decide,
 )
 
 PID = 4000
@@ -286,3 +291,67 @@ def test_snapshot_loaded_under_a_lower_producer_limit_keeps_the_rest_as_compact_
     smaller.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
     assert len(smaller) == 2 and smaller.entry(1) is None
     assert smaller.tombstone(1).last_seq == 3  # still judged by its real sequence
+
+
+# --- the produce path's fast path (rules.judge_next on the packed entry) --------------------
+
+_LAST = SEQUENCE_SPACE - 1
+_sequences = st.one_of(st.integers(0, 20), st.integers(_LAST - 20, _LAST),
+                       st.integers(0, _LAST))
+_cached_batches = st.lists(st.tuples(_sequences, _sequences, st.integers(0, 1 << 40)),
+                           min_size=1, max_size=7)
+
+
+@st.composite
+def _state_and_batch(draw):
+    """A partition's memory of one producer (a live entry with any cached batches, even
+    ones no append could leave, a compact record, or nothing) and a batch aimed at it: mostly
+    the next sequence or a cached batch, in the same epoch or next to it."""
+    limits = StateLimits(batches_to_retain=draw(st.integers(1, 6)))
+    state = ProducerStateManager(limits)
+    epoch = draw(st.integers(0, 32767))
+    start = draw(_sequences)
+    cached = draw(_cached_batches)
+    kind = draw(st.sampled_from(["entry", "entry", "entry", "tombstone", "nothing"]))
+    head = ProducerStateManager.PACKED_HEAD.pack(epoch, start, NOW, NOW // 1000)
+    entries = [(PID, head + b"".join(ProducerStateManager.PACKED_BATCH.pack(*b)
+                                     for b in cached))] if kind == "entry" else []
+    tombstones = [(PID, ProducerStateManager.PACKED_TOMBSTONE.pack(
+        epoch, start, cached[-1][1], cached[-1][2], NOW))] if kind == "tombstone" else []
+    state.load(entries, tombstones, draw(st.sampled_from([-1, PID])))
+
+    batch_epoch = draw(st.sampled_from([epoch, epoch, epoch, max(epoch - 1, 0),
+                                        min(epoch + 1, 32767)]))
+    how = draw(st.sampled_from(["next", "next", "cached", "any"]))
+    if how == "cached":
+        first, last, _ = draw(st.sampled_from(cached))
+    else:
+        first = (cached[-1][1] + 1) % SEQUENCE_SPACE if how == "next" else draw(_sequences)
+        last = draw(st.one_of(st.integers(0, 30).map(lambda n: (first + n) % SEQUENCE_SPACE),
+                              _sequences))
+    return state, BatchIdentity(PID, batch_epoch, first, last)
+
+
+@settings(derandomize=True, database=None, max_examples=3000, deadline=None)
+@given(_state_and_batch(), st.integers(0, 1 << 40), st.integers(0, 1 << 40))
+def test_fast_path_decides_and_applies_as_the_full_rules(state_and_batch, offset, timestamp):
+    """validate's shortcut for the next batch (rules.judge_next on the packed bytes) answers
+    exactly what rules.decide answers on the unpacked entry, changes nothing, and apply's
+    packed update leaves the entry the object model gives."""
+    state, batch = state_and_batch
+    known = state.entry(PID) or state.tombstone(PID)
+    before = (state.packed_entries(), state.packed_tombstones())
+    decision = state.validate(batch, issued)
+    assert decision == decide(batch, known, True, PID <= state.forgotten_up_to)
+    assert (state.packed_entries(), state.packed_tombstones()) == before
+    if not isinstance(decision, Append) or decision.reset or state.entry(PID) is None:
+        return  # a new entry is built from objects whatever the path: nothing to compare
+    entry = state.entry(PID)
+    retain = state.limits.batches_to_retain
+    expected = ProducerStateEntry(
+        PID, entry.epoch, entry.start_seq,
+        [*entry.batches, CachedBatch(batch.first_seq, batch.last_seq, offset)][-retain:],
+        timestamp, NOW // 1000 * 1000)
+    state.apply(decision, offset, timestamp, NOW)
+    assert state.entry(PID) == expected
+    assert state.tombstone(PID) is None

@@ -10,6 +10,11 @@ batches, where Python objects would take over a kilobyte. The dict's order is re
 least recently active producer is evicted first when ``max_producers`` is reached and becomes
 a Tombstone, as do producers idle longer than ``expiration_ms``. Tombstones are packed too and
 go after ``tombstone_ms``.
+
+The produce path's common case (a live producer's next batch, rule 7) is judged and applied on
+the packed bytes: ``rules.judge_next`` gets the epoch, last sequence and whether the batch is
+cached read straight from them, and ``apply`` builds the new packed entry from slices of the
+old one. Everything else goes through the entry's objects and ``rules.decide``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from .rules import (
     ProducerStateEntry,
     Tombstone,
     decide,
+    judge_next,
     next_sequence,
 )
 
@@ -34,6 +40,11 @@ from .rules import (
 _HEAD = struct.Struct("<hiqI")
 _BATCH = struct.Struct("<iiq")  # first seq, last seq, last offset
 _TOMBSTONE = struct.Struct("<hiiqq")  # epoch, start seq, last seq, last offset, since
+# Parts of the packed entry read or written without unpacking it whole:
+_EPOCH = struct.Struct("<h")  # the head's first field
+_TIMES = struct.Struct("<qI")  # the head's last two fields: last timestamp, last append (s)
+_EPOCH_AND_START = _HEAD.size - _TIMES.size  # bytes of the head kept as they are
+_SEQUENCES = struct.Struct("<ii")  # a cached batch's first 8 bytes: first seq, last seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +55,24 @@ class StateLimits:
     tombstone_ms: int = 7 * 24 * 3600 * 1000
     max_tombstones: int = 1_000_000
 
+    def __post_init__(self) -> None:
+        # A packed entry holds 1 to 255 batches (a snapshot refuses anything else).
+        if not 1 <= self.batches_to_retain <= 255:
+            raise ValueError(f"batches_to_retain must be 1..255, not {self.batches_to_retain}")
+
 
 def _pack(entry: ProducerStateEntry) -> bytes:
     return _HEAD.pack(entry.epoch, entry.start_seq, entry.last_timestamp,
                       entry.last_append_ms // 1000) + b"".join(
         _BATCH.pack(b.first_seq, b.last_seq, b.last_offset) for b in entry.batches)
+
+
+def _may_be_cached(packed: bytes, batch: BatchIdentity) -> bool:
+    """Whether one of the packed entry's cached batches is (first seq, last seq) of ``batch``.
+
+    A match off a batch boundary counts too: it only sends the batch to the full rules.
+    """
+    return packed.find(_SEQUENCES.pack(batch.first_seq, batch.last_seq), _HEAD.size) >= 0
 
 
 def _unpack(producer_id: int, packed: bytes) -> ProducerStateEntry:
@@ -61,6 +85,8 @@ def _unpack(producer_id: int, packed: bytes) -> ProducerStateEntry:
 class ProducerStateManager:
     def __init__(self, limits: StateLimits | None = None) -> None:
         self.limits = limits or StateLimits()
+        # Bytes of cached batches an append keeps from the packed entry it replaces.
+        self._kept_bytes = (self.limits.batches_to_retain - 1) * _BATCH.size
         self._entries: dict[int, bytes] = {}  # least recently active first
         self._tombstones: dict[int, bytes] = {}  # oldest first
         # Producer ids up to this one may have written here and been forgotten since (their
@@ -100,8 +126,16 @@ class ProducerStateManager:
     # --- the produce path ------------------------------------------------------------------
 
     def validate(self, batch: BatchIdentity, pid_issued: Callable[[int], bool]) -> Decision:
-        known: ProducerStateEntry | Tombstone | None = self.entry(batch.producer_id)
-        if known is None:
+        packed = self._entries.get(batch.producer_id)
+        known: ProducerStateEntry | Tombstone | None
+        if packed is not None:
+            last_seq = _SEQUENCES.unpack_from(packed, len(packed) - _BATCH.size)[1]
+            going_on = judge_next(batch, _EPOCH.unpack_from(packed)[0], last_seq,
+                                  _may_be_cached(packed, batch))
+            if going_on is not None:
+                return going_on
+            known = _unpack(batch.producer_id, packed)
+        else:
             known = self.tombstone(batch.producer_id)
         # Only ask whether the id was issued for producers we know nothing of: a known producer
         # was necessarily issued (its batches are in this log).
@@ -111,16 +145,24 @@ class ProducerStateManager:
     def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int) -> None:
         """Record an appended batch; ``last_offset`` is the offset the log gave its last record."""
         batch = decision.batch
-        cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
-        entry = None if decision.reset else self.entry(batch.producer_id)
-        if entry is None:
-            entry = ProducerStateEntry(batch.producer_id, batch.epoch, self._start_of(decision),
-                                       [], timestamp, now_ms)
-        entry.batches.append(cached)
-        del entry.batches[:-self.limits.batches_to_retain]
-        entry.last_timestamp = timestamp
-        entry.last_append_ms = now_ms
-        self._store(entry)
+        pid = batch.producer_id
+        packed = None if decision.reset else self._entries.get(pid)
+        if packed is None:
+            entry = ProducerStateEntry(
+                pid, batch.epoch, self._start_of(decision),
+                [CachedBatch(batch.first_seq, batch.last_seq, last_offset)], timestamp, now_ms)
+            self._store(pid, _pack(entry), now_ms)
+            return
+        # The producer goes on: epoch and start stay, the times are the batch's, the batch joins
+        # the cache and the oldest beyond batches_to_retain leave (as they would from
+        # entry.batches), all as slices of the packed bytes.
+        kept = len(packed) - self._kept_bytes
+        if kept < _HEAD.size:
+            kept = _HEAD.size
+        self._store(pid, b"".join((packed[:_EPOCH_AND_START],
+                                   _TIMES.pack(timestamp, now_ms // 1000), packed[kept:],
+                                   _BATCH.pack(batch.first_seq, batch.last_seq, last_offset))),
+                    now_ms)
 
     def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int,
                now_ms: int) -> None:
@@ -156,9 +198,8 @@ class ProducerStateManager:
 
     # --- storage ---------------------------------------------------------------------------
 
-    def _store(self, entry: ProducerStateEntry) -> None:
+    def _store(self, pid: int, packed: bytes, now_ms: int) -> None:
         entries = self._entries
-        pid = entry.producer_id
         if pid in entries:
             # Moved to the end (most recently active) unless already there: a pop and
             # re-insert leaves a hole in the dict until its next resize.
@@ -167,8 +208,8 @@ class ProducerStateManager:
         else:
             self._tombstones.pop(pid, None)
             if len(entries) >= self.limits.max_producers:
-                self._retire(next(iter(entries)), entry.last_append_ms)
-        entries[pid] = _pack(entry)
+                self._retire(next(iter(entries)), now_ms)
+        entries[pid] = packed
 
     def _retire(self, producer_id: int, now_ms: int) -> None:
         """Move a producer out of memory, keeping what judges its next batch."""
