@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import select
@@ -17,7 +18,7 @@ from oncelog import Admin, Consumer, Producer
 
 JOB = Path(__file__).resolve().parent.parent / "examples" / "copy_job.py"
 PARTITIONS = 3
-PER_PARTITION = 6000
+PER_PARTITION = 20000  # enough that twenty runs, however fast, do not reach the end
 CHECKPOINT_EVERY = 300
 KILLS = 20
 SEED = 20261123
@@ -31,7 +32,7 @@ def fill_source(bootstrap: str) -> None:
     rng = random.Random(SEED)
     with Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"}) as p:
         for i in range(PER_PARTITION * PARTITIONS):
-            p.produce("source", b"%d:" % i + b"x" * rng.randrange(0, 300),
+            p.produce("source", b"%d:" % i + b"x" * rng.randrange(0, 100),
                       key=b"k%d" % i if i % 4 else None, partition=i % PARTITIONS,
                       headers=[("i", b"%d" % i)], timestamp=1_700_000_000_000 + i)
 
@@ -71,11 +72,13 @@ def test_copy_job_killed_twenty_times_copies_exactly_once(broker, tmp_path):
                 if not line.startswith(b"checkpoint"):
                     break
             if line.startswith(b"checkpoint"):
-                time.sleep(rng.uniform(0, 0.08))  # then anywhere: mid-batch, mid-flush
+                time.sleep(rng.uniform(0, 0.03))  # then anywhere: mid-batch, mid-flush
                 killed_mid_copy += proc.poll() is None
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(LINE_TIMEOUT)
+    progress = sum(json.loads(state.read_text())["positions"].values())
+    print(f"after {KILLS} kills: {progress} of {PARTITIONS * PER_PARTITION} records copied")
     assert killed_mid_copy == KILLS
     proc = start_job(broker.bootstrap, state)
     out, err = proc.communicate(timeout=300)
