@@ -200,6 +200,13 @@ class RecordAccumulator:
         for listener in self.space_listeners:
             listener()
 
+    def restart_sequences(self) -> None:
+        """A new epoch or producer id starts every partition's sequences at 0 again, the
+        queued batches first: deterministic batching aligns on the new numbers from here."""
+        with self.lock:
+            self.appended = {tp: sum(b.count for b in queue)
+                             for tp, queue in self.queues.items()}
+
     def take_expired(self, deadline_age: float, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches created ``deadline_age`` or more ago. The oldest
         are at the heads (retries go back in front), so only heads need looking at."""

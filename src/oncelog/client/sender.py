@@ -441,6 +441,7 @@ class Sender:
                     ErrorCode.out_of_order_sequence_number,
                     "the producer needed a new epoch while this batch's outcome was unknown; "
                     "it may be stored, and is not sent again so that it is never stored twice"))
+            self.acc.restart_sequences()
             log.info("producer %d bumped its epoch to %d", self.idem.producer_id,
                      self.idem.epoch)
         if self.idem.needs_new_id:
