@@ -208,3 +208,26 @@ def test_checkpoint_and_resume():
 def test_a_bad_checkpoint_is_refused(bad):
     with pytest.raises(ValueError, match="resume"):
         IdempotenceManager(True, 5, 10).resume(bad)
+
+
+def test_an_unanswered_attempt_keeps_a_batch_maybe_stored():
+    """A refusal of the retry says nothing of the attempt that went unanswered: the batch
+    must not be resent under a new epoch."""
+    m = manager()
+    a = send(m, batch())
+    m.lost(a)                                         # maybe stored
+    m.sending(a)
+    assert m.answered(a, ErrorCode.not_leader_or_follower) is Action.RETRY
+    assert a.maybe_stored
+    m.bump_needed = True
+    assert m.bump() == [a]
+
+
+def test_no_bump_while_the_broker_is_being_asked():
+    m = manager()
+    a = send(m, batch())
+    assert m.answered(a, ErrorCode.out_of_order_sequence_number) is Action.RESOLVE
+    m.bump_needed = True
+    assert not m.quiet()
+    m.resolved(a, None)
+    assert m.quiet()

@@ -446,3 +446,77 @@ def test_threads_producing_at_once_lose_nothing(broker):
             mine = [int(r.value.split(b"-")[1]) for r in stored
                     if r.partition == partition and r.value.startswith(b"%d-" % t)]
             assert mine == list(range(partition, 4000, 2))
+
+
+def test_a_failed_lookup_is_asked_again_not_taken_for_nothing_stored(broker, proxy):
+    """The resolve path of test_resending_after_resume_is_answered_as_duplicate, with the
+    first DescribeProducers answer lost: the producer asks again instead of bumping its
+    epoch and resending what the broker holds."""
+    config = {"bootstrap.servers": proxy.bootstrap, "batching": "deterministic",
+              "batch.num.messages": 10, "request.timeout.ms": 1000, "retry.backoff.ms": 20}
+    with Producer(config) as p:
+        p.produce("lookup", b"before", partition=0)
+        saved = p.checkpoint()
+        for i in range(100):
+            p.produce("lookup", b"%d" % i, partition=0)
+    proxy.add_rule(Rule.parse(Action.DROP_RESPONSE, "describe-producers:1"))
+    with Producer(config, resume=saved) as p:
+        for i in range(120):
+            p.produce("lookup", b"%d" % i, partition=0)
+        p.flush(TIMEOUT)
+    assert "drop-response" in {e.what for e in proxy.events}
+    stored = read_back(broker.bootstrap, "lookup")
+    assert [r.value for r in stored] == [b"before"] + [b"%d" % i for i in range(120)]
+
+
+def test_flush_raises_any_failure_since_the_last_flush(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                  "request.timeout.ms": 500, "delivery.timeout.ms": 1000,
+                  "retry.backoff.ms": 50})
+    p.produce("fails", b"first").result(TIMEOUT)
+    broker.kill()
+    future = p.produce("fails", b"lost")
+    assert isinstance(future.exception(TIMEOUT), KafkaError)
+    with pytest.raises(KafkaError, match="REQUEST_TIMED_OUT"):
+        p.flush(TIMEOUT)  # the record failed before this flush began: still reported
+    p.flush(TIMEOUT)      # and only once
+    p.close(1)
+
+
+def test_a_held_back_deterministic_batch_does_not_expire(broker):
+    config = {"bootstrap.servers": broker.bootstrap, "batching": "deterministic",
+              "request.timeout.ms": 500, "delivery.timeout.ms": 600, "linger.ms": 0}
+    with Producer(config) as p:
+        p.produce("held", b"a", partition=0)
+        time.sleep(1.0)  # longer than delivery.timeout.ms: the open batch waits on purpose
+        p.produce("held", b"b", partition=0)
+        p.checkpoint()
+    assert [r.value for r in read_back(broker.bootstrap, "held")] == [b"a", b"b"]
+
+
+def test_close_with_a_timeout_settles_every_future(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    p.produce("stuck", b"warm-up").result(TIMEOUT)
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        future = p.produce("stuck", b"x")
+        p.close(timeout=0.5)
+        assert future.done()
+        assert isinstance(future.exception(0), KafkaError)
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+
+
+def test_giving_up_on_one_record_does_not_cancel_its_batch(broker):
+    async def main() -> list:
+        async with AIOProducer({"bootstrap.servers": broker.bootstrap,
+                                "linger.ms": 200}) as p:
+            first = await p.send("shield", b"1", partition=0)
+            second = await p.send("shield", b"2", partition=0)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(first, 0.01)
+            await p.flush()
+            return [await first, await second]
+
+    metas = asyncio.run(main())
+    assert [m.offset for m in metas] == [0, 1]

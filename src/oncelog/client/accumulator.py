@@ -48,6 +48,7 @@ class RecordAccumulator:
         self.buffered = 0      # bytes of records not yet acknowledged or failed
         self.incomplete: set[ProducerBatch] = set()  # created, not yet acknowledged or failed
         self.space_listeners: list[Callable[[], None]] = []
+        self.first_error: BaseException | None = None  # of a record since the last flush
         self.flushing = 0      # flush() calls waiting: every open batch is ready
         self.wake: Callable[[], None] = lambda: None
         self.wake_pending = False
@@ -99,6 +100,7 @@ class RecordAccumulator:
                 self.appended[tp] = appended
                 if appended % config.batch_records == 0:
                     batch.closed = True
+                    batch.created = self.clock()  # its delivery clock starts when ready
                     wake = True
             if on_delivery is not None:
                 # Under the lock: the sender cannot have taken the batch yet.
@@ -124,6 +126,18 @@ class RecordAccumulator:
                         "Lower batch.num.messages.", self.config.batch_records,
                         self.config.max_request_size)
         return True
+
+    def start_flush(self) -> list[ProducerBatch]:
+        """Every open batch becomes ready (a held-back deterministic one starts its delivery
+        clock now); returns the batches not yet settled."""
+        with self.lock:
+            self.flushing += 1
+            if self.config.deterministic:
+                now = self.clock()
+                for queue in self.queues.values():
+                    if queue and not queue[-1].closed:
+                        queue[-1].created = now
+            return list(self.incomplete)
 
     def wait_for_space(self, timeout: float) -> bool:
         """Block until buffer.memory has room (False when ``timeout`` passes first)."""
@@ -196,6 +210,8 @@ class RecordAccumulator:
         with self.lock:
             self.buffered -= batch.accounted
             self.incomplete.discard(batch)
+            if batch.error is not None and self.first_error is None:
+                self.first_error = batch.error
             self.space.notify_all()
         for listener in self.space_listeners:
             listener()
@@ -209,11 +225,14 @@ class RecordAccumulator:
 
     def take_expired(self, deadline_age: float, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches created ``deadline_age`` or more ago. The oldest
-        are at the heads (retries go back in front), so only heads need looking at."""
+        are at the heads (retries go back in front), so only heads need looking at. A
+        deterministic batch held back on purpose (open, not flushing) does not expire."""
         expired = []
         with self.lock:
+            hold = self.config.deterministic and not self.flushing
             for queue in self.queues.values():
-                while queue and now >= queue[0].created + deadline_age:
+                while queue and now >= queue[0].created + deadline_age and not (
+                        hold and not queue[0].closed):
                     expired.append(queue.popleft())
         return expired
 

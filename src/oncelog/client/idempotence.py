@@ -151,7 +151,11 @@ class IdempotenceManager:
         batch.in_flight = False
         if error in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
             return self._delivered(state, batch)
-        batch.maybe_stored = error in _MAYBE_STORED
+        # A definite refusal of this attempt says nothing of an earlier one that went
+        # unanswered: once ambiguous, a batch stays maybe-stored until it is settled.
+        if error in _MAYBE_STORED:
+            batch.ambiguous = True
+        batch.maybe_stored = batch.ambiguous
         if not self.enabled:
             return self._retry_or_fail(state, batch, error.retriable)
         if error in _FATAL:
@@ -171,11 +175,11 @@ class IdempotenceManager:
         state = self._partition((batch.topic, batch.partition))
         state.in_flight -= 1
         batch.in_flight = False
-        batch.maybe_stored = True
+        batch.maybe_stored = batch.ambiguous = True
         return self._retry_or_fail(state, batch, True)
 
     def _delivered(self, state: PartitionSequences, batch: ProducerBatch) -> Action:
-        batch.maybe_stored = False
+        batch.maybe_stored = batch.ambiguous = False
         if self.enabled and batch in state.unacked:
             state.unacked.remove(batch)
             state.last_acked = batch.last_sequence
@@ -191,9 +195,10 @@ class IdempotenceManager:
         return Action.RETRY  # an earlier batch is missing: this one was not stored
 
     def resolved(self, batch: ProducerBatch, held: tuple[int, int] | None) -> int:
-        """The broker's (epoch, last sequence) for us on the batch's partition, or None:
-        returns how many of the batch's records it already holds (all: delivered; some: the
-        caller drops them and sends the rest; none: an epoch bump is now needed)."""
+        """The broker's (epoch, last sequence) for us on the batch's partition, or None when
+        it answered that it holds no state for us: returns how many of the batch's records it
+        already holds (all: delivered; some: the caller drops them and sends the rest; none:
+        an epoch bump is now needed). A lookup that failed is not an answer: ask again."""
         state = self._partition((batch.topic, batch.partition))
         state.resolving = False
         assert batch.base_sequence is not None
@@ -202,6 +207,10 @@ class IdempotenceManager:
             stored = ((held[1] - batch.base_sequence) & _MAX_SEQUENCE) + 1
             if stored > _MAX_SEQUENCE // 2:  # it ends before the batch: a gap
                 stored = 0
+            elif stored < batch.count:
+                # What the broker holds of this epoch ends before or inside the batch: the
+                # rest of it is certainly not stored.
+                batch.maybe_stored = batch.ambiguous = False
         if stored == 0:
             self.bump_needed = True
             return 0
@@ -232,10 +241,15 @@ class IdempotenceManager:
     def in_flight(self) -> int:
         return sum(state.in_flight for state in self.partitions.values())
 
+    def quiet(self) -> bool:
+        """Nothing in flight and no lookup pending: the moment a bump may happen."""
+        return all(state.in_flight == 0 and not state.resolving
+                   for state in self.partitions.values())
+
     def bump(self) -> list[ProducerBatch]:
-        """Start a new epoch (call with nothing in flight); returns the batches to fail
-        because they may already be stored under the old one."""
-        assert self.in_flight() == 0
+        """Start a new epoch (call when quiet()); returns the batches to fail because they
+        may already be stored under the old one."""
+        assert self.quiet()
         doomed = []
         for state in self.partitions.values():
             for batch in state.unacked:

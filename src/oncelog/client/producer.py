@@ -21,6 +21,7 @@ twice (seed 001, "Transitivity").
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -40,6 +41,7 @@ from .sender import Sender
 __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 
 CHECKPOINT_VERSION = 1
+log = logging.getLogger(__name__)
 _RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
 
 
@@ -145,18 +147,18 @@ class _ProducerCore:
         return RecordFuture(batch, index)
 
     def begin_flush(self) -> list[ProducerBatch]:
-        with self.acc.lock:
-            self.acc.flushing += 1
-            pending = list(self.acc.incomplete)
+        pending = self.acc.start_flush()
         self.acc.wake()
         return pending
 
-    def end_flush(self, pending: list[ProducerBatch]) -> None:
+    def end_flush(self) -> None:
+        """Raise the first delivery error of any record produced since the previous flush
+        (a flush that returns means every one of them was stored)."""
         with self.acc.lock:
             self.acc.flushing -= 1
-        for batch in pending:
-            if batch.error is not None:
-                raise batch.error
+            error, self.acc.first_error = self.acc.first_error, None
+        if error is not None:
+            raise error
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
@@ -219,16 +221,18 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything produced so far and wait for every answer; raises the first
-        delivery error among them (or KafkaTimeout)."""
+        delivery error of any record produced since the previous flush (or KafkaTimeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = self._core.begin_flush()
-        try:
-            for batch in pending:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not batch.wait(left):
-                    raise KafkaTimeout(f"flush: records still in flight after {timeout}s")
-        finally:
-            self._core.end_flush(pending)
+        timed_out = False
+        for batch in pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not batch.wait(left):
+                timed_out = True
+                break
+        self._core.end_flush()
+        if timed_out:
+            raise KafkaTimeout(f"flush: records still in flight after {timeout}s")
 
     def checkpoint(self, timeout: float | None = None) -> dict[str, Any]:
         """Flush, then the identity to resume from: JSON-serialisable."""
@@ -236,19 +240,28 @@ class Producer:
         return self._call(_in_loop(self._core.checkpoint), timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Deliver what was produced (up to ``timeout``), then stop."""
+        """Deliver what was produced (up to ``timeout``), then stop; records still not
+        settled then fail. Delivery errors are logged, not raised: use flush() for them."""
         if self._core.closed:
             return
         try:
             self.flush(timeout)
+        except KafkaError as exc:
+            # As Kafka's close(): delivery errors were the futures' and callbacks' to report.
+            log.warning("closing the producer: %s", exc)
         finally:
             self._core.closed = True
-            self._core.sender.closing = True
+            sender = self._core.sender
+            sender.closing = True
             self._core.acc.wake()
             try:
                 self._run.result(5 if timeout is None else max(timeout, 0.1))
-            except Exception:  # closing anyway
+            except Exception:  # closing anyway: what is not settled now fails
                 self._run.cancel()
+                try:
+                    self._call(_in_loop(lambda: sender.abort(_closed_error())), 5)
+                except Exception:  # the loop is going away regardless
+                    pass
             self._stop_loop()
 
     def _stop_loop(self) -> None:
@@ -273,6 +286,11 @@ class Producer:
 
 async def _in_loop(fn: Callable[[], Any]) -> Any:
     return fn()
+
+
+def _closed_error() -> KafkaError:
+    return KafkaError(ErrorCode.request_timed_out,
+                      "the producer was closed before the record was acknowledged")
 
 
 class AIOProducer:
@@ -335,9 +353,10 @@ class AIOProducer:
         pending = core.begin_flush()
         try:
             for batch in pending:
-                await batch.loop_future
+                # Shielded: cancelling this flush must not cancel the batches' futures.
+                await asyncio.shield(batch.loop_future)
         finally:
-            core.end_flush(pending)
+            core.end_flush()
 
     async def checkpoint(self) -> dict[str, Any]:
         await self.flush()
@@ -349,6 +368,8 @@ class AIOProducer:
             return
         try:
             await self.flush()
+        except KafkaError as exc:
+            log.warning("stopping the producer: %s", exc)
         finally:
             core.closed = True
             core.sender.closing = True
@@ -356,8 +377,9 @@ class AIOProducer:
             assert self._task is not None
             try:
                 await asyncio.wait_for(self._task, 5)
-            except Exception:  # stopping anyway
+            except Exception:  # stopping anyway: what is not settled now fails
                 self._task.cancel()
+                core.sender.abort(_closed_error())
             core.sender.close_connections()
 
     async def __aenter__(self) -> AIOProducer:

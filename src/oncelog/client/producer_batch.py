@@ -8,6 +8,7 @@ again only if an epoch bump resequences it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import threading
@@ -95,8 +96,8 @@ class ProducerBatch:
     """Records for one partition, from creation to acknowledgement."""
 
     __slots__ = (
-        "_callbacks", "_error", "_event", "_loop_future", "accounted", "attempts", "base_offset",
-        "base_sequence", "base_ts", "buf", "closed", "count", "created", "data",
+        "_callbacks", "_error", "_event", "_loop_future", "accounted", "ambiguous", "attempts",
+        "base_offset", "base_sequence", "base_ts", "buf", "closed", "count", "created", "data",
         "epoch", "in_flight", "max_ts", "maybe_stored", "partition", "retry_at",
         "skipped", "timestamps", "topic",
     )
@@ -119,7 +120,8 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.in_flight = False
-        self.maybe_stored = False  # sent with no definite answer yet: it may be in the log
+        self.maybe_stored = False  # it may be in the log: in flight now, or ambiguous
+        self.ambiguous = False  # some attempt got no definite answer (sticky until settled)
         self.base_offset: int | None = None
         self.skipped = 0  # leading records found already stored (see drop_head)
         self._error: BaseException | None = None
@@ -237,8 +239,10 @@ class ProducerBatch:
 
     def _finish(self) -> None:
         self.data = None
-        if self._event is not None:
-            self._event.set()
+        with _CALLBACKS_LOCK:
+            event = self._event
+        if event is not None:
+            event.set()
         if self._loop_future is not None and not self._loop_future.done():
             self._loop_future.set_result(None)
         with _CALLBACKS_LOCK:
@@ -260,11 +264,13 @@ class ProducerBatch:
     def wait(self, timeout: float | None) -> bool:
         if self.done:
             return True
-        if self._event is None:
-            self._event = threading.Event()
-            if self.done:  # completed between the check and the event's creation
-                return True
-        return self._event.wait(timeout)
+        with _CALLBACKS_LOCK:  # one event however many threads wait
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if self.done:  # completed before the event existed: _finish did not see it
+            return True
+        return event.wait(timeout)
 
     def outcome(self, index: int) -> RecordMetadata:
         if self._error is not None:
@@ -310,6 +316,8 @@ class RecordFuture:
         if future is None:
             raise TypeError("await works on futures of oncelog.AIOProducer; "
                             "use .result() with oncelog.Producer")
-        yield from future.__await__()
+        # Shielded: a caller that gives up on this record must not cancel the batch's
+        # future, which every other record of the batch and flush() wait on.
+        yield from asyncio.shield(future).__await__()
         return self._batch.outcome(self._index)
 

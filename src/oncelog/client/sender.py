@@ -33,7 +33,7 @@ _LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_n
 _METADATA = -1  # the key of the connection used for metadata and InitProducerId
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _settle(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
 
@@ -62,6 +62,7 @@ class Sender:
         self.closing = False
         self.stopped = False
         self.requests_in_flight = 0
+        self._lookups: set[asyncio.Task] = set()
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class Sender:
         on a path taken once per request."""
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _resolve, waiter)
+        timer = loop.call_later(timeout, _settle, waiter)
         try:
             await waiter
         finally:
@@ -238,8 +239,7 @@ class Sender:
             while True:
                 now = self.clock()
                 self._expire(now)
-                if (self.idem.bump_needed or self.idem.needs_new_id) and \
-                        self.idem.in_flight() == 0:
+                if (self.idem.bump_needed or self.idem.needs_new_id) and self.idem.quiet():
                     await self._bump()
                 next_ready = self._send_ready(now)
                 if self.closing and not self.acc.incomplete and self.requests_in_flight == 0:
@@ -258,12 +258,7 @@ class Sender:
         except Exception as exc:
             # A bug here must not leave callers waiting forever: fail what is pending.
             log.exception("the producer's sender failed")
-            self.fatal = KafkaError(ErrorCode.unknown_server_error, f"sender failed: {exc!r}")
-            for batch in self.acc.drain_all():
-                self._fail(batch, self.fatal)
-            for batch in list(self.acc.incomplete):
-                if not batch.done:
-                    self._fail(batch, self.fatal)
+            self.abort(KafkaError(ErrorCode.unknown_server_error, f"sender failed: {exc!r}"))
             raise
         finally:
             self.stopped = True
@@ -373,7 +368,9 @@ class Sender:
         elif action is Action.RESOLVE:
             batch.retry_at = self.clock() + self.config.retry_backoff
             self.acc.reenqueue(batch, self.idem.order)
-            asyncio.get_running_loop().create_task(self._resolve(batch))
+            task = asyncio.get_running_loop().create_task(self._resolve(batch))
+            self._lookups.add(task)  # a task nobody references may be collected mid-way
+            task.add_done_callback(self._lookups.discard)
         elif action is Action.FATAL:
             self.fatal = error if isinstance(error, KafkaError) else KafkaError(
                 ErrorCode.unknown_server_error, str(error))
@@ -383,28 +380,21 @@ class Sender:
             self._fail(batch, error)
 
     async def _resolve(self, batch: ProducerBatch) -> None:
-        """How much of this producer does the partition hold? (DescribeProducers, KIP-664.)"""
-        def make(mod, version):
-            return build(mod.DescribeProducersRequest, topics=(
-                build(mod.TopicRequest, name=batch.topic,
-                      partition_indexes=(batch.partition,)),))
-
-        held = None
+        """How much of this producer does the partition hold? (DescribeProducers, KIP-664.)
+        Asked again until it answers: a failed lookup is no evidence either way, and
+        guessing "nothing" would resend a batch the broker may hold."""
         try:
-            leader = self.connections.get(self.leaders.get((batch.topic, batch.partition), -2))
-            if leader is not None and not leader.closed:
-                response = await leader.request(apis.DESCRIBE_PRODUCERS, make)
-            else:
-                response = await self._control_call(apis.DESCRIBE_PRODUCERS, make)
-            for topic in response.topics:
-                for p in topic.partitions:
-                    for entry in p.active_producers if p.error_code == 0 else ():
-                        if entry.producer_id == self.idem.producer_id:
-                            held = (entry.producer_epoch, entry.last_sequence)
+            held = await self._describe_producer(batch)
         except KafkaError as exc:
-            log.info("DescribeProducers for %s-%d failed (%s): bumping the epoch",
-                     batch.topic, batch.partition, exc)
-        if batch.done:
+            # No answer until the delivery timeout: the batch's fate is unknown; fail it.
+            self.idem.partitions[(batch.topic, batch.partition)].resolving = False
+            if not batch.done:
+                self.acc.remove(batch)
+                self.idem.give_up(batch)
+                self._fail(batch, exc)
+            self._wake()
+            return
+        if batch.done or batch.base_sequence is None:
             self.idem.partitions[(batch.topic, batch.partition)].resolving = False
         else:
             stored = self.idem.resolved(batch, held)
@@ -418,6 +408,39 @@ class Sender:
                 batch.stamp(self.idem.producer_id, batch.epoch, batch.base_sequence)
         self._wake()
 
+    async def _describe_producer(self, batch: ProducerBatch) -> tuple[int, int] | None:
+        """(epoch, last sequence) the partition holds for this producer, None when it holds
+        nothing for it; raises KafkaError once the batch's delivery timeout has passed."""
+        def make(mod, version):
+            return build(mod.DescribeProducersRequest, topics=(
+                build(mod.TopicRequest, name=batch.topic,
+                      partition_indexes=(batch.partition,)),))
+
+        deadline = batch.created + self.config.delivery_timeout
+        while True:
+            try:
+                leader = self.connections.get(
+                    self.leaders.get((batch.topic, batch.partition), -2))
+                if leader is not None and not leader.closed:
+                    response = await leader.request(apis.DESCRIBE_PRODUCERS, make)
+                else:
+                    response = await self._control_call(apis.DESCRIBE_PRODUCERS, make)
+                partition = response.topics[0].partitions[0]
+                if partition.error_code != 0:
+                    raise KafkaError(ErrorCode(partition.error_code), "DescribeProducers")
+                for entry in partition.active_producers:
+                    if entry.producer_id == self.idem.producer_id:
+                        return entry.producer_epoch, entry.last_sequence
+                return None
+            except KafkaError as exc:
+                if self.clock() >= deadline:
+                    raise KafkaError(exc.error, "delivery.timeout.ms expired while asking "
+                                     "the broker how much of this producer it holds "
+                                     f"(DescribeProducers: {exc})") from None
+                log.info("DescribeProducers for %s-%d failed (%s): asking again",
+                         batch.topic, batch.partition, exc)
+                await asyncio.sleep(self.config.retry_backoff)
+
     def _deliver(self, batch: ProducerBatch, base_offset: int) -> None:
         batch.complete(base_offset)
         self.acc.finished(batch)
@@ -425,6 +448,17 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         batch.fail(error)
         self.acc.finished(batch)
+
+    def abort(self, error: KafkaError) -> None:
+        """Fail every record not yet settled (a forced close, or a sender failure)."""
+        self.fatal = self.fatal or error
+        for batch in self.acc.drain_all():
+            self._fail(batch, error)
+        with self.acc.lock:
+            pending = list(self.acc.incomplete)
+        for batch in pending:
+            if not batch.done:
+                self._fail(batch, error)
 
     def _expire(self, now: float) -> None:
         for batch in self.acc.take_expired(self.config.delivery_timeout, now):
