@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from oncelog.broker.announce import wait_for_port
+
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
-_LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
 # "Mock cluster enabled: ... replaced with HOST:PORT" (a notice, logged without any debug
 # context) or, with debug=mock, "Mock cluster NAME bootstrap.servers=HOST:PORT".
 _MOCK_BOOTSTRAP = re.compile(r"Mock cluster .*(?:replaced with |bootstrap\.servers=)(\S+)")
@@ -59,21 +60,10 @@ class OncelogBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
                                          cwd=self._tmp.name)
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        deadline = time.monotonic() + START_TIMEOUT
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.read()
-            if chunk:
-                buf += chunk
-                match = _LISTENING.search(buf.decode(errors="replace"))
-                if match:
-                    self.port = int(match.group(2))
-                    return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        port = wait_for_port(self.proc, START_TIMEOUT)
+        if port is not None:
+            self.port = port
+            return self
         self._kill()
         raise RuntimeError(f"oncelog broker did not start; its log:\n{self.log_text()}")
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from pathlib import Path
 
 import oncelog
 from oncelog.audit import format_report
+from oncelog.broker.announce import wait_for_port
 from oncelog.spark.audit import audit_topic_on_spark, local_session
 
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/about", "/careers"]
@@ -41,18 +40,9 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "oncelog", "broker", "--set", "listeners=PLAINTEXT://127.0.0.1:0",
          "--set", f"log.dirs={data_dir}", "--set", "num.partitions=4"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + START_TIMEOUT
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    while time.monotonic() < deadline:
-        seen += proc.stdout.read() or b""
-        match = re.search(rb"listening on ([0-9.]+):(\d+)", seen)
-        if match:
-            return proc, f"{match.group(1).decode()}:{match.group(2).decode()}"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
+    port = wait_for_port(proc, START_TIMEOUT)
+    if port is not None:
+        return proc, f"127.0.0.1:{port}"
     proc.kill()
     raise SystemExit("the broker did not start")
 

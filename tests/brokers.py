@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from oncelog.broker.announce import wait_for_port
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
-_LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
 
 
 class BrokerProcess:
@@ -39,21 +38,10 @@ class BrokerProcess:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.read()
-            if chunk:
-                buf += chunk
-                match = _LISTENING.search(buf.decode(errors="replace"))
-                if match:
-                    self.port = int(match.group(2))
-                    return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        port = wait_for_port(self.proc, START_TIMEOUT)
+        if port is not None:
+            self.port = port
+            return self
         self.kill()
         raise RuntimeError(f"broker did not start; its log:\n{self.log_text()}")
 

@@ -10,6 +10,7 @@ from .broker.config import ConfigError
 
 
 def _broker(args: argparse.Namespace) -> int:
+    from .broker.announce import listening_line
     from .broker.config import BrokerConfig
     from .broker.server import run_broker
 
@@ -20,7 +21,7 @@ def _broker(args: argparse.Namespace) -> int:
         return 2
 
     def started(host: str, port: int) -> None:
-        print(f"oncelog broker listening on {host}:{port}", flush=True)
+        print(listening_line(host, port), flush=True)
 
     run_broker(config, started)
     return 0
