@@ -83,3 +83,23 @@ class BrokerProcess:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Create a topic with confluent-kafka's admin client (a client we did not write)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(START_TIMEOUT)
+
+
+def batches_on_disk(broker: BrokerProcess, topic: str, partition: int) -> list:
+    """Every batch header of a partition, read straight from its segment files."""
+    from oncelog.protocol.record_batch import scan_batches
+
+    directory = Path(broker.data_dir) / f"{topic}-{partition}"
+    headers = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".log"):
+            headers += [h for _, h in scan_batches((directory / name).read_bytes())]
+    return headers

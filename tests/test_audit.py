@@ -13,8 +13,8 @@ import time
 import tracemalloc
 
 import pytest
+from brokers import create_topic
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from oncelog.audit import (
@@ -273,14 +273,6 @@ def test_record_fields_reads_what_decode_batch_reads(codec):
 
 
 # --- against a broker -----------------------------------------------------------------------------
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                            replication_factor=1)], request_timeout=TIMEOUT)
-    for future in futures.values():
-        future.result(TIMEOUT)
-
 
 def produce(bootstrap: str, topic: str, items, **config) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,

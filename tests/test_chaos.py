@@ -6,8 +6,9 @@ import sys
 import time
 
 import pytest
+from brokers import create_topic
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog.chaos.diagram import render_html
 from oncelog.chaos.proxy import ChaosProxy
@@ -21,11 +22,6 @@ from oncelog.protocol import api_versions as apis
 def proxy(broker):
     with ChaosProxy(("127.0.0.1", broker.port)) as p:
         yield p
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(20)
 
 
 def read_values(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:

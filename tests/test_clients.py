@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import subprocess
 import time
 import zlib
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import aiokafka.errors
 import kafka
@@ -29,7 +27,7 @@ import kafka.errors
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
-from brokers import BrokerProcess
+from brokers import BrokerProcess, batches_on_disk
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     Consumer,
@@ -49,7 +47,6 @@ from confluent_kafka.admin import (
 from kafka.partitioner.default import murmur2
 from kio.schema.errors import ErrorCode
 
-from oncelog.protocol.record_batch import scan_batches
 from oncelog.protocol.records import CODECS
 
 TIMEOUT = 20.0  # seconds: the bound on every wait in this file
@@ -148,16 +145,6 @@ def create_topics(bootstrap: str, partitions: int, *names: str, **configs: str) 
               for name in names]
     for future in admin.create_topics(topics, request_timeout=TIMEOUT).values():
         future.result(TIMEOUT)
-
-
-def batches_on_disk(broker: BrokerProcess, topic: str, partition: int):
-    """Every batch header of a partition, read straight from its segment files."""
-    directory = Path(broker.data_dir) / f"{topic}-{partition}"
-    headers = []
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".log"):
-            headers += [h for _, h in scan_batches((directory / name).read_bytes())]
-    return headers
 
 
 def kcat(*args: str, stdin: bytes = b"") -> bytes:

@@ -4,19 +4,14 @@ import os
 import time
 
 import pytest
+from brokers import create_topic
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.client.connection import KafkaError
 
 NOW = int(time.time() * 1000)
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(20)
 
 
 def produce(bootstrap: str, topic: str, records, **config) -> None:

@@ -33,9 +33,8 @@ from pathlib import Path
 import kafka
 import kafka.admin
 import pytest
-from brokers import BrokerProcess
+from brokers import BrokerProcess, batches_on_disk, create_topic
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_producers.v0 import request as describe_req
 from kio.schema.describe_producers.v0 import response as describe_resp
 from kio.schema.errors import ErrorCode
@@ -71,14 +70,6 @@ PRODUCE, INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = 0, 22, 61
 
 
 # --- topics and records -------------------------------------------------------------------------
-
-def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                            replication_factor=1)], request_timeout=TIMEOUT)
-    for future in futures.values():
-        future.result(TIMEOUT)
-
 
 def value_of(i: int) -> bytes:
     return b"%d" % i
@@ -134,16 +125,6 @@ def assert_exactly_once_in_order(bootstrap: str, topic: str, count: int) -> None
             pytest.fail(f"partition {p}: {len(values)} records for {len(expected[p])} sent; "
                         f"duplicated {dups[:10]} ({len(dups)}), missing {missing[:10]} "
                         f"({len(missing)}), in order: {values == sorted(values, key=int)}")
-
-
-def batches_on_disk(broker: BrokerProcess, topic: str, partition: int):
-    """Every batch header of a partition, read straight from its segment files."""
-    directory = Path(broker.data_dir) / f"{topic}-{partition}"
-    headers = []
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".log"):
-            headers += [h for _, h in scan_batches((directory / name).read_bytes())]
-    return headers
 
 
 # --- the broker going down under a producer -------------------------------------------------------
@@ -425,7 +406,7 @@ def run_stream(start_broker, proxy: AnswerEater, client: str, restarts: tuple[in
                           **{"advertised.listeners": f"PLAINTEXT://{proxy.address}"})
     proxy.upstream = broker.port
     topic = f"idem-{client}"
-    create_topic(proxy.address, topic)
+    create_topic(proxy.address, topic, PARTITIONS)
     delivered = Delivered()
     saboteur = Saboteur(broker, proxy, delivered, restarts, clean)
     saboteur.start()
@@ -559,14 +540,14 @@ def read_partition(broker: BrokerProcess, topic: str, partition: int):
 @pytest.fixture
 def raw_broker(start_broker):
     broker = start_broker(**SETTINGS)
-    create_topic(broker.bootstrap, "raw")
+    create_topic(broker.bootstrap, "raw", PARTITIONS)
     return broker
 
 
 def test_describe_producers_with_kafka_python_admin(raw_broker):
     bootstrap = raw_broker.bootstrap
     topic = "described"
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, PARTITIONS)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5, "message.timeout.ms": 30_000})
     errors = []

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import kafka
 import pytest
+from brokers import create_topic
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTP
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 import oncelog
 from oncelog import AIOProducer, Consumer, KafkaError, Producer, TopicPartition
@@ -26,11 +27,6 @@ from oncelog.chaos.rules import Action, Rule
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 NOW = int(time.time() * 1000)
 TIMEOUT = 30
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(20)
 
 
 def read_back(bootstrap: str, topic: str, partitions: int = 1) -> list[oncelog.ConsumerRecord]:
