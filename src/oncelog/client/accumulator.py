@@ -166,8 +166,9 @@ class RecordAccumulator:
                 if batch.retry_at > now:
                     next_ready = min(next_ready, batch.retry_at)
                     continue
-                if batch.closed or flushing or len(queue) > 1 or (
-                        batch.count >= self.config.batch_records):
+                # Only a queue's last batch is ever open, so a head with others behind it
+                # is closed already.
+                if batch.closed or flushing or batch.count >= self.config.batch_records:
                     heads.append(batch)
                 elif not self.config.deterministic:
                     if batch.created + linger <= now:
