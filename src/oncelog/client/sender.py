@@ -60,7 +60,6 @@ class Sender:
         self._waiter: asyncio.Future | None = None
         self.fatal: KafkaError | None = None
         self.closing = False
-        self.stopped = False
         self.requests_in_flight = 0
         self._lookups: set[asyncio.Task] = set()
 
@@ -260,8 +259,6 @@ class Sender:
             log.exception("the producer's sender failed")
             self.abort(KafkaError(ErrorCode.unknown_server_error, f"sender failed: {exc!r}"))
             raise
-        finally:
-            self.stopped = True
 
     def _send_ready(self, now: float) -> float:
         heads, next_ready = self.acc.ready_heads(now)
