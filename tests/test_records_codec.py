@@ -33,6 +33,16 @@ def test_encode_decode_round_trip(records, codec):
     assert [r.offset for r in decoded] == list(range(7, 7 + len(records)))
 
 
+def test_long_varints_decode():
+    """Lengths and offset deltas of three bytes and more (the decoder reads short ones in
+    line and longer ones by a call): a 20 KB record and offsets past 8192."""
+    records = [(None, b"v" * 20_000, [], 5)] + [(b"k", b"%d" % i, [], 5) for i in range(9000)]
+    _, decoded = decode_batch(encode_batch(records))
+    assert decoded[0].value == b"v" * 20_000
+    assert [r.offset for r in decoded[-2:]] == [8999, 9000]
+    assert decoded[-1].value == b"8999"
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(key=st.binary(max_size=64))
 def test_murmur2_matches_kafka_python(key):

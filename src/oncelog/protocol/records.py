@@ -23,7 +23,7 @@ from .record_batch import (
     BatchHeader,
     read_header,
 )
-from .varint import read_varint, write_varint
+from .varint import read_uvarint, read_varint, write_varint
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
@@ -174,7 +174,7 @@ def decode_record_fields(buf: bytes | memoryview, pos: int = 0
 
 def _decode_record_fields(buf: bytes | memoryview, pos: int
                           ) -> tuple[BatchHeader, list[RecordFields]]:
-    # One pass, one-byte varints decoded in line: this loop runs once per record consumed.
+    # One pass, short varints decoded in line: this loop runs once per record consumed.
     header = read_header(buf, pos)
     end = pos + header.size
     if end > len(buf):
@@ -186,32 +186,42 @@ def _decode_record_fields(buf: bytes | memoryview, pos: int
     size = len(payload)
     records = []
     p = 0
+    # Each varint below is read the same way: one or two bytes (nearly all of them) in line,
+    # longer ones by read_uvarint; then unzigzagged.
     for _ in range(header.records_count):
         b = payload[p]
         if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            p += 1
+            n, p = b, p + 1
+        elif payload[p + 1] < 0x80:
+            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
         else:
-            length, p = read_varint(payload, p)
-        rec_end = p + length
-        b = payload[p + 1]  # after the attributes byte, unused in v2
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            p += 2
-        else:
-            ts_delta, p = read_varint(payload, p + 1)
+            n, p = read_uvarint(payload, p)
+        rec_end = p + ((n >> 1) ^ -(n & 1))
+        p += 1  # attributes, unused in v2
         b = payload[p]
         if b < 0x80:
-            delta = (b >> 1) ^ -(b & 1)
-            p += 1
+            n, p = b, p + 1
+        elif payload[p + 1] < 0x80:
+            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
         else:
-            delta, p = read_varint(payload, p)
+            n, p = read_uvarint(payload, p)
+        ts_delta = (n >> 1) ^ -(n & 1)
         b = payload[p]
         if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            p += 1
+            n, p = b, p + 1
+        elif payload[p + 1] < 0x80:
+            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
         else:
-            n, p = read_varint(payload, p)
+            n, p = read_uvarint(payload, p)
+        delta = (n >> 1) ^ -(n & 1)
+        b = payload[p]
+        if b < 0x80:
+            n, p = b, p + 1
+        elif payload[p + 1] < 0x80:
+            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
+        else:
+            n, p = read_uvarint(payload, p)
+        n = (n >> 1) ^ -(n & 1)
         if n < 0:
             key = None
         else:
@@ -219,10 +229,12 @@ def _decode_record_fields(buf: bytes | memoryview, pos: int
             p += n
         b = payload[p]
         if b < 0x80:
-            n = (b >> 1) ^ -(b & 1)
-            p += 1
+            n, p = b, p + 1
+        elif payload[p + 1] < 0x80:
+            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
         else:
-            n, p = read_varint(payload, p)
+            n, p = read_uvarint(payload, p)
+        n = (n >> 1) ^ -(n & 1)
         if n < 0:
             value = None
         else:
