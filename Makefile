@@ -10,7 +10,8 @@ ARGS ?=
 
 .PHONY: run test lint bench demo system-deps clean
 
-$(STAMP): pyproject.toml
+# The compiled record codec is rebuilt by the install when its source changes.
+$(STAMP): pyproject.toml setup.py src/oncelog/protocol/_records.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[fast]'
@@ -52,4 +53,4 @@ bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info src/oncelog/protocol/*.so

@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.record_batch import NO_SEQUENCE, crc_of, read_header
-from ..protocol.records import decode_record_fields
+from ..protocol import records as codec
+from ..protocol.record_batch import NO_SEQUENCE, BatchHeader, crc_of, read_header
 from . import calls
 from .admin import Admin
 from .connection import BrokerConnection, KafkaError
@@ -84,7 +84,9 @@ class Consumer:
         self._positions: dict[TopicPartition, int | None] = {}
         self._leaders: dict[TopicPartition, int] = {}
         self._connections: dict[int, BrokerConnection] = {}
+        # Records fetched, not yet returned: self._buffered[self._next:].
         self._buffered: list[ConsumerRecord] = []
+        self._next = 0
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -93,7 +95,7 @@ class Consumer:
         """Consume exactly these partitions, from ``offsets`` or per auto.offset.reset."""
         wanted = [p if isinstance(p, TopicPartition) else TopicPartition(*p) for p in partitions]
         self._positions = {tp: (offsets or {}).get(tp) for tp in wanted}
-        self._buffered.clear()
+        self._buffered, self._next = [], 0
         self._refresh_leaders()
 
     def assignment(self) -> list[TopicPartition]:
@@ -105,12 +107,13 @@ class Consumer:
         if offset in (EARLIEST, LATEST):
             offset = self._list_offset(tp, offset)
         self._positions[tp] = offset
-        self._buffered = [r for r in self._buffered if (r.topic, r.partition) != tuple(
-            (tp.topic, tp.partition))]
+        self._buffered = [r for r in self._buffered[self._next:]
+                          if (r.topic, r.partition) != (tp.topic, tp.partition)]
+        self._next = 0
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record poll will return for ``tp`` (as Kafka defines it)."""
-        for record in self._buffered:
+        for record in self._buffered[self._next:]:
             if record.topic == tp.topic and record.partition == tp.partition:
                 return record.offset
         return self._fetch_position(tp)
@@ -136,13 +139,16 @@ class Consumer:
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, waiting at most ``timeout`` seconds for some."""
-        deadline = time.monotonic() + timeout
-        while not self._buffered:
-            self._fetch(max(0, deadline - time.monotonic()))
-            if self._buffered or time.monotonic() >= deadline:
-                break
-        records, self._buffered = self._buffered[:max_records], self._buffered[max_records:]
-        return records
+        if self._next >= len(self._buffered):
+            self._buffered, self._next = [], 0
+            deadline = time.monotonic() + timeout
+            while True:
+                self._fetch(max(0, deadline - time.monotonic()))
+                if self._buffered or time.monotonic() >= deadline:
+                    break
+        start = self._next
+        self._next = min(start + max_records, len(self._buffered))
+        return self._buffered[start:self._next]
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records until the end of every assigned partition (as of each fetch)."""
@@ -191,45 +197,69 @@ class Consumer:
             return
         if error != ErrorCode.none:
             raise KafkaError(error, f"fetch {tp.topic}-{tp.partition}")
-        position = self._positions[tp]
-        for record in self._records(tp, result.records):
-            if record.offset >= position:
-                self._buffered.append(record)
-                position = record.offset + 1
-        self._positions[tp] = position
+        buffered = self._buffered
+        before = len(buffered)
+        self._decode_into(buffered, tp, result.records, self._positions[tp])
+        if len(buffered) > before:
+            self._positions[tp] = buffered[-1].offset + 1
 
-    def _records(self, tp: TopicPartition, data: bytes) -> Iterator[ConsumerRecord]:
+    def _decode_into(self, out: list[ConsumerRecord], tp: TopicPartition, data: bytes,
+                     position: int) -> None:
+        """Append the records at or after ``position`` of the fetched batches."""
         view = memoryview(data)
         pos = 0
+        topic, partition = tp.topic, tp.partition
         while len(view) - pos >= 61:
             header = read_header(view, pos)
             if pos + header.size > len(view):
                 return  # a partial batch at the end of the response: fetched again next time
+            if header.last_offset < position:
+                pos += header.size
+                continue
             if self.config["check.crcs"] and crc_of(view, pos, header.size) != header.crc:
                 raise KafkaError(ErrorCode.corrupt_message,
-                                 f"{tp.topic}-{tp.partition}: batch at offset "
+                                 f"{topic}-{partition}: batch at offset "
                                  f"{header.base_offset} fails its CRC32C check")
-            try:
-                _, fields = decode_record_fields(view, pos)
-            except ValueError as exc:
-                raise KafkaError(ErrorCode.corrupt_message,
-                                 f"{tp.topic}-{tp.partition}: batch at offset "
-                                 f"{header.base_offset}: {exc}") from None
             log_append = bool(header.attributes & 0x08)
             kind = "LogAppendTime" if log_append else "CreateTime"
-            base_offset, base_ts = header.base_offset, header.base_timestamp
-            base_sequence = header.base_sequence
-            pid, epoch = header.producer_id, header.producer_epoch
-            transactional = header.is_transactional
-            topic, partition = tp.topic, tp.partition
-            for delta, ts_delta, key, value, headers in fields:
-                yield ConsumerRecord(
-                    topic, partition, base_offset + delta,
-                    header.max_timestamp if log_append else base_ts + ts_delta, kind, key,
-                    value, headers, pid, epoch,
-                    NO_SEQUENCE if base_sequence < 0 else (base_sequence + delta) & 0x7FFFFFFF,
-                    transactional)
+            try:
+                if codec.compiled is not None:
+                    _, payload = codec.batch_payload(view, pos)
+                    if not header.is_control:
+                        codec.compiled.consumer_records(
+                            out, ConsumerRecord, payload, header.records_count, position,
+                            topic, partition, header.base_offset, header.base_timestamp,
+                            log_append, header.max_timestamp, kind, header.producer_id,
+                            header.producer_epoch, header.base_sequence,
+                            header.is_transactional)
+                else:
+                    _, fields = codec.decode_record_fields(view, pos)
+                    out += self._records(tp, header, fields, kind, position)
+            except ValueError as exc:
+                raise KafkaError(ErrorCode.corrupt_message,
+                                 f"{topic}-{partition}: batch at offset "
+                                 f"{header.base_offset}: {exc}") from None
             pos += header.size
+
+    @staticmethod
+    def _records(tp: TopicPartition, header: BatchHeader, fields: list[codec.RecordFields],
+                 kind: str, position: int) -> Iterator[ConsumerRecord]:
+        """What consumer_records of the compiled codec builds, in Python."""
+        base_offset, base_ts = header.base_offset, header.base_timestamp
+        base_sequence = header.base_sequence
+        fixed_ts = header.max_timestamp if kind == "LogAppendTime" else None
+        pid, epoch = header.producer_id, header.producer_epoch
+        transactional = header.is_transactional
+        topic, partition = tp.topic, tp.partition
+        for delta, ts_delta, key, value, headers in fields:
+            if base_offset + delta < position:
+                continue
+            yield ConsumerRecord(
+                topic, partition, base_offset + delta,
+                base_ts + ts_delta if fixed_ts is None else fixed_ts, kind, key, value,
+                headers, pid, epoch,
+                NO_SEQUENCE if base_sequence < 0 else (base_sequence + delta) & 0x7FFFFFFF,
+                transactional)
 
     # --- cluster plumbing ------------------------------------------------------------------
 

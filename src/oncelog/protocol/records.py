@@ -6,9 +6,11 @@ by timestamp (which must name the exact record) do.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cramjam
 import crc32c
@@ -24,6 +26,16 @@ from .record_batch import (
     read_header,
 )
 from .varint import read_uvarint, read_varint, write_varint
+
+# The compiled codec (_records.c), when it was built and not turned off with
+# ONCELOG_PURE_PYTHON=1 (to compare, or to test the Python rules alone). Callers look it up
+# here at each use, so a test can set it to None.
+compiled: Any = None
+if not os.environ.get("ONCELOG_PURE_PYTHON"):
+    try:
+        from . import _records as compiled
+    except ImportError:  # built without a C compiler: the Python codec below does it all
+        pass
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
@@ -172,23 +184,41 @@ def decode_record_fields(buf: bytes | memoryview, pos: int = 0
         raise ValueError(f"record batch does not parse: {exc}") from None
 
 
-def _decode_record_fields(buf: bytes | memoryview, pos: int
-                          ) -> tuple[BatchHeader, list[RecordFields]]:
-    # One pass, short varints decoded in line: this loop runs once per record consumed.
+def batch_payload(buf: bytes | memoryview, pos: int = 0
+                  ) -> tuple[BatchHeader, bytes | memoryview]:
+    """Header and uncompressed records of the batch at ``pos`` (empty for control batches)."""
     header = read_header(buf, pos)
     end = pos + header.size
     if end > len(buf):
         raise ValueError("batch is truncated")
     if header.is_control:
+        return header, b""
+    codec = header.attributes & COMPRESSION_MASK
+    payload = memoryview(buf)[pos + HEADER_SIZE:end]
+    return header, payload if codec == NONE else decompress(codec, payload)
+
+
+def _decode_record_fields(buf: bytes | memoryview, pos: int
+                          ) -> tuple[BatchHeader, list[RecordFields]]:
+    header, payload = batch_payload(buf, pos)
+    if header.is_control:
         return header, []
-    payload = decompress(header.attributes & COMPRESSION_MASK,
-                         memoryview(buf)[pos + HEADER_SIZE:end])
+    if compiled is not None:
+        return header, compiled.decode_records(payload, header.records_count)
+    return header, _decode_records(payload, header.records_count)
+
+
+def _decode_records(payload: bytes | memoryview, count: int) -> list[RecordFields]:
+    """The Python twin of _records.decode_records: the first ``count`` records of an
+    uncompressed payload."""
+    # One pass, short varints decoded in line: this loop runs once per record consumed.
+    payload = bytes(payload)
     size = len(payload)
     records = []
     p = 0
     # Each varint below is read the same way: one or two bytes (nearly all of them) in line,
     # longer ones by read_uvarint; then unzigzagged.
-    for _ in range(header.records_count):
+    for _ in range(count):
         b = payload[p]
         if b < 0x80:
             n, p = b, p + 1
@@ -257,4 +287,4 @@ def _decode_record_fields(buf: bytes | memoryview, pos: int
         if p != rec_end:
             raise ValueError("record length does not match its fields")
         records.append((delta, ts_delta, key, value, headers))
-    return header, records
+    return records

@@ -20,6 +20,8 @@ def read_uvarint(buf: bytes | memoryview, pos: int, max_bits: int = 64) -> tuple
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >> max_bits:
+                raise ValueError("varint is too long")
             return result, pos
         shift += 7
         if shift >= max_bits:

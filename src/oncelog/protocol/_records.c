@@ -1,0 +1,477 @@
+/* The compiled core of protocol/records.py: the records inside a v2 batch.
+ *
+ * Optional: records.py carries the same rules in Python and uses this module only when it
+ * was built. It exists because decoding a record and encoding one are the clients' per-record
+ * work (a consumer decodes every record it returns, a producer encodes every record it is
+ * given), where Python spends a microsecond or two a record and this a tenth of that.
+ * tests/test_records_codec.py holds both implementations to the same answers.
+ *
+ * A record, as Kafka's RecordBatch v2 lays it out (every integer a zigzag varint):
+ *   length, attributes (one byte), timestamp delta, offset delta,
+ *   key length, key, value length, value, header count, headers (key length, key,
+ *   value length, value). A negative length means null.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t pos;
+    Py_ssize_t end;
+} Reader;
+
+static PyObject *DecodeError;  /* ValueError, so callers treat both implementations alike */
+
+static int
+fail(const char *message)
+{
+    PyErr_SetString(DecodeError, message);
+    return -1;
+}
+
+/* A zigzag varint of up to 64 bits into *out; -1 with an error set when it is cut short or
+ * too long. */
+static int
+read_varint(Reader *r, int64_t *out)
+{
+    uint64_t value = 0;
+    int shift = 0;
+    for (;;) {
+        if (r->pos >= r->end)
+            return fail("record batch does not parse: a varint runs past the end");
+        unsigned char b = r->buf[r->pos++];
+        if (shift == 63 && b > 1)
+            return fail("record batch does not parse: varint is too long");
+        value |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (shift >= 64)
+            return fail("record batch does not parse: varint is too long");
+    }
+    *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+    return 0;
+}
+
+/* A length-prefixed field: NULL data with *len < 0 for null. */
+static int
+read_field(Reader *r, const unsigned char **data, int64_t *len)
+{
+    if (read_varint(r, len) < 0)
+        return -1;
+    if (*len < 0) {
+        *data = NULL;
+        return 0;
+    }
+    if (*len > r->end - r->pos)
+        return fail("record batch does not parse: a record field runs past the end of the batch");
+    *data = r->buf + r->pos;
+    r->pos += (Py_ssize_t)*len;
+    return 0;
+}
+
+static PyObject *
+bytes_or_none(const unsigned char *data, int64_t len)
+{
+    if (data == NULL)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len);
+}
+
+static PyObject *EMPTY_TUPLE;
+
+/* The headers of a record as a tuple of (str, bytes | None); a null key reads as "". */
+static PyObject *
+read_headers(Reader *r)
+{
+    int64_t count;
+    if (read_varint(r, &count) < 0)
+        return NULL;
+    if (count <= 0) {
+        Py_INCREF(EMPTY_TUPLE);
+        return EMPTY_TUPLE;
+    }
+    if (count > r->end - r->pos) {
+        fail("record batch does not parse: a record field runs past the end of the batch");
+        return NULL;
+    }
+    PyObject *headers = PyTuple_New((Py_ssize_t)count);
+    if (headers == NULL)
+        return NULL;
+    for (int64_t i = 0; i < count; i++) {
+        const unsigned char *kdata, *vdata;
+        int64_t klen, vlen;
+        if (read_field(r, &kdata, &klen) < 0 || read_field(r, &vdata, &vlen) < 0)
+            goto error;
+        PyObject *name = kdata == NULL ? PyUnicode_FromStringAndSize("", 0)
+            : PyUnicode_DecodeUTF8((const char *)kdata, (Py_ssize_t)klen, "replace");
+        if (name == NULL)
+            goto error;
+        PyObject *value = bytes_or_none(vdata, vlen);
+        if (value == NULL) {
+            Py_DECREF(name);
+            goto error;
+        }
+        PyObject *pair = PyTuple_Pack(2, name, value);
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (pair == NULL)
+            goto error;
+        PyTuple_SET_ITEM(headers, (Py_ssize_t)i, pair);
+    }
+    return headers;
+error:
+    Py_DECREF(headers);
+    return NULL;
+}
+
+typedef struct {
+    int64_t ts_delta, offset_delta;
+    const unsigned char *key, *value;
+    int64_t key_len, value_len;
+    PyObject *headers;  /* a new reference */
+} Fields;
+
+/* One record at r->pos; on success the reader is past it. */
+static int
+read_record(Reader *r, Fields *f)
+{
+    int64_t length;
+    if (read_varint(r, &length) < 0)
+        return -1;
+    if (length < 0 || length > r->end - r->pos)
+        return fail("record batch does not parse: a record length does not match its fields");
+    Py_ssize_t record_end = r->pos + (Py_ssize_t)length;
+    if (r->pos >= r->end)
+        return fail("record batch does not parse: a record runs past the end");
+    r->pos++;  /* attributes: unused in v2 */
+    if (read_varint(r, &f->ts_delta) < 0 || read_varint(r, &f->offset_delta) < 0
+            || read_field(r, &f->key, &f->key_len) < 0
+            || read_field(r, &f->value, &f->value_len) < 0)
+        return -1;
+    f->headers = read_headers(r);
+    if (f->headers == NULL)
+        return -1;
+    if (r->pos != record_end) {
+        Py_CLEAR(f->headers);
+        return fail("record batch does not parse: a record length does not match its fields");
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(payload, count) -> list of (offset delta, timestamp delta, key, value, headers)\n"
+"\n"
+"The first ``count`` records of a batch's (uncompressed) payload; ValueError when they do\n"
+"not parse.");
+
+static PyObject *
+decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "decode_records(payload, count)");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Reader r = {view.buf, 0, view.len};
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Fields f;
+        if (read_record(&r, &f) < 0)
+            goto error;
+        PyObject *item = PyTuple_New(5);
+        if (item == NULL) {
+            Py_DECREF(f.headers);
+            goto error;
+        }
+        PyTuple_SET_ITEM(item, 4, f.headers);
+        PyObject *fields[4] = {
+            PyLong_FromLongLong(f.offset_delta), PyLong_FromLongLong(f.ts_delta),
+            bytes_or_none(f.key, f.key_len), bytes_or_none(f.value, f.value_len),
+        };
+        int complete = 1;
+        for (int k = 0; k < 4; k++) {
+            if (fields[k] == NULL)
+                complete = 0;
+            else
+                PyTuple_SET_ITEM(item, k, fields[k]);
+        }
+        if (!complete) {
+            Py_DECREF(item);
+            goto error;
+        }
+        int appended = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (appended < 0)
+            goto error;
+    }
+    goto done;
+error:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+PyDoc_STRVAR(consumer_records_doc,
+"consumer_records(out, cls, payload, count, min_offset, topic, partition, base_offset,\n"
+"                 base_timestamp, log_append_time, max_timestamp, timestamp_type,\n"
+"                 producer_id, producer_epoch, base_sequence, transactional) -> int\n"
+"\n"
+"Append to ``out`` one ``cls`` per record of the payload whose offset is at least\n"
+"``min_offset``; returns how many. ``cls`` is a tuple subclass with no fields of its own\n"
+"(a NamedTuple) of the 12 fields of client.consumer.ConsumerRecord, in its order: topic,\n"
+"partition, offset, timestamp, timestamp type, key, value, headers, producer id, epoch,\n"
+"sequence (-1 when base_sequence is), transactional. Every record is checked, also those\n"
+"skipped; ValueError when one does not parse.");
+
+#define CONSUMER_FIELDS 12
+
+static PyObject *
+consumer_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "consumer_records takes 16 arguments");
+        return NULL;
+    }
+    PyObject *out = args[0];
+    PyObject *cls = args[1];
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return NULL;
+    }
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)
+            || ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a NamedTuple class");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    long long min_offset = PyLong_AsLongLong(args[4]);
+    long long base_offset = PyLong_AsLongLong(args[7]);
+    long long base_ts = PyLong_AsLongLong(args[8]);
+    int log_append = PyObject_IsTrue(args[9]);
+    long long max_ts = PyLong_AsLongLong(args[10]);
+    long long base_sequence = PyLong_AsLongLong(args[14]);
+    if (PyErr_Occurred() || log_append < 0)
+        return NULL;
+    PyObject *topic = args[5], *partition = args[6], *kind = args[11];
+    PyObject *pid = args[12], *epoch = args[13], *transactional = args[15];
+    PyObject *fixed_ts = NULL, *no_sequence = NULL;
+    if (log_append && (fixed_ts = PyLong_FromLongLong(max_ts)) == NULL)
+        return NULL;
+    if (base_sequence < 0 && (no_sequence = PyLong_FromLong(-1)) == NULL) {
+        Py_XDECREF(fixed_ts);
+        return NULL;
+    }
+
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(fixed_ts);
+        Py_XDECREF(no_sequence);
+        return NULL;
+    }
+    Reader r = {view.buf, 0, view.len};
+    Py_ssize_t appended = 0;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Fields f;
+        if (read_record(&r, &f) < 0) {
+            failed = 1;
+            break;
+        }
+        long long offset, ts = 0;
+        if (__builtin_add_overflow(base_offset, f.offset_delta, &offset)
+                || (!log_append && __builtin_add_overflow(base_ts, f.ts_delta, &ts))) {
+            Py_DECREF(f.headers);
+            fail("record batch does not parse: an offset or timestamp out of range");
+            failed = 1;
+            break;
+        }
+        if (offset < min_offset) {
+            Py_DECREF(f.headers);
+            continue;
+        }
+        PyObject *record = type->tp_alloc(type, CONSUMER_FIELDS);
+        if (record == NULL) {
+            Py_DECREF(f.headers);
+            failed = 1;
+            break;
+        }
+        /* Items not yet set are NULL, which a tuple's dealloc and traverse skip. */
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(record, 0, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(record, 1, partition);
+        PyTuple_SET_ITEM(record, 7, f.headers);
+        Py_INCREF(kind);
+        PyTuple_SET_ITEM(record, 4, kind);
+        Py_INCREF(pid);
+        PyTuple_SET_ITEM(record, 8, pid);
+        Py_INCREF(epoch);
+        PyTuple_SET_ITEM(record, 9, epoch);
+        Py_INCREF(transactional);
+        PyTuple_SET_ITEM(record, 11, transactional);
+        PyObject *timestamp;
+        if (fixed_ts) {
+            Py_INCREF(fixed_ts);
+            timestamp = fixed_ts;
+        } else {
+            timestamp = PyLong_FromLongLong(ts);
+        }
+        PyObject *sequence;
+        if (no_sequence) {
+            Py_INCREF(no_sequence);
+            sequence = no_sequence;
+        } else {
+            /* Sequences wrap at 2^31 - 1, as Kafka's do. */
+            sequence = PyLong_FromLongLong(
+                (long long)(((uint64_t)base_sequence + (uint64_t)f.offset_delta) & 0x7FFFFFFF));
+        }
+        PyObject *offset_obj = PyLong_FromLongLong(offset);
+        PyObject *key = bytes_or_none(f.key, f.key_len);
+        PyObject *value = bytes_or_none(f.value, f.value_len);
+        if (timestamp) PyTuple_SET_ITEM(record, 3, timestamp);
+        if (sequence) PyTuple_SET_ITEM(record, 10, sequence);
+        if (offset_obj) PyTuple_SET_ITEM(record, 2, offset_obj);
+        if (key) PyTuple_SET_ITEM(record, 5, key);
+        if (value) PyTuple_SET_ITEM(record, 6, value);
+        if (!timestamp || !sequence || !offset_obj || !key || !value) {
+            Py_DECREF(record);
+            failed = 1;
+            break;
+        }
+        int rc = PyList_Append(out, record);
+        Py_DECREF(record);
+        if (rc < 0) {
+            failed = 1;
+            break;
+        }
+        appended++;
+    }
+    PyBuffer_Release(&view);
+    Py_XDECREF(fixed_ts);
+    Py_XDECREF(no_sequence);
+    if (failed)
+        return NULL;
+    return PyLong_FromSsize_t(appended);
+}
+
+/* --- encoding ------------------------------------------------------------------------- */
+
+static int
+zigzag_size(int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int size = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static unsigned char *
+write_varint(unsigned char *p, int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (v >= 0x80) {
+        *p++ = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+PyDoc_STRVAR(append_record_doc,
+"append_record(buf, offset_delta, timestamp_delta, key, value) -> int\n"
+"\n"
+"Append one record without headers (key and value bytes or None) to the bytearray ``buf``;\n"
+"returns the bytes appended.");
+
+static PyObject *
+append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "append_record(buf, offset_delta, timestamp_delta, key, value)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *key = args[3], *value = args[4];
+    if (!PyByteArray_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
+        return NULL;
+    }
+    if ((key != Py_None && !PyBytes_Check(key)) || (value != Py_None && !PyBytes_Check(value))) {
+        PyErr_SetString(PyExc_TypeError, "key and value must be bytes or None");
+        return NULL;
+    }
+    long long offset_delta = PyLong_AsLongLong(args[1]);
+    long long ts_delta = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
+    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
+    int64_t body = 1 + zigzag_size(ts_delta) + zigzag_size(offset_delta)
+        + zigzag_size(key_len) + (key_len > 0 ? key_len : 0)
+        + zigzag_size(value_len) + (value_len > 0 ? value_len : 0) + 1;
+    int64_t total = zigzag_size(body) + body;
+    Py_ssize_t start = PyByteArray_GET_SIZE(buf);
+    if (total > PY_SSIZE_T_MAX - start) {
+        PyErr_SetString(PyExc_OverflowError, "record too large");
+        return NULL;
+    }
+    if (PyByteArray_Resize(buf, start + (Py_ssize_t)total) < 0)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + start;
+    p = write_varint(p, body);
+    *p++ = 0;  /* attributes */
+    p = write_varint(p, ts_delta);
+    p = write_varint(p, offset_delta);
+    p = write_varint(p, key_len);
+    if (key_len > 0) {
+        memcpy(p, PyBytes_AS_STRING(key), (size_t)key_len);
+        p += key_len;
+    }
+    p = write_varint(p, value_len);
+    if (value_len > 0) {
+        memcpy(p, PyBytes_AS_STRING(value), (size_t)value_len);
+        p += value_len;
+    }
+    *p++ = 0;  /* no headers */
+    return PyLong_FromLongLong(total);
+}
+
+static PyMethodDef methods[] = {
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
+     decode_records_doc},
+    {"consumer_records", (PyCFunction)(void (*)(void))consumer_records, METH_FASTCALL,
+     consumer_records_doc},
+    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
+     append_record_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "oncelog.protocol._records",
+    "The compiled core of oncelog.protocol.records (optional; see _records.c).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__records(void)
+{
+    EMPTY_TUPLE = PyTuple_New(0);
+    if (EMPTY_TUPLE == NULL)
+        return NULL;
+    DecodeError = PyExc_ValueError;
+    return PyModule_Create(&module_def);
+}
