@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.protocol import produce_request
 from oncelog.protocol.api_versions import PRODUCE, SUPPORTED_VERSIONS
 from oncelog.protocol.errors import ProtocolError
 from oncelog.protocol.messages import decode_request, encode_request
@@ -85,3 +86,19 @@ def test_a_large_frame_arriving_in_pieces_decodes_for_every_api():
     first, second = (decode_request(f) for f in frames)
     assert [t.name for t in first.body.topics] == [t.name for t in names]
     assert bytes(second.body.topic_data[0].partition_data[0].records) == b"r" * 200_000
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(version=versions, data=topics.map(lambda ts: [(n, [(i, r or b"") for i, r in ps])
+                                                     for n, ps in ts]),
+       acks=st.sampled_from([-1, 0, 1]), transactional_id=st.none() | st.text(max_size=10),
+       client_id=st.none() | st.text(max_size=8))
+def test_the_producer_writes_what_kio_writes(version, data, acks, transactional_id,
+                                             client_id):
+    parts = produce_request.encode(version, 77, client_id, transactional_id, acks, 1234, data)
+    whole = b"".join(parts)
+    assert whole[4:] == frame(version, transactional_id, acks, data, client_id)
+    assert int.from_bytes(whole[:4], "big") == len(whole) - 4
+    records = [r for _, ps in data for _, r in ps]
+    # Each partition's records are written as given, not copied into a new frame.
+    assert [p for p in parts if any(p is r for r in records)] == records

@@ -2,12 +2,14 @@
 
 import datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from oncelog.protocol import produce_response
 from oncelog.protocol.api_versions import PRODUCE, SUPPORTED_VERSIONS
+from oncelog.protocol.errors import ProtocolError
 from oncelog.protocol.messages import encode_response
 from oncelog.protocol.produce_response import PartitionResult
 from oncelog.protocol.schema import build, response_module
@@ -43,3 +45,40 @@ def kio_bytes(version: int, correlation_id: int, data) -> bytes:
 def test_same_bytes_as_kio(data, correlation_id, version):
     assert produce_response.encode(version, correlation_id, data) == \
         kio_bytes(version, correlation_id, data)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(data=topics, version=st.integers(*SUPPORTED_VERSIONS[PRODUCE]),
+       record_errors=st.lists(st.tuples(st.integers(0, 100), st.none() | st.text(max_size=9)),
+                              max_size=2))
+def test_the_producer_reads_what_kio_writes(data, version, record_errors):
+    """The producer's reader (produce_response.decode) against kio's writer, with record
+    errors (v8+), which oncelog's broker never sends but Kafka's does."""
+    mod = response_module(PRODUCE, version)
+    body = build(mod.ProduceResponse, throttle_time=datetime.timedelta(0), responses=tuple(
+        build(mod.TopicProduceResponse, name=name, partition_responses=tuple(
+            build(mod.PartitionProduceResponse, index=p.index,
+                  error_code=ErrorCode(p.error_code), base_offset=p.base_offset,
+                  log_append_time=None, log_start_offset=p.log_start_offset,
+                  record_errors=tuple(build(mod.BatchIndexAndErrorMessage, batch_index=i,
+                                            batch_index_error_message=m)
+                                      for i, m in record_errors) if version >= 8 else (),
+                  error_message=p.error_message)
+            for p in partitions))
+        for name, partitions in data))
+    frame = encode_response(PRODUCE, version, 5, body)[4:]
+    expected = [(name, [p if version >= 8 else p._replace(error_message=None)
+                        for p in partitions]) for name, partitions in data]
+    if version < 5:
+        expected = [(n, [p._replace(log_start_offset=-1) for p in ps]) for n, ps in expected]
+    assert [(t.name, t.partition_responses) for t in produce_response.decode(version, frame)] \
+        == expected
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(data=topics.filter(bool), version=st.integers(*SUPPORTED_VERSIONS[PRODUCE]),
+       cut=st.integers(1, 30))
+def test_a_truncated_response_is_a_protocol_error(data, version, cut):
+    frame = produce_response.encode(version, 5, data)[4:]
+    with pytest.raises(ProtocolError):
+        produce_response.decode(version, frame[:-4 - cut])  # the throttle time and more

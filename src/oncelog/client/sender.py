@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
+from ..protocol import produce_request, produce_response
 from ..protocol.schema import build
 from .accumulator import RecordAccumulator, TopicPartition
 from .aio_connection import AsyncBrokerConnection
@@ -261,6 +262,16 @@ class Sender:
             raise
 
     def _send_ready(self, now: float) -> float:
+        """Send what may go now; when the next batch becomes ready by lingering."""
+        # A round takes one batch per partition (a request holds at most one per partition);
+        # rounds go on while they send something, so a partition with a backlog fills its
+        # in-flight window now instead of one request per answer.
+        while True:
+            sent, next_ready = self._send_round(now)
+            if not sent:
+                return next_ready
+
+    def _send_round(self, now: float) -> tuple[bool, float]:
         heads, next_ready = self.acc.ready_heads(now)
         with self.acc.lock:
             self.acc.sender_deadline = float("inf")
@@ -268,7 +279,7 @@ class Sender:
             for batch in heads:
                 self.acc.take(batch)
                 self._fail(batch, self.fatal)
-            return next_ready
+            return False, next_ready
         requests: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         for batch in heads:
@@ -292,26 +303,24 @@ class Sender:
             sizes[node] = sizes.get(node, 0) + batch.size
         for node, batches in requests.items():
             self._send(self.connections[node], batches)
-        return next_ready
+        return bool(requests), next_ready
 
     def _send(self, conn: AsyncBrokerConnection, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[ProducerBatch]] = {}
         for batch in batches:
             by_topic.setdefault(batch.topic, []).append(batch)
+        topics = [(topic, [(b.partition, b.data) for b in group])
+                  for topic, group in by_topic.items()]
         acks = self.config.acks
-        timeout = datetime.timedelta(seconds=self.config.request_timeout)
+        timeout_ms = int(self.config.request_timeout * 1000)
 
-        def make(mod, version):
-            topics = tuple(
-                build(mod.TopicProduceData, name=topic, partition_data=tuple(
-                    build(mod.PartitionProduceData, index=b.partition, records=b.data)
-                    for b in group))
-                for topic, group in by_topic.items())
-            return build(mod.ProduceRequest, transactional_id=None, acks=acks,
-                         timeout=timeout, topic_data=topics)
+        def encode(version: int, correlation: int, client_id: str) -> list:
+            return produce_request.encode(version, correlation, client_id, None, acks,
+                                          timeout_ms, topics)
 
         try:
-            future = conn.request(apis.PRODUCE, make, expect_response=acks != 0)
+            future = conn.request_encoded(apis.PRODUCE, encode, produce_response.decode,
+                                          expect_response=acks != 0)
         except KafkaError as exc:
             future = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
@@ -332,8 +341,7 @@ class Sender:
                 self.idem.answered(batch, ErrorCode.none)
                 self._deliver(batch, -1)
             return
-        answers = {(t.name, p.index): p for t in response.responses
-                   for p in t.partition_responses}
+        answers = {(t.name, p.index): p for t in response for p in t.partition_responses}
         for batch in batches:
             answer = answers.get((batch.topic, batch.partition))
             if answer is None:
@@ -348,7 +356,7 @@ class Sender:
                 continue
             if error in _LEADER_ERRORS:
                 self._want_metadata(batch.topic)
-            self._act(batch, action, KafkaError(error, getattr(answer, "error_message", None)
+            self._act(batch, action, KafkaError(error, answer.error_message
                                                 or f"{batch.topic}-{batch.partition}"))
 
     def _act(self, batch: ProducerBatch, action: Action, error: BaseException) -> None:

@@ -1,4 +1,5 @@
-"""ProduceRequest v3-v9 read directly from the frame, records left in place.
+"""ProduceRequest v3-v9 read directly from the frame, records left in place, and written
+directly for oncelog's producer.
 
 kio copies each partition's records out of the frame into new bytes; at a megabyte a
 request that copy is a measurable share of the broker's time. This reader returns
@@ -9,14 +10,17 @@ produce handler reads either. tests/test_produce_request.py checks it against ki
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from .api_versions import PRODUCE
 from .errors import ProtocolError
-from .varint import read_uvarint
+from .varint import read_uvarint, write_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hi")  # acks, timeout
+_HEADER_START = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
 FLEXIBLE_FROM = 9
 
 
@@ -37,18 +41,26 @@ class ProduceRequest(NamedTuple):
     topic_data: list[TopicProduceData]
 
 
-class _Reader:
-    def __init__(self, frame: bytes | bytearray, pos: int) -> None:
+class WireReader:
+    """Kafka's primitive types from a frame, classic and flexible (compact) encodings;
+    ProtocolError naming ``what`` when the frame ends early or holds nonsense."""
+
+    def __init__(self, frame: bytes | bytearray | memoryview, pos: int,
+                 what: str = "produce request") -> None:
         self.view = memoryview(frame)
         self.pos = pos
+        self.what = what
 
     def take(self, n: int) -> memoryview:
         end = self.pos + n
         if n < 0 or end > len(self.view):
-            raise ProtocolError("produce request is truncated")
+            raise ProtocolError(f"{self.what} is truncated")
         chunk = self.view[self.pos:end]
         self.pos = end
         return chunk
+
+    def skip(self, n: int) -> None:
+        self.take(n)
 
     def unpack(self, fmt: struct.Struct) -> tuple:
         return fmt.unpack(self.take(fmt.size))
@@ -57,7 +69,7 @@ class _Reader:
         try:
             value, self.pos = read_uvarint(self.view, self.pos, max_bits=32)
         except IndexError:
-            raise ProtocolError("produce request is truncated") from None
+            raise ProtocolError(f"{self.what} is truncated") from None
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
         return value
@@ -86,13 +98,13 @@ class _Reader:
     def count(self, flexible: bool) -> int:
         n = self.length(flexible, wide=True)
         if n < 0:
-            raise ProtocolError("null array in a produce request")
+            raise ProtocolError(f"null array in a {self.what}")
         return n
 
 
 def read_header(frame: bytes | bytearray, version: int) -> tuple[str | None, int]:
     """(client id, position after the header): header v1, or v2 with tagged fields."""
-    reader = _Reader(frame, 8)
+    reader = WireReader(frame, 8)
     (length,) = reader.unpack(_I16)
     client_id = None
     if length >= 0:
@@ -106,7 +118,7 @@ def read_header(frame: bytes | bytearray, version: int) -> tuple[str | None, int
 
 def decode(frame: bytes | bytearray, version: int, pos: int) -> ProduceRequest:
     flexible = version >= FLEXIBLE_FROM
-    r = _Reader(frame, pos)
+    r = WireReader(frame, pos)
     transactional_id = r.string(flexible)
     acks, timeout_ms = r.unpack(_HEAD)
     topics = []
@@ -125,3 +137,60 @@ def decode(frame: bytes | bytearray, version: int, pos: int) -> ProduceRequest:
         topics.append(TopicProduceData(name, partitions))
     r.tags(flexible)
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
+
+
+# --- writing (oncelog's producer) -----------------------------------------------------------
+
+def _string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    data = value.encode()
+    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    write_uvarint(out, value)
+    return bytes(out)
+
+
+def _count(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def encode(version: int, correlation_id: int, client_id: str | None,
+           transactional_id: str | None, acks: int, timeout_ms: int,
+           topics: Sequence[tuple[str, Sequence[tuple[int, bytes | bytearray]]]]
+           ) -> list[bytes | bytearray]:
+    """A complete request frame as parts to write in order (the records are not copied):
+    the bytes kio writes for the same request, in a fraction of its time (the producer
+    sends one per batch or so)."""
+    flexible = version >= FLEXIBLE_FROM
+    client = b"\xff\xff" if client_id is None else _I16.pack(len(client_id.encode())) + \
+        client_id.encode()  # header v1 and v2 both write it as a plain string
+    head = [_HEADER_START.pack(0, PRODUCE, version, correlation_id), client]
+    if flexible:
+        head.append(b"\x00")  # header v2: no tagged fields
+    head += (_string(transactional_id, flexible), _HEAD.pack(acks, timeout_ms),
+             _count(len(topics), flexible))
+    parts: list[bytes | bytearray] = []
+    pending = head
+    for name, partitions in topics:
+        pending += (_string(name, flexible), _count(len(partitions), flexible))
+        for index, records in partitions:
+            pending += (_I32.pack(index),
+                        _uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
+            parts.append(b"".join(pending))
+            parts.append(records)
+            pending = [b"\x00"] if flexible else []  # the partition's tagged fields
+        if flexible:
+            pending.append(b"\x00")
+    if flexible:
+        pending.append(b"\x00")
+    if pending:
+        parts.append(b"".join(pending))
+    size = sum(len(part) for part in parts) - 4
+    first = bytearray(parts[0])
+    _I32.pack_into(first, 0, size)
+    parts[0] = bytes(first)
+    return parts

@@ -1,4 +1,5 @@
-"""ProduceResponse v3-v9 written directly with struct: the one answer on the hot path.
+"""ProduceResponse v3-v9 written directly with struct: the one answer on the hot path; and
+read directly, for oncelog's producer, which reads one per request it sends.
 
 kio's generic writer spends about 20 µs and eight entity constructions on a one-partition
 answer, a fifth of the broker's time per request with 16 KiB batches. This writer produces
@@ -11,6 +12,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .errors import ProtocolError
+from .produce_request import WireReader
 from .varint import write_uvarint
 
 _I16 = struct.Struct(">h")
@@ -78,3 +81,51 @@ def encode(version: int, correlation_id: int,
     size = sum(len(part) for part in out)
     out[0] = _I32.pack(size)
     return b"".join(out)
+
+
+# --- reading (oncelog's producer) -----------------------------------------------------------
+
+class TopicResult(NamedTuple):
+    name: str
+    partition_responses: list[PartitionResult]
+
+
+_PARTITION_HEAD = struct.Struct(">ihq")  # index, error code, base offset
+
+
+def decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicResult]:
+    """The topics of a response frame (without its size prefix; it starts with the
+    correlation id). Raises ProtocolError when it does not parse."""
+    try:
+        return _decode(version, frame)
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"produce response does not parse: {exc}") from None
+
+
+def _decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicResult]:
+    flexible = version >= FLEXIBLE_FROM
+    pos = 4 + (1 if flexible else 0)  # correlation id; header v1's (empty) tagged fields
+    r = WireReader(frame, pos, "produce response")
+    topics = []
+    for _ in range(r.count(flexible)):
+        name = r.string(flexible) or ""
+        partitions = []
+        for _ in range(r.count(flexible)):
+            index, error_code, base_offset = r.unpack(_PARTITION_HEAD)
+            r.skip(8)  # log append time
+            log_start_offset = r.unpack(_I64)[0] if version >= 5 else -1
+            error_message = None
+            if version >= 8:
+                for _ in range(r.count(flexible)):  # record errors: index, message
+                    r.skip(4)
+                    r.string(flexible)
+                    r.tags(flexible)
+                error_message = r.string(flexible)
+            r.tags(flexible)
+            partitions.append(PartitionResult(index, error_code, base_offset,
+                                              log_start_offset, error_message))
+        r.tags(flexible)
+        topics.append(TopicResult(name, partitions))
+    r.skip(4)  # throttle time
+    r.tags(flexible)
+    return topics
