@@ -66,6 +66,7 @@ class _ProducerCore:
         self.sender = Sender(cfg, self.acc, self.idem)
         self.closed = False
         self.record_limit = cfg.max_request_size - _RECORD_LIMIT_OVERHEAD
+        self.buffer_memory = cfg.buffer_memory
 
     def _resume(self, checkpoint: dict[str, Any]) -> None:
         if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
@@ -88,10 +89,14 @@ class _ProducerCore:
         if self.sender.fatal is not None:
             raise self.sender.fatal
 
-    def prepare(self, value: Any, key: Any, timestamp: int | None
-                ) -> tuple[bytes | None, bytes | None, int, int]:
-        """Key and value as bytes, the timestamp, and their size (checked against
-        max.request.size)."""
+    def produce(self, topic: str, value: Any, key: Any, partition: int | None,
+                headers: Headers, timestamp: int | None, on_delivery: Callable | None
+                ) -> RecordFuture | None:
+        """Append one record (the topic's partition count must be known); None, appending
+        nothing, when buffer.memory is full. Everything produce() does per record is here,
+        in as few calls as possible: it runs once per record."""
+        if self.closed or self.sender.fatal is not None:
+            self.check_open()
         if type(key) is not bytes and key is not None:
             key = as_bytes(key, "key")
         if type(value) is not bytes and value is not None:
@@ -101,9 +106,15 @@ class _ProducerCore:
             raise KafkaError(ErrorCode.message_too_large,
                              f"a {size}-byte record does not fit in max.request.size "
                              f"({self.config.max_request_size})")
-        if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
-        return key, value, int(timestamp), size
+        timestamp = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        count = self.sender.partition_counts[topic]
+        if partition is None or type(partition) is not int or not 0 <= partition < count:
+            partition = self.choose_partition(topic, key, partition, count, size)
+        acc = self.acc
+        if acc.buffered >= self.buffer_memory:
+            return None
+        return RecordFuture(*acc.append(topic, partition, timestamp, key, value, headers, size,
+                                        on_delivery))
 
     def choose_partition(self, topic: str, key: bytes | None, partition: int | None,
                          count: int, size: int) -> int:
@@ -138,13 +149,6 @@ class _ProducerCore:
                 state[0] = (chosen + random.randrange(1, count)) % count
             state[1] = 0
         return chosen
-
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-               headers: Headers, timestamp: int, size: int, on_delivery: Callable | None
-               ) -> RecordFuture:
-        batch, index = self.acc.append(topic, partition, timestamp, key, value, headers, size,
-                                       on_delivery)
-        return RecordFuture(batch, index)
 
     def begin_flush(self) -> list[ProducerBatch]:
         pending = self.acc.start_flush()
@@ -206,18 +210,17 @@ class Producer:
                 on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any]
                 | None = None) -> RecordFuture:
         core = self._core
-        if core.closed or core.sender.fatal is not None:
+        if topic not in core.sender.partition_counts:
             core.check_open()
-        key_bytes, value_bytes, ts, size = core.prepare(value, key, timestamp)
-        count = core.sender.partition_counts.get(topic)
-        if count is None:
-            count = self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
-        chosen = core.choose_partition(topic, key_bytes, partition, count, size)
-        if not core.acc.has_space() and not core.acc.wait_for_space(core.config.max_block):
-            raise KafkaError(ErrorCode.request_timed_out,
-                             "buffer.memory is full and max.block.ms passed")
-        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, size,
-                           on_delivery)
+            self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
+        future = core.produce(topic, value, key, partition, headers, timestamp, on_delivery)
+        while future is None:
+            if not core.acc.wait_for_space(core.config.max_block):
+                raise KafkaError(ErrorCode.request_timed_out,
+                                 "buffer.memory is full and max.block.ms passed")
+            future = core.produce(topic, value, key, partition, headers, timestamp,
+                                  on_delivery)
+        return future
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything produced so far and wait for every answer; raises the first
@@ -322,16 +325,14 @@ class AIOProducer:
                    partition: int | None = None, headers: Headers = None,
                    timestamp: int | None = None) -> RecordFuture:
         core = self._started()
-        core.check_open()
-        key_bytes, value_bytes, ts, size = core.prepare(value, key, timestamp)
-        count = core.sender.partition_counts.get(topic)
-        if count is None:
-            count = await core.sender.partitions_for(topic)
-        chosen = core.choose_partition(topic, key_bytes, partition, count, size)
-        if not core.acc.has_space():
+        if topic not in core.sender.partition_counts:
+            core.check_open()
+            await core.sender.partitions_for(topic)
+        future = core.produce(topic, value, key, partition, headers, timestamp, None)
+        if future is None:
             assert self._space is not None
             deadline = time.monotonic() + core.config.max_block
-            while not core.acc.has_space():
+            while future is None:
                 self._space.clear()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -341,7 +342,8 @@ class AIOProducer:
                     await asyncio.wait_for(self._space.wait(), left)
                 except TimeoutError:
                     pass
-        return core.append(topic, chosen, key_bytes, value_bytes, headers, ts, size, None)
+                future = core.produce(topic, value, key, partition, headers, timestamp, None)
+        return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
                             partition: int | None = None, headers: Headers = None,

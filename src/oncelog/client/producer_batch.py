@@ -18,6 +18,7 @@ from typing import Any
 
 import crc32c
 
+from ..protocol import records as codec
 from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from ..protocol.records import NONE, compress, decode_batch
 from ..protocol.varint import SMALL_VARINTS as _SMALL
@@ -148,23 +149,30 @@ class ProducerBatch:
             if record_timestamp > self.max_ts:
                 self.max_ts = record_timestamp
             ts_delta = record_timestamp - self.base_ts
-        key_len = -1 if key is None else len(key)
-        value_len = -1 if value is None else len(value)
-        if headers or not (0 <= ts_delta < _END and index < _END and key_len < _END
-                           and value_len < _END):
+        compiled = codec.compiled
+        if headers:
             self.buf += encode_record(index, ts_delta, key, value, headers)
+        elif compiled is not None:
+            compiled.append_record(self.buf, index, ts_delta, key, value)
         else:
-            # The common record, written with table lookups and one join: this runs once
-            # per produce() call.
-            ts_bytes = _SMALL[ts_delta + 1]
-            index_bytes = _SMALL[index + 1]
-            key_bytes = _SMALL[key_len + 1]
-            value_bytes = _SMALL[value_len + 1]
-            body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes) + 2
-                    + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0))
-            self.buf += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
-                                  _ATTRIBUTES, ts_bytes, index_bytes, key_bytes, key or b"",
-                                  value_bytes, value or b"", _NO_HEADERS))
+            key_len = -1 if key is None else len(key)
+            value_len = -1 if value is None else len(value)
+            if not (0 <= ts_delta < _END and index < _END and key_len < _END
+                    and value_len < _END):
+                self.buf += encode_record(index, ts_delta, key, value, headers)
+            else:
+                # The common record, written with table lookups and one join: this runs
+                # once per produce() call.
+                ts_bytes = _SMALL[ts_delta + 1]
+                index_bytes = _SMALL[index + 1]
+                key_bytes = _SMALL[key_len + 1]
+                value_bytes = _SMALL[value_len + 1]
+                body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes)
+                        + 2 + (key_len if key_len > 0 else 0)
+                        + (value_len if value_len > 0 else 0))
+                self.buf += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
+                                      _ATTRIBUTES, ts_bytes, index_bytes, key_bytes,
+                                      key or b"", value_bytes, value or b"", _NO_HEADERS))
         self.timestamps.append(record_timestamp)
         self.count = index + 1
         return index
