@@ -119,8 +119,10 @@ read_headers(Reader *r)
         Py_DECREF(value);
         if (pair == NULL)
             goto error;
+        PyObject_GC_UnTrack(pair);
         PyTuple_SET_ITEM(headers, (Py_ssize_t)i, pair);
     }
+    PyObject_GC_UnTrack(headers);  /* strings and bytes only: never part of a cycle */
     return headers;
 error:
     Py_DECREF(headers);
@@ -209,6 +211,7 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(item);
             goto error;
         }
+        PyObject_GC_UnTrack(item);  /* as in consumer_records: it cannot be in a cycle */
         int appended = PyList_Append(out, item);
         Py_DECREF(item);
         if (appended < 0)
@@ -350,6 +353,10 @@ consumer_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             failed = 1;
             break;
         }
+        /* Nothing in a record can lead back to it (strings, numbers, bytes and a tuple of
+         * them), so the collector need never look at it: consumers hold thousands of
+         * records at a time, and traversing them cost as much as building them. */
+        PyObject_GC_UnTrack(record);
         int rc = PyList_Append(out, record);
         Py_DECREF(record);
         if (rc < 0) {
