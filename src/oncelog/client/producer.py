@@ -43,6 +43,7 @@ __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 CHECKPOINT_VERSION = 1
 log = logging.getLogger(__name__)
 _RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
+_time_ns = time.time_ns
 
 
 class _ProducerCore:
@@ -67,6 +68,7 @@ class _ProducerCore:
         self.closed = False
         self.record_limit = cfg.max_request_size - _RECORD_LIMIT_OVERHEAD
         self.buffer_memory = cfg.buffer_memory
+        self.partition_counts = self.sender.partition_counts  # the sender keeps it current
 
     def _resume(self, checkpoint: dict[str, Any]) -> None:
         if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
@@ -106,8 +108,8 @@ class _ProducerCore:
             raise KafkaError(ErrorCode.message_too_large,
                              f"a {size}-byte record does not fit in max.request.size "
                              f"({self.config.max_request_size})")
-        timestamp = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        count = self.sender.partition_counts[topic]
+        timestamp = _time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        count = self.partition_counts[topic]
         if partition is None or type(partition) is not int or not 0 <= partition < count:
             partition = self.choose_partition(topic, key, partition, count, size)
         acc = self.acc

@@ -34,6 +34,7 @@ _NO_KEY = varint_bytes(-1)
 _NO_HEADERS = varint_bytes(0)
 _ATTRIBUTES = b"\x00"
 log = logging.getLogger(__name__)
+_compiled_append = codec.compiled.append_record if codec.compiled is not None else None
 # Callbacks are added from the caller's thread and run from the sender's; one lock for all
 # batches is enough, as it is held for a list append.
 _CALLBACKS_LOCK = threading.Lock()
@@ -149,11 +150,10 @@ class ProducerBatch:
             if record_timestamp > self.max_ts:
                 self.max_ts = record_timestamp
             ts_delta = record_timestamp - self.base_ts
-        compiled = codec.compiled
         if headers:
             self.buf += encode_record(index, ts_delta, key, value, headers)
-        elif compiled is not None:
-            compiled.append_record(self.buf, index, ts_delta, key, value)
+        elif _compiled_append is not None:
+            _compiled_append(self.buf, index, ts_delta, key, value)
         else:
             key_len = -1 if key is None else len(key)
             value_len = -1 if value is None else len(value)
