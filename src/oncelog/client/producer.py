@@ -345,6 +345,10 @@ class AIOProducer:
                 except TimeoutError:
                     pass
                 future = core.produce(topic, value, key, partition, headers, timestamp, None)
+        elif core.acc.wake_pending:
+            # This record closed a batch and woke the sender, which shares our loop: let it
+            # send now (the record is appended already) rather than when the buffer is full.
+            await asyncio.sleep(0)
         return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
