@@ -11,8 +11,15 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from oncelog.client.partitioner import murmur2, partition_for_key
 from oncelog.client.producer_batch import encode_record
 from oncelog.protocol.record_batch import HEADER_SIZE, read_header, split_batches
-from oncelog.protocol.records import CODECS, _decode_records, decode_batch, encode_batch
+from oncelog.protocol.records import (
+    CODECS,
+    PyRecordBuilder,
+    _decode_records,
+    decode_batch,
+    encode_batch,
+)
 from oncelog.protocol.records import compiled as _compiled
+from oncelog.protocol.records import encode_record as records_encode_record
 
 record = st.tuples(
     st.none() | st.binary(max_size=40),
@@ -164,3 +171,51 @@ def test_wrong_record_lengths_are_refused_by_both():
             damaged[start] += change
             assert _outcome(_compiled.decode_records, bytes(damaged), count) == "refused"
             assert _outcome(_decode_records, bytes(damaged), count) == "refused"
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(appends=st.lists(st.tuples(st.integers(0, 2**42), st.none() | st.binary(max_size=40),
+                                  st.none() | st.binary(max_size=20_000),
+                                  st.lists(st.tuples(st.text(max_size=5),
+                                                     st.none() | st.binary(max_size=5)),
+                                           max_size=2)),
+                        max_size=30))
+def test_compiled_record_builder_equals_python_builder(appends):
+    """Both builders fill a batch the same way (and as encode_batch would), keep the same
+    count and timestamps, and hand over the same buffer."""
+    builders = [_compiled.RecordBuilder(HEADER_SIZE), PyRecordBuilder(HEADER_SIZE)]
+    for timestamp, key, value, headers in appends:
+        indexes = set()
+        for builder in builders:
+            if headers:
+                encoded = records_encode_record(
+                    builder.count, builder.delta(timestamp), key, value,
+                    [(name.encode(), hvalue) for name, hvalue in headers])
+                indexes.add(builder.append_encoded(timestamp, encoded))
+            else:
+                indexes.add(builder.append(timestamp, key, value))
+        assert len(indexes) == 1
+    compiled, python = builders
+    assert (compiled.count, compiled.base_ts, compiled.max_ts, compiled.size) == \
+        (python.count, python.base_ts, python.max_ts, python.size)
+    assert [compiled.timestamp(i) for i in range(compiled.count)] == \
+        [python.timestamp(i) for i in range(python.count)] == [a[0] for a in appends]
+    taken = compiled.take_buffer()
+    assert taken == python.take_buffer()
+    assert compiled.size == python.size == 0
+    if appends:
+        batch = encode_batch([(k, v, h, ts) for ts, k, v, h in appends])
+        assert bytes(taken[HEADER_SIZE:]) == batch[HEADER_SIZE:]
+
+
+def test_record_builder_refuses_bad_input():
+    builder = _compiled.RecordBuilder(HEADER_SIZE)
+    with pytest.raises(TypeError):
+        builder.append(0, "text", None)
+    with pytest.raises(IndexError):
+        builder.timestamp(0)
+    with pytest.raises(TypeError):
+        _compiled.RecordBuilder()
+    uninitialised = _compiled.RecordBuilder.__new__(_compiled.RecordBuilder)
+    with pytest.raises(RuntimeError):
+        uninitialised.append(0, None, b"v")

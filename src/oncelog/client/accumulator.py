@@ -78,8 +78,8 @@ class RecordAccumulator:
                 queue = self.queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
             if batch is not None and not batch.closed and (
-                    batch.count >= config.batch_records
-                    or len(batch.buf) + size > config.batch_size
+                    batch.records.count >= config.batch_records
+                    or batch.records.size + size > config.batch_size
                     if not config.deterministic else self._oversize(batch, size)):
                 batch.closed = True  # full: the record starts the next batch
                 wake = True
@@ -93,7 +93,8 @@ class RecordAccumulator:
                 if not config.deterministic and now + config.linger < self.sender_deadline:
                     self.sender_deadline = now + config.linger
                     wake = True
-            index = batch.append(timestamp, key, value, headers)
+            index = batch.records.append(timestamp, key, value) if not headers \
+                else batch.append(timestamp, key, value, headers)
             batch.accounted += size
             if config.deterministic:
                 appended = self.appended.get(tp, 0) + 1
@@ -117,7 +118,7 @@ class RecordAccumulator:
     def _oversize(self, batch: ProducerBatch, size: int) -> bool:
         """Aligned batches close themselves at the boundary; bytes only stop a batch that
         would not fit in a request at all."""
-        if len(batch.buf) + size <= self.config.max_request_size - _REQUEST_OVERHEAD:
+        if batch.records.size + size <= self.config.max_request_size - _REQUEST_OVERHEAD:
             return False
         if not self._warned_oversize:
             self._warned_oversize = True

@@ -18,23 +18,16 @@ from typing import Any
 
 import crc32c
 
-from ..protocol import records as codec
+from ..protocol import records
 from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from ..protocol.records import NONE, compress, decode_batch
-from ..protocol.varint import SMALL_VARINTS as _SMALL
-from ..protocol.varint import SMALL_VARINTS_END as _END
-from ..protocol.varint import varint_bytes
 from .connection import KafkaTimeout
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _IDENTITY = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43
 _IDENTITY_OFFSET = 43
 _CRC = struct.Struct(">I")
-_NO_KEY = varint_bytes(-1)
-_NO_HEADERS = varint_bytes(0)
-_ATTRIBUTES = b"\x00"
 log = logging.getLogger(__name__)
-_compiled_append = codec.compiled.append_record if codec.compiled is not None else None
 # Callbacks are added from the caller's thread and run from the sender's; one lock for all
 # batches is enough, as it is held for a list append.
 _CALLBACKS_LOCK = threading.Lock()
@@ -55,32 +48,11 @@ class RecordMetadata:
 
 def encode_record(delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
                   headers: Headers) -> bytes:
-    """One record of a v2 batch, length prefix included."""
-    parts = [_ATTRIBUTES, varint_bytes(ts_delta), varint_bytes(delta)]
-    if key is None:
-        parts.append(_NO_KEY)
-    else:
-        parts += (varint_bytes(len(key)), key)
-    if value is None:
-        parts.append(_NO_KEY)
-    else:
-        parts += (varint_bytes(len(value)), value)
-    if not headers:
-        parts.append(_NO_HEADERS)
-    else:
-        items = headers.items() if isinstance(headers, dict) else headers
-        items = list(items)
-        parts.append(varint_bytes(len(items)))
-        for hkey, hvalue in items:
-            name = hkey.encode()
-            parts += (varint_bytes(len(name)), name)
-            if hvalue is None:
-                parts.append(_NO_KEY)
-            else:
-                hvalue = as_bytes(hvalue, "header value")
-                parts += (varint_bytes(len(hvalue)), hvalue)
-    body = b"".join(parts)
-    return varint_bytes(len(body)) + body
+    """One record of a v2 batch, length prefix included; headers as produce() takes them."""
+    items = list(headers.items() if isinstance(headers, dict) else headers or ())
+    return records.encode_record(delta, ts_delta, key, value, [
+        (name.encode(), None if hvalue is None else as_bytes(hvalue, "header value"))
+        for name, hvalue in items])
 
 
 def as_bytes(data: Any, what: str) -> bytes:
@@ -98,10 +70,10 @@ class ProducerBatch:
     """Records for one partition, from creation to acknowledgement."""
 
     __slots__ = (
-        "_callbacks", "_error", "_event", "_loop_future", "accounted", "ambiguous", "attempts",
-        "base_offset", "base_sequence", "base_ts", "buf", "closed", "count", "created", "data",
-        "epoch", "in_flight", "max_ts", "maybe_stored", "partition", "retry_at",
-        "skipped", "timestamps", "topic",
+        "_callbacks", "_error", "_event", "_loop_future", "_skipped_timestamps", "accounted",
+        "ambiguous", "attempts", "base_offset",
+        "base_sequence", "closed", "created", "data", "epoch", "in_flight", "maybe_stored",
+        "partition", "records", "retry_at", "skipped", "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,
@@ -109,12 +81,8 @@ class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.created = created
-        self.buf = bytearray(HEADER_SIZE)
-        self.count = 0
+        self.records = records.RecordBuilder(HEADER_SIZE)
         self.accounted = 0  # bytes buffer.memory counts for this batch
-        self.base_ts = 0
-        self.max_ts = 0
-        self.timestamps: list[int] = []
         self.closed = False
         self.data: bytearray | None = None   # the complete batch once closed
         self.base_sequence: int | None = None
@@ -126,6 +94,7 @@ class ProducerBatch:
         self.ambiguous = False  # some attempt got no definite answer (sticky until settled)
         self.base_offset: int | None = None
         self.skipped = 0  # leading records found already stored (see drop_head)
+        self._skipped_timestamps: list[int] = []
         self._error: BaseException | None = None
         self._callbacks: list[tuple[int, Callable]] | None = None
         self._event: threading.Event | None = None
@@ -137,60 +106,37 @@ class ProducerBatch:
 
     @property
     def size(self) -> int:
-        return len(self.data) if self.data is not None else len(self.buf)
+        return len(self.data) if self.data is not None else self.records.size
 
-    def append(self, record_timestamp: int, key: bytes | None, value: bytes | None,
+    @property
+    def count(self) -> int:
+        return self.records.count
+
+    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Headers) -> int:
         """Encode one record at the end; returns its index in the batch."""
-        index = self.count
-        if index == 0:
-            self.base_ts = self.max_ts = record_timestamp
-            ts_delta = 0
-        else:
-            if record_timestamp > self.max_ts:
-                self.max_ts = record_timestamp
-            ts_delta = record_timestamp - self.base_ts
-        if headers:
-            self.buf += encode_record(index, ts_delta, key, value, headers)
-        elif _compiled_append is not None:
-            _compiled_append(self.buf, index, ts_delta, key, value)
-        else:
-            key_len = -1 if key is None else len(key)
-            value_len = -1 if value is None else len(value)
-            if not (0 <= ts_delta < _END and index < _END and key_len < _END
-                    and value_len < _END):
-                self.buf += encode_record(index, ts_delta, key, value, headers)
-            else:
-                # The common record, written with table lookups and one join: this runs
-                # once per produce() call.
-                ts_bytes = _SMALL[ts_delta + 1]
-                index_bytes = _SMALL[index + 1]
-                key_bytes = _SMALL[key_len + 1]
-                value_bytes = _SMALL[value_len + 1]
-                body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes)
-                        + 2 + (key_len if key_len > 0 else 0)
-                        + (value_len if value_len > 0 else 0))
-                self.buf += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
-                                      _ATTRIBUTES, ts_bytes, index_bytes, key_bytes,
-                                      key or b"", value_bytes, value or b"", _NO_HEADERS))
-        self.timestamps.append(record_timestamp)
-        self.count = index + 1
-        return index
+        builder = self.records
+        if not headers:
+            return builder.append(timestamp, key, value)
+        return builder.append_encoded(timestamp, encode_record(
+            builder.count, builder.delta(timestamp), key, value, headers))
 
     def build(self, codec: int) -> None:
         """Compress and write the header (the identity is stamped later); call once the
         batch is closed to appends."""
         if self.data is not None:
             return
+        builder = self.records
+        buffer = builder.take_buffer()
         if codec == NONE:
-            data = self.buf
+            data = buffer
         else:
             data = bytearray(HEADER_SIZE)
-            data += compress(codec, bytes(memoryview(self.buf)[HEADER_SIZE:]))
-        _HEADER.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, self.count - 1,
-                          self.base_ts, self.max_ts, -1, -1, -1, self.count)
+            data += compress(codec, bytes(memoryview(buffer)[HEADER_SIZE:]))
+        count = builder.count
+        _HEADER.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, count - 1,
+                          builder.base_ts, builder.max_ts, -1, -1, -1, count)
         self.data = data
-        self.buf = bytearray()
 
     def stamp(self, producer_id: int, epoch: int, base_sequence: int) -> None:
         """Write the producer identity into the header and recompute the CRC."""
@@ -210,13 +156,12 @@ class ProducerBatch:
         cut its batches differently): rebuild the batch from the rest. Their futures report
         offset -1, as for DUPLICATE_SEQUENCE_NUMBER."""
         assert self.data is not None and 0 < stored < self.count
-        _, records = decode_batch(self.data)
-        keep = records[stored:]
-        self.buf = bytearray(HEADER_SIZE)
-        self.count = 0
-        for record in keep:
+        _, decoded = decode_batch(self.data)
+        # Their futures still report the timestamps they were produced with.
+        self._skipped_timestamps += [record.timestamp for record in decoded[:stored]]
+        self.records = records.RecordBuilder(HEADER_SIZE)
+        for record in decoded[stored:]:
             self.append(record.timestamp, record.key, record.value, record.headers)
-        del self.timestamps[-len(keep):]  # append() added them again
         self.skipped += stored
         self.data = None
         self.build(codec)
@@ -267,7 +212,9 @@ class ProducerBatch:
     def metadata(self, index: int) -> RecordMetadata:
         offset = -1 if self.base_offset is None or self.base_offset < 0 \
             or index < self.skipped else self.base_offset + index - self.skipped
-        return RecordMetadata(self.topic, self.partition, offset, self.timestamps[index])
+        timestamp = self._skipped_timestamps[index] if index < self.skipped \
+            else self.records.timestamp(index - self.skipped)
+        return RecordMetadata(self.topic, self.partition, offset, timestamp)
 
     def wait(self, timeout: float | None) -> bool:
         if self.done:

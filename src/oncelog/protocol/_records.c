@@ -399,47 +399,22 @@ write_varint(unsigned char *p, int64_t value)
     return p;
 }
 
-PyDoc_STRVAR(append_record_doc,
-"append_record(buf, offset_delta, timestamp_delta, key, value) -> int\n"
-"\n"
-"Append one record without headers (key and value bytes or None) to the bytearray ``buf``;\n"
-"returns the bytes appended.");
-
-static PyObject *
-append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* Write one record without headers at p (which has room for it); returns its size. */
+static Py_ssize_t
+record_size(int64_t offset_delta, int64_t ts_delta, int64_t key_len, int64_t value_len,
+            int64_t *body_out)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "append_record(buf, offset_delta, timestamp_delta, key, value)");
-        return NULL;
-    }
-    PyObject *buf = args[0], *key = args[3], *value = args[4];
-    if (!PyByteArray_Check(buf)) {
-        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
-        return NULL;
-    }
-    if ((key != Py_None && !PyBytes_Check(key)) || (value != Py_None && !PyBytes_Check(value))) {
-        PyErr_SetString(PyExc_TypeError, "key and value must be bytes or None");
-        return NULL;
-    }
-    long long offset_delta = PyLong_AsLongLong(args[1]);
-    long long ts_delta = PyLong_AsLongLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
-    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
     int64_t body = 1 + zigzag_size(ts_delta) + zigzag_size(offset_delta)
         + zigzag_size(key_len) + (key_len > 0 ? key_len : 0)
         + zigzag_size(value_len) + (value_len > 0 ? value_len : 0) + 1;
-    int64_t total = zigzag_size(body) + body;
-    Py_ssize_t start = PyByteArray_GET_SIZE(buf);
-    if (total > PY_SSIZE_T_MAX - start) {
-        PyErr_SetString(PyExc_OverflowError, "record too large");
-        return NULL;
-    }
-    if (PyByteArray_Resize(buf, start + (Py_ssize_t)total) < 0)
-        return NULL;
-    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + start;
+    *body_out = body;
+    return (Py_ssize_t)(zigzag_size(body) + body);
+}
+
+static void
+write_record(unsigned char *p, int64_t body, int64_t offset_delta, int64_t ts_delta,
+             PyObject *key, int64_t key_len, PyObject *value, int64_t value_len)
+{
     p = write_varint(p, body);
     *p++ = 0;  /* attributes */
     p = write_varint(p, ts_delta);
@@ -454,9 +429,302 @@ append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         memcpy(p, PyBytes_AS_STRING(value), (size_t)value_len);
         p += value_len;
     }
-    *p++ = 0;  /* no headers */
-    return PyLong_FromLongLong(total);
+    *p = 0;  /* no headers */
 }
+
+static int
+check_key_value(PyObject *key, PyObject *value)
+{
+    if ((key != Py_None && !PyBytes_Check(key)) || (value != Py_None && !PyBytes_Check(value))) {
+        PyErr_SetString(PyExc_TypeError, "key and value must be bytes or None");
+        return -1;
+    }
+    return 0;
+}
+
+/* Grow a bytearray by n bytes; a pointer to the new room, NULL with an error set. */
+static unsigned char *
+grow(PyObject *buf, Py_ssize_t n)
+{
+    Py_ssize_t start = PyByteArray_GET_SIZE(buf);
+    if (n > PY_SSIZE_T_MAX - start) {
+        PyErr_SetString(PyExc_OverflowError, "record too large");
+        return NULL;
+    }
+    if (PyByteArray_Resize(buf, start + n) < 0)
+        return NULL;
+    return (unsigned char *)PyByteArray_AS_STRING(buf) + start;
+}
+
+PyDoc_STRVAR(append_record_doc,
+"append_record(buf, offset_delta, timestamp_delta, key, value) -> int\n"
+"\n"
+"Append one record without headers (key and value bytes or None) to the bytearray ``buf``;\n"
+"returns the bytes appended.");
+
+static PyObject *
+append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "append_record(buf, offset_delta, timestamp_delta, key, value)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *key = args[3], *value = args[4];
+    if (!PyByteArray_Check(buf)) {
+        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
+        return NULL;
+    }
+    if (check_key_value(key, value) < 0)
+        return NULL;
+    long long offset_delta = PyLong_AsLongLong(args[1]);
+    long long ts_delta = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
+    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
+    int64_t body;
+    Py_ssize_t total = record_size(offset_delta, ts_delta, key_len, value_len, &body);
+    unsigned char *p = grow(buf, total);
+    if (p == NULL)
+        return NULL;
+    write_record(p, body, offset_delta, ts_delta, key, key_len, value, value_len);
+    return PyLong_FromSsize_t(total);
+}
+
+/* --- RecordBuilder: the records of a batch a producer fills -------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buffer;       /* bytearray: room for the batch header, then the records */
+    Py_ssize_t count;
+    int64_t base_ts, max_ts;
+    int64_t *timestamps;    /* each record's, for the metadata its future reports */
+    Py_ssize_t allocated;
+} RecordBuilder;
+
+static int
+builder_init(RecordBuilder *self, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t header_size;
+    static char *names[] = {"header_size", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n", names, &header_size))
+        return -1;
+    if (header_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "header_size must not be negative");
+        return -1;
+    }
+    PyObject *buffer = PyByteArray_FromStringAndSize(NULL, header_size);
+    if (buffer == NULL)
+        return -1;
+    memset(PyByteArray_AS_STRING(buffer), 0, (size_t)header_size);
+    Py_XSETREF(self->buffer, buffer);
+    self->count = 0;
+    self->base_ts = self->max_ts = 0;
+    return 0;
+}
+
+static void
+builder_dealloc(RecordBuilder *self)
+{
+    Py_XDECREF(self->buffer);
+    PyMem_Free(self->timestamps);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Bookkeeping for a record about to be appended: its timestamp delta into *ts_delta. */
+static int
+builder_next(RecordBuilder *self, PyObject *timestamp_obj, int64_t *timestamp, int64_t *ts_delta)
+{
+    long long ts = PyLong_AsLongLong(timestamp_obj);
+    if (ts == -1 && PyErr_Occurred())
+        return -1;
+    if (self->buffer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
+        return -1;
+    }
+    if (self->count == self->allocated) {
+        Py_ssize_t allocated = self->allocated ? self->allocated * 2 : 64;
+        int64_t *grown = PyMem_Realloc(self->timestamps, (size_t)allocated * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->timestamps = grown;
+        self->allocated = allocated;
+    }
+    *timestamp = ts;
+    *ts_delta = self->count == 0 ? 0 : (int64_t)((uint64_t)ts - (uint64_t)self->base_ts);
+    return 0;
+}
+
+static PyObject *
+builder_appended(RecordBuilder *self, int64_t timestamp)
+{
+    if (self->count == 0)
+        self->base_ts = self->max_ts = timestamp;
+    else if (timestamp > self->max_ts)
+        self->max_ts = timestamp;
+    self->timestamps[self->count] = timestamp;
+    return PyLong_FromSsize_t(self->count++);
+}
+
+static PyObject *
+builder_append(RecordBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "append(timestamp, key, value)");
+        return NULL;
+    }
+    PyObject *key = args[1], *value = args[2];
+    int64_t timestamp, ts_delta;
+    if (check_key_value(key, value) < 0 || builder_next(self, args[0], &timestamp, &ts_delta) < 0)
+        return NULL;
+    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
+    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
+    int64_t body;
+    Py_ssize_t total = record_size(self->count, ts_delta, key_len, value_len, &body);
+    unsigned char *p = grow(self->buffer, total);
+    if (p == NULL)
+        return NULL;
+    write_record(p, body, self->count, ts_delta, key, key_len, value, value_len);
+    return builder_appended(self, timestamp);
+}
+
+static PyObject *
+builder_append_encoded(RecordBuilder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "append_encoded(timestamp, record: bytes)");
+        return NULL;
+    }
+    int64_t timestamp, ts_delta;
+    if (builder_next(self, args[0], &timestamp, &ts_delta) < 0)
+        return NULL;
+    Py_ssize_t n = PyBytes_GET_SIZE(args[1]);
+    unsigned char *p = grow(self->buffer, n);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, PyBytes_AS_STRING(args[1]), (size_t)n);
+    return builder_appended(self, timestamp);
+}
+
+static PyObject *
+builder_delta(RecordBuilder *self, PyObject *timestamp_obj)
+{
+    long long ts = PyLong_AsLongLong(timestamp_obj);
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(self->count == 0 ? 0
+                               : (long long)((uint64_t)ts - (uint64_t)self->base_ts));
+}
+
+static PyObject *
+builder_timestamp(RecordBuilder *self, PyObject *index_obj)
+{
+    Py_ssize_t index = PyLong_AsSsize_t(index_obj);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    if (index < 0 || index >= self->count) {
+        PyErr_SetString(PyExc_IndexError, "no record at that index");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->timestamps[index]);
+}
+
+static PyObject *
+builder_take_buffer(RecordBuilder *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->buffer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
+        return NULL;
+    }
+    PyObject *empty = PyByteArray_FromStringAndSize(NULL, 0);
+    if (empty == NULL)
+        return NULL;
+    PyObject *taken = self->buffer;
+    self->buffer = empty;
+    return taken;
+}
+
+static PyObject *
+builder_get_count(RecordBuilder *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(self->count);
+}
+
+static PyObject *
+builder_get_base_ts(RecordBuilder *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(self->base_ts);
+}
+
+static PyObject *
+builder_get_max_ts(RecordBuilder *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(self->max_ts);
+}
+
+static PyObject *
+builder_get_size(RecordBuilder *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(self->buffer ? PyByteArray_GET_SIZE(self->buffer) : 0);
+}
+
+static PyObject *
+builder_get_buffer(RecordBuilder *self, void *closure)
+{
+    (void)closure;
+    if (self->buffer == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(self->buffer);
+    return self->buffer;
+}
+
+static PyMethodDef builder_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))builder_append, METH_FASTCALL,
+     "append(timestamp, key, value) -> index: a record without headers."},
+    {"append_encoded", (PyCFunction)(void (*)(void))builder_append_encoded, METH_FASTCALL,
+     "append_encoded(timestamp, record) -> index: a record encoded by the caller, with\n"
+     "offset delta ``count`` and timestamp delta ``delta(timestamp)``."},
+    {"delta", (PyCFunction)builder_delta, METH_O,
+     "delta(timestamp) -> the timestamp delta the next record would have."},
+    {"timestamp", (PyCFunction)builder_timestamp, METH_O,
+     "timestamp(index) -> the timestamp of the record at ``index``."},
+    {"take_buffer", (PyCFunction)builder_take_buffer, METH_NOARGS,
+     "take_buffer() -> the bytearray (header room, then the records); the builder keeps an\n"
+     "empty one, and its count and timestamps."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef builder_getset[] = {
+    {"count", (getter)builder_get_count, NULL, "records appended", NULL},
+    {"base_ts", (getter)builder_get_base_ts, NULL, "the first record's timestamp", NULL},
+    {"max_ts", (getter)builder_get_max_ts, NULL, "the largest timestamp", NULL},
+    {"size", (getter)builder_get_size, NULL, "bytes in the buffer, header room included", NULL},
+    {"buffer", (getter)builder_get_buffer, NULL, "the bytearray being filled", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecordBuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncelog.protocol._records.RecordBuilder",
+    .tp_doc = PyDoc_STR("RecordBuilder(header_size): the records of one batch, encoded as they\n"
+                        "are appended, after ``header_size`` bytes of room for the header."),
+    .tp_basicsize = sizeof(RecordBuilder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)builder_init,
+    .tp_dealloc = (destructor)builder_dealloc,
+    .tp_methods = builder_methods,
+    .tp_getset = builder_getset,
+};
 
 static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
@@ -480,5 +748,16 @@ PyInit__records(void)
     if (EMPTY_TUPLE == NULL)
         return NULL;
     DecodeError = PyExc_ValueError;
-    return PyModule_Create(&module_def);
+    if (PyType_Ready(&RecordBuilderType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&RecordBuilderType);
+    if (PyModule_AddObject(module, "RecordBuilder", (PyObject *)&RecordBuilderType) < 0) {
+        Py_DECREF(&RecordBuilderType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -25,7 +25,9 @@ from .record_batch import (
     BatchHeader,
     read_header,
 )
-from .varint import read_uvarint, read_varint, write_varint
+from .varint import SMALL_VARINTS as _SMALL
+from .varint import SMALL_VARINTS_END as _END
+from .varint import read_uvarint, read_varint, varint_bytes, write_varint
 
 # The compiled codec (_records.c), when it was built and not turned off with
 # ONCELOG_PURE_PYTHON=1 (to compare, or to test the Python rules alone). Callers look it up
@@ -120,6 +122,110 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
+# --- a batch being filled (the producer's) --------------------------------------------------
+
+_NULL = varint_bytes(-1)
+_NO_HEADERS = varint_bytes(0)
+_ATTRIBUTES = b"\x00"
+
+
+class PyRecordBuilder:
+    """The records of one batch, encoded as they are appended after ``header_size`` bytes of
+    room for the header: the Python twin of _records.RecordBuilder, which ``RecordBuilder``
+    below is when the compiled codec is there."""
+
+    __slots__ = ("_buffer", "_timestamps", "base_ts", "count", "max_ts")
+
+    def __init__(self, header_size: int) -> None:
+        self._buffer = bytearray(header_size)
+        self._timestamps: list[int] = []
+        self.count = 0
+        self.base_ts = self.max_ts = 0
+
+    @property
+    def size(self) -> int:
+        return len(self._buffer)
+
+    @property
+    def buffer(self) -> bytearray:
+        return self._buffer
+
+    def delta(self, timestamp: int) -> int:
+        """The timestamp delta the next record would have."""
+        return timestamp - self.base_ts if self.count else 0
+
+    def append(self, timestamp: int, key: bytes | None, value: bytes | None) -> int:
+        """A record without headers; returns its index."""
+        index = self.count
+        ts_delta = timestamp - self.base_ts if index else 0
+        key_len = -1 if key is None else len(key)
+        value_len = -1 if value is None else len(value)
+        if 0 <= ts_delta < _END and index < _END and key_len < _END and value_len < _END:
+            # Table lookups and one join: the common record.
+            ts_bytes = _SMALL[ts_delta + 1]
+            index_bytes = _SMALL[index + 1]
+            key_bytes = _SMALL[key_len + 1]
+            value_bytes = _SMALL[value_len + 1]
+            body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes) + 2
+                    + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0))
+            self._buffer += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
+                                      _ATTRIBUTES, ts_bytes, index_bytes, key_bytes,
+                                      key or b"", value_bytes, value or b"", _NO_HEADERS))
+        else:
+            self._buffer += encode_record(index, ts_delta, key, value, ())
+        return self._appended(timestamp)
+
+    def append_encoded(self, timestamp: int, record: bytes) -> int:
+        """A record the caller encoded with offset delta ``count`` and timestamp delta
+        ``delta(timestamp)``; returns its index."""
+        self._buffer += record
+        return self._appended(timestamp)
+
+    def _appended(self, timestamp: int) -> int:
+        index = self.count
+        if index == 0:
+            self.base_ts = self.max_ts = timestamp
+        elif timestamp > self.max_ts:
+            self.max_ts = timestamp
+        self._timestamps.append(timestamp)
+        self.count = index + 1
+        return index
+
+    def timestamp(self, index: int) -> int:
+        if not 0 <= index < self.count:
+            raise IndexError("no record at that index")
+        return self._timestamps[index]
+
+    def take_buffer(self) -> bytearray:
+        """The buffer (header room, then the records); the builder keeps an empty one."""
+        buffer, self._buffer = self._buffer, bytearray()
+        return buffer
+
+
+def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Iterable[tuple[bytes, bytes | None]]) -> bytes:
+    """One record of a v2 batch, length prefix included (header keys already encoded)."""
+    parts = [_ATTRIBUTES, varint_bytes(ts_delta), varint_bytes(offset_delta)]
+    for field in (key, value):
+        if field is None:
+            parts.append(_NULL)
+        else:
+            parts += (varint_bytes(len(field)), field)
+    headers = list(headers)
+    parts.append(varint_bytes(len(headers)))
+    for name, hvalue in headers:
+        parts += (varint_bytes(len(name)), name)
+        if hvalue is None:
+            parts.append(_NULL)
+        else:
+            parts += (varint_bytes(len(hvalue)), hvalue)
+    body = b"".join(parts)
+    return varint_bytes(len(body)) + body
+
+
+RecordBuilder: Any = compiled.RecordBuilder if compiled is not None else PyRecordBuilder
+
+
 # --- batches --------------------------------------------------------------------------------
 
 def encode_batch(
@@ -138,18 +244,8 @@ def encode_batch(
     max_ts = max(r[3] for r in records)
     body = bytearray()
     for delta, (key, value, headers, ts) in enumerate(records):
-        rec = bytearray(b"\0")  # attributes
-        write_varint(rec, ts - base_ts)
-        write_varint(rec, delta)
-        _write_bytes(rec, key)
-        _write_bytes(rec, value)
-        headers = list(headers)
-        write_varint(rec, len(headers))
-        for hkey, hvalue in headers:
-            _write_bytes(rec, hkey.encode())
-            _write_bytes(rec, hvalue)
-        write_varint(body, len(rec))
-        body += rec
+        body += encode_record(delta, ts - base_ts, key, value,
+                              [(name.encode(), hvalue) for name, hvalue in headers])
     payload = compress(compression, bytes(body))
     attributes = compression | (0x10 if transactional else 0)
     batch = bytearray(HEADER_SIZE)
