@@ -35,13 +35,13 @@ class AsyncBrokerConnection:
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, int] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._received = bytearray()  # bytes of answers not yet complete
         self._correlation = 0
         # (correlation id, api key, version, future, deadline, the API's own decoder or None)
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future, float, Any]] = \
             collections.deque()
-        self._read_task: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.closed = False
         self.on_close: Callable[[AsyncBrokerConnection], None] | None = None
@@ -51,12 +51,11 @@ class AsyncBrokerConnection:
                    timeout: float) -> AsyncBrokerConnection:
         conn = cls(host, port, client_id, timeout)
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), timeout)
+            conn._transport, _ = await asyncio.wait_for(
+                conn._loop.create_connection(lambda: _Protocol(conn), host, port), timeout)
         except (OSError, TimeoutError) as exc:
             raise KafkaError(ErrorCode.network_exception,
                              f"cannot connect to {host}:{port}: {exc}") from None
-        conn._read_task = asyncio.get_running_loop().create_task(conn._read_loop())
         try:
             await conn._negotiate()
         except BaseException:
@@ -103,13 +102,13 @@ class AsyncBrokerConnection:
     def _send(self, api_key: int, version: int, frame: Callable[[int], list],
               decode: Callable[[int, bytes], Any] | None,
               expect_response: bool = True) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        if self.closed or self._writer is None:
+        future = self._loop.create_future()
+        if self.closed or self._transport is None:
             future.set_exception(KafkaError(ErrorCode.network_exception,
                                             f"connection to {self.host}:{self.port} is closed"))
             return future
         self._correlation += 1
-        self._writer.writelines(frame(self._correlation))
+        self._transport.writelines(frame(self._correlation))
         if expect_response:
             self._pending.append((self._correlation, api_key, version, future,
                                   time.monotonic() + self.timeout, decode))
@@ -124,7 +123,7 @@ class AsyncBrokerConnection:
             self._watchdog = None
             return
         delay = max(0.0, self._pending[0][4] - time.monotonic())
-        self._watchdog = asyncio.get_running_loop().call_later(delay, self._check_timeout)
+        self._watchdog = self._loop.call_later(delay, self._check_timeout)
 
     def _check_timeout(self) -> None:
         self._watchdog = None
@@ -134,41 +133,56 @@ class AsyncBrokerConnection:
             return
         self._arm_watchdog()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _data_received(self, data: bytes) -> None:
+        """Answers as they arrive, cut into frames here: no task or coroutine per answer."""
+        buf = self._received
+        buf += data
+        pos = 0
         try:
-            while True:
-                size_bytes = await self._reader.readexactly(4)
-                (size,) = _SIZE.unpack(size_bytes)
-                frame = await self._reader.readexactly(size)
-                (got,) = _SIZE.unpack_from(frame, 0)
-                # Answers come in order, so one for a later request means the earlier ones
-                # will never come (a proxy or a broker dropped them): they are lost.
-                while self._pending and self._pending[0][0] < got:
-                    lost = self._pending.popleft()[3]
-                    if not lost.done():
-                        lost.set_exception(KafkaError(
-                            ErrorCode.network_exception,
-                            f"{self.host}:{self.port} skipped the answer"))
-                if not self._pending or self._pending[0][0] != got:
+            while len(buf) - pos >= 4:
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < 4:
                     raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"an answer to correlation id {got}, never asked")
-                _, api_key, version, future, _, decode = self._pending.popleft()
-                body = decode(version, frame) if decode is not None \
-                    else decode_response(api_key, version, frame)[1]
-                if not future.done():
-                    future.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(KafkaError(ErrorCode.network_exception,
-                                  f"connection to {self.host}:{self.port} lost: {exc}"))
+                                     f"an answer of {size} bytes")
+                end = pos + 4 + size
+                if end > len(buf):
+                    break
+                self._answer(bytes(memoryview(buf)[pos + 4:end]))
+                if self.closed:
+                    return
+                pos = end
         except KafkaError as exc:
             log.warning("closing connection to %s:%d: %s", self.host, self.port, exc)
             self._fail(exc)
-        except asyncio.CancelledError:
-            self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
+            return
         except Exception as exc:  # an answer that does not decode
             log.warning("closing connection to %s:%d: %r", self.host, self.port, exc)
             self._fail(KafkaError(ErrorCode.network_exception, f"bad answer: {exc!r}"))
+            return
+        del buf[:pos]
+
+    def _answer(self, frame: bytes) -> None:
+        (got,) = _SIZE.unpack_from(frame, 0)
+        # Answers come in order, so one for a later request means the earlier ones will never
+        # come (a proxy or a broker dropped them): they are lost.
+        while self._pending and self._pending[0][0] < got:
+            lost = self._pending.popleft()[3]
+            if not lost.done():
+                lost.set_exception(KafkaError(ErrorCode.network_exception,
+                                              f"{self.host}:{self.port} skipped the answer"))
+        if not self._pending or self._pending[0][0] != got:
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"an answer to correlation id {got}, never asked")
+        _, api_key, version, future, _, decode = self._pending.popleft()
+        body = decode(version, frame) if decode is not None \
+            else decode_response(api_key, version, frame)[1]
+        if not future.done():
+            future.set_result(body)
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        self._fail(KafkaError(ErrorCode.network_exception,
+                              f"connection to {self.host}:{self.port} lost"
+                              + (f": {exc}" if exc else "")))
 
     def _fail(self, error: KafkaError) -> None:
         pending, self._pending = self._pending, collections.deque()
@@ -184,11 +198,20 @@ class AsyncBrokerConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        if self._writer is not None:
-            self._writer.close()
-        if self._read_task is not None and self._read_task is not asyncio.current_task():
-            self._read_task.cancel()
+        if self._transport is not None:
+            self._transport.close()
         if self._pending:
             self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
         if self.on_close is not None:
             self.on_close(self)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, conn: AsyncBrokerConnection) -> None:
+        self.conn = conn
+
+    def data_received(self, data: bytes) -> None:
+        self.conn._data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._connection_lost(exc)

@@ -63,10 +63,12 @@ class Sender:
         self.closing = False
         self.requests_in_flight = 0
         self._lookups: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one start() ran in
 
     # --- start-up ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._metadata_lock = asyncio.Lock()
         await self._refresh_metadata([])
         if self.config.idempotence and not self.idem.has_identity:
@@ -223,7 +225,8 @@ class Sender:
     async def _sleep(self, timeout: float) -> None:
         """Until _wake or ``timeout``: a future and a timer, cheaper than wait_for's task
         on a path taken once per request."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None
         waiter = self._waiter = loop.create_future()
         timer = loop.call_later(timeout, _settle, waiter)
         try:
