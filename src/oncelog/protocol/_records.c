@@ -497,7 +497,9 @@ append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *buffer;       /* bytearray: room for the batch header, then the records */
+    unsigned char *data;    /* room for the batch header, then the records */
+    Py_ssize_t size, capacity;
+    int ready;              /* __init__ ran */
     Py_ssize_t count;
     int64_t base_ts, max_ts;
     int64_t *timestamps;    /* each record's, for the metadata its future reports */
@@ -515,11 +517,19 @@ builder_init(RecordBuilder *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "header_size must not be negative");
         return -1;
     }
-    PyObject *buffer = PyByteArray_FromStringAndSize(NULL, header_size);
-    if (buffer == NULL)
+    /* Its own buffer, doubled as it fills: a bytearray grows by an eighth at a time, which
+     * with kilobyte records meant copying the batch every other record. */
+    Py_ssize_t capacity = header_size > 4096 ? header_size : 4096;
+    unsigned char *data = PyMem_Realloc(self->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
         return -1;
-    memset(PyByteArray_AS_STRING(buffer), 0, (size_t)header_size);
-    Py_XSETREF(self->buffer, buffer);
+    }
+    memset(data, 0, (size_t)header_size);
+    self->data = data;
+    self->capacity = capacity;
+    self->size = header_size;
+    self->ready = 1;
     self->count = 0;
     self->base_ts = self->max_ts = 0;
     return 0;
@@ -528,9 +538,34 @@ builder_init(RecordBuilder *self, PyObject *args, PyObject *kwargs)
 static void
 builder_dealloc(RecordBuilder *self)
 {
-    Py_XDECREF(self->buffer);
+    PyMem_Free(self->data);
     PyMem_Free(self->timestamps);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Room for n more bytes; a pointer to it, NULL with an error set. */
+static unsigned char *
+builder_grow(RecordBuilder *self, Py_ssize_t n)
+{
+    if (n > PY_SSIZE_T_MAX / 2 - self->size) {
+        PyErr_SetString(PyExc_OverflowError, "record too large");
+        return NULL;
+    }
+    if (self->size + n > self->capacity) {
+        Py_ssize_t capacity = self->capacity ? self->capacity : 4096;
+        while (capacity < self->size + n)
+            capacity *= 2;
+        unsigned char *data = PyMem_Realloc(self->data, (size_t)capacity);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->data = data;
+        self->capacity = capacity;
+    }
+    unsigned char *p = self->data + self->size;
+    self->size += n;
+    return p;
 }
 
 /* Bookkeeping for a record about to be appended: its timestamp delta into *ts_delta. */
@@ -540,7 +575,7 @@ builder_next(RecordBuilder *self, PyObject *timestamp_obj, int64_t *timestamp, i
     long long ts = PyLong_AsLongLong(timestamp_obj);
     if (ts == -1 && PyErr_Occurred())
         return -1;
-    if (self->buffer == NULL) {
+    if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
         return -1;
     }
@@ -585,7 +620,7 @@ builder_append(RecordBuilder *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
     int64_t body;
     Py_ssize_t total = record_size(self->count, ts_delta, key_len, value_len, &body);
-    unsigned char *p = grow(self->buffer, total);
+    unsigned char *p = builder_grow(self, total);
     if (p == NULL)
         return NULL;
     write_record(p, body, self->count, ts_delta, key, key_len, value, value_len);
@@ -603,7 +638,7 @@ builder_append_encoded(RecordBuilder *self, PyObject *const *args, Py_ssize_t na
     if (builder_next(self, args[0], &timestamp, &ts_delta) < 0)
         return NULL;
     Py_ssize_t n = PyBytes_GET_SIZE(args[1]);
-    unsigned char *p = grow(self->buffer, n);
+    unsigned char *p = builder_grow(self, n);
     if (p == NULL)
         return NULL;
     memcpy(p, PyBytes_AS_STRING(args[1]), (size_t)n);
@@ -637,15 +672,16 @@ static PyObject *
 builder_take_buffer(RecordBuilder *self, PyObject *unused)
 {
     (void)unused;
-    if (self->buffer == NULL) {
+    if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
         return NULL;
     }
-    PyObject *empty = PyByteArray_FromStringAndSize(NULL, 0);
-    if (empty == NULL)
+    PyObject *taken = PyByteArray_FromStringAndSize((const char *)self->data, self->size);
+    if (taken == NULL)
         return NULL;
-    PyObject *taken = self->buffer;
-    self->buffer = empty;
+    PyMem_Free(self->data);
+    self->data = NULL;
+    self->size = self->capacity = 0;
     return taken;
 }
 
@@ -674,17 +710,7 @@ static PyObject *
 builder_get_size(RecordBuilder *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromSsize_t(self->buffer ? PyByteArray_GET_SIZE(self->buffer) : 0);
-}
-
-static PyObject *
-builder_get_buffer(RecordBuilder *self, void *closure)
-{
-    (void)closure;
-    if (self->buffer == NULL)
-        Py_RETURN_NONE;
-    Py_INCREF(self->buffer);
-    return self->buffer;
+    return PyLong_FromSsize_t(self->size);
 }
 
 static PyMethodDef builder_methods[] = {
@@ -698,8 +724,8 @@ static PyMethodDef builder_methods[] = {
     {"timestamp", (PyCFunction)builder_timestamp, METH_O,
      "timestamp(index) -> the timestamp of the record at ``index``."},
     {"take_buffer", (PyCFunction)builder_take_buffer, METH_NOARGS,
-     "take_buffer() -> the bytearray (header room, then the records); the builder keeps an\n"
-     "empty one, and its count and timestamps."},
+     "take_buffer() -> a bytearray of the buffer (header room, then the records); the\n"
+     "builder is left empty, with its count and timestamps."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -708,7 +734,6 @@ static PyGetSetDef builder_getset[] = {
     {"base_ts", (getter)builder_get_base_ts, NULL, "the first record's timestamp", NULL},
     {"max_ts", (getter)builder_get_max_ts, NULL, "the largest timestamp", NULL},
     {"size", (getter)builder_get_size, NULL, "bytes in the buffer, header room included", NULL},
-    {"buffer", (getter)builder_get_buffer, NULL, "the bytearray being filled", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -146,10 +146,6 @@ class PyRecordBuilder:
     def size(self) -> int:
         return len(self._buffer)
 
-    @property
-    def buffer(self) -> bytearray:
-        return self._buffer
-
     def delta(self, timestamp: int) -> int:
         """The timestamp delta the next record would have."""
         return timestamp - self.base_ts if self.count else 0
