@@ -44,6 +44,9 @@ class RecordAccumulator:
         self.clock = clock
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)  # notified when buffered bytes drop
+        # Callers blocked in wait_for_space: a Condition's notify costs microseconds even
+        # with nobody to wake, and batches finish by the thousand a second.
+        self.space_waiters = 0
         self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
         self.buffered = 0      # bytes of records not yet acknowledged or failed
         self.incomplete: set[ProducerBatch] = set()  # created, not yet acknowledged or failed
@@ -143,11 +146,12 @@ class RecordAccumulator:
     def wait_for_space(self, timeout: float) -> bool:
         """Block until buffer.memory has room (False when ``timeout`` passes first)."""
         with self.space:
-            return self.space.wait_for(lambda: self.buffered < self.config.buffer_memory,
-                                       timeout)
-
-    def has_space(self) -> bool:
-        return self.buffered < self.config.buffer_memory
+            self.space_waiters += 1
+            try:
+                return self.space.wait_for(lambda: self.buffered < self.config.buffer_memory,
+                                           timeout)
+            finally:
+                self.space_waiters -= 1
 
     # --- the sender's side -----------------------------------------------------------------
 
@@ -214,7 +218,8 @@ class RecordAccumulator:
             self.incomplete.discard(batch)
             if batch.error is not None and self.first_error is None:
                 self.first_error = batch.error
-            self.space.notify_all()
+            if self.space_waiters:
+                self.space.notify_all()
         for listener in self.space_listeners:
             listener()
 
