@@ -5,6 +5,10 @@ connection); each ``request`` returns a future. A broker that does not answer wi
 request timeout, a reset or a malformed answer fails every pending future with
 NETWORK_EXCEPTION or REQUEST_TIMED_OUT and closes the connection: what was in flight on it has
 an unknown outcome, which the producer's sequence numbers resolve on retry.
+
+The socket is driven with the loop's add_reader/add_writer and plain socket calls rather than
+a transport: Python's socket calls release the GIL for the system call (uvloop's transports
+keep it), so while the kernel copies a 16 KiB request the thread calling produce() runs.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -27,6 +32,8 @@ from .connection import KafkaError, KafkaTimeout, choose_versions
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+_RECEIVE = 256 * 1024
+_PARTS_PER_SEND = 512  # under any system's IOV_MAX
 
 
 class AsyncBrokerConnection:
@@ -36,7 +43,8 @@ class AsyncBrokerConnection:
         self.timeout = timeout
         self.versions: dict[int, int] = {}
         self._loop = asyncio.get_running_loop()
-        self._transport: asyncio.Transport | None = None
+        self._sock: socket.socket | None = None
+        self._unsent: collections.deque[memoryview] = collections.deque()  # when the socket is full
         self._received = bytearray()  # bytes of answers not yet complete
         self._correlation = 0
         # (correlation id, api key, version, future, deadline, the API's own decoder or None)
@@ -51,9 +59,9 @@ class AsyncBrokerConnection:
                    timeout: float) -> AsyncBrokerConnection:
         conn = cls(host, port, client_id, timeout)
         try:
-            conn._transport, _ = await asyncio.wait_for(
-                conn._loop.create_connection(lambda: _Protocol(conn), host, port), timeout)
+            await asyncio.wait_for(conn._connect(), timeout)
         except (OSError, TimeoutError) as exc:
+            conn.close()
             raise KafkaError(ErrorCode.network_exception,
                              f"cannot connect to {host}:{port}: {exc}") from None
         try:
@@ -62,6 +70,27 @@ class AsyncBrokerConnection:
             conn.close()
             raise
         return conn
+
+    async def _connect(self) -> None:
+        infos = await self._loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        last: OSError | None = None
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            try:
+                await self._loop.sock_connect(sock, address)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:  # cancelled (open's timeout): the socket is ours to close
+                sock.close()
+                raise
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+            self._loop.add_reader(sock.fileno(), self._readable)
+            return
+        raise last or OSError(f"no address for {self.host}")
 
     async def _negotiate(self) -> None:
         self.versions = {API_VERSIONS_KEY: 0}
@@ -103,20 +132,80 @@ class AsyncBrokerConnection:
               decode: Callable[[int, bytes], Any] | None,
               expect_response: bool = True) -> asyncio.Future:
         future = self._loop.create_future()
-        if self.closed or self._transport is None:
+        if self.closed or self._sock is None:
             future.set_exception(KafkaError(ErrorCode.network_exception,
                                             f"connection to {self.host}:{self.port} is closed"))
             return future
         self._correlation += 1
-        self._transport.writelines(frame(self._correlation))
+        parts = frame(self._correlation)
         if expect_response:
+            # Pending before the write: a write that fails fails it with the rest.
             self._pending.append((self._correlation, api_key, version, future,
                                   time.monotonic() + self.timeout, decode))
             if self._watchdog is None:
                 self._arm_watchdog()
         else:
             future.set_result(None)
+        self._write(parts)
         return future
+
+    def _write(self, parts: list) -> None:
+        if self._unsent:  # behind earlier bytes the socket had no room for
+            self._unsent.extend(memoryview(part) for part in parts)
+            return
+        try:
+            if len(parts) > _PARTS_PER_SEND:
+                parts = [b"".join(parts)]
+            sent = self._sock.sendmsg(parts) if self._sock is not None else 0
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._connection_lost(exc)
+            return
+        for part in parts:
+            if sent >= len(part):
+                sent -= len(part)
+                continue
+            self._unsent.append(memoryview(part)[sent:])
+            sent = 0
+        if self._unsent and self._sock is not None:
+            self._loop.add_writer(self._sock.fileno(), self._writable)
+
+    def _writable(self) -> None:
+        unsent = self._unsent
+        while unsent and self._sock is not None:
+            try:
+                sent = self._sock.sendmsg(list(unsent)[:_PARTS_PER_SEND])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._connection_lost(exc)
+                return
+            while sent and unsent:
+                head = unsent[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    unsent.popleft()
+                else:
+                    unsent[0] = head[sent:]
+                    sent = 0
+        if self._sock is not None:
+            self._loop.remove_writer(self._sock.fileno())
+
+    def _readable(self) -> None:
+        if self._sock is None:
+            return
+        try:
+            data = self._sock.recv(_RECEIVE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._connection_lost(exc)
+            return
+        if not data:
+            self._connection_lost(None)
+            return
+        self._data_received(data)
 
     def _arm_watchdog(self) -> None:
         if not self._pending:
@@ -198,20 +287,14 @@ class AsyncBrokerConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        if self._transport is not None:
-            self._transport.close()
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            if not self._loop.is_closed():
+                self._loop.remove_reader(sock.fileno())
+                self._loop.remove_writer(sock.fileno())
+            self._unsent.clear()
+            sock.close()
         if self._pending:
             self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
         if self.on_close is not None:
             self.on_close(self)
-
-
-class _Protocol(asyncio.Protocol):
-    def __init__(self, conn: AsyncBrokerConnection) -> None:
-        self.conn = conn
-
-    def data_received(self, data: bytes) -> None:
-        self.conn._data_received(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._connection_lost(exc)
