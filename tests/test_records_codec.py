@@ -1,6 +1,7 @@
 """Record batches: encode/decode round trips for every codec, checked against real clients."""
 
 import struct
+import time
 
 import crc32c
 import pytest
@@ -219,3 +220,14 @@ def test_record_builder_refuses_bad_input():
     uninitialised = _compiled.RecordBuilder.__new__(_compiled.RecordBuilder)
     with pytest.raises(RuntimeError):
         uninitialised.append(0, None, b"v")
+
+
+def test_record_builders_read_the_clock_when_given_no_timestamp():
+    for builder in (_compiled.RecordBuilder(HEADER_SIZE), PyRecordBuilder(HEADER_SIZE)):
+        before = time.time_ns() // 1_000_000
+        builder.append(None, None, b"now")
+        builder.append(before - 5, None, b"earlier")
+        after = time.time_ns() // 1_000_000
+        assert before <= builder.timestamp(0) <= after
+        assert builder.base_ts == builder.max_ts == builder.timestamp(0)
+        assert builder.timestamp(1) == before - 5

@@ -64,10 +64,11 @@ class RecordAccumulator:
 
     # --- the caller's side ------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, timestamp: int, key: bytes | None,
+    def append(self, topic: str, partition: int, timestamp: int | None, key: bytes | None,
                value: bytes | None, headers: Headers, size: int,
                on_delivery: Callable | None = None) -> tuple[ProducerBatch, int]:
-        """Add a record (``size``: key and value bytes) to the partition's open batch."""
+        """Add a record (``size``: key and value bytes; a timestamp of None is now) to the
+        partition's open batch."""
         size += _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + len(v or b"") + 4 for k, v in (

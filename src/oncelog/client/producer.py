@@ -43,7 +43,6 @@ __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 CHECKPOINT_VERSION = 1
 log = logging.getLogger(__name__)
 _RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
-_time_ns = time.time_ns
 
 
 class _ProducerCore:
@@ -108,7 +107,8 @@ class _ProducerCore:
             raise KafkaError(ErrorCode.message_too_large,
                              f"a {size}-byte record does not fit in max.request.size "
                              f"({self.config.max_request_size})")
-        timestamp = _time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        if timestamp is not None:
+            timestamp = int(timestamp)  # None: the record builder reads the clock
         count = self.partition_counts[topic]
         if partition is None or type(partition) is not int or not 0 <= partition < count:
             partition = self.choose_partition(topic, key, partition, count, size)

@@ -112,12 +112,15 @@ class ProducerBatch:
     def count(self) -> int:
         return self.records.count
 
-    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
                headers: Headers) -> int:
-        """Encode one record at the end; returns its index in the batch."""
+        """Encode one record at the end (a timestamp of None is now); returns its index in
+        the batch."""
         builder = self.records
         if not headers:
             return builder.append(timestamp, key, value)
+        if timestamp is None:
+            timestamp = records.now_ms()
         return builder.append_encoded(timestamp, encode_record(
             builder.count, builder.delta(timestamp), key, value, headers))
 

@@ -15,6 +15,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     const unsigned char *buf;
@@ -572,9 +573,21 @@ builder_grow(RecordBuilder *self, Py_ssize_t n)
 static int
 builder_next(RecordBuilder *self, PyObject *timestamp_obj, int64_t *timestamp, int64_t *ts_delta)
 {
-    long long ts = PyLong_AsLongLong(timestamp_obj);
-    if (ts == -1 && PyErr_Occurred())
-        return -1;
+    long long ts;
+    if (timestamp_obj == Py_None) {
+        /* Now, in milliseconds since the epoch, as Kafka's CreateTime: here rather than in
+         * the caller, where it was a tenth of a produce() call. */
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        ts = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    } else {
+        ts = PyLong_AsLongLong(timestamp_obj);
+        if (ts == -1 && PyErr_Occurred())
+            return -1;
+    }
     if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
         return -1;
@@ -715,7 +728,8 @@ builder_get_size(RecordBuilder *self, void *closure)
 
 static PyMethodDef builder_methods[] = {
     {"append", (PyCFunction)(void (*)(void))builder_append, METH_FASTCALL,
-     "append(timestamp, key, value) -> index: a record without headers."},
+     "append(timestamp, key, value) -> index: a record without headers; a timestamp of None\n"
+     "is now (milliseconds since the epoch)."},
     {"append_encoded", (PyCFunction)(void (*)(void))builder_append_encoded, METH_FASTCALL,
      "append_encoded(timestamp, record) -> index: a record encoded by the caller, with\n"
      "offset delta ``count`` and timestamp delta ``delta(timestamp)``."},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,8 +151,10 @@ class PyRecordBuilder:
         """The timestamp delta the next record would have."""
         return timestamp - self.base_ts if self.count else 0
 
-    def append(self, timestamp: int, key: bytes | None, value: bytes | None) -> int:
-        """A record without headers; returns its index."""
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None) -> int:
+        """A record without headers (a timestamp of None is now); returns its index."""
+        if timestamp is None:
+            timestamp = now_ms()
         index = self.count
         ts_delta = timestamp - self.base_ts if index else 0
         key_len = -1 if key is None else len(key)
@@ -196,6 +199,11 @@ class PyRecordBuilder:
         """The buffer (header room, then the records); the builder keeps an empty one."""
         buffer, self._buffer = self._buffer, bytearray()
         return buffer
+
+
+def now_ms() -> int:
+    """Now as Kafka's record timestamps count it: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
 
 
 def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
