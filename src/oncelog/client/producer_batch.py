@@ -71,9 +71,9 @@ class ProducerBatch:
 
     __slots__ = (
         "_callbacks", "_error", "_event", "_loop_future", "_skipped_timestamps", "accounted",
-        "ambiguous", "attempts", "base_offset",
-        "base_sequence", "closed", "created", "data", "epoch", "in_flight", "maybe_stored",
-        "partition", "records", "retry_at", "skipped", "topic",
+        "ambiguous", "attempts", "base_offset", "base_sequence", "closed", "created", "data",
+        "epoch", "in_flight", "maybe_stored", "partition", "records", "retry_at", "skipped",
+        "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,

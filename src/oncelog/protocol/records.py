@@ -28,7 +28,7 @@ from .record_batch import (
 )
 from .varint import SMALL_VARINTS as _SMALL
 from .varint import SMALL_VARINTS_END as _END
-from .varint import read_uvarint, read_varint, varint_bytes, write_varint
+from .varint import read_uvarint, read_varint, varint_bytes
 
 # The compiled codec (_records.c), when it was built and not turned off with
 # ONCELOG_PURE_PYTHON=1 (to compare, or to test the Python rules alone). Callers look it up
@@ -57,14 +57,6 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-def _write_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        write_varint(out, -1)
-    else:
-        write_varint(out, len(data))
-        out += data
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
