@@ -13,7 +13,7 @@ from ..protocol.record_batch import (
     crc_of,
     read_header,
 )
-from .files import reserve
+from .files import reserve, reserving_pays
 from .index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class LogSegment:
         self.unflushed_messages = 0
         self.recovered = False
         self._reserved_to = self.size  # blocks are allocated up to here (see _reserve)
-        self._can_reserve = True
+        self._can_reserve = reserving_pays(self._fd)
 
     # --- opening -------------------------------------------------------------------------
 
