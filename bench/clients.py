@@ -804,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="length of each profiled load (default %(default)s)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help=f"first wait up to this long for other processes to use under "
-                             f"{QUIET:.0%} of the CPUs")
+                             f"{QUIET * 100:.0f}%% of the CPUs")
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
