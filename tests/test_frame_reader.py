@@ -144,3 +144,33 @@ def test_pending_bytes_can_be_taken_before_any_cut():
     assert reader.pending()[:4] == b"GET "
     assert reader.take_pending() == request
     assert reader.buffered == 0
+
+
+def test_readers_sharing_spare_buffers_keep_their_frames_apart():
+    """A reader with nothing pending hands its receive buffer on to the next reader that
+    needs one; frames already cut, and another reader's uncut bytes, must not change."""
+    sizes = [1000, 1001, 1002]
+    expected = [[payload(size, i + k) for i in range(400)] for k, size in enumerate(sizes)]
+    streams = [framed(*frames) for frames in expected]
+    readers = [FrameReader(1 << 20) for _ in streams]
+    kept: list[list] = [[] for _ in streams]  # the frames as returned, read at the end
+    positions = [0] * len(streams)
+    step = 0
+    while any(p < len(s) for p, s in zip(positions, streams, strict=True)):
+        k = step % len(streams)
+        step += 1
+        if positions[k] >= len(streams[k]):
+            continue
+        # Every other read ends on a frame boundary, so the reader gives its buffer back.
+        framed_size = sizes[k] + 4
+        boundary = (positions[k] // framed_size + 1 + step % 5) * framed_size
+        n = boundary - positions[k] if step % 2 else 1 + 997 * step % (5 * framed_size)
+        target = readers[k].buffer()
+        n = min(n, len(target), len(streams[k]) - positions[k])
+        target[:n] = streams[k][positions[k]:positions[k] + n]
+        readers[k].received(n)
+        kept[k] += readers[k].frames()
+        positions[k] += n
+    for k, frames in enumerate(expected):
+        assert [bytes(f) for f in kept[k]] == frames
+        assert readers[k].buffered == 0

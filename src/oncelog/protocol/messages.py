@@ -29,7 +29,12 @@ __all__ = ["ProtocolError", "UnsupportedVersion"]
 _PREFIX = struct.Struct(">hhi")
 _ASSEMBLE_ABOVE = 64 * 1024
 _RECEIVE_SIZE = 256 * 1024  # uvloop's own receive buffer is as large
-_MIN_RECEIVE = 64 * 1024
+_MIN_RECEIVE = 64 * 1024  # less room than this left: move what is uncut to the front first
+# Receive buffers of readers with nothing pending, for the next reader that needs one: an
+# idle connection holds no buffer, and a busy one gets a buffer without allocating and
+# zeroing 256 KiB per read.
+_SPARE_BUFFERS: list[bytearray] = []
+_SPARE_BUFFERS_KEPT = 16
 _SIZE = struct.Struct(">i")
 
 
@@ -58,7 +63,7 @@ class FrameReader:
 
     def __init__(self, max_size: int) -> None:
         self._max_size = max_size
-        self._buf = bytearray(_RECEIVE_SIZE)
+        self._buf: bytearray | None = None  # held only while something in it is uncut
         self._start = 0  # the first byte received in _buf and not yet cut into a frame
         self._end = 0  # the end of what was received in _buf
         self._frame: bytearray | None = None  # a large frame being received
@@ -69,13 +74,17 @@ class FrameReader:
         (so that a read cannot mix its tail with the next frame's bytes)."""
         if self._frame is not None:
             return memoryview(self._frame)[self._filled:]
-        if len(self._buf) - self._end < _MIN_RECEIVE and self._start:
+        buf = self._buf
+        if buf is None:
+            buf = self._buf = _SPARE_BUFFERS.pop() if _SPARE_BUFFERS \
+                else bytearray(_RECEIVE_SIZE)
+        elif len(buf) - self._end < _MIN_RECEIVE and self._start:
             # What is left uncut is under 4 + 64 KiB (longer frames move to their own
             # buffer), so moving it to the front always leaves room.
             rest = self._end - self._start
-            self._buf[:rest] = self._buf[self._start:self._end]
+            buf[:rest] = buf[self._start:self._end]
             self._start, self._end = 0, rest
-        return memoryview(self._buf)[self._end:]
+        return memoryview(buf)[self._end:]
 
     def received(self, n: int) -> None:
         """``n`` bytes were written at the start of the last ``buffer()``."""
@@ -85,13 +94,21 @@ class FrameReader:
             self._end += n
 
     def pending(self) -> bytes:
-        """The bytes received and not yet cut into frames (a large frame's aside)."""
+        """The bytes received and not yet cut into frames (not counting a large frame's)."""
+        if self._buf is None:
+            return b""
         return bytes(self._buf[self._start:self._end])
 
     def take_pending(self) -> bytes:
         data = self.pending()
-        self._start = self._end = 0
+        self._release()
         return data
+
+    def _release(self) -> None:
+        buf, self._buf = self._buf, None
+        self._start = self._end = 0
+        if buf is not None and len(_SPARE_BUFFERS) < _SPARE_BUFFERS_KEPT:
+            _SPARE_BUFFERS.append(buf)
 
     def frames(self) -> list[bytes | memoryview]:
         """The frames completed by what was received, in order; call after ``received``."""
@@ -103,6 +120,8 @@ class FrameReader:
             self._frame = None
             self._filled = 0
         buf = self._buf
+        if buf is None:
+            return frames
         pos, end = self._start, self._end
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
@@ -125,8 +144,9 @@ class FrameReader:
             frames.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
         if pos == end:
-            pos = end = 0
-        self._start, self._end = pos, end
+            self._release()  # frames were copied out or own their buffer: nothing refers to it
+        else:
+            self._start, self._end = pos, end
         return frames
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
