@@ -1,7 +1,8 @@
 """The cost of idempotence: idempotent / plain produce throughput on one broker, one run.
 
     .venv/bin/python bench/idempotence_cost.py [--messages N] [--repeats 9] [--wait-quiet 600]
-        [--max-other-load 0.10] [--data-dir /dev/shm]
+        [--max-other-load 0.10] [--data-dir /dev/shm] [--client-stats] [--src DIR] [--no-mock]
+        [--batching default|16KiB]
 
 confluent-kafka, 1 KiB values, acks=all, one partition, the same oncelog broker for every
 mode; the modes rotate within each repetition so drift hits them alike, and each repetition
@@ -67,6 +68,7 @@ class Run:
     others: float  # share of all CPUs other processes used meanwhile
     client_us_per_msg: float = float("nan")  # this process: Python's loop and librdkafka
     wakeups_per_msg: float = float("nan")  # librdkafka's broker thread; with --client-stats
+    rtt_ms: float = float("nan")  # librdkafka's mean produce round trip; with --client-stats
     broker_us_per_msg: float = float("nan")  # oncelog only
     batches: int = 0  # batches the partition stored (= produce requests); oncelog only
 
@@ -89,33 +91,49 @@ def stored_batches(partition_dir: Path) -> int:
 
 
 class ClientStats:
-    """librdkafka's statistics (``statistics.interval.ms``): the last report, for the broker
-    thread's wake-ups (``brokers[].wakeups``, cumulative; the last report is at most one
-    interval old)."""
+    """librdkafka's statistics (``statistics.interval.ms``): the broker thread's wake-ups
+    (``brokers[].wakeups``, cumulative; the last report is at most one interval old) and the
+    produce round trip (``brokers[].rtt``, a window reset at every report, so the windows'
+    sums and counts add up over the run)."""
 
     INTERVAL_MS = 100
 
     def __init__(self) -> None:
         self.last = ""
+        self.rtt_sum_us = 0
+        self.rtt_count = 0
 
     def conf(self) -> dict:
         return {"statistics.interval.ms": self.INTERVAL_MS, "stats_cb": self._keep}
 
     def _keep(self, report: str) -> None:
         self.last = report
+        for broker in self._brokers(report):
+            self.rtt_sum_us += broker["rtt"]["sum"]
+            self.rtt_count += broker["rtt"]["cnt"]
+
+    @staticmethod
+    def _brokers(report: str) -> list[dict]:
+        brokers = json.loads(report)["brokers"].values() if report else []
+        return [b for b in brokers if b["nodeid"] >= 0]
 
     def wakeups(self) -> int:
-        brokers = json.loads(self.last)["brokers"].values() if self.last else []
-        return sum(b["wakeups"] for b in brokers if b["nodeid"] >= 0)
+        return sum(b["wakeups"] for b in self._brokers(self.last))
+
+    def rtt_ms(self) -> float:
+        """Mean time from a request's send to its answer, over the run."""
+        return self.rtt_sum_us / self.rtt_count / 1000 if self.rtt_count else float("nan")
 
 
 def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
               broker: OncelogBroker | None = None,
-              client_stats: bool = False) -> dict[str, list[dict[str, Run]]]:
+              client_stats: bool = False,
+              batchings: list[str] | None = None) -> dict[str, list[dict[str, Run]]]:
     """Every repetition of every scenario: {scenario: [{mode: Run}]}."""
     probe = cpu_seconds_probe(broker.pid) if broker else None
     results: dict[str, list[dict[str, Run]]] = {}
-    for batching, extra in SCENARIOS.items():
+    for batching in batchings or list(SCENARIOS):
+        extra = SCENARIOS[batching]
         count = messages[batching]
         warm_up = f"cost-{batching}-warm-up"  # untimed: the first run after start is slower
         produce_throughput(bootstrap, warm_up, max(1000, count // 10), extra)
@@ -139,6 +157,7 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
                           (_own_cpu_seconds() - client) / result.messages * 1e6)
                 if client_stats:
                     run.wakeups_per_msg = stats.wakeups() / result.messages
+                    run.rtt_ms = stats.rtt_ms()
                 if broker and probe:
                     run.broker_us_per_msg = (probe() - cpu) / result.messages * 1e6
                     run.batches = stored_batches(broker.data_dir / f"{topic}-0")
@@ -152,6 +171,7 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
             if client_stats:
                 line += "  wakeups/msg " + " ".join(
                     f"{pair[mode].wakeups_per_msg:.2f}" for mode in MODES)
+                line += "  rtt ms " + " ".join(f"{pair[mode].rtt_ms:.2f}" for mode in MODES)
             if broker:
                 line += "  broker " + " ".join(
                     f"{pair[mode].broker_us_per_msg:.2f}" for mode in MODES)
@@ -178,17 +198,24 @@ def summary(reps: list[dict[str, Run]], max_other_load: float) -> dict:
         out[mode] = median([p[mode].msgs_per_s for p in used])
         out[f"{mode} client"] = median([p[mode].client_us_per_msg for p in used])
         out[f"{mode} wakeups"] = median([p[mode].wakeups_per_msg for p in used])
+        out[f"{mode} rtt"] = median([p[mode].rtt_ms for p in used])
         out[f"{mode} us/msg"] = median([p[mode].broker_us_per_msg for p in used])
         out[f"{mode} batches"] = median([p[mode].batches for p in used])
     return out
 
 
-def run(messages: dict[str, int], repeats: int, data_dir: Path | None,
-        client_stats: bool) -> dict[str, dict]:
-    with OncelogBroker(base_dir=data_dir) as broker:
-        oncelog = run_pairs(broker.bootstrap, "oncelog", messages, repeats, broker, client_stats)
-    with MockCluster() as mock:
-        mocked = run_pairs(mock.bootstrap, "mock", messages, repeats, None, client_stats)
+def run(messages: dict[str, int], repeats: int, data_dir: Path | None, client_stats: bool,
+        src: Path | None = None, mock: bool = True,
+        batchings: list[str] | None = None) -> dict[str, dict]:
+    with OncelogBroker(src=src, base_dir=data_dir) as broker:
+        print(f"oncelog broker from {broker.package_dir()}", flush=True)
+        oncelog = run_pairs(broker.bootstrap, "oncelog", messages, repeats, broker, client_stats,
+                            batchings)
+    if not mock:
+        return {"oncelog": oncelog, "mock": oncelog}
+    with MockCluster() as cluster:
+        mocked = run_pairs(cluster.bootstrap, "mock", messages, repeats, None, client_stats,
+                           batchings)
     return {"oncelog": oncelog, "mock": mocked}
 
 
@@ -212,16 +239,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="also collect librdkafka's statistics every "
                              f"{ClientStats.INTERVAL_MS} ms and print its broker thread's "
                              "wake-ups per message")
+    parser.add_argument("--src", type=Path,
+                        help="run the broker from this source tree (default: the repo's src/), "
+                             "e.g. a git archive of another commit for an A/B comparison")
+    parser.add_argument("--no-mock", dest="mock", action="store_false",
+                        help="skip the runs against librdkafka's mock cluster (the 'on the "
+                             "mock' figures then repeat oncelog's)")
+    parser.add_argument("--batching", action="append", choices=list(SCENARIOS),
+                        help="run only this batching (repeatable; default: all)")
     args, _ = parser.parse_known_args(argv)
     messages = {k: args.messages or v for k, v in MESSAGES.items()}
     if args.wait_quiet > 0:
         wait_for_quiet(QUIET, args.wait_quiet)
-    results = run(messages, args.repeats, args.data_dir, args.client_stats)
+    batchings = args.batching or list(SCENARIOS)
+    results = run(messages, args.repeats, args.data_dir, args.client_stats, args.src, args.mock,
+                  batchings)
     print(f"idempotence_cost: 1 KiB messages, acks=all, {args.repeats} repetitions; medians "
           f"over those during which other processes used <= {args.max_other_load:.0%} of the "
           f"CPUs (all when fewer than 3)")
     client_stats = args.client_stats
-    for batching in SCENARIOS:
+    for batching in batchings:
         ours = summary(results["oncelog"][batching], args.max_other_load)
         mock = summary(results["mock"][batching], args.max_other_load)
         verdict = "ok" if ours["fair"] >= 0.97 else "MISS"
@@ -239,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{mode} {ours[f'{mode} client']:.2f} us" for mode in MODES)
               + ("; librdkafka wake-ups per message: " + ", ".join(
                   f"{mode} {ours[f'{mode} wakeups']:.2f}" for mode in MODES)
+                 + "; mean produce rtt: " + ", ".join(
+                  f"{mode} {ours[f'{mode} rtt']:.2f} ms" for mode in MODES)
+                 + f" (mock: {mock['idempotent rtt']:.2f} ms idempotent)"
                  if client_stats else ""))
     return 0
 

@@ -514,3 +514,48 @@ def test_frames_split_anywhere_are_reassembled(broker):
     with connect(broker) as sock:
         sock.sendall(frame[:len(frame) // 2])
     assert_serving(broker)
+
+
+def test_large_frames_split_anywhere_are_reassembled(broker):
+    """Frames over 64 KiB are received into a buffer of their own; pieces that end anywhere
+    (inside the prefix, at the frame's end, with the next frame's first bytes) change nothing."""
+    with connect(broker) as setup:
+        create_topic(setup)
+    big = batch(200, value_size=1000)
+    first = encode_request(PRODUCE, 9, 1, "t", produce_request({(TOPIC, 0): big}))
+    second = encode_request(LIST_OFFSETS, 7, 2, "t", list_offsets_request(TOPIC, 0))
+    third = encode_request(PRODUCE, 9, 3, "t", produce_request({(TOPIC, 0): big}))
+    stream = first + second + third
+    assert len(first) > 2 * 64 * 1024
+    cuts = sorted({1, 2, 3, 5, 70_000, len(first) - 1, len(first), len(first) + 3,
+                   len(first) + len(second) + 2, len(stream) - 1})
+    with connect(broker) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            sock.sendall(stream[start:end])
+            time.sleep(0.01)  # let each piece arrive as a read of its own
+        for cid, key in ((1, PRODUCE), (2, LIST_OFFSETS), (3, PRODUCE)):
+            got, body = decode_response(key, VERSIONS[key], read_frame(sock))
+            assert got == cid
+            if key == LIST_OFFSETS:
+                assert body.topics[0].partitions[0].offset == 200
+            else:
+                assert body.responses[0].partition_responses[0].base_offset == 200 * (cid // 3)
+        # The broker sets base offset and leader epoch; the rest is the client's bytes.
+        for offset in (0, 200):
+            assert fetch_one(sock, TOPIC, 0, offset).records[16:len(big)] == big[16:]
+    assert_serving(broker)
+
+
+def test_large_frame_cut_short_by_its_peer_stores_nothing(broker):
+    with connect(broker) as sock:
+        create_topic(sock)
+    payload = encode_request(PRODUCE, 9, 1, "t",
+                             produce_request({(TOPIC, 0): batch(200, value_size=1000)}))[4:]
+    with connect(broker) as sock:
+        # A prefix promising more than is sent, then the peer goes: the broker waits for the
+        # rest, then drops the partial frame with the connection.
+        send_frame(sock, payload[:100_000], size=len(payload))
+    with connect(broker) as sock:
+        assert latest_offset(sock) == 0
+    assert_serving(broker)

@@ -208,13 +208,13 @@ class Broker:
                                body)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.reader = FrameReader(broker.config.get("socket.request.max.bytes"))
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.queue: collections.deque[bytes] = collections.deque()
+        self.queue: collections.deque[bytes | memoryview] = collections.deque()
         self.busy = False
         self.closed = False
         self.paused = False
@@ -236,16 +236,32 @@ class Connection(asyncio.Protocol):
         self.queue.clear()
         self.broker._connections.discard(self)
 
-    def data_received(self, data: bytes) -> None:
-        if self.http is not None or (not self.seen_kafka and data[:4] in metrics.HTTP_METHODS):
-            self._serve_http(data)
+    # Reading is BufferedProtocol's: the event loop receives into the FrameReader's memory
+    # (a large frame's own buffer), not into bytes objects we would copy again.
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        reader = self.reader
+        reader.received(nbytes)
+        if self.http is not None:
+            self._serve_http(reader.take_pending())
             return
-        self.seen_kafka = True
+        if not self.seen_kafka:
+            if reader.buffered < 4:
+                return  # too little to tell Kafka from HTTP
+            if reader.pending()[:4] in metrics.HTTP_METHODS:
+                self._serve_http(reader.take_pending())
+                return
+            self.seen_kafka = True
         try:
-            frames = self.reader.feed(data)
+            frames = reader.frames()
         except ProtocolError as exc:
             log.warning("%s: %s; closing the connection", self.peer, exc)
             self.close()
+            return
+        if not frames:
             return
         self.queue.extend(frames)
         if len(self.queue) > _MAX_QUEUED_REQUESTS and not self.paused:

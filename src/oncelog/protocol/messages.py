@@ -28,6 +28,13 @@ __all__ = ["ProtocolError", "UnsupportedVersion"]
 
 _PREFIX = struct.Struct(">hhi")
 _ASSEMBLE_ABOVE = 64 * 1024
+_RECEIVE_SIZE = 256 * 1024  # uvloop's own receive buffer is as large
+_MIN_RECEIVE = 64 * 1024  # less room than this left: move what is uncut to the front first
+# Receive buffers of readers with nothing pending, for the next reader that needs one: an
+# idle connection holds no buffer, and a busy one gets a buffer without allocating and
+# zeroing 256 KiB per read.
+_SPARE_BUFFERS: list[bytearray] = []
+_SPARE_BUFFERS_KEPT = 16
 _SIZE = struct.Struct(">i")
 
 
@@ -44,64 +51,120 @@ class Request:
 
 
 class FrameReader:
-    """Accumulates bytes and cuts them into frames; refuses frames over ``max_size``.
+    """Cuts a byte stream into frames; refuses frames over ``max_size``.
 
-    A frame that arrives in pieces is assembled in a buffer of its own size, allocated
-    once its size is known, so a megabyte request is copied once, not three times.
+    Shaped for asyncio's BufferedProtocol: ``buffer()`` is where the next bytes are to be
+    received and ``received(n)`` says that ``n`` of them were, so the kernel copies into the
+    reader's memory directly. Small frames are received in one shared buffer and copied out
+    whole. A frame over 64 KiB gets a buffer of its own size as soon as its size prefix is in,
+    and the rest of it is received straight into that buffer: a megabyte request is not
+    copied in user space at all, and nothing of it is copied after its last byte arrives.
     """
 
     def __init__(self, max_size: int) -> None:
-        self._buf = bytearray()
         self._max_size = max_size
-        self._frame: bytearray | None = None  # a partly received frame
+        self._buf: bytearray | None = None  # held only while something in it is uncut
+        self._start = 0  # the first byte received in _buf and not yet cut into a frame
+        self._end = 0  # the end of what was received in _buf
+        self._frame: bytearray | None = None  # a large frame being received
         self._filled = 0
 
-    def feed(self, data: bytes) -> list[bytes | memoryview]:
-        frames: list[bytes | memoryview] = []
-        view = memoryview(data)
+    def buffer(self) -> memoryview:
+        """Where to receive the next bytes: never empty, never past the current large frame
+        (so that a read cannot mix its tail with the next frame's bytes)."""
         if self._frame is not None:
-            view = self._fill(view, frames)
-            if self._frame is not None:
-                return frames
+            return memoryview(self._frame)[self._filled:]
         buf = self._buf
-        buf += view
-        pos = 0
-        end = len(buf)
+        if buf is None:
+            buf = self._buf = _SPARE_BUFFERS.pop() if _SPARE_BUFFERS \
+                else bytearray(_RECEIVE_SIZE)
+        elif len(buf) - self._end < _MIN_RECEIVE and self._start:
+            # What is left uncut is under 4 + 64 KiB (longer frames move to their own
+            # buffer), so moving it to the front always leaves room.
+            rest = self._end - self._start
+            buf[:rest] = buf[self._start:self._end]
+            self._start, self._end = 0, rest
+        return memoryview(buf)[self._end:]
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were written at the start of the last ``buffer()``."""
+        if self._frame is not None:
+            self._filled += n
+        else:
+            self._end += n
+
+    def pending(self) -> bytes:
+        """The bytes received and not yet cut into frames (not counting a large frame's)."""
+        if self._buf is None:
+            return b""
+        return bytes(self._buf[self._start:self._end])
+
+    def take_pending(self) -> bytes:
+        data = self.pending()
+        self._release()
+        return data
+
+    def _release(self) -> None:
+        buf, self._buf = self._buf, None
+        self._start = self._end = 0
+        if buf is not None and len(_SPARE_BUFFERS) < _SPARE_BUFFERS_KEPT:
+            _SPARE_BUFFERS.append(buf)
+
+    def frames(self) -> list[bytes | memoryview]:
+        """The frames completed by what was received, in order; call after ``received``."""
+        frames: list[bytes | memoryview] = []
+        if self._frame is not None:
+            if self._filled < len(self._frame):
+                return frames
+            frames.append(memoryview(self._frame).toreadonly())  # kio reads only read-only
+            self._frame = None
+            self._filled = 0
+        buf = self._buf
+        if buf is None:
+            return frames
+        pos, end = self._start, self._end
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 8 or size > self._max_size:
                 raise ProtocolError(
                     f"frame size {size} is outside 8..{self._max_size} (socket.request.max.bytes)"
                 )
+            if size > _ASSEMBLE_ABOVE:
+                frame = bytearray(size)
+                have = min(end - pos - 4, size)
+                frame[:have] = memoryview(buf)[pos + 4 : pos + 4 + have]
+                pos += 4 + have
+                if have < size:
+                    self._frame, self._filled = frame, have
+                    break
+                frames.append(memoryview(frame).toreadonly())
+                continue
             if end - pos - 4 < size:
                 break
             frames.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
-        if end - pos >= 4 and size > _ASSEMBLE_ABOVE:
-            # Start this frame's own buffer with what has arrived of it.
-            self._frame = bytearray(size)
-            have = end - pos - 4
-            self._frame[:have] = memoryview(buf)[pos + 4 : end]
-            self._filled = have
-            pos = end
-        if pos:
-            del buf[:pos]
+        if pos == end:
+            self._release()  # frames were copied out or own their buffer: nothing refers to it
+        else:
+            self._start, self._end = pos, end
         return frames
 
-    def _fill(self, view: memoryview, frames: list) -> memoryview:
-        frame = self._frame
-        assert frame is not None
-        n = min(len(view), len(frame) - self._filled)
-        frame[self._filled : self._filled + n] = view[:n]
-        self._filled += n
-        if self._filled == len(frame):
-            frames.append(memoryview(frame).toreadonly())  # kio reads only read-only buffers
-            self._frame = None
-        return view[n:]
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
+        """``buffer``/``received``/``frames`` for bytes that are already in memory."""
+        frames: list[bytes | memoryview] = []
+        view = memoryview(data)
+        while view:
+            target = self.buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            self.received(n)
+            frames += self.frames()
+            view = view[n:]
+        return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) + self._filled if self._frame is not None else len(self._buf)
+        return self._end - self._start + self._filled
 
 
 @functools.cache
