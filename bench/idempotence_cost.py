@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,16 @@ from _support import (
     median,
     wait_for_quiet,
 )
-from produce_consume import QUIET, SCENARIOS, _delete_topics, produce_throughput
+from produce_consume import (
+    PAYLOAD,
+    QUIET,
+    RUN_TIMEOUT,
+    SCENARIOS,
+    Throughput,
+    _check_delivered,
+    _delete_topics,
+    produce_throughput,
+)
 
 from oncelog.protocol.record_batch import HEADER_SIZE, read_header
 
@@ -77,6 +87,42 @@ def _own_cpu_seconds() -> float:
     """CPU this process used so far, all threads (librdkafka's too, even ended ones)."""
     t = os.times()
     return t.user + t.system
+
+
+# oncelog.Producer's config for each mode and batching (--client oncelog): the same modes,
+# and librdkafka's batching (1 MB batches at default batching, linger.ms=5 for both). Unlike
+# librdkafka's idempotent producer it keeps up to 5 requests in flight with idempotence, so
+# for it idempotent / plain (both 5 in flight) is the like-for-like ratio.
+ONCELOG_MODES = {"plain": {"enable.idempotence": "false"},
+                 "plain@1": {"enable.idempotence": "false",
+                             "max.in.flight.requests.per.connection": 1},
+                 "idempotent": {"enable.idempotence": "true"}}
+ONCELOG_BATCHING = {"default": {"batch.size": 1_000_000, "linger.ms": 5},
+                    "16KiB": {"batch.size": 16384, "linger.ms": 5}}
+
+
+def produce_throughput_oncelog(bootstrap: str, topic: str, n: int, mode: str,
+                               batching: str) -> Throughput:
+    """As produce_consume.produce_throughput, with oncelog.Producer."""
+    import oncelog
+
+    producer = oncelog.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                 "buffer.memory": 64 * 1024 * 1024,
+                                 "delivery.timeout.ms": RUN_TIMEOUT * 1000,
+                                 **ONCELOG_MODES[mode], **ONCELOG_BATCHING[batching]})
+    try:
+        producer.produce(topic, PAYLOAD, partition=0)  # untimed: topic, connection, id
+        producer.flush(RUN_TIMEOUT)
+        produce = producer.produce
+        start = time.perf_counter()
+        for _ in range(n):
+            produce(topic, PAYLOAD, partition=0)
+        producer.flush(RUN_TIMEOUT)
+        seconds = time.perf_counter() - start
+    finally:
+        producer.close(RUN_TIMEOUT)
+    _check_delivered(bootstrap, topic, n + 1)
+    return Throughput(n, seconds)
 
 
 def stored_batches(partition_dir: Path) -> int:
@@ -128,7 +174,8 @@ class ClientStats:
 def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
               broker: OncelogBroker | None = None,
               client_stats: bool = False,
-              batchings: list[str] | None = None) -> dict[str, list[dict[str, Run]]]:
+              batchings: list[str] | None = None,
+              producer_client: str = "confluent") -> dict[str, list[dict[str, Run]]]:
     """Every repetition of every scenario: {scenario: [{mode: Run}]}."""
     probe = cpu_seconds_probe(broker.pid) if broker else None
     results: dict[str, list[dict[str, Run]]] = {}
@@ -136,7 +183,11 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
         extra = SCENARIOS[batching]
         count = messages[batching]
         warm_up = f"cost-{batching}-warm-up"  # untimed: the first run after start is slower
-        produce_throughput(bootstrap, warm_up, max(1000, count // 10), extra)
+        if producer_client == "oncelog":
+            produce_throughput_oncelog(bootstrap, warm_up, max(1000, count // 10),
+                                       "idempotent", batching)
+        else:
+            produce_throughput(bootstrap, warm_up, max(1000, count // 10), extra)
         if broker:
             _delete_topics(bootstrap, [warm_up])
         results[batching] = []
@@ -150,9 +201,12 @@ def run_pairs(bootstrap: str, name: str, messages: dict[str, int], repeats: int,
                 cpu = probe() if probe else 0.0
                 client = _own_cpu_seconds()
                 stats = ClientStats()
-                result = produce_throughput(bootstrap, topic, count,
-                                            {**extra, **MODES[mode],
-                                             **(stats.conf() if client_stats else {})})
+                if producer_client == "oncelog":
+                    result = produce_throughput_oncelog(bootstrap, topic, count, mode, batching)
+                else:
+                    result = produce_throughput(bootstrap, topic, count,
+                                                {**extra, **MODES[mode],
+                                                 **(stats.conf() if client_stats else {})})
                 run = Run(result.messages / result.seconds, meter.others_share(),
                           (_own_cpu_seconds() - client) / result.messages * 1e6)
                 if client_stats:
@@ -206,16 +260,17 @@ def summary(reps: list[dict[str, Run]], max_other_load: float) -> dict:
 
 def run(messages: dict[str, int], repeats: int, data_dir: Path | None, client_stats: bool,
         src: Path | None = None, mock: bool = True,
-        batchings: list[str] | None = None) -> dict[str, dict]:
+        batchings: list[str] | None = None,
+        producer_client: str = "confluent") -> dict[str, dict]:
     with OncelogBroker(src=src, base_dir=data_dir) as broker:
         print(f"oncelog broker from {broker.package_dir()}", flush=True)
         oncelog = run_pairs(broker.bootstrap, "oncelog", messages, repeats, broker, client_stats,
-                            batchings)
+                            batchings, producer_client)
     if not mock:
         return {"oncelog": oncelog, "mock": oncelog}
     with MockCluster() as cluster:
         mocked = run_pairs(cluster.bootstrap, "mock", messages, repeats, None, client_stats,
-                           batchings)
+                           batchings, producer_client)
     return {"oncelog": oncelog, "mock": mocked}
 
 
@@ -247,14 +302,22 @@ def main(argv: list[str] | None = None) -> int:
                              "mock' figures then repeat oncelog's)")
     parser.add_argument("--batching", action="append", choices=list(SCENARIOS),
                         help="run only this batching (repeatable; default: all)")
+    parser.add_argument("--producer-client", choices=("confluent", "oncelog"),
+                        default="confluent",
+                        help="the producer: confluent-kafka (default) or oncelog.Producer, "
+                             "which keeps 5 requests in flight with idempotence too, so its "
+                             "idempotent / plain is like for like")
     args, _ = parser.parse_known_args(argv)
+    if args.producer_client == "oncelog" and args.client_stats:
+        parser.error("--client-stats reads librdkafka's statistics: confluent-kafka only")
     messages = {k: args.messages or v for k, v in MESSAGES.items()}
     if args.wait_quiet > 0:
         wait_for_quiet(QUIET, args.wait_quiet)
     batchings = args.batching or list(SCENARIOS)
     results = run(messages, args.repeats, args.data_dir, args.client_stats, args.src, args.mock,
-                  batchings)
-    print(f"idempotence_cost: 1 KiB messages, acks=all, {args.repeats} repetitions; medians "
+                  batchings, args.producer_client)
+    print(f"idempotence_cost: {args.producer_client} producer, 1 KiB messages, acks=all, "
+          f"{args.repeats} repetitions; medians "
           f"over those during which other processes used <= {args.max_other_load:.0%} of the "
           f"CPUs (all when fewer than 3)")
     client_stats = args.client_stats
@@ -270,9 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {batching:8s} idempotent / plain@1 (the broker's cost) = {ours['fair']:.3f} "
               f"(target >= 0.97: {verdict}); broker CPU per message plain@1 / idempotent = "
               f"{ours['cpu']:.3f} ({ours['plain@1 us/msg']:.2f} / "
-              f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a librdkafka user "
+              f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a user of this client "
               f"sees) = {ours['ratio']:.3f}, on the mock {mock['ratio']:.3f}")
-        print(f"  {batching:8s} client CPU per message (Python's produce loop and librdkafka): "
+        if args.producer_client == "oncelog":
+            print(f"  {batching:8s} oncelog.Producer, both 5 in flight: idempotent / plain = "
+                  f"{ours['ratio']:.3f} (target >= 0.97: "
+                  f"{'ok' if ours['ratio'] >= 0.97 else 'MISS'}); on the mock "
+                  f"{mock['ratio']:.3f}")
+        print(f"  {batching:8s} client CPU per message (this process, all threads): "
               + ", ".join(f"{mode} {ours[f'{mode} client']:.2f} us" for mode in MODES)
               + ("; librdkafka wake-ups per message: " + ", ".join(
                   f"{mode} {ours[f'{mode} wakeups']:.2f}" for mode in MODES)
