@@ -333,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {batching:8s} idempotent / plain@1 (the broker's cost) = {ours['fair']:.3f} "
               f"(target >= 0.97: {verdict}); broker CPU per message plain@1 / idempotent = "
               f"{ours['cpu']:.3f} ({ours['plain@1 us/msg']:.2f} / "
-              f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a user of this client "
-              f"sees) = {ours['ratio']:.3f}, on the mock {mock['ratio']:.3f}")
+              f"{ours['idempotent us/msg']:.2f} us); idempotent / plain (what a user of this "
+              f"client sees) = {ours['ratio']:.3f}, on the mock {mock['ratio']:.3f}")
         if args.producer_client == "oncelog":
             print(f"  {batching:8s} oncelog.Producer, both 5 in flight: idempotent / plain = "
                   f"{ours['ratio']:.3f} (target >= 0.97: "
