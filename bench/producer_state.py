@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--producers", type=int, default=100_000)
     parser.add_argument("--restart-producers", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)  # run_all.py may pass other modules' options
 
     per = memory_per_producer(args.producers)
     print(f"producer state memory: {per:.0f} bytes per producer with 5 cached batches "
