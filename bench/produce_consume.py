@@ -736,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the broker from this source tree (default: the repo's src/), "
                              "e.g. a `git archive` snapshot of another commit")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)  # run_all.py may pass other modules' options
     if args.messages < 1 or args.repeats < 1 or args.consume_pass < 1:
         parser.error("--messages, --repeats and --consume-pass must be positive")
     if args.consume_pass * (VALUE_SIZE + 100) > 5 * 1024 * 1024:
