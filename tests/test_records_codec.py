@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from oncelog.client.partitioner import murmur2, partition_for_key
-from oncelog.client.producer_batch import encode_record
 from oncelog.protocol.record_batch import HEADER_SIZE, read_header, split_batches
 from oncelog.protocol.records import (
     CODECS,
@@ -18,9 +17,9 @@ from oncelog.protocol.records import (
     _decode_records,
     decode_batch,
     encode_batch,
+    encode_record,
 )
 from oncelog.protocol.records import compiled as _compiled
-from oncelog.protocol.records import encode_record as records_encode_record
 
 record = st.tuples(
     st.none() | st.binary(max_size=40),
@@ -139,24 +138,6 @@ def test_overlong_varints_are_refused_by_both():
         assert _outcome(_decode_records, payload, 1) == "refused"
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(delta=st.integers(0, 2**31 - 1), ts_delta=st.integers(-(2**62), 2**62),
-       key=st.none() | st.binary(max_size=300), value=st.none() | st.binary(max_size=20_000))
-def test_compiled_encoder_equals_python_encoder(delta, ts_delta, key, value):
-    buf = bytearray(b"prefix")
-    written = _compiled.append_record(buf, delta, ts_delta, key, value)
-    expected = encode_record(delta, ts_delta, key, value, None)
-    assert bytes(buf) == b"prefix" + expected
-    assert written == len(expected)
-
-
-def test_compiled_encoder_refuses_what_is_not_bytes():
-    with pytest.raises(TypeError):
-        _compiled.append_record(bytearray(), 0, 0, "text", None)
-    with pytest.raises(TypeError):
-        _compiled.append_record(b"immutable", 0, 0, None, b"v")
-
-
 def test_wrong_record_lengths_are_refused_by_both():
     """Each record's length prefix made 1 or 2 bytes shorter or longer (its fields unchanged):
     random damage seldom lands on a length byte, so every one is tried here."""
@@ -189,7 +170,7 @@ def test_compiled_record_builder_equals_python_builder(appends):
         indexes = set()
         for builder in builders:
             if headers:
-                encoded = records_encode_record(
+                encoded = encode_record(
                     builder.count, builder.delta(timestamp), key, value,
                     [(name.encode(), hvalue) for name, hvalue in headers])
                 indexes.add(builder.append_encoded(timestamp, encoded))

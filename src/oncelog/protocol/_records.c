@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -400,7 +401,8 @@ write_varint(unsigned char *p, int64_t value)
     return p;
 }
 
-/* Write one record without headers at p (which has room for it); returns its size. */
+/* The bytes of a record without headers, length prefix included; its body's length (what
+ * the prefix says) into *body_out. */
 static Py_ssize_t
 record_size(int64_t offset_delta, int64_t ts_delta, int64_t key_len, int64_t value_len,
             int64_t *body_out)
@@ -412,6 +414,7 @@ record_size(int64_t offset_delta, int64_t ts_delta, int64_t key_len, int64_t val
     return (Py_ssize_t)(zigzag_size(body) + body);
 }
 
+/* Write that record at p, which has room for it. */
 static void
 write_record(unsigned char *p, int64_t body, int64_t offset_delta, int64_t ts_delta,
              PyObject *key, int64_t key_len, PyObject *value, int64_t value_len)
@@ -443,57 +446,6 @@ check_key_value(PyObject *key, PyObject *value)
     return 0;
 }
 
-/* Grow a bytearray by n bytes; a pointer to the new room, NULL with an error set. */
-static unsigned char *
-grow(PyObject *buf, Py_ssize_t n)
-{
-    Py_ssize_t start = PyByteArray_GET_SIZE(buf);
-    if (n > PY_SSIZE_T_MAX - start) {
-        PyErr_SetString(PyExc_OverflowError, "record too large");
-        return NULL;
-    }
-    if (PyByteArray_Resize(buf, start + n) < 0)
-        return NULL;
-    return (unsigned char *)PyByteArray_AS_STRING(buf) + start;
-}
-
-PyDoc_STRVAR(append_record_doc,
-"append_record(buf, offset_delta, timestamp_delta, key, value) -> int\n"
-"\n"
-"Append one record without headers (key and value bytes or None) to the bytearray ``buf``;\n"
-"returns the bytes appended.");
-
-static PyObject *
-append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "append_record(buf, offset_delta, timestamp_delta, key, value)");
-        return NULL;
-    }
-    PyObject *buf = args[0], *key = args[3], *value = args[4];
-    if (!PyByteArray_Check(buf)) {
-        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
-        return NULL;
-    }
-    if (check_key_value(key, value) < 0)
-        return NULL;
-    long long offset_delta = PyLong_AsLongLong(args[1]);
-    long long ts_delta = PyLong_AsLongLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
-    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
-    int64_t body;
-    Py_ssize_t total = record_size(offset_delta, ts_delta, key_len, value_len, &body);
-    unsigned char *p = grow(buf, total);
-    if (p == NULL)
-        return NULL;
-    write_record(p, body, offset_delta, ts_delta, key, key_len, value, value_len);
-    return PyLong_FromSsize_t(total);
-}
-
 /* --- RecordBuilder: the records of a batch a producer fills -------------------------- */
 
 typedef struct {
@@ -502,7 +454,7 @@ typedef struct {
     Py_ssize_t size, capacity;
     int ready;              /* __init__ ran */
     Py_ssize_t count;
-    int64_t base_ts, max_ts;
+    long long base_ts, max_ts;  /* long long: what T_LONGLONG members read */
     int64_t *timestamps;    /* each record's, for the metadata its future reports */
     Py_ssize_t allocated;
 } RecordBuilder;
@@ -698,34 +650,6 @@ builder_take_buffer(RecordBuilder *self, PyObject *unused)
     return taken;
 }
 
-static PyObject *
-builder_get_count(RecordBuilder *self, void *closure)
-{
-    (void)closure;
-    return PyLong_FromSsize_t(self->count);
-}
-
-static PyObject *
-builder_get_base_ts(RecordBuilder *self, void *closure)
-{
-    (void)closure;
-    return PyLong_FromLongLong(self->base_ts);
-}
-
-static PyObject *
-builder_get_max_ts(RecordBuilder *self, void *closure)
-{
-    (void)closure;
-    return PyLong_FromLongLong(self->max_ts);
-}
-
-static PyObject *
-builder_get_size(RecordBuilder *self, void *closure)
-{
-    (void)closure;
-    return PyLong_FromSsize_t(self->size);
-}
-
 static PyMethodDef builder_methods[] = {
     {"append", (PyCFunction)(void (*)(void))builder_append, METH_FASTCALL,
      "append(timestamp, key, value) -> index: a record without headers; a timestamp of None\n"
@@ -743,12 +667,14 @@ static PyMethodDef builder_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef builder_getset[] = {
-    {"count", (getter)builder_get_count, NULL, "records appended", NULL},
-    {"base_ts", (getter)builder_get_base_ts, NULL, "the first record's timestamp", NULL},
-    {"max_ts", (getter)builder_get_max_ts, NULL, "the largest timestamp", NULL},
-    {"size", (getter)builder_get_size, NULL, "bytes in the buffer, header room included", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
+static PyMemberDef builder_members[] = {
+    {"count", T_PYSSIZET, offsetof(RecordBuilder, count), READONLY, "records appended"},
+    {"base_ts", T_LONGLONG, offsetof(RecordBuilder, base_ts), READONLY,
+     "the first record's timestamp"},
+    {"max_ts", T_LONGLONG, offsetof(RecordBuilder, max_ts), READONLY, "the largest timestamp"},
+    {"size", T_PYSSIZET, offsetof(RecordBuilder, size), READONLY,
+     "bytes in the buffer, header room included"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyTypeObject RecordBuilderType = {
@@ -762,7 +688,7 @@ static PyTypeObject RecordBuilderType = {
     .tp_init = (initproc)builder_init,
     .tp_dealloc = (destructor)builder_dealloc,
     .tp_methods = builder_methods,
-    .tp_getset = builder_getset,
+    .tp_members = builder_members,
 };
 
 static PyMethodDef methods[] = {
@@ -770,8 +696,6 @@ static PyMethodDef methods[] = {
      decode_records_doc},
     {"consumer_records", (PyCFunction)(void (*)(void))consumer_records, METH_FASTCALL,
      consumer_records_doc},
-    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
-     append_record_doc},
     {NULL, NULL, 0, NULL},
 };
 
