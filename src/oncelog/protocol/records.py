@@ -26,13 +26,11 @@ from .record_batch import (
     BatchHeader,
     read_header,
 )
-from .varint import SMALL_VARINTS as _SMALL
-from .varint import SMALL_VARINTS_END as _END
-from .varint import read_uvarint, read_varint, varint_bytes
+from .varint import read_varint, varint_bytes
 
 # The compiled codec (_records.c), when it was built and not turned off with
-# ONCELOG_PURE_PYTHON=1 (to compare, or to test the Python rules alone). Callers look it up
-# here at each use, so a test can set it to None.
+# ONCELOG_PURE_PYTHON=1 (to compare, or to test the Python rules alone). Decoders look it up
+# here at each use, so a test can set it to None; RecordBuilder is chosen once, below.
 compiled: Any = None
 if not os.environ.get("ONCELOG_PURE_PYTHON"):
     try:
@@ -118,7 +116,6 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
 # --- a batch being filled (the producer's) --------------------------------------------------
 
 _NULL = varint_bytes(-1)
-_NO_HEADERS = varint_bytes(0)
 _ATTRIBUTES = b"\x00"
 
 
@@ -147,23 +144,7 @@ class PyRecordBuilder:
         """A record without headers (a timestamp of None is now); returns its index."""
         if timestamp is None:
             timestamp = now_ms()
-        index = self.count
-        ts_delta = timestamp - self.base_ts if index else 0
-        key_len = -1 if key is None else len(key)
-        value_len = -1 if value is None else len(value)
-        if 0 <= ts_delta < _END and index < _END and key_len < _END and value_len < _END:
-            # Table lookups and one join: the common record.
-            ts_bytes = _SMALL[ts_delta + 1]
-            index_bytes = _SMALL[index + 1]
-            key_bytes = _SMALL[key_len + 1]
-            value_bytes = _SMALL[value_len + 1]
-            body = (len(ts_bytes) + len(index_bytes) + len(key_bytes) + len(value_bytes) + 2
-                    + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0))
-            self._buffer += b"".join((_SMALL[body + 1] if body < _END else varint_bytes(body),
-                                      _ATTRIBUTES, ts_bytes, index_bytes, key_bytes,
-                                      key or b"", value_bytes, value or b"", _NO_HEADERS))
-        else:
-            self._buffer += encode_record(index, ts_delta, key, value, ())
+        self._buffer += encode_record(self.count, self.delta(timestamp), key, value, ())
         return self._appended(timestamp)
 
     def append_encoded(self, timestamp: int, record: bytes) -> int:
@@ -303,80 +284,26 @@ def _decode_record_fields(buf: bytes | memoryview, pos: int
 def _decode_records(payload: bytes | memoryview, count: int) -> list[RecordFields]:
     """The Python twin of _records.decode_records: the first ``count`` records of an
     uncompressed payload."""
-    # One pass, short varints decoded in line: this loop runs once per record consumed.
+    # Where the compiled codec is missing; written for clarity, not speed.
     payload = bytes(payload)
-    size = len(payload)
     records = []
     p = 0
-    # Each varint below is read the same way: one or two bytes (nearly all of them) in line,
-    # longer ones by read_uvarint; then unzigzagged.
     for _ in range(count):
-        b = payload[p]
-        if b < 0x80:
-            n, p = b, p + 1
-        elif payload[p + 1] < 0x80:
-            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
-        else:
-            n, p = read_uvarint(payload, p)
-        rec_end = p + ((n >> 1) ^ -(n & 1))
+        length, p = read_varint(payload, p)
+        record_end = p + length
         p += 1  # attributes, unused in v2
-        b = payload[p]
-        if b < 0x80:
-            n, p = b, p + 1
-        elif payload[p + 1] < 0x80:
-            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
-        else:
-            n, p = read_uvarint(payload, p)
-        ts_delta = (n >> 1) ^ -(n & 1)
-        b = payload[p]
-        if b < 0x80:
-            n, p = b, p + 1
-        elif payload[p + 1] < 0x80:
-            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
-        else:
-            n, p = read_uvarint(payload, p)
-        delta = (n >> 1) ^ -(n & 1)
-        b = payload[p]
-        if b < 0x80:
-            n, p = b, p + 1
-        elif payload[p + 1] < 0x80:
-            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
-        else:
-            n, p = read_uvarint(payload, p)
-        n = (n >> 1) ^ -(n & 1)
-        if n < 0:
-            key = None
-        else:
-            key = payload[p:p + n]
-            p += n
-        b = payload[p]
-        if b < 0x80:
-            n, p = b, p + 1
-        elif payload[p + 1] < 0x80:
-            n, p = (b & 0x7F) | (payload[p + 1] << 7), p + 2
-        else:
-            n, p = read_uvarint(payload, p)
-        n = (n >> 1) ^ -(n & 1)
-        if n < 0:
-            value = None
-        else:
-            value = payload[p:p + n]
-            p += n
-        if p > size:
-            raise ValueError("record field runs past the end of the batch")
-        b = payload[p]
-        if b == 0:
-            headers: tuple = ()
-            p += 1
-        else:
-            count, p = read_varint(payload, p)
-            items = []
-            for _ in range(count):
-                hkey, p = _read_bytes(payload, p)
-                hvalue, p = _read_bytes(payload, p)
-                items.append(((hkey or b"").decode("utf-8", "replace"), hvalue))
-            headers = tuple(items)
-        if p != rec_end:
+        ts_delta, p = read_varint(payload, p)
+        delta, p = read_varint(payload, p)
+        key, p = _read_bytes(payload, p)
+        value, p = _read_bytes(payload, p)
+        header_count, p = read_varint(payload, p)
+        items = []
+        for _ in range(header_count):
+            name, p = _read_bytes(payload, p)
+            hvalue, p = _read_bytes(payload, p)
+            items.append(((name or b"").decode("utf-8", "replace"), hvalue))
+        headers = tuple(items)
+        if p != record_end:
             raise ValueError("record length does not match its fields")
         records.append((delta, ts_delta, key, value, headers))
     return records
