@@ -26,14 +26,17 @@ topics = st.lists(st.tuples(st.text(min_size=1, max_size=30),
                             st.lists(partition, min_size=1, max_size=4)), max_size=4)
 
 
-def kio_bytes(version: int, correlation_id: int, data) -> bytes:
+def kio_bytes(version: int, correlation_id: int, data, record_errors=()) -> bytes:
     mod = response_module(PRODUCE, version)
+    errors = tuple(build(mod.BatchIndexAndErrorMessage, batch_index=i,
+                         batch_index_error_message=m)
+                   for i, m in record_errors) if version >= 8 else ()
     body = build(mod.ProduceResponse, throttle_time=datetime.timedelta(0), responses=tuple(
         build(mod.TopicProduceResponse, name=name, partition_responses=tuple(
             build(mod.PartitionProduceResponse, index=p.index,
                   error_code=ErrorCode(p.error_code), base_offset=p.base_offset,
                   log_append_time=None, log_start_offset=p.log_start_offset,
-                  record_errors=(), error_message=p.error_message)
+                  record_errors=errors, error_message=p.error_message)
             for p in partitions))
         for name, partitions in data))
     return encode_response(PRODUCE, version, correlation_id, body)
@@ -54,19 +57,7 @@ def test_same_bytes_as_kio(data, correlation_id, version):
 def test_the_producer_reads_what_kio_writes(data, version, record_errors):
     """The producer's reader (produce_response.decode) against kio's writer, with record
     errors (v8+), which oncelog's broker never sends but Kafka's does."""
-    mod = response_module(PRODUCE, version)
-    body = build(mod.ProduceResponse, throttle_time=datetime.timedelta(0), responses=tuple(
-        build(mod.TopicProduceResponse, name=name, partition_responses=tuple(
-            build(mod.PartitionProduceResponse, index=p.index,
-                  error_code=ErrorCode(p.error_code), base_offset=p.base_offset,
-                  log_append_time=None, log_start_offset=p.log_start_offset,
-                  record_errors=tuple(build(mod.BatchIndexAndErrorMessage, batch_index=i,
-                                            batch_index_error_message=m)
-                                      for i, m in record_errors) if version >= 8 else (),
-                  error_message=p.error_message)
-            for p in partitions))
-        for name, partitions in data))
-    frame = encode_response(PRODUCE, version, 5, body)[4:]
+    frame = kio_bytes(version, 5, data, record_errors)[4:]
     expected = [(name, [p if version >= 8 else p._replace(error_message=None)
                         for p in partitions]) for name, partitions in data]
     if version < 5:
