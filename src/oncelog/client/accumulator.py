@@ -97,6 +97,7 @@ class RecordAccumulator:
                 if not config.deterministic and now + config.linger < self.sender_deadline:
                     self.sender_deadline = now + config.linger
                     wake = True
+            # batch.append's common case called here directly: a Python frame less per record.
             index = batch.records.append(timestamp, key, value) if not headers \
                 else batch.append(timestamp, key, value, headers)
             batch.accounted += size
