@@ -10,8 +10,9 @@ ARGS ?=
 
 .PHONY: run test lint bench demo system-deps clean
 
-# The compiled record codec is rebuilt by the install when its source changes.
-$(STAMP): pyproject.toml setup.py src/oncelog/protocol/_records.c
+# The compiled parts are rebuilt by the install when their sources change.
+$(STAMP): pyproject.toml setup.py src/oncelog/protocol/_records.c \
+		src/oncelog/protocol/record_builder.h src/oncelog/client/_append.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[fast]'
@@ -53,4 +54,4 @@ bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/oncelog/protocol/*.so
+	rm -rf $(VENV) build *.egg-info src/oncelog/protocol/*.so src/oncelog/client/*.so

@@ -1,11 +1,15 @@
-"""The optional compiled record codec; everything else is in pyproject.toml.
+"""The optional compiled parts; everything else is in pyproject.toml.
 
 optional=True: where no C compiler is found the install goes on, and oncelog runs on the
-pure-Python codec in protocol/records.py.
+pure-Python code they shortcut (protocol/records.py, client/fast_append.py).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("oncelog.protocol._records",
-                             sources=["src/oncelog/protocol/_records.c"],
-                             optional=True)])
+setup(ext_modules=[
+    Extension("oncelog.protocol._records", sources=["src/oncelog/protocol/_records.c"],
+              depends=["src/oncelog/protocol/record_builder.h"], optional=True),
+    Extension("oncelog.client._append", sources=["src/oncelog/client/_append.c"],
+              include_dirs=["src/oncelog/protocol"],
+              depends=["src/oncelog/protocol/record_builder.h"], optional=True),
+])

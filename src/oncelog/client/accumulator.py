@@ -2,7 +2,11 @@
 
 produce() appends to the newest open batch of a partition (from the caller's thread); the
 sender drains batches from the heads (from its own). Everything is guarded by one lock, held
-for a few dictionary and list operations at a time.
+for a few dictionary and list operations at a time, except the common case of produce(): a
+record that fits its partition's open batch goes in through ``open.append`` (fast_append.py,
+_append.c), one C call that the GIL keeps whole. So whatever that call reads or changes (the
+open batches' records, ``closed`` and ``accounted``, the ``buffered`` total) is changed here
+only in single C calls too, never by a Python read-modify-write.
 
 When is a batch ready to send?
 - ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
@@ -26,7 +30,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from .producer_batch import Headers, ProducerBatch
+from . import fast_append
+from .producer_batch import Headers, ProducerBatch, RecordFuture
 from .producer_config import ProducerConfig
 
 TopicPartition = tuple[str, int]
@@ -34,13 +39,26 @@ TopicPartition = tuple[str, int]
 # Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
 _RECORD_OVERHEAD = 12
 _REQUEST_OVERHEAD = 512  # request header, topic name, batch header
+_RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
 log = logging.getLogger(__name__)
 
 
 class RecordAccumulator:
     def __init__(self, config: ProducerConfig, clock: Callable[[], float],
-                 new_loop_future: Callable[[], object] | None = None) -> None:
+                 new_loop_future: Callable[[], object] | None = None,
+                 sticky: dict[str, list[int]] | None = None) -> None:
         self.config = config
+        # The largest key + value a record may have: bigger ones never fit a request.
+        self.record_limit = config.max_request_size - _RECORD_LIMIT_OVERHEAD
+        self.partition_counts: dict[str, int] = {}  # the sender keeps it current
+        partitioner = config.partitioner
+        self.open = fast_append.OpenBatches(
+            self.partition_counts, {} if sticky is None else sticky, RecordFuture,
+            config.batch_size, config.batch_records, config.buffer_memory, self.record_limit,
+            fast_append.PARTITIONERS.get(partitioner, fast_append.PARTITION_BY_PYTHON)
+            if isinstance(partitioner, str) else fast_append.PARTITION_BY_PYTHON)
+        # Deterministic batches are cut at sequence boundaries, which append() counts.
+        self.open.enabled = not config.deterministic
         self.clock = clock
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)  # notified when buffered bytes drop
@@ -48,7 +66,6 @@ class RecordAccumulator:
         # with nobody to wake, and batches finish by the thousand a second.
         self.space_waiters = 0
         self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
-        self.buffered = 0      # bytes of records not yet acknowledged or failed
         self.incomplete: set[ProducerBatch] = set()  # created, not yet acknowledged or failed
         self.space_listeners: list[Callable[[], None]] = []
         self.first_error: BaseException | None = None  # of a record since the last flush
@@ -68,7 +85,7 @@ class RecordAccumulator:
                value: bytes | None, headers: Headers, size: int,
                on_delivery: Callable | None = None) -> tuple[ProducerBatch, int]:
         """Add a record (``size``: key and value bytes; a timestamp of None is now) to the
-        partition's open batch."""
+        partition's open batch: the Python path, for what ``open.append`` left to it."""
         size += _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + len(v or b"") + 4 for k, v in (
@@ -87,7 +104,8 @@ class RecordAccumulator:
                     if not config.deterministic else self._oversize(batch, size)):
                 batch.closed = True  # full: the record starts the next batch
                 wake = True
-            if batch is None or batch.closed:
+            fresh = batch is None or batch.closed
+            if fresh:
                 now = self.clock()
                 batch = ProducerBatch(topic, partition, now,
                                       self._new_loop_future() if self._new_loop_future
@@ -97,10 +115,11 @@ class RecordAccumulator:
                 if not config.deterministic and now + config.linger < self.sender_deadline:
                     self.sender_deadline = now + config.linger
                     wake = True
-            # batch.append's common case called here directly: a Python frame less per record.
-            index = batch.records.append(timestamp, key, value) if not headers \
-                else batch.append(timestamp, key, value, headers)
-            batch.accounted += size
+            index = batch.append(timestamp, key, value, headers)
+            self.open.reserve(batch.records, size)
+            if fresh and not config.deterministic:
+                # Only now: with its first record in, the batch is never left empty.
+                self.open.set(topic, partition, batch)
             if config.deterministic:
                 appended = self.appended.get(tp, 0) + 1
                 self.appended[tp] = appended
@@ -111,7 +130,6 @@ class RecordAccumulator:
             if on_delivery is not None:
                 # Under the lock: the sender cannot have taken the batch yet.
                 batch.add_callback(index, on_delivery)
-            self.buffered += size
             if wake and not self.wake_pending:
                 self.wake_pending = True
             else:
@@ -150,8 +168,8 @@ class RecordAccumulator:
         with self.space:
             self.space_waiters += 1
             try:
-                return self.space.wait_for(lambda: self.buffered < self.config.buffer_memory,
-                                           timeout)
+                return self.space.wait_for(
+                lambda: self.open.buffered < self.config.buffer_memory, timeout)
             finally:
                 self.space_waiters -= 1
 
@@ -210,13 +228,14 @@ class RecordAccumulator:
             queue = self.queues.get((batch.topic, batch.partition))
             if queue is not None and batch in queue:
                 queue.remove(batch)
+                batch.closed = True
                 return True
             return False
 
     def finished(self, batch: ProducerBatch) -> None:
         """A batch was acknowledged or failed: its records no longer count as buffered."""
         with self.lock:
-            self.buffered -= batch.accounted
+            self.open.release(batch.accounted)
             self.incomplete.discard(batch)
             if batch.error is not None and self.first_error is None:
                 self.first_error = batch.error
@@ -242,6 +261,7 @@ class RecordAccumulator:
             for queue in self.queues.values():
                 while queue and now >= queue[0].created + deadline_age and not (
                         hold and not queue[0].closed):
+                    queue[0].closed = True  # out of its queue: no record may join it
                     expired.append(queue.popleft())
         return expired
 
@@ -250,5 +270,7 @@ class RecordAccumulator:
             batches = [b for queue in self.queues.values() for b in queue]
             for queue in self.queues.values():
                 queue.clear()
+            for batch in batches:
+                batch.closed = True
         return batches
 

@@ -42,7 +42,6 @@ __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 
 CHECKPOINT_VERSION = 1
 log = logging.getLogger(__name__)
-_RECORD_LIMIT_OVERHEAD = 128  # batch header and request framing around a lone record
 
 
 class _ProducerCore:
@@ -60,14 +59,27 @@ class _ProducerCore:
                 raise ValueError("resume: a checkpoint continues an idempotent producer; "
                                  "enable.idempotence must be true")
             self._resume(resume)
-        self.acc = RecordAccumulator(cfg, time.monotonic, new_loop_future)
+        self.acc = RecordAccumulator(cfg, time.monotonic, new_loop_future, self.sticky)
         self.acc.appended = {tp: state.next_sequence
                              for tp, state in self.idem.partitions.items()}
         self.sender = Sender(cfg, self.acc, self.idem)
-        self.closed = False
-        self.record_limit = cfg.max_request_size - _RECORD_LIMIT_OVERHEAD
+        self._closed = False
+        self.record_limit = self.acc.record_limit
         self.buffer_memory = cfg.buffer_memory
-        self.partition_counts = self.sender.partition_counts  # the sender keeps it current
+        self.partition_counts = self.acc.partition_counts  # the sender keeps it current
+        # produce()'s common case, in one C call when the compiled fast path is built (it
+        # answers None for everything it leaves to produce() below).
+        self.fast_append = self.acc.open.append
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @closed.setter
+    def closed(self, closed: bool) -> None:
+        self._closed = closed
+        if closed:
+            self.acc.open.enabled = False  # so that produce() raises
 
     def _resume(self, checkpoint: dict[str, Any]) -> None:
         if not isinstance(checkpoint, dict) or checkpoint.get("version") != CHECKPOINT_VERSION:
@@ -94,8 +106,7 @@ class _ProducerCore:
                 headers: Headers, timestamp: int | None, on_delivery: Callable | None
                 ) -> RecordFuture | None:
         """Append one record (the topic's partition count must be known); None, appending
-        nothing, when buffer.memory is full. Everything produce() does per record is here,
-        in as few calls as possible: it runs once per record."""
+        nothing, when buffer.memory is full. What ``fast_append`` did not take comes here."""
         if self.closed or self.sender.fatal is not None:
             self.check_open()
         if type(key) is not bytes and key is not None:
@@ -109,12 +120,12 @@ class _ProducerCore:
                              f"({self.config.max_request_size})")
         if timestamp is not None:
             timestamp = int(timestamp)  # None: the record builder reads the clock
+        acc = self.acc
+        if acc.open.buffered >= self.buffer_memory:
+            return None  # before choosing: the sticky partitioner counts the record's bytes
         count = self.partition_counts[topic]
         if partition is None or type(partition) is not int or not 0 <= partition < count:
             partition = self.choose_partition(topic, key, partition, count, size)
-        acc = self.acc
-        if acc.buffered >= self.buffer_memory:
-            return None
         return RecordFuture(*acc.append(topic, partition, timestamp, key, value, headers, size,
                                         on_delivery))
 
@@ -212,6 +223,9 @@ class Producer:
                 on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any]
                 | None = None) -> RecordFuture:
         core = self._core
+        future = core.fast_append(topic, value, key, partition, headers, timestamp, on_delivery)
+        if future is not None:
+            return future
         if topic not in core.sender.partition_counts:
             core.check_open()
             self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
@@ -327,6 +341,9 @@ class AIOProducer:
                    partition: int | None = None, headers: Headers = None,
                    timestamp: int | None = None) -> RecordFuture:
         core = self._started()
+        future = core.fast_append(topic, value, key, partition, headers, timestamp, None)
+        if future is not None:
+            return future  # it never closes a batch: nothing for the sender yet
         if topic not in core.sender.partition_counts:
             core.check_open()
             await core.sender.partitions_for(topic)

@@ -22,6 +22,7 @@ from ..protocol import records
 from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from ..protocol.records import NONE, compress, decode_batch
 from .connection import KafkaTimeout
+from .fast_append import FutureBase
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _IDENTITY = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43
@@ -70,10 +71,9 @@ class ProducerBatch:
     """Records for one partition, from creation to acknowledgement."""
 
     __slots__ = (
-        "_callbacks", "_error", "_event", "_loop_future", "_skipped_timestamps", "accounted",
-        "ambiguous", "attempts", "base_offset", "base_sequence", "closed", "created", "data",
-        "epoch", "in_flight", "maybe_stored", "partition", "records", "retry_at", "skipped",
-        "topic",
+        "_callbacks", "_error", "_event", "_loop_future", "_skipped_timestamps", "ambiguous",
+        "attempts", "base_offset", "base_sequence", "created", "data", "epoch", "in_flight",
+        "maybe_stored", "partition", "records", "retry_at", "skipped", "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,
@@ -82,8 +82,6 @@ class ProducerBatch:
         self.partition = partition
         self.created = created
         self.records = records.RecordBuilder(HEADER_SIZE)
-        self.accounted = 0  # bytes buffer.memory counts for this batch
-        self.closed = False
         self.data: bytearray | None = None   # the complete batch once closed
         self.base_sequence: int | None = None
         self.epoch = -1
@@ -103,6 +101,22 @@ class ProducerBatch:
     @property
     def done(self) -> bool:
         return self.base_offset is not None or self._error is not None
+
+    # Kept in the record builder, where produce()'s fast path (_append.c) reads and writes
+    # them: see accumulator.py for who may change them and how.
+    @property
+    def closed(self) -> bool:
+        """No record may join the batch any more."""
+        return self.records.closed
+
+    @closed.setter
+    def closed(self, closed: bool) -> None:
+        self.records.closed = closed
+
+    @property
+    def accounted(self) -> int:
+        """Bytes buffer.memory counts for this batch."""
+        return self.records.accounted
 
     @property
     def size(self) -> int:
@@ -162,7 +176,9 @@ class ProducerBatch:
         _, decoded = decode_batch(self.data)
         # Their futures still report the timestamps they were produced with.
         self._skipped_timestamps += [record.timestamp for record in decoded[:stored]]
-        self.records = records.RecordBuilder(HEADER_SIZE)
+        old, self.records = self.records, records.RecordBuilder(HEADER_SIZE)
+        self.records.closed = True
+        self.records.accounted = old.accounted  # what finished() releases
         for record in decoded[stored:]:
             self.append(record.timestamp, record.key, record.value, record.headers)
         self.skipped += stored
@@ -244,14 +260,12 @@ class ProducerBatch:
         return self._loop_future
 
 
-class RecordFuture:
-    """The delivery of one record: ``result()`` blocks (sync) or ``await`` (asyncio)."""
+class RecordFuture(FutureBase):
+    """The delivery of one record: ``result()`` blocks (sync) or ``await`` (asyncio).
+    ``RecordFuture(batch, index)``; its fields are FutureBase's, so that produce()'s fast
+    path (_append.c) can make one without running Python code."""
 
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
-        self._batch = batch
-        self._index = index
+    __slots__ = ()
 
     def done(self) -> bool:
         return self._batch.done

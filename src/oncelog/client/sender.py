@@ -49,7 +49,7 @@ class Sender:
         self.clock = clock
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[TopicPartition, int] = {}
-        self.partition_counts: dict[str, int] = {}
+        self.partition_counts = accumulator.partition_counts  # produce() reads it too
         self.connections: dict[int, AsyncBrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
         self._node_retry_at: dict[int, float] = {}
@@ -59,11 +59,22 @@ class Sender:
         self._stale_topics: set[str] = set()
         self._woken = False
         self._waiter: asyncio.Future | None = None
-        self.fatal: KafkaError | None = None
+        self._fatal: KafkaError | None = None
         self.closing = False
         self.requests_in_flight = 0
         self._lookups: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # the one start() ran in
+
+    @property
+    def fatal(self) -> KafkaError | None:
+        """The error that stopped this producer, which every later produce() raises."""
+        return self._fatal
+
+    @fatal.setter
+    def fatal(self, error: KafkaError | None) -> None:
+        self._fatal = error
+        if error is not None:
+            self.acc.open.enabled = False  # so that produce() takes the path that raises
 
     # --- start-up ---------------------------------------------------------------------------
 

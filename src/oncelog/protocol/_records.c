@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "record_builder.h"
+
 typedef struct {
     const unsigned char *buf;
     Py_ssize_t pos;
@@ -448,16 +450,7 @@ check_key_value(PyObject *key, PyObject *value)
 
 /* --- RecordBuilder: the records of a batch a producer fills -------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    unsigned char *data;    /* room for the batch header, then the records */
-    Py_ssize_t size, capacity;
-    int ready;              /* __init__ ran */
-    Py_ssize_t count;
-    long long base_ts, max_ts;  /* long long: what T_LONGLONG members read */
-    int64_t *timestamps;    /* each record's, for the metadata its future reports */
-    Py_ssize_t allocated;
-} RecordBuilder;
+/* The struct is in record_builder.h, which client/_append.c shares. */
 
 static int
 builder_init(RecordBuilder *self, PyObject *args, PyObject *kwargs)
@@ -559,7 +552,7 @@ builder_next(RecordBuilder *self, PyObject *timestamp_obj, int64_t *timestamp, i
     return 0;
 }
 
-static PyObject *
+static Py_ssize_t
 builder_appended(RecordBuilder *self, int64_t timestamp)
 {
     if (self->count == 0)
@@ -567,7 +560,25 @@ builder_appended(RecordBuilder *self, int64_t timestamp)
     else if (timestamp > self->max_ts)
         self->max_ts = timestamp;
     self->timestamps[self->count] = timestamp;
-    return PyLong_FromSsize_t(self->count++);
+    return self->count++;
+}
+
+/* The record's index, or -1 with an error set: RecordBuilder.append, and the CAPI's. */
+static Py_ssize_t
+builder_add(RecordBuilder *self, PyObject *timestamp_obj, PyObject *key, PyObject *value)
+{
+    int64_t timestamp, ts_delta;
+    if (check_key_value(key, value) < 0 || builder_next(self, timestamp_obj, &timestamp, &ts_delta) < 0)
+        return -1;
+    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
+    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
+    int64_t body;
+    Py_ssize_t total = record_size(self->count, ts_delta, key_len, value_len, &body);
+    unsigned char *p = builder_grow(self, total);
+    if (p == NULL)
+        return -1;
+    write_record(p, body, self->count, ts_delta, key, key_len, value, value_len);
+    return builder_appended(self, timestamp);
 }
 
 static PyObject *
@@ -577,19 +588,8 @@ builder_append(RecordBuilder *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "append(timestamp, key, value)");
         return NULL;
     }
-    PyObject *key = args[1], *value = args[2];
-    int64_t timestamp, ts_delta;
-    if (check_key_value(key, value) < 0 || builder_next(self, args[0], &timestamp, &ts_delta) < 0)
-        return NULL;
-    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
-    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
-    int64_t body;
-    Py_ssize_t total = record_size(self->count, ts_delta, key_len, value_len, &body);
-    unsigned char *p = builder_grow(self, total);
-    if (p == NULL)
-        return NULL;
-    write_record(p, body, self->count, ts_delta, key, key_len, value, value_len);
-    return builder_appended(self, timestamp);
+    Py_ssize_t index = builder_add(self, args[0], args[1], args[2]);
+    return index < 0 ? NULL : PyLong_FromSsize_t(index);
 }
 
 static PyObject *
@@ -607,7 +607,7 @@ builder_append_encoded(RecordBuilder *self, PyObject *const *args, Py_ssize_t na
     if (p == NULL)
         return NULL;
     memcpy(p, PyBytes_AS_STRING(args[1]), (size_t)n);
-    return builder_appended(self, timestamp);
+    return PyLong_FromSsize_t(builder_appended(self, timestamp));
 }
 
 static PyObject *
@@ -674,6 +674,10 @@ static PyMemberDef builder_members[] = {
     {"max_ts", T_LONGLONG, offsetof(RecordBuilder, max_ts), READONLY, "the largest timestamp"},
     {"size", T_PYSSIZET, offsetof(RecordBuilder, size), READONLY,
      "bytes in the buffer, header room included"},
+    {"closed", T_BOOL, offsetof(RecordBuilder, closed), 0,
+     "the batch takes no more records (set by the producer)"},
+    {"accounted", T_PYSSIZET, offsetof(RecordBuilder, accounted), 0,
+     "bytes buffer.memory counts for the batch (kept by the producer)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -719,6 +723,13 @@ PyInit__records(void)
     Py_INCREF(&RecordBuilderType);
     if (PyModule_AddObject(module, "RecordBuilder", (PyObject *)&RecordBuilderType) < 0) {
         Py_DECREF(&RecordBuilderType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    static RecordBuilderCAPI capi = {&RecordBuilderType, builder_add};
+    PyObject *capsule = PyCapsule_New(&capi, RECORD_BUILDER_CAPI_NAME, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "CAPI", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_DECREF(module);
         return NULL;
     }

@@ -124,13 +124,16 @@ class PyRecordBuilder:
     room for the header: the Python twin of _records.RecordBuilder, which ``RecordBuilder``
     below is when the compiled codec is there."""
 
-    __slots__ = ("_buffer", "_timestamps", "base_ts", "count", "max_ts")
+    __slots__ = ("_buffer", "_timestamps", "accounted", "base_ts", "closed", "count", "max_ts")
 
     def __init__(self, header_size: int) -> None:
         self._buffer = bytearray(header_size)
         self._timestamps: list[int] = []
         self.count = 0
         self.base_ts = self.max_ts = 0
+        # The producer's bookkeeping for the batch being filled (see record_builder.h).
+        self.closed = False
+        self.accounted = 0
 
     @property
     def size(self) -> int:

@@ -1,0 +1,511 @@
+/* The producer's fast path: produce() appending a record to its partition's open batch in
+ * one C call, without the accumulator's lock.
+ *
+ * Optional, as _records.c: accumulator.py works without it (PyOpenBatches, whose append
+ * always answers "take the slow path"), and tests/test_append_fastpath.py holds a producer
+ * with it to the same batches, partitions and accounting as one without.
+ *
+ * Why it is safe without the lock: under the GIL a C function runs whole, no other Python
+ * thread runs until it returns, as long as it runs no Python code and does not release the
+ * GIL. OpenBatches.append checks and changes everything it touches (the builder's records,
+ * its closed flag and accounted bytes, the buffered total, the sticky partition's byte count)
+ * before it allocates anything the garbage collector tracks, which is where Python code (a
+ * finaliser) could first run. Everything else that changes those does so either under the
+ * accumulator's lock, in one C call too (set, reserve, release, or a member store such as
+ * builder.closed = True), so the two never interleave halfway.
+ *
+ * It appends only in the common case and answers None for everything else, which the
+ * Python path (accumulator.py, producer.py) then does under the lock: a batch to close or
+ * create, a full buffer, headers, keys or values that are not bytes, a sticky partition due
+ * to move on, a topic whose partitions are not known yet, deterministic batching, a closed
+ * producer. The rules stay in Python; this only repeats the "fits, append" case of them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#include "record_builder.h"
+
+/* Estimated bytes a record adds beyond key and value (accumulator.py's _RECORD_OVERHEAD). */
+#define RECORD_OVERHEAD 12
+
+static RecordBuilderCAPI *builders;
+
+/* --- murmur2, as Java's Utils.murmur2 (partitioner.py has the Python twin) ---------------- */
+
+static int32_t
+murmur2(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5BD1E995;
+    uint32_t h = 0x9747B28CU ^ (uint32_t)length;
+    Py_ssize_t end = length - length % 4;
+    for (Py_ssize_t i = 0; i < end; i += 4) {
+        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8
+            | (uint32_t)data[i + 2] << 16 | (uint32_t)data[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length % 4) {
+    case 3:
+        h ^= (uint32_t)data[end + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[end + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= data[end];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *
+py_murmur2(PyObject *module, PyObject *data)
+{
+    (void)module;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "murmur2(data: bytes)");
+        return NULL;
+    }
+    return PyLong_FromLong(murmur2((const unsigned char *)PyBytes_AS_STRING(data),
+                                   PyBytes_GET_SIZE(data)));
+}
+
+/* --- FutureBase: what a RecordFuture holds, so that C can make one ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t index;
+} FutureBase;
+
+static PyObject *
+future_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *batch;
+    Py_ssize_t index;
+    static char *names[] = {"batch", "index", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On", names, &batch, &index))
+        return NULL;
+    FutureBase *self = (FutureBase *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(batch);
+    self->batch = batch;
+    self->index = index;
+    return (PyObject *)self;
+}
+
+static int
+future_traverse(FutureBase *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->batch);
+    return 0;
+}
+
+static int
+future_clear(FutureBase *self)
+{
+    Py_CLEAR(self->batch);
+    return 0;
+}
+
+/* RecordFuture, a Python subclass, is what gets made; its own dealloc drops the reference to
+ * its type after calling this one. */
+static void
+future_dealloc(FutureBase *self)
+{
+    PyObject_GC_UnTrack(self);
+    future_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef future_members[] = {
+    {"_batch", T_OBJECT_EX, offsetof(FutureBase, batch), READONLY, "the record's batch"},
+    {"_index", T_PYSSIZET, offsetof(FutureBase, index), READONLY,
+     "the record's index in its batch"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FutureBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncelog.client._append.FutureBase",
+    .tp_doc = PyDoc_STR("FutureBase(batch, index): RecordFuture's fields."),
+    .tp_basicsize = sizeof(FutureBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = future_new,
+    .tp_traverse = (traverseproc)future_traverse,
+    .tp_clear = (inquiry)future_clear,
+    .tp_dealloc = (destructor)future_dealloc,
+    .tp_members = future_members,
+};
+
+/* --- OpenBatches ------------------------------------------------------------------------ */
+
+enum { PARTITION_BY_PYTHON, PARTITION_MURMUR2_RANDOM, PARTITION_MURMUR2 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *open;             /* {topic: [(batch, builder) or None per partition]} */
+    PyObject *partition_counts; /* {topic: partitions}, the sender's, kept current by it */
+    PyObject *sticky;           /* {topic: [partition, bytes]}, the producer's */
+    PyTypeObject *future_type;  /* RecordFuture, a FutureBase without fields of its own */
+    Py_ssize_t buffered, buffer_memory, batch_size, batch_records, record_limit;
+    int partitioner;
+    char enabled;
+} OpenBatches;
+
+static int
+open_init(OpenBatches *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *partition_counts, *sticky;
+    PyTypeObject *future_type;
+    static char *names[] = {"partition_counts", "sticky", "future_type", "batch_size",
+                            "batch_records", "buffer_memory", "record_limit", "partitioner",
+                            NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!nnnni", names,
+                                     &PyDict_Type, &partition_counts, &PyDict_Type, &sticky,
+                                     &PyType_Type, &future_type,
+                                     &self->batch_size, &self->batch_records,
+                                     &self->buffer_memory, &self->record_limit,
+                                     &self->partitioner))
+        return -1;
+    if (!PyType_IsSubtype(future_type, &FutureBaseType)
+            || future_type->tp_basicsize != FutureBaseType.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError,
+                        "future_type must subclass FutureBase and add no fields (__slots__ = ())");
+        return -1;
+    }
+    PyObject *open = PyDict_New();
+    if (open == NULL)
+        return -1;
+    Py_XSETREF(self->open, open);
+    Py_INCREF(partition_counts);
+    Py_XSETREF(self->partition_counts, partition_counts);
+    Py_INCREF(sticky);
+    Py_XSETREF(self->sticky, sticky);
+    Py_INCREF(future_type);
+    Py_XSETREF(self->future_type, future_type);
+    self->buffered = 0;
+    self->enabled = 1;
+    return 0;
+}
+
+static int
+open_traverse(OpenBatches *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->open);
+    Py_VISIT(self->partition_counts);
+    Py_VISIT(self->sticky);
+    Py_VISIT(self->future_type);
+    return 0;
+}
+
+static int
+open_clear(OpenBatches *self)
+{
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->partition_counts);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->future_type);
+    return 0;
+}
+
+static void
+open_dealloc(OpenBatches *self)
+{
+    PyObject_GC_UnTrack(self);
+    open_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A Python int that fits a Py_ssize_t, into *out; 0 for anything else (no error left). */
+static int
+small_int(PyObject *obj, Py_ssize_t *out)
+{
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    Py_ssize_t value = PyLong_AsSsize_t(obj);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+/* append(topic, value, key, partition, headers, timestamp, on_delivery) -> RecordFuture, or
+ * None when the Python path must do it. */
+static PyObject *
+open_append(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append(topic, value, key, partition, headers, "
+                        "timestamp, on_delivery)");
+        return NULL;
+    }
+    PyObject *topic = args[0], *value = args[1], *key = args[2], *partition_obj = args[3];
+    PyObject *timestamp = args[5], *on_delivery = args[6];
+    if (!self->enabled || self->open == NULL || args[4] != Py_None
+            || !PyUnicode_CheckExact(topic)
+            || (key != Py_None && !PyBytes_CheckExact(key))
+            || (value != Py_None && !PyBytes_CheckExact(value))
+            || (timestamp != Py_None && !PyLong_CheckExact(timestamp)))
+        Py_RETURN_NONE;
+    Py_ssize_t size = (key == Py_None ? 0 : PyBytes_GET_SIZE(key))
+        + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
+    if (size > self->record_limit || self->buffered >= self->buffer_memory)
+        Py_RETURN_NONE;
+    /* Borrowed references from here on: nothing below runs Python code until the record is
+     * in, so nothing can drop them. */
+    PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
+    Py_ssize_t count, partition;
+    if (count_obj == NULL || !small_int(count_obj, &count) || count <= 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *sticky_state = NULL;
+    Py_ssize_t sticky_bytes = 0;
+    if (partition_obj != Py_None) {
+        if (!small_int(partition_obj, &partition) || partition < 0 || partition >= count)
+            Py_RETURN_NONE;
+    } else if (self->partitioner == PARTITION_BY_PYTHON) {
+        Py_RETURN_NONE;
+    } else if (key != Py_None || self->partitioner == PARTITION_MURMUR2) {
+        const unsigned char *data = key == Py_None ? (const unsigned char *)""
+            : (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t length = key == Py_None ? 0 : PyBytes_GET_SIZE(key);
+        partition = (Py_ssize_t)((uint32_t)murmur2(data, length) & 0x7FFFFFFF) % count;
+    } else {
+        /* Keyless: stay on the sticky partition; moving on is the Python path's. */
+        sticky_state = PyDict_GetItemWithError(self->sticky, topic);
+        if (sticky_state == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        if (!PyList_CheckExact(sticky_state) || PyList_GET_SIZE(sticky_state) != 2
+                || !small_int(PyList_GET_ITEM(sticky_state, 0), &partition)
+                || !small_int(PyList_GET_ITEM(sticky_state, 1), &sticky_bytes)
+                || partition < 0 || partition >= count
+                || sticky_bytes + size >= self->batch_size)
+            Py_RETURN_NONE;
+    }
+    PyObject *partitions = PyDict_GetItemWithError(self->open, topic);
+    if (partitions == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (partition >= PyList_GET_SIZE(partitions))
+        Py_RETURN_NONE;
+    PyObject *entry = PyList_GET_ITEM(partitions, partition);
+    if (entry == Py_None)
+        Py_RETURN_NONE;
+    PyObject *batch = PyTuple_GET_ITEM(entry, 0);
+    RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, 1);
+    Py_ssize_t accounted = size + RECORD_OVERHEAD;
+    if (builder->closed || builder->count >= self->batch_records
+            || builder->size + accounted > self->batch_size)
+        Py_RETURN_NONE;
+    PyObject *new_sticky_bytes = NULL;
+    if (sticky_state != NULL && (new_sticky_bytes = PyLong_FromSsize_t(sticky_bytes + size)) == NULL)
+        return NULL;
+    Py_ssize_t index = builders->append(builder, timestamp, key, value);
+    if (index < 0) {
+        Py_XDECREF(new_sticky_bytes);
+        return NULL;
+    }
+    builder->accounted += accounted;
+    self->buffered += accounted;
+    if (sticky_state != NULL)
+        PyList_SetItem(sticky_state, 1, new_sticky_bytes);  /* steals; an int, no finaliser */
+    /* The record is in: from here Python code may run (a collection, say) without harm. */
+    Py_INCREF(batch);
+    FutureBase *future = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
+    if (future == NULL) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    future->batch = batch;
+    future->index = index;
+    if (on_delivery != Py_None) {
+        /* Added after the record, so the batch may be done already: add_callback then runs
+         * the callback at once, as it does for a batch that completed before. */
+        PyObject *index_obj = PyLong_FromSsize_t(index);
+        PyObject *added = index_obj == NULL ? NULL
+            : PyObject_CallMethod(batch, "add_callback", "OO", index_obj, on_delivery);
+        Py_XDECREF(index_obj);
+        if (added == NULL) {
+            Py_DECREF(future);
+            return NULL;
+        }
+        Py_DECREF(added);
+    }
+    return (PyObject *)future;
+}
+
+/* set(topic, partition, batch): the batch now open on that partition (called under the
+ * accumulator's lock, once the batch's first record is in). */
+static PyObject *
+open_set(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t partition;
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !small_int(args[1], &partition)
+            || partition < 0) {
+        PyErr_SetString(PyExc_TypeError, "set(topic: str, partition: int >= 0, batch)");
+        return NULL;
+    }
+    PyObject *batch = args[2];
+    PyObject *builder = PyObject_GetAttrString(batch, "records");
+    if (builder == NULL)
+        return NULL;
+    if (!PyObject_TypeCheck(builder, builders->builder_type)) {
+        Py_DECREF(builder);
+        PyErr_SetString(PyExc_TypeError, "batch.records must be the compiled RecordBuilder");
+        return NULL;
+    }
+    PyObject *entry = PyTuple_Pack(2, batch, builder);
+    Py_DECREF(builder);
+    if (entry == NULL)
+        return NULL;
+    PyObject *partitions = PyDict_GetItemWithError(self->open, args[0]);
+    if (partitions == NULL) {
+        if (PyErr_Occurred() || (partitions = PyList_New(0)) == NULL
+                || PyDict_SetItem(self->open, args[0], partitions) < 0) {
+            Py_XDECREF(partitions);
+            Py_DECREF(entry);
+            return NULL;
+        }
+        Py_DECREF(partitions);  /* the dict holds it */
+    }
+    while (PyList_GET_SIZE(partitions) <= partition) {
+        if (PyList_Append(partitions, Py_None) < 0) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+    }
+    /* Done in one step, so a fast append sees the old entry or the new one. */
+    PyList_SetItem(partitions, partition, entry);
+    Py_RETURN_NONE;
+}
+
+/* reserve(builder, n): n more bytes buffered, counted for that batch (in one step, as a fast
+ * append does it). */
+static PyObject *
+open_reserve(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n;
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], builders->builder_type)
+            || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "reserve(builder: RecordBuilder, n: int)");
+        return NULL;
+    }
+    if ((n = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    ((RecordBuilder *)args[0])->accounted += n;
+    self->buffered += n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+open_release(OpenBatches *self, PyObject *n_obj)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(n_obj);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->buffered -= n;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef open_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))open_append, METH_FASTCALL,
+     "append(topic, value, key, partition, headers, timestamp, on_delivery) -> RecordFuture\n"
+     "when the record went into its partition's open batch, None when the Python path must\n"
+     "take it."},
+    {"set", (PyCFunction)(void (*)(void))open_set, METH_FASTCALL,
+     "set(topic, partition, batch): the batch open on that partition."},
+    {"reserve", (PyCFunction)(void (*)(void))open_reserve, METH_FASTCALL,
+     "reserve(builder, n): n more bytes buffered, counted for that batch."},
+    {"release", (PyCFunction)open_release, METH_O, "release(n): n bytes fewer buffered."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef open_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(OpenBatches, buffered), READONLY,
+     "bytes of records not yet acknowledged or failed"},
+    {"enabled", T_BOOL, offsetof(OpenBatches, enabled), 0,
+     "False: append always answers None (a closed or failed producer)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject OpenBatchesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncelog.client._append.OpenBatches",
+    .tp_doc = PyDoc_STR("OpenBatches(partition_counts, sticky, future_type, batch_size,\n"
+                        "batch_records, buffer_memory, record_limit, partitioner): each\n"
+                        "partition's open batch, the buffered bytes, and produce()'s fast path."),
+    .tp_basicsize = sizeof(OpenBatches),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)open_init,
+    .tp_traverse = (traverseproc)open_traverse,
+    .tp_clear = (inquiry)open_clear,
+    .tp_dealloc = (destructor)open_dealloc,
+    .tp_methods = open_methods,
+    .tp_members = open_members,
+};
+
+static PyMethodDef methods[] = {
+    {"murmur2", (PyCFunction)py_murmur2, METH_O,
+     "murmur2(data) -> Java's Utils.murmur2 of the bytes, a signed 32-bit int."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "oncelog.client._append",
+    "produce()'s compiled fast path (optional; see _append.c).", -1, methods,
+};
+
+static int
+add_type(PyObject *module, const char *name, PyTypeObject *type)
+{
+    if (PyType_Ready(type) < 0)
+        return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__append(void)
+{
+#ifdef Py_GIL_DISABLED
+    /* Without the GIL a C call is no longer atomic: no fast path (ImportError -> Python). */
+    PyErr_SetString(PyExc_ImportError, "the append fast path needs the GIL");
+    return NULL;
+#endif
+    builders = PyCapsule_Import(RECORD_BUILDER_CAPI_NAME, 0);
+    if (builders == NULL)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (add_type(module, "FutureBase", &FutureBaseType) < 0
+            || add_type(module, "OpenBatches", &OpenBatchesType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

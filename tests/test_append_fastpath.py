@@ -1,0 +1,197 @@
+"""produce()'s compiled fast path (client/_append.c) against the Python path it shortcuts.
+
+The twin test drives two producers with the same calls, one with the compiled OpenBatches
+and one with the Python stand-in (every record through the accumulator's lock), and wants the
+same batches byte for byte, the same partitions, the same futures, the same buffer
+accounting and the same sticky-partitioner state. The threaded test produces from several
+threads at once through a real broker: the fast path runs without the lock, so this is where
+a lost record or a leaked buffer byte would show.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from brokers import create_topic
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog import Consumer, KafkaError, Producer
+from oncelog.client import fast_append
+from oncelog.client.partitioner import murmur2, partition_for_key
+from oncelog.client.producer import _ProducerCore
+from oncelog.client.producer_batch import RecordFuture
+from oncelog.protocol.records import NONE
+
+_compiled = fast_append.compiled
+TOPICS = {"one": 1, "three": 3, "five": 5}
+TIMEOUT = 30
+
+
+def test_the_fast_path_is_built():
+    # make test builds it; the twin tests below would otherwise compare Python with itself.
+    assert _compiled is not None, "oncelog.client._append was not built"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.binary(max_size=40))
+def test_compiled_murmur2_equals_python(data):
+    assert _compiled.murmur2(data) == murmur2(data)
+    assert partition_for_key(data, 7) == (murmur2(data) & 0x7FFFFFFF) % 7
+
+
+def offline_producer(config: dict[str, Any], open_batches: Any) -> Producer:
+    """A Producer without a sender thread or a broker, its topics' partitions known: what
+    produce() does up to the accumulator, and nothing after."""
+    saved = fast_append.OpenBatches
+    fast_append.OpenBatches = open_batches
+    try:
+        core = _ProducerCore({"bootstrap.servers": "127.0.0.1:1", "buffer.memory": 1 << 30,
+                              **config}, None, None)
+    finally:
+        fast_append.OpenBatches = saved
+    core.partition_counts.update(TOPICS)
+    producer = Producer.__new__(Producer)
+    producer._core = core
+    return producer
+
+
+# Few distinct keys and values, so that keys repeat (and land on batches already open) and
+# batches fill: the fast path's cases, many times per script.
+values = st.sampled_from([None, b"", b"v" * 10, b"w" * 70, "text", bytearray(b"ba")])
+keys = st.sampled_from([None, None, b"a", b"b", b"key-3", b"\x00" * 9, "k"])
+calls = st.lists(st.tuples(
+    st.sampled_from(sorted(TOPICS)),
+    values,
+    keys,
+    st.sampled_from([None, None, None, 0, 2, 4, -1, 5]),   # partition (some invalid)
+    st.sampled_from([None, None, None, [("h", b"v")]]),     # headers
+    st.booleans(),                                          # on_delivery
+), min_size=20, max_size=300)
+configs = st.fixed_dictionaries({
+    "batch.size": st.sampled_from([100, 400, 16384]),
+    "batch.num.messages": st.sampled_from([1, 4, 10_000]),
+    "partitioner": st.sampled_from(["murmur2_random", "murmur2", "random"]),
+    "batching": st.sampled_from(["linger", "linger", "deterministic"]),
+})
+
+
+def run(producer: Producer, script: list, seed: int) -> dict[str, Any]:
+    random.seed(seed)  # the sticky and random partitioners' choices
+    outcomes = []
+    for i, (topic, value, key, partition, headers, callback) in enumerate(script):
+        try:
+            future = producer.produce(topic, value, key, partition, headers, 1_700_000_000_000 + i,
+                                      (lambda _e, _m: None) if callback else None)
+        except (KafkaError, TypeError) as exc:
+            outcomes.append(type(exc).__name__)
+            continue
+        batch = future._batch
+        queue = producer._core.acc.queues[(batch.topic, batch.partition)]
+        outcomes.append((batch.topic, batch.partition, list(queue).index(batch), future._index,
+                         len(batch._callbacks or ())))
+    acc = producer._core.acc
+    batches = {}
+    for tp, queue in sorted(acc.queues.items()):
+        batches[tp] = []
+        for batch in queue:
+            closed, count, accounted = batch.closed, batch.count, batch.accounted
+            batch.build(NONE)
+            batches[tp].append((closed, count, accounted, bytes(batch.data)))
+    return {"outcomes": outcomes, "batches": batches, "buffered": acc.open.buffered,
+            "sticky": producer._core.sticky}
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(config=configs, script=calls, seed=st.integers(0, 2**32))
+def test_fast_path_appends_as_the_python_path_does(config, script, seed):
+    fast = run(offline_producer(config, _compiled.OpenBatches), script, seed)
+    slow = run(offline_producer(config, fast_append.PyOpenBatches), script, seed)
+    assert fast == slow
+
+
+def test_fast_path_takes_the_common_case():
+    producer = offline_producer({"linger.ms": 60_000}, _compiled.OpenBatches)
+    fast = producer._core.fast_append
+    first = producer.produce("three", b"v", b"key")  # opens the batch: the Python path
+    assert isinstance(first, RecordFuture)
+    future = fast("three", b"v", b"key", None, None, None, None)
+    assert isinstance(future, RecordFuture)
+    assert (future._batch, future._index) == (first._batch, 1)
+    assert fast("three", b"v", b"key", 2, None, None, None) is None  # no batch open there
+    assert fast("three", b"v", b"key", None, [("h", b"")], None, None) is None
+    assert fast("three", "v", b"key", None, None, None, None) is None
+    assert fast("unknown", b"v", None, 0, None, None, None) is None
+
+
+def test_sticky_partition_moves_on_once_a_batch_size_of_bytes_went_to_it():
+    producer = offline_producer({"linger.ms": 60_000, "batch.size": 1_000},
+                                _compiled.OpenBatches)
+    producer._core.sticky["three"] = [1, 0]
+    partitions = [producer.produce("three", b"v" * 100)._batch.partition for _ in range(11)]
+    # The tenth record brings the partition's bytes to batch.size: it is the last one there.
+    assert partitions[:10] == [1] * 10 and partitions[10] != 1
+    assert producer._core.sticky["three"] == [partitions[10], 100]
+
+
+def test_fast_path_stops_at_a_full_buffer_and_when_closed():
+    producer = offline_producer({"linger.ms": 60_000}, _compiled.OpenBatches)
+    core = producer._core
+    core.buffer_memory = 2_000  # the Python path's own check; the C one has its own:
+    limited = offline_producer({"linger.ms": 60_000, "buffer.memory": 2_000},
+                               _compiled.OpenBatches)._core
+    for c in (core, limited):
+        while c.produce("one", b"x" * 100, None, 0, None, None, None) is not None:
+            pass
+    assert limited.fast_append("one", b"x", None, 0, None, None, None) is None
+    buffered = limited.acc.open.buffered
+    assert limited.produce("one", b"x", None, 0, None, None, None) is None
+    assert limited.acc.open.buffered == buffered
+    limited.closed = True
+    assert limited.fast_append("one", b"x", None, 0, None, None, None) is None
+    with pytest.raises(RuntimeError, match="closed"):
+        limited.produce("one", b"x", None, 0, None, None, None)
+
+
+def test_threads_producing_at_once_lose_nothing_and_leak_no_buffer(broker):
+    threads, per_thread, partitions = 4, 5_000, 3
+    create_topic(broker.bootstrap, "threads", partitions)
+    # Small batches sent at once: batches close and leave their queues all the time while
+    # the threads append, keyed (murmur2 in C) and keyless (sticky, moving on in Python).
+    config = {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 2_000}
+    errors: list[BaseException] = []
+    with Producer(config) as producer:
+        producer.produce("threads", b"warm-up", partition=0).result(TIMEOUT)
+
+        def produce(t: int) -> None:
+            try:
+                for i in range(per_thread):
+                    producer.produce("threads", b"%d-%d" % (t, i),
+                                     key=b"%d" % (i % 7) if t % 2 else None)
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        workers = [threading.Thread(target=produce, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(TIMEOUT)
+        producer.flush(TIMEOUT)
+        assert not errors
+        assert producer._core.acc.open.buffered == 0
+    with Consumer({"bootstrap.servers": broker.bootstrap,
+                   "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([("threads", p) for p in range(partitions)])
+        stored = [r for r in consumer if r.value != b"warm-up"]
+    values = [r.value for r in stored]
+    expected = {b"%d-%d" % (t, i) for t in range(threads) for i in range(per_thread)}
+    assert len(values) == len(expected) and set(values) == expected
+    # One thread's records with one key share a partition, in the order produced.
+    for t in range(1, threads, 2):
+        for k in range(7):
+            mine = [int(r.value.split(b"-")[1]) for r in stored
+                    if r.value.startswith(b"%d-" % t) and r.key == b"%d" % k]
+            assert mine == sorted(mine)
