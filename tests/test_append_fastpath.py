@@ -195,3 +195,19 @@ def test_threads_producing_at_once_lose_nothing_and_leak_no_buffer(broker):
             mine = [int(r.value.split(b"-")[1]) for r in stored
                     if r.value.startswith(b"%d-" % t) and r.key == b"%d" % k]
             assert mine == sorted(mine)
+
+
+def test_topics_are_plain_str_to_the_producer():
+    class Name(str):
+        def __eq__(self, other: object) -> bool:  # would run inside the fast path's lookups
+            raise AssertionError("compared")
+
+        __hash__ = str.__hash__
+
+    producer = offline_producer({"linger.ms": 60_000}, _compiled.OpenBatches)
+    for _ in range(3):
+        future = producer.produce(Name("one"), b"v", partition=0)
+    assert type(future._batch.topic) is str and future._index == 2
+    assert all(type(topic) is str for topic, _ in producer._core.acc.queues)
+    with pytest.raises(TypeError, match="topic must be a str"):
+        producer.produce(b"one", b"v")

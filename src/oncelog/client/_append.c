@@ -264,7 +264,8 @@ open_append(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
     if (size > self->record_limit || self->buffered >= self->buffer_memory)
         Py_RETURN_NONE;
     /* Borrowed references from here on: nothing below runs Python code until the record is
-     * in, so nothing can drop them. */
+     * in, so nothing can drop them. (The dictionaries' keys are plain str, producer.py's
+     * topic_name, whose comparisons run no Python code either.) */
     PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
     Py_ssize_t count, partition;
     if (count_obj == NULL || !small_int(count_obj, &count) || count <= 0) {
@@ -359,7 +360,8 @@ static PyObject *
 open_set(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t partition;
-    if (nargs != 3 || !PyUnicode_Check(args[0]) || !small_int(args[1], &partition)
+    /* An exact str: a subclass's __eq__ could run during append's lookups. */
+    if (nargs != 3 || !PyUnicode_CheckExact(args[0]) || !small_int(args[1], &partition)
             || partition < 0) {
         PyErr_SetString(PyExc_TypeError, "set(topic: str, partition: int >= 0, batch)");
         return NULL;

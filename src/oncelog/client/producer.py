@@ -178,6 +178,16 @@ class _ProducerCore:
             raise error
 
 
+def topic_name(topic: Any) -> str:
+    """A topic as a plain str: the producer's dictionaries are keyed by it, and the fast
+    path's lookups in them must not run a str subclass's __eq__ (see _append.c)."""
+    if type(topic) is str:
+        return topic
+    if isinstance(topic, str):
+        return str.__str__(topic)
+    raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+
+
 def _new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -226,6 +236,7 @@ class Producer:
         future = core.fast_append(topic, value, key, partition, headers, timestamp, on_delivery)
         if future is not None:
             return future
+        topic = topic_name(topic)
         if topic not in core.sender.partition_counts:
             core.check_open()
             self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
@@ -344,6 +355,7 @@ class AIOProducer:
         future = core.fast_append(topic, value, key, partition, headers, timestamp, None)
         if future is not None:
             return future  # it never closes a batch: nothing for the sender yet
+        topic = topic_name(topic)
         if topic not in core.sender.partition_counts:
             core.check_open()
             await core.sender.partitions_for(topic)
