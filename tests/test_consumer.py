@@ -83,6 +83,36 @@ def test_seek_position_and_offsets_for_times(broker):
         assert c.watermarks(tp) == (0, 50)
 
 
+def test_fetches_sent_ahead_never_skip_or_repeat_records(broker):
+    # Small fetches (one batch each), so polls keep finding a Fetch sent ahead in flight,
+    # while other calls use the same connection and seeks move the position under it.
+    create_topic(broker.bootstrap, "ahead", 2)
+    produce(broker.bootstrap, "ahead", [(i % 2, None, b"%d" % i, None, NOW) for i in range(600)],
+            **{"batch.num.messages": 10})
+    tps = [TopicPartition("ahead", 0), TopicPartition("ahead", 1)]
+    config = {"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest",
+              "max.partition.fetch.bytes": 256}
+    with Consumer(config) as c:
+        c.assign(tps)
+        first = c.poll(5, max_records=1000)
+        assert first and c._ahead  # a Fetch went ahead
+        assert c.watermarks(tps[0]) == (0, 300)  # answered past the Fetch in flight
+        assert c.offsets_for_times({tps[1]: NOW}) == {tps[1]: 0}
+        seen = list(first)
+        for _ in range(3):
+            seen += c.poll(5, max_records=1000)
+        c.seek(tps[0], 5)  # the Fetch sent ahead asked for another position: dropped
+        after_seek = c.poll(5, max_records=1000)
+        assert [r.offset for r in after_seek if r.partition == 0][:1] == [5]
+        seen = [r for r in seen if r.partition == 1] + after_seek
+        seen += list(c)
+    for partition in (0, 1):
+        offsets = [r.offset for r in seen if r.partition == partition]
+        assert offsets == list(range(5 if partition == 0 else 0, 300))
+        assert all(r.value == b"%d" % (2 * r.offset + partition) for r in seen
+                   if r.partition == partition)
+
+
 def test_out_of_range_follows_auto_offset_reset(broker):
     create_topic(broker.bootstrap, "range")
     produce(broker.bootstrap, "range", [(0, None, b"x", None, NOW)] * 5)

@@ -93,10 +93,21 @@ def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
     return FetchResult(result.records or b"", result.high_watermark, result.log_start_offset)
 
 
+FetchResults = dict[tuple[str, int], tuple[ErrorCode, FetchResult]]
+
+
 def fetch_many(conn: BrokerConnection, positions: dict[tuple[str, int], int],
                max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
-               isolation_level: int = 0) -> dict[tuple[str, int], tuple[ErrorCode, FetchResult]]:
+               isolation_level: int = 0) -> FetchResults:
     """One Fetch for several partitions: per (topic, partition), its error and its data."""
+    send_fetch(conn, positions, max_wait_ms, max_bytes, partition_max_bytes, isolation_level)
+    return read_fetch(conn)
+
+
+def send_fetch(conn: BrokerConnection, positions: dict[tuple[str, int], int],
+               max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
+               isolation_level: int = 0) -> None:
+    """fetch_many's request alone, pipelined: its answer is read_fetch's, in order."""
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in positions.items():
         by_topic.setdefault(topic, []).append((partition, offset))
@@ -114,7 +125,12 @@ def fetch_many(conn: BrokerConnection, positions: dict[tuple[str, int], int],
                      max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
                      session_epoch=-1, topics=topics, forgotten_topics_data=(), rack_id="")
 
-    response = conn.call(apis.FETCH, make)
+    conn.send_only(apis.FETCH, make)
+
+
+def read_fetch(conn: BrokerConnection) -> FetchResults:
+    """The answer to the oldest request send_fetch pipelined on ``conn``."""
+    _, response = conn.receive()
     results = {}
     for topic in response.responses:
         for p in topic.partitions:

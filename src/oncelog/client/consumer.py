@@ -87,6 +87,12 @@ class Consumer:
         # Records fetched, not yet returned: self._buffered[self._next:].
         self._buffered: list[ConsumerRecord] = []
         self._next = 0
+        # A Fetch sent ahead to each broker once records came back (the broker reads the
+        # next ones while we decode and the caller handles these): the positions it asked
+        # for, and its answer once read (read early when another call needs the connection).
+        # Used only if the positions are still the ones to fetch from; dropped otherwise.
+        self._ahead: dict[int, tuple[dict[tuple[str, int], int],
+                                     calls.FetchResults | None]] = {}
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -169,13 +175,16 @@ class Consumer:
         for tp in self._positions:
             by_leader.setdefault(self._leaders[tp], {})[(tp.topic, tp.partition)] = \
                 self._fetch_position(tp)
+        for leader in set(self._ahead) - set(by_leader):
+            self._settle_ahead(leader)
         wait_ms = min(int(wait * 1000), int(self.config["fetch.wait.max.ms"]))
+        got_records = []
         for leader, positions in by_leader.items():
             try:
-                results = calls.fetch_many(
-                    self._connection(leader), positions, wait_ms,
-                    int(self.config["fetch.max.bytes"]),
-                    int(self.config["max.partition.fetch.bytes"]))
+                results = self._ahead_results(leader, positions)
+                if results is None:
+                    results = calls.fetch_many(self._connection(leader), positions, wait_ms,
+                                               *self._fetch_sizes())
             except KafkaError as exc:
                 if exc.error not in (ErrorCode.network_exception, ErrorCode.request_timed_out):
                     raise
@@ -183,8 +192,61 @@ class Consumer:
                 self._drop_connection(leader)
                 time.sleep(min(wait, 0.1))
                 continue
+            before = len(self._buffered)
             for (topic, partition), (error, result) in results.items():
                 self._take(TopicPartition(topic, partition), error, result)
+            if len(self._buffered) > before:
+                got_records.append(leader)
+        for leader in got_records:
+            self._fetch_ahead(leader)
+
+    def _fetch_sizes(self) -> tuple[int, int]:
+        return int(self.config["fetch.max.bytes"]), int(self.config["max.partition.fetch.bytes"])
+
+    def _fetch_ahead(self, leader: int) -> None:
+        """Ask now for what follows the records just fetched from ``leader``. Without
+        waiting on the broker's side: a poll that finds the answer empty fetches again,
+        waiting as it asks."""
+        positions = {(tp.topic, tp.partition): position
+                     for tp, position in self._positions.items()
+                     if self._leaders.get(tp) == leader and position is not None}
+        try:
+            calls.send_fetch(self._connection(leader), positions, 0, *self._fetch_sizes())
+        except KafkaError:
+            self._drop_connection(leader)  # the next poll connects again
+            return
+        self._ahead[leader] = (positions, None)
+
+    def _ahead_results(self, leader: int, positions: dict[tuple[str, int], int]
+                       ) -> calls.FetchResults | None:
+        """The answer of the Fetch sent ahead to ``leader`` if it asked for ``positions``;
+        None (the Fetch read and dropped) when it asked for something else."""
+        ahead = self._ahead.get(leader)
+        if ahead is None:
+            return None
+        results = self._settle_ahead(leader)
+        return results if ahead[0] == positions else None
+
+    def _settle_ahead(self, leader: int) -> calls.FetchResults | None:
+        """Read the answer of the Fetch sent ahead to ``leader`` (if any) and forget it.
+        A connection that fails meanwhile is dropped: None, and the caller fetches anew."""
+        asked, results = self._ahead.pop(leader, (None, None))
+        if asked is not None and results is None:
+            try:
+                results = calls.read_fetch(self._connections[leader])
+            except KafkaError:
+                self._drop_connection(leader)
+        return results
+
+    def _idle_connection(self, node: int) -> BrokerConnection:
+        """The connection to ``node``, with the answer of a Fetch sent ahead read first (it
+        is kept for the next poll): a call's answer must be the next one on the wire."""
+        ahead = self._ahead.get(node)
+        if ahead is not None and ahead[1] is None:
+            self._ahead[node] = (ahead[0], self._settle_ahead(node))
+            if self._ahead[node][1] is None:  # its connection failed
+                del self._ahead[node]
+        return self._connection(node)
 
     def _take(self, tp: TopicPartition, error: ErrorCode, result: calls.FetchResult) -> None:
         if error == ErrorCode.offset_out_of_range:
@@ -272,8 +334,8 @@ class Consumer:
         return self._list_offset(tp, EARLIEST if policy == "earliest" else LATEST)
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
-        return calls.list_offset(self._connection(self._leaders[tp]), tp.topic, tp.partition,
-                                 timestamp)
+        return calls.list_offset(self._idle_connection(self._leaders[tp]), tp.topic,
+                                 tp.partition, timestamp)
 
     def _refresh_leaders(self) -> None:
         topics = sorted({tp.topic for tp in self._positions})
@@ -295,6 +357,7 @@ class Consumer:
         return conn
 
     def _drop_connection(self, node: int) -> None:
+        self._ahead.pop(node, None)
         conn = self._connections.pop(node, None)
         if conn is not None:
             conn.close()
@@ -308,6 +371,7 @@ class Consumer:
             pass  # still down: the next poll tries again
 
     def close(self) -> None:
+        self._ahead.clear()
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
