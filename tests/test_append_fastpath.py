@@ -10,7 +10,9 @@ a lost record or a leaked buffer byte would show.
 
 from __future__ import annotations
 
+import itertools
 import random
+import sys
 import threading
 from typing import Any
 
@@ -24,7 +26,7 @@ from oncelog.client import fast_append
 from oncelog.client.partitioner import murmur2, partition_for_key
 from oncelog.client.producer import _ProducerCore
 from oncelog.client.producer_batch import RecordFuture
-from oncelog.protocol.records import NONE
+from oncelog.protocol.records import NONE, decode_batch
 
 _compiled = fast_append.compiled
 TOPICS = {"one": 1, "three": 3, "five": 5}
@@ -211,3 +213,80 @@ def test_topics_are_plain_str_to_the_producer():
     assert all(type(topic) is str for topic, _ in producer._core.acc.queues)
     with pytest.raises(TypeError, match="topic must be a str"):
         producer.produce(b"one", b"v")
+
+
+@pytest.fixture
+def eager_thread_switches():
+    # Threads switch every microsecond instead of every 5 ms, so that a race between the
+    # fast path and the Python path has thousands of chances in a short test.
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(saved)
+
+
+def run_threads(*targets: Any) -> None:
+    threads = [threading.Thread(target=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_records_with_headers_keep_their_place_among_fast_appends(eager_thread_switches):
+    # A record with headers is encoded from the batch's count in Python: a fast append
+    # slipping in meanwhile would give two records one offset delta.
+    producer = offline_producer({"linger.ms": 60_000, "batch.size": 1 << 22,
+                                 "batch.num.messages": 1 << 20}, _compiled.OpenBatches)
+    futures: list[RecordFuture] = []
+    producer.produce("one", b"first", partition=0)
+    run_threads(
+        lambda: futures.extend(producer.produce("one", b"p%d" % i, partition=0)
+                               for i in range(20_000)),
+        lambda: futures.extend(producer.produce("one", b"h%d" % i, partition=0,
+                                                headers=[("h", b"x")]) for i in range(5_000)))
+    (batch,) = producer._core.acc.queues[("one", 0)]
+    batch.build(NONE)
+    _, stored = decode_batch(bytes(batch.data))
+    assert [r.offset for r in stored] == list(range(25_001))
+    by_index = {f._index: f for f in futures}
+    assert all(stored[i].value[:1] == (b"h" if stored[i].headers else b"p")
+               for i in by_index)
+
+
+def test_delivery_callbacks_run_on_the_sender_in_record_order(eager_thread_switches):
+    producer = offline_producer({"linger.ms": 0, "batch.num.messages": 50},
+                                _compiled.OpenBatches)
+    acc = producer._core.acc
+    done = threading.Event()
+    sender_thread: list[threading.Thread] = []
+
+    def sender() -> None:  # takes every batch as soon as it is there, and completes it
+        sender_thread.append(threading.current_thread())
+        while not done.is_set() or any(acc.queues.values()):
+            heads, _ = acc.ready_heads(float("inf"))
+            for batch in heads:
+                acc.take(batch)
+                batch.build(NONE)
+                batch.complete(0)
+                acc.finished(batch)
+
+    calls: list[tuple[threading.Thread, int]] = []
+
+    def produce() -> None:
+        for _ in range(20_000):
+            producer.produce("one", b"v", partition=0,
+                             on_delivery=lambda _e, meta: calls.append(
+                                 (threading.current_thread(), meta.offset)))
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    run_threads(produce, produce)
+    done.set()
+    thread.join(TIMEOUT)
+    assert len(calls) == 40_000
+    assert {t for t, _ in calls} == set(sender_thread)
+    # complete(0) gives every batch base offset 0: offsets are indexes, in order per batch.
+    runs = [offset for _, offset in calls]
+    assert all(b == a + 1 or b == 0 for a, b in itertools.pairwise(runs))

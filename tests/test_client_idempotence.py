@@ -6,7 +6,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.client.idempotence import Action, IdempotenceManager
-from oncelog.client.producer_batch import ProducerBatch
+from oncelog.client.producer_batch import ProducerBatch, encode_headers
 from oncelog.protocol.record_batch import read_header
 from oncelog.protocol.records import NONE, ZSTD, decode_batch
 
@@ -22,7 +22,7 @@ def manager(max_in_flight: int = 5, retries: int = 10) -> IdempotenceManager:
 def batch(records: int = 2, codec: int = NONE, partition: int = 0) -> ProducerBatch:
     b = ProducerBatch("t", partition, 0.0)
     for i in range(records):
-        b.append(1000 + i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)])
+        b.append(1000 + i, b"k%d" % i, b"v%d" % i, encode_headers([("h", b"%d" % i)]))
     b.closed = True
     b.build(codec)
     return b

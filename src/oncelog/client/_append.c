@@ -7,12 +7,13 @@
  *
  * Why it is safe without the lock: under the GIL a C function runs whole, no other Python
  * thread runs until it returns, as long as it runs no Python code and does not release the
- * GIL. OpenBatches.append checks and changes everything it touches (the builder's records,
- * its closed flag and accounted bytes, the buffered total, the sticky partition's byte count)
- * before it allocates anything the garbage collector tracks, which is where Python code (a
- * finaliser) could first run. Everything else that changes those does so either under the
- * accumulator's lock, in one C call too (set, reserve, release, or a member store such as
- * builder.closed = True), so the two never interleave halfway.
+ * GIL. OpenBatches.append allocates what the garbage collector tracks (the future, the
+ * callback's entry) first, since a collection can run finalisers, which are Python code;
+ * then it checks and changes everything it touches (the builder's records, its closed flag
+ * and accounted bytes, the buffered total, the sticky partition's byte count, the batch's
+ * callbacks) without running any. Everything else that changes those does so in one C call
+ * too (set, reserve, release, a member store such as builder.closed = True, a list append),
+ * and the accumulator's Python path closes the batch to this one while it works on it.
  *
  * It appends only in the common case and answers None for everything else, which the
  * Python path (accumulator.py, producer.py) then does under the lock: a batch to close or
@@ -151,9 +152,12 @@ static PyTypeObject FutureBaseType = {
 
 enum { PARTITION_BY_PYTHON, PARTITION_MURMUR2_RANDOM, PARTITION_MURMUR2 };
 
+/* An open batch's entry: the batch, its RecordBuilder, and its list of (index, callback). */
+enum { ENTRY_BATCH, ENTRY_BUILDER, ENTRY_CALLBACKS };
+
 typedef struct {
     PyObject_HEAD
-    PyObject *open;             /* {topic: [(batch, builder) or None per partition]} */
+    PyObject *open;             /* {topic: [entry or None per partition]} */
     PyObject *partition_counts; /* {topic: partitions}, the sender's, kept current by it */
     PyObject *sticky;           /* {topic: [partition, bytes]}, the producer's */
     PyTypeObject *future_type;  /* RecordFuture, a FutureBase without fields of its own */
@@ -263,23 +267,34 @@ open_append(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
         + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
     if (size > self->record_limit || self->buffered >= self->buffer_memory)
         Py_RETURN_NONE;
-    /* Borrowed references from here on: nothing below runs Python code until the record is
-     * in, so nothing can drop them. (The dictionaries' keys are plain str, producer.py's
-     * topic_name, whose comparisons run no Python code either.) */
-    PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
-    Py_ssize_t count, partition;
-    if (count_obj == NULL || !small_int(count_obj, &count) || count <= 0) {
-        if (PyErr_Occurred())
+    /* What the garbage collector tracks, allocated before anything is read (see the top). */
+    FutureBase *future = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
+    if (future == NULL)
+        return NULL;
+    PyObject *callback = NULL;
+    if (on_delivery != Py_None) {
+        if ((callback = PyTuple_New(2)) == NULL) {
+            Py_DECREF(future);
             return NULL;
-        Py_RETURN_NONE;
+        }
+        Py_INCREF(Py_None);
+        PyTuple_SET_ITEM(callback, 0, Py_None);  /* the index, once known */
+        Py_INCREF(on_delivery);
+        PyTuple_SET_ITEM(callback, 1, on_delivery);
     }
-    PyObject *sticky_state = NULL;
-    Py_ssize_t sticky_bytes = 0;
+    /* From here to the record being in, no Python code runs: the references below may be
+     * borrowed, and nothing else changes what is read. (The dictionaries' keys are plain
+     * str, producer.py's topic_name, whose comparisons run no Python code either.) */
+    Py_ssize_t count, partition, sticky_bytes = 0;
+    PyObject *sticky_state = NULL, *entry;
+    PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
+    if (count_obj == NULL || !small_int(count_obj, &count) || count <= 0)
+        goto python_path;
     if (partition_obj != Py_None) {
         if (!small_int(partition_obj, &partition) || partition < 0 || partition >= count)
-            Py_RETURN_NONE;
+            goto python_path;
     } else if (self->partitioner == PARTITION_BY_PYTHON) {
-        Py_RETURN_NONE;
+        goto python_path;
     } else if (key != Py_None || self->partitioner == PARTITION_MURMUR2) {
         const unsigned char *data = key == Py_None ? (const unsigned char *)""
             : (const unsigned char *)PyBytes_AS_STRING(key);
@@ -288,70 +303,67 @@ open_append(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
     } else {
         /* Keyless: stay on the sticky partition; moving on is the Python path's. */
         sticky_state = PyDict_GetItemWithError(self->sticky, topic);
-        if (sticky_state == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            Py_RETURN_NONE;
-        }
-        if (!PyList_CheckExact(sticky_state) || PyList_GET_SIZE(sticky_state) != 2
+        if (sticky_state == NULL || !PyList_CheckExact(sticky_state)
+                || PyList_GET_SIZE(sticky_state) != 2
                 || !small_int(PyList_GET_ITEM(sticky_state, 0), &partition)
                 || !small_int(PyList_GET_ITEM(sticky_state, 1), &sticky_bytes)
                 || partition < 0 || partition >= count
                 || sticky_bytes + size >= self->batch_size)
-            Py_RETURN_NONE;
+            goto python_path;
     }
     PyObject *partitions = PyDict_GetItemWithError(self->open, topic);
-    if (partitions == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    if (partition >= PyList_GET_SIZE(partitions))
-        Py_RETURN_NONE;
-    PyObject *entry = PyList_GET_ITEM(partitions, partition);
-    if (entry == Py_None)
-        Py_RETURN_NONE;
-    PyObject *batch = PyTuple_GET_ITEM(entry, 0);
-    RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, 1);
+    if (partitions == NULL || partition >= PyList_GET_SIZE(partitions)
+            || (entry = PyList_GET_ITEM(partitions, partition)) == Py_None)
+        goto python_path;
+    PyObject *batch = PyTuple_GET_ITEM(entry, ENTRY_BATCH);
+    RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, ENTRY_BUILDER);
+    PyObject *callbacks = PyTuple_GET_ITEM(entry, ENTRY_CALLBACKS);
     Py_ssize_t accounted = size + RECORD_OVERHEAD;
     if (builder->closed || builder->count >= self->batch_records
             || builder->size + accounted > self->batch_size)
-        Py_RETURN_NONE;
-    PyObject *new_sticky_bytes = NULL;
-    if (sticky_state != NULL && (new_sticky_bytes = PyLong_FromSsize_t(sticky_bytes + size)) == NULL)
-        return NULL;
+        goto python_path;
+    PyObject *new_sticky_bytes = NULL, *index_obj = NULL;
+    /* Neither is tracked by the collector; made before the record goes in, so that nothing
+     * fails once it is. */
+    if ((sticky_state != NULL
+            && (new_sticky_bytes = PyLong_FromSsize_t(sticky_bytes + size)) == NULL)
+            || (callback != NULL && (index_obj = PyLong_FromSsize_t(builder->count)) == NULL))
+        goto error;
+    if (callback != NULL && PyList_Append(callbacks, callback) < 0)
+        goto error;
     Py_ssize_t index = builders->append(builder, timestamp, key, value);
     if (index < 0) {
-        Py_XDECREF(new_sticky_bytes);
-        return NULL;
+        if (callback != NULL)  /* appended just above: take it back */
+            PyList_SetSlice(callbacks, PyList_GET_SIZE(callbacks) - 1,
+                            PyList_GET_SIZE(callbacks), NULL);
+        goto error;
     }
     builder->accounted += accounted;
     self->buffered += accounted;
     if (sticky_state != NULL)
         PyList_SetItem(sticky_state, 1, new_sticky_bytes);  /* steals; an int, no finaliser */
-    /* The record is in: from here Python code may run (a collection, say) without harm. */
-    Py_INCREF(batch);
-    FutureBase *future = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
-    if (future == NULL) {
-        Py_DECREF(batch);
-        return NULL;
+    if (callback != NULL) {
+        /* The batch is open, so not done: its callbacks run later, from the sender. */
+        Py_SETREF(((PyTupleObject *)callback)->ob_item[0], index_obj);
+        Py_DECREF(callback);
     }
+    Py_INCREF(batch);
     future->batch = batch;
     future->index = index;
-    if (on_delivery != Py_None) {
-        /* Added after the record, so the batch may be done already: add_callback then runs
-         * the callback at once, as it does for a batch that completed before. */
-        PyObject *index_obj = PyLong_FromSsize_t(index);
-        PyObject *added = index_obj == NULL ? NULL
-            : PyObject_CallMethod(batch, "add_callback", "OO", index_obj, on_delivery);
-        Py_XDECREF(index_obj);
-        if (added == NULL) {
-            Py_DECREF(future);
-            return NULL;
-        }
-        Py_DECREF(added);
-    }
     return (PyObject *)future;
+
+python_path:
+    Py_DECREF(future);
+    Py_XDECREF(callback);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(new_sticky_bytes);
+    Py_XDECREF(index_obj);
+    Py_DECREF(future);
+    Py_XDECREF(callback);
+    return NULL;
 }
 
 /* set(topic, partition, batch): the batch now open on that partition (called under the
@@ -366,17 +378,22 @@ open_set(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "set(topic: str, partition: int >= 0, batch)");
         return NULL;
     }
-    PyObject *batch = args[2];
-    PyObject *builder = PyObject_GetAttrString(batch, "records");
-    if (builder == NULL)
-        return NULL;
-    if (!PyObject_TypeCheck(builder, builders->builder_type)) {
-        Py_DECREF(builder);
-        PyErr_SetString(PyExc_TypeError, "batch.records must be the compiled RecordBuilder");
+    if (self->open == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenBatches.__init__ was not called");
         return NULL;
     }
-    PyObject *entry = PyTuple_Pack(2, batch, builder);
-    Py_DECREF(builder);
+    PyObject *batch = args[2];
+    PyObject *builder = PyObject_GetAttrString(batch, "records");
+    PyObject *callbacks = builder == NULL ? NULL : PyObject_GetAttrString(batch, "_callbacks");
+    PyObject *entry = NULL;
+    if (callbacks != NULL && !PyObject_TypeCheck(builder, builders->builder_type))
+        PyErr_SetString(PyExc_TypeError, "batch.records must be the compiled RecordBuilder");
+    else if (callbacks != NULL && !PyList_CheckExact(callbacks))
+        PyErr_SetString(PyExc_TypeError, "batch._callbacks must be a list");
+    else if (callbacks != NULL)
+        entry = PyTuple_Pack(3, batch, builder, callbacks);
+    Py_XDECREF(builder);
+    Py_XDECREF(callbacks);
     if (entry == NULL)
         return NULL;
     PyObject *partitions = PyDict_GetItemWithError(self->open, args[0]);

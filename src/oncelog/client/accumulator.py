@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 
 from . import fast_append
-from .producer_batch import Headers, ProducerBatch, RecordFuture
+from .producer_batch import Headers, ProducerBatch, RecordFuture, encode_headers
 from .producer_config import ProducerConfig
 
 TopicPartition = tuple[str, int]
@@ -87,9 +87,9 @@ class RecordAccumulator:
         """Add a record (``size``: key and value bytes; a timestamp of None is now) to the
         partition's open batch: the Python path, for what ``open.append`` left to it."""
         size += _RECORD_OVERHEAD
-        if headers:
-            size += sum(len(k) + len(v or b"") + 4 for k, v in (
-                headers.items() if isinstance(headers, dict) else headers))
+        encoded = encode_headers(headers) if headers else None  # raises before the lock
+        if encoded:
+            size += sum(len(k) + len(v or b"") + 4 for k, v in encoded)
         config = self.config
         wake = False
         with self.lock:
@@ -98,13 +98,20 @@ class RecordAccumulator:
             if queue is None:
                 queue = self.queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
-            if batch is not None and not batch.closed and (
-                    batch.records.count >= config.batch_records
-                    or batch.records.size + size > config.batch_size
-                    if not config.deterministic else self._oversize(batch, size)):
-                batch.closed = True  # full: the record starts the next batch
-                wake = True
-            fresh = batch is None or batch.closed
+            reopen = False
+            if batch is not None and not batch.closed:
+                # Closed to the fast path while this runs: its appends would land between
+                # the checks and the steps below (a record with headers is encoded from the
+                # batch's count). They wait for the lock meanwhile, as any Python append.
+                batch.closed = True
+                # Full? Then the record starts the next batch and this one stays closed.
+                if (batch.records.count >= config.batch_records
+                        or batch.records.size + size > config.batch_size
+                        if not config.deterministic else self._oversize(batch, size)):
+                    wake = True
+                else:
+                    reopen = True
+            fresh = not reopen
             if fresh:
                 now = self.clock()
                 batch = ProducerBatch(topic, partition, now,
@@ -115,21 +122,32 @@ class RecordAccumulator:
                 if not config.deterministic and now + config.linger < self.sender_deadline:
                     self.sender_deadline = now + config.linger
                     wake = True
-            index = batch.append(timestamp, key, value, headers)
+            try:
+                index = batch.append(timestamp, key, value, encoded)
+            except BaseException:  # a timestamp out of range, say: leave things as they were
+                if fresh:
+                    queue.pop()
+                    self.incomplete.discard(batch)
+                else:
+                    batch.closed = False
+                raise
             self.open.reserve(batch.records, size)
-            if fresh and not config.deterministic:
-                # Only now: with its first record in, the batch is never left empty.
-                self.open.set(topic, partition, batch)
             if config.deterministic:
                 appended = self.appended.get(tp, 0) + 1
                 self.appended[tp] = appended
                 if appended % config.batch_records == 0:
                     batch.closed = True
+                    reopen = False
                     batch.created = self.clock()  # its delivery clock starts when ready
                     wake = True
             if on_delivery is not None:
                 # Under the lock: the sender cannot have taken the batch yet.
                 batch.add_callback(index, on_delivery)
+            if reopen:
+                batch.closed = False
+            elif fresh and not config.deterministic:
+                # Only now: with its first record in, the batch is never left empty.
+                self.open.set(topic, partition, batch)
             if wake and not self.wake_pending:
                 self.wake_pending = True
             else:

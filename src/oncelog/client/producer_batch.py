@@ -47,13 +47,24 @@ class RecordMetadata:
     timestamp: int
 
 
-def encode_record(delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
-                  headers: Headers) -> bytes:
-    """One record of a v2 batch, length prefix included; headers as produce() takes them."""
-    items = list(headers.items() if isinstance(headers, dict) else headers or ())
-    return records.encode_record(delta, ts_delta, key, value, [
-        (name.encode(), None if hvalue is None else as_bytes(hvalue, "header value"))
-        for name, hvalue in items])
+EncodedHeaders = list[tuple[bytes, bytes | None]]
+
+
+def encode_headers(headers: Headers) -> EncodedHeaders:
+    """Headers as produce() takes them, as a record holds them; TypeError or ValueError for
+    what cannot be a header (before any record is touched)."""
+    items = headers.items() if isinstance(headers, dict) else headers or ()
+    encoded = []
+    for name, hvalue in items:
+        if not isinstance(name, str):
+            raise TypeError(f"a header name must be a str, not {type(name).__name__}")
+        try:
+            encoded_name = name.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"header name {name!r}: {exc}") from None
+        encoded.append((encoded_name,
+                        None if hvalue is None else as_bytes(hvalue, "header value")))
+    return encoded
 
 
 def as_bytes(data: Any, what: str) -> bytes:
@@ -94,7 +105,9 @@ class ProducerBatch:
         self.skipped = 0  # leading records found already stored (see drop_head)
         self._skipped_timestamps: list[int] = []
         self._error: BaseException | None = None
-        self._callbacks: list[tuple[int, Callable]] | None = None
+        # (index, on_delivery) of its records; None once run. A list from the start: the
+        # fast path (_append.c) appends to this very list.
+        self._callbacks: list[tuple[int, Callable]] | None = []
         self._event: threading.Event | None = None
         self._loop_future = loop_future
 
@@ -127,7 +140,7 @@ class ProducerBatch:
         return self.records.count
 
     def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
-               headers: Headers) -> int:
+               headers: EncodedHeaders | None) -> int:
         """Encode one record at the end (a timestamp of None is now); returns its index in
         the batch."""
         builder = self.records
@@ -135,7 +148,7 @@ class ProducerBatch:
             return builder.append(timestamp, key, value)
         if timestamp is None:
             timestamp = records.now_ms()
-        return builder.append_encoded(timestamp, encode_record(
+        return builder.append_encoded(timestamp, records.encode_record(
             builder.count, builder.delta(timestamp), key, value, headers))
 
     def build(self, codec: int) -> None:
@@ -180,7 +193,8 @@ class ProducerBatch:
         self.records.closed = True
         self.records.accounted = old.accounted  # what finished() releases
         for record in decoded[stored:]:
-            self.append(record.timestamp, record.key, record.value, record.headers)
+            self.append(record.timestamp, record.key, record.value,
+                        encode_headers(record.headers))
         self.skipped += stored
         self.data = None
         self.build(codec)
@@ -195,8 +209,7 @@ class ProducerBatch:
     def add_callback(self, index: int, callback: Callable) -> None:
         with _CALLBACKS_LOCK:
             if not self.done:
-                if self._callbacks is None:
-                    self._callbacks = []
+                assert self._callbacks is not None  # None only once done
                 self._callbacks.append((index, callback))
                 return
         self._run(index, callback)
@@ -219,8 +232,12 @@ class ProducerBatch:
             self._loop_future.set_result(None)
         with _CALLBACKS_LOCK:
             callbacks, self._callbacks = self._callbacks, None
-        for index, callback in callbacks or ():
-            self._run(index, callback)
+        if callbacks:
+            # In record order, as Kafka runs them: RecordFuture.add_done_callback may add
+            # one for an earlier record after later records' on_delivery.
+            for index, callback in sorted(callbacks, key=_first):
+                self._run(index, callback)
+            callbacks.clear()  # the fast path's entry for the batch may still hold the list
 
     def _run(self, index: int, callback: Callable) -> None:
         try:
@@ -258,6 +275,10 @@ class ProducerBatch:
     @property
     def loop_future(self) -> Any:
         return self._loop_future
+
+
+def _first(item: tuple[int, Callable]) -> int:
+    return item[0]
 
 
 class RecordFuture(FutureBase):

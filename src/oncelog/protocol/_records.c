@@ -478,6 +478,8 @@ builder_init(RecordBuilder *self, PyObject *args, PyObject *kwargs)
     self->ready = 1;
     self->count = 0;
     self->base_ts = self->max_ts = 0;
+    self->closed = 0;
+    self->accounted = 0;
     return 0;
 }
 
@@ -535,6 +537,10 @@ builder_next(RecordBuilder *self, PyObject *timestamp_obj, int64_t *timestamp, i
     }
     if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
+        return -1;
+    }
+    if (self->data == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the builder's buffer was taken: no more records");
         return -1;
     }
     if (self->count == self->allocated) {
@@ -641,12 +647,17 @@ builder_take_buffer(RecordBuilder *self, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "RecordBuilder.__init__ was not called");
         return NULL;
     }
+    if (self->data == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the builder's buffer was taken already");
+        return NULL;
+    }
     PyObject *taken = PyByteArray_FromStringAndSize((const char *)self->data, self->size);
     if (taken == NULL)
         return NULL;
     PyMem_Free(self->data);
     self->data = NULL;
     self->size = self->capacity = 0;
+    self->closed = 1;
     return taken;
 }
 
@@ -663,7 +674,7 @@ static PyMethodDef builder_methods[] = {
      "timestamp(index) -> the timestamp of the record at ``index``."},
     {"take_buffer", (PyCFunction)builder_take_buffer, METH_NOARGS,
      "take_buffer() -> a bytearray of the buffer (header room, then the records); the\n"
-     "builder is left empty, with its count and timestamps."},
+     "builder keeps its count and timestamps, is closed, and takes no more records."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -127,7 +127,7 @@ class PyRecordBuilder:
     __slots__ = ("_buffer", "_timestamps", "accounted", "base_ts", "closed", "count", "max_ts")
 
     def __init__(self, header_size: int) -> None:
-        self._buffer = bytearray(header_size)
+        self._buffer: bytearray | None = bytearray(header_size)
         self._timestamps: list[int] = []
         self.count = 0
         self.base_ts = self.max_ts = 0
@@ -137,7 +137,7 @@ class PyRecordBuilder:
 
     @property
     def size(self) -> int:
-        return len(self._buffer)
+        return 0 if self._buffer is None else len(self._buffer)
 
     def delta(self, timestamp: int) -> int:
         """The timestamp delta the next record would have."""
@@ -147,12 +147,14 @@ class PyRecordBuilder:
         """A record without headers (a timestamp of None is now); returns its index."""
         if timestamp is None:
             timestamp = now_ms()
-        self._buffer += encode_record(self.count, self.delta(timestamp), key, value, ())
-        return self._appended(timestamp)
+        return self.append_encoded(timestamp, encode_record(
+            self.count, self.delta(timestamp), key, value, ()))
 
     def append_encoded(self, timestamp: int, record: bytes) -> int:
         """A record the caller encoded with offset delta ``count`` and timestamp delta
         ``delta(timestamp)``; returns its index."""
+        if self._buffer is None:
+            raise RuntimeError("the builder's buffer was taken: no more records")
         self._buffer += record
         return self._appended(timestamp)
 
@@ -172,8 +174,12 @@ class PyRecordBuilder:
         return self._timestamps[index]
 
     def take_buffer(self) -> bytearray:
-        """The buffer (header room, then the records); the builder keeps an empty one."""
-        buffer, self._buffer = self._buffer, bytearray()
+        """The buffer (header room, then the records); the builder keeps its count and
+        timestamps, is closed, and takes no more records."""
+        if self._buffer is None:
+            raise RuntimeError("the builder's buffer was taken already")
+        buffer, self._buffer = self._buffer, None
+        self.closed = True
         return buffer
 
 
