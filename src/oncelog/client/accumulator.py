@@ -5,8 +5,10 @@ sender drains batches from the heads (from its own). Everything is guarded by on
 for a few dictionary and list operations at a time, except the common case of produce(): a
 record that fits its partition's open batch goes in through ``open.append`` (fast_append.py,
 _append.c), one C call that the GIL keeps whole. So whatever that call reads or changes (the
-open batches' records, ``closed`` and ``accounted``, the ``buffered`` total) is changed here
-only in single C calls too, never by a Python read-modify-write.
+open batches' records, ``closed`` and ``accounted``, the ``buffered`` total, the callbacks)
+is changed here only in single C calls too, never by a Python read-modify-write; and
+``append`` below closes the open batch to the fast path while it checks and appends, so that
+its several steps are whole as well.
 
 When is a batch ready to send?
 - ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
@@ -187,7 +189,7 @@ class RecordAccumulator:
             self.space_waiters += 1
             try:
                 return self.space.wait_for(
-                lambda: self.open.buffered < self.config.buffer_memory, timeout)
+                    lambda: self.open.buffered < self.config.buffer_memory, timeout)
             finally:
                 self.space_waiters -= 1
 
