@@ -170,11 +170,16 @@ class Consumer:
         return all(self._fetch_position(tp) >= self._list_offset(tp, LATEST)
                    for tp in self._positions)
 
-    def _fetch(self, wait: float) -> None:
+    def _positions_by_leader(self) -> dict[int, dict[tuple[str, int], int]]:
+        """Where to fetch each assigned partition from, grouped by its leader."""
         by_leader: dict[int, dict[tuple[str, int], int]] = {}
         for tp in self._positions:
             by_leader.setdefault(self._leaders[tp], {})[(tp.topic, tp.partition)] = \
                 self._fetch_position(tp)
+        return by_leader
+
+    def _fetch(self, wait: float) -> None:
+        by_leader = self._positions_by_leader()
         for leader in set(self._ahead) - set(by_leader):
             self._settle_ahead(leader)
         wait_ms = min(int(wait * 1000), int(self.config["fetch.wait.max.ms"]))
@@ -197,19 +202,19 @@ class Consumer:
                 self._take(TopicPartition(topic, partition), error, result)
             if len(self._buffered) > before:
                 got_records.append(leader)
-        for leader in got_records:
-            self._fetch_ahead(leader)
+        if got_records:
+            ahead = self._positions_by_leader()
+            for leader in got_records:
+                if leader in ahead:  # still leads something after what these answers said
+                    self._fetch_ahead(leader, ahead[leader])
 
     def _fetch_sizes(self) -> tuple[int, int]:
         return int(self.config["fetch.max.bytes"]), int(self.config["max.partition.fetch.bytes"])
 
-    def _fetch_ahead(self, leader: int) -> None:
+    def _fetch_ahead(self, leader: int, positions: dict[tuple[str, int], int]) -> None:
         """Ask now for what follows the records just fetched from ``leader``. Without
         waiting on the broker's side: a poll that finds the answer empty fetches again,
         waiting as it asks."""
-        positions = {(tp.topic, tp.partition): position
-                     for tp, position in self._positions.items()
-                     if self._leaders.get(tp) == leader and position is not None}
         try:
             calls.send_fetch(self._connection(leader), positions, 0, *self._fetch_sizes())
         except KafkaError:
@@ -243,9 +248,9 @@ class Consumer:
         is kept for the next poll): a call's answer must be the next one on the wire."""
         ahead = self._ahead.get(node)
         if ahead is not None and ahead[1] is None:
-            self._ahead[node] = (ahead[0], self._settle_ahead(node))
-            if self._ahead[node][1] is None:  # its connection failed
-                del self._ahead[node]
+            results = self._settle_ahead(node)  # None: its connection failed, and is gone
+            if results is not None:
+                self._ahead[node] = (ahead[0], results)
         return self._connection(node)
 
     def _take(self, tp: TopicPartition, error: ErrorCode, result: calls.FetchResult) -> None:

@@ -64,8 +64,6 @@ class _ProducerCore:
                              for tp, state in self.idem.partitions.items()}
         self.sender = Sender(cfg, self.acc, self.idem)
         self._closed = False
-        self.record_limit = self.acc.record_limit
-        self.buffer_memory = cfg.buffer_memory
         self.partition_counts = self.acc.partition_counts  # the sender keeps it current
         # produce()'s common case, in one C call when the compiled fast path is built (it
         # answers None for everything it leaves to produce() below).
@@ -114,14 +112,14 @@ class _ProducerCore:
         if type(value) is not bytes and value is not None:
             value = as_bytes(value, "value")
         size = (len(key) if key else 0) + (len(value) if value else 0)
-        if size > self.record_limit:
+        if size > self.acc.record_limit:
             raise KafkaError(ErrorCode.message_too_large,
                              f"a {size}-byte record does not fit in max.request.size "
                              f"({self.config.max_request_size})")
         if timestamp is not None:
             timestamp = int(timestamp)  # None: the record builder reads the clock
         acc = self.acc
-        if acc.open.buffered >= self.buffer_memory:
+        if acc.open.buffered >= self.config.buffer_memory:
             return None  # before choosing: the sticky partitioner counts the record's bytes
         count = self.partition_counts[topic]
         if partition is None or type(partition) is not int or not 0 <= partition < count:

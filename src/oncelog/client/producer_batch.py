@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -235,7 +236,7 @@ class ProducerBatch:
         if callbacks:
             # In record order, as Kafka runs them: RecordFuture.add_done_callback may add
             # one for an earlier record after later records' on_delivery.
-            for index, callback in sorted(callbacks, key=_first):
+            for index, callback in sorted(callbacks, key=operator.itemgetter(0)):
                 self._run(index, callback)
             callbacks.clear()  # the fast path's entry for the batch may still hold the list
 
@@ -275,10 +276,6 @@ class ProducerBatch:
     @property
     def loop_future(self) -> Any:
         return self._loop_future
-
-
-def _first(item: tuple[int, Callable]) -> int:
-    return item[0]
 
 
 class RecordFuture(FutureBase):
