@@ -76,6 +76,9 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
 
 
 _POSITIVE_INT = _parse_int(1, INT_MAX)
+# Twice the largest request (socket.request.max.bytes): one request of any allowed size can
+# be read while another is handled, and request memory stays under 300 MiB in all.
+QUEUED_MAX_REQUEST_BYTES_DEFAULT = 209_715_200
 _NON_NEGATIVE_LONG = _parse_int(0, LONG_MAX)
 _RETENTION = _parse_int(-1, LONG_MAX)
 
@@ -123,6 +126,15 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(0, INT_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
+    _key("queued.max.requests", "INT", 500,
+         "Requests read and not yet taken up by a handler, across the broker, before "
+         "connections stop reading.", _POSITIVE_INT),
+    _key("queued.max.request.bytes", "LONG", QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+         "Bytes of requests read (a large one from its size prefix on) and not yet handled, "
+         "across the broker, before connections stop reading; at least "
+         "socket.request.max.bytes, or -1 (or 0) for no limit (Kafka's default). Finite here "
+         "because a Python process has no heap limit to stop it, where Kafka's JVM has one.",
+         _parse_int(-1, LONG_MAX)),
     _key("producer.id.expiration.ms", "INT", 86_400_000,
          "Idle time after which a producer's state moves out of memory to a compact record.",
          _parse_int(1, INT_MAX)),
@@ -222,6 +234,13 @@ class BrokerConfig:
         if "," in dirs:
             raise ConfigError("log.dirs: only one log directory is supported")
         self.log_dir: str = dirs
+        queued = self.get("queued.max.request.bytes")
+        if 0 < queued < self.get("socket.request.max.bytes"):
+            raise ConfigError(
+                f"queued.max.request.bytes ({queued}"
+                f"{', the default' if self.is_default('queued.max.request.bytes') else ''}) "
+                f"must be at least socket.request.max.bytes "
+                f"({self.get('socket.request.max.bytes')}), or -1 for no limit")
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
         self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None

@@ -3,7 +3,8 @@
 An HTTP request is told apart from a Kafka one by its first four bytes: ``GET `` read as a
 Kafka frame size would be 1.2 GB, far over any request limit, so nothing valid is lost. The
 seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
-partition, every produce outcome (appended, duplicate, each error) and the producers held.
+partition, every produce outcome (appended, duplicate, each error) and the producers held;
+for the broker, its connections and the request memory they hold (backpressure).
 """
 
 from __future__ import annotations
@@ -36,7 +37,35 @@ def render(broker) -> str:
         lines.append(f"oncelog_producers{{{labels}}} {len(partition.state)}")
         tombstones.append(f"oncelog_producer_records{{{labels}}} "
                           f"{partition.state.tombstone_count}")
-    return "\n".join(lines + tombstones) + "\n"
+    return "\n".join(lines + tombstones + _network(broker)) + "\n"
+
+
+_NETWORK = (  # (name, stats key, type, help)
+    ("oncelog_connections", "connections", "gauge", "Open client connections."),
+    ("oncelog_queued_requests", "queued_requests", "gauge",
+     "Requests read and not yet taken up by a handler (queued.max.requests bounds it)."),
+    ("oncelog_queued_request_bytes", "queued_request_bytes", "gauge",
+     "Bytes of requests read, or being read, and not yet handled (queued.max.request.bytes "
+     "bounds it)."),
+    ("oncelog_unsent_response_bytes", "unsent_response_bytes", "gauge",
+     "Answer bytes written and not yet taken by the kernel, over all connections."),
+    ("oncelog_connections_waiting_for_reader", "waiting_answers_unread", "gauge",
+     "Connections neither reading nor handling because their peer does not read its answers."),
+    ("oncelog_connections_waiting_for_budget", "waiting_request_budget", "gauge",
+     "Connections not reading until the request budget has room for them."),
+    ("oncelog_request_budget_refusals_total", "request_budget_refusals", "counter",
+     "Frames left unread because the request budget was full or others waited first."),
+    ("oncelog_write_pauses_total", "write_pauses", "counter",
+     "Times a connection stopped because its unread answers passed the high-water mark."),
+)
+
+
+def _network(broker) -> list[str]:
+    stats = broker.network_stats()
+    lines = []
+    for name, key, kind, text in _NETWORK:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {stats[key]}"]
+    return lines
 
 
 def http_response(request_head: bytes, broker) -> bytes | None:

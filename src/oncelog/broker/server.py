@@ -43,13 +43,20 @@ from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
 from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
+from .request_budget import RequestBudget
 from .topics import TopicManager
 
 log = logging.getLogger(__name__)
 
 METADATA_DIR = ".oncelog-metadata"
 _CLOSE = object()
-_MAX_QUEUED_REQUESTS = 64
+# Per connection (see Connection): read-ahead beyond the request being handled, frames
+# handled before yielding to the other connections, and the write buffer's water marks.
+_READ_AHEAD_FRAMES = 16
+_READ_AHEAD_BYTES = 1 << 20
+_FRAMES_PER_PASS = 16
+_WRITE_HIGH = 64 * 1024
+_WRITE_LOW = 16 * 1024
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.PRODUCE: handle_produce,
@@ -77,6 +84,10 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.counters = Counters()
+        self.budget = RequestBudget(config.get("queued.max.requests"),
+                                    config.get("queued.max.request.bytes"))
+        self._offer_scheduled = False
+        self.write_pauses = 0  # times a connection stopped because its answers were unread
         self.advertised_host = ""
         self.advertised_port = -1
         self._server: asyncio.base_events.Server | None = None
@@ -167,6 +178,35 @@ class Broker:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    # --- the request budget ----------------------------------------------------------------
+
+    def budget_released(self) -> None:
+        """Offer freed room to the connections waiting for it, in their order, once the
+        current callback is done (never from inside another connection's pass)."""
+        if not self._offer_scheduled and self.budget.should_offer():
+            self._offer_scheduled = True
+            asyncio.get_running_loop().call_soon(self._offer_room)
+
+    def _offer_room(self) -> None:
+        self._offer_scheduled = False
+        while (conn := self.budget.offer()) is not None:
+            conn.pump()
+
+    def network_stats(self) -> dict[str, int]:
+        """What /metrics reports about connections and the memory they hold."""
+        conns = [c for c in self._connections if c.http is None]  # not /metrics readers
+        return {
+            "connections": len(conns),
+            "queued_requests": self.budget.requests,
+            "queued_request_bytes": self.budget.bytes,
+            "unsent_response_bytes": sum(c.transport.get_write_buffer_size() for c in conns
+                                         if c.transport is not None and not c.closed),
+            "waiting_answers_unread": sum(1 for c in conns if c.write_paused and not c.closed),
+            "waiting_request_budget": self.budget.waiting,
+            "request_budget_refusals": self.budget.refusals,
+            "write_pauses": self.write_pauses,
+        }
+
     # --- requests ------------------------------------------------------------------------
 
     def handle_frame(self, frame: bytes, peer: str) -> Any:
@@ -209,15 +249,40 @@ class Broker:
 
 
 class Connection(asyncio.BufferedProtocol):
+    """One client connection: frames in, answers out, strictly in order.
+
+    Memory it may hold, and why it is bounded (Kafka's network thread does the same by
+    muting a channel):
+
+    * frames taken off the wire and not yet handled: a frame is taken on only with the
+      broker's RequestBudget's consent; beyond the one being handled, at most
+      ``_READ_AHEAD_FRAMES`` frames and ``_READ_AHEAD_BYTES`` bytes are read ahead, except
+      that a connection with nothing queued may always start one frame (any size up to
+      ``socket.request.max.bytes``). What is refused stays in the kernel and the receive
+      buffer, and reading pauses.
+    * answers the peer has not read: above the transport's high-water mark
+      (``_WRITE_HIGH``) the connection handles nothing more and reads nothing more until the
+      transport has drained to its low-water mark, so unread answers stay under
+      ``_WRITE_HIGH`` plus the largest single answer.
+
+    Fairness: one pass (a read, a finished handler, a turn offered by the budget) handles at
+    most ``_FRAMES_PER_PASS`` frames, then yields to the event loop, so a connection that
+    floods small requests takes its turn with everyone else.
+    """
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.reader = FrameReader(broker.config.get("socket.request.max.bytes"))
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.queue: collections.deque[bytes | memoryview] = collections.deque()
-        self.busy = False
+        self.ahead_count = 0  # frames taken on and not yet handed to a handler (queued, or
+        self.ahead_bytes = 0  # a large one still being received), and their bytes
+        self.busy = False  # a handler's coroutine is running; what follows waits for it
         self.closed = False
-        self.paused = False
+        self.write_paused = False  # the peer is not reading our answers
+        self.reading_paused = False
+        self.pass_scheduled = False
         self.pending: asyncio.Future | None = None
         self.http: bytes | None = None  # set when the peer speaks HTTP (metrics), not Kafka
         self.seen_kafka = False
@@ -229,12 +294,19 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(high=_WRITE_HIGH, low=_WRITE_LOW)
         self.broker._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.queue.clear()
-        self.broker._connections.discard(self)
+        broker = self.broker
+        broker.budget.started(self.ahead_count)
+        broker.budget.finished(self.ahead_bytes)
+        self.ahead_count = self.ahead_bytes = 0
+        broker.budget.forget(self)
+        broker._connections.discard(self)
+        broker.budget_released()
 
     # Reading is BufferedProtocol's: the event loop receives into the FrameReader's memory
     # (a large frame's own buffer), not into bytes objects we would copy again.
@@ -255,20 +327,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._serve_http(reader.take_pending())
                 return
             self.seen_kafka = True
-        try:
-            frames = reader.frames()
-        except ProtocolError as exc:
-            log.warning("%s: %s; closing the connection", self.peer, exc)
-            self.close()
-            return
-        if not frames:
-            return
-        self.queue.extend(frames)
-        if len(self.queue) > _MAX_QUEUED_REQUESTS and not self.paused:
-            self.paused = True
-            self.transport.pause_reading()
-        if not self.busy:
-            self._drain()
+        self.pump()
 
     def _serve_http(self, data: bytes) -> None:
         self.http = (self.http or b"") + data
@@ -277,45 +336,141 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.write(answer)
             self.close()
 
-    def _drain(self) -> None:
-        # Answers of one pass go out in one write: pipelined requests cost one send, not many.
-        out: list[bytes] = []
+    # --- the pass: take frames on, handle them, decide about reading ----------------------
+
+    def pump(self) -> None:
+        handled = 0
+        while not self.closed:
+            if not self._take_frames():
+                return
+            if not self.queue or self.busy or self.write_paused:
+                break
+            if handled >= _FRAMES_PER_PASS:
+                self._schedule_pass()
+                break
+            handled += self._handle_queued()
+        if self.closed:
+            return
+        if self.reader.held_back and not (self.busy or self.write_paused or self.queue
+                                          or self.broker.budget.is_waiting(self)):
+            self._schedule_pass()  # room was made: take the rest on after the others' turn
+        self._set_reading(not self.write_paused and not self.reader.held_back)
+
+    def _schedule_pass(self) -> None:
+        if not self.pass_scheduled:
+            self.pass_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pass)
+
+    def _pass(self) -> None:
+        self.pass_scheduled = False
+        self.pump()
+
+    def _take_frames(self) -> bool:
+        """Cut what may be taken on into the queue; False when the connection closed."""
         try:
-            while self.queue and not self.closed:
-                result = self.broker.handle_frame(self.queue.popleft(), self.peer)
+            frames = self.reader.frames(self._admit)
+        except ProtocolError as exc:
+            log.warning("%s: %s; closing the connection", self.peer, exc)
+            self.close()
+            return False
+        if frames:
+            self.queue.extend(frames)
+        return True
+
+    def _admit(self, size: int) -> bool:
+        if self.write_paused:
+            return False
+        if (self.ahead_count or self.busy) and (
+                self.ahead_count >= _READ_AHEAD_FRAMES
+                or self.ahead_bytes + size > _READ_AHEAD_BYTES):
+            return False
+        if not self.broker.budget.admit(self, size):
+            self.broker.budget_released()  # in case room is there and others go first
+            return False
+        self.ahead_count += 1
+        self.ahead_bytes += size
+        return True
+
+    def _handle_queued(self) -> int:
+        """Handle queued frames in order until one must be awaited or answers pile up.
+        Answers of one pass go out in one write: pipelined requests cost one send, not many."""
+        broker = self.broker
+        budget = broker.budget
+        out: list[bytes] = []
+        unsent = 0
+        handled = 0
+        try:
+            while self.queue and not (self.busy or self.write_paused or self.closed):
+                frame = self.queue.popleft()
+                size = len(frame)
+                self.ahead_count -= 1
+                self.ahead_bytes -= size
+                budget.started()
+                handled += 1
+                result = broker.handle_frame(frame, self.peer)
+                del frame
                 if inspect.iscoroutine(result):
                     self.busy = True
-                    self.pending = asyncio.ensure_future(self._await(result))
-                    return
+                    self.pending = asyncio.ensure_future(self._await(result, size))
+                    break
+                budget.finished(size)
                 if result is _CLOSE:
                     self._flush(out)
                     self.close()
-                    return
+                    break
                 if result is not None:
                     out.append(result)
+                    unsent += len(result)
+                    if unsent >= _WRITE_HIGH:
+                        self._flush(out)  # may pause writing, which ends the loop
+                        unsent = 0
         finally:
             self._flush(out)
-        if self.paused and not self.closed:
-            self.paused = False
-            self.transport.resume_reading()
+        broker.budget_released()
+        return handled
 
     def _flush(self, out: list[bytes]) -> None:
         if out and not self.closed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
 
-    async def _await(self, pending) -> None:
-        result = await pending
-        self.busy = False
+    async def _await(self, pending, size: int) -> None:
+        try:
+            result = await pending
+        finally:
+            self.busy = False
+            self.pending = None
+            self.broker.budget.finished(size)
+            self.broker.budget_released()
         if not self.closed:
             self._send(result)
-            self._drain()
+            self.pump()
 
     def _send(self, result: Any) -> None:
         if result is _CLOSE:
             self.close()
         elif result is not None:
             self.transport.write(result)
+
+    # --- flow control ----------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.broker.write_pauses += 1
+        self._set_reading(False)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.pump()
+
+    def _set_reading(self, wanted: bool) -> None:
+        if self.closed or wanted != self.reading_paused:
+            return
+        self.reading_paused = not wanted
+        if wanted:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
 
     def close(self) -> None:
         self.closed = True

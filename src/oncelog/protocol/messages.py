@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,10 @@ class FrameReader:
     whole. A frame over 64 KiB gets a buffer of its own size as soon as its size prefix is in,
     and the rest of it is received straight into that buffer: a megabyte request is not
     copied in user space at all, and nothing of it is copied after its last byte arrives.
+
+    What a frame costs is decided before it is taken on: ``frames(admit)`` asks ``admit(size)``
+    first, and a frame refused stays received and uncut (a large one gets no buffer) until a
+    later call, so a peer announcing 100 MB frames costs nothing it was not granted.
     """
 
     def __init__(self, max_size: int) -> None:
@@ -68,6 +73,7 @@ class FrameReader:
         self._end = 0  # the end of what was received in _buf
         self._frame: bytearray | None = None  # a large frame being received
         self._filled = 0
+        self.held_back = False  # the last frames() left a frame that admit refused
 
     def buffer(self) -> memoryview:
         """Where to receive the next bytes: never empty, never past the current large frame
@@ -110,8 +116,17 @@ class FrameReader:
         if buf is not None and len(_SPARE_BUFFERS) < _SPARE_BUFFERS_KEPT:
             _SPARE_BUFFERS.append(buf)
 
-    def frames(self) -> list[bytes | memoryview]:
-        """The frames completed by what was received, in order; call after ``received``."""
+    def frames(self, admit: Callable[[int], bool] | None = None) -> list[bytes | memoryview]:
+        """The frames completed by what was received, in order; call after ``received``.
+
+        ``admit(size)`` is asked before each frame is taken on: a small frame once it is
+        wholly received (then it is copied out), a large one once its size prefix is (then
+        its buffer is allocated). When it says no, that frame and all after it stay as they
+        are, ``held_back`` is true, and a later call takes them, with or without new bytes.
+        The receiver must not ask for ``buffer()`` while ``held_back``: uncut frames may
+        fill it.
+        """
+        self.held_back = False
         frames: list[bytes | memoryview] = []
         if self._frame is not None:
             if self._filled < len(self._frame):
@@ -130,6 +145,9 @@ class FrameReader:
                     f"frame size {size} is outside 8..{self._max_size} (socket.request.max.bytes)"
                 )
             if size > _ASSEMBLE_ABOVE:
+                if admit is not None and not admit(size):
+                    self.held_back = True
+                    break
                 frame = bytearray(size)
                 have = min(end - pos - 4, size)
                 frame[:have] = memoryview(buf)[pos + 4 : pos + 4 + have]
@@ -140,6 +158,9 @@ class FrameReader:
                 frames.append(memoryview(frame).toreadonly())
                 continue
             if end - pos - 4 < size:
+                break
+            if admit is not None and not admit(size):
+                self.held_back = True
                 break
             frames.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
