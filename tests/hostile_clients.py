@@ -8,12 +8,14 @@ only; every blocking call has a timeout and every loop a bound.
   reading (and dropping) the answers or not, until told to stop.
 * ``announce_frames``: sends the size prefix of a large request and a little of its body,
   then nothing more (a slow sender).
+* ``fill`` and ``normal_round_trip`` are a well-behaved client (confluent-kafka).
 * ``metrics`` reads the broker's /metrics; ``rss``/``peak_rss`` read /proc/PID/status.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import http.client
 import re
 import socket
@@ -21,6 +23,7 @@ import struct
 import threading
 import time
 
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
@@ -28,6 +31,7 @@ from oncelog.protocol.messages import encode_request
 from oncelog.protocol.records import encode_batch
 
 IO_TIMEOUT = 10.0
+CLIENT_TIMEOUT = 30.0  # the well-behaved client's flush and reads, on a busy machine
 PRODUCE, FETCH = 0, 1
 _SAMPLE = re.compile(r"^(oncelog_\w+) (\S+)$", re.MULTILINE)
 
@@ -148,6 +152,50 @@ class ProduceFlood:
         except OSError as exc:
             if not self.stop.is_set():
                 self.errors.append(exc)
+
+
+# --- a well-behaved client ----------------------------------------------------------------------
+
+
+def fill(bootstrap: str, topic: str, count: int, size: int = 1024) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, bytes([i % 251]) * size)
+    assert producer.flush(CLIENT_TIMEOUT) == 0
+
+
+def normal_round_trip(bootstrap: str, topic: str, count: int = 500) -> None:
+    """A well-behaved client produces ``count`` records and reads them back (both within
+    generous timeouts): the proof that others are served."""
+    start = _end_offset(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, b"normal-%d" % i)
+    assert producer.flush(CLIENT_TIMEOUT) == 0, "the normal producer was not served"
+    del producer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "normal",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, start)])
+        values = []
+        deadline = time.monotonic() + CLIENT_TIMEOUT
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        assert values == [b"normal-%d" % i for i in range(count)], "the consumer was not served"
+    finally:
+        consumer.close()
+    gc.collect()
+
+
+def _end_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=CLIENT_TIMEOUT)
+        return high
+    finally:
+        consumer.close()
 
 
 # --- watching the broker ----------------------------------------------------------------------
