@@ -262,8 +262,9 @@ class Connection(asyncio.BufferedProtocol):
       buffer, and reading pauses.
     * answers the peer has not read: above the transport's high-water mark
       (``_WRITE_HIGH``) the connection handles nothing more and reads nothing more until the
-      transport has drained to its low-water mark, so unread answers stay under
-      ``_WRITE_HIGH`` plus the largest single answer.
+      transport has drained to its low-water mark. A pass writes its answers once they
+      reach ``_WRITE_HIGH``, so unread answers stay under twice ``_WRITE_HIGH`` plus one
+      answer.
 
     Fairness: one pass (a read, a finished handler, a turn offered by the budget) handles at
     most ``_FRAMES_PER_PASS`` frames, then yields to the event loop, so a connection that

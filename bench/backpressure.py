@@ -1,0 +1,218 @@
+"""Backpressure: the broker's memory under hostile clients, and the cost on the produce path.
+
+    .venv/bin/python bench/backpressure.py [--src DIR] [--baseline-src DIR] [--repeats 7]
+        [--messages 200000] [--parts hoard,queued-flood,full-flood,slow-senders,fast-path]
+
+Each attack runs on a fresh broker with default settings (``queued.max.requests=500``,
+``queued.max.request.bytes=209715200``, ``socket.request.max.bytes=104857600``); the hostile
+clients are tests/hostile_clients.py's:
+
+* hoard: 4 connections each pipeline 50 Fetch requests (max_bytes 50 MB) for a partition
+  of about 4 MB and read nothing: 800 MB of answers asked for;
+* queued-flood: 4 connections each send a Fetch that waits for data, then 900 KB Produce
+  requests as fast as the socket takes them: they queue behind the Fetch;
+* full-flood: 4 connections write 900 KB Produce requests (to a topic that does not exist,
+  so nothing reaches the disk) as fast as the socket takes them and read the answers, 5 s;
+* slow-senders: 6 connections each announce a Produce request of 100 MB (the largest
+  allowed) and send 1 KiB of it.
+
+For each: the broker's RSS before the attack (after its topics were filled), its peak RSS
+during it (VmHWM, reset before the attack), their ratio, and the time a well-behaved
+confluent-kafka client takes to produce 2000 records and read them back during the attack
+(median of 3), as a ratio to the same without an attack. An attack is measured once the
+broker's CPU time stops growing (it did all the attack let it do), or after 5 s for
+full-flood; so a broker without backpressure (``--src`` pointing at an older tree) is
+measured the same way.
+
+fast-path (with ``--baseline-src DIR``): produce throughput with confluent-kafka (1 KiB
+values, acks=all, librdkafka's default batching and 16 KiB batches) against a broker from
+``--src`` and one from ``--baseline-src``, both running, alternated in each repetition;
+medians of ``--repeats`` and of the per-repetition ratios. Without it, fast-path is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from _support import LoadMeter, OncelogBroker, cpu_seconds_probe, machine, wait_for_quiet
+from produce_consume import QUIET, SCENARIOS, _delete_topics, produce_throughput
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import hostile_clients as hostile  # shared with the tests
+
+MiB = 1 << 20
+ATTACKERS = 4
+SETTLE_TIMEOUT = 120.0
+FULL_FLOOD_SECONDS = 5.0
+ATTACKS = ("hoard", "queued-flood", "full-flood", "slow-senders")
+
+
+def create_topics(bootstrap: str, *topics: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        future.result(30)
+
+
+def settle(pid: int) -> None:
+    """Wait until the broker's CPU time stops growing: it did all the attack let it do."""
+    probe = cpu_seconds_probe(pid)
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    last = probe()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = probe()
+        if now - last < 0.02:
+            return
+        last = now
+    print("warning: the broker was still busy after the settle timeout", file=sys.stderr)
+
+
+def timed_round_trip(bootstrap: str, times: int = 3) -> float:
+    """Median seconds a well-behaved client takes to produce 2000 records and read them."""
+    seconds = []
+    for _ in range(times):
+        start = time.perf_counter()
+        hostile.normal_round_trip(bootstrap, "normal", 2000)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def attack(name: str, broker: OncelogBroker) -> dict:
+    port, pid = broker.port, broker.pid
+    create_topics(broker.bootstrap, "normal", "hoard", "wake")
+    if name == "hoard":
+        hostile.fill(broker.bootstrap, "hoard", 4000)
+    hostile.normal_round_trip(broker.bootstrap, "normal", 2000)  # warm-up: connections, metadata
+    quiet = timed_round_trip(broker.bootstrap)
+    gc.collect()
+    baseline = hostile.rss(pid)
+    hostile.reset_peak_rss(pid)
+    closers = []
+    round_trip = None
+    try:
+        if name == "hoard":
+            socks = [hostile.hoard_fetches(port, "hoard", 50, 50_000_000)
+                     for _ in range(ATTACKERS)]
+            closers += [s.close for s in socks]
+            settle(pid)
+            round_trip = timed_round_trip(broker.bootstrap)
+        elif name in ("queued-flood", "full-flood"):
+            frame = hostile.produce_frame("no-such-topic", 900_000)
+            head = b""
+            if name == "queued-flood":
+                head = hostile.fetch_frame("wake", MiB, 0, max_wait_ms=600_000)
+            flood = hostile.ProduceFlood(port, frame, connections=ATTACKERS, head=head)
+            closers.append(flood.close)
+            flood.__enter__()
+            if name == "queued-flood":
+                settle(pid)
+            else:
+                time.sleep(1.0)  # under way
+            round_trip = timed_round_trip(broker.bootstrap)
+            if name == "full-flood":
+                time.sleep(max(0.0, FULL_FLOOD_SECONDS - 1.0 - round_trip))
+                print(f"    flood: {flood.sent} requests written", flush=True)
+        else:
+            socks = [hostile.announce_frames(port, 104_857_600) for _ in range(6)]
+            closers += [s.close for s in socks]
+            settle(pid)  # no round trip: see docs/benchmarks.md (the budget is spent)
+        now, peak = hostile.rss(pid), hostile.peak_rss(pid)
+    finally:
+        for close in closers:
+            close()
+    return {"baseline": baseline, "rss": now, "peak": peak,
+            "round_trip": round_trip, "quiet_round_trip": quiet}
+
+
+def run_attacks(args) -> dict:
+    results = {}
+    for name in args.parts:
+        if name not in ATTACKS:
+            continue
+        with OncelogBroker(src=args.src) as broker:
+            results[name] = attack(name, broker)
+        r = results[name]
+        trip = ("-" if r["round_trip"] is None
+                else f"{r['round_trip']:.2f} s / {r['quiet_round_trip']:.2f} s quiet")
+        print(f"  {name:13} RSS before {r['baseline'] / MiB:7.1f} MiB, peak "
+              f"{r['peak'] / MiB:7.1f} MiB: ratio {r['peak'] / r['baseline']:5.2f}; "
+              f"normal client {trip}", flush=True)
+    return results
+
+
+def run_fast_path(args) -> dict:
+    results: dict[str, dict[str, list[float]]] = {}
+    with OncelogBroker(src=args.src) as new, OncelogBroker(src=args.baseline_src) as old:
+        brokers = {"this": new, "baseline": old}
+        for scenario, extra in SCENARIOS.items():
+            runs: dict[str, list[float]] = {"this": [], "baseline": []}
+            others: list[float] = []
+            for rep in range(args.repeats):
+                order = list(brokers.items())
+                for label, broker in order if rep % 2 == 0 else order[::-1]:
+                    topic = f"fast-{scenario}-{rep}"
+                    meter = LoadMeter(cpu_seconds_probe(broker.pid))
+                    result = produce_throughput(broker.bootstrap, topic, args.messages, extra)
+                    others.append(meter.others_share())
+                    runs[label].append(result.msgs_per_s)
+                    _delete_topics(broker.bootstrap, [topic])
+                print(f"  fast-path {scenario:7} #{rep + 1}: this {runs['this'][-1]:10,.0f}"
+                      f"  baseline {runs['baseline'][-1]:10,.0f} msgs/s", flush=True)
+            paired = [a / b for a, b in zip(runs["this"], runs["baseline"], strict=True)]
+            results[scenario] = {"this": statistics.median(runs["this"]),
+                                 "baseline": statistics.median(runs["baseline"]),
+                                 "paired": statistics.median(paired),
+                                 "others_max": max(others)}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, default=None,
+                        help="the broker's source tree (default: this repo's src/)")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a second source tree for fast-path (e.g. main's, from git archive)")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--parts", default=",".join((*ATTACKS, "fast-path")),
+                        type=lambda s: s.split(","), help="comma-separated, default: all")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                        help="first wait up to S seconds for other processes to go quiet")
+    args, _ = parser.parse_known_args(argv)
+    print(f"machine: {machine()}", flush=True)
+    if args.wait_quiet > 0:
+        print(f"other processes: {wait_for_quiet(QUIET, args.wait_quiet):.0%} of the CPUs")
+    attacks = run_attacks(args)
+    if attacks:
+        print("\n| attack | RSS before (MiB) | peak RSS (MiB) | peak / before | "
+              "normal client, attack / quiet |")
+        print("|---|---:|---:|---:|---:|")
+        for name, r in attacks.items():
+            trip = ("-" if r["round_trip"] is None
+                    else f"{r['round_trip'] / r['quiet_round_trip']:.2f}")
+            print(f"| {name} | {r['baseline'] / MiB:.1f} | {r['peak'] / MiB:.1f} | "
+                  f"{r['peak'] / r['baseline']:.2f} | {trip} |")
+    if "fast-path" in args.parts:
+        if args.baseline_src is None:
+            print("\nfast-path skipped: give --baseline-src DIR to compare with another tree")
+        else:
+            fast = run_fast_path(args)
+            print("\n| produce | this (msgs/s) | baseline (msgs/s) | ratio | paired | "
+                  "others max |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for scenario, r in fast.items():
+                print(f"| {scenario} | {r['this']:,.0f} | {r['baseline']:,.0f} | "
+                      f"{r['this'] / r['baseline']:.3f} | {r['paired']:.3f} | "
+                      f"{r['others_max']:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
