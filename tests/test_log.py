@@ -14,8 +14,12 @@ NOW = int(time.time() * 1000)
 
 
 def append(log: Log, values: list[bytes], timestamp: int = NOW) -> tuple[int, int]:
+    """Append as the partition does: roll first when the log says so."""
     batch = encode_batch([(None, v, (), timestamp) for v in values])
-    headers, parts = assign_offsets(batch, split_batches(batch, 1 << 30), log.log_end_offset, 0)
+    headers = split_batches(batch, 1 << 30)
+    if log.should_roll(headers, int(time.time() * 1000)):
+        log.roll()
+    headers, parts = assign_offsets(batch, headers, log.log_end_offset, 0)
     log.append(parts, headers)
     return headers[0].base_offset, headers[-1].last_offset
 
@@ -64,10 +68,30 @@ def test_read_returns_whole_batches_within_max_bytes(tmp_path):
     assert log.read(0, 10, min_one_batch=False).records == b""
 
 
-def test_segment_rolls_by_age(tmp_path):
+def test_segment_rolls_by_the_age_of_its_records(tmp_path):
+    """KAFKA-4099: the incoming batch's timestamp against the segment's first batch's."""
     log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
     append(log, [b"old"], timestamp=NOW - 120_000)
     append(log, [b"new"])
+    assert [s.base_offset for s in log.segments] == [0, 1]
+
+
+def test_backfilled_old_records_do_not_roll_a_segment_per_batch(tmp_path):
+    """Records from 2023 arriving today: one segment, not one per batch."""
+    log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
+    old = 1_690_000_000_000  # July 2023
+    for i in range(50):
+        append(log, [b"backfill-%d" % i], timestamp=old + i * 100)
+    assert len(log.segments) == 1
+    append(log, [b"later"], timestamp=old + 61_000 + 50 * 100)  # a minute of record time
+    assert len(log.segments) == 2
+
+
+def test_segment_without_timestamps_rolls_by_the_broker_clock(tmp_path):
+    log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
+    append(log, [b"a"], timestamp=-1)
+    log.active.created_at_ms -= 120_000  # created two minutes ago
+    append(log, [b"b"], timestamp=-1)
     assert [s.base_offset for s in log.segments] == [0, 1]
 
 
@@ -82,7 +106,6 @@ def test_clean_reopen_trusts_indexes(tmp_path):
     after = [(s.base_offset, s.next_offset, list(s.offset_index.positions))
              for s in reopened.segments]
     assert after == before
-    assert not any(s.recovered for s in reopened.segments)
     assert read_values(reopened) == [b"v%d" % (i // 5) for i in range(250)]
 
 
@@ -94,7 +117,6 @@ def test_unclean_reopen_truncates_torn_tail(tmp_path):
     with open(log.active.path, "ab") as f:
         f.write(encode_batch([(None, b"torn", (), NOW)])[:40])
     reopened = Log(str(tmp_path), LogConfig())  # no clean-shutdown marker
-    assert reopened.active.recovered
     assert reopened.active.size == size
     assert reopened.log_end_offset == 2
     assert append(reopened, [b"c"]) == (2, 2)
@@ -117,7 +139,7 @@ def test_blocks_reserved_for_large_appends_are_invisible_and_freed_on_roll(tmp_p
     assert reserved > 1 << 20 or not active._can_reserve
     # An unclean stop with blocks reserved: recovery finds exactly the data.
     crashed = Log(str(tmp_path), config)
-    assert crashed.active.recovered and crashed.active.size == active.size
+    assert crashed.active.size == active.size
     assert read_values(crashed) == values * 3
     for _ in range(8):  # rolls: each sealed segment keeps only its data's blocks
         append(crashed, values)
@@ -175,22 +197,25 @@ def test_bad_index_is_rebuilt(tmp_path):
 
 
 def test_retention_by_time_deletes_old_segments_and_rolls_idle_active(tmp_path):
-    log = Log(str(tmp_path), LogConfig(segment_bytes=500))
+    log = Log(str(tmp_path), LogConfig(segment_bytes=500, retention_ms=60_000))
     for i in range(20):
         append(log, [b"old-%d" % i] * 3, timestamp=NOW - 3_600_000)
     assert len(log.segments) > 3
-    deleted = log.delete_old_segments(NOW, retention_ms=60_000, retention_bytes=-1)
+    deleted = log.delete_old_segments(NOW)
     assert deleted >= 3
+    assert len(log.segments) == 1 and log.active_expired(NOW)
+    log.roll()  # the partition rolls an expired active segment (with a snapshot), then
+    assert log.delete_old_segments(NOW) == 1
     assert log.log_start_offset == log.log_end_offset == 60
     assert append(log, [b"fresh"]) == (60, 60)
     assert read_values(log, 60) == [b"fresh"]
 
 
 def test_retention_by_size_keeps_the_newest(tmp_path):
-    log = Log(str(tmp_path), LogConfig(segment_bytes=500))
+    log = Log(str(tmp_path), LogConfig(segment_bytes=500, retention_ms=-1, retention_bytes=1000))
     for i in range(30):
         append(log, [b"v%02d" % i] * 3)
-    log.delete_old_segments(NOW, retention_ms=-1, retention_bytes=1000)
+    log.delete_old_segments(NOW)
     assert log.size - log.segments[0].size < 1000
     assert log.log_start_offset > 0
     start = log.log_start_offset
