@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import shutil
 import sys
@@ -123,19 +124,28 @@ class OsDisk:
             os.close(fd)
 
 
-class FsyncJournalDisk(OsDisk):
-    """The real filesystem, writing down how far each file was durable (for power-loss tests
-    of a broker in another process: see ``cut_to_journal``).
+class InstrumentedDisk(OsDisk):
+    """The real filesystem with two hooks for tests and fault checks of a broker running in
+    another process; chosen by environment variables, never set in production.
 
-    Chosen by setting ONCELOG_FSYNC_JOURNAL to a file's path; never in production. After each
-    successful fsync of a file it appends "size path" to the journal. A test kills the broker
-    (the page cache survives a kill, so a kill alone proves nothing about fsync), then cuts
-    every file back to its last journalled size, which is what a power loss may leave.
+    ONCELOG_FSYNC_JOURNAL=<path>: after each successful fsync of a file, append "size path" to
+    that journal. A test kills the broker (the page cache survives a kill, so a kill alone
+    proves nothing about fsync), then cuts every file back to its journalled size
+    (``cut_to_journal``), which is what a power cut may leave.
+
+    ONCELOG_DISK_FAULTS=<op>:<path suffix>:<after>:<errno name>[;...]: the operation ``op``
+    (write, fsync, ftruncate) on a path ending in the suffix fails with that errno once it
+    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing.
     """
 
-    def __init__(self, journal: str) -> None:
-        self._journal = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    def __init__(self, journal: str | None, faults: str | None) -> None:
+        self._journal = None if journal is None else os.open(
+            journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._paths: dict[int, str] = {}
+        self._faults: list[list] = []  # [op, suffix, successes left, errno]
+        for spec in filter(None, (faults or "").split(";")):
+            op, suffix, after, name = spec.split(":")
+            self._faults.append([op, suffix, int(after), getattr(errno, name)])
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
         fd = os.open(path, flags, mode)
@@ -151,34 +161,60 @@ class FsyncJournalDisk(OsDisk):
         self._paths[new] = self._paths.get(fd, "")
         return new
 
+    def _check(self, op: str, fd: int) -> None:
+        path = self._paths.get(fd, "")
+        for fault in self._faults:
+            if fault[0] == op and path.endswith(fault[1]):
+                if fault[2] <= 0:
+                    raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
+                fault[2] -= 1
+
     def _noted(self, fd: int) -> None:
         path = self._paths.get(fd)
-        if path:
+        if path and self._journal is not None:
             os.write(self._journal, f"{os.fstat(fd).st_size} {path}\n".encode())
 
+    def write(self, fd: int, data) -> int:  # type: ignore[override]
+        self._check("write", fd)
+        return os.write(fd, data)
+
+    def writev(self, fd: int, parts) -> int:  # type: ignore[override]
+        self._check("write", fd)
+        return os.writev(fd, parts)
+
+    def ftruncate(self, fd: int, length: int) -> None:  # type: ignore[override]
+        self._check("ftruncate", fd)
+        os.ftruncate(fd, length)
+
     def fsync(self, fd: int) -> None:  # type: ignore[override]
+        self._check("fsync", fd)
         os.fsync(fd)
         self._noted(fd)
 
     def fdatasync(self, fd: int) -> None:  # type: ignore[override]
+        self._check("fsync", fd)
         os.fdatasync(fd)
         self._noted(fd)
 
 
-def cut_to_journal(journal: str, suffixes: Sequence[str] = (".log",)) -> dict[str, int]:
-    """Cut each file named in ``journal`` (with one of ``suffixes``) back to its last durable
-    size: what survives a power loss of a FsyncJournalDisk's process. Returns path -> size."""
+def cut_to_journal(journal: str, directory: str,
+                   suffixes: Sequence[str] = (".log",)) -> dict[str, int]:
+    """What a power cut may leave of an InstrumentedDisk's files: each file under
+    ``directory`` with one of ``suffixes`` cut back to its last journalled size (to nothing
+    when it was never fsynced). Returns path -> size kept."""
     durable: dict[str, int] = {}
-    with open(journal, encoding="utf-8") as f:
+    with contextlib.suppress(FileNotFoundError), open(journal, encoding="utf-8") as f:
         for line in f:
             size, _, path = line.rstrip("\n").partition(" ")
             durable[path] = int(size)
-    for path, size in durable.items():
-        if path.endswith(tuple(suffixes)):
-            with contextlib.suppress(FileNotFoundError):
-                if os.path.getsize(path) > size:
-                    os.truncate(path, size)
-    return durable
+    kept = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.abspath(os.path.join(root, name))
+            if name.endswith(tuple(suffixes)):
+                kept[path] = min(os.path.getsize(path), durable.get(path, 0))
+                os.truncate(path, kept[path])
+    return kept
 
 
 Disk = OsDisk  # the interface: MemoryDisk has the same methods
@@ -186,7 +222,10 @@ Disk = OsDisk  # the interface: MemoryDisk has the same methods
 
 def default_disk() -> OsDisk:
     journal = os.environ.get("ONCELOG_FSYNC_JOURNAL")
-    return FsyncJournalDisk(journal) if journal else OS_DISK
+    faults = os.environ.get("ONCELOG_DISK_FAULTS")
+    if journal or faults:
+        return InstrumentedDisk(journal, faults)
+    return OS_DISK
 
 
 OS_DISK = OsDisk()
