@@ -1,5 +1,6 @@
 """The partition log on real files: append, read, roll, indexes, recovery, retention."""
 
+import errno
 import os
 import time
 
@@ -7,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.log.log import Log, LogConfig
+from oncelog.log.memory_disk import MemoryDisk
 from oncelog.protocol.record_batch import assign_offsets, read_header, split_batches
 from oncelog.protocol.records import decode_batch, encode_batch
 
@@ -232,36 +234,51 @@ def test_offset_for_timestamp(tmp_path):
     assert log.offset_for_timestamp(1_291) is None
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     ops=st.lists(
         st.one_of(
             st.tuples(st.just("append"), st.integers(1, 5), st.integers(1, 300)),
             st.tuples(st.just("reopen"), st.booleans(), st.just(0)),
+            # the next write fails after taking this many bytes (ENOSPC, EIO), or is short
+            st.tuples(st.sampled_from(["enospc", "eio", "short"]), st.integers(0, 400),
+                      st.just(0)),
         ),
         min_size=1, max_size=40,
     )
 )
-def test_log_matches_a_list_through_appends_and_reopens(tmp_path_factory, ops):
-    directory = str(tmp_path_factory.mktemp("log"))
+def test_log_matches_a_list_through_appends_faults_and_reopens(ops):
+    """On a MemoryDisk: a write that fails anywhere (a batch, an index or snapshot written
+    by a roll) leaves the log exactly as it was; a short write is finished."""
+    disk = MemoryDisk()
+    directory = "/data/t-0"
+    disk.makedirs("/data")
     config = LogConfig(segment_bytes=2000, index_interval_bytes=150)
-    log = Log(directory, config)
+    log = Log(directory, config, disk)
     expected: list[bytes] = []
     for op, a, b in ops:
         if op == "append":
             values = [bytes([len(expected) % 251]) * b + b"-%d" % (len(expected) + i)
                       for i in range(a)]
-            append(log, values)
-            expected += values
-        else:
+            try:
+                append(log, values)
+            except OSError:
+                pass  # refused, and nothing of it stayed
+            else:
+                expected += values
+        elif op == "reopen":
+            disk.clear_faults()
             if a:
                 log.close()
             else:
-                for segment in log.segments:
-                    segment.close()
-            log = Log(directory, config)
+                log.abandon()
+                disk.crash()
+            log = Log(directory, config, disk)
+        else:
+            error = {"enospc": errno.ENOSPC, "eio": errno.EIO, "short": 0}[op]
+            disk.fail("write", error, partial=a)
         assert log.log_end_offset == len(expected)
-    assert read_values(log) == expected
+        assert read_values(log) == expected
     for offset in range(0, len(expected), max(1, len(expected) // 7)):
         data = log.read(offset, 1).records
         assert read_header(data).base_offset <= offset <= read_header(data).last_offset
