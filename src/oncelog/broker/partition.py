@@ -285,7 +285,11 @@ class Partition:
             try:
                 if self.log_dir.offline:
                     raise self.log_dir.error()
-                plog = self.log
+                plog = self._log
+                if plog is None:  # closed meanwhile: sealing it fsynced everything
+                    done.set_result(None)
+                    self._this_flush = None
+                    continue
                 segment = plog.active
                 self._flushing_to = plog.log_end_offset
                 segment.unflushed_messages = 0
@@ -379,7 +383,14 @@ class Partition:
             log.error("%s: clean shutdown failed (%s); it will be recovered at the next start",
                       self.name, exc)
             plog.abandon()
+            self._log = self._state = None
+            self._fail_flushes(self._this_flush, OSError(errno.EIO, str(exc)))
+            return
         self._log = self._state = None
+        self.flushed_offset = plog.log_end_offset  # sealing fsynced it all
+        waiting = self._next_flush
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
