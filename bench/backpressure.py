@@ -27,7 +27,9 @@ measured the same way.
 fast-path (with ``--baseline-src DIR``): produce throughput with confluent-kafka (1 KiB
 values, acks=all, librdkafka's default batching and 16 KiB batches) against a broker from
 ``--src`` and one from ``--baseline-src``, both running, alternated in each repetition;
-medians of ``--repeats`` and of the per-repetition ratios. Without it, fast-path is skipped.
+medians of ``--repeats`` and of the per-repetition ratios, for messages per second and for
+the broker's CPU time per message (its threads' schedstat: this one hardly depends on what
+else runs on the machine). Without ``--baseline-src``, fast-path is skipped.
 """
 
 from __future__ import annotations
@@ -152,23 +154,33 @@ def run_fast_path(args) -> dict:
     with OncelogBroker(src=args.src) as new, OncelogBroker(src=args.baseline_src) as old:
         brokers = {"this": new, "baseline": old}
         for scenario, extra in SCENARIOS.items():
-            runs: dict[str, list[float]] = {"this": [], "baseline": []}
+            rates: dict[str, list[float]] = {"this": [], "baseline": []}
+            cpu: dict[str, list[float]] = {"this": [], "baseline": []}  # broker µs per message
             others: list[float] = []
             for rep in range(args.repeats):
                 order = list(brokers.items())
                 for label, broker in order if rep % 2 == 0 else order[::-1]:
                     topic = f"fast-{scenario}-{rep}"
-                    meter = LoadMeter(cpu_seconds_probe(broker.pid))
-                    result = produce_throughput(broker.bootstrap, topic, args.messages, extra)
+                    probe = cpu_seconds_probe(broker.pid)
+                    meter = LoadMeter(probe)
+                    result = produce_throughput(broker.bootstrap, topic, args.messages, extra,
+                                                probe)
                     others.append(meter.others_share())
-                    runs[label].append(result.msgs_per_s)
+                    rates[label].append(result.msgs_per_s)
+                    cpu[label].append(result.broker_cpu / result.messages * 1e6)
                     _delete_topics(broker.bootstrap, [topic])
-                print(f"  fast-path {scenario:7} #{rep + 1}: this {runs['this'][-1]:10,.0f}"
-                      f"  baseline {runs['baseline'][-1]:10,.0f} msgs/s", flush=True)
-            paired = [a / b for a, b in zip(runs["this"], runs["baseline"], strict=True)]
-            results[scenario] = {"this": statistics.median(runs["this"]),
-                                 "baseline": statistics.median(runs["baseline"]),
+                print(f"  fast-path {scenario:7} #{rep + 1}: this {rates['this'][-1]:10,.0f} "
+                      f"msgs/s {cpu['this'][-1]:5.2f} µs/msg, baseline "
+                      f"{rates['baseline'][-1]:10,.0f} msgs/s {cpu['baseline'][-1]:5.2f} µs/msg "
+                      f"(others {others[-1]:.0%})", flush=True)
+            paired = [a / b for a, b in zip(rates["this"], rates["baseline"], strict=True)]
+            paired_cpu = [a / b for a, b in zip(cpu["this"], cpu["baseline"], strict=True)]
+            results[scenario] = {"this": statistics.median(rates["this"]),
+                                 "baseline": statistics.median(rates["baseline"]),
                                  "paired": statistics.median(paired),
+                                 "cpu_this": statistics.median(cpu["this"]),
+                                 "cpu_baseline": statistics.median(cpu["baseline"]),
+                                 "cpu_paired": statistics.median(paired_cpu),
                                  "others_max": max(others)}
     return results
 
@@ -204,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\nfast-path skipped: give --baseline-src DIR to compare with another tree")
         else:
             fast = run_fast_path(args)
-            print("\n| produce | this (msgs/s) | baseline (msgs/s) | ratio | paired | "
-                  "others max |")
-            print("|---|---:|---:|---:|---:|---:|")
+            print("\n| produce | this (msgs/s) | baseline (msgs/s) | ratio (paired) | "
+                  "broker CPU this / baseline (µs/msg) | ratio (paired) | others max |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
             for scenario, r in fast.items():
                 print(f"| {scenario} | {r['this']:,.0f} | {r['baseline']:,.0f} | "
-                      f"{r['this'] / r['baseline']:.3f} | {r['paired']:.3f} | "
+                      f"{r['this'] / r['baseline']:.3f} ({r['paired']:.3f}) | "
+                      f"{r['cpu_this']:.2f} / {r['cpu_baseline']:.2f} | "
+                      f"{r['cpu_this'] / r['cpu_baseline']:.3f} ({r['cpu_paired']:.3f}) | "
                       f"{r['others_max']:.0%} |")
     return 0
 
