@@ -1,4 +1,4 @@
-"""Backpressure: the broker's memory under hostile clients, and the cost on the produce path.
+"""Backpressure: the broker's memory under hostile clients, and what it costs the fast path.
 
     .venv/bin/python bench/backpressure.py [--src DIR] [--baseline-src DIR] [--repeats 7]
         [--messages 200000] [--parts hoard,queued-flood,full-flood,slow-senders,fast-path]
@@ -25,11 +25,13 @@ full-flood; so a broker without backpressure (``--src`` pointing at an older tre
 measured the same way.
 
 fast-path (with ``--baseline-src DIR``): produce throughput with confluent-kafka (1 KiB
-values, acks=all, librdkafka's default batching and 16 KiB batches) against a broker from
-``--src`` and one from ``--baseline-src``, both running, alternated in each repetition;
-medians of ``--repeats`` and of the per-repetition ratios, for messages per second and for
-the broker's CPU time per message (its threads' schedstat: this one hardly depends on what
-else runs on the machine). Without ``--baseline-src``, fast-path is skipped.
+values, acks=all, librdkafka's default batching and 16 KiB batches) and consume throughput
+(bench/produce_consume.py's consume run: 4000 messages read over and over, 4 x --messages in
+all) against a broker from ``--src`` and one from ``--baseline-src``, both running,
+alternated in each repetition; medians of ``--repeats`` and of the per-repetition ratios,
+for messages per second and for the broker's CPU time per message (its threads' schedstat:
+this one hardly depends on what else runs on the machine). Without ``--baseline-src``,
+fast-path is skipped.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ import time
 from pathlib import Path
 
 from _support import LoadMeter, OncelogBroker, cpu_seconds_probe, machine, wait_for_quiet
-from produce_consume import QUIET, SCENARIOS, _delete_topics, produce_throughput
+from produce_consume import (
+    CONSUME_PASS,
+    QUIET,
+    SCENARIOS,
+    _delete_topics,
+    consume_throughput,
+    fill_topic,
+    produce_throughput,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import hostile_clients as hostile  # shared with the tests
@@ -153,7 +163,9 @@ def run_fast_path(args) -> dict:
     results: dict[str, dict[str, list[float]]] = {}
     with OncelogBroker(src=args.src) as new, OncelogBroker(src=args.baseline_src) as old:
         brokers = {"this": new, "baseline": old}
-        for scenario, extra in SCENARIOS.items():
+        for broker in brokers.values():
+            fill_topic(broker.bootstrap, "fast-consume", CONSUME_PASS)
+        for scenario, extra in [*SCENARIOS.items(), ("consume", None)]:
             rates: dict[str, list[float]] = {"this": [], "baseline": []}
             cpu: dict[str, list[float]] = {"this": [], "baseline": []}  # broker µs per message
             others: list[float] = []
@@ -163,12 +175,16 @@ def run_fast_path(args) -> dict:
                     topic = f"fast-{scenario}-{rep}"
                     probe = cpu_seconds_probe(broker.pid)
                     meter = LoadMeter(probe)
-                    result = produce_throughput(broker.bootstrap, topic, args.messages, extra,
-                                                probe)
+                    if extra is None:
+                        result = consume_throughput(broker.bootstrap, "fast-consume",
+                                                    CONSUME_PASS, 4 * args.messages, probe)
+                    else:
+                        result = produce_throughput(broker.bootstrap, topic, args.messages,
+                                                    extra, probe)
+                        _delete_topics(broker.bootstrap, [topic])
                     others.append(meter.others_share())
                     rates[label].append(result.msgs_per_s)
                     cpu[label].append(result.broker_cpu / result.messages * 1e6)
-                    _delete_topics(broker.bootstrap, [topic])
                 print(f"  fast-path {scenario:7} #{rep + 1}: this {rates['this'][-1]:10,.0f} "
                       f"msgs/s {cpu['this'][-1]:5.2f} µs/msg, baseline "
                       f"{rates['baseline'][-1]:10,.0f} msgs/s {cpu['baseline'][-1]:5.2f} µs/msg "
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\nfast-path skipped: give --baseline-src DIR to compare with another tree")
         else:
             fast = run_fast_path(args)
-            print("\n| produce | this (msgs/s) | baseline (msgs/s) | ratio (paired) | "
+            print("\n| run | this (msgs/s) | baseline (msgs/s) | ratio (paired) | "
                   "broker CPU this / baseline (µs/msg) | ratio (paired) | others max |")
             print("|---|---:|---:|---:|---:|---:|---:|")
             for scenario, r in fast.items():
