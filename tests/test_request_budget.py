@@ -24,13 +24,16 @@ def test_a_frame_is_admitted_while_anything_is_left_whatever_its_size():
     assert budget.bytes == 199 * MiB
     assert not budget.admit("c", 8)  # nothing left
     assert budget.is_waiting("c") and budget.refusals == 1
+    budget.finished(199 * MiB)
+    assert budget.offer() == "c"
 
 
-def test_the_count_bounds_requests_until_their_handler_takes_them_up():
+def test_the_count_is_what_connections_report_as_waiting_for_the_broker():
     budget = RequestBudget(max_requests=2, max_bytes=-1)
     assert budget.admit("a", 10) and budget.admit("a", 10)
+    budget.count(2)  # a's pass ends: both wait for the broker
     assert not budget.admit("b", 10)
-    budget.started()  # a handler took one up: its bytes are still held
+    budget.count(-1)  # a handler took one up, or a's requests now wait for something else
     assert budget.requests == 1 and budget.bytes == 20
     assert budget.offer() == "b"
     assert budget.admit("b", 10)
@@ -42,25 +45,27 @@ def test_no_limit_on_bytes_when_not_positive():
     for unlimited in (-1, 0):
         budget = RequestBudget(max_requests=10, max_bytes=unlimited)
         assert all(budget.admit("a", 1 << 40) for _ in range(10))
+        budget.count(10)
         assert not budget.admit("a", 1)  # the count still holds
 
 
 def test_waiters_are_offered_room_in_arrival_order_and_nobody_cuts_in_line():
     budget = RequestBudget(max_requests=1, max_bytes=-1)
     assert budget.admit("flood", 100)
+    budget.count(1)
     assert not budget.admit("a", 1)
     assert not budget.admit("b", 1)
     assert not budget.admit("a", 1)  # asking again keeps its place
-    budget.started()
+    budget.count(-1)
     assert budget.should_offer()
     # Room is back, but a and b waited: the flooding connection is refused and queued last.
     assert not budget.admit("flood", 100)
     assert budget.offer() == "a"
     assert budget.admit("a", 1)
+    budget.count(1)
     assert budget.offer() is None  # full again: b and flood keep waiting
-    budget.started()
+    budget.count(-1)
     assert [budget.offer(), budget.admit("b", 1)] == ["b", True]
-    budget.started()
     assert budget.offer() == "flood"
     assert budget.waiting == 0
 
@@ -68,10 +73,11 @@ def test_waiters_are_offered_room_in_arrival_order_and_nobody_cuts_in_line():
 def test_a_closed_connection_leaves_the_queue():
     budget = RequestBudget(max_requests=1, max_bytes=-1)
     budget.admit("a", 1)
+    budget.count(1)
     budget.admit("b", 1)
     budget.admit("c", 1)
     budget.forget("b")
-    budget.started()
+    budget.count(-1)
     assert budget.offer() == "c"
 
 

@@ -127,7 +127,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
     _key("queued.max.requests", "INT", 500,
-         "Requests read and not yet taken up by a handler, across the broker, before "
+         "Requests read and waiting only for a handler (not for a long-polling Fetch ahead "
+         "of them, nor for their client to read answers), across the broker, before "
          "connections stop reading.", _POSITIVE_INT),
     _key("queued.max.request.bytes", "LONG", QUEUED_MAX_REQUEST_BYTES_DEFAULT,
          "Bytes of requests read (a large one from its size prefix on) and not yet handled, "

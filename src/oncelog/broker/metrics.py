@@ -47,7 +47,7 @@ def render(broker) -> str:
 _NETWORK = (  # (name, stats key, type, help)
     ("oncelog_connections", "connections", "gauge", "Open client connections."),
     ("oncelog_queued_requests", "queued_requests", "gauge",
-     "Requests read and not yet taken up by a handler (queued.max.requests bounds it)."),
+     "Requests read and waiting only for a handler (queued.max.requests bounds it)."),
     ("oncelog_queued_request_bytes", "queued_request_bytes", "gauge",
      "Bytes of requests read, or being read, and not yet handled (queued.max.request.bytes "
      "bounds it)."),

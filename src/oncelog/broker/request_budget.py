@@ -12,9 +12,16 @@ The rules, all here:
   pool): the bytes held exceed the limit by at most one frame, and a frame larger than what
   is left never waits forever. The limit is validated to be at least
   ``socket.request.max.bytes`` (Kafka's rule).
-* A request counts against ``queued.max.requests`` from its admission until a handler takes
-  it up (a long-polling Fetch is no longer queued, as in Kafka, where it waits in purgatory);
-  its bytes count against ``queued.max.request.bytes`` until the handler is done with it.
+* A request's bytes count against ``queued.max.request.bytes`` from its admission until its
+  handler is done with it.
+* ``queued.max.requests`` counts the requests that wait for nothing but the broker: read and
+  not yet taken up by a handler, on a connection that is neither waiting for a handler's
+  coroutine (a long-polling Fetch) nor for its client to read its answers. Requests behind
+  those wait for something else, as they would in Kafka, where the connection is muted and
+  they stay in the socket: the connection reports them (``count``) only while they could be
+  handled. So clients that never read their answers, or that queue requests behind a Fetch
+  that waits, cannot spend the count and stop the broker from reading anyone else's
+  requests; each connection bounds how many it reads ahead.
 * Refused connections wait in arrival order. While any wait, room goes to them first, one
   by one (``offer``), and anyone else asking is refused and queued behind them: a connection
   that floods cannot cut in line.
@@ -29,7 +36,7 @@ class RequestBudget:
     def __init__(self, max_requests: int, max_bytes: int) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes if max_bytes > 0 else 0  # 0: no limit (Kafka: <= 0)
-        self.requests = 0  # admitted, not yet taken up by a handler
+        self.requests = 0  # read, not taken up by a handler, waiting only for the broker
         self.bytes = 0  # admitted, not yet handled
         self.refusals = 0  # frames refused for want of room (a counter for operators)
         self._waiting: dict[Any, None] = {}  # an ordered set: the order of arrival
@@ -40,19 +47,21 @@ class RequestBudget:
             not self.max_bytes or self.bytes < self.max_bytes)
 
     def admit(self, who: Any, size: int) -> bool:
-        """Take on a frame of ``size`` bytes for ``who``, or queue ``who`` and say no."""
-        if (self._waiting and who is not self._turn) or not self.has_room():
+        """Take on a frame of ``size`` bytes for ``who``, or queue ``who`` and say no. (The
+        frame is counted by ``count`` once its connection says it waits for the broker.)"""
+        if (self._waiting and who is not self._turn) or self.requests >= self.max_requests \
+                or (self.max_bytes and self.bytes >= self.max_bytes):  # has_room, inlined
             if who not in self._waiting:
                 self._waiting[who] = None
             self.refusals += 1
             return False
-        self.requests += 1
         self.bytes += size
         return True
 
-    def started(self, requests: int = 1) -> None:
-        """Requests taken up by their handler (or dropped with their connection)."""
-        self.requests -= requests
+    def count(self, change: int) -> None:
+        """A connection's requests that wait only for the broker grew (or shrank) by
+        ``change``."""
+        self.requests += change
 
     def finished(self, size: int) -> None:
         """Bytes of requests handled (or dropped with their connection)."""

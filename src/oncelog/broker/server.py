@@ -52,9 +52,11 @@ METADATA_DIR = ".oncelog-metadata"
 _CLOSE = object()
 # Per connection (see Connection): read-ahead beyond the request being handled, frames
 # handled before yielding to the other connections, and the write buffer's water marks.
-_READ_AHEAD_FRAMES = 16
+# A full receive buffer (256 KiB) of requests of 4 KiB or more fits the read-ahead and one
+# pass, so pipelining producers keep one pass and one write per read, as before.
+_READ_AHEAD_FRAMES = 64
 _READ_AHEAD_BYTES = 1 << 20
-_FRAMES_PER_PASS = 16
+_FRAMES_PER_PASS = 64
 _WRITE_HIGH = 64 * 1024
 _WRITE_LOW = 16 * 1024
 
@@ -266,7 +268,9 @@ class Connection(asyncio.BufferedProtocol):
       ``_READ_AHEAD_FRAMES`` frames and ``_READ_AHEAD_BYTES`` bytes are read ahead, except
       that a connection with nothing queued may always start one frame (any size up to
       ``socket.request.max.bytes``). What is refused stays in the kernel and the receive
-      buffer, and reading pauses.
+      buffer, and reading pauses. The frames read ahead count against
+      ``queued.max.requests`` only while nothing but the broker holds them up (``counted``;
+      see RequestBudget), and their bytes always.
     * answers the peer has not read: above the transport's high-water mark
       (``_WRITE_HIGH``) the connection handles nothing more and reads nothing more until the
       transport has drained to its low-water mark. A pass writes its answers once they
@@ -286,6 +290,7 @@ class Connection(asyncio.BufferedProtocol):
         self.queue: collections.deque[bytes | memoryview] = collections.deque()
         self.ahead_count = 0  # frames taken on and not yet handed to a handler (queued, or
         self.ahead_bytes = 0  # a large one still being received), and their bytes
+        self.counted = 0  # of those, the ones in the budget's count (see RequestBudget)
         self.busy = False  # a handler's coroutine is running; what follows waits for it
         self.closed = False
         self.write_paused = False  # the peer is not reading our answers
@@ -309,9 +314,9 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.queue.clear()
         broker = self.broker
-        broker.budget.started(self.ahead_count)
+        broker.budget.count(-self.counted)
         broker.budget.finished(self.ahead_bytes)
-        self.ahead_count = self.ahead_bytes = 0
+        self.ahead_count = self.ahead_bytes = self.counted = 0
         broker.budget.forget(self)
         broker._connections.discard(self)
         broker.budget_released()
@@ -359,6 +364,11 @@ class Connection(asyncio.BufferedProtocol):
             handled += self._handle_queued()
         if self.closed:
             return
+        waits_for_broker = 0 if self.busy or self.write_paused else self.ahead_count
+        if waits_for_broker != self.counted:
+            self.broker.budget.count(waits_for_broker - self.counted)
+            self.counted = waits_for_broker
+            self.broker.budget_released()
         if self.reader.held_back and not (self.busy or self.write_paused or self.queue
                                           or self.broker.budget.is_waiting(self)):
             self._schedule_pass()  # room was made: take the rest on after the others' turn
@@ -386,10 +396,9 @@ class Connection(asyncio.BufferedProtocol):
         return True
 
     def _admit(self, size: int) -> bool:
-        if self.write_paused:
-            return False
-        if (self.ahead_count or self.busy) and (
-                self.ahead_count >= _READ_AHEAD_FRAMES
+        ahead = self.ahead_count
+        if (ahead or self.busy or self.write_paused) and (
+                self.write_paused or ahead >= _READ_AHEAD_FRAMES
                 or self.ahead_bytes + size > _READ_AHEAD_BYTES):
             return False
         if not self.broker.budget.admit(self, size):
@@ -401,30 +410,29 @@ class Connection(asyncio.BufferedProtocol):
 
     def _handle_queued(self) -> int:
         """Handle queued frames in order until one must be awaited or answers pile up.
-        Answers of one pass go out in one write: pipelined requests cost one send, not many."""
+        Answers of one pass go out in one write: pipelined requests cost one send, not many.
+        The counts are settled once per pass (nothing else runs meanwhile): this is the hot
+        path of every request."""
         broker = self.broker
-        budget = broker.budget
+        queue = self.queue
         out: list[bytes] = []
-        unsent = 0
-        handled = 0
+        unsent = taken = taken_bytes = handled_bytes = 0
         try:
-            while self.queue and not (self.busy or self.write_paused or self.closed):
-                frame = self.queue.popleft()
+            while queue and not (self.busy or self.write_paused or self.closed):
+                frame = queue.popleft()
                 size = len(frame)
-                self.ahead_count -= 1
-                self.ahead_bytes -= size
-                budget.started()
-                handled += 1
+                taken += 1
+                taken_bytes += size
                 result = broker.handle_frame(frame, self.peer)
                 del frame
                 if inspect.iscoroutine(result):
                     self.busy = True
                     self.pending = asyncio.ensure_future(self._await(result, size))
                     break
-                budget.finished(size)
+                handled_bytes += size
                 if result is _CLOSE:
                     self._flush(out)
-                    self.close()
+                    self.close()  # connection_lost comes later, from the event loop
                     break
                 if result is not None:
                     out.append(result)
@@ -434,8 +442,11 @@ class Connection(asyncio.BufferedProtocol):
                         unsent = 0
         finally:
             self._flush(out)
-        broker.budget_released()
-        return handled
+            self.ahead_count -= taken
+            self.ahead_bytes -= taken_bytes
+            broker.budget.finished(handled_bytes)
+            broker.budget_released()  # the count is settled at the end of the pump
+        return taken
 
     def _flush(self, out: list[bytes]) -> None:
         if out and not self.closed:
