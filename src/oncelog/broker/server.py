@@ -18,6 +18,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any
 
 from ..coordinator.producer_id_manager import ProducerIdManager
@@ -284,6 +285,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.budget = broker.budget
         self.reader = FrameReader(broker.config.get("socket.request.max.bytes"))
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -314,10 +316,10 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.queue.clear()
         broker = self.broker
-        broker.budget.count(-self.counted)
-        broker.budget.finished(self.ahead_bytes)
+        self.budget.count(-self.counted)
+        self.budget.finished(self.ahead_bytes)
         self.ahead_count = self.ahead_bytes = self.counted = 0
-        broker.budget.forget(self)
+        self.budget.forget(self)
         broker._connections.discard(self)
         broker.budget_released()
 
@@ -362,15 +364,17 @@ class Connection(asyncio.BufferedProtocol):
                 self._schedule_pass()
                 break
             handled += self._handle_queued()
+            if not self.reader.held_back:
+                break  # everything received was taken on: nothing more to take this pass
         if self.closed:
             return
         waits_for_broker = 0 if self.busy or self.write_paused else self.ahead_count
         if waits_for_broker != self.counted:
-            self.broker.budget.count(waits_for_broker - self.counted)
+            self.budget.count(waits_for_broker - self.counted)
             self.counted = waits_for_broker
             self.broker.budget_released()
         if self.reader.held_back and not (self.busy or self.write_paused or self.queue
-                                          or self.broker.budget.is_waiting(self)):
+                                          or self.budget.is_waiting(self)):
             self._schedule_pass()  # room was made: take the rest on after the others' turn
         self._set_reading(not self.write_paused and not self.reader.held_back)
 
@@ -401,7 +405,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.write_paused or ahead >= _READ_AHEAD_FRAMES
                 or self.ahead_bytes + size > _READ_AHEAD_BYTES):
             return False
-        if not self.broker.budget.admit(self, size):
+        if not self.budget.admit(self, size):
             self.broker.budget_released()  # in case room is there and others go first
             return False
         self.ahead_count += 1
@@ -411,25 +415,26 @@ class Connection(asyncio.BufferedProtocol):
     def _handle_queued(self) -> int:
         """Handle queued frames in order until one must be awaited or answers pile up.
         Answers of one pass go out in one write: pipelined requests cost one send, not many.
-        The counts are settled once per pass (nothing else runs meanwhile): this is the hot
-        path of every request."""
+        This is the hot path of every request: the counts are settled once per pass (nothing
+        else runs meanwhile), and only what can change inside the loop is checked there."""
+        if self.busy or self.write_paused or self.closed:
+            return 0
         broker = self.broker
         queue = self.queue
+        before = len(queue)
         out: list[bytes] = []
-        unsent = taken = taken_bytes = handled_bytes = 0
+        unsent = taken_bytes = awaited = 0
         try:
-            while queue and not (self.busy or self.write_paused or self.closed):
+            while queue:
                 frame = queue.popleft()
                 size = len(frame)
-                taken += 1
                 taken_bytes += size
                 result = broker.handle_frame(frame, self.peer)
-                del frame
-                if inspect.iscoroutine(result):
+                if isinstance(result, CoroutineType):  # (inspect.iscoroutine, without a call)
                     self.busy = True
                     self.pending = asyncio.ensure_future(self._await(result, size))
+                    awaited = size
                     break
-                handled_bytes += size
                 if result is _CLOSE:
                     self._flush(out)
                     self.close()  # connection_lost comes later, from the event loop
@@ -438,13 +443,16 @@ class Connection(asyncio.BufferedProtocol):
                     out.append(result)
                     unsent += len(result)
                     if unsent >= _WRITE_HIGH:
-                        self._flush(out)  # may pause writing, which ends the loop
+                        self._flush(out)
                         unsent = 0
+                        if self.write_paused:
+                            break
         finally:
             self._flush(out)
+            taken = before - len(queue)
             self.ahead_count -= taken
             self.ahead_bytes -= taken_bytes
-            broker.budget.finished(handled_bytes)
+            self.budget.finished(taken_bytes - awaited)
             broker.budget_released()  # the count is settled at the end of the pump
         return taken
 
@@ -459,7 +467,7 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self.busy = False
             self.pending = None
-            self.broker.budget.finished(size)
+            self.budget.finished(size)
             self.broker.budget_released()
         if not self.closed:
             self._send(result)
