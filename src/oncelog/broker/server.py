@@ -57,7 +57,8 @@ _CLOSE = object()
 # pass, so pipelining producers keep one pass and one write per read, as before.
 _READ_AHEAD_FRAMES = 64
 _READ_AHEAD_BYTES = 1 << 20
-_FRAMES_PER_PASS = 64
+_FRAMES_PER_TURN = 64
+_BYTES_PER_TURN = 1 << 20
 _WRITE_HIGH = 64 * 1024
 _WRITE_LOW = 16 * 1024
 
@@ -90,6 +91,8 @@ class Broker:
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
         self._offer_scheduled = False
+        self.turn = 0
+        self._turn_scheduled = False
         self.write_pauses = 0  # times a connection stopped because its answers were unread
         self.advertised_host = ""
         self.advertised_port = -1
@@ -186,7 +189,20 @@ class Broker:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    # --- the request budget ----------------------------------------------------------------
+    # --- turns and the request budget ----------------------------------------------------
+
+    def current_turn(self) -> int:
+        """A number that changes once per turn of the event loop with work in it: the first
+        caller in a turn schedules the change, which runs after the turn's socket reads."""
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        return self.turn
+
+    def _next_turn(self) -> None:
+        self._turn_scheduled = False
+        self.turn += 1
+
 
     def budget_released(self) -> None:
         """Offer freed room to the connections waiting for it, in their order, once the
@@ -278,9 +294,12 @@ class Connection(asyncio.BufferedProtocol):
       reach ``_WRITE_HIGH``, so unread answers stay under twice ``_WRITE_HIGH`` plus one
       answer.
 
-    Fairness: one pass (a read, a finished handler, a turn offered by the budget) handles at
-    most ``_FRAMES_PER_PASS`` frames, then yields to the event loop, so a connection that
-    floods small requests takes its turn with everyone else.
+    Fairness: in one turn of the event loop (one round of socket reads, see
+    Broker.current_turn) a connection handles at most ``_FRAMES_PER_TURN`` frames or
+    ``_BYTES_PER_TURN`` bytes of requests (and then one more frame at most); then it stops
+    reading and handling until the next turn. The event loop reads a socket up to 32 times
+    in a row when data keeps coming, so without this a connection that floods would get
+    many megabytes handled for each request of a client that does not.
     """
 
     def __init__(self, broker: Broker) -> None:
@@ -298,6 +317,8 @@ class Connection(asyncio.BufferedProtocol):
         self.write_paused = False  # the peer is not reading our answers
         self.reading_paused = False
         self.pass_scheduled = False
+        self.turn = -1  # the broker's turn this connection last handled requests in
+        self.turn_frames = self.turn_bytes = 0  # and what it handled in it
         self.pending: asyncio.Future | None = None
         self.http: bytes | None = None  # set when the peer speaks HTTP (metrics), not Kafka
         self.seen_kafka = False
@@ -354,18 +375,18 @@ class Connection(asyncio.BufferedProtocol):
     # --- the pass: take frames on, handle them, decide about reading ----------------------
 
     def pump(self) -> None:
-        handled = 0
+        """Take on what may be taken, handle it, then settle the count and reading."""
         while not self.closed:
             if not self._take_frames():
                 return
-            if not self.queue or self.busy or self.write_paused:
+            if not self.queue or self.busy or self.write_paused or self.pass_scheduled:
                 break
-            if handled >= _FRAMES_PER_PASS:
-                self._schedule_pass()
+            if self._turn_spent():
+                self._schedule_pass()  # the others' turn first
                 break
-            handled += self._handle_queued()
+            self._handle_queued()
             if not self.reader.held_back:
-                break  # everything received was taken on: nothing more to take this pass
+                break  # everything received was taken on: nothing more to take now
         if self.closed:
             return
         waits_for_broker = 0 if self.busy or self.write_paused else self.ahead_count
@@ -376,7 +397,17 @@ class Connection(asyncio.BufferedProtocol):
         if self.reader.held_back and not (self.busy or self.write_paused or self.queue
                                           or self.budget.is_waiting(self)):
             self._schedule_pass()  # room was made: take the rest on after the others' turn
-        self._set_reading(not self.write_paused and not self.reader.held_back)
+        self._set_reading(not (self.write_paused or self.reader.held_back
+                               or self.pass_scheduled))
+
+    def _turn_spent(self) -> bool:
+        """Whether this connection had its share of the current turn of the event loop."""
+        turn = self.broker.current_turn()
+        if turn != self.turn:
+            self.turn = turn
+            self.turn_frames = self.turn_bytes = 0
+            return False
+        return self.turn_frames >= _FRAMES_PER_TURN or self.turn_bytes >= _BYTES_PER_TURN
 
     def _schedule_pass(self) -> None:
         if not self.pass_scheduled:
@@ -452,6 +483,8 @@ class Connection(asyncio.BufferedProtocol):
             taken = before - len(queue)
             self.ahead_count -= taken
             self.ahead_bytes -= taken_bytes
+            self.turn_frames += taken
+            self.turn_bytes += taken_bytes
             self.budget.finished(taken_bytes - awaited)
             broker.budget_released()  # the count is settled at the end of the pump
         return taken
