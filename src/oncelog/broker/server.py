@@ -51,10 +51,10 @@ log = logging.getLogger(__name__)
 
 METADATA_DIR = ".oncelog-metadata"
 _CLOSE = object()
-# Per connection (see Connection): read-ahead beyond the request being handled, frames
-# handled before yielding to the other connections, and the write buffer's water marks.
-# A full receive buffer (256 KiB) of requests of 4 KiB or more fits the read-ahead and one
-# pass, so pipelining producers keep one pass and one write per read, as before.
+# Per connection (see Connection): read-ahead beyond the request being handled, what it may
+# have handled in one turn of the event loop, and the write buffer's water marks. A full
+# receive buffer (256 KiB) of requests of 4 KiB or more fits the read-ahead, so pipelining
+# producers keep one pass and one write per read, as before.
 _READ_AHEAD_FRAMES = 64
 _READ_AHEAD_BYTES = 1 << 20
 _FRAMES_PER_TURN = 64
