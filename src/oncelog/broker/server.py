@@ -203,7 +203,6 @@ class Broker:
         self._turn_scheduled = False
         self.turn += 1
 
-
     def budget_released(self) -> None:
         """Offer freed room to the connections waiting for it, in their order, once the
         current callback is done (never from inside another connection's pass)."""
@@ -294,12 +293,12 @@ class Connection(asyncio.BufferedProtocol):
       reach ``_WRITE_HIGH``, so unread answers stay under twice ``_WRITE_HIGH`` plus one
       answer.
 
-    Fairness: in one turn of the event loop (one round of socket reads, see
-    Broker.current_turn) a connection handles at most ``_FRAMES_PER_TURN`` frames or
-    ``_BYTES_PER_TURN`` bytes of requests (and then one more frame at most); then it stops
-    reading and handling until the next turn. The event loop reads a socket up to 32 times
-    in a row when data keeps coming, so without this a connection that floods would get
-    many megabytes handled for each request of a client that does not.
+    Fairness: once a connection has handled ``_FRAMES_PER_TURN`` frames or
+    ``_BYTES_PER_TURN`` bytes of requests in one turn of the event loop (one round of socket
+    reads, see Broker.current_turn), it stops reading and handling until the next turn (so
+    at most one read-ahead's worth more). The event loop reads a socket up to 32 times in a
+    row when data keeps coming, so without this a connection that floods would get many
+    megabytes handled for each request of a client that does not.
     """
 
     def __init__(self, broker: Broker) -> None:
