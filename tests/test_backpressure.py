@@ -194,13 +194,20 @@ def test_slow_senders_of_large_requests_hold_no_more_than_the_budget(start_broke
     wait_for_metrics(broker.port, everything_given_back, what="everything given back")
 
 
-@pytest.mark.parametrize("requests", [300])
-def test_pipelined_answers_stay_in_order_through_pauses(start_broker, requests):
-    broker = start_broker()
+@pytest.mark.parametrize("flush_messages", [None, 1], ids=["no-fsync", "fsync-each"])
+def test_pipelined_answers_stay_in_order_through_pauses(start_broker, flush_messages):
+    """Fetches with big answers, produces (with an fsync each, the produce handler waits for
+    it) and ApiVersions, all pipelined on one connection whose client reads nothing until it
+    has written everything."""
+    settings = {} if flush_messages is None else {"log_flush_interval_messages": flush_messages}
+    broker = start_broker(**settings)
     create_topic(broker.bootstrap, "ordered")
-    fill(broker.bootstrap, "ordered", 300)  # about 300 KB: every third answer is that big
+    fill(broker.bootstrap, "ordered", 300)  # about 300 KB: every Fetch answer is that big
+    requests = 300
     versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    kinds = {0: (1, 12), 1: (0, 9), 2: (18, 3)}  # i % 3 -> (api key, version)
     frames = [fetch_frame("ordered", MiB, i) if i % 3 == 0
+              else produce_frame("ordered", 1000, acks=-1, correlation_id=i) if i % 3 == 1
               else encode_request(18, 3, i, "t", versions) for i in range(requests)]
     with connect(broker.port, rcvbuf=64 * 1024) as sock:
         # Everything is written before anything is read: the broker must stop and go on.
@@ -208,11 +215,18 @@ def test_pipelined_answers_stay_in_order_through_pauses(start_broker, requests):
         sender.start()
         wait_for_metrics(broker.port, lambda m: m["oncelog_connections_waiting_for_reader"] == 1,
                          what="the connection to stop while its answers are unread")
+        offsets = []
         for i in range(requests):
-            api = 1 if i % 3 == 0 else 18
-            correlation_id, body = decode_response(api, 12 if api == 1 else 3, read_frame(sock))
+            api, version = kinds[i % 3]
+            correlation_id, body = decode_response(api, version, read_frame(sock))
             assert correlation_id == i
-            assert body.error_code == 0
+            if api == 0:
+                (part,) = body.responses[0].partition_responses
+                assert part.error_code == 0
+                offsets.append(part.base_offset)
+            else:
+                assert body.error_code == 0
+        assert offsets == sorted(offsets) and len(set(offsets)) == requests // 3
         sender.join(IO_TIMEOUT)
         assert not sender.is_alive()
     samples = wait_for_metrics(broker.port, everything_given_back, what="everything given back")
