@@ -1,7 +1,8 @@
 """Backpressure: the broker's memory under hostile clients, and what it costs the fast path.
 
     .venv/bin/python bench/backpressure.py [--src DIR] [--baseline-src DIR] [--repeats 7]
-        [--messages 200000] [--parts hoard,queued-flood,full-flood,slow-senders,fast-path]
+        [--scale 1.0] [--max-other-load 0.10] [--wait-quiet S]
+        [--parts hoard,queued-flood,full-flood,slow-senders,fast-path]
 
 Each attack runs on a fresh broker with default settings (``queued.max.requests=500``,
 ``queued.max.request.bytes=209715200``, ``socket.request.max.bytes=104857600``); the hostile
@@ -26,12 +27,12 @@ measured the same way.
 
 fast-path (with ``--baseline-src DIR``): produce throughput with confluent-kafka (1 KiB
 values, acks=all, librdkafka's default batching and 16 KiB batches) and consume throughput
-(bench/produce_consume.py's consume run: 4000 messages read over and over, 4 x --messages in
-all) against a broker from ``--src`` and one from ``--baseline-src``, both running, both
-started afresh in each repetition, in alternating order; medians of ``--repeats`` and of the
-per-repetition ratios, for messages per second and for the broker's CPU time per message
-(its threads' schedstat, which depends less than the wall clock on what else runs on the
-machine). Without ``--baseline-src``, fast-path is skipped.
+(bench/produce_consume.py's consume run: 4000 messages read over and over) against a broker
+from ``--src`` and one from ``--baseline-src``, both running, both started afresh in each
+repetition, in alternating order; medians of ``--repeats`` and of the per-repetition
+ratios, for messages per second and for the broker's CPU time per message (its threads'
+schedstat, which depends less than the wall clock on what else runs on the machine).
+Without ``--baseline-src``, fast-path is skipped.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ ATTACKERS = 4
 SETTLE_TIMEOUT = 120.0
 FULL_FLOOD_SECONDS = 5.0
 ATTACKS = ("hoard", "queued-flood", "full-flood", "slow-senders")
+# Messages per fast-path run: about a second each on a quiet machine (shorter runs made the
+# broker's CPU per message vary by a quarter from run to run).
+FAST_PATH_MESSAGES = {"default": 1_000_000, "16KiB": 300_000, "consume": 1_000_000}
 
 
 def create_topics(bootstrap: str, *topics: str) -> None:
@@ -180,12 +184,13 @@ def run_fast_path(args) -> dict:
                     broker = brokers[label]
                     probe = cpu_seconds_probe(broker.pid)
                     meter = LoadMeter(probe)
+                    n = round(FAST_PATH_MESSAGES[scenario] * args.scale)
                     if extra is None:
                         result = consume_throughput(broker.bootstrap, "fast-consume",
-                                                    CONSUME_PASS, 4 * args.messages, probe)
+                                                    CONSUME_PASS, n, probe)
                     else:
-                        result = produce_throughput(broker.bootstrap, f"fast-{scenario}",
-                                                    args.messages, extra, probe)
+                        result = produce_throughput(broker.bootstrap, f"fast-{scenario}", n,
+                                                    extra, probe)
                     row["others"] = max(row["others"], meter.others_share())
                     row[label] = (result.msgs_per_s, result.broker_cpu / result.messages * 1e6)
                 reps[scenario].append(row)
@@ -220,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="a second source tree for fast-path (e.g. main's, from git archive)")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="fast-path: scale the messages per run (1,000,000 at default "
+                             "batching, 300,000 at 16 KiB, 1,000,000 consumed)")
     parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
                         help="fast-path: leave out repetitions during which other processes "
                              "used more than F of the CPUs (default 0.10)")
