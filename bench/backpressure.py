@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/backpressure.py [--src DIR] [--baseline-src DIR] [--repeats 7]
         [--scale 1.0] [--max-other-load 0.10] [--wait-quiet S]
-        [--parts hoard,queued-flood,full-flood,slow-senders,fast-path]
+        [--parts hoard,queued-flood,full-flood,slow-senders,fast-path,overhead]
 
 Each attack runs on a fresh broker with default settings (``queued.max.requests=500``,
 ``queued.max.request.bytes=209715200``, ``socket.request.max.bytes=104857600``); the hostile
@@ -32,19 +32,35 @@ from ``--src`` and one from ``--baseline-src``, both running, both started afres
 repetition, in alternating order; medians of ``--repeats`` and of the per-repetition
 ratios, for messages per second and for the broker's CPU time per message (its threads'
 schedstat, which depends less than the wall clock on what else runs on the machine).
-Without ``--baseline-src``, fast-path is skipped.
+
+overhead (with ``--baseline-src DIR``): bench/_connection_overhead.py under each tree, 5
+times alternately: the CPU a request frame costs in Connection and FrameReader alone (the
+request handler replaced by a fixed answer), in process, so without the noise of a client
+and a machine shared with other work.
+
+Without ``--baseline-src``, fast-path and overhead are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _support import LoadMeter, OncelogBroker, cpu_seconds_probe, machine, wait_for_quiet
+from _support import (
+    REPO,
+    LoadMeter,
+    OncelogBroker,
+    cpu_seconds_probe,
+    machine,
+    wait_for_quiet,
+)
 from produce_consume import (
     CONSUME_PASS,
     QUIET,
@@ -218,6 +234,23 @@ def run_fast_path(args) -> dict:
     return results
 
 
+def run_overhead(args) -> dict:
+    """bench/_connection_overhead.py for each tree, alternately, 5 times; the least of each."""
+    script = Path(__file__).resolve().parent / "_connection_overhead.py"
+    found: dict[str, dict[str, float]] = {"this": {}, "baseline": {}}
+    for rep in range(5):
+        labels = ["this", "baseline"] if rep % 2 == 0 else ["baseline", "this"]
+        for label in labels:
+            src = Path((args.src if label == "this" else args.baseline_src) or REPO / "src")
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (str(src.resolve()), os.environ.get("PYTHONPATH")) if p)}
+            out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                                 text=True, timeout=600, check=True)
+            for size, us in json.loads(out.stdout).items():
+                found[label][size] = min(us, found[label].get(size, float("inf")))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=None,
@@ -231,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
                         help="fast-path: leave out repetitions during which other processes "
                              "used more than F of the CPUs (default 0.10)")
-    parser.add_argument("--parts", default=",".join((*ATTACKS, "fast-path")),
+    parser.add_argument("--parts", default=",".join((*ATTACKS, "fast-path", "overhead")),
                         type=lambda s: s.split(","), help="comma-separated, default: all")
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                         help="first wait up to S seconds for other processes to go quiet")
@@ -263,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['cpu_this']:.2f} / {r['cpu_baseline']:.2f} | "
                       f"{r['cpu_this'] / r['cpu_baseline']:.3f} ({r['cpu_paired']:.3f}) | "
                       f"{r['used']} |")
+    if "overhead" in args.parts and args.baseline_src is not None:
+        found = run_overhead(args)
+        print("\n| frames of | this (µs/frame) | baseline (µs/frame) | difference |")
+        print("|---|---:|---:|---:|")
+        for size, us in found["this"].items():
+            base = found["baseline"][size]
+            print(f"| {size} | {us:.2f} | {base:.2f} | {us - base:+.2f} µs |")
     return 0
 
 
