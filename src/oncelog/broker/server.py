@@ -93,6 +93,7 @@ class Broker:
         self._offer_scheduled = False
         self.turn = 0
         self._turn_scheduled = False
+        self.handling_now = self.handling_before = 0  # connections handling in this turn
         self.write_pauses = 0  # times a connection stopped because its answers were unread
         self.advertised_host = ""
         self.advertised_port = -1
@@ -193,7 +194,9 @@ class Broker:
 
     def current_turn(self) -> int:
         """A number that changes once per turn of the event loop with work in it: the first
-        caller in a turn schedules the change, which runs after the turn's socket reads."""
+        caller in a turn schedules the change, which runs after the turn's socket reads.
+        Connections count themselves in ``handling_now`` when they first handle requests in
+        a turn."""
         if not self._turn_scheduled:
             self._turn_scheduled = True
             asyncio.get_running_loop().call_soon(self._next_turn)
@@ -202,6 +205,7 @@ class Broker:
     def _next_turn(self) -> None:
         self._turn_scheduled = False
         self.turn += 1
+        self.handling_before, self.handling_now = self.handling_now, 0
 
     def budget_released(self) -> None:
         """Offer freed room to the connections waiting for it, in their order, once the
@@ -296,7 +300,8 @@ class Connection(asyncio.BufferedProtocol):
     Fairness: once a connection has handled ``_FRAMES_PER_TURN`` frames or
     ``_BYTES_PER_TURN`` bytes of requests in one turn of the event loop (one round of socket
     reads, see Broker.current_turn), it stops reading and handling until the next turn (so
-    at most one read-ahead's worth more). The event loop reads a socket up to 32 times in a
+    at most one read-ahead's worth more), unless no other connection handled requests in
+    this turn or the one before. The event loop reads a socket up to 32 times in a
     row when data keeps coming, so without this a connection that floods would get many
     megabytes handled for each request of a client that does not.
     """
@@ -400,13 +405,17 @@ class Connection(asyncio.BufferedProtocol):
                                or self.pass_scheduled))
 
     def _turn_spent(self) -> bool:
-        """Whether this connection had its share of the current turn of the event loop."""
-        turn = self.broker.current_turn()
+        """Whether this connection had its share of the current turn of the event loop (a
+        connection alone has it all: yielding would only cost it)."""
+        broker = self.broker
+        turn = broker.current_turn()
         if turn != self.turn:
             self.turn = turn
             self.turn_frames = self.turn_bytes = 0
+            broker.handling_now += 1
             return False
-        return self.turn_frames >= _FRAMES_PER_TURN or self.turn_bytes >= _BYTES_PER_TURN
+        return (self.turn_frames >= _FRAMES_PER_TURN or self.turn_bytes >= _BYTES_PER_TURN) \
+            and max(broker.handling_now, broker.handling_before) > 1
 
     def _schedule_pass(self) -> None:
         if not self.pass_scheduled:
@@ -456,10 +465,9 @@ class Connection(asyncio.BufferedProtocol):
         unsent = taken_bytes = awaited = 0
         try:
             while queue:
-                frame = queue.popleft()
-                size = len(frame)
+                size = len(queue[0])
                 taken_bytes += size
-                result = broker.handle_frame(frame, self.peer)
+                result = broker.handle_frame(queue.popleft(), self.peer)
                 if isinstance(result, CoroutineType):  # (inspect.iscoroutine, without a call)
                     self.busy = True
                     self.pending = asyncio.ensure_future(self._await(result, size))
