@@ -70,6 +70,20 @@ def test_waiters_are_offered_room_in_arrival_order_and_nobody_cuts_in_line():
     assert budget.waiting == 0
 
 
+def test_room_is_what_is_left_and_nothing_while_others_wait_first():
+    budget = RequestBudget(max_requests=10, max_bytes=100)
+    budget.take(60)
+    budget.count(4)
+    assert budget.room("a") == (6, 40)
+    budget.take(60)  # room is strict, but admit may still go past it (non-strict)
+    assert budget.room("a") == (6, 0)
+    assert not budget.admit("b", 1)
+    budget.finished(120)
+    assert budget.room("a") == (0, 0)  # b waits first
+    assert budget.offer() == "b" and budget.room("b") == (6, 100)
+    assert RequestBudget(10, -1).room("a") == (10, 1 << 62)
+
+
 def test_a_closed_connection_leaves_the_queue():
     budget = RequestBudget(max_requests=1, max_bytes=-1)
     budget.admit("a", 1)
@@ -105,21 +119,36 @@ def test_a_refused_small_frame_stays_uncut_until_a_later_call_takes_it():
         asked.append(size)
         return len(asked) <= 2
 
-    assert reader.frames(admit_two) == payloads[:2]
+    assert reader.frames(0, 0, admit_two) == payloads[:2]
     assert reader.held_back and asked == [10, 20, 30]
     assert reader.buffered == 4 + 30
-    assert reader.frames(lambda size: True) == payloads[2:]  # no new bytes needed
+    assert reader.frames(0, 0, lambda size: True) == payloads[2:]  # no new bytes needed
     assert not reader.held_back and reader.buffered == 0
+
+
+def test_frames_within_the_allowance_are_taken_without_asking():
+    payloads = [b"a" * 10, b"b" * 20, b"c" * 30, b"d" * 40]
+    reader = FrameReader(MiB)
+    receive(reader, framed(*payloads))
+    asked: list[int] = []
+    # Two frames and 35 bytes free: a and b without asking; c asked about (refused).
+    assert reader.frames(2, 35, lambda size: asked.append(size) or False) == payloads[:2]
+    assert reader.free_used == (2, 30) and asked == [30] and reader.held_back
+    # The bytes limit holds too; without admit what is over it waits.
+    assert reader.frames(5, 29) == []
+    assert reader.held_back and reader.free_used == (0, 0)
+    assert reader.frames(5, 100) == payloads[2:]
+    assert reader.free_used == (2, 70) and not reader.held_back
 
 
 def test_a_large_frame_gets_no_buffer_until_admitted():
     reader = FrameReader(20 * MiB)
     receive(reader, struct.pack(">i", 20 * MiB) + b"x" * 1000)
-    assert reader.frames(lambda size: False) == []
+    assert reader.frames(0, 0, lambda size: False) == []
     assert reader.held_back and reader.buffered == 1004  # still in the shared receive buffer
     assert reader._frame is None
     asked: list[int] = []
-    assert reader.frames(lambda size: asked.append(size) or True) == []
+    assert reader.frames(0, 0, lambda size: asked.append(size) or True) == []
     assert asked == [20 * MiB] and not reader.held_back
     assert len(reader._frame) == 20 * MiB and reader.buffered == 1000
 
@@ -128,11 +157,11 @@ def test_the_rest_of_an_admitted_large_frame_is_not_asked_about_again():
     body = b"y" * 200_000
     reader = FrameReader(MiB)
     receive(reader, framed(body)[:50_000])
-    assert reader.frames(lambda size: True) == []
+    assert reader.frames(0, 0, lambda size: True) == []
     target = reader.buffer()
     target[:] = body[50_000 - 4:]
     reader.received(len(target))
-    (frame,) = reader.frames(lambda size: pytest.fail("asked twice"))
+    (frame,) = reader.frames(0, 0, lambda size: pytest.fail("asked twice"))
     assert bytes(frame) == body
 
 

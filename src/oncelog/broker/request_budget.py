@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+_NO_LIMIT = 1 << 62
+
 
 class RequestBudget:
     def __init__(self, max_requests: int, max_bytes: int) -> None:
@@ -57,6 +59,18 @@ class RequestBudget:
             return False
         self.bytes += size
         return True
+
+    def room(self, who: Any) -> tuple[int, int]:
+        """(requests, bytes) ``who`` may take on without asking frame by frame: what is
+        left, strictly; nothing while others wait first. (Then ``take`` the bytes used.)"""
+        if self._waiting and who is not self._turn:
+            return 0, 0
+        return (max(0, self.max_requests - self.requests),
+                max(0, self.max_bytes - self.bytes) if self.max_bytes else _NO_LIMIT)
+
+    def take(self, size: int) -> None:
+        """Bytes taken on within ``room``."""
+        self.bytes += size
 
     def count(self, change: int) -> None:
         """A connection's requests that wait only for the broker grew (or shrank) by

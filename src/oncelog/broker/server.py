@@ -427,9 +427,24 @@ class Connection(asyncio.BufferedProtocol):
         self.pump()
 
     def _take_frames(self) -> bool:
-        """Cut what may be taken on into the queue; False when the connection closed."""
+        """Cut what may be taken on into the queue; False when the connection closed.
+
+        First within what the read-ahead and the budget's room allow without asking (the
+        hot path: no call per frame), then, if frames were left, frame by frame."""
+        if self.write_paused:
+            return True
+        reader = self.reader
+        room_frames, room_bytes = self.budget.room(self)
         try:
-            frames = self.reader.frames(self._admit)
+            frames = reader.frames(min(room_frames, _READ_AHEAD_FRAMES - self.ahead_count),
+                                   min(room_bytes, _READ_AHEAD_BYTES - self.ahead_bytes))
+            taken, taken_bytes = reader.free_used
+            if taken:
+                self.ahead_count += taken
+                self.ahead_bytes += taken_bytes
+                self.budget.take(taken_bytes)
+            if reader.held_back:
+                frames += reader.frames(0, 0, self._admit)
         except ProtocolError as exc:
             log.warning("%s: %s; closing the connection", self.peer, exc)
             self.close()

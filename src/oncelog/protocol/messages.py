@@ -37,6 +37,7 @@ _MIN_RECEIVE = 64 * 1024  # less room than this left: move what is uncut to the 
 _SPARE_BUFFERS: list[bytearray] = []
 _SPARE_BUFFERS_KEPT = 16
 _SIZE = struct.Struct(">i")
+_NO_LIMIT = 1 << 62
 
 
 
@@ -61,9 +62,10 @@ class FrameReader:
     and the rest of it is received straight into that buffer: a megabyte request is not
     copied in user space at all, and nothing of it is copied after its last byte arrives.
 
-    What a frame costs is decided before it is taken on: ``frames(admit)`` asks ``admit(size)``
-    first, and a frame refused stays received and uncut (a large one gets no buffer) until a
-    later call, so a peer announcing 100 MB frames costs nothing it was not granted.
+    What a frame costs is decided before it is taken on (``frames``' allowance, or
+    ``admit(size)``), and a frame refused stays received and uncut (a large one gets no
+    buffer) until a later call, so a peer announcing 100 MB frames costs nothing it was not
+    granted.
     """
 
     def __init__(self, max_size: int) -> None:
@@ -74,6 +76,7 @@ class FrameReader:
         self._frame: bytearray | None = None  # a large frame being received
         self._filled = 0
         self.held_back = False  # the last frames() left a frame that admit refused
+        self.free_used = (0, 0)  # frames, bytes the last frames() took on without asking
 
     def buffer(self) -> memoryview:
         """Where to receive the next bytes: never empty, never past the current large frame
@@ -116,17 +119,21 @@ class FrameReader:
         if buf is not None and len(_SPARE_BUFFERS) < _SPARE_BUFFERS_KEPT:
             _SPARE_BUFFERS.append(buf)
 
-    def frames(self, admit: Callable[[int], bool] | None = None) -> list[bytes | memoryview]:
+    def frames(self, free_frames: int = _NO_LIMIT, free_bytes: int = _NO_LIMIT,
+               admit: Callable[[int], bool] | None = None) -> list[bytes | memoryview]:
         """The frames completed by what was received, in order; call after ``received``.
 
-        ``admit(size)`` is asked before each frame is taken on: a small frame once it is
-        wholly received (then it is copied out), a large one once its size prefix is (then
-        its buffer is allocated). When it says no, that frame and all after it stay as they
-        are, ``held_back`` is true, and a later call takes them, with or without new bytes.
-        The receiver must not ask for ``buffer()`` while ``held_back``: uncut frames may
-        fill it.
+        A frame is taken on (a small one once it is wholly received: it is copied out; a
+        large one once its size prefix is: its buffer is allocated) while the frames taken
+        on in this call stay within ``free_frames`` and ``free_bytes``; ``free_used`` says
+        how many and their bytes. A frame beyond that is taken on only if ``admit(size)``
+        says yes. When one is not, it and all after it stay as they are, ``held_back`` is
+        true, and a later call takes them, with or without new bytes. The receiver must not
+        ask for ``buffer()`` while ``held_back``: uncut frames may fill it.
         """
         self.held_back = False
+        self.free_used = (0, 0)
+        free_left, free_bytes_left = free_frames, free_bytes
         frames: list[bytes | memoryview] = []
         if self._frame is not None:
             if self._filled < len(self._frame):
@@ -144,10 +151,16 @@ class FrameReader:
                 raise ProtocolError(
                     f"frame size {size} is outside 8..{self._max_size} (socket.request.max.bytes)"
                 )
-            if size > _ASSEMBLE_ABOVE:
-                if admit is not None and not admit(size):
-                    self.held_back = True
-                    break
+            large = size > _ASSEMBLE_ABOVE
+            if not large and end - pos - 4 < size:
+                break  # a small frame is taken on once wholly received
+            if free_left and size <= free_bytes_left:
+                free_left -= 1
+                free_bytes_left -= size
+            elif admit is None or not admit(size):
+                self.held_back = True
+                break
+            if large:
                 frame = bytearray(size)
                 have = min(end - pos - 4, size)
                 frame[:have] = memoryview(buf)[pos + 4 : pos + 4 + have]
@@ -157,13 +170,9 @@ class FrameReader:
                     break
                 frames.append(memoryview(frame).toreadonly())
                 continue
-            if end - pos - 4 < size:
-                break
-            if admit is not None and not admit(size):
-                self.held_back = True
-                break
             frames.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
+        self.free_used = (free_frames - free_left, free_bytes - free_bytes_left)
         if pos == end:
             self._release()  # frames were copied out or own their buffer: nothing refers to it
         else:
