@@ -28,8 +28,8 @@ measured the same way.
 fast-path (with ``--baseline-src DIR``): produce throughput with confluent-kafka (1 KiB
 values, acks=all, librdkafka's default batching and 16 KiB batches) and consume throughput
 (bench/produce_consume.py's consume run: 4000 messages read over and over) against a broker
-from ``--src`` and one from ``--baseline-src``, both running, both started afresh in each
-repetition, in alternating order; medians of ``--repeats`` and of the per-repetition
+from ``--src`` and one from ``--baseline-src``, each started afresh in each repetition and
+measured alone, in alternating order; medians of ``--repeats`` and of the per-repetition
 ratios, for messages per second and for the broker's CPU time per message (its threads'
 schedstat, which depends less than the wall clock on what else runs on the machine).
 
@@ -181,25 +181,21 @@ def run_attacks(args) -> dict:
 
 
 def run_fast_path(args) -> dict:
-    """Both brokers are started afresh for every repetition, in alternating order, and the
-    runs alternate too: an A/A run (the same tree twice) showed the broker started first
-    some 5% cheaper per message on this machine when the two were started once. A
-    repetition during which other processes used more than --max-other-load of the CPUs
-    (in either run) is left out of the medians, when at least 3 quiet ones remain."""
+    """In each repetition each tree's broker is started afresh and measured alone, in
+    alternating order (an A/A run, the same tree twice, with both brokers started once and
+    kept running showed the first-started one some 5% cheaper per message). A repetition
+    during which other processes used more than --max-other-load of the CPUs (in either
+    tree's runs) is left out of the medians, when at least 3 quiet ones remain."""
     sources = {"this": args.src, "baseline": args.baseline_src}
     runs = [*SCENARIOS.items(), ("consume", None)]
     reps: dict[str, list[dict]] = {name: [] for name, _ in runs}
     for rep in range(args.repeats):
         order = list(sources) if rep % 2 == 0 else list(sources)[::-1]
-        brokers = {label: OncelogBroker(src=sources[label]) for label in order}
-        try:
-            for label in order:
-                brokers[label].__enter__()
-                fill_topic(brokers[label].bootstrap, "fast-consume", CONSUME_PASS)
-            for scenario, extra in runs:
-                row: dict = {"others": 0.0}
-                for label in order:
-                    broker = brokers[label]
+        rows: dict[str, dict] = {scenario: {"others": 0.0} for scenario, _ in runs}
+        for label in order:
+            with OncelogBroker(src=sources[label]) as broker:
+                fill_topic(broker.bootstrap, "fast-consume", CONSUME_PASS)
+                for scenario, extra in runs:
                     probe = cpu_seconds_probe(broker.pid)
                     meter = LoadMeter(probe)
                     n = round(FAST_PATH_MESSAGES[scenario] * args.scale)
@@ -209,16 +205,15 @@ def run_fast_path(args) -> dict:
                     else:
                         result = produce_throughput(broker.bootstrap, f"fast-{scenario}", n,
                                                     extra, probe)
+                    row = rows[scenario]
                     row["others"] = max(row["others"], meter.others_share())
                     row[label] = (result.msgs_per_s, result.broker_cpu / result.messages * 1e6)
-                reps[scenario].append(row)
-                print(f"  fast-path {scenario:7} #{rep + 1}: this {row['this'][0]:10,.0f} "
-                      f"msgs/s {row['this'][1]:5.2f} µs/msg, baseline "
-                      f"{row['baseline'][0]:10,.0f} msgs/s {row['baseline'][1]:5.2f} µs/msg "
-                      f"(others {row['others']:.0%})", flush=True)
-        finally:
-            for broker in brokers.values():
-                broker.__exit__(None, None, None)
+        for scenario, row in rows.items():
+            reps[scenario].append(row)
+            print(f"  fast-path {scenario:7} #{rep + 1}: this {row['this'][0]:10,.0f} "
+                  f"msgs/s {row['this'][1]:5.2f} µs/msg, baseline "
+                  f"{row['baseline'][0]:10,.0f} msgs/s {row['baseline'][1]:5.2f} µs/msg "
+                  f"(others {row['others']:.0%})", flush=True)
     results = {}
     for scenario, rows in reps.items():
         quiet = [r for r in rows if r["others"] <= args.max_other_load]
