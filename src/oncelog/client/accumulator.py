@@ -243,6 +243,13 @@ class RecordAccumulator:
                 position += 1
             queue.insert(position, batch)
 
+    def split_off(self, head: ProducerBatch, order: Callable[[ProducerBatch], int]) -> None:
+        """A batch's first records split off into ``head`` (idempotence.py row 10): it goes
+        into the queue in ``order``, and counts as not yet settled."""
+        with self.lock:
+            self.incomplete.add(head)
+        self.reenqueue(head, order)
+
     def remove(self, batch: ProducerBatch) -> bool:
         with self.lock:
             queue = self.queues.get((batch.topic, batch.partition))
@@ -252,13 +259,15 @@ class RecordAccumulator:
                 return True
             return False
 
-    def finished(self, batch: ProducerBatch) -> None:
-        """A batch was acknowledged or failed: its records no longer count as buffered."""
+    def finished(self, batch: ProducerBatch, error: BaseException | None) -> None:
+        """A batch is about to be acknowledged or to fail with ``error``: its records no
+        longer count as buffered. Called before its futures settle, so that a flush woken by
+        them sees the error, and an on_delivery callback that produces finds the room."""
         with self.lock:
             self.open.release(batch.accounted)
             self.incomplete.discard(batch)
-            if batch.error is not None and self.first_error is None:
-                self.first_error = batch.error
+            if error is not None and self.first_error is None:
+                self.first_error = error
             if self.space_waiters:
                 self.space.notify_all()
         for listener in self.space_listeners:
