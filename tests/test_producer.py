@@ -35,6 +35,14 @@ def read_back(bootstrap: str, topic: str, partitions: int = 1) -> list[oncelog.C
         return list(c)
 
 
+def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
+    """Until ``condition()`` holds; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout}s for {what}"
+        time.sleep(0.005)
+
+
 def records(n: int, null_header: bool = True) -> list[tuple[bytes | None, bytes | None, list,
                                                             int]]:
     # Null keys, null values (never both: kafka-python refuses that), headers with nulls.
@@ -340,12 +348,14 @@ def test_resending_after_resume_is_answered_as_duplicate(broker):
         {(saved["producer_id"], saved["producer_epoch"])}
 
 
-def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):
+def test_a_resumed_producer_meeting_a_broker_without_its_state_stops(broker):
     """Resuming against a partition that lost the producer's state (here: the topic was
     recreated) gets OUT_OF_ORDER_SEQUENCE_NUMBER for the first batch. Its sequences continue
     the checkpoint, which the process before may have sent, and the broker holds nothing of
     the producer to say otherwise: the batch fails as of unknown outcome (client/idempotence.py
-    rows 8 and 12), never as delivered, and the producer goes on under a new epoch from 0."""
+    rows 8 and 12), never as delivered. A new epoch would follow, under which the broker
+    could not recognise what the process before stored: a resumed producer stops instead
+    (row 13). Without resume, a producer carries on under a new epoch from 0."""
     create_topic(broker.bootstrap, "lost", 1)
     config = {"bootstrap.servers": broker.bootstrap}
     with Producer(config) as p:
@@ -361,26 +371,31 @@ def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):
             first.result(TIMEOUT)
         with pytest.raises(oncelog.OutcomeUnknown):
             p.flush(TIMEOUT)
+        wait_for(lambda: p._core.sender.fatal is not None, "the producer to stop")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint"):
+            p.produce("lost", b"new1")
+    assert read_back(broker.bootstrap, "lost") == []
+    with Producer(config) as p:
         metas = [p.produce("lost", b"new%d" % i).result(TIMEOUT) for i in (1, 2)]
-        after = p.checkpoint()
     assert [m.offset for m in metas] == [0, 1]
-    assert after["producer_epoch"] == saved["producer_epoch"] + 1
-    stored = read_back(broker.bootstrap, "lost")
-    assert [(r.value, r.producer_epoch, r.sequence) for r in stored] == [
-        (b"new%d" % i, saved["producer_epoch"] + 1, i - 1) for i in (1, 2)]
 
 
-def test_unknown_producer_id_takes_a_new_id(broker):
+def test_a_checkpoint_naming_an_unknown_producer_id_stops_the_producer(broker):
     """A checkpoint from another cluster names an id this one never issued (seed 000):
-    UNKNOWN_PRODUCER_ID, and the producer carries on under a new id."""
+    UNKNOWN_PRODUCER_ID says the record is not stored, and a resumed producer does not carry
+    on under a new id (client/idempotence.py rows 4 and 13): it stops, saying why."""
     forged = {"version": 1, "producer_id": 10**12, "producer_epoch": 3, "sequences": {},
               "sticky": {}}
     with Producer({"bootstrap.servers": broker.bootstrap}, resume=forged) as p:
-        meta = p.produce("forged", b"x").result(TIMEOUT)
-        after = p.checkpoint()
-    assert meta.offset == 0
-    assert after["producer_id"] != forged["producer_id"]
-    assert read_back(broker.bootstrap, "forged")[0].producer_id == after["producer_id"]
+        future = p.produce("forged", b"x")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint") as failed:
+            future.result(TIMEOUT)
+        assert not isinstance(failed.value, oncelog.OutcomeUnknown)
+        assert failed.value.args[0].endswith("; not stored")
+        wait_for(lambda: p._core.sender.fatal is not None, "the producer to stop")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint"):
+            p.produce("forged", b"y")
+    assert read_back(broker.bootstrap, "forged") == []
 
 
 def test_consumer_assignment_of_what_was_produced(broker):

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from .accumulator import RecordAccumulator
 from .connection import KafkaError
-from .idempotence import IdempotenceManager, Outcome, Verdict
+from .idempotence import RESUMED_STOPS, IdempotenceManager, Outcome, Verdict
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
 
@@ -146,8 +146,14 @@ class Delivery:
                 "delivery.timeout.ms expired before the broker acknowledged it"))
 
     def bump(self) -> bool:
-        """A new epoch or producer id (rows 13-15; call when idem.quiet()): True when a new
+        """A new epoch or producer id (rows 13-16; call when idem.quiet()): True when a new
         producer id must be asked for now (InitProducerId)."""
+        if self.idem.bump_needed and self.idem.continues_checkpoint:
+            self.fatal = KafkaError(ErrorCode.out_of_order_sequence_number, RESUMED_STOPS)
+            log.error("producer stopped: %s", self.fatal)
+            for batch in dict.fromkeys(self.idem.stop() + self.acc.drain_all()):
+                self.fail(batch, self.idem.failure(batch, self.fatal.error, RESUMED_STOPS))
+            return False
         if self.idem.bump_needed:
             for batch, verdict in self.idem.bump():
                 self.acc.remove(batch)

@@ -32,7 +32,7 @@ Theory of operation (seeds 000, 002, 003; KIP-360)
   retries are through).
 - Some answers need a new epoch (KIP-360) or a new producer id. Then nothing is sent until
   every request in flight is answered and no lookup is pending; every partition restarts at
-  sequence 0, and rows 13-15 say what becomes of each batch not yet acknowledged. A batch
+  sequence 0, and rows 13-16 say what becomes of each batch not yet acknowledged. A batch
   that may be stored is never sent under another epoch or id: the broker could not
   recognise it there and would store it twice (Kafka's client does, seed 000 figure 5).
 
@@ -44,10 +44,10 @@ The answer to a batch B (f..l: its sequences) -> what happens; one function per 
 | 2  | DUPLICATE_SEQUENCE_NUMBER                               | delivered, offset unknown (-1)    |
 | 3  | INVALID_PRODUCER_EPOCH, PRODUCER_FENCED                 | fatal: the producer stops         |
 | 4  | UNKNOWN_PRODUCER_ID: nothing of this id is stored here  | not stored; a new producer id     |
-|    | (it was never issued, or its records are all deleted)   | (rows 13-15)                      |
+|    | (it was never issued, or its records are all deleted)   | (rows 13-16)                      |
 | 5  | OUT_OF_ORDER_SEQUENCE_NUMBER, an earlier batch unacked  | retry in order (behind it)        |
 | 6  | OOS, B first unacked, not stored, a later batch acked   | fail: not stored                  |
-| 7  | OOS, B first unacked, not stored                        | a new epoch (rows 13-15)          |
+| 7  | OOS, B first unacked, not stored                        | a new epoch (rows 13-16)          |
 | 8  | OOS, B first unacked, maybe stored                      | ask DescribeProducers (10-12)     |
 | 9  | no answer or a retriable error, attempts and time left  | retry in order                    |
 | 9b | anything else; attempts or delivery.timeout.ms run out  | fail; a sequenced B leaves a gap  |
@@ -61,14 +61,20 @@ What DescribeProducers says of the partition (rows 10-12; for B as in row 8):
 | 11 | it holds B's epoch up to B's end or beyond              | fail: outcome unknown             |
 | 12 | anything else, or no answer within delivery.timeout.ms  | fail: outcome unknown; a new epoch|
 
-A new epoch or producer id, for each batch B not yet acknowledged, per partition:
+A new epoch or producer id:
 
-| 13 | B maybe stored                                          | fail: outcome unknown             |
-| 14 | B not stored, a later batch stored or maybe stored      | fail: not stored                  |
-| 15 | B not stored                                            | resequenced from 0, sent again    |
+| 13 | the producer resumed a checkpoint and is still its      | fatal: the producer stops, every  |
+|    | (producer id, epoch)                                    | batch fails, outcome unknown      |
+|    | otherwise, for each batch B not yet acknowledged:       |                                   |
+| 14 | B maybe stored                                          | fail: outcome unknown             |
+| 15 | B not stored, a later batch stored or maybe stored      | fail: not stored                  |
+| 16 | B not stored                                            | resequenced from 0, sent again    |
 
 A batch that fails is always told which: "outcome unknown" (OutcomeUnknown) when it is
-maybe stored, "not stored" otherwise.
+maybe stored, "not stored" otherwise. While a producer is still the (producer id, epoch)
+of a checkpoint it resumed, every batch counts as maybe stored, sent or not (unless the
+broker answers for it): the application produces again what it produced after the
+checkpoint, and the process before may have stored any of it.
 
 Why rows 6-8 and 10-12 are what they are. OUT_OF_ORDER for the first unacknowledged batch
 means the broker's memory of this producer does not run up to B while the client's does
@@ -97,6 +103,11 @@ it begins. So:
   its batches elsewhere.
 - A failure in rows 6 and 11 leaves no gap: the broker's range runs on past B, so the next
   batches continue this epoch. In row 12 the client does not know, and starts a new one.
+- Row 13: a resumed producer is recognised by the broker only as the (producer id, epoch)
+  it resumed: under any other, what the application produces again (the records after its
+  checkpoint) would be stored a second time if the process before had stored them, and the
+  client cannot tell those records from new ones. So it stops, and the application resumes
+  again from its checkpoint (or starts afresh, without resume, accepting that risk).
 
 What this relies on: the broker dedups a retry only while it remembers the producer. Once
 it has forgotten it (producer.id.expiration.ms of idleness, then producer.id.tombstone.ms
@@ -147,7 +158,7 @@ RESUMED = ("its sequences continue a resumed checkpoint, and the process that to
 class Outcome(enum.Enum):
     DELIVERED = "delivered"
     RETRY = "retry"  # back into its queue in sequence order, same epoch and sequences
-    NEW_EPOCH = "new epoch"  # back into its queue; rows 13-15 decide at the bump
+    NEW_EPOCH = "new epoch"  # back into its queue; rows 13-16 decide at the bump
     NEW_ID = "new producer id"  # likewise, under a new producer id
     LOOKUP = "lookup"  # ask DescribeProducers, then rows 10-12
     SPLIT = "split"  # send the first ``records`` records as a batch of their own
@@ -224,16 +235,23 @@ def judge_lookup(batch: ProducerBatch, held: tuple[int, int] | None) -> Verdict:
                    f"{said} (DescribeProducers): it cannot say whether it stored the batch")
 
 
+RESUMED_STOPS = ("the producer needed a new epoch or producer id, and it continues a resumed "
+                 "checkpoint: under another, the broker could not recognise records the "
+                 "process before may have stored, so it stops (resume again from the "
+                 "checkpoint, or start without resume)")
+
+
 def judge_bump(maybe_stored: bool, later_maybe_stored: bool) -> Verdict:
-    """Rows 13-15: a batch not yet acknowledged when the epoch or producer id changes."""
+    """Rows 14-16: a batch not yet acknowledged when the epoch or producer id changes (row
+    13, a resumed producer, is ``IdempotenceManager.continues_checkpoint``)."""
     if maybe_stored:
-        return Verdict(Outcome.FAIL, "13", "the producer needed a new epoch, and under it the "
+        return Verdict(Outcome.FAIL, "14", "the producer needed a new epoch, and under it the "
                        "broker could not recognise this batch as stored: it is not sent again")
     if later_maybe_stored:
-        return Verdict(Outcome.FAIL, "14", "the producer needed a new epoch, and later records "
+        return Verdict(Outcome.FAIL, "15", "the producer needed a new epoch, and later records "
                        "of this partition are or may be stored: sent again this batch would "
                        "be stored after them")
-    return Verdict(Outcome.RETRY, "15")
+    return Verdict(Outcome.RETRY, "16")
 
 
 def may_be_stored_after(error: ErrorCode) -> bool:
@@ -268,6 +286,11 @@ class IdempotenceManager:
         # (producer id, epoch) of a resumed checkpoint: its sequences may have been sent by
         # the process that took it.
         self.resumed: tuple[int, int] | None = None
+
+    @property
+    def continues_checkpoint(self) -> bool:
+        """Still the (producer id, epoch) of a resumed checkpoint: rows 13 and above."""
+        return self.resumed is not None and self.resumed == (self.producer_id, self.epoch)
 
     @property
     def has_identity(self) -> bool:
@@ -311,7 +334,7 @@ class IdempotenceManager:
             batch.stamp(self.producer_id, self.epoch, state.next_sequence)
             state.next_sequence = (state.next_sequence + batch.count) % SEQUENCE_SPACE
             state.unacked.append(batch)
-            if self.resumed == (self.producer_id, self.epoch) and batch.ambiguous is None:
+            if self.continues_checkpoint and batch.ambiguous is None:
                 batch.ambiguous = RESUMED
         elif not self.enabled and batch.base_sequence is None:
             batch.base_sequence = -1
@@ -445,8 +468,10 @@ class IdempotenceManager:
 
     def failure(self, batch: ProducerBatch, error: ErrorCode, cause: str) -> KafkaError:
         """The error a failed batch reports: says whether it may be stored, and why."""
-        if batch.maybe_stored:
-            reason = batch.ambiguous or "an attempt was in flight"
+        unsent_resumed = batch.base_sequence is None and self.continues_checkpoint
+        if batch.maybe_stored or unsent_resumed:
+            reason = batch.ambiguous or (RESUMED if unsent_resumed
+                                         else "an attempt was in flight")
             return OutcomeUnknown(error, f"{cause}; outcome unknown, the broker may have "
                                   f"stored it once: {reason}")
         return KafkaError(error, f"{cause}; not stored")
@@ -462,9 +487,10 @@ class IdempotenceManager:
                    for state in self.partitions.values())
 
     def bump(self) -> list[tuple[ProducerBatch, Verdict]]:
-        """Start a new epoch (call when quiet()): rows 13-15. Returns the batches that fail,
-        each with its verdict; the others are resequenced when drained again."""
-        assert self.quiet()
+        """Start a new epoch (call when quiet()): rows 14-16. Returns the batches that fail,
+        each with its verdict; the others are resequenced when drained again. Not for a
+        producer that ``continues_checkpoint`` (row 13): ``stop`` instead."""
+        assert self.quiet() and not self.continues_checkpoint
         failing = []
         for state in self.partitions.values():
             later = False  # a later batch of the partition is or may be stored
@@ -486,6 +512,15 @@ class IdempotenceManager:
         self.bump_needed = self.new_id_wanted = False
         failing.reverse()
         return failing
+
+    def stop(self) -> list[ProducerBatch]:
+        """Row 13: the producer stops instead of taking a new epoch or id; returns the batches
+        not yet acknowledged, all to fail."""
+        stopped = [batch for state in self.partitions.values() for batch in state.unacked]
+        for state in self.partitions.values():
+            state.unacked.clear()
+        self.bump_needed = self.new_id_wanted = False
+        return stopped
 
     # --- checkpoints (seed 001, "Transitivity") ---------------------------------------------
 
