@@ -64,7 +64,7 @@ What DescribeProducers says of the partition (rows 10-12; for B as in row 8):
 A new epoch or producer id:
 
 | 13 | the producer resumed a checkpoint and is still its      | fatal: the producer stops, every  |
-|    | (producer id, epoch)                                    | batch fails, outcome unknown      |
+|    | (producer id, epoch); or, so, any batch failed          | batch fails, outcome unknown      |
 |    | otherwise, for each batch B not yet acknowledged:       |                                   |
 | 14 | B maybe stored                                          | fail: outcome unknown             |
 | 15 | B not stored, a later batch stored or maybe stored      | fail: not stored                  |
@@ -106,7 +106,11 @@ it begins. So:
 - Row 13: a resumed producer is recognised by the broker only as the (producer id, epoch)
   it resumed: under any other, what the application produces again (the records after its
   checkpoint) would be stored a second time if the process before had stored them, and the
-  client cannot tell those records from new ones. So it stops, and the application resumes
+  client cannot tell those records from new ones. And under it, a record only matches the
+  process before's record of the same sequence as long as none is left out: a batch that
+  fails before it got its sequences (delivery.timeout.ms in its queue) would hand them to
+  the next records, which the broker would then answer as duplicates of other records. So
+  once a batch fails, or a new epoch or id is needed, it stops, and the application resumes
   again from its checkpoint (or starts afresh, without resume, accepting that risk).
 
 What this relies on: the broker dedups a retry only while it remembers the producer. Once
@@ -459,12 +463,15 @@ class IdempotenceManager:
 
     def give_up(self, batch: ProducerBatch, leaves_gap: bool = True) -> None:
         """The batch fails for good (rows 6, 9b, 11, 12, or the delivery timeout in its queue).
-        ``leaves_gap``: later sequences would be out of order, so a new epoch is needed."""
+        ``leaves_gap``: later sequences would be out of order, so a new epoch is needed. A
+        producer that continues a checkpoint then stops (row 13)."""
         state = self._state_of(batch)
         if self.enabled and batch in state.unacked:
             state.unacked.remove(batch)
             if leaves_gap:
                 self.bump_needed = True
+        if self.continues_checkpoint:
+            self.bump_needed = True
 
     def failure(self, batch: ProducerBatch, error: ErrorCode, cause: str) -> KafkaError:
         """The error a failed batch reports: says whether it may be stored, and why."""
