@@ -297,6 +297,42 @@ def test_broker_restart_mid_stream(start_broker):
     assert len({(r.producer_id, r.producer_epoch) for r in stored}) == 1
 
 
+def test_a_forgotten_producer_never_hears_delivered_for_records_the_log_lacks(start_broker):
+    """Issue 12's case against a real broker. The broker forgets the idle producer
+    (producer.id.expiration.ms, then producer.id.tombstone.ms); the producer's next request
+    (record a) is lost on the way, the one after it (record b) is stored first (rules.py row
+    2), and a's retry is refused (row 11: before what the broker stored of it since, so it
+    "may never have arrived"). The producer once asked DescribeProducers, saw the broker
+    held its epoch past a, and reported a delivered: flush() succeeded and the log did not
+    hold a. Now a fails, outcome unknown, and every record reported delivered is in the log,
+    read back by a consumer."""
+    broker = start_broker(producer_id_expiration_ms=1000, producer_id_tombstone_ms=1000,
+                          producer_id_expiration_check_interval_ms=100)
+    create_topic(broker.bootstrap, "forgotten")
+    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+        proxy.add_rule(Rule.parse(Action.DROP_REQUEST, "produce[forgotten-0]:2"))
+        p = faulty(proxy.bootstrap)
+        first = p.produce("forgotten", b"first", partition=0)
+        assert first.result(TIMEOUT).offset == 0
+        wait_for(lambda: "1 records dropped" in broker.log_text(),
+                 "the broker to forget the idle producer")
+        a = p.produce("forgotten", b"a", partition=0)
+        wait_for(lambda: any(e.what == "drop-request" for e in proxy.events),
+                 "a's request to be lost")
+        b = p.produce("forgotten", b"b", partition=0)
+        assert b.result(TIMEOUT).offset == 1
+        # Row 11 of client/idempotence.py, or 12 if the broker moved the producer to a
+        # compact record again meanwhile (DescribeProducers then lists nothing).
+        with pytest.raises(oncelog.OutcomeUnknown,
+                           match=r"may never have arrived|holds no state of this producer"):
+            a.result(TIMEOUT)
+        with pytest.raises(oncelog.OutcomeUnknown):
+            p.flush(TIMEOUT)
+        p.close()
+    stored = [r.value for r in read_back(broker.bootstrap, "forgotten")]
+    assert stored == [b"first", b"b"]
+
+
 # --- identity: checkpoints, resume, new epochs ----------------------------------------------------
 
 def test_checkpoint_is_json_and_resume_continues_the_sequences(broker):
