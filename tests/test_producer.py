@@ -235,6 +235,60 @@ def test_full_buffer_blocks_then_raises_and_recovers(broker):
     assert len(read_back(broker.bootstrap, "full")) >= 2
 
 
+def test_a_delivery_callback_may_produce_even_with_the_buffer_full(broker):
+    """on_delivery runs on the sender's thread, which is also the one that makes room in
+    buffer.memory and learns topics: produce() there must never wait for it. Each callback
+    here produces until the buffer is full, which raises at once; the originals all arrive,
+    and so does every chained record produce() took."""
+    create_topic(broker.bootstrap, "chain")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                  "buffer.memory": 4096, "batch.size": 1024})
+    chained: list = []
+    refused: list[KafkaError] = []
+    misuse: list[RuntimeError] = []
+
+    def on_delivery(err, meta) -> None:
+        assert err is None
+        try:
+            for _ in range(100):  # far more than buffer.memory holds
+                chained.append(p.produce("chain", b"c" * 300, partition=0))
+        except KafkaError as exc:
+            refused.append(exc)
+        try:
+            p.flush(1)
+        except RuntimeError as exc:
+            misuse.append(exc)
+
+    originals = [p.produce("chain", b"o" * 300, partition=0, on_delivery=on_delivery)
+                 for _ in range(20)]
+    p.flush(TIMEOUT)  # the sender was never stuck in a callback
+    p.flush(TIMEOUT)  # and the chained records are delivered too
+    assert [f.result(0).offset >= 0 for f in originals] == [True] * 20
+    assert len(refused) == 20 and len(misuse) == 20
+    assert all("cannot wait for room" in str(exc) for exc in refused)
+    assert all("would wait for the producer's sender thread" in str(exc) for exc in misuse)
+    assert all(f.result(0).offset >= 0 for f in chained)
+    with pytest.raises(KafkaError, match="cannot wait for its metadata"):
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def to_a_new_topic(err, meta) -> None:
+            try:
+                p.produce("chain-elsewhere", b"x")
+            except BaseException as exc:
+                errors.append(exc)
+            done.set()
+
+        p.produce("chain", b"last", partition=0, on_delivery=to_a_new_topic)
+        p.flush(TIMEOUT)
+        assert done.wait(TIMEOUT)
+        raise errors[0]
+    p.produce("chain-elsewhere", b"x").result(TIMEOUT)  # from here it may wait for metadata
+    p.close()
+    values = [r.value for r in read_back(broker.bootstrap, "chain")]
+    assert values.count(b"o" * 300) == 20 and values.count(b"c" * 300) == len(chained)
+
+
 # --- idempotence through faults (the seeds' flows) ----------------------------------------------
 
 @pytest.fixture

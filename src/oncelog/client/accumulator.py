@@ -5,10 +5,12 @@ sender drains batches from the heads (from its own). Everything is guarded by on
 for a few dictionary and list operations at a time, except the common case of produce(): a
 record that fits its partition's open batch goes in through ``open.append`` (fast_append.py,
 _append.c), one C call that the GIL keeps whole. So whatever that call reads or changes (the
-open batches' records, ``closed`` and ``accounted``, the ``buffered`` total, the callbacks)
-is changed here only in single C calls too, never by a Python read-modify-write; and
-``append`` below closes the open batch to the fast path while it checks and appends, so that
-its several steps are whole as well.
+open batches' records, ``closed`` and ``accounted``, the ``buffered`` total, the callbacks,
+the sticky partition's [partition, bytes] list) is changed here only in single C calls too,
+never by a Python read-modify-write; and ``append`` below closes the open batch to the fast
+path while it checks and appends, so that its several steps are whole as well. The sticky
+partitioner (producer.py, ``_sticky``) does the same with its topic's list: under the lock,
+taken out of the dictionary while it changes, put back in one store.
 
 When is a batch ready to send?
 - ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
