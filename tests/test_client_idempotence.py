@@ -361,10 +361,25 @@ def test_checkpoint_and_resume():
     # Row 13: it does not take a new epoch, it stops; even a batch never sent may be stored.
     assert again.continues_checkpoint
     unsent = batch()
-    assert again.stop() == [b]
+    again.bump_needed = True
+    assert [(x, v.row, v.outcome) for x, v in again.bump()] == [(b, "13", Outcome.FATAL)]
+    assert again.stopped and again.epoch == EPOCH
     assert isinstance(again.failure(unsent, OOS, "stopped"), OutcomeUnknown)
     # A producer that did not resume says "not stored" of a batch it never sent.
     assert type(manager().failure(unsent, OOS, "stopped")) is KafkaError
+
+
+def test_row_13_a_resumed_producer_stops_at_its_first_failed_batch():
+    """Even one that never got its sequences: the next records would take them, and the
+    broker would answer them as duplicates of what the process before sent there."""
+    m = IdempotenceManager(True, 5, 10)
+    m.resume({"producer_id": PID, "producer_epoch": EPOCH, "sequences": {}})
+    expired = batch()
+    m.give_up(expired)  # delivery.timeout.ms in its queue, never sent
+    assert m.bump_needed and not m.may_send(batch(), 0)
+    assert m.bump() == [] and m.stopped
+    assert isinstance(m.failure(expired, ErrorCode.request_timed_out, "expired"),
+                      OutcomeUnknown)
 
 
 @pytest.mark.parametrize("bad", [

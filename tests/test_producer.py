@@ -583,10 +583,15 @@ def test_delivery_timeout_fails_the_record_and_the_next_flush(broker):
 
 def test_a_held_back_deterministic_batch_does_not_expire(broker):
     config = {"bootstrap.servers": broker.bootstrap, "batching": "deterministic",
-              "request.timeout.ms": 500, "delivery.timeout.ms": 600, "linger.ms": 0}
+              "batch.num.messages": 2, "request.timeout.ms": 500, "delivery.timeout.ms": 600,
+              "linger.ms": 0}
     with Producer(config) as p:
-        p.produce("held", b"a", partition=0)
-        time.sleep(1.0)  # longer than delivery.timeout.ms: the open batch waits on purpose
+        p.produce("held", b"a", partition=0)  # one of two: the open batch waits on purpose
+        deadline = time.monotonic() + 0.6
+        wait_for(lambda: time.monotonic() > deadline, "delivery.timeout.ms to pass")
+        # A full batch sent and acknowledged since: the sender has checked for expired
+        # batches with the held one past its delivery timeout.
+        [p.produce("held-probe", b"%d" % i, partition=0) for i in range(2)][-1].result(TIMEOUT)
         p.produce("held", b"b", partition=0)
         p.checkpoint()
     assert [r.value for r in read_back(broker.bootstrap, "held")] == [b"a", b"b"]

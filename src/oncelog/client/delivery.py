@@ -148,17 +148,17 @@ class Delivery:
     def bump(self) -> bool:
         """A new epoch or producer id (rows 13-16; call when idem.quiet()): True when a new
         producer id must be asked for now (InitProducerId)."""
-        if self.idem.bump_needed and self.idem.continues_checkpoint:
-            self.fatal = KafkaError(ErrorCode.out_of_order_sequence_number, RESUMED_STOPS)
-            log.error("producer stopped: %s", self.fatal)
-            for batch in dict.fromkeys(self.idem.stop() + self.acc.drain_all()):
-                self.fail(batch, self.idem.failure(batch, self.fatal.error, RESUMED_STOPS))
-            return False
+        error = ErrorCode.out_of_order_sequence_number
         if self.idem.bump_needed:
             for batch, verdict in self.idem.bump():
                 self.acc.remove(batch)
-                self.fail(batch, self.idem.failure(
-                    batch, ErrorCode.out_of_order_sequence_number, verdict.why))
+                self.fail(batch, self.idem.failure(batch, error, verdict.why))
+            if self.idem.stopped:  # row 13: the queued batches fail too
+                self.fatal = KafkaError(error, RESUMED_STOPS)
+                log.error("producer stopped: %s", self.fatal)
+                for batch in self.acc.drain_all():
+                    self.fail(batch, self.idem.failure(batch, error, RESUMED_STOPS))
+                return False
             self.acc.restart_sequences()
             log.info("producer %d: new epoch %d", self.idem.producer_id, self.idem.epoch)
         return self.idem.needs_new_id

@@ -61,11 +61,13 @@ What DescribeProducers says of the partition (rows 10-12; for B as in row 8):
 | 11 | it holds B's epoch up to B's end or beyond              | fail: outcome unknown             |
 | 12 | anything else, or no answer within delivery.timeout.ms  | fail: outcome unknown; a new epoch|
 
-A new epoch or producer id:
+A producer still the (producer id, epoch) of a checkpoint it resumed:
 
-| 13 | the producer resumed a checkpoint and is still its      | fatal: the producer stops, every  |
-|    | (producer id, epoch); or, so, any batch failed          | batch fails, outcome unknown      |
-|    | otherwise, for each batch B not yet acknowledged:       |                                   |
+| 13 | a batch fails, or a new epoch or producer id is needed  | fatal: the producer stops, every  |
+|    |                                                         | batch fails, outcome unknown      |
+
+A new epoch or producer id otherwise, for each batch B not yet acknowledged, per partition:
+
 | 14 | B maybe stored                                          | fail: outcome unknown             |
 | 15 | B not stored, a later batch stored or maybe stored      | fail: not stored                  |
 | 16 | B not stored                                            | resequenced from 0, sent again    |
@@ -91,8 +93,8 @@ it begins. So:
   it fails, "not stored", and the partition goes on without a new epoch. Otherwise (row 7)
   a new epoch lets it be sent again from sequence 0.
 - B maybe stored: "the broker holds up to the batch's end" (row 11) is exactly what a
-  forgotten producer's batch meets, and the answer before this table claimed "delivered"
-  there: records reported delivered that the log did not hold. It is "unknown" now.
+  forgotten producer's batch meets. The client once took it for "stored" and reported
+  records delivered that the log did not hold (issue 12); it is "unknown".
 - Row 10: the broker's last sequence l' is inside B. Are f..l' stored? Only if its stored
   range begins at or before f, which DescribeProducers does not say either. So the client
   asks the broker about exactly those records: they go as a batch of their own, which the
@@ -117,8 +119,10 @@ What this relies on: the broker dedups a retry only while it remembers the produ
 it has forgotten it (producer.id.expiration.ms of idleness, then producer.id.tombstone.ms
 for the compact record), it takes a batch at any sequence (rules row 2), so an attempt that
 reaches it later than that is stored again whatever the client does. Kafka's documentation
-of producer.id.expiration.ms says the same: keep it above delivery.timeout.ms (here, keep
-the two broker settings together above delivery.timeout.ms plus request.timeout.ms).
+of producer.id.expiration.ms says as much ("the same or higher than delivery.timeout.ms can
+help prevent expiration during retries and protect against message duplication"); here,
+keep the two broker settings together above delivery.timeout.ms plus request.timeout.ms,
+and above the time a copy job takes to resume its checkpoint after a crash.
 """
 
 from __future__ import annotations
@@ -239,15 +243,18 @@ def judge_lookup(batch: ProducerBatch, held: tuple[int, int] | None) -> Verdict:
                    f"{said} (DescribeProducers): it cannot say whether it stored the batch")
 
 
-RESUMED_STOPS = ("the producer needed a new epoch or producer id, and it continues a resumed "
-                 "checkpoint: under another, the broker could not recognise records the "
-                 "process before may have stored, so it stops (resume again from the "
-                 "checkpoint, or start without resume)")
+RESUMED_STOPS = ("the producer continues a resumed checkpoint, and a batch failed or it needed "
+                 "a new epoch or producer id: its records would no longer match those of "
+                 "the process before, which the broker may hold, so it stops (resume again "
+                 "from the checkpoint, or start without resume)")
 
 
-def judge_bump(maybe_stored: bool, later_maybe_stored: bool) -> Verdict:
-    """Rows 14-16: a batch not yet acknowledged when the epoch or producer id changes (row
-    13, a resumed producer, is ``IdempotenceManager.continues_checkpoint``)."""
+def judge_bump(continues_checkpoint: bool, maybe_stored: bool,
+               later_maybe_stored: bool) -> Verdict:
+    """Rows 13-16: a batch not yet acknowledged when the epoch or producer id would change
+    (for a producer that continues a checkpoint, a failed batch leads here too)."""
+    if continues_checkpoint:
+        return Verdict(Outcome.FATAL, "13", RESUMED_STOPS)
     if maybe_stored:
         return Verdict(Outcome.FAIL, "14", "the producer needed a new epoch, and under it the "
                        "broker could not recognise this batch as stored: it is not sent again")
@@ -290,6 +297,7 @@ class IdempotenceManager:
         # (producer id, epoch) of a resumed checkpoint: its sequences may have been sent by
         # the process that took it.
         self.resumed: tuple[int, int] | None = None
+        self.stopped = False  # row 13: no new epoch for a resumed producer, it stops
 
     @property
     def continues_checkpoint(self) -> bool:
@@ -494,40 +502,37 @@ class IdempotenceManager:
                    for state in self.partitions.values())
 
     def bump(self) -> list[tuple[ProducerBatch, Verdict]]:
-        """Start a new epoch (call when quiet()): rows 14-16. Returns the batches that fail,
-        each with its verdict; the others are resequenced when drained again. Not for a
-        producer that ``continues_checkpoint`` (row 13): ``stop`` instead."""
-        assert self.quiet() and not self.continues_checkpoint
+        """Start a new epoch (call when quiet()): rows 13-16. Returns the batches that fail,
+        each with its verdict; the others are resequenced when drained again. Row 13 stops
+        the producer instead (``stopped``): then every batch fails, queued or not."""
+        assert self.quiet()
         failing = []
+        stopping = self.continues_checkpoint
         for state in self.partitions.values():
             later = False  # a later batch of the partition is or may be stored
             for batch in reversed(state.unacked):
-                verdict = judge_bump(batch.maybe_stored,
+                verdict = judge_bump(stopping, batch.maybe_stored,
                                      later or self._acked_after(state, batch))
                 later = later or batch.maybe_stored
-                if verdict.outcome is Outcome.FAIL:
-                    failing.append((batch, verdict))
-                else:
+                if verdict.outcome is Outcome.RETRY:
                     batch.base_sequence = None  # resequenced when drained again
+                else:
+                    failing.append((batch, verdict))
             state.unacked.clear()
             state.next_sequence = 0
             state.acked_up_to = None
+        self.bump_needed = False
+        failing.reverse()
+        if stopping:
+            self.stopped = True
+            self.new_id_wanted = False
+            return failing
         if self.epoch >= MAX_EPOCH or self.new_id_wanted:
             self.needs_new_id = True
         else:
             self.epoch += 1
-        self.bump_needed = self.new_id_wanted = False
-        failing.reverse()
+        self.new_id_wanted = False
         return failing
-
-    def stop(self) -> list[ProducerBatch]:
-        """Row 13: the producer stops instead of taking a new epoch or id; returns the batches
-        not yet acknowledged, all to fail."""
-        stopped = [batch for state in self.partitions.values() for batch in state.unacked]
-        for state in self.partitions.values():
-            state.unacked.clear()
-        self.bump_needed = self.new_id_wanted = False
-        return stopped
 
     # --- checkpoints (seed 001, "Transitivity") ---------------------------------------------
 
