@@ -17,9 +17,11 @@ STOP_TIMEOUT = 30.0
 class BrokerProcess:
     """One broker process; ``restart`` keeps its data directory and its port."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
+        self.env = dict(env or {})
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
@@ -36,7 +38,7 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         log.close()
         port = wait_for_port(self.proc, START_TIMEOUT)
         if port is not None:

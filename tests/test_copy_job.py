@@ -99,3 +99,10 @@ def test_copy_job_killed_twenty_times_copies_exactly_once(broker, tmp_path):
     assert outcomes.get("duplicate", 0) + outcomes.get("duplicate_sequence_number", 0) > 0
     assert set(outcomes) <= {"appended", "duplicate", "duplicate_sequence_number",
                              "out_of_order_sequence_number"}, outcomes
+    # The records carry 2023 timestamps: segments roll by their records' time (KAFKA-4099),
+    # so each partition of both topics holds one segment, not one per batch.
+    for topic in ("source", "copy"):
+        for p in range(PARTITIONS):
+            names = os.listdir(broker.data_dir / f"{topic}-{p}")
+            assert sum(name.endswith(".log") for name in names) == 1, sorted(names)
+            assert sum(name.endswith(".snapshot") for name in names) <= 1, sorted(names)

@@ -1,5 +1,6 @@
 """The partition log on real files: append, read, roll, indexes, recovery, retention."""
 
+import errno
 import os
 import time
 
@@ -7,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.log.log import Log, LogConfig
+from oncelog.log.memory_disk import MemoryDisk
 from oncelog.protocol.record_batch import assign_offsets, read_header, split_batches
 from oncelog.protocol.records import decode_batch, encode_batch
 
@@ -14,8 +16,12 @@ NOW = int(time.time() * 1000)
 
 
 def append(log: Log, values: list[bytes], timestamp: int = NOW) -> tuple[int, int]:
+    """Append as the partition does: roll first when the log says so."""
     batch = encode_batch([(None, v, (), timestamp) for v in values])
-    headers, parts = assign_offsets(batch, split_batches(batch, 1 << 30), log.log_end_offset, 0)
+    headers = split_batches(batch, 1 << 30)
+    if log.should_roll(headers, int(time.time() * 1000)):
+        log.roll()
+    headers, parts = assign_offsets(batch, headers, log.log_end_offset, 0)
     log.append(parts, headers)
     return headers[0].base_offset, headers[-1].last_offset
 
@@ -64,10 +70,30 @@ def test_read_returns_whole_batches_within_max_bytes(tmp_path):
     assert log.read(0, 10, min_one_batch=False).records == b""
 
 
-def test_segment_rolls_by_age(tmp_path):
+def test_segment_rolls_by_the_age_of_its_records(tmp_path):
+    """KAFKA-4099: the incoming batch's timestamp against the segment's first batch's."""
     log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
     append(log, [b"old"], timestamp=NOW - 120_000)
     append(log, [b"new"])
+    assert [s.base_offset for s in log.segments] == [0, 1]
+
+
+def test_backfilled_old_records_do_not_roll_a_segment_per_batch(tmp_path):
+    """Records from 2023 arriving today: one segment, not one per batch."""
+    log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
+    old = 1_690_000_000_000  # July 2023
+    for i in range(50):
+        append(log, [b"backfill-%d" % i], timestamp=old + i * 100)
+    assert len(log.segments) == 1
+    append(log, [b"later"], timestamp=old + 61_000 + 50 * 100)  # a minute of record time
+    assert len(log.segments) == 2
+
+
+def test_segment_without_timestamps_rolls_by_the_broker_clock(tmp_path):
+    log = Log(str(tmp_path), LogConfig(segment_ms=60_000))
+    append(log, [b"a"], timestamp=-1)
+    log.active.created_at_ms -= 120_000  # created two minutes ago
+    append(log, [b"b"], timestamp=-1)
     assert [s.base_offset for s in log.segments] == [0, 1]
 
 
@@ -82,7 +108,6 @@ def test_clean_reopen_trusts_indexes(tmp_path):
     after = [(s.base_offset, s.next_offset, list(s.offset_index.positions))
              for s in reopened.segments]
     assert after == before
-    assert not any(s.recovered for s in reopened.segments)
     assert read_values(reopened) == [b"v%d" % (i // 5) for i in range(250)]
 
 
@@ -94,7 +119,6 @@ def test_unclean_reopen_truncates_torn_tail(tmp_path):
     with open(log.active.path, "ab") as f:
         f.write(encode_batch([(None, b"torn", (), NOW)])[:40])
     reopened = Log(str(tmp_path), LogConfig())  # no clean-shutdown marker
-    assert reopened.active.recovered
     assert reopened.active.size == size
     assert reopened.log_end_offset == 2
     assert append(reopened, [b"c"]) == (2, 2)
@@ -117,7 +141,7 @@ def test_blocks_reserved_for_large_appends_are_invisible_and_freed_on_roll(tmp_p
     assert reserved > 1 << 20 or not active._can_reserve
     # An unclean stop with blocks reserved: recovery finds exactly the data.
     crashed = Log(str(tmp_path), config)
-    assert crashed.active.recovered and crashed.active.size == active.size
+    assert crashed.active.size == active.size
     assert read_values(crashed) == values * 3
     for _ in range(8):  # rolls: each sealed segment keeps only its data's blocks
         append(crashed, values)
@@ -175,22 +199,25 @@ def test_bad_index_is_rebuilt(tmp_path):
 
 
 def test_retention_by_time_deletes_old_segments_and_rolls_idle_active(tmp_path):
-    log = Log(str(tmp_path), LogConfig(segment_bytes=500))
+    log = Log(str(tmp_path), LogConfig(segment_bytes=500, retention_ms=60_000))
     for i in range(20):
         append(log, [b"old-%d" % i] * 3, timestamp=NOW - 3_600_000)
     assert len(log.segments) > 3
-    deleted = log.delete_old_segments(NOW, retention_ms=60_000, retention_bytes=-1)
+    deleted = log.delete_old_segments(NOW)
     assert deleted >= 3
+    assert len(log.segments) == 1 and log.active_expired(NOW)
+    log.roll()  # the partition rolls an expired active segment (with a snapshot), then
+    assert log.delete_old_segments(NOW) == 1
     assert log.log_start_offset == log.log_end_offset == 60
     assert append(log, [b"fresh"]) == (60, 60)
     assert read_values(log, 60) == [b"fresh"]
 
 
 def test_retention_by_size_keeps_the_newest(tmp_path):
-    log = Log(str(tmp_path), LogConfig(segment_bytes=500))
+    log = Log(str(tmp_path), LogConfig(segment_bytes=500, retention_ms=-1, retention_bytes=1000))
     for i in range(30):
         append(log, [b"v%02d" % i] * 3)
-    log.delete_old_segments(NOW, retention_ms=-1, retention_bytes=1000)
+    log.delete_old_segments(NOW)
     assert log.size - log.segments[0].size < 1000
     assert log.log_start_offset > 0
     start = log.log_start_offset
@@ -207,36 +234,51 @@ def test_offset_for_timestamp(tmp_path):
     assert log.offset_for_timestamp(1_291) is None
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     ops=st.lists(
         st.one_of(
             st.tuples(st.just("append"), st.integers(1, 5), st.integers(1, 300)),
             st.tuples(st.just("reopen"), st.booleans(), st.just(0)),
+            # the next write fails after taking this many bytes (ENOSPC, EIO), or is short
+            st.tuples(st.sampled_from(["enospc", "eio", "short"]), st.integers(0, 400),
+                      st.just(0)),
         ),
         min_size=1, max_size=40,
     )
 )
-def test_log_matches_a_list_through_appends_and_reopens(tmp_path_factory, ops):
-    directory = str(tmp_path_factory.mktemp("log"))
+def test_log_matches_a_list_through_appends_faults_and_reopens(ops):
+    """On a MemoryDisk: a write that fails anywhere (a batch, an index or snapshot written
+    by a roll) leaves the log exactly as it was; a short write is finished."""
+    disk = MemoryDisk()
+    directory = "/data/t-0"
+    disk.makedirs("/data")
     config = LogConfig(segment_bytes=2000, index_interval_bytes=150)
-    log = Log(directory, config)
+    log = Log(directory, config, disk)
     expected: list[bytes] = []
     for op, a, b in ops:
         if op == "append":
             values = [bytes([len(expected) % 251]) * b + b"-%d" % (len(expected) + i)
                       for i in range(a)]
-            append(log, values)
-            expected += values
-        else:
+            try:
+                append(log, values)
+            except OSError:
+                pass  # refused, and nothing of it stayed
+            else:
+                expected += values
+        elif op == "reopen":
+            disk.clear_faults()
             if a:
                 log.close()
             else:
-                for segment in log.segments:
-                    segment.close()
-            log = Log(directory, config)
+                log.abandon()
+                disk.crash()
+            log = Log(directory, config, disk)
+        else:
+            error = {"enospc": errno.ENOSPC, "eio": errno.EIO, "short": 0}[op]
+            disk.fail("write", error, partial=a)
         assert log.log_end_offset == len(expected)
-    assert read_values(log) == expected
+        assert read_values(log) == expected
     for offset in range(0, len(expected), max(1, len(expected) // 7)):
         data = log.read(offset, 1).records
         assert read_header(data).base_offset <= offset <= read_header(data).last_offset

@@ -90,10 +90,13 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool):
     partitions = ()
     if topic is not None:
         node = (broker.broker_id,)
+        # A failed log directory shows as an offline replica, as Kafka shows it; produce and
+        # fetch answer KAFKA_STORAGE_ERROR.
+        offline = node if topics.log_dir_state.offline else ()
         partitions = tuple(
             build(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p.index,
                   leader_id=broker.broker_id, leader_epoch=0, replica_nodes=node, isr_nodes=node,
-                  offline_replicas=())
+                  offline_replicas=offline)
             for p in topic.partitions
         )
     values = {

@@ -57,17 +57,23 @@ def _read_all(broker, mod, body):
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
-                plog = partition.log
-                hw = lso = partition.high_watermark
-                start = plog.log_start_offset
-                if not start <= preq.fetch_offset <= hw:
-                    error = ErrorCode.offset_out_of_range
-                elif preq.fetch_offset < hw and budget > 0:
-                    limit = min(preq.partition_max_bytes, budget)
-                    records = plog.read(preq.fetch_offset, limit, min_one_batch=total == 0).records
-                    budget -= len(records)
-                    total += len(records)
-                partitions.append(partition)
+                try:
+                    plog = partition.log
+                    hw = lso = partition.high_watermark
+                    start = plog.log_start_offset
+                    if not start <= preq.fetch_offset <= hw:
+                        error = ErrorCode.offset_out_of_range
+                    elif preq.fetch_offset < hw and budget > 0:
+                        limit = min(preq.partition_max_bytes, budget)
+                        records = plog.read(preq.fetch_offset, limit,
+                                            min_one_batch=total == 0).records
+                        budget -= len(records)
+                        total += len(records)
+                    partitions.append(partition)
+                except OSError as exc:
+                    log.error("fetch from %s-%d failed: %s", topic_req.topic, preq.partition,
+                              exc)
+                    error, records, hw, lso, start = ErrorCode.kafka_storage_error, b"", -1, -1, -1
             if error != ErrorCode.none:
                 errors = True
                 log.info("fetch from %s-%d at offset %d refused: %s (log start %d, high "
@@ -90,8 +96,13 @@ def handle_list_offsets(broker, request: Request):
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
-            error, timestamp, offset = _list_offset(broker, topic_req.name,
-                                                    preq.partition_index, preq.timestamp)
+            try:
+                error, timestamp, offset = _list_offset(broker, topic_req.name,
+                                                        preq.partition_index, preq.timestamp)
+            except OSError as exc:
+                log.error("list offsets of %s-%d failed: %s", topic_req.name,
+                          preq.partition_index, exc)
+                error, timestamp, offset = ErrorCode.kafka_storage_error, -1, -1
             results.append(build(mod.ListOffsetsPartitionResponse,
                                  partition_index=preq.partition_index, error_code=error,
                                  timestamp=timestamp, offset=offset, leader_epoch=0))

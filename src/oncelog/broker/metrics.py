@@ -36,6 +36,10 @@ def render(broker) -> str:
         lines.append(f"oncelog_producers{{{labels}}} {len(partition.state)}")
         tombstones.append(f"oncelog_producer_records{{{labels}}} "
                           f"{partition.state.tombstone_count}")
+    dirs = broker.topics.log_dir_state
+    tombstones += ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is "
+                   "offline until a restart.", "# TYPE oncelog_log_dir_offline gauge",
+                   f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
     return "\n".join(lines + tombstones) + "\n"
 
 

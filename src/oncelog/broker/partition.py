@@ -1,14 +1,30 @@
 """A partition on this broker: its Log, its ProducerStateManager, and long-poll waiters.
 
 The produce path in one place: split and check the batches, let producer_state judge an
-idempotent batch, patch offsets, append, then apply the judged update. Producer state is
-snapshotted at every segment roll and at clean shutdown, and restored on open from the newest
-good snapshot plus the log after it.
+idempotent batch, roll the log if it must, patch offsets, append, then apply the judged
+update. Kafka's split (ProducerAppendInfo, then the log append, then the state update): a batch
+the log did not take leaves no trace in producer state, because an append is all or nothing
+(log/segment.py) and nothing is applied before it returned.
+
+The partition owns the roll, as Kafka's UnifiedLog does: producer state is snapshotted at the
+new segment's base offset, then the log rolls. Snapshots are also written at clean shutdown;
+on open, state comes from the newest good snapshot plus the log after it.
+
+Durability (``flush.messages``): a batch that the flush policy says must be on disk before it
+is acknowledged gets a future from ``durable`` that the produce handler awaits. fsync runs in a
+worker thread, never on the event loop, and one fsync covers every batch written before it
+started (group commit). A retry answered from the producer cache waits for the same fsync as
+its original, so no answer gets ahead of the disk.
+
+Failures: an OSError from an append leaves everything as before (KAFKA_STORAGE_ERROR for that
+request); LogDirFailure (an fsync or an undo that failed) takes the log directory offline, and
+every use of the partition then raises LogDirOffline until a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -17,12 +33,14 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
 from ..producer_state import snapshot
 from ..producer_state.manager import ProducerStateManager, StateLimits
 from ..producer_state.rules import Append, BatchIdentity, Duplicate, Refuse
 from ..protocol.record_batch import BatchHeader, InvalidBatch, assign_offsets, split_batches
+from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +61,7 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     duplicate: bool = False
+    must_flush: bool = False  # the flush policy wants it on disk before it is acknowledged
 
 
 def _identity(header: BatchHeader) -> BatchIdentity:
@@ -57,18 +76,28 @@ def _now_ms() -> int:
 class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
-                 producer_ids: IssuedProducerIds) -> None:
+                 producer_ids: IssuedProducerIds, log_dir: LogDir | None = None,
+                 disk: OsDisk = OS_DISK) -> None:
         self.topic = topic
         self.index = index
         self.dir = directory
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.limits = limits
+        self.disk = disk
+        self.log_dir = log_dir or LogDir(os.path.dirname(directory))
         self._producer_ids = producer_ids
         self._log: Log | None = None
         self._state: ProducerStateManager | None = None
-        self._snapshots = SnapshotFiles(directory)
+        self._snapshots = SnapshotFiles(directory, disk)
         self._waiters: list[asyncio.Future[None]] = []
+        self._deleted = False
+        # Group commit: everything below flushed_offset is on disk; the fsync running covers
+        # up to _flushing_to; futures in _next_flush wait for the one after it.
+        self.flushed_offset = 0
+        self._flushing_to = -1
+        self._this_flush: asyncio.Future[None] | None = None
+        self._next_flush: asyncio.Future[None] | None = None
 
     @property
     def name(self) -> str:
@@ -96,18 +125,38 @@ class Partition:
         return self._log is not None
 
     def _open(self) -> None:
-        plog = Log(self.dir, self.config, on_roll=self._snapshot_at)
-        state = ProducerStateManager(self.limits)
-        start = self._load_snapshot(plog, state)
-        replayed = 0
-        now = _now_ms()
-        for header in plog.headers_from(start):
-            if header.has_producer_id and header.base_offset >= start:
-                state.replay(_identity(header), header.last_offset, header.max_timestamp, now)
-                replayed += 1
+        if self._deleted:  # a request that still holds it must not bring its files back
+            raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
+        if self.log_dir.offline:
+            raise self.log_dir.error()
+        try:
+            plog = Log(self.dir, self.config, self.disk)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+        try:
+            state = ProducerStateManager(self.limits)
+            start = self._load_snapshot(plog, state)
+            replayed = 0
+            now = _now_ms()
+            for header in plog.headers_from(start):
+                if header.has_producer_id and header.base_offset >= start:
+                    state.replay(_identity(header), header.last_offset, header.max_timestamp,
+                                 now)
+                    replayed += 1
+            # What recovery kept is what the next start will find: make it durable now, so
+            # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
+            # page cache; a power cut after it does not).
+            plog.flush()
+        except LogDirFailure as exc:
+            plog.abandon()
+            raise self.log_dir.fail(exc) from exc
+        except BaseException:
+            plog.abandon()
+            raise
         if replayed:
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,
                      replayed, start)
+        self.flushed_offset = plog.log_end_offset
         self._log, self._state = plog, state
 
     def _load_snapshot(self, plog: Log, state: ProducerStateManager) -> int:
@@ -122,6 +171,8 @@ class Partition:
                 continue
             try:
                 snap = snapshot.decode(self._snapshots.read(offset))
+                if snap.offset != offset:
+                    raise snapshot.BadSnapshot(f"it says it covers offsets up to {snap.offset}")
             except (snapshot.BadSnapshot, OSError) as exc:
                 log.warning("%s: snapshot at %d unusable (%s); trying an older one", self.name,
                             offset, exc)
@@ -136,19 +187,13 @@ class Partition:
             state.forget_everyone(self._producer_ids.highest_claimed())
         return plog.log_start_offset
 
-    def _snapshot_at(self, offset: int) -> None:
-        state = self._state
-        if state is None:  # the log rolled while opening: nothing to save yet
-            return
-        self._snapshots.write(offset, snapshot.of_state(offset, state))
-        self._snapshots.keep_newest(SNAPSHOTS_KEPT)
-
     # --- the produce path ------------------------------------------------------------------
 
     def append_records(self, records: bytes | memoryview) -> AppendResult:
         """Validate and append a produce request's records.
 
-        Raises InvalidBatch with the Kafka error for anything refused; nothing is stored then.
+        Raises InvalidBatch with the Kafka error for anything refused, OSError when the disk
+        failed; nothing is stored then.
         """
         headers = split_batches(records, self.max_message_bytes)
         plog, state = self.log, self.state
@@ -161,14 +206,21 @@ class Partition:
             if isinstance(decision, Duplicate):
                 return AppendResult(decision.base_offset, decision.last_offset,
                                     plog.log_start_offset, duplicate=True)
-        headers, parts = assign_offsets(records, headers, plog.log_end_offset, 0)
-        plog.append(parts, headers)
+        try:
+            now = _now_ms()
+            if plog.should_roll(headers, now):
+                self._roll()
+            headers, parts = assign_offsets(records, headers, plog.log_end_offset, 0)
+            plog.append(parts, headers)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
         if isinstance(decision, Append):
             last = headers[-1]
-            state.apply(decision, last.last_offset, last.max_timestamp, _now_ms())
+            state.apply(decision, last.last_offset, last.max_timestamp, now)
         self._wake_waiters()
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
-                            plog.log_start_offset)
+                            plog.log_start_offset,
+                            must_flush=plog.unflushed_messages >= self.config.flush_messages)
 
     @staticmethod
     def _single_idempotent_batch(headers: list[BatchHeader]) -> BatchHeader:
@@ -183,18 +235,113 @@ class Partition:
                                "a batch with a producer id needs a sequence and an epoch")
         return header
 
+    def _roll(self) -> None:
+        """Snapshot producer state at the log end, then roll: the snapshot names the new
+        segment's base offset. A failure leaves the log appending where it was (a snapshot
+        written for a roll that then failed still describes the state at its offset)."""
+        plog, state = self.log, self.state
+        offset = plog.log_end_offset
+        self._snapshots.write(offset, snapshot.of_state(offset, state))
+        plog.roll()
+        self.flushed_offset = max(self.flushed_offset, offset)  # sealing fsynced it
+        try:
+            self._snapshots.keep_newest(SNAPSHOTS_KEPT)
+        except OSError as exc:  # only old fallbacks stay behind
+            log.warning("%s: removing old snapshots failed: %s", self.name, exc)
+
     @property
     def high_watermark(self) -> int:
         # Single node: everything appended is committed.
         return self.log.log_end_offset
 
+    # --- durability ------------------------------------------------------------------------
+
+    def durable(self, result: AppendResult) -> asyncio.Future[None] | None:
+        """A future done once ``result``'s batch is on disk, or None when the answer need not
+        wait: it is on disk already, or neither the flush policy nor a flush under way makes
+        a promise about it."""
+        if result.last_offset < self.flushed_offset:
+            return None
+        if self._this_flush is not None and result.last_offset < self._flushing_to:
+            return self._this_flush
+        if result.must_flush or self._this_flush is not None or self._next_flush is not None:
+            return self._request_flush()
+        return None
+
+    def _request_flush(self) -> asyncio.Future[None]:
+        if self._next_flush is None:
+            self._next_flush = asyncio.get_running_loop().create_future()
+            if self._this_flush is None:
+                asyncio.get_running_loop().create_task(self._flush_rounds())
+        return self._next_flush
+
+    async def _flush_rounds(self) -> None:
+        """fsync in a worker thread, one round at a time, each covering everything written
+        before it started, until nobody waits for another."""
+        loop = asyncio.get_running_loop()
+        while self._next_flush is not None:
+            done, self._next_flush = self._next_flush, None
+            self._this_flush = done
+            try:
+                if self.log_dir.offline:
+                    raise self.log_dir.error()
+                plog = self._log
+                if plog is None:  # closed meanwhile: sealing it fsynced everything
+                    done.set_result(None)
+                    self._this_flush = None
+                    continue
+                segment = plog.active
+                self._flushing_to = plog.log_end_offset
+                segment.unflushed_messages = 0
+                fd = segment.dup_fd()
+                try:
+                    await loop.run_in_executor(None, self.disk.fdatasync, fd)
+                finally:
+                    self.disk.close(fd)
+            except OSError as exc:
+                error = exc if self.log_dir.offline else self.log_dir.fail(
+                    LogDirFailure(f"{self.name}: fsync failed: {exc}"))
+                self._fail_flushes(done, error)
+                return
+            self.flushed_offset = max(self.flushed_offset, self._flushing_to)
+            plog.last_flush_ms = _now_ms()
+            self._this_flush = None
+            if not done.done():
+                done.set_result(None)
+
+    def _fail_flushes(self, running: asyncio.Future[None] | None, error: OSError) -> None:
+        for fut in (running, self._next_flush):
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
+                fut.exception()  # retrieved: nobody may be left to await it
+        self._this_flush = self._next_flush = None
+
+    def flush_now(self) -> None:
+        """fsync on the calling thread (no event loop: tools and tests)."""
+        try:
+            self.log.flush()
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+        self.flushed_offset = self.log.log_end_offset
+
+    def flush_if_due(self, now_ms: int) -> None:
+        """``flush.ms``: start a flush of data older than that (the broker's timer)."""
+        plog = self._log
+        if plog is not None and plog.unflushed_messages and \
+                now_ms - plog.last_flush_ms >= self.config.flush_ms:
+            self._request_flush()
+
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
         plog = self.log
-        cfg = plog.config
-        if plog.delete_old_segments(now_ms, cfg.retention_ms, cfg.retention_bytes):
-            self._snapshots.delete_older_than(plog.log_start_offset)
+        try:
+            if plog.active_expired(now_ms):
+                self._roll()
+            if plog.delete_old_segments(now_ms):
+                self._snapshots.delete_older_than(plog.log_start_offset)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
 
     def expire_producers(self, now_ms: int) -> None:
         if self._state is not None:
@@ -219,16 +366,49 @@ class Partition:
     # --- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._log is not None:
-            self._snapshot_at(self._log.log_end_offset)
-            self._log.close()
+        """Clean shutdown: a snapshot at the log end, the log sealed and marked clean. Not
+        for a partition whose directory failed: that one must be recovered (``abandon``)."""
+        if self._log is None:
+            return
+        if self.log_dir.offline:
+            self.abandon()
+            return
+        plog, state = self._log, self._state
+        assert state is not None
+        try:
+            self._snapshots.write(plog.log_end_offset,
+                                  snapshot.of_state(plog.log_end_offset, state))
+            plog.close()
+        except (OSError, LogDirFailure) as exc:
+            log.error("%s: clean shutdown failed (%s); it will be recovered at the next start",
+                      self.name, exc)
+            plog.abandon()
             self._log = self._state = None
+            self._fail_flushes(self._this_flush, OSError(errno.EIO, str(exc)))
+            return
+        self._log = self._state = None
+        self.flushed_offset = plog.log_end_offset  # sealing fsynced it all
+        waiting = self._next_flush
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    def abandon(self) -> None:
+        """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
+        if self._log is not None:
+            self._log.abandon()
+            self._log = self._state = None
+        self._wake_waiters()
+        running = self._this_flush
+        if running is not None or self._next_flush is not None:
+            self._fail_flushes(running, self.log_dir.error())
 
     def delete(self) -> None:
+        """Let go of the files for good (the caller moves the directory aside)."""
+        self._deleted = True
         if self._log is not None:
-            self._log.delete()
+            self._log.abandon()
             self._log = self._state = None
-        if os.path.isdir(self.dir):
-            for name in os.listdir(self.dir):
-                os.unlink(os.path.join(self.dir, name))
-            os.rmdir(self.dir)
+        self._wake_waiters()
+        if self._this_flush is not None or self._next_flush is not None:
+            self._fail_flushes(self._this_flush, FileNotFoundError(
+                errno.ENOENT, f"partition {self.name} was deleted"))

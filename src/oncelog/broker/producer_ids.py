@@ -53,11 +53,19 @@ def handle_describe_producers(broker, request: Request):
                                         error_code=ErrorCode.unknown_topic_or_partition,
                                         error_message=None, active_producers=()))
                 continue
+            try:
+                entries = list(partition.state.entries())
+            except OSError as exc:
+                log.error("describe producers of %s-%d failed: %s", topic_req.name, index, exc)
+                partitions.append(build(mod.PartitionResponse, partition_index=index,
+                                        error_code=ErrorCode.kafka_storage_error,
+                                        error_message=str(exc), active_producers=()))
+                continue
             producers = tuple(
                 build(mod.ProducerState, producer_id=e.producer_id, producer_epoch=e.epoch,
                       last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
                       coordinator_epoch=-1, current_txn_start_offset=-1)
-                for e in partition.state.entries()
+                for e in entries
             )
             partitions.append(build(mod.PartitionResponse, partition_index=index,
                                     error_code=ErrorCode.none, error_message=None,

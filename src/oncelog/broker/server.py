@@ -133,9 +133,14 @@ class Broker:
                 log.exception("background duty %s failed", duty.__name__)
 
     def apply_retention(self) -> None:
+        if self.topics.log_dir_state.offline:
+            return
         now = int(time.time() * 1000)
         for partition in self._partitions_with_data():
-            partition.apply_retention(now)
+            try:
+                partition.apply_retention(now)
+            except OSError as exc:
+                log.error("%s: retention failed: %s", partition.name, exc)
 
     def expire_producers(self) -> None:
         now = int(time.time() * 1000)
@@ -150,8 +155,8 @@ class Broker:
 
     def flush_by_time(self) -> None:
         now = int(time.time() * 1000)
-        for partition in self.topics.open_partitions():
-            partition.log.maybe_flush_by_time(now)
+        for partition in list(self.topics.open_partitions()):
+            partition.flush_if_due(now)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -204,6 +209,8 @@ class Broker:
             log.exception("%s: api key %d v%d failed; closing the connection", peer,
                           request.api_key, request.api_version)
             return _CLOSE
+        if body is None or isinstance(body, bytes):  # no answer, or one already encoded
+            return body
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)
 

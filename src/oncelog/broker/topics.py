@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..log.disk import OsDisk, default_disk, read_file, write_atomically
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, MetadataStore
 from ..producer_state.manager import StateLimits
 from .config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from .log_dirs import LogDir
 from .partition import IssuedProducerIds, Partition
 
 log = logging.getLogger(__name__)
@@ -23,6 +27,11 @@ log = logging.getLogger(__name__)
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 100_000
+# Kafka's names: a partition directory is "<topic>-<index>"; one being deleted is renamed to
+# "<topic>-<index>.<unique>-delete" first; "partition.metadata" names the topic id it holds.
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+DELETE_SUFFIX = "-delete"
+PARTITION_METADATA = "partition.metadata"
 
 
 class TopicError(Exception):
@@ -54,23 +63,82 @@ class Topic:
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, store: MetadataStore,
-                 producer_ids: IssuedProducerIds) -> None:
+                 producer_ids: IssuedProducerIds, disk: OsDisk | None = None) -> None:
         self.config = config
         self.store = store
         self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
         self.log_dir = config.log_dir
+        self.disk = disk or default_disk()
+        self.log_dir_state = LogDir(self.log_dir)
+        self.log_dir_state.when_offline(self._abandon_partitions)
         os.makedirs(self.log_dir, exist_ok=True)
-        self._remove_deleted_leftovers()
         for name in self.store.children("topics"):
             value, _ = self.store.get(f"topics/{name}")
             if value is not None:
                 self._materialize(name, value)
+        self._remove_stale_directories()
 
-    def _remove_deleted_leftovers(self) -> None:
+    # --- partition directories -----------------------------------------------------------
+
+    def _remove_stale_directories(self) -> None:
+        """Remove what a deletion cut short left behind, before anything is served: renamed
+        directories, and directories of topics the metadata no longer has (a crash after the
+        metadata entry went and before the directories were renamed) or of an older topic of
+        the same name (its topic id differs), so a re-created topic always starts empty."""
+        stale = []
         for entry in os.listdir(self.log_dir):
-            if entry.endswith("-delete"):
-                shutil.rmtree(os.path.join(self.log_dir, entry), ignore_errors=True)
+            path = os.path.join(self.log_dir, entry)
+            if entry.endswith(DELETE_SUFFIX):
+                stale.append(path)
+                continue
+            match = _PARTITION_DIR.fullmatch(entry)
+            if match is None or not os.path.isdir(path) or not self._is_partition_dir(path):
+                continue
+            topic = self.topics.get(match.group(1))
+            if topic is None or int(match.group(2)) >= len(topic.partitions) or \
+                    self._topic_id_in(path) not in (None, topic.topic_id):
+                log.warning("%s: left over from a deleted topic; removing it", path)
+                stale.append(self._move_aside(path))
+        if stale:
+            self._sync_log_dir()
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def _is_partition_dir(path: str) -> bool:
+        return any(name.endswith(".log") or name == PARTITION_METADATA
+                   for name in os.listdir(path))
+
+    def _topic_id_in(self, path: str) -> uuid.UUID | None:
+        try:
+            text = read_file(self.disk, os.path.join(path, PARTITION_METADATA)).decode()
+        except FileNotFoundError:
+            return None
+        fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+        try:
+            return uuid.UUID(bytes=base64.urlsafe_b64decode(fields["topic_id"] + "=="))
+        except (KeyError, ValueError):
+            return None
+
+    def _write_partition_metadata(self, topic: Topic, partition: Partition) -> None:
+        topic_id = base64.urlsafe_b64encode(topic.topic_id.bytes).rstrip(b"=").decode()
+        self.disk.makedirs(partition.dir)
+        write_atomically(self.disk, os.path.join(partition.dir, PARTITION_METADATA),
+                         f"version: 0\ntopic_id: {topic_id}\n".encode())
+        self._sync_log_dir()
+
+    def _move_aside(self, path: str) -> str:
+        aside = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        self.disk.rename(path, aside)
+        return aside
+
+    def _sync_log_dir(self) -> None:
+        self.disk.fsync_dir(self.log_dir)
+
+    def _abandon_partitions(self) -> None:
+        for partition in list(self.open_partitions()):
+            partition.abandon()
 
     def _materialize(self, name: str, value: dict[str, Any]) -> Topic:
         overrides = validate_topic_configs(value.get("configs", {}))
@@ -83,7 +151,7 @@ class TopicManager:
         return Partition(
             topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
-            self.state_limits(topic), self._producer_ids,
+            self.state_limits(topic), self._producer_ids, self.log_dir_state, self.disk,
         )
 
     # --- configs -------------------------------------------------------------------------
@@ -159,8 +227,19 @@ class TopicManager:
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
         if validate_only:
             return Topic(name, uuid.UUID(value["id"]), validate_topic_configs(configs))
+        if self.log_dir_state.offline:
+            raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
         self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
         topic = self._materialize(name, value)
+        try:
+            for partition in topic.partitions:
+                if os.path.isdir(partition.dir):  # left by a deletion cut short
+                    shutil.rmtree(self._move_aside(partition.dir), ignore_errors=True)
+                self._write_partition_metadata(topic, partition)
+        except OSError as exc:
+            log.error("creating the directories of topic %s failed: %s", name, exc)
+            # The metadata entry is there: the partitions create their directories on first
+            # use, and a restart tells any stale one apart by its topic id.
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
@@ -173,10 +252,28 @@ class TopicManager:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if not self.config.get("delete.topic.enable"):
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
+        # The metadata entry goes first and durably: it is the moment of deletion. The
+        # directories are then renamed aside at once (a re-created topic never finds them)
+        # and removed in the background; a crash anywhere in between is finished at the
+        # next start by _remove_stale_directories.
         self.store.delete(f"topics/{name}")
         del self.topics[name]
+        aside = []
         for partition in topic.partitions:
             partition.delete()
+            if os.path.isdir(partition.dir):
+                try:
+                    aside.append(self._move_aside(partition.dir))
+                except OSError as exc:
+                    log.error("%s: could not be renamed for deletion (%s); the next start "
+                              "removes it", partition.dir, exc)
+        try:
+            self._sync_log_dir()
+        except OSError as exc:
+            log.error("%s: fsync failed after deleting topic %s: %s", self.log_dir, name, exc)
+        if aside:
+            threading.Thread(target=_remove_all, args=(aside,), name=f"delete-{name}",
+                             daemon=True).start()
         log.info("deleted topic %s", name)
 
     def open_partitions(self):
@@ -188,3 +285,8 @@ class TopicManager:
     def close(self) -> None:
         for partition in list(self.open_partitions()):
             partition.close()
+
+
+def _remove_all(paths: list[str]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)

@@ -15,7 +15,7 @@ import bisect
 import struct
 from array import array
 
-from .files import write_atomically
+from .disk import OsDisk, read_file, write_atomically
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -24,8 +24,9 @@ _TIME_ENTRY = struct.Struct(">qI")
 class OffsetIndex:
     """Maps a relative offset to the file position of the batch that starts there."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, disk: OsDisk) -> None:
         self.path = path
+        self._disk = disk
         self.relative_offsets = array("I")
         self.positions = array("I")
 
@@ -50,13 +51,12 @@ class OffsetIndex:
             _OFFSET_ENTRY.pack(o, p)
             for o, p in zip(self.relative_offsets, self.positions, strict=True)
         )
-        write_atomically(self.path, data)
+        write_atomically(self._disk, self.path, data)
 
     def load(self, segment_size: int) -> bool:
         """Load from disk; False when the file is missing or cannot describe this segment."""
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = read_file(self._disk, self.path)
         except FileNotFoundError:
             return False
         if len(data) % _OFFSET_ENTRY.size:
@@ -75,8 +75,9 @@ class OffsetIndex:
 class TimeIndex:
     """Maps a timestamp to the first relative offset whose batch may hold it or later ones."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, disk: OsDisk) -> None:
         self.path = path
+        self._disk = disk
         self.timestamps = array("q")
         self.relative_offsets = array("I")
 
@@ -107,12 +108,11 @@ class TimeIndex:
             _TIME_ENTRY.pack(t, o)
             for t, o in zip(self.timestamps, self.relative_offsets, strict=True)
         )
-        write_atomically(self.path, data)
+        write_atomically(self._disk, self.path, data)
 
     def load(self, max_relative_offset: int) -> bool:
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = read_file(self._disk, self.path)
         except FileNotFoundError:
             return False
         if len(data) % _TIME_ENTRY.size:

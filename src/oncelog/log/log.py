@@ -1,8 +1,11 @@
 """One partition's log: an ordered list of segments, append at the end, read anywhere.
 
 The log knows nothing of producers. It takes validated batches whose offsets are already
-patched, writes them to the active segment, rolls segments by size and age, applies
-retention, and on start validates what an unclean shutdown may have torn.
+patched and writes them to the active segment; it says when a segment should roll and rolls
+it when told (the partition owns the roll, because a producer-state snapshot goes with it);
+it applies retention, and on start validates what an unclean shutdown may have torn.
+
+Every file operation goes through a Disk (disk.py), so tests can break the disk under it.
 """
 
 from __future__ import annotations
@@ -11,15 +14,16 @@ import bisect
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
+from .disk import OS_DISK, LogDirFailure, OsDisk
 from .segment import LogSegment
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+_INDEX_SUFFIXES = (".index", ".timeindex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,42 +48,68 @@ def _now_ms() -> int:
 
 
 class Log:
-    def __init__(self, directory: str, config: LogConfig,
-                 on_roll: Callable[[int], None] | None = None) -> None:
+    def __init__(self, directory: str, config: LogConfig, disk: OsDisk = OS_DISK) -> None:
         self.dir = directory
         self.config = config
-        self._on_roll = on_roll
+        self.disk = disk
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.last_flush_ms = _now_ms()
-        os.makedirs(directory, exist_ok=True)
         self._open()
 
     # --- opening -------------------------------------------------------------------------
 
     def _open(self) -> None:
+        try:
+            self._open_segments()
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _open_segments(self) -> None:
+        disk = self.disk
+        if not disk.isdir(self.dir):
+            disk.makedirs(self.dir)
+            disk.fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
         marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
-        if clean:
-            os.unlink(marker)
-        bases = sorted(
-            int(name[:-4]) for name in os.listdir(self.dir)
-            if name.endswith(".log") and name[:-4].isdigit()
-        )
-        for name in os.listdir(self.dir):
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.dir, name))
+        clean = disk.exists(marker)
+        names = disk.listdir(self.dir)
+        bases = sorted(int(name[:-4]) for name in names
+                       if name.endswith(".log") and name[:-4].isdigit())
+        for name in names:
+            stem, ext = os.path.splitext(name)
+            # Leftovers of an interrupted atomic write, or of a segment whose deletion was
+            # cut short after its log went (segment.delete removes the log first).
+            if name.endswith(".tmp") or (ext in _INDEX_SUFFIXES and stem.isdigit()
+                                         and int(stem) not in bases):
+                disk.unlink(os.path.join(self.dir, name))
+        recovered = 0
         for i, base in enumerate(bases):
-            segment = LogSegment(self.dir, base, self.config.index_interval_bytes)
-            is_active = i == len(bases) - 1
-            if clean or not is_active:
-                segment.load()
+            segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk)
+            self.segments.append(segment)
+            if clean or i < len(bases) - 1:
+                recovered += not segment.load()
             else:
                 segment.recover()
-            self.segments.append(segment)
+                recovered += 1
         if not self.segments:
-            self.segments.append(LogSegment(self.dir, 0, self.config.index_interval_bytes))
+            self.segments.append(self._new_segment(0))
         self._base_offsets = [s.base_offset for s in self.segments]
+        if clean:
+            # Removed only now: had opening failed, the next start may still trust the indexes.
+            disk.unlink(marker)
+        log.debug("%s: opened %d segments (%d recovered), offsets %d to %d", self.dir,
+                  len(self.segments), recovered, self.log_start_offset, self.log_end_offset)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(self.dir, base_offset, self.config.index_interval_bytes, self.disk)
+        try:
+            # The new file's name must be durable before anything acknowledged is in it.
+            self.disk.fsync_dir(self.dir)
+        except OSError as exc:
+            segment.close()
+            raise LogDirFailure(f"{self.dir}: fsync of the directory failed: {exc}") from exc
+        return segment
 
     # --- state ---------------------------------------------------------------------------
 
@@ -101,45 +131,56 @@ class Log:
 
     # --- writing -------------------------------------------------------------------------
 
+    def should_roll(self, headers: list[BatchHeader], now_ms: int) -> bool:
+        """Whether batches ``headers`` (offsets assigned or not) need a new segment first.
+
+        Kafka's rules: the segment would pass segment.bytes; its age passed segment.ms, where
+        age is the incoming batch's timestamp against the segment's first batch's (KAFKA-4099,
+        so back-filled old records do not roll a segment per batch), or the broker's clock
+        against the segment's creation when the first batch has no timestamp; or an offset
+        would not fit the segment's 32-bit relative offsets.
+        """
+        active = self.active
+        if active.size == 0:
+            return False
+        if active.size + sum(h.size for h in headers) > self.config.segment_bytes:
+            return True
+        first = active.first_batch_timestamp
+        if first >= 0:
+            waited = max(h.max_timestamp for h in headers) - first
+        else:
+            waited = now_ms - active.created_at_ms
+        if waited > self.config.segment_ms:
+            return True
+        last_offset = self.log_end_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
+        return not active.fits(last_offset)
+
     def append(self, parts: list, headers: list[BatchHeader]) -> None:
         """Append batches whose offsets start at log_end_offset (see assign_offsets).
 
-        ``parts`` are the buffers holding the batches, in order, written with one writev.
+        ``parts`` are the buffers holding the batches, in order, written with one writev. All
+        or nothing: an OSError leaves the log as it was; LogDirFailure means it cannot say.
         """
-        self._maybe_roll(sum(h.size for h in headers), headers[0].max_timestamp)
         self.active.append(parts, headers)
-        if self.active.unflushed_messages >= self.config.flush_messages:
-            self.flush()
-
-    def _maybe_roll(self, incoming: int, timestamp: int) -> None:
-        active = self.active
-        if active.size == 0:
-            return
-        too_big = active.size + incoming > self.config.segment_bytes
-        started = active.first_batch_timestamp
-        if started < 0:
-            started = active.created_at_ms
-        too_old = _now_ms() - started > self.config.segment_ms
-        if too_big or too_old:
-            self.roll()
 
     def roll(self) -> None:
+        """Seal the active segment and start a new one at the log end (the caller snapshots
+        producer state first). A failure leaves the active segment where it was."""
         old = self.active
         old.seal()
-        segment = LogSegment(self.dir, old.next_offset, self.config.index_interval_bytes)
+        segment = self._new_segment(old.next_offset)
         self.segments.append(segment)
         self._base_offsets.append(segment.base_offset)
         log.debug("%s: rolled new segment at offset %d", self.dir, segment.base_offset)
-        if self._on_roll is not None:
-            self._on_roll(segment.base_offset)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.active.unflushed_messages
 
     def flush(self) -> None:
+        """fsync the active segment (older ones were sealed); LogDirFailure when it fails."""
         self.active.flush()
         self.last_flush_ms = _now_ms()
-
-    def maybe_flush_by_time(self, now_ms: int) -> None:
-        if self.active.unflushed_messages and now_ms - self.last_flush_ms >= self.config.flush_ms:
-            self.flush()
 
     # --- reading -------------------------------------------------------------------------
 
@@ -208,27 +249,32 @@ class Log:
 
     # --- retention -----------------------------------------------------------------------
 
-    def delete_old_segments(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
-        """Apply retention by time and size; returns how many segments were deleted.
+    def active_expired(self, now_ms: int) -> bool:
+        """All of the log is past retention.ms: the active segment must roll to go too (the
+        caller rolls it, as for any roll), so an idle topic's data does ultimately go."""
+        return (len(self.segments) == 1 and self.config.retention_ms >= 0
+                and self._expired(self.active, now_ms, self.config.retention_ms))
 
-        The active segment is rolled first when all of it has expired, like Kafka, so an idle
-        topic's data does ultimately go.
-        """
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Apply retention by time and size to the sealed segments; returns how many were
+        deleted. The active segment is never deleted (see ``active_expired``)."""
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         deleted = 0
         if retention_ms >= 0:
-            while self.segments and self._expired(self.segments[0], now_ms, retention_ms):
-                if len(self.segments) == 1:
-                    if self.active.size == 0:
-                        break
-                    self.roll()
-                self._delete_first()
+            while len(self.segments) > 1 and self._expired(self.segments[0], now_ms,
+                                                           retention_ms):
+                self._delete_first("retention.ms")
                 deleted += 1
         if retention_bytes >= 0:
             total = self.size
             while len(self.segments) > 1 and total - self.segments[0].size >= retention_bytes:
                 total -= self.segments[0].size
-                self._delete_first()
+                self._delete_first("retention.bytes")
                 deleted += 1
+        if deleted:
+            # A deletion lost to a power cut would bring the segment back below the log
+            # start; harmless, but the directory is synced so that it stays gone.
+            self.disk.fsync_dir(self.dir)
         return deleted
 
     @staticmethod
@@ -236,10 +282,10 @@ class Log:
         return segment.size > 0 and segment.max_timestamp >= 0 and \
             now_ms - segment.max_timestamp > retention_ms
 
-    def _delete_first(self) -> None:
+    def _delete_first(self, reason: str) -> None:
         segment = self.segments.pop(0)
         self._base_offsets.pop(0)
-        log.info("%s: deleting segment %d by retention", self.dir, segment.base_offset)
+        log.info("%s: deleting segment %d by %s", self.dir, segment.base_offset, reason)
         segment.delete()
 
     # --- closing -------------------------------------------------------------------------
@@ -249,8 +295,18 @@ class Log:
         self.active.seal()
         for segment in self.segments:
             segment.close()
-        with open(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE), "wb"):
-            pass
+        marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
+        self.disk.close(self.disk.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        self.disk.fsync_dir(self.dir)
+
+    def abandon(self) -> None:
+        """Close the files without sealing anything: the directory failed, and the next start
+        must recover from what is on disk."""
+        for segment in self.segments:
+            try:
+                segment.close()
+            except OSError:
+                pass
 
     def delete(self) -> None:
         for segment in self.segments:

@@ -1,4 +1,13 @@
-"""One segment of a partition's log: the ``.log`` file of batches and its two indexes."""
+"""One segment of a partition's log: the ``.log`` file of batches and its two indexes.
+
+An append is all or nothing: when any part of a write fails (a short write, ENOSPC, EIO), the
+file is cut back to its size before the append and nothing in memory moves, so the next
+append goes where this one would have. If even the cut fails, the segment can no longer vouch
+for its bytes and raises LogDirFailure: its directory goes offline until a restart recovers it.
+A failed fsync raises LogDirFailure too: after one, the kernel may have dropped the very pages
+it could not write (and says so only once), so nothing written since the last good fsync is
+known to be durable.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +22,7 @@ from ..protocol.record_batch import (
     crc_of,
     read_header,
 )
-from .files import reserve, reserving_pays
+from .disk import LogDirFailure, OsDisk
 from .index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -24,6 +33,9 @@ _SCAN_CHUNK = 1 << 20
 _RESERVE_FROM = 128 * 1024
 _RESERVE_WRITES = 8
 _RESERVE_MOST = 8 << 20
+# Offsets in the index are relative to the segment's base offset, in 32 bits: Kafka rolls a
+# segment before an offset would not fit a signed 32-bit delta, and so do we.
+MAX_RELATIVE_OFFSET = (1 << 31) - 1
 
 
 def segment_name(base_offset: int) -> str:
@@ -31,15 +43,17 @@ def segment_name(base_offset: int) -> str:
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
+                 disk: OsDisk) -> None:
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
         self.path = stem + ".log"
-        self.offset_index = OffsetIndex(stem + ".index")
-        self.time_index = TimeIndex(stem + ".timeindex")
+        self._disk = disk
+        self.offset_index = OffsetIndex(stem + ".index", disk)
+        self.time_index = TimeIndex(stem + ".timeindex", disk)
         self.index_interval_bytes = index_interval_bytes
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._fd = disk.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = disk.size(self._fd)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -47,41 +61,42 @@ class LogSegment:
         self.created_at_ms = int(time.time() * 1000)
         self._bytes_since_index = 0
         self.unflushed_messages = 0
-        self.recovered = False
         self._reserved_to = self.size  # blocks are allocated up to here (see _reserve)
-        self._can_reserve = reserving_pays(self._fd)
+        self._can_reserve = disk.reserving_pays(self._fd)
 
     # --- opening -------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Open a segment closed cleanly: trust its indexes, rescan only after the last entry."""
+    def load(self) -> bool:
+        """Open a segment closed cleanly: trust its indexes, rescan only after the last entry.
+
+        Returns False when it had to be recovered instead (see ``recover``)."""
         if not self.offset_index.load(self.size):
             self.recover()
-            return
+            return False
         start = 0
         if len(self.offset_index):
             start = self.offset_index.positions[-1]
             self.next_offset = self.base_offset + self.offset_index.relative_offsets[-1]
         if self._scan(start, check_crc=False, index=False) != self.size:
             self.recover()
-            return
+            return False
         if not self.time_index.load(self.next_offset - self.base_offset):
             self.recover()
-            return
+            return False
         self._bytes_since_index = self.size - start
         if self.time_index.last_timestamp > self.max_timestamp:
             self.max_timestamp = self.time_index.last_timestamp
             self.offset_of_max_timestamp = self.base_offset + self.time_index.relative_offsets[-1]
         if self.size >= HEADER_SIZE:
-            first = read_header(os.pread(self._fd, HEADER_SIZE, 0))
+            first = read_header(self._disk.pread(self._fd, HEADER_SIZE, 0))
             self.first_batch_timestamp = first.max_timestamp
+        return True
 
     def recover(self) -> int:
         """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.
 
         Returns the number of bytes truncated.
         """
-        self.recovered = True
         self.offset_index.clear()
         self.time_index.clear()
         self.next_offset = self.base_offset
@@ -95,9 +110,9 @@ class LogSegment:
                 "%s: truncating %d bytes of torn or corrupt data after byte %d",
                 self.path, truncated, valid_end,
             )
-            os.ftruncate(self._fd, valid_end)
-            os.fsync(self._fd)
-            self.size = valid_end
+            self._disk.ftruncate(self._fd, valid_end)
+            self._disk.fsync(self._fd)
+            self.size = self._reserved_to = valid_end
         return truncated
 
     def _scan(self, start: int, check_crc: bool, index: bool = True) -> int:
@@ -107,7 +122,9 @@ class LogSegment:
         """
         pos = start
         while pos + HEADER_SIZE <= self.size:
-            header_bytes = os.pread(self._fd, HEADER_SIZE, pos)
+            header_bytes = self._disk.pread(self._fd, HEADER_SIZE, pos)
+            if len(header_bytes) < HEADER_SIZE:
+                break
             header = read_header(header_bytes)
             if (
                 header.magic != 2
@@ -116,11 +133,13 @@ class LogSegment:
                 # Offsets in a log are contiguous, so a batch that does not start where the
                 # previous one ended has a damaged base offset (a field the CRC does not cover).
                 or header.base_offset != self.next_offset
+                or header.last_offset_delta < 0
+                or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
             ):
                 break
             if check_crc:
-                body = os.pread(self._fd, header.size, pos)
-                if crc_of(body, 0, header.size) != header.crc:
+                body = self._disk.pread(self._fd, header.size, pos)
+                if len(body) < header.size or crc_of(body, 0, header.size) != header.crc:
                     break
             self._track(header, pos, index)
             pos += header.size
@@ -128,8 +147,12 @@ class LogSegment:
 
     # --- writing -------------------------------------------------------------------------
 
+    def fits(self, last_offset: int) -> bool:
+        """Whether a batch ending at ``last_offset`` can go in this segment's indexes."""
+        return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
     def _track(self, header: BatchHeader, position: int, index: bool = True) -> None:
-        if self.first_batch_timestamp < 0:
+        if self.first_batch_timestamp < 0 and position == 0:
             self.first_batch_timestamp = header.max_timestamp
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
@@ -146,46 +169,74 @@ class LogSegment:
         self.next_offset = header.last_offset + 1
 
     def append(self, parts: list, headers: list[BatchHeader]) -> None:
-        """Write the buffers in ``parts`` (the batches, in order) with one writev."""
+        """Write the buffers in ``parts`` (the batches, in order) with one writev: all of them,
+        or none (an OSError, the segment as before), or LogDirFailure."""
+        if not self.fits(headers[-1].last_offset):
+            raise ValueError(f"{self.path}: offset {headers[-1].last_offset} does not fit "
+                             "this segment; the log should have rolled")
         position = self.size
         total = sum(len(p) for p in parts)
         if total >= _RESERVE_FROM and position + total > self._reserved_to:
             self._reserve(position, total)
-        written = os.writev(self._fd, parts)
-        if written < total:  # a short write on a regular file: the disk is full, say why
-            self._write_rest(parts, written)
+        try:
+            written = self._disk.writev(self._fd, parts)
+            if written < total:  # a short write on a regular file: the disk is full, say why
+                self._write_rest(parts, written)
+        except BaseException as exc:
+            self._cut_back(position, exc)
+            raise
         for header in headers:
             self._track(header, position)
             position += header.size
             self.unflushed_messages += header.records_count
         self.size = position
 
+    def _cut_back(self, size: int, cause: BaseException) -> None:
+        """Undo a failed append: the file ends where it did before it."""
+        try:
+            self._disk.ftruncate(self._fd, size)
+        except OSError as exc:
+            raise LogDirFailure(f"{self.path}: an append failed ({cause}) and its bytes could "
+                                f"not be cut away ({exc})") from exc
+        self._reserved_to = min(self._reserved_to, size)
+        log.warning("%s: an append failed (%s); cut the segment back to %d bytes", self.path,
+                    cause, size)
+
     def _reserve(self, position: int, total: int) -> None:
         # A write into blocks allocated beforehand skips the filesystem's allocation work:
         # on ext4 a 1 MB append takes about 140 us instead of 200 (and fewer multi-ms
         # stalls), which is most of what the broker can still take off a produce's answer.
         end = position + total + min(_RESERVE_WRITES * total, _RESERVE_MOST)
-        if self._can_reserve and reserve(self._fd, position, end - position):
+        if self._can_reserve and self._disk.reserve(self._fd, position, end - position):
             self._reserved_to = end
         else:
             self._can_reserve = False  # not supported here, or no room: the write will say
 
     def _write_rest(self, parts: list, written: int) -> None:
-        rest = b"".join(bytes(p) for p in parts)[written:]
+        rest = memoryview(b"".join(bytes(p) for p in parts))[written:]
         while rest:
-            n = os.write(self._fd, rest)
-            if n == 0:
-                raise OSError("no space left on device")
+            n = self._disk.write(self._fd, rest)
+            if n <= 0:
+                raise OSError(28, "No space left on device (a write took no bytes)")
             rest = rest[n:]
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync; raises LogDirFailure when it fails."""
+        try:
+            self._disk.fdatasync(self._fd)
+        except OSError as exc:
+            raise LogDirFailure(f"{self.path}: fsync failed: {exc}") from exc
         self.unflushed_messages = 0
+
+    def dup_fd(self) -> int:
+        """A descriptor of this file for an fsync in another thread: closing the segment
+        meanwhile cannot make that fsync land on a file opened later under the same number."""
+        return self._disk.dup(self._fd)
 
     def seal(self) -> None:
         """Make the segment durable with its indexes (on roll and clean shutdown)."""
         if self._reserved_to > self.size:
-            os.ftruncate(self._fd, self.size)  # frees the blocks reserved past the end
+            self._disk.ftruncate(self._fd, self.size)  # frees the blocks reserved past the end
             self._reserved_to = self.size
         self.flush()
         if self.max_timestamp >= 0:
@@ -198,7 +249,7 @@ class LogSegment:
     # --- reading -------------------------------------------------------------------------
 
     def read_at(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return self._disk.pread(self._fd, size, position)
 
     def position_of(self, offset: int) -> int | None:
         """File position of the batch holding ``offset`` (or the first one after it)."""
@@ -206,7 +257,7 @@ class LogSegment:
             return None
         pos = self.offset_index.lookup(max(0, offset - self.base_offset))
         while pos + HEADER_SIZE <= self.size:
-            header = read_header(os.pread(self._fd, HEADER_SIZE, pos))
+            header = read_header(self._disk.pread(self._fd, HEADER_SIZE, pos))
             if header.last_offset >= offset:
                 return pos
             pos += header.size
@@ -216,7 +267,7 @@ class LogSegment:
         """Yield (position, header) of each batch from ``position`` to the end."""
         pos = position
         while pos + HEADER_SIZE <= self.size:
-            chunk = os.pread(self._fd, min(_SCAN_CHUNK, self.size - pos), pos)
+            chunk = self._disk.pread(self._fd, min(_SCAN_CHUNK, self.size - pos), pos)
             view = memoryview(chunk)
             inner = 0
             while inner + HEADER_SIZE <= len(view):
@@ -227,15 +278,22 @@ class LogSegment:
                 return
             pos += inner
 
+    @property
+    def modified_ms(self) -> int:
+        """When the file was last written (retention's clock for records without timestamps)."""
+        return self._disk.mtime_ms(self.path)
+
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            self._disk.close(fd)
 
     def delete(self) -> None:
+        """Remove the files: the log first, so that what is left of a segment whose removal
+        was cut short is an index without its log, which opening ignores and removes."""
         self.close()
         for path in (self.path, self.offset_index.path, self.time_index.path):
             try:
-                os.unlink(path)
+                self._disk.unlink(path)
             except FileNotFoundError:
                 pass

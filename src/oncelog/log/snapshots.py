@@ -8,15 +8,16 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .files import write_atomically
+from .disk import OsDisk, read_file, write_atomically
 from .segment import segment_name
 
 SUFFIX = ".snapshot"
 
 
 class SnapshotFiles:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, disk: OsDisk) -> None:
         self.dir = directory
+        self._disk = disk
 
     def path(self, offset: int) -> str:
         return os.path.join(self.dir, segment_name(offset) + SUFFIX)
@@ -24,22 +25,21 @@ class SnapshotFiles:
     def offsets(self) -> list[int]:
         """Offsets of the snapshots on disk, newest first."""
         found = []
-        for name in os.listdir(self.dir):
+        for name in self._disk.listdir(self.dir):
             stem = name[: -len(SUFFIX)]
             if name.endswith(SUFFIX) and stem.isdigit():
                 found.append(int(stem))
         return sorted(found, reverse=True)
 
     def write(self, offset: int, data: bytes) -> None:
-        write_atomically(self.path(offset), data)
+        write_atomically(self._disk, self.path(offset), data)
 
     def read(self, offset: int) -> bytes:
-        with open(self.path(offset), "rb") as f:
-            return f.read()
+        return read_file(self._disk, self.path(offset))
 
     def delete(self, offset: int) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(offset))
+            self._disk.unlink(self.path(offset))
 
     def keep_newest(self, count: int) -> None:
         """Older snapshots are only fallbacks for a damaged newer one: a few suffice."""

@@ -77,12 +77,15 @@ class LocalFileStore:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)
-            dir_fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            self._sync_dir()
             return new_version
+
+    def _sync_dir(self) -> None:
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def delete(self, path: str, expected_version: int | None = None) -> None:
         with self._locked():
@@ -91,6 +94,7 @@ class LocalFileStore:
                 raise BadVersion(f"{path}: version is {version}, expected {expected_version}")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._file(path))
+                self._sync_dir()
 
     def children(self, prefix: str) -> list[str]:
         quoted = urllib.parse.quote(prefix.rstrip("/") + "/", safe="")

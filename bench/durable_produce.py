@@ -1,0 +1,162 @@
+"""Durable produce: oncelog with ``log.flush.interval.messages=1`` against the disk's own limit.
+
+With that setting every batch is on disk before it is acknowledged. The limit to compare with
+is what the same disk gives a bare loop that writes batches of the same size to a file and
+fdatasyncs after each one, with nothing else in between: that loop is measured in the same
+run, in the same directory, with the batch size the broker actually stored (its segment bytes
+over its batch count). oncelog's broker fsyncs in a worker thread and commits every batch
+written before an fsync started with that fsync (group commit), so the ratio can exceed 1.
+
+Both batching modes of produce_consume: librdkafka's default (up to 1 MB per batch) and
+16 KiB batches, 1 KiB values, ``acks=all``, an idempotent confluent-kafka producer.
+
+    .venv/bin/python bench/durable_produce.py [--messages N] [--repeats R] [--data-dir D]
+    make bench ARGS="--only durable_produce"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from _support import OncelogBroker, filesystem_of, machine, median
+
+VALUE_SIZE = 1024
+PAYLOAD = random.Random(20261124).randbytes(VALUE_SIZE)
+SCENARIOS = {"default": {}, "16KiB": {"batch.size": 16384}}
+RUN_TIMEOUT = 300.0
+GOAL = 0.8
+
+
+def produce(bootstrap: str, topic: str, n: int, extra: dict) -> float:
+    """Seconds to produce ``n`` values and have every one acknowledged."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, **extra,
+                         "on_delivery": lambda err, msg: err and errors.append(str(err))})
+    producer.produce(topic, PAYLOAD, partition=0)  # creates the topic, connects
+    producer.flush(30)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, PAYLOAD, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the producer queue stayed full") from None
+        if i % 10_000 == 0:
+            producer.poll(0)
+    while len(producer) and time.monotonic() < deadline:
+        producer.flush(1)
+    seconds = time.perf_counter() - start
+    if len(producer) or errors:
+        raise RuntimeError(f"undelivered: {len(producer)}, errors: {errors[:3]}")
+    return seconds
+
+
+def stored_batches(broker: OncelogBroker, topic: str) -> tuple[int, int]:
+    """(bytes in the partition's segments, batches appended) as the broker counts them."""
+    directory = broker.data_dir / f"{topic}-0"
+    size = sum(p.stat().st_size for p in directory.glob("*.log"))
+    with urllib.request.urlopen(f"http://{broker.bootstrap}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("oncelog_produce_batches_total") and f'topic="{topic}"' in line \
+                    and 'outcome="appended"' in line:
+                return size, int(line.rsplit(" ", 1)[1])
+    raise RuntimeError("the broker counted no appended batches")
+
+
+def bare_loop(directory: Path, batch_bytes: int, batches: int) -> float:
+    """Seconds for ``batches`` writes of ``batch_bytes`` bytes, each followed by fdatasync."""
+    path = directory / "bare-loop.log"
+    data = random.Random(1).randbytes(batch_bytes)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(batches):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fdatasync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def run(args) -> dict:
+    results: dict = {"machine": machine(), "messages": args.messages, "scenarios": {}}
+    base = args.data_dir
+    base.mkdir(parents=True, exist_ok=True)
+    results["filesystem"] = filesystem_of(base)
+    settings = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
+    for name, extra in SCENARIOS.items():
+        rows = []
+        for rep in range(args.repeats):
+            with OncelogBroker(settings, base_dir=base) as broker:
+                topic = f"durable-{name}-{rep}"
+                seconds = produce(broker.bootstrap, topic, args.messages, extra)
+                size, batches = stored_batches(broker, topic)
+                batch_bytes = max(1, size // batches)
+                bare = bare_loop(broker.data_dir, batch_bytes, batches)
+            # The bare loop wrote the same bytes in the same number of batches (the warm-up
+            # batch included), so the ratio of the rates is the ratio of the times.
+            row = {"oncelog_msgs_per_s": args.messages / seconds,
+                   "bare_msgs_per_s": args.messages / bare, "batch_bytes": batch_bytes,
+                   "batches": batches, "ratio": bare / seconds}
+            rows.append(row)
+            print(f"  {name} rep {rep + 1}: oncelog {row['oncelog_msgs_per_s']:,.0f} msgs/s, "
+                  f"bare write+fdatasync {row['bare_msgs_per_s']:,.0f} msgs/s, "
+                  f"{batches} batches of {batch_bytes:,} B, ratio {row['ratio']:.2f}",
+                  file=sys.stderr, flush=True)
+        results["scenarios"][name] = {
+            "runs": rows,
+            "oncelog_msgs_per_s": median([r["oncelog_msgs_per_s"] for r in rows]),
+            "bare_msgs_per_s": median([r["bare_msgs_per_s"] for r in rows]),
+            "batch_bytes": median([r["batch_bytes"] for r in rows]),
+            "ratio": median([r["ratio"] for r in rows]),
+        }
+    return results
+
+
+def report(results: dict) -> None:
+    print(f"machine: {results['machine']}")
+    print(f"disk: {results['filesystem']}; {results['messages']:,} values of {VALUE_SIZE} B "
+          "per run, medians")
+    print(f"| batching | oncelog msgs/s | bare write+fdatasync msgs/s | batch | ratio | "
+          f"target | |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name, row in results["scenarios"].items():
+        met = "met" if row["ratio"] >= GOAL else "MISSED"
+        print(f"| {name} | {row['oncelog_msgs_per_s']:,.0f} | {row['bare_msgs_per_s']:,.0f} | "
+              f"{row['batch_bytes']:,.0f} B | {row['ratio']:.2f} | >= {GOAL} | {met} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parent.parent
+                        / ".bench-data", help="where the brokers and the bare loop write")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
+    results = run(args)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Every file operation of the log goes through a Disk: the real one, or one that fails.
+
+The log's promises (an append is all or nothing, nothing acknowledged is lost, recovery cuts
+only what was never durable) are only as good as the tests that break the disk under it.
+So log/ never calls ``os`` for its files: it calls a Disk, and tests hand it a MemoryDisk
+(log/memory_disk.py) that makes writes short, fills up, answers EIO, fails fsync, or loses
+power and keeps only what was made durable.
+
+The interface is ``os``'s own, file descriptors included, so the real Disk is ``os`` with
+nothing in between on the produce path.
+
+Durability, as POSIX promises it and as MemoryDisk enforces it: a file's bytes are durable
+after ``fsync``/``fdatasync`` of it; that a file exists under a name (after create, rename or
+unlink) is durable after ``fsync_dir`` of its directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+
+
+class LogDirFailure(Exception):
+    """The log can no longer vouch for its files (an fsync failed, or a failed append could
+    not be undone): its directory must go offline, as Kafka takes a failed log dir offline,
+    until a restart recovers it from what is on disk."""
+
+
+# --- blocks reserved ahead (fallocate) -----------------------------------------------------
+
+def _libc_function(name: str, argtypes: list) -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)  # libc's, already loaded
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _libc_function("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                          ctypes.c_int64])
+_fstatfs = _libc_function("fstatfs", [ctypes.c_int, ctypes.c_char_p])
+_FALLOC_FL_KEEP_SIZE = 1
+_STATFS_SIZE = 256  # more than struct statfs on any Linux ABI
+_MEMORY_FILESYSTEMS = (0x01021994, 0x858458F6)  # tmpfs, ramfs (statfs f_type)
+
+
+def reserving_pays(fd: int) -> bool:
+    """Whether ``reserve`` makes later writes to this file cheaper. Not on tmpfs or ramfs:
+    their fallocate fills in the memory pages, the very work the writes would have done,
+    in one lump (about 2 ms for 8 MiB)."""
+    if _fallocate is None or _fstatfs is None:
+        return False
+    buf = ctypes.create_string_buffer(_STATFS_SIZE)
+    if _fstatfs(fd, buf) != 0:
+        return False
+    f_type = ctypes.c_long.from_buffer(buf).value  # the struct's first field
+    return f_type & 0xFFFFFFFF not in _MEMORY_FILESYSTEMS
+
+
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Allocate the file's blocks for ``length`` bytes from ``offset`` without changing its
+    size (Linux fallocate with FALLOC_FL_KEEP_SIZE); False where that is not possible.
+
+    Readers and recovery see no difference: the size is still the data's end, and the
+    blocks past it are freed by a truncation to that size (LogSegment.seal does one).
+    """
+    if _fallocate is None:
+        return False
+    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+
+
+class OsDisk:
+    """The real filesystem."""
+
+    open = staticmethod(os.open)
+    close = staticmethod(os.close)
+    dup = staticmethod(os.dup)
+    write = staticmethod(os.write)
+    writev = staticmethod(os.writev)
+    pread = staticmethod(os.pread)
+    ftruncate = staticmethod(os.ftruncate)
+    fsync = staticmethod(os.fsync)
+    fdatasync = staticmethod(os.fdatasync)
+    listdir = staticmethod(os.listdir)
+    unlink = staticmethod(os.unlink)
+    rename = staticmethod(os.replace)
+    rmdir = staticmethod(os.rmdir)
+    isdir = staticmethod(os.path.isdir)
+    exists = staticmethod(os.path.exists)
+    reserve = staticmethod(reserve)
+    reserving_pays = staticmethod(reserving_pays)
+
+    @staticmethod
+    def size(fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    @staticmethod
+    def mtime_ms(path: str) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    @staticmethod
+    def makedirs(path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    @staticmethod
+    def rmtree(path: str) -> None:
+        shutil.rmtree(path)
+
+    @staticmethod
+    def fsync_dir(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class InstrumentedDisk(OsDisk):
+    """The real filesystem with two hooks for tests and fault checks of a broker running in
+    another process; chosen by environment variables, never set in production.
+
+    ONCELOG_FSYNC_JOURNAL=<path>: after each successful fsync of a file, append "size path" to
+    that journal. A test kills the broker (the page cache survives a kill, so a kill alone
+    proves nothing about fsync), then cuts every file back to its journalled size
+    (``cut_to_journal``), which is what a power cut may leave.
+
+    ONCELOG_DISK_FAULTS=<op>:<path suffix>:<after>:<errno name>[;...]: the operation ``op``
+    (write, fsync, ftruncate) on a path ending in the suffix fails with that errno once it
+    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing.
+    """
+
+    def __init__(self, journal: str | None, faults: str | None) -> None:
+        self._journal = None if journal is None else os.open(
+            journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._paths: dict[int, str] = {}
+        self._faults: list[list] = []  # [op, suffix, successes left, errno]
+        for spec in filter(None, (faults or "").split(";")):
+            op, suffix, after, name = spec.split(":")
+            self._faults.append([op, suffix, int(after), getattr(errno, name)])
+
+    def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
+        fd = os.open(path, flags, mode)
+        self._paths[fd] = os.path.abspath(path)
+        return fd
+
+    def close(self, fd: int) -> None:  # type: ignore[override]
+        self._paths.pop(fd, None)
+        os.close(fd)
+
+    def dup(self, fd: int) -> int:  # type: ignore[override]
+        new = os.dup(fd)
+        self._paths[new] = self._paths.get(fd, "")
+        return new
+
+    def _check(self, op: str, fd: int) -> None:
+        path = self._paths.get(fd, "")
+        for fault in self._faults:
+            if fault[0] == op and path.endswith(fault[1]):
+                if fault[2] <= 0:
+                    raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
+                fault[2] -= 1
+
+    def _noted(self, fd: int) -> None:
+        path = self._paths.get(fd)
+        if path and self._journal is not None:
+            os.write(self._journal, f"{os.fstat(fd).st_size} {path}\n".encode())
+
+    def write(self, fd: int, data) -> int:  # type: ignore[override]
+        self._check("write", fd)
+        return os.write(fd, data)
+
+    def writev(self, fd: int, parts) -> int:  # type: ignore[override]
+        self._check("write", fd)
+        return os.writev(fd, parts)
+
+    def ftruncate(self, fd: int, length: int) -> None:  # type: ignore[override]
+        self._check("ftruncate", fd)
+        os.ftruncate(fd, length)
+
+    def fsync(self, fd: int) -> None:  # type: ignore[override]
+        self._check("fsync", fd)
+        os.fsync(fd)
+        self._noted(fd)
+
+    def fdatasync(self, fd: int) -> None:  # type: ignore[override]
+        self._check("fsync", fd)
+        os.fdatasync(fd)
+        self._noted(fd)
+
+
+def cut_to_journal(journal: str, directory: str,
+                   suffixes: Sequence[str] = (".log",)) -> dict[str, int]:
+    """What a power cut may leave of an InstrumentedDisk's files: each file under
+    ``directory`` with one of ``suffixes`` cut back to its last journalled size (to nothing
+    when it was never fsynced). Returns path -> size kept."""
+    durable: dict[str, int] = {}
+    with contextlib.suppress(FileNotFoundError), open(journal, encoding="utf-8") as f:
+        for line in f:
+            size, _, path = line.rstrip("\n").partition(" ")
+            durable[path] = int(size)
+    kept = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.abspath(os.path.join(root, name))
+            if name.endswith(tuple(suffixes)):
+                kept[path] = min(os.path.getsize(path), durable.get(path, 0))
+                os.truncate(path, kept[path])
+    return kept
+
+
+Disk = OsDisk  # the interface: MemoryDisk has the same methods
+
+
+def default_disk() -> OsDisk:
+    journal = os.environ.get("ONCELOG_FSYNC_JOURNAL")
+    faults = os.environ.get("ONCELOG_DISK_FAULTS")
+    if journal or faults:
+        return InstrumentedDisk(journal, faults)
+    return OS_DISK
+
+
+OS_DISK = OsDisk()
+
+
+def read_file(disk: OsDisk, path: str) -> bytes:
+    fd = disk.open(path, os.O_RDONLY)
+    try:
+        size = disk.size(fd)
+        data = disk.pread(fd, size, 0)
+        while len(data) < size:
+            more = disk.pread(fd, size - len(data), len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        disk.close(fd)
+
+
+def write_fully(disk: OsDisk, fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = disk.write(fd, view)
+        if n <= 0:
+            raise OSError(28, "no space left on device")  # ENOSPC: a write that took nothing
+        view = view[n:]
+
+
+def write_atomically(disk: OsDisk, path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that it is durably either the old or the new bytes:
+    a temporary file written and fsynced, renamed over ``path``, the directory fsynced."""
+    tmp = path + ".tmp"
+    fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_fully(disk, fd, data)
+        disk.fsync(fd)
+    except BaseException:
+        disk.close(fd)
+        with contextlib.suppress(OSError):
+            disk.unlink(tmp)
+        raise
+    disk.close(fd)
+    disk.rename(tmp, path)
+    disk.fsync_dir(os.path.dirname(path) or ".")

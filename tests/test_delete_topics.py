@@ -1,0 +1,124 @@
+"""DeleteTopics is crash-safe: a topic re-created under the same name always starts empty.
+
+The metadata entry goes first (the moment of deletion), the partition directories are then
+renamed aside ("-delete", as Kafka names them) and removed in the background. These tests
+leave the broker's data directory as a crash at each point in between would, and check what
+the next start makes of it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+
+from brokers import create_topic
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+TOPIC = "reborn"
+
+
+def produce(bootstrap: str, n: int, tag: bytes) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        producer.produce(TOPIC, value=tag + b"-%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(2)])
+    values, at_end = [], set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(at_end) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+            else:
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert len(at_end) == 2
+    return sorted(values)
+
+
+def delete_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([TOPIC])[TOPIC].result(30)
+
+
+def metadata_entry(broker) -> str:
+    return str(broker.data_dir / ".oncelog-metadata" /
+               (urllib.parse.quote(f"topics/{TOPIC}", safe="") + ".json"))
+
+
+def wait_gone(paths, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while any(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(p) for p in paths), [p for p in paths if os.path.exists(p)]
+
+
+def test_delete_and_recreate_while_running_starts_empty(broker):
+    create_topic(broker.bootstrap, TOPIC, 2)
+    produce(broker.bootstrap, 20, b"old")
+    delete_topic(broker.bootstrap)
+    leftovers = [broker.data_dir / name for name in os.listdir(broker.data_dir)
+                 if name.startswith(TOPIC)]
+    assert all(str(p).endswith("-delete") for p in leftovers), leftovers
+    create_topic(broker.bootstrap, TOPIC, 2)
+    assert read_all(broker.bootstrap) == []
+    produce(broker.bootstrap, 4, b"new")
+    assert read_all(broker.bootstrap) == sorted(b"new-%d" % i for i in range(4))
+    wait_gone(leftovers)
+
+
+def test_crash_after_the_metadata_entry_went_leaves_nothing_behind(broker):
+    """The crash came between the metadata entry's removal and the renames."""
+    create_topic(broker.bootstrap, TOPIC, 2)
+    produce(broker.bootstrap, 20, b"old")
+    broker.kill()
+    os.unlink(metadata_entry(broker))
+    broker.start()
+    assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
+    create_topic(broker.bootstrap, TOPIC, 2)
+    assert read_all(broker.bootstrap) == []
+    assert "left over from a deleted topic" in broker.log_text()
+
+
+def test_crash_after_the_renames_finishes_the_removal(broker):
+    create_topic(broker.bootstrap, TOPIC, 2)
+    produce(broker.bootstrap, 20, b"old")
+    broker.kill()
+    os.unlink(metadata_entry(broker))
+    for p in range(2):
+        os.rename(broker.data_dir / f"{TOPIC}-{p}", broker.data_dir / f"{TOPIC}-{p}.x-delete")
+    broker.start()
+    assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
+
+
+def test_directory_of_an_older_topic_of_the_same_name_is_not_read(broker):
+    """A partition directory whose partition.metadata names another topic id is stale."""
+    import shutil
+
+    create_topic(broker.bootstrap, TOPIC, 2)
+    produce(broker.bootstrap, 20, b"old")
+    broker.stop()
+    saved = broker.data_dir.parent / "saved"
+    shutil.copytree(broker.data_dir / f"{TOPIC}-0", saved)
+    broker.start()
+    delete_topic(broker.bootstrap)
+    create_topic(broker.bootstrap, TOPIC, 2)
+    broker.stop()
+    # The old directory is back under the new topic's name, as a lost removal would leave it.
+    shutil.rmtree(broker.data_dir / f"{TOPIC}-0")
+    os.rename(saved, broker.data_dir / f"{TOPIC}-0")
+    broker.start()
+    assert read_all(broker.bootstrap) == []
+    assert "left over from a deleted topic" in broker.log_text()
