@@ -478,7 +478,7 @@ class IdempotenceManager:
             state.unacked.remove(batch)
             if leaves_gap:
                 self.bump_needed = True
-        if self.continues_checkpoint:
+        if self.continues_checkpoint and not self.stopped:
             self.bump_needed = True
 
     def failure(self, batch: ProducerBatch, error: ErrorCode, cause: str) -> KafkaError:
