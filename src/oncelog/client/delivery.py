@@ -75,10 +75,13 @@ class Delivery:
                  message: str | None = None) -> bool:
         """The broker's answer to the batch's attempt in flight; True when the producer must
         now be looked up for it (DescribeProducers, then ``looked_up``)."""
-        verdict = self.idem.answered(batch, error, self._time_left(batch))
+        verdict = self.idem.answered(batch, error,
+                                     error == ErrorCode.none or self._time_left(batch))
+        if verdict.outcome is Outcome.DELIVERED:  # the common case, first
+            self.deliver(batch, base_offset if error == ErrorCode.none else -1)
+            return False
         detail = f"{error.name.upper()}: {message}" if message else error.name.upper()
-        return self._act(batch, verdict, error, detail,
-                         base_offset if error == ErrorCode.none else -1)
+        return self._act(batch, verdict, error, detail, -1)
 
     def lost(self, batch: ProducerBatch, exc: BaseException, sent: bool = True) -> None:
         """No answer to the batch's attempt: the connection failed or timed out (``sent``),

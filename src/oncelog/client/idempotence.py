@@ -183,6 +183,11 @@ class Verdict:
     gap: bool = True  # for FAIL: the partition's sequences now have a gap (a new epoch)
 
 
+# Rows 1 and 2, the produce path's common case: made once, not per answer.
+_DELIVERED = Verdict(Outcome.DELIVERED, "1")
+_DELIVERED_BEFORE = Verdict(Outcome.DELIVERED, "2")
+
+
 # --- the rules, one function per row group ----------------------------------------------------
 
 def judge_answer(error: ErrorCode, *, idempotent: bool, first_unacked: bool,
@@ -191,9 +196,9 @@ def judge_answer(error: ErrorCode, *, idempotent: bool, first_unacked: bool,
     """Rows 1-9b: an answer (NONE for a batch acks=0 sends blind) or, as
     NETWORK_EXCEPTION, none; ``maybe_stored`` counts this answer in."""
     if error == ErrorCode.none:
-        return Verdict(Outcome.DELIVERED, "1")
+        return _DELIVERED
     if error == ErrorCode.duplicate_sequence_number:
-        return Verdict(Outcome.DELIVERED, "2")
+        return _DELIVERED_BEFORE
     if idempotent:
         if error in _FATAL:
             return Verdict(Outcome.FATAL, "3", "the broker fenced this producer: another "
@@ -377,10 +382,11 @@ class IdempotenceManager:
                 batch.ambiguous = (f"an attempt was answered {error.name.upper()}, which does "
                                    "not say the broker did not store it")
             batch.maybe_stored = batch.ambiguous is not None
+        oos = error == ErrorCode.out_of_order_sequence_number  # the facts only it needs
         verdict = judge_answer(
-            error, idempotent=self.enabled, first_unacked=bool(state.unacked)
-            and state.unacked[0] is batch, maybe_stored=batch.maybe_stored,
-            later_acked=self._acked_after(state, batch),
+            error, idempotent=self.enabled,
+            first_unacked=oos and bool(state.unacked) and state.unacked[0] is batch,
+            maybe_stored=batch.maybe_stored, later_acked=oos and self._acked_after(state, batch),
             attempts_left=batch.attempts <= self.retries, time_left=time_left)
         return self._apply(state, batch, verdict)
 
