@@ -31,7 +31,8 @@ from oncelog.client import calls
 from oncelog.client.admin import Admin
 from oncelog.client.connection import BrokerConnection, connect
 from oncelog.protocol import api_versions as apis
-from oncelog.protocol.record_batch import CONTROL_BIT, BatchHeader
+from oncelog.protocol.batches import RecordSetWalk
+from oncelog.protocol.record_batch import BatchHeader
 from oncelog.protocol.records import GZIP, NONE, ZSTD, decode_batch, encode_batch
 from oncelog.protocol.schema import build
 
@@ -153,7 +154,6 @@ def test_partitions_and_producer_ids_are_separate():
     audit.add_header(1, header(8, 0, 0, 2, 3))
     audit.add_header(0, header(-1, -1, -1, 4, 6))  # a non-idempotent producer
     audit.add_header(0, header(-1, -1, -1, 4, 10))
-    audit.add_header(0, header(7, 0, 0, 1, 14, attributes=CONTROL_BIT))  # a marker: ignored
     report = audit.finish()
     assert report.clean, report.problems
     assert [(r.partition, r.producer_id, r.records) for r in report.producers] == [
@@ -263,13 +263,14 @@ def test_record_fields_reads_what_decode_batch_reads(codec):
         records.append((key, value, [("h", b"x" * (i % 3))], T0 + rng.randrange(-10**6, 10**9)))
     data = encode_batch(records, codec, base_offset=10**12, producer_id=3, producer_epoch=0,
                         base_sequence=0)
-    header, decoded = decode_batch(data)
-    offsets, keys, values = record_fields(header, data, 0, True, True)
+    _, decoded = decode_batch(data)
+    (batch,) = RecordSetWalk(data, 10**12)
+    offsets, keys, values = record_fields(batch, True, True)
     assert offsets == [r.offset for r in decoded]
     assert keys == [r.key for r in decoded]
     assert values == [r.value for r in decoded]
-    assert record_fields(header, data, 0, False, True) == (offsets, [], values)
-    assert record_fields(header, data, 0, True, False) == (offsets, keys, [])
+    assert record_fields(batch, False, True) == (offsets, [], values)
+    assert record_fields(batch, True, False) == (offsets, keys, [])
 
 
 # --- against a broker -----------------------------------------------------------------------------
