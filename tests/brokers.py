@@ -103,3 +103,28 @@ def batches_on_disk(broker: BrokerProcess, topic: str, partition: int) -> list:
         if name.endswith(".log"):
             headers += [h for _, h in scan_batches((directory / name).read_bytes())]
     return headers
+
+
+def append_on_disk(broker: BrokerProcess, topic: str, partition: int,
+                   batches: list[bytes]) -> int:
+    """Append batches no client may produce (control batches, compacted batches) to a
+    partition's log the way the broker appends, through the log classes, with the broker
+    stopped; it is started again on the same port. Each batch's base offset is set to where
+    it lands. Returns the log end offset after them."""
+    import struct
+
+    from oncelog.log.log import Log, LogConfig
+    from oncelog.protocol.record_batch import read_header
+
+    broker.stop()
+    log = Log(str(Path(broker.data_dir) / f"{topic}-{partition}"), LogConfig())
+    try:
+        for batch in batches:
+            placed = bytearray(batch)
+            struct.pack_into(">q", placed, 0, log.log_end_offset)
+            log.append([bytes(placed)], [read_header(placed)])
+        end = log.log_end_offset
+    finally:
+        log.close()
+    broker.start()
+    return end
