@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from brokers import produce_batches, wait_for_log_start
 from confluent_kafka import Producer
 
 import oncelog
@@ -279,30 +280,6 @@ def test_markers_and_compaction_gaps_are_read_past_not_waited_for(spark, broker,
     plain = audit_topic(broker.bootstrap, "gaps")
     assert on_spark.totals["records"] == len(held) and on_spark.clean
     assert on_spark.to_json()["partitions"] == plain.to_json()["partitions"]
-
-
-def produce_batches(bootstrap: str, topic: str, first: int, batches: int) -> None:
-    """``batches`` batches of 10 records of 100 bytes each (values first, first + 1, ...),
-    through the wire one batch a request: each batch about 1.1 KB."""
-    from oncelog.client import calls
-    from oncelog.client.connection import connect
-    from oncelog.protocol.records import encode_batch
-
-    now = int(time.time() * 1000)
-    with connect(bootstrap, timeout=TIMEOUT) as conn:
-        for b in range(batches):
-            values = [b"%-100d" % (first + 10 * b + i) for i in range(10)]
-            calls.produce(conn, topic, 0, encode_batch([(None, v, (), now) for v in values]))
-
-
-def wait_for_log_start(bootstrap: str, topic: str, past: int) -> int:
-    with Consumer({"bootstrap.servers": bootstrap}) as c:
-        c.assign([TopicPartition(topic, 0)])
-        deadline = time.monotonic() + TIMEOUT
-        while (low := c.watermarks(TopicPartition(topic, 0))[0]) <= past:
-            assert time.monotonic() < deadline, "retention deleted nothing"
-            time.sleep(0.05)
-    return low
 
 
 def test_records_deleted_after_planning_are_data_loss_in_the_task(spark, start_broker, caplog):

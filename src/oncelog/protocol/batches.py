@@ -33,12 +33,14 @@ from typing import Any
 
 from . import records as codec
 from .record_batch import (
+    COMPRESSION_MASK,
     CURRENT_MAGIC,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     crc_of,
     read_header,
@@ -86,6 +88,13 @@ class Batch:
     def timestamp_type(self) -> str:
         return LOG_APPEND_TIME if self.header.attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
 
+    def payload(self) -> bytes | memoryview:
+        """The batch's records, uncompressed (the walk checked the batch is whole)."""
+        h = self.header
+        data = self.buf[self.pos + HEADER_SIZE:self.pos + LOG_OVERHEAD + h.batch_length]
+        compression = h.attributes & COMPRESSION_MASK
+        return data if compression == codec.NONE else codec.decompress(compression, data)
+
     def _whole(self) -> bool:
         """Whether every record of the batch is wanted (no filtering needed)."""
         h = self.header
@@ -116,24 +125,23 @@ class Batch:
         there (it takes a NamedTuple class); the consumer's per-record work is this call.
         """
         h = self.header
-        kind = self.timestamp_type
-        log_append = kind == LOG_APPEND_TIME
+        attributes = h.attributes
+        log_append = bool(attributes & TIMESTAMP_TYPE_BIT)
+        kind = LOG_APPEND_TIME if log_append else CREATE_TIME
         before = len(out)
         try:
             compiled = codec.compiled
             if compiled is not None:
-                _, payload = codec.batch_payload(self.buf, self.pos)
                 compiled.consumer_records(
-                    out, cls, payload, h.records_count, self.first, topic, partition,
+                    out, cls, self.payload(), h.records_count, self.first, topic, partition,
                     h.base_offset, h.base_timestamp, log_append, h.max_timestamp, kind,
-                    h.producer_id, h.producer_epoch, h.base_sequence, h.is_transactional)
+                    h.producer_id, h.producer_epoch, h.base_sequence,
+                    bool(attributes & TRANSACTIONAL_BIT))
             else:
                 out += self._python_records(cls, topic, partition, kind)
-        except CorruptBatch:
-            raise
         except ValueError as exc:
             raise self._corrupt(exc) from None
-        if self.end is not None and h.last_offset >= self.end:
+        if self.end is not None and h.base_offset + h.last_offset_delta >= self.end:
             while len(out) > before and out[-1][2] >= self.end:
                 out.pop()  # offsets rise within a batch: only the tail can be past the end
         return len(out) - before
@@ -204,25 +212,26 @@ class RecordSetWalk:
             if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
                 raise CorruptBatch(f"batch at offset {header.base_offset} has length "
                                    f"{header.batch_length}", header.base_offset)
-            size = header.size
+            size = LOG_OVERHEAD + header.batch_length
             if pos + size > total:
                 self.partial = True
                 return
             pos += size
-            if header.last_offset < self.position:
+            base = header.base_offset
+            after = base + header.last_offset_delta + 1
+            position = self.position
+            if after <= position:
                 continue
-            if header.base_offset > self.position:
-                self.position = header.base_offset  # offsets in between are not in the log
-            if end is not None and self.position >= end:
+            if base > position:
+                position = self.position = base  # offsets in between are not in the log
+            if end is not None and position >= end:
                 return
-            first = self.position
             if self.check_crcs and crc_of(view, pos - size, size) != header.crc:
                 if not self.skip_corrupt:
-                    raise CorruptBatch(f"batch at offset {header.base_offset} fails its CRC32C "
-                                       "check", header.base_offset)
+                    raise CorruptBatch(f"batch at offset {base} fails its CRC32C check", base)
                 self.corrupt_batches += 1
-                self.position = header.last_offset + 1
+                self.position = after
                 continue
-            self.position = header.last_offset + 1
+            self.position = after
             if not self._withheld(header):
-                yield Batch(header, view, pos - size, first, end)
+                yield Batch(header, view, pos - size, position, end)
