@@ -12,7 +12,7 @@ from record_sets import T0, control_batch, craft_batch, data_batch
 from oncelog import ConsumerRecord
 from oncelog.protocol import records as codec
 from oncelog.protocol.batches import CorruptBatch, RecordSetWalk, UnsupportedFormat
-from oncelog.protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, crc_of
+from oncelog.protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, crc_of
 from oncelog.protocol.records import encode_batch
 
 
@@ -98,6 +98,20 @@ def test_a_bad_crc_is_an_error_or_skipped_and_counted():
     with pytest.raises(CorruptBatch, match="batch at offset 1: record batch does not parse"):
         for batch in walk:
             batch.record_fields()
+
+
+@pytest.mark.parametrize("codec_id", [codec.GZIP, codec.SNAPPY, codec.LZ4, codec.ZSTD])
+def test_compressed_garbage_with_a_right_crc_is_a_corrupt_batch(codec_id):
+    batch = bytearray(data_batch(0, [b"a" * 50]))
+    batch[HEADER_SIZE:] = b"\x00not compressed at all" * 3
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    batch[ATTRIBUTES_OFFSET + 1] |= codec_id
+    struct.pack_into(">I", batch, CRC_OFFSET, crc_of(batch, 0, len(batch)))
+    (found,) = RecordSetWalk(bytes(batch), 0)
+    with pytest.raises(CorruptBatch, match="batch at offset 0: "):
+        found.append_records([], ConsumerRecord, "t", 0)
+    with pytest.raises(CorruptBatch, match="batch at offset 0: "):
+        found.record_fields()
 
 
 def test_old_message_formats_and_impossible_lengths_are_refused():

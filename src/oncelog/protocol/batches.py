@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import cramjam
+
 from . import records as codec
 from .record_batch import (
     COMPRESSION_MASK,
@@ -47,6 +49,8 @@ from .record_batch import (
 )
 
 CREATE_TIME, LOG_APPEND_TIME = "CreateTime", "LogAppendTime"
+# What decoding a damaged batch raises: the codec's ValueError, a decompressor's own error.
+_UNREADABLE = (ValueError, cramjam.DecompressionError)
 
 
 class RecordSetError(ValueError):
@@ -84,10 +88,6 @@ class Batch:
         return (f"Batch(offsets {h.base_offset}..{h.last_offset}, wanted from {self.first}"
                 f"{'' if self.end is None else f' to {self.end}'}, {h.records_count} records)")
 
-    @property
-    def timestamp_type(self) -> str:
-        return LOG_APPEND_TIME if self.header.attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
-
     def payload(self) -> bytes | memoryview:
         """The batch's records, uncompressed (the walk checked the batch is whole)."""
         h = self.header
@@ -108,7 +108,7 @@ class Batch:
         """(offset delta, timestamp delta, key, value, headers) of each wanted record."""
         try:
             _, fields = codec.decode_record_fields(self.buf, self.pos)
-        except ValueError as exc:
+        except _UNREADABLE as exc:
             raise self._corrupt(exc) from None
         if self._whole():
             return fields
@@ -139,7 +139,7 @@ class Batch:
                     bool(attributes & TRANSACTIONAL_BIT))
             else:
                 out += self._python_records(cls, topic, partition, kind)
-        except ValueError as exc:
+        except _UNREADABLE as exc:
             raise self._corrupt(exc) from None
         if self.end is not None and h.base_offset + h.last_offset_delta >= self.end:
             while len(out) > before and out[-1][2] >= self.end:
