@@ -265,10 +265,11 @@ def test_markers_and_compaction_gaps_are_read_past_not_waited_for(spark, broker,
     df = reader(spark, broker.bootstrap, subscribe="gaps", minPartitions="4")
     assert df.rdd.getNumPartitions() == 4  # [0, 5) [5, 11) [11, 16) [16, 22)
     assert sorted(r.offset for r in df.select("offset").collect()) == held
-    to_marker = reader(spark, broker.bootstrap, subscribe="gaps",
-                       startingOffsets=json.dumps({"gaps": {"0": 13}}),
-                       endingOffsets=json.dumps({"gaps": {"0": 19}}))
-    assert [r.offset for r in to_marker.select("offset").collect()] == [14]
+    for start, end, expected in ((5, 9, [5, 6, 7]), (13, 19, [14]), (21, 22, [])):
+        ranged = reader(spark, broker.bootstrap, subscribe="gaps",  # to a marker, in a gap
+                        startingOffsets=json.dumps({"gaps": {"0": start}}),
+                        endingOffsets=json.dumps({"gaps": {"0": end}}))
+        assert [r.offset for r in ranged.select("offset").collect()] == expected
 
     progress = stream(spark, broker.bootstrap, tmp_path / "out", tmp_path / "checkpoint",
                       subscribe="gaps", maxOffsetsPerTrigger="6")

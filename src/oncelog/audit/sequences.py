@@ -98,8 +98,8 @@ class ProducerSeen:
         self.epoch_regressions = 0  # records under an epoch older than one seen before
 
 
-
 def expand(packed: bytes) -> ProducerSeen:
+    """A producer kept PACKED, as a ProducerSeen."""
     epoch_no, first, last, records, batches = PACKED.unpack(packed)
     producer = ProducerSeen()
     producer.max_epoch = epoch_no
