@@ -5,6 +5,7 @@ them."""
 from __future__ import annotations
 
 import struct
+import time
 
 import crc32c
 
@@ -24,9 +25,12 @@ ABORT, COMMIT = 0, 1
 def craft_batch(base_offset: int, records: list[tuple[int, bytes | None, bytes | None]],
                 last_offset_delta: int | None = None, *, attributes: int = 0,
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                timestamp: int = T0) -> bytes:
+                timestamp: int | None = None) -> bytes:
     """A v2 batch of (offset delta, key, value) records, uncompressed. ``last_offset_delta``
-    past the last record's delta makes a compacted batch (its last offsets hold no record)."""
+    past the last record's delta makes a compacted batch (its last offsets hold no record).
+    Timestamps are now by default (retention would delete an old segment of them)."""
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
     body = b"".join(encode_record(delta, delta, key, value, ()) for delta, key, value in records)
     last = records[-1][0] if last_offset_delta is None else last_offset_delta
     batch = bytearray(HEADER_SIZE) + body
