@@ -530,3 +530,30 @@ def test_memory_stays_bounded(broker, tmp_path):
     assert report.totals["records"] == count
     assert report.repeats[0].records == count
     assert peak < held / 4, f"peak {peak:,} bytes against {held:,} to hold the values"
+
+
+def test_a_batch_whose_records_do_not_parse_is_reported_corrupt(broker, capsys):
+    """Its CRC holds (a broker that validated nothing stored it): the sequence audit reads its
+    header; --by cannot read its values and reports it as a corrupt batch, exit 1."""
+    import struct
+
+    from brokers import append_on_disk
+    from record_sets import craft_batch
+
+    from oncelog.protocol.record_batch import CRC_OFFSET, crc_of
+
+    create_topic(broker.bootstrap, "torn", 1)
+    damaged = bytearray(craft_batch(0, [(0, None, b"only one")], producer_id=7,
+                                    producer_epoch=0, base_sequence=0))
+    struct.pack_into(">i", damaged, 23, 2)  # says 3 records (deltas 0..2): holds 1
+    struct.pack_into(">i", damaged, 57, 3)
+    struct.pack_into(">I", damaged, CRC_OFFSET, crc_of(damaged, 0, len(damaged)))
+    append_on_disk(broker, "torn", 0, [bytes(damaged)])
+
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn")
+    assert code == 0, out
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn",
+                        "--by", "value", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["partitions"][0]["corrupt_batches"] == 1
+    assert report["problems"] == ["1 corrupt batch"]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from ..client.topic_reader import TOPIC_GONE, Lost, TopicReader, UnknownTopicOrPartition
-from ..protocol.batches import Batch, UnsupportedFormat
+from ..protocol.batches import Batch, CorruptBatch, UnsupportedFormat
 from .core import Audit
 from .report import AuditReport, PartitionReport
 
@@ -49,7 +49,7 @@ def read_partition(reader: TopicReader, report: PartitionReport) -> Iterator[Bat
     except UnsupportedFormat as exc:
         raise AuditError(f"{exc}; only v2 batches carry sequences") from None
     finally:
-        report.corrupt_batches = read.corrupt_batches
+        report.corrupt_batches += read.corrupt_batches
 
 
 def record_fields(batch: Batch, want_key: bool, want_value: bool
@@ -87,7 +87,11 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                 for batch in read_partition(reader, report):
                     audit.add_header(p, batch.header)
                     if by:
-                        offsets, keys, values = record_fields(batch, want_key, want_value)
+                        try:
+                            offsets, keys, values = record_fields(batch, want_key, want_value)
+                        except CorruptBatch:  # its CRC holds, its records do not parse
+                            report.corrupt_batches += 1
+                            offsets = keys = values = []
                         if want_key:
                             audit.add_values("key", p, offsets, keys)
                         if want_value:

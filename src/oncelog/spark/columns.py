@@ -33,7 +33,7 @@ from ..client.topic_reader import (
     TopicReader,
     UnknownTopicOrPartition,
 )
-from ..protocol.batches import Batch
+from ..protocol.batches import Batch, RecordSetError
 from ..protocol.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_BIT
 from .offsets import DataLossError, OffsetRange
 
@@ -164,7 +164,10 @@ def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
         try:
             for batch in reader.read(rng.partition, rng.start, rng.end, poll_timeout=timeout,
                                      on_loss=lost):
-                columns.add_batch(batch)
+                try:
+                    columns.add_batch(batch)
+                except RecordSetError as exc:  # records that do not parse
+                    raise type(exc)(f"{rng.topic}-{rng.partition}: {exc}", exc.offset) from None
                 if len(columns) >= ROWS_PER_BATCH or columns.bytes >= BYTES_PER_BATCH:
                     yield columns.take()
         except ReadTimeout as exc:
