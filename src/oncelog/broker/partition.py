@@ -23,6 +23,7 @@ from ..producer_state import snapshot
 from ..producer_state.manager import ProducerStateManager, StateLimits
 from ..producer_state.rules import Append, BatchIdentity, Duplicate, Refuse
 from ..protocol.record_batch import BatchHeader, InvalidBatch, assign_offsets, split_batches
+from ..protocol.validation import DEFAULT_RULES, RecordRules, validate_batches
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     duplicate: bool = False
+    log_append_time: int = -1  # the time the broker stamped, with LogAppendTime
 
 
 def _identity(header: BatchHeader) -> BatchIdentity:
@@ -57,13 +59,15 @@ def _now_ms() -> int:
 class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
-                 producer_ids: IssuedProducerIds) -> None:
+                 producer_ids: IssuedProducerIds, record_rules: RecordRules = DEFAULT_RULES
+                 ) -> None:
         self.topic = topic
         self.index = index
         self.dir = directory
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.limits = limits
+        self.record_rules = record_rules
         self._producer_ids = producer_ids
         self._log: Log | None = None
         self._state: ProducerStateManager | None = None
@@ -151,6 +155,7 @@ class Partition:
         Raises InvalidBatch with the Kafka error for anything refused; nothing is stored then.
         """
         headers = split_batches(records, self.max_message_bytes)
+        headers = validate_batches(records, headers, self.record_rules, _now_ms())
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):
@@ -167,8 +172,9 @@ class Partition:
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, _now_ms())
         self._wake_waiters()
+        stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
-                            plog.log_start_offset)
+                            plog.log_start_offset, log_append_time=stamped)
 
     @staticmethod
     def _single_idempotent_batch(headers: list[BatchHeader]) -> BatchHeader:

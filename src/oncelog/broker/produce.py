@@ -15,32 +15,51 @@ log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
+# What a handler returns for "close this connection" (server.py acts on it).
+CLOSE_CONNECTION = object()
 
-def handle_produce(broker, request: Request) -> bytes | None:
-    """The whole response frame (written by produce_response, not kio), or None for acks=0."""
+
+def handle_produce(broker, request: Request) -> bytes | object | None:
+    """The whole response frame (written by produce_response, not kio); with acks=0 None, or
+    CLOSE_CONNECTION when a partition was refused."""
     body = request.body
     topics = []
+    failed = False
     for topic_data in body.topic_data:
         partitions = []
         for pdata in topic_data.partition_data:
             result = _produce_partition(broker, body.acks, topic_data.name, pdata.index,
                                         pdata.records, request.client_id)
-            partitions.append(PartitionResult(pdata.index, *result))
+            failed = failed or result.error_code != 0
+            partitions.append(result)
         topics.append((topic_data.name, partitions))
     if body.acks == 0:
-        return None
+        # Nothing is answered, so Kafka closes the connection for the client to notice that
+        # something went wrong (it then refreshes its metadata and sees the error in its log).
+        return CLOSE_CONNECTION if failed else None
     return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
-                       client_id: str | None) -> tuple[int, int, int, str | None]:
-    """(error code, base offset, log start offset, error message) for one partition."""
-    def failed(error: ErrorCode, message: str, level: int = logging.INFO) -> tuple:
+                       client_id: str | None) -> PartitionResult:
+    partition = None
+
+    def failed(error: ErrorCode, message: str, level: int = logging.INFO,
+               record_errors: tuple = ()) -> PartitionResult:
         # Logged as well as answered: clients often show only the code, and with acks=0
         # the log is the only trace of a refused batch.
         log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
                 message, error.name)
-        return int(error), -1, -1, message
+        # Kafka answers a known partition's log start offset with every error: Java's
+        # producer reads it on UNKNOWN_PRODUCER_ID to tell retention from lost state.
+        start = -1
+        if partition is not None:
+            try:
+                start = partition.log.log_start_offset
+            except OSError:
+                pass
+        return PartitionResult(index, int(error), -1, start, message,
+                               record_errors=record_errors)
 
     if acks not in VALID_ACKS:
         return failed(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}",
@@ -57,9 +76,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         # A retry of something already stored is the idempotence working, not a fault.
         level = logging.INFO if exc.error == ErrorCode.duplicate_sequence_number \
             else logging.WARNING
-        return failed(exc.error, str(exc), level)
+        return failed(exc.error, str(exc), level, exc.record_errors)
     except OSError as exc:
         return failed(ErrorCode.kafka_storage_error, f"writing the log failed: {exc}",
                       logging.ERROR)
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
-    return 0, result.base_offset, result.log_start_offset, None
+    return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
+                           log_append_time=result.log_append_time)
