@@ -62,7 +62,7 @@ def test_record_validation_keys_default_as_in_kafka_4():
     assert parsed == {"cleanup.policy": "compact", "message.timestamp.before.max.ms": 60000}
     assert is_compacted("compact,delete") and is_compacted("compact")
     assert not is_compacted("delete")
-    with pytest.raises(ConfigError, match="cleanup.policy: expected delete, compact or both"):
+    with pytest.raises(ConfigError, match=r"cleanup\.policy: expected delete, compact or both"):
         validate_topic_configs({"cleanup.policy": "delete,,compact"})
 
 
