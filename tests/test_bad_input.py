@@ -659,12 +659,16 @@ def test_hostile_batches_are_refused_and_leave_no_trace(broker):
     assert_serving(broker)
 
 
-def test_unknown_partitions_still_answer_log_start_offset_minus_one(broker):
+def test_log_start_offset_of_refusals_and_no_trace_on_an_unused_partition(broker):
     with connect(broker) as sock:
         create_topic(sock)
         answer = produce_answer(sock, batch(1), index=7)
         assert (answer.error_code, answer.log_start_offset) == \
             (ErrorCode.unknown_topic_or_partition, -1)
+        answer = produce_answer(sock, batch_of(record(0), 2, now_ms()))
+        assert (answer.error_code, answer.log_start_offset) == (ErrorCode.invalid_record, 0)
+        # Refused on a partition never written: not even its directory was made.
+        assert not (broker.data_dir / f"{TOPIC}-0").exists()
 
 
 def test_null_keys_on_a_compacted_topic_are_named_per_record(broker):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from kio.schema.errors import ErrorCode
 
@@ -50,14 +51,7 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         # the log is the only trace of a refused batch.
         log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
                 message, error.name)
-        # Kafka answers a known partition's log start offset with every error: Java's
-        # producer reads it on UNKNOWN_PRODUCER_ID to tell retention from lost state.
-        start = -1
-        if partition is not None:
-            try:
-                start = partition.log.log_start_offset
-            except OSError:
-                pass
+        start = -1 if partition is None else _log_start_offset(partition)
         return PartitionResult(index, int(error), -1, start, message,
                                record_errors=record_errors)
 
@@ -83,3 +77,15 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
                            log_append_time=result.log_append_time)
+
+
+def _log_start_offset(partition) -> int:
+    """What Kafka answers with every error on a partition it has: Java's producer reads it on
+    UNKNOWN_PRODUCER_ID to tell retention from lost state. A partition that holds nothing
+    yet is not opened for it: a refused batch leaves no trace, not even an empty segment."""
+    if not partition.is_open and not os.path.isdir(partition.dir):
+        return 0
+    try:
+        return partition.log.log_start_offset
+    except OSError:
+        return -1
