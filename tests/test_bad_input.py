@@ -631,8 +631,11 @@ def hostile_batches() -> dict[str, tuple[bytes, ErrorCode, str]]:
 
 
 def assert_nothing_stored_but(broker, good: list[bytes], topic: str = TOPIC) -> None:
-    """The partition's files hold exactly the ``good`` batches, with their own bytes."""
-    on_disk = batches_on_disk(broker, topic, 0)
+    """The partition's files hold exactly the ``good`` batches, with their own bytes (no
+    batch at all: not even a directory)."""
+    exists = (broker.data_dir / f"{topic}-0").exists()
+    on_disk = batches_on_disk(broker, topic, 0) if good or exists else []
+    assert exists == bool(good)
     assert [h.records_count for h in on_disk] == [read_header(b).records_count for b in good]
     assert [h.crc for h in on_disk] == [read_header(b).crc for b in good]
 

@@ -76,7 +76,7 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                       logging.ERROR)
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
-                           log_append_time=result.log_append_time)
+                           result.log_append_time)
 
 
 def _log_start_offset(partition) -> int:

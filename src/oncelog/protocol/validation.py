@@ -34,8 +34,11 @@ from kio.schema.errors import ErrorCode
 from . import records
 from .record_batch import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_BIT,
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     InvalidBatch,
     pack_header,
@@ -78,27 +81,32 @@ def validate_batches(buf: bytes | bytearray | memoryview, headers: list[BatchHea
                      rules: RecordRules, now_ms: int) -> list[BatchHeader]:
     """The headers to store for the batches ``split_batches`` found in ``buf``; raises
     InvalidBatch for the first batch Kafka would refuse, and nothing may then be stored."""
+    if rules.log_append_time:
+        bounds = (LONG_MIN, LONG_MAX)  # Kafka checks the bounds on CreateTime only
+    else:
+        bounds = (max(LONG_MIN, now_ms - rules.timestamp_before_max_ms),
+                  min(LONG_MAX, now_ms + rules.timestamp_after_max_ms))
     view = memoryview(buf)
+    if len(headers) == 1:  # what every client sends
+        return [_validate(view, headers[0], rules, bounds, now_ms)]
     checked = []
     pos = 0
     for header in headers:
-        checked.append(_validate(view[pos:pos + header.size], header, rules, now_ms))
+        checked.append(_validate(view[pos:pos + header.size], header, rules, bounds, now_ms))
         pos += header.size
     return checked
 
 
 def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
-              now_ms: int) -> BatchHeader:
-    if header.is_control:
+              bounds: tuple[int, int], now_ms: int) -> BatchHeader:
+    attributes = header.attributes
+    if attributes & CONTROL_BIT:
         raise InvalidBatch(ErrorCode.invalid_record,
                            "Clients are not allowed to write control records")
-    payload = _payload(batch, header)
-    claims_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT)
-    if rules.log_append_time or claims_append_time:
-        low, high = LONG_MIN, LONG_MAX  # Kafka checks the bounds on CreateTime only
-    else:
-        low = max(LONG_MIN, now_ms - rules.timestamp_before_max_ms)
-        high = min(LONG_MAX, now_ms + rules.timestamp_after_max_ms)
+    payload = batch[HEADER_SIZE:] if not attributes & COMPRESSION_MASK else \
+        _decompressed(batch, header)
+    claims_append_time = attributes & TIMESTAMP_TYPE_BIT
+    low, high = (LONG_MIN, LONG_MAX) if claims_append_time else bounds
     walk = getattr(records.compiled, "check_records", None) or _check_records
     try:
         max_timestamp, bad = walk(payload, header.records_count, header.base_timestamp,
@@ -106,8 +114,8 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
     except ValueError as exc:
         raise InvalidBatch(ErrorCode.invalid_record, f"Invalid record structure: {exc}") from None
     if bad or claims_append_time:
-        raise _record_errors(header, bad or [], claims_append_time, low, high)
-    if header.is_transactional:
+        raise _record_errors(header, bad or [], bool(claims_append_time), low, high)
+    if attributes & TRANSACTIONAL_BIT:
         # Kafka (KIP-890, 3.6+) answers a transactional batch for a partition that is in no
         # ongoing transaction with INVALID_TXN_STATE; here none ever is, since the
         # transaction coordinator is not built yet. Its clients take the error as fatal for
@@ -115,13 +123,13 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
         raise InvalidBatch(ErrorCode.invalid_txn_state,
                            "Record was not part of an ongoing transaction (this broker does "
                            "not support transactions yet)")
-    return _stored_header(batch, header, max_timestamp, rules.log_append_time, now_ms)
+    if rules.log_append_time or max_timestamp != header.max_timestamp:
+        return _stored_header(batch, header, max_timestamp, rules.log_append_time, now_ms)
+    return header
 
 
-def _payload(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
+def _decompressed(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
     codec = header.compression
-    if codec == records.NONE:
-        return batch[HEADER_SIZE:]
     name = _CODEC_NAMES.get(codec)
     if name is None:
         raise InvalidBatch(ErrorCode.invalid_record,
@@ -174,10 +182,8 @@ def _stored_header(batch: memoryview, header: BatchHeader, max_timestamp: int,
         # here it is always set, so that nothing of the client's clock is left in the header.
         stored = header._replace(attributes=header.attributes | TIMESTAMP_TYPE_BIT,
                                  base_timestamp=now_ms, max_timestamp=now_ms)
-    elif max_timestamp != header.max_timestamp:
-        stored = header._replace(max_timestamp=max_timestamp)
     else:
-        return header
+        stored = header._replace(max_timestamp=max_timestamp)
     signed = pack_header(stored)[ATTRIBUTES_OFFSET:]
     return stored._replace(crc=crc32c.crc32c(batch[HEADER_SIZE:], crc32c.crc32c(signed)))
 
