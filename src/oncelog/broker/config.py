@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
@@ -135,10 +137,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("log.message.timestamp.type", "STRING", "CreateTime",
          "CreateTime (the producer's) or LogAppendTime (the broker's clock when it appends).",
          _one_of("CreateTime", "LogAppendTime")),
-    _key("log.message.timestamp.before.max.ms", "LONG", LONG_MAX,
+    _key("log.message.timestamp.before.max.ms", "LONG", DEFAULT_BEFORE_MAX_MS,
          "With CreateTime, how far a record's timestamp may lie before the broker's clock.",
          _NON_NEGATIVE_LONG),
-    _key("log.message.timestamp.after.max.ms", "LONG", 3_600_000,
+    _key("log.message.timestamp.after.max.ms", "LONG", DEFAULT_AFTER_MAX_MS,
          "With CreateTime, how far a record's timestamp may lie after the broker's clock.",
          _NON_NEGATIVE_LONG),
     _key("message.max.bytes", "INT", 1_048_588, "Largest record batch accepted.",
