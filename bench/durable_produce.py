@@ -134,8 +134,8 @@ def report(results: dict) -> None:
     print(f"machine: {results['machine']}")
     print(f"disk: {results['filesystem']}; {results['messages']:,} values of {VALUE_SIZE} B "
           "per run, medians")
-    print(f"| batching | oncelog msgs/s | bare write+fdatasync msgs/s | batch | ratio | "
-          f"target | |")
+    print("| batching | oncelog msgs/s | bare write+fdatasync msgs/s | batch | ratio | "
+          "target | |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for name, row in results["scenarios"].items():
         met = "met" if row["ratio"] >= GOAL else "MISSED"

@@ -18,7 +18,14 @@ from ..log.disk import OsDisk, default_disk, read_file, write_atomically
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, MetadataStore
 from ..producer_state.manager import StateLimits
-from .config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from ..protocol.validation import RecordRules
+from .config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    is_compacted,
+    validate_topic_configs,
+)
 from .log_dirs import LogDir
 from .partition import IssuedProducerIds, Partition
 
@@ -151,7 +158,8 @@ class TopicManager:
         return Partition(
             topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
-            self.state_limits(topic), self._producer_ids, self.log_dir_state, self.disk,
+            self.state_limits(topic), self._producer_ids, self.record_rules(topic),
+            log_dir=self.log_dir_state, disk=self.disk,
         )
 
     # --- configs -------------------------------------------------------------------------
@@ -165,14 +173,25 @@ class TopicManager:
         def get(key: str) -> Any:
             return self.topic_config(topic, key)
 
+        # A compacted topic without the delete policy keeps its segments whatever their age
+        # or size, as Kafka's does (and, the cleaner not being built, keeps every record).
+        deletes = "delete" in get("cleanup.policy").split(",")
         return LogConfig(
             segment_bytes=get("segment.bytes"),
             segment_ms=get("segment.ms"),
-            retention_ms=get("retention.ms"),
-            retention_bytes=get("retention.bytes"),
+            retention_ms=get("retention.ms") if deletes else -1,
+            retention_bytes=get("retention.bytes") if deletes else -1,
             flush_messages=get("flush.messages"),
             flush_ms=get("flush.ms"),
             index_interval_bytes=get("index.interval.bytes"),
+        )
+
+    def record_rules(self, topic: Topic) -> RecordRules:
+        return RecordRules(
+            keys_required=is_compacted(self.topic_config(topic, "cleanup.policy")),
+            log_append_time=self.topic_config(topic, "message.timestamp.type") == "LogAppendTime",
+            timestamp_before_max_ms=self.topic_config(topic, "message.timestamp.before.max.ms"),
+            timestamp_after_max_ms=self.topic_config(topic, "message.timestamp.after.max.ms"),
         )
 
     def state_limits(self, topic: Topic) -> StateLimits:
