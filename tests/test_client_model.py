@@ -45,6 +45,10 @@ from oncelog.producer_state.manager import StateLimits
 from oncelog.producer_state.rules import SEQUENCE_SPACE
 
 PICK = st.integers(min_value=0, max_value=1 << 16)  # an index, taken modulo the list it picks
+# A leader change (refused, retriable), a timestamp out of bounds (refused for good), an
+# append not replicated in time (stored, not acknowledged).
+BROKER_ERRORS = [ErrorCode.not_leader_or_follower, ErrorCode.invalid_timestamp,
+                 ErrorCode.not_enough_replicas_after_append]
 
 
 class ClientModel(RuleBasedStateMachine):
@@ -112,9 +116,7 @@ class ClientModel(RuleBasedStateMachine):
             self.world.process_copy(self.world.wire[0])
 
     @precondition(lambda self: self.world.wire)
-    @rule(pick=PICK, error=st.sampled_from([ErrorCode.not_leader_or_follower,
-                                            ErrorCode.invalid_timestamp,
-                                            ErrorCode.not_enough_replicas_after_append]))
+    @rule(pick=PICK, error=st.sampled_from(BROKER_ERRORS))
     def broker_answers_an_error(self, pick: int, error: ErrorCode) -> None:
         self.world.broker_fails(self._pick(self.world.wire, pick), error)
 
@@ -149,13 +151,15 @@ class ClientModel(RuleBasedStateMachine):
         process.answer_lookup(process.lookups[0])
         event("DescribeProducers answered")
 
-    @rule(backwards=st.booleans())
-    def a_calm_spell(self, backwards: bool) -> None:
+    @rule(backwards=st.booleans(), fault=st.sampled_from([None, *BROKER_ERRORS]))
+    def a_calm_spell(self, backwards: bool, fault: ErrorCode | None) -> None:
         """Every process sends what it may; the broker takes every request, in order or
-        last first; every answer and lookup is read."""
+        last first, and may answer the first an error; every answer and lookup is read."""
         world = self.world
         for process in world.live():
             process.step()
+        if world.wire and fault is not None:
+            world.broker_fails(world.wire[-1 if backwards else 0], fault)
         while world.wire:
             world.process_copy(world.wire[-1 if backwards else 0])
         while world.answers:
