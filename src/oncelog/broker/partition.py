@@ -28,11 +28,13 @@ import errno
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..log import partition_metadata
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
@@ -79,7 +81,8 @@ class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
                  producer_ids: IssuedProducerIds, record_rules: RecordRules = DEFAULT_RULES,
-                 *, log_dir: LogDir | None = None, disk: OsDisk = OS_DISK) -> None:
+                 *, log_dir: LogDir | None = None, disk: OsDisk = OS_DISK,
+                 topic_id: uuid.UUID | None = None) -> None:
         self.topic = topic
         self.index = index
         self.dir = directory
@@ -89,6 +92,7 @@ class Partition:
         self.record_rules = record_rules
         self.disk = disk
         self.log_dir = log_dir or LogDir(os.path.dirname(directory))
+        self.topic_id = topic_id
         self._producer_ids = producer_ids
         self._log: Log | None = None
         self._state: ProducerStateManager | None = None
@@ -145,6 +149,12 @@ class Partition:
             plog = Log(self.dir, self.config, self.disk)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
+        if self.topic_id is not None and partition_metadata.read(self.disk, self.dir) is None:
+            try:
+                partition_metadata.write(self.disk, self.dir, self.topic_id)
+            except BaseException:
+                plog.abandon()
+                raise
         try:
             state = ProducerStateManager(self.limits)
             start = self._load_snapshot(plog, state)
