@@ -44,9 +44,10 @@ from oncelog.client.producer_batch import ProducerBatch, RecordMetadata
 from oncelog.client.producer_config import parse_producer_config
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.manager import ProducerStateManager, StateLimits
-from oncelog.producer_state.rules import SEQUENCE_SPACE, Append, BatchIdentity, Duplicate
+from oncelog.producer_state.rules import Append, BatchIdentity, Duplicate
 from oncelog.protocol.record_batch import read_header
 from oncelog.protocol.records import decode_batch
+from oncelog.protocol.sequences import SEQUENCE_SPACE
 
 START = 1_700_000_000_000  # ms
 TOPIC = "t"

@@ -42,7 +42,7 @@ from produce_model import (
 )
 
 from oncelog.producer_state.manager import StateLimits
-from oncelog.producer_state.rules import SEQUENCE_SPACE
+from oncelog.protocol.sequences import SEQUENCE_SPACE
 
 PICK = st.integers(min_value=0, max_value=1 << 16)  # an index, taken modulo the list it picks
 # A leader change (refused, retriable), a timestamp out of bounds (refused for good), an

@@ -8,7 +8,6 @@ from kio.schema.errors import ErrorCode
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.manager import ProducerStateManager, StateLimits
 from oncelog.producer_state.rules import (
-    SEQUENCE_SPACE,
     Append,
     BatchIdentity,
     CachedBatch,
@@ -17,6 +16,7 @@ from oncelog.producer_state.rules import (
     Refuse,
     decide,
 )
+from oncelog.protocol.sequences import SEQUENCE_SPACE
 
 PID = 4000
 NOW = 1_700_000_000_000

@@ -50,10 +50,11 @@ transactional producer's aborted and retried records show up under ``by``.
 
 from __future__ import annotations
 
+from ..protocol.sequences import SEQUENCE_SPACE
 from .core import Audit
 from .repeats import RepeatExample, RepeatFinder, RepeatReport
 from .report import AuditReport, EpochReport, PartitionReport, ProducerReport
-from .sequences import SEQUENCE_SPACE, SeenSequences
+from .sequences import SeenSequences
 from .text import format_report
 from .topic import AuditError, audit_topic, read_partition, record_fields
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..protocol.record_batch import BatchHeader
+from ..protocol.sequences import HALF, SEQUENCE_SPACE
 from .repeats import RepeatFinder
 from .report import AuditReport, EpochReport, PartitionReport, ProducerReport
-from .sequences import HALF, PACKED, SEQUENCE_SPACE, EpochSeen, ProducerSeen, expand
+from .sequences import PACKED, EpochSeen, ProducerSeen, expand
 
 
 class Audit:

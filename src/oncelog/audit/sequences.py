@@ -8,8 +8,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 
-SEQUENCE_SPACE = 1 << 31
-HALF = 1 << 30
+from ..protocol.sequences import SEQUENCE_SPACE
 
 
 class SeenSequences:

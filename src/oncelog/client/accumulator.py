@@ -37,8 +37,7 @@ from collections.abc import Callable
 from . import fast_append
 from .producer_batch import Headers, ProducerBatch, RecordFuture, encode_headers
 from .producer_config import ProducerConfig
-
-TopicPartition = tuple[str, int]
+from .topic_partition import TopicPartition
 
 # Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
 _RECORD_OVERHEAD = 12

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -24,16 +23,11 @@ from ..protocol.batches import RecordSetError, RecordSetWalk
 from . import calls
 from .admin import Admin
 from .connection import BrokerConnection, KafkaError
+from .topic_partition import TopicPartition
 
 EARLIEST, LATEST = calls.EARLIEST, calls.LATEST
 _LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
                   ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 class ConsumerRecord(NamedTuple):

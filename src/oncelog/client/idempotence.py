@@ -133,11 +133,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..producer_state.rules import SEQUENCE_SPACE, is_ahead, sequence_distance
+from ..protocol.sequences import HALF, SEQUENCE_SPACE, advance, is_ahead, sequence_distance
 from .connection import KafkaError, OutcomeUnknown
 from .producer_batch import ProducerBatch
+from .topic_partition import TopicPartition
 
-TopicPartition = tuple[str, int]
 MAX_EPOCH = 32767
 
 # Answers the broker gives before it appends: an attempt answered so was not stored. Any
@@ -157,7 +157,6 @@ _REFUSED = frozenset({
 })
 _STORED = frozenset({ErrorCode.none, ErrorCode.duplicate_sequence_number})
 _FATAL = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced})
-_HALF = SEQUENCE_SPACE // 2
 
 RESUMED = ("its sequences continue a resumed checkpoint, and the process that took it may "
            "have sent them before it stopped")
@@ -232,7 +231,7 @@ def judge_lookup(batch: ProducerBatch, held: tuple[int, int] | None) -> Verdict:
         covered = sequence_distance(batch.base_sequence, held[1]) + 1
         if covered < batch.count:
             return Verdict(Outcome.SPLIT, "10", records=covered)
-        if covered <= _HALF:
+        if covered <= HALF:
             return Verdict(Outcome.FAIL, "11", f"the broker holds this producer's epoch up to "
                            f"sequence {held[1]}, past this batch ({batch.base_sequence}.."
                            f"{batch.last_sequence}), yet did not take it as stored: the "
@@ -349,7 +348,7 @@ class IdempotenceManager:
         state = self._state_of(batch)
         if self.enabled and batch.base_sequence is None:
             batch.stamp(self.producer_id, self.epoch, state.next_sequence)
-            state.next_sequence = (state.next_sequence + batch.count) % SEQUENCE_SPACE
+            state.next_sequence = advance(state.next_sequence, batch.count)
             state.unacked.append(batch)
             if self.continues_checkpoint and batch.ambiguous is None:
                 batch.ambiguous = RESUMED
@@ -468,7 +467,7 @@ class IdempotenceManager:
         assert batch.base_sequence is not None
         head.stamp(self.producer_id, batch.epoch, batch.base_sequence)
         batch.stamp(self.producer_id, batch.epoch,
-                    (batch.base_sequence + head.count) % SEQUENCE_SPACE)
+                    advance(batch.base_sequence, head.count))
         # Both may be stored as far as the client knows: the head is what the broker is
         # asked about, and the rest's sequences were in the batch's earlier attempts.
         head.maybe_stored = True

@@ -22,12 +22,12 @@ from typing import Any
 import crc32c
 
 from ..protocol import records
-from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
+from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, HEADER_STRUCT
 from ..protocol.records import NONE, compress, decode_batch
+from ..protocol.sequences import record_sequence
 from .connection import KafkaTimeout
 from .fast_append import FutureBase
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _IDENTITY = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43
 _IDENTITY_OFFSET = 43
 _CRC = struct.Struct(">I")
@@ -178,7 +178,7 @@ class ProducerBatch:
             data = bytearray(HEADER_SIZE)
             data += compress(codec, bytes(memoryview(buffer)[HEADER_SIZE:]))
         count = builder.count
-        _HEADER.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, count - 1,
+        HEADER_STRUCT.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, count - 1,
                           builder.base_ts, builder.max_ts, -1, -1, -1, count)
         self.data = data
 
@@ -235,7 +235,7 @@ class ProducerBatch:
     @property
     def last_sequence(self) -> int:
         assert self.base_sequence is not None
-        return (self.base_sequence + self.count - 1) & 0x7FFFFFFF
+        return record_sequence(self.base_sequence, self.count - 1)
 
     # --- completion ------------------------------------------------------------------------
 

@@ -19,13 +19,14 @@ from kio.schema.errors import ErrorCode
 from ..protocol import api_versions as apis
 from ..protocol import produce_request, produce_response
 from ..protocol.schema import build
-from .accumulator import RecordAccumulator, TopicPartition
+from .accumulator import RecordAccumulator
 from .aio_connection import AsyncBrokerConnection
 from .connection import KafkaError, parse_bootstrap
 from .delivery import Delivery
 from .idempotence import IdempotenceManager
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
+from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -73,8 +73,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-SEQUENCE_SPACE = 1 << 31
-_HALF = SEQUENCE_SPACE // 2
+from ..protocol.sequences import is_ahead, next_sequence, sequence_distance
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,22 +161,6 @@ class Refuse:
 
 
 Decision = Append | Duplicate | Refuse
-
-
-# --- sequence arithmetic on the circle of 2^31 ------------------------------------------------
-
-def next_sequence(seq: int) -> int:
-    return (seq + 1) % SEQUENCE_SPACE
-
-
-def sequence_distance(start: int, end: int) -> int:
-    """How far ``end`` is ahead of ``start``, going forward round the circle."""
-    return (end - start) % SEQUENCE_SPACE
-
-
-def is_ahead(seq: int, of: int) -> bool:
-    """``seq`` comes after ``of`` (within half the circle)."""
-    return 0 < sequence_distance(of, seq) < _HALF
 
 
 # --- the rules, one function per row group ----------------------------------------------------

@@ -40,13 +40,13 @@ from .record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    NO_SEQUENCE,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
     crc_of,
     read_header,
 )
+from .sequences import record_sequence
 
 CREATE_TIME, LOG_APPEND_TIME = "CreateTime", "LogAppendTime"
 # What decoding a damaged batch raises: the codec's ValueError, a decompressor's own error.
@@ -161,7 +161,7 @@ class Batch:
                 topic, partition, base_offset + delta,
                 base_ts + ts_delta if fixed_ts is None else fixed_ts, kind, key, value,
                 headers, pid, epoch,
-                NO_SEQUENCE if base_sequence < 0 else (base_sequence + delta) & 0x7FFFFFFF,
+                record_sequence(base_sequence, delta),
                 transactional)
 
 

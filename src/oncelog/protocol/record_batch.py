@@ -23,6 +23,8 @@ from typing import NamedTuple
 import crc32c
 from kio.schema.errors import ErrorCode
 
+from .sequences import record_sequence
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
 MIN_MESSAGE_OVERHEAD = 14  # the smallest v0 message; Kafka's floor for any batch length
@@ -33,7 +35,6 @@ CURRENT_MAGIC = 2
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -99,9 +100,7 @@ class BatchHeader(NamedTuple):
     @property
     def last_sequence(self) -> int:
         """Sequence of the last record, wrapping past 2^31-1 back to 0 as Kafka does."""
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+        return record_sequence(self.base_sequence, self.last_offset_delta)
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:

@@ -24,11 +24,11 @@ from .record_batch import (
     LOG_OVERHEAD,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    NO_SEQUENCE,
     BatchHeader,
     pack_header,
     read_header,
 )
+from .sequences import NO_SEQUENCE
 from .varint import read_varint, varint_bytes
 
 # The compiled codec (_records.c), when it was built and not turned off with

@@ -34,7 +34,8 @@ from ..client.topic_reader import (
     UnknownTopicOrPartition,
 )
 from ..protocol.batches import Batch, RecordSetError
-from ..protocol.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_BIT
+from ..protocol.record_batch import TIMESTAMP_TYPE_BIT
+from ..protocol.sequences import record_sequence
 from .offsets import DataLossError, OffsetRange
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,7 @@ class RecordColumns:
                               * 1000)
             if self.include_headers:
                 self.headers.append(headers)
-            self.sequences.append(NO_SEQUENCE if base_seq < 0 else
-                                  (base_seq + delta) & 0x7FFFFFFF)
+            self.sequences.append(record_sequence(base_seq, delta))
             self.bytes += len(value or b"") + len(key or b"")
         added = len(offsets) - len(self.pids)
         self.types += [int(log_append)] * added

@@ -18,10 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from ..client.admin import Admin
 from ..client.connection import KafkaError
+from ..client.topic_partition import TopicPartition
 from ..client.topic_reader import TopicReader
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
 
-TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
 
 
