@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from oncelog.broker.announce import wait_for_port
@@ -105,3 +106,55 @@ def batches_on_disk(broker: BrokerProcess, topic: str, partition: int) -> list:
         if name.endswith(".log"):
             headers += [h for _, h in scan_batches((directory / name).read_bytes())]
     return headers
+
+
+def append_on_disk(broker: BrokerProcess, topic: str, partition: int,
+                   batches: list[bytes]) -> int:
+    """Append batches no client may produce (control batches, compacted batches) to a
+    partition's log the way the broker appends, through the log classes, with the broker
+    stopped; it is started again on the same port. Each batch's base offset is set to where
+    it lands. Returns the log end offset after them."""
+    import struct
+
+    from oncelog.log.log import Log, LogConfig
+    from oncelog.protocol.record_batch import read_header
+
+    broker.stop()
+    log = Log(str(Path(broker.data_dir) / f"{topic}-{partition}"), LogConfig())
+    try:
+        for batch in batches:
+            placed = bytearray(batch)
+            struct.pack_into(">q", placed, 0, log.log_end_offset)
+            log.append([bytes(placed)], [read_header(placed)])
+        end = log.log_end_offset
+    finally:
+        log.close()
+    broker.start()
+    return end
+
+
+def produce_batches(bootstrap: str, topic: str, first: int, batches: int) -> None:
+    """``batches`` batches of 10 records of 100 bytes each (values first, first + 1, ...),
+    through the wire one batch a request: each batch about 1.1 KB."""
+    from oncelog.client import calls
+    from oncelog.client.connection import connect
+    from oncelog.protocol.records import encode_batch
+
+    now = int(time.time() * 1000)
+    with connect(bootstrap, timeout=START_TIMEOUT) as conn:
+        for b in range(batches):
+            values = [b"%-100d" % (first + 10 * b + i) for i in range(10)]
+            calls.produce(conn, topic, 0, encode_batch([(None, v, (), now) for v in values]))
+
+
+def wait_for_log_start(bootstrap: str, topic: str, past: int) -> int:
+    """The log start offset of partition 0 once retention has moved it past ``past``."""
+    from oncelog import Consumer, TopicPartition
+
+    with Consumer({"bootstrap.servers": bootstrap}) as c:
+        c.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + START_TIMEOUT
+        while (low := c.watermarks(TopicPartition(topic, 0))[0]) <= past:
+            assert time.monotonic() < deadline, "retention deleted nothing"
+            time.sleep(0.05)
+    return low

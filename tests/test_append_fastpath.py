@@ -265,8 +265,8 @@ def test_delivery_callbacks_run_on_the_sender_in_record_order(eager_thread_switc
             for batch in heads:
                 acc.take(batch)
                 batch.build(NONE)
+                acc.finished(batch, None)  # as Delivery.deliver: before the futures
                 batch.complete(0)
-                acc.finished(batch)
 
     calls: list[tuple[threading.Thread, int]] = []
 

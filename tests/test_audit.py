@@ -31,7 +31,8 @@ from oncelog.client import calls
 from oncelog.client.admin import Admin
 from oncelog.client.connection import BrokerConnection, connect
 from oncelog.protocol import api_versions as apis
-from oncelog.protocol.record_batch import CONTROL_BIT, BatchHeader
+from oncelog.protocol.batches import RecordSetWalk
+from oncelog.protocol.record_batch import BatchHeader
 from oncelog.protocol.records import GZIP, NONE, ZSTD, decode_batch, encode_batch
 from oncelog.protocol.schema import build
 
@@ -153,7 +154,6 @@ def test_partitions_and_producer_ids_are_separate():
     audit.add_header(1, header(8, 0, 0, 2, 3))
     audit.add_header(0, header(-1, -1, -1, 4, 6))  # a non-idempotent producer
     audit.add_header(0, header(-1, -1, -1, 4, 10))
-    audit.add_header(0, header(7, 0, 0, 1, 14, attributes=CONTROL_BIT))  # a marker: ignored
     report = audit.finish()
     assert report.clean, report.problems
     assert [(r.partition, r.producer_id, r.records) for r in report.producers] == [
@@ -263,13 +263,14 @@ def test_record_fields_reads_what_decode_batch_reads(codec):
         records.append((key, value, [("h", b"x" * (i % 3))], T0 + rng.randrange(-10**6, 10**9)))
     data = encode_batch(records, codec, base_offset=10**12, producer_id=3, producer_epoch=0,
                         base_sequence=0)
-    header, decoded = decode_batch(data)
-    offsets, keys, values = record_fields(header, data, 0, True, True)
+    _, decoded = decode_batch(data)
+    (batch,) = RecordSetWalk(data, 10**12)
+    offsets, keys, values = record_fields(batch, True, True)
     assert offsets == [r.offset for r in decoded]
     assert keys == [r.key for r in decoded]
     assert values == [r.value for r in decoded]
-    assert record_fields(header, data, 0, False, True) == (offsets, [], values)
-    assert record_fields(header, data, 0, True, False) == (offsets, keys, [])
+    assert record_fields(batch, False, True) == (offsets, [], values)
+    assert record_fields(batch, True, False) == (offsets, keys, [])
 
 
 # --- against a broker -----------------------------------------------------------------------------
@@ -529,3 +530,30 @@ def test_memory_stays_bounded(broker, tmp_path):
     assert report.totals["records"] == count
     assert report.repeats[0].records == count
     assert peak < held / 4, f"peak {peak:,} bytes against {held:,} to hold the values"
+
+
+def test_a_batch_whose_records_do_not_parse_is_reported_corrupt(broker, capsys):
+    """Its CRC holds (a broker that validated nothing stored it): the sequence audit reads its
+    header; --by cannot read its values and reports it as a corrupt batch, exit 1."""
+    import struct
+
+    from brokers import append_on_disk
+    from record_sets import craft_batch
+
+    from oncelog.protocol.record_batch import CRC_OFFSET, crc_of
+
+    create_topic(broker.bootstrap, "torn", 1)
+    damaged = bytearray(craft_batch(0, [(0, None, b"only one")], producer_id=7,
+                                    producer_epoch=0, base_sequence=0))
+    struct.pack_into(">i", damaged, 23, 2)  # says 3 records (deltas 0..2): holds 1
+    struct.pack_into(">i", damaged, 57, 3)
+    struct.pack_into(">I", damaged, CRC_OFFSET, crc_of(damaged, 0, len(damaged)))
+    append_on_disk(broker, "torn", 0, [bytes(damaged)])
+
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn")
+    assert code == 0, out
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn",
+                        "--by", "value", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["partitions"][0]["corrupt_batches"] == 1
+    assert report["problems"] == ["1 corrupt batch"]

@@ -12,8 +12,14 @@ import time
 
 import crc32c
 import pytest
+from brokers import batches_on_disk
+from crafted import batch_of, record, with_payload
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
@@ -26,7 +32,15 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.messages import decode_response, encode_request
-from oncelog.protocol.records import encode_batch
+from oncelog.protocol.record_batch import (
+    CONTROL_BIT,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    crc_of,
+    read_header,
+)
+from oncelog.protocol.records import CODECS, compress, encode_batch
 
 IO_TIMEOUT = 5.0
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
@@ -103,10 +117,12 @@ def metadata_request(*names: str, auto_create: bool = False) -> MetadataRequest:
                            include_topic_authorized_operations=False)
 
 
-def create_topics_request(*names: str, partitions: int = 1) -> CreateTopicsRequest:
+def create_topics_request(*names: str, partitions: int = 1,
+                          configs: dict[str, str] | None = None) -> CreateTopicsRequest:
+    settings = tuple(CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items())
     return CreateTopicsRequest(
         topics=tuple(CreatableTopic(name=n, num_partitions=partitions, replication_factor=1,
-                                    assignments=(), configs=()) for n in names),
+                                    assignments=(), configs=settings) for n in names),
         timeout=datetime.timedelta(seconds=5), validate_only=False)
 
 
@@ -163,8 +179,11 @@ def assert_serving(broker) -> None:
         assert [b.port for b in metadata.brokers] == [broker.port]
 
 
-def create_topic(sock, name: str = TOPIC, partitions: int = 1) -> None:
-    result = call(sock, CREATE_TOPICS, create_topics_request(name, partitions=partitions))
+def create_topic(sock, name: str = TOPIC, partitions: int = 1, **configs: str) -> None:
+    """A topic; ``configs`` are topic configs with dots spelled as underscores."""
+    request = create_topics_request(name, partitions=partitions, configs={
+        key.replace("_", "."): value for key, value in configs.items()})
+    result = call(sock, CREATE_TOPICS, request)
     assert [t.error_code for t in result.topics] == [ErrorCode.none], result
 
 
@@ -178,6 +197,13 @@ def produce(sock, parts: dict[tuple[str, int], bytes | None], acks: int = -1) ->
 def produce_one(sock, records: bytes | None, topic: str = TOPIC, index: int = 0,
                 acks: int = -1) -> tuple[ErrorCode, int]:
     return produce(sock, {(topic, index): records}, acks)[(topic, index)]
+
+
+def produce_answer(sock, records: bytes | None, topic: str = TOPIC, index: int = 0):
+    """The whole partition answer (v9): error, offsets, record errors, error message."""
+    response = call(sock, PRODUCE, produce_request({(topic, index): records}))
+    (part,) = response.responses[0].partition_responses
+    return part
 
 
 def latest_offset(sock, topic: str = TOPIC, index: int = 0) -> int:
@@ -558,4 +584,189 @@ def test_large_frame_cut_short_by_its_peer_stores_nothing(broker):
         send_frame(sock, payload[:100_000], size=len(payload))
     with connect(broker) as sock:
         assert latest_offset(sock) == 0
+    assert_serving(broker)
+
+
+# --- record validation: trust no header --------------------------------------------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def hostile_batches() -> dict[str, tuple[bytes, ErrorCode, str]]:
+    """Batches with a right CRC that Kafka refuses: (bytes, error, what the answer says)."""
+    now = now_ms()
+    one = record(0)
+    txn = TRANSACTIONAL_BIT
+    cases = {
+        "control batch": (batch_of(one, 1, now, attributes=CONTROL_BIT, producer_id=1),
+                          ErrorCode.invalid_record, "not allowed to write control records"),
+        "transactional batch": (batch_of(one, 1, now, attributes=txn, producer_id=1),
+                                ErrorCode.invalid_txn_state, "not part of an ongoing transaction"),
+        "count 3, one record inside": (batch_of(one, 3, now), ErrorCode.invalid_record,
+                                       "batch says 3 records but holds 1"),
+        "huge count": (batch_of(one, 2**31 - 1, now), ErrorCode.invalid_record,
+                       f"batch says {2**31 - 1} records but holds 1"),
+        "lying record length": (batch_of(record(0, length=90) + one, 2, now),
+                                ErrorCode.invalid_record, "record 0: length 90 runs past"),
+        "overlong varint": (batch_of(record(0, body=b"\x00\x00" + b"\xff" * 5 + b"\x00"), 1,
+                                     now), ErrorCode.invalid_record, "varint is too long"),
+        "offset deltas 0, 0": (batch_of(one + one, 2, now), ErrorCode.invalid_record,
+                               "record 1: offset delta 0, expected 1"),
+        "LogAppendTime from a client": (batch_of(one, 1, now, attributes=TIMESTAMP_TYPE_BIT),
+                                        ErrorCode.invalid_timestamp, "rejected due to invalid "
+                                                                     "timestamp"),
+    }
+    for name, codec in CODECS.items():
+        if name != "none":
+            garbage = compress(codec, one)[:-3]  # cut short, with a CRC that covers the cut
+            header = read_header(batch_of(one, 1, now))._replace(attributes=codec)
+            cases[f"{name} garbage"] = (with_payload(header, garbage), ErrorCode.corrupt_message,
+                                        f"{name} batch does not decompress")
+            cases[f"{name}, count 2, one record inside"] = (
+                batch_of(one, 2, now, codec=codec), ErrorCode.invalid_record,
+                "batch says 2 records but holds 1")
+    return cases
+
+
+def assert_nothing_stored_but(broker, good: list[bytes], topic: str = TOPIC) -> None:
+    """The partition's files hold exactly the ``good`` batches, with their own bytes (no
+    batch at all: not even a directory)."""
+    exists = (broker.data_dir / f"{topic}-0").exists()
+    on_disk = batches_on_disk(broker, topic, 0) if good or exists else []
+    assert exists == bool(good)
+    assert [h.records_count for h in on_disk] == [read_header(b).records_count for b in good]
+    assert [h.crc for h in on_disk] == [read_header(b).crc for b in good]
+
+
+def test_hostile_batches_are_refused_and_leave_no_trace(broker):
+    """Each is answered with Kafka's error, a message that says why and the partition's log
+    start offset; the partition keeps serving, and its files hold only the good batches."""
+    cases = hostile_batches()
+    good: list[bytes] = []
+    with connect(broker) as sock:
+        create_topic(sock)
+        for name, (records, error, fragment) in cases.items():
+            answer = produce_answer(sock, records)
+            assert (answer.error_code, answer.base_offset) == (error, -1), name
+            assert fragment in answer.error_message, (name, answer.error_message)
+            assert answer.log_start_offset == 0, name  # a known partition's, not -1
+            assert_logged(broker, fragment, f"({error.name})")
+            good.append(batch(2))
+            assert produce_one(sock, good[-1]) == (ErrorCode.none, 2 * (len(good) - 1)), name
+        assert latest_offset(sock) == 2 * len(cases)
+        for i, sent in enumerate(good):  # read back: the client's bytes but offset and epoch
+            assert fetch_one(sock, TOPIC, 0, 2 * i).records[16:len(sent)] == sent[16:]
+    assert_nothing_stored_but(broker, good)
+    assert_serving(broker)
+
+
+def test_log_start_offset_of_refusals_and_no_trace_on_an_unused_partition(broker):
+    with connect(broker) as sock:
+        create_topic(sock)
+        answer = produce_answer(sock, batch(1), index=7)
+        assert (answer.error_code, answer.log_start_offset) == \
+            (ErrorCode.unknown_topic_or_partition, -1)
+        answer = produce_answer(sock, batch_of(record(0), 2, now_ms()))
+        assert (answer.error_code, answer.log_start_offset) == (ErrorCode.invalid_record, 0)
+        # Refused on a partition never written: not even its directory was made.
+        assert not (broker.data_dir / f"{TOPIC}-0").exists()
+
+
+def test_null_keys_on_a_compacted_topic_are_named_per_record(broker):
+    keyless = batch_of(record(0) + record(1, key=None) + record(2) + record(3, key=None), 4,
+                       now_ms(), codec=CODECS["lz4"])
+    with connect(broker) as sock:
+        create_topic(sock, cleanup_policy="compact")
+        answer = produce_answer(sock, keyless)
+        assert answer.error_code == ErrorCode.invalid_record
+        message = "Compacted topic cannot accept message without key"
+        assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] \
+            == [(1, message), (3, message)]
+        assert answer.error_message.startswith("One or more records have been rejected")
+        keyed = batch(3)
+        assert produce_one(sock, keyed) == (ErrorCode.none, 0)
+        create_topic(sock, "plain")  # cleanup.policy=delete: keys are optional
+        assert produce_one(sock, keyless, topic="plain") == (ErrorCode.none, 0)
+    assert_logged(broker, message)
+    assert_nothing_stored_but(broker, [keyed])
+
+
+def test_timestamps_out_of_bounds_are_invalid_timestamp(broker):
+    hour = 3_600_000
+    now = now_ms()
+    # An hour back is allowed, ten seconds ahead is allowed; the rest is not.
+    payload = (record(0) + record(1, ts_delta=-2 * hour) + record(2, ts_delta=-hour // 2)
+               + record(3, ts_delta=10_000) + record(4, ts_delta=2 * hour))
+    with connect(broker) as sock:
+        create_topic(sock, message_timestamp_before_max_ms=str(hour))
+        answer = produce_answer(sock, batch_of(payload, 5, now))
+        assert answer.error_code == ErrorCode.invalid_timestamp
+        assert [e.batch_index for e in answer.record_errors] == [1, 4]
+        assert all("is out of range" in e.batch_index_error_message
+                   for e in answer.record_errors)
+        # The broker's default refuses only the future beyond an hour (Kafka 4's defaults).
+        create_topic(sock, "defaults")
+        answer = produce_answer(sock, batch_of(payload, 5, now), topic="defaults")
+        assert [e.batch_index for e in answer.record_errors] == [4]
+        assert produce_one(sock, batch_of(payload[:-len(record(4, ts_delta=2 * hour))], 4,
+                                          now), topic="defaults") == (ErrorCode.none, 0)
+    assert_nothing_stored_but(broker, [])
+
+
+def test_max_timestamp_is_made_true_on_disk(broker):
+    """librdkafka writes max timestamp 0 when its records have none (-1): stored as -1, with
+    a CRC that matches the stored bytes; a true header is stored as sent."""
+    no_timestamps = batch_of(record(0) + record(1), 2, -1, max_ts=0)
+    sent = batch(2)
+    with connect(broker) as sock:
+        create_topic(sock)
+        assert produce_one(sock, no_timestamps) == (ErrorCode.none, 0)
+        assert produce_one(sock, sent) == (ErrorCode.none, 2)
+        stored = fetch_one(sock, TOPIC, 0, 0).records
+    first = read_header(stored)
+    assert (first.max_timestamp, first.base_timestamp) == (-1, -1)
+    assert first.crc == crc_of(stored, 0, first.size) != read_header(no_timestamps).crc
+    assert stored[len(no_timestamps) + 16:] == sent[16:]  # as sent, but offset and epoch
+    assert [h.max_timestamp for h in batches_on_disk(broker, TOPIC, 0)] == \
+        [-1, read_header(sent).max_timestamp]
+
+
+def test_log_append_time_topics_stamp_the_broker_clock(broker):
+    old = encode_batch([(b"k", b"v%d" % i, (), 1_500_000_000_000 + i) for i in range(3)],
+                       CODECS["zstd"])
+    with connect(broker) as sock:
+        create_topic(sock, message_timestamp_type="LogAppendTime")
+        before = now_ms()
+        answer = produce_answer(sock, old)
+        after = now_ms()
+        assert answer.error_code == ErrorCode.none
+        stamped = int(answer.log_append_time.timestamp() * 1000)
+        assert before <= stamped <= after
+        stored = fetch_one(sock, TOPIC, 0, 0).records
+    header = read_header(stored)
+    assert header.attributes == CODECS["zstd"] | TIMESTAMP_TYPE_BIT
+    assert header.base_timestamp == header.max_timestamp == stamped
+    assert header.crc == crc_of(stored, 0, header.size)
+    assert stored[HEADER_SIZE:] == old[HEADER_SIZE:]
+
+
+def test_a_refused_batch_with_acks_0_closes_the_connection(broker):
+    with connect(broker) as setup:
+        create_topic(setup)
+    good = batch(2)
+    with connect(broker) as sock:
+        # A good batch with acks=0: no answer, and the connection goes on.
+        sock.sendall(encode_request(PRODUCE, 9, 1, "t", produce_request({(TOPIC, 0): good},
+                                                                         acks=0)))
+        assert call(sock, API_VERSIONS, api_versions_request()).error_code == ErrorCode.none
+        # A refused one: Kafka closes the connection so that the client notices.
+        sock.sendall(encode_request(PRODUCE, 9, 2, "t", produce_request(
+            {(TOPIC, 0): batch_of(record(0), 3, now_ms())}, acks=0)))
+        assert_closed(sock)
+    assert_logged(broker, "batch says 3 records but holds 1")
+    with connect(broker) as sock:
+        assert latest_offset(sock) == 2
+    assert_nothing_stored_but(broker, [good])
     assert_serving(broker)

@@ -10,6 +10,7 @@ from brokers import create_topic
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+import oncelog
 from oncelog.chaos.diagram import render_html
 from oncelog.chaos.proxy import ChaosProxy
 from oncelog.chaos.rules import Action, Rule
@@ -71,6 +72,7 @@ def test_rule_parsing():
         (Action.DROP_REQUEST, "produce", "expected API"),
         (Action.DELAY_RESPONSE, "produce:1", "needs =MILLIS"),
         (Action.DROP_RESPONSE, "produce:1=5", "takes no =MILLIS"),
+        (Action.EMPTY_RESPONSE, "produce:1", "only for fetch"),
     ]:
         with pytest.raises(ValueError, match=message):
             Rule.parse(action, spec)
@@ -117,6 +119,21 @@ def test_delays_hold_frames(broker, proxy):
     assert time.monotonic() - start >= 0.4
     kinds = [e.what for e in proxy.events if e.what.startswith("delay")]
     assert kinds == ["delay-response"]
+
+
+def test_empty_fetch_answers_keep_their_offsets_and_are_read_past(broker, proxy):
+    """Fetch answers emptied of their records: librdkafka and oncelog.Consumer just fetch
+    again and read everything."""
+    create_topic(broker.bootstrap, "emptied")
+    produce_all(faulty_producer(broker.bootstrap), "emptied", 4)
+    proxy.add_rule(Rule.parse(Action.EMPTY_RESPONSE, "fetch:1,2,3"))
+    assert read_values(proxy.bootstrap, "emptied") == [b"0", b"1", b"2", b"3"]
+    with oncelog.Consumer({"bootstrap.servers": proxy.bootstrap,
+                           "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([oncelog.TopicPartition("emptied", 0)])
+        proxy.add_rule(Rule.parse(Action.EMPTY_RESPONSE, "fetch:1,2,3"))
+        assert [r.value for r in consumer] == [b"0", b"1", b"2", b"3"]
+    assert [e.what for e in proxy.events].count("empty-response") == 6
 
 
 def test_partition_filter_counts_only_that_partition(broker, proxy):

@@ -30,6 +30,7 @@ from aiokafka import TopicPartition as AioTopicPartition
 from brokers import BrokerProcess, batches_on_disk
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
     KafkaException,
@@ -1092,3 +1093,127 @@ def test_earliest_offset_follows_retention(start_broker):
     assert got == expected
     assert kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
                 "-q", "-f", "%o %s\\n", "-X", "fetch.wait.max.ms=50") == b"3 v3\n4 v4\n"
+
+
+# --- what a topic asks of its records: keys when compacted, the broker's clock ----------------
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_compacted_topic_refuses_keyless_records_from_every_client(shared, codec):
+    topic = f"compacted-{codec}"
+    create_topics(shared.bootstrap, 1, topic, cleanup_policy="compact")
+    compression = None if codec == "none" else codec
+
+    reports = []
+    producer = Producer({"bootstrap.servers": shared.bootstrap, "compression.type": codec})
+    producer.produce(topic, value=b"no key", on_delivery=lambda err, _: reports.append(err))
+    producer.flush(TIMEOUT)
+    assert [e.code() for e in reports] == [KafkaError.INVALID_RECORD]
+
+    kproducer = kafka.KafkaProducer(bootstrap_servers=shared.bootstrap,
+                                    enable_idempotence=False, compression_type=compression)
+    try:
+        with pytest.raises(kafka.errors.InvalidRecordError):
+            kproducer.send(topic, value=b"no key").get(TIMEOUT)
+    finally:
+        kproducer.close(TIMEOUT)
+
+    async def aiokafka_keyless():
+        aproducer = AIOKafkaProducer(bootstrap_servers=shared.bootstrap,
+                                     compression_type=compression)
+        await asyncio.wait_for(aproducer.start(), TIMEOUT)
+        try:
+            with pytest.raises(aiokafka.errors.KafkaError):
+                await asyncio.wait_for(aproducer.send_and_wait(topic, b"no key"), TIMEOUT)
+        finally:
+            await asyncio.wait_for(aproducer.stop(), TIMEOUT)
+
+    asyncio.run(aiokafka_keyless())
+    failed = subprocess.run(["kcat", "-P", "-b", shared.bootstrap, "-t", topic, "-z", codec],
+                            input=b"no key\n", capture_output=True, timeout=TIMEOUT)
+    assert failed.returncode != 0
+    assert b"Broker failed to validate record" in failed.stderr, failed.stderr
+
+    # Records with keys go in, from every client, and nothing keyless was stored.
+    records = numbered(*((0, b"k%d" % i, b"v%d" % i, (), T0 + i) for i in range(3)))
+    produce_confluent(shared.bootstrap, topic, codec, records[:1])
+    produce_kafka_python(shared.bootstrap, topic, codec,
+                         tuple(replace(r, offset=1) for r in records[1:2]))
+    produce_aiokafka(shared.bootstrap, topic, codec,
+                     tuple(replace(r, offset=2) for r in records[2:]))
+    got = consume_confluent(shared.bootstrap, topic, {0: 0}, 3)
+    assert [(r.offset, r.key) for r in got] == [(0, b"k0"), (1, b"k1"), (2, b"k2")]
+
+
+def test_log_append_time_with_every_client(shared):
+    """The broker's clock replaces the producers' (here years old), in the producers'
+    delivery reports and in what every consumer reads."""
+    topic = "append-time"
+    create_topics(shared.bootstrap, 1, topic, message_timestamp_type="LogAppendTime")
+    before = _clock_ms()
+    stamps = []
+    producer = Producer({"bootstrap.servers": shared.bootstrap, "compression.type": "lz4"})
+    for i in range(3):
+        producer.produce(topic, key=b"k", value=b"v%d" % i, timestamp=T0 + i,
+                         on_delivery=lambda err, msg: stamps.append(msg.timestamp()))
+    producer.flush(TIMEOUT)
+    kproducer = kafka.KafkaProducer(bootstrap_servers=shared.bootstrap, enable_idempotence=False)
+    try:
+        meta = kproducer.send(topic, key=b"k", value=b"v3", timestamp_ms=T0).get(TIMEOUT)
+    finally:
+        kproducer.close(TIMEOUT)
+    after = _clock_ms()
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after
+               for kind, ts in stamps), stamps
+    assert before <= meta.timestamp <= after
+
+    seen = {}
+    consumer = Consumer({"bootstrap.servers": shared.bootstrap, "group.id": GROUP,
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(seen) < 4 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen[("confluent", msg.offset())] = msg.timestamp()
+    finally:
+        consumer.close()
+    kconsumer = kafka.KafkaConsumer(bootstrap_servers=shared.bootstrap, group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        kconsumer.assign([kafka.TopicPartition(topic, 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while len([k for k in seen if k[0] == "kafka-python"]) < 4 \
+                and time.monotonic() < deadline:
+            for batch in kconsumer.poll(timeout_ms=500).values():
+                for m in batch:
+                    seen[("kafka-python", m.offset)] = (m.timestamp_type + 1, m.timestamp)
+    finally:
+        kconsumer.close()
+
+    async def aiokafka_read():
+        aconsumer = AIOKafkaConsumer(bootstrap_servers=shared.bootstrap, group_id=None,
+                                     enable_auto_commit=False, auto_offset_reset="earliest")
+        await asyncio.wait_for(aconsumer.start(), TIMEOUT)
+        try:
+            aconsumer.assign([AioTopicPartition(topic, 0)])
+            deadline = time.monotonic() + TIMEOUT
+            while len([k for k in seen if k[0] == "aiokafka"]) < 4 \
+                    and time.monotonic() < deadline:
+                for batch in (await aconsumer.getmany(timeout_ms=500)).values():
+                    for m in batch:
+                        seen[("aiokafka", m.offset)] = (m.timestamp_type + 1, m.timestamp)
+        finally:
+            await asyncio.wait_for(aconsumer.stop(), TIMEOUT)
+
+    asyncio.run(aiokafka_read())
+    for line in kcat("-C", "-b", shared.bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+                     "-e", "-q", "-f", "%o %T\\n", "-X", "fetch.wait.max.ms=50").splitlines():
+        offset, ts = map(int, line.split())
+        seen[("kcat", offset)] = (TIMESTAMP_LOG_APPEND_TIME, ts)
+    assert len(seen) == 16, sorted(seen)
+    for (client, offset), (kind, ts) in seen.items():
+        assert kind == TIMESTAMP_LOG_APPEND_TIME, (client, offset, kind)
+        assert before <= ts <= after, (client, offset, ts)
+    # A batch's records share its stamp; every client reads the same one.
+    assert len({ts for (client, offset), (_, ts) in seen.items() if offset < 3}) == 1

@@ -5,7 +5,13 @@ import sys
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError, parse_properties
+from oncelog.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    is_compacted,
+    parse_properties,
+    validate_topic_configs,
+)
 
 
 def test_properties_format():
@@ -39,6 +45,27 @@ def test_values_are_typed_and_derived_keys_follow_kafka():
     assert BrokerConfig({"log.retention.ms": "5", "log.retention.hours": "9"}).retention_ms == 5
 
 
+def test_record_validation_keys_default_as_in_kafka_4():
+    config = BrokerConfig()
+    assert config.topic_default("message.timestamp.type") == "CreateTime"
+    assert config.topic_default("message.timestamp.before.max.ms") == 2**63 - 1
+    assert config.topic_default("message.timestamp.after.max.ms") == 3_600_000
+    assert config.topic_default("cleanup.policy") == "delete"
+    config = BrokerConfig({"log.message.timestamp.type": "LogAppendTime",
+                           "log.message.timestamp.after.max.ms": "0",
+                           "log.cleanup.policy": "compact, delete"})
+    assert config.topic_default("message.timestamp.type") == "LogAppendTime"
+    assert config.topic_default("message.timestamp.after.max.ms") == 0
+    assert config.topic_default("cleanup.policy") == "compact,delete"
+    parsed = validate_topic_configs({"cleanup.policy": "compact",
+                                     "message.timestamp.before.max.ms": "60000"})
+    assert parsed == {"cleanup.policy": "compact", "message.timestamp.before.max.ms": 60000}
+    assert is_compacted("compact,delete") and is_compacted("compact")
+    assert not is_compacted("delete")
+    with pytest.raises(ConfigError, match=r"cleanup\.policy: expected delete, compact or both"):
+        validate_topic_configs({"cleanup.policy": "delete,,compact"})
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"no.such.key": "1"}, "unknown config key 'no.such.key'"),
     ({"num.partitions": "zero"}, "num.partitions: expected an integer"),
@@ -46,7 +73,11 @@ def test_values_are_typed_and_derived_keys_follow_kafka():
     ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable: expected true or false"),
     ({"listeners": "http://x"}, "listeners: expected PLAINTEXT://host:port"),
     ({"log.dirs": "/a,/b"}, "only one log directory"),
-    ({"log.cleanup.policy": "compact"}, "log.cleanup.policy: expected one of delete"),
+    ({"log.cleanup.policy": "compress"}, "log.cleanup.policy: expected delete, compact"),
+    ({"log.message.timestamp.type": "createtime"},
+     "log.message.timestamp.type: expected one of CreateTime, LogAppendTime"),
+    ({"log.message.timestamp.after.max.ms": "-1"},
+     "log.message.timestamp.after.max.ms: -1 is outside"),
 ])
 def test_bad_values_name_the_key(values, message):
     with pytest.raises(ConfigError, match=message):

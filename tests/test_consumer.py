@@ -1,7 +1,6 @@
 """oncelog.Consumer against a real broker, reading what real clients wrote."""
 
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -13,10 +12,6 @@ from confluent_kafka import Producer
 import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.client.connection import KafkaError
-from oncelog.client.consumer import ConsumerRecord
-from oncelog.protocol import records as codec
-from oncelog.protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, crc_of
-from oncelog.protocol.records import encode_batch
 
 NOW = int(time.time() * 1000)
 
@@ -168,48 +163,6 @@ def test_bad_config_is_refused():
         Consumer({"group.idd": "x"})
     with pytest.raises(ValueError, match="read_uncommitted"):
         Consumer({"isolation.level": "read_committed"})
-
-
-def _batch(base_offset, records, log_append_time=False, **identity):
-    batch = bytearray(encode_batch(records, base_offset=base_offset, **identity))
-    if log_append_time:
-        batch[ATTRIBUTES_OFFSET + 1] |= 0x08
-        struct.pack_into(">I", batch, CRC_OFFSET, crc_of(batch, 0, len(batch)))
-    return bytes(batch)
-
-
-def test_compiled_and_python_record_building_agree(broker, monkeypatch):
-    """The compiled codec builds ConsumerRecords itself (protocol/_records.c); the Python path
-    must build the very same ones: offsets from a position inside a batch, sequences that wrap
-    at 2^31 - 1, no producer, log-append time, transactional batches, headers, nulls."""
-    records = [(b"k%d" % i if i % 3 else None, None if i == 4 else b"v" * i,
-                [("h", b"%d" % i)] if i % 2 else [], NOW + i) for i in range(8)]
-    data = b"".join([
-        _batch(100, records, producer_id=7, producer_epoch=2, base_sequence=2**31 - 3),
-        _batch(108, records),
-        _batch(116, records, log_append_time=True, producer_id=9, producer_epoch=0,
-               base_sequence=0, transactional=True),
-    ])
-    tp = TopicPartition("any", 3)
-    with Consumer({"bootstrap.servers": broker.bootstrap}) as c:
-        assert codec.compiled is not None
-        for position in (0, 100, 103, 108, 119, 124):
-            compiled: list = []
-            c._decode_into(compiled, tp, data, position)
-            monkeypatch.setattr(codec, "compiled", None)
-            python: list = []
-            c._decode_into(python, tp, data, position)
-            monkeypatch.undo()
-            assert compiled == python
-            assert [type(r) for r in compiled] == [ConsumerRecord] * len(python)
-            assert [r.offset for r in compiled] == list(range(max(position, 100), 124))
-            if position == 0:
-                every = compiled
-    assert [r.sequence for r in every[:4]] == [2**31 - 3, 2**31 - 2, 2**31 - 1, 0]
-    assert {r.sequence for r in every[8:16]} == {-1}
-    assert {r.timestamp for r in every[16:]} == {NOW + 7}
-    assert {(r.timestamp_type, r.is_transactional) for r in every[16:]} == \
-        {("LogAppendTime", True)}
 
 
 PURE_ROUND_TRIP = """

@@ -56,7 +56,8 @@ PARTITIONS = 3
 COUNT = 100_000
 KILLS_AT = (30_000, 65_000)  # delivered-record counts at which the broker is taken down
 SWALLOW_WAIT = TIMEOUT  # the bound on waiting for a produce answer to swallow
-SWALLOW_SECONDS = 0.2  # how much longer answers are swallowed once one produce's was
+SWALLOW_SECONDS = 0.2  # the bound on swallowing more answers once one produce's was
+SWALLOW_MORE = 5  # answers swallowed before the broker goes down, if they come that fast
 SETTINGS = {
     # ~12 segments a partition over the stream (about 13 bytes a record): producer state is
     # snapshotted at every roll, so restarts load snapshots and replay the log after them.
@@ -134,17 +135,19 @@ class Delivered:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified at each report
         self.count = 0
         self.errors: list[tuple[int, object]] = []
         self.offsets: dict[int, int] = {}  # record number -> offset the broker reported
 
     def report(self, i: int, error: object, offset: int) -> None:
-        with self.lock:
+        with self.changed:
             self.count += 1
             if error is not None:
                 self.errors.append((i, error))
             else:
                 self.offsets[i] = offset
+            self.changed.notify_all()
 
 
 class AnswerEater:
@@ -165,6 +168,7 @@ class AnswerEater:
         self.upstream = 0  # the broker's port, set once it has started
         self.swallowing = threading.Event()
         self.lock = threading.Lock()
+        self.swallowed = threading.Condition(self.lock)  # notified at each swallowed answer
         self.sockets: set[socket.socket] = set()
         self.swallowed_produce_answers = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -209,8 +213,9 @@ class AnswerEater:
                     if answers:
                         (correlation,) = struct.unpack_from(">i", frame, 4)
                         if self.swallowing.is_set() and correlation in produce_requests:
-                            with self.lock:
+                            with self.swallowed:
                                 self.swallowed_produce_answers += 1
+                                self.swallowed.notify_all()
                             continue
                     else:
                         api_key, _, correlation = struct.unpack_from(">hhi", frame, 4)
@@ -262,20 +267,24 @@ class Saboteur(threading.Thread):
     def run(self) -> None:
         try:
             for target in self.at:
-                deadline = time.monotonic() + STREAM_TIMEOUT
-                while self.delivered.count < target:
-                    if self.stop.is_set() or time.monotonic() > deadline:
-                        return
-                    time.sleep(0.001)
-                swallowed = self.proxy.swallowed_produce_answers
-                self.proxy.swallowing.set()
-                # Until the broker has stored and answered at least one produce in vain (the
-                # client may be between requests), then a little longer for the others.
-                deadline = time.monotonic() + SWALLOW_WAIT
-                while self.proxy.swallowed_produce_answers == swallowed and \
-                        time.monotonic() < deadline:
-                    time.sleep(0.001)
-                time.sleep(SWALLOW_SECONDS)
+                with self.delivered.changed:
+                    self.delivered.changed.wait_for(
+                        lambda target=target: self.delivered.count >= target or self.stop.is_set(),
+                        STREAM_TIMEOUT)
+                if self.delivered.count < target:
+                    return  # stopped, or the stream stalled: finish() reports it
+                with self.proxy.swallowed:
+                    swallowed = self.proxy.swallowed_produce_answers
+                    self.proxy.swallowing.set()
+                    # Until the broker has stored and answered at least one produce in vain
+                    # (the client may be between requests), then a few more if they come.
+                    self.proxy.swallowed.wait_for(
+                        lambda before=swallowed: self.proxy.swallowed_produce_answers > before,
+                        SWALLOW_WAIT)
+                    self.proxy.swallowed.wait_for(
+                        lambda before=swallowed:
+                        self.proxy.swallowed_produce_answers >= before + SWALLOW_MORE,
+                        SWALLOW_SECONDS)
                 down_at = self.delivered.count
                 if self.clean:
                     code = self.broker.stop()
@@ -291,6 +300,8 @@ class Saboteur(threading.Thread):
 
     def finish(self) -> None:
         self.stop.set()
+        with self.delivered.changed:
+            self.delivered.changed.notify_all()
         self.join(TIMEOUT * 3)
         assert not self.is_alive(), "the broker restarts did not finish"
         if self.failure is not None:

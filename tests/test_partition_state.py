@@ -11,6 +11,7 @@ from oncelog.log.log import LogConfig
 from oncelog.producer_state.manager import StateLimits
 from oncelog.protocol.record_batch import InvalidBatch
 from oncelog.protocol.records import encode_batch
+from oncelog.protocol.validation import LONG_MAX, RecordRules
 
 NOW = int(time.time() * 1000)
 
@@ -28,9 +29,14 @@ class IssuedBelow:
         return self.limit - 1
 
 
+# Any timestamp, as with Kafka 3's message.timestamp.after.max.ms: these tests are about
+# what the clients' clocks do to producer state.
+ANY_TIMESTAMP = RecordRules(timestamp_after_max_ms=LONG_MAX)
+
+
 def open_partition(directory, segment_bytes=1 << 30, ids=None, **limits) -> Partition:
     return Partition("t", 0, str(directory), LogConfig(segment_bytes=segment_bytes),
-                     1 << 20, StateLimits(**limits), ids or IssuedBelow(1000))
+                     1 << 20, StateLimits(**limits), ids or IssuedBelow(1000), ANY_TIMESTAMP)
 
 
 def batch(pid: int, first_seq: int, count: int = 2, epoch: int = 0) -> bytes:

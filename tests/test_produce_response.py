@@ -21,22 +21,33 @@ partition = st.builds(
     base_offset=st.integers(-1, 2**62),
     log_start_offset=st.integers(-1, 2**62),
     error_message=st.none() | st.text(max_size=40),
+    log_append_time=st.just(-1) | st.integers(0, 2**45),
+    record_errors=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.none() | st.text(max_size=9)),
+                           max_size=2).map(tuple),
 )
 topics = st.lists(st.tuples(st.text(min_size=1, max_size=30),
                             st.lists(partition, min_size=1, max_size=4)), max_size=4)
 
 
-def kio_bytes(version: int, correlation_id: int, data, record_errors=()) -> bytes:
+def kio_bytes(version: int, correlation_id: int, data) -> bytes:
     mod = response_module(PRODUCE, version)
-    errors = tuple(build(mod.BatchIndexAndErrorMessage, batch_index=i,
-                         batch_index_error_message=m)
-                   for i, m in record_errors) if version >= 8 else ()
+
+    def errors(p: PartitionResult) -> tuple:
+        return tuple(build(mod.BatchIndexAndErrorMessage, batch_index=i,
+                           batch_index_error_message=m)
+                     for i, m in p.record_errors) if version >= 8 else ()
+
+    def append_time(p: PartitionResult):
+        if p.log_append_time < 0:
+            return None
+        return datetime.datetime.fromtimestamp(p.log_append_time / 1000, datetime.UTC)
+
     body = build(mod.ProduceResponse, throttle_time=datetime.timedelta(0), responses=tuple(
         build(mod.TopicProduceResponse, name=name, partition_responses=tuple(
             build(mod.PartitionProduceResponse, index=p.index,
                   error_code=ErrorCode(p.error_code), base_offset=p.base_offset,
-                  log_append_time=None, log_start_offset=p.log_start_offset,
-                  record_errors=errors, error_message=p.error_message)
+                  log_append_time=append_time(p), log_start_offset=p.log_start_offset,
+                  record_errors=errors(p), error_message=p.error_message)
             for p in partitions))
         for name, partitions in data))
     return encode_response(PRODUCE, version, correlation_id, body)
@@ -51,14 +62,12 @@ def test_same_bytes_as_kio(data, correlation_id, version):
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(data=topics, version=st.integers(*SUPPORTED_VERSIONS[PRODUCE]),
-       record_errors=st.lists(st.tuples(st.integers(0, 100), st.none() | st.text(max_size=9)),
-                              max_size=2))
-def test_the_producer_reads_what_kio_writes(data, version, record_errors):
-    """The producer's reader (produce_response.decode) against kio's writer, with record
-    errors (v8+), which oncelog's broker never sends but Kafka's does."""
-    frame = kio_bytes(version, 5, data, record_errors)[4:]
-    expected = [(name, [p if version >= 8 else p._replace(error_message=None)
+@given(data=topics, version=st.integers(*SUPPORTED_VERSIONS[PRODUCE]))
+def test_the_producer_reads_what_kio_writes(data, version):
+    """The producer's reader (produce_response.decode) against kio's writer, record errors
+    (v8+) and log append times included."""
+    frame = kio_bytes(version, 5, data)[4:]
+    expected = [(name, [p if version >= 8 else p._replace(error_message=None, record_errors=())
                         for p in partitions]) for name, partitions in data]
     if version < 5:
         expected = [(n, [p._replace(log_start_offset=-1) for p in ps]) for n, ps in expected]

@@ -35,6 +35,14 @@ def read_back(bootstrap: str, topic: str, partitions: int = 1) -> list[oncelog.C
         return list(c)
 
 
+def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
+    """Until ``condition()`` holds; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout}s for {what}"
+        time.sleep(0.005)
+
+
 def records(n: int, null_header: bool = True) -> list[tuple[bytes | None, bytes | None, list,
                                                             int]]:
     # Null keys, null values (never both: kafka-python refuses that), headers with nulls.
@@ -227,6 +235,60 @@ def test_full_buffer_blocks_then_raises_and_recovers(broker):
     assert len(read_back(broker.bootstrap, "full")) >= 2
 
 
+def test_a_delivery_callback_may_produce_even_with_the_buffer_full(broker):
+    """on_delivery runs on the sender's thread, which is also the one that makes room in
+    buffer.memory and learns topics: produce() there must never wait for it. Each callback
+    here produces until the buffer is full, which raises at once; the originals all arrive,
+    and so does every chained record produce() took."""
+    create_topic(broker.bootstrap, "chain")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                  "buffer.memory": 4096, "batch.size": 1024})
+    chained: list = []
+    refused: list[KafkaError] = []
+    misuse: list[RuntimeError] = []
+
+    def on_delivery(err, meta) -> None:
+        assert err is None
+        try:
+            for _ in range(100):  # far more than buffer.memory holds
+                chained.append(p.produce("chain", b"c" * 300, partition=0))
+        except KafkaError as exc:
+            refused.append(exc)
+        try:
+            p.flush(1)
+        except RuntimeError as exc:
+            misuse.append(exc)
+
+    originals = [p.produce("chain", b"o" * 300, partition=0, on_delivery=on_delivery)
+                 for _ in range(20)]
+    p.flush(TIMEOUT)  # the sender was never stuck in a callback
+    p.flush(TIMEOUT)  # and the chained records are delivered too
+    assert [f.result(0).offset >= 0 for f in originals] == [True] * 20
+    assert len(refused) == 20 and len(misuse) == 20
+    assert all("cannot wait for room" in str(exc) for exc in refused)
+    assert all("would wait for the producer's sender thread" in str(exc) for exc in misuse)
+    assert all(f.result(0).offset >= 0 for f in chained)
+    with pytest.raises(KafkaError, match="cannot wait for its metadata"):
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def to_a_new_topic(err, meta) -> None:
+            try:
+                p.produce("chain-elsewhere", b"x")
+            except BaseException as exc:
+                errors.append(exc)
+            done.set()
+
+        p.produce("chain", b"last", partition=0, on_delivery=to_a_new_topic)
+        p.flush(TIMEOUT)
+        assert done.wait(TIMEOUT)
+        raise errors[0]
+    p.produce("chain-elsewhere", b"x").result(TIMEOUT)  # from here it may wait for metadata
+    p.close()
+    values = [r.value for r in read_back(broker.bootstrap, "chain")]
+    assert values.count(b"o" * 300) == 20 and values.count(b"c" * 300) == len(chained)
+
+
 # --- idempotence through faults (the seeds' flows) ----------------------------------------------
 
 @pytest.fixture
@@ -289,6 +351,42 @@ def test_broker_restart_mid_stream(start_broker):
     assert len({(r.producer_id, r.producer_epoch) for r in stored}) == 1
 
 
+def test_a_forgotten_producer_never_hears_delivered_for_records_the_log_lacks(start_broker):
+    """Issue 12's case against a real broker. The broker forgets the idle producer
+    (producer.id.expiration.ms, then producer.id.tombstone.ms); the producer's next request
+    (record a) is lost on the way, the one after it (record b) is stored first (rules.py row
+    2), and a's retry is refused (row 11: before what the broker stored of it since, so it
+    "may never have arrived"). The producer once asked DescribeProducers, saw the broker
+    held its epoch past a, and reported a delivered: flush() succeeded and the log did not
+    hold a. Now a fails, outcome unknown, and every record reported delivered is in the log,
+    read back by a consumer."""
+    broker = start_broker(producer_id_expiration_ms=1000, producer_id_tombstone_ms=1000,
+                          producer_id_expiration_check_interval_ms=100)
+    create_topic(broker.bootstrap, "forgotten")
+    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+        proxy.add_rule(Rule.parse(Action.DROP_REQUEST, "produce[forgotten-0]:2"))
+        p = faulty(proxy.bootstrap)
+        first = p.produce("forgotten", b"first", partition=0)
+        assert first.result(TIMEOUT).offset == 0
+        wait_for(lambda: "1 records dropped" in broker.log_text(),
+                 "the broker to forget the idle producer")
+        a = p.produce("forgotten", b"a", partition=0)
+        wait_for(lambda: any(e.what == "drop-request" for e in proxy.events),
+                 "a's request to be lost")
+        b = p.produce("forgotten", b"b", partition=0)
+        assert b.result(TIMEOUT).offset == 1
+        # Row 11 of client/idempotence.py, or 12 if the broker moved the producer to a
+        # compact record again meanwhile (DescribeProducers then lists nothing).
+        with pytest.raises(oncelog.OutcomeUnknown,
+                           match=r"may never have arrived|holds no state of this producer"):
+            a.result(TIMEOUT)
+        with pytest.raises(oncelog.OutcomeUnknown):
+            p.flush(TIMEOUT)
+        p.close()
+    stored = [r.value for r in read_back(broker.bootstrap, "forgotten")]
+    assert stored == [b"first", b"b"]
+
+
 # --- identity: checkpoints, resume, new epochs ----------------------------------------------------
 
 def test_checkpoint_is_json_and_resume_continues_the_sequences(broker):
@@ -331,18 +429,23 @@ def test_resending_after_resume_is_answered_as_duplicate(broker):
     # The five cached batches ([60-69] .. [90-99]; [100] is below) answer their own offsets.
     assert offsets[59:99] == list(range(60, 100))
     # [100-109] straddles the end of what the broker holds (it had [100] alone): the producer
-    # asks DescribeProducers, drops record 100 and sends [101-109].
-    assert offsets[99] == -1
-    assert offsets[100:] == list(range(101, 121))
+    # asks DescribeProducers (up to 100), sends [100] alone, which the broker answers with
+    # its offset (cached), then [101-109] (client/idempotence.py row 10).
+    assert offsets[99:] == list(range(100, 121))
     stored = read_back(broker.bootstrap, "again")
     assert [r.value for r in stored] == [b"before"] + [b"%d" % i for i in range(120)]
     assert {(r.producer_id, r.producer_epoch) for r in stored} == \
         {(saved["producer_id"], saved["producer_epoch"])}
 
 
-def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):
+def test_a_resumed_producer_meeting_a_broker_without_its_state_stops(broker):
     """Resuming against a partition that lost the producer's state (here: the topic was
-    recreated) gets OUT_OF_ORDER_SEQUENCE_NUMBER for the first batch: a new epoch from 0."""
+    recreated) gets OUT_OF_ORDER_SEQUENCE_NUMBER for the first batch. Its sequences continue
+    the checkpoint, which the process before may have sent, and the broker holds nothing of
+    the producer to say otherwise: the batch fails as of unknown outcome (client/idempotence.py
+    rows 8 and 12), never as delivered. A new epoch would follow, under which the broker
+    could not recognise what the process before stored: a resumed producer stops instead
+    (row 13). Without resume, a producer carries on under a new epoch from 0."""
     create_topic(broker.bootstrap, "lost", 1)
     config = {"bootstrap.servers": broker.bootstrap}
     with Producer(config) as p:
@@ -353,26 +456,36 @@ def test_a_broker_without_our_state_makes_the_producer_bump_its_epoch(broker):
     admin.delete_topics(["lost"])["lost"].result(20)
     create_topic(broker.bootstrap, "lost", 1)
     with Producer(config, resume=saved) as p:
-        metas = [p.produce("lost", b"new%d" % i).result(TIMEOUT) for i in range(3)]
-        after = p.checkpoint()
-    assert [m.offset for m in metas] == [0, 1, 2]
-    assert after["producer_epoch"] == saved["producer_epoch"] + 1
-    stored = read_back(broker.bootstrap, "lost")
-    assert [(r.value, r.producer_epoch, r.sequence) for r in stored] == [
-        (b"new%d" % i, saved["producer_epoch"] + 1, i) for i in range(3)]
+        first = p.produce("lost", b"new0")
+        with pytest.raises(oncelog.OutcomeUnknown, match="holds no state of this producer"):
+            first.result(TIMEOUT)
+        with pytest.raises(oncelog.OutcomeUnknown):
+            p.flush(TIMEOUT)
+        wait_for(lambda: p._core.sender.fatal is not None, "the producer to stop")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint"):
+            p.produce("lost", b"new1")
+    assert read_back(broker.bootstrap, "lost") == []
+    with Producer(config) as p:
+        metas = [p.produce("lost", b"new%d" % i).result(TIMEOUT) for i in (1, 2)]
+    assert [m.offset for m in metas] == [0, 1]
 
 
-def test_unknown_producer_id_takes_a_new_id(broker):
+def test_a_checkpoint_naming_an_unknown_producer_id_stops_the_producer(broker):
     """A checkpoint from another cluster names an id this one never issued (seed 000):
-    UNKNOWN_PRODUCER_ID, and the producer carries on under a new id."""
+    UNKNOWN_PRODUCER_ID says the record is not stored, and a resumed producer does not carry
+    on under a new id (client/idempotence.py rows 4 and 13): it stops, saying why."""
     forged = {"version": 1, "producer_id": 10**12, "producer_epoch": 3, "sequences": {},
               "sticky": {}}
     with Producer({"bootstrap.servers": broker.bootstrap}, resume=forged) as p:
-        meta = p.produce("forged", b"x").result(TIMEOUT)
-        after = p.checkpoint()
-    assert meta.offset == 0
-    assert after["producer_id"] != forged["producer_id"]
-    assert read_back(broker.bootstrap, "forged")[0].producer_id == after["producer_id"]
+        future = p.produce("forged", b"x")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint") as failed:
+            future.result(TIMEOUT)
+        assert not isinstance(failed.value, oncelog.OutcomeUnknown)
+        assert failed.value.args[0].endswith("; not stored")
+        wait_for(lambda: p._core.sender.fatal is not None, "the producer to stop")
+        with pytest.raises(KafkaError, match="continues a resumed checkpoint"):
+            p.produce("forged", b"y")
+    assert read_back(broker.bootstrap, "forged") == []
 
 
 def test_consumer_assignment_of_what_was_produced(broker):
@@ -470,10 +583,15 @@ def test_delivery_timeout_fails_the_record_and_the_next_flush(broker):
 
 def test_a_held_back_deterministic_batch_does_not_expire(broker):
     config = {"bootstrap.servers": broker.bootstrap, "batching": "deterministic",
-              "request.timeout.ms": 500, "delivery.timeout.ms": 600, "linger.ms": 0}
+              "batch.num.messages": 2, "request.timeout.ms": 500, "delivery.timeout.ms": 600,
+              "linger.ms": 0}
     with Producer(config) as p:
-        p.produce("held", b"a", partition=0)
-        time.sleep(1.0)  # longer than delivery.timeout.ms: the open batch waits on purpose
+        p.produce("held", b"a", partition=0)  # one of two: the open batch waits on purpose
+        deadline = time.monotonic() + 0.6
+        wait_for(lambda: time.monotonic() > deadline, "delivery.timeout.ms to pass")
+        # A full batch sent and acknowledged since: the sender has checked for expired
+        # batches with the held one past its delivery timeout.
+        [p.produce("held-probe", b"%d" % i, partition=0) for i in range(2)][-1].result(TIMEOUT)
         p.produce("held", b"b", partition=0)
         p.checkpoint()
     assert [r.value for r in read_back(broker.bootstrap, "held")] == [b"a", b"b"]

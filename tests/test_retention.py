@@ -1,8 +1,10 @@
 """Retention deletes old segments on a running broker; consumers see the new log start."""
 
+import os
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def produce(bootstrap, topic, n, timestamp_ms):
@@ -12,6 +14,11 @@ def produce(bootstrap, topic, n, timestamp_ms):
         producer.produce(topic, value=b"x" * 100 + b"%d" % i, timestamp=timestamp_ms)
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def create_topic(bootstrap, topic, config):
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
 
 
 class Watermarks:
@@ -71,17 +78,14 @@ def test_retention_by_size_keeps_the_newest_data(start_broker):
         return {p.name: p.stat().st_size for p in (broker.data_dir / "big-0").glob("*.log")}
 
     # A retention pass that ran while the records were still arriving deleted only what was
-    # over the limit then; the next pass (every 200 ms) deletes the rest.
-    assert wait_for(lambda: sum(sizes().values()) < 6000 + 3000), sizes()
-    settled: list = []
+    # over the limit then; the next pass (every 200 ms) deletes the rest, until no segment
+    # can go without leaving less than retention.bytes (Kafka's rule): nothing moves after.
+    def settled() -> bool:
+        now = sizes()
+        return sum(now.values()) - now[min(now)] < 6000
 
-    def log_start_settled() -> bool:  # the same across more than two retention passes
-        settled.append(earliest(broker.bootstrap, "big"))
-        time.sleep(0.5)
-        return earliest(broker.bootstrap, "big") == settled[-1]
-
-    assert wait_for(log_start_settled), settled
-    low, high = settled[-1]
+    assert wait_for(settled), sizes()
+    low, high = earliest(broker.bootstrap, "big")
     assert high == 300
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
@@ -94,3 +98,36 @@ def test_retention_by_size_keeps_the_newest_data(start_broker):
     consumer.close()
     assert msg is not None, "no record after 50 polls"
     assert msg.offset() == low, (msg.offset(), low, high)
+
+
+def test_retention_by_time_for_every_kind_of_timestamp(start_broker):
+    """Data produced a moment ago is never deleted, whatever timestamps its records carry
+    (the producer's clock, none at all, the broker's LogAppendTime); old data is."""
+    broker = start_broker(**{"log.retention.ms": "60000",
+                             "log.retention.check.interval.ms": "100"})
+    now = int(time.time() * 1000)
+    hour = 3_600_000
+    create_topic(broker.bootstrap, "append-time", {"message.timestamp.type": "LogAppendTime"})
+    create_topic(broker.bootstrap, "append-time-short",
+                 {"message.timestamp.type": "LogAppendTime", "retention.ms": "1000"})
+    produce(broker.bootstrap, "create-time", 5, now)
+    produce(broker.bootstrap, "no-timestamp", 5, -1)  # librdkafka: records -1, header max 0
+    produce(broker.bootstrap, "append-time", 5, now - 2 * hour)  # the broker's clock wins
+    marks = Watermarks(broker.bootstrap)
+    try:
+        # Two retention passes after everything was stored: each deletes an old topic.
+        for probe in ("old-1", "old-2"):
+            produce(broker.bootstrap, probe, 5, now - 2 * hour)
+            assert wait_for(lambda probe=probe: marks(probe) == (5, 5)), marks(probe)
+        for topic in ("create-time", "no-timestamp", "append-time"):
+            assert marks(topic) == (0, 5), topic
+        # Old by the file's age when no record has a timestamp, as Kafka counts it.
+        for segment in (broker.data_dir / "no-timestamp-0").glob("*.log"):
+            os.utime(segment, (now / 1000 - 2 * 3600, now / 1000 - 2 * 3600))
+        assert wait_for(lambda: marks("no-timestamp") == (5, 5)), marks("no-timestamp")
+        # Old by the broker's clock with LogAppendTime: kept a second, then deleted.
+        produce(broker.bootstrap, "append-time-short", 5, now - 2 * hour)
+        assert wait_for(lambda: marks("append-time-short") == (5, 5))
+        assert marks("create-time") == marks("append-time") == (0, 5)
+    finally:
+        marks.close()

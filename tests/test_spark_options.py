@@ -26,6 +26,9 @@ def test_kafka_source_options_as_spark_hands_them_over():
     assert opts.assign == {"t": (0, 1)}
     assert (opts.starting, opts.ending) == ({"t": {0: 5, 1: -2}}, {"t": {1: -1}})
     assert read_options({**B, "subscribePattern": "t-[0-9]+"}, streaming=False).wants("t-12")
+    assert read_options({**B, "subscribe": "t"}, streaming=False).poll_timeout_ms == 120_000
+    assert read_options({**B, "subscribe": "t", "kafkaconsumer.polltimeoutms": "1500"},
+                        streaming=True).poll_timeout_ms == 1500
 
 
 @pytest.mark.parametrize(("options", "streaming", "message"), [
@@ -55,6 +58,8 @@ def test_kafka_source_options_as_spark_hands_them_over():
      "option endingOffsets: applies to batch reads"),
     ({**B, "subscribe": "t", "maxOffsetsPerTrigger": "-3"}, True,
      "option maxOffsetsPerTrigger: must be a whole number of 1 or more, not '-3'"),
+    ({**B, "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "0"}, False,
+     "option kafkaConsumer.pollTimeoutMs: must be a whole number of 1 or more, not '0'"),
     ({**B, "subscribe": "t", "includeHeaders": "yes"}, True,
      "option includeHeaders: must be true or false, not 'yes'"),
     ({**B, "subscribe": "t", "kafka.group.id": "g"}, True,

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from brokers import produce_batches, wait_for_log_start
 from confluent_kafka import Producer
 
 import oncelog
@@ -185,7 +186,10 @@ def settled_retention(broker, topic: str, retention_bytes: int) -> tuple[int, in
         c.assign([tp])
         while True:
             files = sorted((broker.data_dir / f"{topic}-0").glob("*.log"))
-            sizes = [f.stat().st_size for f in files]
+            try:
+                sizes = [f.stat().st_size for f in files]
+            except FileNotFoundError:  # retention deleted one since the listing
+                continue
             low, high = c.watermarks(tp)
             if files and sum(sizes) - sizes[0] < retention_bytes and \
                     low == int(files[0].stem) > 0:
@@ -244,3 +248,114 @@ def test_bad_read_options_are_refused_naming_the_option(spark, broker, options, 
     with pytest.raises(Exception, match=r"format\(\"oncelog\"\)") as failed:
         reader(spark, broker.bootstrap, **options).collect()
     assert message in str(failed.value)
+
+
+# --- offsets without records, slow brokers, records deleted under a task --------------------
+
+def test_markers_and_compaction_gaps_are_read_past_not_waited_for(spark, broker, tmp_path):
+    """A partition ending in a transaction marker, with a compacted batch inside: every way of
+    reading it gets each record once, and ranges that end on a marker or start in a gap are
+    complete (not data loss, not a wait)."""
+    from test_offset_gaps import gappy_partition
+
+    from oncelog.audit import audit_topic
+    from oncelog.spark.audit import audit_topic_on_spark
+
+    held, end = gappy_partition(broker)
+    df = reader(spark, broker.bootstrap, subscribe="gaps", minPartitions="4")
+    assert df.rdd.getNumPartitions() == 4  # [0, 5) [5, 11) [11, 16) [16, 22)
+    assert sorted(r.offset for r in df.select("offset").collect()) == held
+    for start, end, expected in ((5, 9, [5, 6, 7]), (13, 19, [14]), (21, 22, [])):
+        ranged = reader(spark, broker.bootstrap, subscribe="gaps",  # to a marker, in a gap
+                        startingOffsets=json.dumps({"gaps": {"0": start}}),
+                        endingOffsets=json.dumps({"gaps": {"0": end}}))
+        assert [r.offset for r in ranged.select("offset").collect()] == expected
+
+    progress = stream(spark, broker.bootstrap, tmp_path / "out", tmp_path / "checkpoint",
+                      subscribe="gaps", maxOffsetsPerTrigger="6")
+    assert json.loads(progress[-1]["sources"][0]["endOffset"]) == {"gaps": {"0": end}}
+    assert sorted(r.offset for r in spark.read.parquet(str(tmp_path / "out")).collect()) \
+        == held
+
+    on_spark = audit_topic_on_spark(spark, broker.bootstrap, "gaps", min_partitions=4)
+    plain = audit_topic(broker.bootstrap, "gaps")
+    assert on_spark.totals["records"] == len(held) and on_spark.clean
+    assert on_spark.to_json()["partitions"] == plain.to_json()["partitions"]
+
+
+def test_records_deleted_after_planning_are_data_loss_in_the_task(spark, start_broker, caplog):
+    """The query is planned over offsets 0..39; retention then deletes 0..19 before a task
+    reads them. failOnDataLoss=true: the task fails saying so; false: the task reads 20..39
+    and logs what it skipped. Never the old silent short read, nor a wait."""
+    from oncelog.spark.columns import read_range
+    from oncelog.spark.offsets import OffsetRange
+
+    # Segments of two 1.1 KB batches (20 records); retention.bytes keeps two segments.
+    broker = start_broker(**{"log.segment.bytes": "3000",
+                             "log.retention.check.interval.ms": "100"})
+    create(broker.bootstrap, "deleting", 1, **{"retention.bytes": "3500"})
+    produce_batches(broker.bootstrap, "deleting", 0, 4)
+    strict = reader(spark, broker.bootstrap, subscribe="deleting").rdd  # planned: 0..39
+    lenient = reader(spark, broker.bootstrap, subscribe="deleting",
+                     failOnDataLoss="false").rdd
+    produce_batches(broker.bootstrap, "deleting", 40, 2)  # a third segment: 0..19 go
+    assert wait_for_log_start(broker.bootstrap, "deleting", 0) == 20
+
+    with pytest.raises(Exception, match=r"offsets 0\.\.19 of deleting-0 were deleted "
+                                        r"\(the log start moved past them\) before they were "
+                                        r"read\. .*failOnDataLoss=false"):
+        strict.collect()
+    assert sorted(r.offset for r in lenient.collect()) == list(range(20, 40))
+
+    # The task's warning, seen in this process (Spark's workers log to their stderr).
+    with caplog.at_level("WARNING", logger="oncelog.spark.columns"):
+        batches = list(read_range(broker.bootstrap, OffsetRange("deleting", 0, 5, 45), False,
+                                  False, 30_000))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(20, 45))
+    assert "offsets 5..19 of deleting-0 were deleted (the log start moved past them) before " \
+           "they were read; skipped (failOnDataLoss=false)" in caplog.text
+
+
+def test_a_slow_broker_delays_a_task_and_never_shortens_it(spark, broker):
+    """Fetch answers held back, or answered without records (as by a broker whose records are
+    not visible yet), by the chaos proxy: within kafkaConsumer.pollTimeoutMs of the last
+    progress the task waits and returns every row; beyond it the task fails with an error
+    naming the topic, partition, offsets and the option. (The old reader gave up after 5
+    empty answers and returned what it had.)"""
+    from oncelog.chaos.proxy import ChaosProxy
+    from oncelog.chaos.rules import Action, Rule
+
+    def fetches(first: int, last: int) -> str:
+        return "fetch:" + ",".join(map(str, range(first, last + 1)))
+
+    def offsets(df) -> list[int]:
+        return sorted(r.offset for r in df.select("offset").collect())
+
+    create(broker.bootstrap, "slow", 1)
+    produce_batches(broker.bootstrap, "slow", 0, 30)
+    everything = list(range(300))
+    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+        proxy.add_rule(Rule.parse(Action.DELAY_RESPONSE, "fetch:1=1500"))
+        assert offsets(reader(spark, proxy.bootstrap, subscribe="slow")) == everything
+        proxy.add_rule(Rule.parse(Action.EMPTY_RESPONSE, fetches(1, 6)))  # counted from here
+        assert offsets(reader(spark, proxy.bootstrap, subscribe="slow")) == everything
+        assert [e.what for e in proxy.events if e.what != "forwarded"] == \
+            ["delay-response"] + ["empty-response"] * 6
+
+        proxy.add_rule(Rule.parse(Action.EMPTY_RESPONSE, fetches(1, 999)))
+        empty = reader(spark, proxy.bootstrap, subscribe="slow",
+                       **{"kafkaConsumer.pollTimeoutMs": "1500"})
+        with pytest.raises(Exception, match=r"reading offsets 0\.\.299 of slow-0: no progress "
+                                            r"at offset 0 in 1\.5s; the log holds offsets "
+                                            r"0\.\.299 \(format\(\"oncelog\"\) option "
+                                            r"kafkaConsumer\.pollTimeoutMs is 1500\)"):
+            empty.collect()
+
+    with ChaosProxy(("127.0.0.1", broker.port)) as proxy:
+        proxy.add_rule(Rule.parse(Action.DELAY_RESPONSE, fetches(1, 99) + "=4000"))
+        late = reader(spark, proxy.bootstrap, subscribe="slow",
+                      **{"kafkaConsumer.pollTimeoutMs": "1500"})
+        with pytest.raises(Exception, match=r"reading offsets 0\.\.299 of slow-0: no progress "
+                                            r"at offset 0 in 1\.5s; last error: "
+                                            r"REQUEST_TIMED_OUT.*kafkaConsumer\.pollTimeoutMs"):
+            late.collect()

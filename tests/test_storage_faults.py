@@ -111,7 +111,7 @@ class StorageFaults(RuleBasedStateMachine):
     def _open(self) -> None:
         assert self.config is not None
         self.partition = Partition("t", 0, PARTITION_DIR, self.config, 1 << 20, StateLimits(),
-                                   IssuedBelow(), LogDir(LOG_DIR), self.disk)
+                                   IssuedBelow(), log_dir=LogDir(LOG_DIR), disk=self.disk)
         assert self.partition.log is not None  # opened now, as a fetch or produce would
 
     @property

@@ -250,8 +250,11 @@ def _audit(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.spark:
-            from .spark.audit import audit_in_new_session
-
+            try:
+                from .spark.audit import audit_in_new_session
+            except ImportError as exc:  # no pyspark, or one the Spark code cannot run on
+                print(f"oncelog audit --spark: {exc}", file=sys.stderr)
+                return 2
             report = audit_in_new_session(args.bootstrap_server, args.topic, args.partition,
                                           args.spark_master, args.min_partitions)
         else:

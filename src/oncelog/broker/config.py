@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
@@ -75,6 +77,18 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
     return ConfigKey(name, parse, default, doc, kind)
 
 
+def _cleanup_policy(text: str) -> str:
+    """Kafka's list: ``delete``, ``compact`` or both, comma-separated."""
+    policies = [p.strip() for p in text.split(",")]
+    if not policies or not all(p in ("delete", "compact") for p in policies):
+        raise ConfigError(f"expected delete, compact or both (comma-separated), got {text!r}")
+    return ",".join(policies)
+
+
+def is_compacted(cleanup_policy: str) -> bool:
+    return "compact" in cleanup_policy.split(",")
+
+
 _POSITIVE_INT = _parse_int(1, INT_MAX)
 # Twice the largest request (socket.request.max.bytes): one request of any allowed size can
 # be read while another is handled, and request memory stays under 300 MiB in all.
@@ -120,8 +134,18 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "How often the time-based flush is checked (ms).", _parse_int(1, LONG_MAX)),
     _key("log.index.interval.bytes", "INT", 4096, "Bytes between offset index entries.",
          _parse_int(0, INT_MAX)),
-    _key("log.cleanup.policy", "LIST", "delete", "Only delete is supported.",
-         _one_of("delete")),
+    _key("log.cleanup.policy", "LIST", "delete",
+         "delete and/or compact; compact makes records without a key refused (the log "
+         "cleaner is not built yet, so nothing is compacted away).", _cleanup_policy),
+    _key("log.message.timestamp.type", "STRING", "CreateTime",
+         "CreateTime (the producer's) or LogAppendTime (the broker's clock when it appends).",
+         _one_of("CreateTime", "LogAppendTime")),
+    _key("log.message.timestamp.before.max.ms", "LONG", DEFAULT_BEFORE_MAX_MS,
+         "With CreateTime, how far a record's timestamp may lie before the broker's clock.",
+         _NON_NEGATIVE_LONG),
+    _key("log.message.timestamp.after.max.ms", "LONG", DEFAULT_AFTER_MAX_MS,
+         "With CreateTime, how far a record's timestamp may lie after the broker's clock.",
+         _NON_NEGATIVE_LONG),
     _key("message.max.bytes", "INT", 1_048_588, "Largest record batch accepted.",
          _parse_int(0, INT_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
@@ -154,7 +178,14 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
 TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
-    _key("cleanup.policy", "LIST", "delete", "Only delete is supported.", _one_of("delete")),
+    _key("cleanup.policy", "LIST", "delete", "delete and/or compact (keys required).",
+         _cleanup_policy),
+    _key("message.timestamp.type", "STRING", None, "CreateTime or LogAppendTime.",
+         _one_of("CreateTime", "LogAppendTime")),
+    _key("message.timestamp.before.max.ms", "LONG", None,
+         "How far a CreateTime timestamp may lie in the past.", _NON_NEGATIVE_LONG),
+    _key("message.timestamp.after.max.ms", "LONG", None,
+         "How far a CreateTime timestamp may lie in the future.", _NON_NEGATIVE_LONG),
     _key("segment.bytes", "INT", None, "Segment size.", _parse_int(14, INT_MAX)),
     _key("segment.ms", "LONG", None, "Segment age.", _parse_int(1, LONG_MAX)),
     _key("retention.ms", "LONG", None, "Retention time.", _RETENTION),
@@ -176,6 +207,9 @@ TOPIC_TO_BROKER_KEY = {
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "index.interval.bytes": "log.index.interval.bytes",
     "producer.state.batches.to.retain": "producer.state.batches.to.retain",
 }

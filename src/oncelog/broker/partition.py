@@ -28,11 +28,13 @@ import errno
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..log import partition_metadata
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
@@ -40,6 +42,7 @@ from ..producer_state import snapshot
 from ..producer_state.manager import ProducerStateManager, StateLimits
 from ..producer_state.rules import Append, BatchIdentity, Duplicate, Refuse
 from ..protocol.record_batch import BatchHeader, InvalidBatch, assign_offsets, split_batches
+from ..protocol.validation import DEFAULT_RULES, RecordRules, validate_batches
 from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     duplicate: bool = False
+    log_append_time: int = -1  # the time the broker stamped, with LogAppendTime
     must_flush: bool = False  # the flush policy wants it on disk before it is acknowledged
 
 
@@ -76,16 +80,19 @@ def _now_ms() -> int:
 class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
-                 producer_ids: IssuedProducerIds, log_dir: LogDir | None = None,
-                 disk: OsDisk = OS_DISK) -> None:
+                 producer_ids: IssuedProducerIds, record_rules: RecordRules = DEFAULT_RULES,
+                 *, log_dir: LogDir | None = None, disk: OsDisk = OS_DISK,
+                 topic_id: uuid.UUID | None = None) -> None:
         self.topic = topic
         self.index = index
         self.dir = directory
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.limits = limits
+        self.record_rules = record_rules
         self.disk = disk
         self.log_dir = log_dir or LogDir(os.path.dirname(directory))
+        self.topic_id = topic_id
         self._producer_ids = producer_ids
         self._log: Log | None = None
         self._state: ProducerStateManager | None = None
@@ -124,6 +131,15 @@ class Partition:
     def is_open(self) -> bool:
         return self._log is not None
 
+    def holds_data(self) -> bool:
+        """Whether the partition has segments, without opening it for that."""
+        if self._log is not None:
+            return True
+        try:
+            return any(name.endswith(".log") for name in self.disk.listdir(self.dir))
+        except FileNotFoundError:
+            return False
+
     def _open(self) -> None:
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
@@ -133,6 +149,12 @@ class Partition:
             plog = Log(self.dir, self.config, self.disk)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
+        if self.topic_id is not None and partition_metadata.read(self.disk, self.dir) is None:
+            try:
+                partition_metadata.write(self.disk, self.dir, self.topic_id)
+            except BaseException:
+                plog.abandon()
+                raise
         try:
             state = ProducerStateManager(self.limits)
             start = self._load_snapshot(plog, state)
@@ -195,7 +217,9 @@ class Partition:
         Raises InvalidBatch with the Kafka error for anything refused, OSError when the disk
         failed; nothing is stored then.
         """
+        now = _now_ms()
         headers = split_batches(records, self.max_message_bytes)
+        headers = validate_batches(records, headers, self.record_rules, now)
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):
@@ -207,7 +231,6 @@ class Partition:
                 return AppendResult(decision.base_offset, decision.last_offset,
                                     plog.log_start_offset, duplicate=True)
         try:
-            now = _now_ms()
             if plog.should_roll(headers, now):
                 self._roll()
             headers, parts = assign_offsets(records, headers, plog.log_end_offset, 0)
@@ -218,8 +241,9 @@ class Partition:
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, now)
         self._wake_waiters()
+        stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
-                            plog.log_start_offset,
+                            plog.log_start_offset, log_append_time=stamped,
                             must_flush=plog.unflushed_messages >= self.config.flush_messages)
 
     @staticmethod

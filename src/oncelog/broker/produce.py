@@ -21,32 +21,40 @@ log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
+# What a handler returns for "close this connection" (server.py acts on it).
+CLOSE_CONNECTION = object()
+
+_Pending = list[tuple[str, list[PartitionResult], int, "asyncio.Future[None]"]]
+
 
 def handle_produce(broker, request: Request):
-    """The whole response frame (written by produce_response, not kio), None for acks=0, or
-    a coroutine giving the frame once what must be durable is."""
+    """The whole response frame (written by produce_response, not kio), or a coroutine giving
+    it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a partition
+    was refused."""
     body = request.body
     topics = []
-    pending: list[tuple[str, list[PartitionResult], int, asyncio.Future[None]]] = []
+    pending: _Pending = []
+    failed = False
     for topic_data in body.topic_data:
         partitions: list[PartitionResult] = []
         for pdata in topic_data.partition_data:
             result, durable = _produce_partition(broker, body.acks, topic_data.name,
                                                  pdata.index, pdata.records, request.client_id)
+            failed = failed or result.error_code != 0
             if durable is not None:
                 pending.append((topic_data.name, partitions, len(partitions), durable))
-            partitions.append(PartitionResult(pdata.index, *result))
+            partitions.append(result)
         topics.append((topic_data.name, partitions))
     if body.acks == 0:
-        return None
+        # Nothing is answered, so Kafka closes the connection for the client to notice that
+        # something went wrong (it then refreshes its metadata and sees the error in its log).
+        return CLOSE_CONNECTION if failed else None
     if pending:
         return _when_durable(request, topics, pending)
     return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
-async def _when_durable(
-        request: Request, topics: list,
-        pending: list[tuple[str, list[PartitionResult], int, asyncio.Future[None]]]) -> bytes:
+async def _when_durable(request: Request, topics: list, pending: _Pending) -> bytes:
     await asyncio.wait({durable for _, _, _, durable in pending})
     for topic, partitions, i, durable in pending:
         error = durable.exception()
@@ -62,14 +70,19 @@ async def _when_durable(
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None
-                       ) -> tuple[tuple[int, int, int, str | None], asyncio.Future[None] | None]:
-    """((error code, base offset, log start offset, error message), what to await first)."""
-    def failed(error: ErrorCode, message: str, level: int = logging.INFO) -> tuple:
+                       ) -> tuple[PartitionResult, asyncio.Future[None] | None]:
+    """The partition's answer, and what must be done before it is sent (None: nothing)."""
+    partition = None
+
+    def failed(error: ErrorCode, message: str, level: int = logging.INFO,
+               record_errors: tuple = ()) -> tuple[PartitionResult, None]:
         # Logged as well as answered: clients often show only the code, and with acks=0
         # the log is the only trace of a refused batch.
         log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
                 message, error.name)
-        return (int(error), -1, -1, message), None
+        start = -1 if partition is None else _log_start_offset(partition)
+        return PartitionResult(index, int(error), -1, start, message,
+                               record_errors=record_errors), None
 
     if acks not in VALID_ACKS:
         return failed(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}",
@@ -86,7 +99,7 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         # A retry of something already stored is the idempotence working, not a fault.
         level = logging.INFO if exc.error == ErrorCode.duplicate_sequence_number \
             else logging.WARNING
-        return failed(exc.error, str(exc), level)
+        return failed(exc.error, str(exc), level, exc.record_errors)
     except OSError as exc:
         broker.counters.inc(topic, index, ErrorCode.kafka_storage_error.name)
         return failed(ErrorCode.kafka_storage_error, f"writing the log failed: {exc}",
@@ -94,4 +107,17 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     # Asked with acks=0 too: the flush policy holds whether or not anyone waits for it.
     durable = partition.durable(result)
-    return (0, result.base_offset, result.log_start_offset, None), durable
+    return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
+                           result.log_append_time), durable
+
+
+def _log_start_offset(partition) -> int:
+    """What Kafka answers with every error on a partition it has: Java's producer reads it on
+    UNKNOWN_PRODUCER_ID to tell retention from lost state. A partition that holds nothing
+    yet is not opened for it: a refused batch leaves no trace, not even an empty segment."""
+    if not partition.holds_data():
+        return 0
+    try:
+        return partition.log.log_start_offset
+    except OSError:
+        return -1

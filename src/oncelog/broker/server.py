@@ -42,7 +42,7 @@ from .api_meta import (
 from .config import BrokerConfig
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
-from .produce import handle_produce
+from .produce import CLOSE_CONNECTION, handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
@@ -50,7 +50,7 @@ from .topics import TopicManager
 log = logging.getLogger(__name__)
 
 METADATA_DIR = ".oncelog-metadata"
-_CLOSE = object()
+_CLOSE = CLOSE_CONNECTION
 # Per connection (see Connection): read-ahead beyond the request being handled, what it may
 # have handled in one turn of the event loop, and the write buffer's water marks. A full
 # receive buffer (256 KiB) of requests of 4 KiB or more fits the read-ahead, so pipelining
@@ -168,7 +168,7 @@ class Broker:
     def _partitions_with_data(self):
         for topic in list(self.topics.topics.values()):
             for partition in topic.partitions:
-                if partition.is_open or os.path.isdir(partition.dir):
+                if partition.holds_data():
                     yield partition
 
     def flush_by_time(self) -> None:
@@ -259,7 +259,7 @@ class Broker:
             return _CLOSE
         if inspect.iscoroutine(body):
             return self._finish(request, body, peer)
-        if body is None or isinstance(body, bytes):  # no answer, or one already encoded
+        if body is None or body is _CLOSE or isinstance(body, bytes):  # none, close, encoded
             return body
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import re
@@ -14,11 +13,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..log.disk import OsDisk, default_disk, read_file, write_atomically
+from ..log import partition_metadata
+from ..log.disk import OsDisk, default_disk
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, MetadataStore
 from ..producer_state.manager import StateLimits
-from .config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from ..protocol.validation import RecordRules
+from .config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    is_compacted,
+    validate_topic_configs,
+)
 from .log_dirs import LogDir
 from .partition import IssuedProducerIds, Partition
 
@@ -31,7 +38,6 @@ MAX_PARTITIONS = 100_000
 # "<topic>-<index>.<unique>-delete" first; "partition.metadata" names the topic id it holds.
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 DELETE_SUFFIX = "-delete"
-PARTITION_METADATA = "partition.metadata"
 
 
 class TopicError(Exception):
@@ -93,40 +99,17 @@ class TopicManager:
                 stale.append(path)
                 continue
             match = _PARTITION_DIR.fullmatch(entry)
-            if match is None or not os.path.isdir(path) or not self._is_partition_dir(path):
+            if match is None or not os.path.isdir(path) or not _is_partition_dir(path):
                 continue
             topic = self.topics.get(match.group(1))
             if topic is None or int(match.group(2)) >= len(topic.partitions) or \
-                    self._topic_id_in(path) not in (None, topic.topic_id):
+                    partition_metadata.read(self.disk, path) not in (None, topic.topic_id):
                 log.warning("%s: left over from a deleted topic; removing it", path)
                 stale.append(self._move_aside(path))
         if stale:
             self._sync_log_dir()
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
-
-    @staticmethod
-    def _is_partition_dir(path: str) -> bool:
-        return any(name.endswith(".log") or name == PARTITION_METADATA
-                   for name in os.listdir(path))
-
-    def _topic_id_in(self, path: str) -> uuid.UUID | None:
-        try:
-            text = read_file(self.disk, os.path.join(path, PARTITION_METADATA)).decode()
-        except FileNotFoundError:
-            return None
-        fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-        try:
-            return uuid.UUID(bytes=base64.urlsafe_b64decode(fields["topic_id"] + "=="))
-        except (KeyError, ValueError):
-            return None
-
-    def _write_partition_metadata(self, topic: Topic, partition: Partition) -> None:
-        topic_id = base64.urlsafe_b64encode(topic.topic_id.bytes).rstrip(b"=").decode()
-        self.disk.makedirs(partition.dir)
-        write_atomically(self.disk, os.path.join(partition.dir, PARTITION_METADATA),
-                         f"version: 0\ntopic_id: {topic_id}\n".encode())
-        self._sync_log_dir()
 
     def _move_aside(self, path: str) -> str:
         aside = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
@@ -151,7 +134,8 @@ class TopicManager:
         return Partition(
             topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
-            self.state_limits(topic), self._producer_ids, self.log_dir_state, self.disk,
+            self.state_limits(topic), self._producer_ids, self.record_rules(topic),
+            log_dir=self.log_dir_state, disk=self.disk, topic_id=topic.topic_id,
         )
 
     # --- configs -------------------------------------------------------------------------
@@ -165,14 +149,25 @@ class TopicManager:
         def get(key: str) -> Any:
             return self.topic_config(topic, key)
 
+        # A compacted topic without the delete policy keeps its segments whatever their age
+        # or size, as Kafka's does (and, the cleaner not being built, keeps every record).
+        deletes = "delete" in get("cleanup.policy").split(",")
         return LogConfig(
             segment_bytes=get("segment.bytes"),
             segment_ms=get("segment.ms"),
-            retention_ms=get("retention.ms"),
-            retention_bytes=get("retention.bytes"),
+            retention_ms=get("retention.ms") if deletes else -1,
+            retention_bytes=get("retention.bytes") if deletes else -1,
             flush_messages=get("flush.messages"),
             flush_ms=get("flush.ms"),
             index_interval_bytes=get("index.interval.bytes"),
+        )
+
+    def record_rules(self, topic: Topic) -> RecordRules:
+        return RecordRules(
+            keys_required=is_compacted(self.topic_config(topic, "cleanup.policy")),
+            log_append_time=self.topic_config(topic, "message.timestamp.type") == "LogAppendTime",
+            timestamp_before_max_ms=self.topic_config(topic, "message.timestamp.before.max.ms"),
+            timestamp_after_max_ms=self.topic_config(topic, "message.timestamp.after.max.ms"),
         )
 
     def state_limits(self, topic: Topic) -> StateLimits:
@@ -231,15 +226,12 @@ class TopicManager:
             raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
         self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
         topic = self._materialize(name, value)
-        try:
-            for partition in topic.partitions:
-                if os.path.isdir(partition.dir):  # left by a deletion cut short
+        for partition in topic.partitions:
+            if os.path.isdir(partition.dir):  # left by a deletion cut short
+                try:
                     shutil.rmtree(self._move_aside(partition.dir), ignore_errors=True)
-                self._write_partition_metadata(topic, partition)
-        except OSError as exc:
-            log.error("creating the directories of topic %s failed: %s", name, exc)
-            # The metadata entry is there: the partitions create their directories on first
-            # use, and a restart tells any stale one apart by its topic id.
+                except OSError as exc:  # the next start tells it apart by its topic id
+                    log.error("%s: could not be moved aside: %s", partition.dir, exc)
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
@@ -290,3 +282,8 @@ class TopicManager:
 def _remove_all(paths: list[str]) -> None:
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_partition_dir(path: str) -> bool:
+    return any(name.endswith(".log") or name == partition_metadata.FILE_NAME
+               for name in os.listdir(path))

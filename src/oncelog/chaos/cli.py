@@ -107,6 +107,7 @@ def add_chaos_commands(sub) -> None:
         Action.DELAY_RESPONSE: "hold the answer MILLIS",
         Action.DUPLICATE_REQUEST: "deliver it to the broker twice",
         Action.CUT_AFTER_REQUEST: "let the broker answer, then cut the connection",
+        Action.EMPTY_RESPONSE: "fetch only: the answer comes back without its records",
     }
     for action, text in helps.items():
         proxy.add_argument(f"--{action.value}", action="append", metavar="RULE", help=text)

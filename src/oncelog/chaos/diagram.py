@@ -80,7 +80,7 @@ def render_html(outcome: Outcome) -> str:
     kafka = (f"<p><b>What Kafka does here:</b> {_esc(outcome.kafka_note)}</p>"
              if outcome.kafka_note else "")
     rows = "".join(f"<tr><td>{offset}</td><td>{_esc(value)}</td></tr>"
-                   for offset, value in enumerate(outcome.log))
+                   for offset, value in zip(outcome.offsets, outcome.log, strict=True))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{_esc(outcome.title)}</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:960px}}

@@ -1,10 +1,11 @@
 """A Kafka-aware fault-injecting TCP proxy for loopback tests and demonstrations.
 
 It cuts both directions into Kafka frames, matches responses to requests by correlation id,
-and applies Rules: drop, delay or duplicate a request, drop or delay a response, or cut the
-connection right after the broker answered (the client never learns the outcome: the classic
-cause of duplicates). Metadata and FindCoordinator responses are rewritten to name the proxy,
-so clients keep talking through it instead of going around it.
+and applies Rules: drop, delay or duplicate a request, drop or delay a response, empty a Fetch
+answer of its records, or cut the connection right after the broker answered (the client never
+learns the outcome: the classic cause of duplicates). Metadata and FindCoordinator responses
+are rewritten to name the proxy, so clients keep talking through it instead of going around
+it.
 
 Use from Python::
 
@@ -259,6 +260,10 @@ class ChaosProxy:
                 self._event(conn, "response", request.api_key, corr,
                             Action.DELAY_RESPONSE.value)
                 await asyncio.sleep(actions[Action.DELAY_RESPONSE].delay_ms / 1000)
+            if Action.EMPTY_RESPONSE in actions:
+                self._event(conn, "response", request.api_key, corr,
+                            Action.EMPTY_RESPONSE.value)
+                frame = _without_records(request, corr, frame)
             frame = self._rewrite(request, corr, frame)
             writer.write(_SIZE.pack(len(frame)) + frame)
             await writer.drain()
@@ -271,6 +276,17 @@ class ChaosProxy:
         _, body = decode_response(request.api_key, request.api_version, frame)
         body = _point_at(body, *self.address)
         return encode_response(request.api_key, request.api_version, corr, body)[4:]
+
+
+def _without_records(request: _Pending, corr: int, frame: bytes) -> bytes:
+    """A Fetch answer with every partition's records taken out."""
+    _, body = decode_response(request.api_key, request.api_version, frame)
+    body = dataclasses.replace(body, responses=tuple(
+        dataclasses.replace(topic, partitions=tuple(
+            dataclasses.replace(p, records=None if p.records is None else b"")
+            for p in topic.partitions))
+        for topic in body.responses))
+    return encode_response(request.api_key, request.api_version, corr, body)[4:]
 
 
 def _point_at(entity: Any, host: str, port: int) -> Any:

@@ -25,6 +25,9 @@ class Action(enum.Enum):
     DELAY_RESPONSE = "delay-response"
     DUPLICATE_REQUEST = "duplicate-request"  # forwarded twice; the second answer is eaten
     CUT_AFTER_REQUEST = "cut-after-request"  # forwarded, answered, then the connection is cut
+    # Fetch only: the answer comes back with no records (errors and offsets kept), as from a
+    # broker whose records are not visible yet (a high watermark lagging after a new leader).
+    EMPTY_RESPONSE = "empty-response"
 
 
 API_NAMES = {
@@ -58,6 +61,8 @@ class Rule:
         if api_key is None:
             raise ValueError(f"{action.value}: unknown API {name!r}; one of "
                              f"{', '.join(sorted(API_NAMES))}")
+        if action is Action.EMPTY_RESPONSE and api_key != apis.FETCH:
+            raise ValueError(f"{action.value}: only for fetch")
         delayed = action in (Action.DELAY_REQUEST, Action.DELAY_RESPONSE)
         if delayed != (delay is not None):
             raise ValueError(f"{action.value}: " + ("needs =MILLIS" if delayed

@@ -47,6 +47,7 @@ class Outcome:
     title: str
     steps: list[Step] = field(default_factory=list)
     log: list[str] = field(default_factory=list)  # record values read back, in offset order
+    offsets: list[int] = field(default_factory=list)  # the offset of each (a log may skip some)
     expected: list[str] = field(default_factory=list)
     verdict: str = ""
     passed: bool = False
@@ -227,22 +228,24 @@ def run_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome
                                                    f"epoch {producer.epoch}"))
         producer.prelude()
         scenario.run(producer)
-    outcome.log = read_values(bootstrap, topic)
+    outcome.offsets, outcome.log = read_log(bootstrap, topic)
     label, first, last = PRELUDE
     outcome.expected = [f"{label}:{seq}" for seq in range(first, last + 1)]
     outcome.expected += [f"{label}:{seq}" for label in scenario.labels
                          for seq in range(SEED_BATCHES[label][0], SEED_BATCHES[label][1] + 1)]
     outcome.passed, outcome.verdict = judge(outcome.log, outcome.expected)
-    outcome.steps.append(Step("broker-note", f"log of {topic}-0: " + describe_log(outcome.log)))
+    outcome.steps.append(Step("broker-note", f"log of {topic}-0: "
+                              + describe_log(outcome.offsets, outcome.log)))
     return outcome
 
 
-def read_values(bootstrap: str, topic: str) -> list[str]:
-    """The values of partition 0, in offset order."""
+def read_log(bootstrap: str, topic: str) -> tuple[list[int], list[str]]:
+    """The offsets and values of partition 0's records, in offset order."""
     with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
                    "client.id": "oncelog-scenario"}) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
-        return [(r.value or b"").decode() for r in consumer]
+        records = list(consumer)
+    return [r.offset for r in records], [(r.value or b"").decode() for r in records]
 
 
 def judge(log: list[str], expected: list[str]) -> tuple[bool, str]:
@@ -264,9 +267,9 @@ def judge(log: list[str], expected: list[str]) -> tuple[bool, str]:
                   f"batches {batches} (after {earlier} earlier ones) stored once each, in order")
 
 
-def describe_log(log: list[str]) -> str:
+def describe_log(offsets: list[int], log: list[str]) -> str:
     runs: list[list] = []
-    for offset, value in enumerate(log):
+    for offset, value in zip(offsets, log, strict=True):
         label = value.split(":")[0]
         if runs and runs[-1][0] == label and runs[-1][2] == offset - 1:
             runs[-1][2] = offset

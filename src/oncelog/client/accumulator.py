@@ -5,10 +5,12 @@ sender drains batches from the heads (from its own). Everything is guarded by on
 for a few dictionary and list operations at a time, except the common case of produce(): a
 record that fits its partition's open batch goes in through ``open.append`` (fast_append.py,
 _append.c), one C call that the GIL keeps whole. So whatever that call reads or changes (the
-open batches' records, ``closed`` and ``accounted``, the ``buffered`` total, the callbacks)
-is changed here only in single C calls too, never by a Python read-modify-write; and
-``append`` below closes the open batch to the fast path while it checks and appends, so that
-its several steps are whole as well.
+open batches' records, ``closed`` and ``accounted``, the ``buffered`` total, the callbacks,
+the sticky partition's [partition, bytes] list) is changed here only in single C calls too,
+never by a Python read-modify-write; and ``append`` below closes the open batch to the fast
+path while it checks and appends, so that its several steps are whole as well. The sticky
+partitioner (producer.py, ``_sticky``) does the same with its topic's list: under the lock,
+taken out of the dictionary while it changes, put back in one store.
 
 When is a batch ready to send?
 - ``batching="linger"``: when it is full (``batch.size`` bytes or ``batch.num.messages``
@@ -35,8 +37,7 @@ from collections.abc import Callable
 from . import fast_append
 from .producer_batch import Headers, ProducerBatch, RecordFuture, encode_headers
 from .producer_config import ProducerConfig
-
-TopicPartition = tuple[str, int]
+from .topic_partition import TopicPartition
 
 # Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
 _RECORD_OVERHEAD = 12
@@ -243,6 +244,13 @@ class RecordAccumulator:
                 position += 1
             queue.insert(position, batch)
 
+    def split_off(self, head: ProducerBatch, order: Callable[[ProducerBatch], int]) -> None:
+        """A batch's first records split off into ``head`` (idempotence.py row 10): it goes
+        into the queue in ``order``, and counts as not yet settled."""
+        with self.lock:
+            self.incomplete.add(head)
+        self.reenqueue(head, order)
+
     def remove(self, batch: ProducerBatch) -> bool:
         with self.lock:
             queue = self.queues.get((batch.topic, batch.partition))
@@ -252,13 +260,15 @@ class RecordAccumulator:
                 return True
             return False
 
-    def finished(self, batch: ProducerBatch) -> None:
-        """A batch was acknowledged or failed: its records no longer count as buffered."""
+    def finished(self, batch: ProducerBatch, error: BaseException | None) -> None:
+        """A batch is about to be acknowledged or to fail with ``error``: its records no
+        longer count as buffered. Called before its futures settle, so that a flush woken by
+        them sees the error, and an on_delivery callback that produces finds the room."""
         with self.lock:
             self.open.release(batch.accounted)
             self.incomplete.discard(batch)
-            if batch.error is not None and self.first_error is None:
-                self.first_error = batch.error
+            if error is not None and self.first_error is None:
+                self.first_error = error
             if self.space_waiters:
                 self.space.notify_all()
         for listener in self.space_listeners:

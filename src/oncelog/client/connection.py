@@ -35,6 +35,12 @@ class KafkaTimeout(KafkaError):
         super().__init__(ErrorCode.request_timed_out, message)
 
 
+class OutcomeUnknown(KafkaError):
+    """A record failed whose fate the producer could not learn: the broker may have stored
+    it (once: it is never sent again where it could be stored twice) or may not. The message
+    says why (librdkafka calls this status "possibly persisted")."""
+
+
 def choose_versions(response: Any) -> dict[int, int]:
     """From an ApiVersions response: the newest version of each API both sides speak."""
     if response.error_code != ErrorCode.none:

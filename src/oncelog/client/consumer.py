@@ -15,26 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import records as codec
-from ..protocol.record_batch import NO_SEQUENCE, BatchHeader, crc_of, read_header
+from ..protocol.batches import RecordSetError, RecordSetWalk
 from . import calls
 from .admin import Admin
 from .connection import BrokerConnection, KafkaError
+from .topic_partition import TopicPartition
 
 EARLIEST, LATEST = calls.EARLIEST, calls.LATEST
 _LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
                   ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 class ConsumerRecord(NamedTuple):
@@ -87,7 +80,7 @@ class Consumer:
         # Records fetched, not yet returned: self._buffered[self._next:].
         self._buffered: list[ConsumerRecord] = []
         self._next = 0
-        # A Fetch sent ahead to each broker once records came back (the broker reads the
+        # A Fetch sent ahead to each broker once its positions moved (the broker reads the
         # next ones while we decode and the caller handles these): the positions it asked
         # for, and its answer once read (read early when another call needs the connection).
         # Used only if the positions are still the ones to fetch from; dropped otherwise.
@@ -183,7 +176,7 @@ class Consumer:
         for leader in set(self._ahead) - set(by_leader):
             self._settle_ahead(leader)
         wait_ms = min(int(wait * 1000), int(self.config["fetch.wait.max.ms"]))
-        got_records = []
+        moved = []
         for leader, positions in by_leader.items():
             try:
                 results = self._ahead_results(leader, positions)
@@ -197,14 +190,14 @@ class Consumer:
                 self._drop_connection(leader)
                 time.sleep(min(wait, 0.1))
                 continue
-            before = len(self._buffered)
+            progressed = False
             for (topic, partition), (error, result) in results.items():
-                self._take(TopicPartition(topic, partition), error, result)
-            if len(self._buffered) > before:
-                got_records.append(leader)
-        if got_records:
+                progressed |= self._take(TopicPartition(topic, partition), error, result)
+            if progressed:
+                moved.append(leader)
+        if moved:
             ahead = self._positions_by_leader()
-            for leader in got_records:
+            for leader in moved:
                 if leader in ahead:  # still leads something after what these answers said
                     self._fetch_ahead(leader, ahead[leader])
 
@@ -253,80 +246,35 @@ class Consumer:
                 self._ahead[node] = (ahead[0], results)
         return self._connection(node)
 
-    def _take(self, tp: TopicPartition, error: ErrorCode, result: calls.FetchResult) -> None:
+    def _take(self, tp: TopicPartition, error: ErrorCode, result: calls.FetchResult) -> bool:
+        """Buffer the records of one partition's fetch answer; whether its position moved."""
         if error == ErrorCode.offset_out_of_range:
             if self.config["auto.offset.reset"] == "error":
                 raise KafkaError(error, f"{tp.topic}-{tp.partition} at {self._positions[tp]}")
             self._positions[tp] = self._reset(tp)
-            return
+            return False
         if error in _LEADER_ERRORS:
             self._refresh_leaders()
-            return
+            return False
         if error != ErrorCode.none:
             raise KafkaError(error, f"fetch {tp.topic}-{tp.partition}")
+        position = self._positions[tp]
+        walk = RecordSetWalk(result.records, position, check_crcs=self.config["check.crcs"])
         buffered = self._buffered
-        before = len(buffered)
-        self._decode_into(buffered, tp, result.records, self._positions[tp])
-        if len(buffered) > before:
-            self._positions[tp] = buffered[-1].offset + 1
-
-    def _decode_into(self, out: list[ConsumerRecord], tp: TopicPartition, data: bytes,
-                     position: int) -> None:
-        """Append the records at or after ``position`` of the fetched batches."""
-        view = memoryview(data)
-        pos = 0
-        topic, partition = tp.topic, tp.partition
-        while len(view) - pos >= 61:
-            header = read_header(view, pos)
-            if pos + header.size > len(view):
-                return  # a partial batch at the end of the response: fetched again next time
-            if header.last_offset < position:
-                pos += header.size
-                continue
-            if self.config["check.crcs"] and crc_of(view, pos, header.size) != header.crc:
-                raise KafkaError(ErrorCode.corrupt_message,
-                                 f"{topic}-{partition}: batch at offset "
-                                 f"{header.base_offset} fails its CRC32C check")
-            log_append = bool(header.attributes & 0x08)
-            kind = "LogAppendTime" if log_append else "CreateTime"
-            try:
-                if codec.compiled is not None:
-                    _, payload = codec.batch_payload(view, pos)
-                    if not header.is_control:
-                        codec.compiled.consumer_records(
-                            out, ConsumerRecord, payload, header.records_count, position,
-                            topic, partition, header.base_offset, header.base_timestamp,
-                            log_append, header.max_timestamp, kind, header.producer_id,
-                            header.producer_epoch, header.base_sequence,
-                            header.is_transactional)
-                else:
-                    _, fields = codec.decode_record_fields(view, pos)
-                    out += self._records(tp, header, fields, kind, position)
-            except ValueError as exc:
-                raise KafkaError(ErrorCode.corrupt_message,
-                                 f"{topic}-{partition}: batch at offset "
-                                 f"{header.base_offset}: {exc}") from None
-            pos += header.size
-
-    @staticmethod
-    def _records(tp: TopicPartition, header: BatchHeader, fields: list[codec.RecordFields],
-                 kind: str, position: int) -> Iterator[ConsumerRecord]:
-        """What consumer_records of the compiled codec builds, in Python."""
-        base_offset, base_ts = header.base_offset, header.base_timestamp
-        base_sequence = header.base_sequence
-        fixed_ts = header.max_timestamp if kind == "LogAppendTime" else None
-        pid, epoch = header.producer_id, header.producer_epoch
-        transactional = header.is_transactional
-        topic, partition = tp.topic, tp.partition
-        for delta, ts_delta, key, value, headers in fields:
-            if base_offset + delta < position:
-                continue
-            yield ConsumerRecord(
-                topic, partition, base_offset + delta,
-                base_ts + ts_delta if fixed_ts is None else fixed_ts, kind, key, value,
-                headers, pid, epoch,
-                NO_SEQUENCE if base_sequence < 0 else (base_sequence + delta) & 0x7FFFFFFF,
-                transactional)
+        try:
+            for batch in walk:
+                batch.append_records(buffered, ConsumerRecord, tp.topic, tp.partition)
+        except RecordSetError as exc:
+            raise KafkaError(ErrorCode.corrupt_message,
+                             f"{tp.topic}-{tp.partition}: {exc}") from None
+        if walk.partial and walk.position == position:
+            # Brokers since KIP-74 always answer at least one whole batch; an older one cut
+            # the only batch asked for at the size limit, so fetching again cannot help.
+            raise KafkaError(ErrorCode.message_too_large,
+                             f"{tp.topic}-{tp.partition}: the batch at offset {position} is "
+                             "larger than max.partition.fetch.bytes / fetch.max.bytes")
+        self._positions[tp] = walk.position
+        return walk.position != position
 
     # --- cluster plumbing ------------------------------------------------------------------
 

@@ -91,8 +91,9 @@ class _ProducerCore:
 
     def checkpoint(self) -> dict[str, Any]:
         state = self.idem.checkpoint()
-        return {"version": CHECKPOINT_VERSION, **state,
-                "sticky": {t: list(v) for t, v in sorted(self.sticky.items())}}
+        with self.acc.lock:  # no keyless record is moving the sticky partition meanwhile
+            sticky = {t: list(v) for t, v in sorted(self.sticky.items())}
+        return {"version": CHECKPOINT_VERSION, **state, "sticky": sticky}
 
     def check_open(self) -> None:
         if self.closed:
@@ -146,19 +147,27 @@ class _ProducerCore:
     def _sticky(self, topic: str, count: int, size: int) -> int:
         """Keyless records fill a batch's worth on one partition, then move on (KIP-794);
         with deterministic batching the move is to the next partition, so that resuming from
-        a checkpoint repeats it."""
-        state = self.sticky.get(topic)
-        if state is None or state[0] >= count:
-            first = 0 if self.config.deterministic else random.randrange(count)
-            state = self.sticky[topic] = [first, 0]
-        chosen = state[0]
-        state[1] += size
-        if state[1] >= self.config.batch_size:
-            if self.config.deterministic or count == 1:
-                state[0] = (chosen + 1) % count
-            else:
-                state[0] = (chosen + random.randrange(1, count)) % count
-            state[1] = 0
+        a checkpoint repeats it.
+
+        Several threads may produce at once, and produce()'s fast path (_append.c) adds to
+        the byte count without any lock (accumulator.py, "threading"). So the state changes
+        under the accumulator's lock, and out of the dictionary: while it is taken out, the
+        fast path finds none for the topic and leaves the record to this path, which waits
+        for the lock; putting it back is one dictionary store."""
+        with self.acc.lock:
+            state = self.sticky.pop(topic, None)
+            if state is None or state[0] >= count:
+                first = 0 if self.config.deterministic else random.randrange(count)
+                state = [first, 0]
+            chosen = state[0]
+            state[1] += size
+            if state[1] >= self.config.batch_size:
+                if self.config.deterministic or count == 1:
+                    state[0] = (chosen + 1) % count
+                else:
+                    state[0] = (chosen + random.randrange(1, count)) % count
+                state[1] = 0
+            self.sticky[topic] = state
         return chosen
 
     def begin_flush(self) -> list[ProducerBatch]:
@@ -196,7 +205,11 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 class Producer:
     """The blocking producer. ``produce`` returns a future at once; a background thread
-    sends. ``on_delivery(error, metadata)`` callbacks run on that thread: keep them short."""
+    sends. ``on_delivery(error, metadata)`` callbacks run on that thread: keep them short.
+    A callback may produce(); as the thread it runs on is the one that makes room and learns
+    topics, produce() there never waits: it raises KafkaError at once when buffer.memory is
+    full or the topic is not known yet, and flush(), checkpoint() and close() raise
+    RuntimeError."""
 
     def __init__(self, config: dict[str, Any], resume: dict[str, Any] | None = None) -> None:
         self._core = _ProducerCore(config, resume, None)
@@ -225,6 +238,15 @@ class Producer:
             future.cancel()
             raise KafkaTimeout(f"no answer within {timeout}s") from None
 
+    def _on_sender_thread(self) -> bool:
+        """Called from an on_delivery callback (or anything else the sender's loop runs)."""
+        return threading.get_ident() == self._thread.ident
+
+    def _not_from_callback(self, what: str) -> None:
+        if self._on_sender_thread():
+            raise RuntimeError(f"{what}() in an on_delivery callback would wait for the "
+                               "producer's sender thread, which runs the callback")
+
     def produce(self, topic: str, value: Any = None, key: Any = None,
                 partition: int | None = None, headers: Headers = None,
                 timestamp: int | None = None,
@@ -237,9 +259,20 @@ class Producer:
         topic = topic_name(topic)
         if topic not in core.sender.partition_counts:
             core.check_open()
+            if self._on_sender_thread():
+                core.sender._want_metadata(topic)  # known for a later call
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {topic!r} is not known yet, and produce() in an "
+                                 "on_delivery callback cannot wait for its metadata (the "
+                                 "callback runs on the thread that fetches it)")
             self._call(core.sender.partitions_for(topic), core.config.max_block + 1)
         future = core.produce(topic, value, key, partition, headers, timestamp, on_delivery)
         while future is None:
+            if self._on_sender_thread():
+                raise KafkaError(ErrorCode.request_timed_out,
+                                 "buffer.memory is full, and produce() in an on_delivery "
+                                 "callback cannot wait for room (the callback runs on the "
+                                 "thread that makes it)")
             if not core.acc.wait_for_space(core.config.max_block):
                 raise KafkaError(ErrorCode.request_timed_out,
                                  "buffer.memory is full and max.block.ms passed")
@@ -250,6 +283,7 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything produced so far and wait for every answer; raises the first
         delivery error of any record produced since the previous flush (or KafkaTimeout)."""
+        self._not_from_callback("flush")
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = self._core.begin_flush()
         timed_out = False
@@ -264,6 +298,7 @@ class Producer:
 
     def checkpoint(self, timeout: float | None = None) -> dict[str, Any]:
         """Flush, then the identity to resume from: JSON-serialisable."""
+        self._not_from_callback("checkpoint")
         self.flush(timeout)
         return self._call(_in_loop(self._core.checkpoint), timeout)
 
@@ -272,6 +307,7 @@ class Producer:
         settled then fail. Delivery errors are logged, not raised: use flush() for them."""
         if self._core.closed:
             return
+        self._not_from_callback("close")
         try:
             self.flush(timeout)
         except KafkaError as exc:

@@ -3,7 +3,9 @@
 Records are encoded into the batch's buffer as they are produced (as Java's
 MemoryRecordsBuilder does), so closing a batch is one compression call and a header; the
 producer id, epoch and base sequence are stamped when the sender drains it, and stamped
-again only if an epoch bump resequences it.
+again only if an epoch bump resequences it, or when its first records are split off to be
+sent as a batch of their own (``split_head``: idempotence.py row 10). A batch's futures
+settle once its own records and every split-off head's are settled.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import Any
 import crc32c
 
 from ..protocol import records
-from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
+from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, HEADER_STRUCT
 from ..protocol.records import NONE, compress, decode_batch
+from ..protocol.sequences import record_sequence
 from .connection import KafkaTimeout
 from .fast_append import FutureBase
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _IDENTITY = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43
 _IDENTITY_OFFSET = 43
 _CRC = struct.Struct(">I")
@@ -40,7 +42,8 @@ Headers = Sequence[tuple[str, bytes | None]] | dict[str, bytes | None] | None
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where a record was stored; ``offset`` is -1 when the broker answered
-    DUPLICATE_SEQUENCE_NUMBER (stored before, at an offset it no longer remembers)."""
+    DUPLICATE_SEQUENCE_NUMBER (stored before, at an offset it no longer remembers) or the
+    producer sent it with acks=0."""
 
     topic: str
     partition: int
@@ -83,9 +86,9 @@ class ProducerBatch:
     """Records for one partition, from creation to acknowledgement."""
 
     __slots__ = (
-        "_callbacks", "_error", "_event", "_loop_future", "_skipped_timestamps", "ambiguous",
-        "attempts", "base_offset", "base_sequence", "created", "data", "epoch", "in_flight",
-        "maybe_stored", "partition", "records", "retry_at", "skipped", "topic",
+        "_callbacks", "_done", "_error", "_event", "_loop_future", "ambiguous", "attempts",
+        "base_offset", "base_sequence", "created", "data", "epoch", "heads", "in_flight",
+        "maybe_stored", "owner", "partition", "records", "retry_at", "topic",
     )
 
     def __init__(self, topic: str, partition: int, created: float,
@@ -101,11 +104,16 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.in_flight = False
         self.maybe_stored = False  # it may be in the log: in flight now, or ambiguous
-        self.ambiguous = False  # some attempt got no definite answer (sticky until settled)
+        # Why it may be in the log although the broker refused some attempt (an attempt got
+        # no answer, ...): idempotence.py; None while every attempt was answered or refused.
+        self.ambiguous: str | None = None
         self.base_offset: int | None = None
-        self.skipped = 0  # leading records found already stored (see drop_head)
-        self._skipped_timestamps: list[int] = []
         self._error: BaseException | None = None
+        self._done = False  # settled, its heads too: futures and callbacks have their outcome
+        # Batches its first records were split off into, in record order (split_head), and
+        # for such a head, the batch it came from.
+        self.heads: list[ProducerBatch] = []
+        self.owner: ProducerBatch | None = None
         # (index, on_delivery) of its records; None once run. A list from the start: the
         # fast path (_append.c) appends to this very list.
         self._callbacks: list[tuple[int, Callable]] | None = []
@@ -114,6 +122,11 @@ class ProducerBatch:
 
     @property
     def done(self) -> bool:
+        return self._done
+
+    @property
+    def settled(self) -> bool:
+        """Its own records have their outcome (split-off heads may still be on their way)."""
         return self.base_offset is not None or self._error is not None
 
     # Kept in the record builder, where produce()'s fast path (_append.c) reads and writes
@@ -165,7 +178,7 @@ class ProducerBatch:
             data = bytearray(HEADER_SIZE)
             data += compress(codec, bytes(memoryview(buffer)[HEADER_SIZE:]))
         count = builder.count
-        _HEADER.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, count - 1,
+        HEADER_STRUCT.pack_into(data, 0, 0, len(data) - 12, -1, 2, 0, codec, count - 1,
                           builder.base_ts, builder.max_ts, -1, -1, -1, count)
         self.data = data
 
@@ -182,28 +195,47 @@ class ProducerBatch:
         _CRC.pack_into(self.data, CRC_OFFSET,
                        crc32c.crc32c(memoryview(self.data)[ATTRIBUTES_OFFSET:]))
 
-    def drop_head(self, stored: int, codec: int) -> None:
-        """The broker already holds this batch's first ``stored`` records (a resumed producer
-        cut its batches differently): rebuild the batch from the rest. Their futures report
-        offset -1, as for DUPLICATE_SEQUENCE_NUMBER."""
-        assert self.data is not None and 0 < stored < self.count
+    def split_head(self, count: int, codec: int) -> ProducerBatch:
+        """Idempotence.py row 10: the first ``count`` records leave for a batch of their own
+        (returned, not yet stamped), whose outcome will be theirs; this one keeps the rest."""
+        assert self.data is not None and 0 < count < self.count
         _, decoded = decode_batch(self.data)
-        # Their futures still report the timestamps they were produced with.
-        self._skipped_timestamps += [record.timestamp for record in decoded[:stored]]
+        head = ProducerBatch(self.topic, self.partition, self.created)
+        head.owner = self
+        for record in decoded[:count]:
+            head.append(record.timestamp, record.key, record.value,
+                        encode_headers(record.headers))
+        head.closed = True
+        head.build(codec)
         old, self.records = self.records, records.RecordBuilder(HEADER_SIZE)
         self.records.closed = True
         self.records.accounted = old.accounted  # what finished() releases
-        for record in decoded[stored:]:
+        for record in decoded[count:]:
             self.append(record.timestamp, record.key, record.value,
                         encode_headers(record.headers))
-        self.skipped += stored
+        self.heads.append(head)
         self.data = None
         self.build(codec)
+        return head
+
+    @property
+    def total(self) -> int:
+        """Records its futures count: its own and its split-off heads'."""
+        return self.count + sum(head.total for head in self.heads)
+
+    def _locate(self, index: int) -> tuple[ProducerBatch, int]:
+        """The batch holding the record its futures call ``index``, and its index there."""
+        for head in self.heads:
+            size = head.total
+            if index < size:
+                return head._locate(index)
+            index -= size
+        return self, index
 
     @property
     def last_sequence(self) -> int:
         assert self.base_sequence is not None
-        return (self.base_sequence + self.count - 1) & 0x7FFFFFFF
+        return record_sequence(self.base_sequence, self.count - 1)
 
     # --- completion ------------------------------------------------------------------------
 
@@ -217,14 +249,22 @@ class ProducerBatch:
 
     def complete(self, base_offset: int) -> None:
         self.base_offset = base_offset
-        self._finish()
+        self.data = None
+        self._settle()
 
     def fail(self, error: BaseException) -> None:
         self._error = error
-        self._finish()
+        self.data = None
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self._done and self.settled and all(head.done for head in self.heads):
+            self._finish()
+            if self.owner is not None:
+                self.owner._settle()
 
     def _finish(self) -> None:
-        self.data = None
+        self._done = True
         with _CALLBACKS_LOCK:
             event = self._event
         if event is not None:
@@ -241,17 +281,21 @@ class ProducerBatch:
             callbacks.clear()  # the fast path's entry for the batch may still hold the list
 
     def _run(self, index: int, callback: Callable) -> None:
+        error = self.error_of(index)
         try:
-            callback(self._error, None if self._error else self.metadata(index))
+            callback(error, None if error else self.metadata(index))
         except Exception:  # a user's callback must not kill the sender
             log.exception("on_delivery callback raised")
 
     def metadata(self, index: int) -> RecordMetadata:
-        offset = -1 if self.base_offset is None or self.base_offset < 0 \
-            or index < self.skipped else self.base_offset + index - self.skipped
-        timestamp = self._skipped_timestamps[index] if index < self.skipped \
-            else self.records.timestamp(index - self.skipped)
-        return RecordMetadata(self.topic, self.partition, offset, timestamp)
+        batch, index = self._locate(index)
+        offset = -1 if batch.base_offset is None or batch.base_offset < 0 \
+            else batch.base_offset + index
+        return RecordMetadata(self.topic, self.partition, offset,
+                              batch.records.timestamp(index))
+
+    def error_of(self, index: int) -> BaseException | None:
+        return self._locate(index)[0]._error
 
     def wait(self, timeout: float | None) -> bool:
         if self.done:
@@ -265,12 +309,14 @@ class ProducerBatch:
         return event.wait(timeout)
 
     def outcome(self, index: int) -> RecordMetadata:
-        if self._error is not None:
-            raise self._error
+        error = self.error_of(index)
+        if error is not None:
+            raise error
         return self.metadata(index)
 
     @property
     def error(self) -> BaseException | None:
+        """The error of its own records (a split-off head has its own)."""
         return self._error
 
     @property
@@ -296,7 +342,7 @@ class RecordFuture(FutureBase):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._batch.wait(timeout):
             raise KafkaTimeout(f"record not delivered within {timeout}s")
-        return self._batch.error
+        return self._batch.error_of(self._index)
 
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
         self._batch.add_callback(self._index, lambda _err, _meta: fn(self))

@@ -1,9 +1,9 @@
 """The Sender: drains ready batches into Produce requests and acts on the answers.
 
 It runs as an asyncio task: in the caller's event loop for oncelog.AIOProducer, in a
-background thread's loop for oncelog.Producer. Every sequence decision is delegated to
-IdempotenceManager; this module only moves batches between the accumulator, the
-connections and the futures.
+background thread's loop for oncelog.Producer. This module does the I/O; what becomes of a
+batch once sent, answered, lost or looked up is Delivery's (delivery.py), which asks
+IdempotenceManager (idempotence.py) for every sequence decision.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from kio.schema.errors import ErrorCode
 from ..protocol import api_versions as apis
 from ..protocol import produce_request, produce_response
 from ..protocol.schema import build
-from .accumulator import RecordAccumulator, TopicPartition
+from .accumulator import RecordAccumulator
 from .aio_connection import AsyncBrokerConnection
 from .connection import KafkaError, parse_bootstrap
-from .idempotence import Action, IdempotenceManager
+from .delivery import Delivery
+from .idempotence import IdempotenceManager
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
+from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class Sender:
         self.acc = accumulator
         self.idem = idempotence
         self.clock = clock
+        self.delivery = Delivery(config, accumulator, idempotence, clock)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[TopicPartition, int] = {}
         self.partition_counts = accumulator.partition_counts  # produce() reads it too
@@ -59,7 +62,6 @@ class Sender:
         self._stale_topics: set[str] = set()
         self._woken = False
         self._waiter: asyncio.Future | None = None
-        self._fatal: KafkaError | None = None
         self.closing = False
         self.requests_in_flight = 0
         self._lookups: set[asyncio.Task] = set()
@@ -68,13 +70,11 @@ class Sender:
     @property
     def fatal(self) -> KafkaError | None:
         """The error that stopped this producer, which every later produce() raises."""
-        return self._fatal
+        return self.delivery.fatal
 
     @fatal.setter
     def fatal(self, error: KafkaError | None) -> None:
-        self._fatal = error
-        if error is not None:
-            self.acc.open.enabled = False  # so that produce() takes the path that raises
+        self.delivery.fatal = error
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -252,7 +252,7 @@ class Sender:
         try:
             while True:
                 now = self.clock()
-                self._expire(now)
+                self.delivery.expire(now)
                 if (self.idem.bump_needed or self.idem.needs_new_id) and self.idem.quiet():
                     await self._bump()
                 next_ready = self._send_ready(now)
@@ -291,8 +291,7 @@ class Sender:
             self.acc.sender_deadline = float("inf")
         if self.fatal is not None:
             for batch in heads:
-                self.acc.take(batch)
-                self._fail(batch, self.fatal)
+                self.delivery.refuse_after_fatal(batch)
             return False, next_ready
         requests: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
@@ -305,14 +304,11 @@ class Sender:
             conn = self._connection(node)
             if conn is None:
                 continue
-            if not self.idem.has_identity or not self.idem.may_send(batch, conn.in_flight):
-                continue
             # Before compression the size is an upper bound: good enough to split requests.
             if requests.get(node) and sizes[node] + batch.size > self.config.max_request_size:
                 continue  # the next request takes it
-            self.acc.take(batch)  # closed to appends (under the lock) before it is built
-            batch.build(self.config.codec)
-            self.idem.sending(batch)
+            if not self.delivery.take(batch, conn.in_flight):
+                continue
             requests.setdefault(node, []).append(batch)
             sizes[node] = sizes.get(node, 0) + batch.size
         for node, batches in requests.items():
@@ -335,9 +331,10 @@ class Sender:
         try:
             future = conn.request_encoded(apis.PRODUCE, encode, produce_response.decode,
                                           expect_response=acks != 0)
-        except KafkaError as exc:
-            future = asyncio.get_running_loop().create_future()
-            future.set_exception(exc)
+        except KafkaError as exc:  # refused before a byte was written: not sent
+            for batch in batches:
+                self.delivery.lost(batch, exc, sent=False)
+            return
         self.requests_in_flight += 1
         future.add_done_callback(lambda f: self._answered(f, batches))
 
@@ -347,84 +344,37 @@ class Sender:
         exc = future.exception()
         if exc is not None:
             for batch in batches:
-                self._act(batch, self.idem.lost(batch), exc)
+                self.delivery.lost(batch, exc)
             return
         response = future.result()
         if response is None:  # acks=0: nothing will tell us more
             for batch in batches:
-                self.idem.answered(batch, ErrorCode.none)
-                self._deliver(batch, -1)
+                self.delivery.answered(batch, ErrorCode.none, -1)
             return
         answers = {(t.name, p.index): p for t in response for p in t.partition_responses}
         for batch in batches:
             answer = answers.get((batch.topic, batch.partition))
             if answer is None:
-                self._act(batch, self.idem.lost(batch), KafkaError(
+                self.delivery.lost(batch, KafkaError(
                     ErrorCode.unknown_server_error, "the response left this partition out"))
                 continue
             error = ErrorCode(answer.error_code)
-            action = self.idem.answered(batch, error)
-            if action is Action.DELIVERED:
-                self._deliver(batch, answer.base_offset
-                              if error == ErrorCode.none else -1)
-                continue
             if error in _LEADER_ERRORS:
                 self._want_metadata(batch.topic)
-            self._act(batch, action, KafkaError(error, answer.error_message
-                                                or f"{batch.topic}-{batch.partition}"))
+            if self.delivery.answered(batch, error, answer.base_offset, answer.error_message):
+                task = asyncio.get_running_loop().create_task(self._look_up(batch))
+                self._lookups.add(task)  # a task nobody references may be collected mid-way
+                task.add_done_callback(self._lookups.discard)
 
-    def _act(self, batch: ProducerBatch, action: Action, error: BaseException) -> None:
-        if action is Action.RETRY:
-            if self.clock() >= batch.created + self.config.delivery_timeout:
-                self.idem.give_up(batch)
-                self._fail(batch, KafkaError(ErrorCode.request_timed_out,
-                                             f"delivery.timeout.ms expired; last error: "
-                                             f"{error}"))
-                return
-            log.debug("retrying %s-%d after %s", batch.topic, batch.partition, error)
-            batch.retry_at = self.clock() + self.config.retry_backoff
-            self.acc.reenqueue(batch, self.idem.order)
-        elif action is Action.RESOLVE:
-            batch.retry_at = self.clock() + self.config.retry_backoff
-            self.acc.reenqueue(batch, self.idem.order)
-            task = asyncio.get_running_loop().create_task(self._resolve(batch))
-            self._lookups.add(task)  # a task nobody references may be collected mid-way
-            task.add_done_callback(self._lookups.discard)
-        elif action is Action.FATAL:
-            self.fatal = error if isinstance(error, KafkaError) else KafkaError(
-                ErrorCode.unknown_server_error, str(error))
-            log.error("producer stopped: %s", error)
-            self._fail(batch, error)
-        else:
-            self._fail(batch, error)
-
-    async def _resolve(self, batch: ProducerBatch) -> None:
-        """How much of this producer does the partition hold? (DescribeProducers, KIP-664.)
-        Asked again until it answers: a failed lookup is no evidence either way, and
-        guessing "nothing" would resend a batch the broker may hold."""
+    async def _look_up(self, batch: ProducerBatch) -> None:
+        """How far does the partition hold this producer? (DescribeProducers, KIP-664.)
+        Asked again until it answers: a failed lookup is no evidence either way."""
         try:
             held = await self._describe_producer(batch)
         except KafkaError as exc:
-            # No answer until the delivery timeout: the batch's fate is unknown; fail it.
-            self.idem.partitions[(batch.topic, batch.partition)].resolving = False
-            if not batch.done:
-                self.acc.remove(batch)
-                self.idem.give_up(batch)
-                self._fail(batch, exc)
-            self._wake()
-            return
-        if batch.done or batch.base_sequence is None:
-            self.idem.partitions[(batch.topic, batch.partition)].resolving = False
+            self.delivery.lookup_failed(batch, exc)
         else:
-            stored = self.idem.resolved(batch, held)
-            log.info("%s-%d holds %d of the %d records of the batch at sequence %s",
-                     batch.topic, batch.partition, stored, batch.count, batch.base_sequence)
-            if stored == batch.count:
-                self.acc.remove(batch)
-                self._deliver(batch, -1)
-            elif stored:
-                batch.drop_head(stored, self.config.codec)
-                batch.stamp(self.idem.producer_id, batch.epoch, batch.base_sequence)
+            self.delivery.looked_up(batch, held)
         self._wake()
 
     async def _describe_producer(self, batch: ProducerBatch) -> tuple[int, int] | None:
@@ -460,44 +410,12 @@ class Sender:
                          batch.topic, batch.partition, exc)
                 await asyncio.sleep(self.config.retry_backoff)
 
-    def _deliver(self, batch: ProducerBatch, base_offset: int) -> None:
-        batch.complete(base_offset)
-        self.acc.finished(batch)
-
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        batch.fail(error)
-        self.acc.finished(batch)
-
     def abort(self, error: KafkaError) -> None:
         """Fail every record not yet settled (a forced close, or a sender failure)."""
-        self.fatal = self.fatal or error
-        for batch in self.acc.drain_all():
-            self._fail(batch, error)
-        with self.acc.lock:
-            pending = list(self.acc.incomplete)
-        for batch in pending:
-            if not batch.done:
-                self._fail(batch, error)
-
-    def _expire(self, now: float) -> None:
-        for batch in self.acc.take_expired(self.config.delivery_timeout, now):
-            self.idem.give_up(batch)
-            self._fail(batch, KafkaError(ErrorCode.request_timed_out,
-                                         "delivery.timeout.ms expired before the record was "
-                                         "acknowledged"))
+        self.delivery.abort(error)
 
     async def _bump(self) -> None:
-        if self.idem.bump_needed:
-            for batch in self.idem.bump():
-                self.acc.remove(batch)
-                self._fail(batch, KafkaError(
-                    ErrorCode.out_of_order_sequence_number,
-                    "the producer needed a new epoch while this batch's outcome was unknown; "
-                    "it may be stored, and is not sent again so that it is never stored twice"))
-            self.acc.restart_sequences()
-            log.info("producer %d bumped its epoch to %d", self.idem.producer_id,
-                     self.idem.epoch)
-        if self.idem.needs_new_id:
+        if self.delivery.bump():
             try:
                 await self._init_producer_id()
             except KafkaError as exc:

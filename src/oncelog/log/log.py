@@ -279,8 +279,13 @@ class Log:
 
     @staticmethod
     def _expired(segment: LogSegment, now_ms: int, retention_ms: int) -> bool:
-        return segment.size > 0 and segment.max_timestamp >= 0 and \
-            now_ms - segment.max_timestamp > retention_ms
+        if segment.size == 0:
+            return False
+        newest = segment.max_timestamp
+        if newest < 0:
+            # No record in it has a timestamp: its age is the file's, as Kafka takes it.
+            newest = segment.modified_ms
+        return now_ms - newest > retention_ms
 
     def _delete_first(self, reason: str) -> None:
         segment = self.segments.pop(0)

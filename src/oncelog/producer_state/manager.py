@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..protocol.sequences import next_sequence
 from .rules import (
     Append,
     BatchIdentity,
@@ -32,7 +33,6 @@ from .rules import (
     Tombstone,
     decide,
     judge_next,
-    next_sequence,
 )
 
 # epoch, start sequence, last timestamp, last append in whole seconds (a day-scale

@@ -49,7 +49,7 @@ OUT_OF_ORDER, which librdkafka treats as fatal. Row 2c makes the later one wait 
 start to last is known to be in the log (appends are contiguous). Row 2 can make start > 0
 (a forgotten producer coming back mid-stream), and a batch from before start may never have
 arrived. Answering it "duplicate" would make the client drop it, so row 11 answers what
-Kafka answers, and the client resends it under a new epoch: nothing is lost.
+Kafka answers; oncelog's client then reports it failed, never delivered (client/idempotence.py).
 
 A tombstone (a producer moved out of memory, keeping epoch, start and last sequence) is
 judged by the same rows 3-11 except 6: it has no cached batches, so a retry of its last batch
@@ -73,8 +73,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-SEQUENCE_SPACE = 1 << 31
-_HALF = SEQUENCE_SPACE // 2
+from ..protocol.sequences import is_ahead, next_sequence, sequence_distance
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,22 +161,6 @@ class Refuse:
 
 
 Decision = Append | Duplicate | Refuse
-
-
-# --- sequence arithmetic on the circle of 2^31 ------------------------------------------------
-
-def next_sequence(seq: int) -> int:
-    return (seq + 1) % SEQUENCE_SPACE
-
-
-def sequence_distance(start: int, end: int) -> int:
-    """How far ``end`` is ahead of ``start``, going forward round the circle."""
-    return (end - start) % SEQUENCE_SPACE
-
-
-def is_ahead(seq: int, of: int) -> bool:
-    """``seq`` comes after ``of`` (within half the circle)."""
-    return 0 < sequence_distance(of, seq) < _HALF
 
 
 # --- the rules, one function per row group ----------------------------------------------------

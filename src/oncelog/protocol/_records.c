@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -448,6 +449,218 @@ check_key_value(PyObject *key, PyObject *value)
     return 0;
 }
 
+/* --- validation: the broker's walk over a produced batch's records ------------------ */
+
+/* protocol/validation.py calls this once per batch on the produce path (its Python twin,
+ * _check_records there, gives the same answers: tests/test_validation.py). It decodes no
+ * field into a Python object: lengths and deltas are checked, timestamps compared, and only
+ * records that break a per-record rule are named.
+ *
+ * Integers are read as Kafka types them: timestamp deltas as 64-bit varints, every other
+ * field as a 32-bit one (at most 5 bytes, the fifth holding only the top 4 bits). Encodings
+ * longer than needed but within those bounds are accepted, as Kafka's readers do. */
+
+enum { V_OK = 0, V_CUT, V_LONG };
+
+static int
+varint32(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int32_t *out)
+{
+    uint32_t raw = 0;
+    for (int shift = 0;; shift += 7) {
+        if (*pos >= end)
+            return V_CUT;
+        unsigned char b = buf[(*pos)++];
+        if (shift == 28 && b > 0x0F)
+            return V_LONG;
+        raw |= (uint32_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+    }
+    *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1)));
+    return V_OK;
+}
+
+static int
+varint64(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int64_t *out)
+{
+    uint64_t raw = 0;
+    for (int shift = 0;; shift += 7) {
+        if (*pos >= end)
+            return V_CUT;
+        unsigned char b = buf[(*pos)++];
+        if (shift == 63 && b > 1)
+            return V_LONG;
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+    }
+    *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1)));
+    return V_OK;
+}
+
+static const char *VARINT_PROBLEM[] = {"", "a varint is cut short", "a varint is too long"};
+#define FIELD_PAST_END "a field runs past the end of the record"
+
+/* The problem with record ``index``, as ValueError("record <index>: <problem>"). */
+static PyObject *
+record_problem(Py_ssize_t index, const char *format, ...)
+{
+    char problem[160];
+    va_list args;
+    va_start(args, format);
+    PyOS_vsnprintf(problem, sizeof problem, format, args);
+    va_end(args);
+    PyErr_Format(PyExc_ValueError, "record %zd: %s", index, problem);
+    return NULL;
+}
+
+/* One length-prefixed field (key, value, header key or value) of the record ending at end;
+ * its length (negative for null) into *len. NULL on success, else the problem. */
+static const char *
+skip_field(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int32_t *len)
+{
+    int rc = varint32(buf, pos, end, len);
+    if (rc != V_OK)
+        return VARINT_PROBLEM[rc];
+    if (*len > end - *pos)
+        return FIELD_PAST_END;
+    if (*len > 0)
+        *pos += *len;
+    return NULL;
+}
+
+enum { RECORD_NO_KEY = 0, RECORD_TIMESTAMP = 1 };
+
+PyDoc_STRVAR(check_records_doc,
+"check_records(payload, count, base_timestamp, need_key, low, high)\n"
+"    -> (max timestamp, None or [(index, kind, timestamp)])\n"
+"\n"
+"Walk the ``count`` records of a batch's uncompressed payload as Kafka's LogValidator\n"
+"does. ValueError (its message names the record and the problem) when the records do not\n"
+"fill the payload exactly, a length or varint is out of bounds, or the offset deltas are not\n"
+"0, 1, 2, ... Otherwise the largest record timestamp (-1 when none is larger) and the\n"
+"records breaking a per-record rule: kind 0, no key while ``need_key``; kind 1, a timestamp\n"
+"other than -1 outside [low, high].");
+
+static PyObject *
+check_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_records(payload, count, base_timestamp, need_key, low, high)");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long long base_ts = PyLong_AsLongLong(args[2]);
+    int need_key = PyObject_IsTrue(args[3]);
+    long long low = PyLong_AsLongLong(args[4]);
+    long long high = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred() || need_key < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    long long max_ts = -1;
+    PyObject *bad = NULL, *result = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (pos == end) {
+            PyErr_Format(PyExc_ValueError, "batch says %zd records but holds %zd", count, i);
+            goto done;
+        }
+        int32_t length, offset_delta, key_len, value_len, header_count, len;
+        int64_t ts_delta;
+        int rc = varint32(buf, &pos, end, &length);
+        if (rc != V_OK) {
+            record_problem(i, "%s", VARINT_PROBLEM[rc]);
+            goto done;
+        }
+        if (length < 0 || length > end - pos) {
+            record_problem(i, length < 0 ? "negative length %d"
+                                         : "length %d runs past the end of the batch", length);
+            goto done;
+        }
+        Py_ssize_t record_end = pos + length;
+        if (pos >= record_end) {
+            record_problem(i, FIELD_PAST_END);
+            goto done;
+        }
+        pos++;  /* attributes: unused in v2 */
+        if ((rc = varint64(buf, &pos, record_end, &ts_delta)) != V_OK
+                || (rc = varint32(buf, &pos, record_end, &offset_delta)) != V_OK) {
+            record_problem(i, "%s", VARINT_PROBLEM[rc]);
+            goto done;
+        }
+        if (offset_delta != i) {
+            record_problem(i, "offset delta %d, expected %zd", offset_delta, i);
+            goto done;
+        }
+        const char *problem = skip_field(buf, &pos, record_end, &key_len);
+        if (problem == NULL)
+            problem = skip_field(buf, &pos, record_end, &value_len);
+        if (problem == NULL && (rc = varint32(buf, &pos, record_end, &header_count)) != V_OK)
+            problem = VARINT_PROBLEM[rc];
+        if (problem != NULL) {
+            record_problem(i, "%s", problem);
+            goto done;
+        }
+        if (header_count < 0) {
+            record_problem(i, "negative header count %d", header_count);
+            goto done;
+        }
+        /* Each header takes at least two bytes or fails: the loop ends within the record. */
+        for (int32_t h = 0; h < header_count; h++) {
+            problem = skip_field(buf, &pos, record_end, &len);
+            if (problem == NULL && len < 0)
+                problem = "a header key is null";
+            if (problem == NULL)
+                problem = skip_field(buf, &pos, record_end, &len);
+            if (problem != NULL) {
+                record_problem(i, "%s", problem);
+                goto done;
+            }
+        }
+        if (pos != record_end) {
+            record_problem(i, "length %d does not match its fields (%zd bytes)", length,
+                           (Py_ssize_t)(pos - (record_end - length)));
+            goto done;
+        }
+        long long ts;
+        if (__builtin_add_overflow(base_ts, (long long)ts_delta, &ts)) {
+            record_problem(i, "timestamp delta %lld overflows", (long long)ts_delta);
+            goto done;
+        }
+        if (ts > max_ts)
+            max_ts = ts;
+        int kind = -1;
+        if (need_key && key_len < 0)
+            kind = RECORD_NO_KEY;
+        else if (ts != -1 && (ts < low || ts > high))
+            kind = RECORD_TIMESTAMP;
+        if (kind >= 0) {
+            if (bad == NULL && (bad = PyList_New(0)) == NULL)
+                goto done;
+            PyObject *item = Py_BuildValue("(niL)", i, kind, ts);
+            if (item == NULL || PyList_Append(bad, item) < 0) {
+                Py_XDECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+    }
+    if (pos != end) {
+        PyErr_Format(PyExc_ValueError, "batch says %zd records but more bytes follow them",
+                     count);
+        goto done;
+    }
+    result = Py_BuildValue("(LO)", max_ts, bad == NULL ? Py_None : bad);
+done:
+    Py_XDECREF(bad);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* --- RecordBuilder: the records of a batch a producer fills -------------------------- */
 
 /* The struct is in record_builder.h, which client/_append.c shares. */
@@ -711,6 +924,8 @@ static PyMethodDef methods[] = {
      decode_records_doc},
     {"consumer_records", (PyCFunction)(void (*)(void))consumer_records, METH_FASTCALL,
      consumer_records_doc},
+    {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL,
+     check_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

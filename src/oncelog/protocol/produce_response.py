@@ -30,6 +30,8 @@ class PartitionResult(NamedTuple):
     base_offset: int
     log_start_offset: int
     error_message: str | None
+    log_append_time: int = NO_TIMESTAMP  # set when the topic uses LogAppendTime
+    record_errors: tuple[tuple[int, str | None], ...] = ()  # (batch index, message), v8+
 
 
 def _uvarint(value: int) -> bytes:
@@ -65,11 +67,17 @@ def encode(version: int, correlation_id: int,
         out.append(_string(name, flexible))
         out.append(_count(len(partitions), flexible))
         for p in partitions:
-            out.append(_PARTITION.pack(p.index, p.error_code, p.base_offset, NO_TIMESTAMP))
+            out.append(_PARTITION.pack(p.index, p.error_code, p.base_offset,
+                                       p.log_append_time))
             if version >= 5:
                 out.append(_I64.pack(p.log_start_offset))
             if version >= 8:
-                out.append(_count(0, flexible))  # record errors: none are reported per record
+                out.append(_count(len(p.record_errors), flexible))
+                for batch_index, message in p.record_errors:
+                    out.append(_I32.pack(batch_index))
+                    out.append(_nullable_string(message, flexible))
+                    if flexible:
+                        out.append(b"\x00")
                 out.append(_nullable_string(p.error_message, flexible))
             if flexible:
                 out.append(b"\x00")
@@ -90,9 +98,6 @@ class TopicResult(NamedTuple):
     partition_responses: list[PartitionResult]
 
 
-_PARTITION_HEAD = struct.Struct(">ihq")  # index, error code, base offset
-
-
 def decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicResult]:
     """The topics of a response frame (without its size prefix; it starts with the
     correlation id). Raises ProtocolError when it does not parse."""
@@ -111,19 +116,20 @@ def _decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicRe
         name = r.string(flexible) or ""
         partitions = []
         for _ in range(r.count(flexible)):
-            index, error_code, base_offset = r.unpack(_PARTITION_HEAD)
-            r.skip(8)  # log append time
+            index, error_code, base_offset, log_append_time = r.unpack(_PARTITION)
             log_start_offset = r.unpack(_I64)[0] if version >= 5 else -1
             error_message = None
+            record_errors = []
             if version >= 8:
-                for _ in range(r.count(flexible)):  # record errors: index, message
-                    r.skip(4)
-                    r.string(flexible)
+                for _ in range(r.count(flexible)):
+                    batch_index = r.unpack(_I32)[0]
+                    record_errors.append((batch_index, r.string(flexible)))
                     r.tags(flexible)
                 error_message = r.string(flexible)
             r.tags(flexible)
             partitions.append(PartitionResult(index, error_code, base_offset,
-                                              log_start_offset, error_message))
+                                              log_start_offset, error_message,
+                                              log_append_time, tuple(record_errors)))
         r.tags(flexible)
         topics.append(TopicResult(name, partitions))
     r.skip(4)  # throttle time

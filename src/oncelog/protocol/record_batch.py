@@ -17,10 +17,13 @@ Layout of the 61-byte header (all big-endian), as Kafka defines it:
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import crc32c
 from kio.schema.errors import ErrorCode
+
+from .sequences import record_sequence
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
@@ -32,24 +35,25 @@ CURRENT_MAGIC = 2
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the fields of BatchHeader, in order
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
-_PREFIX = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
 
 
 class InvalidBatch(Exception):
-    """A batch the broker must refuse, with the Kafka error code to answer."""
+    """A batch the broker must refuse, with the Kafka error code to answer and, where Kafka
+    names them (Produce v8+), the records at fault: (index in the batch, message)."""
 
-    def __init__(self, error: ErrorCode, message: str) -> None:
+    def __init__(self, error: ErrorCode, message: str,
+                 record_errors: Sequence[tuple[int, str]] = ()) -> None:
         super().__init__(message)
         self.error = error
+        self.record_errors = tuple(record_errors)
 
 
 class BatchHeader(NamedTuple):
@@ -96,13 +100,15 @@ class BatchHeader(NamedTuple):
     @property
     def last_sequence(self) -> int:
         """Sequence of the last record, wrapping past 2^31-1 back to 0 as Kafka does."""
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+        return record_sequence(self.base_sequence, self.last_offset_delta)
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return BatchHeader(*HEADER_STRUCT.unpack_from(buf, pos))
+
+
+def pack_header(header: BatchHeader) -> bytes:
+    return HEADER_STRUCT.pack(*header)
 
 
 def crc_of(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
@@ -165,9 +171,10 @@ def assign_offsets(buf: bytes | bytearray | memoryview, headers: list[BatchHeade
                    first_offset: int, leader_epoch: int) -> tuple[list[BatchHeader], list]:
     """The batches with their base offset and leader epoch set, ready for writev.
 
-    Returns the patched headers and the pieces to write: per batch a new 16-byte prefix
-    (base offset, length, leader epoch) and a view of the client's bytes after it, so the
-    bulk of the records is never copied. Neither patched field is covered by the CRC.
+    Returns the patched headers and the pieces to write: per batch its 61-byte header, packed
+    from ``headers`` (so whatever validation set there, such as a recomputed max timestamp
+    and its CRC, is what is stored), and a view of the client's records after it, so the bulk
+    of the batch is never copied. Neither field set here is covered by the CRC.
     """
     view = memoryview(buf)
     pos = 0
@@ -175,9 +182,10 @@ def assign_offsets(buf: bytes | bytearray | memoryview, headers: list[BatchHeade
     patched = []
     parts: list = []
     for header in headers:
-        parts.append(_PREFIX.pack(offset, header.batch_length, leader_epoch))
-        parts.append(view[pos + _PREFIX.size:pos + header.size])
-        patched.append(header._replace(base_offset=offset, partition_leader_epoch=leader_epoch))
+        header = header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+        parts.append(pack_header(header))
+        parts.append(view[pos + HEADER_SIZE:pos + header.size])
+        patched.append(header)
         offset += header.last_offset_delta + 1
         pos += header.size
     return patched, parts

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +21,14 @@ from .record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    NO_SEQUENCE,
     BatchHeader,
+    pack_header,
     read_header,
 )
+from .sequences import NO_SEQUENCE
 from .varint import read_varint, varint_bytes
 
 # The compiled codec (_records.c), when it was built and not turned off with
@@ -44,7 +47,6 @@ CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _I32 = struct.Struct(">i")
 
 
@@ -89,6 +91,21 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
+def _xerial_blocks(data: bytes):
+    """The raw snappy blocks of xerial framing (magic, version, compatible version, then
+    blocks each behind its length); ValueError when a length lies."""
+    pos = len(_XERIAL_HEADER)
+    while pos < len(data):
+        if pos + _I32.size > len(data):
+            raise ValueError("xerial snappy block length is cut short")
+        (size,) = _I32.unpack_from(data, pos)
+        pos += _I32.size
+        if size < 0 or pos + size > len(data):
+            raise ValueError(f"xerial snappy block of {size} bytes runs past the end")
+        yield data[pos:pos + size]
+        pos += size
+
+
 def decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == NONE:
         return bytes(data)
@@ -97,20 +114,91 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == SNAPPY:
         data = bytes(data)
         if data.startswith(_XERIAL_MAGIC):
-            out = bytearray()
-            pos = len(_XERIAL_HEADER)
-            while pos < len(data):
-                (size,) = _I32.unpack_from(data, pos)
-                pos += 4
-                out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + size]))
-                pos += size
-            return bytes(out)
+            return b"".join(bytes(cramjam.snappy.decompress_raw(block))
+                            for block in _xerial_blocks(data))
         return bytes(cramjam.snappy.decompress_raw(data))
     if codec == LZ4:
         return bytes(cramjam.lz4.decompress(bytes(data)))
     if codec == ZSTD:
         return bytes(cramjam.zstd.decompress(bytes(data)))
     raise ValueError(f"unknown compression codec {codec}")
+
+
+class TooLarge(ValueError):
+    """The data decompresses to more than the caller allows."""
+
+
+# The most an LZ4 frame can expand (a match length grows by 255 per byte) and the most a
+# deflate stream can (258-byte matches in about two bits): data this much smaller than the
+# limit cannot exceed it, and decompresses in one call.
+_LZ4_MOST_RATIO = 256
+_DEFLATE_MOST_RATIO = 1032
+_CUT_SHORT = "failed to write whole buffer"  # cramjam's *_into when the output is full
+
+
+def decompress_at_most(codec: int, data: bytes | memoryview, limit: int
+                       ) -> bytes | memoryview:
+    """``decompress`` for data nobody vouches for: TooLarge rather than more than ``limit``
+    bytes (a few hundred bytes of zstd can claim gigabytes), ValueError when it does not
+    decompress."""
+    try:
+        return _decompress_at_most(codec, bytes(data), limit)
+    except cramjam.DecompressionError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _decompress_at_most(codec: int, data: bytes, limit: int) -> bytes | memoryview:
+    if codec == NONE:
+        return data
+    if codec == SNAPPY:
+        # Snappy says its size up front, block by block with xerial framing.
+        blocks = list(_xerial_blocks(data)) if data.startswith(_XERIAL_MAGIC) else [data]
+        size = sum(cramjam.snappy.decompress_raw_len(block) for block in blocks)
+        if size > limit:
+            raise TooLarge(f"says it decompresses to {size} bytes, more than {limit}")
+        return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in blocks)
+    if codec == GZIP:
+        return _gunzip_at_most(data, limit)
+    if codec == LZ4 and len(data) * _LZ4_MOST_RATIO <= limit:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec in (LZ4, ZSTD):
+        return _decompress_into_at_most(getattr(cramjam, "lz4" if codec == LZ4 else "zstd"),
+                                        data, limit)
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def _gunzip_at_most(data: bytes, limit: int) -> bytes:
+    if len(data) * _DEFLATE_MOST_RATIO <= limit:
+        return bytes(cramjam.gzip.decompress(data))
+    out = bytearray()
+    while data:  # gzip members one after the other, as Java's GZIPInputStream reads them
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += member.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise ValueError(f"gzip: {exc}") from None
+        if len(out) > limit:
+            raise TooLarge(f"decompresses to more than {limit} bytes")
+        if not member.eof:
+            raise ValueError("gzip: the stream is cut short")
+        data = member.unused_data
+    return bytes(out)
+
+
+def _decompress_into_at_most(codec: Any, data: bytes, limit: int) -> memoryview:
+    # Into a buffer that grows until the data fits or the limit is reached: the decompressor
+    # stops at the buffer's end, so nothing past the limit is ever made.
+    size = min(limit, max(4 * len(data), 1 << 20))
+    while True:
+        out = bytearray(size)
+        try:
+            return memoryview(out)[:codec.decompress_into(data, out)]
+        except cramjam.DecompressionError as exc:
+            if _CUT_SHORT not in str(exc):
+                raise
+            if size >= limit:
+                raise TooLarge(f"decompresses to more than {limit} bytes") from None
+            size = min(limit, size * 4)
 
 
 # --- a batch being filled (the producer's) --------------------------------------------------
@@ -234,14 +322,12 @@ def encode_batch(
                               [(name.encode(), hvalue) for name, hvalue in headers])
     payload = compress(compression, bytes(body))
     attributes = compression | (0x10 if transactional else 0)
-    batch = bytearray(HEADER_SIZE)
-    batch += payload
-    _HEADER.pack_into(
-        batch, 0, base_offset, len(batch) - 12, -1, 2, 0, attributes, len(records) - 1,
-        base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records),
-    )
-    struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    header = BatchHeader(base_offset, length, -1, 2, 0, attributes, len(records) - 1, base_ts,
+                         max_ts, producer_id, producer_epoch, base_sequence, len(records))
+    unsigned = pack_header(header)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(unsigned[ATTRIBUTES_OFFSET:]))
+    return pack_header(header._replace(crc=crc)) + payload
 
 
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[BatchHeader, list[Record]]:

@@ -7,7 +7,11 @@ whose Python path does not include it when Spark looks).
 
 from __future__ import annotations
 
-from .source import OncelogDataSource
+from .version import require_pyspark
+
+require_pyspark()
+
+from .source import OncelogDataSource  # noqa: E402 (only once pyspark is known to fit)
 
 __all__ = ["OncelogDataSource", "register"]
 

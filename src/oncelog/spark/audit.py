@@ -26,8 +26,9 @@ from ..audit import (
     EpochReport,
     PartitionReport,
     ProducerReport,
-    TopicReader,
+    read_partition,
 )
+from ..audit.topic import open_reader, topic_ranges
 from ..protocol.record_batch import BatchHeader
 from .offsets import OffsetRange, split
 
@@ -41,9 +42,10 @@ def read_headers(bootstrap: str, ranges: Iterable[OffsetRange]) -> Iterator[Row]
     """Stage one (a Spark task): the batch headers of each range, then its summary."""
     for rng in ranges:
         report = PartitionReport(rng.partition, rng.start, rng.end)
-        with TopicReader(bootstrap, rng.topic) as reader:
-            for h, _, _ in reader.batches(rng.partition, report):
-                if rng.start <= h.last_offset < rng.end:
+        with open_reader(bootstrap, rng.topic) as reader:
+            for batch in read_partition(reader, report):
+                h = batch.header
+                if h.last_offset < rng.end:
                     yield (rng.partition, h.base_offset), h
         yield (rng.partition, rng.start), (None, report.corrupt_batches,
                                            report.skipped_offsets, report.complete)
@@ -88,8 +90,8 @@ def audit_topic_on_spark(spark, bootstrap: str, topic: str,
     """The sequence audit of ``topic`` (all partitions, or ``partitions``), from each
     partition's log start to its high watermark when the audit starts, run on ``spark``."""
     started = time.monotonic()
-    with TopicReader(bootstrap, topic) as reader:
-        offsets = reader.ranges(partitions)
+    with open_reader(bootstrap, topic) as reader:
+        offsets = topic_ranges(reader, partitions)
     indexes = list(offsets)
     ranges = split([OffsetRange(topic, p, s, e) for p, (s, e) in offsets.items()],
                    min_partitions or spark.sparkContext.defaultParallelism)

@@ -1,14 +1,19 @@
 """Records of an offset range as Arrow record batches with the schema of Spark's Kafka source,
 plus the producer id, epoch and sequence number of each record. Runs in Spark's Python
 workers: one call of ``read_range`` per task.
+
+A task reads its whole range or fails (see ``client.topic_reader``): records deleted before
+they were read are data loss (an error, or with failOnDataLoss=false skipped with a warning in
+the worker's log); a read that makes no progress for kafkaConsumer.pollTimeoutMs is an error.
+Offsets without records (transaction markers, compaction) are neither.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
-from kio.schema.errors import ErrorCode
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -21,11 +26,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..audit import AuditError, PartitionReport, TopicReader
-from ..client.connection import KafkaError
-from ..protocol.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_BIT
-from ..protocol.records import decode_record_fields
+from ..client.topic_reader import (
+    TOPIC_GONE,
+    Lost,
+    ReadTimeout,
+    TopicReader,
+    UnknownTopicOrPartition,
+)
+from ..protocol.batches import Batch, RecordSetError
+from ..protocol.record_batch import TIMESTAMP_TYPE_BIT
+from ..protocol.sequences import record_sequence
 from .offsets import DataLossError, OffsetRange
+
+log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 10_000  # Arrow batch handed to Spark: at most this many rows ...
 BYTES_PER_BATCH = 16 << 20  # ... or about this many bytes of keys and values
@@ -87,17 +100,16 @@ class RecordColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add_batch(self, buf: bytes, pos: int, start: int, end: int) -> None:
-        """The records of the batch at ``pos`` whose offsets lie in [start, end)."""
-        header, records = decode_record_fields(buf, pos)
+    def add_batch(self, batch: Batch) -> None:
+        """The records of ``batch`` that the read wants."""
+        header = batch.header
+        records = batch.record_fields()
         log_append = bool(header.attributes & TIMESTAMP_TYPE_BIT)
         base, base_ts, base_seq = header.base_offset, header.base_timestamp, \
             header.base_sequence
         keys, values, offsets, timestamps = self.keys, self.values, self.offsets, \
             self.timestamps
         for delta, ts_delta, key, value, headers in records:
-            if not start <= base + delta < end:
-                continue
             keys.append(key)
             values.append(value)
             offsets.append(base + delta)
@@ -105,8 +117,7 @@ class RecordColumns:
                               * 1000)
             if self.include_headers:
                 self.headers.append(headers)
-            self.sequences.append(NO_SEQUENCE if base_seq < 0 else
-                                  (base_seq + delta) & 0x7FFFFFFF)
+            self.sequences.append(record_sequence(base_seq, delta))
             self.bytes += len(value or b"") + len(key or b"")
         added = len(offsets) - len(self.pids)
         self.types += [int(log_append)] * added
@@ -132,45 +143,35 @@ class RecordColumns:
 
 
 def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
-               fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """The records of ``rng``, in offset order, as Arrow batches."""
+               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+    """The records of ``rng``, in offset order, as Arrow batches: all of them, or an error."""
     columns = RecordColumns(rng.topic, rng.partition, include_headers)
-    report = PartitionReport(rng.partition, rng.start, rng.end)
-    where = f"{rng.topic}-{rng.partition}"
-    try:
-        reader = TopicReader(bootstrap, rng.topic)
-    except AuditError:
+
+    def lost(loss: Lost) -> None:
+        what = loss.describe(rng.topic)
         if fail_on_data_loss:
-            raise DataLossError(f"topic {rng.topic!r} is gone; offsets {rng.start}..{rng.end} "
-                                f"of {where} were to be read") from None
+            raise DataLossError(what)
+        log.warning("%s; skipped (failOnDataLoss=false)", what)
+
+    timeout = poll_timeout_ms / 1000
+    try:
+        reader = TopicReader(bootstrap, rng.topic, min(30.0, timeout),
+                             client_id="oncelog-spark")
+    except UnknownTopicOrPartition:
+        lost(Lost(rng.partition, rng.start, rng.end, TOPIC_GONE))
         return
     with reader:
         try:
-            for header, buf, pos in reader.batches(rng.partition, report):
-                if report.corrupt_batches:
-                    raise KafkaError(ErrorCode.corrupt_message,
-                                     f"{where}: a batch before offset {header.base_offset} "
-                                     "fails its CRC32C check")
-                if report.skipped_offsets and fail_on_data_loss:
-                    break
-                if header.is_control:
-                    continue
-                columns.add_batch(buf, pos, rng.start, rng.end)
+            for batch in reader.read(rng.partition, rng.start, rng.end, poll_timeout=timeout,
+                                     on_loss=lost):
+                try:
+                    columns.add_batch(batch)
+                except RecordSetError as exc:  # records that do not parse
+                    raise type(exc)(f"{rng.topic}-{rng.partition}: {exc}", exc.offset) from None
                 if len(columns) >= ROWS_PER_BATCH or columns.bytes >= BYTES_PER_BATCH:
                     yield columns.take()
-        except KafkaError as exc:
-            if exc.error != ErrorCode.offset_out_of_range:
-                raise
-            report.complete = False  # the partition is shorter than the range: truncated
-        if report.corrupt_batches:
-            raise KafkaError(ErrorCode.corrupt_message,
-                             f"{where}: a batch fails its CRC32C check")
-    if fail_on_data_loss:
-        if report.skipped_offsets:
-            raise DataLossError(f"offsets {rng.start}..{rng.start + report.skipped_offsets} "
-                                f"of {where} were gone before they were read")
-        if not report.complete:
-            raise DataLossError(f"{where} ends before offset {rng.end}, the end of the range "
-                                "to read")
+        except ReadTimeout as exc:
+            raise ReadTimeout(f"{exc.detail} (format(\"oncelog\") option "
+                              f"kafkaConsumer.pollTimeoutMs is {poll_timeout_ms})") from None
     if len(columns):
         yield columns.take()

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..audit import AuditError, TopicReader
 from ..client.admin import Admin
 from ..client.connection import KafkaError
+from ..client.topic_partition import TopicPartition
+from ..client.topic_reader import TopicReader
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
 
-TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
 
 
@@ -135,7 +135,8 @@ class Cluster:
         reader = self._readers.get(topic)
         if reader is None:
             reader = self._readers[topic] = TopicReader(self.options.bootstrap, topic,
-                                                        self.timeout)
+                                                        self.timeout,
+                                                        client_id="oncelog-spark")
         return reader
 
     def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
@@ -145,9 +146,7 @@ class Cluster:
         for topic, partition in tps:
             try:
                 result[(topic, partition)] = self._reader(topic).offsets(partition)
-            except AuditError:
-                continue  # the topic was deleted
-            except KafkaError as exc:
+            except KafkaError as exc:  # UnknownTopicOrPartition: the topic was deleted
                 if exc.error != ErrorCode.unknown_topic_or_partition:
                     raise
         return result

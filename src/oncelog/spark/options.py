@@ -40,7 +40,10 @@ _SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
 _CLIENT_READ = ("bootstrap.servers", "isolation.level")
 _CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
 _READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
-         "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss")
+         "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss",
+         "kafkaConsumer.pollTimeoutMs")
+# Spark's Kafka source waits this long (spark.network.timeout) for a fetch to make progress.
+DEFAULT_POLL_TIMEOUT_MS = 120_000
 _WRITE = ("topic",)
 
 
@@ -178,6 +181,8 @@ class ReadOptions:
     min_partitions: int | None = None
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    # A task that reads nothing new for this long fails (it never returns fewer rows).
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is among those read."""
@@ -243,7 +248,8 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
     result = ReadOptions(
         bootstrap, subscribe, pattern, assign, starting, ending,
         _positive(opts, "maxOffsetsPerTrigger"), _positive(opts, "minPartitions"),
-        _flag(opts, "includeHeaders", False), _flag(opts, "failOnDataLoss", True))
+        _flag(opts, "includeHeaders", False), _flag(opts, "failOnDataLoss", True),
+        _positive(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS)
     for name, offsets in (("startingOffsets", starting), ("endingOffsets", ending)):
         if isinstance(offsets, dict):
             for topic, partitions in offsets.items():

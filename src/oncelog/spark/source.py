@@ -70,7 +70,7 @@ class _ReadsRanges:
         opts = self.options
         assert isinstance(partition, RangePartition)
         return read_range(opts.bootstrap, partition.range, opts.include_headers,
-                          opts.fail_on_data_loss)
+                          opts.fail_on_data_loss, opts.poll_timeout_ms)
 
 
 class OncelogReader(_ReadsRanges, DataSourceReader):
@@ -233,7 +233,8 @@ class OncelogDataSource(DataSource):
     Read options (as Spark's Kafka source): ``bootstrap.servers`` (or
     ``kafka.bootstrap.servers``), one of ``subscribe``, ``subscribePattern``, ``assign``;
     ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
-    ``includeHeaders``, ``failOnDataLoss``, ``isolation.level``. Write options:
+    ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``,
+    ``isolation.level``. Write options:
     ``bootstrap.servers``, ``topic``, and producer settings (``linger.ms``, ``batch.size``,
     ``compression.type``, ``client.id``).
     """

@@ -1,0 +1,62 @@
+"""client/topic_reader.py: a read of [start, end) gets the whole range or says why not. Only
+records proven deleted are data loss; a log that does not (yet) hold the range is waited for,
+within the poll timeout, then an error naming the offsets."""
+
+from __future__ import annotations
+
+import pytest
+from brokers import create_topic, produce_batches, wait_for_log_start
+
+import oncelog
+from oncelog.client.topic_reader import (
+    DELETED,
+    TOPIC_GONE,
+    Lost,
+    ReadTimeout,
+    TopicReader,
+    UnknownTopicOrPartition,
+)
+
+
+def offsets_read(read) -> list[int]:
+    return [b.header.base_offset + f[0] for b in read for f in b.record_fields()]
+
+
+def test_a_range_past_the_log_end_is_waited_for_then_an_error_not_data_loss(broker):
+    create_topic(broker.bootstrap, "short")
+    produce_batches(broker.bootstrap, "short", 0, 2)
+    lost: list[Lost] = []
+    with TopicReader(broker.bootstrap, "short") as reader:
+        read = reader.read(0, 5, 25, poll_timeout=0.5, on_loss=lost.append)
+        got: list[int] = []
+        with pytest.raises(ReadTimeout, match=r"reading offsets 5\.\.24 of short-0: no "
+                                              r"progress at offset 20 in 0\.5s; the log holds "
+                                              r"offsets 0\.\.19"):
+            for batch in read:
+                got += [batch.header.base_offset + f[0] for f in batch.record_fields()]
+        assert got == list(range(5, 20)) and read.position == 20 and lost == []
+
+
+def test_deleted_records_and_a_deleted_topic_are_reported_and_skipped(start_broker):
+    broker = start_broker(**{"log.segment.bytes": "3000",
+                             "log.retention.check.interval.ms": "100"})
+    with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic("going", 1, configs={"retention.bytes": "3500"})
+    produce_batches(broker.bootstrap, "going", 0, 6)  # segments of 20 records; 2 are kept
+    low = wait_for_log_start(broker.bootstrap, "going", 0)
+    assert low == 20
+    with TopicReader(broker.bootstrap, "going") as reader:
+        read = reader.read(0, 5, 50)  # no on_loss: logged and skipped
+        assert offsets_read(read) == list(range(20, 50))
+        assert read.lost == [Lost(0, 5, 20, DELETED)]
+        assert read.lost[0].describe("going") == \
+            "offsets 5..19 of going-0 were deleted (the log start moved past them) before " \
+            "they were read"
+
+        with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.delete_topic("going")
+        lost: list[Lost] = []
+        read = reader.read(0, 30, 60, poll_timeout=10, on_loss=lost.append)
+        assert offsets_read(read) == [] and lost == [Lost(0, 30, 60, TOPIC_GONE)]
+    with pytest.raises(UnknownTopicOrPartition, match="topic 'going' does not exist"):
+        TopicReader(broker.bootstrap, "going")
