@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import time
@@ -294,44 +295,67 @@ class Partition:
 
     def _request_flush(self) -> asyncio.Future[None]:
         if self._next_flush is None:
-            self._next_flush = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            self._next_flush = loop.create_future()
             if self._this_flush is None:
-                asyncio.get_running_loop().create_task(self._flush_rounds())
+                # Started once the current pass of requests is done, so that one fsync
+                # covers every batch of a pipelined burst.
+                loop.call_soon(self._start_flush)
         return self._next_flush
 
-    async def _flush_rounds(self) -> None:
-        """fsync in a worker thread, one round at a time, each covering everything written
-        before it started, until nobody waits for another."""
-        loop = asyncio.get_running_loop()
-        while self._next_flush is not None:
-            done, self._next_flush = self._next_flush, None
-            self._this_flush = done
-            try:
-                if self.log_dir.offline:
-                    raise self.log_dir.error()
-                plog = self._log
-                if plog is None:  # closed meanwhile: sealing it fsynced everything
-                    done.set_result(None)
-                    self._this_flush = None
-                    continue
-                segment = plog.active
-                self._flushing_to = plog.log_end_offset
-                segment.unflushed_messages = 0
-                fd = segment.dup_fd()
-                try:
-                    await loop.run_in_executor(None, self.disk.fdatasync, fd)
-                finally:
-                    self.disk.close(fd)
-            except OSError as exc:
-                error = exc if self.log_dir.offline else self.log_dir.fail(
-                    LogDirFailure(f"{self.name}: fsync failed: {exc}"))
-                self._fail_flushes(done, error)
+    def _start_flush(self) -> None:
+        """One round: fsync in a worker thread, covering everything written before it
+        started; the futures asked for meanwhile wait for the next round."""
+        done, self._next_flush = self._next_flush, None
+        if done is None or self._this_flush is not None:
+            return
+        self._this_flush = done
+        plog = self._log
+        try:
+            if self.log_dir.offline:
+                raise self.log_dir.error()
+            if plog is None:  # closed meanwhile: sealing it fsynced everything
+                self._flush_done(done, None)
                 return
+            segment = plog.active
+            self._flushing_to = plog.log_end_offset
+            segment.unflushed_messages = 0
+            fd = segment.dup_fd()
+        except OSError as exc:
+            self._flush_failed(done, exc)
+            return
+        running = asyncio.get_running_loop().run_in_executor(None, self._sync, fd)
+        running.add_done_callback(functools.partial(self._synced, done, plog))
+
+    def _sync(self, fd: int) -> None:
+        try:
+            self.disk.fdatasync(fd)
+        finally:
+            self.disk.close(fd)
+
+    def _synced(self, done: asyncio.Future[None], plog: Log, running: asyncio.Future) -> None:
+        if running.cancelled():  # the event loop is shutting down
+            return
+        error = running.exception()
+        if error is None:
+            self._flush_done(done, plog)
+        else:
+            self._flush_failed(done, error)
+
+    def _flush_done(self, done: asyncio.Future[None], plog: Log | None) -> None:
+        self._this_flush = None
+        if plog is not None:
             self.flushed_offset = max(self.flushed_offset, self._flushing_to)
             plog.last_flush_ms = _now_ms()
-            self._this_flush = None
-            if not done.done():
-                done.set_result(None)
+        if not done.done():
+            done.set_result(None)
+        if self._next_flush is not None:
+            self._start_flush()
+
+    def _flush_failed(self, done: asyncio.Future[None], exc: BaseException) -> None:
+        error = exc if self.log_dir.offline and isinstance(exc, OSError) else \
+            self.log_dir.fail(LogDirFailure(f"{self.name}: fsync failed: {exc}"))
+        self._fail_flushes(done, error)
 
     def _fail_flushes(self, running: asyncio.Future[None] | None, error: OSError) -> None:
         for fut in (running, self._next_flush):

@@ -16,21 +16,19 @@ from ..protocol import produce_response
 from ..protocol.messages import Request
 from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
+from .answers import CLOSE_CONNECTION, LaterAnswer
 
 log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
-# What a handler returns for "close this connection" (server.py acts on it).
-CLOSE_CONNECTION = object()
-
 _Pending = list[tuple[str, list[PartitionResult], int, "asyncio.Future[None]"]]
 
 
 def handle_produce(broker, request: Request):
-    """The whole response frame (written by produce_response, not kio), or a coroutine giving
-    it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a partition
-    was refused."""
+    """The whole response frame (written by produce_response, not kio), or a LaterAnswer
+    giving it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a
+    partition was refused."""
     body = request.body
     topics = []
     pending: _Pending = []
@@ -50,12 +48,13 @@ def handle_produce(broker, request: Request):
         # something went wrong (it then refreshes its metadata and sees the error in its log).
         return CLOSE_CONNECTION if failed else None
     if pending:
-        return _when_durable(request, topics, pending)
+        return LaterAnswer((durable for _, _, _, durable in pending),
+                           lambda: _answer_when_durable(request, topics, pending))
     return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
-async def _when_durable(request: Request, topics: list, pending: _Pending) -> bytes:
-    await asyncio.wait({durable for _, _, _, durable in pending})
+def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> bytes:
+    """The answer once every partition's fsync is done: those that failed say so."""
     for topic, partitions, i, durable in pending:
         error = durable.exception()
         if error is not None:

@@ -33,6 +33,7 @@ from ..protocol.messages import (
 )
 from . import metrics
 from .admin import handle_create_topics, handle_delete_topics, handle_describe_configs
+from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import (
     handle_api_versions,
     handle_find_coordinator,
@@ -42,7 +43,7 @@ from .api_meta import (
 from .config import BrokerConfig
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
-from .produce import CLOSE_CONNECTION, handle_produce
+from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
@@ -61,6 +62,9 @@ _FRAMES_PER_TURN = 64
 _BYTES_PER_TURN = 1 << 20
 _WRITE_HIGH = 64 * 1024
 _WRITE_LOW = 16 * 1024
+# Answers a connection may hold behind a LaterAnswer (one waiting for its fsync) before it
+# stops handling requests until the oldest is written.
+_BEHIND_MOST = 64
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.PRODUCE: handle_produce,
@@ -237,7 +241,8 @@ class Broker:
     # --- requests ------------------------------------------------------------------------
 
     def handle_frame(self, frame: bytes, peer: str) -> Any:
-        """bytes to send, None (no response), a coroutine giving either, or _CLOSE."""
+        """bytes to send, None (no response), a coroutine giving either, a LaterAnswer, or
+        _CLOSE (see answers.py)."""
         try:
             request = decode_request(frame)
         except UnsupportedVersion as exc:
@@ -259,8 +264,8 @@ class Broker:
             return _CLOSE
         if inspect.iscoroutine(body):
             return self._finish(request, body, peer)
-        if body is None or body is _CLOSE or isinstance(body, bytes):  # none, close, encoded
-            return body
+        if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer)):
+            return body  # no answer, close, an answer already encoded or one to come
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)
 
@@ -297,6 +302,11 @@ class Connection(asyncio.BufferedProtocol):
       reach ``_WRITE_HIGH``, so unread answers stay under twice ``_WRITE_HIGH`` plus one
       answer.
 
+    Answers to come (answers.LaterAnswer: a produce whose answer waits for its fsync) do not
+    stop the requests behind them from being handled, so one fsync covers the batches of
+    several pipelined requests; every answer from the first of them on waits in ``behind``
+    and is written in order once the ones before it are (at most ``_BEHIND_MOST``).
+
     Fairness: once a connection has handled ``_FRAMES_PER_TURN`` frames or
     ``_BYTES_PER_TURN`` bytes of requests in one turn of the event loop (one round of socket
     reads, see Broker.current_turn), it stops reading and handling until the next turn (so
@@ -317,6 +327,10 @@ class Connection(asyncio.BufferedProtocol):
         self.ahead_bytes = 0  # a large one still being received), and their bytes
         self.counted = 0  # of those, the ones in the budget's count (see RequestBudget)
         self.busy = False  # a handler's coroutine is running; what follows waits for it
+        # Answers in order behind a LaterAnswer: LaterAnswers, answers ready, and _CLOSE
+        # (then ``closing``: nothing more is handled).
+        self.behind: collections.deque = collections.deque()
+        self.closing = False
         self.closed = False
         self.write_paused = False  # the peer is not reading our answers
         self.reading_paused = False
@@ -340,6 +354,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.queue.clear()
+        self.behind.clear()
         broker = self.broker
         self.budget.count(-self.counted)
         self.budget.finished(self.ahead_bytes)
@@ -383,7 +398,7 @@ class Connection(asyncio.BufferedProtocol):
         while not self.closed:
             if not self._take_frames():
                 return
-            if not self.queue or self.busy or self.write_paused or self.pass_scheduled:
+            if not self.queue or self.held_up or self.write_paused or self.pass_scheduled:
                 break
             if self._turn_spent():
                 self._schedule_pass()  # the others' turn first
@@ -393,16 +408,21 @@ class Connection(asyncio.BufferedProtocol):
                 break  # everything received was taken on: nothing more to take now
         if self.closed:
             return
-        waits_for_broker = 0 if self.busy or self.write_paused else self.ahead_count
+        waits_for_broker = 0 if self.held_up or self.write_paused else self.ahead_count
         if waits_for_broker != self.counted:
             self.budget.count(waits_for_broker - self.counted)
             self.counted = waits_for_broker
             self.broker.budget_released()
-        if self.reader.held_back and not (self.busy or self.write_paused or self.queue
+        if self.reader.held_back and not (self.held_up or self.write_paused or self.queue
                                           or self.budget.is_waiting(self)):
             self._schedule_pass()  # room was made: take the rest on after the others' turn
         self._set_reading(not (self.write_paused or self.reader.held_back
                                or self.pass_scheduled))
+
+    @property
+    def held_up(self) -> bool:
+        """Handling waits: for a handler's coroutine, for answers behind it, or to close."""
+        return self.busy or self.closing or len(self.behind) >= _BEHIND_MOST
 
     def _turn_spent(self) -> bool:
         """Whether this connection had its share of the current turn of the event loop (a
@@ -455,7 +475,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _admit(self, size: int) -> bool:
         ahead = self.ahead_count
-        if (ahead or self.busy or self.write_paused) and (
+        if (ahead or self.held_up or self.write_paused) and (
                 self.write_paused or ahead >= _READ_AHEAD_FRAMES
                 or self.ahead_bytes + size > _READ_AHEAD_BYTES):
             return False
@@ -471,10 +491,11 @@ class Connection(asyncio.BufferedProtocol):
         Answers of one pass go out in one write: pipelined requests cost one send, not many.
         This is the hot path of every request: the counts are settled once per pass (nothing
         else runs meanwhile), and only what can change inside the loop is checked there."""
-        if self.busy or self.write_paused or self.closed:
+        if self.held_up or self.write_paused or self.closed:
             return 0
         broker = self.broker
         queue = self.queue
+        behind = self.behind
         before = len(queue)
         out: list[bytes] = []
         unsent = taken_bytes = awaited = 0
@@ -488,10 +509,26 @@ class Connection(asyncio.BufferedProtocol):
                     self.pending = asyncio.ensure_future(self._await(result, size))
                     awaited = size
                     break
+                if isinstance(result, LaterAnswer):
+                    self._flush(out)  # the answers before it go first
+                    unsent = 0
+                    behind.append(result)
+                    result.on_ready(self._answer_ready)
+                    if len(behind) >= _BEHIND_MOST:
+                        break
+                    continue
                 if result is _CLOSE:
                     self._flush(out)
-                    self.close()  # connection_lost comes later, from the event loop
+                    if behind:  # after the answers it came behind
+                        behind.append(_CLOSE)
+                        self.closing = True
+                    else:
+                        self.close()  # connection_lost comes later, from the event loop
                     break
+                if behind:
+                    if result is not None:
+                        behind.append(result)
+                    continue
                 if result is not None:
                     out.append(result)
                     unsent += len(result)
@@ -529,10 +566,36 @@ class Connection(asyncio.BufferedProtocol):
             self.pump()
 
     def _send(self, result: Any) -> None:
-        if result is _CLOSE:
+        if self.behind:
+            self.behind.append(result)
+            self._answer_ready()
+        elif result is _CLOSE:
             self.close()
         elif result is not None:
             self.transport.write(result)
+
+    def _answer_ready(self) -> None:
+        """Write the answers at the head of ``behind`` that are ready, in order."""
+        if self.closed:
+            return
+        behind = self.behind
+        out: list[bytes] = []
+        while behind:
+            head = behind[0]
+            if isinstance(head, LaterAnswer):
+                if not head.ready:
+                    break
+                head = head.answer
+            behind.popleft()
+            if head is _CLOSE:
+                self._flush(out)
+                self.close()
+                return
+            if head is not None:
+                out.append(head)
+        self._flush(out)
+        if not self.closed and not self.busy:
+            self.pump()
 
     # --- flow control ----------------------------------------------------------------------
 
