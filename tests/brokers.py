@@ -158,3 +158,33 @@ def wait_for_log_start(bootstrap: str, topic: str, past: int) -> int:
             assert time.monotonic() < deadline, "retention deleted nothing"
             time.sleep(0.05)
     return low
+
+
+def read_to_end(bootstrap: str, topic: str, partitions: int = 1,
+                timeout: float = 60.0) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, value) of every record of each partition, read with confluent-kafka (a
+    client we did not write) until it reports the end of every partition."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    found: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            found[msg.partition()].append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, f"did not reach the end of {topic} within {timeout}s"
+    return found

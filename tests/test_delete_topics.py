@@ -12,8 +12,8 @@ import os
 import time
 import urllib.parse
 
-from brokers import create_topic
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from brokers import create_topic, read_to_end
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 TOPIC = "reborn"
@@ -27,25 +27,8 @@ def produce(bootstrap: str, n: int, tag: bytes) -> None:
 
 
 def read_all(bootstrap: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(2)])
-    values, at_end = [], set()
-    deadline = time.monotonic() + 30
-    try:
-        while len(at_end) < 2 and time.monotonic() < deadline:
-            msg = consumer.poll(1)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-            else:
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    assert len(at_end) == 2
-    return sorted(values)
+    return sorted(value for records in read_to_end(bootstrap, TOPIC, 2).values()
+                  for _, value in records)
 
 
 def delete_topic(bootstrap: str) -> None:

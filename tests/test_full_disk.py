@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from brokers import BrokerProcess, create_topic
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from brokers import BrokerProcess, create_topic, read_to_end
+from confluent_kafka import KafkaError, Producer
 
 TOPIC = "full"
 PARTITIONS = 2
@@ -60,29 +60,6 @@ def produce_until(producer: Producer, first: int, stop, deadline: float,
     return n
 
 
-def read_everything(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    found: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
-            msg = consumer.poll(1)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            found[msg.partition()].append((msg.offset(), msg.value()))
-    finally:
-        consumer.close()
-    assert len(at_end) == PARTITIONS, "did not reach the end of every partition"
-    return found
-
-
 def test_full_disk_loses_nothing_acknowledged_and_stores_nothing_twice(tmp_path):
     with small_tmpfs(tmp_path / "disk", "1500k") as disk:
         broker = BrokerProcess(disk, {"log.segment.bytes": "262144",
@@ -110,7 +87,7 @@ def test_full_disk_loses_nothing_acknowledged_and_stores_nothing_twice(tmp_path)
                           time.monotonic() + 60, delivered, more_failed)
             assert len(delivered) >= acked_while_full + 500, more_failed
             broker.restart(clean=True)
-            found = read_everything(broker.bootstrap)
+            found = read_to_end(broker.bootstrap, TOPIC, PARTITIONS)
         finally:
             if broker.alive:
                 broker.stop()
