@@ -9,12 +9,15 @@ always unmounts) its own tmpfs.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from brokers import BrokerProcess, create_topic, read_to_end
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 TOPIC = "full"
 PARTITIONS = 2
@@ -30,6 +33,17 @@ def small_tmpfs(path: Path, size: str):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill_up(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while os.write(fd, bytes(4096)) > 0:
+            pass
+    except OSError:  # ENOSPC: full
+        pass
+    finally:
+        os.close(fd)
 
 
 def resize(path: Path, size: str) -> None:
@@ -80,6 +94,12 @@ def test_full_disk_loses_nothing_acknowledged_and_stores_nothing_twice(tmp_path)
             assert "No space left on device" in log
             assert "OFFLINE" not in log, "a full disk must not take the directory offline"
             acked_while_full = len(delivered)
+            fill_up(disk / "filler")  # not a byte left, even for a topic's metadata
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            with pytest.raises(KafkaException) as refused:
+                admin.create_topics([NewTopic("more", 1, 1)])["more"].result(30)
+            assert refused.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+            (disk / "filler").unlink()
 
             resize(disk, "64m")  # space freed: the same broker takes records again
             more_failed: dict[bytes, KafkaError] = {}

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ..log import partition_metadata
 from ..log.disk import OsDisk, default_disk
 from ..log.log import LogConfig
-from ..metadata.store import NO_VERSION, MetadataStore
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
 from ..producer_state.manager import StateLimits
 from ..protocol.validation import RecordRules
 from .config import (
@@ -224,7 +224,19 @@ class TopicManager:
             return Topic(name, uuid.UUID(value["id"]), validate_topic_configs(configs))
         if self.log_dir_state.offline:
             raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
-        self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
+        try:
+            self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
+        except BadVersion:
+            # Stored by an earlier attempt whose answer was an error (its directory fsync
+            # failed after the rename): the topic exists.
+            stored, _ = self.store.get(f"topics/{name}")
+            if stored is not None:
+                self._materialize(name, stored)
+            raise TopicError(ErrorCode.topic_already_exists,
+                             f"topic {name!r} already exists") from None
+        except OSError as exc:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"writing the topic's metadata failed: {exc}") from None
         topic = self._materialize(name, value)
         for partition in topic.partitions:
             if os.path.isdir(partition.dir):  # left by a deletion cut short
@@ -248,7 +260,11 @@ class TopicManager:
         # directories are then renamed aside at once (a re-created topic never finds them)
         # and removed in the background; a crash anywhere in between is finished at the
         # next start by _remove_stale_directories.
-        self.store.delete(f"topics/{name}")
+        try:
+            self.store.delete(f"topics/{name}")
+        except OSError as exc:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"removing the topic's metadata failed: {exc}") from None
         del self.topics[name]
         aside = []
         for partition in topic.partitions:
