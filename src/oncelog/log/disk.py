@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 
@@ -93,7 +92,6 @@ class OsDisk:
     listdir = staticmethod(os.listdir)
     unlink = staticmethod(os.unlink)
     rename = staticmethod(os.replace)
-    rmdir = staticmethod(os.rmdir)
     isdir = staticmethod(os.path.isdir)
     exists = staticmethod(os.path.exists)
     reserve = staticmethod(reserve)
@@ -110,10 +108,6 @@ class OsDisk:
     @staticmethod
     def makedirs(path: str) -> None:
         os.makedirs(path, exist_ok=True)
-
-    @staticmethod
-    def rmtree(path: str) -> None:
-        shutil.rmtree(path)
 
     @staticmethod
     def fsync_dir(path: str) -> None:
@@ -215,9 +209,6 @@ def cut_to_journal(journal: str, directory: str,
                 kept[path] = min(os.path.getsize(path), durable.get(path, 0))
                 os.truncate(path, kept[path])
     return kept
-
-
-Disk = OsDisk  # the interface: MemoryDisk has the same methods
 
 
 def default_disk() -> OsDisk:

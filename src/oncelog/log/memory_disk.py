@@ -268,39 +268,13 @@ class MemoryDisk:
             raise _oserror(errno.ENOENT, path)
 
     def rename(self, src: str, dst: str) -> None:
+        """Files only: the log renames nothing else."""
         src, dst = os.path.abspath(src), os.path.abspath(dst)
         if self._fault("rename", src):
             raise _oserror(errno.EIO, src)
-        if src in self._files:
-            self._files[dst] = self._files.pop(src)
-            return
-        if src not in self._dirs:
+        if src not in self._files:
             raise _oserror(errno.ENOENT, src)
-        prefix = src + os.sep
-        for old in [d for d in self._dirs if d == src or d.startswith(prefix)]:
-            self._dirs.discard(old)
-            self._dirs.add(dst + old[len(src):])
-            names = self._durable_names.pop(old, None)
-            if names is not None:
-                self._durable_names[dst + old[len(src):]] = names
-        for old in [p for p in self._files if p.startswith(prefix)]:
-            self._files[dst + old[len(src):]] = self._files.pop(old)
-
-    def rmdir(self, path: str) -> None:
-        path = os.path.abspath(path)
-        if self.listdir(path):
-            raise _oserror(errno.ENOTEMPTY, path)
-        self._dirs.discard(path)
-        self._durable_names.pop(path, None)
-
-    def rmtree(self, path: str) -> None:
-        path = os.path.abspath(path)
-        prefix = path + os.sep
-        for old in [p for p in self._files if p.startswith(prefix)]:
-            del self._files[old]
-        for old in [d for d in self._dirs if d == path or d.startswith(prefix)]:
-            self._dirs.discard(old)
-            self._durable_names.pop(old, None)
+        self._files[dst] = self._files.pop(src)
 
     def fsync_dir(self, path: str) -> None:
         path = os.path.abspath(path)
