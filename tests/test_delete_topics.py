@@ -1,9 +1,10 @@
 """DeleteTopics is crash-safe: a topic re-created under the same name always starts empty.
 
-The metadata entry goes first (the moment of deletion), the partition directories are then
-renamed aside ("-delete", as Kafka names them) and removed in the background. These tests
-leave the broker's data directory as a crash at each point in between would, and check what
-the next start makes of it.
+The partition directories are renamed aside first ("<topic>-<n>.<topic id>-delete", as Kafka
+names them; the moment of deletion), then the metadata entry goes, then the directories, in
+the background. These tests leave the broker's data directory as a crash at each point in
+between would, and check what the next start makes of it. A directory that no deletion can
+have left (its topic unknown, or another topic id) is set aside as "-stray", kept unread.
 """
 
 from __future__ import annotations
@@ -62,28 +63,55 @@ def test_delete_and_recreate_while_running_starts_empty(broker):
     wait_gone(leftovers)
 
 
-def test_crash_after_the_metadata_entry_went_leaves_nothing_behind(broker):
-    """The crash came between the metadata entry's removal and the renames."""
+def topic_id(broker) -> str:
+    import json
+
+    with open(metadata_entry(broker), encoding="utf-8") as f:
+        return json.load(f)["value"]["id"].replace("-", "")
+
+
+def test_crash_after_the_renames_rolls_the_deletion_forward(broker):
+    """The crash came after the renames, before the metadata entry went: the deletion was
+    decided, so the next start finishes it."""
     create_topic(broker.bootstrap, TOPIC, 2)
     produce(broker.bootstrap, 20, b"old")
     broker.kill()
-    os.unlink(metadata_entry(broker))
+    for p in range(2):
+        os.rename(broker.data_dir / f"{TOPIC}-{p}",
+                  broker.data_dir / f"{TOPIC}-{p}.{topic_id(broker)}-delete")
     broker.start()
+    assert not os.path.exists(metadata_entry(broker))
     assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
+    assert "deleting topic reborn was cut short; finishing it" in broker.log_text()
     create_topic(broker.bootstrap, TOPIC, 2)
     assert read_all(broker.bootstrap) == []
-    assert "left over from a deleted topic" in broker.log_text()
 
 
-def test_crash_after_the_renames_finishes_the_removal(broker):
+def test_crash_after_the_metadata_entry_went_finishes_the_removal(broker):
+    create_topic(broker.bootstrap, TOPIC, 2)
+    produce(broker.bootstrap, 20, b"old")
+    broker.kill()
+    for p in range(2):
+        os.rename(broker.data_dir / f"{TOPIC}-{p}",
+                  broker.data_dir / f"{TOPIC}-{p}.{topic_id(broker)}-delete")
+    os.unlink(metadata_entry(broker))
+    broker.start()
+    assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
+
+
+def test_a_directory_of_no_known_topic_is_set_aside_not_read_nor_deleted(broker):
+    """What no deletion can leave (a lost metadata store, a copied directory): kept as
+    "-stray" for an operator, and a topic created under its name starts empty."""
     create_topic(broker.bootstrap, TOPIC, 2)
     produce(broker.bootstrap, 20, b"old")
     broker.kill()
     os.unlink(metadata_entry(broker))
-    for p in range(2):
-        os.rename(broker.data_dir / f"{TOPIC}-{p}", broker.data_dir / f"{TOPIC}-{p}.x-delete")
     broker.start()
-    assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
+    strays = [name for name in os.listdir(broker.data_dir) if name.endswith("-stray")]
+    assert len(strays) == 2 and all(name.startswith(TOPIC) for name in strays)
+    assert "belongs to no topic of this broker" in broker.log_text()
+    create_topic(broker.bootstrap, TOPIC, 2)
+    assert read_all(broker.bootstrap) == []
 
 
 def test_directory_of_an_older_topic_of_the_same_name_is_not_read(broker):
@@ -99,9 +127,9 @@ def test_directory_of_an_older_topic_of_the_same_name_is_not_read(broker):
     delete_topic(broker.bootstrap)
     create_topic(broker.bootstrap, TOPIC, 2)
     broker.stop()
-    # The old directory is back under the new topic's name, as a lost removal would leave it.
+    # The old directory is back under the new topic's name, as a restored backup might be.
     shutil.rmtree(broker.data_dir / f"{TOPIC}-0", ignore_errors=True)
     os.rename(saved, broker.data_dir / f"{TOPIC}-0")
     broker.start()
     assert read_all(broker.bootstrap) == []
-    assert "left over from a deleted topic" in broker.log_text()
+    assert "belongs to no topic of this broker" in broker.log_text()

@@ -35,9 +35,12 @@ _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 100_000
 # Kafka's names: a partition directory is "<topic>-<index>"; one being deleted is renamed to
-# "<topic>-<index>.<unique>-delete" first; "partition.metadata" names the topic id it holds.
+# "<topic>-<index>.<topic id>-delete" first; one that belongs to no topic the broker has is
+# renamed to "...-stray" and kept; "partition.metadata" names the topic id it holds.
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+_DELETED_DIR = re.compile(r".+-\d+\.([0-9a-f]{32})-delete")
 DELETE_SUFFIX = "-delete"
+STRAY_SUFFIX = "-stray"
 
 
 class TopicError(Exception):
@@ -88,15 +91,33 @@ class TopicManager:
     # --- partition directories -----------------------------------------------------------
 
     def _remove_stale_directories(self) -> None:
-        """Remove what a deletion cut short left behind, before anything is served: renamed
-        directories, and directories of topics the metadata no longer has (a crash after the
-        metadata entry went and before the directories were renamed) or of an older topic of
-        the same name (its topic id differs), so a re-created topic always starts empty."""
-        stale = []
+        """Before anything is served: finish what a deletion cut short, and set aside what
+        belongs to no topic of this broker, so that a re-created topic always starts empty.
+
+        A deletion renames the topic's partition directories to "...<topic id>-delete" first
+        (its commit point), then removes the metadata entry, then the directories. A crash
+        after the renames is rolled forward here: the entry goes, then the directories. A
+        partition directory of a topic the metadata does not have, or of another topic id
+        (an older topic of the same name), cannot come from that sequence (a lost or restored
+        metadata store, a copied directory): it is renamed "...-stray", not read, and kept
+        for an operator, as Kafka keeps stray replicas."""
+        by_id = {topic.topic_id.hex: topic for topic in self.topics.values()}
+        deleted, strays = [], 0
         for entry in os.listdir(self.log_dir):
             path = os.path.join(self.log_dir, entry)
-            if entry.endswith(DELETE_SUFFIX):
-                stale.append(path)
+            gone = _DELETED_DIR.fullmatch(entry)
+            if gone is not None:
+                topic = by_id.pop(gone.group(1), None)
+                if topic is not None:
+                    log.warning("deleting topic %s was cut short; finishing it", topic.name)
+                    try:
+                        self.store.delete(f"topics/{topic.name}")
+                    except OSError as exc:  # left for the next start
+                        log.error("topic %s: removing its metadata failed: %s", topic.name,
+                                  exc)
+                        continue
+                    del self.topics[topic.name]
+                deleted.append(path)
                 continue
             match = _PARTITION_DIR.fullmatch(entry)
             if match is None or not os.path.isdir(path) or not _is_partition_dir(path):
@@ -104,15 +125,17 @@ class TopicManager:
             topic = self.topics.get(match.group(1))
             if topic is None or int(match.group(2)) >= len(topic.partitions) or \
                     partition_metadata.read(self.disk, path) not in (None, topic.topic_id):
-                log.warning("%s: left over from a deleted topic; removing it", path)
-                stale.append(self._move_aside(path))
-        if stale:
+                aside = self._move_aside(path, STRAY_SUFFIX)
+                log.warning("%s belongs to no topic of this broker (a lost or restored "
+                            "metadata store?): renamed to %s, not read, not deleted", path,
+                            aside)
+                strays += 1
+        if deleted or strays:
             self._sync_log_dir()
-        for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+        _remove_all(deleted)
 
-    def _move_aside(self, path: str) -> str:
-        aside = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+    def _move_aside(self, path: str, suffix: str) -> str:
+        aside = f"{path}.{uuid.uuid4().hex}{suffix}"
         self.disk.rename(path, aside)
         return aside
 
@@ -239,11 +262,12 @@ class TopicManager:
                              f"writing the topic's metadata failed: {exc}") from None
         topic = self._materialize(name, value)
         for partition in topic.partitions:
-            if os.path.isdir(partition.dir):  # left by a deletion cut short
+            if os.path.isdir(partition.dir):  # put there by hand since the start
                 try:
-                    shutil.rmtree(self._move_aside(partition.dir), ignore_errors=True)
+                    log.warning("%s: set aside as %s before the new topic uses its name",
+                                partition.dir, self._move_aside(partition.dir, STRAY_SUFFIX))
                 except OSError as exc:  # the next start tells it apart by its topic id
-                    log.error("%s: could not be moved aside: %s", partition.dir, exc)
+                    log.error("%s: could not be set aside: %s", partition.dir, exc)
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
@@ -256,29 +280,35 @@ class TopicManager:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if not self.config.get("delete.topic.enable"):
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
-        # The metadata entry goes first and durably: it is the moment of deletion. The
-        # directories are then renamed aside at once (a re-created topic never finds them)
-        # and removed in the background; a crash anywhere in between is finished at the
-        # next start by _remove_stale_directories.
-        try:
-            self.store.delete(f"topics/{name}")
-        except OSError as exc:
-            raise TopicError(ErrorCode.kafka_storage_error,
-                             f"removing the topic's metadata failed: {exc}") from None
-        del self.topics[name]
-        aside = []
+        # The renames go first and durably: they are the moment of deletion (a crash after
+        # them is rolled forward at the next start, see _remove_stale_directories). Then the
+        # metadata entry, then the directories, in the background.
+        aside, failed = [], []
         for partition in topic.partitions:
-            partition.delete()
             if os.path.isdir(partition.dir):
+                target = f"{partition.dir}.{topic.topic_id.hex}{DELETE_SUFFIX}"
                 try:
-                    aside.append(self._move_aside(partition.dir))
+                    self.disk.rename(partition.dir, target)
+                    aside.append(target)
                 except OSError as exc:
-                    log.error("%s: could not be renamed for deletion (%s); the next start "
-                              "removes it", partition.dir, exc)
+                    failed.append(f"{partition.dir}: {exc}")
         try:
             self._sync_log_dir()
         except OSError as exc:
-            log.error("%s: fsync failed after deleting topic %s: %s", self.log_dir, name, exc)
+            failed.append(f"fsync of {self.log_dir}: {exc}")
+        if failed and not aside:  # nothing was decided: the topic stays as it was
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"renaming the topic's directories failed: {'; '.join(failed)}")
+        if failed:  # decided by the renames that went through; the next start sets aside
+            log.error("deleting topic %s: %s", name, "; ".join(failed))  # the rest as strays
+        for partition in topic.partitions:
+            partition.delete()
+        del self.topics[name]
+        try:
+            self.store.delete(f"topics/{name}")
+        except OSError as exc:  # the renames decided it: the next start finishes it
+            log.error("topic %s: removing its metadata failed (%s); the next start does it",
+                      name, exc)
         if aside:
             threading.Thread(target=_remove_all, args=(aside,), name=f"delete-{name}",
                              daemon=True).start()
