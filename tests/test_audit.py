@@ -517,7 +517,6 @@ def test_memory_stays_bounded(broker, tmp_path):
                 calls.produce(conn, "big", partition, batch(pid, 0, seq, values))
     held = count * (len(pad) + 9 + 33)  # the values as bytes objects, nothing else
 
-    started = time.monotonic()
     tracemalloc.start()
     try:
         report = audit_topic(broker.bootstrap, "big", by=("value",), directory=str(tmp_path),
@@ -525,7 +524,6 @@ def test_memory_stays_bounded(broker, tmp_path):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.monotonic() - started < 45
     assert report.clean, report.problems
     assert report.totals["records"] == count
     assert report.repeats[0].records == count

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import subprocess
 import time
 import zlib
@@ -1014,7 +1015,6 @@ def test_keys_land_in_the_partition_the_client_chose(shared):
 
 def test_metadata_for_ten_thousand_partitions(start_broker):
     broker = start_broker()
-    started = time.monotonic()
     create_topics(broker.bootstrap, 10_000, "wide")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     partitions = admin.list_topics(topic="wide", timeout=TIMEOUT).topics["wide"].partitions
@@ -1037,7 +1037,10 @@ def test_metadata_for_ten_thousand_partitions(start_broker):
     produce_confluent(broker.bootstrap, "wide", "none", last)
     assert_records(consume_kafka_python(broker.bootstrap, "wide", {9_999: 0}, 1), last, (0, 0),
                    "partition 9999")
-    assert time.monotonic() - started < 15, "10,000 partitions should not be slow"
+    # What keeps 10,000 partitions cheap: an idle partition holds no files (no directory,
+    # no segment) until something is written to it.
+    assert [name for name in os.listdir(broker.data_dir) if name.startswith("wide-")] == \
+        ["wide-9999"]
 
 
 # --- retention moves the earliest offset -------------------------------------------------------
