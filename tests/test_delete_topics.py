@@ -70,15 +70,23 @@ def topic_id(broker) -> str:
         return json.load(f)["value"]["id"].replace("-", "")
 
 
-def test_crash_after_the_renames_rolls_the_deletion_forward(broker):
-    """The crash came after the renames, before the metadata entry went: the deletion was
-    decided, so the next start finishes it."""
+def killed_with_data(broker) -> None:
     create_topic(broker.bootstrap, TOPIC, 2)
     produce(broker.bootstrap, 20, b"old")
     broker.kill()
+
+
+def rename_as_deletion_does(broker) -> None:
     for p in range(2):
         os.rename(broker.data_dir / f"{TOPIC}-{p}",
                   broker.data_dir / f"{TOPIC}-{p}.{topic_id(broker)}-delete")
+
+
+def test_crash_after_the_renames_rolls_the_deletion_forward(broker):
+    """The crash came after the renames, before the metadata entry went: the deletion was
+    decided, so the next start finishes it."""
+    killed_with_data(broker)
+    rename_as_deletion_does(broker)
     broker.start()
     assert not os.path.exists(metadata_entry(broker))
     assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
@@ -88,12 +96,8 @@ def test_crash_after_the_renames_rolls_the_deletion_forward(broker):
 
 
 def test_crash_after_the_metadata_entry_went_finishes_the_removal(broker):
-    create_topic(broker.bootstrap, TOPIC, 2)
-    produce(broker.bootstrap, 20, b"old")
-    broker.kill()
-    for p in range(2):
-        os.rename(broker.data_dir / f"{TOPIC}-{p}",
-                  broker.data_dir / f"{TOPIC}-{p}.{topic_id(broker)}-delete")
+    killed_with_data(broker)
+    rename_as_deletion_does(broker)
     os.unlink(metadata_entry(broker))
     broker.start()
     assert not any(name.startswith(TOPIC) for name in os.listdir(broker.data_dir))
@@ -102,9 +106,7 @@ def test_crash_after_the_metadata_entry_went_finishes_the_removal(broker):
 def test_a_directory_of_no_known_topic_is_set_aside_not_read_nor_deleted(broker):
     """What no deletion can leave (a lost metadata store, a copied directory): kept as
     "-stray" for an operator, and a topic created under its name starts empty."""
-    create_topic(broker.bootstrap, TOPIC, 2)
-    produce(broker.bootstrap, 20, b"old")
-    broker.kill()
+    killed_with_data(broker)
     os.unlink(metadata_entry(broker))
     broker.start()
     strays = [name for name in os.listdir(broker.data_dir) if name.endswith("-stray")]
