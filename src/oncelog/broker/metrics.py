@@ -38,10 +38,10 @@ def render(broker) -> str:
         tombstones.append(f"oncelog_producer_records{{{labels}}} "
                           f"{partition.state.tombstone_count}")
     dirs = broker.topics.log_dir_state
-    tombstones += ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is "
-                   "offline until a restart.", "# TYPE oncelog_log_dir_offline gauge",
-                   f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
-    return "\n".join(lines + tombstones + _network(broker)) + "\n"
+    log_dirs = ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is offline "
+                "until a restart.", "# TYPE oncelog_log_dir_offline gauge",
+                f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
+    return "\n".join(lines + tombstones + log_dirs + _network(broker)) + "\n"
 
 
 _NETWORK = (  # (name, stats key, type, help)
