@@ -56,6 +56,34 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _parse_assignors(text: str) -> str:
+    names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"expected a list of uniform and range, got {text!r}")
+    return ",".join(dict.fromkeys(names))
+
+
+def _check_consumer_group_bounds(config: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig rules for the consumer protocol's timings."""
+    prefix = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value = config.get(prefix + what)
+        lo, hi = config.get(f"{prefix}min.{what}"), config.get(f"{prefix}max.{what}")
+        if not lo <= value <= hi:
+            raise ConfigError(f"{prefix}{what} ({value}) must be within {prefix}min.{what} "
+                              f"({lo}) and {prefix}max.{what} ({hi})")
+    if config.get(prefix + "heartbeat.interval.ms") >= config.get(prefix + "session.timeout.ms"):
+        raise ConfigError(f"{prefix}heartbeat.interval.ms must be less than "
+                          f"{prefix}session.timeout.ms")
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
@@ -196,6 +224,25 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(0, INT_MAX)),
     _key("group.max.size", "INT", INT_MAX, "Most members a classic group may have.",
          _POSITIVE_INT),
+    # Consumer groups of the new protocol (KIP-848); Kafka's names, defaults and bounds.
+    _key("group.consumer.session.timeout.ms", "INT", 45_000,
+         "A consumer group member is removed after this long without a heartbeat.",
+         _POSITIVE_INT),
+    _key("group.consumer.min.session.timeout.ms", "INT", 45_000,
+         "Lowest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.session.timeout.ms", "INT", 60_000,
+         "Highest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.heartbeat.interval.ms", "INT", 5_000,
+         "How often consumer group members heartbeat.", _POSITIVE_INT),
+    _key("group.consumer.min.heartbeat.interval.ms", "INT", 5_000,
+         "Lowest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.heartbeat.interval.ms", "INT", 15_000,
+         "Highest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.size", "INT", INT_MAX, "Most members a consumer group may have.",
+         _POSITIVE_INT),
+    _key("group.consumer.assignors", "LIST", "uniform,range",
+         "Server-side assignors (uniform, range, or Kafka's class names of them); the first "
+         "is the default.", _parse_assignors),
 )}
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
@@ -298,6 +345,7 @@ class BrokerConfig:
                 f"{', the default' if self.is_default('queued.max.request.bytes') else ''}) "
                 f"must be at least socket.request.max.bytes "
                 f"({self.get('socket.request.max.bytes')}), or -1 for no limit")
+        _check_consumer_group_bounds(self)
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
         self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None

@@ -29,6 +29,7 @@ from ..protocol.records import encode_batch, now_ms
 from ..protocol.schema import build, has_field, response_module
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
+from .consumer_groups import TopicImage, consumer_group_config
 from .topics import OFFSETS_TOPIC, TopicError, TopicManager
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,9 @@ def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordin
     offsets = OffsetsTopic(topics)
     num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
     return GroupCoordinator(offsets, group_config(config, num_partitions),
-                            lambda t, p: topics.partition(t, p) is not None)
+                            lambda t, p: topics.partition(t, p) is not None,
+                            consumer_config=consumer_group_config(config),
+                            topic_image=TopicImage(topics))
 
 
 # --- FindCoordinator -----------------------------------------------------------------------
@@ -256,11 +259,14 @@ def handle_offset_fetch(broker, request: Request):
     mod = response_module(apis.OFFSET_FETCH, v)
     body = request.body
     if has_field(type(body), "groups"):
-        groups = [(g.group_id, _wanted(g.topics)) for g in body.groups]
+        # v9: a consumer group's member says who it is (KIP-848).
+        groups = [(g.group_id, _wanted(g.topics),
+                   (getattr(g, "member_id", None), getattr(g, "member_epoch", -1)))
+                  for g in body.groups]
         results = []
-        for group_id, wanted in groups:
+        for group_id, wanted, member in groups:
             error, topics = _fetched(broker, mod, group_id, wanted, "OffsetFetchResponseTopics",
-                                     "OffsetFetchResponsePartitions")
+                                     "OffsetFetchResponsePartitions", member=member)
             results.append(build(mod.OffsetFetchResponseGroup, group_id=group_id,
                                  topics=topics, error_code=error))
         return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(results))
@@ -279,8 +285,8 @@ def _wanted(topics) -> list[tuple[str, list[int]]] | None:
 
 
 def _fetched(broker, mod, group_id: str, wanted, topic_cls: str, partition_cls: str,
-             per_partition_error: bool = False):
-    error, offsets = broker.groups.fetch(group_id, wanted)
+             per_partition_error: bool = False, member: tuple[str | None, int] = (None, -1)):
+    error, offsets = broker.groups.fetch(group_id, wanted, *member)
     if error is not ErrorCode.none and per_partition_error and wanted:
         offsets = [(t, p, None) for t, parts in wanted for p in parts]
     by_topic: dict[str, list] = {}
@@ -320,7 +326,7 @@ def handle_list_groups(broker, request: Request):
     overviews = broker.groups.list_groups(set(getattr(body, "states_filter", ()) or ()),
                                           set(getattr(body, "types_filter", ()) or ()))
     groups = tuple(build(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
-                         group_state=g.state, group_type="classic") for g in overviews)
+                         group_state=g.state, group_type=g.group_type) for g in overviews)
     return build(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  groups=groups)
 

@@ -36,6 +36,7 @@ from .admin import handle_create_topics, handle_delete_topics, handle_describe_c
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
 from .config import BrokerConfig
+from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
 from .groups import (
@@ -97,6 +98,8 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.LIST_GROUPS: handle_list_groups,
     apis.DELETE_GROUPS: handle_delete_groups,
     apis.OFFSET_DELETE: handle_offset_delete,
+    apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 

@@ -24,8 +24,11 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from . import consumer_records
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
+from .consumer_coordinator import ConsumerGroupCoordinator
+from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
 
 log = logging.getLogger(__name__)
 
@@ -122,17 +125,24 @@ class GroupOverview:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 class GroupCoordinator:
     def __init__(self, offsets_log: OffsetsLog, config: GroupConfig,
                  partition_exists: Callable[[str, int], bool],
-                 now_ms: Callable[[], int] = _now_ms) -> None:
+                 now_ms: Callable[[], int] = _now_ms,
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 topic_image: TopicImage | None = None) -> None:
         self.log = offsets_log
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
         self.now_ms = now_ms
-        self.groups: dict[str, ClassicGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        # Groups of the consumer protocol (KIP-848) share ``groups`` and the offsets log.
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self, consumer_config or ConsumerGroupConfig(),
+            topic_image if topic_image is not None else {})
         self.loading: set[int] = set(range(config.num_partitions))
         self.commits = 0  # offsets committed, for /metrics
         self._tasks: set[asyncio.Task] = set()
@@ -158,12 +168,16 @@ class GroupCoordinator:
         now = self.now_ms()
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
+        modern: list[tuple[bytes, bytes | None]] = []
         count = 0
         for key_bytes, value_bytes in self.log.read(partition):
             count += 1
             if count % 2000 == 0:
                 await asyncio.sleep(0)  # let the broker serve while a large log is read
             if key_bytes is None:
+                continue
+            if consumer_records.is_consumer_key(key_bytes):
+                modern.append((key_bytes, value_bytes))
                 continue
             try:
                 key = rec.read_key(key_bytes)
@@ -179,10 +193,15 @@ class GroupCoordinator:
                                            else rec.read_group_value(value_bytes))
             except rec.BadRecord as exc:
                 log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+        consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
+        for group_id, consumer_group in consumer.items():
+            consumer_group.offsets = offsets.pop(group_id, {})
+            self.groups[group_id] = consumer_group
+            self.consumer_groups.loaded(consumer_group)
         for group_id in set(metadata) | set(offsets):
             value = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
+            if (value is None and not group_offsets) or group_id in consumer:
                 continue
             group = (ClassicGroup.from_value(group_id, value, now) if value is not None
                      else ClassicGroup(group_id, state_timestamp=now))
@@ -225,6 +244,17 @@ class GroupCoordinator:
         if not protocol_type or not protocols:
             return JoinResult(E.inconsistent_group_protocol, member_id)
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            # Kafka: a classic member cannot join a consumer group with members; an empty
+            # one becomes a classic group (its offsets stay).
+            if group.members:
+                return JoinResult(E.inconsistent_group_protocol, member_id)
+            error = await self.consumer_groups.drop(group, "a classic member joins")
+            if error is not None:
+                return JoinResult(error, member_id)
+            converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
+            converted.offsets = group.offsets
+            group = self.groups[group_id] = converted
         if group is None:
             if member_id:
                 return JoinResult(E.unknown_member_id, member_id)
@@ -556,10 +586,10 @@ class GroupCoordinator:
             self._prepare_rebalance(group, reason)
         self._maybe_complete_join(group)
 
-    def _member_check(self, group: ClassicGroup | None, member_id: str,
+    def _member_check(self, group: ClassicGroup | ConsumerGroup | None, member_id: str,
                       instance_id: str | None, generation: int) -> ErrorCode | None:
         """The checks SyncGroup and Heartbeat share, in Kafka's order."""
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return E.unknown_member_id
         if group.is_in(_DEAD):
             return E.coordinator_not_available
@@ -652,7 +682,7 @@ class GroupCoordinator:
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return E.none, [E.unknown_member_id] * len(leaving)
         if group.is_in(_DEAD):
             return E.coordinator_not_available, []
@@ -720,7 +750,7 @@ class GroupCoordinator:
             group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
         group.offsets.update(values)
         self.commits += len(values)
-        if member_id in group.members:
+        if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
         if durable is not None:
             try:
@@ -730,8 +760,10 @@ class GroupCoordinator:
                 return [E.kafka_storage_error if e is E.none else e for e in errors]
         return errors
 
-    def _commit_check(self, group: ClassicGroup | None, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
+    def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
+                      member_id: str, instance_id: str | None) -> ErrorCode | None:
+        if isinstance(group, ConsumerGroup):
+            return group.commit_error(member_id, generation)  # generation: the member epoch
         if group is None or group.is_in(_DEAD):
             # Offsets of a consumer not in a group (assign() users, tools): allowed when no
             # group of that name has members.
@@ -758,13 +790,19 @@ class GroupCoordinator:
             return E.offset_out_of_range
         return E.none
 
-    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+              member_id: str | None = None, member_epoch: int = -1
               ) -> tuple[ErrorCode, list[tuple[str, int, rec.OffsetValue | None]]]:
-        """(group error, (topic, partition, committed or None)); topics None: all of them."""
+        """(group error, (topic, partition, committed or None)); topics None: all of them.
+        A consumer group checks the member and its epoch (OffsetFetch v9)."""
         error = self._unavailable(group_id)
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            error = group.fetch_error(member_id, member_epoch)
+            if error is not None:
+                return error, []
         offsets = group.offsets if group is not None and not group.is_in(_DEAD) else {}
         if topics is None:
             return E.none, [(t, p, v) for (t, p), v in sorted(offsets.items())]
@@ -781,10 +819,11 @@ class GroupCoordinator:
                 continue
             if states and group.state.value.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            group_type = getattr(group, "group_type", "classic")
+            if types and group_type not in types:
                 continue
             out.append(GroupOverview(group.group_id, group.protocol_type or "",
-                                     group.state.value))
+                                     group.state.value, group_type))
         return out
 
     def describe(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
@@ -792,7 +831,8 @@ class GroupCoordinator:
         if error is not None:
             return error, None
         group = self.groups.get(group_id)
-        if group is None or group.is_in(_DEAD):
+        if group is None or group.is_in(_DEAD) or isinstance(group, ConsumerGroup):
+            # Kafka 4: "Group X is not a classic group" (ConsumerGroupDescribe shows it).
             return E.group_id_not_found, None
         return E.none, group
 
@@ -807,15 +847,13 @@ class GroupCoordinator:
             return E.non_empty_group
         records: list[tuple[bytes, bytes | None]] = [
             (rec.offset_key(group_id, t, p), None) for (t, p) in group.offsets]
-        records.append((rec.group_key(group_id), None))
+        records += self._group_tombstones(group)
         try:
             durable = self.log.append(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: deleting failed: %s", group_id, exc)
             return exc.error
-        group.transition(_DEAD, self.now_ms())
-        if self.groups.get(group_id) is group:
-            del self.groups[group_id]
+        self._forget(group)
         log.info("group %s deleted", group_id)
         if durable is not None:
             try:
@@ -894,7 +932,7 @@ class GroupCoordinator:
                 (rec.offset_key(group.group_id, t, p), None) for t, p in gone]
             dead = len(gone) == len(group.offsets)
             if dead:
-                records.append((rec.group_key(group.group_id), None))
+                records += self._group_tombstones(group)
             try:
                 self.log.append(self.partition_of(group.group_id), records)
             except WriteFailed as exc:
@@ -904,10 +942,25 @@ class GroupCoordinator:
                 del group.offsets[tp]
             expired += len(gone)
             if dead:
-                group.transition(_DEAD, now)
-                del self.groups[group.group_id]
+                self._forget(group)
                 log.info("group %s: expired (offsets.retention.minutes)", group.group_id)
         return expired
+
+    @staticmethod
+    def _group_tombstones(group: ClassicGroup | ConsumerGroup
+                          ) -> list[tuple[bytes, bytes | None]]:
+        if isinstance(group, ConsumerGroup):
+            return [consumer_records.to_bytes(r) for r in group.tombstones()]
+        return [(rec.group_key(group.group_id), None)]
+
+    def _forget(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """A deleted or expired group leaves ``groups``."""
+        if isinstance(group, ConsumerGroup):
+            self.consumer_groups.forget(group)
+        else:
+            group.transition(_DEAD, self.now_ms())
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
 
     # --- storing a group ----------------------------------------------------------------------
 
@@ -926,7 +979,10 @@ class GroupCoordinator:
                 raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
 
     def close(self) -> None:
+        self.consumer_groups.close()
         for group in self.groups.values():
+            if isinstance(group, ConsumerGroup):
+                continue
             for timer in (group.join_timer, *group.pending_members.values()):
                 if timer is not None:
                     timer.cancel()

@@ -27,6 +27,8 @@ DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 INIT_PRODUCER_ID = 22
 DESCRIBE_PRODUCERS = 61
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -51,6 +53,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS: (1, 4),
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_PRODUCERS: (0, 0),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
