@@ -626,7 +626,7 @@ def heartbeat(group: ConsumerGroup | None, req: HeartbeatRequest, image: TopicIm
         target_epoch, target = group_epoch, new_target.get(member_id, {})
     else:
         target_epoch = group.assignment_epoch
-        target = group.target.get(member_id, {})
+        target = group.target.get(replaced.member_id if replaced else member_id, {})
 
     # 3. Reconcile the member towards its target.
     subscribed_ids = {t.topic_id for n, t in metadata.items() if n in subscription(updated)}
