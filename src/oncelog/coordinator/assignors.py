@@ -117,8 +117,3 @@ def range_(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]
 
 
 ASSIGNORS: dict[str, Assignor] = {"uniform": uniform, "range": range_}
-# Kafka's class names of the same assignors, as group.consumer.assignors may list them.
-CLASS_NAMES = {
-    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
-    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
-}

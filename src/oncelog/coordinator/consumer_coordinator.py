@@ -93,12 +93,12 @@ class ConsumerGroupCoordinator:
         except Refusal as exc:
             log.info("group %s: heartbeat of %s refused: %s", req.group_id, req.member_id,
                      exc.message)
-            return HeartbeatAnswer(exc.error, exc.message, req.member_id or None)
+            return HeartbeatAnswer(exc.error, exc.message)
         extra = [(rec.group_key(req.group_id), None)] if converting is not None else []
         try:
             durable = self._append(req.group_id, plan.records, extra)
         except _WriteRefused as exc:
-            return HeartbeatAnswer(exc.error, str(exc), req.member_id or None)
+            return HeartbeatAnswer(exc.error, str(exc))
         self._apply(req.group_id, plan, converting)
         if converting is not None:
             log.info("group %s: the empty classic group became a consumer group",
@@ -106,7 +106,7 @@ class ConsumerGroupCoordinator:
         try:
             await self._durable(durable)
         except _WriteRefused as exc:
-            return HeartbeatAnswer(exc.error, str(exc), req.member_id or None)
+            return HeartbeatAnswer(exc.error, str(exc))
         return HeartbeatAnswer(E.none, None, plan.member_id, plan.member_epoch,
                                plan.heartbeat_interval_ms, plan.assignment)
 
