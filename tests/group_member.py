@@ -1,6 +1,6 @@
 """A confluent-kafka group consumer in a process of its own, for the group tests (it can be
 killed with SIGKILL). Run as ``python group_member.py BOOTSTRAP GROUP TOPIC CLIENT_ID
-[PROTOCOL]``; it prints one JSON object a line:
+[PROTOCOL [INSTANCE_ID]]``; it prints one JSON object a line:
 
 - {"ev": "assign"|"revoke"|"lost", "parts": [partition, ...]} from the rebalance callbacks;
 - {"ev": "rec", "p": partition, "o": offset} for every record;
@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 def main() -> None:
     bootstrap, group, topic, client_id = sys.argv[1:5]
     protocol = sys.argv[5] if len(sys.argv) > 5 else "consumer"
+    instance_id = sys.argv[6] if len(sys.argv) > 6 else None
     out_lock = threading.Lock()
 
     def say(**event) -> None:
@@ -35,6 +36,8 @@ def main() -> None:
             "group.protocol": protocol, "auto.offset.reset": "earliest",
             "enable.auto.commit": True, "auto.commit.interval.ms": 200,
             "error_cb": lambda err: say(ev="error", error=str(err))}
+    if instance_id:
+        conf["group.instance.id"] = instance_id
     if protocol == "classic":
         conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
                      "partition.assignment.strategy": "cooperative-sticky"})

@@ -43,10 +43,11 @@ class Member:
     """A group consumer in its own process (tests/group_member.py) and what it reported."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, name: str,
-                 protocol: str = "consumer") -> None:
+                 protocol: str = "consumer", instance_id: str = "") -> None:
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), bootstrap, group, topic, name, protocol],
+            [sys.executable, str(MEMBER_SCRIPT), bootstrap, group, topic, name, protocol,
+             instance_id],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.events: list[dict] = []
@@ -250,6 +251,31 @@ def test_a_broker_restart_keeps_the_group_and_its_offsets(start_broker, members)
     late.wait_for(lambda m: all_records(ends2) - all_records(ends) <= m.records(),
                   "the new records")
     assert not late.records() & all_records(ends)
+
+
+def test_a_static_member_comes_back_to_its_partitions(start_broker, members):
+    broker = start_broker(**SETTINGS)
+    bootstrap, topic, n = broker.bootstrap, "static", 4
+    create_topic(bootstrap, topic, n)
+    first = Member(bootstrap, "gs", topic, "s1", instance_id="i1")
+    other = Member(bootstrap, "gs", topic, "s2", instance_id="i2")
+    members.extend([first, other])
+    wait_shared([first, other], n, "two static members")
+    held, mark = first.assignment(), len(other.events)
+    first.close()  # a static member leaves for now (epoch -2): its partitions wait for it
+    again = Member(bootstrap, "gs", topic, "s1-again", instance_id="i1")
+    members.append(again)
+    again.wait_for(lambda m: m.assignment() == held, "its old partitions")
+    produce(bootstrap, topic, n, 3)
+    ends = end_offsets(bootstrap, topic, n)
+    wait_consumed([first, other, again], ends)
+    assert not [e for e in other.events[mark:] if e["ev"] != "rec" and e["parts"]]
+    # A second process with the same instance id while it is in use is refused.
+    dup = Member(bootstrap, "gs", topic, "s1-dup", instance_id="i1")
+    members.append(dup)
+    dup.wait_for(lambda m: [e for e in m.events if e["ev"] == "error"], "an error")
+    assert "instance ID is still used" in str(dup.events)  # UNRELEASED_INSTANCE_ID
+    assert again.assignment() == held
 
 
 def raw(bootstrap: str):
