@@ -314,17 +314,18 @@ class GroupCoordinator:
         if group.is_in(_COMPLETING):
             return await self._rebalance_and_wait(group, old, "a static member rejoined")
         if group.is_in(_STABLE):
-            same = old_protocols == old.protocols or (group.protocol in old.protocol_names() \
-                and old.metadata(group.protocol) == dict(old_protocols).get(group.protocol))
-            if not same or (was_leader and not skip_ok):
+            # Kafka's rule: no rebalance unless the protocol the group would now choose
+            # changes; the leader is given the members again but told to skip assigning.
+            if group.select_protocol() != group.protocol:
                 return await self._rebalance_and_wait(group, old, "a static member rejoined "
-                                                      "with other metadata")
+                                                      "with other protocols")
             try:
                 await self._store_group(group)
             except WriteFailed as exc:
                 # Undo: the old id stays the member's.
                 del group.members[new_id]
                 old.member_id = old_id
+                old.protocols = old_protocols
                 group.members[old_id] = old
                 group.static_members[instance_id] = old_id
                 if was_leader:
@@ -332,8 +333,7 @@ class GroupCoordinator:
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
             answer = self._join_answer(group, old)
-            if was_leader:
-                answer.skip_assignment = True
+            answer.skip_assignment = was_leader and skip_ok
             return answer
         return JoinResult(E.unknown_member_id, new_id)
 
