@@ -327,6 +327,8 @@ def test_bad_group_requests_get_kafkas_errors_and_disturb_no_one(tmp_path):
             many = [(f"p{i}", b"x" * 10) for i in range(20_000)]
             assert conn.call(apis.JOIN_GROUP, join_request("many", many)).error_code == \
                 E.member_id_required
+            assert conn.call(apis.JOIN_GROUP, join_request("g" * 40_000, [("range", b"")])
+                             ).error_code == E.invalid_group_id  # more than a record holds
             long_id = "g" * 10_000
             leader = joined(conn, long_id)
             assert leader.leader == leader.member_id
