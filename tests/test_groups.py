@@ -373,3 +373,20 @@ def test_bad_group_requests_get_kafkas_errors_and_disturb_no_one(tmp_path):
     finally:
         bystander.stop()
         broker.kill()
+
+
+def test_kcat_consumes_as_a_group_member_and_commits(broker):
+    create_topic(broker.bootstrap, "kc", 3)
+    produce(broker.bootstrap, "kc", 300, 3)
+    out = subprocess.run(["kcat", "-b", broker.bootstrap, "-G", "kcat-group", "-e", "-q",
+                          "-X", "auto.offset.reset=earliest", "-f", "%p %o\n", "kc"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = {tuple(map(int, line.split())) for line in out.stdout.splitlines()}
+    assert seen == everything(300, 3)
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "kcat-group"})
+    try:
+        committed = reader.committed([CTopicPartition("kc", p) for p in range(3)], timeout=30)
+        assert [tp.offset for tp in committed] == [100, 100, 100]
+    finally:
+        reader.close()
