@@ -36,11 +36,11 @@ SETTINGS = {
     "group_initial_rebalance_delay_ms": 0,
 }
 WAIT = 30.0
-MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
+MEMBER_SCRIPT = Path(__file__).with_name("consumer_member.py")
 
 
 class Member:
-    """A group consumer in its own process (tests/group_member.py) and what it reported."""
+    """A group consumer in its own process (tests/consumer_member.py) and what it reported."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, name: str,
                  protocol: str = "consumer", instance_id: str = "") -> None:
