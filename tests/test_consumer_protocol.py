@@ -363,7 +363,7 @@ def test_bad_heartbeats_get_kafkas_errors_and_disturb_nobody(start_broker, membe
             == E.invalid_regular_expression
         assert heartbeat(conn, "g", "", 0).error_code == E.invalid_request
         assert heartbeat(conn, "g", "m" * 5000, 0).error_code == E.invalid_request
-        assert heartbeat(conn, "g" * 40_000, "m1", 0).error_code == E.invalid_request
+        assert heartbeat(conn, "g" * 40_000, "m1", 0).error_code == E.invalid_group_id
         assert heartbeat(conn, "g", "m1", 3).error_code == E.group_id_not_found
         joined = heartbeat(conn, "g", "m1", 0, server_assignor="range")
         assert joined.error_code == E.none and joined.member_epoch >= 1

@@ -174,8 +174,9 @@ def validate(req: HeartbeatRequest, cfg: ConsumerGroupConfig) -> None:
         raise Refusal(bad, f"MemberId can't be longer than {MAX_MEMBER_ID_BYTES} bytes.")
     if not req.group_id:
         raise Refusal(bad, "GroupId can't be empty.")
-    if len(req.group_id.encode()) > cr.MAX_STRING_BYTES:
-        raise Refusal(bad, f"GroupId can't be longer than {cr.MAX_STRING_BYTES} bytes.")
+    if len(req.group_id.encode()) > cr.MAX_STRING_BYTES:  # as the classic coordinator says
+        raise Refusal(E.invalid_group_id, f"GroupId can't be longer than "
+                      f"{cr.MAX_STRING_BYTES} bytes.")
     if req.instance_id == "":
         raise Refusal(bad, "InstanceId can't be empty.")
     if req.rack_id == "":
