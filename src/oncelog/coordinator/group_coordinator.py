@@ -380,21 +380,22 @@ class GroupCoordinator:
             return answer
         return JoinResult(E.unknown_member_id, new_id)
 
-    @staticmethod
-    def _take_over(member: Member, joining: Member) -> None:
+    @classmethod
+    def _take_over(cls, member: Member, joining: Member) -> None:
         member.member_id = joining.member_id
-        member.client_id, member.client_host = joining.client_id, joining.client_host
-        member.session_timeout_ms = joining.session_timeout_ms
-        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
-        member.protocols = joining.protocols
+        cls._take_over_protocols(member, joining)
 
     def _fence(self, member: Member) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        for waiter, answer in ((member.join_waiter, JoinResult(E.fenced_instance_id,
-                                                                member.member_id)),
-                               (member.sync_waiter, SyncResult(E.fenced_instance_id))):
+        self._answer_waiters(member, E.fenced_instance_id)
+
+    @staticmethod
+    def _answer_waiters(member: Member, error: ErrorCode) -> None:
+        """End a member's JoinGroup and SyncGroup in waiting with ``error``."""
+        for waiter, answer in ((member.join_waiter, JoinResult(error, member.member_id)),
+                               (member.sync_waiter, SyncResult(error))):
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer)
         member.join_waiter = member.sync_waiter = None
@@ -588,12 +589,7 @@ class GroupCoordinator:
             group.leader = next(iter(group.members), None)
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
-        for waiter, answer in ((member.join_waiter, JoinResult(E.unknown_member_id,
-                                                                member.member_id)),
-                               (member.sync_waiter, SyncResult(E.unknown_member_id))):
-            if waiter is not None and not waiter.done():
-                waiter.set_result(answer)
-        member.join_waiter = member.sync_waiter = None
+        self._answer_waiters(member, E.unknown_member_id)
         self._drop_member(group, member)
         if group.is_in(_STABLE, _COMPLETING):
             self._prepare_rebalance(group, reason)
