@@ -174,6 +174,28 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("producer.state.batches.to.retain", "INT", 5,
          "Batches remembered per producer per partition to answer retries as duplicates.",
          _parse_int(1, 255)),
+    # The group coordinator (Kafka's names and defaults).
+    _key("offsets.topic.num.partitions", "INT", 50,
+         "Partitions of __consumer_offsets when it is created (fixed from then on).",
+         _POSITIVE_INT),
+    _key("offsets.topic.segment.bytes", "INT", 104_857_600,
+         "Segment size of __consumer_offsets.", _parse_int(14, INT_MAX)),
+    _key("offsets.retention.minutes", "INT", 10080,
+         "How long the committed offsets of a group without members are kept.",
+         _POSITIVE_INT),
+    _key("offsets.retention.check.interval.ms", "LONG", 600_000,
+         "How often expired offsets are looked for (ms).", _parse_int(1, LONG_MAX)),
+    _key("offset.metadata.max.bytes", "INT", 4096,
+         "Largest metadata string of a committed offset.", _parse_int(0, INT_MAX)),
+    _key("group.min.session.timeout.ms", "INT", 6000,
+         "Shortest session timeout a member may ask for.", _parse_int(0, INT_MAX)),
+    _key("group.max.session.timeout.ms", "INT", 1_800_000,
+         "Longest session timeout a member may ask for.", _parse_int(0, INT_MAX)),
+    _key("group.initial.rebalance.delay.ms", "INT", 3000,
+         "How long the first rebalance of an empty group waits for more members.",
+         _parse_int(0, INT_MAX)),
+    _key("group.max.size", "INT", INT_MAX, "Most members a classic group may have.",
+         _POSITIVE_INT),
 )}
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
