@@ -32,9 +32,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from . import calls
-from .assignors import parse_strategy
-from .connection import (
+from ..protocol.api_versions import (
     FIND_COORDINATOR,
     HEARTBEAT,
     JOIN_GROUP,
@@ -42,11 +40,10 @@ from .connection import (
     OFFSET_COMMIT,
     OFFSET_FETCH,
     SYNC_GROUP,
-    BrokerConnection,
-    KafkaError,
-    KafkaTimeout,
-    connect,
 )
+from . import calls
+from .assignors import parse_strategy
+from .connection import BrokerConnection, KafkaError, KafkaTimeout, connect
 from .group_membership import (
     SIMPLE_COMMIT,
     AssignmentChange,

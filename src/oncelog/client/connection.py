@@ -20,14 +20,7 @@ from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
-# The client speaks what the protocol layer knows, and the group APIs oncelog.Consumer uses
-# (the versions its calls handle) with any broker, whether or not this package's broker
-# serves them.
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-CLIENT_API_VERSIONS = {**SUPPORTED_VERSIONS, OFFSET_COMMIT: (2, 9), OFFSET_FETCH: (1, 9),
-                       FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4),
-                       LEAVE_GROUP: (0, 5), SYNC_GROUP: (0, 5)}
+CLIENT_API_VERSIONS = SUPPORTED_VERSIONS  # the client speaks what the protocol layer knows
 
 
 class KafkaError(Exception):
