@@ -45,6 +45,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.batches import RecordSetError, RecordSetWalk
 from . import calls
 from .admin import Admin, ClusterInfo
+from .assignors import parse_strategy
 from .classic_group import ClassicGroup, CommitCallback
 from .connection import BrokerConnection, KafkaError
 from .group_membership import AssignmentChange, Handoff
@@ -123,6 +124,7 @@ def _config(config: dict) -> dict:
                          "oncelog.Consumer yet; use group.protocol=classic")
     if merged["group.protocol"] != "classic":
         raise ValueError("group.protocol must be classic or consumer")
+    parse_strategy(merged["partition.assignment.strategy"])
     if merged["group.instance.id"] and not merged["group.id"]:
         raise ValueError("group.instance.id needs a group.id")
     if merged["heartbeat.interval.ms"] >= merged["session.timeout.ms"]:
