@@ -310,6 +310,16 @@ def test_a_pattern_subscription_takes_new_topics(group_broker):
     m.close()
 
 
+def test_a_subscribed_topic_created_later_is_assigned(group_broker):
+    boot = group_broker.bootstrap
+    m = Member(boot, "later", topics=(TOPIC, "later"))
+    poll_until([m], lambda: m.settled and m.assignment == partitions(), "the existing topic")
+    create_topic(boot, "later", 2)
+    poll_until([m], lambda: m.settled and m.assignment == partitions() | partitions("later", 2),
+               "the new topic is assigned (its leader looks again every second)")
+    m.close()
+
+
 def test_a_slow_handler_keeps_its_partitions_until_max_poll_interval(group_broker):
     boot = group_broker.bootstrap
     produce(boot, 0, 60)

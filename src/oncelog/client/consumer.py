@@ -161,6 +161,7 @@ class Consumer:
         self._needs_committed: set[TopicPartition] = set()
         self._last_committed: dict[TopicPartition, int] = {}
         self._metadata_due = 0.0
+        self._metadata_checked = 0.0
         self._next_auto_commit = 0.0
 
     # --- assignment and positions ----------------------------------------------------------
@@ -490,15 +491,19 @@ class Consumer:
         """Match the patterns against the cluster's topics, and as the group's leader watch
         the partition counts it assigned from (either change means a rebalance)."""
         now = time.monotonic()
-        if now < self._metadata_due:
-            return
-        self._metadata_due = now + self.config["metadata.max.age.ms"] / 1000
         names, patterns = self._subscription
         membership = self._group.membership
         with self._group.lock:
             watched = (dict(membership.assigned_counts)
                        if membership.stable and membership.member_id == membership.leader
                        else {})
+        due = self._metadata_due
+        if 0 in watched.values():  # a subscribed topic does not exist yet: look every second
+            due = min(due, self._metadata_checked + 1.0)
+        if now < due:
+            return
+        self._metadata_checked = now
+        self._metadata_due = now + self.config["metadata.max.age.ms"] / 1000
         topics = set(names)
         if patterns or watched:
             try:
