@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from oncelog import Consumer, KafkaError, OffsetAndMetadata, TopicPartition
+from oncelog.client.group_membership import Phase
 
 # Fast groups: no initial rebalance delay, and short sessions allowed.
 GROUP_BROKER = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1000}
@@ -135,6 +136,24 @@ def test_members_join_and_leave_and_every_record_is_read_exactly_once(group_brok
     assert [v for v, n in counts.items() if n > 1] == [], "a record was read twice"
     # eager (range): every rebalance revoked everything first, then assigned anew
     assert [kind for kind, _ in first.events[:3]] == ["assign", "revoke", "assign"]
+
+
+def test_a_member_closed_while_its_join_waits_leaves_at_once(group_broker):
+    boot = group_broker.bootstrap
+    first = Member(boot, "hasty")
+    poll_until([first], lambda: first.settled, "the first member joins")
+    mark = len(first.events)
+    second = Member(boot, "hasty")
+    membership = second.consumer._group.membership
+    poll_until([second], lambda: membership.phase == Phase.JOINING and membership.member_id,
+               "the second member's JoinGroup waits for the first to rejoin")
+    second.close()  # gives up the JoinGroup in flight and sends LeaveGroup
+    poll_until([first], lambda: first.settled and membership.generation == -1
+               and len(first.events) > mark, "the first member rebalances")
+    # The group never counted the second member in: no generation split the topic.
+    assert first.events[mark:] == [("revoke", frozenset(partitions())),
+                                   ("assign", frozenset(partitions()))]
+    first.close()
 
 
 CHILD = r"""

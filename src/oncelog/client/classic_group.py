@@ -518,9 +518,16 @@ class ClassicGroup:
 
     def leave(self, reason: str) -> None:
         """LeaveGroup (dynamic members only) and forget the membership."""
-        self._inflight_drop()
         with self.lock:
+            coordinator = self.membership.coordinator
             leave = self.membership.leave_request(reason)
+        if any(e.api_key in (JOIN_GROUP, SYNC_GROUP) for e in self._inflight):
+            # Its answer would come only once the rebalance completes: give it up, and say
+            # goodbye on a new connection to the same coordinator.
+            self._connection_failed(KafkaError(ErrorCode.network_exception, "leaving"))
+            if coordinator is not None:
+                with self.lock:
+                    self.membership.on_coordinator(*coordinator)
         if leave is None:
             return
         try:
@@ -529,12 +536,6 @@ class ClassicGroup:
                      calls.leave_group_error(response).name)
         except KafkaError as exc:
             log.info("group %s: LeaveGroup failed: %s", self.group_id, exc)
-
-    def _inflight_drop(self) -> None:
-        """Forget a JoinGroup or SyncGroup in flight (its answer can no longer matter), keeping
-        the connection only if nothing else is in flight behind it."""
-        if any(e.api_key in (JOIN_GROUP, SYNC_GROUP) for e in self._inflight):
-            self._connection_failed(KafkaError(ErrorCode.network_exception, "leaving"))
 
     def close(self) -> None:
         self.closed = True

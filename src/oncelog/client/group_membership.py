@@ -524,7 +524,7 @@ class ClassicMembership:
         """The coordinator no longer knows us (or we left): owned partitions are lost."""
         self.member_id = ""
         self.generation = -1
-        if self.phase != Phase.JOINING:
+        if self.phase not in (Phase.JOINING, Phase.SYNCING):  # else its answer decides
             self.phase = Phase.UNJOINED
         self.rejoin_needed = True
         self.rejoin_reason = "the member's generation was reset"
