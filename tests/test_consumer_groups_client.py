@@ -294,6 +294,18 @@ def test_commit_and_committed_round_trip(group_broker):
         assert [r.offset for r in reader if r.partition == 0] == list(range(3, 10))
         reader.commit({tp1: 9})  # a commit outside any generation, to an empty group
         assert reader.committed([tp1])[tp1].offset == 9
+    # assign() and auto commit: committed in the background of poll()
+    with Consumer({"bootstrap.servers": boot, "group.id": "commits",
+                   "auto.commit.interval.ms": 100}) as reader:
+        reader.assign([tp1])
+        assert [r.offset for r in reader.poll(5)] == [9]
+        deadline = time.monotonic() + WAIT
+        while reader.committed([tp1])[tp1].offset != 10:
+            assert time.monotonic() < deadline
+            reader.poll(0.05)
+        for _ in range(10):
+            reader.poll(0.05)
+        assert len(reader._group._inflight) <= 1  # answers read: no commits piling up
 
 
 def test_auto_commit_commits_positions_and_a_new_member_resumes_there(group_broker):

@@ -458,6 +458,11 @@ class ClassicGroup:
         self._send(OFFSET_COMMIT, calls.offset_commit_request(self.group_id, identity, offsets),
                    time.monotonic() + self.timeout, answered)
 
+    def serve(self) -> None:
+        """Read the answers already arrived (asynchronous commits), run their callbacks."""
+        self._pump(0)
+        self.run_callbacks()
+
     def run_callbacks(self) -> None:
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:

@@ -481,9 +481,9 @@ class Consumer:
         if self._subscription is not None:
             self._refresh_subscription()
             stable = group.ensure_active(deadline)
+        group.serve()
         if stable:
             self._maybe_auto_commit()
-        group.run_callbacks()
         if self._needs_committed:
             self._positions_from_committed()
 
