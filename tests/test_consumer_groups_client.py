@@ -196,11 +196,10 @@ def test_a_killed_member_s_partitions_go_to_the_others_after_its_session(group_b
             child.kill()
             child.wait(WAIT)
     reader.join(WAIT)
-    killed_at = time.monotonic()
     expected += produce(boot, 900, 300)
     poll_until(members, lambda: split_evenly(members), "the survivors take its partitions")
-    # The coordinator waited for the dead member's session (3 s) before handing them on.
-    assert time.monotonic() - killed_at >= 2.0
+    # The coordinator handed them on when the dead member's session expired.
+    assert re.search(r"member \S+ session timed out", group_broker.log_text())
     poll_until(members, lambda: set(consumed(members)) | {line.split()[1].encode()
                                                           for line in lines
                                                           if line.startswith("R")}
