@@ -233,7 +233,18 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
     for _ in range(20):  # a few heartbeats' time: the others see no rebalance
         a.poll()
     assert a.events == a_events and a.consumer._group.membership.generation == generation
+    # The leader too (KIP-814: the coordinator tells it to skip the assignment).
+    assert a.consumer._group.membership.leader == a.consumer._group.membership.member_id
+    a_partitions, b_events = a.assignment, list(restarted.events)
     a.close()
+    leader = Member(boot, "static", **{"group.instance.id": "a"})
+    poll_until([leader, restarted], lambda: leader.settled, "the static leader is back")
+    assert leader.assignment == a_partitions and leader.consumer._group.membership.skip_assignment
+    for _ in range(20):
+        restarted.poll()
+    assert restarted.events == b_events
+    assert restarted.consumer._group.membership.generation == generation
+    leader.close()
     restarted.close()
 
 
