@@ -91,6 +91,7 @@ def handle_delete_topics(broker, request: Request):
                 raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
             broker.topics.delete(name)
             broker.counters.forget_topic(name)
+            broker.groups.delete_topic_offsets(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
         results.append(build(mod.DeletableTopicResult, name=name, error_code=error,

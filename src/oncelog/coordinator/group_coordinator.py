@@ -913,6 +913,35 @@ class GroupCoordinator:
                     return E.kafka_storage_error, []
         return E.none, results
 
+    def delete_topic_offsets(self, topic: str) -> int:
+        """A deleted topic's committed offsets go with it, as Kafka's coordinator removes them:
+        a topic created again under the name starts at 0, and an old offset would make its
+        consumers skip its first records. Returns how many went."""
+        by_partition: dict[int, list[tuple[ClassicGroup | ConsumerGroup, list]]] = {}
+        for group in self.groups.values():
+            gone = [tp for tp in group.offsets if tp[0] == topic]
+            if gone:
+                by_partition.setdefault(self.partition_of(group.group_id), []).append(
+                    (group, gone))
+        removed = 0
+        for partition, entries in by_partition.items():
+            records: list[tuple[bytes, bytes | None]] = [
+                (rec.offset_key(group.group_id, t, p), None)
+                for group, gone in entries for t, p in gone]
+            try:
+                self.log.append(partition, records)
+            except WriteFailed as exc:
+                log.error("offsets of deleted topic %s stay in __consumer_offsets-%d: %s",
+                          topic, partition, exc)
+                continue
+            for group, gone in entries:
+                for tp in gone:
+                    del group.offsets[tp]
+                removed += len(gone)
+        if removed:
+            log.info("removed %d committed offsets of deleted topic %s", removed, topic)
+        return removed
+
     # --- expiry -----------------------------------------------------------------------------
 
     def expire_offsets(self) -> int:
