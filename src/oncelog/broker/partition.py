@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from ..log import cleaning, partition_metadata
-from ..log.compaction import LONG_MAX, Cleanable
+from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
@@ -108,8 +108,6 @@ class Partition:
         self._flushing_to = -1
         self._this_flush: asyncio.Future[None] | None = None
         self._next_flush: asyncio.Future[None] | None = None
-        # The earliest delete horizon of a tombstone the last clean kept (compaction.py).
-        self._next_horizon_ms = LONG_MAX
 
     @property
     def name(self) -> str:
@@ -401,7 +399,7 @@ class Partition:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
         if self.config.compaction is None:
             return None
-        return cleaning.plan(self.log, now_ms, self._next_horizon_ms)
+        return cleaning.plan(self.log, now_ms)
 
     def clean_steps(self, now_ms: int, map_capacity: int
                     ) -> Generator[cleaning.Step, Any, cleaning.CleanResult | None]:
@@ -420,14 +418,11 @@ class Partition:
         for tombstone in state.tombstones():
             last_offsets[tombstone.producer_id] = tombstone.last_offset
         try:
-            result = yield from cleaning.clean(
-                plog, last_offsets, now_ms, map_capacity, self._next_horizon_ms,
-                still_current=lambda: self._log is plog and not self.log_dir.offline)
+            return (yield from cleaning.clean(
+                plog, last_offsets, now_ms, map_capacity,
+                still_current=lambda: self._log is plog and not self.log_dir.offline))
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
-        if result is not None:
-            self._next_horizon_ms = result.next_horizon_ms
-        return result
 
     def expire_producers(self, now_ms: int) -> None:
         if self._state is not None:

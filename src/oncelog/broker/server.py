@@ -43,6 +43,7 @@ from .api_meta import (
 from .config import BrokerConfig
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
+from .log_cleaner import LogCleaner
 from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
@@ -91,6 +92,7 @@ class Broker:
         self.cluster_id = self._cluster_id()
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        self.log_cleaner = LogCleaner(self.topics, config)
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
@@ -141,6 +143,8 @@ class Broker:
                 self.config.get("producer.id.expiration.check.interval.ms"),
                 self.expire_producers)),
         ]
+        if self.log_cleaner.enabled:
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
                  self.advertised_port, os.path.abspath(self.config.log_dir))

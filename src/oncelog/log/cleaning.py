@@ -99,19 +99,18 @@ class CleanResult:
     segments_after: int = 0
 
 
-def plan(plog: Log, now_ms: int, next_horizon_ms: int = LONG_MAX) -> Cleanable:
+def plan(plog: Log, now_ms: int) -> Cleanable:
     """Where the dirty section of ``plog`` is, and whether it is due (see compaction.py)."""
     assert plog.config.compaction is not None
     first_dirty = plog.first_dirty_offset
     if first_dirty is None:
         first_dirty = plog.log_start_offset
     return cleanable(plog.summaries(), first_dirty, now_ms, plog.config.compaction,
-                     next_horizon_ms)
+                     plog.next_delete_horizon_ms)
 
 
 def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
-          map_capacity: int, next_horizon_ms: int = LONG_MAX,
-          still_current: Callable[[], bool] = lambda: True
+          map_capacity: int, still_current: Callable[[], bool] = lambda: True
           ) -> Generator[Step, Any, CleanResult | None]:
     """Clean ``plog`` once if it is due (None when it is not). ``producer_last_offsets``:
     producer id -> last offset of the last batch of every producer the partition remembers
@@ -119,7 +118,7 @@ def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
     config = plog.config.compaction
     if config is None:
         return None
-    cleanable_now = plan(plog, now_ms, next_horizon_ms)
+    cleanable_now = plan(plog, now_ms)
     if not cleanable_now.due(config):
         return None
     offsets = OffsetMap(cleanable_now.first_dirty, map_capacity)
@@ -139,6 +138,7 @@ def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
         yield from _clean_group(plog, [to_clean[i] for i in group], offsets, rules, result,
                                 still_current)
         result.segments_after += 1
+    plog.next_delete_horizon_ms = result.next_horizon_ms
     try:
         plog.write_cleaner_checkpoint(end)
     except OSError as exc:  # the swaps stand; the next clean goes over this part again

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
 from . import swap
-from .compaction import CompactionConfig, SegmentSummary
+from .compaction import LONG_MAX, CompactionConfig, SegmentSummary
 from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically
 from .segment import LogSegment, segment_files
 
@@ -62,6 +62,9 @@ class Log:
         self._base_offsets: list[int] = []
         self.last_flush_ms = _now_ms()
         self.first_dirty_offset: int | None = None  # the cleaner's checkpoint, if it has one
+        # The earliest delete horizon of a tombstone the last clean kept (in memory only: after
+        # a restart, such tombstones go at the next clean due for another reason).
+        self.next_delete_horizon_ms = LONG_MAX
         self._open()
 
     # --- opening -------------------------------------------------------------------------
