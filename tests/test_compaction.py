@@ -19,7 +19,7 @@ from oncelog.log.compaction import (
     batch_records,
     clean_batch,
     cleanable,
-    group_segments,
+    joins_group,
 )
 from oncelog.protocol.record_batch import read_header
 from oncelog.protocol.records import CODECS, decode_batch, encode_batch
@@ -197,11 +197,22 @@ def test_the_dirty_ratio_and_the_lags_decide_what_is_due():
     assert cleanable(segments, 99, 1000, config).first_dirty == 0
 
 
-def test_segments_are_grouped_up_to_segment_bytes():
-    segments = [SegmentSummary(i * 10, i * 10 + 10, size, 0, 0)
-                for i, size in enumerate([100, 100, 900, 50, 50, 50])]
-    assert group_segments(segments, 1000, 1 << 31) == [[0, 1], [2, 3, 4], [5]]
-    assert group_segments(segments, 1000, 15) == [[0], [1], [2], [3], [4], [5]]
+def test_segments_join_a_group_while_its_cleaned_size_fits_segment_bytes():
+    segment = SegmentSummary(100, 200, 400, 0, 0)
+    assert joins_group(600, segment, 0, 1000, 1 << 31)
+    assert not joins_group(601, segment, 0, 1000, 1 << 31)
+    assert not joins_group(0, segment, 0, 1000, 198)  # offsets 0..199 would not fit
+
+
+def test_segments_emptied_by_a_clean_go_into_the_next_group():
+    h = Harness(CompactionConfig(min_cleanable_dirty_ratio=0.0), segment_bytes=400)
+    for i in range(60):
+        h.append([(b"k", b"v%d" % i)])
+    h.roll()
+    assert len(h.log.segments) > 10
+    h.clean()
+    assert len(h.log.segments) == 2  # one cleaned segment holding the one record, the active
+    h.model.check(h.log)
 
 
 def test_the_offset_map_stops_at_its_capacity_and_the_clean_covers_only_that():

@@ -56,7 +56,7 @@ from .compaction import (
     batch_records,
     clean_batch,
     cleanable,
-    group_segments,
+    joins_group,
 )
 from .disk import LogDirFailure, OsDisk
 from .log import Log
@@ -130,13 +130,12 @@ def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
     if not to_clean:
         return result
     rules = Rules(now_ms, config.delete_retention_ms, producer_last_offsets)
-    summaries = [SegmentSummary(s.base_offset, s.next_offset, s.size, s.max_timestamp,
-                                s.first_batch_timestamp) for s in to_clean]
-    for group in group_segments(summaries, plog.config.segment_bytes, MAX_RELATIVE_OFFSET):
+    first = 0
+    while first < len(to_clean):
         if not still_current():
             raise GivenUp("the partition was closed")
-        yield from _clean_group(plog, [to_clean[i] for i in group], offsets, rules, result,
-                                still_current)
+        first = yield from _clean_group(plog, to_clean, first, offsets, rules, result,
+                                        still_current)
         result.segments_after += 1
     plog.next_delete_horizon_ms = result.next_horizon_ms
     try:
@@ -213,11 +212,14 @@ def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: 
 
 # --- writing -----------------------------------------------------------------------------
 
-def _clean_group(plog: Log, group: list[LogSegment], offsets: OffsetMap, rules: Rules,
-                 result: CleanResult, still_current: Callable[[], bool]
-                 ) -> Generator[Step, Any, None]:
+def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: OffsetMap,
+                 rules: Rules, result: CleanResult, still_current: Callable[[], bool]
+                 ) -> Generator[Step, Any, int]:
+    """Clean ``to_clean[first]`` and as many segments after it as ``joins_group`` allows
+    into one new segment, and swap it in; returns the index of the next segment to clean."""
     disk = plog.disk
-    base = group[0].base_offset
+    base = to_clean[first].base_offset
+    group: list[LogSegment] = []
     paths = segment_files(plog.dir, base, CLEANED)
     _remove(disk, paths)  # from a clean given up without its clean-up (a crash)
     cleaned = LogSegment(plog.dir, base, plog.config.index_interval_bytes, disk, CLEANED)
@@ -227,7 +229,11 @@ def _clean_group(plog: Log, group: list[LogSegment], offsets: OffsetMap, rules: 
         parts: list = []
         headers: list[BatchHeader] = []
         pending = work = 0
-        for segment in group:
+        for segment in to_clean[first:]:
+            if group and not joins_group(cleaned.size + pending, _summary(segment), base,
+                                         plog.config.segment_bytes, MAX_RELATIVE_OFFSET):
+                break
+            group.append(segment)
             result.bytes_read += segment.size
             for header, batch in _batches(segment):
                 try:
@@ -275,10 +281,16 @@ def _clean_group(plog: Log, group: list[LogSegment], offsets: OffsetMap, rules: 
             raise
         committed = True
         result.bytes_written += cleaned.size
+        return first + len(group)
     finally:
         if not committed:
             cleaned.close()
             _remove(disk, (*paths, *(p + ".tmp" for p in paths[1:])))
+
+
+def _summary(segment: LogSegment) -> SegmentSummary:
+    return SegmentSummary(segment.base_offset, segment.next_offset, segment.size,
+                          segment.max_timestamp, segment.first_batch_timestamp)
 
 
 def _sync_and_close(disk: OsDisk, fd: int) -> None:

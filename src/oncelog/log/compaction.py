@@ -149,23 +149,15 @@ def cleanable(segments: Sequence[SegmentSummary], first_dirty: int, now_ms: int,
                      now_ms >= next_horizon_ms and len(segments) > 1)
 
 
-def group_segments(segments: Sequence[SegmentSummary], max_bytes: int,
-                   max_offset_span: int) -> list[list[int]]:
-    """Consecutive segments (indexes into ``segments``) to clean into one each: as many as
-    fit ``max_bytes`` (segment.bytes) before cleaning and an offset span the indexes can
-    hold, as Kafka groups them (their cleaned size is at most their size now)."""
-    groups: list[list[int]] = []
-    for i, segment in enumerate(segments):
-        if groups:
-            group = groups[-1]
-            first = segments[group[0]]
-            size = sum(segments[j].size for j in group) + segment.size
-            if size <= max_bytes and segment.next_offset - 1 - first.base_offset \
-                    <= max_offset_span:
-                group.append(i)
-                continue
-        groups.append([i])
-    return groups
+def joins_group(cleaned_bytes: int, segment: SegmentSummary, group_base: int,
+                max_bytes: int, max_offset_span: int) -> bool:
+    """Whether ``segment`` is cleaned into the same new segment as the ones before it, whose
+    cleaned bytes so far are ``cleaned_bytes``: while the result stays within ``max_bytes``
+    (segment.bytes) even if nothing of ``segment`` goes, and its offsets within the span the
+    indexes hold. Kafka groups by the sizes before cleaning; by the cleaned size, segments
+    emptied by a clean go into the next one instead of staying as empty files."""
+    return (cleaned_bytes + segment.size <= max_bytes
+            and segment.next_offset - 1 - group_base <= max_offset_span)
 
 
 # --- records -----------------------------------------------------------------------------
