@@ -61,9 +61,14 @@ class LogCleaner:
 
     async def run(self) -> None:
         while True:
-            partition = self._most_in_need(_now_ms())
+            try:
+                partition = self._most_in_need(_now_ms())
+            except Exception:
+                log.exception("the log cleaner could not choose a log to clean")
+                partition = None
             if partition is None:
-                await asyncio.sleep(self.backoff_ms / 1000)
+                # at least 10 ms, so that log.cleaner.backoff.ms=0 does not spin
+                await asyncio.sleep(max(self.backoff_ms, 10) / 1000)
                 continue
             await self.clean(partition)
             await asyncio.sleep(0)
@@ -108,12 +113,11 @@ class LogCleaner:
         try:
             result = await drive(partition.clean_steps(now, self.map_capacity))
         except cleaning.GivenUp as exc:
+            self._retry_at[partition] = _now_ms() + self.backoff_ms
             log.info("%s: clean given up: %s", partition.name, exc)
             return None
         except cleaning.CorruptSegment as exc:
-            self._uncleanable.add(partition)
-            self.stats.failures += 1
-            self.stats.uncleanable = len(self._uncleanable)
+            self._give_up_on(partition)
             log.error("%s: not cleaned again until a restart: %s", partition.name, exc)
             return None
         except (OSError, LogDirFailure) as exc:
@@ -121,9 +125,15 @@ class LogCleaner:
             self._retry_at[partition] = _now_ms() + self.backoff_ms
             log.error("%s: clean failed, the log is as it was: %s", partition.name, exc)
             return None
-        self._retry_at.pop(partition, None)
-        if result is None:
+        except Exception:  # a bug: this partition waits for a restart, the others go on
+            self._give_up_on(partition)
+            log.exception("%s: clean failed unexpectedly; not cleaned again until a restart",
+                          partition.name)
             return None
+        if result is None:  # no longer due: looked at again after the backoff
+            self._retry_at[partition] = _now_ms() + self.backoff_ms
+            return None
+        self._retry_at.pop(partition, None)
         elapsed = time.monotonic() - started
         stats = self.stats
         stats.runs += 1
@@ -137,6 +147,12 @@ class LogCleaner:
                  result.segments_after, result.bytes_written, result.records_removed,
                  result.batches_removed)
         return result
+
+
+    def _give_up_on(self, partition: Partition) -> None:
+        self._uncleanable.add(partition)
+        self.stats.failures += 1
+        self.stats.uncleanable = len(self._uncleanable)
 
 
 async def drive(steps: Generator[cleaning.Step, Any, Any]) -> Any:

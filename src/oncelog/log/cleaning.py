@@ -199,7 +199,7 @@ def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: 
                 return
             try:
                 _, spans = batch_records(batch, header)
-            except (BadRecords, ValueError) as exc:
+            except BadRecords as exc:
                 raise CorruptSegment(f"{segment.path}: batch at offset {header.base_offset} "
                                      f"does not parse: {exc}") from None
             if not offsets.add(header, spans):
@@ -238,7 +238,7 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
             for header, batch in _batches(segment):
                 try:
                     outcome = clean_batch(batch, header, offsets, rules)
-                except (BadRecords, ValueError) as exc:
+                except BadRecords as exc:
                     raise CorruptSegment(f"{segment.path}: batch at offset "
                                          f"{header.base_offset} does not parse: {exc}") from None
                 result.records_removed += outcome.removed
@@ -248,7 +248,7 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
                     result.batches_removed += 1
                 else:
                     data = outcome.data
-                    parts.append(bytes(data))
+                    parts.append(data)
                     headers.append(header if data is batch else read_header(data))
                     pending += len(data)
                     if pending >= _WRITE_CHUNK or len(parts) >= _WRITE_PARTS:
@@ -277,7 +277,7 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         except ValueError as exc:
             raise GivenUp(str(exc)) from None
         except LogDirFailure:
-            committed = True  # or maybe: either way nothing may be undone
+            committed = True  # perhaps: so nothing may be undone; the next start decides
             raise
         committed = True
         result.bytes_written += cleaned.size

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import cramjam
 import crc32c
 
 from ..protocol.record_batch import (
@@ -215,7 +216,10 @@ def batch_records(batch: bytes | memoryview, header: BatchHeader
     """The uncompressed payload of a whole batch and its records' spans."""
     view = memoryview(batch)[HEADER_SIZE:header.size]
     codec = header.attributes & COMPRESSION_MASK
-    payload = view if codec == NONE else decompress(codec, view)
+    try:
+        payload = view if codec == NONE else decompress(codec, view)
+    except (ValueError, cramjam.DecompressionError) as exc:
+        raise BadRecords(f"the records do not decompress: {exc}") from None
     return payload, record_spans(payload, header.records_count)
 
 
