@@ -11,7 +11,7 @@ allows exactly:
   than a clean (a tombstone goes only after a clean past its delete horizon, which the first
   clean keeping it set delete.retention.ms ahead);
 * a record superseded by a later one of its key only while that later one is younger than
-  min.compaction.lag.ms at every clean so far;
+  min.compaction.lag.ms at every clean so far (or a tombstone expired as above);
 * each producer's last batch, with its offsets and base sequence (its records may be gone);
 * batches only where batches were appended (a batch keeps its base and last offset).
 
@@ -104,6 +104,8 @@ class Model:
             if record.offset in seen or latest[record.key] is record:
                 continue
             assert self.last_clean_ms is not None, f"{record} removed without a clean"
+            if record.value is None and self.last_clean_ms - record.timestamp >= retention:
+                continue  # an expired tombstone may go, superseded or not
             if self.config.min_compaction_lag_ms > 0:
                 later = [r for r in self.records[record.offset + 1:] if r.key == record.key]
                 assert any(r.timestamp <= self.last_clean_ms - self.config.min_compaction_lag_ms

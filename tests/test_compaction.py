@@ -16,11 +16,14 @@ from oncelog.log.compaction import (
     OffsetMap,
     Rules,
     SegmentSummary,
-    batch_records,
+    batch_payload,
     clean_batch,
     cleanable,
     joins_group,
+    record_facts,
+    record_spans,
 )
+from oncelog.protocol import records as codec
 from oncelog.protocol.record_batch import read_header
 from oncelog.protocol.records import CODECS, decode_batch, encode_batch
 
@@ -166,8 +169,8 @@ def test_a_rewritten_batch_keeps_offsets_and_producer_fields_in_every_codec(code
                          producer_epoch=3, base_sequence=40)
     header = read_header(batch)
     offsets = OffsetMap(500, 1 << 20)
-    _, spans = batch_records(batch, header)
-    assert offsets.add(header, spans)
+    facts = record_facts(batch_payload(batch, header), header.records_count)
+    assert offsets.add(header, facts)
     outcome = clean_batch(batch, header, offsets, Rules(1000, 0, {}))
     new, kept = decode_batch(outcome.data)
     assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in kept] == [
@@ -288,3 +291,21 @@ def test_run_drives_a_clean_that_is_not_due_to_none():
     h = Harness(CompactionConfig(min_cleanable_dirty_ratio=1.0), segment_bytes=300)
     h.append([(b"k", b"v")])
     assert cleaning.run(h.clean_steps()) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
+                          st.one_of(st.none(), st.binary(max_size=50)),
+                          st.lists(st.tuples(st.text(max_size=5),
+                                             st.one_of(st.none(), st.binary(max_size=5))),
+                                   max_size=2),
+                          st.integers(-(1 << 40), 1 << 40)), min_size=1, max_size=20))
+def test_the_compiled_and_the_python_record_readers_agree(records):
+    batch = encode_batch(records)
+    payload = batch_payload(batch, read_header(batch))
+    compiled = record_facts(payload, len(records))
+    spans = record_spans(payload, len(records))
+    assert compiled == [(s.offset_delta, s.key, s.tombstone) for s in spans]
+    assert [(s.offset_delta, s.key, s.tombstone) for s in spans] == [
+        (i, key, value is None) for i, (key, value, _, _) in enumerate(records)]
+    assert codec.compiled is not None  # the compiled path is the one compared here

@@ -53,10 +53,12 @@ from .compaction import (
     OffsetMap,
     Rules,
     SegmentSummary,
-    batch_records,
+    batch_payload,
     clean_batch,
     cleanable,
+    counts_for_keys,
     joins_group,
+    record_facts,
 )
 from .disk import LogDirFailure, OsDisk
 from .log import Log
@@ -198,13 +200,14 @@ def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: 
             if header.base_offset >= first_uncleanable:
                 return
             try:
-                _, spans = batch_records(batch, header)
+                facts = record_facts(batch_payload(batch, header), header.records_count) \
+                    if counts_for_keys(header) else []
             except BadRecords as exc:
                 raise CorruptSegment(f"{segment.path}: batch at offset {header.base_offset} "
                                      f"does not parse: {exc}") from None
-            if not offsets.add(header, spans):
+            if not offsets.add(header, facts):
                 return  # full: this clean ends before this batch
-            work += header.size + 64 * len(spans)
+            work += header.size + 16 * len(facts)
             if work >= SLICE_BYTES:
                 work = 0
                 yield PAUSE

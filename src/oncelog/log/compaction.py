@@ -48,6 +48,7 @@ from typing import NamedTuple
 import cramjam
 import crc32c
 
+from ..protocol import records as codec_module
 from ..protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -211,16 +212,37 @@ def record_spans(payload: bytes | memoryview, count: int) -> list[RecordSpan]:
     return spans
 
 
-def batch_records(batch: bytes | memoryview, header: BatchHeader
-                  ) -> tuple[bytes | memoryview, list[RecordSpan]]:
-    """The uncompressed payload of a whole batch and its records' spans."""
+class RecordFact(NamedTuple):
+    """What the cleaner decides a record's fate by."""
+
+    offset_delta: int
+    key: bytes | None
+    tombstone: bool
+
+
+def batch_payload(batch: bytes | memoryview, header: BatchHeader) -> bytes | memoryview:
+    """The uncompressed records of a whole batch."""
     view = memoryview(batch)[HEADER_SIZE:header.size]
     codec = header.attributes & COMPRESSION_MASK
     try:
-        payload = view if codec == NONE else decompress(codec, view)
+        return view if codec == NONE else decompress(codec, view)
     except (ValueError, cramjam.DecompressionError) as exc:
         raise BadRecords(f"the records do not decompress: {exc}") from None
-    return payload, record_spans(payload, header.records_count)
+
+
+def record_facts(payload: bytes | memoryview, count: int) -> list[RecordFact]:
+    """Each record's offset delta, key and whether it is a tombstone: through the compiled
+    codec when it is there (twenty times faster than parsing here), else ``record_spans``.
+    Spans are needed only for a batch that keeps some of its records."""
+    compiled = codec_module.compiled
+    if compiled is None:
+        return [RecordFact(s.offset_delta, s.key, s.tombstone)
+                for s in record_spans(payload, count)]
+    try:
+        fields = compiled.decode_records(payload, count)
+    except ValueError as exc:
+        raise BadRecords(str(exc)) from None
+    return [RecordFact(delta, key, value is None) for delta, _, key, value, _ in fields]
 
 
 # --- the offset map ----------------------------------------------------------------------
@@ -241,30 +263,30 @@ class OffsetMap:
     def latest(self, key: bytes) -> int:
         return self._latest.get(key, -1)
 
-    def add(self, header: BatchHeader, spans: Sequence[RecordSpan]) -> bool:
+    def add(self, header: BatchHeader, facts: Sequence[RecordFact]) -> bool:
         """Take a batch's keys; False (nothing taken) when they would not fit and the map
         holds something already: the map then ends before this batch."""
         if header.base_offset < self.end:
             raise ValueError(f"batch at {header.base_offset} is before the map's end "
                              f"{self.end}")
         latest = self._latest
-        if not _counts_for_keys(header):
+        if not counts_for_keys(header):
             self.end = header.last_offset + 1
             return True
-        growth = sum(len(s.key) + MAP_ENTRY_OVERHEAD for s in spans
-                     if s.key is not None and s.key not in latest)
+        growth = sum(len(f.key) + MAP_ENTRY_OVERHEAD for f in facts
+                     if f.key is not None and f.key not in latest)
         if latest and self.used + growth > self.capacity:
             return False
         base = header.base_offset
-        for span in spans:
-            if span.key is not None:
-                latest[span.key] = base + span.offset_delta
+        for fact in facts:
+            if fact.key is not None:
+                latest[fact.key] = base + fact.offset_delta
         self.used += growth
         self.end = header.last_offset + 1
         return True
 
 
-def _counts_for_keys(header: BatchHeader) -> bool:
+def counts_for_keys(header: BatchHeader) -> bool:
     # Control batches carry no data; with transactions, an aborted transaction's data
     # will not count either (it is about to go, so it must not hide an older value).
     return not header.is_control
@@ -302,37 +324,38 @@ def clean_batch(batch: bytes | memoryview, header: BatchHeader, offsets: OffsetM
         if header.has_producer_id else False
     if header.records_count == 0:
         return Outcome(batch if keep_empty else None, 0, LONG_MAX)
-    payload, spans = batch_records(batch, header)
+    payload = batch_payload(batch, header)
+    facts = record_facts(payload, header.records_count)
     horizon = delete_horizon(header)
     horizon_passed = horizon is not None and rules.now_ms >= horizon
     base = header.base_offset
     kept = []
     tombstones_kept = False
-    for span in spans:
-        if span.key is None:
+    latest = offsets.latest
+    for i, fact in enumerate(facts):
+        if fact.key is None:
             continue
-        if offsets.latest(span.key) > base + span.offset_delta:
+        if latest(fact.key) > base + fact.offset_delta:
             continue  # a later record of its key is in the map
-        if span.tombstone:
+        if fact.tombstone:
             if horizon_passed:
                 continue
             tombstones_kept = True
-        kept.append(span)
+        kept.append(i)
     if tombstones_kept and horizon is None:
-        horizon = rules.now_ms + rules.delete_retention_ms
-        if horizon > LONG_MAX:
-            horizon = LONG_MAX
+        horizon = min(rules.now_ms + rules.delete_retention_ms, LONG_MAX)
         new_horizon = True
     else:
         new_horizon = False
     pending = horizon if tombstones_kept and horizon is not None else LONG_MAX
-    removed = len(spans) - len(kept)
+    removed = len(facts) - len(kept)
     if not removed and not new_horizon:
         return Outcome(batch, 0, pending)
     if not kept and not keep_empty:
         return Outcome(None, removed, LONG_MAX)
-    return Outcome(_rewrite(header, payload, kept, horizon if tombstones_kept else None),
-                   removed, pending)
+    spans = record_spans(payload, header.records_count)
+    return Outcome(_rewrite(header, payload, [spans[i] for i in kept],
+                            horizon if tombstones_kept else None), removed, pending)
 
 
 def _transaction_rule(batch: bytes | memoryview, header: BatchHeader) -> Outcome:
