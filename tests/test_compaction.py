@@ -309,3 +309,30 @@ def test_the_compiled_and_the_python_record_readers_agree(records):
     assert [(s.offset_delta, s.key, s.tombstone) for s in spans] == [
         (i, key, value is None) for i, (key, value, _, _) in enumerate(records)]
     assert codec.compiled is not None  # the compiled path is the one compared here
+
+
+def test_reads_and_appends_between_the_steps_of_a_clean_see_and_keep_everything():
+    """Between any two steps (where the broker serves requests): the log reads as the model
+    allows, and what is appended meanwhile (rolls included) is there after the clean."""
+    h = Harness(CompactionConfig(min_cleanable_dirty_ratio=0.0), segment_bytes=4000)
+    for i in range(3000):
+        h.append([(KEYS[i % 6] + b"%d" % (i % 40), b"v%d" % i + b"x" * 60)])
+    h.roll()
+    h.model.last_clean_ms = h.clock
+    steps = h.clean_steps()
+    reply, taken, i = None, 0, 0
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as done:
+            assert done.value is not None
+            break
+        reply = step.call() if step is not None else None
+        taken += 1
+        h.model.check(h.log)
+        h.append([(b"during", b"%d" % i)], producer_id=1)
+        i += 1
+    assert taken > 3
+    h.model.check(h.log)
+    _, found = read_all(h.log)
+    assert found[-1][1:3] == (b"during", b"%d" % (i - 1))
