@@ -25,8 +25,13 @@ the log still holds exactly the segments cleaned; otherwise the group is given u
 
 Failures: an OSError (ENOSPC, EIO, a short write) before a group's commit leaves the old
 segments as they were and in use, its ``.cleaned`` files removed, and ends the clean (the
-broker retries after log.cleaner.backoff.ms); a failed fsync raises LogDirFailure as anywhere
-in log/; after a commit, a failure is LogDirFailure too (the next start completes the swap).
+broker retries after log.cleaner.backoff.ms); so does a failure inside the atomic write of
+an index file (disk.write_atomically, as when a roll saves indexes). A failed fsync of the
+cleaned segment or of the directory raises LogDirFailure, as a failed fsync does anywhere in
+log/; after a commit, any failure is LogDirFailure (the next start completes the swap).
+Groups swapped before a failure stay swapped: each one is a complete clean of its segments.
+A batch that fails its CRC or does not parse is CorruptSegment: the cleaner never rewrites
+(and so launders) damaged data.
 """
 
 from __future__ import annotations
