@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import kafka
-from brokers import read_to_end
+from brokers import BrokerProcess, read_to_end
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from hostile_clients import metrics
+from hostile_clients import metrics, wait_for_metrics
 
 TIMEOUT = 60.0
 TOPIC = "compacted"
@@ -144,3 +144,30 @@ def test_clients_read_the_latest_value_of_each_key_after_compaction(start_broker
     tail = read_to_end(broker.bootstrap, TOPIC)[0]
     assert tail[-KEYS:] == [(o, v) for o, (_, v) in zip(after, more, strict=True)]
     assert len(tail) == len(found) + KEYS
+
+
+def test_a_full_disk_during_cleaning_leaves_the_log_in_use(tmp_path):
+    """The broker's disk refuses every write of a cleaned segment (ENOSPC, through
+    ONCELOG_DISK_FAULTS): each clean fails, is counted and retried after the backoff; the
+    log stays in use, readers get every latest value, the producer goes on."""
+    broker = BrokerProcess(tmp_path / "full", {"log.cleaner.backoff.ms": "50"},
+                           env={"ONCELOG_DISK_FAULTS": "write:.log.cleaned:0:ENOSPC"}).start()
+    try:
+        create_compacted(broker.bootstrap)
+        producer = Producer({"bootstrap.servers": broker.bootstrap,
+                             "enable.idempotence": True, "batch.num.messages": 25})
+        written = [(b"key-%02d" % (i % KEYS), b"value-%d-" % i + b"x" * 60)
+                   for i in range(40 * KEYS)]
+        offsets = produce(producer, written)
+        wait_for_metrics(broker.port, lambda s: s["oncelog_log_cleaner_failures_total"] >= 2,
+                         what="two failed cleans")
+        found = dict(read_to_end(broker.bootstrap, TOPIC)[0])
+        for offset, value in found.items():
+            assert written[offset][1] == value
+        latest = {key: offset for (key, _), offset in zip(written, offsets, strict=True)}
+        assert set(latest.values()) <= set(found)
+        assert produce(producer, [(b"key-00", b"after")]) == [offsets[-1] + 1]
+        assert "No space left on device" in broker.log_text()
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_text()
