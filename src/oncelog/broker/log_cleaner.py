@@ -123,7 +123,8 @@ class LogCleaner:
         except (OSError, LogDirFailure) as exc:
             self.stats.failures += 1
             self._retry_at[partition] = _now_ms() + self.backoff_ms
-            log.error("%s: clean failed, the log is as it was: %s", partition.name, exc)
+            log.error("%s: clean failed, the segments it was cleaning are as they were; "
+                      "retried in %d ms: %s", partition.name, self.backoff_ms, exc)
             return None
         except Exception:  # a bug: this partition waits for a restart, the others go on
             self._give_up_on(partition)
