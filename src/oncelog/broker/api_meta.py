@@ -11,12 +11,11 @@ from kio.schema.errors import ErrorCode
 from ..protocol.api_versions import (
     ADVERTISED_VERSIONS,
     API_VERSIONS_KEY,
-    FIND_COORDINATOR,
     METADATA,
 )
 from ..protocol.messages import Request
-from ..protocol.schema import build, has_field, response_module
-from .topics import TopicError, topic_name_problem
+from ..protocol.schema import build, response_module
+from .topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -100,26 +99,9 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool):
             for p in topic.partitions
         )
     values = {
-        "error_code": error, "name": name or "", "is_internal": False, "partitions": partitions,
+        "error_code": error, "name": name or "", "is_internal": name in INTERNAL_TOPICS,
+        "partitions": partitions,
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         "topic_id": topic.topic_id if topic is not None else uuid.UUID(int=0),
     }
     return build(mod.MetadataResponseTopic, **values)
-
-
-COORDINATORS_MISSING = "group and transaction coordinators are not implemented yet"
-
-
-def handle_find_coordinator(broker, request: Request):
-    mod = response_module(FIND_COORDINATOR, request.api_version)
-    error = ErrorCode.coordinator_not_available
-    if has_field(mod.FindCoordinatorResponse, "coordinators"):
-        coordinators = tuple(
-            build(mod.Coordinator, key=key, node_id=-1, host="", port=-1, error_code=error,
-                  error_message=COORDINATORS_MISSING)
-            for key in request.body.coordinator_keys
-        )
-        return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
-                     coordinators=coordinators)
-    return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
-                 error_message=COORDINATORS_MISSING, node_id=-1, host="", port=-1)

@@ -66,6 +66,34 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _parse_assignors(text: str) -> str:
+    names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"expected a list of uniform and range, got {text!r}")
+    return ",".join(dict.fromkeys(names))
+
+
+def _check_consumer_group_bounds(config: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig rules for the consumer protocol's timings."""
+    prefix = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value = config.get(prefix + what)
+        lo, hi = config.get(f"{prefix}min.{what}"), config.get(f"{prefix}max.{what}")
+        if not lo <= value <= hi:
+            raise ConfigError(f"{prefix}{what} ({value}) must be within {prefix}min.{what} "
+                              f"({lo}) and {prefix}max.{what} ({hi})")
+    if config.get(prefix + "heartbeat.interval.ms") >= config.get(prefix + "session.timeout.ms"):
+        raise ConfigError(f"{prefix}heartbeat.interval.ms must be less than "
+                          f"{prefix}session.timeout.ms")
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
@@ -207,6 +235,48 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("producer.state.batches.to.retain", "INT", 5,
          "Batches remembered per producer per partition to answer retries as duplicates.",
          _parse_int(1, 255)),
+    # The group coordinator (Kafka's names and defaults).
+    _key("offsets.topic.num.partitions", "INT", 50,
+         "Partitions of __consumer_offsets when it is created (fixed from then on).",
+         _POSITIVE_INT),
+    _key("offsets.topic.segment.bytes", "INT", 104_857_600,
+         "Segment size of __consumer_offsets.", _parse_int(14, INT_MAX)),
+    _key("offsets.retention.minutes", "INT", 10080,
+         "How long the committed offsets of a group without members are kept.",
+         _POSITIVE_INT),
+    _key("offsets.retention.check.interval.ms", "LONG", 600_000,
+         "How often expired offsets are looked for (ms).", _parse_int(1, LONG_MAX)),
+    _key("offset.metadata.max.bytes", "INT", 4096,
+         "Largest metadata string of a committed offset (at most 32767, what the offset "
+         "record's string holds).", _parse_int(0, 32767)),
+    _key("group.min.session.timeout.ms", "INT", 6000,
+         "Shortest session timeout a member may ask for.", _parse_int(0, INT_MAX)),
+    _key("group.max.session.timeout.ms", "INT", 1_800_000,
+         "Longest session timeout a member may ask for.", _parse_int(0, INT_MAX)),
+    _key("group.initial.rebalance.delay.ms", "INT", 3000,
+         "How long the first rebalance of an empty group waits for more members.",
+         _parse_int(0, INT_MAX)),
+    _key("group.max.size", "INT", INT_MAX, "Most members a classic group may have.",
+         _POSITIVE_INT),
+    # Consumer groups of the new protocol (KIP-848); Kafka's names, defaults and bounds.
+    _key("group.consumer.session.timeout.ms", "INT", 45_000,
+         "A consumer group member is removed after this long without a heartbeat.",
+         _POSITIVE_INT),
+    _key("group.consumer.min.session.timeout.ms", "INT", 45_000,
+         "Lowest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.session.timeout.ms", "INT", 60_000,
+         "Highest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.heartbeat.interval.ms", "INT", 5_000,
+         "How often consumer group members heartbeat.", _POSITIVE_INT),
+    _key("group.consumer.min.heartbeat.interval.ms", "INT", 5_000,
+         "Lowest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.heartbeat.interval.ms", "INT", 15_000,
+         "Highest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.size", "INT", INT_MAX, "Most members a consumer group may have.",
+         _POSITIVE_INT),
+    _key("group.consumer.assignors", "LIST", "uniform,range",
+         "Server-side assignors (uniform, range, or Kafka's class names of them); the first "
+         "is the default.", _parse_assignors),
 )}
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
@@ -327,6 +397,7 @@ class BrokerConfig:
                                              self.get("log.cleaner.max.compaction.lag.ms"))
         if lag_problem:
             raise ConfigError(f"log.cleaner.{lag_problem}")
+        _check_consumer_group_bounds(self)
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
         self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None

@@ -17,6 +17,7 @@ from ..protocol.messages import Request
 from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
 from .answers import CLOSE_CONNECTION, LaterAnswer
+from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     partition = broker.topics.partition(topic, index)
     if partition is None:
         return failed(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
+    if topic in INTERNAL_TOPICS:
+        return failed(ErrorCode.invalid_topic_exception,
+                      f"topic {topic!r} is internal: only the broker writes to it",
+                      logging.WARNING)
     if records is None:
         return failed(ErrorCode.corrupt_message, "null record set", logging.WARNING)
     try:

@@ -34,15 +34,25 @@ from ..protocol.messages import (
 from . import metrics
 from .admin import handle_create_topics, handle_delete_topics, handle_describe_configs
 from .answers import CLOSE_CONNECTION, LaterAnswer
-from .api_meta import (
-    handle_api_versions,
-    handle_find_coordinator,
-    handle_metadata,
-    unsupported_api_versions_body,
-)
+from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
 from .config import BrokerConfig
+from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
+from .groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+    handle_sync_group,
+    make_coordinator,
+)
 from .log_cleaner import LogCleaner
 from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
@@ -79,6 +89,18 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.DESCRIBE_CONFIGS: handle_describe_configs,
     apis.INIT_PRODUCER_ID: handle_init_producer_id,
     apis.DESCRIBE_PRODUCERS: handle_describe_producers,
+    apis.OFFSET_COMMIT: handle_offset_commit,
+    apis.OFFSET_FETCH: handle_offset_fetch,
+    apis.JOIN_GROUP: handle_join_group,
+    apis.HEARTBEAT: handle_heartbeat,
+    apis.LEAVE_GROUP: handle_leave_group,
+    apis.SYNC_GROUP: handle_sync_group,
+    apis.DESCRIBE_GROUPS: handle_describe_groups,
+    apis.LIST_GROUPS: handle_list_groups,
+    apis.DELETE_GROUPS: handle_delete_groups,
+    apis.OFFSET_DELETE: handle_offset_delete,
+    apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -93,6 +115,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
+        self.groups = make_coordinator(config, self.topics)
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
@@ -142,6 +165,10 @@ class Broker:
             asyncio.create_task(self._every(
                 self.config.get("producer.id.expiration.check.interval.ms"),
                 self.expire_producers)),
+            asyncio.create_task(self._every(
+                self.config.get("offsets.retention.check.interval.ms"),
+                self.groups.expire_offsets)),
+            asyncio.create_task(self._load_groups()),
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
@@ -157,6 +184,13 @@ class Broker:
                 duty()
             except Exception:
                 log.exception("background duty %s failed", duty.__name__)
+
+    async def _load_groups(self) -> None:
+        try:
+            await self.groups.load_all()
+        except Exception:
+            log.exception("loading the consumer groups failed; their partitions answer "
+                          "COORDINATOR_LOAD_IN_PROGRESS")
 
     def apply_retention(self) -> None:
         if self.topics.log_dir_state.offline:
@@ -191,6 +225,7 @@ class Broker:
             self._server.close()
         for conn in list(self._connections):
             conn.close()
+        self.groups.close()
         self.topics.close()
         log.info("broker %d stopped cleanly", self.broker_id)
         self._stopped.set()
@@ -248,7 +283,7 @@ class Broker:
         """bytes to send, None (no response), a coroutine giving either, a LaterAnswer, or
         _CLOSE (see answers.py)."""
         try:
-            request = decode_request(frame)
+            request = decode_request(frame, peer)
         except UnsupportedVersion as exc:
             if exc.api_key == apis.API_VERSIONS_KEY:
                 log.info("%s: ApiVersions v%d is newer than ours, answering v0", peer,

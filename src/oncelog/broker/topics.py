@@ -45,6 +45,11 @@ DELETE_SUFFIX = "-delete"
 STRAY_SUFFIX = "-stray"
 
 
+# Topics the broker writes itself: clients read them, never produce to or delete them.
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
 class TopicError(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -292,12 +297,28 @@ class TopicManager:
         return topic
 
     def auto_create(self, name: str) -> Topic:
+        if name == OFFSETS_TOPIC:
+            return self.offsets_topic()
         return self.create(name, -1, -1, {})
+
+    def offsets_topic(self) -> Topic:
+        """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with
+        offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = self.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
+                                1, {"cleanup.policy": "compact",
+                                    "segment.bytes": str(self.config.get(
+                                        "offsets.topic.segment.bytes"))})
+        return topic
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if name in INTERNAL_TOPICS:
+            raise TopicError(ErrorCode.invalid_topic_exception,
+                             f"topic {name!r} is internal: the broker keeps its state there")
         if not self.config.get("delete.topic.enable"):
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         # The renames go first and durably: they are the moment of deletion (a crash after

@@ -50,6 +50,7 @@ class Request:
     client_id: str | None
     body: Any
     size: int
+    peer: str = ""  # host:port of the client (JoinGroup records its host)
 
 
 class FrameReader:
@@ -222,7 +223,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _PREFIX.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes, peer: str = "") -> Request:
     """Decode a request frame (without its size prefix).
 
     Raises UnsupportedVersion for an API or version outside SUPPORTED_VERSIONS and
@@ -235,7 +236,7 @@ def decode_request(frame: bytes) -> Request:
     if versions is None or not versions[0] <= api_version <= versions[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     if api_key == PRODUCE:
-        return _decode_produce(frame, api_version, correlation_id)
+        return _decode_produce(frame, api_version, correlation_id, peer)
     schema = request_schema(api_key, api_version)
     header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
     try:
@@ -249,10 +250,11 @@ def decode_request(frame: bytes) -> Request:
         raise ProtocolError(f"api key {api_key} v{api_version} request is truncated")
     # Trailing bytes are tolerated, as Kafka's own parser does: some librdkafka versions send
     # fields a version no longer has.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
+                   peer)
 
 
-def _decode_produce(frame: bytes, api_version: int, correlation_id: int) -> Request:
+def _decode_produce(frame: bytes, api_version: int, correlation_id: int, peer: str) -> Request:
     """The hot path: records stay memoryviews into the frame (see produce_request)."""
     try:
         client_id, pos = produce_request.read_header(frame, api_version)
@@ -260,7 +262,7 @@ def _decode_produce(frame: bytes, api_version: int, correlation_id: int) -> Requ
     except ProtocolError as exc:
         raise ProtocolError(f"malformed api key {PRODUCE} v{api_version} request: {exc}") \
             from None
-    return Request(PRODUCE, api_version, correlation_id, client_id, body, len(frame))
+    return Request(PRODUCE, api_version, correlation_id, client_id, body, len(frame), peer)
 
 
 def encode_response(request_api_key: int, api_version: int, correlation_id: int,

@@ -1,0 +1,374 @@
+"""The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+Each handler turns a request of any supported version into a call of the GroupCoordinator
+(coordinator/group_coordinator.py, where every decision is made) and its result into that
+version's response. ``OffsetsTopic`` is where the coordinator's records go: the partitions of
+``__consumer_offsets``, through the same append path (and flush policy) as any produce.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable
+
+from kio.schema.errors import ErrorCode
+
+from ..coordinator.group_coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    OffsetCommitPartition,
+    WriteFailed,
+)
+from ..protocol import api_versions as apis
+from ..protocol.batches import RecordSetError, RecordSetWalk
+from ..protocol.messages import Request
+from ..protocol.record_batch import InvalidBatch
+from ..protocol.records import encode_batch, now_ms
+from ..protocol.schema import build, has_field, response_module
+from .api_meta import NO_THROTTLE
+from .config import BrokerConfig
+from .consumer_groups import TopicImage, consumer_group_config
+from .topics import OFFSETS_TOPIC, TopicError, TopicManager
+
+log = logging.getLogger(__name__)
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_READ_CHUNK = 1 << 20
+TRANSACTIONS_MISSING = "transactions are not implemented yet"
+# Kafka's mapping of an append error to what a group request answers.
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large: ErrorCode.message_too_large,
+}
+
+
+def group_config(config: BrokerConfig, num_partitions: int) -> GroupConfig:
+    return GroupConfig(
+        num_partitions=num_partitions,
+        min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+        max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+        max_size=config.get("group.max.size"),
+        offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+        offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+    )
+
+
+class OffsetsTopic:
+    """The coordinator's OffsetsLog: ``__consumer_offsets``, created on first use."""
+
+    def __init__(self, topics: TopicManager) -> None:
+        self.topics = topics
+
+    def num_partitions(self, default: int) -> int:
+        topic = self.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else default
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]):
+        try:
+            topic = self.topics.offsets_topic()
+        except TopicError as exc:
+            raise WriteFailed(ErrorCode.coordinator_not_available, str(exc)) from None
+        target = topic.partitions[partition]
+        now = now_ms()
+        batch = encode_batch([(key, value, (), now) for key, value in records])
+        try:
+            result = target.append_records(batch)
+        except InvalidBatch as exc:
+            raise WriteFailed(_APPEND_ERRORS.get(exc.error, exc.error), str(exc)) from None
+        except OSError as exc:
+            raise WriteFailed(ErrorCode.not_coordinator, f"writing {target.name}: {exc}") \
+                from None
+        return target.durable(result)
+
+    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None or partition >= len(topic.partitions):
+            return
+        source = topic.partitions[partition]
+        if not source.holds_data():
+            return
+        plog = source.log
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            chunk = plog.read(offset, _READ_CHUNK)
+            walk = RecordSetWalk(chunk.records, offset)
+            try:
+                for batch in walk:
+                    for _, _, key, value, _ in batch.record_fields():
+                        yield key, value
+            except RecordSetError as exc:
+                log.error("%s: unreadable batch at offset %d: %s", source.name, offset, exc)
+                return
+            if walk.position <= offset:
+                return
+            offset = walk.position
+
+
+def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordinator:
+    offsets = OffsetsTopic(topics)
+    num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
+    return GroupCoordinator(offsets, group_config(config, num_partitions),
+                            lambda t, p: topics.partition(t, p) is not None,
+                            consumer_config=consumer_group_config(config),
+                            topic_image=TopicImage(topics))
+
+
+# --- FindCoordinator -----------------------------------------------------------------------
+
+def handle_find_coordinator(broker, request: Request):
+    mod = response_module(apis.FIND_COORDINATOR, request.api_version)
+    body = request.body
+    keys = list(body.coordinator_keys) if has_field(type(body), "coordinator_keys") \
+        else [body.key]
+    key_type = getattr(body, "key_type", GROUP_KEY)
+    found = [_find(broker, key_type, key) for key in keys]
+    if has_field(mod.FindCoordinatorResponse, "coordinators"):
+        coordinators = tuple(
+            build(mod.Coordinator, key=key, node_id=node, host=host, port=port,
+                  error_code=error, error_message=message)
+            for key, (error, message, node, host, port) in zip(keys, found, strict=True))
+        return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
+                     coordinators=coordinators)
+    error, message, node, host, port = found[0]
+    return build(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
+                 error_message=message, node_id=node, host=host, port=port)
+
+
+def _find(broker, key_type: int, key: str):
+    def refused(error: ErrorCode, message: str):
+        return error, message, -1, "", -1
+
+    if key_type == TRANSACTION_KEY:
+        return refused(ErrorCode.coordinator_not_available, TRANSACTIONS_MISSING)
+    if key_type != GROUP_KEY:
+        return refused(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    if not key:
+        return refused(ErrorCode.invalid_group_id, "the group id is empty")
+    try:
+        broker.topics.offsets_topic()
+    except TopicError as exc:
+        log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+        return refused(ErrorCode.coordinator_not_available, str(exc))
+    return ErrorCode.none, None, broker.broker_id, broker.advertised_host, broker.advertised_port
+
+
+# --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup --------------------------------------------
+
+async def handle_join_group(broker, request: Request):
+    v = request.api_version
+    mod = response_module(apis.JOIN_GROUP, v)
+    body = request.body
+    result = await broker.groups.join(
+        body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+        request.client_id or "", _host(request.peer), _ms(body.session_timeout),
+        _ms(getattr(body, "rebalance_timeout", -1)), body.protocol_type,
+        [(p.name, p.metadata) for p in body.protocols],
+        require_known_member_id=v >= 4, supports_skip_assignment=v >= 9)
+    members = tuple(build(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i,
+                          metadata=meta) for m, i, meta in result.members)
+    return build(mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                 generation_id=result.generation, protocol_type=result.protocol_type,
+                 protocol_name=result.protocol if v >= 7 else (result.protocol or ""),
+                 leader=result.leader, skip_assignment=result.skip_assignment,
+                 member_id=result.member_id, members=members)
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    """kio gives timeouts as timedeltas."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return value
+
+
+def _host(peer: str) -> str:
+    # Kafka shows a member's host as Java prints an InetAddress: "/127.0.0.1".
+    return "/" + peer.rsplit(":", 1)[0] if peer else ""
+
+
+async def handle_sync_group(broker, request: Request):
+    mod = response_module(apis.SYNC_GROUP, request.api_version)
+    body = request.body
+    result = await broker.groups.sync(
+        body.group_id, body.generation_id, body.member_id,
+        getattr(body, "group_instance_id", None), getattr(body, "protocol_type", None),
+        getattr(body, "protocol_name", None),
+        [(a.member_id, a.assignment) for a in body.assignments])
+    return build(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                 protocol_type=result.protocol_type, protocol_name=result.protocol,
+                 assignment=result.assignment)
+
+
+def handle_heartbeat(broker, request: Request):
+    mod = response_module(apis.HEARTBEAT, request.api_version)
+    body = request.body
+    error = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                    getattr(body, "group_instance_id", None))
+    return build(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+
+def handle_leave_group(broker, request: Request):
+    mod = response_module(apis.LEAVE_GROUP, request.api_version)
+    body = request.body
+    if has_field(type(body), "members"):
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    else:
+        leaving = [(body.member_id, None)]
+    error, errors = broker.groups.leave(body.group_id, leaving)
+    if not has_field(mod.LeaveGroupResponse, "members"):
+        if error is ErrorCode.none and errors:
+            error = errors[0]
+        return build(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error)
+    members = tuple(build(mod.MemberResponse, member_id=m, group_instance_id=i, error_code=e)
+                    for (m, i), e in zip(leaving, errors, strict=False))
+    return build(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error,
+                 members=members)
+
+
+# --- OffsetCommit, OffsetFetch, OffsetDelete ------------------------------------------------
+
+async def handle_offset_commit(broker, request: Request):
+    mod = response_module(apis.OFFSET_COMMIT, request.api_version)
+    body = request.body
+    partitions = [
+        OffsetCommitPartition(t.name, p.partition_index, p.committed_offset,
+                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+        for t in body.topics for p in t.partitions
+    ]
+    errors = await broker.groups.commit(
+        body.group_id, body.generation_id_or_member_epoch, body.member_id,
+        getattr(body, "group_instance_id", None), _ms(getattr(body, "retention_time", -1)),
+        partitions)
+    by_topic: dict[str, list] = {}
+    for p, error in zip(partitions, errors, strict=True):
+        by_topic.setdefault(p.topic, []).append(
+            build(mod.OffsetCommitResponsePartition, partition_index=p.partition,
+                  error_code=error))
+    return build(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()))
+
+
+def handle_offset_fetch(broker, request: Request):
+    v = request.api_version
+    mod = response_module(apis.OFFSET_FETCH, v)
+    body = request.body
+    if has_field(type(body), "groups"):
+        # v9: a consumer group's member says who it is (KIP-848).
+        groups = [(g.group_id, _wanted(g.topics),
+                   (getattr(g, "member_id", None), getattr(g, "member_epoch", -1)))
+                  for g in body.groups]
+        results = []
+        for group_id, wanted, member in groups:
+            error, topics = _fetched(broker, mod, group_id, wanted, "OffsetFetchResponseTopics",
+                                     "OffsetFetchResponsePartitions", member=member)
+            results.append(build(mod.OffsetFetchResponseGroup, group_id=group_id,
+                                 topics=topics, error_code=error))
+        return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(results))
+    error, topics = _fetched(broker, mod, body.group_id, _wanted(body.topics),
+                             "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",
+                             per_partition_error=not has_field(mod.OffsetFetchResponse,
+                                                               "error_code"))
+    return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
+                 error_code=error)
+
+
+def _wanted(topics) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, list(t.partition_indexes)) for t in topics]
+
+
+def _fetched(broker, mod, group_id: str, wanted, topic_cls: str, partition_cls: str,
+             per_partition_error: bool = False, member: tuple[str | None, int] = (None, -1)):
+    error, offsets = broker.groups.fetch(group_id, wanted, *member)
+    if error is not ErrorCode.none and per_partition_error and wanted:
+        offsets = [(t, p, None) for t, parts in wanted for p in parts]
+    by_topic: dict[str, list] = {}
+    for topic, partition, value in offsets:
+        by_topic.setdefault(topic, []).append(build(
+            getattr(mod, partition_cls), partition_index=partition,
+            committed_offset=value.offset if value else -1,
+            committed_leader_epoch=value.leader_epoch if value else -1,
+            metadata=value.metadata if value else "",
+            error_code=error if per_partition_error else ErrorCode.none))
+    topics = tuple(build(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
+                   for name, parts in by_topic.items())
+    return error, topics
+
+
+async def handle_offset_delete(broker, request: Request):
+    mod = response_module(apis.OFFSET_DELETE, request.api_version)
+    body = request.body
+    wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
+    error, results = await broker.groups.delete_offsets(body.group_id, wanted)
+    by_topic: dict[str, list] = {}
+    for topic, partition, perror in results:
+        by_topic.setdefault(topic, []).append(
+            build(mod.OffsetDeleteResponsePartition, partition_index=partition,
+                  error_code=perror))
+    return build(mod.OffsetDeleteResponse, throttle_time=NO_THROTTLE, error_code=error,
+                 topics=tuple(build(mod.OffsetDeleteResponseTopic, name=name,
+                                    partitions=tuple(parts))
+                              for name, parts in by_topic.items()))
+
+
+# --- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------
+
+def handle_list_groups(broker, request: Request):
+    mod = response_module(apis.LIST_GROUPS, request.api_version)
+    body = request.body
+    overviews = broker.groups.list_groups(set(getattr(body, "states_filter", ()) or ()),
+                                          set(getattr(body, "types_filter", ()) or ()))
+    groups = tuple(build(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
+                         group_state=g.state, group_type=g.group_type) for g in overviews)
+    return build(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                 groups=groups)
+
+
+def handle_describe_groups(broker, request: Request):
+    v = request.api_version
+    mod = response_module(apis.DESCRIBE_GROUPS, v)
+    body = request.body
+    described = []
+    for group_id in body.groups:
+        error, group = broker.groups.describe(group_id)
+        if group is None:
+            if error is ErrorCode.group_id_not_found and v < 6:
+                error = ErrorCode.none  # older versions show an unknown group as Dead
+            described.append(build(
+                mod.DescribedGroup, error_code=error,
+                error_message=None if error is ErrorCode.none else error.name,
+                group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
+                members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
+        stable = group.state.value == "Stable"
+        members = tuple(build(
+            mod.DescribedGroupMember, member_id=m.member_id,
+            group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata(group.protocol) if stable else b"",
+            member_assignment=m.assignment if stable else b"")
+            for m in group.members.values())
+        described.append(build(
+            mod.DescribedGroup, error_code=ErrorCode.none, error_message=None,
+            group_id=group_id, group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol or "") if stable else "", members=members,
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+    return build(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                 groups=tuple(described))
+
+
+async def handle_delete_groups(broker, request: Request):
+    mod = response_module(apis.DELETE_GROUPS, request.api_version)
+    results = []
+    for group_id in dict.fromkeys(request.body.groups_names):
+        error = await broker.groups.delete_group(group_id)
+        results.append(build(mod.DeletableGroupResult, group_id=group_id, error_code=error))
+    return build(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

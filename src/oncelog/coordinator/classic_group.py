@@ -1,0 +1,193 @@
+"""One consumer group of Kafka's classic protocol: its members and its state.
+
+States and what moves a group between them (Kafka's ClassicGroupState):
+
+- Empty: no members, perhaps committed offsets. A member joins -> PreparingRebalance; its
+  offsets expire or DeleteGroups -> Dead.
+- PreparingRebalance: members are (re)joining. Every member rejoined, or the rebalance
+  timeout -> CompletingRebalance (Empty when nobody rejoined).
+- CompletingRebalance: joined, waiting for the leader's assignment. The leader's SyncGroup
+  is stored -> Stable; a member joins, leaves or dies -> PreparingRebalance.
+- Stable: every member has its assignment. A member joins with new metadata, leaves or
+  dies, or the leader rejoins -> PreparingRebalance.
+- Dead: deleted or expired; never leaves it.
+
+This module holds the group's data and the rules that need nothing but that data (which
+protocol to choose, whether a join is consistent, what DescribeGroups shows). The timing and
+the answers to waiting requests are the coordinator's (group_coordinator.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol.consumer_protocol import subscription_topics
+from .group_records import GroupValue, MemberValue, OffsetValue
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    # A JoinGroup or SyncGroup waiting for its answer (the coordinator's futures).
+    join_waiter: Any = None
+    sync_waiter: Any = None
+    is_new: bool = False  # joined during the current rebalance
+    session_timer: Any = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def same_protocols(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return self.protocols == protocols
+
+
+@dataclass(eq=False)
+class ClassicGroup:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: dict[str, Any] = field(default_factory=dict)  # member id -> its timer
+    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    state_timestamp: int = -1  # when the group last changed state (ms)
+    join_timer: Any = None
+    initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
+    new_member_joined: bool = False  # during the initial delay
+
+    # --- the rules ------------------------------------------------------------------------
+
+    def transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp = now_ms
+
+    def is_in(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    @property
+    def size(self) -> int:
+        return len(self.members) + len(self.pending_members)
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """A joining member's protocols are consistent with the group's (Kafka's rule: the
+        same protocol type, and at least one protocol every member supports)."""
+        if not protocol_type or not protocols:
+            return False
+        if not self.members:
+            return self.protocol_type in (None, "", protocol_type) or self.is_in(GroupState.EMPTY)
+        if protocol_type != self.protocol_type:
+            return False
+        names = {name for name, _ in protocols}
+        return bool(self.candidate_protocols() & names)
+
+    def candidate_protocols(self) -> set[str]:
+        members = list(self.members.values())
+        if not members:
+            return set()
+        common = set(members[0].protocol_names())
+        for member in members[1:]:
+            common &= set(member.protocol_names())
+        return common
+
+    def select_protocol(self) -> str:
+        """Each member votes for the first protocol of its list that every member supports;
+        the most votes win (ties: the first member's preference order)."""
+        candidates = self.candidate_protocols()
+        votes: Counter[str] = Counter()
+        for member in self.members.values():
+            for name in member.protocol_names():
+                if name in candidates:
+                    votes[name] += 1
+                    break
+        best = max(votes.values())
+        for member in self.members.values():
+            for name in member.protocol_names():
+                if votes.get(name) == best:
+                    return name
+        raise AssertionError("a group with members always has a protocol")  # pragma: no cover
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_rejoined(self) -> bool:
+        return not self.pending_members and all(
+            m.join_waiter is not None for m in self.members.values())
+
+    def is_static(self, member_id: str, instance_id: str | None) -> bool:
+        return instance_id is not None and self.static_members.get(instance_id) == member_id
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """A static member whose instance now belongs to another member id."""
+        if instance_id is None:
+            return False
+        owner = self.static_members.get(instance_id)
+        return owner is not None and owner != member_id
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to, when the group speaks the consumer protocol and
+        it can be read (None: unknown)."""
+        if self.protocol_type != "consumer" or not self.members:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            names = subscription_topics(member.metadata(self.protocol))
+            if names is None:
+                return None
+            topics |= names
+        return topics
+
+    # --- persistence ------------------------------------------------------------------------
+
+    def to_value(self) -> GroupValue:
+        members = tuple(
+            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(self.protocol),
+                        m.assignment)
+            for m in self.members.values()
+        )
+        return GroupValue(self.protocol_type or "", self.generation, self.protocol, self.leader,
+                          self.state_timestamp, members)
+
+    @classmethod
+    def from_value(cls, group_id: str, value: GroupValue, now_ms: int) -> ClassicGroup:
+        group = cls(group_id, generation=value.generation,
+                    protocol_type=value.protocol_type or None, protocol=value.protocol,
+                    leader=value.leader,
+                    state_timestamp=value.state_timestamp if value.state_timestamp >= 0 else now_ms)
+        for m in value.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.rebalance_timeout, m.session_timeout, value.protocol_type,
+                            [(value.protocol or "", m.subscription)], m.assignment)
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group

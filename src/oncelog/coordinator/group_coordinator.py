@@ -1,0 +1,1003 @@
+"""The group coordinator: Kafka's classic group protocol and committed offsets.
+
+Every group lives in one partition of ``__consumer_offsets`` (``partition_for``); what the
+coordinator knows about a group is rebuilt from that partition's records (``load``) and every
+change is written there before it is answered (``OffsetsLog``), so nothing is kept only in
+memory: a restart reads the same groups and offsets back. A write that fails changes
+nothing in memory.
+
+Requests that must wait (JoinGroup until the rebalance completes, SyncGroup until the leader
+has assigned, OffsetCommit until its records are durable) are coroutines; timers (sessions,
+rebalance timeouts, the initial rebalance delay) run on the event loop. Each Kafka error is
+decided in one place, named after the request it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from . import consumer_records
+from . import group_records as rec
+from .classic_group import ClassicGroup, GroupState, Member
+from .consumer_coordinator import ConsumerGroupCoordinator
+from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+_EMPTY, _PREPARING, _COMPLETING, _STABLE, _DEAD = (
+    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE,
+    GroupState.STABLE, GroupState.DEAD)
+# A member that joined during a rebalance and never completed one is dropped after this
+# long without rejoining (Kafka's NewMemberJoinTimeoutMs).
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _too_long(*texts: str) -> bool:
+    """Longer than the records' strings can hold (Kafka's STRING: 32767 bytes)."""
+    return any(len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES for t in texts)
+
+
+def _new_member_id(prefix: str) -> str:
+    # Kafka's form (client or instance id, a dash, a UUID), the prefix cut so that the id
+    # stays a short string whatever the client sent.
+    return f"{prefix[:255]}-{uuid.uuid4()}"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """The offsets-topic partition of a group, as Kafka chooses it (Utils.abs of the hash)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+class WriteFailed(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class OffsetsLog(Protocol):
+    """Where the coordinator's records go: a partition of ``__consumer_offsets``."""
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]
+               ) -> Awaitable[None] | None:
+        """Append the records as one batch; raises WriteFailed when the log did not take
+        them; returns what to await for them to be durable (None: they are)."""
+        ...
+
+    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        """Every (key, value) of the partition, oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    num_partitions: int = 50
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offset_metadata_max_bytes: int = 4096
+
+
+@dataclass
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass
+class GroupOverview:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+class GroupCoordinator:
+    def __init__(self, offsets_log: OffsetsLog, config: GroupConfig,
+                 partition_exists: Callable[[str, int], bool],
+                 now_ms: Callable[[], int] = _now_ms,
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 topic_image: TopicImage | None = None) -> None:
+        self.log = offsets_log
+        self.config = config
+        self.partition_exists = partition_exists  # (topic, partition) is known to the broker
+        self.now_ms = now_ms
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        # Groups of the consumer protocol (KIP-848) share ``groups`` and the offsets log.
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self, consumer_config or ConsumerGroupConfig(),
+            topic_image if topic_image is not None else {})
+        self.loading: set[int] = set(range(config.num_partitions))
+        self.commits = 0  # offsets committed, for /metrics
+        self._tasks: set[asyncio.Task] = set()
+
+    def _background(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- loading --------------------------------------------------------------------------
+
+    async def load_all(self) -> None:
+        """Rebuild every group from its partition; a partition answers
+        COORDINATOR_LOAD_IN_PROGRESS until it is read."""
+        for partition in range(self.config.num_partitions):
+            try:
+                await self._load(partition)
+            except Exception:
+                log.exception("loading groups of __consumer_offsets-%d failed", partition)
+                raise
+
+    async def _load(self, partition: int) -> None:
+        now = self.now_ms()
+        metadata: dict[str, rec.GroupValue | None] = {}
+        offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
+        modern: list[tuple[bytes, bytes | None]] = []
+        count = 0
+        for key_bytes, value_bytes in self.log.read(partition):
+            count += 1
+            if count % 2000 == 0:
+                await asyncio.sleep(0)  # let the broker serve while a large log is read
+            if key_bytes is None:
+                continue
+            if consumer_records.is_consumer_key(key_bytes):
+                modern.append((key_bytes, value_bytes))
+                continue
+            try:
+                key = rec.read_key(key_bytes)
+                if isinstance(key, rec.OffsetKey):
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value_bytes is None:
+                        group_offsets.pop((key.topic, key.partition), None)
+                    else:
+                        group_offsets[key.topic, key.partition] = rec.read_offset_value(
+                            value_bytes)
+                else:
+                    metadata[key.group] = (None if value_bytes is None
+                                           else rec.read_group_value(value_bytes))
+            except rec.BadRecord as exc:
+                log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+        consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
+        for group_id, consumer_group in consumer.items():
+            consumer_group.offsets = offsets.pop(group_id, {})
+            self.groups[group_id] = consumer_group
+            self.consumer_groups.loaded(consumer_group)
+        for group_id in set(metadata) | set(offsets):
+            value = metadata.get(group_id)
+            group_offsets = offsets.get(group_id, {})
+            if (value is None and not group_offsets) or group_id in consumer:
+                continue
+            group = (ClassicGroup.from_value(group_id, value, now) if value is not None
+                     else ClassicGroup(group_id, state_timestamp=now))
+            group.offsets = group_offsets
+            self.groups[group_id] = group
+            for member in group.members.values():
+                self._schedule_session(group, member)
+        self.loading.discard(partition)
+        if count:
+            log.info("__consumer_offsets-%d: loaded %d records, %d groups", partition, count,
+                     sum(1 for g in self.groups if self.partition_of(g) == partition))
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.num_partitions)
+
+    def _unavailable(self, group_id: str | None) -> ErrorCode | None:
+        """The error for a group this coordinator cannot serve now, or None."""
+        if not group_id or _too_long(group_id):
+            return E.invalid_group_id
+        if self.partition_of(group_id) in self.loading:
+            return E.coordinator_load_in_progress
+        return None
+
+    def is_loading(self, group_id: str) -> bool:
+        return self.partition_of(group_id) in self.loading
+
+    # --- JoinGroup ------------------------------------------------------------------------
+
+    async def join(self, group_id: str, member_id: str, instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   supports_skip_assignment: bool) -> JoinResult:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return JoinResult(error, member_id)
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
+            return JoinResult(E.invalid_session_timeout, member_id)
+        if not protocol_type or not protocols:
+            return JoinResult(E.inconsistent_group_protocol, member_id)
+        if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
+            return JoinResult(E.invalid_request, member_id)
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            # Kafka: a classic member cannot join a consumer group with members; an empty
+            # one becomes a classic group (its offsets stay).
+            if group.members:
+                return JoinResult(E.inconsistent_group_protocol, member_id)
+            error = await self.consumer_groups.drop(group, "a classic member joins")
+            if error is not None:
+                return JoinResult(error, member_id)
+            converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
+            converted.offsets = group.offsets
+            group = self.groups[group_id] = converted
+        if group is None:
+            if member_id:
+                return JoinResult(E.unknown_member_id, member_id)
+            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.now_ms())
+        if group.is_in(_DEAD):
+            # Deleted or expired in the meantime: the client looks the coordinator up again.
+            return JoinResult(E.coordinator_not_available, member_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(E.inconsistent_group_protocol, member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, protocol_type, list(protocols))
+        if not member_id:
+            return await self._join_unknown(group, member, require_known_member_id,
+                                            supports_skip_assignment)
+        return await self._join_known(group, member)
+
+    async def _join_unknown(self, group: ClassicGroup, joining: Member,
+                            require_known_member_id: bool, skip_ok: bool) -> JoinResult:
+        instance_id = joining.group_instance_id
+        if instance_id is not None and instance_id in group.static_members:
+            return await self._replace_static_member(group, joining, skip_ok)
+        if group.size >= self.config.max_size:
+            return JoinResult(E.group_max_size_reached)
+        joining.member_id = _new_member_id(instance_id or joining.client_id)
+        if instance_id is None and require_known_member_id:
+            # KIP-394: the id is handed out first, and counts only once it is used.
+            loop = asyncio.get_running_loop()
+            group.pending_members[joining.member_id] = loop.call_later(
+                joining.session_timeout_ms / 1000, self._expire_pending, group,
+                joining.member_id)
+            return JoinResult(E.member_id_required, joining.member_id)
+        return await self._add_and_rebalance(group, joining, "a new member joined")
+
+    async def _join_known(self, group: ClassicGroup, joining: Member) -> JoinResult:
+        member_id, instance_id = joining.member_id, joining.group_instance_id
+        if group.fenced(member_id, instance_id):
+            return JoinResult(E.fenced_instance_id, member_id)
+        if member_id in group.pending_members:
+            group.pending_members.pop(member_id).cancel()
+            return await self._add_and_rebalance(group, joining, "a pending member joined")
+        member = group.members.get(member_id)
+        if member is None or group.is_in(_EMPTY, _DEAD):
+            return JoinResult(E.unknown_member_id, member_id)
+        if instance_id is not None and not group.is_static(member_id, instance_id):
+            return JoinResult(E.fenced_instance_id, member_id)
+        if group.is_in(_PREPARING):
+            return await self._update_and_wait(group, member, joining)
+        if group.is_in(_COMPLETING):
+            if member.same_protocols(joining.protocols):
+                # A repeated join (its answer was lost): the current generation again.
+                self._schedule_session(group, member)
+                return self._join_answer(group, member)
+            return await self._update_and_rebalance(group, member, joining,
+                                                    "a member changed its protocols")
+        # Stable
+        if member.member_id == group.leader or not member.same_protocols(joining.protocols):
+            return await self._update_and_rebalance(group, member, joining,
+                                                    "the leader or changed metadata rejoined")
+        self._schedule_session(group, member)
+        return self._join_answer(group, member)
+
+    async def _replace_static_member(self, group: ClassicGroup, joining: Member,
+                                     skip_ok: bool) -> JoinResult:
+        """KIP-345: a static member restarted; it takes its old place under a new member id,
+        and the old id is fenced."""
+        instance_id = joining.group_instance_id
+        old_id = group.static_members[instance_id]
+        old = group.members.get(old_id)
+        new_id = _new_member_id(instance_id)
+        joining.member_id = new_id
+        if old is None:  # a stale mapping: join as new
+            del group.static_members[instance_id]
+            return await self._add_and_rebalance(group, joining, "a static member joined")
+        self._fence(old)
+        del group.members[old_id]
+        old_protocols = old.protocols
+        self._take_over(old, joining)
+        group.members[new_id] = old
+        group.static_members[instance_id] = new_id
+        was_leader = group.leader == old_id
+        if was_leader:
+            group.leader = new_id
+        if group.is_in(_PREPARING):
+            return await self._wait_join(group, old)
+        if group.is_in(_COMPLETING):
+            return await self._rebalance_and_wait(group, old, "a static member rejoined")
+        if group.is_in(_STABLE):
+            # Kafka's rule: no rebalance unless the protocol the group would now choose
+            # changes; the leader is given the members again but told to skip assigning.
+            if group.select_protocol() != group.protocol:
+                return await self._rebalance_and_wait(group, old, "a static member rejoined "
+                                                      "with other protocols")
+            try:
+                await self._store_group(group)
+            except WriteFailed as exc:
+                # Undo: the old id stays the member's.
+                del group.members[new_id]
+                old.member_id = old_id
+                old.protocols = old_protocols
+                group.members[old_id] = old
+                group.static_members[instance_id] = old_id
+                if was_leader:
+                    group.leader = old_id
+                return JoinResult(exc.error)
+            self._schedule_session(group, old)
+            answer = self._join_answer(group, old)
+            answer.skip_assignment = was_leader and skip_ok
+            return answer
+        return JoinResult(E.unknown_member_id, new_id)
+
+    @classmethod
+    def _take_over(cls, member: Member, joining: Member) -> None:
+        member.member_id = joining.member_id
+        cls._take_over_protocols(member, joining)
+
+    def _fence(self, member: Member) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+            member.session_timer = None
+        self._answer_waiters(member, E.fenced_instance_id)
+
+    @staticmethod
+    def _answer_waiters(member: Member, error: ErrorCode) -> None:
+        """End a member's JoinGroup and SyncGroup in waiting with ``error``."""
+        for waiter, answer in ((member.join_waiter, JoinResult(error, member.member_id)),
+                               (member.sync_waiter, SyncResult(error))):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(answer)
+        member.join_waiter = member.sync_waiter = None
+
+    async def _add_and_rebalance(self, group: ClassicGroup, member: Member,
+                                 reason: str) -> JoinResult:
+        member.is_new = True
+        group.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            group.static_members[member.group_instance_id] = member.member_id
+        if group.protocol_type is None or not group.protocol_type:
+            group.protocol_type = member.protocol_type
+        if group.initial_delay is not None:
+            group.new_member_joined = True
+        return await self._rebalance_and_wait(group, member, reason)
+
+    async def _update_and_rebalance(self, group: ClassicGroup, member: Member,
+                                    joining: Member, reason: str) -> JoinResult:
+        self._take_over_protocols(member, joining)
+        return await self._rebalance_and_wait(group, member, reason)
+
+    async def _update_and_wait(self, group: ClassicGroup, member: Member,
+                               joining: Member) -> JoinResult:
+        self._take_over_protocols(member, joining)
+        return await self._wait_join(group, member)
+
+    @staticmethod
+    def _take_over_protocols(member: Member, joining: Member) -> None:
+        member.protocols = joining.protocols
+        member.client_id, member.client_host = joining.client_id, joining.client_host
+        member.session_timeout_ms = joining.session_timeout_ms
+        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
+
+    async def _rebalance_and_wait(self, group: ClassicGroup, member: Member,
+                                  reason: str) -> JoinResult:
+        future = self._await_join(member)
+        if group.is_in(_STABLE, _COMPLETING, _EMPTY):
+            self._prepare_rebalance(group, reason)
+        self._maybe_complete_join(group)
+        return await future
+
+    async def _wait_join(self, group: ClassicGroup, member: Member) -> JoinResult:
+        future = self._await_join(member)
+        self._maybe_complete_join(group)
+        return await future
+
+    def _await_join(self, member: Member) -> asyncio.Future:
+        if member.join_waiter is not None and not member.join_waiter.done():
+            # The member sent another JoinGroup: the older one is answered as Kafka does.
+            member.join_waiter.set_result(JoinResult(E.unknown_member_id, member.member_id))
+        member.join_waiter = asyncio.get_running_loop().create_future()
+        return member.join_waiter
+
+    def _join_answer(self, group: ClassicGroup, member: Member) -> JoinResult:
+        members: tuple = ()
+        if member.member_id == group.leader:
+            members = tuple((m.member_id, m.group_instance_id, m.metadata(group.protocol))
+                            for m in group.members.values())
+        return JoinResult(E.none, member.member_id, group.generation, group.protocol_type,
+                          group.protocol, group.leader or "", False, members)
+
+    # --- rebalancing ------------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(_COMPLETING):
+            # Assignments of the generation that never became stable are void.
+            for member in group.members.values():
+                member.assignment = b""
+                if member.sync_waiter is not None and not member.sync_waiter.done():
+                    member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
+                member.sync_waiter = None
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        loop = asyncio.get_running_loop()
+        was_empty = group.is_in(_EMPTY)
+        group.transition(_PREPARING, self.now_ms())
+        timeout = group.rebalance_timeout_ms()
+        delay = self.config.initial_rebalance_delay_ms
+        if was_empty and delay > 0:
+            group.initial_delay = (delay, max(timeout - delay, 0))
+            group.new_member_joined = False
+            group.join_timer = loop.call_later(min(delay, timeout) / 1000,
+                                               self._initial_delay_over, group)
+        else:
+            group.initial_delay = None
+            group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group)
+        log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id,
+                 group.generation, reason)
+
+    def _initial_delay_over(self, group: ClassicGroup) -> None:
+        delay, remaining = group.initial_delay or (0, 0)
+        if group.new_member_joined and remaining > 0:
+            # Members keep arriving: wait one more delay, within the rebalance timeout.
+            step = min(delay, remaining)
+            group.initial_delay = (delay, remaining - step)
+            group.new_member_joined = False
+            group.join_timer = asyncio.get_running_loop().call_later(
+                step / 1000, self._initial_delay_over, group)
+            return
+        group.initial_delay = None
+        group.join_timer = None
+        self._complete_join(group)
+
+    def _join_timeout(self, group: ClassicGroup) -> None:
+        group.join_timer = None
+        if group.is_in(_PREPARING):
+            self._complete_join(group)
+
+    def _maybe_complete_join(self, group: ClassicGroup) -> None:
+        if group.is_in(_PREPARING) and group.initial_delay is None and group.all_rejoined():
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+                group.join_timer = None
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        if not group.is_in(_PREPARING):
+            return
+        for member in [m for m in group.members.values() if m.join_waiter is None]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id,
+                     member.member_id)
+            self._drop_member(group, member)
+        for member_id, timer in list(group.pending_members.items()):
+            timer.cancel()
+            del group.pending_members[member_id]
+        now = self.now_ms()
+        group.generation += 1
+        if not group.members:
+            group.protocol = None
+            group.leader = None
+            group.transition(_EMPTY, now)
+            log.info("group %s: empty at generation %d", group.group_id, group.generation)
+            self._store_in_background(group)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(_COMPLETING, now)
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
+                 group.group_id, group.generation, len(group.members), group.protocol,
+                 group.leader)
+        for member in group.members.values():
+            member.is_new = False
+            waiter, member.join_waiter = member.join_waiter, None
+            self._schedule_session(group, member)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(self._join_answer(group, member))
+
+    def _store_in_background(self, group: ClassicGroup) -> None:
+        async def store() -> None:
+            try:
+                await self._store_group(group)
+            except WriteFailed as exc:
+                log.warning("group %s: storing its state failed: %s", group.group_id, exc)
+        self._background(store())
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def _schedule_session(self, group: ClassicGroup, member: Member) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
+                   else member.session_timeout_ms)
+        member.session_timer = asyncio.get_running_loop().call_later(
+            timeout / 1000, self._session_expired, group, member)
+
+    def _session_expired(self, group: ClassicGroup, member: Member) -> None:
+        member.session_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.join_waiter is not None or member.sync_waiter is not None:
+            self._schedule_session(group, member)  # waiting on us: alive
+            return
+        log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
+        self._remove_member(group, member, "a member's session timed out")
+
+    def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
+        if group.pending_members.pop(member_id, None) is not None:
+            log.info("group %s: pending member %s never joined", group.group_id, member_id)
+            self._maybe_complete_join(group)
+
+    def _drop_member(self, group: ClassicGroup, member: Member) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+            member.session_timer = None
+        group.members.pop(member.member_id, None)
+        instance = member.group_instance_id
+        if instance is not None and group.static_members.get(instance) == member.member_id:
+            del group.static_members[instance]
+        if group.leader == member.member_id:
+            group.leader = next(iter(group.members), None)
+
+    def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
+        self._answer_waiters(member, E.unknown_member_id)
+        self._drop_member(group, member)
+        if group.is_in(_STABLE, _COMPLETING):
+            self._prepare_rebalance(group, reason)
+        self._maybe_complete_join(group)
+
+    def _member_check(self, group: ClassicGroup | ConsumerGroup | None, member_id: str,
+                      instance_id: str | None, generation: int) -> ErrorCode | None:
+        """The checks SyncGroup and Heartbeat share, in Kafka's order."""
+        if group is None or isinstance(group, ConsumerGroup):
+            return E.unknown_member_id
+        if group.is_in(_DEAD):
+            return E.coordinator_not_available
+        if group.fenced(member_id, instance_id):
+            return E.fenced_instance_id
+        if member_id not in group.members:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    # --- SyncGroup --------------------------------------------------------------------------
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   instance_id: str | None, protocol_type: str | None,
+                   protocol: str | None, assignments: list[tuple[str, bytes]]) -> SyncResult:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return SyncResult(error)
+        group = self.groups.get(group_id)
+        error = self._member_check(group, member_id, instance_id, generation)
+        if error is not None:
+            return SyncResult(error)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol is not None and protocol != group.protocol):
+            return SyncResult(E.inconsistent_group_protocol)
+        member = group.members[member_id]
+        if group.is_in(_EMPTY):
+            return SyncResult(E.unknown_member_id)
+        if group.is_in(_PREPARING):
+            return SyncResult(E.rebalance_in_progress)
+        if group.is_in(_STABLE):
+            self._schedule_session(group, member)
+            return SyncResult(E.none, group.protocol_type, group.protocol, member.assignment)
+        # CompletingRebalance
+        if member.sync_waiter is not None and not member.sync_waiter.done():
+            member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
+        future = member.sync_waiter = asyncio.get_running_loop().create_future()
+        self._schedule_session(group, member)
+        if member_id == group.leader:
+            self._background(self._store_assignment(group, dict(assignments)))
+        return await future
+
+    async def _store_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+        generation = group.generation
+        previous = {m.member_id: m.assignment for m in group.members.values()}
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+        try:
+            await self._store_group(group)
+        except WriteFailed as exc:
+            if group.is_in(_COMPLETING) and group.generation == generation:
+                for member in group.members.values():
+                    member.assignment = previous.get(member.member_id, b"")
+                    waiter, member.sync_waiter = member.sync_waiter, None
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(SyncResult(exc.error))
+                self._prepare_rebalance(group, "storing the assignment failed")
+            return
+        if not group.is_in(_COMPLETING) or group.generation != generation:
+            return  # a rebalance began meanwhile; its members were told
+        group.transition(_STABLE, self.now_ms())
+        log.info("group %s: stable at generation %d", group.group_id, generation)
+        for member in group.members.values():
+            waiter, member.sync_waiter = member.sync_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(SyncResult(E.none, group.protocol_type, group.protocol,
+                                             member.assignment))
+
+    # --- Heartbeat and LeaveGroup -----------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  instance_id: str | None) -> ErrorCode:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        error = self._member_check(group, member_id, instance_id, generation)
+        if error is not None:
+            return error
+        if group.is_in(_EMPTY):
+            return E.unknown_member_id
+        self._schedule_session(group, group.members[member_id])
+        return E.rebalance_in_progress if group.is_in(_PREPARING) else E.none
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]
+              ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(group error, one error per leaving member)."""
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None or isinstance(group, ConsumerGroup):
+            return E.none, [E.unknown_member_id] * len(leaving)
+        if group.is_in(_DEAD):
+            return E.coordinator_not_available, []
+        errors = []
+        for member_id, instance_id in leaving:
+            if not member_id and instance_id is not None:
+                member_id = group.static_members.get(instance_id, "")
+                if not member_id:
+                    errors.append(E.unknown_member_id)
+                    continue
+            if group.fenced(member_id, instance_id):
+                errors.append(E.fenced_instance_id)
+                continue
+            if member_id in group.pending_members:
+                group.pending_members.pop(member_id).cancel()
+                self._maybe_complete_join(group)
+                errors.append(E.none)
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                errors.append(E.unknown_member_id)
+                continue
+            log.info("group %s: member %s left", group.group_id, member_id)
+            self._remove_member(group, member, "a member left the group")
+            errors.append(E.none)
+        return E.none, errors
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    async def commit(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None, retention_ms: int,
+                     partitions: list[OffsetCommitPartition]) -> list[ErrorCode]:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return [error] * len(partitions)
+        group = self.groups.get(group_id)
+        error = self._commit_check(group, generation, member_id, instance_id)
+        if error is not None:
+            return [error] * len(partitions)
+        now = self.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[tuple[str, int], rec.OffsetValue] = {}
+        for p in partitions:
+            error = self._partition_commit_error(p)
+            errors.append(error)
+            if error is not E.none:
+                continue
+            expire = now + retention_ms if retention_ms >= 0 else -1
+            value = rec.OffsetValue(p.offset, p.leader_epoch, p.metadata or "", now, expire)
+            values[p.topic, p.partition] = value
+            records.append((rec.offset_key(group_id, p.topic, p.partition),
+                            rec.offset_value(value)))
+        if not records:
+            return errors
+        try:
+            durable = self.log.append(self.partition_of(group_id), records)
+        except WriteFailed as exc:
+            log.warning("group %s: storing offsets failed: %s", group_id, exc)
+            code = (E.invalid_commit_offset_size if exc.error is E.message_too_large
+                    else exc.error)
+            return [code if e is E.none else e for e in errors]
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD):
+            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
+        group.offsets.update(values)
+        self.commits += len(values)
+        if isinstance(group, ClassicGroup) and member_id in group.members:
+            self._schedule_session(group, group.members[member_id])
+        if durable is not None:
+            try:
+                await durable
+            except OSError as exc:
+                log.error("group %s: offsets not durable: %s", group_id, exc)
+                return [E.kafka_storage_error if e is E.none else e for e in errors]
+        return errors
+
+    def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
+                      member_id: str, instance_id: str | None) -> ErrorCode | None:
+        if isinstance(group, ConsumerGroup):
+            return group.commit_error(member_id, generation)  # generation: the member epoch
+        if group is None or group.is_in(_DEAD):
+            # Offsets of a consumer not in a group (assign() users, tools): allowed when no
+            # group of that name has members.
+            return None if generation < 0 else E.illegal_generation
+        if generation < 0 and group.is_in(_EMPTY):
+            return None
+        if group.fenced(member_id, instance_id):
+            return E.fenced_instance_id
+        if group.is_in(_COMPLETING) and member_id in group.members:
+            return E.rebalance_in_progress
+        if member_id not in group.members:
+            return E.unknown_member_id
+        if generation != group.generation:
+            return E.illegal_generation
+        return None
+
+    def _partition_commit_error(self, p: OffsetCommitPartition) -> ErrorCode:
+        if not self.partition_exists(p.topic, p.partition):
+            return E.unknown_topic_or_partition
+        if p.metadata is not None and len(p.metadata.encode()) > \
+                self.config.offset_metadata_max_bytes:
+            return E.offset_metadata_too_large
+        if p.offset < 0:
+            return E.offset_out_of_range
+        return E.none
+
+    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+              member_id: str | None = None, member_epoch: int = -1
+              ) -> tuple[ErrorCode, list[tuple[str, int, rec.OffsetValue | None]]]:
+        """(group error, (topic, partition, committed or None)); topics None: all of them.
+        A consumer group checks the member and its epoch (OffsetFetch v9)."""
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            error = group.fetch_error(member_id, member_epoch)
+            if error is not None:
+                return error, []
+        offsets = group.offsets if group is not None and not group.is_in(_DEAD) else {}
+        if topics is None:
+            return E.none, [(t, p, v) for (t, p), v in sorted(offsets.items())]
+        return E.none, [(t, p, offsets.get((t, p))) for t, parts in topics for p in parts]
+
+    # --- listing, describing, deleting ------------------------------------------------------
+
+    def list_groups(self, states: set[str], types: set[str]) -> list[GroupOverview]:
+        states = {s.lower() for s in states}
+        types = {t.lower() for t in types}
+        out = []
+        for group in self.groups.values():
+            if group.is_in(_DEAD) or self.is_loading(group.group_id):
+                continue
+            if states and group.state.value.lower() not in states:
+                continue
+            group_type = getattr(group, "group_type", "classic")
+            if types and group_type not in types:
+                continue
+            out.append(GroupOverview(group.group_id, group.protocol_type or "",
+                                     group.state.value, group_type))
+        return out
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error, None
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD) or isinstance(group, ConsumerGroup):
+            # Kafka 4: "Group X is not a classic group" (ConsumerGroupDescribe shows it).
+            return E.group_id_not_found, None
+        return E.none, group
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD):
+            return E.group_id_not_found
+        if not group.is_in(_EMPTY):
+            return E.non_empty_group
+        records: list[tuple[bytes, bytes | None]] = [
+            (rec.offset_key(group_id, t, p), None) for (t, p) in group.offsets]
+        records += self._group_tombstones(group)
+        try:
+            durable = self.log.append(self.partition_of(group_id), records)
+        except WriteFailed as exc:
+            log.warning("group %s: deleting failed: %s", group_id, exc)
+            return exc.error
+        self._forget(group)
+        log.info("group %s deleted", group_id)
+        if durable is not None:
+            try:
+                await durable
+            except OSError:
+                return E.kafka_storage_error
+        return E.none
+
+    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
+                             ) -> tuple[ErrorCode, list[tuple[str, int, ErrorCode]]]:
+        error = self._unavailable(group_id)
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD):
+            return E.group_id_not_found, []
+        subscribed: set[str] = set()
+        if not group.is_in(_EMPTY):
+            topics_in_use = group.subscribed_topics()
+            if topics_in_use is None:
+                return E.non_empty_group, []
+            subscribed = topics_in_use
+        results = []
+        records: list[tuple[bytes, bytes | None]] = []
+        for topic, parts in topics:
+            for p in parts:
+                if topic in subscribed:
+                    results.append((topic, p, E.group_subscribed_to_topic))
+                    continue
+                if not self.partition_exists(topic, p):
+                    results.append((topic, p, E.unknown_topic_or_partition))
+                    continue
+                results.append((topic, p, E.none))
+                if (topic, p) in group.offsets:
+                    records.append((rec.offset_key(group_id, topic, p), None))
+        if records:
+            try:
+                durable = self.log.append(self.partition_of(group_id), records)
+            except WriteFailed as exc:
+                return exc.error, []
+            for key, _ in records:
+                k = rec.read_key(key)
+                group.offsets.pop((k.topic, k.partition), None)
+            if durable is not None:
+                try:
+                    await durable
+                except OSError:
+                    return E.kafka_storage_error, []
+        return E.none, results
+
+    # --- expiry -----------------------------------------------------------------------------
+
+    def expire_offsets(self) -> int:
+        """Drop the offsets of empty groups older than offsets.retention.minutes (Kafka 2.1+:
+        counted from when the group became empty; for offsets committed without a group,
+        from the commit) and the groups left with nothing. Returns how many went."""
+        now = self.now_ms()
+        retention = self.config.offsets_retention_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if not group.is_in(_EMPTY) or self.is_loading(group.group_id):
+                continue
+            gone = []
+            for tp, value in group.offsets.items():
+                if value.expire_timestamp >= 0:
+                    due = value.expire_timestamp
+                elif group.protocol_type:
+                    due = group.state_timestamp + retention
+                else:
+                    due = value.commit_timestamp + retention
+                if now >= due:
+                    gone.append(tp)
+            if not gone and group.offsets:
+                continue
+            records: list[tuple[bytes, bytes | None]] = [
+                (rec.offset_key(group.group_id, t, p), None) for t, p in gone]
+            dead = len(gone) == len(group.offsets)
+            if dead:
+                records += self._group_tombstones(group)
+            try:
+                self.log.append(self.partition_of(group.group_id), records)
+            except WriteFailed as exc:
+                log.warning("group %s: expiring offsets failed: %s", group.group_id, exc)
+                continue
+            for tp in gone:
+                del group.offsets[tp]
+            expired += len(gone)
+            if dead:
+                self._forget(group)
+                log.info("group %s: expired (offsets.retention.minutes)", group.group_id)
+        return expired
+
+    @staticmethod
+    def _group_tombstones(group: ClassicGroup | ConsumerGroup
+                          ) -> list[tuple[bytes, bytes | None]]:
+        if isinstance(group, ConsumerGroup):
+            return [consumer_records.to_bytes(r) for r in group.tombstones()]
+        return [(rec.group_key(group.group_id), None)]
+
+    def _forget(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """A deleted or expired group leaves ``groups``."""
+        if isinstance(group, ConsumerGroup):
+            self.consumer_groups.forget(group)
+        else:
+            group.transition(_DEAD, self.now_ms())
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    # --- storing a group ----------------------------------------------------------------------
+
+    async def _store_group(self, group: ClassicGroup) -> None:
+        try:
+            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
+        except ValueError as exc:  # a string the record cannot hold (refused earlier)
+            raise WriteFailed(E.invalid_request, str(exc)) from exc
+        try:
+            durable = self.log.append(self.partition_of(group.group_id), [record])
+        except WriteFailed as exc:
+            error = (E.unknown_server_error if exc.error is E.message_too_large
+                     else exc.error)
+            raise WriteFailed(error, str(exc)) from exc
+        if durable is not None:
+            try:
+                await durable
+            except OSError as exc:
+                raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
+
+    def close(self) -> None:
+        self.consumer_groups.close()
+        for group in self.groups.values():
+            if isinstance(group, ConsumerGroup):
+                continue
+            for timer in (group.join_timer, *group.pending_members.values()):
+                if timer is not None:
+                    timer.cancel()
+            for member in group.members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()

@@ -1,0 +1,223 @@
+"""The records of ``__consumer_offsets``, in Kafka's own formats.
+
+A record's key says what it is about; its value is the latest state of that thing, or null
+(a tombstone) when the thing is gone, so compaction keeps exactly the current state:
+
+* offset commit: key version 0/1 (group, topic, partition), value version 1 or 3
+  (offset, leader epoch, metadata, commit timestamp);
+* group metadata: key version 2 (group), value version 0 to 3 (protocol type, generation,
+  chosen protocol, leader, state timestamp, members with subscription and assignment).
+
+The layouts are Kafka's (``OffsetCommitKey``, ``OffsetCommitValue``, ``GroupMetadataKey``,
+``GroupMetadataValue``), so Kafka's tools can read an oncelog offsets topic and the other way
+round. Pure: bytes in, values out.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+MAX_STRING_BYTES = 0x7FFF
+
+
+class BadRecord(ValueError):
+    """A record of the offsets topic that is not one of Kafka's known layouts."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1  # only in version 1 values (explicit retention_time commits)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[MemberValue, ...]
+
+
+# --- writing --------------------------------------------------------------------------------
+
+class _Writer:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def int16(self, v: int) -> _Writer:
+        self.parts.append(struct.pack(">h", v))
+        return self
+
+    def int32(self, v: int) -> _Writer:
+        self.parts.append(struct.pack(">i", v))
+        return self
+
+    def int64(self, v: int) -> _Writer:
+        self.parts.append(struct.pack(">q", v))
+        return self
+
+    def string(self, v: str | None) -> _Writer:
+        if v is None:
+            return self.int16(-1)
+        data = v.encode()
+        if len(data) > MAX_STRING_BYTES:
+            raise ValueError(f"string of {len(data)} bytes does not fit a Kafka STRING")
+        self.parts.append(struct.pack(">h", len(data)) + data)
+        return self
+
+    def bytes_(self, v: bytes) -> _Writer:
+        self.parts.append(struct.pack(">i", len(v)) + v)
+        return self
+
+    def done(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return (_Writer().int16(OFFSET_KEY_VERSION).string(group).string(topic).int32(partition)
+            .done())
+
+
+def group_key(group: str) -> bytes:
+    return _Writer().int16(GROUP_KEY_VERSION).string(group).done()
+
+
+def offset_value(value: OffsetValue) -> bytes:
+    if value.expire_timestamp >= 0:  # version 1 carries the explicit expiry
+        return (_Writer().int16(1).int64(value.offset).string(value.metadata)
+                .int64(value.commit_timestamp).int64(value.expire_timestamp).done())
+    return (_Writer().int16(OFFSET_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
+            .string(value.metadata).int64(value.commit_timestamp).done())
+
+
+def group_value(value: GroupValue) -> bytes:
+    w = (_Writer().int16(GROUP_VALUE_VERSION).string(value.protocol_type).int32(value.generation)
+         .string(value.protocol).string(value.leader).int64(value.state_timestamp)
+         .int32(len(value.members)))
+    for m in value.members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
+         .string(m.client_host).int32(m.rebalance_timeout).int32(m.session_timeout)
+         .bytes_(m.subscription).bytes_(m.assignment))
+    return w.done()
+
+
+# --- reading --------------------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def _take(self, fmt: str, size: int) -> int:
+        if self.pos + size > len(self.data):
+            raise BadRecord("record ends early")
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return v
+
+    def int16(self) -> int:
+        return self._take(">h", 2)
+
+    def int32(self) -> int:
+        return self._take(">i", 4)
+
+    def int64(self) -> int:
+        return self._take(">q", 8)
+
+    def string(self) -> str | None:
+        size = self.int16()
+        if size < 0:
+            return None
+        return bytes(self._raw(size)).decode("utf-8", "replace")
+
+    def bytes_(self) -> bytes:
+        size = self.int32()
+        return b"" if size < 0 else bytes(self._raw(size))
+
+    def _raw(self, size: int) -> memoryview:
+        if self.pos + size > len(self.data):
+            raise BadRecord("record ends early")
+        out = self.data[self.pos:self.pos + size]
+        self.pos += size
+        return out
+
+
+def read_key(data: bytes) -> OffsetKey | GroupKey:
+    r = _Reader(data)
+    version = r.int16()
+    if version in (0, 1):
+        return OffsetKey(r.string() or "", r.string() or "", r.int32())
+    if version == 2:
+        return GroupKey(r.string() or "")
+    raise BadRecord(f"unknown key version {version}")
+
+
+def read_offset_value(data: bytes) -> OffsetValue:
+    r = _Reader(data)
+    version = r.int16()
+    if version in (0, 1):
+        offset, metadata, ts = r.int64(), r.string() or "", r.int64()
+        expire = r.int64() if version == 1 else -1
+        return OffsetValue(offset, -1, metadata, ts, expire)
+    if version in (2, 3):
+        offset = r.int64()
+        epoch = r.int32() if version == 3 else -1
+        return OffsetValue(offset, epoch, r.string() or "", r.int64())
+    raise BadRecord(f"unknown offset value version {version}")
+
+
+def read_group_value(data: bytes) -> GroupValue:
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise BadRecord(f"unknown group value version {version}")
+    protocol_type = r.string() or ""
+    generation = r.int32()
+    protocol, leader = r.string(), r.string()
+    state_ts = r.int64() if version >= 2 else -1
+    members = []
+    for _ in range(r.int32()):
+        member_id = r.string() or ""
+        instance = r.string() if version >= 3 else None
+        client_id, client_host = r.string() or "", r.string() or ""
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
+        if rebalance_timeout < 0:
+            rebalance_timeout = session_timeout
+        members.append(MemberValue(member_id, instance, client_id, client_host,
+                                   rebalance_timeout, session_timeout, r.bytes_(), r.bytes_()))
+    return GroupValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))
