@@ -171,3 +171,32 @@ def test_a_full_disk_during_cleaning_leaves_the_log_in_use(tmp_path):
     finally:
         broker.stop()
     assert "Traceback" not in broker.log_text()
+
+
+def test_committed_offsets_survive_the_compaction_of_the_offsets_topic(start_broker):
+    """__consumer_offsets is compacted by the same cleaner: after many commits are cleaned
+    away and the broker is killed and restarted, the group's last commit is what it fetches."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = start_broker(log_cleaner_backoff_ms=50, offsets_topic_num_partitions=1,
+                          offsets_topic_segment_bytes=4096)
+    create_compacted(broker.bootstrap)
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": "cleaned",
+              "enable.auto.commit": False}
+    consumer = Consumer(config)
+    try:
+        for offset in range(1, 301):
+            consumer.commit(offsets=[TopicPartition(TOPIC, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+    offsets_dir = broker.data_dir / "__consumer_offsets-0"
+    wait_until_cleaned(broker, offsets_dir)
+    assert len(read_to_end(broker.bootstrap, "__consumer_offsets")[0]) < 300
+    broker.kill()
+    broker.start()
+    consumer = Consumer(config)
+    try:
+        committed = consumer.committed([TopicPartition(TOPIC, 0)], timeout=TIMEOUT)
+    finally:
+        consumer.close()
+    assert committed[0].offset == 300
