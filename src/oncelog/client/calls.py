@@ -174,11 +174,16 @@ class CoordinatorResult:
     message: str | None = None
 
 
-def find_coordinator_request(group_id: str):
+def find_coordinator_request(key: str, key_type: int = COORDINATOR_GROUP):
+    """A group's coordinator (key type 0), or a transactional id's (1, which v0 cannot
+    ask: the answer would be the group coordinator of that name)."""
     def make(mod, version):
+        if key_type != COORDINATOR_GROUP and version == 0:
+            raise KafkaError(ErrorCode.unsupported_version,
+                             "FindCoordinator v0 finds group coordinators only")
         # v4+ asks for a batch of keys (KIP-699); we ask for one.
-        return build(mod.FindCoordinatorRequest, key=group_id, key_type=COORDINATOR_GROUP,
-                     coordinator_keys=(group_id,))
+        return build(mod.FindCoordinatorRequest, key=key, key_type=key_type,
+                     coordinator_keys=(key,))
 
     return make
 

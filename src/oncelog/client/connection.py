@@ -20,14 +20,51 @@ from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
-CLIENT_API_VERSIONS = SUPPORTED_VERSIONS  # the client speaks what the protocol layer knows
+# The transactional APIs' keys (the producer's; protocol/api_versions.py lists what the broker
+# implements).
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = \
+    22, 24, 25, 26, 28
+# The client speaks what the protocol layer knows, and the transactional APIs of its producer
+# (which a broker advertises once it has them): AddPartitionsToTxn stops at v3, as v4+ is the
+# brokers' batched form (KIP-890).
+CLIENT_API_VERSIONS = {
+    **SUPPORTED_VERSIONS,
+    INIT_PRODUCER_ID: (0, 6),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 5),
+    TXN_OFFSET_COMMIT: (0, 5),
+}
 
 
 class KafkaError(Exception):
+    """An error with Kafka's code (``error``). As confluent-kafka's KafkaError, it says what
+    to do about it: ``is_retriable()`` (the same call may succeed later), ``is_fatal()``
+    (the producer can do nothing more: close it), ``txn_requires_abort()`` (the transaction
+    can only be aborted; the producer goes on with the next one)."""
+
+    fatal = False
+    abortable = False
+
     def __init__(self, error: ErrorCode, message: str | None = None) -> None:
         super().__init__(f"{error.name.upper()} ({int(error)})" + (f": {message}" if message
                                                                    else ""))
         self.error = error
+
+    def code(self) -> ErrorCode:
+        return self.error
+
+    def name(self) -> str:
+        return self.error.name.upper()
+
+    def is_fatal(self) -> bool:
+        return self.fatal
+
+    def txn_requires_abort(self) -> bool:
+        return self.abortable
+
+    def is_retriable(self) -> bool:
+        return not self.fatal and not self.abortable and self.error.retriable
 
 
 class KafkaTimeout(KafkaError):
@@ -39,6 +76,33 @@ class OutcomeUnknown(KafkaError):
     """A record failed whose fate the producer could not learn: the broker may have stored
     it (once: it is never sent again where it could be stored twice) or may not. The message
     says why (librdkafka calls this status "possibly persisted")."""
+
+
+class ProducerFatalError(KafkaError):
+    """The producer stopped for good (fenced by a newer instance with its transactional id,
+    not authorised, ...): every later call raises it; close the producer."""
+
+    fatal = True
+
+
+class TransactionAbortableError(KafkaError):
+    """The current transaction failed and can only be aborted: call abort_transaction(),
+    then begin the next one (Kafka's abortable errors)."""
+
+    abortable = True
+
+
+class TransactionAbortedError(KafkaError):
+    """A record's transaction was aborted before the record was sent: it is not stored."""
+
+
+class TransactionStateError(KafkaError):
+    """A transactional call the producer's state does not allow (begin_transaction() twice,
+    produce() outside a transaction, ...): nothing was done (Kafka's IllegalStateException,
+    librdkafka's _STATE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.invalid_txn_state, f"local: {message}")
 
 
 def choose_versions(response: Any) -> dict[int, int]:

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from .accumulator import RecordAccumulator
-from .connection import KafkaError
+from .connection import KafkaError, ProducerFatalError
 from .idempotence import RESUMED_STOPS, IdempotenceManager, Outcome, Verdict
+from .metrics import ProducerMetrics
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
 
@@ -37,6 +38,10 @@ class Delivery:
         self.idem = idempotence
         self.clock = clock
         self._fatal: KafkaError | None = None
+        self.metrics = ProducerMetrics(clock)
+        # Told of every batch that fails, with its error (the transaction manager: a failed
+        # batch makes its transaction abortable).
+        self.on_failed: Callable[[ProducerBatch, BaseException], None] | None = None
 
     @property
     def fatal(self) -> KafkaError | None:
@@ -59,6 +64,7 @@ class Delivery:
         self.acc.take(batch)  # closed to appends (under the lock) before it is built
         batch.build(self.config.codec)
         self.idem.sending(batch)
+        self.metrics.batch_sent(batch.count, batch.size, batch.attempts > 1)
         return True
 
     def refuse_after_fatal(self, batch: ProducerBatch) -> None:
@@ -78,7 +84,15 @@ class Delivery:
         verdict = self.idem.answered(batch, error,
                                      error == ErrorCode.none or self._time_left(batch))
         if verdict.outcome is Outcome.DELIVERED:  # the common case, first
-            self.deliver(batch, base_offset if error == ErrorCode.none else -1)
+            if error == ErrorCode.none:
+                self.deliver(batch, base_offset)
+            else:
+                # Seed 004: a duplicate the broker refused is logged and counted as an
+                # error (record-error-rate), not raised: the records are stored.
+                log.info("%s-%d: the batch at sequence %s (%d records) was stored before "
+                         "(DUPLICATE_SEQUENCE_NUMBER)", batch.topic, batch.partition,
+                         batch.base_sequence, batch.count)
+                self.deliver(batch, -1, duplicate=True)
             return False
         detail = f"{error.name.upper()}: {message}" if message else error.name.upper()
         return self._act(batch, verdict, error, detail, -1)
@@ -126,7 +140,7 @@ class Delivery:
             self.acc.reenqueue(batch, self.idem.order)
             return outcome is Outcome.LOOKUP
         elif outcome is Outcome.FATAL:
-            self.fatal = KafkaError(error, f"{verdict.why} ({detail})")
+            self.fatal = ProducerFatalError(error, f"{verdict.why} ({detail})")
             log.error("producer stopped: %s", self.fatal)
             self.fail(batch, self.idem.failure(batch, error, verdict.why))
         else:
@@ -157,23 +171,29 @@ class Delivery:
                 self.acc.remove(batch)
                 self.fail(batch, self.idem.failure(batch, error, verdict.why))
             if self.idem.stopped:  # row 13: the queued batches fail too
-                self.fatal = KafkaError(error, RESUMED_STOPS)
+                self.fatal = ProducerFatalError(error, RESUMED_STOPS)
                 log.error("producer stopped: %s", self.fatal)
                 for batch in self.acc.drain_all():
                     self.fail(batch, self.idem.failure(batch, error, RESUMED_STOPS))
                 return False
             self.acc.restart_sequences()
+            self.metrics.epoch_bumped()
             log.info("producer %d: new epoch %d", self.idem.producer_id, self.idem.epoch)
         return self.idem.needs_new_id
 
     # --- settling ---------------------------------------------------------------------------
 
-    def deliver(self, batch: ProducerBatch, base_offset: int) -> None:
+    def deliver(self, batch: ProducerBatch, base_offset: int, duplicate: bool = False) -> None:
         self.acc.finished(batch, None)
+        if duplicate:
+            self.metrics.duplicate(batch.count)
         batch.complete(base_offset)
 
     def fail(self, batch: ProducerBatch, error: BaseException) -> None:
         self.acc.finished(batch, error)
+        self.metrics.batch_failed(batch.count)
+        if self.on_failed is not None:
+            self.on_failed(batch, error)
         batch.fail(error)
 
     def abort(self, error: KafkaError) -> None:

@@ -72,6 +72,18 @@ A new epoch or producer id otherwise, for each batch B not yet acknowledged, per
 | 15 | B not stored, a later batch stored or maybe stored      | fail: not stored                  |
 | 16 | B not stored                                            | resequenced from 0, sent again    |
 
+A transactional producer (transactions.py) never changes its epoch or producer id within a
+transaction: the coordinator knows the transaction under the one it began with.
+
+| 17 | rows 4, 7 (a new producer id or epoch), in a transaction| fail; the transaction must be     |
+|    |                                                         | aborted, then a new epoch         |
+| 3t | INVALID_PRODUCER_EPOCH, in a transaction (KIP-588)      | fail; the transaction must be     |
+|    |                                                         | aborted (PRODUCER_FENCED: row 3)  |
+
+After the abort every partition restarts at sequence 0 under the new epoch (``restart``),
+from InitProducerId or from the EndTxn answer (KIP-890 part 2): nothing of the transaction
+is left to send.
+
 A batch that fails is always told which: "outcome unknown" (OutcomeUnknown) when it is
 maybe stored, "not stored" otherwise. While a producer is still the (producer id, epoch)
 of a checkpoint it resumed, every batch counts as maybe stored, sent or not (unless the
@@ -191,14 +203,17 @@ _DELIVERED_BEFORE = Verdict(Outcome.DELIVERED, "2")
 
 def judge_answer(error: ErrorCode, *, idempotent: bool, first_unacked: bool,
                  maybe_stored: bool, later_acked: bool, attempts_left: bool,
-                 time_left: bool) -> Verdict:
-    """Rows 1-9b: an answer (NONE for a batch acks=0 sends blind) or, as
+                 time_left: bool, transactional: bool = False) -> Verdict:
+    """Rows 1-9b (and 3t): an answer (NONE for a batch acks=0 sends blind) or, as
     NETWORK_EXCEPTION, none; ``maybe_stored`` counts this answer in."""
     if error == ErrorCode.none:
         return _DELIVERED
     if error == ErrorCode.duplicate_sequence_number:
         return _DELIVERED_BEFORE
     if idempotent:
+        if transactional and error == ErrorCode.invalid_producer_epoch:
+            return Verdict(Outcome.FAIL, "3t", "the producer's epoch is not the partition's "
+                           "(the coordinator may have aborted the transaction): abort it")
         if error in _FATAL:
             return Verdict(Outcome.FATAL, "3", "the broker fenced this producer: another "
                            "one took its producer id with a newer epoch")
@@ -287,9 +302,15 @@ class PartitionSequences:
     resolving: bool = False  # a DescribeProducers lookup for its first unacked batch
 
 
+_IN_TRANSACTION = Verdict(Outcome.FAIL, "17", "the producer would need a new epoch or "
+                         "producer id, which a transaction cannot change: abort it")
+
+
 class IdempotenceManager:
-    def __init__(self, enabled: bool, max_in_flight: int, retries: int) -> None:
+    def __init__(self, enabled: bool, max_in_flight: int, retries: int,
+                 transactional: bool = False) -> None:
         self.enabled = enabled
+        self.transactional = transactional
         self.max_in_flight = max_in_flight
         self.retries = retries
         self.producer_id = -1
@@ -347,7 +368,7 @@ class IdempotenceManager:
         """The batch goes out now: give it sequences if it has none."""
         state = self._state_of(batch)
         if self.enabled and batch.base_sequence is None:
-            batch.stamp(self.producer_id, self.epoch, state.next_sequence)
+            batch.stamp(self.producer_id, self.epoch, state.next_sequence, self.transactional)
             state.next_sequence = advance(state.next_sequence, batch.count)
             state.unacked.append(batch)
             if self.continues_checkpoint and batch.ambiguous is None:
@@ -386,7 +407,8 @@ class IdempotenceManager:
             error, idempotent=self.enabled,
             first_unacked=oos and bool(state.unacked) and state.unacked[0] is batch,
             maybe_stored=batch.maybe_stored, later_acked=oos and self._acked_after(state, batch),
-            attempts_left=batch.attempts <= self.retries, time_left=time_left)
+            attempts_left=batch.attempts <= self.retries, time_left=time_left,
+            transactional=self.transactional)
         return self._apply(state, batch, verdict)
 
     def lost(self, batch: ProducerBatch, why: str, sent: bool, time_left: bool) -> Verdict:
@@ -437,6 +459,8 @@ class IdempotenceManager:
     def _apply(self, state: PartitionSequences, batch: ProducerBatch,
                verdict: Verdict) -> Verdict:
         outcome = verdict.outcome
+        if self.transactional and outcome in (Outcome.NEW_EPOCH, Outcome.NEW_ID):
+            verdict, outcome = _IN_TRANSACTION, Outcome.FAIL  # row 17
         if outcome is Outcome.DELIVERED:
             self._delivered(state, batch)
         elif outcome is Outcome.NEW_EPOCH:
@@ -465,9 +489,9 @@ class IdempotenceManager:
         and goes first; the batch keeps the rest."""
         state = self._state_of(batch)
         assert batch.base_sequence is not None
-        head.stamp(self.producer_id, batch.epoch, batch.base_sequence)
+        head.stamp(self.producer_id, batch.epoch, batch.base_sequence, self.transactional)
         batch.stamp(self.producer_id, batch.epoch,
-                    advance(batch.base_sequence, head.count))
+                    advance(batch.base_sequence, head.count), self.transactional)
         # Both may be stored as far as the client knows: the head is what the broker is
         # asked about, and the rest's sequences were in the batch's earlier attempts.
         head.maybe_stored = True
@@ -538,6 +562,18 @@ class IdempotenceManager:
             self.epoch += 1
         self.new_id_wanted = False
         return failing
+
+    def restart(self, producer_id: int, epoch: int) -> None:
+        """A transactional producer's new identity (InitProducerId, or the EndTxn answer of
+        KIP-890 part 2), between transactions: every partition starts at sequence 0, with
+        nothing in flight or unacknowledged left of the transaction before."""
+        assert self.quiet()
+        self.set_identity(producer_id, epoch)
+        for state in self.partitions.values():
+            state.unacked.clear()
+            state.next_sequence = 0
+            state.acked_up_to = None
+        self.bump_needed = self.new_id_wanted = False
 
     # --- checkpoints (seed 001, "Transitivity") ---------------------------------------------
 

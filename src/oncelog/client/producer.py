@@ -16,6 +16,25 @@ With ``"batching": "deterministic"`` a process that resumes from a checkpoint an
 the same records again re-creates the same batches, which the broker answers as duplicates:
 a copy job can crash anywhere and restart from its last checkpoint without writing anything
 twice (seed 001, "Transitivity").
+
+With a ``transactional.id`` the producer writes in transactions (KIP-98), as Kafka's:
+
+    p = oncelog.Producer({"bootstrap.servers": ..., "transactional.id": "copier-1"})
+    p.init_transactions()   # fences any older producer with this transactional id
+    p.begin_transaction()
+    p.produce("out", b"v")
+    p.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
+    p.commit_transaction()  # or abort_transaction(): all of it, or none, becomes visible
+
+An error says what to do (connection.py): ``txn_requires_abort()`` (abort, then go on with
+the next transaction), ``is_fatal()`` (fenced, ...: close the producer), ``is_retriable()``
+(call again). transactions.py holds the rules, txn_requests.py the coordinator requests.
+With ``transaction.two.phase.commit.enable`` (KIP-939), ``prepare_transaction()`` and
+``complete_transaction(prepared)`` let an external coordinator decide; a new instance finds
+a prepared transaction with ``init_transactions(keep_prepared_txn=True)``.
+
+``metrics()`` gives Kafka's producer metrics (metrics.py); ``stats_cb`` with
+``statistics.interval.ms`` gets them as JSON on the sender's thread, as librdkafka's does.
 """
 
 from __future__ import annotations
@@ -31,12 +50,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .accumulator import RecordAccumulator
-from .connection import KafkaError, KafkaTimeout
+from .connection import KafkaError, KafkaTimeout, TransactionStateError
 from .idempotence import IdempotenceManager
 from .partitioner import partition_for_key
 from .producer_batch import Headers, ProducerBatch, RecordFuture, RecordMetadata, as_bytes
 from .producer_config import ProducerConfig, parse_producer_config
 from .sender import Sender
+from .topic_partition import OffsetAndMetadata, TopicPartition
+from .transactions import GroupMetadata, PreparedTxnState, TransactionManager, TxnState
 
 __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 
@@ -51,10 +72,14 @@ class _ProducerCore:
                  new_loop_future: Callable[[], object] | None) -> None:
         self.config: ProducerConfig = parse_producer_config(config)
         cfg = self.config
-        self.idem = IdempotenceManager(cfg.idempotence, cfg.max_in_flight, cfg.retries)
+        self.idem = IdempotenceManager(cfg.idempotence, cfg.max_in_flight, cfg.retries,
+                                       transactional=cfg.transactional_id is not None)
         # [partition, bytes produced to it] per topic, for keyless records (KIP-794).
         self.sticky: dict[str, list[int]] = {}
         if resume is not None:
+            if cfg.transactional_id is not None:
+                raise ValueError("resume: a transactional producer continues through its "
+                                 "transactional.id (init_transactions), not a checkpoint")
             if not cfg.idempotence:
                 raise ValueError("resume: a checkpoint continues an idempotent producer; "
                                  "enable.idempotence must be true")
@@ -63,11 +88,20 @@ class _ProducerCore:
         self.acc.appended = {tp: state.next_sequence
                              for tp, state in self.idem.partitions.items()}
         self.sender = Sender(cfg, self.acc, self.idem)
+        self.txn: TransactionManager | None = self.sender.txn
         self._closed = False
         self.partition_counts = self.acc.partition_counts  # the sender keeps it current
         # produce()'s common case, in one C call when the compiled fast path is built (it
-        # answers None for everything it leaves to produce() below).
+        # answers None for everything it leaves to produce() below). A transactional
+        # producer's records take it only inside a transaction.
         self.fast_append = self.acc.open.append
+        if self.txn is not None:
+            self.txn.on_abortable = lambda: self.fast_path(False)
+            self.fast_path(False)
+
+    def fast_path(self, on: bool) -> None:
+        self.acc.open.enabled = (on and not self.config.deterministic and not self._closed
+                                 and self.sender.fatal is None)
 
     @property
     def closed(self) -> bool:
@@ -100,13 +134,55 @@ class _ProducerCore:
             raise RuntimeError("the producer is closed")
         if self.sender.fatal is not None:
             raise self.sender.fatal
+        if self.txn is not None:
+            self.txn.check_produce()
+
+    def metrics(self) -> dict[str, float]:
+        return self.sender.metrics.snapshot()
+
+    # --- transactions (the parts both APIs share) --------------------------------------------
+
+    def transactional(self, what: str) -> TransactionManager:
+        if self.txn is None:
+            raise TransactionStateError(f"{what}() needs a transactional.id")
+        if self.closed:
+            raise RuntimeError("the producer is closed")
+        return self.txn
+
+    def begin_transaction(self) -> None:
+        self.transactional("begin_transaction").begin()
+        self.fast_path(True)
+
+    def ending(self, what: str, commit: bool) -> bool:
+        """The first step of commit (``commit``) or abort: whether it starts now (False: a
+        call that timed out is made again)."""
+        txn = self.transactional(what)
+        starting = txn.start_commit() if commit else txn.start_abort()
+        self.fast_path(False)
+        self.acc.wake()  # an abort fails what is not sent yet: the sender does it
+        return starting
+
+    def prepared(self, what: str) -> PreparedTxnState:
+        txn = self.transactional(what)
+        if txn.state is not TxnState.PREPARED or txn.prepared is None:
+            raise TransactionStateError(f"{what}() needs a prepared transaction "
+                                        f"(the producer is {txn.state.value})")
+        return txn.prepared
+
+    def prepare(self) -> PreparedTxnState:
+        """After the flush of prepare_transaction(): the transaction's producer id and
+        epoch, which commit or abort it later."""
+        txn = self.transactional("prepare_transaction")
+        prepared = txn.prepare(self.idem.producer_id, self.idem.epoch)
+        self.fast_path(False)
+        return prepared
 
     def produce(self, topic: str, value: Any, key: Any, partition: int | None,
                 headers: Headers, timestamp: int | None, on_delivery: Callable | None
                 ) -> RecordFuture | None:
         """Append one record (the topic's partition count must be known); None, appending
         nothing, when buffer.memory is full. What ``fast_append`` did not take comes here."""
-        if self.closed or self.sender.fatal is not None:
+        if self.closed or self.sender.fatal is not None or self.txn is not None:
             self.check_open()
         if type(key) is not bytes and key is not None:
             key = as_bytes(key, "key")
@@ -302,6 +378,90 @@ class Producer:
         self.flush(timeout)
         return self._call(_in_loop(self._core.checkpoint), timeout)
 
+    def metrics(self) -> dict[str, float]:
+        """Kafka's producer metrics by name (metrics.py)."""
+        return self._core.metrics()
+
+    # --- transactions -------------------------------------------------------------------------
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self._core.config.max_block if timeout is None else timeout
+
+    def init_transactions(self, timeout: float | None = None,
+                          keep_prepared_txn: bool = False) -> None:
+        """Register the transactional id with its coordinator (InitProducerId): fences any
+        older producer with it and aborts (or, KIP-939 ``keep_prepared_txn``, keeps) its
+        unfinished transaction. Up to ``timeout`` seconds (max.block.ms); after a
+        KafkaTimeout, call it again."""
+        self._not_from_callback("init_transactions")
+        core = self._core
+        core.transactional("init_transactions").start_init()
+        self._call(core.sender.txn_io.init_transactions(self._timeout(timeout),
+                                                        keep_prepared_txn), None)
+
+    def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata: GroupMetadata | str,
+                                    timeout: float | None = None) -> None:
+        """Commit a consumer group's ``offsets`` (partition -> next offset to read, or
+        OffsetAndMetadata) as part of the transaction: AddOffsetsToTxn, then TxnOffsetCommit
+        to the group's coordinator with ``group_metadata``
+        (Consumer.consumer_group_metadata(): KIP-447's generation fencing)."""
+        self._not_from_callback("send_offsets_to_transaction")
+        core = self._core
+        core.transactional("send_offsets_to_transaction").check_offsets()
+        self._call(core.sender.txn_io.send_offsets(
+            _offsets(offsets), _group(group_metadata), self._timeout(timeout)), None)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit (EndTxn). Raises TransactionAbortableError when some record
+        failed (abort_transaction() then), ProducerFatalError when fenced, KafkaTimeout
+        (call it again: it waits for the same commit)."""
+        self._end("commit_transaction", True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Fail what is not sent yet (TransactionAbortedError), wait for what is in flight,
+        then abort (EndTxn): none of the transaction becomes visible to read_committed
+        readers."""
+        self._end("abort_transaction", False, timeout)
+
+    def _end(self, what: str, commit: bool, timeout: float | None) -> None:
+        self._not_from_callback(what)
+        timeout = self._timeout(timeout)
+        deadline = time.monotonic() + timeout
+        core = self._core
+        core.ending(what, commit)
+        self._flush_transaction(timeout)
+        self._call(core.sender.txn_io.end_transaction(
+            commit, max(0.0, deadline - time.monotonic())), None)
+
+    def _flush_transaction(self, timeout: float) -> None:
+        try:
+            self.flush(timeout)
+        except KafkaTimeout:
+            raise
+        except KafkaError:
+            pass  # a record failed, and so the transaction: the next step says so
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """Two-phase commit (KIP-939): flush the transaction and hold it prepared; the
+        answer (producer id and epoch; ``str()`` for Kafka's form) commits it later through
+        complete_transaction(), here or in the next producer instance with this
+        transactional id."""
+        self._not_from_callback("prepare_transaction")
+        self._core.transactional("prepare_transaction").check_produce()
+        self._flush_transaction(self._timeout(timeout))
+        return self._core.prepare()
+
+    def complete_transaction(self, prepared: PreparedTxnState | str,
+                             timeout: float | None = None) -> None:
+        """Commit the prepared transaction if ``prepared`` is it, else abort it (KIP-939)."""
+        kept = self._core.prepared("complete_transaction")
+        if isinstance(prepared, str):
+            prepared = PreparedTxnState.parse(prepared)
+        self._end("complete_transaction", prepared == kept, timeout)
+
     def close(self, timeout: float | None = None) -> None:
         """Deliver what was produced (up to ``timeout``), then stop; records still not
         settled then fail. Delivery errors are logged, not raised: use flush() for them."""
@@ -350,6 +510,27 @@ class Producer:
 
 async def _in_loop(fn: Callable[[], Any]) -> Any:
     return fn()
+
+
+def _offsets(offsets: dict) -> dict[TopicPartition, OffsetAndMetadata]:
+    result = {}
+    for tp, value in offsets.items():
+        if isinstance(value, int):
+            value = OffsetAndMetadata(value)
+        elif not isinstance(value, OffsetAndMetadata):
+            value = OffsetAndMetadata(*value)
+        result[TopicPartition(*tp)] = value
+    return result
+
+
+def _group(group_metadata: GroupMetadata | str) -> GroupMetadata:
+    """Consumer.consumer_group_metadata(), or a group id alone (no generation fencing, as
+    Kafka's deprecated form)."""
+    if isinstance(group_metadata, str):
+        return GroupMetadata(group_metadata)
+    if not isinstance(group_metadata, GroupMetadata):
+        raise TypeError("group_metadata: Consumer.consumer_group_metadata() or a group id")
+    return group_metadata
 
 
 def _closed_error() -> KafkaError:
@@ -432,6 +613,68 @@ class AIOProducer:
     async def checkpoint(self) -> dict[str, Any]:
         await self.flush()
         return self._started().checkpoint()
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's producer metrics by name (metrics.py)."""
+        return self._started().metrics()
+
+    # --- transactions: as Producer's, awaited -------------------------------------------------
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self._started().config.max_block if timeout is None else timeout
+
+    async def init_transactions(self, timeout: float | None = None,
+                                keep_prepared_txn: bool = False) -> None:
+        core = self._started()
+        core.transactional("init_transactions").start_init()
+        await core.sender.txn_io.init_transactions(self._timeout(timeout), keep_prepared_txn)
+
+    def begin_transaction(self) -> None:
+        self._started().begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: dict,
+                                          group_metadata: GroupMetadata | str,
+                                          timeout: float | None = None) -> None:
+        core = self._started()
+        core.transactional("send_offsets_to_transaction").check_offsets()
+        await core.sender.txn_io.send_offsets(_offsets(offsets), _group(group_metadata),
+                                              self._timeout(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        await self._end("commit_transaction", True, timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        await self._end("abort_transaction", False, timeout)
+
+    async def _end(self, what: str, commit: bool, timeout: float | None) -> None:
+        timeout = self._timeout(timeout)
+        deadline = time.monotonic() + timeout
+        core = self._started()
+        core.ending(what, commit)
+        await self._flush_transaction(timeout)
+        await core.sender.txn_io.end_transaction(commit, max(0.0, deadline - time.monotonic()))
+
+    async def _flush_transaction(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self.flush(), timeout)
+        except TimeoutError:
+            raise KafkaTimeout(f"flush: records still in flight after {timeout}s") from None
+        except KafkaTimeout:
+            raise
+        except KafkaError:
+            pass  # a record failed, and so the transaction: the next step says so
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        self._started().transactional("prepare_transaction").check_produce()
+        await self._flush_transaction(self._timeout(timeout))
+        return self._started().prepare()
+
+    async def complete_transaction(self, prepared: PreparedTxnState | str,
+                                   timeout: float | None = None) -> None:
+        kept = self._started().prepared("complete_transaction")
+        if isinstance(prepared, str):
+            prepared = PreparedTxnState.parse(prepared)
+        await self._end("complete_transaction", prepared == kept, timeout)
 
     async def stop(self) -> None:
         core = self._started()

@@ -22,7 +22,13 @@ from typing import Any
 import crc32c
 
 from ..protocol import records
-from ..protocol.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, HEADER_STRUCT
+from ..protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    TRANSACTIONAL_BIT,
+)
 from ..protocol.records import NONE, compress, decode_batch
 from ..protocol.sequences import record_sequence
 from .connection import KafkaTimeout
@@ -182,12 +188,16 @@ class ProducerBatch:
                           builder.base_ts, builder.max_ts, -1, -1, -1, count)
         self.data = data
 
-    def stamp(self, producer_id: int, epoch: int, base_sequence: int) -> None:
-        """Write the producer identity into the header and recompute the CRC."""
+    def stamp(self, producer_id: int, epoch: int, base_sequence: int,
+              transactional: bool = False) -> None:
+        """Write the producer identity (and the transactional attribute) into the header and
+        recompute the CRC."""
         assert self.data is not None
         self.base_sequence = base_sequence
         self.epoch = epoch
         _IDENTITY.pack_into(self.data, _IDENTITY_OFFSET, producer_id, epoch, base_sequence)
+        if transactional:
+            self.data[ATTRIBUTES_OFFSET + 1] |= TRANSACTIONAL_BIT  # the low byte of the int16
         self.seal()
 
     def seal(self) -> None:

@@ -37,6 +37,11 @@ _DEFAULTS: dict[str, Any] = {
     "max.in.flight.requests.per.connection": 5,
     "metadata.max.age.ms": 300_000,
     "partitioner": "murmur2_random",
+    "transactional.id": None,
+    "transaction.timeout.ms": 60_000,
+    "transaction.two.phase.commit.enable": False,
+    "statistics.interval.ms": 0,
+    "stats_cb": None,
 }
 _PARTITIONERS = ("murmur2_random", "murmur2", "random")
 CONFIG_KEYS = frozenset(_DEFAULTS)  # every key parse_producer_config knows
@@ -63,6 +68,11 @@ class ProducerConfig:
     max_in_flight: int
     metadata_max_age: float  # seconds
     partitioner: str | Callable[[bytes | None, int], int]
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
+    two_phase: bool = False
+    statistics_interval_ms: int = 0
+    stats_cb: Callable[[str], object] | None = None
 
 
 def _int(key: str, value: Any, minimum: int = 0) -> int:
@@ -96,8 +106,6 @@ def _acks(value: Any) -> int:
 
 
 def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
-    if "transactional.id" in config:
-        raise ValueError("transactional.id: transactions are not implemented yet")
     unknown = sorted(set(config) - set(_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown producer config {', '.join(unknown)} (known: "
@@ -108,6 +116,16 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
     max_in_flight = _int("max.in.flight.requests.per.connection",
                          c["max.in.flight.requests.per.connection"], 1)
     idempotence = _bool("enable.idempotence", c["enable.idempotence"])
+    transactional_id = c["transactional.id"]
+    if transactional_id is not None:
+        transactional_id = str(transactional_id)
+        if not transactional_id:
+            raise ValueError("transactional.id: must not be empty")
+        if "enable.idempotence" in config and not idempotence:
+            raise ValueError("transactional.id needs enable.idempotence=true (a transaction's "
+                             "records carry the producer id, epoch and sequences)")
+        if "acks" in config and acks != -1:
+            raise ValueError("transactional.id needs acks=all")
     if idempotence:
         # As Java's producer: an explicit request for idempotence that other settings
         # contradict is an error; the default quietly yields to them.
@@ -122,7 +140,7 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
                         f"{MAX_IN_FLIGHT_WITH_IDEMPOTENCE}: the broker remembers only the last "
                         f"{MAX_IN_FLIGHT_WITH_IDEMPOTENCE} batches of each producer, so a retry "
                         "of an older one could not be recognised")
-        if conflict and explicit:
+        if conflict and (explicit or transactional_id is not None):
             raise ValueError(f"enable.idempotence=true: {conflict}")
         if conflict:
             idempotence = False
@@ -145,6 +163,13 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
                          f"linger.ms + request.timeout.ms ({linger_ms + request_timeout_ms})")
     max_request_size = _int("max.request.size", c["max.request.size"], 1024)
     buffer_memory = _int("buffer.memory", c["buffer.memory"], 1024)
+    two_phase = _bool("transaction.two.phase.commit.enable",
+                      c["transaction.two.phase.commit.enable"])
+    if two_phase and transactional_id is None:
+        raise ValueError("transaction.two.phase.commit.enable needs a transactional.id")
+    stats_cb = c["stats_cb"]
+    if stats_cb is not None and not callable(stats_cb):
+        raise ValueError("stats_cb: must be a callable taking the statistics as JSON")
     batch_records = c["batch.num.messages"]
     if batching == "deterministic" and "batch.num.messages" not in config:
         batch_records = DETERMINISTIC_BATCH_RECORDS
@@ -168,4 +193,9 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
         max_in_flight=max_in_flight,
         metadata_max_age=_int("metadata.max.age.ms", c["metadata.max.age.ms"], 1) / 1000,
         partitioner=partitioner,
+        transactional_id=transactional_id,
+        transaction_timeout_ms=_int("transaction.timeout.ms", c["transaction.timeout.ms"], 1),
+        two_phase=two_phase,
+        statistics_interval_ms=_int("statistics.interval.ms", c["statistics.interval.ms"]),
+        stats_cb=stats_cb,
     )

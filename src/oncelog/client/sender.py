@@ -21,12 +21,15 @@ from ..protocol import produce_request, produce_response
 from ..protocol.schema import build
 from .accumulator import RecordAccumulator
 from .aio_connection import AsyncBrokerConnection
-from .connection import KafkaError, parse_bootstrap
+from .connection import KafkaError, ProducerFatalError, parse_bootstrap
 from .delivery import Delivery
 from .idempotence import IdempotenceManager
+from .metrics import StatsTimer
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
 from .topic_partition import TopicPartition
+from .transactions import TransactionManager
+from .txn_requests import TransactionalRequests
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,20 @@ class Sender:
         self.idem = idempotence
         self.clock = clock
         self.delivery = Delivery(config, accumulator, idempotence, clock)
+        self.metrics = self.delivery.metrics
+        self.stats = StatsTimer(self.metrics, config.client_id, config.statistics_interval_ms,
+                                config.stats_cb)
+        self._stats_task: asyncio.Task | None = None
+        # A transactional producer's state and its coordinator requests (transactions.py,
+        # txn_requests.py); None otherwise.
+        self.txn: TransactionManager | None = None
+        self.txn_io: TransactionalRequests | None = None
+        if config.transactional_id is not None:
+            self.txn = TransactionManager(config.transactional_id,
+                                          config.transaction_timeout_ms, config.two_phase)
+            self.txn_io = TransactionalRequests(self, self.txn)
+            self.txn.on_fatal = self._txn_fatal
+            self.delivery.on_failed = lambda batch, error: self.txn.batch_failed(error)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[TopicPartition, int] = {}
         self.partition_counts = accumulator.partition_counts  # produce() reads it too
@@ -81,9 +98,24 @@ class Sender:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._metadata_lock = asyncio.Lock()
+        if self.stats.enabled:
+            self._stats_task = self._loop.create_task(self._emit_stats())
         await self._refresh_metadata([])
-        if self.config.idempotence and not self.idem.has_identity:
+        # A transactional producer gets its identity from init_transactions().
+        if self.config.idempotence and not self.idem.has_identity and self.txn is None:
             await self._init_producer_id()
+
+    async def _emit_stats(self) -> None:
+        """stats_cb every statistics.interval.ms, on the sender's loop (as on_delivery)."""
+        while True:
+            await asyncio.sleep(self.stats.interval)
+            self.stats.emit()
+
+    def _txn_fatal(self, error: KafkaError) -> None:
+        """The transaction manager stopped the producer: every later produce() raises."""
+        if self.fatal is None:
+            self.fatal = error
+        self.acc.wake()
 
     async def _control(self) -> AsyncBrokerConnection:
         """A connection for metadata and InitProducerId: any broker, bootstrap ones first."""
@@ -253,7 +285,8 @@ class Sender:
             while True:
                 now = self.clock()
                 self.delivery.expire(now)
-                if (self.idem.bump_needed or self.idem.needs_new_id) and self.idem.quiet():
+                if (self.idem.bump_needed or self.idem.needs_new_id) and self.idem.quiet() \
+                        and self.txn is None:  # a transaction's epoch changes after it ends
                     await self._bump()
                 next_ready = self._send_ready(now)
                 if self.closing and not self.acc.incomplete and self.requests_in_flight == 0:
@@ -293,10 +326,18 @@ class Sender:
             for batch in heads:
                 self.delivery.refuse_after_fatal(batch)
             return False, next_ready
+        txn = self.txn
+        if txn is not None:
+            error = txn.undrained_error()
+            if error is not None:
+                self._fail_undrained(error)
+                return False, next_ready
         requests: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         for batch in heads:
             tp = (batch.topic, batch.partition)
+            if txn is not None and not txn.may_send(tp):
+                continue  # until AddPartitionsToTxn has added its partition
             node = self.leaders.get(tp)
             if node is None:
                 self._want_metadata(batch.topic)
@@ -313,7 +354,16 @@ class Sender:
             sizes[node] = sizes.get(node, 0) + batch.size
         for node, batches in requests.items():
             self._send(self.connections[node], batches)
+        if txn is not None:
+            assert self.txn_io is not None
+            self.txn_io.maybe_add_partitions()
         return bool(requests), next_ready
+
+    def _fail_undrained(self, error: KafkaError) -> None:
+        """A transaction that must be aborted, or is: what was not sent of it never is."""
+        for batch in self.acc.drain_all():
+            self.idem.give_up(batch)
+            self.delivery.fail(batch, error)
 
     def _send(self, conn: AsyncBrokerConnection, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[ProducerBatch]] = {}
@@ -323,10 +373,11 @@ class Sender:
                   for topic, group in by_topic.items()]
         acks = self.config.acks
         timeout_ms = int(self.config.request_timeout * 1000)
+        transactional_id = self.config.transactional_id
 
         def encode(version: int, correlation: int, client_id: str) -> list:
-            return produce_request.encode(version, correlation, client_id, None, acks,
-                                          timeout_ms, topics)
+            return produce_request.encode(version, correlation, client_id, transactional_id,
+                                          acks, timeout_ms, topics)
 
         try:
             future = conn.request_encoded(apis.PRODUCE, encode, produce_response.decode,
@@ -336,9 +387,12 @@ class Sender:
                 self.delivery.lost(batch, exc, sent=False)
             return
         self.requests_in_flight += 1
-        future.add_done_callback(lambda f: self._answered(f, batches))
+        self.metrics.request_sent(sum(b.count for b in batches))
+        sent_at = self.clock()
+        future.add_done_callback(lambda f: self._answered(f, batches, sent_at))
 
-    def _answered(self, future: asyncio.Future, batches: list[ProducerBatch]) -> None:
+    def _answered(self, future: asyncio.Future, batches: list[ProducerBatch],
+                  sent_at: float) -> None:
         self.requests_in_flight -= 1
         self._wake()
         exc = future.exception()
@@ -346,6 +400,7 @@ class Sender:
             for batch in batches:
                 self.delivery.lost(batch, exc)
             return
+        self.metrics.request_answered(self.clock() - sent_at)
         response = future.result()
         if response is None:  # acks=0: nothing will tell us more
             for batch in batches:
@@ -419,11 +474,15 @@ class Sender:
             try:
                 await self._init_producer_id()
             except KafkaError as exc:
-                self.fatal = exc
+                self.fatal = ProducerFatalError(exc.error, f"a new producer id: {exc}")
 
     # --- shutdown ---------------------------------------------------------------------------
 
     def close_connections(self) -> None:
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+        if self.txn_io is not None:
+            self.txn_io.close()
         for conn in list(self.connections.values()):
             conn.close()
         self.connections.clear()
