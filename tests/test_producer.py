@@ -181,7 +181,11 @@ def test_aio_producer_round_trip(broker):
     ({"batching": "sometimes"}, "batching"),
     ({"linger.ms": "soon"}, r"linger\.ms"),
     ({"no.such.key": 1}, r"unknown producer config no\.such\.key"),
-    ({"transactional.id": "t"}, "transactions are not implemented"),
+    ({"transactional.id": "t", "acks": 1}, "transactional.id needs acks=all"),
+    ({"transactional.id": "t", "enable.idempotence": False}, "needs enable.idempotence"),
+    ({"transactional.id": "t", "max.in.flight.requests.per.connection": 6}, "at most 5"),
+    ({"transaction.two.phase.commit.enable": True}, "needs a transactional.id"),
+    ({"stats_cb": 3}, "stats_cb"),
     ({"delivery.timeout.ms": 100}, r"delivery\.timeout\.ms"),
     ({"partitioner": "fnv"}, "partitioner"),
 ])

@@ -28,6 +28,9 @@ class FetchResult:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of each aborted transaction in the range.
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 def _produce_request(topic: str, partition: int, batch: bytes, acks: int, timeout_ms: int):
@@ -138,18 +141,24 @@ def read_fetch(conn: BrokerConnection) -> FetchResults:
     results = {}
     for topic in response.responses:
         for p in topic.partitions:
+            aborted = tuple((a.producer_id, a.first_offset)
+                            for a in getattr(p, "aborted_transactions", None) or ())
             results[(topic.topic, p.partition_index)] = (
-                p.error_code, FetchResult(p.records or b"", p.high_watermark, p.log_start_offset))
+                p.error_code, FetchResult(p.records or b"", p.high_watermark, p.log_start_offset,
+                                          getattr(p, "last_stable_offset", -1), aborted))
     return results
 
 
-def list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int) -> int:
-    """EARLIEST, LATEST, or the first offset with a timestamp >= ``timestamp`` (-1: none)."""
+def list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int,
+                isolation_level: int = 0) -> int:
+    """EARLIEST, LATEST (with isolation_level 1, read_committed: the last stable offset), or
+    the first offset with a timestamp >= ``timestamp`` (-1: none)."""
     def make(mod, version):
         p = build(mod.ListOffsetsPartition, partition_index=partition, current_leader_epoch=-1,
                   timestamp=timestamp)
         t = build(mod.ListOffsetsTopic, name=topic, partitions=(p,))
-        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(t,))
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
+                     topics=(t,))
 
     response = conn.call(apis.LIST_OFFSETS, make)
     result = response.topics[0].partitions[0]

@@ -20,8 +20,10 @@ verified.
 
 Config keys are Kafka's: ``bootstrap.servers``, ``client.id``, ``auto.offset.reset``
 (earliest, latest, error), ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
-``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted; read_committed
-arrives with transactions), ``request.timeout.ms``, ``retry.backoff.ms``; and for groups
+``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted, or
+read_committed: only committed transactions' records, up to the last stable offset; see
+read_committed.py), ``request.timeout.ms``, ``retry.backoff.ms``, ``statistics.interval.ms``
+and ``stats_cb`` (Kafka's consumer metrics as JSON, from poll(): metrics.py); and for groups
 ``group.id``, ``group.instance.id`` (static membership, KIP-345), ``session.timeout.ms``
 (45000), ``heartbeat.interval.ms`` (3000), ``max.poll.interval.ms`` (300000),
 ``enable.auto.commit`` (true), ``auto.commit.interval.ms`` (5000),
@@ -49,13 +51,17 @@ from .assignors import parse_strategy
 from .classic_group import ClassicGroup, CommitCallback
 from .connection import BrokerConnection, KafkaError
 from .group_membership import AssignmentChange, Handoff
+from .metrics import ConsumerMetrics, StatsTimer
+from .read_committed import CommittedWalk
 from .topic_partition import OffsetAndMetadata, TopicPartition
+from .transactions import GroupMetadata
 
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = calls.EARLIEST, calls.LATEST
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+_ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 _LEADER_ERRORS = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
                   ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch)
 
@@ -88,11 +94,12 @@ _DEFAULTS = {
     "max.poll.interval.ms": 300_000, "enable.auto.commit": True,
     "auto.commit.interval.ms": 5_000,
     "partition.assignment.strategy": "range,cooperative-sticky",
+    "statistics.interval.ms": 0, "stats_cb": None,
 }
 _INTS = ("fetch.max.bytes", "max.partition.fetch.bytes", "fetch.wait.max.ms",
          "request.timeout.ms", "retry.backoff.ms", "metadata.max.age.ms",
          "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-         "auto.commit.interval.ms")
+         "auto.commit.interval.ms", "statistics.interval.ms")
 
 
 def _as_bool(key: str, value: object) -> bool:
@@ -110,8 +117,10 @@ def _config(config: dict) -> dict:
     merged = {**_DEFAULTS, **config}
     if merged["auto.offset.reset"] not in ("earliest", "latest", "error"):
         raise ValueError("auto.offset.reset must be earliest, latest or error")
-    if merged["isolation.level"] != "read_uncommitted":
-        raise ValueError("isolation.level: only read_uncommitted until transactions exist")
+    if merged["isolation.level"] not in _ISOLATION_LEVELS:
+        raise ValueError("isolation.level must be read_uncommitted or read_committed")
+    if merged["stats_cb"] is not None and not callable(merged["stats_cb"]):
+        raise ValueError("stats_cb must be a callable taking the statistics as JSON")
     for key in _INTS:
         try:
             merged[key] = int(merged[key])
@@ -136,6 +145,10 @@ class Consumer:
     def __init__(self, config: dict) -> None:
         self.config = _config(config)
         self._timeout = int(self.config["request.timeout.ms"]) / 1000
+        self._isolation = _ISOLATION_LEVELS[self.config["isolation.level"]]
+        self._metrics = ConsumerMetrics()
+        self._stats = StatsTimer(self._metrics, self.config["client.id"],
+                                 self.config["statistics.interval.ms"], self.config["stats_cb"])
         self._admin = self._new_admin()
         self._positions: dict[TopicPartition, int | None] = {}
         self._leaders: dict[TopicPartition, int] = {}
@@ -252,6 +265,7 @@ class Consumer:
                 if self._group is not None:
                     self._group_poll(time.monotonic())
         self._raise_callback_error()
+        self._stats.maybe_emit()
         start = self._next
         self._next = min(start + max_records, len(self._buffered))
         return self._buffered[start:self._next]
@@ -289,10 +303,12 @@ class Consumer:
         moved = []
         for leader, positions in by_leader.items():
             try:
+                started = time.monotonic()
                 results = self._ahead_results(leader, positions)
                 if results is None:
                     results = calls.fetch_many(self._connection(leader), positions, wait_ms,
-                                               *self._fetch_sizes())
+                                               *self._fetch_sizes(), self._isolation)
+                latency = time.monotonic() - started
             except KafkaError as exc:
                 if exc.error not in (ErrorCode.network_exception, ErrorCode.request_timed_out):
                     raise
@@ -301,8 +317,11 @@ class Consumer:
                 time.sleep(min(wait, 0.1))
                 continue
             progressed = False
+            before = len(self._buffered)
             for (topic, partition), (error, result) in results.items():
                 progressed |= self._take(TopicPartition(topic, partition), error, result)
+            self._metrics.fetched(latency, len(self._buffered) - before,
+                                  sum(len(r.records) for _, r in results.values()))
             if progressed:
                 moved.append(leader)
         if moved:
@@ -319,7 +338,8 @@ class Consumer:
         waiting on the broker's side: a poll that finds the answer empty fetches again,
         waiting as it asks."""
         try:
-            calls.send_fetch(self._connection(leader), positions, 0, *self._fetch_sizes())
+            calls.send_fetch(self._connection(leader), positions, 0, *self._fetch_sizes(),
+                             self._isolation)
         except KafkaError:
             self._drop_connection(leader)  # the next poll connects again
             return
@@ -369,7 +389,11 @@ class Consumer:
         if error != ErrorCode.none:
             raise KafkaError(error, f"fetch {tp.topic}-{tp.partition}")
         position = self._positions[tp]
-        walk = RecordSetWalk(result.records, position, check_crcs=self.config["check.crcs"])
+        if self._isolation:
+            walk = CommittedWalk(result.records, position, result.aborted_transactions,
+                                 check_crcs=self.config["check.crcs"])
+        else:
+            walk = RecordSetWalk(result.records, position, check_crcs=self.config["check.crcs"])
         buffered = self._buffered
         try:
             for batch in walk:
@@ -384,6 +408,11 @@ class Consumer:
                              f"{tp.topic}-{tp.partition}: the batch at offset {position} is "
                              "larger than max.partition.fetch.bytes / fetch.max.bytes")
         self._positions[tp] = walk.position
+        if self._isolation:
+            self._metrics.aborted_skipped(walk.aborted_records)
+        end = result.last_stable_offset if self._isolation else result.high_watermark
+        if end >= 0:
+            self._metrics.lag((tp.topic, tp.partition), end - walk.position)
         return walk.position != position
 
     # --- consumer groups -------------------------------------------------------------------
@@ -459,6 +488,20 @@ class Consumer:
             self._last_committed.update({tp: c.offset for tp, c in chosen.items()})
             group.run_callbacks()
         return chosen
+
+    def consumer_group_metadata(self) -> GroupMetadata:
+        """What a transactional producer's send_offsets_to_transaction() needs to commit
+        this consumer's offsets in its transaction (KIP-447): the group, and this member's
+        generation, member id and group instance id (no member for assign()). Raises
+        REBALANCE_IN_PROGRESS between generations: offsets sent then would be refused."""
+        group = self._require_group()
+        identity = group.commit_identity(self._subscription is not None)
+        return GroupMetadata(self.config["group.id"], identity.generation, identity.member_id,
+                             identity.instance_id)
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer metrics by name (metrics.py)."""
+        return self._metrics.snapshot()
 
     def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]],
                   timeout: float | None = None) -> dict[TopicPartition, OffsetAndMetadata | None]:
@@ -628,6 +671,7 @@ class Consumer:
     def _forget(self, partitions: frozenset[TopicPartition]) -> None:
         for tp in partitions:
             self._positions.pop(tp, None)
+            self._metrics.forget((tp.topic, tp.partition))
             self._leaders.pop(tp, None)
             self._needs_committed.discard(tp)
             self._last_committed.pop(tp, None)
@@ -687,7 +731,7 @@ class Consumer:
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> int:
         return calls.list_offset(self._idle_connection(self._leaders[tp]), tp.topic,
-                                 tp.partition, timestamp)
+                                 tp.partition, timestamp, self._isolation)
 
     def _refresh_leaders(self) -> None:
         topics = sorted({tp.topic for tp in self._positions})
