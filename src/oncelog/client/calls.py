@@ -288,7 +288,10 @@ def offset_commit_errors(response) -> dict[TopicPartition, ErrorCode]:
 
 
 def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
-                         require_stable: bool = False):
+                         require_stable: bool = False, member_id: str | None = None,
+                         member_epoch: int = -1):
+    """A member of a consumer-protocol group names itself (v9+: its epoch is checked, as
+    Kafka's consumer does; STALE_MEMBER_EPOCH otherwise); others leave the member out."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -298,8 +301,8 @@ def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
             topics = tuple(build(mod.OffsetFetchRequestTopics, name=topic,
                                  partition_indexes=tuple(sorted(parts)))
                            for topic, parts in sorted(by_topic.items()))
-            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=None,
-                          member_epoch=-1, topics=topics)
+            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=member_id,
+                          member_epoch=member_epoch, topics=topics)
             return build(mod.OffsetFetchRequest, groups=(group,),
                          require_stable=require_stable)
         topics = tuple(build(mod.OffsetFetchRequestTopic, name=topic,

@@ -46,8 +46,9 @@ from ..protocol.batches import RecordSetError, RecordSetWalk
 from . import calls
 from .admin import Admin, ClusterInfo
 from .assignors import parse_strategy
-from .classic_group import ClassicGroup, CommitCallback
+from .classic_group import ClassicGroup
 from .connection import BrokerConnection, KafkaError
+from .group_io import CommitCallback
 from .group_membership import AssignmentChange, Handoff
 from .topic_partition import OffsetAndMetadata, TopicPartition
 
