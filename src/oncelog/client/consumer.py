@@ -7,7 +7,11 @@ Two ways to say what to read, as in Kafka's consumers (and exclusive, as there):
 - ``subscribe(topics, on_assign=, on_revoke=, on_lost=)`` with a ``group.id``: the group's
   coordinator shares the partitions of the topics (names, or regular expressions written
   with Kafka's leading "^") among the group's members, Java and librdkafka consumers
-  included, through Kafka's classic group protocol (classic_group.py, group_membership.py).
+  included, through Kafka's classic group protocol (``group.protocol=classic``, the default:
+  classic_group.py, group_membership.py) or the consumer group protocol of KIP-848
+  (``group.protocol=consumer``: consumer_group.py, consumer_group_membership.py), where the
+  coordinator assigns (``group.remote.assignor``), resolves a regular expression (matching
+  whole topic names, as Kafka does) and moves partitions one member at a time.
   Positions of newly assigned partitions come from the committed offsets, else
   ``auto.offset.reset``. The callbacks run inside poll() and get ``(consumer, partitions)``.
   ``on_lost`` (partitions someone else may own already; defaults to ``on_revoke``) is
@@ -22,14 +26,17 @@ Config keys are Kafka's: ``bootstrap.servers``, ``client.id``, ``auto.offset.res
 (earliest, latest, error), ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
 ``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted; read_committed
 arrives with transactions), ``request.timeout.ms``, ``retry.backoff.ms``; and for groups
-``group.id``, ``group.instance.id`` (static membership, KIP-345), ``session.timeout.ms``
-(45000), ``heartbeat.interval.ms`` (3000), ``max.poll.interval.ms`` (300000),
-``enable.auto.commit`` (true), ``auto.commit.interval.ms`` (5000),
+``group.id``, ``group.instance.id`` (static membership, KIP-345), ``max.poll.interval.ms``
+(300000; the rebalance timeout), ``enable.auto.commit`` (true), ``auto.commit.interval.ms``
+(5000), ``group.protocol`` (classic or consumer, read as Java reads it, in any case); with
+classic: ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
 ``partition.assignment.strategy`` (range, roundrobin, cooperative-sticky; default
 "range,cooperative-sticky" as Java's, which rebalances eagerly until every member lists
 cooperative-sticky alone), ``metadata.max.age.ms`` (how often pattern subscriptions and
-the leader's partition counts are looked at again), ``group.protocol`` (classic; consumer,
-KIP-848, is not built yet).
+the leader's partition counts are looked at again); with consumer: ``group.remote.assignor``
+(the coordinator's assignor: uniform, range; unset, the coordinator chooses). As Kafka's
+ConsumerConfig does, each protocol's keys are refused (ValueError, Kafka's message) when set
+with the other protocol.
 """
 
 from __future__ import annotations
