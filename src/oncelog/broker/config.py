@@ -35,6 +35,16 @@ def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _parse_ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{value} is outside 0..1")
+    return value
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
@@ -90,7 +100,8 @@ class ConfigKey:
     parse: Callable[[str], Any]
     default: Any
     doc: str
-    kind: str  # Kafka's ConfigType name for DescribeConfigs: INT, LONG, BOOLEAN, STRING, LIST
+    kind: str  # Kafka's ConfigType name for DescribeConfigs: INT, LONG, DOUBLE, BOOLEAN, STRING,
+    #            LIST
 
 
 def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], Any] | None = None):
@@ -101,6 +112,7 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
             "BOOLEAN": _parse_bool,
             "STRING": _parse_str,
             "LIST": _parse_str,
+            "DOUBLE": _parse_ratio,
         }[kind]
     return ConfigKey(name, parse, default, doc, kind)
 
@@ -163,8 +175,29 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("log.index.interval.bytes", "INT", 4096, "Bytes between offset index entries.",
          _parse_int(0, INT_MAX)),
     _key("log.cleanup.policy", "LIST", "delete",
-         "delete and/or compact; compact makes records without a key refused (the log "
-         "cleaner is not built yet, so nothing is compacted away).", _cleanup_policy),
+         "delete and/or compact: delete applies retention; compact refuses records without "
+         "a key and lets the log cleaner keep only the latest record of each key.",
+         _cleanup_policy),
+    _key("log.cleaner.enable", "BOOLEAN", True,
+         "Run the log cleaner, which compacts the logs of topics with cleanup.policy "
+         "compact."),
+    _key("log.cleaner.backoff.ms", "LONG", 15_000,
+         "How long the log cleaner sleeps when no log needs cleaning (ms).",
+         _NON_NEGATIVE_LONG),
+    _key("log.cleaner.dedupe.buffer.size", "LONG", 134_217_728,
+         "Memory for the key -> offset map of one clean (bytes, estimated); a dirty section "
+         "with more keys is cleaned in several passes.", _parse_int(1 << 20, LONG_MAX)),
+    _key("log.cleaner.delete.retention.ms", "LONG", 86_400_000,
+         "How long a tombstone (a null value) stays after its first clean (ms).",
+         _NON_NEGATIVE_LONG),
+    _key("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5,
+         "Dirty share of a log (bytes not yet cleaned over all) from which it is cleaned.",
+         _parse_ratio),
+    _key("log.cleaner.min.compaction.lag.ms", "LONG", 0,
+         "Records younger than this are not compacted (ms).", _NON_NEGATIVE_LONG),
+    _key("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX,
+         "Records older than this are compacted whatever the dirty ratio (ms); the active "
+         "segment of a compacted log rolls at this age.", _parse_int(1, LONG_MAX)),
     _key("log.message.timestamp.type", "STRING", "CreateTime",
          "CreateTime (the producer's) or LogAppendTime (the broker's clock when it appends).",
          _one_of("CreateTime", "LogAppendTime")),
@@ -248,8 +281,18 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
 TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
-    _key("cleanup.policy", "LIST", "delete", "delete and/or compact (keys required).",
+    _key("cleanup.policy", "LIST", "delete",
+         "delete and/or compact (keys required, the latest record of each key kept).",
          _cleanup_policy),
+    _key("delete.retention.ms", "LONG", None,
+         "How long a tombstone stays after its first clean (ms).", _NON_NEGATIVE_LONG),
+    _key("min.cleanable.dirty.ratio", "DOUBLE", None,
+         "Dirty share of the log from which it is cleaned.", _parse_ratio),
+    _key("min.compaction.lag.ms", "LONG", None, "Records younger than this are not compacted.",
+         _NON_NEGATIVE_LONG),
+    _key("max.compaction.lag.ms", "LONG", None,
+         "Records older than this are compacted whatever the dirty ratio.",
+         _parse_int(1, LONG_MAX)),
     _key("message.timestamp.type", "STRING", None, "CreateTime or LogAppendTime.",
          _one_of("CreateTime", "LogAppendTime")),
     _key("message.timestamp.before.max.ms", "LONG", None,
@@ -270,6 +313,10 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
 
 TOPIC_TO_BROKER_KEY = {
     "cleanup.policy": "log.cleanup.policy",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "segment.bytes": "log.segment.bytes",
     "segment.ms": "log.roll.ms",
     "retention.ms": "log.retention.ms",
@@ -346,6 +393,10 @@ class BrokerConfig:
                 f"{', the default' if self.is_default('queued.max.request.bytes') else ''}) "
                 f"must be at least socket.request.max.bytes "
                 f"({self.get('socket.request.max.bytes')}), or -1 for no limit")
+        lag_problem = compaction_lag_problem(self.get("log.cleaner.min.compaction.lag.ms"),
+                                             self.get("log.cleaner.max.compaction.lag.ms"))
+        if lag_problem:
+            raise ConfigError(f"log.cleaner.{lag_problem}")
         _check_consumer_group_bounds(self)
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
@@ -417,6 +468,14 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         except ConfigError as exc:
             raise ConfigError(f"{name}: {exc}") from None
     return parsed
+
+
+def compaction_lag_problem(min_lag_ms: int, max_lag_ms: int) -> str | None:
+    """Kafka's check of the two lags together (each topic's, each broker's)."""
+    if min_lag_ms > max_lag_ms:
+        return (f"min.compaction.lag.ms ({min_lag_ms}) is more than max.compaction.lag.ms "
+                f"({max_lag_ms})")
+    return None
 
 
 def render(value: Any) -> str | None:

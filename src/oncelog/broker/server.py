@@ -53,6 +53,7 @@ from .groups import (
     handle_sync_group,
     make_coordinator,
 )
+from .log_cleaner import LogCleaner
 from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
@@ -113,6 +114,7 @@ class Broker:
         self.cluster_id = self._cluster_id()
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        self.log_cleaner = LogCleaner(self.topics, config)
         self.groups = make_coordinator(config, self.topics)
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
@@ -168,6 +170,8 @@ class Broker:
                 self.groups.expire_offsets)),
             asyncio.create_task(self._load_groups()),
         ]
+        if self.log_cleaner.enabled:
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
                  self.advertised_port, os.path.abspath(self.config.log_dir))
