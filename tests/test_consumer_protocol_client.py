@@ -236,6 +236,24 @@ def test_commit_committed_and_the_server_assignor(group_broker):
     again.close()
 
 
+def test_members_carry_on_through_a_broker_restart(group_broker):
+    boot = group_broker.bootstrap
+    expected = produce(boot, 0, 60)
+    members = [Member(boot, "restart", **{"auto.commit.interval.ms": 200}) for _ in range(2)]
+    poll_until(members, lambda: split_evenly(members) and
+               sum(consumed(members).values()) >= 60, "two members read everything")
+    held, marks = [m.assignment for m in members], [len(m.events) for m in members]
+    group_broker.restart(clean=False)  # SIGKILL; the group is loaded from __consumer_offsets
+    expected += produce(boot, 60, 60)
+    poll_until(members, lambda: set(consumed(members)) >= set(expected), "the rest is read")
+    # The coordinator found again, their full heartbeats were taken: nothing moved.
+    assert [m.assignment for m in members] == held
+    assert all(m.events[mark:] == [] for m, mark in zip(members, marks, strict=True))
+    assert max(consumed(members).values()) == 1
+    for m in members:
+        m.close()
+
+
 def test_a_pattern_subscription_is_resolved_by_the_coordinator(group_broker):
     boot = group_broker.bootstrap
     create_topic(boot, "logs-a", 2)
