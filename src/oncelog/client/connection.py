@@ -15,25 +15,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol import api_versions as apis
 from ..protocol.api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
-# The transactional APIs' keys (the producer's; protocol/api_versions.py lists what the broker
-# implements).
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = \
-    22, 24, 25, 26, 28
-# The client speaks what the protocol layer knows, and the transactional APIs of its producer
-# (which a broker advertises once it has them): AddPartitionsToTxn stops at v3, as v4+ is the
-# brokers' batched form (KIP-890).
+# The client speaks what the protocol layer knows, but AddPartitionsToTxn only up to v3 (v4+
+# is the brokers' batched form, KIP-890) and InitProducerId up to v6 (KIP-939's two-phase
+# commit fields: the producer's, whatever the broker implements).
 CLIENT_API_VERSIONS = {
     **SUPPORTED_VERSIONS,
-    INIT_PRODUCER_ID: (0, 6),
-    ADD_PARTITIONS_TO_TXN: (0, 3),
-    ADD_OFFSETS_TO_TXN: (0, 4),
-    END_TXN: (0, 5),
-    TXN_OFFSET_COMMIT: (0, 5),
+    apis.ADD_PARTITIONS_TO_TXN: (0, 3),
+    apis.INIT_PRODUCER_ID: (0, 6),
 }
 
 

@@ -22,15 +22,7 @@ from ..protocol import api_versions as apis
 from ..protocol.schema import build
 from . import calls
 from .aio_connection import AsyncBrokerConnection
-from .connection import (
-    ADD_OFFSETS_TO_TXN,
-    ADD_PARTITIONS_TO_TXN,
-    END_TXN,
-    INIT_PRODUCER_ID,
-    TXN_OFFSET_COMMIT,
-    KafkaError,
-    KafkaTimeout,
-)
+from .connection import KafkaError, KafkaTimeout
 from .topic_partition import OffsetAndMetadata, TopicPartition
 from .transactions import (
     TRANSACTION_COORDINATOR,
@@ -191,7 +183,7 @@ class TransactionalRequests:
                                  "transaction.two.phase.commit.enable needs InitProducerId "
                                  f"v6 (KIP-939); the coordinator speaks v{version}")
 
-        response = await self._call(Api.INIT_PRODUCER_ID, INIT_PRODUCER_ID, make,
+        response = await self._call(Api.INIT_PRODUCER_ID, apis.INIT_PRODUCER_ID, make,
                                     lambda r: [ErrorCode(r.error_code)], deadline,
                                     check_version=check)
         self.restart(response.producer_id, response.producer_epoch,
@@ -242,7 +234,7 @@ class TransactionalRequests:
                     for p in t.results_by_partition]
 
         try:
-            await self._call(Api.ADD_PARTITIONS, ADD_PARTITIONS_TO_TXN, make, errors,
+            await self._call(Api.ADD_PARTITIONS, apis.ADD_PARTITIONS_TO_TXN, make, errors,
                              self.sender.clock() + self.config.delivery_timeout)
         except KafkaError as exc:
             txn.partitions_not_added(partitions)
@@ -276,7 +268,7 @@ class TransactionalRequests:
                          producer_id=self.idem.producer_id, producer_epoch=self.idem.epoch,
                          group_id=group.group_id)
 
-        await self._call(Api.ADD_OFFSETS, ADD_OFFSETS_TO_TXN, add,
+        await self._call(Api.ADD_OFFSETS, apis.ADD_OFFSETS_TO_TXN, add,
                          lambda r: [ErrorCode(r.error_code)], deadline)
         txn.offsets_added()
         by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
@@ -297,7 +289,7 @@ class TransactionalRequests:
                          member_id=group.member_id,
                          group_instance_id=group.group_instance_id, topics=topics)
 
-        await self._call(Api.TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT, commit,
+        await self._call(Api.TXN_OFFSET_COMMIT, apis.TXN_OFFSET_COMMIT, commit,
                          lambda r: [ErrorCode(p.error_code) for t in r.topics
                                     for p in t.partitions],
                          deadline, key_type=calls.COORDINATOR_GROUP, key=group.group_id)
@@ -327,7 +319,7 @@ class TransactionalRequests:
                              producer_id=self.idem.producer_id,
                              producer_epoch=self.idem.epoch, committed=commit)
 
-            response = await self._call(Api.END_TXN, END_TXN, make,
+            response = await self._call(Api.END_TXN, apis.END_TXN, make,
                                         lambda r: [ErrorCode(r.error_code)], deadline)
             # KIP-890 part 2: the coordinator bumped the epoch and says so (v5+).
             producer_id = getattr(response, "producer_id", -1)
