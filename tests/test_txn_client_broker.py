@@ -87,6 +87,7 @@ def test_commit_abort_retry_and_readers_agree(broker):
                                   + [b"retried-%d" % i for i in range(3)])
     consumer = Consumer({"bootstrap.servers": broker.bootstrap})
     try:
+        consumer.assign([("t", 0), ("t", 1)])
         ends = [consumer.watermarks(TopicPartition("t", p))[1] for p in (0, 1)]
     finally:
         consumer.close()
