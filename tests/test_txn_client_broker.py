@@ -151,8 +151,16 @@ def test_consume_transform_produce_commits_offsets_with_the_output(broker):
                 p.produce("output", record.value.upper(), partition=0)
             p.send_offsets_to_transaction(offsets, group, TIMEOUT)
             p.commit_transaction(TIMEOUT)
-            committed = consumer.committed(list(offsets))
-            assert {tp: c.offset for tp, c in committed.items()} == offsets
+            # The coordinator answers EndTxn once the commit is decided and writes the
+            # markers after (as Kafka's): the offsets become committed with their marker.
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                committed = consumer.committed(list(offsets))
+                found = {tp: c.offset if c else None for tp, c in committed.items()}
+                if found == offsets or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert found == offsets
     finally:
         consumer.close()
     assert sorted(read_committed(broker.bootstrap, "output")) == sorted(

@@ -44,7 +44,12 @@ _DEFAULTS: dict[str, Any] = {
     "stats_cb": None,
 }
 _PARTITIONERS = ("murmur2_random", "murmur2", "random")
-CONFIG_KEYS = frozenset(_DEFAULTS)  # every key parse_producer_config knows
+# The keys a producer takes as plain settings (the Spark sink passes these through). The
+# transactional ones need calls the application makes (init_transactions, ...), and stats_cb
+# is a callable: parse_producer_config knows them, a producer used for you does not take them.
+TRANSACTIONAL_KEYS = frozenset({"transactional.id", "transaction.timeout.ms",
+                                "transaction.two.phase.commit.enable"})
+CONFIG_KEYS = frozenset(_DEFAULTS) - TRANSACTIONAL_KEYS - {"stats_cb", "statistics.interval.ms"}
 
 
 @dataclass(frozen=True)
