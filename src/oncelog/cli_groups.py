@@ -301,17 +301,24 @@ def parse_datetime(text: str) -> int:
         when.astimezone().timestamp() * 1000)
 
 
-def _partitions_to_reset(args: argparse.Namespace, admin: Admin, group_id: str,
+def _partitions_to_reset(args: argparse.Namespace, admin: Admin,
                          committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
-    if args.all_topics:
-        return sorted(committed)
-    wanted = [parse_topic_arg(t) for t in args.topic]
-    info = admin.metadata(sorted({t for t, _ in wanted}))
+    """The partitions named (or, with --all-topics, those with a committed offset); every one
+    must exist, as Kafka checks."""
+    wanted = [(t, None) for t in sorted({t for t, _ in committed})] if args.all_topics else \
+        [parse_topic_arg(t) for t in args.topic]
+    info = admin.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
     known = {(t.name, p.index) for t in info.topics.values() for p in t.partitions}
     chosen: list[tuple[str, int]] = []
     for topic, partitions in wanted:
-        chosen += ([(topic, p) for p in partitions] if partitions is not None else
-                   sorted(tp for tp in known if tp[0] == topic))
+        if args.all_topics:
+            chosen += sorted(tp for tp in committed if tp[0] == topic)
+        elif partitions is not None:
+            chosen += [(topic, p) for p in partitions]
+        elif topic not in info.topics:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{topic}'")
+        else:
+            chosen += sorted(tp for tp in known if tp[0] == topic)
     missing = [tp for tp in chosen if tp not in known]
     if missing:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, "The partitions \"" +
@@ -407,8 +414,8 @@ def _reset_offsets(args: argparse.Namespace) -> int:
                 continue
             committed = {tp: c.offset
                          for tp, c in admin.list_group_offsets(group_id).items()}
-            plan = plan_offsets(args, admin, _partitions_to_reset(args, admin, group_id,
-                                                                  committed), committed)
+            plan = plan_offsets(args, admin, _partitions_to_reset(args, admin, committed),
+                                committed)
             if args.execute and plan:
                 errors = {tp: e for tp, e in admin.alter_group_offsets(group_id, plan).items()
                           if e != ErrorCode.none}

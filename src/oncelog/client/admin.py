@@ -78,7 +78,10 @@ class Admin:
     def _timeout(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.timeout)
 
-    def metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> ClusterInfo:
+    def metadata(self, topics: list[str] | None = None, auto_create: bool = False,
+                 missing_ok: bool = False) -> ClusterInfo:
+        """Brokers and topics; a named topic the broker does not know raises KafkaError,
+        unless ``missing_ok`` (then it is left out)."""
         def make(mod, version):
             wanted = None if topics is None else tuple(
                 build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
@@ -92,7 +95,7 @@ class Admin:
         result = {}
         for t in response.topics:
             if t.error_code != ErrorCode.none:
-                if topics is not None:
+                if topics is not None and not missing_ok:
                     _raise_for(t.error_code, f"topic {t.name!r}")
                 continue
             result[t.name] = TopicInfo(t.name, tuple(sorted(
@@ -258,11 +261,12 @@ class Admin:
         or after that time) or the partition's error out."""
         if not wanted:
             return {}
-        info = self.metadata(sorted({t for t, _ in wanted}))
+        info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
         result: dict[tuple[str, int], int | KafkaError] = {}
         by_leader: dict[int, dict[tuple[str, int], int]] = {}
         for (topic, partition), timestamp in wanted.items():
-            leaders = {p.index: p.leader for p in info.topics[topic].partitions}
+            known = info.topics.get(topic)
+            leaders = {p.index: p.leader for p in known.partitions} if known else {}
             if partition not in leaders:
                 result[topic, partition] = KafkaError(ErrorCode.unknown_topic_or_partition,
                                                       f"{topic}-{partition}")
