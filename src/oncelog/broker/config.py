@@ -186,7 +186,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("offsets.retention.check.interval.ms", "LONG", 600_000,
          "How often expired offsets are looked for (ms).", _parse_int(1, LONG_MAX)),
     _key("offset.metadata.max.bytes", "INT", 4096,
-         "Largest metadata string of a committed offset.", _parse_int(0, INT_MAX)),
+         "Largest metadata string of a committed offset (at most 32767, what the offset "
+         "record's string holds).", _parse_int(0, 32767)),
     _key("group.min.session.timeout.ms", "INT", 6000,
          "Shortest session timeout a member may ask for.", _parse_int(0, INT_MAX)),
     _key("group.max.session.timeout.ms", "INT", 1_800_000,

@@ -42,6 +42,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _too_long(*texts: str) -> bool:
+    """Longer than the records' strings can hold (Kafka's STRING: 32767 bytes)."""
+    return any(len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES for t in texts)
+
+
+def _new_member_id(prefix: str) -> str:
+    # Kafka's form (client or instance id, a dash, a UUID), the prefix cut so that the id
+    # stays a short string whatever the client sent.
+    return f"{prefix[:255]}-{uuid.uuid4()}"
+
+
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
     h = 0
@@ -200,7 +211,7 @@ class GroupCoordinator:
 
     def _unavailable(self, group_id: str | None) -> ErrorCode | None:
         """The error for a group this coordinator cannot serve now, or None."""
-        if not group_id:
+        if not group_id or _too_long(group_id):
             return E.invalid_group_id
         if self.partition_of(group_id) in self.loading:
             return E.coordinator_load_in_progress
@@ -224,6 +235,8 @@ class GroupCoordinator:
             return JoinResult(E.invalid_session_timeout, member_id)
         if not protocol_type or not protocols:
             return JoinResult(E.inconsistent_group_protocol, member_id)
+        if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
+            return JoinResult(E.invalid_request, member_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -250,7 +263,7 @@ class GroupCoordinator:
             return await self._replace_static_member(group, joining, skip_ok)
         if group.size >= self.config.max_size:
             return JoinResult(E.group_max_size_reached)
-        joining.member_id = f"{instance_id or joining.client_id}-{uuid.uuid4()}"
+        joining.member_id = _new_member_id(instance_id or joining.client_id)
         if instance_id is None and require_known_member_id:
             # KIP-394: the id is handed out first, and counts only once it is used.
             loop = asyncio.get_running_loop()
@@ -295,7 +308,7 @@ class GroupCoordinator:
         instance_id = joining.group_instance_id
         old_id = group.static_members[instance_id]
         old = group.members.get(old_id)
-        new_id = f"{instance_id}-{uuid.uuid4()}"
+        new_id = _new_member_id(instance_id)
         joining.member_id = new_id
         if old is None:  # a stale mapping: join as new
             del group.static_members[instance_id]
@@ -314,17 +327,18 @@ class GroupCoordinator:
         if group.is_in(_COMPLETING):
             return await self._rebalance_and_wait(group, old, "a static member rejoined")
         if group.is_in(_STABLE):
-            same = old_protocols == old.protocols or (group.protocol in old.protocol_names() \
-                and old.metadata(group.protocol) == dict(old_protocols).get(group.protocol))
-            if not same or (was_leader and not skip_ok):
+            # Kafka's rule: no rebalance unless the protocol the group would now choose
+            # changes; the leader is given the members again but told to skip assigning.
+            if group.select_protocol() != group.protocol:
                 return await self._rebalance_and_wait(group, old, "a static member rejoined "
-                                                      "with other metadata")
+                                                      "with other protocols")
             try:
                 await self._store_group(group)
             except WriteFailed as exc:
                 # Undo: the old id stays the member's.
                 del group.members[new_id]
                 old.member_id = old_id
+                old.protocols = old_protocols
                 group.members[old_id] = old
                 group.static_members[instance_id] = old_id
                 if was_leader:
@@ -332,8 +346,7 @@ class GroupCoordinator:
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
             answer = self._join_answer(group, old)
-            if was_leader:
-                answer.skip_assignment = True
+            answer.skip_assignment = was_leader and skip_ok
             return answer
         return JoinResult(E.unknown_member_id, new_id)
 
@@ -912,7 +925,10 @@ class GroupCoordinator:
     # --- storing a group ----------------------------------------------------------------------
 
     async def _store_group(self, group: ClassicGroup) -> None:
-        record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
+        try:
+            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
+        except ValueError as exc:  # a string the record cannot hold (refused earlier)
+            raise WriteFailed(E.invalid_request, str(exc)) from exc
         try:
             durable = self.log.append(self.partition_of(group.group_id), [record])
         except WriteFailed as exc:

@@ -22,6 +22,7 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
+MAX_STRING_BYTES = 0x7FFF
 
 
 class BadRecord(ValueError):
@@ -93,7 +94,7 @@ class _Writer:
         if v is None:
             return self.int16(-1)
         data = v.encode()
-        if len(data) > 0x7FFF:
+        if len(data) > MAX_STRING_BYTES:
             raise ValueError(f"string of {len(data)} bytes does not fit a Kafka STRING")
         self.parts.append(struct.pack(">h", len(data)) + data)
         return self
