@@ -1,14 +1,16 @@
 """Consumer groups: oncelog's group coordinator next to librdkafka's mock cluster, in one run.
 
     .venv/bin/python bench/groups.py [--repeats R] [--parts join,commit,consume,memory]
-        [--members 10] [--commit-seconds 3] [--messages 1000000] [--groups 10000]
-        [--wait-quiet S] [--json PATH]
+        [--members 10] [--commit-seconds 3] [--messages 3000000] [--groups 10000]
+        [--max-other-load 0.10] [--wait-quiet S] [--json PATH]
     make bench ARGS="--only groups"
 
 Every client is confluent-kafka with its defaults unless said otherwise; the mock cluster is
 librdkafka's (``test.mock.num.brokers=1``), which serves the classic group protocol. oncelog
 and the mock take turns within each repetition, in alternating order; medians are reported
-with the median of the per-repetition ratios.
+with the median of the per-repetition ratios ("paired"). The CPU other processes use is
+measured during every run, and repetitions with a run above ``--max-other-load`` are left
+out of the medians when at least 3 remain (the report says how many were used).
 
 * join: time from the first of ``--members`` consumers calling ``subscribe()`` (roundrobin
   assignor) on topics of 4 partitions (the mock's size: it has no CreateTopics), enough of
@@ -27,9 +29,11 @@ with the median of the per-repetition ratios.
   the floor of a group request's round trip on each.
 * consume (oncelog only): one consumer reads ``--messages`` 100-byte records from a topic of 4
   partitions with ``assign()`` (from offset 0) and with ``subscribe()`` (a new group each
-  time, ``auto.offset.reset=earliest``, auto commit on as by default). Throughput over the
-  last 80% of the records (goal: subscribe >= 0.95x assign), the time from the call to the
-  first record and to the last.
+  time, ``auto.offset.reset=earliest``, auto commit on as by default), both with
+  ``fetch.queue.backoff.ms=10`` (librdkafka's 1000 ms default paces a reader that empties
+  its queue quickly to a few hundred thousand records a second, whatever the broker).
+  Throughput over the last 80% of the records (goal: subscribe >= 0.95x assign), the time
+  from the call to the first record and to the last.
 * memory (oncelog only): ``--groups`` groups of one member each are made over the protocol
   (JoinGroup twice, as KIP-394 asks, then SyncGroup, 500 requests pipelined per round on one
   connection), then each member commits one offset. The broker process's RSS (VmRSS from
@@ -68,6 +72,9 @@ COMMIT_GOAL = 0.8  # oncelog / mock, at least
 CONSUME_GOAL = 0.95  # subscribe / assign, at least
 NO_DELAY = {"group.initial.rebalance.delay.ms": "0"}
 SHORT_DELAY = {"group.initial.rebalance.delay.ms": "100"}
+# librdkafka 2.x stops fetching for fetch.queue.backoff.ms (1000) once its queue holds
+# queued.min.messages: a reader that empties the queue quickly then waits a second at a time.
+CONSUME_CONF = {"fetch.queue.backoff.ms": 10}
 MOCK_PARTITIONS = 4
 
 
@@ -98,6 +105,42 @@ def _consumer(bootstrap: str, group: str, **extra):
     return Consumer({"bootstrap.servers": bootstrap, "group.id": group, **extra})
 
 
+def rounds(args, targets: dict, ours) -> list[dict]:
+    """``args.repeats`` repetitions; in each every target (name -> function of the repetition
+    number returning a dict of results) runs once, the order alternating. Each result gets
+    ``others``: the share of the CPUs other processes used meanwhile (``ours`` gives the CPU
+    seconds of the brokers we started, which are not others)."""
+    reps = []
+    for rep in range(args.repeats):
+        names = list(targets) if rep % 2 == 0 else list(reversed(targets))
+        row = {}
+        for name in names:
+            meter = LoadMeter(ours)
+            row[name] = {**targets[name](rep), "others": meter.others_share()}
+        reps.append(row)
+    return reps
+
+
+def summarize(reps: list[dict], key: str, max_other_load: float,
+              pair: tuple[str, str] | None = None) -> dict:
+    """Medians of ``key`` over the repetitions in which no run had other processes above
+    ``max_other_load`` of the CPUs (over all of them when fewer than 3 are that quiet), and
+    with ``pair`` the median of the per-repetition ratios pair[0] / pair[1]."""
+    quiet = [r for r in reps if max(run["others"] for run in r.values()) <= max_other_load]
+    used = quiet if len(quiet) >= 3 else reps
+    out = {"used": len(used), "of": len(reps), "only_quiet": used is quiet,
+           "median": {name: median([r[name][key] for r in used]) for name in reps[0]}}
+    if pair:
+        out["paired_ratio"] = median([r[pair[0]][key] / r[pair[1]][key] for r in used])
+    return out
+
+
+def _log(part: str, rep: int, row: dict, show) -> None:
+    for name, run in row.items():
+        print(f"  {part} rep {rep + 1} {name}: {show(run)} (others {run['others']:.0%})",
+              file=sys.stderr, flush=True)
+
+
 # --- join -------------------------------------------------------------------------------------
 
 def join_seconds(bootstrap: str, topics: list[str], group: str, members: int) -> float:
@@ -125,21 +168,23 @@ def join_seconds(bootstrap: str, topics: list[str], group: str, members: int) ->
             c.close()
 
 
-def run_join(args, targets: dict[str, str]) -> dict:
+def run_join(args, targets: dict[str, str], ours) -> dict:
     # Enough 4-partition topics that roundrobin gives every member a partition.
     topics = [f"join-topic-{i}" for i in range(-(-args.members // MOCK_PARTITIONS))]
     for name, bootstrap in targets.items():
         for topic in topics:
             mock_sized_topic(bootstrap, topic, name == "mock")
         join_seconds(bootstrap, topics, "warm-up", 1)  # the offsets topic, connections
-    rows: dict[str, list[float]] = {name: [] for name in targets}
-    for rep in range(args.repeats):
-        order = list(targets.items()) if rep % 2 == 0 else list(reversed(targets.items()))
-        for name, bootstrap in order:
-            seconds = join_seconds(bootstrap, topics, f"join-{rep}", args.members)
-            rows[name].append(seconds)
-            print(f"  join rep {rep + 1} {name}: {seconds:.3f} s", file=sys.stderr, flush=True)
-    return {"runs": rows, "median_s": {name: median(v) for name, v in rows.items()}}
+
+    def target(bootstrap: str):
+        return lambda rep: {"seconds": join_seconds(bootstrap, topics, f"join-{rep}",
+                                                    args.members)}
+
+    reps = rounds(args, {name: target(b) for name, b in targets.items()}, ours)
+    for rep, row in enumerate(reps):
+        _log("join", rep, row, lambda run: f"{run['seconds']:.3f} s")
+    return {"runs": reps, **summarize(reps, "seconds", args.max_other_load,
+                                      ("oncelog", "mock"))}
 
 
 # --- commit -----------------------------------------------------------------------------------
@@ -178,27 +223,25 @@ def run_commit(args, targets: dict[str, str], oncelog_pid: int) -> dict:
     for name, bootstrap in targets.items():
         mock_sized_topic(bootstrap, topic, name == "mock")
         round_trips_per_second(bootstrap, topic, "warm-up", 0.2)
+
+    def target(name: str, call: str):
+        def run(rep: int) -> dict:
+            cpu_before = broker_cpu()
+            rate = round_trips_per_second(targets[name], topic, f"{call}-{rep}",
+                                          args.commit_seconds, call)
+            # The broker's CPU per round trip, the consumer's set-up included.
+            cpu = (broker_cpu() - cpu_before) / (rate * args.commit_seconds)
+            return {"per_s": rate, **({"cpu_s": cpu} if name == "oncelog" else {})}
+        return run
+
     result = {}
-    cpu: dict[str, list[float]] = {"commit": [], "fetch": []}
     for call in ("commit", "fetch"):
-        rows: dict[str, list[float]] = {name: [] for name in targets}
-        ratios = []
-        for rep in range(args.repeats):
-            order = list(targets.items()) if rep % 2 == 0 else list(reversed(targets.items()))
-            for name, bootstrap in order:
-                cpu_before = broker_cpu()
-                rate = round_trips_per_second(bootstrap, topic, f"{call}-{rep}",
-                                              args.commit_seconds, call)
-                rows[name].append(rate)
-                if name == "oncelog":  # the broker's CPU per round trip, set-up included
-                    cpu[call].append((broker_cpu() - cpu_before) /
-                                     (rate * args.commit_seconds))
-                print(f"  {call} rep {rep + 1} {name}: {rate:,.0f} round trips/s",
-                      file=sys.stderr, flush=True)
-            ratios.append(rows["oncelog"][-1] / rows["mock"][-1])
-        result[call] = {"runs": rows, "median_per_s": {n: median(v) for n, v in rows.items()},
-                        "median_pair_ratio": median(ratios),
-                        "oncelog_cpu_us": median(cpu[call]) * 1e6}
+        reps = rounds(args, {name: target(name, call) for name in targets}, broker_cpu)
+        for rep, row in enumerate(reps):
+            _log(call, rep, row, lambda run: f"{run['per_s']:,.0f} round trips/s")
+        result[call] = {"runs": reps, **summarize(reps, "per_s", args.max_other_load,
+                                                  ("oncelog", "mock")),
+                        "oncelog_cpu_us": median([r["oncelog"]["cpu_s"] for r in reps]) * 1e6}
     return result
 
 
@@ -228,7 +271,7 @@ def consume_run(bootstrap: str, topic: str, partitions: int, messages: int, mode
     would count records fetched while the clock was not running yet."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer(bootstrap, group, **{"auto.offset.reset": "earliest"})
+    consumer = _consumer(bootstrap, group, **{"auto.offset.reset": "earliest", **CONSUME_CONF})
     try:
         seen = 0
         first = steady = None
@@ -258,25 +301,24 @@ def consume_run(bootstrap: str, topic: str, partitions: int, messages: int, mode
         consumer.close()
 
 
-def run_consume(args, bootstrap: str) -> dict:
+def run_consume(args, bootstrap: str, ours) -> dict:
     topic, partitions = "consume-topic", 4
     fill(bootstrap, topic, partitions, args.messages)
     consume_run(bootstrap, topic, partitions, args.messages, "subscribe", "warm-up")
-    rows: dict[str, list[dict]] = {"assign": [], "subscribe": []}
-    ratios = []
-    for rep in range(args.repeats):
-        modes = ("assign", "subscribe") if rep % 2 == 0 else ("subscribe", "assign")
-        for mode in modes:
-            row = consume_run(bootstrap, topic, partitions, args.messages, mode,
-                              f"consume-{mode}-{rep}")
-            rows[mode].append(row)
-            print(f"  consume rep {rep + 1} {mode}: {row['msgs_per_s']:,.0f} msgs/s, first "
-                  f"record after {row['to_first_s'] * 1000:.0f} ms", file=sys.stderr,
-                  flush=True)
-        ratios.append(rows["subscribe"][-1]["msgs_per_s"] / rows["assign"][-1]["msgs_per_s"])
-    return {"runs": rows, "median_pair_ratio": median(ratios),
-            **{f"{mode}_{key}": median([r[key] for r in rows[mode]])
-               for mode in rows for key in ("msgs_per_s", "to_first_s", "to_last_s")}}
+
+    def target(mode: str):
+        return lambda rep: consume_run(bootstrap, topic, partitions, args.messages, mode,
+                                       f"consume-{mode}-{rep}")
+
+    reps = rounds(args, {mode: target(mode) for mode in ("assign", "subscribe")}, ours)
+    for rep, row in enumerate(reps):
+        _log("consume", rep, row, lambda run: f"{run['msgs_per_s']:,.0f} msgs/s, first record "
+             f"after {run['to_first_s'] * 1000:.0f} ms")
+    out = {"runs": reps, **summarize(reps, "msgs_per_s", args.max_other_load,
+                                     ("subscribe", "assign"))}
+    for key in ("to_first_s", "to_last_s"):
+        out[key] = summarize(reps, key, args.max_other_load)["median"]
+    return out
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -416,64 +458,81 @@ def run(args) -> dict:
     if "join" in parts:
         with OncelogBroker(NO_DELAY) as fast, OncelogBroker(SHORT_DELAY) as short, \
                 OncelogBroker() as default, MockCluster() as mock:
+            probes = [cpu_seconds_probe(b.pid) for b in (fast, short, default)]
             results["join"] = run_join(args, {"oncelog": fast.bootstrap,
                                               "oncelog, delay 100 ms": short.bootstrap,
                                               "oncelog, delay 3000 ms": default.bootstrap,
-                                              "mock": mock.bootstrap})
+                                              "mock": mock.bootstrap},
+                                       lambda: sum(probe() for probe in probes))
     if "commit" in parts:
         with OncelogBroker(NO_DELAY) as broker, MockCluster() as mock:
             results["commit"] = run_commit(args, {"oncelog": broker.bootstrap,
                                                   "mock": mock.bootstrap}, broker.pid)
     if "consume" in parts:
         with OncelogBroker(NO_DELAY) as broker:
-            results["consume"] = run_consume(args, broker.bootstrap)
+            results["consume"] = run_consume(args, broker.bootstrap,
+                                             cpu_seconds_probe(broker.pid))
     if "memory" in parts:
         results["memory"] = run_memory(args)
     results["other_load"] = meter.others_share()
     return results
 
 
+def _used(summary: dict, limit: float) -> str:
+    if summary["only_quiet"]:
+        return f"{summary['used']} of {summary['of']} repetitions (others <= {limit:.0%})"
+    return f"all {summary['of']} repetitions, FEWER THAN 3 QUIET: not trustworthy"
+
+
 def report(results: dict, args) -> None:
     print(f"machine: {results['machine']}")
-    print(f"medians of {results['repeats']}; other processes used "
-          f"{results['other_load']:.0%} of the CPUs meanwhile")
+    print(f"other processes used {results['other_load']:.0%} of the CPUs over the whole run; "
+          f"medians over the repetitions in which they used at most {args.max_other_load:.0%}")
     if "join" in results:
-        m = results["join"]["median_s"]
-        print(f"\n| join: {args.members} consumers until all hold a partition | seconds | "
-              "/ mock | target | |")
-        print("|---|---:|---:|---:|---|")
+        j = results["join"]
+        m = j["median"]
+        print(f"\n{args.members} consumers join, until all hold a partition; "
+              f"{_used(j, args.max_other_load)}")
+        print("\n| join | seconds | / mock | paired | target | |")
+        print("|---|---:|---:|---:|---:|---|")
         for name, seconds in m.items():
             ratio = seconds / m["mock"]
-            goal = (f"<= {JOIN_GOAL} | {'met' if ratio <= JOIN_GOAL else 'MISSED'}"
-                    if name == "oncelog" else " | ")
+            goal = (f"{j['paired_ratio']:.3f} | <= {JOIN_GOAL} | "
+                    f"{'met' if ratio <= JOIN_GOAL else 'MISSED'}"
+                    if name == "oncelog" else " | | ")
             label = "oncelog, delay 0 (the goal's)" if name == "oncelog" else name
             print(f"| {label} | {seconds:.3f} | {ratio:.3f} | {goal} |")
     if "commit" in results:
-        print("\n| synchronous round trips, one consumer | oncelog / s | mock / s | ratio | "
-              "pairs | target | | oncelog broker CPU per round trip |")
+        print(f"\nsynchronous round trips of one consumer; commit: "
+              f"{_used(results['commit']['commit'], args.max_other_load)}, fetch: "
+              f"{_used(results['commit']['fetch'], args.max_other_load)}")
+        print("\n| round trips | oncelog / s | mock / s | ratio | paired | target | | "
+              "oncelog broker CPU per round trip |")
         print("|---|---:|---:|---:|---:|---:|---|---:|")
         for call, what in (("commit", "OffsetCommit (commit)"),
                            ("fetch", "OffsetFetch (committed), for reference")):
             c = results["commit"][call]
-            m = c["median_per_s"]
+            m = c["median"]
             ratio = m["oncelog"] / m["mock"]
             goal = (f">= {COMMIT_GOAL} | {'met' if ratio >= COMMIT_GOAL else 'MISSED'}"
                     if call == "commit" else " | ")
             print(f"| {what} | {m['oncelog']:,.0f} | {m['mock']:,.0f} | {ratio:.2f} | "
-                  f"{c['median_pair_ratio']:.2f} | {goal} | {c['oncelog_cpu_us']:.0f} us |")
+                  f"{c['paired_ratio']:.2f} | {goal} | {c['oncelog_cpu_us']:.0f} us |")
     if "consume" in results:
         c = results["consume"]
-        ratio = c["subscribe_msgs_per_s"] / c["assign_msgs_per_s"]
-        print(f"\n| consume {args.messages:,} x 100 B, 4 partitions | msgs/s (last 80%) | "
-              "first record after | all after | / assign | pairs | target | |")
+        m = c["median"]
+        ratio = m["subscribe"] / m["assign"]
+        print(f"\nconsume {args.messages:,} x 100 B from 4 partitions; "
+              f"{_used(c, args.max_other_load)}")
+        print("\n| consume | msgs/s (last 80%) | first record after | all after | / assign | "
+              "paired | target | |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         for mode in ("assign", "subscribe"):
-            tail = (f"{ratio:.2f} | {c['median_pair_ratio']:.2f} | >= {CONSUME_GOAL} | "
+            tail = (f"{ratio:.2f} | {c['paired_ratio']:.2f} | >= {CONSUME_GOAL} | "
                     f"{'met' if ratio >= CONSUME_GOAL else 'MISSED'}"
                     if mode == "subscribe" else " | | | ")
-            print(f"| {mode}() | {c[f'{mode}_msgs_per_s']:,.0f} | "
-                  f"{c[f'{mode}_to_first_s'] * 1000:.0f} ms | {c[f'{mode}_to_last_s']:.2f} s | "
-                  f"{tail} |")
+            print(f"| {mode}() | {m[mode]:,.0f} | {c['to_first_s'][mode] * 1000:.0f} ms | "
+                  f"{c['to_last_s'][mode]:.2f} s | {tail} |")
     if "memory" in results:
         m = results["memory"]
         print(f"\nmemory: {m['groups']:,} groups of 1 member (broker RSS "
@@ -492,8 +551,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--members", type=int, default=10)
     parser.add_argument("--commit-seconds", type=float, default=3.0)
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=3_000_000)
     parser.add_argument("--groups", type=int, default=10_000)
+    parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
+                        help="repetitions in which other processes used more than F of the "
+                             "CPUs are left out of the medians (if 3 others remain)")
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                         help="first wait up to S seconds until other processes use under 5%% "
                              "of the CPUs")
