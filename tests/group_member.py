@@ -28,6 +28,21 @@ def out(*fields: object) -> None:
     print(*fields, flush=True)
 
 
+def report(batches: dict) -> dict[int, int]:
+    """Print the records of a kafka-python / aiokafka poll; the last offset per partition."""
+    last: dict[int, int] = {}
+    for tp, records in batches.items():
+        for r in records:
+            out("R", tp.partition, r.offset)
+            last[tp.partition] = r.offset
+    return last
+
+
+def committed(last: dict[int, int]) -> None:
+    for partition, offset in last.items():
+        out("C", partition, offset + 1)
+
+
 def confluent(bootstrap: str, group: str, topic: str, assignor: str, session_ms: int,
               deadline: float) -> None:
     from confluent_kafka import Consumer
@@ -51,8 +66,7 @@ def confluent(bootstrap: str, group: str, topic: str, assignor: str, session_ms:
             except Exception as exc:  # a rebalance under way: the window stays uncommitted
                 out("E", exc)
                 continue
-            for partition, offset in last.items():
-                out("C", partition, offset + 1)
+            committed(last)
     consumer.close()
 
 
@@ -73,19 +87,14 @@ def kafka_python(bootstrap: str, group: str, topic: str, assignor: str, session_
         if len(consumer.assignment()) != held:
             held = len(consumer.assignment())
             out("A", held)
-        last: dict[int, int] = {}
-        for tp, records in batches.items():
-            for r in records:
-                out("R", tp.partition, r.offset)
-                last[tp.partition] = r.offset
+        last = report(batches)
         if last:
             try:
                 consumer.commit()
             except Exception as exc:
                 out("E", exc)
                 continue
-            for partition, offset in last.items():
-                out("C", partition, offset + 1)
+            committed(last)
     consumer.close()
 
 
@@ -110,19 +119,14 @@ def aiokafka(bootstrap: str, group: str, topic: str, assignor: str, session_ms: 
                 if len(consumer.assignment()) != held:
                     held = len(consumer.assignment())
                     out("A", held)
-                last: dict[int, int] = {}
-                for tp, records in batches.items():
-                    for r in records:
-                        out("R", tp.partition, r.offset)
-                        last[tp.partition] = r.offset
+                last = report(batches)
                 if last:
                     try:
                         await consumer.commit()
                     except Exception as exc:
                         out("E", exc)
                         continue
-                    for partition, offset in last.items():
-                        out("C", partition, offset + 1)
+                    committed(last)
         finally:
             await consumer.stop()
 

@@ -353,3 +353,19 @@ def test_loading_partitions_answer_load_in_progress():
         await c.load_all()
         assert c.fetch("g", None)[0] is E.none
     run(scenario())
+
+
+def test_offsets_of_a_deleted_topic_are_removed_for_good():
+    async def scenario():
+        store = MemoryOffsetsLog()
+        c = await loaded(coordinator(store))
+        for group in ("g1", "g2", "g3"):
+            await c.commit(group, -1, "", None, -1, [OffsetCommitPartition("t", 0, 5, -1, ""),
+                                                     OffsetCommitPartition("u", 0, 6, -1, "")])
+        assert c.delete_topic_offsets("t") == 3
+        assert c.fetch("g1", None)[1] == [("u", 0, c.groups["g1"].offsets["u", 0])]
+        c.close()
+        again = await loaded(coordinator(store))
+        assert [(t, p) for t, p, _ in again.fetch("g2", None)[1]] == [("u", 0)]
+        again.close()
+    run(scenario())

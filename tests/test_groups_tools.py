@@ -327,12 +327,9 @@ def test_lag_series_beyond_the_limit_keep_the_largest(tmp_path, monkeypatch):
     assert 'oncelog_consumer_groups{state="Empty"} 5' in lines
 
 
-@pytest.mark.xfail(strict=True, reason="the coordinator keeps the committed offsets of a "
-                   "deleted topic (Kafka removes them: GroupCoordinator.onPartitionsDeleted)")
 def test_offsets_of_a_deleted_topic_go_with_it(start_broker):
-    """Found while testing describe: a topic deleted and created again under the same name
-    starts empty, but a group's old offset for it stays, so its consumer resumes at that
-    offset in the new topic and skips the records before it."""
+    """A topic deleted and created again under the same name starts empty: a group's old
+    offset for it must go too, or its consumer would resume there and skip records."""
     from confluent_kafka.admin import AdminClient
 
     from oncelog.client.admin import Admin

@@ -4,8 +4,9 @@ from .client.admin import Admin
 from .client.connection import KafkaError, KafkaTimeout, OutcomeUnknown
 from .client.consumer import Consumer, ConsumerRecord
 from .client.producer import AIOProducer, Producer, RecordFuture, RecordMetadata
-from .client.topic_partition import TopicPartition
+from .client.topic_partition import OffsetAndMetadata, TopicPartition
 
 __all__ = ["AIOProducer", "Admin", "Consumer", "ConsumerRecord", "KafkaError", "KafkaTimeout",
-           "OutcomeUnknown", "Producer", "RecordFuture", "RecordMetadata", "TopicPartition"]
+           "OffsetAndMetadata", "OutcomeUnknown", "Producer", "RecordFuture", "RecordMetadata",
+           "TopicPartition"]
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ RESOURCE_BROKER = 4
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 
 
 def handle_create_topics(broker, request: Request):
@@ -91,6 +91,7 @@ def handle_delete_topics(broker, request: Request):
                 raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
             broker.topics.delete(name)
             broker.counters.forget_topic(name)
+            broker.groups.delete_topic_offsets(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
         results.append(build(mod.DeletableTopicResult, name=name, error_code=error,

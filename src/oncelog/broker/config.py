@@ -35,6 +35,16 @@ def _parse_int(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _parse_ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{value} is outside 0..1")
+    return value
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
@@ -56,13 +66,42 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _parse_assignors(text: str) -> str:
+    names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"expected a list of uniform and range, got {text!r}")
+    return ",".join(dict.fromkeys(names))
+
+
+def _check_consumer_group_bounds(config: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig rules for the consumer protocol's timings."""
+    prefix = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value = config.get(prefix + what)
+        lo, hi = config.get(f"{prefix}min.{what}"), config.get(f"{prefix}max.{what}")
+        if not lo <= value <= hi:
+            raise ConfigError(f"{prefix}{what} ({value}) must be within {prefix}min.{what} "
+                              f"({lo}) and {prefix}max.{what} ({hi})")
+    if config.get(prefix + "heartbeat.interval.ms") >= config.get(prefix + "session.timeout.ms"):
+        raise ConfigError(f"{prefix}heartbeat.interval.ms must be less than "
+                          f"{prefix}session.timeout.ms")
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
     parse: Callable[[str], Any]
     default: Any
     doc: str
-    kind: str  # Kafka's ConfigType name for DescribeConfigs: INT, LONG, BOOLEAN, STRING, LIST
+    kind: str  # Kafka's ConfigType name for DescribeConfigs: INT, LONG, DOUBLE, BOOLEAN, STRING,
+    #            LIST
 
 
 def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], Any] | None = None):
@@ -73,6 +112,7 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
             "BOOLEAN": _parse_bool,
             "STRING": _parse_str,
             "LIST": _parse_str,
+            "DOUBLE": _parse_ratio,
         }[kind]
     return ConfigKey(name, parse, default, doc, kind)
 
@@ -135,8 +175,29 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("log.index.interval.bytes", "INT", 4096, "Bytes between offset index entries.",
          _parse_int(0, INT_MAX)),
     _key("log.cleanup.policy", "LIST", "delete",
-         "delete and/or compact; compact makes records without a key refused (the log "
-         "cleaner is not built yet, so nothing is compacted away).", _cleanup_policy),
+         "delete and/or compact: delete applies retention; compact refuses records without "
+         "a key and lets the log cleaner keep only the latest record of each key.",
+         _cleanup_policy),
+    _key("log.cleaner.enable", "BOOLEAN", True,
+         "Run the log cleaner, which compacts the logs of topics with cleanup.policy "
+         "compact."),
+    _key("log.cleaner.backoff.ms", "LONG", 15_000,
+         "How long the log cleaner sleeps when no log needs cleaning (ms).",
+         _NON_NEGATIVE_LONG),
+    _key("log.cleaner.dedupe.buffer.size", "LONG", 134_217_728,
+         "Memory for the key -> offset map of one clean (bytes, estimated); a dirty section "
+         "with more keys is cleaned in several passes.", _parse_int(1 << 20, LONG_MAX)),
+    _key("log.cleaner.delete.retention.ms", "LONG", 86_400_000,
+         "How long a tombstone (a null value) stays after its first clean (ms).",
+         _NON_NEGATIVE_LONG),
+    _key("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5,
+         "Dirty share of a log (bytes not yet cleaned over all) from which it is cleaned.",
+         _parse_ratio),
+    _key("log.cleaner.min.compaction.lag.ms", "LONG", 0,
+         "Records younger than this are not compacted (ms).", _NON_NEGATIVE_LONG),
+    _key("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX,
+         "Records older than this are compacted whatever the dirty ratio (ms); the active "
+         "segment of a compacted log rolls at this age.", _parse_int(1, LONG_MAX)),
     _key("log.message.timestamp.type", "STRING", "CreateTime",
          "CreateTime (the producer's) or LogAppendTime (the broker's clock when it appends).",
          _one_of("CreateTime", "LogAppendTime")),
@@ -174,6 +235,21 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("producer.state.batches.to.retain", "INT", 5,
          "Batches remembered per producer per partition to answer retries as duplicates.",
          _parse_int(1, 255)),
+    # The transaction coordinator (Kafka's names and defaults).
+    _key("transaction.state.log.num.partitions", "INT", 50,
+         "Partitions of __transaction_state when it is created (fixed from then on).",
+         _POSITIVE_INT),
+    _key("transaction.state.log.segment.bytes", "INT", 104_857_600,
+         "Segment size of __transaction_state.", _parse_int(14, INT_MAX)),
+    _key("transaction.max.timeout.ms", "INT", 900_000,
+         "Longest transaction.timeout.ms a producer may ask for.", _POSITIVE_INT),
+    _key("transactional.id.expiration.ms", "INT", 604_800_000,
+         "How long an idle transactional id is remembered.", _POSITIVE_INT),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10_000,
+         "How often transactions past their timeout are looked for (and aborted).",
+         _POSITIVE_INT),
+    _key("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3_600_000,
+         "How often expired transactional ids are looked for.", _POSITIVE_INT),
     # The group coordinator (Kafka's names and defaults).
     _key("offsets.topic.num.partitions", "INT", 50,
          "Partitions of __consumer_offsets when it is created (fixed from then on).",
@@ -197,12 +273,41 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(0, INT_MAX)),
     _key("group.max.size", "INT", INT_MAX, "Most members a classic group may have.",
          _POSITIVE_INT),
+    # Consumer groups of the new protocol (KIP-848); Kafka's names, defaults and bounds.
+    _key("group.consumer.session.timeout.ms", "INT", 45_000,
+         "A consumer group member is removed after this long without a heartbeat.",
+         _POSITIVE_INT),
+    _key("group.consumer.min.session.timeout.ms", "INT", 45_000,
+         "Lowest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.session.timeout.ms", "INT", 60_000,
+         "Highest group.consumer.session.timeout.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.heartbeat.interval.ms", "INT", 5_000,
+         "How often consumer group members heartbeat.", _POSITIVE_INT),
+    _key("group.consumer.min.heartbeat.interval.ms", "INT", 5_000,
+         "Lowest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.heartbeat.interval.ms", "INT", 15_000,
+         "Highest group.consumer.heartbeat.interval.ms allowed.", _POSITIVE_INT),
+    _key("group.consumer.max.size", "INT", INT_MAX, "Most members a consumer group may have.",
+         _POSITIVE_INT),
+    _key("group.consumer.assignors", "LIST", "uniform,range",
+         "Server-side assignors (uniform, range, or Kafka's class names of them); the first "
+         "is the default.", _parse_assignors),
 )}
 
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
 TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
-    _key("cleanup.policy", "LIST", "delete", "delete and/or compact (keys required).",
+    _key("cleanup.policy", "LIST", "delete",
+         "delete and/or compact (keys required, the latest record of each key kept).",
          _cleanup_policy),
+    _key("delete.retention.ms", "LONG", None,
+         "How long a tombstone stays after its first clean (ms).", _NON_NEGATIVE_LONG),
+    _key("min.cleanable.dirty.ratio", "DOUBLE", None,
+         "Dirty share of the log from which it is cleaned.", _parse_ratio),
+    _key("min.compaction.lag.ms", "LONG", None, "Records younger than this are not compacted.",
+         _NON_NEGATIVE_LONG),
+    _key("max.compaction.lag.ms", "LONG", None,
+         "Records older than this are compacted whatever the dirty ratio.",
+         _parse_int(1, LONG_MAX)),
     _key("message.timestamp.type", "STRING", None, "CreateTime or LogAppendTime.",
          _one_of("CreateTime", "LogAppendTime")),
     _key("message.timestamp.before.max.ms", "LONG", None,
@@ -223,6 +328,10 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
 
 TOPIC_TO_BROKER_KEY = {
     "cleanup.policy": "log.cleanup.policy",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "segment.bytes": "log.segment.bytes",
     "segment.ms": "log.roll.ms",
     "retention.ms": "log.retention.ms",
@@ -299,6 +408,11 @@ class BrokerConfig:
                 f"{', the default' if self.is_default('queued.max.request.bytes') else ''}) "
                 f"must be at least socket.request.max.bytes "
                 f"({self.get('socket.request.max.bytes')}), or -1 for no limit")
+        lag_problem = compaction_lag_problem(self.get("log.cleaner.min.compaction.lag.ms"),
+                                             self.get("log.cleaner.max.compaction.lag.ms"))
+        if lag_problem:
+            raise ConfigError(f"log.cleaner.{lag_problem}")
+        _check_consumer_group_bounds(self)
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
         self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
@@ -369,6 +483,14 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         except ConfigError as exc:
             raise ConfigError(f"{name}: {exc}") from None
     return parsed
+
+
+def compaction_lag_problem(min_lag_ms: int, max_lag_ms: int) -> str | None:
+    """Kafka's check of the two lags together (each topic's, each broker's)."""
+    if min_lag_ms > max_lag_ms:
+        return (f"min.compaction.lag.ms ({min_lag_ms}) is more than max.compaction.lag.ms "
+                f"({max_lag_ms})")
+    return None
 
 
 def render(value: Any) -> str | None:

@@ -128,10 +128,15 @@ def _list_offset(broker, topic: str, index: int, timestamp: int) -> tuple[ErrorC
     if found is None:
         return ErrorCode.none, -1, -1
     base_offset, _ = found
-    _, records = decode_batch(plog.batch_at(base_offset))
-    for record in records:
-        if record.timestamp >= timestamp:
-            return ErrorCode.none, record.timestamp, record.offset
+    # A compacted batch may keep a max timestamp no record in it has any more (an emptied
+    # batch keeps its old one, as Kafka's does): the record is then in a later batch.
+    for header in plog.headers_from(base_offset):
+        if header.max_timestamp < timestamp or not header.records_count:
+            continue
+        _, records = decode_batch(plog.batch_at(header.base_offset))
+        for record in records:
+            if record.timestamp >= timestamp:
+                return ErrorCode.none, record.timestamp, record.offset
     return ErrorCode.none, -1, -1
 
 

@@ -45,7 +45,36 @@ def render(broker) -> str:
     log_dirs = ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is offline "
                 "until a restart.", "# TYPE oncelog_log_dir_offline gauge",
                 f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
-    return "\n".join(lines + tombstones + log_dirs + _network(broker) + _groups(broker)) + "\n"
+    return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
+                     + _groups(broker)) + "\n"
+
+
+_CLEANER = (  # (name, CleanerStats field, type, help), Kafka's LogCleaner metrics in spirit
+    ("oncelog_log_cleaner_runs_total", "runs", "counter", "Logs cleaned (compacted)."),
+    ("oncelog_log_cleaner_failures_total", "failures", "counter",
+     "Cleans that failed and left the log as it was."),
+    ("oncelog_log_cleaner_read_bytes_total", "bytes_read", "counter",
+     "Bytes of segments cleaned (read and rewritten)."),
+    ("oncelog_log_cleaner_written_bytes_total", "bytes_written", "counter",
+     "Bytes of the cleaned segments written in their place."),
+    ("oncelog_log_cleaner_removed_records_total", "records_removed", "counter",
+     "Records removed by compaction (superseded, expired tombstones, keyless)."),
+    ("oncelog_log_cleaner_last_clean_seconds", "last_clean_seconds", "gauge",
+     "How long the last clean took."),
+    ("oncelog_log_cleaner_max_dirty_ratio", "max_dirty_ratio", "gauge",
+     "The highest dirty ratio among compacted logs when the cleaner last looked."),
+    ("oncelog_log_cleaner_uncleanable_partitions", "uncleanable", "gauge",
+     "Partitions left alone until a restart because their data does not read back."),
+)
+
+
+def _cleaner(broker) -> list[str]:
+    stats = broker.log_cleaner.stats
+    lines = []
+    for name, field, kind, text in _CLEANER:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
+                  f"{name} {getattr(stats, field)}"]
+    return lines
 
 
 # Each per-group metric keeps at most this many series (the largest values), so that a broker

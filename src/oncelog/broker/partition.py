@@ -30,12 +30,14 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..log import partition_metadata
+from ..log import cleaning, partition_metadata
+from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
@@ -206,7 +208,9 @@ class Partition:
                 # only there is forgotten.
                 state.forget_everyone(self._producer_ids.highest_claimed())
             return max(offset, plog.log_start_offset)
-        if plog.log_start_offset > 0:
+        if plog.log_start_offset > 0 or plog.first_dirty_offset is not None:
+            # Batches are gone (deleted by retention, or compacted away: the cleaner keeps
+            # the last batch only of producers the partition still remembered).
             state.forget_everyone(self._producer_ids.highest_claimed())
         return plog.log_start_offset
 
@@ -388,6 +392,35 @@ class Partition:
                 self._roll()
             if plog.delete_old_segments(now_ms):
                 self._snapshots.delete_older_than(plog.log_start_offset)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+
+    def cleanable(self, now_ms: int) -> Cleanable | None:
+        """Where the log cleaner stands with this partition (None: it is not compacted)."""
+        if self.config.compaction is None:
+            return None
+        return cleaning.plan(self.log, now_ms)
+
+    def clean_steps(self, now_ms: int, map_capacity: int
+                    ) -> Generator[cleaning.Step, Any, cleaning.CleanResult | None]:
+        """One clean of the log, as steps for the broker's driver (log/cleaning.py).
+
+        Joins the log cleaner with producer state: the last batch of every producer this
+        partition remembers (in memory or as a compact record) stays in the log, so that
+        state rebuilt from the log after a restart finds each one's epoch and last
+        sequence. The state in memory is not touched: a cleaned batch was stored, so a
+        retry of it is still a duplicate (its cached offsets, or DUPLICATE_SEQUENCE_NUMBER
+        once older than the cache), never stored again. Appends go on meanwhile: the
+        cleaner reads only sealed segments and swaps between two turns of the event loop.
+        """
+        plog, state = self.log, self.state
+        last_offsets = {entry.producer_id: entry.last_offset for entry in state.entries()}
+        for tombstone in state.tombstones():
+            last_offsets[tombstone.producer_id] = tombstone.last_offset
+        try:
+            return (yield from cleaning.clean(
+                plog, last_offsets, now_ms, map_capacity,
+                still_current=lambda: self._log is plog and not self.log_dir.offline))
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
 

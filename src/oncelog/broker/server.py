@@ -36,6 +36,7 @@ from .admin import handle_create_topics, handle_delete_topics, handle_describe_c
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
 from .config import BrokerConfig
+from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
 from .groups import (
@@ -52,10 +53,20 @@ from .groups import (
     handle_sync_group,
     make_coordinator,
 )
+from .log_cleaner import LogCleaner
 from .produce import handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
+from .transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+    make_transaction_coordinator,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +108,14 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.LIST_GROUPS: handle_list_groups,
     apis.DELETE_GROUPS: handle_delete_groups,
     apis.OFFSET_DELETE: handle_offset_delete,
+    apis.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    apis.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    apis.END_TXN: handle_end_txn,
+    apis.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    apis.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    apis.LIST_TRANSACTIONS: handle_list_transactions,
+    apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -110,7 +129,9 @@ class Broker:
         self.cluster_id = self._cluster_id()
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        self.log_cleaner = LogCleaner(self.topics, config)
         self.groups = make_coordinator(config, self.topics)
+        self.transactions = make_transaction_coordinator(self, config, self.topics)
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
@@ -163,8 +184,16 @@ class Broker:
             asyncio.create_task(self._every(
                 self.config.get("offsets.retention.check.interval.ms"),
                 self.groups.expire_offsets)),
+            asyncio.create_task(self._every(
+                self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                self.transactions.abort_timed_out)),
+            asyncio.create_task(self._every(
+                self.config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+                self.transactions.expire_ids)),
             asyncio.create_task(self._load_groups()),
         ]
+        if self.log_cleaner.enabled:
+            self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
                  self.advertised_port, os.path.abspath(self.config.log_dir))
@@ -183,6 +212,11 @@ class Broker:
             await self.groups.load_all()
         except Exception:
             log.exception("loading the consumer groups failed; their partitions answer "
+                          "COORDINATOR_LOAD_IN_PROGRESS")
+        try:
+            await self.transactions.load_all()
+        except Exception:
+            log.exception("loading the transactions failed; their partitions answer "
                           "COORDINATOR_LOAD_IN_PROGRESS")
 
     def apply_retention(self) -> None:
@@ -218,6 +252,7 @@ class Broker:
             self._server.close()
         for conn in list(self._connections):
             conn.close()
+        self.transactions.close()
         self.groups.close()
         self.topics.close()
         log.info("broker %d stopped cleanly", self.broker_id)

@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..log import partition_metadata
+from ..log.compaction import CompactionConfig
 from ..log.disk import OsDisk, default_disk
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
@@ -23,6 +24,7 @@ from .config import (
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
+    compaction_lag_problem,
     is_compacted,
     validate_topic_configs,
 )
@@ -45,7 +47,8 @@ STRAY_SUFFIX = "-stray"
 
 # Topics the broker writes itself: clients read them, never produce to or delete them.
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class TopicError(Exception):
@@ -178,16 +181,29 @@ class TopicManager:
             return self.topic_config(topic, key)
 
         # A compacted topic without the delete policy keeps its segments whatever their age
-        # or size, as Kafka's does (and, the cleaner not being built, keeps every record).
+        # or size, as Kafka's does: the log cleaner alone removes its records.
         deletes = "delete" in get("cleanup.policy").split(",")
+        compaction = None
+        segment_ms = get("segment.ms")
+        if is_compacted(get("cleanup.policy")):
+            compaction = CompactionConfig(
+                delete_retention_ms=get("delete.retention.ms"),
+                min_cleanable_dirty_ratio=get("min.cleanable.dirty.ratio"),
+                min_compaction_lag_ms=get("min.compaction.lag.ms"),
+                max_compaction_lag_ms=get("max.compaction.lag.ms"),
+            )
+            # Kafka's rule: the active segment is never cleaned, so it rolls by the time a
+            # record in it must be compacted.
+            segment_ms = min(segment_ms, compaction.max_compaction_lag_ms)
         return LogConfig(
             segment_bytes=get("segment.bytes"),
-            segment_ms=get("segment.ms"),
+            segment_ms=segment_ms,
             retention_ms=get("retention.ms") if deletes else -1,
             retention_bytes=get("retention.bytes") if deletes else -1,
             flush_messages=get("flush.messages"),
             flush_ms=get("flush.ms"),
             index_interval_bytes=get("index.interval.bytes"),
+            compaction=compaction,
         )
 
     def record_rules(self, topic: Topic) -> RecordRules:
@@ -244,9 +260,14 @@ class TopicManager:
                 f"replication factor {replication_factor} is larger than the 1 broker available",
             )
         try:
-            validate_topic_configs(configs)
+            parsed = validate_topic_configs(configs)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        lag_problem = compaction_lag_problem(*(
+            parsed.get(key, self.config.topic_default(key))
+            for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")))
+        if lag_problem:
+            raise TopicError(ErrorCode.invalid_config, lag_problem)
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
         if validate_only:
             return Topic(name, uuid.UUID(value["id"]), validate_topic_configs(configs))
@@ -279,18 +300,30 @@ class TopicManager:
     def auto_create(self, name: str) -> Topic:
         if name == OFFSETS_TOPIC:
             return self.offsets_topic()
+        if name == TRANSACTION_STATE_TOPIC:
+            return self.transaction_state_topic()
         return self.create(name, -1, -1, {})
+
+    def transaction_state_topic(self) -> Topic:
+        """``__transaction_state``, created on first use as Kafka creates it: compacted, with
+        transaction.state.log.num.partitions partitions."""
+        return self._internal_topic(TRANSACTION_STATE_TOPIC,
+                                    "transaction.state.log.num.partitions",
+                                    "transaction.state.log.segment.bytes")
+
+    def _internal_topic(self, name: str, partitions_key: str, segment_key: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.create(name, self.config.get(partitions_key), 1, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.get(segment_key))})
+        return topic
 
     def offsets_topic(self) -> Topic:
         """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            topic = self.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
-                                1, {"cleanup.policy": "compact",
-                                    "segment.bytes": str(self.config.get(
-                                        "offsets.topic.segment.bytes"))})
-        return topic
+        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
+                                    "offsets.topic.segment.bytes")
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)

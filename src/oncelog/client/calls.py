@@ -1,4 +1,5 @@
-"""Single Kafka calls on one connection: produce a batch, fetch, list offsets.
+"""Single Kafka calls on one connection: produce a batch, fetch, list offsets, and the group
+calls (find the coordinator, join, sync, heartbeat, leave, commit and fetch offsets).
 
 The building blocks of the CLI tools; oncelog.Producer and oncelog.Consumer add batching,
 retries and idempotence on top.
@@ -13,7 +14,10 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
 from ..protocol.schema import build
+from . import group_membership as membership
 from .connection import BrokerConnection, KafkaError
+from .consumer_protocol import PROTOCOL_TYPE
+from .topic_partition import OffsetAndMetadata, TopicPartition
 
 EARLIEST = -2
 LATEST = -1
@@ -152,3 +156,174 @@ def list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: i
     if result.error_code != ErrorCode.none:
         raise KafkaError(result.error_code, f"list offsets of {topic}-{partition}")
     return result.offset
+
+
+# --- consumer groups (classic protocol) --------------------------------------------------------
+# Each group call comes as a request maker (sent with conn.send_only or conn.call) and a reader
+# of its answer into the plain values of group_membership, which decides what they mean.
+
+COORDINATOR_GROUP = 0  # FindCoordinator key type
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorResult:
+    error: ErrorCode
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    message: str | None = None
+
+
+def find_coordinator_request(group_id: str):
+    def make(mod, version):
+        # v4+ asks for a batch of keys (KIP-699); we ask for one.
+        return build(mod.FindCoordinatorRequest, key=group_id, key_type=COORDINATOR_GROUP,
+                     coordinator_keys=(group_id,))
+
+    return make
+
+
+def find_coordinator_result(response) -> CoordinatorResult:
+    found = response.coordinators[0] if hasattr(response, "coordinators") else response
+    if hasattr(response, "coordinators") and not response.coordinators:
+        return CoordinatorResult(ErrorCode.coordinator_not_available)
+    return CoordinatorResult(found.error_code, found.node_id, found.host, found.port,
+                             getattr(found, "error_message", None))
+
+
+def join_group_request(join: membership.JoinGroup):
+    def make(mod, version):
+        protocols = tuple(build(mod.JoinGroupRequestProtocol, name=name, metadata=metadata)
+                          for name, metadata in join.protocols)
+        return build(mod.JoinGroupRequest, group_id=join.group_id,
+                     session_timeout=datetime.timedelta(milliseconds=join.session_timeout_ms),
+                     rebalance_timeout=datetime.timedelta(
+                         milliseconds=join.rebalance_timeout_ms),
+                     member_id=join.member_id, group_instance_id=join.instance_id,
+                     protocol_type=PROTOCOL_TYPE, protocols=protocols, reason=join.reason)
+
+    return make
+
+
+def join_group_result(response) -> membership.JoinResult:
+    return membership.JoinResult(
+        response.error_code, response.generation_id, response.protocol_name,
+        response.leader, response.member_id,
+        tuple((m.member_id, getattr(m, "group_instance_id", None), m.metadata)
+              for m in response.members),
+        getattr(response, "skip_assignment", False))
+
+
+def sync_group_request(sync: membership.SyncGroup):
+    def make(mod, version):
+        assignments = tuple(build(mod.SyncGroupRequestAssignment, member_id=member_id,
+                                  assignment=assignment)
+                            for member_id, assignment in sync.assignments)
+        return build(mod.SyncGroupRequest, group_id=sync.group_id,
+                     generation_id=sync.generation, member_id=sync.member_id,
+                     group_instance_id=sync.instance_id, protocol_type=PROTOCOL_TYPE,
+                     protocol_name=sync.protocol_name, assignments=assignments)
+
+    return make
+
+
+def sync_group_result(response) -> membership.SyncResult:
+    return membership.SyncResult(response.error_code, response.assignment or b"")
+
+
+def heartbeat_request(beat: membership.Heartbeat):
+    def make(mod, version):
+        return build(mod.HeartbeatRequest, group_id=beat.group_id,
+                     generation_id=beat.generation, member_id=beat.member_id,
+                     group_instance_id=beat.instance_id)
+
+    return make
+
+
+def leave_group_request(leave: membership.LeaveGroup):
+    def make(mod, version):
+        # v3+ names a batch of members (KIP-345); we leave alone.
+        member = build(mod.MemberIdentity, member_id=leave.member_id, group_instance_id=None,
+                       reason=leave.reason) if hasattr(mod, "MemberIdentity") else None
+        return build(mod.LeaveGroupRequest, group_id=leave.group_id,
+                     member_id=leave.member_id, members=(member,))
+
+    return make
+
+
+def leave_group_error(response) -> ErrorCode:
+    if response.error_code != ErrorCode.none:
+        return response.error_code
+    for member in getattr(response, "members", ()):
+        if member.error_code != ErrorCode.none:
+            return member.error_code
+    return ErrorCode.none
+
+
+def offset_commit_request(group_id: str, identity: membership.CommitIdentity,
+                          offsets: dict[TopicPartition, OffsetAndMetadata]):
+    by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
+    for tp, committed in offsets.items():
+        by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
+
+    def make(mod, version):
+        topics = tuple(
+            build(mod.OffsetCommitRequestTopic, name=topic, partitions=tuple(
+                build(mod.OffsetCommitRequestPartition, partition_index=partition,
+                      committed_offset=c.offset, committed_leader_epoch=-1,
+                      committed_metadata=c.metadata if c.metadata is not None else "")
+                for partition, c in sorted(parts, key=lambda item: item[0])))
+            for topic, parts in sorted(by_topic.items()))
+        return build(mod.OffsetCommitRequest, group_id=group_id,
+                     generation_id_or_member_epoch=identity.generation,
+                     member_id=identity.member_id, group_instance_id=identity.instance_id,
+                     topics=topics)
+
+    return make
+
+
+def offset_commit_errors(response) -> dict[TopicPartition, ErrorCode]:
+    return {TopicPartition(t.name, p.partition_index): p.error_code
+            for t in response.topics for p in t.partitions}
+
+
+def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
+                         require_stable: bool = False):
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+    def make(mod, version):
+        if hasattr(mod, "OffsetFetchRequestGroup"):  # v8+: several groups (KIP-709)
+            topics = tuple(build(mod.OffsetFetchRequestTopics, name=topic,
+                                 partition_indexes=tuple(sorted(parts)))
+                           for topic, parts in sorted(by_topic.items()))
+            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=None,
+                          member_epoch=-1, topics=topics)
+            return build(mod.OffsetFetchRequest, groups=(group,),
+                         require_stable=require_stable)
+        topics = tuple(build(mod.OffsetFetchRequestTopic, name=topic,
+                             partition_indexes=tuple(sorted(parts)))
+                       for topic, parts in sorted(by_topic.items()))
+        return build(mod.OffsetFetchRequest, group_id=group_id, topics=topics,
+                     require_stable=require_stable)
+
+    return make
+
+
+CommittedOffsets = dict[TopicPartition, tuple[ErrorCode, OffsetAndMetadata | None]]
+
+
+def offset_fetch_result(response) -> tuple[ErrorCode, CommittedOffsets]:
+    """The group's error, and per partition its error and committed offset (None: none)."""
+    if hasattr(response, "groups"):
+        if not response.groups:
+            return ErrorCode.coordinator_not_available, {}
+        response = response.groups[0]
+    result = {}
+    for t in response.topics:
+        for p in t.partitions:
+            committed = (OffsetAndMetadata(p.committed_offset, p.metadata)
+                         if p.committed_offset >= 0 else None)
+            result[TopicPartition(t.name, p.partition_index)] = (p.error_code, committed)
+    return getattr(response, "error_code", ErrorCode.none), result

@@ -24,8 +24,11 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from . import consumer_records
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
+from .consumer_coordinator import ConsumerGroupCoordinator
+from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,13 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _as_log_record(record: tuple) -> tuple[bytes | None, bytes | None, int, str | None]:
+    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None)."""
+    if len(record) == 2:
+        return record[0], record[1], -1, None
+    return record[0], record[1], record[2], record[3]
 
 
 def _too_long(*texts: str) -> bool:
@@ -133,19 +143,29 @@ class GroupOverview:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 class GroupCoordinator:
     def __init__(self, offsets_log: OffsetsLog, config: GroupConfig,
                  partition_exists: Callable[[str, int], bool],
-                 now_ms: Callable[[], int] = _now_ms) -> None:
+                 now_ms: Callable[[], int] = _now_ms,
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 topic_image: TopicImage | None = None) -> None:
         self.log = offsets_log
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
         self.now_ms = now_ms
-        self.groups: dict[str, ClassicGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        # Groups of the consumer protocol (KIP-848) share ``groups`` and the offsets log.
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self, consumer_config or ConsumerGroupConfig(),
+            topic_image if topic_image is not None else {})
         self.loading: set[int] = set(range(config.num_partitions))
         self.commits = 0  # offsets committed, for /metrics
+        # Offsets committed inside transactions not yet decided (TxnOffsetCommit):
+        # producer id -> group -> (topic, partition) -> offset.
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def _background(self, work) -> None:
@@ -169,13 +189,15 @@ class GroupCoordinator:
         now = self.now_ms()
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
-        count = 0
-        for key_bytes, value_bytes in self.log.read(partition):
-            count += 1
-            if count % 2000 == 0:
-                await asyncio.sleep(0)  # let the broker serve while a large log is read
-            if key_bytes is None:
-                continue
+        modern: list[tuple[bytes, bytes | None]] = []
+        # Records of transactions not yet decided, by producer id: applied at their COMMIT
+        # marker, dropped at their ABORT marker (TxnOffsetCommit).
+        undecided: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+        def take(key_bytes: bytes, value_bytes: bytes | None) -> None:
+            if consumer_records.is_consumer_key(key_bytes):
+                modern.append((key_bytes, value_bytes))
+                return
             try:
                 key = rec.read_key(key_bytes)
                 if isinstance(key, rec.OffsetKey):
@@ -190,10 +212,37 @@ class GroupCoordinator:
                                            else rec.read_group_value(value_bytes))
             except rec.BadRecord as exc:
                 log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+
+        count = 0
+        for record in self.log.read(partition):
+            key_bytes, value_bytes, producer_id, marker = _as_log_record(record)
+            count += 1
+            if count % 2000 == 0:
+                await asyncio.sleep(0)  # let the broker serve while a large log is read
+            if marker is not None:
+                decided = undecided.pop(producer_id, [])
+                if marker == "commit":
+                    for k, v in decided:
+                        take(k, v)
+                continue
+            if key_bytes is None:
+                continue
+            if producer_id >= 0:
+                undecided.setdefault(producer_id, []).append((key_bytes, value_bytes))
+                continue
+            take(key_bytes, value_bytes)
+        for producer_id, records in undecided.items():
+            for k, v in records:
+                self._remember_txn_offset(producer_id, k, v)
+        consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
+        for group_id, consumer_group in consumer.items():
+            consumer_group.offsets = offsets.pop(group_id, {})
+            self.groups[group_id] = consumer_group
+            self.consumer_groups.loaded(consumer_group)
         for group_id in set(metadata) | set(offsets):
             value = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
+            if (value is None and not group_offsets) or group_id in consumer:
                 continue
             group = (ClassicGroup.from_value(group_id, value, now) if value is not None
                      else ClassicGroup(group_id, state_timestamp=now))
@@ -238,6 +287,17 @@ class GroupCoordinator:
         if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
             return JoinResult(E.invalid_request, member_id)
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            # Kafka: a classic member cannot join a consumer group with members; an empty
+            # one becomes a classic group (its offsets stay).
+            if group.members:
+                return JoinResult(E.inconsistent_group_protocol, member_id)
+            error = await self.consumer_groups.drop(group, "a classic member joins")
+            if error is not None:
+                return JoinResult(error, member_id)
+            converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
+            converted.offsets = group.offsets
+            group = self.groups[group_id] = converted
         if group is None:
             if member_id:
                 return JoinResult(E.unknown_member_id, member_id)
@@ -350,21 +410,22 @@ class GroupCoordinator:
             return answer
         return JoinResult(E.unknown_member_id, new_id)
 
-    @staticmethod
-    def _take_over(member: Member, joining: Member) -> None:
+    @classmethod
+    def _take_over(cls, member: Member, joining: Member) -> None:
         member.member_id = joining.member_id
-        member.client_id, member.client_host = joining.client_id, joining.client_host
-        member.session_timeout_ms = joining.session_timeout_ms
-        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
-        member.protocols = joining.protocols
+        cls._take_over_protocols(member, joining)
 
     def _fence(self, member: Member) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        for waiter, answer in ((member.join_waiter, JoinResult(E.fenced_instance_id,
-                                                                member.member_id)),
-                               (member.sync_waiter, SyncResult(E.fenced_instance_id))):
+        self._answer_waiters(member, E.fenced_instance_id)
+
+    @staticmethod
+    def _answer_waiters(member: Member, error: ErrorCode) -> None:
+        """End a member's JoinGroup and SyncGroup in waiting with ``error``."""
+        for waiter, answer in ((member.join_waiter, JoinResult(error, member.member_id)),
+                               (member.sync_waiter, SyncResult(error))):
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer)
         member.join_waiter = member.sync_waiter = None
@@ -558,21 +619,16 @@ class GroupCoordinator:
             group.leader = next(iter(group.members), None)
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
-        for waiter, answer in ((member.join_waiter, JoinResult(E.unknown_member_id,
-                                                                member.member_id)),
-                               (member.sync_waiter, SyncResult(E.unknown_member_id))):
-            if waiter is not None and not waiter.done():
-                waiter.set_result(answer)
-        member.join_waiter = member.sync_waiter = None
+        self._answer_waiters(member, E.unknown_member_id)
         self._drop_member(group, member)
         if group.is_in(_STABLE, _COMPLETING):
             self._prepare_rebalance(group, reason)
         self._maybe_complete_join(group)
 
-    def _member_check(self, group: ClassicGroup | None, member_id: str,
+    def _member_check(self, group: ClassicGroup | ConsumerGroup | None, member_id: str,
                       instance_id: str | None, generation: int) -> ErrorCode | None:
         """The checks SyncGroup and Heartbeat share, in Kafka's order."""
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return E.unknown_member_id
         if group.is_in(_DEAD):
             return E.coordinator_not_available
@@ -665,7 +721,7 @@ class GroupCoordinator:
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return E.none, [E.unknown_member_id] * len(leaving)
         if group.is_in(_DEAD):
             return E.coordinator_not_available, []
@@ -733,7 +789,7 @@ class GroupCoordinator:
             group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
         group.offsets.update(values)
         self.commits += len(values)
-        if member_id in group.members:
+        if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
         if durable is not None:
             try:
@@ -743,8 +799,82 @@ class GroupCoordinator:
                 return [E.kafka_storage_error if e is E.none else e for e in errors]
         return errors
 
-    def _commit_check(self, group: ClassicGroup | None, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
+    # --- offsets inside transactions (TxnOffsetCommit) ------------------------------------
+
+    async def txn_commit(self, transactional_id: str, group_id: str, producer_id: int,
+                         epoch: int, generation: int, member_id: str, instance_id: str | None,
+                         partitions: list[OffsetCommitPartition]) -> list[ErrorCode]:
+        """Offsets that count only if the producer's transaction commits: written as a
+        transactional batch of the producer, kept aside until its marker (complete_txn)."""
+        error = self._unavailable(group_id)
+        if error is not None:
+            return [error] * len(partitions)
+        group = self.groups.get(group_id)
+        if generation >= 0 or member_id:  # KIP-447: the member's generation fences zombies
+            error = self._commit_check(group, generation, member_id, instance_id)
+            if error is not None:
+                return [error] * len(partitions)
+        now = self.now_ms()
+        errors = [self._partition_commit_error(p) for p in partitions]
+        values = {(p.topic, p.partition): rec.OffsetValue(p.offset, p.leader_epoch,
+                                                          p.metadata or "", now)
+                  for p, e in zip(partitions, errors, strict=True) if e is E.none}
+        if not values:
+            return errors
+        records = [(rec.offset_key(group_id, t, p), rec.offset_value(v))
+                   for (t, p), v in values.items()]
+        try:
+            durable = self.log.append(self.partition_of(group_id), records,
+                                      producer=(producer_id, epoch))
+        except WriteFailed as exc:
+            log.warning("group %s: storing offsets of transaction %s failed: %s", group_id,
+                        transactional_id, exc)
+            return [exc.error if e is E.none else e for e in errors]
+        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+        if durable is not None:
+            try:
+                await durable
+            except OSError:
+                return [E.kafka_storage_error if e is E.none else e for e in errors]
+        return errors
+
+    def _remember_txn_offset(self, producer_id: int, key_bytes: bytes,
+                             value_bytes: bytes | None) -> None:
+        try:
+            key = rec.read_key(key_bytes)
+            if isinstance(key, rec.OffsetKey) and value_bytes is not None:
+                self.pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})[
+                    key.topic, key.partition] = rec.read_offset_value(value_bytes)
+        except rec.BadRecord as exc:
+            log.warning("skipping a transactional offset record: %s", exc)
+
+    def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """The marker of the producer's transaction is in ``offsets_partition``: its offsets
+        for the groups of that partition take effect (commit) or are dropped (abort)."""
+        groups = self.pending_txn.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_of(g) == offsets_partition]:
+            values = groups.pop(group_id)
+            if not commit:
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(_DEAD):
+                group = self.groups[group_id] = ClassicGroup(group_id,
+                                                            state_timestamp=self.now_ms())
+            group.offsets.update(values)
+            self.commits += len(values)
+        if not groups:
+            del self.pending_txn[producer_id]
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions with offsets of a transaction not yet decided (require_stable)."""
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
+
+    def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
+                      member_id: str, instance_id: str | None) -> ErrorCode | None:
+        if isinstance(group, ConsumerGroup):
+            return group.commit_error(member_id, generation)  # generation: the member epoch
         if group is None or group.is_in(_DEAD):
             # Offsets of a consumer not in a group (assign() users, tools): allowed when no
             # group of that name has members.
@@ -771,13 +901,19 @@ class GroupCoordinator:
             return E.offset_out_of_range
         return E.none
 
-    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+              member_id: str | None = None, member_epoch: int = -1
               ) -> tuple[ErrorCode, list[tuple[str, int, rec.OffsetValue | None]]]:
-        """(group error, (topic, partition, committed or None)); topics None: all of them."""
+        """(group error, (topic, partition, committed or None)); topics None: all of them.
+        A consumer group checks the member and its epoch (OffsetFetch v9)."""
         error = self._unavailable(group_id)
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            error = group.fetch_error(member_id, member_epoch)
+            if error is not None:
+                return error, []
         offsets = group.offsets if group is not None and not group.is_in(_DEAD) else {}
         if topics is None:
             return E.none, [(t, p, v) for (t, p), v in sorted(offsets.items())]
@@ -794,10 +930,11 @@ class GroupCoordinator:
                 continue
             if states and group.state.value.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            group_type = getattr(group, "group_type", "classic")
+            if types and group_type not in types:
                 continue
             out.append(GroupOverview(group.group_id, group.protocol_type or "",
-                                     group.state.value))
+                                     group.state.value, group_type))
         return out
 
     def describe(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
@@ -805,7 +942,8 @@ class GroupCoordinator:
         if error is not None:
             return error, None
         group = self.groups.get(group_id)
-        if group is None or group.is_in(_DEAD):
+        if group is None or group.is_in(_DEAD) or isinstance(group, ConsumerGroup):
+            # Kafka 4: "Group X is not a classic group" (ConsumerGroupDescribe shows it).
             return E.group_id_not_found, None
         return E.none, group
 
@@ -820,15 +958,13 @@ class GroupCoordinator:
             return E.non_empty_group
         records: list[tuple[bytes, bytes | None]] = [
             (rec.offset_key(group_id, t, p), None) for (t, p) in group.offsets]
-        records.append((rec.group_key(group_id), None))
+        records += self._group_tombstones(group)
         try:
             durable = self.log.append(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: deleting failed: %s", group_id, exc)
             return exc.error
-        group.transition(_DEAD, self.now_ms())
-        if self.groups.get(group_id) is group:
-            del self.groups[group_id]
+        self._forget(group)
         log.info("group %s deleted", group_id)
         if durable is not None:
             try:
@@ -879,6 +1015,35 @@ class GroupCoordinator:
                     return E.kafka_storage_error, []
         return E.none, results
 
+    def delete_topic_offsets(self, topic: str) -> int:
+        """A deleted topic's committed offsets go with it, as Kafka's coordinator removes them:
+        a topic created again under the name starts at 0, and an old offset would make its
+        consumers skip its first records. Returns how many went."""
+        by_partition: dict[int, list[tuple[ClassicGroup | ConsumerGroup, list]]] = {}
+        for group in self.groups.values():
+            gone = [tp for tp in group.offsets if tp[0] == topic]
+            if gone:
+                by_partition.setdefault(self.partition_of(group.group_id), []).append(
+                    (group, gone))
+        removed = 0
+        for partition, entries in by_partition.items():
+            records: list[tuple[bytes, bytes | None]] = [
+                (rec.offset_key(group.group_id, t, p), None)
+                for group, gone in entries for t, p in gone]
+            try:
+                self.log.append(partition, records)
+            except WriteFailed as exc:
+                log.error("offsets of deleted topic %s stay in __consumer_offsets-%d: %s",
+                          topic, partition, exc)
+                continue
+            for group, gone in entries:
+                for tp in gone:
+                    del group.offsets[tp]
+                removed += len(gone)
+        if removed:
+            log.info("removed %d committed offsets of deleted topic %s", removed, topic)
+        return removed
+
     # --- expiry -----------------------------------------------------------------------------
 
     def expire_offsets(self) -> int:
@@ -907,7 +1072,7 @@ class GroupCoordinator:
                 (rec.offset_key(group.group_id, t, p), None) for t, p in gone]
             dead = len(gone) == len(group.offsets)
             if dead:
-                records.append((rec.group_key(group.group_id), None))
+                records += self._group_tombstones(group)
             try:
                 self.log.append(self.partition_of(group.group_id), records)
             except WriteFailed as exc:
@@ -917,10 +1082,25 @@ class GroupCoordinator:
                 del group.offsets[tp]
             expired += len(gone)
             if dead:
-                group.transition(_DEAD, now)
-                del self.groups[group.group_id]
+                self._forget(group)
                 log.info("group %s: expired (offsets.retention.minutes)", group.group_id)
         return expired
+
+    @staticmethod
+    def _group_tombstones(group: ClassicGroup | ConsumerGroup
+                          ) -> list[tuple[bytes, bytes | None]]:
+        if isinstance(group, ConsumerGroup):
+            return [consumer_records.to_bytes(r) for r in group.tombstones()]
+        return [(rec.group_key(group.group_id), None)]
+
+    def _forget(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """A deleted or expired group leaves ``groups``."""
+        if isinstance(group, ConsumerGroup):
+            self.consumer_groups.forget(group)
+        else:
+            group.transition(_DEAD, self.now_ms())
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
 
     # --- storing a group ----------------------------------------------------------------------
 
@@ -942,7 +1122,10 @@ class GroupCoordinator:
                 raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
 
     def close(self) -> None:
+        self.consumer_groups.close()
         for group in self.groups.values():
+            if isinstance(group, ConsumerGroup):
+                continue
             for timer in (group.join_timer, *group.pending_members.values()):
                 if timer is not None:
                     timer.cancel()

@@ -17,12 +17,17 @@ import time
 from dataclasses import dataclass
 
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
-from .disk import OS_DISK, LogDirFailure, OsDisk
-from .segment import LogSegment
+from . import swap
+from .compaction import LONG_MAX, CompactionConfig, SegmentSummary
+from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically
+from .segment import LogSegment, segment_files
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+# Kafka keeps one such file per log directory; one per partition here: the first offset the
+# log cleaner has not compacted yet (the end of its last clean).
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _INDEX_SUFFIXES = (".index", ".timeindex")
 
 
@@ -35,6 +40,7 @@ class LogConfig:
     flush_messages: int = (1 << 63) - 1
     flush_ms: int = (1 << 63) - 1
     index_interval_bytes: int = 4096
+    compaction: CompactionConfig | None = None  # set for cleanup.policy with compact
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,10 @@ class Log:
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.last_flush_ms = _now_ms()
+        self.first_dirty_offset: int | None = None  # the cleaner's checkpoint, if it has one
+        # The earliest delete horizon of a tombstone the last clean kept (in memory only: after
+        # a restart, such tombstones go at the next clean due for another reason).
+        self.next_delete_horizon_ms = LONG_MAX
         self._open()
 
     # --- opening -------------------------------------------------------------------------
@@ -74,18 +84,29 @@ class Log:
         marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
         clean = disk.exists(marker)
         names = disk.listdir(self.dir)
+        swaps = swap.pending(disk, self.dir, names)
+        for base, end in swaps:
+            log.warning("%s: finishing the swap of a cleaned segment at %d (segments up to %d)",
+                        self.dir, base, end)
+            swap.complete(disk, self.dir, base, end)
+        if swaps:
+            names = disk.listdir(self.dir)
         bases = sorted(int(name[:-4]) for name in names
                        if name.endswith(".log") and name[:-4].isdigit())
         for name in names:
             stem, ext = os.path.splitext(name)
-            # Leftovers of an interrupted atomic write, or of a segment whose deletion was
-            # cut short after its log went (segment.delete removes the log first).
-            if name.endswith(".tmp") or (ext in _INDEX_SUFFIXES and stem.isdigit()
-                                         and int(stem) not in bases):
+            # Leftovers of an interrupted atomic write, of a clean that was not committed,
+            # or of a segment whose deletion was cut short after its log went
+            # (segment.delete removes the log first).
+            if name.endswith((".tmp", swap.CLEANED)) or (
+                    ext in _INDEX_SUFFIXES and stem.isdigit() and int(stem) not in bases):
                 disk.unlink(os.path.join(self.dir, name))
+        self.first_dirty_offset = self._read_cleaner_checkpoint()
         recovered = 0
         for i, base in enumerate(bases):
             segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk)
+            # Only the last segment is appended to; the others may have been compacted.
+            segment.offsets_contiguous = i == len(bases) - 1
             self.segments.append(segment)
             if clean or i < len(bases) - 1:
                 recovered += not segment.load()
@@ -247,6 +268,62 @@ class Log:
         """The whole batch holding ``offset`` (b"" when there is none)."""
         return self.read(offset, 1, min_one_batch=True).records
 
+    # --- compaction ----------------------------------------------------------------------
+
+    def summaries(self) -> list[SegmentSummary]:
+        """What the cleaner plans by, one per segment, the active one last."""
+        result = []
+        for segment in self.segments:
+            largest = segment.max_timestamp
+            if largest < 0 and segment is not self.active and segment.size:
+                largest = segment.modified_ms
+            result.append(SegmentSummary(segment.base_offset, segment.next_offset,
+                                         segment.size, largest,
+                                         segment.first_batch_timestamp))
+        return result
+
+    def _read_cleaner_checkpoint(self) -> int | None:
+        path = os.path.join(self.dir, CLEANER_CHECKPOINT_FILE)
+        try:
+            return int(read_file(self.disk, path).decode("ascii").strip())
+        except FileNotFoundError:
+            return None
+        except (UnicodeDecodeError, ValueError):
+            log.warning("%s: unreadable cleaner checkpoint; the next clean starts from the "
+                        "log start", self.dir)
+            return None
+
+    def write_cleaner_checkpoint(self, first_dirty_offset: int) -> None:
+        write_atomically(self.disk, os.path.join(self.dir, CLEANER_CHECKPOINT_FILE),
+                         b"%d\n" % first_dirty_offset)
+        self.first_dirty_offset = first_dirty_offset
+
+    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> None:
+        """Put ``cleaned`` (written and fsynced as ``.cleaned`` files by the cleaner, with
+        the first old segment's base offset) in place of the consecutive segments ``old``,
+        none of them the active one. Raises ValueError, having changed nothing, when ``old``
+        are no longer segments of this log (retention or a close got there first); OSError
+        when the commit fails (nothing changed); LogDirFailure when a step after the commit
+        fails (the next start completes the swap). See swap.py."""
+        start = next((i for i, s in enumerate(self.segments) if s is old[0]), -1)
+        if start < 0 or self.segments[start:start + len(old)] != old or \
+                start + len(old) >= len(self.segments) or \
+                not all(s.is_open for s in old) or cleaned.base_offset != old[0].base_offset:
+            raise ValueError("the segments cleaned are no longer those of the log")
+        end_offset = self.segments[start + len(old)].base_offset
+        swap.commit(self.disk, self.dir, cleaned.base_offset, end_offset)
+        try:
+            swap.complete(self.disk, self.dir, cleaned.base_offset, end_offset)
+        except OSError as exc:
+            raise LogDirFailure(f"{self.dir}: swapping in the cleaned segment at "
+                                f"{cleaned.base_offset} failed after its commit: {exc}") from exc
+        finally:
+            for segment in old:
+                segment.close()
+        cleaned.renamed(segment_files(self.dir, cleaned.base_offset))
+        self.segments[start:start + len(old)] = [cleaned]
+        self._base_offsets = [s.base_offset for s in self.segments]
+
     # --- retention -----------------------------------------------------------------------
 
     def active_expired(self, now_ms: int) -> bool:
@@ -261,8 +338,9 @@ class Log:
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         deleted = 0
         if retention_ms >= 0:
-            while len(self.segments) > 1 and self._expired(self.segments[0], now_ms,
-                                                           retention_ms):
+            # An empty segment (all of it compacted away) goes as soon as it is first.
+            while len(self.segments) > 1 and (self.segments[0].size == 0 or self._expired(
+                    self.segments[0], now_ms, retention_ms)):
                 self._delete_first("retention.ms")
                 deleted += 1
         if retention_bytes >= 0:

@@ -42,15 +42,24 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def segment_files(directory: str, base_offset: int, suffix: str = "") -> tuple[str, str, str]:
+    """The paths of a segment's log, offset index and time index (``suffix`` after each:
+    the cleaner writes a segment as ``.cleaned`` files before it takes the names)."""
+    stem = os.path.join(directory, segment_name(base_offset))
+    return stem + ".log" + suffix, stem + ".index" + suffix, stem + ".timeindex" + suffix
+
+
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
-                 disk: OsDisk) -> None:
+                 disk: OsDisk, suffix: str = "") -> None:
         self.base_offset = base_offset
-        stem = os.path.join(directory, segment_name(base_offset))
-        self.path = stem + ".log"
+        self.path, index_path, time_index_path = segment_files(directory, base_offset, suffix)
         self._disk = disk
-        self.offset_index = OffsetIndex(stem + ".index", disk)
-        self.time_index = TimeIndex(stem + ".timeindex", disk)
+        self.offset_index = OffsetIndex(index_path, disk)
+        self.time_index = TimeIndex(time_index_path, disk)
+        # Offsets run on from batch to batch in a segment appended to; a compacted one has
+        # gaps (log.py says which segments may, see _scan).
+        self.offsets_contiguous = True
         self.index_interval_bytes = index_interval_bytes
         self._fd = disk.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = disk.size(self._fd)
@@ -130,9 +139,11 @@ class LogSegment:
                 header.magic != 2
                 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
                 or pos + header.size > self.size
-                # Offsets in a log are contiguous, so a batch that does not start where the
-                # previous one ended has a damaged base offset (a field the CRC does not cover).
-                or header.base_offset != self.next_offset
+                # Offsets in an appended segment are contiguous, so a batch that does not
+                # start where the previous one ended has a damaged base offset (a field the
+                # CRC does not cover); in a compacted one they only rise.
+                or header.base_offset < self.next_offset
+                or (self.offsets_contiguous and header.base_offset != self.next_offset)
                 or header.last_offset_delta < 0
                 or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
             ):
@@ -235,10 +246,16 @@ class LogSegment:
 
     def seal(self) -> None:
         """Make the segment durable with its indexes (on roll and clean shutdown)."""
+        self.trim_reserved()
+        self.flush()
+        self.save_indexes()
+
+    def trim_reserved(self) -> None:
         if self._reserved_to > self.size:
             self._disk.ftruncate(self._fd, self.size)  # frees the blocks reserved past the end
             self._reserved_to = self.size
-        self.flush()
+
+    def save_indexes(self) -> None:
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
@@ -282,6 +299,17 @@ class LogSegment:
     def modified_ms(self) -> int:
         """When the file was last written (retention's clock for records without timestamps)."""
         return self._disk.mtime_ms(self.path)
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
+    def files(self) -> tuple[str, str, str]:
+        return self.path, self.offset_index.path, self.time_index.path
+
+    def renamed(self, paths: tuple[str, str, str]) -> None:
+        """The files were renamed to ``paths`` (the descriptor follows a rename)."""
+        self.path, self.offset_index.path, self.time_index.path = paths
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -21,12 +21,20 @@ SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 OFFSET_DELETE = 47
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DESCRIBE_CONFIGS = 32
 INIT_PRODUCER_ID = 22
 DESCRIBE_PRODUCERS = 61
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -45,12 +53,22 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # AddPartitionsToTxn v4+ (verify_only, several transactions) is for brokers; clients use
+    # up to v3, and EndTxn v5 is transaction version 2 (an epoch bump per transaction).
+    ADD_PARTITIONS_TO_TXN: (0, 5),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 5),
+    TXN_OFFSET_COMMIT: (0, 5),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 2),
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4),
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_PRODUCERS: (0, 0),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the

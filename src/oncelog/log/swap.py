@@ -1,0 +1,105 @@
+"""Putting a cleaned segment in place of the segments it replaces, so that a crash or a power
+cut at any point leaves either the old segments or the cleaned one, never a mix.
+
+Kafka writes ``.cleaned`` files, renames them ``.swap``, deletes the old segments, then drops
+the suffix; here the one decisive step is a small manifest, because a cleaned segment alone
+cannot say which old segments it replaces (its last batches may all have been cleaned away,
+so its end says nothing of where the old ones ended). The steps for a group of segments whose
+first base offset is B and which ends where the next segment begins, at E:
+
+1. ``B.log.cleaned``, ``B.index.cleaned``, ``B.timeindex.cleaned`` written and fsynced, and
+   the directory fsynced (their names durable). A crash here: opening deletes them.
+2. The manifest ``B.swap`` (holding E) written atomically (a fsynced temporary file renamed,
+   the directory fsynced). This is the commit: from here the swap is rolled forward.
+3. ``complete``: the old segments with bases in (B, E) removed (their log files first), the
+   indexes then the log renamed from ``.cleaned`` over B's names, the directory fsynced,
+   the manifest removed, the directory fsynced again.
+
+Opening a log runs ``complete`` for every manifest it finds before reading any segment; each
+step is safe to repeat whatever part of it a crash (or a power cut undoing renames that were
+not yet fsynced in their directory) left done, so it converges on the cleaned segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from .disk import LogDirFailure, OsDisk, read_file, write_fully
+from .segment import segment_files, segment_name
+
+CLEANED = ".cleaned"
+MANIFEST = ".swap"
+
+
+def manifest_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, segment_name(base_offset) + MANIFEST)
+
+
+def commit(disk: OsDisk, directory: str, base_offset: int, end_offset: int) -> None:
+    """Step 2. Returns: the swap is decided. OSError: it is not, and nothing of it is left
+    but the ``.cleaned`` files. LogDirFailure: nobody can say (the manifest was renamed
+    into place but the directory fsync failed), so nothing may be undone; the next start
+    decides by what it finds."""
+    path = manifest_path(directory, base_offset)
+    tmp = path + ".tmp"
+    fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_fully(disk, fd, b"%d\n" % end_offset)
+        disk.fsync(fd)
+    except BaseException:
+        disk.close(fd)
+        with contextlib.suppress(OSError):
+            disk.unlink(tmp)
+        raise
+    disk.close(fd)
+    disk.rename(tmp, path)
+    try:
+        disk.fsync_dir(directory)
+    except OSError as exc:
+        raise LogDirFailure(f"{directory}: fsync after committing the swap of a cleaned "
+                            f"segment failed: {exc}") from exc
+
+
+def pending(disk: OsDisk, directory: str, names: list[str]) -> list[tuple[int, int]]:
+    """(B, E) of every committed swap in ``directory`` not completed yet."""
+    found = []
+    for name in names:
+        stem = name[:-len(MANIFEST)]
+        if name.endswith(MANIFEST) and stem.isdigit():
+            text = read_file(disk, os.path.join(directory, name))
+            try:
+                end = int(text.decode("ascii").strip())
+            except (UnicodeDecodeError, ValueError):
+                # Written atomically, so never torn: this is damage, and guessing which
+                # segments it replaced could lose data. The operator must look.
+                raise OSError(f"{directory}/{name}: unreadable swap manifest {text[:40]!r}; "
+                              "the partition cannot be opened until it is repaired") from None
+            found.append((int(stem), end))
+    return sorted(found)
+
+
+def complete(disk: OsDisk, directory: str, base_offset: int, end_offset: int) -> None:
+    """Step 3, from wherever a previous attempt stopped. OSError when the disk fails."""
+    for name in disk.listdir(directory):
+        stem = name[:-4]
+        if name.endswith(".log") and stem.isdigit() and \
+                base_offset < int(stem) < end_offset:
+            for path in segment_files(directory, int(stem)):  # the log first
+                with contextlib.suppress(FileNotFoundError):
+                    disk.unlink(path)
+    cleaned_log, *cleaned_indexes = segment_files(directory, base_offset, CLEANED)
+    final_log, *final_indexes = segment_files(directory, base_offset)
+    if disk.exists(cleaned_log):
+        for cleaned, final in zip(cleaned_indexes, final_indexes, strict=True):
+            if disk.exists(cleaned):
+                disk.rename(cleaned, final)
+            else:
+                # Renamed already, or never written: either way not to be trusted with a log
+                # that is about to change; the segment rebuilds it on open.
+                with contextlib.suppress(FileNotFoundError):
+                    disk.unlink(final)
+        disk.rename(cleaned_log, final_log)
+    disk.fsync_dir(directory)
+    disk.unlink(manifest_path(directory, base_offset))
+    disk.fsync_dir(directory)
