@@ -345,3 +345,41 @@ def test_offsets_of_a_deleted_topic_go_with_it(start_broker):
     produce(broker.bootstrap, "gone", 1, 20)
     with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
         assert ("gone", 0) not in ours.list_group_offsets("g")
+
+
+def test_a_group_of_the_consumer_protocol_is_described_through_consumer_group_describe(
+        start_broker):
+    """KIP-848 groups (group.protocol=consumer) are unknown to DescribeGroups: the tool asks
+    ConsumerGroupDescribe, as kafka-consumer-groups.sh does."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = start_broker(**GROUP_SETTINGS)
+    create_topic(broker.bootstrap, "next", 2)
+    produce(broker.bootstrap, "next", 2, 5)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "next-gen",
+                         "group.protocol": "consumer", "client.id": "kip848"})
+    try:
+        consumer.subscribe(["next"])
+        deadline = time.monotonic() + START_TIMEOUT
+        while len(consumer.assignment()) < 2:
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.05)
+        consumer.commit(offsets=[TopicPartition("next", 1, 3)], asynchronous=False)
+
+        assert "next-gen" in groups(broker, "list").stdout.split()
+        rows = table(groups(broker, "describe", "--group", "next-gen").stdout)[1:]
+        assert [r[:6] for r in rows] == [["next-gen", "next", "0", "-", "5", "-"],
+                                         ["next-gen", "next", "1", "3", "5", "2"]]
+        assert {r[6] for r in rows} == {consumer.memberid()} and rows[0][8] == "kip848"
+        members = table(groups(broker, "describe", "--group", "next-gen", "--members",
+                               "--verbose").stdout)
+        assert members[1][1:] == [consumer.memberid(), "/127.0.0.1", "kip848", "2",
+                                  "next(0,1)"]
+        state = table(groups(broker, "describe", "--group", "next-gen", "--state").stdout)
+        assert state[1][3:] == ["uniform", "Stable", "1"]
+        refused = groups(broker, "reset-offsets", "--group", "next-gen", "--all-topics",
+                         "--to-earliest", "--execute")
+        assert refused.returncode == 1 and "current state is Stable" in refused.stderr
+        assert 'oncelog_consumer_group_members{group="next-gen"} 1' in metrics(broker)
+    finally:
+        consumer.close()

@@ -21,8 +21,10 @@ from .client.admin import Admin, GroupInfo
 from .client.connection import KafkaError
 
 MISSING = "-"
-# The states of a classic consumer group, as Kafka spells them (ListGroups' filter).
-STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+# The states of consumer groups, classic and KIP-848, as Kafka spells them (ListGroups'
+# filter).
+STATES = ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling", "Stable",
+          "Dead", "Empty")
 INACTIVE = ("Empty", "Dead")
 # Kafka's wording of the errors a user of this tool meets (Errors.java).
 _ERROR_TEXT = {
@@ -166,7 +168,7 @@ def _state_allows_rows(group_id: str, state: str, rows: int) -> bool:
         return False
     if state == "Empty":
         _err("", f"Consumer group '{group_id}' has no active members.")
-    elif state in ("PreparingRebalance", "CompletingRebalance"):
+    elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         _err("", f"Warning: Consumer group '{group_id}' is rebalancing.")
     return rows > 0
 

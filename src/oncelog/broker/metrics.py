@@ -80,14 +80,16 @@ def _cleaner(broker) -> list[str]:
 # Each per-group metric keeps at most this many series (the largest values), so that a broker
 # with very many groups still answers a scrape quickly; how many were left out is reported.
 GROUP_SERIES_LIMIT = 10_000
-_GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+# Classic groups' states, then those only KIP-848 groups have.
+_GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead",
+                 "Assigning", "Reconciling")
 
 
 def _groups(broker) -> list[str]:
-    """Read from the coordinator: groups per state, members per group, and the lag of every
-    committed offset whose partition is open (log end offset - committed offset). A partition
-    nobody has produced to or read since the broker started is not opened for a scrape: its
-    lag appears once it is."""
+    """Read from the coordinator (classic and KIP-848 groups alike): groups per state,
+    members per group, and the lag of every committed offset whose partition is open (log
+    end offset - committed offset). A partition nobody has produced to or read since the
+    broker started is not opened for a scrape: its lag appears once it is."""
     states: Counter[str] = Counter()
     members: list[tuple[int, str]] = []
     lags: list[tuple[int, str, str, int]] = []

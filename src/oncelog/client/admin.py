@@ -199,12 +199,17 @@ class Admin:
         return sorted(listed.values(), key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> GroupInfo:
-        """DescribeGroups of one group; raises KafkaError (GROUP_ID_NOT_FOUND when there is no
-        such group, from DescribeGroups v6; older versions describe it as Dead)."""
+        """DescribeGroups of one group, or ConsumerGroupDescribe for a group of the consumer
+        protocol (KIP-848), which DescribeGroups does not know; raises KafkaError
+        (GROUP_ID_NOT_FOUND when there is no such group, from DescribeGroups v6; older
+        versions describe it as Dead)."""
         response = self._group_call(group_id, apis.DESCRIBE_GROUPS,
                                     _describe_groups_request(group_id),
                                     lambda r: r.groups[0].error_code)
         g = response.groups[0]
+        if g.error_code == ErrorCode.group_id_not_found and \
+                apis.CONSUMER_GROUP_DESCRIBE in self._broker_of(group_id).versions:
+            return self._describe_consumer_group(group_id)
         _raise_for(g.error_code, getattr(g, "error_message", None) or f"group {group_id!r}")
         consumer = g.protocol_type in ("consumer", "")
         members = tuple(
@@ -213,6 +218,20 @@ class Admin:
                        tuple(assigned_partitions(m.member_assignment) or ()) if consumer else ())
             for m in g.members)
         return GroupInfo(group_id, g.group_state, g.protocol_type, g.protocol_data, members,
+                         self._coordinators[group_id])
+
+    def _describe_consumer_group(self, group_id: str) -> GroupInfo:
+        response = self._group_call(group_id, apis.CONSUMER_GROUP_DESCRIBE,
+                                    _consumer_group_describe_request(group_id),
+                                    lambda r: r.groups[0].error_code)
+        g = response.groups[0]
+        _raise_for(g.error_code, g.error_message or f"group {group_id!r}")
+        members = tuple(
+            MemberInfo(m.member_id, m.instance_id, m.client_id, m.client_host,
+                       tuple((t.topic_name, p) for t in m.assignment.topic_partitions
+                             for p in t.partitions))
+            for m in g.members)
+        return GroupInfo(group_id, g.group_state, "consumer", g.assignor_name, members,
                          self._coordinators[group_id])
 
     def list_group_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
@@ -301,6 +320,10 @@ class Admin:
             self._coordinators.pop(group_id, None)
             time.sleep(_RETRY_BACKOFF)
 
+    def _broker_of(self, group_id: str) -> BrokerConnection:
+        coordinator = self._coordinators[group_id]
+        return self._broker(coordinator.host, coordinator.port)
+
     def _broker(self, host: str, port: int) -> BrokerConnection:
         if (host, port) == (self.conn.host, self.conn.port):
             return self.conn
@@ -358,7 +381,7 @@ class GroupInfo:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str  # the assignment strategy, while the group is Stable
+    protocol: str  # the assignment strategy (classic: while the group is Stable)
     members: tuple[MemberInfo, ...]
     coordinator: Coordinator
 
@@ -388,6 +411,14 @@ def _list_groups_request(states: tuple[str, ...]):
 def _describe_groups_request(group_id: str):
     def make(mod, version):
         return build(mod.DescribeGroupsRequest, groups=(group_id,),
+                     include_authorized_operations=False)
+
+    return make
+
+
+def _consumer_group_describe_request(group_id: str):
+    def make(mod, version):
+        return build(mod.ConsumerGroupDescribeRequest, group_ids=(group_id,),
                      include_authorized_operations=False)
 
     return make
