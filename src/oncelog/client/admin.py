@@ -14,8 +14,11 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
 from ..protocol.consumer_protocol import assigned_partitions
-from ..protocol.schema import build, has_field
+from ..protocol.schema import build
+from . import calls
 from .connection import BrokerConnection, KafkaError, connect
+from .group_membership import SIMPLE_COMMIT
+from .topic_partition import OffsetAndMetadata, TopicPartition
 
 RESOURCE_TOPIC = 2
 
@@ -172,14 +175,12 @@ class Admin:
     def find_group_coordinator(self, group_id: str) -> Coordinator:
         deadline = time.monotonic() + self.timeout
         while True:
-            response = self.conn.call(apis.FIND_COORDINATOR, _find_coordinator_request(group_id))
-            found = (response.coordinators[0] if has_field(type(response), "coordinators")
-                     else response)
-            error = found.error_code
-            if error == ErrorCode.none:
+            found = calls.find_coordinator_result(
+                self.conn.call(apis.FIND_COORDINATOR, calls.find_coordinator_request(group_id)))
+            if found.error == ErrorCode.none:
                 return Coordinator(found.node_id, found.host, found.port)
-            if error not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
-                _raise_for(error, getattr(found, "error_message", None) or f"group {group_id!r}")
+            if found.error not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
+                _raise_for(found.error, found.message or f"group {group_id!r}")
             time.sleep(_RETRY_BACKOFF)
 
     def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
@@ -234,21 +235,18 @@ class Admin:
         return GroupInfo(group_id, g.group_state, "consumer", g.assignor_name, members,
                          self._coordinators[group_id])
 
-    def list_group_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every committed offset of the group (OffsetFetch of all topics)."""
-        response = self._group_call(group_id, apis.OFFSET_FETCH, _offset_fetch_request(group_id),
-                                    _offset_fetch_error)
-        _raise_for(_offset_fetch_error(response), f"group {group_id!r}")
-        topics = (response.groups[0].topics if has_field(type(response), "groups")
-                  else response.topics)
+        response = self._group_call(group_id, apis.OFFSET_FETCH,
+                                    calls.offset_fetch_request(group_id, None),
+                                    lambda r: calls.offset_fetch_result(r)[0])
+        error, offsets = calls.offset_fetch_result(response)
+        _raise_for(error, f"group {group_id!r}")
         result = {}
-        for t in topics:
-            for p in t.partitions:
-                _raise_for(p.error_code, f"{t.name}-{p.partition_index}")
-                if p.committed_offset >= 0:
-                    result[t.name, p.partition_index] = CommittedOffset(
-                        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                        p.metadata or "")
+        for tp, (perror, committed) in offsets.items():
+            _raise_for(perror, f"{tp.topic}-{tp.partition}")
+            if committed is not None:
+                result[tp] = committed
         return result
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
@@ -262,16 +260,18 @@ class Admin:
         return result
 
     def alter_group_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]
-                            ) -> dict[tuple[str, int], ErrorCode]:
+                            ) -> dict[TopicPartition, ErrorCode]:
         """Commit offsets for a group as a tool does (OffsetCommit with generation -1 and no
         member id): the coordinator takes them only while the group has no members."""
         if not offsets:
             return {}
-        response = self._group_call(group_id, apis.OFFSET_COMMIT,
-                                    _offset_commit_request(group_id, offsets),
-                                    lambda r: r.topics[0].partitions[0].error_code)
-        return {(t.name, p.partition_index): p.error_code
-                for t in response.topics for p in t.partitions}
+        wanted = {TopicPartition(*tp): OffsetAndMetadata(offset, "")
+                  for tp, offset in offsets.items()}
+        response = self._group_call(
+            group_id, apis.OFFSET_COMMIT,
+            calls.offset_commit_request(group_id, SIMPLE_COMMIT, wanted),
+            lambda r: r.topics[0].partitions[0].error_code)
+        return calls.offset_commit_errors(response)
 
     def list_offsets(self, wanted: dict[tuple[str, int], int]
                      ) -> dict[tuple[str, int], int | KafkaError]:
@@ -344,7 +344,6 @@ _RETRY_BACKOFF = 0.1
 _COORDINATOR_MOVING = frozenset({ErrorCode.coordinator_load_in_progress,
                                  ErrorCode.coordinator_not_available,
                                  ErrorCode.not_coordinator})
-_GROUP_KEY = 0  # FindCoordinator key type
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,21 +385,6 @@ class GroupInfo:
     coordinator: Coordinator
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-
-
-def _find_coordinator_request(group_id: str):
-    def make(mod, version):
-        return build(mod.FindCoordinatorRequest, key=group_id, key_type=_GROUP_KEY,
-                     coordinator_keys=(group_id,))
-
-    return make
-
-
 def _list_groups_request(states: tuple[str, ...]):
     def make(mod, version):
         return build(mod.ListGroupsRequest, states_filter=states, types_filter=())
@@ -424,48 +408,9 @@ def _consumer_group_describe_request(group_id: str):
     return make
 
 
-def _offset_fetch_request(group_id: str):
-    """All committed offsets of one group (topics None: every topic, OffsetFetch v2+)."""
-    def make(mod, version):
-        if has_field(mod.OffsetFetchRequest, "groups"):
-            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=None,
-                          member_epoch=-1, topics=None)
-            return build(mod.OffsetFetchRequest, groups=(group,), require_stable=False)
-        return build(mod.OffsetFetchRequest, group_id=group_id, topics=None,
-                     require_stable=False)
-
-    return make
-
-
-def _offset_fetch_error(response) -> ErrorCode:
-    if has_field(type(response), "groups"):
-        return response.groups[0].error_code
-    return getattr(response, "error_code", ErrorCode.none)
-
-
 def _delete_groups_request(group_id: str):
     def make(mod, version):
         return build(mod.DeleteGroupsRequest, groups_names=(group_id,))
-
-    return make
-
-
-def _offset_commit_request(group_id: str, offsets: dict[tuple[str, int], int]):
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append((partition, offset))
-
-    def make(mod, version):
-        topics = tuple(
-            build(mod.OffsetCommitRequestTopic, name=topic, partitions=tuple(
-                build(mod.OffsetCommitRequestPartition, partition_index=partition,
-                      committed_offset=offset, committed_leader_epoch=-1,
-                      committed_metadata="")
-                for partition, offset in parts))
-            for topic, parts in by_topic.items())
-        return build(mod.OffsetCommitRequest, group_id=group_id,
-                     generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-                     retention_time=datetime.timedelta(milliseconds=-1), topics=topics)
 
     return make
 
