@@ -15,6 +15,7 @@ decided in one place, named after the request it answers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -72,8 +73,10 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The offsets-topic partition of a group, as Kafka chooses it (Utils.abs of the hash)."""
+    # Cached: Java's hash walks the id in Python, and every group request needs it.
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
