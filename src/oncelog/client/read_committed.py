@@ -6,6 +6,10 @@ consumer does, the walk keeps the aborted transactions not yet reached in offset
 once a data batch reaches a transaction's first offset, that producer's transactional
 batches are withheld until its next control batch (the ABORT marker that ends it: a producer
 has one transaction open at a time, so the next marker of that producer is this one's).
+
+protocol/batches.py's RecordSetWalk learns the same with the storage side of transactions
+(its ``aborted`` argument); once both are in, the consumer can give it the aborted
+transactions and this subclass goes.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ class CommittedWalk(RecordSetWalk):
         self.open_aborted: set[int] = set()  # producers inside an aborted transaction here
         self.aborted_records = 0
 
-    def _withheld(self, header: BatchHeader) -> bool:
+    def _withheld(self, header: BatchHeader, *where: int) -> bool:
+        # ``where``: what else the base walk's _withheld takes (the batch's position, where
+        # it reads markers), passed through.
         pending = self.pending
         last = header.base_offset + header.last_offset_delta
         while pending and pending[0][0] <= last:
@@ -41,4 +47,4 @@ class CommittedWalk(RecordSetWalk):
         if header.is_transactional and header.producer_id in self.open_aborted:
             self.aborted_records += header.records_count
             return True
-        return super()._withheld(header)
+        return super()._withheld(header, *where)
