@@ -197,7 +197,7 @@ class ProducerStateManager:
                                        timestamp, now_ms, txn_first, coordinator_epoch)
         elif decision.begins_txn or len(packed) == _HEAD.size:
             entry = _unpack(pid, packed)
-            entry.batches = (entry.batches + [cached])[-self.limits.batches_to_retain:]
+            entry.batches = [*entry.batches, cached][-self.limits.batches_to_retain:]
             entry.last_timestamp, entry.last_append_ms = timestamp, now_ms
         else:
             entry = None
