@@ -54,10 +54,11 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
-from .produce import handle_produce
+from .produce import TxnVerifier, handle_produce, unverified
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
+from .txn_markers import handle_write_txn_markers
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.OFFSET_DELETE: handle_offset_delete,
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
+    apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -116,6 +118,9 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.groups = make_coordinator(config, self.topics)
+        # Asked before a transactional batch begins a transaction in a partition (KIP-890
+        # part 1); the transaction coordinator replaces it.
+        self.txn_verifier: TxnVerifier = unverified
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
