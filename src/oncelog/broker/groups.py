@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -22,10 +23,10 @@ from ..coordinator.group_coordinator import (
     WriteFailed,
 )
 from ..protocol import api_versions as apis
-from ..protocol.batches import RecordSetError, RecordSetWalk
+from ..protocol.control import read_marker
 from ..protocol.messages import Request
-from ..protocol.record_batch import InvalidBatch
-from ..protocol.records import encode_batch, now_ms
+from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
+from ..protocol.records import decode_record_fields, encode_batch, now_ms
 from ..protocol.schema import build, has_field, response_module
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _READ_CHUNK = 1 << 20
-TRANSACTIONS_MISSING = "transactions are not implemented yet"
 # Kafka's mapping of an append error to what a group request answers.
 _APPEND_ERRORS = {
     ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
@@ -59,24 +59,32 @@ def group_config(config: BrokerConfig, num_partitions: int) -> GroupConfig:
     )
 
 
-class OffsetsTopic:
-    """The coordinator's OffsetsLog: ``__consumer_offsets``, created on first use."""
+class InternalTopicLog:
+    """A coordinator's log (coordinator.group_coordinator.OffsetsLog): the partitions of an
+    internal topic, created on first use by ``ensure``, written through the same append path
+    (and flush policy) as any produce."""
 
-    def __init__(self, topics: TopicManager) -> None:
+    def __init__(self, topics: TopicManager, name: str, ensure) -> None:
         self.topics = topics
+        self.name = name
+        self.ensure = ensure
 
     def num_partitions(self, default: int) -> int:
-        topic = self.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(self.name)
         return len(topic.partitions) if topic is not None else default
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]):
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None):
+        """``producer``: (id, epoch) of the transaction the records belong to."""
         try:
-            topic = self.topics.offsets_topic()
+            topic = self.ensure()
         except TopicError as exc:
             raise WriteFailed(ErrorCode.coordinator_not_available, str(exc)) from None
         target = topic.partitions[partition]
         now = now_ms()
-        batch = encode_batch([(key, value, (), now) for key, value in records])
+        rows = [(key, value, (), now) for key, value in records]
+        batch = encode_batch(rows) if producer is None else encode_batch(
+            rows, producer_id=producer[0], producer_epoch=producer[1], transactional=True)
         try:
             result = target.append_records(batch)
         except InvalidBatch as exc:
@@ -86,8 +94,9 @@ class OffsetsTopic:
                 from None
         return target.durable(result)
 
-    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        topic = self.topics.get(OFFSETS_TOPIC)
+    def read(self, partition: int) -> Iterable[LogRecord]:
+        """Every record of the partition, oldest first, control records included."""
+        topic = self.topics.get(self.name)
         if topic is None or partition >= len(topic.partitions):
             return
         source = topic.partitions[partition]
@@ -96,22 +105,46 @@ class OffsetsTopic:
         plog = source.log
         offset = plog.log_start_offset
         while offset < plog.log_end_offset:
-            chunk = plog.read(offset, _READ_CHUNK)
-            walk = RecordSetWalk(chunk.records, offset)
-            try:
-                for batch in walk:
-                    for _, _, key, value, _ in batch.record_fields():
-                        yield key, value
-            except RecordSetError as exc:
-                log.error("%s: unreadable batch at offset %d: %s", source.name, offset, exc)
+            chunk = plog.read(offset, _READ_CHUNK).records
+            moved = False
+            for pos, header in scan_batches(chunk):
+                if header.last_offset < offset:
+                    continue
+                moved = True
+                offset = header.last_offset + 1
+                if crc_of(chunk, pos, header.size) != header.crc:
+                    log.error("%s: batch at offset %d fails its CRC check; skipped",
+                              source.name, header.base_offset)
+                    continue
+                pid = header.producer_id if header.is_transactional else -1
+                try:
+                    if header.is_control:
+                        # decode_record_fields gives no control records: read the marker.
+                        marker = read_marker(chunk, pos)
+                        if marker is not None:
+                            yield LogRecord(None, None, header.producer_id,
+                                            "commit" if marker.commit else "abort")
+                        continue
+                    _, fields = decode_record_fields(chunk, pos)
+                except ValueError as exc:
+                    log.error("%s: unreadable batch at offset %d: %s", source.name,
+                              header.base_offset, exc)
+                    continue
+                for _, _, key, value, _ in fields:
+                    yield LogRecord(key, value, pid, None)
+            if not moved:
                 return
-            if walk.position <= offset:
-                return
-            offset = walk.position
+
+
+class LogRecord(NamedTuple):
+    key: bytes | None
+    value: bytes | None
+    producer_id: int  # of a transactional batch, else -1
+    marker: str | None  # "commit" or "abort" for a control record
 
 
 def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordinator:
-    offsets = OffsetsTopic(topics)
+    offsets = InternalTopicLog(topics, OFFSETS_TOPIC, topics.offsets_topic)
     num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
     return GroupCoordinator(offsets, group_config(config, num_partitions),
                             lambda t, p: topics.partition(t, p) is not None,
@@ -145,15 +178,19 @@ def _find(broker, key_type: int, key: str):
         return error, message, -1, "", -1
 
     if key_type == TRANSACTION_KEY:
-        return refused(ErrorCode.coordinator_not_available, TRANSACTIONS_MISSING)
-    if key_type != GROUP_KEY:
+        if not key:
+            return refused(ErrorCode.invalid_request, "the transactional id is empty")
+        ensure = broker.topics.transaction_state_topic
+    elif key_type == GROUP_KEY:
+        if not key:
+            return refused(ErrorCode.invalid_group_id, "the group id is empty")
+        ensure = broker.topics.offsets_topic
+    else:
         return refused(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    if not key:
-        return refused(ErrorCode.invalid_group_id, "the group id is empty")
     try:
-        broker.topics.offsets_topic()
+        ensure()
     except TopicError as exc:
-        log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+        log.warning("creating an internal topic failed: %s", exc)
         return refused(ErrorCode.coordinator_not_available, str(exc))
     return ErrorCode.none, None, broker.broker_id, broker.advertised_host, broker.advertised_port
 
@@ -266,14 +303,16 @@ def handle_offset_fetch(broker, request: Request):
         results = []
         for group_id, wanted, member in groups:
             error, topics = _fetched(broker, mod, group_id, wanted, "OffsetFetchResponseTopics",
-                                     "OffsetFetchResponsePartitions", member=member)
+                                     "OffsetFetchResponsePartitions", member=member,
+                                     require_stable=body.require_stable)
             results.append(build(mod.OffsetFetchResponseGroup, group_id=group_id,
                                  topics=topics, error_code=error))
         return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(results))
     error, topics = _fetched(broker, mod, body.group_id, _wanted(body.topics),
                              "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",
                              per_partition_error=not has_field(mod.OffsetFetchResponse,
-                                                               "error_code"))
+                                                               "error_code"),
+                             require_stable=getattr(body, "require_stable", False))
     return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                  error_code=error)
 
@@ -285,18 +324,26 @@ def _wanted(topics) -> list[tuple[str, list[int]]] | None:
 
 
 def _fetched(broker, mod, group_id: str, wanted, topic_cls: str, partition_cls: str,
-             per_partition_error: bool = False, member: tuple[str | None, int] = (None, -1)):
+             per_partition_error: bool = False, member: tuple[str | None, int] = (None, -1),
+             require_stable: bool = False):
     error, offsets = broker.groups.fetch(group_id, wanted, *member)
     if error is not ErrorCode.none and per_partition_error and wanted:
         offsets = [(t, p, None) for t, parts in wanted for p in parts]
+    # KIP-447: with require_stable, a partition with offsets of an undecided transaction
+    # answers UNSTABLE_OFFSET_COMMIT (the client retries) rather than an offset soon stale.
+    unstable = broker.groups.unstable(group_id) if require_stable else set()
     by_topic: dict[str, list] = {}
     for topic, partition, value in offsets:
+        waiting = (topic, partition) in unstable
+        if waiting:
+            value = None
         by_topic.setdefault(topic, []).append(build(
             getattr(mod, partition_cls), partition_index=partition,
             committed_offset=value.offset if value else -1,
             committed_leader_epoch=value.leader_epoch if value else -1,
             metadata=value.metadata if value else "",
-            error_code=error if per_partition_error else ErrorCode.none))
+            error_code=ErrorCode.unstable_offset_commit if waiting
+            else error if per_partition_error else ErrorCode.none))
     topics = tuple(build(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
                    for name, parts in by_topic.items())
     return error, topics

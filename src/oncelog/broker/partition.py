@@ -218,7 +218,8 @@ class Partition:
     @staticmethod
     def _replay(plog: Log, state: ProducerStateManager, header: BatchHeader, now: int) -> None:
         if not header.is_control:
-            state.replay(_identity(header), header.last_offset, header.max_timestamp, now)
+            state.replay(_identity(header), header.last_offset, header.max_timestamp, now,
+                         header.base_offset)
             return
         marker = read_marker(plog.batch_at(header.base_offset))
         if marker is None:
@@ -280,8 +281,11 @@ class Partition:
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):
-            header = self._single_idempotent_batch(headers)
-            decision = state.validate(_identity(header), self._producer_ids.is_issued)
+            header = self._single_idempotent_batch(headers, verify is None)
+            if header.base_sequence < 0:  # the broker's own transactional write
+                decision = state.validate_unsequenced(_identity(header))
+            else:
+                decision = state.validate(_identity(header), self._producer_ids.is_issued)
             if isinstance(decision, Refuse):
                 raise InvalidBatch(decision.error, decision.message)
             if isinstance(decision, Duplicate):
@@ -303,7 +307,8 @@ class Partition:
             raise self.log_dir.fail(exc) from exc
         if isinstance(decision, Append):
             last = headers[-1]
-            state.apply(decision, last.last_offset, last.max_timestamp, now)
+            state.apply(decision, last.last_offset, last.max_timestamp, now,
+                        headers[0].base_offset)
         self._wake_waiters()
         stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
@@ -342,14 +347,17 @@ class Partition:
                             must_flush=plog.unflushed_messages >= self.config.flush_messages)
 
     @staticmethod
-    def _single_idempotent_batch(headers: list[BatchHeader]) -> BatchHeader:
+    def _single_idempotent_batch(headers: list[BatchHeader], internal: bool) -> BatchHeader:
         # One judgement per request keeps a batch all-or-nothing; Kafka's clients send one
         # batch per partition per request anyway.
         if len(headers) != 1:
             raise InvalidBatch(ErrorCode.invalid_record,
                                "an idempotent produce carries exactly one batch per partition")
         header = headers[0]
-        if header.base_sequence < 0 or header.producer_epoch < 0:
+        # Only the broker itself writes a transactional batch without sequences (the
+        # offsets of TxnOffsetCommit, as Kafka's group coordinator writes them).
+        unsequenced_ok = internal and header.is_transactional
+        if (header.base_sequence < 0 and not unsequenced_ok) or header.producer_epoch < 0:
             raise InvalidBatch(ErrorCode.invalid_record,
                                "a batch with a producer id needs a sequence and an epoch")
         return header

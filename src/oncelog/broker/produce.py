@@ -36,13 +36,6 @@ _Pending = list[tuple[str, list[PartitionResult], int, "asyncio.Future[None]"]]
 TxnVerifier = Callable[[str | None, int, int, str, int], ErrorCode]
 
 
-def unverified(transactional_id: str | None, producer_id: int, epoch: int, topic: str,
-               partition: int) -> ErrorCode:
-    """The verifier of a broker without a transaction coordinator: accepts every producer
-    that names a transactional id (the produce path refuses the others)."""
-    return ErrorCode.none
-
-
 def handle_produce(broker, request: Request):
     """The whole response frame (written by produce_response, not kio), or a LaterAnswer
     giving it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a

@@ -11,10 +11,10 @@ from ..protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
+from .transactions import init_transactional_producer
 
 log = logging.getLogger(__name__)
 
-TRANSACTIONS_MISSING = "transactions are not implemented yet"
 
 
 def handle_init_producer_id(broker, request: Request):
@@ -26,9 +26,7 @@ def handle_init_producer_id(broker, request: Request):
                      producer_id=producer_id, producer_epoch=epoch)
 
     if body.transactional_id is not None:
-        log.info("%s: InitProducerId for transactional id %r refused: %s", request.client_id,
-                 body.transactional_id, TRANSACTIONS_MISSING)
-        return answer(ErrorCode.coordinator_not_available)
+        return init_transactional_producer(broker, request, answer)
     # Without a transactional id Kafka always hands out a fresh id, even to a producer that
     # names its current one to have its epoch bumped (KIP-360): the old id's sequences are
     # then simply never continued, and partitions accept the new id from any sequence.

@@ -54,10 +54,19 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
-from .produce import TxnVerifier, handle_produce, unverified
+from .produce import TxnVerifier, handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
+from .transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+    make_transaction_coordinator,
+)
 from .txn_markers import handle_write_txn_markers
 
 log = logging.getLogger(__name__)
@@ -100,6 +109,12 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.LIST_GROUPS: handle_list_groups,
     apis.DELETE_GROUPS: handle_delete_groups,
     apis.OFFSET_DELETE: handle_offset_delete,
+    apis.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    apis.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    apis.END_TXN: handle_end_txn,
+    apis.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    apis.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    apis.LIST_TRANSACTIONS: handle_list_transactions,
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
@@ -118,9 +133,10 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.groups = make_coordinator(config, self.topics)
+        self.transactions = make_transaction_coordinator(self, config, self.topics)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
-        # part 1); the transaction coordinator replaces it.
-        self.txn_verifier: TxnVerifier = unverified
+        # part 1): the transaction coordinator's word.
+        self.txn_verifier: TxnVerifier = self.transactions.verify
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
@@ -173,6 +189,12 @@ class Broker:
             asyncio.create_task(self._every(
                 self.config.get("offsets.retention.check.interval.ms"),
                 self.groups.expire_offsets)),
+            asyncio.create_task(self._every(
+                self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                self.transactions.abort_timed_out)),
+            asyncio.create_task(self._every(
+                self.config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+                self.transactions.expire_ids)),
             asyncio.create_task(self._load_groups()),
         ]
         if self.log_cleaner.enabled:
@@ -195,6 +217,11 @@ class Broker:
             await self.groups.load_all()
         except Exception:
             log.exception("loading the consumer groups failed; their partitions answer "
+                          "COORDINATOR_LOAD_IN_PROGRESS")
+        try:
+            await self.transactions.load_all()
+        except Exception:
+            log.exception("loading the transactions failed; their partitions answer "
                           "COORDINATOR_LOAD_IN_PROGRESS")
 
     def apply_retention(self) -> None:
@@ -230,6 +257,7 @@ class Broker:
             self._server.close()
         for conn in list(self._connections):
             conn.close()
+        self.transactions.close()
         self.groups.close()
         self.topics.close()
         log.info("broker %d stopped cleanly", self.broker_id)

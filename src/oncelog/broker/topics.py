@@ -47,7 +47,8 @@ STRAY_SUFFIX = "-stray"
 
 # Topics the broker writes itself: clients read them, never produce to or delete them.
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class TopicError(Exception):
@@ -299,18 +300,30 @@ class TopicManager:
     def auto_create(self, name: str) -> Topic:
         if name == OFFSETS_TOPIC:
             return self.offsets_topic()
+        if name == TRANSACTION_STATE_TOPIC:
+            return self.transaction_state_topic()
         return self.create(name, -1, -1, {})
+
+    def transaction_state_topic(self) -> Topic:
+        """``__transaction_state``, created on first use as Kafka creates it: compacted, with
+        transaction.state.log.num.partitions partitions."""
+        return self._internal_topic(TRANSACTION_STATE_TOPIC,
+                                    "transaction.state.log.num.partitions",
+                                    "transaction.state.log.segment.bytes")
+
+    def _internal_topic(self, name: str, partitions_key: str, segment_key: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.create(name, self.config.get(partitions_key), 1, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.get(segment_key))})
+        return topic
 
     def offsets_topic(self) -> Topic:
         """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            topic = self.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
-                                1, {"cleanup.policy": "compact",
-                                    "segment.bytes": str(self.config.get(
-                                        "offsets.topic.segment.bytes"))})
-        return topic
+        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
+                                    "offsets.topic.segment.bytes")
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)

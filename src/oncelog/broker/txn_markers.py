@@ -1,9 +1,10 @@
 """WriteTxnMarkers (api key 27): the transaction coordinator's COMMIT / ABORT markers, written
 to each partition of a transaction.
 
-``write_markers`` is the operation; the transaction coordinator of this broker calls it in
-process, and the WriteTxnMarkers handler (what a coordinator on another broker will send)
-calls the same function, so both go through one path: Partition.append_marker, all or
+``write_markers`` is the operation (``append_markers`` its part before the fsyncs); the
+transaction coordinator of this broker awaits it in process, and the WriteTxnMarkers handler
+(what a coordinator on another broker will send) calls the same function, so both go through
+one path: Partition.append_marker, all or
 nothing like any append, judged by producer_state's marker rules (M1-M4).
 
 Per-partition errors as Kafka gives them: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
@@ -55,10 +56,21 @@ class MarkersWritten:
         return self.errors
 
 
-def write_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
-                  coordinator_epoch: int, partitions: Iterable[TopicPartition],
-                  transaction_version: int = 0) -> MarkersWritten:
-    """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition."""
+async def write_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
+                        coordinator_epoch: int, partitions: Iterable[TopicPartition],
+                        transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
+    """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition
+    (all of them before the first await), then wait until they are as durable as the flush
+    policy wants; returns each partition's error (NONE: written)."""
+    written = append_markers(broker, producer_id, producer_epoch, commit, coordinator_epoch,
+                             partitions, transaction_version)
+    return await written.durable()
+
+
+def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
+                   coordinator_epoch: int, partitions: Iterable[TopicPartition],
+                   transaction_version: int = 0) -> MarkersWritten:
+    """The appends of ``write_markers``, at once."""
     marker = MarkerIdentity(producer_id, producer_epoch, coordinator_epoch, commit,
                             transaction_version)
     written = MarkersWritten({})
@@ -92,10 +104,9 @@ async def handle_write_txn_markers(broker, request: Request):
     results = []
     for marker in request.body.markers:
         wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        written = write_markers(broker, marker.producer_id, marker.producer_epoch,
-                                marker.transaction_result, marker.coordinator_epoch, wanted,
-                                getattr(marker, "transaction_version", 0))
-        errors = await written.durable()
+        errors = await write_markers(broker, marker.producer_id, marker.producer_epoch,
+                                     marker.transaction_result, marker.coordinator_epoch,
+                                     wanted, getattr(marker, "transaction_version", 0))
         topics = []
         for topic in marker.topics:
             topics.append(build(mod.WritableTxnMarkerTopicResult, name=topic.name, partitions=tuple(

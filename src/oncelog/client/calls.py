@@ -1,5 +1,6 @@
 """Single Kafka calls on one connection: produce a batch, fetch, list offsets, and the group
-calls (find the coordinator, join, sync, heartbeat, leave, commit and fetch offsets).
+calls (find the coordinator, join, sync, heartbeat, leave, commit and fetch offsets; the
+consumer protocol's ConsumerGroupHeartbeat, and topic ids' names).
 
 The building blocks of the CLI tools; oncelog.Producer and oncelog.Consumer add batching,
 retries and idempotence on top.
@@ -8,12 +9,14 @@ retries and idempotence on top.
 from __future__ import annotations
 
 import datetime
+import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
 from ..protocol.schema import build
+from . import consumer_group_membership as cgm
 from . import group_membership as membership
 from .connection import BrokerConnection, KafkaError
 from .consumer_protocol import PROTOCOL_TYPE
@@ -288,7 +291,10 @@ def offset_commit_errors(response) -> dict[TopicPartition, ErrorCode]:
 
 
 def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
-                         require_stable: bool = False):
+                         require_stable: bool = False, member_id: str | None = None,
+                         member_epoch: int = -1):
+    """A member of a consumer-protocol group names itself (v9+: its epoch is checked, as
+    Kafka's consumer does; STALE_MEMBER_EPOCH otherwise); others leave the member out."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -298,8 +304,8 @@ def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
             topics = tuple(build(mod.OffsetFetchRequestTopics, name=topic,
                                  partition_indexes=tuple(sorted(parts)))
                            for topic, parts in sorted(by_topic.items()))
-            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=None,
-                          member_epoch=-1, topics=topics)
+            group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=member_id,
+                          member_epoch=member_epoch, topics=topics)
             return build(mod.OffsetFetchRequest, groups=(group,),
                          require_stable=require_stable)
         topics = tuple(build(mod.OffsetFetchRequestTopic, name=topic,
@@ -327,3 +333,50 @@ def offset_fetch_result(response) -> tuple[ErrorCode, CommittedOffsets]:
                          if p.committed_offset >= 0 else None)
             result[TopicPartition(t.name, p.partition_index)] = (p.error_code, committed)
     return getattr(response, "error_code", ErrorCode.none), result
+
+
+# --- consumer groups (the consumer protocol, KIP-848) ------------------------------------------
+
+def consumer_group_heartbeat_request(beat: cgm.ConsumerHeartbeat):
+    def make(mod, version):
+        owned = None
+        if beat.owned is not None:
+            owned = tuple(build(mod.TopicPartitions, topic_id=topic_id, partitions=partitions)
+                          for topic_id, partitions in beat.owned)
+        return build(mod.ConsumerGroupHeartbeatRequest, group_id=beat.group_id,
+                     member_id=beat.member_id, member_epoch=beat.member_epoch,
+                     instance_id=beat.instance_id, rack_id=None,
+                     rebalance_timeout=datetime.timedelta(milliseconds=beat.rebalance_timeout_ms),
+                     subscribed_topic_names=beat.subscribed_topic_names,
+                     subscribed_topic_regex=beat.subscribed_topic_regex,
+                     server_assignor=beat.server_assignor, topic_partitions=owned)
+
+    return make
+
+
+def consumer_group_heartbeat_result(response) -> cgm.HeartbeatResult:
+    assignment = None
+    if response.assignment is not None:
+        assignment = {t.topic_id: frozenset(int(p) for p in t.partitions)
+                      for t in response.assignment.topic_partitions}
+    interval = response.heartbeat_interval
+    if isinstance(interval, datetime.timedelta):
+        interval = int(interval.total_seconds() * 1000)
+    return cgm.HeartbeatResult(response.error_code, response.error_message, response.member_id,
+                               response.member_epoch, interval, assignment)
+
+
+def topic_names(conn: BrokerConnection) -> dict[uuid.UUID, str]:
+    """Every topic's id and name (Metadata v10+ carries topic ids)."""
+    def make(mod, version):
+        return build(mod.MetadataRequest, topics=None, allow_auto_topic_creation=False,
+                     include_topic_authorized_operations=False,
+                     include_cluster_authorized_operations=False)
+
+    if conn.version(apis.METADATA) < 10:
+        raise KafkaError(ErrorCode.unsupported_version,
+                         "the broker's Metadata has no topic ids (v10+ needed)")
+    response = conn.call(apis.METADATA, make)
+    return {t.topic_id: t.name for t in response.topics
+            if t.error_code == ErrorCode.none and t.topic_id is not None
+            and t.topic_id.int != 0}

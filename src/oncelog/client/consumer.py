@@ -7,7 +7,11 @@ Two ways to say what to read, as in Kafka's consumers (and exclusive, as there):
 - ``subscribe(topics, on_assign=, on_revoke=, on_lost=)`` with a ``group.id``: the group's
   coordinator shares the partitions of the topics (names, or regular expressions written
   with Kafka's leading "^") among the group's members, Java and librdkafka consumers
-  included, through Kafka's classic group protocol (classic_group.py, group_membership.py).
+  included, through Kafka's classic group protocol (``group.protocol=classic``, the default:
+  classic_group.py, group_membership.py) or the consumer group protocol of KIP-848
+  (``group.protocol=consumer``: consumer_group.py, consumer_group_membership.py), where the
+  coordinator assigns (``group.remote.assignor``), resolves a regular expression (matching
+  whole topic names, as Kafka does) and moves partitions one member at a time.
   Positions of newly assigned partitions come from the committed offsets, else
   ``auto.offset.reset``. The callbacks run inside poll() and get ``(consumer, partitions)``.
   ``on_lost`` (partitions someone else may own already; defaults to ``on_revoke``) is
@@ -22,14 +26,17 @@ Config keys are Kafka's: ``bootstrap.servers``, ``client.id``, ``auto.offset.res
 (earliest, latest, error), ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
 ``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted; read_committed
 arrives with transactions), ``request.timeout.ms``, ``retry.backoff.ms``; and for groups
-``group.id``, ``group.instance.id`` (static membership, KIP-345), ``session.timeout.ms``
-(45000), ``heartbeat.interval.ms`` (3000), ``max.poll.interval.ms`` (300000),
-``enable.auto.commit`` (true), ``auto.commit.interval.ms`` (5000),
+``group.id``, ``group.instance.id`` (static membership, KIP-345), ``max.poll.interval.ms``
+(300000; the rebalance timeout), ``enable.auto.commit`` (true), ``auto.commit.interval.ms``
+(5000), ``group.protocol`` (classic or consumer, read as Java reads it, in any case); with
+classic: ``session.timeout.ms`` (45000), ``heartbeat.interval.ms`` (3000),
 ``partition.assignment.strategy`` (range, roundrobin, cooperative-sticky; default
 "range,cooperative-sticky" as Java's, which rebalances eagerly until every member lists
 cooperative-sticky alone), ``metadata.max.age.ms`` (how often pattern subscriptions and
-the leader's partition counts are looked at again), ``group.protocol`` (classic; consumer,
-KIP-848, is not built yet).
+the leader's partition counts are looked at again); with consumer: ``group.remote.assignor``
+(the coordinator's assignor: uniform, range; unset, the coordinator chooses). As Kafka's
+ConsumerConfig does, each protocol's keys are refused (ValueError, Kafka's message) when set
+with the other protocol.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
@@ -46,8 +54,10 @@ from ..protocol.batches import RecordSetError, RecordSetWalk
 from . import calls
 from .admin import Admin, ClusterInfo
 from .assignors import parse_strategy
-from .classic_group import ClassicGroup, CommitCallback
+from .classic_group import ClassicGroup
 from .connection import BrokerConnection, KafkaError
+from .consumer_group import ConsumerGroup
+from .group_io import CommitCallback
 from .group_membership import AssignmentChange, Handoff
 from .topic_partition import OffsetAndMetadata, TopicPartition
 
@@ -84,6 +94,7 @@ _DEFAULTS = {
     "isolation.level": "read_uncommitted", "request.timeout.ms": 30_000,
     "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000,
     "group.id": None, "group.instance.id": None, "group.protocol": "classic",
+    "group.remote.assignor": None,
     "session.timeout.ms": 45_000, "heartbeat.interval.ms": 3_000,
     "max.poll.interval.ms": 300_000, "enable.auto.commit": True,
     "auto.commit.interval.ms": 5_000,
@@ -108,6 +119,10 @@ def _config(config: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown consumer config {', '.join(sorted(unknown))}")
     merged = {**_DEFAULTS, **config}
+    merged["group.protocol"] = str(merged["group.protocol"]).lower()  # as Java reads it
+    if merged["group.protocol"] not in ("classic", "consumer"):
+        raise ValueError("group.protocol must be classic or consumer")
+    _check_protocol_configs(merged["group.protocol"], config)
     if merged["auto.offset.reset"] not in ("earliest", "latest", "error"):
         raise ValueError("auto.offset.reset must be earliest, latest or error")
     if merged["isolation.level"] != "read_uncommitted":
@@ -118,18 +133,29 @@ def _config(config: dict) -> dict:
         except (TypeError, ValueError):
             raise ValueError(f"{key} must be an integer, not {merged[key]!r}") from None
     merged["enable.auto.commit"] = _as_bool("enable.auto.commit", merged["enable.auto.commit"])
-    if merged["group.protocol"] == "consumer":
-        # KIP-848's ConsumerGroupHeartbeat: a sibling of classic_group.ClassicGroup.
-        raise ValueError("group.protocol=consumer (KIP-848) is not supported by "
-                         "oncelog.Consumer yet; use group.protocol=classic")
-    if merged["group.protocol"] != "classic":
-        raise ValueError("group.protocol must be classic or consumer")
     parse_strategy(merged["partition.assignment.strategy"])
     if merged["group.instance.id"] and not merged["group.id"]:
         raise ValueError("group.instance.id needs a group.id")
     if merged["heartbeat.interval.ms"] >= merged["session.timeout.ms"]:
         raise ValueError("heartbeat.interval.ms must be lower than session.timeout.ms")
     return merged
+
+
+# Kafka's ConsumerConfig refuses these, when set (not blank), with the other protocol: the
+# consumer protocol's session, heartbeat interval and assignment are the broker's (its
+# group.consumer.* settings), and the classic protocol has no server-side assignor.
+_CLASSIC_ONLY = ("partition.assignment.strategy", "heartbeat.interval.ms", "session.timeout.ms")
+_CONSUMER_ONLY = ("group.remote.assignor",)
+
+
+def _check_protocol_configs(protocol: str, given: dict) -> None:
+    refused = _CLASSIC_ONLY if protocol == "consumer" else _CONSUMER_ONLY
+    invalid = [key for key in refused
+               if given.get(key) is not None and str(given[key]).strip()]
+    if invalid:
+        # Kafka's ConfigException message
+        raise ValueError(f"{', '.join(invalid)} cannot be set when "
+                         f"group.protocol={protocol.upper()}")
 
 
 class Consumer:
@@ -152,7 +178,7 @@ class Consumer:
         # Consumer groups: the membership (created with the first group call), what
         # subscribe() was given (topic names, patterns), its callbacks, partitions whose
         # position is to come from the committed offsets, and what was last committed.
-        self._group: ClassicGroup | None = None
+        self._group: ClassicGroup | ConsumerGroup | None = None
         self._subscription: tuple[frozenset[str], tuple[re.Pattern, ...]] | None = None
         self._on_assign: RebalanceCallback | None = None
         self._on_revoke: RebalanceCallback | None = None
@@ -466,11 +492,14 @@ class Consumer:
         wanted = [TopicPartition(*tp) for tp in partitions]
         return self._require_group().committed(wanted, timeout)
 
-    def _require_group(self) -> ClassicGroup:
+    def _require_group(self) -> ClassicGroup | ConsumerGroup:
         if self._group is None:
             if not self.config["group.id"]:
                 raise ValueError("consumer groups, commit() and committed() need a group.id")
-            self._group = ClassicGroup(self.config, self)
+            if self.config["group.protocol"] == "consumer":
+                self._group = ConsumerGroup(self.config, self)
+            else:
+                self._group = ClassicGroup(self.config, self)
         return self._group
 
     def _group_poll(self, deadline: float) -> None:
@@ -493,6 +522,14 @@ class Consumer:
         now = time.monotonic()
         names, patterns = self._subscription
         membership = self._group.membership
+        if isinstance(self._group, ConsumerGroup):
+            # The coordinator matches the regular expression (the whole topic name, as
+            # Kafka does) and follows topics as they come and go.
+            regex = "|".join(f"(?:{p.pattern})" if len(patterns) > 1 else p.pattern
+                             for p in patterns) or None
+            with self._group.lock:
+                membership.set_subscription(names, regex)
+            return
         with self._group.lock:
             watched = (dict(membership.assigned_counts)
                        if membership.stable and membership.member_id == membership.leader
@@ -615,6 +652,17 @@ class Consumer:
     def group_partition_counts(self, topics: frozenset[str]) -> dict[str, int]:
         info = self._cluster()
         return {t: len(info.topics[t].partitions) for t in topics if t in info.topics}
+
+    def group_topic_names(self) -> dict[uuid.UUID, str]:
+        """Every topic's id and name (the consumer protocol assigns topic ids)."""
+        try:
+            return calls.topic_names(self._admin.conn)
+        except KafkaError as exc:
+            if exc.error not in (ErrorCode.network_exception, ErrorCode.request_timed_out):
+                raise
+            self._admin.close()
+            self._admin = self._new_admin()
+            return calls.topic_names(self._admin.conn)
 
     def _revoke(self, partitions: frozenset[TopicPartition]) -> None:
         self._commit_quietly(partitions)

@@ -45,6 +45,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _as_log_record(record: tuple) -> tuple[bytes | None, bytes | None, int, str | None]:
+    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None)."""
+    if len(record) == 2:
+        return record[0], record[1], -1, None
+    return record[0], record[1], record[2], record[3]
+
+
 def _too_long(*texts: str) -> bool:
     """Longer than the records' strings can hold (Kafka's STRING: 32767 bytes)."""
     return any(len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES for t in texts)
@@ -156,6 +163,9 @@ class GroupCoordinator:
             topic_image if topic_image is not None else {})
         self.loading: set[int] = set(range(config.num_partitions))
         self.commits = 0  # offsets committed, for /metrics
+        # Offsets committed inside transactions not yet decided (TxnOffsetCommit):
+        # producer id -> group -> (topic, partition) -> offset.
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def _background(self, work) -> None:
@@ -180,16 +190,14 @@ class GroupCoordinator:
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         modern: list[tuple[bytes, bytes | None]] = []
-        count = 0
-        for key_bytes, value_bytes in self.log.read(partition):
-            count += 1
-            if count % 2000 == 0:
-                await asyncio.sleep(0)  # let the broker serve while a large log is read
-            if key_bytes is None:
-                continue
+        # Records of transactions not yet decided, by producer id: applied at their COMMIT
+        # marker, dropped at their ABORT marker (TxnOffsetCommit).
+        undecided: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+        def take(key_bytes: bytes, value_bytes: bytes | None) -> None:
             if consumer_records.is_consumer_key(key_bytes):
                 modern.append((key_bytes, value_bytes))
-                continue
+                return
             try:
                 key = rec.read_key(key_bytes)
                 if isinstance(key, rec.OffsetKey):
@@ -204,6 +212,28 @@ class GroupCoordinator:
                                            else rec.read_group_value(value_bytes))
             except rec.BadRecord as exc:
                 log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+
+        count = 0
+        for record in self.log.read(partition):
+            key_bytes, value_bytes, producer_id, marker = _as_log_record(record)
+            count += 1
+            if count % 2000 == 0:
+                await asyncio.sleep(0)  # let the broker serve while a large log is read
+            if marker is not None:
+                decided = undecided.pop(producer_id, [])
+                if marker == "commit":
+                    for k, v in decided:
+                        take(k, v)
+                continue
+            if key_bytes is None:
+                continue
+            if producer_id >= 0:
+                undecided.setdefault(producer_id, []).append((key_bytes, value_bytes))
+                continue
+            take(key_bytes, value_bytes)
+        for producer_id, records in undecided.items():
+            for k, v in records:
+                self._remember_txn_offset(producer_id, k, v)
         consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
         for group_id, consumer_group in consumer.items():
             consumer_group.offsets = offsets.pop(group_id, {})
@@ -768,6 +798,78 @@ class GroupCoordinator:
                 log.error("group %s: offsets not durable: %s", group_id, exc)
                 return [E.kafka_storage_error if e is E.none else e for e in errors]
         return errors
+
+    # --- offsets inside transactions (TxnOffsetCommit) ------------------------------------
+
+    async def txn_commit(self, transactional_id: str, group_id: str, producer_id: int,
+                         epoch: int, generation: int, member_id: str, instance_id: str | None,
+                         partitions: list[OffsetCommitPartition]) -> list[ErrorCode]:
+        """Offsets that count only if the producer's transaction commits: written as a
+        transactional batch of the producer, kept aside until its marker (complete_txn)."""
+        error = self._unavailable(group_id)
+        if error is not None:
+            return [error] * len(partitions)
+        group = self.groups.get(group_id)
+        if generation >= 0 or member_id:  # KIP-447: the member's generation fences zombies
+            error = self._commit_check(group, generation, member_id, instance_id)
+            if error is not None:
+                return [error] * len(partitions)
+        now = self.now_ms()
+        errors = [self._partition_commit_error(p) for p in partitions]
+        values = {(p.topic, p.partition): rec.OffsetValue(p.offset, p.leader_epoch,
+                                                          p.metadata or "", now)
+                  for p, e in zip(partitions, errors, strict=True) if e is E.none}
+        if not values:
+            return errors
+        records = [(rec.offset_key(group_id, t, p), rec.offset_value(v))
+                   for (t, p), v in values.items()]
+        try:
+            durable = self.log.append(self.partition_of(group_id), records,
+                                      producer=(producer_id, epoch))
+        except WriteFailed as exc:
+            log.warning("group %s: storing offsets of transaction %s failed: %s", group_id,
+                        transactional_id, exc)
+            return [exc.error if e is E.none else e for e in errors]
+        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+        if durable is not None:
+            try:
+                await durable
+            except OSError:
+                return [E.kafka_storage_error if e is E.none else e for e in errors]
+        return errors
+
+    def _remember_txn_offset(self, producer_id: int, key_bytes: bytes,
+                             value_bytes: bytes | None) -> None:
+        try:
+            key = rec.read_key(key_bytes)
+            if isinstance(key, rec.OffsetKey) and value_bytes is not None:
+                self.pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})[
+                    key.topic, key.partition] = rec.read_offset_value(value_bytes)
+        except rec.BadRecord as exc:
+            log.warning("skipping a transactional offset record: %s", exc)
+
+    def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """The marker of the producer's transaction is in ``offsets_partition``: its offsets
+        for the groups of that partition take effect (commit) or are dropped (abort)."""
+        groups = self.pending_txn.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_of(g) == offsets_partition]:
+            values = groups.pop(group_id)
+            if not commit:
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(_DEAD):
+                group = self.groups[group_id] = ClassicGroup(group_id,
+                                                            state_timestamp=self.now_ms())
+            group.offsets.update(values)
+            self.commits += len(values)
+        if not groups:
+            del self.pending_txn[producer_id]
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions with offsets of a transaction not yet decided (require_stable)."""
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
 
     def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
                       member_id: str, instance_id: str | None) -> ErrorCode | None:

@@ -44,6 +44,7 @@ from .rules import (
     Tombstone,
     decide,
     decide_marker,
+    decide_unsequenced,
     judge_next,
 )
 
@@ -181,11 +182,22 @@ class ProducerStateManager:
         issued = known is not None or pid_issued(batch.producer_id)
         return decide(batch, known, issued, batch.producer_id <= self.forgotten_up_to)
 
-    def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int) -> None:
-        """Record an appended batch; ``last_offset`` is the offset the log gave its last record."""
+    def validate_unsequenced(self, batch: BatchIdentity) -> Decision:
+        """A batch the broker writes itself, without sequences (rules.decide_unsequenced)."""
+        return decide_unsequenced(batch, self._known(batch.producer_id))
+
+    def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int,
+              first_offset: int | None = None) -> None:
+        """Record an appended batch; ``last_offset`` is the offset the log gave its last record
+        (``first_offset`` its first, else worked out from the sequences)."""
         batch = decision.batch
         pid = batch.producer_id
         packed = self._entries.get(pid)
+        if first_offset is None:
+            first_offset = last_offset - sequence_distance(batch.first_seq, batch.last_seq)
+        if batch.first_seq < 0:
+            self._apply_unsequenced(decision, first_offset, timestamp, now_ms)
+            return
         cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
         if packed is None or decision.reset:
             # A new epoch keeps what the producer's markers left: the coordinator epoch, and
@@ -203,9 +215,8 @@ class ProducerStateManager:
             entry = None
         if entry is not None:
             if decision.begins_txn:
-                entry.txn_first_offset = last_offset - sequence_distance(batch.first_seq,
-                                                                         batch.last_seq)
-                self._ongoing[pid] = entry.txn_first_offset
+                entry.txn_first_offset = first_offset
+                self._ongoing[pid] = first_offset
             self._store(pid, _pack(entry), now_ms)
             return
         assert packed is not None
@@ -220,8 +231,24 @@ class ProducerStateManager:
                                    _BATCH.pack(batch.first_seq, batch.last_seq, last_offset))),
                     now_ms)
 
+    def _apply_unsequenced(self, decision: Append, first_offset: int, timestamp: int,
+                           now_ms: int) -> None:
+        """A batch without sequences changes the epoch and the transaction only."""
+        batch = decision.batch
+        pid = batch.producer_id
+        entry = self.entry(pid)
+        if entry is None:
+            entry = ProducerStateEntry(pid, batch.epoch, 0, [], timestamp, now_ms)
+        elif entry.epoch != batch.epoch:
+            entry.epoch, entry.start_seq, entry.batches = batch.epoch, 0, []
+        entry.last_timestamp, entry.last_append_ms = timestamp, now_ms
+        if decision.begins_txn:
+            entry.txn_first_offset = first_offset
+            self._ongoing[pid] = first_offset
+        self._store(pid, _pack(entry), now_ms)
+
     def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int,
-               now_ms: int) -> None:
+               now_ms: int, first_offset: int | None = None) -> None:
         """Rebuild from the log: the log is the truth, so no rule is checked.
 
         ``now_ms`` is the time of the rebuild, not the batch's timestamp: a producer found in
@@ -239,7 +266,7 @@ class ProducerStateManager:
         reset = (known is None or batch.epoch != known.epoch
                  or batch.first_seq != next_sequence(known.last_seq))
         begins = batch.transactional and batch.producer_id not in self._ongoing
-        self.apply(Append(batch, reset, begins), last_offset, timestamp, now_ms)
+        self.apply(Append(batch, reset, begins), last_offset, timestamp, now_ms, first_offset)
 
     # --- markers ---------------------------------------------------------------------------
 

@@ -381,6 +381,19 @@ def _decide_idempotence(batch: BatchIdentity, known: ProducerStateEntry | Tombst
     return judge_sequence(batch, known.start_seq, known.last_seq)
 
 
+def decide_unsequenced(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None
+                       ) -> Decision:
+    """A transactional batch the broker writes itself, without sequences (TxnOffsetCommit's
+    offsets in ``__consumer_offsets``, Kafka's AppendOrigin.COORDINATOR): only row 3 (an
+    older epoch is fenced) and rows T1-T4 apply."""
+    if known is not None and batch.epoch < known.epoch:
+        return Refuse(ErrorCode.invalid_producer_epoch,
+                      f"producer {batch.producer_id} epoch {batch.epoch} is fenced by epoch "
+                      f"{known.epoch}")
+    reset = known is None or batch.epoch != known.epoch
+    return judge_transaction(Append(batch, reset), known)
+
+
 def decide_marker(marker: MarkerIdentity, known: ProducerStateEntry | Tombstone | None
                   ) -> EndTxn | Refuse:
     """Rows M1-M4: whether a transaction marker is written, and what it ends."""

@@ -21,6 +21,12 @@ SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 OFFSET_DELETE = 47
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -48,6 +54,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # AddPartitionsToTxn v4+ (verify_only, several transactions) is for brokers; clients use
+    # up to v3, and EndTxn v5 is transaction version 2 (an epoch bump per transaction).
+    ADD_PARTITIONS_TO_TXN: (0, 5),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 5),
+    TXN_OFFSET_COMMIT: (0, 5),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 2),
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),

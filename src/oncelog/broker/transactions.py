@@ -1,0 +1,222 @@
+"""The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions.
+
+Each handler turns a request of any supported version into a call of the
+TransactionCoordinator (coordinator/transaction_coordinator.py) or, for TxnOffsetCommit, the
+GroupCoordinator, and the result into that version's response.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+
+from kio.schema.errors import ErrorCode
+
+from ..coordinator.group_coordinator import OffsetCommitPartition
+from ..coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
+from ..protocol import api_versions as apis
+from ..protocol.messages import Request
+from ..protocol.schema import build, has_field, response_module
+from .api_meta import NO_THROTTLE
+from .config import BrokerConfig
+from .groups import InternalTopicLog, _ms
+from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
+
+log = logging.getLogger(__name__)
+
+# KIP-588: PRODUCER_FENCED from these versions on; older clients know INVALID_PRODUCER_EPOCH.
+_FENCED_FROM = {apis.INIT_PRODUCER_ID: 4, apis.ADD_PARTITIONS_TO_TXN: 2,
+                apis.ADD_OFFSETS_TO_TXN: 2, apis.END_TXN: 2, apis.TXN_OFFSET_COMMIT: 3}
+
+
+def _for_version(request: Request, error: ErrorCode) -> ErrorCode:
+    if error is ErrorCode.producer_fenced and \
+            request.api_version < _FENCED_FROM.get(request.api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+def make_transaction_coordinator(broker, config: BrokerConfig,
+                                 topics: TopicManager) -> TransactionCoordinator:
+    txn_log = InternalTopicLog(topics, TRANSACTION_STATE_TOPIC, topics.transaction_state_topic)
+    txn_config = TxnConfig(
+        num_partitions=txn_log.num_partitions(
+            config.get("transaction.state.log.num.partitions")),
+        max_timeout_ms=config.get("transaction.max.timeout.ms"),
+        id_expiration_ms=config.get("transactional.id.expiration.ms"),
+    )
+
+    async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: list[tuple[str, int]]):
+        from .txn_markers import write_markers as append_markers
+        errors = await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
+                                      partitions)
+        for (topic, index), error in errors.items():
+            if topic == OFFSETS_TOPIC and error is ErrorCode.none:
+                broker.groups.complete_txn(index, producer_id, commit)
+        return errors
+
+    return TransactionCoordinator(txn_log, txn_config, broker.producer_ids.generate,
+                                  lambda t, p: topics.partition(t, p) is not None,
+                                  write_markers)
+
+
+async def init_transactional_producer(broker, request: Request, answer):
+    body = request.body
+    error, producer_id, epoch = await broker.transactions.init_producer_id(
+        body.transactional_id, _ms(body.transaction_timeout),
+        getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
+    return answer(_for_version(request, error), producer_id, epoch)
+
+
+async def handle_add_partitions_to_txn(broker, request: Request):
+    mod = response_module(apis.ADD_PARTITIONS_TO_TXN, request.api_version)
+    body = request.body
+    coordinator = broker.transactions
+
+    async def results_of(txn_id, producer_id, epoch, topics, verify_only):
+        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        if verify_only:
+            errors = {tp: coordinator.verify(txn_id, producer_id, epoch, *tp) for tp in wanted}
+        else:
+            errors = await coordinator.add_partitions(txn_id, producer_id, epoch, wanted)
+        by_topic: dict[str, list] = {}
+        for (topic, index), error in errors.items():
+            by_topic.setdefault(topic, []).append(build(
+                mod.AddPartitionsToTxnPartitionResult, partition_index=index,
+                partition_error_code=_for_version(request, error)))
+        return tuple(build(mod.AddPartitionsToTxnTopicResult, name=name,
+                           results_by_partition=tuple(parts))
+                     for name, parts in by_topic.items())
+
+    if has_field(type(body), "transactions"):  # v4+: several transactions (brokers only)
+        results = []
+        for txn in body.transactions:
+            topic_results = await results_of(txn.transactional_id, txn.producer_id,
+                                             txn.producer_epoch, txn.topics, txn.verify_only)
+            results.append(build(mod.AddPartitionsToTxnResult,
+                                 transactional_id=txn.transactional_id,
+                                 topic_results=topic_results))
+        return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.none, results_by_transaction=tuple(results))
+    topic_results = await results_of(body.v3_and_below_transactional_id,
+                                     body.v3_and_below_producer_id,
+                                     body.v3_and_below_producer_epoch,
+                                     body.v3_and_below_topics, False)
+    return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                 results_by_topic_v3_and_below=topic_results)
+
+
+async def handle_add_offsets_to_txn(broker, request: Request):
+    mod = response_module(apis.ADD_OFFSETS_TO_TXN, request.api_version)
+    body = request.body
+    if not body.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        # The group's partition of __consumer_offsets joins the transaction: its marker is
+        # what makes the offsets of TxnOffsetCommit count.
+        try:
+            broker.topics.offsets_topic()
+        except Exception as exc:
+            log.warning("AddOffsetsToTxn: %s", exc)
+            error = ErrorCode.coordinator_not_available
+        else:
+            partition = broker.groups.partition_of(body.group_id)
+            errors = await broker.transactions.add_partitions(
+                body.transactional_id, body.producer_id, body.producer_epoch,
+                [(OFFSETS_TOPIC, partition)])
+            error = errors[OFFSETS_TOPIC, partition]
+    return build(mod.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE,
+                 error_code=_for_version(request, error))
+
+
+async def handle_end_txn(broker, request: Request):
+    mod = response_module(apis.END_TXN, request.api_version)
+    body = request.body
+    error, producer_id, epoch = await broker.transactions.end_txn(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+        bump_epoch=request.api_version >= 5)
+    return build(mod.EndTxnResponse, throttle_time=NO_THROTTLE,
+                 error_code=_for_version(request, error), producer_id=producer_id,
+                 producer_epoch=epoch)
+
+
+async def handle_txn_offset_commit(broker, request: Request):
+    mod = response_module(apis.TXN_OFFSET_COMMIT, request.api_version)
+    body = request.body
+    partitions = [
+        OffsetCommitPartition(t.name, p.partition_index, p.committed_offset,
+                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+        for t in body.topics for p in t.partitions
+    ]
+    verified = broker.transactions.verify(body.transactional_id, body.producer_id,
+                                          body.producer_epoch, OFFSETS_TOPIC,
+                                          broker.groups.partition_of(body.group_id)
+                                          if body.group_id else 0)
+    if verified is not ErrorCode.none:
+        # AddOffsetsToTxn must come first; a zombie's epoch is fenced here too.
+        errors = [ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
+                  else verified] * len(partitions)
+    else:
+        errors = await broker.groups.txn_commit(
+            body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
+            getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None), partitions)
+    by_topic: dict[str, list] = {}
+    for p, error in zip(partitions, errors, strict=True):
+        by_topic.setdefault(p.topic, []).append(build(
+            mod.TxnOffsetCommitResponsePartition, partition_index=p.partition,
+            error_code=_for_version(request, error)))
+    return build(mod.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()))
+
+
+def handle_describe_transactions(broker, request: Request):
+    mod = response_module(apis.DESCRIBE_TRANSACTIONS, request.api_version)
+    states = []
+    for txn_id in request.body.transactional_ids:
+        error, txn = broker.transactions.describe(txn_id)
+        if txn is None:
+            states.append(build(mod.TransactionState, error_code=error, transactional_id=txn_id,
+                                transaction_state="", transaction_timeout=datetime.timedelta(0),
+                                transaction_start_time=-1, producer_id=-1, producer_epoch=-1,
+                                topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in txn.partitions:
+            by_topic.setdefault(topic, []).append(index)
+        states.append(build(
+            mod.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
+            transaction_state=txn.state,
+            transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
+            transaction_start_time=txn.start_ms, producer_id=txn.producer_id,
+            producer_epoch=txn.epoch,
+            topics=tuple(build(mod.TopicData, topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return build(mod.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
+                 transaction_states=tuple(states))
+
+
+def handle_list_transactions(broker, request: Request):
+    mod = response_module(apis.LIST_TRANSACTIONS, request.api_version)
+    body = request.body
+    pattern = getattr(body, "transactional_id_pattern", None)
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error:
+            return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.invalid_regular_expression,
+                         unknown_state_filters=(), transaction_states=())
+    unknown, txns = broker.transactions.list(
+        set(body.state_filters), set(body.producer_id_filters),
+        getattr(body, "duration_filter", -1), pattern)
+    return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.none, unknown_state_filters=tuple(unknown),
+                 transaction_states=tuple(
+                     build(mod.TransactionState, transactional_id=t.transactional_id,
+                           producer_id=t.producer_id, transaction_state=t.state)
+                     for t in txns))

@@ -1,0 +1,181 @@
+"""oncelog.Consumer's side of a consumer-protocol group (KIP-848, ``group.protocol=consumer``):
+the I/O around consumer_group_membership.
+
+consumer_group_membership decides; this module sends and receives, on the connections
+group_io.py shares with the classic protocol's sibling (classic_group.py).
+ConsumerGroupHeartbeat goes on the heartbeat thread's connection, from that thread (every
+heartbeat interval the coordinator gives) or from the consumer's thread when one cannot wait:
+the join, and the acknowledgement of a reconciliation. Both take the heartbeat lock, so one
+heartbeat is in flight at a time and its answer is applied before the next is built.
+
+Reconciliation runs in the consumer's thread, inside poll(): partitions revoked (after the
+auto commit) then added, through the same listener calls as the classic protocol's
+(group_assigned, group_handoff), plus group_topic_names to resolve topic ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import CONSUMER_GROUP_HEARTBEAT
+from . import calls
+from .connection import KafkaError
+from .consumer_group_membership import (
+    ConsumerHeartbeat,
+    ConsumerMembership,
+    HeartbeatResult,
+    Step,
+)
+from .group_io import RETRIABLE_FETCH, GroupIO, GroupListener, as_kafka_error
+from .group_membership import CommitIdentity
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerGroupListener(GroupListener, Protocol):
+    def group_topic_names(self) -> dict[uuid.UUID, str]: ...
+
+
+class ConsumerGroup(GroupIO):
+    def __init__(self, config: Mapping[str, Any], listener: ConsumerGroupListener) -> None:
+        super().__init__(config, listener)
+        self.listener: ConsumerGroupListener = listener
+        self.membership = ConsumerMembership(
+            self.group_id, instance_id=config["group.instance.id"] or None,
+            server_assignor=config["group.remote.assignor"] or None,
+            rebalance_timeout_ms=int(config["max.poll.interval.ms"]),
+            retry_backoff_ms=int(config["retry.backoff.ms"]))
+
+    # --- joining and staying in the group --------------------------------------------------
+
+    def ensure_active(self, deadline: float) -> bool:
+        """Advance the membership until it is stable or ``deadline`` (monotonic) passes;
+        whether it is stable. Runs the rebalance callbacks (through the listener) and the
+        async commit callbacks. Raises the membership's fatal error."""
+        self._start_heartbeat_thread()
+        while True:
+            self._pump(0)
+            self.run_callbacks()
+            now = time.monotonic()
+            with self.lock:
+                self.membership.on_poll(now)
+                step = self.membership.next_step(now)
+            if step == Step.FAILED:
+                raise self.membership.fatal
+            if step == Step.IDLE:
+                return False
+            if step == Step.STABLE:
+                self.heartbeat_if_due(wait=False)
+                with self.lock:
+                    return self.membership.stable
+            left = deadline - now
+            if step == Step.BACKOFF:
+                if left <= 0:
+                    return False
+                with self.lock:
+                    until = self.membership.backoff_until
+                time.sleep(max(0.0, min(left, until - now)))
+            elif step == Step.FIND_COORDINATOR:
+                self.find_coordinator()
+            elif step == Step.LOSE:
+                with self.lock:
+                    handoff = self.membership.take_lost()
+                if handoff.lost:
+                    self.listener.group_handoff(handoff)
+            elif step == Step.RESOLVE:
+                self._resolve_topic_ids()
+            elif step == Step.RECONCILE:
+                with self.lock:
+                    change = self.membership.reconcile()
+                self.listener.group_assigned(change)
+                with self.lock:
+                    self.membership.on_reconciled(change)
+            elif step == Step.HEARTBEAT:
+                self.heartbeat_if_due()
+            if time.monotonic() >= deadline and step in (Step.BACKOFF, Step.HEARTBEAT,
+                                                         Step.RESOLVE):
+                return False
+
+    def _resolve_topic_ids(self) -> None:
+        try:
+            names = self.listener.group_topic_names()
+        except KafkaError as exc:
+            log.warning("group %s: metadata for topic ids: %s", self.group_id, exc)
+            names = {}
+        with self.lock:
+            self.membership.on_topic_names(names, time.monotonic())
+
+    # --- heartbeats and the poll timeout ---------------------------------------------------
+
+    def heartbeat_if_due(self, wait: bool = True) -> None:
+        """Send a ConsumerGroupHeartbeat if one is due (from poll(), which does not ``wait``
+        for the heartbeat thread's heartbeat in flight, or from that thread)."""
+        if not self._heartbeat_lock.acquire(blocking=wait):
+            return
+        try:
+            with self.lock:
+                beat = self.membership.heartbeat_request(time.monotonic())
+                coordinator = self.membership.coordinator
+            if beat is None:
+                return
+            result = self._heartbeat(beat, coordinator)
+            with self.lock:
+                self.membership.on_heartbeat(beat, result, time.monotonic())
+        finally:
+            self._heartbeat_lock.release()
+
+    def _heartbeat(self, beat: ConsumerHeartbeat, coordinator) -> HeartbeatResult:
+        try:
+            response = self._heartbeat_connection(coordinator).call(
+                CONSUMER_GROUP_HEARTBEAT, calls.consumer_group_heartbeat_request(beat))
+            return calls.consumer_group_heartbeat_result(response)
+        except Exception as exc:  # an answer we cannot read, of any kind
+            if self._heartbeat_conn is not None:
+                self._heartbeat_conn.close()
+                self._heartbeat_conn = None
+            error = as_kafka_error(exc)
+            return HeartbeatResult(error.error, str(error))
+
+    def _check_poll_timeout(self) -> None:
+        with self.lock:
+            if not self.membership.poll_timed_out(time.monotonic()):
+                return
+        self._send_leave("consumer poll timeout has expired", stale=True)
+
+    def _send_leave(self, reason: str, stale: bool = False) -> None:
+        with self._heartbeat_lock:
+            with self.lock:
+                coordinator = self.membership.coordinator
+                leave = self.membership.leave_request(reason, stale=stale)
+            if leave is None or coordinator is None:
+                return
+            result = self._heartbeat(leave, coordinator)
+            log.info("group %s: left (%s): %s", self.group_id, reason, result.error.name)
+
+    def leave(self, reason: str) -> None:
+        """The leave heartbeat (epoch -1, or -2 for a static member) and forget the
+        membership."""
+        self._send_leave(reason)
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def _retry_identity(self, identity: CommitIdentity) -> CommitIdentity:
+        with self.lock:
+            try:
+                return self.membership.commit_identity()
+            except KafkaError:
+                return identity
+
+    def _fetch_identity(self) -> tuple[str | None, int]:
+        with self.lock:
+            return self.membership.fetch_identity()
+
+    def _fetch_retriable(self, error: ErrorCode) -> bool:
+        # STALE_MEMBER_EPOCH: asked again with the epoch the heartbeat has since brought.
+        return error in RETRIABLE_FETCH or error == ErrorCode.stale_member_epoch

@@ -1,0 +1,200 @@
+"""The transaction coordinator's decisions, driven directly over a log kept in memory and a
+marker writer that records what it is asked: Kafka's transaction states, fencing, epochs,
+timeouts and state rebuilt from the records."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode as E
+from test_group_coordinator import MemoryOffsetsLog
+
+from oncelog.coordinator import txn_records as tr
+from oncelog.coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
+from oncelog.coordinator.txn_records import TxnState as S
+
+TOPICS = {("t", 0), ("t", 1), ("u", 0)}
+
+
+class Markers:
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bool, list]] = []
+
+    async def __call__(self, producer_id, epoch, commit, coordinator_epoch, partitions):
+        self.written.append((producer_id, epoch, commit, sorted(partitions)))
+        return dict.fromkeys(partitions, E.none)
+
+
+def coordinator(store=None, markers=None, clock=None, **config):
+    ids = iter(range(1000, 2000))
+    return TransactionCoordinator(store or MemoryOffsetsLog(),
+                                  TxnConfig(**{"num_partitions": 3, **config}),
+                                  lambda: next(ids), lambda t, p: (t, p) in TOPICS,
+                                  markers or Markers(),
+                                  now_ms=(lambda: clock[0]) if clock else _clock)
+
+
+_now = [1_000_000]
+
+
+def _clock() -> int:
+    return _now[0]
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+async def settled(c: TransactionCoordinator) -> None:
+    for _ in range(100):
+        if not any(m.pending for m in c.txns.values()):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("a transaction stayed pending")
+
+
+@given(st.text(max_size=10), st.integers(0, 2**62), st.integers(0, 32767),
+       st.sampled_from(list(S)), st.lists(st.tuples(st.text(max_size=5),
+                                                     st.lists(st.integers(0, 99), max_size=3)
+                                                     .map(tuple)), max_size=3).map(tuple))
+def test_records_round_trip(txn_id, pid, epoch, state, partitions):
+    value = tr.TxnValue(pid, epoch, 60000, state, partitions, 5, 4, -1, pid, 2)
+    assert tr.read_txn_value(tr.txn_value(value)) == value
+    assert tr.read_txn_key(tr.txn_key(txn_id)) == txn_id
+
+
+def test_commit_writes_markers_then_completes_and_fences_nothing_else():
+    async def scenario():
+        markers = Markers()
+        c = coordinator(markers=markers)
+        await c.load_all()
+        error, pid, epoch = await c.init_producer_id("tx", 60000, -1, -1)
+        assert (error, epoch) == (E.none, 0)
+        assert await c.add_partitions("tx", pid, epoch, [("t", 0), ("u", 0)]) == \
+            {("t", 0): E.none, ("u", 0): E.none}
+        assert c.verify("tx", pid, epoch, "t", 0) is E.none
+        assert c.verify("tx", pid, epoch, "t", 1) is E.invalid_txn_state
+        assert c.verify("tx", pid, epoch - 1, "t", 0) is E.invalid_producer_epoch
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is E.none
+        await settled(c)
+        assert markers.written == [(pid, 0, True, [("t", 0), ("u", 0)])]
+        assert c.txns["tx"].state is S.COMPLETE_COMMIT
+        # A retried EndTxn whose answer was lost is answered the same.
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is E.none
+        assert (await c.end_txn("tx", pid, epoch, False, bump_epoch=False))[0] is \
+            E.invalid_txn_state
+        c.close()
+    run(scenario())
+
+
+def test_a_new_instance_fences_the_old_and_aborts_its_transaction():
+    async def scenario():
+        markers = Markers()
+        c = coordinator(markers=markers)
+        await c.load_all()
+        _, pid, epoch = await c.init_producer_id("tx", 60000, -1, -1)
+        await c.add_partitions("tx", pid, epoch, [("t", 1)])
+        error, _, _ = await c.init_producer_id("tx", 60000, -1, -1)
+        assert error is E.concurrent_transactions  # the old transaction is being aborted
+        await settled(c)
+        assert markers.written == [(pid, 1, False, [("t", 1)])]
+        error, pid2, epoch2 = await c.init_producer_id("tx", 60000, -1, -1)
+        assert (error, pid2, epoch2) == (E.none, pid, 2)
+        # The zombie: every call is fenced.
+        assert (await c.add_partitions("tx", pid, epoch, [("t", 0)]))[("t", 0)] is \
+            E.producer_fenced
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is \
+            E.producer_fenced
+        assert c.verify("tx", pid, epoch, "t", 1) is E.invalid_producer_epoch
+        c.close()
+    run(scenario())
+
+
+def test_transaction_version_2_bumps_the_epoch_at_every_end():
+    async def scenario():
+        c = coordinator()
+        await c.load_all()
+        _, pid, epoch = await c.init_producer_id("tx", 60000, -1, -1)
+        await c.add_partitions("tx", pid, epoch, [("t", 0)])
+        error, pid2, epoch2 = await c.end_txn("tx", pid, epoch, True, bump_epoch=True)
+        assert (error, pid2, epoch2) == (E.none, pid, epoch + 1)
+        await settled(c)
+        # The retry of the same EndTxn (its answer lost) gets the new epoch again.
+        assert await c.end_txn("tx", pid, epoch, True, bump_epoch=True) == \
+            (E.none, pid, epoch + 1)
+        # A delayed write of the finished transaction is fenced.
+        assert c.verify("tx", pid, epoch, "t", 0) is E.invalid_producer_epoch
+        c.close()
+    run(scenario())
+
+
+def test_errors_of_bad_requests():
+    async def scenario():
+        c = coordinator(max_timeout_ms=1000)
+        await c.load_all()
+        assert (await c.init_producer_id("", 100, -1, -1))[0] is E.invalid_request
+        assert (await c.init_producer_id("tx", 5000, -1, -1))[0] is \
+            E.invalid_transaction_timeout
+        _, pid, epoch = await c.init_producer_id("tx", 1000, -1, -1)
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is \
+            E.invalid_txn_state  # no transaction
+        assert (await c.add_partitions("tx", pid, epoch, [("t", 0), ("nope", 0)])) == \
+            {("t", 0): E.operation_not_attempted, ("nope", 0): E.unknown_topic_or_partition}
+        assert (await c.add_partitions("tx", pid + 1, epoch, [("t", 0)]))[("t", 0)] is \
+            E.invalid_producer_id_mapping
+        assert (await c.add_partitions("other", pid, epoch, [("t", 0)]))[("t", 0)] is \
+            E.invalid_producer_id_mapping
+        assert c.describe("missing")[0] is E.transactional_id_not_found
+        c.close()
+    run(scenario())
+
+
+def test_timed_out_transactions_are_aborted_and_their_producer_fenced():
+    async def scenario():
+        clock = [1_000_000]
+        markers = Markers()
+        c = coordinator(markers=markers, clock=clock)
+        await c.load_all()
+        _, pid, epoch = await c.init_producer_id("tx", 1000, -1, -1)
+        await c.add_partitions("tx", pid, epoch, [("t", 0)])
+        assert c.abort_timed_out() == 0
+        clock[0] += 1001
+        assert c.abort_timed_out() == 1
+        await settled(c)
+        assert markers.written == [(pid, 1, False, [("t", 0)])]
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is \
+            E.producer_fenced
+        c.close()
+    run(scenario())
+
+
+def test_state_is_rebuilt_and_decided_transactions_are_finished_after_a_restart():
+    async def scenario():
+        store = MemoryOffsetsLog()
+
+        class Stuck(Markers):
+            async def __call__(self, *args):
+                await asyncio.sleep(3600)  # the broker dies before the markers are out
+
+        c = coordinator(store, markers=Stuck())
+        await c.load_all()
+        _, pid, epoch = await c.init_producer_id("tx", 60000, -1, -1)
+        await c.add_partitions("tx", pid, epoch, [("t", 0)])
+        await c.end_txn("tx", pid, epoch, False, bump_epoch=False)
+        await c.init_producer_id("idle", 60000, -1, -1)
+        c.close()
+        markers = Markers()
+        again = coordinator(store, markers=markers)
+        await again.load_all()
+        await settled(again)
+        assert markers.written == [(pid, epoch, False, [("t", 0)])]
+        assert again.txns["tx"].state is S.COMPLETE_ABORT
+        assert again.txns["idle"].state is S.EMPTY
+        unknown, listed = again.list({"Ongoing", "Nonsense"}, set())
+        assert unknown == ["Nonsense"] and listed == []
+        assert [t.transactional_id for t in again.list(set(), set(), pattern="id.*")[1]] \
+            == ["idle"]
+        again.close()
+    run(scenario())
