@@ -110,7 +110,7 @@ def _stats(args: argparse.Namespace) -> int:
     rows = []
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if match:
+        if match and not match.group(1).startswith("oncelog_consumer_group"):  # by group: not here
             labels = dict(_LABEL.findall(match.group(2)))
             rows.append((labels.get("topic", ""), int(labels.get("partition", -1)),
                          labels.get("outcome", match.group(1).removeprefix("oncelog_")),
@@ -322,6 +322,8 @@ def _guarded(func):
 
 
 def add_tool_commands(sub) -> None:
+    from .cli_groups import add_group_commands
+
     topics = sub.add_parser("topics", help="create, list, describe and delete topics",
                             description="Manage topics on any Kafka-compatible broker.")
     tsub = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
@@ -421,3 +423,5 @@ def add_tool_commands(sub) -> None:
                        help="with --spark: read in at least N tasks (default: Spark's "
                             "default parallelism)")
     audit.set_defaults(func=_guarded(_audit))
+
+    add_group_commands(sub, _with_bootstrap)

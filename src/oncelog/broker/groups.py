@@ -269,7 +269,9 @@ def handle_leave_group(broker, request: Request):
 
 # --- OffsetCommit, OffsetFetch, OffsetDelete ------------------------------------------------
 
-async def handle_offset_commit(broker, request: Request):
+def handle_offset_commit(broker, request: Request):
+    """Answered at once when the records need no fsync (the usual case: no task per commit),
+    else by a coroutine waiting for it."""
     mod = response_module(apis.OFFSET_COMMIT, request.api_version)
     body = request.body
     partitions = [
@@ -277,18 +279,27 @@ async def handle_offset_commit(broker, request: Request):
                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for t in body.topics for p in t.partitions
     ]
-    errors = await broker.groups.commit(
+    errors, durable = broker.groups.commit_now(
         body.group_id, body.generation_id_or_member_epoch, body.member_id,
         getattr(body, "group_instance_id", None), _ms(getattr(body, "retention_time", -1)),
         partitions)
-    by_topic: dict[str, list] = {}
-    for p, error in zip(partitions, errors, strict=True):
-        by_topic.setdefault(p.topic, []).append(
-            build(mod.OffsetCommitResponsePartition, partition_index=p.partition,
-                  error_code=error))
-    return build(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
-        build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()))
+
+    def answer(errors: list[ErrorCode]):
+        by_topic: dict[str, list] = {}
+        for p, error in zip(partitions, errors, strict=True):
+            by_topic.setdefault(p.topic, []).append(
+                build(mod.OffsetCommitResponsePartition, partition_index=p.partition,
+                      error_code=error))
+        return build(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+            build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()))
+
+    if durable is None:
+        return answer(errors)
+
+    async def later():
+        return answer(await broker.groups.when_durable(body.group_id, errors, durable))
+    return later()
 
 
 def handle_offset_fetch(broker, request: Request):

@@ -4,10 +4,14 @@ An HTTP request is told apart from a Kafka one by its first four bytes: ``GET ``
 Kafka frame size would be 1.2 GB, far over any request limit, so nothing valid is lost. The
 seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
 partition, every produce outcome (appended, duplicate, each error) and the producers held;
-for the broker, its connections and the request memory they hold (backpressure).
+for the broker, its connections and the request memory they hold (backpressure); per
+consumer group, its members and each committed partition's lag.
 """
 
 from __future__ import annotations
+
+import heapq
+from collections import Counter
 
 HTTP_METHODS = (b"GET ", b"HEAD")
 _MAX_HEADER = 16 * 1024
@@ -41,7 +45,8 @@ def render(broker) -> str:
     log_dirs = ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is offline "
                 "until a restart.", "# TYPE oncelog_log_dir_offline gauge",
                 f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
-    return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)) + "\n"
+    return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
+                     + _groups(broker)) + "\n"
 
 
 _CLEANER = (  # (name, CleanerStats field, type, help), Kafka's LogCleaner metrics in spirit
@@ -69,6 +74,57 @@ def _cleaner(broker) -> list[str]:
     for name, field, kind, text in _CLEANER:
         lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
                   f"{name} {getattr(stats, field)}"]
+    return lines
+
+
+# Each per-group metric keeps at most this many series (the largest values), so that a broker
+# with very many groups still answers a scrape quickly; how many were left out is reported.
+GROUP_SERIES_LIMIT = 10_000
+# Classic groups' states, then those only KIP-848 groups have.
+_GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead",
+                 "Assigning", "Reconciling")
+
+
+def _groups(broker) -> list[str]:
+    """Read from the coordinator (classic and KIP-848 groups alike): groups per state,
+    members per group, and the lag of every committed offset whose partition is open (log
+    end offset - committed offset). A partition nobody has produced to or read since the
+    broker started is not opened for a scrape: its lag appears once it is."""
+    states: Counter[str] = Counter()
+    members: list[tuple[int, str]] = []
+    lags: list[tuple[int, str, str, int]] = []
+    for group in broker.groups.groups.values():
+        states[group.state.value] += 1
+        if group.members:
+            members.append((len(group.members), group.group_id))
+        for (topic, index), committed in group.offsets.items():
+            partition = broker.topics.partition(topic, index)
+            if partition is not None and partition.is_open:
+                lag = max(0, partition.high_watermark - committed.offset)
+                lags.append((lag, group.group_id, topic, index))
+    omitted = {"members": max(0, len(members) - GROUP_SERIES_LIMIT),
+               "lag": max(0, len(lags) - GROUP_SERIES_LIMIT)}
+    if omitted["members"]:
+        members = heapq.nlargest(GROUP_SERIES_LIMIT, members)
+    if omitted["lag"]:
+        lags = heapq.nlargest(GROUP_SERIES_LIMIT, lags)
+    lines = ["# HELP oncelog_consumer_groups Consumer groups by state.",
+             "# TYPE oncelog_consumer_groups gauge"]
+    lines += [f'oncelog_consumer_groups{{state="{s}"}} {states[s]}' for s in _GROUP_STATES]
+    lines += ["# HELP oncelog_consumer_group_members Members of each group that has any.",
+              "# TYPE oncelog_consumer_group_members gauge"]
+    lines += [f'oncelog_consumer_group_members{{group="{_label(g)}"}} {n}'
+              for n, g in sorted(members, key=lambda m: m[1])]
+    lines += ["# HELP oncelog_consumer_group_lag Log end offset minus the group's committed "
+              "offset, per partition.", "# TYPE oncelog_consumer_group_lag gauge"]
+    lines += [f'oncelog_consumer_group_lag{{group="{_label(g)}",topic="{_label(t)}",'
+              f'partition="{p}"}} {lag}'
+              for lag, g, t, p in sorted(lags, key=lambda item: item[1:])]
+    lines += [f"# HELP oncelog_consumer_group_series_omitted Series left out of a per-group "
+              f"metric beyond the {GROUP_SERIES_LIMIT:,} largest.",
+              "# TYPE oncelog_consumer_group_series_omitted gauge"]
+    lines += [f'oncelog_consumer_group_series_omitted{{metric="{m}"}} {n}'
+              for m, n in omitted.items()]
     return lines
 
 

@@ -1,15 +1,24 @@
-"""oncelog.Admin: topics over the Kafka protocol, against oncelog or any Kafka broker."""
+"""oncelog.Admin: topics and consumer groups over the Kafka protocol, against oncelog or any
+Kafka broker."""
 
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
+from ..protocol.consumer_protocol import assigned_partitions
 from ..protocol.schema import build
+from . import calls
 from .connection import BrokerConnection, KafkaError, connect
+from .group_membership import SIMPLE_COMMIT
+from .topic_partition import OffsetAndMetadata, TopicPartition
 
 RESOURCE_TOPIC = 2
 
@@ -52,11 +61,16 @@ class Admin:
     def __init__(self, config: dict[str, str]) -> None:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
         self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
-        self.conn: BrokerConnection = connect(self.bootstrap, config.get("client.id", "oncelog"),
-                                              self.timeout)
+        self.client_id = config.get("client.id", "oncelog")
+        self.conn: BrokerConnection = connect(self.bootstrap, self.client_id, self.timeout)
+        self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
+        self._coordinators: dict[str, Coordinator] = {}  # group id -> its coordinator
 
     def close(self) -> None:
         self.conn.close()
+        for conn in self._others.values():
+            conn.close()
+        self._others.clear()
 
     def __enter__(self) -> Admin:
         return self
@@ -67,7 +81,10 @@ class Admin:
     def _timeout(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=self.timeout)
 
-    def metadata(self, topics: list[str] | None = None, auto_create: bool = False) -> ClusterInfo:
+    def metadata(self, topics: list[str] | None = None, auto_create: bool = False,
+                 missing_ok: bool = False) -> ClusterInfo:
+        """Brokers and topics; a named topic the broker does not know raises KafkaError,
+        unless ``missing_ok`` (then it is left out)."""
         def make(mod, version):
             wanted = None if topics is None else tuple(
                 build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
@@ -81,7 +98,7 @@ class Admin:
         result = {}
         for t in response.topics:
             if t.error_code != ErrorCode.none:
-                if topics is not None:
+                if topics is not None and not missing_ok:
                     _raise_for(t.error_code, f"topic {t.name!r}")
                 continue
             result[t.name] = TopicInfo(t.name, tuple(sorted(
@@ -150,3 +167,266 @@ class Admin:
                     for s in p.active_producers
                 ]
         return result
+
+    # --- consumer groups --------------------------------------------------------------------
+    # Group requests go to the group's coordinator (FindCoordinator); while it loads or moves,
+    # a request is retried until the admin's timeout.
+
+    def find_group_coordinator(self, group_id: str) -> Coordinator:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            found = calls.find_coordinator_result(
+                self.conn.call(apis.FIND_COORDINATOR, calls.find_coordinator_request(group_id)))
+            if found.error == ErrorCode.none:
+                return Coordinator(found.node_id, found.host, found.port)
+            if found.error not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
+                _raise_for(found.error, found.message or f"group {group_id!r}")
+            time.sleep(_RETRY_BACKOFF)
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """Every group of every broker (ListGroups), optionally only those in ``states``."""
+        states = tuple(states)
+        listed: dict[str, GroupListing] = {}
+        for conn in self._every_broker():
+            if states and conn.version(apis.LIST_GROUPS) < 4:
+                raise KafkaError(ErrorCode.unsupported_version,
+                                 "the broker cannot filter groups by state (ListGroups v4)")
+            response = conn.call(apis.LIST_GROUPS, _list_groups_request(states))
+            _raise_for(response.error_code, "ListGroups")
+            for g in response.groups:
+                listed[g.group_id] = GroupListing(g.group_id, g.protocol_type,
+                                                  getattr(g, "group_state", None),
+                                                  getattr(g, "group_type", None))
+        return sorted(listed.values(), key=lambda g: g.group_id)
+
+    def describe_group(self, group_id: str) -> GroupInfo:
+        """DescribeGroups of one group, or ConsumerGroupDescribe for a group of the consumer
+        protocol (KIP-848), which DescribeGroups does not know; raises KafkaError
+        (GROUP_ID_NOT_FOUND when there is no such group, from DescribeGroups v6; older
+        versions describe it as Dead)."""
+        response = self._group_call(group_id, apis.DESCRIBE_GROUPS,
+                                    _describe_groups_request(group_id),
+                                    lambda r: r.groups[0].error_code)
+        g = response.groups[0]
+        if g.error_code == ErrorCode.group_id_not_found and \
+                apis.CONSUMER_GROUP_DESCRIBE in self._broker_of(group_id).versions:
+            return self._describe_consumer_group(group_id)
+        _raise_for(g.error_code, getattr(g, "error_message", None) or f"group {group_id!r}")
+        consumer = g.protocol_type in ("consumer", "")
+        members = tuple(
+            MemberInfo(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                       m.client_host,
+                       tuple(assigned_partitions(m.member_assignment) or ()) if consumer else ())
+            for m in g.members)
+        return GroupInfo(group_id, g.group_state, g.protocol_type, g.protocol_data, members,
+                         self._coordinators[group_id])
+
+    def _describe_consumer_group(self, group_id: str) -> GroupInfo:
+        response = self._group_call(group_id, apis.CONSUMER_GROUP_DESCRIBE,
+                                    _consumer_group_describe_request(group_id),
+                                    lambda r: r.groups[0].error_code)
+        g = response.groups[0]
+        _raise_for(g.error_code, g.error_message or f"group {group_id!r}")
+        members = tuple(
+            MemberInfo(m.member_id, m.instance_id, m.client_id, m.client_host,
+                       tuple((t.topic_name, p) for t in m.assignment.topic_partitions
+                             for p in t.partitions))
+            for m in g.members)
+        return GroupInfo(group_id, g.group_state, "consumer", g.assignor_name, members,
+                         self._coordinators[group_id])
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of the group (OffsetFetch of all topics)."""
+        response = self._group_call(group_id, apis.OFFSET_FETCH,
+                                    calls.offset_fetch_request(group_id, None),
+                                    lambda r: calls.offset_fetch_result(r)[0])
+        error, offsets = calls.offset_fetch_result(response)
+        _raise_for(error, f"group {group_id!r}")
+        result = {}
+        for tp, (perror, committed) in offsets.items():
+            _raise_for(perror, f"{tp.topic}-{tp.partition}")
+            if committed is not None:
+                result[tp] = committed
+        return result
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups: each group's error (NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND...)."""
+        result = {}
+        for group_id in dict.fromkeys(group_ids):
+            response = self._group_call(group_id, apis.DELETE_GROUPS,
+                                        _delete_groups_request(group_id),
+                                        lambda r: r.results[0].error_code)
+            result[group_id] = response.results[0].error_code
+        return result
+
+    def alter_group_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]
+                            ) -> dict[TopicPartition, ErrorCode]:
+        """Commit offsets for a group as a tool does (OffsetCommit with generation -1 and no
+        member id): the coordinator takes them only while the group has no members."""
+        if not offsets:
+            return {}
+        wanted = {TopicPartition(*tp): OffsetAndMetadata(offset, "")
+                  for tp, offset in offsets.items()}
+        response = self._group_call(
+            group_id, apis.OFFSET_COMMIT,
+            calls.offset_commit_request(group_id, SIMPLE_COMMIT, wanted),
+            lambda r: r.topics[0].partitions[0].error_code)
+        return calls.offset_commit_errors(response)
+
+    def list_offsets(self, wanted: dict[tuple[str, int], int]
+                     ) -> dict[tuple[str, int], int | KafkaError]:
+        """ListOffsets of many partitions, each asked of its leader: (topic, partition) ->
+        timestamp (calls.EARLIEST, calls.LATEST or milliseconds) in, offset (-1: no record at
+        or after that time) or the partition's error out."""
+        if not wanted:
+            return {}
+        info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
+        result: dict[tuple[str, int], int | KafkaError] = {}
+        by_leader: dict[int, dict[tuple[str, int], int]] = {}
+        for (topic, partition), timestamp in wanted.items():
+            known = info.topics.get(topic)
+            leaders = {p.index: p.leader for p in known.partitions} if known else {}
+            if partition not in leaders:
+                result[topic, partition] = KafkaError(ErrorCode.unknown_topic_or_partition,
+                                                      f"{topic}-{partition}")
+            elif leaders[partition] < 0:
+                result[topic, partition] = KafkaError(ErrorCode.leader_not_available,
+                                                      f"{topic}-{partition}")
+            else:
+                by_leader.setdefault(leaders[partition], {})[topic, partition] = timestamp
+        for leader, asked in by_leader.items():
+            host, port = info.brokers[leader]
+            response = self._broker(host, port).call(apis.LIST_OFFSETS,
+                                                     _list_offsets_request(asked))
+            for t in response.topics:
+                for p in t.partitions:
+                    result[t.name, p.partition_index] = (
+                        p.offset if p.error_code == ErrorCode.none
+                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
+        return result
+
+    def _group_call(self, group_id: str, api_key: int, make: Callable[[ModuleType, int], Any],
+                    error_of: Callable[[Any], ErrorCode]) -> Any:
+        """Send to the group's coordinator; look it up again while it loads or moves."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            coordinator = self._coordinators.get(group_id)
+            if coordinator is None:
+                coordinator = self._coordinators[group_id] = self.find_group_coordinator(
+                    group_id)
+            response = self._broker(coordinator.host, coordinator.port).call(api_key, make)
+            if error_of(response) not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
+                return response
+            self._coordinators.pop(group_id, None)
+            time.sleep(_RETRY_BACKOFF)
+
+    def _broker_of(self, group_id: str) -> BrokerConnection:
+        coordinator = self._coordinators[group_id]
+        return self._broker(coordinator.host, coordinator.port)
+
+    def _broker(self, host: str, port: int) -> BrokerConnection:
+        if (host, port) == (self.conn.host, self.conn.port):
+            return self.conn
+        conn = self._others.get((host, port))
+        if conn is None:
+            conn = self._others[host, port] = BrokerConnection(host, port, self.client_id,
+                                                               self.timeout)
+        return conn
+
+    def _every_broker(self) -> list[BrokerConnection]:
+        brokers = self.metadata([]).brokers.values()
+        return [self._broker(host, port) for host, port in brokers] or [self.conn]
+
+
+# --- consumer groups: what the calls return, and their requests --------------------------------
+
+_RETRY_BACKOFF = 0.1
+_COORDINATOR_MOVING = frozenset({ErrorCode.coordinator_load_in_progress,
+                                 ErrorCode.coordinator_not_available,
+                                 ErrorCode.not_coordinator})
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str | None  # ListGroups v4+
+    group_type: str | None  # ListGroups v5+
+
+    @property
+    def is_consumer_group(self) -> bool:
+        # An empty protocol type: a group that only ever committed offsets (assign() users).
+        return self.protocol_type in ("consumer", "")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[tuple[str, int], ...]  # (topic, partition); empty while rebalancing
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str  # the assignment strategy (classic: while the group is Stable)
+    members: tuple[MemberInfo, ...]
+    coordinator: Coordinator
+
+
+def _list_groups_request(states: tuple[str, ...]):
+    def make(mod, version):
+        return build(mod.ListGroupsRequest, states_filter=states, types_filter=())
+
+    return make
+
+
+def _describe_groups_request(group_id: str):
+    def make(mod, version):
+        return build(mod.DescribeGroupsRequest, groups=(group_id,),
+                     include_authorized_operations=False)
+
+    return make
+
+
+def _consumer_group_describe_request(group_id: str):
+    def make(mod, version):
+        return build(mod.ConsumerGroupDescribeRequest, group_ids=(group_id,),
+                     include_authorized_operations=False)
+
+    return make
+
+
+def _delete_groups_request(group_id: str):
+    def make(mod, version):
+        return build(mod.DeleteGroupsRequest, groups_names=(group_id,))
+
+    return make
+
+
+def _list_offsets_request(wanted: dict[tuple[str, int], int]):
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), timestamp in sorted(wanted.items()):
+        by_topic.setdefault(topic, []).append((partition, timestamp))
+
+    def make(mod, version):
+        topics = tuple(
+            build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                build(mod.ListOffsetsPartition, partition_index=partition,
+                      current_leader_epoch=-1, timestamp=timestamp)
+                for partition, timestamp in parts))
+            for topic, parts in by_topic.items())
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=topics)
+
+    return make

@@ -290,27 +290,30 @@ def offset_commit_errors(response) -> dict[TopicPartition, ErrorCode]:
             for t in response.topics for p in t.partitions}
 
 
-def offset_fetch_request(group_id: str, partitions: list[TopicPartition],
+def offset_fetch_request(group_id: str, partitions: list[TopicPartition] | None,
                          require_stable: bool = False, member_id: str | None = None,
                          member_epoch: int = -1):
     """A member of a consumer-protocol group names itself (v9+: its epoch is checked, as
-    Kafka's consumer does; STALE_MEMBER_EPOCH otherwise); others leave the member out."""
+    Kafka's consumer does; STALE_MEMBER_EPOCH otherwise); others leave the member out.
+    ``partitions`` None asks for every committed offset of the group (v2+)."""
     by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
+    for tp in partitions or ():
         by_topic.setdefault(tp.topic, []).append(tp.partition)
 
     def make(mod, version):
         if hasattr(mod, "OffsetFetchRequestGroup"):  # v8+: several groups (KIP-709)
-            topics = tuple(build(mod.OffsetFetchRequestTopics, name=topic,
-                                 partition_indexes=tuple(sorted(parts)))
-                           for topic, parts in sorted(by_topic.items()))
+            topics = None if partitions is None else tuple(
+                build(mod.OffsetFetchRequestTopics, name=topic,
+                      partition_indexes=tuple(sorted(parts)))
+                for topic, parts in sorted(by_topic.items()))
             group = build(mod.OffsetFetchRequestGroup, group_id=group_id, member_id=member_id,
                           member_epoch=member_epoch, topics=topics)
             return build(mod.OffsetFetchRequest, groups=(group,),
                          require_stable=require_stable)
-        topics = tuple(build(mod.OffsetFetchRequestTopic, name=topic,
-                             partition_indexes=tuple(sorted(parts)))
-                       for topic, parts in sorted(by_topic.items()))
+        topics = None if partitions is None else tuple(
+            build(mod.OffsetFetchRequestTopic, name=topic,
+                  partition_indexes=tuple(sorted(parts)))
+            for topic, parts in sorted(by_topic.items()))
         return build(mod.OffsetFetchRequest, group_id=group_id, topics=topics,
                      require_stable=require_stable)
 

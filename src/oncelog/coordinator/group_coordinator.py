@@ -754,13 +754,35 @@ class GroupCoordinator:
     async def commit(self, group_id: str, generation: int, member_id: str,
                      instance_id: str | None, retention_ms: int,
                      partitions: list[OffsetCommitPartition]) -> list[ErrorCode]:
+        errors, durable = self.commit_now(group_id, generation, member_id, instance_id,
+                                          retention_ms, partitions)
+        return await self.when_durable(group_id, errors, durable)
+
+    @staticmethod
+    async def when_durable(group_id: str, errors: list[ErrorCode],
+                           durable: Awaitable[None] | None) -> list[ErrorCode]:
+        """The answer of a commit once its records are durable (a failed fsync says so)."""
+        if durable is not None:
+            try:
+                await durable
+            except OSError as exc:
+                log.error("group %s: offsets not durable: %s", group_id, exc)
+                return [E.kafka_storage_error if e is E.none else e for e in errors]
+        return errors
+
+    def commit_now(self, group_id: str, generation: int, member_id: str,
+                   instance_id: str | None, retention_ms: int,
+                   partitions: list[OffsetCommitPartition]
+                   ) -> tuple[list[ErrorCode], Awaitable[None] | None]:
+        """OffsetCommit without waiting: the errors, and what to await before answering
+        (None: nothing; most commits, so the answer needs no task)."""
         error = self._unavailable(group_id)
         if error is not None:
-            return [error] * len(partitions)
+            return [error] * len(partitions), None
         group = self.groups.get(group_id)
         error = self._commit_check(group, generation, member_id, instance_id)
         if error is not None:
-            return [error] * len(partitions)
+            return [error] * len(partitions), None
         now = self.now_ms()
         errors: list[ErrorCode] = []
         records: list[tuple[bytes, bytes | None]] = []
@@ -776,14 +798,14 @@ class GroupCoordinator:
             records.append((rec.offset_key(group_id, p.topic, p.partition),
                             rec.offset_value(value)))
         if not records:
-            return errors
+            return errors, None
         try:
             durable = self.log.append(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: storing offsets failed: %s", group_id, exc)
             code = (E.invalid_commit_offset_size if exc.error is E.message_too_large
                     else exc.error)
-            return [code if e is E.none else e for e in errors]
+            return [code if e is E.none else e for e in errors], None
         group = self.groups.get(group_id)
         if group is None or group.is_in(_DEAD):
             group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
@@ -791,13 +813,7 @@ class GroupCoordinator:
         self.commits += len(values)
         if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
-        if durable is not None:
-            try:
-                await durable
-            except OSError as exc:
-                log.error("group %s: offsets not durable: %s", group_id, exc)
-                return [E.kafka_storage_error if e is E.none else e for e in errors]
-        return errors
+        return errors, durable
 
     # --- offsets inside transactions (TxnOffsetCommit) ------------------------------------
 
