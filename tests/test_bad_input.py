@@ -602,8 +602,11 @@ def hostile_batches() -> dict[str, tuple[bytes, ErrorCode, str]]:
     cases = {
         "control batch": (batch_of(one, 1, now, attributes=CONTROL_BIT, producer_id=1),
                           ErrorCode.invalid_record, "not allowed to write control records"),
-        "transactional batch": (batch_of(one, 1, now, attributes=txn, producer_id=1),
-                                ErrorCode.invalid_txn_state, "not part of an ongoing transaction"),
+        # Judged as any batch of a producer (the identity first); tests/test_txn_storage.py
+        # has the transactional refusals.
+        "transactional batch of a made-up producer": (
+            batch_of(one, 1, now, attributes=txn, producer_id=1),
+            ErrorCode.unknown_producer_id, "was never issued by this cluster"),
         "count 3, one record inside": (batch_of(one, 3, now), ErrorCode.invalid_record,
                                        "batch says 3 records but holds 1"),
         "huge count": (batch_of(one, 2**31 - 1, now), ErrorCode.invalid_record,

@@ -16,7 +16,7 @@ from oncelog.producer_state.rules import (
     Refuse,
     decide,
 )
-from oncelog.protocol.sequences import SEQUENCE_SPACE
+from oncelog.protocol.sequences import SEQUENCE_SPACE, sequence_distance
 
 PID = 4000
 NOW = 1_700_000_000_000
@@ -317,7 +317,8 @@ def _state_and_batch(draw):
     start = draw(_sequences)
     cached = draw(_cached_batches)
     kind = draw(st.sampled_from(["entry", "entry", "entry", "tombstone", "nothing"]))
-    head = ProducerStateManager.PACKED_HEAD.pack(epoch, start, NOW, NOW // 1000)
+    txn_first = draw(st.sampled_from([-1, -1, 7]))  # a transaction ongoing or not
+    head = ProducerStateManager.PACKED_HEAD.pack(epoch, start, txn_first, 3, NOW, NOW // 1000)
     entries = [(PID, head + b"".join(ProducerStateManager.PACKED_BATCH.pack(*b)
                                      for b in cached))] if kind == "entry" else []
     tombstones = [(PID, ProducerStateManager.PACKED_TOMBSTONE.pack(
@@ -333,7 +334,7 @@ def _state_and_batch(draw):
         first = (cached[-1][1] + 1) % SEQUENCE_SPACE if how == "next" else draw(_sequences)
         last = draw(st.one_of(st.integers(0, 30).map(lambda n: (first + n) % SEQUENCE_SPACE),
                               _sequences))
-    return state, BatchIdentity(PID, batch_epoch, first, last)
+    return state, BatchIdentity(PID, batch_epoch, first, last, draw(st.booleans()))
 
 
 @settings(derandomize=True, database=None, max_examples=3000, deadline=None)
@@ -352,10 +353,13 @@ def test_fast_path_decides_and_applies_as_the_full_rules(state_and_batch, offset
         return  # a new entry is built from objects whatever the path: nothing to compare
     entry = state.entry(PID)
     retain = state.limits.batches_to_retain
+    txn_first = entry.txn_first_offset
+    if decision.begins_txn:
+        txn_first = offset - sequence_distance(batch.first_seq, batch.last_seq)
     expected = ProducerStateEntry(
         PID, entry.epoch, entry.start_seq,
         [*entry.batches, CachedBatch(batch.first_seq, batch.last_seq, offset)][-retain:],
-        timestamp, NOW // 1000 * 1000)
+        timestamp, NOW // 1000 * 1000, txn_first, entry.coordinator_epoch)
     state.apply(decision, offset, timestamp, NOW)
     assert state.entry(PID) == expected
     assert state.tombstone(PID) is None

@@ -22,7 +22,8 @@ class Markers:
     def __init__(self) -> None:
         self.written: list[tuple[int, int, bool, list]] = []
 
-    async def __call__(self, producer_id, epoch, commit, coordinator_epoch, partitions):
+    async def __call__(self, producer_id, epoch, commit, coordinator_epoch, partitions,
+                       transaction_version=0):
         self.written.append((producer_id, epoch, commit, sorted(partitions)))
         return dict.fromkeys(partitions, E.none)
 

@@ -140,14 +140,17 @@ def test_what_kafka_accepts_passes():
 # --- the batch ---------------------------------------------------------------------------------
 
 
-def test_control_and_transactional_batches_are_refused(codec_impl):
+def test_control_batches_and_transactional_ones_without_producer_are_refused(codec_impl):
     control = refused(batch_of(record(0), 1, attributes=CONTROL_BIT, producer_id=5))
     assert (control.error, str(control)) == (ErrorCode.invalid_record,
                                              "Clients are not allowed to write control records")
-    txn = refused(batch_of(record(0), 1, attributes=TRANSACTIONAL_BIT, producer_id=5))
-    assert txn.error == ErrorCode.invalid_txn_state
-    assert "not part of an ongoing transaction" in str(txn)
-    # Records are checked first, as Kafka's LogValidator runs before its transaction check.
+    # A transactional batch is judged by producer state (rows T1-T4), not here; without a
+    # producer id it is no transaction's.
+    txn = batch_of(record(0), 1, attributes=TRANSACTIONAL_BIT, producer_id=5)
+    assert validate_batches(txn, split_batches(txn, 1 << 20), ANY, NOW)[0].is_transactional
+    no_pid = refused(batch_of(record(0), 1, attributes=TRANSACTIONAL_BIT, producer_id=-1))
+    assert (no_pid.error, str(no_pid)) == (ErrorCode.invalid_record,
+                                           "a transactional batch needs a producer id")
     bad = refused(batch_of(record(0), 2, attributes=TRANSACTIONAL_BIT, producer_id=5))
     assert bad.error == ErrorCode.invalid_record
 

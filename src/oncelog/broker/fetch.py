@@ -1,4 +1,12 @@
-"""Fetch (with long polling) and ListOffsets: the read side, served from segment bytes."""
+"""Fetch (with long polling) and ListOffsets: the read side, served from segment bytes.
+
+Isolation (KIP-98): a read_committed Fetch (``isolation_level`` 1) returns batches only below
+the partition's last stable offset (the first offset of its earliest open transaction), and
+the aborted transactions (producer id, first offset) with data in the range it returns, so
+that the consumer drops their records; every Fetch answers the last stable offset. A
+read_committed ListOffsets for the latest offset answers the last stable offset, and a
+lookup by timestamp finds nothing from there on.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.api_versions import FETCH, LIST_OFFSETS
 from ..protocol.messages import Request
+from ..protocol.record_batch import scan_batches
 from ..protocol.records import decode_batch
 from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
@@ -19,6 +28,7 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
 
 
 async def handle_fetch(broker, request: Request):
@@ -42,6 +52,7 @@ async def handle_fetch(broker, request: Request):
 
 
 def _read_all(broker, mod, body):
+    committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     budget = body.max_bytes
     total = 0
     errors = False
@@ -54,19 +65,29 @@ def _read_all(broker, mod, body):
             error = ErrorCode.none
             records = b""
             hw = lso = start = -1
+            aborted: tuple = ()
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 try:
                     plog = partition.log
-                    hw = lso = partition.high_watermark
+                    hw = partition.high_watermark
+                    lso = partition.last_stable_offset
                     start = plog.log_start_offset
+                    readable = lso if committed else hw
                     if not start <= preq.fetch_offset <= hw:
                         error = ErrorCode.offset_out_of_range
-                    elif preq.fetch_offset < hw and budget > 0:
+                    elif preq.fetch_offset < readable and budget > 0:
                         limit = min(preq.partition_max_bytes, budget)
                         records = plog.read(preq.fetch_offset, limit,
                                             min_one_batch=total == 0).records
+                        if committed:
+                            records, upper = _below(records, readable)
+                            aborted = tuple(
+                                build(mod.AbortedTransaction, producer_id=a.producer_id,
+                                      first_offset=a.first_offset)
+                                for a in partition.aborted_transactions(preq.fetch_offset,
+                                                                        upper))
                         budget -= len(records)
                         total += len(records)
                     partitions.append(partition)
@@ -74,6 +95,7 @@ def _read_all(broker, mod, body):
                     log.error("fetch from %s-%d failed: %s", topic_req.topic, preq.partition,
                               exc)
                     error, records, hw, lso, start = ErrorCode.kafka_storage_error, b"", -1, -1, -1
+                    aborted = ()
             if error != ErrorCode.none:
                 errors = True
                 log.info("fetch from %s-%d at offset %d refused: %s (log start %d, high "
@@ -82,7 +104,7 @@ def _read_all(broker, mod, body):
             results.append(build(
                 mod.PartitionData, partition_index=preq.partition, error_code=error,
                 high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-                aborted_transactions=None if error != ErrorCode.none else (),
+                aborted_transactions=None if error != ErrorCode.none else aborted,
                 preferred_read_replica=-1, records=records,
             ))
         responses.append(build(mod.FetchableTopicResponse, topic=topic_req.topic,
@@ -90,15 +112,30 @@ def _read_all(broker, mod, body):
     return responses, total, errors, partitions
 
 
+def _below(records: bytes, end: int) -> tuple[bytes, int]:
+    """The whole batches of ``records`` starting before ``end`` (the last stable offset is a
+    batch boundary), and the offset after the last of them."""
+    upper = -1
+    cut = 0
+    for pos, header in scan_batches(records):
+        if header.base_offset >= end:
+            break
+        cut = pos + header.size
+        upper = header.last_offset + 1
+    return (records if cut == len(records) else records[:cut]), upper
+
+
 def handle_list_offsets(broker, request: Request):
     mod = response_module(LIST_OFFSETS, request.api_version)
+    committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
             try:
                 error, timestamp, offset = _list_offset(broker, topic_req.name,
-                                                        preq.partition_index, preq.timestamp)
+                                                        preq.partition_index, preq.timestamp,
+                                                        committed)
             except OSError as exc:
                 log.error("list offsets of %s-%d failed: %s", topic_req.name,
                           preq.partition_index, exc)
@@ -111,7 +148,8 @@ def handle_list_offsets(broker, request: Request):
     return build(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _list_offset(broker, topic: str, index: int, timestamp: int) -> tuple[ErrorCode, int, int]:
+def _list_offset(broker, topic: str, index: int, timestamp: int,
+                 committed: bool = False) -> tuple[ErrorCode, int, int]:
     partition = broker.topics.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
@@ -119,7 +157,15 @@ def _list_offset(broker, topic: str, index: int, timestamp: int) -> tuple[ErrorC
     if timestamp == EARLIEST_TIMESTAMP:
         return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == LATEST_TIMESTAMP:
-        return ErrorCode.none, -1, partition.high_watermark
+        return ErrorCode.none, -1, (partition.last_stable_offset if committed
+                                    else partition.high_watermark)
+    found = _by_timestamp(plog, timestamp)
+    if committed and found[2] >= partition.last_stable_offset:
+        return ErrorCode.none, -1, -1  # not readable by a read_committed consumer yet
+    return found
+
+
+def _by_timestamp(plog, timestamp: int) -> tuple[ErrorCode, int, int]:
     if timestamp == MAX_TIMESTAMP:
         return _max_timestamp(plog)
     if timestamp < 0:

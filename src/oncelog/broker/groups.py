@@ -23,6 +23,7 @@ from ..coordinator.group_coordinator import (
     WriteFailed,
 )
 from ..protocol import api_versions as apis
+from ..protocol.control import read_marker
 from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ..protocol.records import decode_record_fields, encode_batch, now_ms
@@ -117,19 +118,20 @@ class InternalTopicLog:
                     continue
                 pid = header.producer_id if header.is_transactional else -1
                 try:
+                    if header.is_control:
+                        # decode_record_fields gives no control records: read the marker.
+                        marker = read_marker(chunk, pos)
+                        if marker is not None:
+                            yield LogRecord(None, None, header.producer_id,
+                                            "commit" if marker.commit else "abort")
+                        continue
                     _, fields = decode_record_fields(chunk, pos)
                 except ValueError as exc:
                     log.error("%s: unreadable batch at offset %d: %s", source.name,
                               header.base_offset, exc)
                     continue
                 for _, _, key, value, _ in fields:
-                    if header.is_control:
-                        # Kafka's control record key: version int16, type int16 (1: commit).
-                        commit = key is not None and len(key) >= 4 and key[3] == 1
-                        yield LogRecord(None, None, header.producer_id,
-                                        "commit" if commit else "abort")
-                    else:
-                        yield LogRecord(key, value, pid, None)
+                    yield LogRecord(key, value, pid, None)
             if not moved:
                 return
 

@@ -16,6 +16,15 @@ worker thread, never on the event loop, and one fsync covers every batch written
 started (group commit). A retry answered from the producer cache waits for the same fsync as
 its original, so no answer gets ahead of the disk.
 
+Transactions: a transactional batch that would begin a transaction here is appended only
+after ``verify`` (the coordinator, KIP-890 part 1) said the producer's transaction includes
+this partition. ``append_marker`` writes a COMMIT or ABORT control batch the same
+all-or-nothing way as an append, then ends the producer's transaction in producer state and,
+for an abort, records it in the active segment's aborted transaction index. The last stable
+offset is the first offset of the earliest transaction still open here. On open, the indexes
+of aborted transactions the log cannot vouch for (a recovered segment) are rebuilt by the
+replay of producer state, which starts at a snapshot no later than the first such segment.
+
 Failures: an OSError from an append leaves everything as before (KAFKA_STORAGE_ERROR for that
 request); LogDirFailure (an fsync or an undo that failed) takes the log directory offline, and
 every use of the partition then raises LogDirOffline until a restart.
@@ -30,7 +39,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,16 +50,35 @@ from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk
 from ..log.log import Log, LogConfig
 from ..log.snapshots import SnapshotFiles
+from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
 from ..producer_state.manager import ProducerStateManager, StateLimits
-from ..producer_state.rules import Append, BatchIdentity, Duplicate, Refuse
-from ..protocol.record_batch import BatchHeader, InvalidBatch, assign_offsets, split_batches
+from ..producer_state.rules import (
+    Append,
+    BatchIdentity,
+    CompletedTxn,
+    Duplicate,
+    MarkerIdentity,
+    Refuse,
+)
+from ..protocol.control import marker_batch, read_marker
+from ..protocol.record_batch import (
+    BatchHeader,
+    InvalidBatch,
+    assign_offsets,
+    read_header,
+    split_batches,
+)
 from ..protocol.validation import DEFAULT_RULES, RecordRules, validate_batches
 from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
+
+# Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
+# to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
+Verify = Callable[[int, int], ErrorCode]
 
 
 class IssuedProducerIds(Protocol):
@@ -73,7 +101,7 @@ class AppendResult:
 
 def _identity(header: BatchHeader) -> BatchIdentity:
     return BatchIdentity(header.producer_id, header.producer_epoch, header.base_sequence,
-                         header.last_sequence)
+                         header.last_sequence, header.is_transactional)
 
 
 def _now_ms() -> int:
@@ -160,14 +188,17 @@ class Partition:
                 raise
         try:
             state = ProducerStateManager(self.limits)
-            start = self._load_snapshot(plog, state)
+            untrusted = plog.txn_index_untrusted_from()
+            start = self._load_snapshot(plog, state,
+                                        plog.log_end_offset if untrusted is None else untrusted)
+            plog.forget_aborted_from(start)
             replayed = 0
             now = _now_ms()
             for header in plog.headers_from(start):
                 if header.has_producer_id and header.base_offset >= start:
-                    state.replay(_identity(header), header.last_offset, header.max_timestamp,
-                                 now)
+                    self._replay(plog, state, header, now)
                     replayed += 1
+            plog.rebuilt_txn_indexes()
             # What recovery kept is what the next start will find: make it durable now, so
             # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
             # page cache; a power cut after it does not).
@@ -184,8 +215,25 @@ class Partition:
         self.flushed_offset = plog.log_end_offset
         self._log, self._state = plog, state
 
-    def _load_snapshot(self, plog: Log, state: ProducerStateManager) -> int:
-        """Load the newest good snapshot; returns the offset the log must be replayed from."""
+    @staticmethod
+    def _replay(plog: Log, state: ProducerStateManager, header: BatchHeader, now: int) -> None:
+        if not header.is_control:
+            state.replay(_identity(header), header.last_offset, header.max_timestamp, now,
+                         header.base_offset)
+            return
+        marker = read_marker(plog.batch_at(header.base_offset))
+        if marker is None:
+            return  # emptied by the cleaner: its transaction's data went before it
+        completed = state.replay_marker(
+            MarkerIdentity(header.producer_id, header.producer_epoch,
+                           marker.coordinator_epoch, marker.commit),
+            header.base_offset, header.max_timestamp, now)
+        if completed is not None and completed.aborted:
+            plog.add_aborted(_aborted_entry(completed))
+
+    def _load_snapshot(self, plog: Log, state: ProducerStateManager, at_most: int) -> int:
+        """Load the newest good snapshot at or before ``at_most``; returns the offset the log
+        must be replayed from."""
         end = plog.log_end_offset
         for offset in self._snapshots.offsets():
             if offset > end:
@@ -194,6 +242,8 @@ class Partition:
                             offset, end)
                 self._snapshots.delete(offset)
                 continue
+            if offset > at_most:
+                continue  # the replay must cover a segment whose index is to be rebuilt
             try:
                 snap = snapshot.decode(self._snapshots.read(offset))
                 if snap.offset != offset:
@@ -216,9 +266,12 @@ class Partition:
 
     # --- the produce path ------------------------------------------------------------------
 
-    def append_records(self, records: bytes | memoryview) -> AppendResult:
+    def append_records(self, records: bytes | memoryview,
+                       verify: Verify | None = None) -> AppendResult:
         """Validate and append a produce request's records.
 
+        ``verify`` is asked before a transactional batch begins a transaction here (the
+        produce path always gives one; None: the broker itself writes, and vouches for it).
         Raises InvalidBatch with the Kafka error for anything refused, OSError when the disk
         failed; nothing is stored then.
         """
@@ -228,13 +281,23 @@ class Partition:
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):
-            header = self._single_idempotent_batch(headers)
-            decision = state.validate(_identity(header), self._producer_ids.is_issued)
+            header = self._single_idempotent_batch(headers, verify is None)
+            if header.base_sequence < 0:  # the broker's own transactional write
+                decision = state.validate_unsequenced(_identity(header))
+            else:
+                decision = state.validate(_identity(header), self._producer_ids.is_issued)
             if isinstance(decision, Refuse):
                 raise InvalidBatch(decision.error, decision.message)
             if isinstance(decision, Duplicate):
                 return AppendResult(decision.base_offset, decision.last_offset,
                                     plog.log_start_offset, duplicate=True)
+            if decision.begins_txn and verify is not None:
+                error = verify(header.producer_id, header.producer_epoch)
+                if error != ErrorCode.none:
+                    raise InvalidBatch(error, f"Record was not part of an ongoing transaction: "
+                                              f"the transaction coordinator did not verify "
+                                              f"producer {header.producer_id} epoch "
+                                              f"{header.producer_epoch} for {self.name}")
         try:
             if plog.should_roll(headers, now):
                 self._roll()
@@ -244,22 +307,57 @@ class Partition:
             raise self.log_dir.fail(exc) from exc
         if isinstance(decision, Append):
             last = headers[-1]
-            state.apply(decision, last.last_offset, last.max_timestamp, now)
+            state.apply(decision, last.last_offset, last.max_timestamp, now,
+                        headers[0].base_offset)
         self._wake_waiters()
         stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
                             plog.log_start_offset, log_append_time=stamped,
                             must_flush=plog.unflushed_messages >= self.config.flush_messages)
 
+    def append_marker(self, marker: MarkerIdentity) -> AppendResult:
+        """Write a COMMIT or ABORT marker for ``marker.producer_id`` (WriteTxnMarkers).
+
+        Raises InvalidBatch (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED) for a
+        marker the rules refuse, OSError when the disk failed; nothing is stored then. A
+        marker for a producer with no transaction ongoing here (a retry) is written, and
+        changes nothing else.
+        """
+        plog, state = self.log, self.state
+        decision = state.validate_marker(marker)
+        if isinstance(decision, Refuse):
+            raise InvalidBatch(decision.error, decision.message)
+        now = _now_ms()
+        batch = marker_batch(marker.producer_id, marker.epoch, marker.commit,
+                             marker.coordinator_epoch, now)
+        headers = [read_header(batch)]
+        try:
+            if plog.should_roll(headers, now):
+                self._roll()
+            headers, parts = assign_offsets(batch, headers, plog.log_end_offset, 0)
+            plog.append(parts, headers)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+        offset = headers[0].base_offset
+        completed = state.apply_marker(decision, offset, now, now)
+        if completed is not None and completed.aborted:
+            plog.add_aborted(_aborted_entry(completed))
+        self._wake_waiters()  # the last stable offset may have moved
+        return AppendResult(offset, offset, plog.log_start_offset,
+                            must_flush=plog.unflushed_messages >= self.config.flush_messages)
+
     @staticmethod
-    def _single_idempotent_batch(headers: list[BatchHeader]) -> BatchHeader:
+    def _single_idempotent_batch(headers: list[BatchHeader], internal: bool) -> BatchHeader:
         # One judgement per request keeps a batch all-or-nothing; Kafka's clients send one
         # batch per partition per request anyway.
         if len(headers) != 1:
             raise InvalidBatch(ErrorCode.invalid_record,
                                "an idempotent produce carries exactly one batch per partition")
         header = headers[0]
-        if header.base_sequence < 0 or header.producer_epoch < 0:
+        # Only the broker itself writes a transactional batch without sequences (the
+        # offsets of TxnOffsetCommit, as Kafka's group coordinator writes them).
+        unsequenced_ok = internal and header.is_transactional
+        if (header.base_sequence < 0 and not unsequenced_ok) or header.producer_epoch < 0:
             raise InvalidBatch(ErrorCode.invalid_record,
                                "a batch with a producer id needs a sequence and an epoch")
         return header
@@ -282,6 +380,16 @@ class Partition:
     def high_watermark(self) -> int:
         # Single node: everything appended is committed.
         return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the first offset of the earliest transaction
+        open here, else the high watermark."""
+        return self.state.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [start, upper), for a read_committed Fetch."""
+        return self.log.aborted_transactions(start, upper)
 
     # --- durability ------------------------------------------------------------------------
 
@@ -399,7 +507,7 @@ class Partition:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
         if self.config.compaction is None:
             return None
-        return cleaning.plan(self.log, now_ms)
+        return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
     def clean_steps(self, now_ms: int, map_capacity: int
                     ) -> Generator[cleaning.Step, Any, cleaning.CleanResult | None]:
@@ -420,7 +528,8 @@ class Partition:
         try:
             return (yield from cleaning.clean(
                 plog, last_offsets, now_ms, map_capacity,
-                still_current=lambda: self._log is plog and not self.log_dir.offline))
+                still_current=lambda: self._log is plog and not self.log_dir.offline,
+                last_stable_offset=self.last_stable_offset))
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
 
@@ -493,3 +602,8 @@ class Partition:
         if self._this_flush is not None or self._next_flush is not None:
             self._fail_flushes(self._this_flush, FileNotFoundError(
                 errno.ENOENT, f"partition {self.name} was deleted"))
+
+
+def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                      completed.last_stable_offset)

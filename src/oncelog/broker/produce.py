@@ -3,12 +3,19 @@
 An answer waits for the disk only where the flush policy makes it (``flush.messages``): the
 partitions' fsyncs run in worker threads while the event loop serves everyone else, and a
 partition whose fsync failed is answered KAFKA_STORAGE_ERROR.
+
+Transactions (KIP-890 part 1): before a transactional batch begins a transaction in a
+partition, the partition asks ``broker.txn_verifier`` (transactional id, producer id, epoch,
+topic, partition) whether the coordinator has that partition in the producer's ongoing
+transaction; anything but NONE is answered and nothing is stored. A request without a
+transactional id cannot be verified: INVALID_TXN_STATE, as Kafka answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +32,9 @@ VALID_ACKS = (-1, 0, 1)
 
 _Pending = list[tuple[str, list[PartitionResult], int, "asyncio.Future[None]"]]
 
+# (transactional id, producer id, epoch, topic, partition) -> NONE, or the error to answer.
+TxnVerifier = Callable[[str | None, int, int, str, int], ErrorCode]
+
 
 def handle_produce(broker, request: Request):
     """The whole response frame (written by produce_response, not kio), or a LaterAnswer
@@ -38,7 +48,8 @@ def handle_produce(broker, request: Request):
         partitions: list[PartitionResult] = []
         for pdata in topic_data.partition_data:
             result, durable = _produce_partition(broker, body.acks, topic_data.name,
-                                                 pdata.index, pdata.records, request.client_id)
+                                                 pdata.index, pdata.records, request.client_id,
+                                                 body.transactional_id)
             failed = failed or result.error_code != 0
             if durable is not None:
                 pending.append((topic_data.name, partitions, len(partitions), durable))
@@ -69,7 +80,7 @@ def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> b
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
-                       client_id: str | None
+                       client_id: str | None, transactional_id: str | None
                        ) -> tuple[PartitionResult, asyncio.Future[None] | None]:
     """The partition's answer, and what must be done before it is sent (None: nothing)."""
     partition = None
@@ -96,8 +107,13 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                       logging.WARNING)
     if records is None:
         return failed(ErrorCode.corrupt_message, "null record set", logging.WARNING)
+    def verify(producer_id: int, epoch: int) -> ErrorCode:
+        if transactional_id is None:
+            return ErrorCode.invalid_txn_state
+        return broker.txn_verifier(transactional_id, producer_id, epoch, topic, index)
+
     try:
-        result = partition.append_records(records)
+        result = partition.append_records(records, verify)
     except InvalidBatch as exc:
         broker.counters.inc(topic, index, exc.error.name)
         # A retry of something already stored is the idempotence working, not a fault.

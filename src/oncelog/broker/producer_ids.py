@@ -62,7 +62,8 @@ def handle_describe_producers(broker, request: Request):
             producers = tuple(
                 build(mod.ProducerState, producer_id=e.producer_id, producer_epoch=e.epoch,
                       last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
-                      coordinator_epoch=-1, current_txn_start_offset=-1)
+                      coordinator_epoch=e.coordinator_epoch,
+                      current_txn_start_offset=e.txn_first_offset)
                 for e in entries
             )
             partitions.append(build(mod.PartitionResponse, partition_index=index,

@@ -54,7 +54,7 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
-from .produce import handle_produce
+from .produce import TxnVerifier, handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
@@ -67,6 +67,7 @@ from .transactions import (
     handle_txn_offset_commit,
     make_transaction_coordinator,
 )
+from .txn_markers import handle_write_txn_markers
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.LIST_TRANSACTIONS: handle_list_transactions,
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
+    apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -132,6 +134,9 @@ class Broker:
         self.log_cleaner = LogCleaner(self.topics, config)
         self.groups = make_coordinator(config, self.topics)
         self.transactions = make_transaction_coordinator(self, config, self.topics)
+        # Asked before a transactional batch begins a transaction in a partition (KIP-890
+        # part 1): the transaction coordinator's word.
+        self.txn_verifier: TxnVerifier = self.transactions.verify
         self.counters = Counters()
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))

@@ -23,6 +23,7 @@ from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
 from .groups import InternalTopicLog, _ms
 from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
+from .txn_markers import write_markers as append_markers
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,9 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
     )
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]]):
-        from .txn_markers import write_markers as append_markers
+                            partitions: list[tuple[str, int]], transaction_version: int):
         errors = await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
-                                      partitions)
+                                      partitions, transaction_version=transaction_version)
         for (topic, index), error in errors.items():
             if topic == OFFSETS_TOPIC and error is ErrorCode.none:
                 broker.groups.complete_txn(index, producer_id, commit)

@@ -40,8 +40,9 @@ MAX_EPOCH = 32767
 COORDINATOR_EPOCH = 0  # one broker leads every partition of __transaction_state for good
 _MARKER_RETRY_S = 1.0
 
-# (producer id, epoch, commit, coordinator epoch, partitions) -> per-partition errors
-MarkerWriter = Callable[[int, int, bool, int, list[tuple[str, int]]],
+# (producer id, epoch, commit, coordinator epoch, partitions, transaction version)
+#   -> per-partition errors
+MarkerWriter = Callable[[int, int, bool, int, list[tuple[str, int]], int],
                         Awaitable[dict[tuple[str, int], ErrorCode]]]
 
 
@@ -378,7 +379,8 @@ class TransactionCoordinator:
         while partitions and not self._closed:
             try:
                 errors = await self.write_markers(meta.producer_id, meta.epoch, commit,
-                                                  COORDINATOR_EPOCH, partitions)
+                                                  COORDINATOR_EPOCH, partitions,
+                                                  meta.transaction_version)
             except Exception:
                 log.exception("transactional id %s: writing markers failed",
                               meta.transactional_id)

@@ -58,14 +58,15 @@ from .compaction import (
     OffsetMap,
     Rules,
     SegmentSummary,
+    TxnCleaning,
     batch_payload,
     clean_batch,
     cleanable,
-    counts_for_keys,
     joins_group,
+    marker_of,
     record_facts,
 )
-from .disk import LogDirFailure, OsDisk
+from .disk import LogDirFailure, OsDisk, write_atomically
 from .log import Log
 from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
 from .swap import CLEANED
@@ -106,43 +107,47 @@ class CleanResult:
     segments_after: int = 0
 
 
-def plan(plog: Log, now_ms: int) -> Cleanable:
+def plan(plog: Log, now_ms: int, last_stable_offset: int = LONG_MAX) -> Cleanable:
     """Where the dirty section of ``plog`` is, and whether it is due (see compaction.py)."""
     assert plog.config.compaction is not None
     first_dirty = plog.first_dirty_offset
     if first_dirty is None:
         first_dirty = plog.log_start_offset
     return cleanable(plog.summaries(), first_dirty, now_ms, plog.config.compaction,
-                     plog.next_delete_horizon_ms)
+                     plog.next_delete_horizon_ms, last_stable_offset)
 
 
 def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
-          map_capacity: int, still_current: Callable[[], bool] = lambda: True
-          ) -> Generator[Step, Any, CleanResult | None]:
+          map_capacity: int, still_current: Callable[[], bool] = lambda: True,
+          last_stable_offset: int = LONG_MAX) -> Generator[Step, Any, CleanResult | None]:
     """Clean ``plog`` once if it is due (None when it is not). ``producer_last_offsets``:
     producer id -> last offset of the last batch of every producer the partition remembers
-    (those batches stay); ``still_current``: whether the caller still serves ``plog``."""
+    (those batches stay); ``still_current``: whether the caller still serves ``plog``;
+    ``last_stable_offset``: nothing from there on is cleaned (open transactions)."""
     config = plog.config.compaction
     if config is None:
         return None
-    cleanable_now = plan(plog, now_ms)
+    cleanable_now = plan(plog, now_ms, last_stable_offset)
     if not cleanable_now.due(config):
         return None
     offsets = OffsetMap(cleanable_now.first_dirty, map_capacity)
     sealed = plog.segments[:-1]
-    yield from _build_map(sealed, offsets, cleanable_now.first_uncleanable)
+    map_txns = TxnCleaning(plog.aborted_transactions(cleanable_now.first_dirty,
+                                                     cleanable_now.first_uncleanable))
+    yield from _build_map(sealed, offsets, cleanable_now.first_uncleanable, map_txns)
     end = offsets.end
     to_clean = [s for s in sealed if s.base_offset < end]
     result = CleanResult(end, LONG_MAX, segments_before=len(to_clean))
     if not to_clean:
         return result
     rules = Rules(now_ms, config.delete_retention_ms, producer_last_offsets)
+    txns = TxnCleaning(plog.aborted_transactions(plog.log_start_offset, end))
     first = 0
     while first < len(to_clean):
         if not still_current():
             raise GivenUp("the partition was closed")
         first = yield from _clean_group(plog, to_clean, first, offsets, rules, result,
-                                        still_current)
+                                        still_current, txns)
         result.segments_after += 1
     plog.next_delete_horizon_ms = result.next_horizon_ms
     try:
@@ -187,8 +192,8 @@ def _checked(segment: LogSegment, position: int, header: BatchHeader,
     return header, batch
 
 
-def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: int
-               ) -> Generator[Step, Any, None]:
+def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: int,
+               txns: TxnCleaning) -> Generator[Step, Any, None]:
     """The offset map over the dirty section, until it ends or the map is full."""
     work = 0
     for segment in sealed:
@@ -205,8 +210,13 @@ def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: 
             if header.base_offset >= first_uncleanable:
                 return
             try:
-                facts = record_facts(batch_payload(batch, header), header.records_count) \
-                    if counts_for_keys(header) else []
+                if header.is_control:
+                    txns.on_marker(header, marker_of(batch, header))
+                    facts = []
+                elif txns.on_data(header):
+                    facts = []  # aborted: it must not hide an older value
+                else:
+                    facts = record_facts(batch_payload(batch, header), header.records_count)
             except BadRecords as exc:
                 raise CorruptSegment(f"{segment.path}: batch at offset {header.base_offset} "
                                      f"does not parse: {exc}") from None
@@ -221,8 +231,8 @@ def _build_map(sealed: list[LogSegment], offsets: OffsetMap, first_uncleanable: 
 # --- writing -----------------------------------------------------------------------------
 
 def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: OffsetMap,
-                 rules: Rules, result: CleanResult, still_current: Callable[[], bool]
-                 ) -> Generator[Step, Any, int]:
+                 rules: Rules, result: CleanResult, still_current: Callable[[], bool],
+                 txns: TxnCleaning) -> Generator[Step, Any, int]:
     """Clean ``to_clean[first]`` and as many segments after it as ``joins_group`` allows
     into one new segment, and swap it in; returns the index of the next segment to clean."""
     disk = plog.disk
@@ -245,7 +255,7 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
             result.bytes_read += segment.size
             for header, batch in _batches(segment):
                 try:
-                    outcome = clean_batch(batch, header, offsets, rules)
+                    outcome = clean_batch(batch, header, offsets, rules, txns)
                 except BadRecords as exc:
                     raise CorruptSegment(f"{segment.path}: batch at offset "
                                          f"{header.base_offset} does not parse: {exc}") from None
@@ -267,6 +277,9 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
                     yield PAUSE
         if parts:
             cleaned.append(parts, headers)
+        for entry in txns.kept_entries:  # ABORT markers kept in this group
+            cleaned.txn_index.append(entry)
+        txns.kept_entries.clear()
         cleaned.trim_reserved()
         fd = cleaned.dup_fd()
         try:
@@ -274,6 +287,9 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         except OSError as exc:
             raise LogDirFailure(f"{cleaned.path}: fsync failed: {exc}") from exc
         cleaned.save_indexes()
+        if not cleaned.txn_index.entries:
+            # Written even empty: swap.py takes a missing one for one renamed already.
+            write_atomically(disk, cleaned.txn_index.path, b"")
         try:
             disk.fsync_dir(plog.dir)
         except OSError as exc:

@@ -34,21 +34,30 @@ Theory of operation, as Kafka's LogCleaner does it:
   left without records is dropped, except the last batch of each producer the partition
   still remembers: it stays, empty if need be, so that producer state rebuilt from the log
   knows each producer's epoch and last sequence (Kafka keeps the same batch).
-* Control batches (transaction markers) and transactional data are kept whole for now: the
-  rules for them (a marker goes after its transaction's data and the delete horizon, an
-  aborted transaction's data goes at once) come with transactions, in ``_transaction_rule``.
+* Transactions, as Kafka's LogCleaner (CleanedTransactionMetadata), in ``TxnCleaning``: the
+  cleaner never goes past the last stable offset (no undecided data is cleaned). The
+  aborted transactions of the range come from the aborted transaction indexes; a batch of
+  an aborted transaction is removed whole (kept empty only as its producer's last batch),
+  and never enters the offset map (it must not hide an older value). Committed
+  transactional data is compacted as any other. A marker stays while data of its
+  transaction was met in this clean; once none was, it is stamped with a delete horizon
+  (``delete.retention.ms``, as a tombstone) and goes at the first clean after it, so a
+  consumer reading within that time still sees the transaction end. An ABORT marker that
+  stays keeps its entry in the cleaned segment's aborted transaction index.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import cramjam
 import crc32c
 
 from ..protocol import records as codec_module
+from ..protocol.control import Marker, read_marker
 from ..protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -60,6 +69,7 @@ from ..protocol.record_batch import (
 )
 from ..protocol.records import NONE, compress, decompress
 from ..protocol.varint import read_varint, varint_bytes
+from .txn_index import AbortedTxn
 
 DELETE_HORIZON_BIT = 0x40  # attributes bit 6 (KIP-534): the first timestamp is the horizon
 NO_TIMESTAMP = -1
@@ -117,7 +127,8 @@ class Cleanable:
 
 
 def cleanable(segments: Sequence[SegmentSummary], first_dirty: int, now_ms: int,
-              config: CompactionConfig, next_horizon_ms: int = LONG_MAX) -> Cleanable:
+              config: CompactionConfig, next_horizon_ms: int = LONG_MAX,
+              last_stable_offset: int = LONG_MAX) -> Cleanable:
     """Where the dirty section is and whether the log is due, from its segments (the last
     one is the active segment). ``first_dirty`` is the checkpoint (or the log start);
     ``next_horizon_ms`` the earliest delete horizon the cleaner knows to be pending."""
@@ -125,14 +136,15 @@ def cleanable(segments: Sequence[SegmentSummary], first_dirty: int, now_ms: int,
     log_start = segments[0].base_offset
     if not log_start <= first_dirty <= active.base_offset:
         first_dirty = log_start  # the checkpoint is from before a deletion or a truncation
-    first_uncleanable = active.base_offset
-    # Transactions will also stop it at the last stable offset (no open transaction's data
-    # is cleaned); a single node has no high watermark below the log end.
+    # No open transaction's data is cleaned; a single node has no high watermark below the
+    # log end.
+    first_uncleanable = max(first_dirty, min(active.base_offset, last_stable_offset))
     if config.min_compaction_lag_ms > 0:
         for segment in segments[:-1]:
             if segment.next_offset > first_dirty and \
                     segment.largest_timestamp > now_ms - config.min_compaction_lag_ms:
-                first_uncleanable = max(first_dirty, segment.base_offset)
+                first_uncleanable = min(first_uncleanable,
+                                        max(first_dirty, segment.base_offset))
                 break
     clean_bytes = dirty_bytes = 0
     earliest_dirty = LONG_MAX
@@ -283,9 +295,78 @@ class OffsetMap:
 
 
 def counts_for_keys(header: BatchHeader) -> bool:
-    # Control batches carry no data; with transactions, an aborted transaction's data
-    # will not count either (it is about to go, so it must not hide an older value).
+    # Control batches carry no data (an aborted transaction's data does not count either:
+    # the caller gives no facts for it, see TxnCleaning).
     return not header.is_control
+
+
+# --- transactions ------------------------------------------------------------------------
+
+class _Aborted:
+    __slots__ = ("entry", "seen")
+
+    def __init__(self, entry: AbortedTxn) -> None:
+        self.entry = entry
+        self.seen = False  # data of it was met in this clean
+
+
+@dataclass
+class TxnCleaning:
+    """What one pass over the log (the offset map's, or the rewrite's) knows of transactions:
+    fed every batch in offset order, it says which data batches are aborted and which
+    markers may go. ``aborted``: the aborted transactions with data in the pass's range."""
+
+    aborted: Sequence[AbortedTxn]
+    kept_entries: list[AbortedTxn] = field(default_factory=list)  # of ABORT markers kept
+    _pending: deque = field(init=False)
+    _aborted_now: dict[int, _Aborted] = field(init=False, default_factory=dict)
+    _committed_now: set[int] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._pending = deque(sorted(self.aborted, key=lambda e: e.first_offset))
+
+    def _begin_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0].first_offset <= offset:
+            entry = pending.popleft()
+            self._aborted_now[entry.producer_id] = _Aborted(entry)
+
+    def on_data(self, header: BatchHeader) -> bool:
+        """True when the batch belongs to an aborted transaction."""
+        self._begin_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborted = self._aborted_now.get(header.producer_id)
+        if aborted is not None:
+            aborted.seen = True
+            return True
+        self._committed_now.add(header.producer_id)
+        return False
+
+    def on_marker(self, header: BatchHeader, marker: Marker | None) -> bool:
+        """True when the marker may go (once its delete horizon passed): no data of its
+        transaction was met in this pass. ``marker`` None: an emptied control batch."""
+        self._begin_up_to(header.last_offset)
+        if marker is None:
+            return True
+        pid = header.producer_id
+        if marker.commit:
+            if pid in self._committed_now:
+                self._committed_now.discard(pid)
+                return False
+            return True
+        aborted = self._aborted_now.pop(pid, None)
+        if aborted is not None and aborted.seen:
+            self.kept_entries.append(aborted.entry)
+            return False
+        return True
+
+
+def marker_of(batch: bytes | memoryview, header: BatchHeader) -> Marker | None:
+    try:
+        return read_marker(batch) if header.records_count else None
+    except (ValueError, IndexError, cramjam.DecompressionError) as exc:
+        raise BadRecords(f"the control record does not parse: {exc}") from None
 
 
 # --- rewriting a batch -------------------------------------------------------------------
@@ -312,12 +393,18 @@ def delete_horizon(header: BatchHeader) -> int | None:
 
 
 def clean_batch(batch: bytes | memoryview, header: BatchHeader, offsets: OffsetMap,
-                rules: Rules) -> Outcome:
-    """The batch as the clean leaves it: unchanged, rewritten, or gone (data None)."""
-    if header.is_control or header.is_transactional:
-        return _transaction_rule(batch, header)
+                rules: Rules, txns: TxnCleaning | None = None) -> Outcome:
+    """The batch as the clean leaves it: unchanged, rewritten, or gone (data None).
+    ``txns`` sees every batch of the pass, in order."""
+    txns = txns if txns is not None else TxnCleaning(())
     keep_empty = rules.producer_last_offsets.get(header.producer_id) == header.last_offset \
         if header.has_producer_id else False
+    if header.is_control:
+        return _marker_rule(batch, header, rules, txns, keep_empty)
+    if txns.on_data(header):  # an aborted transaction's: all of it goes
+        if keep_empty and header.records_count:
+            return Outcome(_rewrite(header, b"", [], None), header.records_count, LONG_MAX)
+        return Outcome(batch if keep_empty else None, header.records_count, LONG_MAX)
     if header.records_count == 0:
         return Outcome(batch if keep_empty else None, 0, LONG_MAX)
     payload = batch_payload(batch, header)
@@ -354,11 +441,25 @@ def clean_batch(batch: bytes | memoryview, header: BatchHeader, offsets: OffsetM
                             horizon if tombstones_kept else None), removed, pending)
 
 
-def _transaction_rule(batch: bytes | memoryview, header: BatchHeader) -> Outcome:
-    """Control batches and transactional data, kept whole until transactions exist. Then:
-    an aborted transaction's data goes, and a marker goes once no data of its transaction
-    is left below it and its delete horizon passed (Kafka's rules)."""
-    return Outcome(batch, 0, LONG_MAX)
+def _marker_rule(batch: bytes | memoryview, header: BatchHeader, rules: Rules,
+                 txns: TxnCleaning, keep_empty: bool) -> Outcome:
+    """A marker stays while data of its transaction is left; then it gets a delete horizon,
+    and goes at the first clean after the horizon (Kafka's rules)."""
+    may_go = txns.on_marker(header, marker_of(batch, header))
+    if header.records_count == 0:  # emptied before: nothing left to tell a reader
+        return Outcome(batch if keep_empty else None, 0, LONG_MAX)
+    if not may_go:
+        return Outcome(batch, 0, LONG_MAX)
+    horizon = delete_horizon(header)
+    if horizon is None:
+        horizon = min(rules.now_ms + rules.delete_retention_ms, LONG_MAX)
+        payload = batch_payload(batch, header)
+        stamped = _rewrite(header, payload, record_spans(payload, header.records_count),
+                           horizon)
+        return Outcome(stamped, 0, horizon)
+    if rules.now_ms >= horizon:
+        return Outcome(None, header.records_count, LONG_MAX)
+    return Outcome(batch, 0, horizon)
 
 
 def _rewrite(header: BatchHeader, payload: bytes | memoryview, kept: list[RecordSpan],

@@ -21,6 +21,7 @@ from . import swap
 from .compaction import LONG_MAX, CompactionConfig, SegmentSummary
 from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically
 from .segment import LogSegment, segment_files
+from .txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 # Kafka keeps one such file per log directory; one per partition here: the first offset the
 # log cleaner has not compacted yet (the end of its last clean).
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-_INDEX_SUFFIXES = (".index", ".timeindex")
+_INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +268,42 @@ class Log:
     def batch_at(self, offset: int) -> bytes:
         """The whole batch holding ``offset`` (b"" when there is none)."""
         return self.read(offset, 1, min_one_batch=True).records
+
+    # --- aborted transactions ------------------------------------------------------------
+
+    def txn_index_untrusted_from(self) -> int | None:
+        """Base offset of the first segment whose aborted transaction index must be rebuilt
+        from the log (None: every one is good)."""
+        return next((s.base_offset for s in self.segments if not s.txn_index_trusted), None)
+
+    def forget_aborted_from(self, offset: int) -> None:
+        """Before producer state is replayed from ``offset``: the entries of transactions
+        ended from there on are about to be written again."""
+        for segment in self.segments[self._segment_for(offset):]:
+            segment.txn_index.drop_from(offset)
+
+    def rebuilt_txn_indexes(self) -> None:
+        for segment in self.segments:
+            segment.txn_index_trusted = True
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the segment holding its marker."""
+        self.segments[self._segment_for(entry.last_offset)].txn_index.append(entry)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in [start, upper), in the order they ended.
+
+        A transaction's entry is in its marker's segment, at or after the one holding
+        ``start``. Once an entry says the last stable offset reached ``upper`` when it
+        ended, every transaction ended later began at or after ``upper`` (Kafka's stop)."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_for(start):]:
+            for entry in segment.txn_index.entries:
+                if entry.last_offset >= start and entry.first_offset < upper:
+                    found.append(entry)
+                if entry.last_stable_offset >= upper:
+                    return found
+        return found
 
     # --- compaction ----------------------------------------------------------------------
 

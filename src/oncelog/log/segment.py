@@ -1,4 +1,5 @@
-"""One segment of a partition's log: the ``.log`` file of batches and its two indexes.
+"""One segment of a partition's log: the ``.log`` file of batches and its indexes (offset,
+time, and aborted transactions).
 
 An append is all or nothing: when any part of a write fails (a short write, ENOSPC, EIO), the
 file is cut back to its size before the append and nothing in memory moves, so the next
@@ -24,6 +25,7 @@ from ..protocol.record_batch import (
 )
 from .disk import LogDirFailure, OsDisk
 from .index import OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +44,29 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def segment_files(directory: str, base_offset: int, suffix: str = "") -> tuple[str, str, str]:
-    """The paths of a segment's log, offset index and time index (``suffix`` after each:
-    the cleaner writes a segment as ``.cleaned`` files before it takes the names)."""
+def segment_files(directory: str, base_offset: int, suffix: str = ""
+                  ) -> tuple[str, str, str, str]:
+    """The paths of a segment's log, offset index, time index and aborted transaction index
+    (``suffix`` after each: the cleaner writes a segment as ``.cleaned`` files before it
+    takes the names)."""
     stem = os.path.join(directory, segment_name(base_offset))
-    return stem + ".log" + suffix, stem + ".index" + suffix, stem + ".timeindex" + suffix
+    return (stem + ".log" + suffix, stem + ".index" + suffix, stem + ".timeindex" + suffix,
+            stem + ".txnindex" + suffix)
 
 
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
                  disk: OsDisk, suffix: str = "") -> None:
         self.base_offset = base_offset
-        self.path, index_path, time_index_path = segment_files(directory, base_offset, suffix)
+        self.path, index_path, time_index_path, txn_index_path = segment_files(
+            directory, base_offset, suffix)
         self._disk = disk
         self.offset_index = OffsetIndex(index_path, disk)
         self.time_index = TimeIndex(time_index_path, disk)
+        self.txn_index = TransactionIndex(txn_index_path, disk)
+        # False: the aborted transaction index must be rebuilt from the log (the partition
+        # replays producer state over this segment), after a recovery or a bad file.
+        self.txn_index_trusted = True
         # Offsets run on from batch to batch in a segment appended to; a compacted one has
         # gaps (log.py says which segments may, see _scan).
         self.offsets_contiguous = True
@@ -99,6 +109,10 @@ class LogSegment:
         if self.size >= HEADER_SIZE:
             first = read_header(self._disk.pread(self._fd, HEADER_SIZE, 0))
             self.first_batch_timestamp = first.max_timestamp
+        if not self.txn_index.load(self.base_offset, self.next_offset):
+            log.warning("%s: unreadable aborted transaction index; rebuilding it", self.path)
+            self.txn_index.clear()
+            self.txn_index_trusted = False
         return True
 
     def recover(self) -> int:
@@ -108,6 +122,8 @@ class LogSegment:
         """
         self.offset_index.clear()
         self.time_index.clear()
+        self.txn_index.clear()
+        self.txn_index_trusted = False
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = -1
@@ -262,6 +278,7 @@ class LogSegment:
             )
         self.offset_index.save()
         self.time_index.save()
+        self.txn_index.save()
 
     # --- reading -------------------------------------------------------------------------
 
@@ -304,12 +321,13 @@ class LogSegment:
     def is_open(self) -> bool:
         return self._fd >= 0
 
-    def files(self) -> tuple[str, str, str]:
-        return self.path, self.offset_index.path, self.time_index.path
+    def files(self) -> tuple[str, str, str, str]:
+        return self.path, self.offset_index.path, self.time_index.path, self.txn_index.path
 
-    def renamed(self, paths: tuple[str, str, str]) -> None:
+    def renamed(self, paths: tuple[str, str, str, str]) -> None:
         """The files were renamed to ``paths`` (the descriptor follows a rename)."""
-        self.path, self.offset_index.path, self.time_index.path = paths
+        (self.path, self.offset_index.path, self.time_index.path,
+         self.txn_index.path) = paths
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -320,7 +338,7 @@ class LogSegment:
         """Remove the files: the log first, so that what is left of a segment whose removal
         was cut short is an index without its log, which opening ignores and removes."""
         self.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        for path in self.files():
             try:
                 self._disk.unlink(path)
             except FileNotFoundError:

@@ -7,8 +7,9 @@ cannot say which old segments it replaces (its last batches may all have been cl
 so its end says nothing of where the old ones ended). The steps for a group of segments whose
 first base offset is B and which ends where the next segment begins, at E:
 
-1. ``B.log.cleaned``, ``B.index.cleaned``, ``B.timeindex.cleaned`` written and fsynced, and
-   the directory fsynced (their names durable). A crash here: opening deletes them.
+1. ``B.log.cleaned``, ``B.index.cleaned``, ``B.timeindex.cleaned``, ``B.txnindex.cleaned``
+   (always, even empty) written and fsynced, and the directory fsynced (their names
+   durable). A crash here: opening deletes them.
 2. The manifest ``B.swap`` (holding E) written atomically (a fsynced temporary file renamed,
    the directory fsynced). This is the commit: from here the swap is rolled forward.
 3. ``complete``: the old segments with bases in (B, E) removed (their log files first), the
@@ -90,8 +91,14 @@ def complete(disk: OsDisk, directory: str, base_offset: int, end_offset: int) ->
                     disk.unlink(path)
     cleaned_log, *cleaned_indexes = segment_files(directory, base_offset, CLEANED)
     final_log, *final_indexes = segment_files(directory, base_offset)
+    *rebuilt, cleaned_txn = cleaned_indexes
+    *rebuilt_final, final_txn = final_indexes
     if disk.exists(cleaned_log):
-        for cleaned, final in zip(cleaned_indexes, final_indexes, strict=True):
+        # The aborted transaction index cannot be rebuilt from the segment alone: it was
+        # written for certain, so when it is missing it was renamed already and stays.
+        if disk.exists(cleaned_txn):
+            disk.rename(cleaned_txn, final_txn)
+        for cleaned, final in zip(rebuilt, rebuilt_final, strict=True):
             if disk.exists(cleaned):
                 disk.rename(cleaned, final)
             else:

@@ -4,12 +4,18 @@ Split as Kafka splits it: ``validate`` judges a batch (rules.decide) without cha
 anything, the caller appends the batch to the log, then ``apply`` records it. A batch the log
 did not take leaves no trace here.
 
-Memory: each live producer is one ``bytes`` value (epoch, timestamps and the last N batches
-packed with struct) in a dict keyed by producer id: about 220 bytes a producer with 5 cached
-batches, where Python objects would take over a kilobyte. The dict's order is recency: the
+Memory: each live producer is one ``bytes`` value (epoch, transaction, timestamps and the last
+N batches packed with struct) in a dict keyed by producer id: about 230 bytes a producer with 5
+cached batches, where Python objects would take over a kilobyte. The dict's order is recency: the
 least recently active producer is evicted first when ``max_producers`` is reached and becomes
 a Tombstone, as do producers idle longer than ``expiration_ms``. Tombstones are packed too and
-go after ``tombstone_ms``.
+go after ``tombstone_ms``. A producer with a transaction ongoing here is never moved out
+(Kafka never expires one either): its transaction holds the last stable offset.
+
+Transactions: ``_ongoing`` maps each producer with a transaction ongoing here to its first
+offset, in the order they began, which is offset order (appends are sequential): the last
+stable offset is the first of them, found without a search. ``apply_marker`` ends one and says
+what the aborted transaction index must record.
 
 The produce path's common case (a live producer's next batch, rule 7) is judged and applied on
 the packed bytes: ``rules.judge_next`` gets the epoch, last sequence and whether the batch is
@@ -23,25 +29,36 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..protocol.sequences import next_sequence
+from ..protocol.sequences import next_sequence, sequence_distance
 from .rules import (
+    NO_TXN,
     Append,
     BatchIdentity,
     CachedBatch,
+    CompletedTxn,
     Decision,
+    EndTxn,
+    MarkerIdentity,
     ProducerStateEntry,
+    Refuse,
     Tombstone,
     decide,
+    decide_marker,
+    decide_unsequenced,
     judge_next,
 )
 
-# epoch, start sequence, last timestamp, last append in whole seconds (a day-scale
-# expiration needs no more).
-_HEAD = struct.Struct("<hiqI")
+# epoch, start sequence, first offset of the ongoing transaction (-1: none), coordinator
+# epoch, last timestamp, last append in whole seconds (a day-scale expiration needs no more).
+_HEAD = struct.Struct("<hiqiqI")
 _BATCH = struct.Struct("<iiq")  # first seq, last seq, last offset
 _TOMBSTONE = struct.Struct("<hiiqq")  # epoch, start seq, last seq, last offset, since
 # Parts of the packed entry read or written without unpacking it whole:
 _EPOCH = struct.Struct("<h")  # the head's first field
+_TXN_FIRST = struct.Struct("<q")  # the head's third field, at byte 6
+_TXN_AT = 6
+_COORDINATOR_EPOCH = struct.Struct("<i")  # the head's fourth field, at byte 14
+_COORDINATOR_AT = 14
 _TIMES = struct.Struct("<qI")  # the head's last two fields: last timestamp, last append (s)
 _EPOCH_AND_START = _HEAD.size - _TIMES.size  # bytes of the head kept as they are
 _SEQUENCES = struct.Struct("<ii")  # a cached batch's first 8 bytes: first seq, last seq
@@ -62,7 +79,8 @@ class StateLimits:
 
 
 def _pack(entry: ProducerStateEntry) -> bytes:
-    return _HEAD.pack(entry.epoch, entry.start_seq, entry.last_timestamp,
+    return _HEAD.pack(entry.epoch, entry.start_seq, entry.txn_first_offset,
+                      entry.coordinator_epoch, entry.last_timestamp,
                       entry.last_append_ms // 1000) + b"".join(
         _BATCH.pack(b.first_seq, b.last_seq, b.last_offset) for b in entry.batches)
 
@@ -76,10 +94,11 @@ def _may_be_cached(packed: bytes, batch: BatchIdentity) -> bool:
 
 
 def _unpack(producer_id: int, packed: bytes) -> ProducerStateEntry:
-    epoch, start_seq, last_ts, last_append_s = _HEAD.unpack_from(packed)
+    epoch, start_seq, txn_first, coordinator_epoch, last_ts, last_append_s = \
+        _HEAD.unpack_from(packed)
     batches = [CachedBatch(*fields) for fields in _BATCH.iter_unpack(packed[_HEAD.size:])]
     return ProducerStateEntry(producer_id, epoch, start_seq, batches, last_ts,
-                              last_append_s * 1000)
+                              last_append_s * 1000, txn_first, coordinator_epoch)
 
 
 class ProducerStateManager:
@@ -89,6 +108,8 @@ class ProducerStateManager:
         self._kept_bytes = (self.limits.batches_to_retain - 1) * _BATCH.size
         self._entries: dict[int, bytes] = {}  # least recently active first
         self._tombstones: dict[int, bytes] = {}  # oldest first
+        # producer id -> first offset of its transaction ongoing here, in offset order
+        self._ongoing: dict[int, int] = {}
         # Producer ids up to this one may have written here and been forgotten since (their
         # compact record dropped): rows 2-2c of the rules. -1 on a new partition.
         self.forgotten_up_to = -1
@@ -123,17 +144,36 @@ class ProducerStateManager:
             assert tombstone is not None
             yield tombstone
 
+    # --- transactions ----------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction ongoing here (None: none is)."""
+        return next(iter(self._ongoing.values()), None)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset, earliest first."""
+        return dict(self._ongoing)
+
+    def in_transaction(self, producer_id: int) -> bool:
+        return producer_id in self._ongoing
+
     # --- the produce path ------------------------------------------------------------------
 
     def validate(self, batch: BatchIdentity, pid_issued: Callable[[int], bool]) -> Decision:
         packed = self._entries.get(batch.producer_id)
         known: ProducerStateEntry | Tombstone | None
         if packed is not None:
-            last_seq = _SEQUENCES.unpack_from(packed, len(packed) - _BATCH.size)[1]
-            going_on = judge_next(batch, _EPOCH.unpack_from(packed)[0], last_seq,
-                                  _may_be_cached(packed, batch))
-            if going_on is not None:
-                return going_on
+            if len(packed) > _HEAD.size:
+                last_seq = _SEQUENCES.unpack_from(packed, len(packed) - _BATCH.size)[1]
+                going_on = judge_next(batch, _EPOCH.unpack_from(packed)[0], last_seq,
+                                      _may_be_cached(packed, batch),
+                                      _TXN_FIRST.unpack_from(packed, _TXN_AT)[0] != NO_TXN)
+                if going_on is not None:
+                    return going_on
             known = _unpack(batch.producer_id, packed)
         else:
             known = self.tombstone(batch.producer_id)
@@ -142,17 +182,44 @@ class ProducerStateManager:
         issued = known is not None or pid_issued(batch.producer_id)
         return decide(batch, known, issued, batch.producer_id <= self.forgotten_up_to)
 
-    def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int) -> None:
-        """Record an appended batch; ``last_offset`` is the offset the log gave its last record."""
+    def validate_unsequenced(self, batch: BatchIdentity) -> Decision:
+        """A batch the broker writes itself, without sequences (rules.decide_unsequenced)."""
+        return decide_unsequenced(batch, self._known(batch.producer_id))
+
+    def apply(self, decision: Append, last_offset: int, timestamp: int, now_ms: int,
+              first_offset: int | None = None) -> None:
+        """Record an appended batch; ``last_offset`` is the offset the log gave its last record
+        (``first_offset`` its first, else worked out from the sequences)."""
         batch = decision.batch
         pid = batch.producer_id
-        packed = None if decision.reset else self._entries.get(pid)
-        if packed is None:
-            entry = ProducerStateEntry(
-                pid, batch.epoch, self._start_of(decision),
-                [CachedBatch(batch.first_seq, batch.last_seq, last_offset)], timestamp, now_ms)
+        packed = self._entries.get(pid)
+        if first_offset is None:
+            first_offset = last_offset - sequence_distance(batch.first_seq, batch.last_seq)
+        if batch.first_seq < 0:
+            self._apply_unsequenced(decision, first_offset, timestamp, now_ms)
+            return
+        cached = CachedBatch(batch.first_seq, batch.last_seq, last_offset)
+        if packed is None or decision.reset:
+            # A new epoch keeps what the producer's markers left: the coordinator epoch, and
+            # (in a replay only: the rules refuse it live, row T2) a transaction ongoing.
+            txn_first, coordinator_epoch = (NO_TXN, -1) if packed is None else (
+                _TXN_FIRST.unpack_from(packed, _TXN_AT)[0],
+                _COORDINATOR_EPOCH.unpack_from(packed, _COORDINATOR_AT)[0])
+            entry = ProducerStateEntry(pid, batch.epoch, self._start_of(decision), [cached],
+                                       timestamp, now_ms, txn_first, coordinator_epoch)
+        elif decision.begins_txn or len(packed) == _HEAD.size:
+            entry = _unpack(pid, packed)
+            entry.batches = [*entry.batches, cached][-self.limits.batches_to_retain:]
+            entry.last_timestamp, entry.last_append_ms = timestamp, now_ms
+        else:
+            entry = None
+        if entry is not None:
+            if decision.begins_txn:
+                entry.txn_first_offset = first_offset
+                self._ongoing[pid] = first_offset
             self._store(pid, _pack(entry), now_ms)
             return
+        assert packed is not None
         # The producer goes on: epoch and start stay, the times are the batch's, the batch joins
         # the cache and the oldest beyond batches_to_retain leave (as they would from
         # entry.batches), all as slices of the packed bytes.
@@ -164,8 +231,24 @@ class ProducerStateManager:
                                    _BATCH.pack(batch.first_seq, batch.last_seq, last_offset))),
                     now_ms)
 
+    def _apply_unsequenced(self, decision: Append, first_offset: int, timestamp: int,
+                           now_ms: int) -> None:
+        """A batch without sequences changes the epoch and the transaction only."""
+        batch = decision.batch
+        pid = batch.producer_id
+        entry = self.entry(pid)
+        if entry is None:
+            entry = ProducerStateEntry(pid, batch.epoch, 0, [], timestamp, now_ms)
+        elif entry.epoch != batch.epoch:
+            entry.epoch, entry.start_seq, entry.batches = batch.epoch, 0, []
+        entry.last_timestamp, entry.last_append_ms = timestamp, now_ms
+        if decision.begins_txn:
+            entry.txn_first_offset = first_offset
+            self._ongoing[pid] = first_offset
+        self._store(pid, _pack(entry), now_ms)
+
     def replay(self, batch: BatchIdentity, last_offset: int, timestamp: int,
-               now_ms: int) -> None:
+               now_ms: int, first_offset: int | None = None) -> None:
         """Rebuild from the log: the log is the truth, so no rule is checked.
 
         ``now_ms`` is the time of the rebuild, not the batch's timestamp: a producer found in
@@ -179,9 +262,55 @@ class ProducerStateManager:
         # not follow the last one (a forgotten producer taken back mid-stream by row 2, with
         # its batches in between never stored), starts it afresh, as the append did; a range
         # running on from 0 across that gap would call the missing batches duplicates (row 9).
+        # An entry left empty by a marker goes on from sequence 0.
         reset = (known is None or batch.epoch != known.epoch
                  or batch.first_seq != next_sequence(known.last_seq))
-        self.apply(Append(batch, reset), last_offset, timestamp, now_ms)
+        begins = batch.transactional and batch.producer_id not in self._ongoing
+        self.apply(Append(batch, reset, begins), last_offset, timestamp, now_ms, first_offset)
+
+    # --- markers ---------------------------------------------------------------------------
+
+    def validate_marker(self, marker: MarkerIdentity) -> EndTxn | Refuse:
+        return decide_marker(marker, self._known(marker.producer_id))
+
+    def apply_marker(self, decision: EndTxn, offset: int, timestamp: int,
+                     now_ms: int) -> CompletedTxn | None:
+        """Record a marker the log took at ``offset``; returns the transaction it ended here,
+        if one was ongoing."""
+        marker = decision.marker
+        pid = marker.producer_id
+        completed = None
+        if decision.first_offset != NO_TXN:
+            del self._ongoing[pid]
+            completed = CompletedTxn(pid, decision.first_offset, offset, not marker.commit,
+                                     next(iter(self._ongoing.values()), offset + 1))
+        packed = self._entries.get(pid)
+        if packed is None:
+            tombstone = self.tombstone(pid)
+            if tombstone is not None and tombstone.epoch == marker.epoch:
+                return completed  # nothing it remembers changes
+            entry = ProducerStateEntry(pid, marker.epoch, 0, [], timestamp, now_ms, NO_TXN,
+                                       marker.coordinator_epoch)
+        else:
+            entry = _unpack(pid, packed)
+            if entry.epoch != marker.epoch:
+                # The cached batches are of the old epoch: the next one starts at 0.
+                entry.epoch, entry.start_seq, entry.batches = marker.epoch, 0, []
+            entry.txn_first_offset = NO_TXN
+            entry.coordinator_epoch = marker.coordinator_epoch
+            entry.last_timestamp, entry.last_append_ms = timestamp, now_ms
+        self._store(pid, _pack(entry), now_ms)
+        return completed
+
+    def replay_marker(self, marker: MarkerIdentity, offset: int, timestamp: int,
+                      now_ms: int) -> CompletedTxn | None:
+        """A marker found in the log: no rule is checked (the log is the truth)."""
+        first = self._ongoing.get(marker.producer_id, NO_TXN)
+        return self.apply_marker(EndTxn(marker, first), offset, timestamp, now_ms)
+
+    def _known(self, producer_id: int) -> ProducerStateEntry | Tombstone | None:
+        known: ProducerStateEntry | Tombstone | None = self.entry(producer_id)
+        return known if known is not None else self.tombstone(producer_id)
 
     def _start_of(self, decision: Append) -> int:
         """Where the stored range of a producer getting a fresh entry begins."""
@@ -208,7 +337,9 @@ class ProducerStateManager:
         else:
             self._tombstones.pop(pid, None)
             if len(entries) >= self.limits.max_producers:
-                self._retire(next(iter(entries)), now_ms)
+                oldest = next((p for p in entries if p not in self._ongoing), None)
+                if oldest is not None:  # else all hold transactions open: none may go
+                    self._retire(oldest, now_ms)
         entries[pid] = packed
 
     def _retire(self, producer_id: int, now_ms: int) -> None:
@@ -230,7 +361,8 @@ class ProducerStateManager:
     def expire(self, now_ms: int) -> tuple[int, int]:
         """Retire idle producers, drop old tombstones; returns (retired, dropped)."""
         idle = [pid for pid, packed in self._entries.items()
-                if now_ms - _HEAD.unpack_from(packed)[3] * 1000 >= self.limits.expiration_ms]
+                if now_ms - _HEAD.unpack_from(packed)[5] * 1000 >= self.limits.expiration_ms
+                and pid not in self._ongoing]
         for pid in idle:
             self._retire(pid, now_ms)
         old = []
@@ -261,7 +393,7 @@ class ProducerStateManager:
     @staticmethod
     def valid_packed_entry_size(size: int) -> bool:
         batches, rest = divmod(size - _HEAD.size, _BATCH.size)
-        return rest == 0 and 1 <= batches <= 255
+        return rest == 0 and 0 <= batches <= 255
 
     def packed_entries(self) -> list[tuple[int, bytes]]:
         return list(self._entries.items())
@@ -278,8 +410,13 @@ class ProducerStateManager:
         self._entries = dict(entries)
         self._tombstones = dict(tombstones)
         self.forgotten_up_to = forgotten_up_to
+        ongoing = [(_TXN_FIRST.unpack_from(packed, _TXN_AT)[0], pid)
+                   for pid, packed in self._entries.items()]
+        self._ongoing = {pid: first for first, pid in sorted(ongoing) if first != NO_TXN}
         while len(self._entries) > self.limits.max_producers:
-            oldest = next(iter(self._entries))
+            oldest = next((p for p in self._entries if p not in self._ongoing), None)
+            if oldest is None:
+                break
             self._retire(oldest, _unpack(oldest, self._entries[oldest]).last_append_ms)
         while len(self._tombstones) > self.limits.max_tombstones:
             self._forget(next(iter(self._tombstones)))

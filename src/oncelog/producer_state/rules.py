@@ -1,4 +1,4 @@
-"""Every idempotence decision lives in this file.
+"""Every idempotence and transaction decision of a partition lives in this file.
 
 This file does not know about sockets, files, or which broker it runs in. It is given what the
 partition remembers of one producer (a ProducerStateEntry, a compact Tombstone, or nothing)
@@ -62,6 +62,47 @@ instead of building the entry's objects. It answers only when rows 1-6 cannot ap
 is the same decision as ``decide``; otherwise it answers nothing and ``decide`` judges
 (tests/test_producer_state.py checks the two agree on random states and batches).
 
+An entry may hold no batch at all: a transaction marker with a bumped epoch (KIP-890 part 2)
+clears the cache, and a marker for a producer the partition never saw creates one. The next
+batch at that epoch must start at sequence 0 (row 7 with "last" = -1; anything else is row 8).
+
+Transactions (Kafka's ProducerAppendInfo, KIP-98 and KIP-890). A partition remembers, per
+producer, the first offset of its ongoing transaction here (``txn_first_offset``, -1: none)
+and the coordinator epoch of the last marker. Once the rows above say "append", a data batch
+is judged again:
+
+    | # | situation                                         | outcome                         |
+    |---|---------------------------------------------------|---------------------------------|
+    |T1 | a transaction is ongoing, batch not transactional | INVALID_TXN_STATE               |
+    |T2 | a transaction is ongoing, batch of a newer epoch  | INVALID_TXN_STATE               |
+    |T3 | a transaction is ongoing, same epoch              | append, in that transaction     |
+    |T4 | no transaction ongoing, batch transactional       | append, begins one (its offset) |
+
+T2, stricter than Kafka (which lets such a batch join the old transaction): a coordinator
+finishes a transaction (markers written everywhere) before it hands out a newer epoch, so a
+newer epoch while the old transaction is open here is a stray. T4's batch is appended only
+after the coordinator confirmed the transaction includes this partition (KIP-890 part 1, the
+partition's ``verify``): no late or stray write opens a transaction nobody will finish.
+
+Markers (control batches COMMIT / ABORT, written for the coordinator; ``decide_marker``):
+
+    | # | situation                                         | outcome                         |
+    |---|---------------------------------------------------|---------------------------------|
+    |M1 | marker epoch < E.epoch                            | INVALID_PRODUCER_EPOCH          |
+    |M2 | transaction version 2, marker epoch == E.epoch,   | INVALID_PRODUCER_EPOCH (a TV2   |
+    |   | a transaction ongoing                             | marker carries a bumped epoch)  |
+    |M3 | coordinator epoch < the last marker's             | TRANSACTION_COORDINATOR_FENCED  |
+    |M4 | otherwise                                         | write: ends the ongoing         |
+    |   |                                                   | transaction if any; E.epoch     |
+    |   |                                                   | becomes the marker's            |
+
+M4 with no transaction ongoing here is a retry of a marker already written, or a transaction
+that wrote nothing here: harmless, accepted as Kafka 4 accepts it (KAFKA-19999 for TV2).
+With a bumped epoch the cached batches go (they belong to the old epoch), so the producer's
+next transaction starts at sequence 0 and a delayed batch of the finished one is fenced
+(row 3). A producer known only by a compact record has no transaction ongoing; M1 and M2
+judge it by its epoch.
+
 "Above" and "below" are taken on the circle of 2^31 sequences: f is ahead of last when it is
 less than half the circle ahead, so the comparison survives the wrap at 2^31-1.
 """
@@ -73,7 +114,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.sequences import is_ahead, next_sequence, sequence_distance
+from ..protocol.sequences import NO_SEQUENCE, is_ahead, next_sequence, sequence_distance
+
+NO_TXN = -1  # txn_first_offset of a producer with no transaction ongoing here
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +137,23 @@ class ProducerStateEntry:
     producer_id: int
     epoch: int
     start_seq: int  # first sequence of this epoch stored here: start..last are all in the log
-    batches: list[CachedBatch]  # oldest first, at most batches_to_retain
+    batches: list[CachedBatch]  # oldest first, at most batches_to_retain; may be empty
     last_timestamp: int  # max timestamp of the last batch, as DescribeProducers shows it
     last_append_ms: int  # broker time of the last append: drives expiration and eviction
+    txn_first_offset: int = NO_TXN  # first offset of the transaction ongoing here
+    coordinator_epoch: int = -1  # of the last marker written for this producer
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     @property
     def last_offset(self) -> int:
-        return self.batches[-1].last_offset
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.txn_first_offset != NO_TXN
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +179,7 @@ class BatchIdentity(NamedTuple):
     epoch: int
     first_seq: int
     last_seq: int
+    transactional: bool = False
 
 
 # --- decisions --------------------------------------------------------------------------------
@@ -144,6 +194,7 @@ class Append:
 
     batch: BatchIdentity
     reset: bool
+    begins_txn: bool = False  # row T4: the batch's first offset starts a transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +212,36 @@ class Refuse:
 
 
 Decision = Append | Duplicate | Refuse
+
+
+class MarkerIdentity(NamedTuple):
+    """What the rules look at of a transaction marker."""
+
+    producer_id: int
+    epoch: int
+    coordinator_epoch: int
+    commit: bool
+    transaction_version: int = 0  # WriteTxnMarkers v2's; 2 is KIP-890 part 2
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxn:
+    """Write the marker. ``first_offset``: the transaction it ends here (NO_TXN: none, a
+    retry or a transaction that wrote nothing to this partition)."""
+
+    marker: MarkerIdentity
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended here, as the aborted transaction index records it."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+    last_stable_offset: int  # once it is complete
 
 
 # --- the rules, one function per row group ----------------------------------------------------
@@ -197,7 +278,14 @@ def judge_cached(batch: BatchIdentity, batches: list[CachedBatch]) -> Duplicate 
 
 
 def judge_sequence(batch: BatchIdentity, start_seq: int, last_seq: int) -> Decision:
-    """Rows 7-11, same epoch and not a cached retry."""
+    """Rows 7-11, same epoch and not a cached retry. ``last_seq`` NO_SEQUENCE: nothing is
+    stored of this epoch yet (after a marker), so only sequence 0 goes on."""
+    if last_seq == NO_SEQUENCE:
+        if batch.first_seq == 0:
+            return Append(batch, reset=False)
+        return Refuse(ErrorCode.out_of_order_sequence_number,
+                      f"producer {batch.producer_id} epoch {batch.epoch} starts at sequence "
+                      f"{batch.first_seq}, not 0")
     expected = next_sequence(last_seq)
     if batch.first_seq == expected:
         return Append(batch, reset=False)
@@ -219,16 +307,44 @@ def judge_sequence(batch: BatchIdentity, start_seq: int, last_seq: int) -> Decis
                   f"was already stored (last sequence {last_seq}), older than the cache")
 
 
-def judge_next(batch: BatchIdentity, epoch: int, last_seq: int, cached: bool) -> Append | None:
+def judge_next(batch: BatchIdentity, epoch: int, last_seq: int, cached: bool,
+               in_transaction: bool) -> Append | None:
     """Row 7 ahead of the others, for a producer with a live entry (not a tombstone).
 
     Such a producer was issued (row 1 passes) and is known (rows 2-2c do not apply). With the
     batch's epoch equal to the entry's, rows 3-5 do not apply; with (f, l) not ``cached``, row 6
-    does not; then f == last + 1 is row 7. Anything else: None, and ``decide`` judges it.
+    does not; then f == last + 1 is row 7. A batch that is transactional exactly when a
+    transaction is ongoing is T3 or no transaction at all. Anything else: None, and
+    ``decide`` judges it.
     """
-    if batch.epoch == epoch and not cached and batch.first_seq == next_sequence(last_seq):
+    if batch.epoch == epoch and not cached and batch.transactional == in_transaction and \
+            last_seq != NO_SEQUENCE and batch.first_seq == next_sequence(last_seq):
         return Append(batch, False)
     return None
+
+
+def judge_transaction(decision: Decision, known: ProducerStateEntry | Tombstone | None
+                      ) -> Decision:
+    """Rows T1-T4, for a batch the idempotence rows let through."""
+    if not isinstance(decision, Append):
+        return decision
+    batch = decision.batch
+    ongoing = isinstance(known, ProducerStateEntry) and known.in_transaction
+    if ongoing:
+        assert isinstance(known, ProducerStateEntry)
+        if not batch.transactional:
+            return Refuse(ErrorCode.invalid_txn_state,
+                          f"producer {batch.producer_id} sent a non-transactional batch while "
+                          f"its transaction from offset {known.txn_first_offset} is ongoing")
+        if batch.epoch != known.epoch:
+            return Refuse(ErrorCode.invalid_txn_state,
+                          f"producer {batch.producer_id} epoch {batch.epoch} wrote while its "
+                          f"transaction of epoch {known.epoch} from offset "
+                          f"{known.txn_first_offset} is not ended here")
+        return decision
+    if batch.transactional:
+        decision.begins_txn = True
+    return decision
 
 
 def judge_unknown(batch: BatchIdentity, may_be_forgotten: bool) -> Decision:
@@ -242,7 +358,14 @@ def judge_unknown(batch: BatchIdentity, may_be_forgotten: bool) -> Decision:
 
 def decide(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
            pid_issued: bool, may_be_forgotten: bool = True) -> Decision:
-    """The one entry point: what to do with ``batch`` given what the partition knows."""
+    """The one entry point for a data batch: what to do with ``batch`` given what the
+    partition knows."""
+    return judge_transaction(_decide_idempotence(batch, known, pid_issued, may_be_forgotten),
+                             known)
+
+
+def _decide_idempotence(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
+                        pid_issued: bool, may_be_forgotten: bool) -> Decision:
     refused = judge_unissued(batch, pid_issued)
     if refused is not None:
         return refused
@@ -256,3 +379,40 @@ def decide(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None,
         if duplicate is not None:
             return duplicate
     return judge_sequence(batch, known.start_seq, known.last_seq)
+
+
+def decide_unsequenced(batch: BatchIdentity, known: ProducerStateEntry | Tombstone | None
+                       ) -> Decision:
+    """A transactional batch the broker writes itself, without sequences (TxnOffsetCommit's
+    offsets in ``__consumer_offsets``, Kafka's AppendOrigin.COORDINATOR): only row 3 (an
+    older epoch is fenced) and rows T1-T4 apply."""
+    if known is not None and batch.epoch < known.epoch:
+        return Refuse(ErrorCode.invalid_producer_epoch,
+                      f"producer {batch.producer_id} epoch {batch.epoch} is fenced by epoch "
+                      f"{known.epoch}")
+    reset = known is None or batch.epoch != known.epoch
+    return judge_transaction(Append(batch, reset), known)
+
+
+def decide_marker(marker: MarkerIdentity, known: ProducerStateEntry | Tombstone | None
+                  ) -> EndTxn | Refuse:
+    """Rows M1-M4: whether a transaction marker is written, and what it ends."""
+    if known is None:
+        return EndTxn(marker, NO_TXN)
+    ongoing = isinstance(known, ProducerStateEntry) and known.in_transaction
+    pid = marker.producer_id
+    if marker.epoch < known.epoch:
+        return Refuse(ErrorCode.invalid_producer_epoch,
+                      f"marker for producer {pid} has epoch {marker.epoch}, older than its "
+                      f"epoch {known.epoch} here")
+    if marker.transaction_version >= 2 and marker.epoch == known.epoch and ongoing:
+        return Refuse(ErrorCode.invalid_producer_epoch,
+                      f"transaction version 2 marker for producer {pid} has epoch "
+                      f"{marker.epoch}, the epoch of its ongoing transaction: a marker carries "
+                      f"the next one")
+    if isinstance(known, ProducerStateEntry) and \
+            marker.coordinator_epoch < known.coordinator_epoch:
+        return Refuse(ErrorCode.transaction_coordinator_fenced,
+                      f"marker for producer {pid} from coordinator epoch "
+                      f"{marker.coordinator_epoch}, older than {known.coordinator_epoch}")
+    return EndTxn(marker, known.txn_first_offset if ongoing else NO_TXN)

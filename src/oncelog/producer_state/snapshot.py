@@ -1,13 +1,18 @@
 """Producer state snapshots: the whole of a ProducerStateManager as versioned, CRC'd bytes.
 
+Each entry carries the producer's transaction as Kafka's snapshot does: the first offset of
+its transaction ongoing here (so a restart finds the last stable offset where it was) and the
+coordinator epoch of its last marker.
+
 Unlike Kafka's snapshot, which keeps only each producer's last batch, this one keeps every
 cached batch, so right after a restart a retry of any of the last N batches is still answered
 with its original offset. Compact records (tombstones) and the forgotten-id mark are kept too.
 
 Entries are stored in the manager's own packed form (ProducerStateManager.PACKED_HEAD and
 PACKED_BATCH), so loading a snapshot is copying bytes into a dict: a million producers load
-in about a second. A change to that form is a new VERSION; a snapshot of another version is
-refused and the partition rebuilds its state from the log.
+in about a second. A change to that form is a new VERSION. Version 3 (before transactions:
+no transaction fields in the head, at least one batch) is read and converted; any other
+version is refused and the partition rebuilds its state from the log.
 
 Layout (little-endian):
     magic b"OLPS", version u16, crc32c u32 of everything after it,
@@ -27,7 +32,11 @@ import crc32c
 from .manager import ProducerStateManager
 
 MAGIC = b"OLPS"
-VERSION = 3  # 3: the manager's packed form; older snapshots are rebuilt from the log
+VERSION = 4  # 4: with transactions; 3 is converted; older ones are rebuilt from the log
+_V3 = 3
+_V3_HEAD = struct.Struct("<hiqI")  # epoch, start seq, last timestamp, last append (s)
+_V3_KEPT = 6  # epoch and start seq: the transaction fields go after them
+_NO_TXN_FIELDS = struct.Struct("<qi").pack(-1, -1)  # no transaction, no coordinator epoch
 _PREFIX = struct.Struct("<4sHI")
 _OFFSET = struct.Struct("<qq")
 _COUNT = struct.Struct("<I")
@@ -73,18 +82,23 @@ def decode(data: bytes) -> Snapshot:
     magic, version, crc = _PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise BadSnapshot("not a producer state snapshot")
-    if version != VERSION:
+    if version not in (VERSION, _V3):
         raise BadSnapshot(f"snapshot version {version} is not supported")
     body = bytes(memoryview(data)[_PREFIX.size:])
     if crc32c.crc32c(body) != crc:
         raise BadSnapshot("snapshot CRC does not match")
     try:
-        return _decode_body(body)
+        return _decode_body(body, version)
     except struct.error as exc:
         raise BadSnapshot(f"snapshot does not parse: {exc}") from None
 
 
-def _decode_body(body: bytes) -> Snapshot:
+def _v3_entry_size(size: int) -> bool:
+    batches, rest = divmod(size - _V3_HEAD.size, ProducerStateManager.PACKED_BATCH.size)
+    return rest == 0 and 1 <= batches <= 255
+
+
+def _decode_body(body: bytes, version: int = VERSION) -> Snapshot:
     offset, forgotten_up_to = _OFFSET.unpack_from(body, 0)
     pos = _OFFSET.size
     (count,) = _COUNT.unpack_from(body, pos)
@@ -93,9 +107,14 @@ def _decode_body(body: bytes) -> Snapshot:
     for _ in range(count):
         pid, length = _ENTRY.unpack_from(body, pos)
         pos += _ENTRY.size
-        if not ProducerStateManager.valid_packed_entry_size(length) or pos + length > len(body):
+        valid = ProducerStateManager.valid_packed_entry_size(length) if version == VERSION \
+            else _v3_entry_size(length)
+        if not valid or pos + length > len(body):
             raise BadSnapshot(f"entry of producer {pid} has an impossible size {length}")
-        entries.append((pid, body[pos:pos + length]))
+        packed = body[pos:pos + length]
+        if version == _V3:
+            packed = packed[:_V3_KEPT] + _NO_TXN_FIELDS + packed[_V3_KEPT:]
+        entries.append((pid, packed))
         pos += length
     (count,) = _COUNT.unpack_from(body, pos)
     pos += _COUNT.size

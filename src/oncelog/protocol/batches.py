@@ -16,8 +16,12 @@ Pure: bytes in, batches and the next position out; no I/O. The rules, each in on
   the offset asked for); with an ``end``, the walk ends at the first batch starting at or
   after it.
 * Records are withheld from the reader for whole batches, in ``RecordSetWalk._withheld`` only:
-  control batches today. Reading committed records (read_committed, with transactions) adds
-  the batches of aborted transactions there, from the Fetch answer's aborted transactions.
+  control batches always; with ``aborted`` (a read_committed reader: the Fetch answer's
+  aborted transactions, (producer id, first offset) each), the transactional batches of
+  aborted transactions too, as Kafka's consumer does: an aborted transaction's producer is
+  "aborted" from the batch holding its first offset until its ABORT marker, and its
+  transactional batches in between are dropped. A read_committed reader must also fetch
+  with isolation_level 1, so that nothing past the last stable offset comes back.
 * Only RecordBatch v2 (magic 2); anything else is ``UnsupportedFormat``. A batch failing its
   CRC32C (when checked) is ``CorruptBatch``, or skipped and counted with ``skip_corrupt``
   (the audit reports it and reads on); records that do not parse are ``CorruptBatch`` too.
@@ -28,12 +32,14 @@ codec (``_records.c``) when it was built.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import cramjam
 
 from . import records as codec
+from .control import read_marker
 from .record_batch import (
     COMPRESSION_MASK,
     CURRENT_MAGIC,
@@ -171,12 +177,19 @@ class RecordSetWalk:
     point) ``position`` is where to fetch next, ``partial`` whether the set ended in an
     incomplete batch, ``corrupt_batches`` how many were skipped (with ``skip_corrupt``)."""
 
-    __slots__ = ("check_crcs", "corrupt_batches", "end", "partial", "position",
-                 "skip_corrupt", "view")
+    __slots__ = ("_aborted", "_aborted_now", "check_crcs", "corrupt_batches", "end", "partial",
+                 "position", "skip_corrupt", "view")
 
     def __init__(self, data: bytes | bytearray | memoryview, position: int,
                  end: int | None = None, *, check_crcs: bool = True,
-                 skip_corrupt: bool = False) -> None:
+                 skip_corrupt: bool = False,
+                 aborted: Iterable[tuple[int, int]] | None = None) -> None:
+        """``aborted``: None reads uncommitted; a read_committed reader gives the aborted
+        transactions of the Fetch answer, as (producer id, first offset)."""
+        # (first offset, producer id), earliest first; producers within an aborted one
+        self._aborted = None if aborted is None else deque(
+            sorted((first, pid) for pid, first in aborted))
+        self._aborted_now: set[int] = set()
         self.view = memoryview(data)
         self.position = position
         self.end = end
@@ -190,10 +203,27 @@ class RecordSetWalk:
         """Whether the walk reached ``end``."""
         return self.end is not None and self.position >= self.end
 
-    def _withheld(self, header: BatchHeader) -> bool:
+    def _withheld(self, header: BatchHeader, pos: int) -> bool:
         """Whether the reader gets none of this batch's records (it still moves the position).
-        The one place for it: control batches now, aborted transactions with read_committed."""
-        return header.is_control
+        The one place for it: control batches, and aborted transactions' batches for a
+        read_committed reader."""
+        pending = self._aborted
+        if pending is None or not header.has_producer_id:
+            return header.is_control
+        while pending and pending[0][0] <= header.last_offset:
+            self._aborted_now.add(pending.popleft()[1])
+        if header.producer_id not in self._aborted_now:
+            return header.is_control
+        if not header.is_control:
+            return header.is_transactional
+        try:
+            marker = read_marker(self.view, pos)
+        except (ValueError, IndexError) as exc:
+            raise CorruptBatch(f"control batch at offset {header.base_offset}: {exc}",
+                               header.base_offset) from None
+        if marker is not None and not marker.commit:
+            self._aborted_now.discard(header.producer_id)
+        return True
 
     def __iter__(self) -> Iterator[Batch]:
         view = self.view
@@ -233,5 +263,5 @@ class RecordSetWalk:
                 self.position = after
                 continue
             self.position = after
-            if not self._withheld(header):
+            if not self._withheld(header, pos - size):
                 yield Batch(header, view, pos - size, position, end)

@@ -8,8 +8,9 @@ so that every batch the log takes, every reader can read:
   one's length covering its fields, every varint within its type, offset deltas 0, 1, 2, ...
   (Kafka rebuilds a compressed batch whose deltas are not; the broker stores what it was
   given, so it refuses one instead), timestamp deltas that do not overflow;
-- no control batch (clients may not write control records), no transactional batch (not
-  built yet), no batch claiming LogAppendTime;
+- no control batch (clients may not write control records; markers come from the
+  transaction coordinator), no batch claiming LogAppendTime (transactional batches are
+  judged by producer state: producer_state/rules.py, rows T1-T4);
 - per record, as Kafka reports them (Produce v8+ ``record_errors``): a key on a topic whose
   ``cleanup.policy`` includes ``compact``; with CreateTime, a timestamp within
   ``message.timestamp.before.max.ms`` / ``after.max.ms`` of the broker's clock (KIP-937).
@@ -103,6 +104,9 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
     if attributes & CONTROL_BIT:
         raise InvalidBatch(ErrorCode.invalid_record,
                            "Clients are not allowed to write control records")
+    if attributes & TRANSACTIONAL_BIT and header.producer_id < 0:
+        raise InvalidBatch(ErrorCode.invalid_record,
+                           "a transactional batch needs a producer id")
     payload = batch[HEADER_SIZE:] if not attributes & COMPRESSION_MASK else \
         _decompressed(batch, header)
     claims_append_time = attributes & TIMESTAMP_TYPE_BIT
@@ -115,14 +119,6 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
         raise InvalidBatch(ErrorCode.invalid_record, f"Invalid record structure: {exc}") from None
     if bad or claims_append_time:
         raise _record_errors(header, bad or [], bool(claims_append_time), low, high)
-    if attributes & TRANSACTIONAL_BIT:
-        # Kafka (KIP-890, 3.6+) answers a transactional batch for a partition that is in no
-        # ongoing transaction with INVALID_TXN_STATE; here none ever is, since the
-        # transaction coordinator is not built yet. Its clients take the error as fatal for
-        # the transaction, which is what it is.
-        raise InvalidBatch(ErrorCode.invalid_txn_state,
-                           "Record was not part of an ongoing transaction (this broker does "
-                           "not support transactions yet)")
     if rules.log_append_time or max_timestamp != header.max_timestamp:
         return _stored_header(batch, header, max_timestamp, rules.log_append_time, now_ms)
     return header
