@@ -23,7 +23,6 @@ from oncelog.client.connection import (
 from oncelog.client.idempotence import IdempotenceManager, Outcome, judge_answer
 from oncelog.client.metrics import WINDOW, ProducerMetrics, Stat, StatsTimer
 from oncelog.client.producer_batch import ProducerBatch
-from oncelog.client.read_committed import CommittedWalk
 from oncelog.client.transactions import (
     Action,
     Api,
@@ -32,6 +31,7 @@ from oncelog.client.transactions import (
     TxnState,
     judge,
 )
+from oncelog.protocol.batches import RecordSetWalk
 from oncelog.protocol.records import NONE
 
 E = ErrorCode
@@ -256,8 +256,8 @@ def test_a_transactional_producer_fails_a_batch_rather_than_change_its_epoch():
 
 # --- read_committed ----------------------------------------------------------------------------
 
-def _walk(data: bytes, aborted, position: int = 0) -> tuple[list[bytes], CommittedWalk]:
-    walk = CommittedWalk(data, position, aborted)
+def _walk(data: bytes, aborted, position: int = 0) -> tuple[list[bytes], RecordSetWalk]:
+    walk = RecordSetWalk(data, position, aborted=aborted)
     out: list = []
     for batch in walk:
         out += [f[3] for f in batch.record_fields()]
@@ -279,8 +279,8 @@ def test_read_committed_leaves_out_aborted_transactions_only():
     ])
     values, walk = _walk(log, [(1, 1)])
     assert values == [b"plain", b"p2-a", b"p1-c"]
-    assert walk.position == 8 and walk.aborted_records == 2
-    uncommitted, _ = _walk(log, [])
+    assert walk.position == 8
+    uncommitted, _ = _walk(log, None)
     assert uncommitted == [b"plain", b"p1-a", b"p1-b", b"p2-a", b"p1-c"]
 
 

@@ -25,9 +25,10 @@ verified.
 Config keys are Kafka's: ``bootstrap.servers``, ``client.id``, ``auto.offset.reset``
 (earliest, latest, error), ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
 ``fetch.wait.max.ms``, ``check.crcs``, ``isolation.level`` (read_uncommitted, or
-read_committed: only committed transactions' records, up to the last stable offset; see
-read_committed.py), ``request.timeout.ms``, ``retry.backoff.ms``, ``statistics.interval.ms``
-and ``stats_cb`` (Kafka's consumer metrics as JSON, from poll(): metrics.py); and for groups
+read_committed: only committed transactions' records, up to the last stable offset; the
+walk of protocol/batches.py leaves out aborted transactions), ``request.timeout.ms``,
+``retry.backoff.ms``, ``statistics.interval.ms`` and ``stats_cb`` (Kafka's consumer
+metrics as JSON, from poll(): metrics.py); and for groups
 ``group.id``, ``group.instance.id`` (static membership, KIP-345), ``max.poll.interval.ms``
 (300000; the rebalance timeout), ``enable.auto.commit`` (true), ``auto.commit.interval.ms``
 (5000), ``group.protocol`` (classic or consumer, read as Java reads it, in any case); with
@@ -62,7 +63,6 @@ from .consumer_group import ConsumerGroup
 from .group_io import CommitCallback
 from .group_membership import AssignmentChange, Handoff
 from .metrics import ConsumerMetrics, StatsTimer
-from .read_committed import CommittedWalk
 from .topic_partition import OffsetAndMetadata, TopicPartition
 from .transactions import GroupMetadata
 
@@ -415,11 +415,8 @@ class Consumer:
         if error != ErrorCode.none:
             raise KafkaError(error, f"fetch {tp.topic}-{tp.partition}")
         position = self._positions[tp]
-        if self._isolation:
-            walk = CommittedWalk(result.records, position, result.aborted_transactions,
-                                 check_crcs=self.config["check.crcs"])
-        else:
-            walk = RecordSetWalk(result.records, position, check_crcs=self.config["check.crcs"])
+        walk = RecordSetWalk(result.records, position, check_crcs=self.config["check.crcs"],
+                             aborted=result.aborted_transactions if self._isolation else None)
         buffered = self._buffered
         try:
             for batch in walk:
@@ -434,8 +431,6 @@ class Consumer:
                              f"{tp.topic}-{tp.partition}: the batch at offset {position} is "
                              "larger than max.partition.fetch.bytes / fetch.max.bytes")
         self._positions[tp] = walk.position
-        if self._isolation:
-            self._metrics.aborted_skipped(walk.aborted_records)
         end = result.last_stable_offset if self._isolation else result.high_watermark
         if end >= 0:
             self._metrics.lag((tp.topic, tp.partition), end - walk.position)

@@ -19,8 +19,7 @@ Consumer: ``records-consumed-rate`` / ``-total``, ``bytes-consumed-rate`` / ``-t
 ``fetch-rate`` / ``fetch-total``, ``fetch-latency-avg`` / ``-max`` and ``request-latency-avg``
 / ``-max`` (ms), ``records-lag-max`` (the largest lag of a partition in the last fetches:
 its high watermark, or with read_committed its last stable offset, minus the position),
-``records-per-request-avg``, and ``aborted-records-total`` (read_committed: records of
-aborted transactions left out).
+and ``records-per-request-avg``.
 """
 
 from __future__ import annotations
@@ -180,7 +179,6 @@ class ConsumerMetrics(_Metrics):
         self.records = Stat()     # records per fetch answer
         self.bytes = Stat()       # bytes per fetch answer
         self.latency = Stat()     # ms per Fetch
-        self.aborted = 0
         self.lags: dict[tuple[str, int], int] = {}
 
     def fetched(self, latency: float, records: int, size: int) -> None:
@@ -197,10 +195,6 @@ class ConsumerMetrics(_Metrics):
     def forget(self, tp: tuple[str, int]) -> None:
         with self.lock:
             self.lags.pop(tp, None)
-
-    def aborted_skipped(self, records: int) -> None:
-        with self.lock:
-            self.aborted += records
 
     def snapshot(self) -> dict[str, float]:
         now = self.clock()
@@ -220,7 +214,6 @@ class ConsumerMetrics(_Metrics):
                 "request-latency-max": self.latency.max(now),
                 "records-lag-max": max(self.lags.values(), default=0),
                 "records-per-request-avg": self.records.avg(now),
-                "aborted-records-total": self.aborted,
             }
 
 
