@@ -199,3 +199,32 @@ def test_state_is_rebuilt_and_decided_transactions_are_finished_after_a_restart(
             == ["idle"]
         again.close()
     run(scenario())
+
+
+def test_two_phase_commit_keeps_a_prepared_transaction_for_the_next_instance():
+    async def scenario():
+        clock = [1_000_000]
+        markers = Markers()
+        refused = coordinator(clock=clock)
+        await refused.load_all()
+        assert (await refused.init("tx", 60000, -1, -1, two_phase=True))[0] is \
+            E.transactional_id_authorization_failed
+        refused.close()
+        c = coordinator(markers=markers, clock=clock, two_phase_commit=True)
+        await c.load_all()
+        error, pid, epoch, *_ = await c.init("tx", 60000, -1, -1, two_phase=True)
+        assert error is E.none
+        await c.add_partitions("tx", pid, epoch, [("t", 0)])
+        clock[0] += 10**9
+        assert c.abort_timed_out() == 0  # an external coordinator decides, not a timeout
+        # The application restarts and finds its prepared transaction.
+        assert await c.init("tx", 60000, -1, -1, two_phase=True, keep_prepared=True) == \
+            (E.none, pid, epoch + 1, pid, epoch)
+        assert c.txns["tx"].state is S.ONGOING and markers.written == []
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is \
+            E.producer_fenced  # the old instance
+        assert (await c.end_txn("tx", pid, epoch + 1, True, bump_epoch=False))[0] is E.none
+        await settled(c)
+        assert markers.written == [(pid, epoch + 1, True, [("t", 0)])]
+        c.close()
+    run(scenario())

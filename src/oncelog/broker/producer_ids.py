@@ -21,9 +21,12 @@ def handle_init_producer_id(broker, request: Request):
     mod = response_module(INIT_PRODUCER_ID, request.api_version)
     body = request.body
 
-    def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1):
+    def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1,
+               ongoing_producer_id: int = -1, ongoing_epoch: int = -1):
         return build(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
-                     producer_id=producer_id, producer_epoch=epoch)
+                     producer_id=producer_id, producer_epoch=epoch,
+                     ongoing_txn_producer_id=ongoing_producer_id,
+                     ongoing_txn_producer_epoch=ongoing_epoch)
 
     if body.transactional_id is not None:
         return init_transactional_producer(broker, request, answer)

@@ -47,6 +47,7 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
             config.get("transaction.state.log.num.partitions")),
         max_timeout_ms=config.get("transaction.max.timeout.ms"),
         id_expiration_ms=config.get("transactional.id.expiration.ms"),
+        two_phase_commit=config.get("transaction.two.phase.commit.enable"),
     )
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
@@ -65,10 +66,12 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
 
 async def init_transactional_producer(broker, request: Request, answer):
     body = request.body
-    error, producer_id, epoch = await broker.transactions.init_producer_id(
+    error, *rest = await broker.transactions.init(
         body.transactional_id, _ms(body.transaction_timeout),
-        getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
-    return answer(_for_version(request, error), producer_id, epoch)
+        getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1),
+        two_phase=getattr(body, "enable2_pc", False),
+        keep_prepared=getattr(body, "keep_prepared_txn", False))
+    return answer(_for_version(request, error), *rest)
 
 
 async def handle_add_partitions_to_txn(broker, request: Request):

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 S = TxnState
 MAX_EPOCH = 32767
-COORDINATOR_EPOCH = 0  # one broker leads every partition of __transaction_state for good
+COORDINATOR_EPOCH = 0
+NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _MARKER_RETRY_S = 1.0
 
 # (producer id, epoch, commit, coordinator epoch, partitions, transaction version)
@@ -55,6 +56,7 @@ class TxnConfig:
     num_partitions: int = 50
     max_timeout_ms: int = 900_000
     id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    two_phase_commit: bool = False  # transaction.two.phase.commit.enable (KIP-939)
 
 
 @dataclass(eq=False)
@@ -204,11 +206,25 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
                                epoch: int) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch)."""
+        result = await self.init(transactional_id, timeout_ms, producer_id, epoch)
+        return result[:3]
+
+    async def init(self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int,
+                   two_phase: bool = False, keep_prepared: bool = False
+                   ) -> tuple[ErrorCode, int, int, int, int]:
+        """InitProducerId: (error, producer id, epoch, and with ``keep_prepared`` (KIP-939)
+        the kept ongoing transaction's producer id and epoch, else -1, -1)."""
         error = self._unavailable(transactional_id)
         if error is not None:
-            return error, -1, -1
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
-            return E.invalid_transaction_timeout, -1, -1
+            return error, -1, -1, -1, -1
+        if (two_phase or keep_prepared) and not self.config.two_phase_commit:
+            return E.transactional_id_authorization_failed, -1, -1, -1, -1
+        if two_phase:
+            # An external coordinator decides when the transaction ends: no timeout aborts it.
+            timeout_ms = NO_TIMEOUT_MS
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return E.invalid_transaction_timeout, -1, -1, -1, -1
         now = self.now_ms()
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -218,26 +234,28 @@ class TransactionCoordinator:
             try:
                 await self._write(meta, value)
             except WriteFailed as exc:
-                return exc.error, -1, -1
+                return exc.error, -1, -1, -1, -1
             self.txns[transactional_id] = meta
             log.info("transactional id %s: producer id %d, epoch 0", transactional_id,
                      meta.producer_id)
-            return E.none, meta.producer_id, 0
+            return E.none, meta.producer_id, 0, -1, -1
         if meta.pending:
-            return E.concurrent_transactions, -1, -1
+            return E.concurrent_transactions, -1, -1, -1, -1
         if producer_id >= 0 and not (
                 (producer_id == meta.producer_id and epoch == meta.epoch)
                 or (producer_id == meta.previous_producer_id and epoch == meta.previous_epoch)):
             # KIP-360: a producer recovering names its id and epoch; any other is a zombie.
-            return E.producer_fenced, -1, -1
+            return E.producer_fenced, -1, -1, -1, -1
         if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
-            return E.concurrent_transactions, -1, -1
+            return E.concurrent_transactions, -1, -1, -1, -1
+        if meta.state is S.ONGOING and keep_prepared:
+            return await self._keep_prepared(meta, timeout_ms)
         if meta.state is S.ONGOING:
             # A new instance: the old one's transaction is aborted under a bumped epoch; the
             # caller retries once that is done.
             meta.pending = True
             self._background(self._fence_and_abort(meta, timeout_ms))
-            return E.concurrent_transactions, -1, -1
+            return E.concurrent_transactions, -1, -1, -1, -1
         new_id, new_epoch = self._next_epoch(meta)
         value = meta.value(S.EMPTY, producer_id=new_id, producer_epoch=new_epoch,
                            timeout_ms=timeout_ms, partitions=set(), start_ms=-1,
@@ -247,11 +265,31 @@ class TransactionCoordinator:
         try:
             await self._write(meta, value)
         except WriteFailed as exc:
-            return exc.error, -1, -1
+            return exc.error, -1, -1, -1, -1
         meta.previous_epoch = previous_epoch
         log.info("transactional id %s: producer id %d, epoch %d", transactional_id, new_id,
                  new_epoch)
-        return E.none, new_id, new_epoch
+        return E.none, new_id, new_epoch, -1, -1
+
+    async def _keep_prepared(self, meta: TxnMeta, timeout_ms: int
+                             ) -> tuple[ErrorCode, int, int, int, int]:
+        """KIP-939: a new instance takes over a prepared transaction instead of aborting it.
+        The epoch is bumped (the old instance is fenced) and the transaction stays open for
+        the new one to commit or abort with EndTxn."""
+        if meta.epoch + 1 >= MAX_EPOCH:
+            return E.producer_fenced, -1, -1, -1, -1  # the kept transaction keeps its id
+        kept = (meta.producer_id, meta.epoch)
+        previous_epoch = meta.epoch
+        try:
+            await self._write(meta, meta.value(S.ONGOING, producer_epoch=meta.epoch + 1,
+                                               timeout_ms=timeout_ms,
+                                               last_update_ms=self.now_ms()))
+        except WriteFailed as exc:
+            return exc.error, -1, -1, -1, -1
+        meta.previous_epoch = previous_epoch
+        log.info("transactional id %s: prepared transaction kept for epoch %d",
+                 meta.transactional_id, meta.epoch)
+        return E.none, meta.producer_id, meta.epoch, *kept
 
     def _next_epoch(self, meta: TxnMeta) -> tuple[int, int]:
         """The epoch after this one; a new producer id when the epoch would overflow."""

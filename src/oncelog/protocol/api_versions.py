@@ -66,7 +66,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4),
-    INIT_PRODUCER_ID: (0, 5),
+    INIT_PRODUCER_ID: (0, 6),
     DESCRIBE_PRODUCERS: (0, 0),
     WRITE_TXN_MARKERS: (1, 2),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),

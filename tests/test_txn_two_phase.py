@@ -1,0 +1,76 @@
+"""Two-phase commit with an external coordinator (KIP-939), end to end: oncelog's producer
+prepares a transaction, its process "dies", the next instance with the transactional id
+finds the prepared transaction (InitProducerId v6 keep_prepared_txn) and commits it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from brokers import BrokerProcess, create_topic
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+import oncelog
+
+pytestmark = pytest.mark.xdist_group("groups")
+
+
+def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    """What a read_committed reader gets: polled until ``expected`` records came, then for
+    a moment longer to see that nothing more does."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        consumer.assign([CTopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        quiet_until = None
+        while time.monotonic() < deadline:
+            if len(values) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+            m = consumer.poll(0.1)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def test_a_prepared_transaction_is_committed_by_the_next_instance(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", {"transaction.two.phase.commit.enable": "true"})
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "2pc", 1)
+        config = {"bootstrap.servers": broker.bootstrap, "transactional.id": "external",
+                  "transaction.two.phase.commit.enable": True}
+        first = oncelog.Producer(config)
+        first.init_transactions(30)
+        first.begin_transaction()
+        for i in range(5):
+            first.produce("2pc", value=f"v{i}".encode(), partition=0)
+        prepared = str(first.prepare_transaction(30))
+        # The external coordinator records ``prepared``; this process is gone from here on.
+        assert committed_values(broker.bootstrap, "2pc", 0) == []
+        second = oncelog.Producer(config)
+        second.init_transactions(30, keep_prepared_txn=True)
+        second.complete_transaction(prepared, 30)
+        second.close(10)
+        assert committed_values(broker.bootstrap, "2pc", 5) == [f"v{i}".encode() for i in range(5)]
+    finally:
+        broker.kill()
+
+
+def test_two_phase_commit_is_refused_unless_the_broker_allows_it(tmp_path):
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        producer = oncelog.Producer({"bootstrap.servers": broker.bootstrap,
+                                     "transactional.id": "external",
+                                     "transaction.two.phase.commit.enable": True})
+        with pytest.raises(oncelog.KafkaError) as failure:
+            producer.init_transactions(30)
+        assert "AUTHORIZATION" in str(failure.value).upper()
+    finally:
+        broker.kill()
