@@ -29,7 +29,7 @@ from txn_wire import latest_offsets
 COPIER = Path(__file__).with_name("txn_copier.py")
 RECORDS = int(os.environ.get("ONCELOG_TXN_COPY_RECORDS", "20000"))
 PARTITIONS = 4
-WAIT = 120.0
+WAIT = 120.0 * max(1.0, RECORDS / 20_000)
 # When the output has grown past each fraction of the input, what is killed.
 FAULTS = [(0.10, "copier"), (0.20, "broker"), (0.30, "copier"), (0.40, "both"),
           (0.55, "copier"), (0.65, "broker"), (0.80, "copier")]

@@ -17,7 +17,7 @@ import sys
 import time
 
 BATCH = 500
-RUN_LIMIT = 180.0  # seconds; a copier that runs longer is stuck
+RUN_LIMIT = 600.0  # seconds; a copier that runs longer is stuck
 CALL_TIMEOUT = 30.0
 
 
