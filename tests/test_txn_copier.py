@@ -1,0 +1,163 @@
+"""Kafka's own bar for transactions (its system test, on one broker): a consume-transform-
+produce copier (txn_copier.py, its own process) moves an input topic of 4 partitions to an
+output topic in transactions while it is SIGKILLed and started again under the same
+transactional.id, and the broker is kill -9ed and restarted. At the end a read_committed
+reader of the output sees exactly the input, in order per partition, nothing twice, nothing
+missing, and the group's committed offsets are the input's end.
+
+ONCELOG_TXN_COPY_RECORDS sets the number of records (default 20,000, to keep the test well
+under a minute on two cores); the issue's full run is
+
+    ONCELOG_TXN_COPY_RECORDS=100000 .venv/bin/python -m pytest -q tests/test_txn_copier.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from brokers import BrokerProcess, create_topic
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+from test_txn_clients import connect
+from txn_wire import latest_offsets
+
+COPIER = Path(__file__).with_name("txn_copier.py")
+RECORDS = int(os.environ.get("ONCELOG_TXN_COPY_RECORDS", "20000"))
+PARTITIONS = 4
+WAIT = 120.0 * max(1.0, RECORDS / 20_000)
+# When the output has grown past each fraction of the input, what is killed.
+FAULTS = [(0.10, "copier"), (0.20, "broker"), (0.30, "copier"), (0.40, "both"),
+          (0.55, "copier"), (0.65, "broker"), (0.80, "copier")]
+
+
+class Copier:
+    def __init__(self, client: str, bootstrap: str, ends: dict[int, int]) -> None:
+        self.args = [sys.executable, str(COPIER), client, bootstrap, "input", "output",
+                     "copier-group", "copier-txn",
+                     ",".join(str(ends[p]) for p in range(PARTITIONS))]
+        self.exits: list[int] = []
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(30)
+        self.exits.append(-9)
+        self.start()
+
+    def poll(self) -> bool:
+        """True once the copier finished; one that stopped on an error is started again."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is None:
+            return False
+        self.exits.append(code)
+        if code == 0:
+            return True
+        assert len(self.exits) < 60, f"the copier keeps failing: exit codes {self.exits}"
+        self.start()
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def fill_input(bootstrap: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20})
+    for i in range(RECORDS):
+        producer.produce("input", key=b"k%d" % i, value=b"%d" % i, partition=i % PARTITIONS)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(WAIT) == 0
+
+
+def read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
+    """Every value a read_committed confluent-kafka reader returns, per partition, until it
+    reports the end of each partition."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_committed"})
+    consumer.assign([CTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    found: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + WAIT
+    try:
+        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error():
+                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                    at_end.add(msg.partition())
+                else:
+                    found[msg.partition()].append(msg.value())
+    finally:
+        consumer.close()
+    assert len(at_end) == PARTITIONS, f"did not reach the end of {topic}"
+    return found
+
+
+def committed_offsets(bootstrap: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier-group",
+                         "enable.auto.commit": False})
+    try:
+        got = consumer.committed([CTopicPartition("input", p) for p in range(PARTITIONS)],
+                                 timeout=WAIT)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+@pytest.mark.parametrize("client", ["confluent"])
+def test_copier_killed_and_broker_killed_copies_exactly_once(tmp_path, client):
+    broker = BrokerProcess(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"})
+    broker.start()
+    copier = None
+    try:
+        create_topic(broker.bootstrap, "input", PARTITIONS)
+        create_topic(broker.bootstrap, "output", PARTITIONS)
+        fill_input(broker.bootstrap)
+        with connect(broker) as conn:
+            ends = latest_offsets(conn, "input", PARTITIONS, 0)
+        assert sum(ends.values()) == RECORDS
+        copier = Copier(client, broker.bootstrap, ends)
+        deadline = time.monotonic() + WAIT
+        faults = list(FAULTS)
+        while not copier.poll():
+            assert time.monotonic() < deadline, f"not copied in {WAIT}s: {copier.exits}"
+            if faults:
+                with connect(broker) as conn:
+                    grown = sum(latest_offsets(conn, "output", PARTITIONS, 0).values())
+                if grown >= faults[0][0] * RECORDS:
+                    _, what = faults.pop(0)
+                    if what in ("copier", "both"):
+                        copier.kill()
+                    if what in ("broker", "both"):
+                        broker.restart(clean=False)
+            time.sleep(0.05)
+        assert not faults, f"the copier finished before every fault: {faults} left"
+        print(f"{RECORDS} records, copier exits {copier.exits}")
+
+        copied = read_committed(broker.bootstrap, "output")
+        original = read_committed(broker.bootstrap, "input")
+        for p in range(PARTITIONS):
+            wanted = [b"copied:" + v for v in original[p]]
+            assert len(copied[p]) == len(set(copied[p])), f"duplicates in partition {p}"
+            assert copied[p] == wanted, (p, len(copied[p]), len(wanted))
+        assert committed_offsets(broker.bootstrap) == ends
+    finally:
+        if copier is not None:
+            copier.stop()
+        broker.kill()

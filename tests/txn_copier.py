@@ -1,0 +1,86 @@
+"""A consume-transform-produce copier in transactions, run as its own process so that a test
+can SIGKILL it (test_txn_copier.py): partition p of the input goes to partition p of the
+output, each value prefixed with b"copied:", and the consumer's offsets commit in the same
+transaction as the records.
+
+    python txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID END0,END1,...
+
+CLIENT is confluent or oncelog. The copier stops with exit code 0 once its committed position
+in every partition has reached ENDp; on an error that needs the transaction aborted it exits
+3 (the test starts it again, and the new instance's init_transactions aborts what was open);
+on a fatal error (a fenced producer, say) it exits 2. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+BATCH = 500
+RUN_LIMIT = 600.0  # seconds; a copier that runs longer is stuck
+CALL_TIMEOUT = 30.0
+
+
+def transform(value: bytes) -> bytes:
+    return b"copied:" + value
+
+
+def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, txn_id: str,
+                        ends: list[int]) -> int:
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    parts = [TopicPartition(source, p) for p in range(len(ends))]
+    consumer.assign(parts)  # without offsets: from the group's committed ones
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
+
+    def retrying(call, *args) -> None:
+        deadline = time.monotonic() + CALL_TIMEOUT * 2
+        while True:
+            try:
+                call(*args)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    raise SystemExit(2) from exc
+                if error.txn_requires_abort():
+                    raise SystemExit(3) from exc
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise SystemExit(3) from exc
+                time.sleep(0.1)
+
+    retrying(producer.init_transactions, CALL_TIMEOUT)
+    committed = {tp.partition: tp.offset for tp in consumer.committed(parts, CALL_TIMEOUT)}
+    deadline = time.monotonic() + RUN_LIMIT
+    while time.monotonic() < deadline:
+        if all(committed.get(p, -1) >= end for p, end in enumerate(ends)):
+            return 0
+        messages = [m for m in consumer.consume(BATCH, 0.5) if m.error() is None]
+        if not messages:
+            continue
+        retrying(producer.begin_transaction)
+        for m in messages:
+            producer.produce(target, key=m.key(), value=transform(m.value()),
+                             partition=m.partition())
+        positions = [tp for tp in consumer.position(parts) if tp.offset >= 0]
+        retrying(producer.send_offsets_to_transaction, positions,
+                 consumer.consumer_group_metadata(), CALL_TIMEOUT)
+        retrying(producer.commit_transaction, CALL_TIMEOUT)
+        committed.update({tp.partition: tp.offset for tp in positions})
+    return 4
+
+
+def main(argv: list[str]) -> int:
+    client, bootstrap, source, target, group, txn_id, ends = argv
+    end_offsets = [int(e) for e in ends.split(",")]
+    if client == "confluent":
+        return copy_with_confluent(bootstrap, source, target, group, txn_id, end_offsets)
+    raise SystemExit(f"unknown client {client!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
