@@ -228,3 +228,13 @@ def test_two_phase_commit_keeps_a_prepared_transaction_for_the_next_instance():
         assert markers.written == [(pid, epoch + 1, True, [("t", 0)])]
         c.close()
     run(scenario())
+
+
+def test_verification_while_loading_is_retriable():
+    async def scenario():
+        c = coordinator()
+        assert c.verify("tx", 1, 0, "t", 0) is E.not_enough_replicas
+        await c.load_all()
+        assert c.verify("tx", 1, 0, "t", 0) is E.invalid_producer_id_mapping
+        c.close()
+    run(scenario())

@@ -355,6 +355,10 @@ class TransactionCoordinator:
                topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only when its producer really
         has the partition in an ongoing transaction (AddPartitionsToTxn verify_only)."""
+        if transactional_id and self.partition_of(transactional_id) in self.loading:
+            # Not known yet (a restart is reading __transaction_state): a retriable answer,
+            # as Kafka gives a produce whose verification cannot be made now.
+            return E.not_enough_replicas
         meta = self.txns.get(transactional_id or "")
         if meta is None or meta.producer_id != producer_id:
             return E.invalid_producer_id_mapping
