@@ -323,6 +323,7 @@ def _guarded(func):
 
 def add_tool_commands(sub) -> None:
     from .cli_groups import add_group_commands
+    from .cli_transactions import add_transaction_commands
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics",
                             description="Manage topics on any Kafka-compatible broker.")
@@ -425,3 +426,4 @@ def add_tool_commands(sub) -> None:
     audit.set_defaults(func=_guarded(_audit))
 
     add_group_commands(sub, _with_bootstrap)
+    add_transaction_commands(sub, _with_bootstrap)
