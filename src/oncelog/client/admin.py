@@ -354,11 +354,12 @@ class Admin:
             lambda r: r.topics[0].partitions[0].error_code)
         return calls.offset_commit_errors(response)
 
-    def list_offsets(self, wanted: dict[tuple[str, int], int]
+    def list_offsets(self, wanted: dict[tuple[str, int], int], read_committed: bool = False
                      ) -> dict[tuple[str, int], int | KafkaError]:
         """ListOffsets of many partitions, each asked of its leader: (topic, partition) ->
         timestamp (calls.EARLIEST, calls.LATEST or milliseconds) in, offset (-1: no record at
-        or after that time) or the partition's error out."""
+        or after that time) or the partition's error out. ``read_committed``: as a
+        read_committed consumer asks (LATEST is then the last stable offset)."""
         if not wanted:
             return {}
         info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
@@ -377,8 +378,8 @@ class Admin:
                 by_leader.setdefault(leaders[partition], {})[topic, partition] = timestamp
         for leader, asked in by_leader.items():
             host, port = info.brokers[leader]
-            response = self._broker(host, port).call(apis.LIST_OFFSETS,
-                                                     _list_offsets_request(asked))
+            response = self._broker(host, port).call(
+                apis.LIST_OFFSETS, _list_offsets_request(asked, int(read_committed)))
             for t in response.topics:
                 for p in t.partitions:
                     result[t.name, p.partition_index] = (
@@ -635,7 +636,7 @@ def _delete_groups_request(group_id: str):
     return make
 
 
-def _list_offsets_request(wanted: dict[tuple[str, int], int]):
+def _list_offsets_request(wanted: dict[tuple[str, int], int], isolation_level: int = 0):
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), timestamp in sorted(wanted.items()):
         by_topic.setdefault(topic, []).append((partition, timestamp))
@@ -647,6 +648,7 @@ def _list_offsets_request(wanted: dict[tuple[str, int], int]):
                       current_leader_epoch=-1, timestamp=timestamp)
                 for partition, timestamp in parts))
             for topic, parts in by_topic.items())
-        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=topics)
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
+                     topics=topics)
 
     return make
