@@ -194,3 +194,19 @@ def test_bad_arguments_exit_2_with_a_message(args, message):
     done = txns(None, *args)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr
+
+
+@pytest.mark.parametrize("name", ["zombie-fencing", "abort-then-commit"])
+def test_transactional_scenarios(broker, name, tmp_path):
+    out = tmp_path / "flow.html"
+    done = run(broker, "scenario", name, "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"{name}: PASS: "), done.stdout
+    page = out.read_text()
+    assert "<svg" in page
+    if name == "zombie-fencing":
+        assert "Produce Y: INVALID_PRODUCER_EPOCH" in page or \
+            "Produce Y: PRODUCER_FENCED" in page
+        assert "EndTxn(commit): PRODUCER_FENCED" in page
+    else:
+        assert "EndTxn(abort) OK" in page
