@@ -58,6 +58,10 @@ def _topics_describe(args: argparse.Namespace) -> int:
         for p in info.partitions:
             offsets.append((calls.list_offset(admin.conn, args.topic, p.index, calls.EARLIEST),
                             calls.list_offset(admin.conn, args.topic, p.index, calls.LATEST)))
+        # The last stable offset: where a read_committed reader stops (before the first
+        # open transaction); the high watermark when none is open.
+        stable = admin.list_offsets({(args.topic, p.index): calls.LATEST
+                                     for p in info.partitions}, read_committed=True)
     print(f"Topic: {args.topic}\tPartitionCount: {len(info.partitions)}\tReplicationFactor: "
           f"{len(info.partitions[0].replicas) if info.partitions else 0}")
     overrides = ",".join(f"{k}={v}" for k, (v, default) in sorted(configs.items()) if not default)
@@ -65,8 +69,13 @@ def _topics_describe(args: argparse.Namespace) -> int:
     for p, (start, end) in zip(info.partitions, offsets, strict=True):
         print(f"\tPartition: {p.index}\tLeader: {p.leader}\tReplicas: "
               f"{','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
-              f"Offsets: {start}..{end}")
+              f"Offsets: {start}..{end}\tLastStableOffset: "
+              f"{_offset_or_dash(stable.get((args.topic, p.index)))}")
     return 0
+
+
+def _offset_or_dash(offset: object) -> str:
+    return str(offset) if isinstance(offset, int) else "-"
 
 
 def _topics_delete(args: argparse.Namespace) -> int:
@@ -323,6 +332,7 @@ def _guarded(func):
 
 def add_tool_commands(sub) -> None:
     from .cli_groups import add_group_commands
+    from .cli_transactions import add_transaction_commands
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics",
                             description="Manage topics on any Kafka-compatible broker.")
@@ -425,3 +435,4 @@ def add_tool_commands(sub) -> None:
     audit.set_defaults(func=_guarded(_audit))
 
     add_group_commands(sub, _with_bootstrap)
+    add_transaction_commands(sub, _with_bootstrap)

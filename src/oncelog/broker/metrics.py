@@ -5,13 +5,16 @@ Kafka frame size would be 1.2 GB, far over any request limit, so nothing valid i
 seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
 partition, every produce outcome (appended, duplicate, each error) and the producers held;
 for the broker, its connections and the request memory they hold (backpressure); per
-consumer group, its members and each committed partition's lag.
+consumer group, its members and each committed partition's lag; transactional ids per state
+and the age of the oldest open transaction.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
+
+from ..coordinator.txn_records import TxnState
 
 HTTP_METHODS = (b"GET ", b"HEAD")
 _MAX_HEADER = 16 * 1024
@@ -46,7 +49,7 @@ def render(broker) -> str:
                 "until a restart.", "# TYPE oncelog_log_dir_offline gauge",
                 f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
     return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
-                     + _groups(broker)) + "\n"
+                     + _groups(broker) + _transactions(broker)) + "\n"
 
 
 _CLEANER = (  # (name, CleanerStats field, type, help), Kafka's LogCleaner metrics in spirit
@@ -125,6 +128,33 @@ def _groups(broker) -> list[str]:
               "# TYPE oncelog_consumer_group_series_omitted gauge"]
     lines += [f'oncelog_consumer_group_series_omitted{{metric="{m}"}} {n}'
               for m, n in omitted.items()]
+    return lines
+
+
+# The states in which a transaction is open: its partitions' LSO waits for its markers.
+_OPEN_TXN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                    TxnState.PREPARE_EPOCH_FENCE)
+
+
+def _transactions(broker) -> list[str]:
+    """Read from the transaction coordinator: transactional ids per state, and how long the
+    oldest open transaction has been open (0 when none is), the number to alert on when a
+    producer hangs or a marker cannot be written."""
+    coordinator = broker.transactions
+    states: Counter[TxnState] = Counter()
+    oldest = None
+    for meta in coordinator.txns.values():
+        states[meta.state] += 1
+        if meta.state in _OPEN_TXN_STATES and meta.start_ms >= 0:
+            oldest = meta.start_ms if oldest is None else min(oldest, meta.start_ms)
+    age = 0 if oldest is None else max(0, coordinator.now_ms() - oldest)
+    lines = ["# HELP oncelog_transactions Transactional ids by the state of their "
+             "transaction.", "# TYPE oncelog_transactions gauge"]
+    lines += [f'oncelog_transactions{{state="{s.label}"}} {states[s]}' for s in TxnState]
+    lines += ["# HELP oncelog_transaction_oldest_open_age_ms Milliseconds since the oldest "
+              "open transaction began (0: none open).",
+              "# TYPE oncelog_transaction_oldest_open_age_ms gauge",
+              f"oncelog_transaction_oldest_open_age_ms {age}"]
     return lines
 
 

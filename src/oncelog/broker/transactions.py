@@ -177,6 +177,11 @@ async def handle_txn_offset_commit(broker, request: Request):
         for name, parts in by_topic.items()))
 
 
+def _instant(ms: int) -> datetime.datetime:
+    """kio writes TransactionStartTimeMs from a datetime; -1 (no transaction) stays -1."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
 def handle_describe_transactions(broker, request: Request):
     mod = response_module(apis.DESCRIBE_TRANSACTIONS, request.api_version)
     states = []
@@ -185,8 +190,8 @@ def handle_describe_transactions(broker, request: Request):
         if txn is None:
             states.append(build(mod.TransactionState, error_code=error, transactional_id=txn_id,
                                 transaction_state="", transaction_timeout=datetime.timedelta(0),
-                                transaction_start_time=-1, producer_id=-1, producer_epoch=-1,
-                                topics=()))
+                                transaction_start_time=_instant(-1), producer_id=-1,
+                                producer_epoch=-1, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, index in txn.partitions:
@@ -195,7 +200,7 @@ def handle_describe_transactions(broker, request: Request):
             mod.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
             transaction_state=txn.state,
             transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
-            transaction_start_time=txn.start_ms, producer_id=txn.producer_id,
+            transaction_start_time=_instant(txn.start_ms), producer_id=txn.producer_id,
             producer_epoch=txn.epoch,
             topics=tuple(build(mod.TopicData, topic=t, partitions=tuple(ps))
                          for t, ps in by_topic.items())))

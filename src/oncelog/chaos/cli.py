@@ -72,11 +72,14 @@ def _scenario(args: argparse.Namespace) -> int:
 
 def add_chaos_commands(sub) -> None:
     scenario = sub.add_parser(
-        "scenario", help="run one of the seeds' four idempotence flows against a broker",
+        "scenario", help="run one of the seeds' idempotence or transaction flows against a "
+                         "broker",
         description="Run one of seed 000's sequence flows (success, missing-acks, "
                     "missing-records, cache-missed) with a low-level producer that controls "
-                    "sequence numbers and in-flight order exactly; print a one-line verdict "
-                    "and write a sequence diagram.")
+                    "sequence numbers and in-flight order exactly, or one of seed 004's "
+                    "transactional flows (zombie-fencing, abort-then-commit) with raw "
+                    "transactional producers; print a one-line verdict and write a sequence "
+                    "diagram.")
     scenario.add_argument("name", nargs="?", metavar="NAME", help="the flow to run")
     scenario.add_argument("--list", action="store_true", help="list the flows")
     scenario.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT")

@@ -1,4 +1,5 @@
-"""The seeds' four sequence flows (seed 000, section 2), run against a live broker.
+"""The seeds' four sequence flows (seed 000, section 2), run against a live broker (and the
+two transactional flows of txn_scenarios.py).
 
 A low-level producer controls sequence numbers and the order of requests exactly; the
 "network" is simulated in-process: a lost request is never sent, a lost response is read and
@@ -197,7 +198,7 @@ class Scenario:
     name: str
     title: str
     labels: str
-    run: Callable[[LowLevelProducer], None]
+    run: Callable[[LowLevelProducer], None] | None  # None: a transactional flow
     kafka_note: str = ""
 
 
@@ -214,10 +215,21 @@ SCENARIOS = {s.name: s for s in (
                         "twice. oncelog sees that A lies wholly below the last sequence and "
                         "answers DUPLICATE_SEQUENCE_NUMBER."),
 )}
+# The transactional flows (txn_scenarios.py), listed with the others.
+SCENARIOS.update({
+    "zombie-fencing": Scenario("zombie-fencing", "Zombie fencing: two producers with one "
+                               "transactional.id (seed 004, KIP-98)", "", None),
+    "abort-then-commit": Scenario("abort-then-commit", "Abort, then commit: one "
+                                  "transactional producer (seed 004, KIP-98)", "", None),
+})
 
 
 def run_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome:
     scenario = SCENARIOS[name]
+    if scenario.run is None:
+        from .txn_scenarios import run_txn_scenario
+
+        return run_txn_scenario(name, bootstrap, topic)
     topic = topic or f"scenario-{name}-{int(time.time() * 1000)}"
     outcome = Outcome(name, scenario.title, kafka_note=scenario.kafka_note)
     with Admin({"bootstrap.servers": bootstrap}) as admin:

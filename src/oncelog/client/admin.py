@@ -1,9 +1,10 @@
-"""oncelog.Admin: topics and consumer groups over the Kafka protocol, against oncelog or any
-Kafka broker."""
+"""oncelog.Admin: topics, consumer groups and transactions over the Kafka protocol, against
+oncelog or any Kafka broker."""
 
 from __future__ import annotations
 
 import datetime
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ class ProducerInfo:
     epoch: int
     last_sequence: int
     last_timestamp: int
+    coordinator_epoch: int = -1  # of the last marker written for this producer; -1: none
+    current_txn_start_offset: int = -1  # of its open transaction in the partition; -1: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,8 @@ class Admin:
         self.client_id = config.get("client.id", "oncelog")
         self.conn: BrokerConnection = connect(self.bootstrap, self.client_id, self.timeout)
         self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
-        self._coordinators: dict[str, Coordinator] = {}  # group id -> its coordinator
+        # (key type, group or transactional id) -> its coordinator
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -163,24 +167,101 @@ class Admin:
                 _raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
                 result[p.partition_index] = [
                     ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
-                                 s.last_timestamp)
+                                 s.last_timestamp, s.coordinator_epoch,
+                                 s.current_txn_start_offset)
                     for s in p.active_producers
                 ]
         return result
+
+    # --- transactions (KIP-664) -------------------------------------------------------------
+    # DescribeTransactions goes to the transactional id's coordinator (FindCoordinator key
+    # type 1), ListTransactions to every broker, WriteTxnMarkers to the partition's leader.
+
+    def find_transaction_coordinator(self, transactional_id: str) -> Coordinator:
+        return self._find_coordinator(transactional_id, COORDINATOR_TRANSACTION)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription | KafkaError]:
+        """Each transactional id's state as its coordinator holds it, or the error
+        (TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know)."""
+        result: dict[str, TransactionDescription | KafkaError] = {}
+        for txn_id in dict.fromkeys(transactional_ids):
+            try:
+                error, found = self._coordinator_call(
+                    txn_id, COORDINATOR_TRANSACTION, apis.DESCRIBE_TRANSACTIONS,
+                    _describe_transactions_request(txn_id), lambda r: r[0], raw=True)
+            except KafkaError as exc:
+                result[txn_id] = exc
+                continue
+            if error != ErrorCode.none or found is None:
+                result[txn_id] = KafkaError(error, f"transactional id {txn_id!r}")
+                continue
+            coordinator = self._coordinators[COORDINATOR_TRANSACTION, txn_id]
+            result[txn_id] = TransactionDescription(txn_id, coordinator.node_id, *found)
+        return result
+
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_ms: int = -1, pattern: str | None = None
+                          ) -> dict[int, list[TransactionListing]]:
+        """ListTransactions of every broker: broker id -> its transactions that pass every
+        filter (states, producer ids, open for at least ``duration_ms``, transactional id
+        matching the regular expression ``pattern``)."""
+        wanted = _ListFilter(tuple(states), tuple(producer_ids), duration_ms, pattern)
+        result: dict[int, list[TransactionListing]] = {}
+        for node_id, conn in self._brokers_by_id():
+            version = conn.version(apis.LIST_TRANSACTIONS)
+            if duration_ms >= 0 and version < 1:
+                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
+                                 "transactions by duration (ListTransactions v1)")
+            if pattern and version < 2:
+                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
+                                 "transactional ids by pattern (ListTransactions v2)")
+            response = conn.call(apis.LIST_TRANSACTIONS, _list_transactions_request(wanted))
+            _raise_for(response.error_code, f"ListTransactions on broker {node_id}")
+            result[node_id] = sorted(
+                (TransactionListing(t.transactional_id, node_id, t.producer_id,
+                                    t.transaction_state)
+                 for t in response.transaction_states),
+                key=lambda t: t.transactional_id)
+        return result
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker of the producer to the partition (WriteTxnMarkers to its
+        leader), as Kafka's Admin.abortTransaction does for a hanging transaction."""
+        host, port = self._leader(topic, partition)
+
+        def make(mod, version):
+            marker = build(mod.WritableTxnMarker, producer_id=producer_id,
+                           producer_epoch=producer_epoch, transaction_result=False,
+                           coordinator_epoch=coordinator_epoch, transaction_version=0,
+                           topics=(build(mod.WritableTxnMarkerTopic, name=topic,
+                                         partition_indexes=(partition,)),))
+            return build(mod.WriteTxnMarkersRequest, markers=(marker,))
+
+        response = self._broker(host, port).call(apis.WRITE_TXN_MARKERS, make)
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    _raise_for(p.error_code, f"{t.name}-{p.partition_index}")
 
     # --- consumer groups --------------------------------------------------------------------
     # Group requests go to the group's coordinator (FindCoordinator); while it loads or moves,
     # a request is retried until the admin's timeout.
 
     def find_group_coordinator(self, group_id: str) -> Coordinator:
+        return self._find_coordinator(group_id, calls.COORDINATOR_GROUP)
+
+    def _find_coordinator(self, key: str, key_type: int) -> Coordinator:
+        what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
         deadline = time.monotonic() + self.timeout
         while True:
             found = calls.find_coordinator_result(
-                self.conn.call(apis.FIND_COORDINATOR, calls.find_coordinator_request(group_id)))
+                self.conn.call(apis.FIND_COORDINATOR, _find_coordinator_request(key, key_type)))
             if found.error == ErrorCode.none:
                 return Coordinator(found.node_id, found.host, found.port)
             if found.error not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
-                _raise_for(found.error, found.message or f"group {group_id!r}")
+                _raise_for(found.error, found.message or f"{what} {key!r}")
             time.sleep(_RETRY_BACKOFF)
 
     def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
@@ -219,7 +300,7 @@ class Admin:
                        tuple(assigned_partitions(m.member_assignment) or ()) if consumer else ())
             for m in g.members)
         return GroupInfo(group_id, g.group_state, g.protocol_type, g.protocol_data, members,
-                         self._coordinators[group_id])
+                         self._coordinators[calls.COORDINATOR_GROUP, group_id])
 
     def _describe_consumer_group(self, group_id: str) -> GroupInfo:
         response = self._group_call(group_id, apis.CONSUMER_GROUP_DESCRIBE,
@@ -233,7 +314,7 @@ class Admin:
                              for p in t.partitions))
             for m in g.members)
         return GroupInfo(group_id, g.group_state, "consumer", g.assignor_name, members,
-                         self._coordinators[group_id])
+                         self._coordinators[calls.COORDINATOR_GROUP, group_id])
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every committed offset of the group (OffsetFetch of all topics)."""
@@ -273,11 +354,12 @@ class Admin:
             lambda r: r.topics[0].partitions[0].error_code)
         return calls.offset_commit_errors(response)
 
-    def list_offsets(self, wanted: dict[tuple[str, int], int]
+    def list_offsets(self, wanted: dict[tuple[str, int], int], read_committed: bool = False
                      ) -> dict[tuple[str, int], int | KafkaError]:
         """ListOffsets of many partitions, each asked of its leader: (topic, partition) ->
         timestamp (calls.EARLIEST, calls.LATEST or milliseconds) in, offset (-1: no record at
-        or after that time) or the partition's error out."""
+        or after that time) or the partition's error out. ``read_committed``: as a
+        read_committed consumer asks (LATEST is then the last stable offset)."""
         if not wanted:
             return {}
         info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
@@ -296,8 +378,8 @@ class Admin:
                 by_leader.setdefault(leaders[partition], {})[topic, partition] = timestamp
         for leader, asked in by_leader.items():
             host, port = info.brokers[leader]
-            response = self._broker(host, port).call(apis.LIST_OFFSETS,
-                                                     _list_offsets_request(asked))
+            response = self._broker(host, port).call(
+                apis.LIST_OFFSETS, _list_offsets_request(asked, int(read_committed)))
             for t in response.topics:
                 for p in t.partitions:
                     result[t.name, p.partition_index] = (
@@ -307,22 +389,45 @@ class Admin:
 
     def _group_call(self, group_id: str, api_key: int, make: Callable[[ModuleType, int], Any],
                     error_of: Callable[[Any], ErrorCode]) -> Any:
-        """Send to the group's coordinator; look it up again while it loads or moves."""
+        return self._coordinator_call(group_id, calls.COORDINATOR_GROUP, api_key, make,
+                                      error_of)
+
+    def _coordinator_call(self, key: str, key_type: int, api_key: int,
+                          make: Callable[[ModuleType, int], Any],
+                          error_of: Callable[[Any], ErrorCode], raw: bool = False) -> Any:
+        """Send to the key's coordinator; look it up again while it loads or moves. With
+        ``raw`` (DescribeTransactions only) the answer is read by _read_describe_transactions."""
         deadline = time.monotonic() + self.timeout
         while True:
-            coordinator = self._coordinators.get(group_id)
+            coordinator = self._coordinators.get((key_type, key))
             if coordinator is None:
-                coordinator = self._coordinators[group_id] = self.find_group_coordinator(
-                    group_id)
-            response = self._broker(coordinator.host, coordinator.port).call(api_key, make)
+                coordinator = self._coordinators[key_type, key] = self._find_coordinator(
+                    key, key_type)
+            conn = self._broker(coordinator.host, coordinator.port)
+            response = _read_describe_transactions(*conn.call_raw(api_key, make)) if raw \
+                else conn.call(api_key, make)
             if error_of(response) not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
                 return response
-            self._coordinators.pop(group_id, None)
+            self._coordinators.pop((key_type, key), None)
             time.sleep(_RETRY_BACKOFF)
 
     def _broker_of(self, group_id: str) -> BrokerConnection:
-        coordinator = self._coordinators[group_id]
+        coordinator = self._coordinators[calls.COORDINATOR_GROUP, group_id]
         return self._broker(coordinator.host, coordinator.port)
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+        info = self.metadata([topic])
+        leaders = {p.index: p.leader for p in info.topics[topic].partitions}
+        if partition not in leaders:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
+        if leaders[partition] < 0 or leaders[partition] not in info.brokers:
+            raise KafkaError(ErrorCode.leader_not_available, f"{topic}-{partition}")
+        return info.brokers[leaders[partition]]
+
+    def _brokers_by_id(self) -> list[tuple[int, BrokerConnection]]:
+        brokers = self.metadata([]).brokers
+        return [(node_id, self._broker(host, port))
+                for node_id, (host, port) in sorted(brokers.items())]
 
     def _broker(self, host: str, port: int) -> BrokerConnection:
         if (host, port) == (self.conn.host, self.conn.port):
@@ -385,6 +490,122 @@ class GroupInfo:
     coordinator: Coordinator
 
 
+COORDINATOR_TRANSACTION = 1  # FindCoordinator key type
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    producer_epoch: int
+    state: str  # as Kafka spells it: Ongoing, PrepareCommit, CompleteAbort...
+    timeout_ms: int
+    start_ms: int  # of the ongoing transaction; -1: none
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ListFilter:
+    states: tuple[str, ...]
+    producer_ids: tuple[int, ...]
+    duration_ms: int
+    pattern: str | None
+
+
+class _Reader:
+    """Kafka's flexible encoding, for the one answer kio cannot read."""
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.pos = data, pos
+
+    def fixed(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str:
+        size = self.uvarint() - 1
+        text = self.data[self.pos:self.pos + max(size, 0)].decode()
+        self.pos += max(size, 0)
+        return text
+
+    def count(self) -> int:
+        return max(self.uvarint() - 1, 0)
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def _read_describe_transactions(version: int, frame: bytes
+                                ) -> tuple[ErrorCode, tuple[Any, ...] | None]:
+    """The first state of a DescribeTransactions v0 answer: (error, (producer id, epoch,
+    state, timeout ms, start ms, partitions)). kio reads TransactionStartTimeMs as a datetime
+    and refuses the -1 Kafka sends when no transaction is ongoing, so it is read here."""
+    r = _Reader(frame, 4)
+    r.skip_tags()  # response header v1
+    r.fixed(">i")  # throttle time
+    if r.count() == 0:
+        return ErrorCode.unknown_server_error, None
+    error = ErrorCode(r.fixed(">h"))
+    r.string()  # transactional id
+    state = r.string()
+    timeout_ms, start_ms = r.fixed(">i"), r.fixed(">q")
+    producer_id, epoch = r.fixed(">q"), r.fixed(">h")
+    partitions = []
+    for _ in range(r.count()):
+        topic = r.string()
+        partitions += [(topic, r.fixed(">i")) for _ in range(r.count())]
+        r.skip_tags()
+    return error, (producer_id, epoch, state, timeout_ms, start_ms, tuple(partitions))
+
+
+def _find_coordinator_request(key: str, key_type: int):
+    def make(mod, version):
+        # v4+ asks for a batch of keys (KIP-699); we ask for one.
+        return build(mod.FindCoordinatorRequest, key=key, key_type=key_type,
+                     coordinator_keys=(key,))
+
+    return make
+
+
+def _describe_transactions_request(transactional_id: str):
+    def make(mod, version):
+        return build(mod.DescribeTransactionsRequest, transactional_ids=(transactional_id,))
+
+    return make
+
+
+def _list_transactions_request(wanted: _ListFilter):
+    def make(mod, version):
+        return build(mod.ListTransactionsRequest, state_filters=wanted.states,
+                     producer_id_filters=wanted.producer_ids,
+                     duration_filter=wanted.duration_ms,
+                     transactional_id_pattern=wanted.pattern)
+
+    return make
+
+
 def _list_groups_request(states: tuple[str, ...]):
     def make(mod, version):
         return build(mod.ListGroupsRequest, states_filter=states, types_filter=())
@@ -415,7 +636,7 @@ def _delete_groups_request(group_id: str):
     return make
 
 
-def _list_offsets_request(wanted: dict[tuple[str, int], int]):
+def _list_offsets_request(wanted: dict[tuple[str, int], int], isolation_level: int = 0):
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), timestamp in sorted(wanted.items()):
         by_topic.setdefault(topic, []).append((partition, timestamp))
@@ -427,6 +648,7 @@ def _list_offsets_request(wanted: dict[tuple[str, int], int]):
                       current_leader_epoch=-1, timestamp=timestamp)
                 for partition, timestamp in parts))
             for topic, parts in by_topic.items())
-        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=topics)
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
+                     topics=topics)
 
     return make

@@ -180,6 +180,28 @@ class BrokerConnection:
 
     def receive(self) -> tuple[int, Any]:
         """(correlation id, body) of the oldest pipelined request's answer."""
+        correlation, api_key, version, frame = self._receive_frame()
+        got, response = decode_response(api_key, version, frame)
+        if got != correlation:
+            self.close()
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"correlation id {got} answered where {correlation} was asked")
+        return got, response
+
+    def call_raw(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> tuple[int, bytes]:
+        """``call`` for an answer kio cannot read (DescribeTransactions' start time of -1):
+        (version, the answer's frame: correlation id, header tags if flexible, body)."""
+        version = self.version(api_key)
+        self._send(api_key, version, make(request_module(api_key, version), version))
+        correlation, _, _, frame = self._receive_frame()
+        (got,) = _SIZE.unpack_from(frame, 0)
+        if got != correlation:
+            self.close()
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"correlation id {got} answered where {correlation} was asked")
+        return version, frame
+
+    def _receive_frame(self) -> tuple[int, int, int, bytes]:
         correlation, api_key, version = self._in_flight.popleft()
         try:
             frame = self._read_frame()
@@ -190,12 +212,7 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
-        got, response = decode_response(api_key, version, frame)
-        if got != correlation:
-            self.close()
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             f"correlation id {got} answered where {correlation} was asked")
-        return got, response
+        return correlation, api_key, version, frame
 
     def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
         self._send(api_key, version, body)
