@@ -695,6 +695,25 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
 
+def _log_pending_tasks() -> None:
+    """SIGUSR1: every task the broker is waiting on, with the whole chain of coroutines it
+    waits in (a request that never gets its answer shows here)."""
+    tasks = asyncio.all_tasks()
+    log.warning("SIGUSR1: %d tasks pending", len(tasks))
+    for task in tasks:
+        chain = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and len(chain) < 20:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} "
+                             f"{frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        if awaited is not None:
+            chain.append(repr(awaited))
+        log.warning("task %s waits in:\n  %s", task.get_name(), "\n  ".join(chain))
+
+
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:
     """Run a broker until SIGINT or SIGTERM, then shut it down cleanly."""
     try:
@@ -713,6 +732,7 @@ def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | No
         stopping = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(signal.SIGUSR1, _log_pending_tasks)
         await stopping.wait()
         await broker.stop()
 
