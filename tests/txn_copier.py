@@ -78,13 +78,6 @@ def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_
                       ends: list[int]) -> int:
     from oncelog import Consumer, KafkaError, Producer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
-    parts = [TopicPartition(source, p) for p in range(len(ends))]
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
-
     def retrying(call, *args):
         deadline = time.monotonic() + CALL_TIMEOUT * 2
         while True:
@@ -99,6 +92,15 @@ def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_
                     raise SystemExit(3) from exc
                 time.sleep(0.1)
 
+    # Unlike confluent-kafka's, oncelog's Consumer connects as it is made: a copier started
+    # while the broker is down retries that too.
+    consumer = retrying(Consumer, {"bootstrap.servers": bootstrap, "group.id": group,
+                                   "isolation.level": "read_committed",
+                                   "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest"})
+    parts = [TopicPartition(source, p) for p in range(len(ends))]
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
     retrying(producer.init_transactions, CALL_TIMEOUT)
     found = retrying(consumer.committed, parts, CALL_TIMEOUT)
     committed = {tp.partition: c.offset for tp, c in found.items() if c is not None}
