@@ -120,7 +120,7 @@ def committed_offsets(bootstrap: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in got}
 
 
-@pytest.mark.parametrize("client", ["confluent"])
+@pytest.mark.parametrize("client", ["confluent", "oncelog"])
 def test_copier_killed_and_broker_killed_copies_exactly_once(tmp_path, client):
     broker = BrokerProcess(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"})
     broker.start()

@@ -74,11 +74,62 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
     return 4
 
 
+def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_id: str,
+                      ends: list[int]) -> int:
+    from oncelog import Consumer, KafkaError, Producer, TopicPartition
+
+    def retrying(call, *args):
+        deadline = time.monotonic() + CALL_TIMEOUT * 2
+        while True:
+            try:
+                return call(*args)
+            except KafkaError as exc:
+                if exc.is_fatal():
+                    raise SystemExit(2) from exc
+                if exc.txn_requires_abort():
+                    raise SystemExit(3) from exc
+                if not exc.is_retriable() or time.monotonic() > deadline:
+                    raise SystemExit(3) from exc
+                time.sleep(0.1)
+
+    # Unlike confluent-kafka's, oncelog's Consumer connects as it is made: a copier started
+    # while the broker is down retries that too.
+    consumer = retrying(Consumer, {"bootstrap.servers": bootstrap, "group.id": group,
+                                   "isolation.level": "read_committed",
+                                   "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest"})
+    parts = [TopicPartition(source, p) for p in range(len(ends))]
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
+    retrying(producer.init_transactions, CALL_TIMEOUT)
+    found = retrying(consumer.committed, parts, CALL_TIMEOUT)
+    committed = {tp.partition: c.offset for tp, c in found.items() if c is not None}
+    consumer.assign(parts)  # without offsets: from the group's committed ones
+    deadline = time.monotonic() + RUN_LIMIT
+    while time.monotonic() < deadline:
+        if all(committed.get(p, -1) >= end for p, end in enumerate(ends)):
+            return 0
+        records = retrying(consumer.poll, 0.5, BATCH)
+        if not records:
+            continue
+        retrying(producer.begin_transaction)
+        for r in records:
+            producer.produce(target, transform(r.value), key=r.key, partition=r.partition)
+        positions = {tp: retrying(consumer.position, tp) for tp in parts}
+        retrying(producer.send_offsets_to_transaction, positions,
+                 consumer.consumer_group_metadata(), CALL_TIMEOUT)
+        retrying(producer.commit_transaction, CALL_TIMEOUT)
+        committed.update({tp.partition: offset for tp, offset in positions.items()})
+    return 4
+
+
 def main(argv: list[str]) -> int:
     client, bootstrap, source, target, group, txn_id, ends = argv
     end_offsets = [int(e) for e in ends.split(",")]
     if client == "confluent":
         return copy_with_confluent(bootstrap, source, target, group, txn_id, end_offsets)
+    if client == "oncelog":
+        return copy_with_oncelog(bootstrap, source, target, group, txn_id, end_offsets)
     raise SystemExit(f"unknown client {client!r}")
 
 
