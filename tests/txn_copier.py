@@ -13,12 +13,31 @@ on a fatal error (a fenced producer, say) it exits 2. Every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import threading
 import time
 
 BATCH = 500
 RUN_LIMIT = 600.0  # seconds; a copier that runs longer is stuck
 CALL_TIMEOUT = 30.0
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float):
+    """librdkafka's send_offsets_to_transaction() can block past its timeout when the group
+    coordinator goes down during the call (confluentinc/librdkafka#5456, open): its
+    coordinator requests never check their timeout. An application guards it as this one
+    does: the process exits (code 3, as for an abortable error) and the next instance's
+    init_transactions fences and aborts what was open."""
+    timer = threading.Timer(seconds, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def transform(value: bytes) -> bytes:
@@ -41,7 +60,8 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
         deadline = time.monotonic() + CALL_TIMEOUT * 2
         while True:
             try:
-                call(*args)
+                with watchdog(CALL_TIMEOUT + 5):
+                    call(*args)
                 return
             except KafkaException as exc:
                 error = exc.args[0]
