@@ -13,10 +13,11 @@ import threading
 import time
 from collections import Counter
 
+import group_members
 import pytest
 from brokers import create_topic
 from confluent_kafka import Consumer as ConfluentConsumer
-from confluent_kafka import Producer
+from group_members import TOPIC, WAIT, consumed, partitions, poll_until, produce, split_evenly
 from kio.schema.errors import ErrorCode
 
 from oncelog import Consumer, KafkaError, OffsetAndMetadata, TopicPartition
@@ -31,8 +32,6 @@ BROKER = {
     "group_consumer_heartbeat_interval_ms": 300,
     "group_initial_rebalance_delay_ms": 0,
 }
-WAIT = 60.0  # bound of every wait below (conditions, not sleeps)
-TOPIC = "orders"
 PROTOCOL = {"group.protocol": "consumer"}
 
 
@@ -43,77 +42,10 @@ def group_broker(start_broker):
     return broker
 
 
-def produce(bootstrap: str, first: int, count: int, topic: str = TOPIC,
-            partitions: int = 6) -> list[bytes]:
-    """``count`` records with values first..first+count-1, spread over the partitions."""
-    failed = []
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    values = [b"%d" % i for i in range(first, first + count)]
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=(first + i) % partitions,
-                         on_delivery=lambda error, _: error and failed.append(error))
-    assert producer.flush(30) == 0 and not failed, failed
-    return values
-
-
-class Member:
+class Member(group_members.Member):
     """One oncelog consumer of the group (consumer protocol) and what happened to it."""
 
-    def __init__(self, bootstrap: str, group: str, topics=(TOPIC,), **config) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "auto.offset.reset": "earliest", **PROTOCOL, **config})
-        self.values: list[bytes] = []
-        self.events: list[tuple[str, frozenset]] = []
-        self.consumer.subscribe(list(topics), on_assign=self._event("assign"),
-                                on_revoke=self._event("revoke"), on_lost=self._event("lost"))
-        self.closed = False
-
-    def _event(self, kind):
-        def record(consumer, partitions):
-            self.events.append((kind, frozenset(partitions)))
-        return record
-
-    def poll(self) -> None:
-        if not self.closed:
-            self.values += [r.value for r in self.consumer.poll(0.05)]
-
-    @property
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.consumer.assignment())
-
-    @property
-    def settled(self) -> bool:
-        return not self.closed and self.consumer._group.membership.stable
-
-    def close(self) -> None:
-        self.consumer.close()
-        self.closed = True
-
-
-def poll_until(members, condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        for m in members:
-            m.poll()
-
-
-def partitions(topic=TOPIC, n=6) -> set[TopicPartition]:
-    return {TopicPartition(topic, p) for p in range(n)}
-
-
-def split_evenly(members, total=6) -> bool:
-    """The live members are settled and hold ``total`` partitions between them, evenly."""
-    live = [m for m in members if not m.closed]
-    if not all(m.settled for m in live):
-        return False
-    sets = [m.assignment for m in live]
-    return sum(len(s) for s in sets) == len(set().union(*sets)) == total \
-        and max(map(len, sets)) - min(map(len, sets)) <= 1
-
-
-def consumed(members) -> Counter:
-    return Counter(v for m in members for v in m.values)
+    BASE = PROTOCOL
 
 
 def describe(bootstrap: str, group: str):
