@@ -33,13 +33,17 @@ WAIT = 120.0 * max(1.0, RECORDS / 20_000)
 # When the output has grown past each fraction of the input, what is killed.
 FAULTS = [(0.10, "copier"), (0.20, "broker"), (0.30, "copier"), (0.40, "both"),
           (0.55, "copier"), (0.65, "broker"), (0.80, "copier")]
+# How far past the next fault's mark the copier may run before it waits for the fault.
+GATE_AHEAD = 0.05
 
 
 class Copier:
-    def __init__(self, client: str, bootstrap: str, ends: dict[int, int]) -> None:
+    def __init__(self, client: str, bootstrap: str, ends: dict[int, int], gate: Path) -> None:
+        self.gate = gate
+        self.hold_at(FAULTS[0][0] + GATE_AHEAD)
         self.args = [sys.executable, str(COPIER), client, bootstrap, "input", "output",
                      "copier-group", "copier-txn",
-                     ",".join(str(ends[p]) for p in range(PARTITIONS))]
+                     ",".join(str(ends[p]) for p in range(PARTITIONS)), str(gate)]
         self.exits: list[int] = []
         self.proc: subprocess.Popen | None = None
         self.start()
@@ -48,6 +52,13 @@ class Copier:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL,
                                      env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+    def hold_at(self, fraction: float) -> None:
+        """The copier starts no transaction past this fraction of the input, so the next
+        fault cannot miss it however fast it copies."""
+        staged = self.gate.with_suffix(".new")
+        staged.write_text(str(int(fraction * RECORDS)))
+        staged.replace(self.gate)
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -132,7 +143,7 @@ def test_copier_killed_and_broker_killed_copies_exactly_once(tmp_path, client):
         with connect(broker) as conn:
             ends = latest_offsets(conn, "input", PARTITIONS, 0)
         assert sum(ends.values()) == RECORDS
-        copier = Copier(client, broker.bootstrap, ends)
+        copier = Copier(client, broker.bootstrap, ends, tmp_path / "gate")
         deadline = time.monotonic() + WAIT
         faults = list(FAULTS)
         while not copier.poll():
@@ -142,6 +153,7 @@ def test_copier_killed_and_broker_killed_copies_exactly_once(tmp_path, client):
                     grown = sum(latest_offsets(conn, "output", PARTITIONS, 0).values())
                 if grown >= faults[0][0] * RECORDS:
                     _, what = faults.pop(0)
+                    copier.hold_at(faults[0][0] + GATE_AHEAD if faults else 1.0)
                     if what in ("copier", "both"):
                         copier.kill()
                     if what in ("broker", "both"):

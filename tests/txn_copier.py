@@ -3,9 +3,13 @@ can SIGKILL it (test_txn_copier.py): partition p of the input goes to partition 
 output, each value prefixed with b"copied:", and the consumer's offsets commit in the same
 transaction as the records.
 
-    python txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID END0,END1,...
+    python txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID END0,END1,... [GATE]
 
-CLIENT is confluent or oncelog. The copier stops with exit code 0 once its committed position
+CLIENT is confluent or oncelog. GATE, a file holding a number of records, holds the copier
+back: it starts no transaction while its committed position (summed over partitions) is at or
+past that number, so a test can be sure a fault lands before the copier is done.
+
+The copier stops with exit code 0 once its committed position
 in every partition has reached ENDp; on an error that needs the transaction aborted it exits
 3 (the test starts it again, and the new instance's init_transactions aborts what was open);
 on a fatal error (a fenced producer, say) it exits 2. Every wait is bounded.
@@ -40,12 +44,23 @@ def watchdog(seconds: float):
         timer.cancel()
 
 
+def wait_for_gate(gate: str | None, committed: dict[int, int], deadline: float) -> None:
+    while gate is not None and time.monotonic() < deadline:
+        try:
+            limit = int(open(gate).read())
+        except (OSError, ValueError):  # the test replaces the file by renaming: never torn
+            limit = 0
+        if sum(max(0, offset) for offset in committed.values()) < limit:
+            return
+        time.sleep(0.02)
+
+
 def transform(value: bytes) -> bytes:
     return b"copied:" + value
 
 
 def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, txn_id: str,
-                        ends: list[int]) -> int:
+                        ends: list[int], gate: str | None) -> int:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
@@ -79,6 +94,7 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
     while time.monotonic() < deadline:
         if all(committed.get(p, -1) >= end for p, end in enumerate(ends)):
             return 0
+        wait_for_gate(gate, committed, deadline)
         messages = [m for m in consumer.consume(BATCH, 0.5) if m.error() is None]
         if not messages:
             continue
@@ -95,7 +111,7 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
 
 
 def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_id: str,
-                      ends: list[int]) -> int:
+                      ends: list[int], gate: str | None) -> int:
     from oncelog import Consumer, KafkaError, Producer, TopicPartition
 
     def retrying(call, *args):
@@ -129,6 +145,7 @@ def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_
     while time.monotonic() < deadline:
         if all(committed.get(p, -1) >= end for p, end in enumerate(ends)):
             return 0
+        wait_for_gate(gate, committed, deadline)
         records = retrying(consumer.poll, 0.5, BATCH)
         if not records:
             continue
@@ -144,12 +161,13 @@ def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_
 
 
 def main(argv: list[str]) -> int:
-    client, bootstrap, source, target, group, txn_id, ends = argv
+    client, bootstrap, source, target, group, txn_id, ends, *rest = argv
     end_offsets = [int(e) for e in ends.split(",")]
+    gate = rest[0] if rest else None
     if client == "confluent":
-        return copy_with_confluent(bootstrap, source, target, group, txn_id, end_offsets)
+        return copy_with_confluent(bootstrap, source, target, group, txn_id, end_offsets, gate)
     if client == "oncelog":
-        return copy_with_oncelog(bootstrap, source, target, group, txn_id, end_offsets)
+        return copy_with_oncelog(bootstrap, source, target, group, txn_id, end_offsets, gate)
     raise SystemExit(f"unknown client {client!r}")
 
 
