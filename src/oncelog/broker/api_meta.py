@@ -15,12 +15,12 @@ from ..protocol.api_versions import (
 )
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
+from . import acl_operations
 from .topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 
 log = logging.getLogger(__name__)
 
 NO_THROTTLE = datetime.timedelta(0)
-AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 
 
 def api_versions_body(api_version: int, error: ErrorCode = ErrorCode.none):
@@ -59,17 +59,21 @@ def handle_metadata(broker, request: Request):
             wanted.append(name)
     auto_create = getattr(body, "allow_auto_topic_creation", True) and \
         broker.config.get("auto.create.topics.enable")
+    topic_ops = acl_operations.answer(
+        getattr(body, "include_topic_authorized_operations", False), acl_operations.TOPIC)
     results = []
     for name in wanted:
-        results.append(_metadata_topic(broker, mod, name, auto_create))
+        results.append(_metadata_topic(broker, mod, name, auto_create, topic_ops))
     brokers = (build(mod.MetadataResponseBroker, node_id=broker.broker_id,
                      host=broker.advertised_host, port=broker.advertised_port, rack=None),)
     return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.broker_id,
-                 topics=tuple(results), cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                 topics=tuple(results), cluster_authorized_operations=acl_operations.answer(
+                     getattr(body, "include_cluster_authorized_operations", False),
+                     acl_operations.CLUSTER))
 
 
-def _metadata_topic(broker, mod, name: str | None, auto_create: bool):
+def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops: int):
     topics = broker.topics
     topic = topics.get(name) if name else None
     error = ErrorCode.none
@@ -88,20 +92,24 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool):
             error = ErrorCode.unknown_topic_or_partition
     partitions = ()
     if topic is not None:
-        node = (broker.broker_id,)
-        # A failed log directory shows as an offline replica, as Kafka shows it; produce and
-        # fetch answer KAFKA_STORAGE_ERROR.
-        offline = node if topics.log_dir_state.offline else ()
         partitions = tuple(
-            build(mod.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p.index,
-                  leader_id=broker.broker_id, leader_epoch=0, replica_nodes=node, isr_nodes=node,
-                  offline_replicas=offline)
+            build(mod.MetadataResponsePartition, **partition_fields(broker, p))
             for p in topic.partitions
         )
     values = {
         "error_code": error, "name": name or "", "is_internal": name in INTERNAL_TOPICS,
         "partitions": partitions,
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": topic_ops,
         "topic_id": topic.topic_id if topic is not None else uuid.UUID(int=0),
     }
     return build(mod.MetadataResponseTopic, **values)
+
+
+def partition_fields(broker, partition) -> dict:
+    """A partition as Metadata and DescribeTopicPartitions show it. A partition whose log
+    directory failed shows this broker as an offline replica, as Kafka shows it; produce and
+    fetch answer KAFKA_STORAGE_ERROR."""
+    node = (broker.broker_id,)
+    return {"error_code": ErrorCode.none, "partition_index": partition.index,
+            "leader_id": broker.broker_id, "leader_epoch": 0, "replica_nodes": node,
+            "isr_nodes": node, "offline_replicas": node if partition.log_dir.offline else ()}

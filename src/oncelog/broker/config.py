@@ -7,6 +7,7 @@ Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -142,7 +143,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
     _key("advertised.listeners", "STRING", "",
          "What Metadata tells clients to connect to; defaults to the bound listener."),
-    _key("log.dirs", "STRING", "./data", "The directory holding the partitions' logs."),
+    _key("log.dirs", "STRING", "./data",
+         "The directories holding the partitions' logs, comma-separated (JBOD). The first also "
+         "holds the broker's metadata (.oncelog-metadata)."),
     _key("log.dir", "STRING", "./data", "Used when log.dirs is not set."),
     _key("num.partitions", "INT", 1, "Partitions of an auto-created topic.", _POSITIVE_INT),
     _key("default.replication.factor", "INT", 1, "Replication factor of auto-created topics.",
@@ -388,6 +391,17 @@ class Listener:
         return cls(host, int(match.group(2)))
 
 
+def _log_dirs(text: str) -> list[str]:
+    """log.dirs as Kafka reads it: comma-separated, each directory once."""
+    dirs = [d.strip() for d in text.split(",")]
+    if not all(dirs):
+        raise ConfigError(f"log.dirs: an empty directory name in {text!r}")
+    real = [os.path.realpath(d) for d in dirs]
+    if len(set(real)) != len(real):
+        raise ConfigError(f"log.dirs: a directory is named twice in {text!r}")
+    return dirs
+
+
 class BrokerConfig:
     """Validated broker configuration. ``explicit`` remembers what the user set."""
 
@@ -401,10 +415,11 @@ class BrokerConfig:
                 self.explicit[name] = key.parse(text)
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
-        dirs = self.get("log.dirs") if "log.dirs" in self.explicit else self.get("log.dir")
-        if "," in dirs:
-            raise ConfigError("log.dirs: only one log directory is supported")
-        self.log_dir: str = dirs
+        self.log_dirs: list[str] = _log_dirs(
+            self.get("log.dirs") if "log.dirs" in self.explicit else self.get("log.dir"))
+        # The broker's own metadata lives in the first directory, as Kafka's metadata.log.dir
+        # defaults to the first of log.dirs.
+        self.log_dir: str = self.log_dirs[0]
         queued = self.get("queued.max.request.bytes")
         if 0 < queued < self.get("socket.request.max.bytes"):
             raise ConfigError(

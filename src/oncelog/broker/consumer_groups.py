@@ -20,11 +20,11 @@ from ..coordinator.consumer_records import Assignment
 from ..protocol import api_versions as apis
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
+from . import acl_operations
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
 from .topics import TopicManager
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member_type of a consumer-protocol member
 
 
@@ -126,7 +126,7 @@ def handle_consumer_group_describe(broker, request: Request):
                 mod.DescribedGroup, error_code=d.error, error_message=d.message,
                 group_id=d.group_id, group_state="Dead" if d.error is not ErrorCode.none
                 else "", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
-                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                authorized_operations=acl_operations.OMITTED))
             continue
         members = tuple(build(
             mod.Member, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
@@ -142,6 +142,8 @@ def handle_consumer_group_describe(broker, request: Request):
             group_id=group.group_id, group_state=group.state.value,
             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
             assignor_name=d.assignor, members=members,
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            authorized_operations=acl_operations.answer(
+                getattr(request.body, "include_authorized_operations", False),
+                acl_operations.GROUP)))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))

@@ -28,6 +28,7 @@ from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ..protocol.records import decode_record_fields, encode_batch, now_ms
 from ..protocol.schema import build, has_field, response_module
+from . import acl_operations
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
 from .consumer_groups import TopicImage, consumer_group_config
@@ -36,7 +37,6 @@ from .topics import OFFSETS_TOPIC, TopicError, TopicManager
 log = logging.getLogger(__name__)
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _READ_CHUNK = 1 << 20
 # Kafka's mapping of an append error to what a group request answers.
 _APPEND_ERRORS = {
@@ -403,7 +403,7 @@ def handle_describe_groups(broker, request: Request):
                 mod.DescribedGroup, error_code=error,
                 error_message=None if error is ErrorCode.none else error.name,
                 group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
-                members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                members=(), authorized_operations=acl_operations.OMITTED))
             continue
         stable = group.state.value == "Stable"
         members = tuple(build(
@@ -418,7 +418,9 @@ def handle_describe_groups(broker, request: Request):
             group_id=group_id, group_state=group.state.value,
             protocol_type=group.protocol_type or "",
             protocol_data=(group.protocol or "") if stable else "", members=members,
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            authorized_operations=acl_operations.answer(
+                getattr(body, "include_authorized_operations", False),
+                acl_operations.GROUP)))
     return build(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
 

@@ -58,6 +58,7 @@ class LogCleaner:
         self.stats = CleanerStats()
         self._retry_at: dict[Partition, int] = {}
         self._uncleanable: set[Partition] = set()
+        self.cleaning_now: Partition | None = None
 
     async def run(self) -> None:
         while True:
@@ -70,7 +71,11 @@ class LogCleaner:
                 # at least 10 ms, so that log.cleaner.backoff.ms=0 does not spin
                 await asyncio.sleep(max(self.backoff_ms, 10) / 1000)
                 continue
-            await self.clean(partition)
+            self.cleaning_now = partition  # a move between log directories waits for it
+            try:
+                await self.clean(partition)
+            finally:
+                self.cleaning_now = None
             await asyncio.sleep(0)
 
     def _compacted_partitions(self):
@@ -80,13 +85,11 @@ class LogCleaner:
                     yield partition
 
     def _most_in_need(self, now_ms: int) -> Partition | None:
-        if self.topics.log_dir_state.offline:
-            return None
         best, best_rank = None, None
         max_ratio = 0.0
         for partition in self._compacted_partitions():
             if partition in self._uncleanable or self._retry_at.get(partition, 0) > now_ms \
-                    or not partition.holds_data():
+                    or partition.log_dir.offline or not partition.holds_data():
                 continue
             try:
                 where = partition.cleanable(now_ms)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -54,3 +55,30 @@ class LogDir:
 
     def error(self) -> LogDirOffline:
         return LogDirOffline(self.path, self.offline_reason or "?")
+
+
+def volume_bytes(path: str) -> tuple[int, int]:
+    """(total, usable) bytes of the volume holding ``path``, as DescribeLogDirs v4 reports
+    them; (-1, -1) when the volume cannot be asked."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return -1, -1
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+
+
+def directory_bytes(path: str) -> int:
+    """The size of a partition directory's segments (its ``.log`` files), as Kafka reports a
+    replica's size; 0 for a directory that is not there."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return 0
+    total = 0
+    for name in names:
+        if name.endswith(".log"):
+            try:
+                total += os.stat(os.path.join(path, name)).st_size
+            except OSError:
+                pass  # deleted by retention meanwhile
+    return total

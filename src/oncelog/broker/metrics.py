@@ -44,10 +44,10 @@ def render(broker) -> str:
         lines.append(f"oncelog_producers{{{labels}}} {len(partition.state)}")
         tombstones.append(f"oncelog_producer_records{{{labels}}} "
                           f"{partition.state.tombstone_count}")
-    dirs = broker.topics.log_dir_state
     log_dirs = ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is offline "
-                "until a restart.", "# TYPE oncelog_log_dir_offline gauge",
-                f'oncelog_log_dir_offline{{path="{_label(dirs.path)}"}} {int(dirs.offline)}']
+                "until a restart.", "# TYPE oncelog_log_dir_offline gauge"]
+    log_dirs += [f'oncelog_log_dir_offline{{path="{_label(path)}"}} {int(state.offline)}'
+                 for path, state in broker.topics.log_dirs.items()]
     return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
                      + _groups(broker) + _transactions(broker)) + "\n"
 

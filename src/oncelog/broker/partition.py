@@ -582,6 +582,18 @@ class Partition:
         if waiting is not None and not waiting.done():
             waiting.set_result(None)
 
+    @property
+    def flush_running(self) -> bool:
+        return self._this_flush is not None
+
+    def relocate(self, directory: str, log_dir: LogDir) -> None:
+        """Use the partition's files at ``directory`` from now on (a move between log
+        directories, see log_dir_moves.py); the partition must be closed."""
+        assert self._log is None, "relocating an open partition"
+        self.dir = directory
+        self.log_dir = log_dir
+        self._snapshots = SnapshotFiles(directory, self.disk)
+
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
         if self._log is not None:

@@ -35,6 +35,12 @@ from . import metrics
 from .admin import handle_create_topics, handle_delete_topics, handle_describe_configs
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
+from .cluster_views import (
+    handle_alter_replica_log_dirs,
+    handle_describe_cluster,
+    handle_describe_log_dirs,
+    handle_describe_topic_partitions,
+)
 from .config import BrokerConfig
 from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
@@ -118,6 +124,11 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    # the cluster and storage views
+    apis.DESCRIBE_CLUSTER: handle_describe_cluster,
+    apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
+    apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
@@ -132,6 +143,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
+        self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
         self.transactions = make_transaction_coordinator(self, config, self.topics)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
@@ -201,7 +213,7 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
-                 self.advertised_port, os.path.abspath(self.config.log_dir))
+                 self.advertised_port, ", ".join(self.topics.log_dirs))
         return host, port
 
     async def _every(self, interval_ms: int, duty: Callable[[], None]) -> None:
@@ -225,10 +237,10 @@ class Broker:
                           "COORDINATOR_LOAD_IN_PROGRESS")
 
     def apply_retention(self) -> None:
-        if self.topics.log_dir_state.offline:
-            return
         now = int(time.time() * 1000)
         for partition in self._partitions_with_data():
+            if partition.log_dir.offline:
+                continue
             try:
                 partition.apply_retention(now)
             except OSError as exc:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import shutil
 import threading
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ from .config import (
     is_compacted,
     validate_topic_configs,
 )
+from .log_dir_moves import LogDirMoves
 from .log_dirs import LogDir
 from .partition import IssuedProducerIds, Partition
 
@@ -85,15 +88,33 @@ class TopicManager:
         self.store = store
         self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
-        self.log_dir = config.log_dir
         self.disk = disk or default_disk()
-        self.log_dir_state = LogDir(self.log_dir)
-        self.log_dir_state.when_offline(self._abandon_partitions)
-        os.makedirs(self.log_dir, exist_ok=True)
+        # JBOD: every directory of log.dirs holds partitions, each its own health (one that
+        # fails takes only its partitions offline). The first also holds the broker's
+        # metadata; ``log_dir_state`` is that one.
+        self.log_dirs: dict[str, LogDir] = {}
+        for path in config.log_dirs:
+            state = LogDir(os.path.abspath(path))
+            state.when_offline(functools.partial(self._abandon_partitions, state))
+            try:
+                os.makedirs(state.path, exist_ok=True)
+                os.listdir(state.path)
+            except OSError as exc:
+                state.fail(exc)
+            self.log_dirs[state.path] = state
+        self.log_dir_state = next(iter(self.log_dirs.values()))
+        self.log_dir = self.log_dir_state.path
+        self.moves = LogDirMoves(self)
+        self.moves.recover()
+        self._placed = self._find_partition_dirs()
+        self._load: Counter[str] = Counter()  # partitions placed in each directory
+        self._starting = True
         for name in self.store.children("topics"):
             value, _ = self.store.get(f"topics/{name}")
             if value is not None:
                 self._materialize(name, value)
+        self._starting = False
+        self._placed.clear()  # what no topic claimed is set aside just below
         self._remove_stale_directories()
 
     # --- partition directories -----------------------------------------------------------
@@ -110,9 +131,8 @@ class TopicManager:
         metadata store, a copied directory): it is renamed "...-stray", not read, and kept
         for an operator, as Kafka keeps stray replicas."""
         by_id = {topic.topic_id.hex: topic for topic in self.topics.values()}
-        deleted, strays = [], 0
-        for entry in os.listdir(self.log_dir):
-            path = os.path.join(self.log_dir, entry)
+        deleted, strays, touched = [], 0, set()
+        for entry, path in self._entries():
             gone = _DELETED_DIR.fullmatch(entry)
             if gone is not None:
                 topic = by_id.pop(gone.group(1), None)
@@ -126,33 +146,72 @@ class TopicManager:
                         continue
                     del self.topics[topic.name]
                 deleted.append(path)
+                touched.add(os.path.dirname(path))
                 continue
             match = _PARTITION_DIR.fullmatch(entry)
             if match is None or not os.path.isdir(path) or not _is_partition_dir(path):
                 continue
             topic = self.topics.get(match.group(1))
-            if topic is None or int(match.group(2)) >= len(topic.partitions) or \
+            index = int(match.group(2))
+            if topic is None or index >= len(topic.partitions) or \
+                    topic.partitions[index].dir != path or \
                     partition_metadata.read(self.disk, path) not in (None, topic.topic_id):
                 aside = self._move_aside(path, STRAY_SUFFIX)
                 log.warning("%s belongs to no topic of this broker (a lost or restored "
-                            "metadata store?): renamed to %s, not read, not deleted", path,
-                            aside)
+                            "metadata store, or a second copy in another log directory?): "
+                            "renamed to %s, not read, not deleted", path, aside)
                 strays += 1
-        if deleted or strays:
-            self._sync_log_dir()
+                touched.add(os.path.dirname(path))
+        for directory in touched:
+            self.disk.fsync_dir(directory)
         _remove_all(deleted)
+
+    def _entries(self):
+        """(name, path) of everything in the online log directories."""
+        for state in self.log_dirs.values():
+            if state.offline:
+                continue
+            try:
+                names = os.listdir(state.path)
+            except OSError as exc:
+                state.fail(exc)
+                continue
+            for entry in names:
+                yield entry, os.path.join(state.path, entry)
+
+    def _find_partition_dirs(self) -> dict[str, str]:
+        """"<topic>-<index>" -> the log directory holding it, for each partition directory
+        on disk (Kafka finds its logs again the same way: by looking)."""
+        placed: dict[str, str] = {}
+        for entry, path in self._entries():
+            if _PARTITION_DIR.fullmatch(entry) and entry not in placed and os.path.isdir(path):
+                placed[entry] = os.path.dirname(path)
+        return placed
+
+    def placed_in(self, source: LogDir, target: LogDir) -> None:
+        """A partition moved from ``source`` to ``target`` (see log_dir_moves.py)."""
+        self._load[source.path] -= 1
+        self._load[target.path] += 1
+
+    def choose_log_dir(self) -> LogDir:
+        """Where a new partition goes: the online directory with the fewest partitions (the
+        first of log.dirs among equals), as Kafka chooses."""
+        online = [state for state in self.log_dirs.values() if not state.offline]
+        if not online:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             "every log directory is offline: " + "; ".join(
+                                 str(state.error()) for state in self.log_dirs.values()))
+        return min(online, key=lambda state: self._load[state.path])
 
     def _move_aside(self, path: str, suffix: str) -> str:
         aside = f"{path}.{uuid.uuid4().hex}{suffix}"
         self.disk.rename(path, aside)
         return aside
 
-    def _sync_log_dir(self) -> None:
-        self.disk.fsync_dir(self.log_dir)
-
-    def _abandon_partitions(self) -> None:
+    def _abandon_partitions(self, state: LogDir) -> None:
         for partition in list(self.open_partitions()):
-            partition.abandon()
+            if partition.log_dir is state:
+                partition.abandon()
 
     def _materialize(self, name: str, value: dict[str, Any]) -> Topic:
         overrides = validate_topic_configs(value.get("configs", {}))
@@ -162,11 +221,24 @@ class TopicManager:
         return topic
 
     def _partition(self, topic: Topic, index: int) -> Partition:
+        name = f"{topic.name}-{index}"
+        found = self._placed.pop(name, None)
+        if found is not None:
+            state = self.log_dirs[found]
+        elif self._starting and any(state.offline for state in self.log_dirs.values()):
+            # A partition from before this start whose directory was not found while a log
+            # directory is offline: its data may be there, so it must not start empty
+            # elsewhere (Kafka refuses to create a log that is not new while directories
+            # are offline).
+            state = next(state for state in self.log_dirs.values() if state.offline)
+        else:
+            state = self.choose_log_dir()
+        self._load[state.path] += 1
         return Partition(
-            topic.name, index, os.path.join(self.log_dir, f"{topic.name}-{index}"),
+            topic.name, index, os.path.join(state.path, name),
             self.log_config(topic), self.topic_config(topic, "max.message.bytes"),
             self.state_limits(topic), self._producer_ids, self.record_rules(topic),
-            log_dir=self.log_dir_state, disk=self.disk, topic_id=topic.topic_id,
+            log_dir=state, disk=self.disk, topic_id=topic.topic_id,
         )
 
     # --- configs -------------------------------------------------------------------------
@@ -271,8 +343,7 @@ class TopicManager:
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
         if validate_only:
             return Topic(name, uuid.UUID(value["id"]), validate_topic_configs(configs))
-        if self.log_dir_state.offline:
-            raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
+        self.choose_log_dir()  # raises when no directory can take the partitions
         try:
             self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
         except BadVersion:
@@ -339,6 +410,7 @@ class TopicManager:
         # metadata entry, then the directories, in the background.
         aside, failed = [], []
         for partition in topic.partitions:
+            self.moves.cancel(partition)
             if os.path.isdir(partition.dir):
                 target = f"{partition.dir}.{topic.topic_id.hex}{DELETE_SUFFIX}"
                 try:
@@ -346,10 +418,11 @@ class TopicManager:
                     aside.append(target)
                 except OSError as exc:
                     failed.append(f"{partition.dir}: {exc}")
-        try:
-            self._sync_log_dir()
-        except OSError as exc:
-            failed.append(f"fsync of {self.log_dir}: {exc}")
+        for directory in {os.path.dirname(path) for path in aside}:
+            try:
+                self.disk.fsync_dir(directory)
+            except OSError as exc:
+                failed.append(f"fsync of {directory}: {exc}")
         if failed and not aside:  # nothing was decided: the topic stays as it was
             raise TopicError(ErrorCode.kafka_storage_error,
                              f"renaming the topic's directories failed: {'; '.join(failed)}")
@@ -357,6 +430,7 @@ class TopicManager:
             log.error("deleting topic %s: %s", name, "; ".join(failed))  # the rest as strays
         for partition in topic.partitions:
             partition.delete()
+            self._load[partition.log_dir.path] -= 1
         del self.topics[name]
         try:
             self.store.delete(f"topics/{name}")

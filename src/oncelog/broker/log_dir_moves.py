@@ -1,0 +1,335 @@
+"""Moving a partition between the log directories of this broker (AlterReplicaLogDirs),
+online and crash-safe.
+
+Kafka copies a partition into ``<topic>-<p>.<id>-future`` in the destination while it keeps
+serving, then swaps the future log in and deletes the old one. Here, for a move with id I
+(a fresh uuid), from directory S to directory D:
+
+1. copy (a worker thread; the partition serves meanwhile): every file of ``S/<tp>`` into
+   ``D/<tp>.I-future``, then again what changed since (a segment that grew: its new bytes;
+   anything else that changed: the whole file), until a pass finds little to do.
+2. finish (on the event loop, so nothing else touches the partition): the partition is
+   closed cleanly (producer snapshot, log sealed), what changed since the last pass is
+   copied, every file of the future fsynced, then D.
+3. commit: ``S/<tp>`` is renamed ``S/<tp>.I-delete`` and S fsynced.
+4. ``D/<tp>.I-future`` renamed ``D/<tp>``, D fsynced; the partition reopens from D.
+5. ``S/<tp>.I-delete`` removed in the background.
+
+``recover`` runs at start before anything is read, and leaves exactly one complete copy
+whatever moment a crash hit: a future whose ``-delete`` twin exists was committed (3 done):
+it is renamed in (4); a future without one was not: it is removed and the source is used; a
+``-delete`` without a future had 4 done: it is removed with the other ``-delete``
+directories. A failure before the commit removes the future and leaves the
+partition where it was; a failed fsync at or after the commit takes the directory offline
+(its partitions answer KAFKA_STORAGE_ERROR) and the next start finishes the move.
+
+For the tests, ONCELOG_LOG_DIR_MOVE_CRASH=<point> kills the broker (SIGKILL) at a point of
+the move: ``copying`` (after the first file), ``copied`` (2 done), ``committed`` (3 done),
+``renamed`` (4 done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .log_dirs import LogDir, directory_bytes
+
+if TYPE_CHECKING:
+    from .partition import Partition
+    from .topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+FUTURE_SUFFIX = "-future"
+DELETE_SUFFIX = "-delete"
+_MOVE_DIR = re.compile(r"(.+-\d+)\.([0-9a-f]{32})(-future|-delete)")
+_PASSES = 8  # copy passes in the worker before the last one on the event loop
+_SMALL_PASS = 1 << 20  # a pass that copied less than this is the last one in the worker
+_COPY_CHUNK = 1 << 20
+# Files the last pass leaves out: a clean's unfinished output (opening a log removes it).
+_SKIPPED_SUFFIXES = (".cleaned", ".tmp")
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get("ONCELOG_LOG_DIR_MOVE_CRASH") == name:
+        log.warning("ONCELOG_LOG_DIR_MOVE_CRASH=%s: killing the broker here", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class MoveFailed(Exception):
+    pass
+
+
+@dataclass
+class Move:
+    partition: Partition
+    source: LogDir
+    target: LogDir
+    move_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    cancelled: bool = False
+    copied_to: int = -1  # the log end offset the copy has reached at least (-1: not yet)
+    # what each file was when last copied: name -> (inode, size, mtime_ns)
+    copied: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.partition.dir)
+
+    @property
+    def future_dir(self) -> str:
+        return os.path.join(self.target.path, f"{self.name}.{self.move_id}{FUTURE_SUFFIX}")
+
+    def deleted_dir(self) -> str:
+        return os.path.join(self.source.path, f"{self.name}.{self.move_id}{DELETE_SUFFIX}")
+
+
+class LogDirMoves:
+    def __init__(self, topics: TopicManager) -> None:
+        self.topics = topics
+        self.moving: dict[Partition, Move] = {}
+        self._tasks: set[asyncio.Task] = set()
+        # the partition the log cleaner is cleaning, if any (set by the broker)
+        self.cleaning: Callable[[], Partition | None] = lambda: None
+
+    # --- at start --------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Finish or undo the moves a crash cut short (see the module's text)."""
+        found: dict[str, dict[str, str]] = {}  # move id -> suffix -> path
+        for state in self.topics.log_dirs.values():
+            if state.offline:
+                continue
+            for entry in os.listdir(state.path):
+                match = _MOVE_DIR.fullmatch(entry)
+                if match is not None:
+                    found.setdefault(match.group(2), {})[match.group(3)] = \
+                        os.path.join(state.path, entry)
+        for move_id, parts in found.items():
+            future, deleted = parts.get(FUTURE_SUFFIX), parts.get(DELETE_SUFFIX)
+            try:
+                if future is not None and deleted is not None:
+                    live = self._live_path(future)
+                    log.warning("moving %s to %s was committed and cut short: finishing it",
+                                os.path.basename(live), os.path.dirname(live))
+                    os.replace(future, live)
+                    self.topics.disk.fsync_dir(os.path.dirname(live))
+                    shutil.rmtree(deleted, ignore_errors=True)
+                elif future is not None and any(d.offline for d in self.topics.log_dirs.values()):
+                    log.warning("%s: a move's copy left as it is while a log directory is "
+                                "offline (it may hold the move's commit)", future)
+                elif future is not None:
+                    log.warning("moving %s to %s was cut short before its commit: the copy "
+                                "is removed, the partition stays where it was",
+                                os.path.basename(self._live_path(future)),
+                                os.path.dirname(future))
+                    shutil.rmtree(future, ignore_errors=True)
+                # A "-delete" alone: the move got past step 4 (or it is a topic deletion's
+                # leftover): the topic manager removes it with the others.
+            except OSError as exc:
+                log.error("recovering the move %s failed: %s; the directory it was in is "
+                          "taken offline", move_id, exc)
+                self.topics.log_dirs[os.path.dirname(future or deleted or "")].fail(exc)
+
+    @staticmethod
+    def _live_path(path: str) -> str:
+        match = _MOVE_DIR.fullmatch(os.path.basename(path))
+        assert match is not None
+        return os.path.join(os.path.dirname(path), match.group(1))
+
+    # --- moving ----------------------------------------------------------------------------
+
+    def start(self, partition: Partition, target: LogDir) -> None:
+        """Move ``partition`` into ``target`` in the background (already there: nothing to
+        do; moving elsewhere: that move is cancelled first)."""
+        current = self.moving.get(partition)
+        if current is not None:
+            if current.target is target:
+                return
+            self.cancel(partition)
+        if partition.log_dir is target:
+            return
+        move = Move(partition, partition.log_dir, target)
+        self.moving[partition] = move
+        task = asyncio.get_running_loop().create_task(self._run(move))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel(self, partition: Partition) -> None:
+        move = self.moving.pop(partition, None)
+        if move is not None:
+            move.cancelled = True
+            log.info("moving %s to %s cancelled", partition.name, move.target.path)
+
+    async def _run(self, move: Move) -> None:
+        partition = move.partition
+        log.info("moving %s from %s to %s", partition.name, move.source.path, move.target.path)
+        try:
+            if not os.path.isdir(partition.dir) and not partition.is_open:
+                self._relocate_empty(move)
+                return
+            os.makedirs(move.future_dir)
+            for _ in range(_PASSES):
+                end = partition.log.log_end_offset if partition.is_open else -1
+                copied = await asyncio.to_thread(self._copy_pass, move, True)
+                move.copied_to = end
+                if move.cancelled or copied < _SMALL_PASS:
+                    break
+            # The last pass runs where nothing else does: wait for a running fsync and for a
+            # clean of this partition (both work in worker threads) to be over.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while partition.flush_running or self.cleaning() is partition:
+                if loop.time() > deadline:
+                    raise MoveFailed("the partition stayed busy (fsync or clean) for 60 s")
+                await asyncio.sleep(0.01)
+            if move.cancelled:
+                raise MoveFailed("cancelled")
+            self._finish(move)
+        except Exception as exc:
+            if self.moving.get(partition) is move:
+                del self.moving[partition]
+            if not isinstance(exc, MoveFailed) or str(exc) != "cancelled":
+                log.error("moving %s to %s failed, it stays in %s: %s", partition.name,
+                          move.target.path, partition.log_dir.path, exc)
+            await asyncio.to_thread(shutil.rmtree, move.future_dir, True)
+            return
+        if self.moving.get(partition) is move:
+            del self.moving[partition]
+
+    def _relocate_empty(self, move: Move) -> None:
+        """A partition that never held data has no files: only its place changes."""
+        partition = move.partition
+        partition.relocate(os.path.join(move.target.path, move.name), move.target)
+        self.topics.placed_in(move.source, move.target)
+        del self.moving[partition]
+        log.info("%s (no data yet) now in %s", partition.name, move.target.path)
+
+    def _copy_pass(self, move: Move, stoppable: bool) -> int:
+        """Copy what changed in the partition's directory since the last pass; returns the
+        bytes copied. A file deleted meanwhile (retention) is left out of the copy."""
+        source = move.partition.dir
+        copied = 0
+        names = set(os.listdir(source))
+        for name in sorted(names):
+            if stoppable and move.cancelled:
+                return 0
+            if not stoppable and name.endswith(_SKIPPED_SUFFIXES):
+                continue
+            src = os.path.join(source, name)
+            try:
+                st = os.stat(src)
+            except FileNotFoundError:
+                continue
+            if not os.path.isfile(src):
+                continue
+            now = (st.st_ino, st.st_size, st.st_mtime_ns)
+            before = move.copied.get(name)
+            if before == now:
+                continue
+            grew = before is not None and before[0] == now[0] and name.endswith(".log") \
+                and now[1] >= before[1]
+            try:
+                copied += _copy_file(src, os.path.join(move.future_dir, name),
+                                     before[1] if grew and before else 0)
+            except FileNotFoundError:
+                continue
+            move.copied[name] = now
+            if stoppable and len(move.copied) == 1:
+                _crash_point("copying")
+        for name in set(move.copied) - names:  # gone from the source: gone from the copy
+            del move.copied[name]
+            try:
+                os.unlink(os.path.join(move.future_dir, name))
+            except FileNotFoundError:
+                pass
+        return copied
+
+    def _finish(self, move: Move) -> None:
+        """Steps 2 to 4, on the event loop."""
+        partition = move.partition
+        end = partition.log.log_end_offset if partition.is_open else 0
+        partition.close()
+        if partition.log_dir.offline:
+            raise MoveFailed(str(partition.log_dir.error()))
+        self._copy_pass(move, False)
+        disk = self.topics.disk
+        for name in os.listdir(move.future_dir):
+            fd = os.open(os.path.join(move.future_dir, name), os.O_RDONLY)
+            try:
+                disk.fsync(fd)
+            finally:
+                os.close(fd)
+        disk.fsync_dir(move.future_dir)
+        disk.fsync_dir(move.target.path)
+        move.copied_to = end
+        _crash_point("copied")
+        # The commit: from here the move is rolled forward, never back.
+        try:
+            disk.rename(partition.dir, move.deleted_dir())
+        except OSError as exc:
+            raise MoveFailed(f"renaming {partition.dir} failed: {exc}") from exc
+        try:
+            disk.fsync_dir(move.source.path)
+        except OSError as exc:
+            move.source.fail(exc)
+            raise MoveFailed(f"fsync of {move.source.path} failed: {exc}") from exc
+        _crash_point("committed")
+        live = os.path.join(move.target.path, move.name)
+        try:
+            disk.rename(move.future_dir, live)
+            disk.fsync_dir(move.target.path)
+        except OSError as exc:
+            # committed: the next start finishes it; until then the partition is offline
+            partition.relocate(move.future_dir, move.target)
+            move.target.fail(exc)
+            raise MoveFailed(f"renaming the copy into {live} failed: {exc}") from exc
+        _crash_point("renamed")
+        partition.relocate(live, move.target)
+        self.topics.placed_in(move.source, move.target)
+        del self.moving[partition]
+        threading.Thread(target=shutil.rmtree, args=(move.deleted_dir(), True),
+                         name=f"moved-{move.name}", daemon=True).start()
+        log.info("moved %s from %s to %s", partition.name, move.source.path, move.target.path)
+
+    # --- what DescribeLogDirs shows ---------------------------------------------------------
+
+    def futures_in(self, state: LogDir) -> list[tuple[Partition, int, int]]:
+        """(partition, bytes copied, offset lag) of each copy being made into ``state``."""
+        result = []
+        for partition, move in self.moving.items():
+            if move.target is state:
+                size = directory_bytes(move.future_dir)
+                if move.copied_to >= 0 and partition.is_open:
+                    lag = max(0, partition.log.log_end_offset - move.copied_to)
+                else:
+                    lag = partition.log.log_end_offset if partition.is_open else 0
+                result.append((partition, size, lag))
+        return result
+
+    async def wait_idle(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _copy_file(src: str, dst: str, start: int) -> int:
+    """Copy ``src`` into ``dst`` from byte ``start`` on (0: the whole file); returns the
+    bytes copied."""
+    copied = 0
+    with open(src, "rb") as reader, open(dst, "r+b" if start else "wb") as writer:
+        reader.seek(start)
+        writer.seek(start)
+        writer.truncate()
+        while chunk := reader.read(_COPY_CHUNK):
+            writer.write(chunk)
+            copied += len(chunk)
+    return copied
