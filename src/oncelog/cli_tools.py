@@ -331,6 +331,7 @@ def _guarded(func):
 
 
 def add_tool_commands(sub) -> None:
+    from .cli_cluster import add_cluster_commands
     from .cli_groups import add_group_commands
     from .cli_transactions import add_transaction_commands
 
@@ -436,3 +437,4 @@ def add_tool_commands(sub) -> None:
 
     add_group_commands(sub, _with_bootstrap)
     add_transaction_commands(sub, _with_bootstrap)
+    add_cluster_commands(sub, _with_bootstrap, _guarded)
