@@ -162,3 +162,59 @@ def test_a_kill_at_any_point_of_a_move_leaves_exactly_one_complete_copy(tmp_path
     text = broker.log_text()
     assert "Traceback" not in text, text
     assert "killing the broker here" in text
+
+
+def test_describe_log_dirs_shows_a_move_under_way_as_a_future_replica(tmp_path):
+    gate = tmp_path / "gate"
+    gate.touch()
+    broker, a, b = jbod_broker(tmp_path, env={"ONCELOG_LOG_DIR_MOVE_GATE": str(gate)})
+    try:
+        create_topic(broker.bootstrap, TOPIC, 1)
+        produce(broker.bootstrap, 0, 1000)
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            assert admin.alter_replica_log_dirs({(TOPIC, 0): b}) == {(TOPIC, 0): 0}
+        deadline = time.monotonic() + START_TIMEOUT
+        while where(broker.bootstrap) != [(a, False), (b, True)]:
+            assert time.monotonic() < deadline, where(broker.bootstrap)
+            time.sleep(0.05)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            (shown,) = admin.describe_log_dirs({TOPIC: [0]})
+        finally:
+            admin.close()
+        future = [p for d in shown["log_dirs"] if d["log_dir"] == b for t in d["topics"]
+                  for p in t["partitions"]]
+        assert len(future) == 1 and future[0]["is_future_key"]
+        assert 0 < future[0]["partition_size"] and future[0]["offset_lag"] == 1000
+        produce(broker.bootstrap, 1000, 50)  # the partition serves during the move
+        gate.unlink()
+        wait_until_in(broker.bootstrap, b)
+        assert values(broker.bootstrap) == expected(1050)
+    finally:
+        if broker.alive:
+            broker.stop()
+    assert "Traceback" not in broker.log_text(), broker.log_text()
+
+
+def test_a_clean_stop_during_a_move_stops_it_and_the_next_start_removes_the_copy(tmp_path):
+    gate = tmp_path / "gate"
+    gate.touch()
+    broker, a, b = jbod_broker(tmp_path, env={"ONCELOG_LOG_DIR_MOVE_GATE": str(gate)})
+    try:
+        create_topic(broker.bootstrap, TOPIC, 1)
+        produce(broker.bootstrap, 0, 500)
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.alter_replica_log_dirs({(TOPIC, 0): b})
+        deadline = time.monotonic() + START_TIMEOUT
+        while where(broker.bootstrap) != [(a, False), (b, True)]:
+            assert time.monotonic() < deadline, where(broker.bootstrap)
+            time.sleep(0.05)
+        assert broker.stop() == 0  # not held by the copy waiting at the gate
+        broker.env = {}
+        broker.start()
+        assert on_disk(a, b) == {a: [f"{TOPIC}-0"], b: []}
+        assert values(broker.bootstrap) == expected(500)
+    finally:
+        if broker.alive:
+            broker.stop()
+    assert "Traceback" not in broker.log_text(), broker.log_text()

@@ -25,7 +25,8 @@ partition where it was; a failed fsync at or after the commit takes the director
 
 For the tests, ONCELOG_LOG_DIR_MOVE_CRASH=<point> kills the broker (SIGKILL) at a point of
 the move: ``copying`` (after the first file), ``copied`` (2 done), ``committed`` (3 done),
-``renamed`` (4 done).
+``renamed`` (4 done); ONCELOG_LOG_DIR_MOVE_GATE=<file> holds the copy after its first file
+while that file exists.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import re
 import shutil
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +66,15 @@ def _crash_point(name: str) -> None:
     if os.environ.get("ONCELOG_LOG_DIR_MOVE_CRASH") == name:
         log.warning("ONCELOG_LOG_DIR_MOVE_CRASH=%s: killing the broker here", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold_at_gate(move: Move) -> None:
+    """ONCELOG_LOG_DIR_MOVE_GATE=<file>: the first copy pass waits after its first file while
+    that file exists (at most a minute), so a test sees a move under way."""
+    gate = os.environ.get("ONCELOG_LOG_DIR_MOVE_GATE")
+    deadline = time.monotonic() + 60
+    while gate and os.path.exists(gate) and not move.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class MoveFailed(Exception):
@@ -220,7 +231,7 @@ class LogDirMoves:
         source = move.partition.dir
         copied = 0
         names = set(os.listdir(source))
-        for name in sorted(names):
+        for name in sorted(names, key=lambda n: (not n.endswith(".log"), n)):  # data first
             if stoppable and move.cancelled:
                 return 0
             if not stoppable and name.endswith(_SKIPPED_SUFFIXES):
@@ -240,12 +251,13 @@ class LogDirMoves:
                 and now[1] >= before[1]
             try:
                 copied += _copy_file(src, os.path.join(move.future_dir, name),
-                                     before[1] if grew and before else 0)
+                                     before[1] if grew and before else 0, move)
             except FileNotFoundError:
                 continue
             move.copied[name] = now
             if stoppable and len(move.copied) == 1:
                 _crash_point("copying")
+                _hold_at_gate(move)
         for name in set(move.copied) - names:  # gone from the source: gone from the copy
             del move.copied[name]
             try:
@@ -316,12 +328,14 @@ class LogDirMoves:
                 result.append((partition, size, lag))
         return result
 
-    async def wait_idle(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+    def stop(self) -> None:
+        """At shutdown: every move stops at its next chunk; the next start removes copies
+        that were not committed."""
+        for partition in list(self.moving):
+            self.cancel(partition)
 
 
-def _copy_file(src: str, dst: str, start: int) -> int:
+def _copy_file(src: str, dst: str, start: int, move: Move) -> int:
     """Copy ``src`` into ``dst`` from byte ``start`` on (0: the whole file); returns the
     bytes copied."""
     copied = 0
@@ -329,7 +343,7 @@ def _copy_file(src: str, dst: str, start: int) -> int:
         reader.seek(start)
         writer.seek(start)
         writer.truncate()
-        while chunk := reader.read(_COPY_CHUNK):
+        while not move.cancelled and (chunk := reader.read(_COPY_CHUNK)):
             writer.write(chunk)
             copied += len(chunk)
     return copied

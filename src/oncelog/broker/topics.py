@@ -449,6 +449,7 @@ class TopicManager:
                     yield partition
 
     def close(self) -> None:
+        self.moves.stop()
         for partition in list(self.open_partitions()):
             partition.close()
 
