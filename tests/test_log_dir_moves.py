@@ -218,3 +218,28 @@ def test_a_clean_stop_during_a_move_stops_it_and_the_next_start_removes_the_copy
         if broker.alive:
             broker.stop()
     assert "Traceback" not in broker.log_text(), broker.log_text()
+
+
+def test_a_move_whose_copy_cannot_be_made_durable_leaves_the_partition_where_it_was(tmp_path):
+    # every fsync of the copy's first segment fails: the move is given up before its commit
+    broker, a, b = jbod_broker(tmp_path, env={
+        "ONCELOG_DISK_FAULTS": "fsync:-future/00000000000000000000.log:0:EIO"})
+    try:
+        create_topic(broker.bootstrap, TOPIC, 1)
+        produce(broker.bootstrap, 0, 500)
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            assert admin.alter_replica_log_dirs({(TOPIC, 0): b}) == {(TOPIC, 0): 0}
+        deadline = time.monotonic() + START_TIMEOUT
+        while f"moving {TOPIC}-0 to {b} failed" not in broker.log_text():
+            assert time.monotonic() < deadline, broker.log_text()
+            time.sleep(0.05)
+        assert "(injected)" in broker.log_text()
+        assert where(broker.bootstrap) == [(a, False)]
+        produce(broker.bootstrap, 500, 50)
+        assert on_disk(a, b) == {a: [f"{TOPIC}-0"], b: []}
+        broker.restart()
+        assert values(broker.bootstrap) == expected(550)
+    finally:
+        if broker.alive:
+            broker.stop()
+    assert "Traceback" not in broker.log_text(), broker.log_text()

@@ -276,11 +276,11 @@ class LogDirMoves:
         self._copy_pass(move, False)
         disk = self.topics.disk
         for name in os.listdir(move.future_dir):
-            fd = os.open(os.path.join(move.future_dir, name), os.O_RDONLY)
+            fd = disk.open(os.path.join(move.future_dir, name), os.O_RDONLY)
             try:
                 disk.fsync(fd)
             finally:
-                os.close(fd)
+                disk.close(fd)
         disk.fsync_dir(move.future_dir)
         disk.fsync_dir(move.target.path)
         move.copied_to = end
