@@ -88,6 +88,7 @@ class Move:
     target: LogDir
     move_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     cancelled: bool = False
+    committed: bool = False  # the source was renamed "-delete": the copy is the partition
     copied_to: int = -1  # the log end offset the copy has reached at least (-1: not yet)
     # what each file was when last copied: name -> (inode, size, mtime_ns)
     copied: dict[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -212,7 +213,11 @@ class LogDirMoves:
             if not isinstance(exc, MoveFailed) or str(exc) != "cancelled":
                 log.error("moving %s to %s failed, it stays in %s: %s", partition.name,
                           move.target.path, partition.log_dir.path, exc)
-            await asyncio.to_thread(shutil.rmtree, move.future_dir, True)
+            if move.committed:
+                log.error("%s is offline until a restart, which finishes the move into %s",
+                          partition.name, move.target.path)
+            else:
+                await asyncio.to_thread(shutil.rmtree, move.future_dir, True)
             return
         if self.moving.get(partition) is move:
             del self.moving[partition]
@@ -290,9 +295,14 @@ class LogDirMoves:
             disk.rename(partition.dir, move.deleted_dir())
         except OSError as exc:
             raise MoveFailed(f"renaming {partition.dir} failed: {exc}") from exc
+        move.committed = True  # from here a failure keeps the copy: the next start uses it
         try:
             disk.fsync_dir(move.source.path)
         except OSError as exc:
+            # Whether the rename is durable is unknown, so the partition may take nothing
+            # more until the next start decides (the copy is renamed in if the "-delete" is
+            # there, removed if not): it stays with the source, now offline.
+            partition.relocate(move.future_dir, move.source)
             move.source.fail(exc)
             raise MoveFailed(f"fsync of {move.source.path} failed: {exc}") from exc
         _crash_point("committed")
