@@ -89,7 +89,7 @@ def handle_describe_topic_partitions(broker, request: Request):
                                       for name in wanted), next_cursor=None)
         wanted = [name for name in wanted if name >= cursor.topic_name]
     remaining = min(body.response_partition_limit, MAX_RESPONSE_PARTITIONS)
-    if remaining < 1:
+    if remaining < 1:  # Kafka would answer an empty page whose cursor never moves
         remaining = MAX_RESPONSE_PARTITIONS
     results, next_cursor = [], None
     for name in wanted:
