@@ -7,13 +7,13 @@ Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
+from .log_dirs import parse_log_dirs
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -391,17 +391,6 @@ class Listener:
         return cls(host, int(match.group(2)))
 
 
-def _log_dirs(text: str) -> list[str]:
-    """log.dirs as Kafka reads it: comma-separated, each directory once."""
-    dirs = [d.strip() for d in text.split(",")]
-    if not all(dirs):
-        raise ConfigError(f"log.dirs: an empty directory name in {text!r}")
-    real = [os.path.realpath(d) for d in dirs]
-    if len(set(real)) != len(real):
-        raise ConfigError(f"log.dirs: a directory is named twice in {text!r}")
-    return dirs
-
-
 class BrokerConfig:
     """Validated broker configuration. ``explicit`` remembers what the user set."""
 
@@ -415,7 +404,7 @@ class BrokerConfig:
                 self.explicit[name] = key.parse(text)
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
-        self.log_dirs: list[str] = _log_dirs(
+        self.log_dirs: list[str] = parse_log_dirs(
             self.get("log.dirs") if "log.dirs" in self.explicit else self.get("log.dir"))
         # The broker's own metadata lives in the first directory, as Kafka's metadata.log.dir
         # defaults to the first of log.dirs.
