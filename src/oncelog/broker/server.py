@@ -94,6 +94,11 @@ _WRITE_LOW = 16 * 1024
 _BEHIND_MOST = 64
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
+    # the cluster and storage views
+    apis.DESCRIBE_CLUSTER: handle_describe_cluster,
+    apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
+    apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     apis.PRODUCE: handle_produce,
     apis.FETCH: handle_fetch,
     apis.LIST_OFFSETS: handle_list_offsets,
@@ -124,11 +129,6 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
-    # the cluster and storage views
-    apis.DESCRIBE_CLUSTER: handle_describe_cluster,
-    apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
-    apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
-    apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 

@@ -7,6 +7,12 @@ topics by id only.
 
 API_VERSIONS_KEY = 18
 
+# the cluster and storage views (broker/cluster_views.py)
+ALTER_REPLICA_LOG_DIRS = 34
+DESCRIBE_LOG_DIRS = 35
+DESCRIBE_CLUSTER = 60
+DESCRIBE_TOPIC_PARTITIONS = 75
+
 PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
@@ -36,13 +42,13 @@ DESCRIBE_PRODUCERS = 61
 WRITE_TXN_MARKERS = 27
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
-# the cluster and storage views (broker/cluster_views.py)
-ALTER_REPLICA_LOG_DIRS = 34
-DESCRIBE_LOG_DIRS = 35
-DESCRIBE_CLUSTER = 60
-DESCRIBE_TOPIC_PARTITIONS = 75
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    # the cluster and storage views; DescribeLogDirs v5 adds is_cordoned (never, here)
+    ALTER_REPLICA_LOG_DIRS: (1, 2),
+    DESCRIBE_LOG_DIRS: (1, 5),
+    DESCRIBE_CLUSTER: (0, 2),
+    DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     PRODUCE: (3, 9),
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 7),
@@ -76,11 +82,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     WRITE_TXN_MARKERS: (1, 2),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
-    # the cluster and storage views; DescribeLogDirs v5 adds is_cordoned (never, here)
-    ALTER_REPLICA_LOG_DIRS: (1, 2),
-    DESCRIBE_LOG_DIRS: (1, 5),
-    DESCRIBE_CLUSTER: (0, 2),
-    DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
