@@ -173,6 +173,78 @@ class Admin:
                 ]
         return result
 
+    # --- transactions (KIP-664) -------------------------------------------------------------
+    # DescribeTransactions goes to the transactional id's coordinator (FindCoordinator key
+    # type 1), ListTransactions to every broker, WriteTxnMarkers to the partition's leader.
+
+    def find_transaction_coordinator(self, transactional_id: str) -> Coordinator:
+        return self._find_coordinator(transactional_id, COORDINATOR_TRANSACTION)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription | KafkaError]:
+        """Each transactional id's state as its coordinator holds it, or the error
+        (TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know)."""
+        result: dict[str, TransactionDescription | KafkaError] = {}
+        for txn_id in dict.fromkeys(transactional_ids):
+            try:
+                error, found = self._coordinator_call(
+                    txn_id, COORDINATOR_TRANSACTION, apis.DESCRIBE_TRANSACTIONS,
+                    _describe_transactions_request(txn_id), lambda r: r[0], raw=True)
+            except KafkaError as exc:
+                result[txn_id] = exc
+                continue
+            if error != ErrorCode.none or found is None:
+                result[txn_id] = KafkaError(error, f"transactional id {txn_id!r}")
+                continue
+            coordinator = self._coordinators[COORDINATOR_TRANSACTION, txn_id]
+            result[txn_id] = TransactionDescription(txn_id, coordinator.node_id, *found)
+        return result
+
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_ms: int = -1, pattern: str | None = None
+                          ) -> dict[int, list[TransactionListing]]:
+        """ListTransactions of every broker: broker id -> its transactions that pass every
+        filter (states, producer ids, open for at least ``duration_ms``, transactional id
+        matching the regular expression ``pattern``)."""
+        wanted = _ListFilter(tuple(states), tuple(producer_ids), duration_ms, pattern)
+        result: dict[int, list[TransactionListing]] = {}
+        for node_id, conn in self._brokers_by_id():
+            version = conn.version(apis.LIST_TRANSACTIONS)
+            if duration_ms >= 0 and version < 1:
+                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
+                                 "transactions by duration (ListTransactions v1)")
+            if pattern and version < 2:
+                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
+                                 "transactional ids by pattern (ListTransactions v2)")
+            response = conn.call(apis.LIST_TRANSACTIONS, _list_transactions_request(wanted))
+            _raise_for(response.error_code, f"ListTransactions on broker {node_id}")
+            result[node_id] = sorted(
+                (TransactionListing(t.transactional_id, node_id, t.producer_id,
+                                    t.transaction_state)
+                 for t in response.transaction_states),
+                key=lambda t: t.transactional_id)
+        return result
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker of the producer to the partition (WriteTxnMarkers to its
+        leader), as Kafka's Admin.abortTransaction does for a hanging transaction."""
+        host, port = self._leader(topic, partition)
+
+        def make(mod, version):
+            marker = build(mod.WritableTxnMarker, producer_id=producer_id,
+                           producer_epoch=producer_epoch, transaction_result=False,
+                           coordinator_epoch=coordinator_epoch, transaction_version=0,
+                           topics=(build(mod.WritableTxnMarkerTopic, name=topic,
+                                         partition_indexes=(partition,)),))
+            return build(mod.WriteTxnMarkersRequest, markers=(marker,))
+
+        response = self._broker(host, port).call(apis.WRITE_TXN_MARKERS, make)
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    _raise_for(p.error_code, f"{t.name}-{p.partition_index}")
+
     # --- cluster and storage views ------------------------------------------------------------
     # DescribeCluster, DescribeTopicPartitions (KIP-966), DescribeLogDirs and
     # AlterReplicaLogDirs; the log directory calls go to every broker (or the one named).
@@ -279,78 +351,6 @@ class Admin:
         response = conn.call(apis.ALTER_REPLICA_LOG_DIRS, make)
         return {(t.topic_name, p.partition_index): ErrorCode(p.error_code)
                 for t in response.results for p in t.partitions}
-
-    # --- transactions (KIP-664) -------------------------------------------------------------
-    # DescribeTransactions goes to the transactional id's coordinator (FindCoordinator key
-    # type 1), ListTransactions to every broker, WriteTxnMarkers to the partition's leader.
-
-    def find_transaction_coordinator(self, transactional_id: str) -> Coordinator:
-        return self._find_coordinator(transactional_id, COORDINATOR_TRANSACTION)
-
-    def describe_transactions(self, transactional_ids: Iterable[str]
-                              ) -> dict[str, TransactionDescription | KafkaError]:
-        """Each transactional id's state as its coordinator holds it, or the error
-        (TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know)."""
-        result: dict[str, TransactionDescription | KafkaError] = {}
-        for txn_id in dict.fromkeys(transactional_ids):
-            try:
-                error, found = self._coordinator_call(
-                    txn_id, COORDINATOR_TRANSACTION, apis.DESCRIBE_TRANSACTIONS,
-                    _describe_transactions_request(txn_id), lambda r: r[0], raw=True)
-            except KafkaError as exc:
-                result[txn_id] = exc
-                continue
-            if error != ErrorCode.none or found is None:
-                result[txn_id] = KafkaError(error, f"transactional id {txn_id!r}")
-                continue
-            coordinator = self._coordinators[COORDINATOR_TRANSACTION, txn_id]
-            result[txn_id] = TransactionDescription(txn_id, coordinator.node_id, *found)
-        return result
-
-    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
-                          duration_ms: int = -1, pattern: str | None = None
-                          ) -> dict[int, list[TransactionListing]]:
-        """ListTransactions of every broker: broker id -> its transactions that pass every
-        filter (states, producer ids, open for at least ``duration_ms``, transactional id
-        matching the regular expression ``pattern``)."""
-        wanted = _ListFilter(tuple(states), tuple(producer_ids), duration_ms, pattern)
-        result: dict[int, list[TransactionListing]] = {}
-        for node_id, conn in self._brokers_by_id():
-            version = conn.version(apis.LIST_TRANSACTIONS)
-            if duration_ms >= 0 and version < 1:
-                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
-                                 "transactions by duration (ListTransactions v1)")
-            if pattern and version < 2:
-                raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
-                                 "transactional ids by pattern (ListTransactions v2)")
-            response = conn.call(apis.LIST_TRANSACTIONS, _list_transactions_request(wanted))
-            _raise_for(response.error_code, f"ListTransactions on broker {node_id}")
-            result[node_id] = sorted(
-                (TransactionListing(t.transactional_id, node_id, t.producer_id,
-                                    t.transaction_state)
-                 for t in response.transaction_states),
-                key=lambda t: t.transactional_id)
-        return result
-
-    def abort_transaction(self, topic: str, partition: int, producer_id: int,
-                          producer_epoch: int, coordinator_epoch: int) -> None:
-        """Write an ABORT marker of the producer to the partition (WriteTxnMarkers to its
-        leader), as Kafka's Admin.abortTransaction does for a hanging transaction."""
-        host, port = self._leader(topic, partition)
-
-        def make(mod, version):
-            marker = build(mod.WritableTxnMarker, producer_id=producer_id,
-                           producer_epoch=producer_epoch, transaction_result=False,
-                           coordinator_epoch=coordinator_epoch, transaction_version=0,
-                           topics=(build(mod.WritableTxnMarkerTopic, name=topic,
-                                         partition_indexes=(partition,)),))
-            return build(mod.WriteTxnMarkersRequest, markers=(marker,))
-
-        response = self._broker(host, port).call(apis.WRITE_TXN_MARKERS, make)
-        for m in response.markers:
-            for t in m.topics:
-                for p in t.partitions:
-                    _raise_for(p.error_code, f"{t.name}-{p.partition_index}")
 
     # --- consumer groups --------------------------------------------------------------------
     # Group requests go to the group's coordinator (FindCoordinator); while it loads or moves,
