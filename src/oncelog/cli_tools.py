@@ -435,6 +435,6 @@ def add_tool_commands(sub) -> None:
                             "default parallelism)")
     audit.set_defaults(func=_guarded(_audit))
 
+    add_cluster_commands(sub, _with_bootstrap, _guarded)
     add_group_commands(sub, _with_bootstrap)
     add_transaction_commands(sub, _with_bootstrap)
-    add_cluster_commands(sub, _with_bootstrap, _guarded)
