@@ -44,15 +44,23 @@ by time: with transaction version 2 (KIP-890, oncelog, the Java client from 4.0)
 bumped at the end of every transaction and the markers carry the bumped epoch, so (producer id,
 marker epoch) is one transaction. With transaction version 1 (kafka-python, aiokafka,
 librdkafka against brokers without it) every transaction of an incarnation shares the epoch;
-but the coordinator writes all markers of transaction k before it lets transaction k+1 add a
-partition, so the producer's markers in time order are those of k, then those of k+1. The rule:
-the markers of one (producer id, epoch), ordered by timestamp (then by their rank among that
-producer's markers on their partition, then partition), are cut into transactions wherever a
-partition would get a second marker. A transaction whose markers disagree, COMMIT on some
-partitions and ABORT on others, is torn. The cut leans on the marker timestamps (the brokers'
-clocks, in milliseconds): two transactions of one producer whose markers share a millisecond
-on different partitions, or brokers whose clocks disagree by more than the time between two of
-its transactions, can be cut wrongly under version 1; version 2 needs no clock.
+but the coordinator writes all markers of transaction k together, before it lets transaction
+k+1 add a partition, so the producer's markers in time order are those of k, then those of
+k+1. The rule:
+
+* the markers of one (producer id, marker epoch) with at most one per partition are one
+  transaction (version 2; or the only transaction of an epoch under version 1);
+* otherwise (version 1), ordered by timestamp (then by their rank among that producer's
+  markers on their partition, then partition), they are cut into transactions wherever a
+  partition would get a second marker, or more than ``MARKER_GAP_MS`` passed since the
+  previous marker (the markers of one transaction are written in one go).
+
+A transaction whose markers disagree, COMMIT on some partitions and ABORT on others, is torn.
+Under version 1 the cut leans on the marker timestamps (the brokers' clocks, in milliseconds):
+a transaction whose markers were written more than ``MARKER_GAP_MS`` apart (a retried marker)
+is seen as two, so a tear between its parts goes unseen; two transactions of one producer on
+different partitions less than ``MARKER_GAP_MS`` apart, or brokers whose clocks disagree by
+more than that, can be taken for one. Version 2 needs no clock.
 
 Memory: 9 bytes per transactional batch of the partition being checked (its base offset and
 record count; one byte of decision), freed once its partition is done; markers are kept for the
@@ -70,6 +78,7 @@ from ..protocol.record_batch import BatchHeader
 from .report import counted
 
 COMMITTED, ABORTED, OPEN = 0, 1, 2
+MARKER_GAP_MS = 50
 
 
 @dataclass
@@ -267,6 +276,9 @@ def transactions_of(markers: Iterable[MarkerSeen]) -> list[list[MarkerSeen]]:
         groups.setdefault((m.producer_id, m.epoch), []).append(m)
     found = []
     for _, group in sorted(groups.items()):
+        if len({m.partition for m in group}) == len(group):
+            found.append(sorted(group, key=lambda m: (m.timestamp, m.partition, m.offset)))
+            continue
         rank: dict[int, int] = {}
         ranked = []
         for m in sorted(group, key=lambda m: (m.partition, m.offset)):
@@ -276,7 +288,8 @@ def transactions_of(markers: Iterable[MarkerSeen]) -> list[list[MarkerSeen]]:
         current: list[MarkerSeen] = []
         partitions: set[int] = set()
         for *_, m in ranked:
-            if m.partition in partitions:
+            if m.partition in partitions or (
+                    current and m.timestamp - current[-1].timestamp > MARKER_GAP_MS):
                 found.append(current)
                 current, partitions = [], set()
             current.append(m)
