@@ -41,7 +41,7 @@ def snapshot(reader: TopicReader, partitions: Iterable[int] | None
     """``topic_ranges`` and each partition's last stable offset, taken before its high
     watermark (see ``transactions``: what is open below the high watermark read cannot be
     stable by then)."""
-    wanted = reader.partitions if partitions is None else list(dict.fromkeys(partitions))
+    wanted = reader.partitions if partitions is None else sorted(set(partitions))
     if any(p not in reader.leaders for p in wanted):
         topic_ranges(reader, wanted)  # raises, naming them
     stable = {p: reader.last_stable_offset(p) for p in wanted}
@@ -80,16 +80,12 @@ def marker_of(batch: Batch, report: PartitionReport) -> Marker | None:
 
 
 def read_committed(reader: TopicReader, partition: int, start: int, end: int,
-                   txns: TransactionAudit, keep: Callable[[Batch], bool] | None = None) -> None:
-    """What a read_committed reader gets of [start, end) (``end`` at most the last stable
-    offset), into ``txns``; ``keep`` picks the batches that count (default all)."""
-    if start >= end:
-        return
-    read = reader.read(partition, start, end, skip_corrupt=True, isolation_level=1,
-                       on_loss=lambda loss: txns.add_lost(partition, loss.first, loss.end))
-    for batch in read:
-        if keep is None or keep(batch):
-            txns.add_visible(partition, batch.header)
+                   lost: list[tuple[int, int]]) -> Iterator[Batch]:
+    """The batches a read_committed reader gets of [start, end) (``end`` at most the last
+    stable offset); offsets [first, end) deleted before they were read go to ``lost``."""
+    if start < end:
+        yield from reader.read(partition, start, end, skip_corrupt=True, isolation_level=1,
+                               on_loss=lambda loss: lost.append((loss.first, loss.end)))
 
 
 def read_back_examples(reader: TopicReader, repeats: Iterable[RepeatReport]) -> None:
@@ -116,6 +112,17 @@ def record_fields(batch: Batch, want_key: bool, want_value: bool
     keys = [f[2] for f in fields] if want_key else []
     values = [f[3] for f in fields] if want_value else []
     return offsets, keys, values
+
+
+def fields_of(batch: Batch, report: PartitionReport, want_key: bool, want_value: bool
+              ) -> tuple[list[int], list, list]:
+    """``record_fields``; a batch whose CRC holds but whose records do not parse is counted
+    as corrupt and gives none."""
+    try:
+        return record_fields(batch, want_key, want_value)
+    except CorruptBatch:
+        report.corrupt_batches += 1
+        return [], [], []
 
 
 def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
@@ -147,11 +154,7 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                     audit.add_header(p, batch.header)
                     txns.add_batch(p, batch.header)
                     if by:
-                        try:
-                            offsets, keys, values = record_fields(batch, want_key, want_value)
-                        except CorruptBatch:  # its CRC holds, its records do not parse
-                            report.corrupt_batches += 1
-                            offsets = keys = values = []
+                        offsets, keys, values = fields_of(batch, report, want_key, want_value)
                         if want_key:
                             audit.add_values("key", p, offsets, keys)
                         if want_value:
@@ -162,7 +165,11 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                         progress(done, expected)
                 if txns.has(p):
                     committed_end = min(stable[p], end)
-                    read_committed(reader, p, start, committed_end, txns)
+                    lost: list[tuple[int, int]] = []
+                    for batch in read_committed(reader, p, start, committed_end, lost):
+                        txns.add_visible(p, batch.header)
+                    for first, gone in lost:
+                        txns.add_lost(p, first, gone)
                     txns.finish_partition(p, committed_end)
             result = audit.finish()
             result.transactions = txns.finish()
