@@ -91,8 +91,8 @@ def test_transactions_across_partitions_and_torn_ones():
     # pause, a tie in the millisecond settled by the markers' rank on their partition.
     tv1 = [marker(0, 5, 1, 0, True, 100), marker(1, 5, 1, 0, True, 101),
            marker(0, 9, 1, 0, False, 101), marker(1, 9, 1, 0, False, 102),
-           marker(2, 3, 1, 0, True, 200), marker(0, 12, 1, 0, True, 210),
-           marker(1, 12, 1, 0, False, 211), marker(2, 7, 1, 0, False, 400)]
+           marker(2, 3, 1, 0, True, 1000), marker(0, 12, 1, 0, True, 1010),
+           marker(1, 12, 1, 0, False, 1011), marker(2, 7, 1, 0, False, 1300)]
     found = transactions_of(tv1)
     assert [[(m.partition, m.offset) for m in t] for t in found] == [
         [(0, 5), (1, 5)], [(0, 9), (1, 9)], [(2, 3), (0, 12), (1, 12)], [(2, 7)]]
@@ -100,7 +100,7 @@ def test_transactions_across_partitions_and_torn_ones():
     assert report.transactions == 4
     (torn,) = report.torn
     assert (torn.producer_id, torn.committed, torn.aborted, torn.timestamp) == (1, [0, 2], [1],
-                                                                              200)
+                                                                              1000)
 
 
 # --- against a broker -----------------------------------------------------------------------------

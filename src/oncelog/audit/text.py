@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 
 from .report import AuditReport, ProducerReport, counted
 
@@ -51,7 +52,9 @@ def _transactions(report: AuditReport, out) -> None:
           f"(records counted by their markers' decision; OPEN: no marker yet), "
           f"{counted(t['torn_transactions'], 'torn transaction')}", file=out)
     for torn in txns.torn:
-        print(f"  torn: producer id {torn.producer_id} epoch {torn.epoch} at {torn.timestamp}: "
+        when = datetime.fromtimestamp(torn.timestamp / 1000, UTC).isoformat(
+            timespec="milliseconds")
+        print(f"  torn: producer id {torn.producer_id} epoch {torn.epoch}, markers at {when}: "
               f"committed on partition {', '.join(map(str, torn.committed))} "
               f"({counted(torn.records_committed, 'record')}), aborted on partition "
               f"{', '.join(map(str, torn.aborted))} "

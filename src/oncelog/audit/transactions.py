@@ -78,7 +78,7 @@ from ..protocol.record_batch import BatchHeader
 from .report import counted
 
 COMMITTED, ABORTED, OPEN = 0, 1, 2
-MARKER_GAP_MS = 50
+MARKER_GAP_MS = 200
 
 
 @dataclass
