@@ -184,3 +184,32 @@ def test_a_torn_transaction_is_reported(broker, capsys):
     (torn,) = report["transactions"]["torn"]
     assert (torn["committed"], torn["aborted"]) == ([0, 1], [2])
     assert report["totals"]["aborted_records"] == 3 and report["totals"]["committed_records"] == 3
+
+
+def test_transactions_of_kafka_python_are_clean(broker):
+    """kafka-python's transactional producer (one epoch for all its transactions: the markers
+    are told apart by the rule for transaction version 1)."""
+    from kafka import KafkaProducer
+
+    create_topic(broker.bootstrap, "kp", PARTITIONS)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-tx",
+                             request_timeout_ms=int(TIMEOUT * 1000))
+    try:
+        producer.init_transactions()
+        for round_ in range(6):
+            producer.begin_transaction()
+            for i in range(9):
+                producer.send("kp", value=b"%d-%d" % (round_, i), partition=i % PARTITIONS)
+            producer.flush(TIMEOUT)
+            if round_ % 3 == 1:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+    finally:
+        producer.close(TIMEOUT)
+    report = audit_topic(broker.bootstrap, "kp")
+    assert report.clean, report.problems
+    assert {len(row.epochs) for row in report.producers} == {1}
+    t = report.totals
+    assert (t["transactions"], t["committed_records"], t["aborted_records"],
+            t["open_records"]) == (6, 36, 18, 0)
