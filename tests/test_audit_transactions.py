@@ -213,3 +213,31 @@ def test_transactions_of_kafka_python_are_clean(broker):
     t = report.totals
     assert (t["transactions"], t["committed_records"], t["aborted_records"],
             t["open_records"]) == (6, 36, 18, 0)
+
+
+def test_transactions_of_oncelogs_producer_are_clean(broker):
+    """oncelog's transactional producer (transaction version 2: a new epoch per transaction,
+    the markers named by it)."""
+    from oncelog import Producer as OncelogProducer
+
+    create_topic(broker.bootstrap, "own", PARTITIONS)
+    producer = OncelogProducer({"bootstrap.servers": broker.bootstrap,
+                                "transactional.id": "own-tx"})
+    try:
+        producer.init_transactions(TIMEOUT)
+        for round_ in range(4):
+            producer.begin_transaction()
+            for i in range(6):
+                producer.produce("own", b"%d-%d" % (round_, i), partition=i % PARTITIONS)
+            producer.flush(TIMEOUT)
+            if round_ % 2:
+                producer.abort_transaction(TIMEOUT)
+            else:
+                producer.commit_transaction(TIMEOUT)
+    finally:
+        producer.close(TIMEOUT)
+    report = audit_topic(broker.bootstrap, "own")
+    assert report.clean, report.problems
+    assert {len(row.epochs) for row in report.producers} == {4}  # one epoch per transaction
+    t = report.totals
+    assert (t["transactions"], t["committed_records"], t["aborted_records"]) == (4, 12, 12)
