@@ -167,3 +167,34 @@ def test_bad_log_dirs_are_refused_before_starting(tmp_path, dirs):
     result = subprocess.run([sys.executable, "-m", "oncelog", "broker", "--set",
                              f"log.dirs={value}"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "log.dirs:" in result.stderr
+
+
+def test_a_partition_is_found_again_by_its_topic_id_beside_an_older_copy(tmp_path):
+    """A directory of the same name in another log directory, from an older topic of that
+    name, is set aside as a stray; the partition opens the copy that names its topic id."""
+    import shutil
+    import uuid
+
+    from oncelog.log import partition_metadata
+    from oncelog.log.disk import OS_DISK
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    broker = BrokerProcess(a, {"log.dirs": f"{a},{b}"}).start()
+    try:
+        create_topic(broker.bootstrap, TOPIC, 1)  # spread-0 in a
+        stored, _ = produce(broker.bootstrap, 0, [b"kept-%d" % i for i in range(5)])
+        broker.stop()
+        shutil.move(a / f"{TOPIC}-0", b / f"{TOPIC}-0")  # the real one, now in b
+        older = a / f"{TOPIC}-0"  # found first (a comes first in log.dirs)
+        older.mkdir()
+        (older / "00000000000000000000.log").write_bytes(b"")
+        partition_metadata.write(OS_DISK, str(older), uuid.uuid4())
+        broker.start()
+        assert placement(broker.bootstrap)[str(b)] == (None, {f"{TOPIC}-0"})
+        assert [v for _, v in read_to_end(broker.bootstrap, TOPIC)[0]] == stored
+        assert [n for n in os.listdir(a) if n.endswith("-stray")]
+        assert "belongs to no topic of this broker" in broker.log_text()
+    finally:
+        if broker.alive:
+            broker.stop()
+    assert "Traceback" not in broker.log_text(), broker.log_text()

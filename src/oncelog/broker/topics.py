@@ -179,14 +179,31 @@ class TopicManager:
             for entry in names:
                 yield entry, os.path.join(state.path, entry)
 
-    def _find_partition_dirs(self) -> dict[str, str]:
-        """"<topic>-<index>" -> the log directory holding it, for each partition directory
-        on disk (Kafka finds its logs again the same way: by looking)."""
-        placed: dict[str, str] = {}
+    def _find_partition_dirs(self) -> dict[str, list[str]]:
+        """"<topic>-<index>" -> the log directories holding a directory of that name (Kafka
+        finds its logs again the same way: by looking)."""
+        placed: dict[str, list[str]] = {}
         for entry, path in self._entries():
-            if _PARTITION_DIR.fullmatch(entry) and entry not in placed and os.path.isdir(path):
-                placed[entry] = os.path.dirname(path)
+            if _PARTITION_DIR.fullmatch(entry) and os.path.isdir(path):
+                placed.setdefault(entry, []).append(os.path.dirname(path))
         return placed
+
+    def _found_in(self, topic: Topic, name: str) -> str | None:
+        """The log directory holding this topic's partition ``name``: the one whose
+        partition.metadata names the topic's id (else one that names none); a copy of an
+        older topic of the same name is set aside at start as a stray."""
+        named = {}
+        for directory in self._placed.pop(name, []):
+            try:
+                named[directory] = partition_metadata.read(self.disk, os.path.join(directory,
+                                                                                   name))
+            except OSError as exc:
+                self.log_dirs[directory].fail(exc)
+        for wanted in (topic.topic_id, None):
+            for directory, topic_id in named.items():
+                if topic_id == wanted:
+                    return directory
+        return None
 
     def placed_in(self, source: LogDir, target: LogDir) -> None:
         """A partition moved from ``source`` to ``target`` (see log_dir_moves.py)."""
@@ -222,7 +239,7 @@ class TopicManager:
 
     def _partition(self, topic: Topic, index: int) -> Partition:
         name = f"{topic.name}-{index}"
-        found = self._placed.pop(name, None)
+        found = self._found_in(topic, name)
         if found is not None:
             state = self.log_dirs[found]
         elif self._starting and any(state.offline for state in self.log_dirs.values()):
