@@ -290,9 +290,9 @@ def test_delete_records_racing_appends_retention_and_a_restart(start_broker):
 
     rng = random.Random(1616)
     print("seed 1616")
-    broker = start_broker(log_segment_bytes=3000, log_retention_check_interval_ms=100)
+    broker = start_broker(log_segment_bytes=1500, log_retention_check_interval_ms=50)
     with oncelog_admin(broker) as admin:
-        admin.create_topic("race", 1, configs={"retention.bytes": "30000"})
+        admin.create_topic("race", 1, configs={"retention.bytes": "6000"})
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
                          "linger.ms": 2, "message.timeout.ms": 60_000})
     sent = 0
@@ -312,9 +312,14 @@ def test_delete_records_racing_appends_retention_and_a_restart(start_broker):
             start = admin.list_offsets({("race", 0): calls.EARLIEST})[("race", 0)]
             assert start >= low, f"the log start went back from {low} to {start}"
             target = rng.randint(start, sent) if rng.random() < 0.7 else -1
+            acked = sent
+            produce(rng.randint(0, 40))  # in flight while the log start moves
             moved = admin.delete_records({("race", 0): target})[("race", 0)]
         assert isinstance(moved, int) and moved >= max(low, start), (target, moved)
-        assert moved == (sent if target == -1 else max(target, start))
+        if target == -1:
+            assert acked <= moved <= sent
+        else:
+            assert moved == max(target, start)
         low = moved
         with connect(broker.bootstrap) as conn:
             if low > 0:
@@ -323,6 +328,15 @@ def test_delete_records_racing_appends_retention_and_a_restart(start_broker):
                 assert below.value.error == ErrorCode.offset_out_of_range
         if round_ in (10, 20):
             broker.restart(clean=round_ == 20)
+    produce(1500)  # past retention.bytes: retention moves the log start on from there
+    assert producer.flush(TIMEOUT) == 0
+    deadline = time.monotonic() + TIMEOUT
+    while (start := earliest(broker, "race")) <= low:
+        assert time.monotonic() < deadline, "retention deleted nothing"
+        time.sleep(0.05)
+    assert "by retention.bytes" in broker.log_text()
+    low = start
+    produce(100)  # something to read after the last deletion, even one to the end
     assert producer.flush(TIMEOUT) == 0
     start = earliest(broker, "race")
     assert start >= low
@@ -335,6 +349,8 @@ def read_from(broker, topic: str, start: int, end: int) -> list[tuple[int, bytes
                           "enable.auto.commit": False, "auto.offset.reset": "error"})
     consumer.assign([CTP(topic, 0, start)])
     found: list[tuple[int, bytes]] = []
+    if start >= end:
+        return found
     deadline = time.monotonic() + TIMEOUT
     try:
         while (not found or found[-1][0] < end - 1) and time.monotonic() < deadline:
@@ -424,3 +440,89 @@ def test_cli_topics_alter_and_records_delete(broker, tmp_path):
     refused = oncelog_cli(broker, "records", "delete", "--offset-json-file", str(offsets))
     assert refused.returncode == 2 and "lacks" in refused.stderr
     assert earliest(broker, "cli") == 30
+
+
+# --- keyed producers while partitions are added ------------------------------------------
+
+def keyed_run(produce, flush, delivered: dict[bytes, tuple[int, int]], tag: bytes,
+              grow, first_new: int) -> set[int]:
+    """Produce keyed records, grow the topic, go on until the producer uses the new
+    partitions, then some more; returns the partitions the records after the growth went to."""
+    sent = 0
+
+    def send(n: int) -> None:
+        nonlocal sent
+        for _ in range(n):
+            produce(b"key-%d" % (sent % 97), tag + b"-%d" % sent)
+            sent += 1
+
+    send(200)
+    flush()
+    grow()
+    deadline = time.monotonic() + TIMEOUT
+    while not any(p >= first_new for v, (p, _) in delivered.items() if v.startswith(tag)):
+        assert time.monotonic() < deadline, "the producer never used the new partitions"
+        send(20)
+        flush()
+    first_after = sent
+    send(300)
+    flush()
+    return {delivered[tag + b"-%d" % i][0] for i in range(first_after, sent)}
+
+
+def test_partitions_added_while_keyed_idempotent_producers_run(broker):
+    from brokers import read_to_end
+    from confluent_kafka import Producer as CProducer
+
+    from oncelog import Producer
+
+    with oncelog_admin(broker) as admin:
+        admin.create_topic("keyed", 2)
+    delivered: dict[bytes, tuple[int, int]] = {}
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        delivered[msg.value()] = (msg.partition(), msg.offset())
+
+    librdkafka = CProducer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                            "topic.metadata.refresh.interval.ms": 200, "linger.ms": 5})
+
+    def grow_to(count: int):
+        def grow() -> None:
+            with oncelog_admin(broker) as admin:
+                admin.create_partitions("keyed", count)
+        return grow
+
+    spread = keyed_run(
+        lambda k, v: librdkafka.produce("keyed", key=k, value=v, on_delivery=on_delivery),
+        lambda: librdkafka.flush(TIMEOUT), delivered, b"c", grow_to(6), 2)
+    assert len(spread & {2, 3, 4, 5}) >= 3, spread
+
+    def grow_with_kafka_python() -> None:
+        kafka = kafka_admin(broker)
+        kafka.create_partitions({"keyed": 9})
+        kafka.close()
+
+    ours = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                     "metadata.max.age.ms": 200, "linger.ms": 5})
+
+    def ours_delivered(value: bytes):
+        def done(err, meta) -> None:
+            assert err is None, err
+            delivered[value] = (meta.partition, meta.offset)
+        return done
+
+    try:
+        spread = keyed_run(
+            lambda k, v: ours.produce("keyed", key=k, value=v, on_delivery=ours_delivered(v)),
+            lambda: ours.flush(TIMEOUT), delivered, b"o",
+            grow_with_kafka_python, 6)
+    finally:
+        ours.close()
+    assert len(spread & {6, 7, 8}) >= 2, spread
+
+    stored = read_to_end(broker.bootstrap, "keyed", 9)
+    found = {value: (partition, offset) for partition, records in stored.items()
+             for offset, value in records}
+    assert sum(len(records) for records in stored.values()) == len(found)  # no duplicates
+    assert found == delivered  # nothing lost, each where its producer was told
