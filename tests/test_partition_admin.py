@@ -421,6 +421,13 @@ def test_cli_topics_alter_and_records_delete(broker, tmp_path):
     assert partition_count(broker, "cli") == 3
     refused = oncelog_cli(broker, "topics", "alter", "--topic", "cli", "--partitions", "2")
     assert refused.returncode == 1 and "INVALID_PARTITIONS" in refused.stderr, refused.stderr
+    refused = oncelog_cli(broker, "topics", "alter", "--topic", "cli", "--partitions", "4",
+                          "--replica-assignment", "0,0,0,1")
+    assert refused.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in refused.stderr
+    done = oncelog_cli(broker, "topics", "alter", "--topic", "cli", "--partitions", "4",
+                       "--replica-assignment", "0,0,0,0")
+    assert done.returncode == 0, done.stderr
+    assert partition_count(broker, "cli") == 4
 
     done = oncelog_cli(broker, "records", "delete", "--topic", "cli", "--partition", "0",
                        "--before", "12")

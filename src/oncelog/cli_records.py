@@ -21,9 +21,31 @@ def _admin(args: argparse.Namespace) -> Admin:
 
 # --- topics alter ----------------------------------------------------------------------------
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """kafka-topics.sh's --replica-assignment: partitions separated by commas, the broker
+    ids of each by colons ("0:1,1:2"). Raises ValueError."""
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--replica-assignment {text!r}: expected broker ids such as "
+                         f"0:1,1:2 (partitions by commas, replicas by colons)") from None
+
+
 def _topics_alter(args: argparse.Namespace) -> int:
+    assignments = None
+    if args.replica_assignment is not None:
+        try:
+            assignments = parse_replica_assignment(args.replica_assignment)
+        except ValueError as exc:
+            print(f"oncelog topics alter: {exc}", file=sys.stderr)
+            return 2
     with _admin(args) as admin:
-        admin.create_partitions(args.topic, args.partitions, validate_only=args.validate_only)
+        if assignments is not None:
+            # As kafka-topics.sh: the list names every partition; the new ones are its tail.
+            current = len(admin.metadata([args.topic]).topics[args.topic].partitions)
+            assignments = assignments[current:]
+        admin.create_partitions(args.topic, args.partitions, assignments,
+                                validate_only=args.validate_only)
     done = "would have" if args.validate_only else "now has"
     print(f"topic {args.topic} {done} {args.partitions} partitions")
     return 0
@@ -38,6 +60,9 @@ def add_topics_alter(tsub, with_bootstrap, guarded) -> None:
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, required=True,
                        help="the new partition count (more than the topic has)")
+    alter.add_argument("--replica-assignment", metavar="IDS",
+                       help="broker ids of every partition, old and new, as kafka-topics.sh "
+                            "takes them: 0,0,0 (partitions by commas, replicas by colons)")
     alter.add_argument("--validate-only", action="store_true",
                        help="only check that the broker would take it")
     alter.set_defaults(func=guarded(_topics_alter))
