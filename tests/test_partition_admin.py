@@ -533,3 +533,28 @@ def test_partitions_added_while_keyed_idempotent_producers_run(broker):
              for offset, value in records}
     assert sum(len(records) for records in stored.values()) == len(found)  # no duplicates
     assert found == delivered  # nothing lost, each where its producer was told
+
+
+@pytest.mark.parametrize("fault", ["write:log-start-offset-checkpoint.tmp:1:ENOSPC",
+                                   "fsync:log-start-offset-checkpoint.tmp:1:EIO"])
+def test_delete_records_on_a_failing_disk_answers_kafka_storage_error_and_changes_nothing(
+        tmp_path, fault):
+    from brokers import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "data", env={"ONCELOG_DISK_FAULTS": fault}).start()
+    try:
+        with oncelog_admin(broker) as admin:
+            admin.create_topic("frail", 1)
+            produce_batches(broker.bootstrap, "frail", 0, 2)  # offsets 0..19
+            assert admin.delete_records({("frail", 0): 5}) == {("frail", 0): 5}
+            failed = admin.delete_records({("frail", 0): 12})[("frail", 0)]
+            assert failed.error == ErrorCode.kafka_storage_error
+            assert admin.list_offsets({("frail", 0): calls.EARLIEST}) == {("frail", 0): 5}
+            produce_batches(broker.bootstrap, "frail", 20, 1)  # the directory is still online
+        assert "delete records of frail-0 before offset 12 failed" in broker.log_text()
+        broker.env = {}
+        broker.restart(clean=False)
+        assert earliest(broker, "frail") == 5
+        assert not any(p.name.endswith(".tmp") for p in (broker.data_dir / "frail-0").iterdir())
+    finally:
+        broker.stop()
