@@ -447,8 +447,8 @@ class Log:
         except FileNotFoundError:
             return 0
         except (UnicodeDecodeError, ValueError) as exc:
-            # Written atomically, so only outside damage gets here; the segments still say
-            # where the log starts, at worst below where DeleteRecords put it.
+            # Written atomically, so only outside damage gets here: the log cannot say where
+            # it starts, and must not serve what DeleteRecords removed; an operator decides.
             raise LogDirFailure(f"{path}: unreadable log start checkpoint ({exc})") from exc
 
     def advance_log_start(self, offset: int) -> None:
@@ -464,6 +464,8 @@ class Log:
             return
         if offset > self.log_end_offset:
             raise ValueError(f"log start {offset} past the log end {self.log_end_offset}")
+        # write_atomically's steps, by hand: a failure before the rename changed nothing,
+        # one after it is undecided, and the two must be told apart.
         path = os.path.join(self.dir, LOG_START_CHECKPOINT_FILE)
         tmp = path + ".tmp"
         disk = self.disk
