@@ -134,14 +134,15 @@ class Cluster:
     def _reader(self, topic: str) -> TopicReader:
         reader = self._readers.get(topic)
         if reader is None:
-            reader = self._readers[topic] = TopicReader(self.options.bootstrap, topic,
-                                                        self.timeout,
-                                                        client_id="oncelog-spark")
+            reader = self._readers[topic] = TopicReader(
+                self.options.bootstrap, topic, self.timeout, client_id="oncelog-spark",
+                read_committed=self.options.read_committed)
         return reader
 
     def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(log start offset, high watermark) of each partition; a partition whose topic has
-        gone is left out."""
+        """(log start offset, high watermark) of each partition (read_committed: the last
+        stable offset for the high watermark); a partition whose topic has gone is left
+        out."""
         result = {}
         for topic, partition in tps:
             try:
