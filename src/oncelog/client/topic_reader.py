@@ -10,12 +10,6 @@ It never stops short quietly:
   the partition's log start moved past them (ListOffsets earliest, asked after an empty answer
   or an OFFSET_OUT_OF_RANGE), or the topic is gone. Nothing else is.
 * Offsets the log legitimately lacks (control batches, compaction) are walked over.
-* With ``read_committed`` the reader sees what Kafka's consumer with
-  ``isolation.level=read_committed`` sees: the high watermark it reports is the last stable
-  offset (ListOffsets latest with isolation_level 1), its fetches ask with isolation_level 1
-  (nothing past the last stable offset comes back), and the records of aborted transactions
-  are left out by the batch walk from each Fetch answer's aborted transactions. Control
-  batches are never records, at either level.
 * Anything else that keeps the read from moving on (a broker slow to answer or answering
   nothing, a log ending before ``end``, a leader that cannot be found) is waited out for at
   most ``poll_timeout`` seconds from the last progress, then a ``ReadTimeout`` that names the
@@ -48,7 +42,6 @@ RETRIABLE = frozenset({
 })
 MAX_FETCH_BYTES = 1 << 30  # a batch larger than this cannot be read
 _LONG_POLL_MS = 500  # how long one Fetch may wait on the broker's side for records
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # isolation_level of Fetch and ListOffsets
 
 
 class UnknownTopicOrPartition(KafkaError):
@@ -89,16 +82,13 @@ class TopicReader:
     """Reads partitions of one topic from their leaders, with the standard Kafka APIs.
 
     ``timeout`` bounds each request; ``attempts`` bounds the retries of a call outside a read
-    (a read is bounded by its poll timeout instead). ``read_committed``: see the module's
-    rules.
+    (a read is bounded by its poll timeout instead).
     """
 
     def __init__(self, bootstrap: str, topic: str, timeout: float = 30.0,
                  max_bytes: int = 8 << 20, attempts: int = 8,
-                 client_id: str = "oncelog-reader", read_committed: bool = False) -> None:
+                 client_id: str = "oncelog-reader") -> None:
         self.topic = topic
-        self.read_committed = read_committed
-        self.isolation_level = READ_COMMITTED if read_committed else READ_UNCOMMITTED
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.attempts = attempts
@@ -185,13 +175,17 @@ class TopicReader:
                         raise
 
     def offsets(self, partition: int, deadline: float | None = None) -> tuple[int, int]:
-        """The partition's (log start offset, high watermark); read_committed: (log start
-        offset, last stable offset)."""
+        """The partition's (log start offset, high watermark)."""
         start = self._on_leader(partition, lambda c: calls.list_offset(
             c, self.topic, partition, calls.EARLIEST), deadline)
         end = self._on_leader(partition, lambda c: calls.list_offset(
-            c, self.topic, partition, calls.LATEST, self.isolation_level), deadline)
+            c, self.topic, partition, calls.LATEST), deadline)
         return start, end
+
+    def last_stable_offset(self, partition: int, deadline: float | None = None) -> int:
+        """The partition's last stable offset (ListOffsets latest, read_committed)."""
+        return self._on_leader(partition, lambda c: calls.list_offset(
+            c, self.topic, partition, calls.LATEST, isolation_level=1), deadline)
 
     def ranges(self, partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
         """(log start offset, high watermark) of each of ``partitions`` (default: all)."""
@@ -204,38 +198,28 @@ class TopicReader:
         return {p: self.offsets(p) for p in indexes}
 
     def fetch(self, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 100,
-              deadline: float | None = None) -> calls.FetchResult:
-        def call(conn: BrokerConnection) -> calls.FetchResult:
-            error, result = calls.fetch_many(conn, {(self.topic, partition): offset},
-                                             max_wait_ms, max_bytes, max_bytes,
-                                             self.isolation_level)[(self.topic, partition)]
-            if error != ErrorCode.none:
-                raise KafkaError(error, f"fetch {self.topic}-{partition} at {offset}")
-            return result
-
-        return self._on_leader(partition, call, deadline)
-
-    def walk(self, result: calls.FetchResult, position: int, end: int | None = None,
-             **checks: bool) -> RecordSetWalk:
-        """The batch walk over a fetched record set, withholding what this reader's
-        isolation level does not read."""
-        aborted = result.aborted_transactions if self.read_committed else None
-        return RecordSetWalk(result.records, position, end, aborted=aborted, **checks)
+              deadline: float | None = None, isolation_level: int = 0) -> calls.FetchResult:
+        return self._on_leader(partition, lambda c: calls.fetch(
+            c, self.topic, partition, offset, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+            isolation_level=isolation_level), deadline)
 
     def read(self, partition: int, start: int, end: int, *, poll_timeout: float | None = None,
              check_crcs: bool = True, skip_corrupt: bool = False,
-             on_loss: Callable[[Lost], None] | None = None) -> RangeRead:
+             on_loss: Callable[[Lost], None] | None = None, isolation_level: int = 0,
+             controls: bool = False) -> RangeRead:
         """The batches of ``partition`` holding offsets of [start, end): iterate the result.
-        See the module's rules; ``poll_timeout`` defaults to the request timeout."""
+        See the module's rules; ``poll_timeout`` defaults to the request timeout.
+        ``isolation_level`` 1 reads as a read_committed consumer does (``end`` at most the
+        last stable offset); ``controls`` yields the control batches too."""
         return RangeRead(self, partition, start, end,
                          self.timeout if poll_timeout is None else poll_timeout,
-                         check_crcs, skip_corrupt, on_loss)
+                         check_crcs, skip_corrupt, on_loss, isolation_level, controls)
 
     def record_at(self, partition: int, offset: int) -> Record | None:
         """The record at ``offset``, or None if there is none (gone, or never a record)."""
         try:
             result = self.fetch(partition, offset, 1 << 20)
-            batch = next(iter(self.walk(result, offset, offset + 1)), None)
+            batch = next(iter(RecordSetWalk(result.records, offset, offset + 1)), None)
             fields = batch.record_fields() if batch is not None else []
         except (KafkaError, RecordSetError):
             return None
@@ -266,8 +250,10 @@ class RangeRead:
 
     def __init__(self, reader: TopicReader, partition: int, start: int, end: int,
                  poll_timeout: float, check_crcs: bool, skip_corrupt: bool,
-                 on_loss: Callable[[Lost], None] | None) -> None:
+                 on_loss: Callable[[Lost], None] | None, isolation_level: int = 0,
+                 controls: bool = False) -> None:
         self.reader = reader
+        self.isolation_level, self.controls = isolation_level, controls
         self.partition = partition
         self.start, self.end = start, end
         self.poll_timeout = poll_timeout
@@ -291,7 +277,10 @@ class RangeRead:
             try:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 result = reader.fetch(self.partition, position, max_bytes,
-                                      max(0, min(_LONG_POLL_MS, left_ms)), deadline)
+                                      max(0, min(_LONG_POLL_MS, left_ms)), deadline,
+                                      self.isolation_level)
+                data = result.records
+                aborted = result.aborted_transactions if self.isolation_level else None
             except UnknownTopicOrPartition:
                 self._lose(position, self.end, TOPIC_GONE)
                 return
@@ -300,9 +289,10 @@ class RangeRead:
                     raise self._timeout(log_range, exc) from None
                 if exc.error != ErrorCode.offset_out_of_range:
                     raise
-                result = calls.FetchResult(b"", -1, -1)
-            walk = reader.walk(result, position, self.end, check_crcs=self.check_crcs,
-                               skip_corrupt=self.skip_corrupt)
+                data, aborted = b"", None
+            walk = RecordSetWalk(data, position, self.end, check_crcs=self.check_crcs,
+                                 skip_corrupt=self.skip_corrupt, aborted=aborted,
+                                 controls=self.controls)
             corrupt = self.corrupt_batches
             try:
                 for batch in walk:

@@ -241,14 +241,14 @@ def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
     timeout = poll_timeout_ms / 1000
     try:
         reader = TopicReader(bootstrap, rng.topic, min(30.0, timeout),
-                             client_id="oncelog-spark", read_committed=read_committed)
+                             client_id="oncelog-spark")
     except UnknownTopicOrPartition:
         lost(Lost(rng.partition, rng.start, rng.end, TOPIC_GONE))
         return
     with reader:
         try:
             for batch in reader.read(rng.partition, rng.start, rng.end, poll_timeout=timeout,
-                                     on_loss=lost):
+                                     on_loss=lost, isolation_level=int(read_committed)):
                 try:
                     columns.add_batch(batch)
                 except RecordSetError as exc:  # records that do not parse

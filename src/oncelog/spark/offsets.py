@@ -134,9 +134,9 @@ class Cluster:
     def _reader(self, topic: str) -> TopicReader:
         reader = self._readers.get(topic)
         if reader is None:
-            reader = self._readers[topic] = TopicReader(
-                self.options.bootstrap, topic, self.timeout, client_id="oncelog-spark",
-                read_committed=self.options.read_committed)
+            reader = self._readers[topic] = TopicReader(self.options.bootstrap, topic,
+                                                        self.timeout,
+                                                        client_id="oncelog-spark")
         return reader
 
     def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
@@ -146,7 +146,11 @@ class Cluster:
         result = {}
         for topic, partition in tps:
             try:
-                result[(topic, partition)] = self._reader(topic).offsets(partition)
+                reader = self._reader(topic)
+                low, high = reader.offsets(partition)
+                if self.options.read_committed:
+                    high = reader.last_stable_offset(partition)
+                result[(topic, partition)] = low, high
             except KafkaError as exc:  # UnknownTopicOrPartition: the topic was deleted
                 if exc.error != ErrorCode.unknown_topic_or_partition:
                     raise
