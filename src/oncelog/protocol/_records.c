@@ -927,7 +927,8 @@ static PyTypeObject RecordBuilderType = {
  * bytes into the column's data buffer, and offsets, timestamps and sequences are arithmetic
  * on the batch header and the record's deltas. Each buffer is a bytearray, handed to
  * pyarrow.Array.from_buffers without a copy (spark/columns.py); its length is its capacity
- * until ``take`` trims it. */
+ * until ``take`` trims it. tests/test_spark_read_columns.py holds it to the Python twin,
+ * spark/columns.py's PyRecordColumns. */
 
 typedef struct {
     PyObject *obj;    /* a bytearray */
