@@ -95,7 +95,8 @@ class OncelogReader(_ReadsRanges, DataSourceReader):
                 raise OptionError("startingOffsets", f"{tp[0]}-{tp[1]} would start at {start}, "
                                                      f"after its end at {end}")
             if end > high:
-                raise OptionError("endingOffsets", f"{tp[0]}-{tp[1]} ends at {high}, before "
+                ends = "its last stable offset is" if opts.read_committed else "ends at"
+                raise OptionError("endingOffsets", f"{tp[0]}-{tp[1]} {ends} {high}, before "
                                                    f"offset {end}")
             if start < low:
                 if opts.fail_on_data_loss:
