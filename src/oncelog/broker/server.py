@@ -60,6 +60,13 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
+from .partition_admin import (
+    handle_alter_partition_reassignments,
+    handle_create_partitions,
+    handle_delete_records,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from .produce import TxnVerifier, handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
@@ -129,6 +136,12 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    # Partition admin.
+    apis.DELETE_RECORDS: handle_delete_records,
+    apis.CREATE_PARTITIONS: handle_create_partitions,
+    apis.ELECT_LEADERS: handle_elect_leaders,
+    apis.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    apis.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 

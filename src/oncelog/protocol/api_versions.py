@@ -42,6 +42,12 @@ DESCRIBE_PRODUCERS = 61
 WRITE_TXN_MARKERS = 27
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+# Partition admin (broker/partition_admin.py).
+DELETE_RECORDS = 21
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # the cluster and storage views; DescribeLogDirs v5 adds is_cordoned (never, here)
@@ -82,6 +88,12 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     WRITE_TXN_MARKERS: (1, 2),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Partition admin: every version kio has, as Kafka 3.x and 4.x brokers list them.
+    DELETE_RECORDS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
