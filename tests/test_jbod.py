@@ -198,3 +198,21 @@ def test_a_partition_is_found_again_by_its_topic_id_beside_an_older_copy(tmp_pat
         if broker.alive:
             broker.stop()
     assert "Traceback" not in broker.log_text(), broker.log_text()
+
+
+def test_partitions_added_later_spread_too(tmp_path):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    broker = BrokerProcess(a, {"log.dirs": f"{a},{b}"}).start()
+    try:
+        create_topic(broker.bootstrap, TOPIC, 1)  # spread-0 in a
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_partitions([NewPartitions(TOPIC, 4)])[TOPIC].result(START_TIMEOUT)
+        assert placement(broker.bootstrap) == {
+            str(a): (None, {f"{TOPIC}-0", f"{TOPIC}-2"}),
+            str(b): (None, {f"{TOPIC}-1", f"{TOPIC}-3"})}
+    finally:
+        if broker.alive:
+            broker.stop()
+    assert "Traceback" not in broker.log_text(), broker.log_text()
