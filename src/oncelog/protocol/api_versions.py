@@ -36,6 +36,9 @@ DESCRIBE_PRODUCERS = 61
 WRITE_TXN_MARKERS = 27
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+# configuration after creation
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -71,6 +74,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     WRITE_TXN_MARKERS: (1, 2),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # configuration after creation
+    ALTER_CONFIGS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the
