@@ -121,7 +121,7 @@ def _alter(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     flags = [name for name in ("describe", "alter") if getattr(args, f"do_{name}")]
-    if args.action and flags and flags != [args.action] or len(flags) > 1:
+    if (args.action and flags and flags != [args.action]) or len(flags) > 1:
         raise SystemExit("oncelog configs: say describe or alter, once")
     args.action = args.action or (flags[0] if flags else None)
     if args.action is None:
