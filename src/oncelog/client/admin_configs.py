@@ -30,6 +30,7 @@ class ConfigResource:
     def __post_init__(self) -> None:
         if self.type not in RESOURCE_TYPES:
             raise ValueError(f"resource type must be topic or broker, not {self.type!r}")
+        object.__setattr__(self, "type", self.type.rstrip("s"))  # one spelling: equal keys
 
     @property
     def type_id(self) -> int:
