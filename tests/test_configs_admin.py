@@ -289,11 +289,11 @@ def test_dynamic_changes_apply_while_producing(start_broker):
             res = ConfigResource("topic", topic)
             assert ours.incremental_alter_configs(
                 {res: [AlterConfigOp("segment.bytes", "SET", "20000")]}) == {res: None}
-            marker = len(acked)
-            while len(acked) < marker + 500 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            # the next batches went to new segments: rolled at the new size
-            assert len(batches_on_disk_segments(broker, topic)) >= 3
+            # the next batches go to new segments: rolled at the new size
+            deadline = time.monotonic() + 2 * TIMEOUT
+            while len(batches_on_disk_segments(broker, topic)) < 3:
+                assert time.monotonic() < deadline, "no roll at the new segment.bytes"
+                time.sleep(0.05)
     finally:
         stop.set()
         thread.join(TIMEOUT)
