@@ -17,6 +17,7 @@ from .topics import TopicError
 
 log = logging.getLogger(__name__)
 
+
 def handle_create_topics(broker, request: Request):
     mod = response_module(CREATE_TOPICS, request.api_version)
     body = request.body

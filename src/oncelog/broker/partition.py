@@ -1,10 +1,11 @@
 """A partition on this broker: its Log, its ProducerStateManager, and long-poll waiters.
 
 The produce path in one place: split and check the batches, let producer_state judge an
-idempotent batch, roll the log if it must, patch offsets, append, then apply the judged
-update. Kafka's split (ProducerAppendInfo, then the log append, then the state update): a batch
-the log did not take leaves no trace in producer state, because an append is all or nothing
-(log/segment.py) and nothing is applied before it returned.
+idempotent batch, recompress it if the topic's compression.type asks for another codec, roll
+the log if it must, patch offsets, append, then apply the judged update. Kafka's split
+(ProducerAppendInfo, then the log append, then the state update): a batch the log did not
+take leaves no trace in producer state, because an append is all or nothing (log/segment.py)
+and nothing is applied before it returned.
 
 The partition owns the roll, as Kafka's UnifiedLog does: producer state is snapshotted at the
 new segment's base offset, then the log rolls. Snapshots are also written at clean shutdown;
