@@ -7,16 +7,18 @@ Spark local[2]; one oncelog broker on 127.0.0.1 with a fresh temporary log.dirs;
 the ``noop`` sink, so nothing is pruned or skipped:
 
 * read:  ``spark.read.format("oncelog")`` of the whole topic, and ``spark.read.parquet`` of the
-  same rows (written once from the topic, same columns);
+  same rows (written once from the topic, same columns); and, as the floor of any Python data
+  source, ``arrow_floor``: a Python data source with the same schema, partitions and Arrow
+  batches, each column built with one copy in the task and nothing fetched or decoded
+  (what Spark itself spends taking Arrow batches from Python workers);
 * write: the same DataFrame (key, value; cached in memory first, so its source costs neither
   side anything) written with ``df.write.format("oncelog")`` to a new topic each run (one
   idempotent producer per Spark task), and with ``df.write.parquet`` to a new directory.
 
 Each measurement runs once as a warm-up (Spark starts its Python workers, the JVM compiles)
-before the runs that count. Printed: median rows/s of each and the ratios oncelog / Parquet,
-measured in this run. There is no target: Parquet is a columnar file format read by Spark's
-JVM reader, the oncelog source fetches over the Kafka protocol and decodes in Python
-workers; the ratio says how far apart they are.
+before the runs that count. Printed: median rows/s of each and the ratios oncelog / Parquet
+and oncelog / arrow_floor, measured in this run. The goal (issue 15) is read >= 1.0x
+Parquet; arrow_floor / Parquet says how much of that any Python data source can reach.
 """
 
 from __future__ import annotations
@@ -36,6 +38,58 @@ from confluent_kafka import Producer
 import oncelog
 
 VALUE_BYTES = 1024
+ROWS_PER_BATCH = 10_000  # as the oncelog source hands Spark
+
+
+def register_floor(spark) -> None:
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from oncelog.spark.columns import arrow_schema, spark_schema
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, rows: int, partitions: int) -> None:
+            self.rows, self.parts = rows, partitions
+
+        def partitions(self):
+            return [InputPartition(p) for p in range(self.parts)]
+
+        def read(self, partition):
+            rows = self.rows // self.parts
+            schema = arrow_schema(False)
+            value, key = b"v" * VALUE_BYTES, b"k" * 16
+            for start in range(0, rows, ROWS_PER_BATCH):
+                n = min(ROWS_PER_BATCH, rows - start)
+
+                def binary(item: bytes, n: int = n) -> pa.Array:
+                    offsets = pa.array(range(0, (n + 1) * len(item), len(item)),
+                                       pa.int32()).buffers()[1]
+                    return pa.Array.from_buffers(pa.binary(), n, [None, offsets,
+                                                                  pa.py_buffer(item * n)])
+
+                def fixed(kind: pa.DataType, width: int, n: int = n) -> pa.Array:
+                    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(
+                        bytes(width * n))])
+
+                yield pa.RecordBatch.from_arrays([
+                    binary(key), binary(value), pa.repeat(pa.scalar("bench"), n),
+                    pa.repeat(pa.scalar(partition.value, pa.int32()), n),
+                    fixed(pa.int64(), 8), fixed(schema.field("timestamp").type, 8),
+                    fixed(pa.int32(), 4), fixed(pa.int64(), 8), fixed(pa.int16(), 2),
+                    fixed(pa.int32(), 4)], schema=schema)
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow_floor"
+
+        def schema(self):
+            return spark_schema(False)
+
+        def reader(self, schema):
+            return FloorReader(int(self.options["rows"]), int(self.options["partitions"]))
+
+    spark.dataSource.register(Floor)
 
 
 def load_topic(bootstrap: str, topic: str, rows: int, partitions: int) -> None:
@@ -94,9 +148,14 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                 to_write = spark.read.parquet(parquet).select("key", "value").cache()
                 assert to_write.count() == rows
 
+                register_floor(spark)
+                floor = (spark.read.format("arrow_floor").option("rows", str(rows))
+                         .option("partitions", str(partitions)).load())
+                assert floor.count() == rows
                 times: dict[str, list[float]] = {k: [] for k in
                                                  ("read_oncelog", "read_parquet",
-                                                  "write_oncelog", "write_parquet")}
+                                                  "read_arrow_floor", "write_oncelog",
+                                                  "write_parquet")}
                 for rep in range(-1, repeats):  # -1: warm-up (Python workers, JIT), not kept
                     if rep == 0:
                         times = {k: [] for k in times}
@@ -105,6 +164,8 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                     times["read_parquet"].append(timed(
                         lambda: spark.read.parquet(parquet).write.format("noop")
                         .mode("overwrite").save()))
+                    times["read_arrow_floor"].append(timed(
+                        lambda: floor.write.format("noop").mode("overwrite").save()))
                     topic = f"bench-out-{rep + 1}"
                     with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
                         admin.create_topic(topic, partitions)
@@ -132,6 +193,8 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
     return {"rows": rows, "repeats": repeats, "partitions": partitions,
             "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
             "read_ratio": rates["read_oncelog"] / rates["read_parquet"],
+            "floor_ratio": rates["read_arrow_floor"] / rates["read_parquet"],
+            "read_to_floor": rates["read_oncelog"] / rates["read_arrow_floor"],
             "write_ratio": rates["write_oncelog"] / rates["write_parquet"],
             "seconds": {k: v for k, v in times.items()}}
 
@@ -150,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  read : oncelog {rates['read_oncelog']:>10,.0f} rows/s, Parquet "
           f"{rates['read_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
           f"{result['read_ratio']:.3f}")
+    print(f"  floor: arrow_floor {rates['read_arrow_floor']:>10,.0f} rows/s: floor / Parquet = "
+          f"{result['floor_ratio']:.3f}, oncelog / floor = {result['read_to_floor']:.3f}")
     print(f"  write: oncelog {rates['write_oncelog']:>10,.0f} rows/s, Parquet "
           f"{rates['write_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
           f"{result['write_ratio']:.3f}")

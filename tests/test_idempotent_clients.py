@@ -55,6 +55,8 @@ GROUP = "oncelog-tests"  # librdkafka insists on a group.id even for assign(); n
 PARTITIONS = 3
 COUNT = 100_000
 KILLS_AT = (30_000, 65_000)  # delivered-record counts at which the broker is taken down
+# How far past the next restart's count the stream may produce before the restart is done.
+AHEAD = 5_000
 SWALLOW_WAIT = TIMEOUT  # the bound on waiting for a produce answer to swallow
 SWALLOW_SECONDS = 0.2  # the bound on swallowing more answers once one produce's was
 SWALLOW_MORE = 5  # answers swallowed before the broker goes down, if they come that fast
@@ -131,14 +133,28 @@ def assert_exactly_once_in_order(bootstrap: str, topic: str, count: int) -> None
 # --- the broker going down under a producer -------------------------------------------------------
 
 class Delivered:
-    """Delivery reports, counted from whichever thread the client calls back on."""
+    """Delivery reports, counted from whichever thread the client calls back on, and how many
+    records the stream may produce so far (the saboteur moves that on), so that however the
+    threads are scheduled the stream cannot run past a restart it has not had yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: int = COUNT) -> None:
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)  # notified at each report
         self.count = 0
         self.errors: list[tuple[int, object]] = []
         self.offsets: dict[int, int] = {}  # record number -> offset the broker reported
+        self.allowed = allowed
+
+    def allow(self, records: int) -> None:
+        self.allowed = records
+
+    def hold(self, i: int, idle) -> None:
+        """Before record ``i`` is produced: wait, calling ``idle`` (which serves the client's
+        delivery reports), until the saboteur allows it."""
+        deadline = time.monotonic() + STREAM_TIMEOUT
+        while i >= self.allowed:
+            assert time.monotonic() < deadline, f"record {i} never allowed ({self.allowed})"
+            idle()
 
     def report(self, i: int, error: object, offset: int) -> None:
         with self.changed:
@@ -276,6 +292,10 @@ class Saboteur(threading.Thread):
                 with self.proxy.swallowed:
                     swallowed = self.proxy.swallowed_produce_answers
                     self.proxy.swallowing.set()
+                    # The stream waits at the gate, if it got there: the produces it sends now
+                    # are the ones whose answers are swallowed.
+                    later = [t for t in self.at if t > target]
+                    self.delivered.allow(later[0] + AHEAD if later else COUNT)
                     # Until the broker has stored and answered at least one produce in vain
                     # (the client may be between requests), then a few more if they come.
                     self.proxy.swallowed.wait_for(
@@ -313,6 +333,10 @@ class Saboteur(threading.Thread):
             assert down_at < COUNT and swallowed > 0, self.done
 
 
+def pause() -> None:
+    time.sleep(0.01)
+
+
 def stream_confluent(bootstrap: str, topic: str, delivered: Delivered) -> None:
     producer = Producer({
         "bootstrap.servers": bootstrap,
@@ -333,7 +357,11 @@ def stream_confluent(bootstrap: str, topic: str, delivered: Delivered) -> None:
     def on_delivery(err, msg):
         delivered.report(int(msg.value()), err, msg.offset())
 
+    def serve_reports() -> None:
+        producer.poll(0.01)
+
     for i in range(COUNT):
+        delivered.hold(i, serve_reports)
         producer.produce(topic, value=value_of(i), partition=partition_of(i),
                          on_delivery=on_delivery)
         if i % 1000 == 999:
@@ -360,6 +388,7 @@ def stream_kafka_python(bootstrap: str, topic: str, delivered: Delivered) -> Non
     )
     try:
         for i in range(COUNT):
+            delivered.hold(i, pause)
             future = producer.send(topic, value=value_of(i), partition=partition_of(i))
             future.add_callback(lambda meta, i=i: delivered.report(i, None, meta.offset))
             future.add_errback(lambda exc, i=i: delivered.report(i, exc, -1))
@@ -379,6 +408,7 @@ def stream_oncelog(bootstrap: str, topic: str, delivered: Delivered) -> None:
     })
     try:
         for i in range(COUNT):
+            delivered.hold(i, pause)
             producer.produce(topic, value_of(i), partition=partition_of(i),
                              on_delivery=lambda err, meta, i=i: delivered.report(
                                  i, err, meta.offset if meta else -1))
@@ -418,7 +448,7 @@ def run_stream(start_broker, proxy: AnswerEater, client: str, restarts: tuple[in
     proxy.upstream = broker.port
     topic = f"idem-{client}"
     create_topic(proxy.address, topic, PARTITIONS)
-    delivered = Delivered()
+    delivered = Delivered(allowed=restarts[0] + AHEAD)
     saboteur = Saboteur(broker, proxy, delivered, restarts, clean)
     saboteur.start()
     try:

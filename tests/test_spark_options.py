@@ -29,6 +29,12 @@ def test_kafka_source_options_as_spark_hands_them_over():
     assert read_options({**B, "subscribe": "t"}, streaming=False).poll_timeout_ms == 120_000
     assert read_options({**B, "subscribe": "t", "kafkaconsumer.polltimeoutms": "1500"},
                         streaming=True).poll_timeout_ms == 1500
+    assert not read_options({**B, "subscribe": "t"}, streaming=False).read_committed
+    for name in ("isolation.level", "kafka.isolation.level"):
+        for streaming, level in ((False, "read_committed"), (True, "read_committed"),
+                                 (True, "read_uncommitted")):
+            opts = read_options({**B, "subscribe": "t", name: level}, streaming=streaming)
+            assert opts.read_committed == (level == "read_committed")
 
 
 @pytest.mark.parametrize(("options", "streaming", "message"), [
@@ -64,6 +70,9 @@ def test_kafka_source_options_as_spark_hands_them_over():
      "option includeHeaders: must be true or false, not 'yes'"),
     ({**B, "subscribe": "t", "kafka.group.id": "g"}, True,
      "option kafka.group.id: unknown option"),
+    ({**B, "subscribe": "t", "kafka.isolation.level": "serializable"}, True,
+     "option isolation.level: 'serializable' is not an isolation level (allowed: "
+     "read_uncommitted, read_committed)"),
 ])
 def test_bad_read_options(options, streaming, message):
     with pytest.raises(OptionError) as failed:

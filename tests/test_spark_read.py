@@ -238,8 +238,8 @@ def test_fail_on_data_loss(spark, start_broker, tmp_path):
      "option startingOffsets: offset 'x' of t-0"),
     ({"subscribe": "t", "minPartitions": "0"}, "option minPartitions: must be a whole number"),
     ({"subscribe": "nosuch"}, "option subscribe: topic 'nosuch' does not exist"),
-    ({"subscribe": "t", "isolation.level": "read_committed"},
-     "option isolation.level: 'read_committed'"),
+    ({"subscribe": "t", "isolation.level": "READ_COMMITTED"},
+     "option isolation.level: 'READ_COMMITTED' is not an isolation level"),
     ({"subscribe": "t", "maxOffsetsPerTrigger": "10"},
      "option maxOffsetsPerTrigger: applies to streaming reads"),
 ])

@@ -5,6 +5,7 @@ within the poll timeout, then an error naming the offsets."""
 from __future__ import annotations
 
 import pytest
+import txn_topic
 from brokers import create_topic, produce_batches, wait_for_log_start
 
 import oncelog
@@ -60,3 +61,24 @@ def test_deleted_records_and_a_deleted_topic_are_reported_and_skipped(start_brok
         assert offsets_read(read) == [] and lost == [Lost(0, 30, 60, TOPIC_GONE)]
     with pytest.raises(UnknownTopicOrPartition, match="topic 'going' does not exist"):
         TopicReader(broker.bootstrap, "going")
+
+
+def test_read_committed_ends_at_the_last_stable_offset_without_aborted_records(broker):
+    open_one = txn_topic.write(broker.bootstrap, "txn")
+    with TopicReader(broker.bootstrap, "txn") as reader:
+        start, end = reader.offsets(0)
+        lso = reader.last_stable_offset(0)
+        assert start == 0 and lso < end
+
+        def values(stop: int, isolation_level: int) -> list[bytes]:
+            return [f[3] for b in reader.read(0, 0, stop, poll_timeout=30,
+                                              isolation_level=isolation_level)
+                    for f in b.record_fields()]
+
+        assert values(lso, 1) == txn_topic.BEFORE_OPEN
+        assert sorted(values(end, 0)) == sorted(
+            txn_topic.COMMITTED + txn_topic.ABORTED + txn_topic.OPEN)
+        open_one.commit_transaction(txn_topic.TIMEOUT)  # its marker takes an offset
+        end = reader.offsets(0)[1]
+        assert reader.last_stable_offset(0) == end
+        assert sorted(values(end, 1)) == sorted(txn_topic.COMMITTED + txn_topic.OPEN)

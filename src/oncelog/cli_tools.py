@@ -339,6 +339,7 @@ def _guarded(func):
 
 def add_tool_commands(sub) -> None:
     from .cli_groups import add_group_commands
+    from .cli_records import add_records_commands, add_topics_alter
     from .cli_transactions import add_transaction_commands
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics",
@@ -365,6 +366,8 @@ def add_tool_commands(sub) -> None:
     delete = _with_bootstrap(tsub.add_parser("delete", help="delete a topic and its data"))
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=_guarded(_topics_delete))
+
+    add_topics_alter(tsub, _with_bootstrap, _guarded)
 
     producers = sub.add_parser("producers", help="idempotent producers a topic remembers",
                                description="Inspect the producer state of partitions.")
@@ -443,3 +446,4 @@ def add_tool_commands(sub) -> None:
 
     add_group_commands(sub, _with_bootstrap)
     add_transaction_commands(sub, _with_bootstrap)
+    add_records_commands(sub, _with_bootstrap, _guarded)

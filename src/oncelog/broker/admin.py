@@ -43,12 +43,13 @@ def _duplicates(names) -> list[str]:
 
 def _create_topic(broker, mod, t, validate_only: bool):
     configs = {c.name: c.value for c in t.configs}
+    assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments or ()}
     try:
-        if t.assignments:
-            raise TopicError(ErrorCode.invalid_request,
-                             "manual replica assignment is not supported")
+        if len(assignments) != len(t.assignments or ()):
+            raise TopicError(ErrorCode.invalid_replica_assignment,
+                             "The manual partition assignment names a partition twice.")
         topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
-                                     validate_only=validate_only)
+                                     validate_only=validate_only, assignments=assignments)
     except TopicError as exc:
         log.info("create topic %r refused: %s", t.name, exc)
         return _create_refused(mod, t.name, exc.error, str(exc))
@@ -58,7 +59,7 @@ def _create_topic(broker, mod, t, validate_only: bool):
         for key, value, _ in broker.topics.describe_topic_configs(topic)
     )
     # A validate_only topic has no partitions to count: answer what would have been made.
-    partitions = len(topic.partitions) if topic.partitions else t.num_partitions
+    partitions = len(topic.partitions) or len(assignments) or t.num_partitions
     if partitions == -1:
         partitions = broker.config.get("num.partitions")
     return build(mod.CreatableTopicResult, name=t.name, topic_id=topic.topic_id,

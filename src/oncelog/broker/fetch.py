@@ -174,14 +174,15 @@ def _by_timestamp(plog, timestamp: int) -> tuple[ErrorCode, int, int]:
     if found is None:
         return ErrorCode.none, -1, -1
     base_offset, _ = found
+    start = plog.log_start_offset  # records below it (DeleteRecords) are not answered
     # A compacted batch may keep a max timestamp no record in it has any more (an emptied
     # batch keeps its old one, as Kafka's does): the record is then in a later batch.
-    for header in plog.headers_from(base_offset):
+    for header in plog.headers_from(max(base_offset, start)):
         if header.max_timestamp < timestamp or not header.records_count:
             continue
         _, records = decode_batch(plog.batch_at(header.base_offset))
         for record in records:
-            if record.timestamp >= timestamp:
+            if record.timestamp >= timestamp and record.offset >= start:
                 return ErrorCode.none, record.timestamp, record.offset
     return ErrorCode.none, -1, -1
 

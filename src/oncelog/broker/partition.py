@@ -266,16 +266,19 @@ class Partition:
                             offset, exc)
                 continue
             state.load(snap.entries, snap.tombstones, snap.forgotten_up_to)
-            if offset < plog.log_start_offset:
-                # Batches between the snapshot and the log start are gone: anyone who wrote
-                # only there is forgotten.
+            # The replay goes by the files, not the log start: batches DeleteRecords put
+            # below it but still in the first segment are replayed, as retention keeps the
+            # state of producers whose batches it deleted until they expire.
+            if offset < plog.base_offset:
+                # Batches between the snapshot and the first segment are gone: anyone who
+                # wrote only there is forgotten.
                 state.forget_everyone(self._producer_ids.highest_claimed())
-            return max(offset, plog.log_start_offset)
-        if plog.log_start_offset > 0 or plog.first_dirty_offset is not None:
+            return max(offset, plog.base_offset)
+        if plog.base_offset > 0 or plog.first_dirty_offset is not None:
             # Batches are gone (deleted by retention, or compacted away: the cleaner keeps
             # the last batch only of producers the partition still remembered).
             state.forget_everyone(self._producer_ids.highest_claimed())
-        return plog.log_start_offset
+        return plog.base_offset
 
     # --- the produce path ------------------------------------------------------------------
 
@@ -403,8 +406,10 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the first offset of the earliest transaction
-        open here, else the high watermark."""
-        return self.state.last_stable_offset(self.high_watermark)
+        open here, else the high watermark; never below the log start (as Kafka's: a
+        transaction whose beginning DeleteRecords removed holds readers at the log start)."""
+        return max(self.state.last_stable_offset(self.high_watermark),
+                   self.log.log_start_offset)
 
     def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start, upper), for a read_committed Fetch."""
@@ -518,9 +523,32 @@ class Partition:
             if plog.active_expired(now_ms):
                 self._roll()
             if plog.delete_old_segments(now_ms):
-                self._snapshots.delete_older_than(plog.log_start_offset)
+                self._snapshots.delete_older_than(plog.base_offset)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start forward to ``offset`` (the caller checked it is
+        at most the high watermark); returns the log start after it. Producer state is left
+        as retention leaves it. OSError: nothing changed (a failed fsync or the directory's
+        failure takes the directory offline, as for an append)."""
+        plog = self.log
+        if offset <= plog.log_start_offset:
+            return plog.log_start_offset  # it only moves forward
+        # What the checkpoint names must be on disk first: a power cut may cut back only
+        # what is past the log start, never leave the log start past the log end.
+        if offset > self.flushed_offset:
+            self.flush_now()
+        try:
+            plog.advance_log_start(offset)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+        try:
+            self._snapshots.delete_older_than(plog.base_offset)
+        except OSError as exc:  # only fallbacks stay behind
+            log.warning("%s: removing old snapshots failed: %s", self.name, exc)
+        log.info("%s: log start moved to %d by DeleteRecords", self.name, offset)
+        return plog.log_start_offset
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""

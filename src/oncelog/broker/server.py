@@ -59,6 +59,13 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
+from .partition_admin import (
+    handle_alter_partition_reassignments,
+    handle_create_partitions,
+    handle_delete_records,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from .produce import TxnVerifier, handle_produce
 from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
@@ -126,6 +133,12 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     # configuration after creation
     apis.ALTER_CONFIGS: handle_alter_configs,
     apis.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    # Partition admin.
+    apis.DELETE_RECORDS: handle_delete_records,
+    apis.CREATE_PARTITIONS: handle_create_partitions,
+    apis.ELECT_LEADERS: handle_elect_leaders,
+    apis.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    apis.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }
 assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 

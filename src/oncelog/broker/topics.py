@@ -307,7 +307,13 @@ class TopicManager:
         return topic.partitions[index]
 
     def create(self, name: str, num_partitions: int, replication_factor: int,
-               configs: dict[str, str | None], validate_only: bool = False) -> Topic:
+               configs: dict[str, str | None], validate_only: bool = False,
+               assignments: dict[int, list[int]] | None = None) -> Topic:
+        """``assignments``: partition index -> broker ids, given instead of a partition count
+        and a replication factor (both -1 then), as Kafka's CreateTopics takes them."""
+        if assignments:
+            num_partitions, replication_factor = self._from_assignments(
+                num_partitions, replication_factor, assignments)
         problem = topic_name_problem(name)
         if problem:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
@@ -348,14 +354,108 @@ class TopicManager:
             raise TopicError(ErrorCode.kafka_storage_error,
                              f"writing the topic's metadata failed: {exc}") from None
         topic = self._materialize(name, value)
-        for partition in topic.partitions:
+        self._set_aside_existing(topic.partitions)
+        log.info("created topic %s with %d partitions", name, num_partitions)
+        return topic
+
+    def _set_aside_existing(self, partitions: list[Partition]) -> None:
+        for partition in partitions:
             if os.path.isdir(partition.dir):  # put there by hand since the start
                 try:
-                    log.warning("%s: set aside as %s before the new topic uses its name",
+                    log.warning("%s: set aside as %s before the new partition uses its name",
                                 partition.dir, self._move_aside(partition.dir, STRAY_SUFFIX))
                 except OSError as exc:  # the next start tells it apart by its topic id
                     log.error("%s: could not be set aside: %s", partition.dir, exc)
-        log.info("created topic %s with %d partitions", name, num_partitions)
+
+    # --- manual assignments and new partitions ---------------------------------------------
+
+    def replicas_problem(self, broker_ids: list[int] | tuple[int, ...], what: str) -> str | None:
+        """Why a manual replica list cannot be placed on this one-broker cluster (Kafka's
+        INVALID_REPLICA_ASSIGNMENT), or None."""
+        if not broker_ids:
+            return f"The manual partition assignment of {what} is an empty replica list."
+        if len(set(broker_ids)) != len(broker_ids):
+            return (f"The manual partition assignment of {what} names a broker more than once: "
+                    f"{list(broker_ids)}.")
+        broker_id = self.config.get("broker.id")
+        for node in broker_ids:
+            if node != broker_id:
+                return (f"The manual partition assignment of {what} includes broker {node}, "
+                        f"but no broker with that id exists (this cluster is broker "
+                        f"{broker_id} alone).")
+        return None
+
+    def _from_assignments(self, num_partitions: int, replication_factor: int,
+                          assignments: dict[int, list[int]]) -> tuple[int, int]:
+        """(partition count, replication factor) of a CreateTopics with manual assignments."""
+        if num_partitions != -1 or replication_factor != -1:
+            raise TopicError(ErrorCode.invalid_request,
+                             "Both numPartitions or replicationFactor and replicasAssignments "
+                             "were set. Both cannot be used at the same time.")
+        if sorted(assignments) != list(range(len(assignments))):
+            raise TopicError(ErrorCode.invalid_replica_assignment,
+                             f"The manual partition assignment names partitions "
+                             f"{sorted(assignments)}; they must be 0..{len(assignments) - 1}.")
+        for index, broker_ids in sorted(assignments.items()):
+            problem = self.replicas_problem(broker_ids, f"partition {index}")
+            if problem:
+                raise TopicError(ErrorCode.invalid_replica_assignment, problem)
+        return len(assignments), 1
+
+    def add_partitions(self, name: str, count: int,
+                       assignments: list[list[int]] | None = None,
+                       validate_only: bool = False) -> Topic:
+        """CreatePartitions: grow topic ``name`` to ``count`` partitions (stored in the
+        metadata store before any is served: a crash leaves the old count or the new)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             f"The topic '{name}' does not exist.")
+        if name in INTERNAL_TOPICS:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"topic {name!r} is internal: its partition count maps group "
+                             f"and transactional ids to partitions and cannot change")
+        current = len(topic.partitions)
+        if count == current:
+            raise TopicError(ErrorCode.invalid_partitions,
+                             f"Topic already has {current} partition(s).")
+        if count < current:
+            raise TopicError(ErrorCode.invalid_partitions,
+                             f"Topic currently has {current} partition(s), which is higher "
+                             f"than the requested {count}.")
+        if count > MAX_PARTITIONS:
+            raise TopicError(ErrorCode.invalid_partitions,
+                             f"number of partitions must be 1..{MAX_PARTITIONS}")
+        if assignments is not None:
+            if len(assignments) != count - current:
+                raise TopicError(ErrorCode.invalid_replica_assignment,
+                                 f"Attempted to add {count - current} additional partition(s), "
+                                 f"but only {len(assignments)} assignment(s) were specified.")
+            for i, broker_ids in enumerate(assignments):
+                problem = self.replicas_problem(broker_ids, f"partition {current + i}")
+                if problem:
+                    raise TopicError(ErrorCode.invalid_replica_assignment, problem)
+        if validate_only:
+            return topic
+        if self.log_dir_state.offline:
+            raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
+        stored, version = self.store.get(f"topics/{name}")
+        if stored is None or stored.get("id") != str(topic.topic_id):
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             f"The topic '{name}' does not exist.")
+        try:
+            self.store.compare_and_set(f"topics/{name}", {**stored, "partitions": count},
+                                       version)
+        except BadVersion:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"topic {name!r} was changed meanwhile; try again") from None
+        except OSError as exc:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"writing the topic's metadata failed: {exc}") from None
+        added = [self._partition(topic, i) for i in range(current, count)]
+        self._set_aside_existing(added)
+        topic.partitions.extend(added)
+        log.info("topic %s: partitions %d -> %d", name, current, count)
         return topic
 
     def auto_create(self, name: str) -> Topic:

@@ -50,6 +50,13 @@ class ProducerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterInfo:
     cluster_id: str | None
     brokers: dict[int, tuple[str, int]]
@@ -114,14 +121,20 @@ class Admin:
                            {b.node_id: (b.host, b.port) for b in response.brokers}, result)
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str] | None = None) -> None:
+                     configs: dict[str, str] | None = None,
+                     assignments: dict[int, list[int]] | None = None,
+                     validate_only: bool = False) -> None:
+        """``assignments``: partition -> broker ids, instead of a count and a factor."""
         def make(mod, version):
+            manual = tuple(build(mod.CreatableReplicaAssignment, partition_index=index,
+                                 broker_ids=tuple(ids))
+                           for index, ids in sorted((assignments or {}).items()))
             topic = build(mod.CreatableTopic, name=name, num_partitions=partitions,
-                          replication_factor=replication_factor, assignments=(),
+                          replication_factor=replication_factor, assignments=manual,
                           configs=tuple(build(mod.CreatableTopicConfig, name=k, value=v)
                                         for k, v in (configs or {}).items()))
             return build(mod.CreateTopicsRequest, topics=(topic,), timeout=self._timeout(),
-                         validate_only=False)
+                         validate_only=validate_only)
 
         response = self.conn.call(apis.CREATE_TOPICS, make)
         for t in response.topics:
@@ -238,6 +251,143 @@ class Admin:
                     for s in p.active_producers
                 ]
         return result
+
+    # --- partitions: CreatePartitions, DeleteRecords, elections, reassignments ---------------
+
+    def create_partitions(self, name: str, count: int,
+                          assignments: list[list[int]] | None = None,
+                          validate_only: bool = False) -> None:
+        """Grow topic ``name`` to ``count`` partitions; ``assignments``: the broker ids of
+        each new partition. Raises KafkaError (INVALID_PARTITIONS for no increase)."""
+        def make(mod, version):
+            manual = None if assignments is None else tuple(
+                build(mod.CreatePartitionsAssignment, broker_ids=tuple(ids))
+                for ids in assignments)
+            return build(mod.CreatePartitionsRequest, topics=(
+                build(mod.CreatePartitionsTopic, name=name, count=count, assignments=manual),),
+                timeout=self._timeout(), validate_only=validate_only)
+
+        response = self.conn.call(apis.CREATE_PARTITIONS, make)
+        for r in response.results:
+            _raise_for(r.error_code, r.error_message or f"topic {name!r}")
+
+    def delete_records(self, before: dict[tuple[str, int], int]
+                       ) -> dict[tuple[str, int], int | KafkaError]:
+        """DeleteRecords: move each partition's log start to the offset given (-1: its high
+        watermark), asked of its leader. (topic, partition) -> the log start after it (the
+        low watermark), or the partition's error (OFFSET_OUT_OF_RANGE past the high
+        watermark)."""
+        result: dict[tuple[str, int], int | KafkaError] = {}
+        for leader, asked in self._by_leader(before, result).items():
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for (topic, partition), offset in sorted(asked.items()):
+                by_topic.setdefault(topic, []).append((partition, offset))
+
+            def make(mod, version, by_topic=by_topic):
+                return build(mod.DeleteRecordsRequest, timeout=self._timeout(), topics=tuple(
+                    build(mod.DeleteRecordsTopic, name=topic, partitions=tuple(
+                        build(mod.DeleteRecordsPartition, partition_index=p, offset=o)
+                        for p, o in parts))
+                    for topic, parts in by_topic.items()))
+
+            response = self._broker(*leader).call(apis.DELETE_RECORDS, make)
+            for t in response.topics:
+                for p in t.partitions:
+                    result[t.name, p.partition_index] = (
+                        p.low_watermark if p.error_code == ErrorCode.none
+                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
+        return result
+
+    def _by_leader(self, wanted: dict[tuple[str, int], Any],
+                   errors: dict[tuple[str, int], Any]
+                   ) -> dict[tuple[str, int], dict[tuple[str, int], Any]]:
+        """``wanted`` split by the address of each partition's leader; partitions without
+        one get their error in ``errors``."""
+        info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
+        by_leader: dict[tuple[str, int], dict[tuple[str, int], Any]] = {}
+        for (topic, partition), value in wanted.items():
+            known = info.topics.get(topic)
+            leaders = {p.index: p.leader for p in known.partitions} if known else {}
+            if partition not in leaders:
+                errors[topic, partition] = KafkaError(ErrorCode.unknown_topic_or_partition,
+                                                      f"{topic}-{partition}")
+            elif leaders[partition] not in info.brokers:
+                errors[topic, partition] = KafkaError(ErrorCode.leader_not_available,
+                                                      f"{topic}-{partition}")
+            else:
+                address = info.brokers[leaders[partition]]
+                by_leader.setdefault(address, {})[topic, partition] = value
+        return by_leader
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None = None,
+                      election_type: int = 0) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders (0: preferred, 1: unclean) of ``partitions`` (None: all of them):
+        each partition's error, None when a leader was elected (ELECTION_NOT_NEEDED when the
+        leader is already the one wanted)."""
+        by_topic: dict[str, list[int]] | None = None
+        if partitions is not None:
+            by_topic = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+
+        def make(mod, version):
+            wanted = None if by_topic is None else tuple(
+                build(mod.TopicPartitions, topic=t, partitions=tuple(ps))
+                for t, ps in by_topic.items())
+            return build(mod.ElectLeadersRequest, election_type=election_type,
+                         topic_partitions=wanted, timeout=self._timeout())
+
+        response = self.conn.call(apis.ELECT_LEADERS, make)
+        _raise_for(getattr(response, "error_code", ErrorCode.none), "ElectLeaders")
+        return {(r.topic, p.partition_id): None if p.error_code == ErrorCode.none
+                else KafkaError(p.error_code, p.error_message)
+                for r in response.replica_election_results for p in r.partition_result}
+
+    def alter_partition_reassignments(self, reassignments: dict[tuple[str, int],
+                                                                list[int] | None]
+                                      ) -> dict[tuple[str, int], KafkaError | None]:
+        """Move partitions to the broker ids given (None: cancel an ongoing move): each
+        partition's error, None when accepted."""
+        by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+        for (topic, partition), replicas in reassignments.items():
+            by_topic.setdefault(topic, []).append((partition, replicas))
+
+        def make(mod, version):
+            return build(mod.AlterPartitionReassignmentsRequest, timeout=self._timeout(),
+                         allow_replication_factor_change=True, topics=tuple(
+                             build(mod.ReassignableTopic, name=t, partitions=tuple(
+                                 build(mod.ReassignablePartition, partition_index=p,
+                                       replicas=None if r is None else tuple(r))
+                                 for p, r in parts))
+                             for t, parts in by_topic.items()))
+
+        response = self.conn.call(apis.ALTER_PARTITION_REASSIGNMENTS, make)
+        _raise_for(response.error_code, response.error_message)
+        return {(t.name, p.partition_index): None if p.error_code == ErrorCode.none
+                else KafkaError(p.error_code, p.error_message)
+                for t in response.responses for p in t.partitions}
+
+    def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None = None
+                                     ) -> dict[tuple[str, int], PartitionReassignment]:
+        """The reassignments under way, of ``partitions`` (None: of all)."""
+        by_topic: dict[str, list[int]] | None = None
+        if partitions is not None:
+            by_topic = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+
+        def make(mod, version):
+            wanted = None if by_topic is None else tuple(
+                build(mod.ListPartitionReassignmentsTopics, name=t, partition_indexes=tuple(ps))
+                for t, ps in by_topic.items())
+            return build(mod.ListPartitionReassignmentsRequest, timeout=self._timeout(),
+                         topics=wanted)
+
+        response = self.conn.call(apis.LIST_PARTITION_REASSIGNMENTS, make)
+        _raise_for(response.error_code, response.error_message)
+        return {(t.name, p.partition_index): PartitionReassignment(
+                    tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+                for t in response.topics for p in t.partitions}
 
     # --- transactions (KIP-664) -------------------------------------------------------------
     # DescribeTransactions goes to the transactional id's coordinator (FindCoordinator key

@@ -11,6 +11,7 @@ Every file operation goes through a Disk (disk.py), so tests can break the disk 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
 from . import swap
 from .compaction import LONG_MAX, CompactionConfig, SegmentSummary
-from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically
+from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically, write_fully
 from .segment import LogSegment, segment_files
 from .txn_index import AbortedTxn
 
@@ -29,6 +30,9 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 # Kafka keeps one such file per log directory; one per partition here: the first offset the
 # log cleaner has not compacted yet (the end of its last clean).
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+# Kafka's log-start-offset-checkpoint, one per partition here too: where DeleteRecords moved
+# the log start to (it may lie inside a segment, so the segments alone cannot say).
+LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 _INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
 
@@ -66,6 +70,7 @@ class Log:
         # The earliest delete horizon of a tombstone the last clean kept (in memory only: after
         # a restart, such tombstones go at the next clean due for another reason).
         self.next_delete_horizon_ms = LONG_MAX
+        self._log_start_checkpoint = 0  # DeleteRecords' log start; at most the log end
         self._open()
 
     # --- opening -------------------------------------------------------------------------
@@ -114,9 +119,22 @@ class Log:
             else:
                 segment.recover()
                 recovered += 1
+        self._log_start_checkpoint = self._read_log_start_checkpoint()
+        if self.segments and self._log_start_checkpoint > self.segments[-1].next_offset:
+            # Cannot come from advance_log_start (it makes the log durable up to its offset
+            # before the checkpoint names it): the disk lost what it had synced. Kafka's
+            # answer: nothing below the log start may be served, so start over at it.
+            log.warning("%s: the log start %d is past the log end %d; the log starts over "
+                        "empty at %d", self.dir, self._log_start_checkpoint,
+                        self.segments[-1].next_offset, self._log_start_checkpoint)
+            for segment in self.segments:
+                segment.delete()
+            self.segments.clear()
         if not self.segments:
-            self.segments.append(self._new_segment(0))
+            self.segments.append(self._new_segment(self._log_start_checkpoint))
         self._base_offsets = [s.base_offset for s in self.segments]
+        if self._delete_segments_below_start():  # a deletion cut short by a crash
+            disk.fsync_dir(self.dir)
         if clean:
             # Removed only now: had opening failed, the next start may still trust the indexes.
             disk.unlink(marker)
@@ -141,6 +159,14 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset readers may see: the first segment's base offset, or where
+        DeleteRecords moved it within that segment."""
+        return max(self._log_start_checkpoint, self.segments[0].base_offset)
+
+    @property
+    def base_offset(self) -> int:
+        """The first offset still in the files (batches below the log start may be, in the
+        first segment: never served, still replayed into producer state)."""
         return self.segments[0].base_offset
 
     @property
@@ -373,7 +399,7 @@ class Log:
         """Apply retention by time and size to the sealed segments; returns how many were
         deleted. The active segment is never deleted (see ``active_expired``)."""
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        deleted = 0
+        deleted = self._delete_segments_below_start()
         if retention_ms >= 0:
             # An empty segment (all of it compacted away) goes as soon as it is first.
             while len(self.segments) > 1 and (self.segments[0].size == 0 or self._expired(
@@ -401,6 +427,73 @@ class Log:
             # No record in it has a timestamp: its age is the file's, as Kafka takes it.
             newest = segment.modified_ms
         return now_ms - newest > retention_ms
+
+    def _delete_segments_below_start(self) -> int:
+        """Delete the segments whose every offset is below the log start (never the active
+        one); returns how many."""
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= \
+                self._log_start_checkpoint:
+            self._delete_first("the log start offset")
+            deleted += 1
+        return deleted
+
+    # --- the log start (DeleteRecords) ---------------------------------------------------
+
+    def _read_log_start_checkpoint(self) -> int:
+        path = os.path.join(self.dir, LOG_START_CHECKPOINT_FILE)
+        try:
+            return int(read_file(self.disk, path).decode("ascii").strip())
+        except FileNotFoundError:
+            return 0
+        except (UnicodeDecodeError, ValueError) as exc:
+            # Written atomically, so only outside damage gets here: the log cannot say where
+            # it starts, and must not serve what DeleteRecords removed; an operator decides.
+            raise LogDirFailure(f"{path}: unreadable log start checkpoint ({exc})") from exc
+
+    def advance_log_start(self, offset: int) -> None:
+        """Move the log start forward to ``offset`` (at most the log end, and made durable
+        up to it by the caller), then delete the segments wholly below it.
+
+        All or nothing: the checkpoint file is written to a temporary file, fsynced and
+        renamed over the old one. An OSError up to the rename leaves the log as it was;
+        LogDirFailure when the directory's fsync failed after the rename (the checkpoint
+        may or may not survive a power cut). Segments that fail to go are left to the next
+        retention check or start."""
+        if offset <= self.log_start_offset:
+            return
+        if offset > self.log_end_offset:
+            raise ValueError(f"log start {offset} past the log end {self.log_end_offset}")
+        # write_atomically's steps, by hand: a failure before the rename changed nothing,
+        # one after it is undecided, and the two must be told apart.
+        path = os.path.join(self.dir, LOG_START_CHECKPOINT_FILE)
+        tmp = path + ".tmp"
+        disk = self.disk
+        fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_fully(disk, fd, b"%d\n" % offset)
+            disk.fsync(fd)
+            disk.close(fd)
+            fd = -1
+            disk.rename(tmp, path)
+        except BaseException:
+            if fd >= 0:
+                disk.close(fd)
+            with contextlib.suppress(OSError):
+                disk.unlink(tmp)
+            raise
+        self._log_start_checkpoint = offset  # the file says so now, whatever follows
+        try:
+            disk.fsync_dir(self.dir)
+        except OSError as exc:
+            raise LogDirFailure(f"{self.dir}: fsync of the directory failed after the log "
+                                f"start checkpoint moved to {offset}: {exc}") from exc
+        try:
+            if self._delete_segments_below_start():
+                disk.fsync_dir(self.dir)
+        except OSError as exc:
+            log.error("%s: deleting segments below the log start %d failed (%s); retention "
+                      "or the next start retries", self.dir, offset, exc)
 
     def _delete_first(self, reason: str) -> None:
         segment = self.segments.pop(0)

@@ -919,6 +919,343 @@ static PyTypeObject RecordBuilderType = {
     .tp_members = builder_members,
 };
 
+/* --- ArrowColumns: records straight into Arrow buffers (the Spark source's) ----------- */
+
+/* The Spark source hands Spark Arrow record batches. Building them from Python lists cost
+ * more than the fetch: a Python object per key, value, offset and timestamp, then Arrow
+ * copying them all again. Here a record's key and value are copied once, from the batch's
+ * bytes into the column's data buffer, and offsets, timestamps and sequences are arithmetic
+ * on the batch header and the record's deltas. Each buffer is a bytearray, handed to
+ * pyarrow.Array.from_buffers without a copy (spark/columns.py); its length is its capacity
+ * until ``take`` trims it. tests/test_spark_read_columns.py holds it to the Python twin,
+ * spark/columns.py's PyRecordColumns. */
+
+typedef struct {
+    PyObject *obj;    /* a bytearray */
+    Py_ssize_t size;  /* bytes used of it */
+} Buf;
+
+enum {
+    KEY_VALID, KEY_OFFSETS, KEY_DATA, VALUE_VALID, VALUE_OFFSETS, VALUE_DATA,
+    OFFSETS, TIMESTAMPS, TYPES, PIDS, EPOCHS, SEQUENCES,
+    HEADER_OFFSETS, HKEY_OFFSETS, HKEY_DATA, HVALUE_VALID, HVALUE_OFFSETS, HVALUE_DATA,
+    N_BUFS
+};
+
+typedef struct {
+    PyObject_HEAD
+    Buf bufs[N_BUFS];
+    int include_headers;
+    Py_ssize_t rows, key_nulls, value_nulls, headers, hvalue_nulls;
+    Py_ssize_t data_bytes;  /* keys' and values' */
+} ArrowColumns;
+
+static int
+buf_reserve(Buf *b, Py_ssize_t more)
+{
+    Py_ssize_t need = b->size + more, capacity = PyByteArray_GET_SIZE(b->obj);
+    if (need <= capacity)
+        return 0;
+    Py_ssize_t grown = capacity * 2 > need ? capacity * 2 : need;
+    return PyByteArray_Resize(b->obj, grown < 256 ? 256 : grown);
+}
+
+static int
+buf_put(Buf *b, const void *data, Py_ssize_t len)
+{
+    if (buf_reserve(b, len) < 0)
+        return -1;
+    if (len > 0)
+        memcpy(PyByteArray_AS_STRING(b->obj) + b->size, data, (size_t)len);
+    b->size += len;
+    return 0;
+}
+
+/* Validity bit ``index`` of a bitmap (LSB first, as Arrow numbers them). */
+static int
+bit_put(Buf *b, Py_ssize_t index, int valid)
+{
+    if ((index & 7) == 0) {
+        if (buf_reserve(b, 1) < 0)
+            return -1;
+        PyByteArray_AS_STRING(b->obj)[b->size++] = 0;
+    }
+    if (valid)
+        PyByteArray_AS_STRING(b->obj)[index >> 3] |= (char)(1 << (index & 7));
+    return 0;
+}
+
+static int
+offset_put(Buf *b, Py_ssize_t end)
+{
+    if (end > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "an Arrow column of more than 2 GiB");
+        return -1;
+    }
+    int32_t value = (int32_t)end;
+    return buf_put(b, &value, sizeof value);
+}
+
+static Py_ssize_t
+data_end(ArrowColumns *self, int data)
+{
+    return self->bufs[data].size;
+}
+
+/* A binary (or string) value: null when data is NULL. */
+static int
+binary_put(ArrowColumns *self, int valid, int offsets, int data, Py_ssize_t index,
+           const unsigned char *bytes, int64_t len, Py_ssize_t *nulls)
+{
+    if (valid >= 0 && bit_put(&self->bufs[valid], index, bytes != NULL) < 0)
+        return -1;
+    if (bytes == NULL)
+        ++*nulls;
+    else if (buf_put(&self->bufs[data], bytes, (Py_ssize_t)len) < 0)
+        return -1;
+    return offset_put(&self->bufs[offsets], data_end(self, data));
+}
+
+/* Empty buffers for the next chunk, as large as the last chunk's (chunks are alike). */
+static int
+columns_reset(ArrowColumns *self, const Py_ssize_t *capacities)
+{
+    for (int i = 0; i < N_BUFS; i++) {
+        PyObject *obj = PyByteArray_FromStringAndSize(NULL, capacities ? capacities[i] : 0);
+        if (obj == NULL)
+            return -1;
+        Py_XSETREF(self->bufs[i].obj, obj);
+        self->bufs[i].size = 0;
+    }
+    self->rows = self->key_nulls = self->value_nulls = self->headers = self->hvalue_nulls = 0;
+    self->data_bytes = 0;
+    static const int starts[] = {KEY_OFFSETS, VALUE_OFFSETS, HEADER_OFFSETS, HKEY_OFFSETS,
+                                 HVALUE_OFFSETS};
+    for (size_t i = 0; i < sizeof starts / sizeof *starts; i++)
+        if (offset_put(&self->bufs[starts[i]], 0) < 0)
+            return -1;
+    return 0;
+}
+
+static int
+columns_init(ArrowColumns *self, PyObject *args, PyObject *kwargs)
+{
+    int include_headers;
+    static char *names[] = {"include_headers", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "p", names, &include_headers))
+        return -1;
+    self->include_headers = include_headers;
+    return columns_reset(self, NULL);
+}
+
+static void
+columns_dealloc(ArrowColumns *self)
+{
+    for (int i = 0; i < N_BUFS; i++)
+        Py_CLEAR(self->bufs[i].obj);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The headers of the record at r->pos into the headers column when ``keep`` (else only
+ * checked and skipped). */
+static int
+columns_headers(ArrowColumns *self, Reader *r, int keep)
+{
+    int64_t count;
+    if (read_varint(r, &count) < 0)
+        return -1;
+    if (count > r->end - r->pos)
+        return fail("record batch does not parse: a record field runs past the end of the batch");
+    for (int64_t i = 0; i < count; i++) {
+        const unsigned char *kdata, *vdata;
+        int64_t klen, vlen;
+        if (read_field(r, &kdata, &klen) < 0 || read_field(r, &vdata, &vlen) < 0)
+            return -1;
+        if (!keep)
+            continue;
+        /* A null header key reads as "", as decode_records has it. */
+        if (kdata != NULL && buf_put(&self->bufs[HKEY_DATA], kdata, (Py_ssize_t)klen) < 0)
+            return -1;
+        if (offset_put(&self->bufs[HKEY_OFFSETS], data_end(self, HKEY_DATA)) < 0
+                || binary_put(self, HVALUE_VALID, HVALUE_OFFSETS, HVALUE_DATA, self->headers,
+                              vdata, vlen, &self->hvalue_nulls) < 0)
+            return -1;
+        self->headers++;
+    }
+    if (keep && offset_put(&self->bufs[HEADER_OFFSETS], self->headers) < 0)
+        return -1;
+    return 0;
+}
+
+PyDoc_STRVAR(columns_add_doc,
+"add(payload, count, first, end, base_offset, base_timestamp, log_append_time,\n"
+"    max_timestamp, producer_id, producer_epoch, base_sequence) -> int\n"
+"\n"
+"The records of a batch's uncompressed payload with offsets in [first, end), appended to\n"
+"the columns; returns how many. Every record is checked, also those skipped; ValueError\n"
+"when one does not parse (the columns then hold part of the batch: drop them).");
+
+static PyObject *
+columns_add(ArrowColumns *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "add takes 11 arguments");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long long first = PyLong_AsLongLong(args[2]);
+    long long end = PyLong_AsLongLong(args[3]);
+    long long base_offset = PyLong_AsLongLong(args[4]);
+    long long base_ts = PyLong_AsLongLong(args[5]);
+    int log_append = PyObject_IsTrue(args[6]);
+    long long max_ts = PyLong_AsLongLong(args[7]);
+    long long pid = PyLong_AsLongLong(args[8]);
+    long epoch = PyLong_AsLong(args[9]);
+    long long base_sequence = PyLong_AsLongLong(args[10]);
+    if (PyErr_Occurred() || log_append < 0)
+        return NULL;
+    int16_t epoch16 = (int16_t)epoch;
+    int32_t type = log_append ? 1 : 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Reader r = {view.buf, 0, view.len};
+    Py_ssize_t added = 0;
+    int failed = 1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, delta, key_len, value_len;
+        const unsigned char *key, *value;
+        if (read_varint(&r, &length) < 0)
+            goto done;
+        if (length < 0 || length > r.end - r.pos) {
+            fail("record batch does not parse: a record length does not match its fields");
+            goto done;
+        }
+        Py_ssize_t record_end = r.pos + (Py_ssize_t)length;
+        if (r.pos >= r.end) {
+            fail("record batch does not parse: a record runs past the end");
+            goto done;
+        }
+        r.pos++;  /* attributes: unused in v2 */
+        if (read_varint(&r, &ts_delta) < 0 || read_varint(&r, &delta) < 0
+                || read_field(&r, &key, &key_len) < 0 || read_field(&r, &value, &value_len) < 0)
+            goto done;
+        long long offset, ts, ts_us;
+        if (__builtin_add_overflow(base_offset, delta, &offset)
+                || (!log_append && __builtin_add_overflow(base_ts, ts_delta, &ts))
+                || __builtin_mul_overflow(log_append ? max_ts : ts, 1000LL, &ts_us)) {
+            fail("record batch does not parse: an offset or timestamp out of range");
+            goto done;
+        }
+        int wanted = offset >= first && offset < end;
+        if (!wanted) {  /* checked all the same */
+            if (columns_headers(self, &r, 0) < 0)
+                goto done;
+        } else {
+            Py_ssize_t row = self->rows;
+            int32_t sequence = base_sequence < 0 ? -1
+                : (int32_t)(((uint64_t)base_sequence + (uint64_t)delta) & 0x7FFFFFFF);
+            if (binary_put(self, KEY_VALID, KEY_OFFSETS, KEY_DATA, row, key, key_len,
+                           &self->key_nulls) < 0
+                    || binary_put(self, VALUE_VALID, VALUE_OFFSETS, VALUE_DATA, row, value,
+                                  value_len, &self->value_nulls) < 0
+                    || buf_put(&self->bufs[OFFSETS], &offset, sizeof offset) < 0
+                    || buf_put(&self->bufs[TIMESTAMPS], &ts_us, sizeof ts_us) < 0
+                    || buf_put(&self->bufs[TYPES], &type, sizeof type) < 0
+                    || buf_put(&self->bufs[PIDS], &pid, sizeof pid) < 0
+                    || buf_put(&self->bufs[EPOCHS], &epoch16, sizeof epoch16) < 0
+                    || buf_put(&self->bufs[SEQUENCES], &sequence, sizeof sequence) < 0
+                    || columns_headers(self, &r, self->include_headers) < 0)
+                goto done;
+            self->rows++;
+            self->data_bytes += (key ? key_len : 0) + (value ? value_len : 0);
+            added++;
+        }
+        if (r.pos != record_end) {
+            fail("record batch does not parse: a record length does not match its fields");
+            goto done;
+        }
+    }
+    failed = 0;
+done:
+    PyBuffer_Release(&view);
+    return failed ? NULL : PyLong_FromSsize_t(added);
+}
+
+PyDoc_STRVAR(columns_take_doc,
+"take() -> (rows, buffers, null counts)\n"
+"\n"
+"The columns so far, and empty columns for the next rows. ``buffers``: bytearrays, in order\n"
+"key validity, offsets, data; value validity, offsets, data; offset; timestamp (us);\n"
+"timestamp type; producer id; producer epoch; sequence; then the headers: list offsets,\n"
+"key offsets, key data, value validity, value offsets, value data. ``null counts``: keys,\n"
+"values, header values, and the number of headers. Validity bitmaps and the little-endian\n"
+"numbers are as Arrow lays them out.");
+
+static PyObject *
+columns_take(ArrowColumns *self, PyObject *unused)
+{
+    Py_ssize_t capacities[N_BUFS];
+    PyObject *buffers = PyTuple_New(N_BUFS);
+    if (buffers == NULL)
+        return NULL;
+    for (int i = 0; i < N_BUFS; i++) {
+        Buf *b = &self->bufs[i];
+        capacities[i] = b->size;
+        if (PyByteArray_Resize(b->obj, b->size) < 0) {
+            Py_DECREF(buffers);
+            return NULL;
+        }
+        Py_INCREF(b->obj);
+        PyTuple_SET_ITEM(buffers, i, b->obj);
+    }
+    PyObject *result = Py_BuildValue("(nN(nnnn))", self->rows, buffers, self->key_nulls,
+                                     self->value_nulls, self->hvalue_nulls, self->headers);
+    if (result == NULL || columns_reset(self, capacities) < 0) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+static PyObject *
+columns_len(ArrowColumns *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->rows);
+}
+
+static PyObject *
+columns_bytes(ArrowColumns *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->data_bytes);
+}
+
+static PyMethodDef columns_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))columns_add, METH_FASTCALL, columns_add_doc},
+    {"take", (PyCFunction)columns_take, METH_NOARGS, columns_take_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef columns_getset[] = {
+    {"rows", (getter)columns_len, NULL, "rows held", NULL},
+    {"bytes", (getter)columns_bytes, NULL, "bytes of keys and values held", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ArrowColumnsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncelog.protocol._records.ArrowColumns",
+    .tp_doc = PyDoc_STR("ArrowColumns(include_headers): records of batches into the buffers of\n"
+                        "Arrow columns (spark/columns.py builds the arrays)."),
+    .tp_basicsize = sizeof(ArrowColumns),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)columns_init,
+    .tp_dealloc = (destructor)columns_dealloc,
+    .tp_methods = columns_methods,
+    .tp_getset = columns_getset,
+};
+
 static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      decode_records_doc},
@@ -941,7 +1278,7 @@ PyInit__records(void)
     if (EMPTY_TUPLE == NULL)
         return NULL;
     DecodeError = PyExc_ValueError;
-    if (PyType_Ready(&RecordBuilderType) < 0)
+    if (PyType_Ready(&RecordBuilderType) < 0 || PyType_Ready(&ArrowColumnsType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
@@ -949,6 +1286,12 @@ PyInit__records(void)
     Py_INCREF(&RecordBuilderType);
     if (PyModule_AddObject(module, "RecordBuilder", (PyObject *)&RecordBuilderType) < 0) {
         Py_DECREF(&RecordBuilderType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&ArrowColumnsType);
+    if (PyModule_AddObject(module, "ArrowColumns", (PyObject *)&ArrowColumnsType) < 0) {
+        Py_DECREF(&ArrowColumnsType);
         Py_DECREF(module);
         return NULL;
     }

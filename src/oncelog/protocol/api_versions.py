@@ -39,6 +39,12 @@ CONSUMER_GROUP_DESCRIBE = 69
 # configuration after creation
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
+# Partition admin (broker/partition_admin.py).
+DELETE_RECORDS = 21
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -77,6 +83,12 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # configuration after creation
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    # Partition admin: every version kio has, as Kafka 3.x and 4.x brokers list them.
+    DELETE_RECORDS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import cramjam
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -33,7 +34,8 @@ from ..client.topic_reader import (
     TopicReader,
     UnknownTopicOrPartition,
 )
-from ..protocol.batches import Batch, RecordSetError
+from ..protocol import records as codec
+from ..protocol.batches import Batch, CorruptBatch, RecordSetError
 from ..protocol.record_batch import TIMESTAMP_TYPE_BIT
 from ..protocol.sequences import record_sequence
 from .offsets import DataLossError, OffsetRange
@@ -60,6 +62,7 @@ def spark_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 _ARROW_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()),
                                                          ("value", pa.binary())])))
 
@@ -68,7 +71,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     """What Spark expects of ``spark_schema`` batches, exactly (it refuses any other types)."""
     fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
               ("partition", pa.int32()), ("offset", pa.int64()),
-              ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+              ("timestamp", _TIMESTAMP), ("timestampType", pa.int32())]
     if include_headers:
         fields.append(("headers", _ARROW_HEADERS))
     fields += [("producerId", pa.int64()), ("producerEpoch", pa.int16()),
@@ -76,8 +79,10 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-class RecordColumns:
-    """Column lists for the records of one partition, turned into Arrow batches."""
+class PyRecordColumns:
+    """Column lists for the records of one partition, turned into Arrow batches: the Python
+    twin of ``ArrowColumns`` (where the compiled codec was not built; the tests hold the two
+    to the same batches)."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic, self.partition = topic, partition
@@ -128,10 +133,9 @@ class RecordColumns:
         n = len(self)
         columns = [
             pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            *_topic_partition(self.topic, self.partition, n),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.timestamps, _TIMESTAMP),
             pa.array(self.types, pa.int32()),
         ]
         if self.include_headers:
@@ -142,10 +146,91 @@ class RecordColumns:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
+def _topic_partition(topic: str, partition: int, n: int) -> list[pa.Array]:
+    return [pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n)]
+
+
+_NO_END = (1 << 63) - 1
+
+
+class ArrowColumns:
+    """The records of one partition straight into Arrow buffers by the compiled codec
+    (``_records.ArrowColumns``): a key or value is copied once, from the fetched batch into
+    its column; no Python object per record."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic, self.partition = topic, partition
+        self.include_headers = include_headers
+        self.schema = arrow_schema(include_headers)
+        self._columns = codec.compiled.ArrowColumns(include_headers)
+
+    def __len__(self) -> int:
+        return self._columns.rows
+
+    @property
+    def bytes(self) -> int:
+        return self._columns.bytes
+
+    def add_batch(self, batch: Batch) -> None:
+        """The records of ``batch`` that the read wants."""
+        h = batch.header
+        try:
+            self._columns.add(batch.payload(), h.records_count, batch.first,
+                              _NO_END if batch.end is None else batch.end, h.base_offset,
+                              h.base_timestamp, bool(h.attributes & TIMESTAMP_TYPE_BIT),
+                              h.max_timestamp, h.producer_id, h.producer_epoch,
+                              h.base_sequence)
+        except (ValueError, cramjam.DecompressionError) as exc:
+            raise CorruptBatch(f"batch at offset {h.base_offset}: {exc}", h.base_offset) \
+                from None
+
+    def take(self) -> pa.RecordBatch:
+        n, buffers, (key_nulls, value_nulls, hvalue_nulls, headers) = self._columns.take()
+        b = [pa.py_buffer(x) for x in buffers]
+
+        def fixed(kind: pa.DataType, data: pa.Buffer) -> pa.Array:
+            return pa.Array.from_buffers(kind, n, [None, data], 0)
+
+        columns = [
+            pa.Array.from_buffers(pa.binary(), n, b[0:3], key_nulls),
+            pa.Array.from_buffers(pa.binary(), n, b[3:6], value_nulls),
+            *_topic_partition(self.topic, self.partition, n),
+            fixed(pa.int64(), b[6]), fixed(_TIMESTAMP, b[7]), fixed(pa.int32(), b[8]),
+        ]
+        if self.include_headers:
+            columns.append(_headers(n, headers, b[12:18], hvalue_nulls))
+        columns += [fixed(pa.int64(), b[9]), fixed(pa.int16(), b[10]), fixed(pa.int32(), b[11])]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _headers(rows: int, count: int, b: list[pa.Buffer], value_nulls: int) -> pa.Array:
+    names = pa.Array.from_buffers(pa.string(), count, [None, b[1], b[2]], 0)
+    try:
+        names.validate(full=True)
+    except pa.ArrowInvalid:  # not UTF-8: as the Python decoder reads it, with U+FFFD
+        names = pa.array([name.decode("utf-8", "replace")
+                          for name in names.view(pa.binary()).to_pylist()], pa.string())
+    values = pa.Array.from_buffers(pa.binary(), count, [b[3], b[4], b[5]], value_nulls)
+    pairs = pa.StructArray.from_arrays([names, values], fields=list(_ARROW_HEADERS.value_type))
+    offsets = pa.Array.from_buffers(pa.int32(), rows + 1, [None, b[0]], 0)
+    return pa.ListArray.from_arrays(offsets, pairs, type=_ARROW_HEADERS)
+
+
+def record_columns(topic: str, partition: int, include_headers: bool
+                   ) -> ArrowColumns | PyRecordColumns:
+    """The column builder: the compiled one when it was built."""
+    cls = ArrowColumns if codec.compiled is not None else PyRecordColumns
+    return cls(topic, partition, include_headers)
+
+
 def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
-               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
-    """The records of ``rng``, in offset order, as Arrow batches: all of them, or an error."""
-    columns = RecordColumns(rng.topic, rng.partition, include_headers)
+               fail_on_data_loss: bool, poll_timeout_ms: int, read_committed: bool = False
+               ) -> Iterator[pa.RecordBatch]:
+    """The records of ``rng``, in offset order, as Arrow batches: all of them, or an error.
+    ``read_committed``: without the records of aborted transactions (the range ends at or
+    before the last stable offset the driver saw, which only moves on)."""
+    columns = record_columns(rng.topic, rng.partition, include_headers)
 
     def lost(loss: Lost) -> None:
         what = loss.describe(rng.topic)
@@ -163,7 +248,7 @@ def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
     with reader:
         try:
             for batch in reader.read(rng.partition, rng.start, rng.end, poll_timeout=timeout,
-                                     on_loss=lost):
+                                     on_loss=lost, isolation_level=int(read_committed)):
                 try:
                     columns.add_batch(batch)
                 except RecordSetError as exc:  # records that do not parse

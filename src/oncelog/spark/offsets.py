@@ -140,12 +140,17 @@ class Cluster:
         return reader
 
     def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(log start offset, high watermark) of each partition; a partition whose topic has
-        gone is left out."""
+        """(log start offset, high watermark) of each partition (read_committed: the last
+        stable offset for the high watermark); a partition whose topic has gone is left
+        out."""
         result = {}
         for topic, partition in tps:
             try:
-                result[(topic, partition)] = self._reader(topic).offsets(partition)
+                reader = self._reader(topic)
+                low, high = reader.offsets(partition)
+                if self.options.read_committed:
+                    high = reader.last_stable_offset(partition)
+                result[(topic, partition)] = low, high
             except KafkaError as exc:  # UnknownTopicOrPartition: the topic was deleted
                 if exc.error != ErrorCode.unknown_topic_or_partition:
                     raise

@@ -42,6 +42,10 @@ _CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
 _READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
          "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss",
          "kafkaConsumer.pollTimeoutMs")
+# isolation.level, as Kafka's consumer spells it; the default is the consumer's (and so
+# Spark's Kafka source's).
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 # Spark's Kafka source waits this long (spark.network.timeout) for a fetch to make progress.
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 _WRITE = ("topic",)
@@ -183,6 +187,9 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     # A task that reads nothing new for this long fails (it never returns fewer rows).
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    # isolation.level=read_committed: reads end at the last stable offset and leave out
+    # aborted transactions, as Kafka's consumer does.
+    read_committed: bool = False
 
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is among those read."""
@@ -220,11 +227,10 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
     else:
         assign = parse_assign(opts["assign"])
 
-    level = opts.get("isolation.level", "read_uncommitted")
-    if level != "read_uncommitted":
-        raise OptionError("isolation.level", f"{level!r}: only read_uncommitted until oncelog "
-                                             "has transactions (without them every record is "
-                                             "committed, so it reads the same)")
+    level = opts.get("isolation.level", READ_UNCOMMITTED)  # exact, as Kafka checks it
+    if level not in ISOLATION_LEVELS:
+        raise OptionError("isolation.level", f"{opts['isolation.level']!r} is not an isolation "
+                                             f"level (allowed: {', '.join(ISOLATION_LEVELS)})")
     if streaming is None:  # the schema only: checks common to batch and stream
         starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "earliest"),
                                  ("earliest", "latest"))
@@ -249,7 +255,8 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
         bootstrap, subscribe, pattern, assign, starting, ending,
         _positive(opts, "maxOffsetsPerTrigger"), _positive(opts, "minPartitions"),
         _flag(opts, "includeHeaders", False), _flag(opts, "failOnDataLoss", True),
-        _positive(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS)
+        _positive(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
+        level == READ_COMMITTED)
     for name, offsets in (("startingOffsets", starting), ("endingOffsets", ending)):
         if isinstance(offsets, dict):
             for topic, partitions in offsets.items():

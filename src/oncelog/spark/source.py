@@ -70,11 +70,12 @@ class _ReadsRanges:
         opts = self.options
         assert isinstance(partition, RangePartition)
         return read_range(opts.bootstrap, partition.range, opts.include_headers,
-                          opts.fail_on_data_loss, opts.poll_timeout_ms)
+                          opts.fail_on_data_loss, opts.poll_timeout_ms, opts.read_committed)
 
 
 class OncelogReader(_ReadsRanges, DataSourceReader):
-    """``spark.read.format("oncelog")``: offsets fixed when the query is planned."""
+    """``spark.read.format("oncelog")``: offsets fixed when the query is planned ("latest" is
+    the high watermark, or with read_committed the last stable offset)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -94,7 +95,8 @@ class OncelogReader(_ReadsRanges, DataSourceReader):
                 raise OptionError("startingOffsets", f"{tp[0]}-{tp[1]} would start at {start}, "
                                                      f"after its end at {end}")
             if end > high:
-                raise OptionError("endingOffsets", f"{tp[0]}-{tp[1]} ends at {high}, before "
+                ends = "its last stable offset is" if opts.read_committed else "ends at"
+                raise OptionError("endingOffsets", f"{tp[0]}-{tp[1]} {ends} {high}, before "
                                                    f"offset {end}")
             if start < low:
                 if opts.fail_on_data_loss:
@@ -109,7 +111,9 @@ class OncelogStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerA
     Spark's Kafka source writes them; a micro-batch reads exactly [start, end) of each
     partition, so a query restarted from its checkpoint neither skips nor repeats a record of
     its input. Partitions that appear later (new topics matching subscribePattern, more
-    partitions) are read from their earliest offset."""
+    partitions) are read from their earliest offset. With read_committed a micro-batch ends
+    at the last stable offset at the latest: an open transaction holds the stream back
+    until it ends, as it holds back Kafka's read_committed consumer."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -234,7 +238,8 @@ class OncelogDataSource(DataSource):
     ``kafka.bootstrap.servers``), one of ``subscribe``, ``subscribePattern``, ``assign``;
     ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
     ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``,
-    ``isolation.level``. Write options:
+    ``isolation.level`` (``read_uncommitted``, the default, or ``read_committed``: only
+    committed transactions' records, and never past the last stable offset). Write options:
     ``bootstrap.servers``, ``topic``, and producer settings (``linger.ms``, ``batch.size``,
     ``compression.type``, ``client.id``).
     """
