@@ -1,6 +1,7 @@
 """oncelog: a Kafka-compatible log broker built around exactly-once producing."""
 
 from .client.admin import Admin
+from .client.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from .client.connection import (
     KafkaError,
     KafkaTimeout,
@@ -15,7 +16,8 @@ from .client.producer import AIOProducer, Producer, RecordFuture, RecordMetadata
 from .client.topic_partition import OffsetAndMetadata, TopicPartition
 from .client.transactions import GroupMetadata, PreparedTxnState
 
-__all__ = ["AIOProducer", "Admin", "Consumer", "ConsumerRecord", "GroupMetadata", "KafkaError",
+__all__ = ["AIOProducer", "Admin", "AlterConfigOp", "ConfigEntry", "ConfigResource", "Consumer",
+           "ConsumerRecord", "GroupMetadata", "KafkaError",
            "KafkaTimeout", "OffsetAndMetadata", "OutcomeUnknown", "PreparedTxnState",
            "Producer", "ProducerFatalError", "RecordFuture", "RecordMetadata", "TopicPartition",
            "TransactionAbortableError", "TransactionAbortedError", "TransactionStateError"]

@@ -43,9 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=_broker)
 
     from .chaos.cli import add_chaos_commands
-    from .cli_tools import add_tool_commands
+    from .cli_configs import add_config_commands
+    from .cli_tools import _with_bootstrap, add_tool_commands
 
     add_tool_commands(sub)
+    add_config_commands(sub, _with_bootstrap)
     add_chaos_commands(sub)
     return parser
 

@@ -1,4 +1,4 @@
-"""CreateTopics, DeleteTopics and DescribeConfigs."""
+"""CreateTopics and DeleteTopics (configs: configs_admin.py)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,15 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS
+from ..protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
-from .config import BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_TO_BROKER_KEY, render
+from .config import render
+from .configs_admin import topic_config_source
 from .topics import TopicError
 
 log = logging.getLogger(__name__)
-
-# Kafka's ConfigResource.Type and ConfigEntry.ConfigSource / ConfigType ids.
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 
 
 def handle_create_topics(broker, request: Request):
@@ -62,8 +55,8 @@ def _create_topic(broker, mod, t, validate_only: bool):
         return _create_refused(mod, t.name, exc.error, str(exc))
     described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
         build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
-              config_source=_topic_config_source(broker, key, is_default), is_sensitive=False)
-        for key, value, is_default in broker.topics.describe_topic_configs(topic)
+              config_source=topic_config_source(broker, topic, key), is_sensitive=False)
+        for key, value, _ in broker.topics.describe_topic_configs(topic)
     )
     # A validate_only topic has no partitions to count: answer what would have been made.
     partitions = len(topic.partitions) or len(assignments) or t.num_partitions
@@ -98,80 +91,3 @@ def handle_delete_topics(broker, request: Request):
         results.append(build(mod.DeletableTopicResult, name=name, error_code=error,
                              error_message=message))
     return build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
-
-
-def handle_describe_configs(broker, request: Request):
-    mod = response_module(DESCRIBE_CONFIGS, request.api_version)
-    body = request.body
-    results = []
-    for res in body.resources:
-        error, message, entries = _describe(broker, res.resource_type, res.resource_name)
-        wanted = res.configuration_keys
-        configs = tuple(
-            build(mod.DescribeConfigsResourceResult, name=name, value=render(value),
-                  read_only=read_only, config_source=source, is_sensitive=False,
-                  synonyms=_synonyms(mod, broker, name, source, body.include_synonyms,
-                                     res.resource_type),
-                  config_type=CONFIG_TYPES.get(kind, 0),
-                  documentation=doc if getattr(body, "include_documentation", False) else None,
-                  is_default=source == SOURCE_DEFAULT)
-            for name, value, source, read_only, kind, doc in entries
-            if wanted is None or name in wanted
-        )
-        results.append(build(mod.DescribeConfigsResult, error_code=error, error_message=message,
-                             resource_type=res.resource_type, resource_name=res.resource_name,
-                             configs=configs))
-    return build(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-def _describe(broker, resource_type: int, name: str):
-    if resource_type == RESOURCE_TOPIC:
-        topic = broker.topics.get(name)
-        if topic is None:
-            return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
-        entries = []
-        for key, value, is_default in broker.topics.describe_topic_configs(topic):
-            spec = TOPIC_CONFIGS[key]
-            entries.append((key, value, _topic_config_source(broker, key, is_default), False,
-                            spec.kind, spec.doc))
-        return ErrorCode.none, None, entries
-    if resource_type == RESOURCE_BROKER:
-        if name not in ("", str(broker.broker_id)):
-            return ErrorCode.invalid_request, f"broker {name!r} is not this broker", []
-        entries = [
-            (key, value, SOURCE_DEFAULT if broker.config.is_default(key) else SOURCE_STATIC_BROKER,
-             True, BROKER_CONFIGS[key].kind, BROKER_CONFIGS[key].doc)
-            for key, value in broker.config.effective().items()
-        ]
-        return ErrorCode.none, None, entries
-    return ErrorCode.invalid_request, f"resource type {resource_type} is not supported", []
-
-
-# Broker keys a topic default can come from besides TOPIC_TO_BROKER_KEY's: setting
-# log.retention.hours changes retention.ms just as log.retention.ms does.
-BROKER_FALLBACK_KEYS = {
-    "retention.ms": ("log.retention.minutes", "log.retention.hours"),
-    "segment.ms": ("log.roll.hours",),
-}
-
-
-def _topic_config_source(broker, key: str, is_default: bool) -> int:
-    """Where a topic config's value comes from: the topic, the broker's config, or the default."""
-    if not is_default:
-        return SOURCE_TOPIC
-    broker_keys = (TOPIC_TO_BROKER_KEY[key], *BROKER_FALLBACK_KEYS.get(key, ()))
-    if all(broker.config.is_default(k) for k in broker_keys):
-        return SOURCE_DEFAULT
-    return SOURCE_STATIC_BROKER
-
-
-def _synonyms(mod, broker, name, source, include: bool, resource_type: int):
-    if not include or not hasattr(mod, "DescribeConfigsSynonym"):
-        return ()
-    if resource_type == RESOURCE_TOPIC and name in TOPIC_TO_BROKER_KEY:
-        broker_key = TOPIC_TO_BROKER_KEY[name]
-        return (build(mod.DescribeConfigsSynonym, name=broker_key,
-                      value=render(broker.config.get(broker_key)),
-                      source=SOURCE_DEFAULT if broker.config.is_default(broker_key)
-                      else SOURCE_STATIC_BROKER),)
-    return ()

@@ -95,6 +95,31 @@ def _check_consumer_group_bounds(config: BrokerConfig) -> None:
                           f"{prefix}session.timeout.ms")
 
 
+# compression.type's values: Kafka's names; "producer" keeps what the producer sent.
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def _gzip_level(text: str) -> int:
+    value = _parse_int(-1, 9)(text)
+    if value == 0:
+        raise ConfigError("expected 1..9 or -1, got 0")
+    return value
+
+
+def _throttled_replicas(text: str) -> str:
+    """Kafka's list of partition:broker pairs, or * for all (stored only: no replication)."""
+    value = text.strip()
+    if value in ("", "*") or re.fullmatch(r"\d+:\d+(\s*,\s*\d+:\d+)*", value):
+        return value
+    raise ConfigError(f"expected * or partition:broker pairs separated by commas, got {text!r}")
+
+
+def _no_tiered_storage(text: str) -> bool:
+    if _parse_bool(text):
+        raise ConfigError("tiered storage is not available on this broker")
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
@@ -141,8 +166,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("broker.id", "INT", 0, "The id of this broker.", _parse_int(0, INT_MAX)),
     _key("listeners", "STRING", "PLAINTEXT://127.0.0.1:9092",
          "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
-    _key("advertised.listeners", "STRING", "",
-         "What Metadata tells clients to connect to; defaults to the bound listener."),
+    _key("advertised.listeners", "STRING", None,
+         "What Metadata tells clients to connect to; unset: the bound listener."),
     _key("log.dirs", "STRING", "./data",
          "The directories holding the partitions' logs, comma-separated (JBOD). The first also "
          "holds the broker's metadata (.oncelog-metadata)."),
@@ -212,6 +237,43 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _NON_NEGATIVE_LONG),
     _key("message.max.bytes", "INT", 1_048_588, "Largest record batch accepted.",
          _parse_int(0, INT_MAX)),
+    _key("compression.type", "STRING", "producer",
+         "The codec batches are stored with: producer keeps each batch as its producer "
+         "compressed it; uncompressed, gzip, snappy, lz4 or zstd has the broker recompress a "
+         "batch sent with another codec.", _one_of(*COMPRESSION_TYPES)),
+    _key("compression.gzip.level", "INT", -1,
+         "gzip level of batches the broker recompresses (1..9, or -1: the codec's default).",
+         _gzip_level),
+    _key("compression.lz4.level", "INT", 9, "lz4 level of batches the broker recompresses.",
+         _parse_int(1, 17)),
+    _key("compression.zstd.level", "INT", 3, "zstd level of batches the broker recompresses.",
+         _parse_int(-131072, 22)),
+    _key("min.insync.replicas", "INT", 1,
+         "Replicas that must have a batch before acks=all answers it (stored; one broker "
+         "is always the whole in-sync set until replication comes).", _POSITIVE_INT),
+    _key("unclean.leader.election.enable", "BOOLEAN", False,
+         "Whether a replica outside the in-sync set may become leader (stored; used once "
+         "replication comes)."),
+    _key("log.segment.delete.delay.ms", "LONG", 60_000,
+         "Kafka's wait before a deleted segment's files go (accepted; oncelog deletes them "
+         "at once).", _NON_NEGATIVE_LONG),
+    _key("log.preallocate", "BOOLEAN", False,
+         "Kafka's preallocation of new segment files (accepted; oncelog does not "
+         "preallocate)."),
+    _key("log.index.size.max.bytes", "INT", 10_485_760,
+         "Kafka's offset index size limit (accepted; oncelog's indexes grow as needed).",
+         _parse_int(4, INT_MAX)),
+    _key("log.roll.jitter.ms", "LONG", None,
+         "Kafka's random jitter subtracted from segment.ms (accepted; oncelog rolls without "
+         "jitter).", _NON_NEGATIVE_LONG),
+    _key("log.roll.jitter.hours", "INT", 0, "log.roll.jitter.ms in hours.",
+         _parse_int(0, INT_MAX)),
+    _key("log.local.retention.ms", "LONG", -2,
+         "Tiered storage's local retention (accepted; this broker has no tiered storage).",
+         _parse_int(-2, LONG_MAX)),
+    _key("log.local.retention.bytes", "LONG", -2,
+         "Tiered storage's local retention (accepted; this broker has no tiered storage).",
+         _parse_int(-2, LONG_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
     _key("queued.max.requests", "INT", 500,
@@ -331,6 +393,47 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("index.interval.bytes", "INT", None, "Index density.", _parse_int(0, INT_MAX)),
     _key("producer.state.batches.to.retain", "INT", None,
          "Batches remembered per producer to answer retries as duplicates.", _parse_int(1, 255)),
+    _key("compression.type", "STRING", None,
+         "The codec batches are stored with (producer: as sent; otherwise the broker "
+         "recompresses a batch sent with another codec).", _one_of(*COMPRESSION_TYPES)),
+    _key("compression.gzip.level", "INT", None, "gzip level of recompressed batches.",
+         _gzip_level),
+    _key("compression.lz4.level", "INT", None, "lz4 level of recompressed batches.",
+         _parse_int(1, 17)),
+    _key("compression.zstd.level", "INT", None, "zstd level of recompressed batches.",
+         _parse_int(-131072, 22)),
+    _key("min.insync.replicas", "INT", None,
+         "Replicas that must have a batch for acks=all (stored; enforced with replication).",
+         _POSITIVE_INT),
+    _key("unclean.leader.election.enable", "BOOLEAN", None,
+         "Whether an out-of-sync replica may lead (stored; used with replication)."),
+    _key("file.delete.delay.ms", "LONG", None,
+         "Wait before a deleted segment's files go (accepted; deleted at once here).",
+         _NON_NEGATIVE_LONG),
+    _key("preallocate", "BOOLEAN", None, "Preallocate segment files (accepted; not done here)."),
+    _key("segment.index.bytes", "INT", None,
+         "Offset index size limit (accepted; indexes grow as needed here).",
+         _parse_int(4, INT_MAX)),
+    _key("segment.jitter.ms", "LONG", None,
+         "Random jitter subtracted from segment.ms (accepted; no jitter here).",
+         _NON_NEGATIVE_LONG),
+    _key("local.retention.ms", "LONG", None, "Tiered storage's local retention (accepted).",
+         _parse_int(-2, LONG_MAX)),
+    _key("local.retention.bytes", "LONG", None, "Tiered storage's local retention (accepted).",
+         _parse_int(-2, LONG_MAX)),
+    _key("remote.storage.enable", "BOOLEAN", False,
+         "Tiered storage for this topic: not available on this broker (only false).",
+         _no_tiered_storage),
+    _key("remote.log.copy.disable", "BOOLEAN", False,
+         "Tiered storage: stop copying segments (accepted; no tiered storage here)."),
+    _key("remote.log.delete.on.disable", "BOOLEAN", False,
+         "Tiered storage: delete remote data when disabled (accepted; no tiered storage)."),
+    _key("leader.replication.throttled.replicas", "LIST", "",
+         "Replicas throttled on the leader side (stored; used with replication).",
+         _throttled_replicas),
+    _key("follower.replication.throttled.replicas", "LIST", "",
+         "Replicas throttled on the follower side (stored; used with replication).",
+         _throttled_replicas),
 )}
 
 TOPIC_TO_BROKER_KEY = {
@@ -351,6 +454,26 @@ TOPIC_TO_BROKER_KEY = {
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "index.interval.bytes": "log.index.interval.bytes",
     "producer.state.batches.to.retain": "producer.state.batches.to.retain",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "preallocate": "log.preallocate",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+}
+
+# Broker keys a topic default can come from besides TOPIC_TO_BROKER_KEY's, in the order Kafka
+# reads them: setting log.retention.hours changes retention.ms just as log.retention.ms does.
+BROKER_FALLBACK_KEYS = {
+    "retention.ms": ("log.retention.minutes", "log.retention.hours"),
+    "segment.ms": ("log.roll.hours",),
+    "segment.jitter.ms": ("log.roll.jitter.hours",),
 }
 
 
@@ -391,11 +514,23 @@ class Listener:
         return cls(host, int(match.group(2)))
 
 
+# Where a broker config's value comes from, in the order it is looked for (Kafka's
+# ConfigSource names, as DescribeConfigs reports them).
+DYNAMIC_BROKER_CONFIG = "DYNAMIC_BROKER_CONFIG"  # set for this broker (entity name "0")
+DYNAMIC_DEFAULT_BROKER_CONFIG = "DYNAMIC_DEFAULT_BROKER_CONFIG"  # cluster-wide (name "")
+STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"  # the properties file or --set
+DEFAULT_CONFIG = "DEFAULT_CONFIG"
+
+
 class BrokerConfig:
-    """Validated broker configuration. ``explicit`` remembers what the user set."""
+    """Validated broker configuration. ``explicit`` remembers what the user set at start;
+    ``dynamic_broker`` and ``dynamic_default`` what was set since with AlterConfigs (kept in
+    the metadata store, see dynamic_config.py), looked at first."""
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         self.explicit: dict[str, Any] = {}
+        self.dynamic_broker: dict[str, Any] = {}
+        self.dynamic_default: dict[str, Any] = {}
         for name, text in (values or {}).items():
             key = BROKER_CONFIGS.get(name)
             if key is None:
@@ -409,6 +544,13 @@ class BrokerConfig:
         # The broker's own metadata lives in the first directory, as Kafka's metadata.log.dir
         # defaults to the first of log.dirs.
         self.log_dir: str = self.log_dirs[0]
+        self.check()
+        self.listener = Listener.parse(self.get("listeners"), "listeners")
+        advertised = self.get("advertised.listeners")
+        self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
+
+    def check(self) -> None:
+        """The rules that join several keys; raises ConfigError naming them."""
         queued = self.get("queued.max.request.bytes")
         if 0 < queued < self.get("socket.request.max.bytes"):
             raise ConfigError(
@@ -421,9 +563,6 @@ class BrokerConfig:
         if lag_problem:
             raise ConfigError(f"log.cleaner.{lag_problem}")
         _check_consumer_group_bounds(self)
-        self.listener = Listener.parse(self.get("listeners"), "listeners")
-        advertised = self.get("advertised.listeners")
-        self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
 
     @classmethod
     def from_sources(cls, properties_file: str | None, overrides: Iterable[str]) -> BrokerConfig:
@@ -442,12 +581,33 @@ class BrokerConfig:
         return cls(values)
 
     def get(self, name: str) -> Any:
-        if name in self.explicit:
-            return self.explicit[name]
+        for layer in (self.dynamic_broker, self.dynamic_default, self.explicit):
+            if name in layer:
+                return layer[name]
         return BROKER_CONFIGS[name].default
 
     def is_default(self, name: str) -> bool:
-        return name not in self.explicit
+        return self.source(name) == DEFAULT_CONFIG
+
+    def source(self, name: str) -> str:
+        if name in self.dynamic_broker:
+            return DYNAMIC_BROKER_CONFIG
+        if name in self.dynamic_default:
+            return DYNAMIC_DEFAULT_BROKER_CONFIG
+        if name in self.explicit:
+            return STATIC_BROKER_CONFIG
+        return DEFAULT_CONFIG
+
+    def layers(self, name: str) -> list[tuple[str, Any]]:
+        """(source, value) of every layer that has a value for ``name``, the one in effect
+        first: Kafka's synonyms of one key."""
+        found = [(source, layer[name]) for source, layer in (
+            (DYNAMIC_BROKER_CONFIG, self.dynamic_broker),
+            (DYNAMIC_DEFAULT_BROKER_CONFIG, self.dynamic_default),
+            (STATIC_BROKER_CONFIG, self.explicit)) if name in layer]
+        if BROKER_CONFIGS[name].default is not None:
+            found.append((DEFAULT_CONFIG, BROKER_CONFIGS[name].default))
+        return found
 
     @property
     def roll_ms(self) -> int:
@@ -465,11 +625,15 @@ class BrokerConfig:
         return -1 if hours < 0 else hours * 3_600_000
 
     def topic_default(self, topic_key: str) -> Any:
-        broker_key = TOPIC_TO_BROKER_KEY[topic_key]
+        broker_key = TOPIC_TO_BROKER_KEY.get(topic_key)
+        if broker_key is None:  # a topic key without a broker synonym
+            return TOPIC_CONFIGS[topic_key].default
         if broker_key == "log.roll.ms":
             return self.roll_ms
         if broker_key == "log.retention.ms":
             return self.retention_ms
+        if broker_key == "log.roll.jitter.ms" and self.get(broker_key) is None:
+            return self.get("log.roll.jitter.hours") * 3_600_000
         return self.get(broker_key)
 
     def effective(self) -> dict[str, Any]:

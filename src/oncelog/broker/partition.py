@@ -1,10 +1,11 @@
 """A partition on this broker: its Log, its ProducerStateManager, and long-poll waiters.
 
 The produce path in one place: split and check the batches, let producer_state judge an
-idempotent batch, roll the log if it must, patch offsets, append, then apply the judged
-update. Kafka's split (ProducerAppendInfo, then the log append, then the state update): a batch
-the log did not take leaves no trace in producer state, because an append is all or nothing
-(log/segment.py) and nothing is applied before it returned.
+idempotent batch, recompress it if the topic's compression.type asks for another codec, roll
+the log if it must, patch offsets, append, then apply the judged update. Kafka's split
+(ProducerAppendInfo, then the log append, then the state update): a batch the log did not
+take leaves no trace in producer state, because an append is all or nothing (log/segment.py)
+and nothing is applied before it returned.
 
 The partition owns the roll, as Kafka's UnifiedLog does: producer state is snapshotted at the
 new segment's base offset, then the log rolls. Snapshots are also written at clean shutdown;
@@ -62,6 +63,7 @@ from ..producer_state.rules import (
     Refuse,
 )
 from ..protocol.control import marker_batch, read_marker
+from ..protocol.recompression import needs_recompression, recompress
 from ..protocol.record_batch import (
     BatchHeader,
     InvalidBatch,
@@ -140,6 +142,17 @@ class Partition:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
+
+    def reconfigure(self, config: LogConfig, max_message_bytes: int, limits: StateLimits,
+                    record_rules: RecordRules) -> None:
+        """Configs changed with AlterConfigs take effect at once: the next batch is checked
+        against them, and the log rolls, flushes and retains by them."""
+        self.config, self.max_message_bytes = config, max_message_bytes
+        self.limits, self.record_rules = limits, record_rules
+        if self._log is not None:
+            self._log.config = config
+        if self._state is not None:
+            self._state.set_limits(limits)
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -301,6 +314,12 @@ class Partition:
                                               f"the transaction coordinator did not verify "
                                               f"producer {header.producer_id} epoch "
                                               f"{header.producer_epoch} for {self.name}")
+        codec = self.record_rules.compression
+        if codec is not None and needs_recompression(headers, codec):
+            # after the duplicate check: a retry is answered without the work
+            records, headers = recompress(records, headers, codec,
+                                          self.record_rules.compression_level,
+                                          self.max_message_bytes)
         try:
             if plog.should_roll(headers, now):
                 self._roll()

@@ -31,8 +31,8 @@ from ..protocol.messages import (
     decode_request,
     encode_response,
 )
-from . import metrics
-from .admin import handle_create_topics, handle_delete_topics, handle_describe_configs
+from . import dynamic_config, metrics
+from .admin import handle_create_topics, handle_delete_topics
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
 from .cluster_views import (
@@ -42,6 +42,11 @@ from .cluster_views import (
     handle_describe_topic_partitions,
 )
 from .config import BrokerConfig
+from .configs_admin import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
 from .fetch import handle_fetch, handle_list_offsets
@@ -136,6 +141,9 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
     apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    # configuration after creation
+    apis.ALTER_CONFIGS: handle_alter_configs,
+    apis.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     # Partition admin.
     apis.DELETE_RECORDS: handle_delete_records,
     apis.CREATE_PARTITIONS: handle_create_partitions,
@@ -152,6 +160,7 @@ class Broker:
         self.broker_id: int = config.get("broker.id")
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
+        dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
         self.cluster_id = self._cluster_id()
         self.producer_ids = ProducerIdManager(self.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)

@@ -21,6 +21,7 @@ from ..log.disk import OsDisk, default_disk
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
 from ..producer_state.manager import StateLimits
+from ..protocol.recompression import STORED_CODECS
 from ..protocol.validation import RecordRules
 from .config import (
     TOPIC_CONFIGS,
@@ -28,6 +29,7 @@ from .config import (
     ConfigError,
     compaction_lag_problem,
     is_compacted,
+    render,
     validate_topic_configs,
 )
 from .log_dir_moves import LogDirMoves
@@ -296,11 +298,16 @@ class TopicManager:
         )
 
     def record_rules(self, topic: Topic) -> RecordRules:
+        codec = self.topic_config(topic, "compression.type")
+        level_key = f"compression.{codec}.level"
         return RecordRules(
             keys_required=is_compacted(self.topic_config(topic, "cleanup.policy")),
             log_append_time=self.topic_config(topic, "message.timestamp.type") == "LogAppendTime",
             timestamp_before_max_ms=self.topic_config(topic, "message.timestamp.before.max.ms"),
             timestamp_after_max_ms=self.topic_config(topic, "message.timestamp.after.max.ms"),
+            compression=STORED_CODECS[codec],
+            compression_level=self.topic_config(topic, level_key)
+            if level_key in TOPIC_CONFIGS else None,
         )
 
     def state_limits(self, topic: Topic) -> StateLimits:
@@ -310,6 +317,65 @@ class TopicManager:
             expiration_ms=self.config.get("producer.id.expiration.ms"),
             tombstone_ms=self.config.get("producer.id.tombstone.ms"),
         )
+
+    def reconfigure(self, topic: Topic) -> None:
+        """The topic's configs as they are now, in effect at once in every partition."""
+        log_config, rules = self.log_config(topic), self.record_rules(topic)
+        limits = self.state_limits(topic)
+        max_message_bytes = self.topic_config(topic, "max.message.bytes")
+        for partition in topic.partitions:
+            partition.reconfigure(log_config, max_message_bytes, limits, rules)
+
+    def reconfigure_all(self) -> None:
+        """After a change of the broker's dynamic configs, which topics default to."""
+        for topic in list(self.topics.values()):
+            self.reconfigure(topic)
+
+    def check_overrides(self, configs: dict[str, str | None]) -> dict[str, Any]:
+        """A topic's overrides parsed and checked together; ConfigError naming the key."""
+        parsed = validate_topic_configs(configs)
+        lag_problem = compaction_lag_problem(*(
+            parsed.get(key, self.config.topic_default(key))
+            for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")))
+        if lag_problem:
+            raise ConfigError(lag_problem)
+        return parsed
+
+    def alter_configs(self, name: str, configs: dict[str, str],
+                      validate_only: bool = False) -> None:
+        """Replace the topic's overrides with ``configs``: checked, stored in one
+        compare-and-set, then in effect; nothing changes on any error."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             f"topic {name!r} does not exist")
+        try:
+            parsed = self.check_overrides(configs)
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        if validate_only:
+            return
+        if self.log_dir_state.offline:
+            raise TopicError(ErrorCode.kafka_storage_error, str(self.log_dir_state.error()))
+        path = f"topics/{name}"
+        try:
+            stored, version = self.store.get(path)
+            if stored is None:
+                raise TopicError(ErrorCode.unknown_topic_or_partition,
+                                 f"topic {name!r} does not exist")
+            self.store.compare_and_set(path, {**stored, "configs": dict(configs)}, version)
+        except BadVersion:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"topic {name!r} changed meanwhile; try again") from None
+        except OSError as exc:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"writing the topic's metadata failed: {exc}") from None
+        topic.overrides = parsed
+        self.reconfigure(topic)
+        log.info("topic %s configs are now %s", name, configs)
+
+    def override_texts(self, topic: Topic) -> dict[str, str]:
+        return {key: render(value) for key, value in topic.overrides.items()}
 
     def describe_topic_configs(self, topic: Topic) -> list[tuple[str, Any, bool]]:
         """(key, value, is_default) for every topic config."""
@@ -355,14 +421,9 @@ class TopicManager:
                 f"replication factor {replication_factor} is larger than the 1 broker available",
             )
         try:
-            parsed = validate_topic_configs(configs)
+            self.check_overrides(configs)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
-        lag_problem = compaction_lag_problem(*(
-            parsed.get(key, self.config.topic_default(key))
-            for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")))
-        if lag_problem:
-            raise TopicError(ErrorCode.invalid_config, lag_problem)
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
         if validate_only:
             return Topic(name, uuid.UUID(value["id"]), validate_topic_configs(configs))

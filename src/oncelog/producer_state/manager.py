@@ -114,6 +114,12 @@ class ProducerStateManager:
         # compact record dropped): rows 2-2c of the rules. -1 on a new partition.
         self.forgotten_up_to = -1
 
+    def set_limits(self, limits: StateLimits) -> None:
+        """New limits (a config changed): the next append keeps batches_to_retain batches,
+        the next expiration uses the new times."""
+        self.limits = limits
+        self._kept_bytes = (limits.batches_to_retain - 1) * _BATCH.size
+
     # --- reading state ---------------------------------------------------------------------
 
     def __len__(self) -> int:

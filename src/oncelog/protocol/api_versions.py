@@ -42,6 +42,9 @@ DESCRIBE_PRODUCERS = 61
 WRITE_TXN_MARKERS = 27
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+# configuration after creation
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
 # Partition admin (broker/partition_admin.py).
 DELETE_RECORDS = 21
 CREATE_PARTITIONS = 37
@@ -88,6 +91,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     WRITE_TXN_MARKERS: (1, 2),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # configuration after creation
+    ALTER_CONFIGS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
     # Partition admin: every version kio has, as Kafka 3.x and 4.x brokers list them.
     DELETE_RECORDS: (0, 2),
     CREATE_PARTITIONS: (0, 3),

@@ -71,10 +71,14 @@ def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
 
 # --- compression ----------------------------------------------------------------------------
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec``; ``level`` None (or gzip's -1) is the codec's
+    default (snappy has no levels)."""
     if codec == NONE:
         return data
     if codec == GZIP:
+        if level is not None and level > 0:
+            return bytes(cramjam.gzip.compress(data, level=level))
         return bytes(cramjam.gzip.compress(data))
     if codec == SNAPPY:
         # xerial framing, as Java's producer writes: every Kafka client can read it.
@@ -85,8 +89,12 @@ def compress(codec: int, data: bytes) -> bytes:
             out += block
         return bytes(out)
     if codec == LZ4:
+        if level is not None:
+            return bytes(cramjam.lz4.compress(data, level=level))
         return bytes(cramjam.lz4.compress(data))
     if codec == ZSTD:
+        if level is not None:
+            return bytes(cramjam.zstd.compress(data, level=level))
         return bytes(cramjam.zstd.compress(data))
     raise ValueError(f"unknown compression codec {codec}")
 

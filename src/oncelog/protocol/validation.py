@@ -73,6 +73,10 @@ class RecordRules:
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
     timestamp_before_max_ms: int = DEFAULT_BEFORE_MAX_MS
     timestamp_after_max_ms: int = DEFAULT_AFTER_MAX_MS
+    # compression.type: the codec batches are stored with (recompression.py); None: producer,
+    # each batch as it was sent
+    compression: int | None = None
+    compression_level: int | None = None  # compression.<codec>.level; None: the codec's
 
 
 DEFAULT_RULES = RecordRules()  # a topic with Kafka's defaults
