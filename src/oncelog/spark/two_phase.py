@@ -95,7 +95,8 @@ def task_transactional_id(prefix: str, run: str, partition: int, attempt_id: int
 
 
 def _pattern(*parts: str) -> str:
-    return "^" + re.escape("-".join(parts) + "-")
+    """ListTransactions' filter: the whole id must match (Java's Matcher.matches)."""
+    return re.escape("-".join(parts) + "-") + ".*"
 
 
 @dataclass(frozen=True)
