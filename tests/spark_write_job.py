@@ -23,13 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(__file__))
+import sparks  # tests/ is on the path: it holds this script
 
-import sparks  # noqa: E402
-
-from oncelog.spark.source import OncelogDataSource  # noqa: E402
+from oncelog.spark.source import OncelogDataSource
 
 HOLD = 600.0  # seconds a held driver waits for its kill
+# The slow attempt's stall, well past the other task's time (Python workers start slowly on
+# a busy machine): a speculative attempt of the partition starts meanwhile.
+STALL = 30.0
 
 
 def _held_source(base, hold: Path, after_batch: int | None):
@@ -99,7 +100,12 @@ def _speculating():
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (SparkSession.builder.master("local[3]").appName("oncelog-speculation")
+    # Spark speculates only outside local mode, and never on the host of the slow attempt:
+    # the test runs a standalone cluster whose two workers are 127.0.0.2 and 127.0.0.3.
+    master = os.environ["SPARK_MASTER_URL"]
+    session = (SparkSession.builder.master(master).appName("oncelog-speculation")
+               .config("spark.executor.memory", "512m")
+               .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1")
@@ -110,8 +116,8 @@ def _speculating():
                .config("spark.speculation.quantile", "0.5")
                .config("spark.speculation.minTaskRuntime", "1s")
                .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    sparks._current.update(session=session, master="local[3]")
+    session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    sparks._current.update(session=session, master=master)
     return session
 
 
@@ -122,7 +128,7 @@ def _batch(spark, fmt: str, bootstrap: str, topic: str, rows: int, prefix: str,
 
         context = TaskContext.get()
         if i == 0 and context.partitionId() == 0 and context.attemptNumber() == 0:
-            time.sleep(20)  # the rows of this task are written before the stall ends
+            time.sleep(STALL)
         return i
 
     spark.udf.register("stall", stall, "long")

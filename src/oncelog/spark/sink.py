@@ -53,6 +53,8 @@ from . import two_phase
 from .options import EXACTLY_ONCE, OptionError, WriteOptions, write_options
 
 FLUSH_TIMEOUT = 300.0  # seconds a task waits for its last records to be acknowledged
+# The local property Spark sets to the micro-batch a stream's tasks run for.
+STREAM_BATCH_ID = "streaming.sql.batchId"
 
 
 @dataclass
@@ -154,11 +156,17 @@ def write_prepared(options: WriteOptions, run: str,
     assert context is not None, "write_prepared runs in a Spark task"
     transactional_id = two_phase.task_transactional_id(
         options.transactional_id_prefix, run, context.partitionId(), context.taskAttemptId())
+    batch = context.getLocalProperty(STREAM_BATCH_ID)
     txn = two_phase.TaskTransaction(options, transactional_id)
     report = WriteReport(transactional_id=transactional_id)
     try:
         _produce_rows(txn.producer, options, batches, report)
         report.prepared = txn.prepare()
+        if report.records and two_phase.decided_without(
+                options, run, two_phase.NO_BATCH if batch is None else int(batch),
+                transactional_id):
+            raise RuntimeError(f"{transactional_id}: another attempt of this task was "
+                               "committed already; this one is aborted")
     except BaseException:
         txn.abort()
         raise

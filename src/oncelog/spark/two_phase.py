@@ -24,6 +24,8 @@ Who aborts and who commits what, when:
 | when                                  | who            | does                                 |
 |---------------------------------------|----------------|--------------------------------------|
 | a task's write raises                 | the task       | aborts its own transaction           |
+| a task prepared, and a decision of    | the task       | aborts its own transaction (an       |
+| its run and batch without it exists   |                | attempt the driver could not see)    |
 | Spark asks for a writer (before any   | the driver     | opens ``P`` (fails naming            |
 | task runs)                            | (``recover``)  | transaction.two.phase.commit.enable  |
 |                                       |                | if the broker refuses 2PC); every    |
@@ -155,6 +157,30 @@ class TaskTransaction:
         self.producer.close(TIMEOUT)
 
 
+def decided_without(options: WriteOptions, run: str, batch: int,
+                    transactional_id: str) -> bool:
+    """Whether the driver decided ``run``'s ``batch`` already, without this task attempt (a
+    retried or speculative copy of it won): read after the attempt prepared, so that an
+    attempt the driver's last listing could not see ends its transaction itself."""
+    with Admin({"bootstrap.servers": options.bootstrap}) as admin:
+        for decision in _decisions(admin, options.transactional_id_prefix):
+            if decision.run == run and decision.batch == batch and \
+                    transactional_id not in decision.winners:
+                return True
+    return False
+
+
+def _decisions(admin: Admin, prefix: str) -> list[Decision]:
+    try:
+        offsets = admin.list_group_offsets(prefix)
+    except KafkaError as exc:
+        if exc.error.name.upper() == "GROUP_ID_NOT_FOUND":
+            return []
+        raise
+    found = (Decision.parse(committed.metadata) for committed in offsets.values())
+    return [d for d in found if d is not None]
+
+
 class Driver:
     """The driver's part: opening ``P``, the decisions, committing and aborting others'
     transactions. ``with Driver(options) as d:``."""
@@ -191,14 +217,7 @@ class Driver:
     # --- decisions ------------------------------------------------------------------------
 
     def decisions(self) -> list[Decision]:
-        try:
-            offsets = self.admin.list_group_offsets(self.prefix)
-        except KafkaError as exc:
-            if exc.error.name.upper() in ("GROUP_ID_NOT_FOUND",):
-                return []
-            raise
-        found = (Decision.parse(committed.metadata) for committed in offsets.values())
-        return [d for d in found if d is not None]
+        return _decisions(self.admin, self.prefix)
 
     def last_batch(self) -> int:
         """The highest micro-batch a decision covers (NO_BATCH: none)."""
