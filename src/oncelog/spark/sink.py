@@ -65,6 +65,7 @@ class WriteReport(WriterCommitMessage):
 
     records: int = 0
     producer: dict[str, Any] = field(default_factory=dict)  # Producer.checkpoint()
+    run: str | None = None
     transactional_id: str | None = None
     prepared: str | None = None
     topics: list[str] = field(default_factory=list)
@@ -158,7 +159,7 @@ def write_prepared(options: WriteOptions, run: str,
         options.transactional_id_prefix, run, context.partitionId(), context.taskAttemptId())
     batch = context.getLocalProperty(STREAM_BATCH_ID)
     txn = two_phase.TaskTransaction(options, transactional_id)
-    report = WriteReport(transactional_id=transactional_id)
+    report = WriteReport(run=run, transactional_id=transactional_id)
     try:
         _produce_rows(txn.producer, options, batches, report)
         report.prepared = txn.prepare()
@@ -175,65 +176,76 @@ def write_prepared(options: WriteOptions, run: str,
     return report
 
 
-def _winners(messages: list[WriterCommitMessage | None]) -> tuple[dict[str, str], set[str]]:
+def _winners(messages: list[WriterCommitMessage | None]
+             ) -> tuple[str | None, dict[str, str], set[str]]:
+    """The run the tasks wrote in, their prepared transactions and the topics written."""
+    run = None
     winners: dict[str, str] = {}
     topics: set[str] = set()
     for message in messages:
         if isinstance(message, WriteReport) and message.transactional_id and \
                 message.prepared and message.records:
+            run = message.run
             winners[message.transactional_id] = message.prepared
             topics.update(message.topics)
-    return winners, topics
+    return run, winners, topics
 
 
 class _WritesRows:
     """The part both writers share: each task produces its rows; exactly-once, the run id
-    (chosen here, on the driver) names the tasks' transactions."""
+    chosen here, on the driver, names the tasks' transactions."""
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
         self.exactly_once = options.guarantee == EXACTLY_ONCE
         self.run = two_phase.new_run()
-        if self.exactly_once:
-            # Before any task: fails naming the broker setting when 2PC is refused, and ends
-            # what an earlier run of this prefix left open.
-            two_phase.recover(options)
 
     def write(self, iterator: Iterator) -> WriteReport:
         if self.exactly_once:
             return write_prepared(self.options, self.run, iterator)
         return write_rows(self.options, iterator)
 
-    def _commit(self, messages: list[WriterCommitMessage | None], batch: int) -> None:
-        if self.exactly_once:
-            winners, topics = _winners(messages)
-            two_phase.commit_run(self.options, self.run, batch, winners, topics)
 
-    def _abort(self) -> None:
+class OncelogWriter(_WritesRows, DataSourceArrowWriter):
+    """``df.write.format("oncelog")``. Spark pickles it to the tasks and to the process that
+    commits. At-least-once, ``commit`` has nothing to do and ``abort`` cannot take back what
+    finished tasks wrote."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        super().__init__(options)
+        if self.exactly_once:
+            # Before any task: fails naming the broker setting when 2PC is refused, and ends
+            # what an earlier run of this prefix left open.
+            two_phase.recover(options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.exactly_once:
+            _, winners, topics = _winners(messages)
+            two_phase.commit_run(self.options, self.run, winners, topics)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.exactly_once:
             two_phase.abort_run(self.options, self.run)
 
 
-class OncelogWriter(_WritesRows, DataSourceArrowWriter):
-    """``df.write.format("oncelog")``. At-least-once, ``commit`` has nothing to do and
-    ``abort`` cannot take back what finished tasks wrote."""
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._commit(messages, two_phase.NO_BATCH)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._abort()
-
-
 class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
-    """``writeStream.format("oncelog")``, per micro-batch as the batch writer. Spark runs
-    ``commit`` in another process with this writer unpickled: the run id comes along."""
+    """``writeStream.format("oncelog")``, per micro-batch. Spark makes one on the driver for
+    the tasks, and one anew in the process that commits: only the tasks' messages (which
+    name their run) reach ``commit``."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        super().__init__(options)
+        if self.exactly_once:
+            two_phase.check(options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._commit(messages, batchId)
+        if self.exactly_once:
+            run, winners, topics = _winners(messages)
+            two_phase.commit_micro_batch(self.options, run, batchId, winners, topics)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._abort()
+        if self.exactly_once:
+            two_phase.recover(self.options)
 
 
 def writer_options(options, schema: StructType, overwrite: bool,

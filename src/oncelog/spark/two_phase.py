@@ -26,25 +26,31 @@ Who aborts and who commits what, when:
 | a task's write raises                 | the task       | aborts its own transaction           |
 | a task prepared, and a decision of    | the task       | aborts its own transaction (an       |
 | its run and batch without it exists   |                | attempt the driver could not see)    |
-| Spark asks for a writer (before any   | the driver     | opens ``P`` (fails naming            |
-| task runs)                            | (``recover``)  | transaction.two.phase.commit.enable  |
+| Spark asks for a batch writer (before | the driver     | opens ``P`` (fails naming            |
+| any task runs)                        | (``recover``)  | transaction.two.phase.commit.enable  |
 |                                       |                | if the broker refuses 2PC); every    |
 |                                       |                | open transaction ``P-*`` named a     |
 |                                       |                | winner by a decision is committed,   |
 |                                       |                | every other one aborted (a dead      |
 |                                       |                | driver's run, a killed task)         |
-| ``commit()`` of a stream's batch N    | the driver     | when the last decision is of batch   |
-| that a decision already covers        |                | N or later (the sink committed N,    |
-|                                       |                | Spark died before its checkpoint):   |
-|                                       |                | aborts every open ``P-R-*``; writes  |
-|                                       |                | nothing                              |
-| ``commit()``                          | the driver     | writes the decision, then commits    |
+| Spark asks for a stream writer        | the driver     | opens ``P`` only (Spark asks again   |
+|                                       |                | in the process that commits, while   |
+|                                       |                | the batch's transactions are open)   |
+| ``commit()`` of a batch write         | the driver     | writes the decision, then commits    |
 |                                       |                | each winner (complete_transaction    |
 |                                       |                | with its prepared id and epoch),     |
 |                                       |                | then aborts every other open         |
 |                                       |                | ``P-R-*`` (retried, speculative and  |
 |                                       |                | killed attempts)                     |
-| ``abort()``                           | the driver     | aborts every open ``P-R-*``          |
+| ``commit()`` of a stream's batch N    | the driver     | first ``recover`` but for N's        |
+|                                       |                | winners (one batch of a query runs   |
+|                                       |                | at a time: the rest are leftovers);  |
+|                                       |                | when a decision covers N already     |
+|                                       |                | (the sink committed N, Spark died    |
+|                                       |                | before its checkpoint), aborts N's   |
+|                                       |                | transactions; else as a batch write  |
+| ``abort()``                           | the driver     | batch write: aborts every open       |
+|                                       |                | ``P-R-*``; stream: ``recover``       |
 
 Why it is exactly once. Before the decision nothing of the run is visible, and the next
 ``recover`` (or ``abort()``) aborts all of it: a job that dies before ``commit()`` is run
@@ -282,13 +288,12 @@ class Driver:
                      ", ".join(doomed))
         return doomed
 
-    def recover(self) -> None:
-        """Before a run: finish what a decision committed, abort everything else of P."""
+    def recover(self, keep: frozenset[str] = frozenset()) -> None:
+        """Finish what a decision committed, abort every other open transaction of P but
+        those in ``keep``."""
         winners = frozenset().union(*(d.winners for d in self.decisions()))
         open_ids = self.open_transactions()
-        # A winner's transaction is kept (init with keep_prepared) and committed.
-        finish = {t: None for t in open_ids if t not in winners}
-        self._end_all(finish)
+        self._end_all({t: None for t in open_ids if t not in winners and t not in keep})
         for transactional_id in open_ids:
             if transactional_id in winners:
                 self._commit_kept(transactional_id)
@@ -307,21 +312,14 @@ class Driver:
             producer.close(TIMEOUT)
 
 
-def commit_run(options: WriteOptions, run: str, batch: int,
-               winners: dict[str, str], topics: set[str]) -> bool:
-    """The driver's commit() of a run's tasks (``batch``: the micro-batch, or NO_BATCH);
-    False when a decision already covered this micro-batch and nothing was committed."""
+def commit_run(options: WriteOptions, run: str, winners: dict[str, str],
+               topics: set[str]) -> None:
+    """The driver's commit() of a batch write's tasks."""
     with Driver(options) as driver:
-        if batch != NO_BATCH and driver.last_batch() >= batch:
-            driver.abort_open(run)
-            log.info("%s: micro-batch %d was committed before; this run of it is aborted",
-                     options.transactional_id_prefix, batch)
-            return False
         if winners:
-            driver.decide(Decision(run, batch, frozenset(winners)), min(topics))
+            driver.decide(Decision(run, NO_BATCH, frozenset(winners)), min(topics))
             driver.commit(winners)
         driver.abort_open(run, keep=frozenset(winners))
-        return True
 
 
 def abort_run(options: WriteOptions, run: str) -> None:
@@ -329,6 +327,34 @@ def abort_run(options: WriteOptions, run: str) -> None:
         driver.abort_open(run)
 
 
+def commit_micro_batch(options: WriteOptions, run: str | None, batch: int,
+                       winners: dict[str, str], topics: set[str]) -> bool:
+    """The driver's commit() of a stream's micro-batch ``batch`` (Spark calls it with a
+    writer made anew, so ``run`` comes from the tasks' messages). One batch of a query runs
+    at a time: every open transaction of P that is not this batch's winner is a leftover.
+    False when a decision already covered ``batch``: this run of it is aborted."""
+    with Driver(options) as driver:
+        driver.recover(keep=frozenset(winners))
+        if driver.last_batch() >= batch:
+            driver.abort_open()
+            log.info("%s: micro-batch %d was committed before; this run of it is aborted",
+                     options.transactional_id_prefix, batch)
+            return False
+        if winners:
+            assert run is not None
+            driver.decide(Decision(run, batch, frozenset(winners)), min(topics))
+            driver.commit(winners)
+        driver.abort_open(keep=frozenset(winners))
+        return True
+
+
 def recover(options: WriteOptions) -> None:
+    """Before a batch write's tasks, and when a micro-batch is aborted: opens P (failing
+    when the broker refuses two-phase commit) and ends what earlier runs left open."""
     with Driver(options) as driver:
         driver.recover()
+
+
+def check(options: WriteOptions) -> None:
+    """Opens P only: fails when the broker refuses two-phase commit."""
+    Driver(options).close()
