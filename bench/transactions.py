@@ -1,20 +1,22 @@
 """Transactions: what a commit every 100 ms costs a producer, what read_committed costs a
 reader, and how the last stable offset follows open transactions, on one oncelog broker.
 
-    .venv/bin/python bench/transactions.py [--repeats 5] [--parts produce,consume,open]
+    .venv/bin/python bench/transactions.py [--repeats 5]
+        [--parts produce,produce-oncelog,consume,open]
         [--messages 300000] [--producers 1,4,16] [--open-seconds 5] [--json PATH]
     make bench ARGS="--only transactions"
 
-Every client is confluent-kafka; records are 100 bytes, topics have 4 partitions (``open``:
-one). The two runs of each ratio take turns within every repetition, in alternating order;
-medians, and the median of the per-repetition ratios ("paired"). The CPU other processes
-used during each run is reported.
+Every client is confluent-kafka but in ``produce-oncelog``; records are 100 bytes, topics
+have 4 partitions (``open``: one). The two runs of each ratio take turns within every
+repetition, in alternating order; medians, and the median of the per-repetition ratios
+("paired"). The CPU other processes used during each run is reported.
 
 * produce: one producer sends ``--messages`` records round-robin over the partitions,
   idempotent (``enable.idempotence=true``) against transactional (``transactional.id``,
   a ``commit_transaction()`` every 100 ms and at the end); each run's time includes the
   final flush or commit, not the set-up (one record is written and flushed, or committed,
   before the clock starts). Records per second (goal: transactional >= 0.9x idempotent).
+* produce-oncelog: the same with oncelog.Producer on both sides.
 * consume: ``--messages`` records written by a transactional producer committing every
   100 ms (so markers sit among the data) are read from offset 0 with ``assign()``, with
   ``isolation.level=read_committed`` against ``read_uncommitted``; records per second over the
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from _support import LoadMeter, OncelogBroker, cpu_seconds_probe, machine, median
 
-PARTS = ("produce", "consume", "open")
+PARTS = ("produce", "produce-oncelog", "consume", "open")
 RUN_TIMEOUT = 300.0
 PARTITIONS = 4
 COMMIT_EVERY = 0.1  # seconds
@@ -63,14 +65,26 @@ def _send(producer, topic: str, partition: int) -> None:
             producer.poll(0.005)
 
 
-def produce_run(bootstrap: str, topic: str, messages: int, transactional: str | None) -> float:
+def produce_run(bootstrap: str, topic: str, messages: int, transactional: str | None,
+                client: str = "confluent") -> float:
     """Records per second of one producer; a commit every COMMIT_EVERY when transactional."""
-    from confluent_kafka import Producer
+    if client == "oncelog":
+        from oncelog import Producer
+    else:
+        from confluent_kafka import Producer
 
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     if transactional:
         conf["transactional.id"] = transactional
     producer = Producer(conf)
+    try:
+        return _timed_produce(producer, topic, messages, transactional)
+    finally:
+        if client == "oncelog":
+            producer.close(RUN_TIMEOUT)
+
+
+def _timed_produce(producer, topic: str, messages: int, transactional: str | None) -> float:
     # Connected, producer id in hand and one record written before the clock starts.
     if transactional:
         producer.init_transactions(RUN_TIMEOUT)
@@ -92,7 +106,7 @@ def produce_run(bootstrap: str, topic: str, messages: int, transactional: str | 
             due = time.perf_counter() + COMMIT_EVERY
     if transactional:
         producer.commit_transaction(RUN_TIMEOUT)
-    elif producer.flush(RUN_TIMEOUT):
+    elif producer.flush(RUN_TIMEOUT):  # confluent: records left; oncelog raises instead
         raise RuntimeError("records not delivered")
     return messages / (time.perf_counter() - start)
 
@@ -141,13 +155,15 @@ def alternate(args, runs: dict, name: str, show) -> list[dict]:
     return reps
 
 
-def run_produce(args, bootstrap: str) -> dict:
-    create_topic(bootstrap, "produce", PARTITIONS)
-    produce_run(bootstrap, "produce", args.messages // 10, "warm-up")
-    runs = {"transactional": lambda rep: produce_run(bootstrap, "produce", args.messages,
-                                                     f"bench-{rep}"),
-            "idempotent": lambda rep: produce_run(bootstrap, "produce", args.messages, None)}
-    reps = alternate(args, runs, "produce", lambda v: f"{v:,.0f}/s")
+def run_produce(args, bootstrap: str, client: str = "confluent") -> dict:
+    topic = f"produce-{client}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_run(bootstrap, topic, args.messages // 10, f"warm-up-{client}", client)
+    runs = {"transactional": lambda rep: produce_run(bootstrap, topic, args.messages,
+                                                     f"bench-{client}-{rep}", client),
+            "idempotent": lambda rep: produce_run(bootstrap, topic, args.messages, None,
+                                                  client)}
+    reps = alternate(args, runs, f"produce ({client})", lambda v: f"{v:,.0f}/s")
     return {"runs": reps, **paired(reps, "transactional", "idempotent")}
 
 
@@ -231,10 +247,12 @@ def run_open(args, bootstrap: str) -> list[dict]:
 
 def report(results: dict, args) -> None:
     print(f"machine: {results['machine']}")
-    if "produce" in results:
-        r = results["produce"]
+    for part, label in (("produce", "confluent-kafka"), ("produce-oncelog", "oncelog.Producer")):
+        if part not in results:
+            continue
+        r = results[part]
         verdict = "met" if r["paired"] >= PRODUCE_GOAL else "MISSED"
-        print(f"produce {args.messages:,} x 100 B, 4 partitions, one producer "
+        print(f"produce {args.messages:,} x 100 B, 4 partitions, one {label} "
               f"({args.repeats} repetitions, others {r['other_load']:.0%}):")
         print(f"  transactional, commit every 100 ms  {r['a']:>12,.0f} records/s")
         print(f"  idempotent                          {r['b']:>12,.0f} records/s")
@@ -281,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         args.probe = cpu_seconds_probe(broker.pid)
         if "produce" in parts:
             results["produce"] = run_produce(args, broker.bootstrap)
+        if "produce-oncelog" in parts:
+            results["produce-oncelog"] = run_produce(args, broker.bootstrap, "oncelog")
         if "consume" in parts:
             results["consume"] = run_consume(args, broker.bootstrap)
         if "open" in parts:

@@ -1,5 +1,6 @@
-"""``oncelog audit --spark`` reports what the one-process audit reports, on a clean topic and on
-one holding duplicates, gaps and regressions."""
+"""``oncelog audit --spark`` reports what the one-process audit reports, on a clean topic, on
+one holding duplicates, gaps and regressions, and on transactions (clean and torn) with
+``--by``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 
 import pytest
 from test_audit import create_topic, produce, store_forgetting
+from test_audit_transactions import TIMEOUT as TXN_TIMEOUT
+from test_audit_transactions import torn_topic, transactions_by_confluent
 
 from oncelog.audit import audit_topic, format_report
 from oncelog.cli import main
@@ -73,7 +76,37 @@ def test_duplicates_gaps_and_regressions_as_the_one_process_audit_finds_them(
     assert capsys.readouterr().out.splitlines()[-1].startswith("NOT CLEAN: 15 records")
 
 
+def test_transactions_and_repeats_as_the_one_process_audit_finds_them(spark, broker, capsys):
+    """confluent-kafka's committed, aborted and open transactions over 3 partitions with
+    repeated values beside them, cut into more ranges than partitions; then a torn one."""
+    counts, producer = transactions_by_confluent(broker.bootstrap, "txns")
+    try:
+        produce(broker.bootstrap, "txns", [(2, b"committed-0-3"), (0, b"committed-0-3"),
+                                           (1, b"aborted-1-7"), (2, b"aborted-1-7")])
+        plain = audit_topic(broker.bootstrap, "txns", by=("value", "key"), examples=3)
+        on_spark = audit_topic_on_spark(spark, broker.bootstrap, "txns", min_partitions=7,
+                                        by=("value", "key"), examples=3)
+    finally:
+        producer.abort_transaction(TXN_TIMEOUT)
+    assert on_spark.problems == ["2 values repeated (4 extra records)"]
+    t = on_spark.totals
+    assert (t["committed_records"], t["aborted_records"], t["open_records"]) == (
+        counts["committed"], counts["aborted"], counts["open"])
+    assert t["repeated_keys"] == 0
+    same_reports(on_spark, plain)
+
+    torn_topic(broker.bootstrap, "torn")
+    plain = audit_topic(broker.bootstrap, "torn")
+    capsys.readouterr()
+    assert main(["audit", "--bootstrap-server", broker.bootstrap, "--topic", "torn",
+                 "--spark", "--json", "--min-partitions", "4"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"] == ["1 torn transaction"]
+    plain_json = plain.to_json()
+    for r in (report, plain_json):
+        r.pop("seconds")
+    assert report == plain_json
+
+
 def test_spark_audit_usage_errors(capsys):
-    assert main(["audit", "--topic", "t", "--spark", "--by", "value"]) == 2
-    assert "--by is not available with --spark" in capsys.readouterr().err
     assert main(["audit", "--topic", "t", "--spark", "--min-partitions", "0"]) == 2

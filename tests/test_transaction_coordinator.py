@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode as E
 from test_group_coordinator import MemoryOffsetsLog
 
 from oncelog.coordinator import txn_records as tr
+from oncelog.coordinator.group_coordinator import WriteFailed
 from oncelog.coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
 from oncelog.coordinator.txn_records import TxnState as S
 
@@ -237,4 +238,72 @@ def test_verification_while_loading_is_retriable():
         await c.load_all()
         assert c.verify("tx", 1, 0, "t", 0) is E.invalid_producer_id_mapping
         c.close()
+    run(scenario())
+
+
+class FailingLog(MemoryOffsetsLog):
+    """Fails the next ``failures`` appends with ``fail_with``, as a full or broken disk under
+    ``__transaction_state`` answers (the partition's own all-or-nothing append is proven in
+    test_storage_faults.py; this is what the coordinator does with the error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    def append(self, partition, records):
+        if self.failures:
+            self.failures -= 1
+            raise WriteFailed(E.kafka_storage_error, "injected")
+        return super().append(partition, records)
+
+
+def _snapshot(c: TransactionCoordinator) -> dict:
+    return {t: (m.producer_id, m.epoch, m.state, sorted(m.partitions), m.pending)
+            for t, m in c.txns.items()}
+
+
+def test_a_failed_state_write_changes_nothing_and_the_transaction_goes_on():
+    async def scenario():
+        store = FailingLog()
+        markers = Markers()
+        c = coordinator(store, markers=markers)
+        await c.load_all()
+        store.failures = 1
+        assert (await c.init_producer_id("tx", 60000, -1, -1))[0] is E.kafka_storage_error
+        assert "tx" not in c.txns or c.txns["tx"].state is S.EMPTY
+        _, pid, epoch = await c.init_producer_id("tx", 60000, -1, -1)
+        await c.add_partitions("tx", pid, epoch, [("t", 0)])
+        before, written = _snapshot(c), len(store.partitions[c.partition_of("tx")])
+        store.failures = 1
+        assert await c.add_partitions("tx", pid, epoch, [("t", 1)]) == \
+            {("t", 1): E.kafka_storage_error}
+        assert c.verify("tx", pid, epoch, "t", 1) is E.invalid_txn_state  # not added
+        store.failures = 1
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is \
+            E.kafka_storage_error
+        assert _snapshot(c) == before and markers.written == []
+        assert len(store.partitions[c.partition_of("tx")]) == written
+        # The disk is back: the same calls succeed, and a failure of the completion record
+        # (after the markers) is retried until it is written.
+        assert await c.add_partitions("tx", pid, epoch, [("t", 1)]) == {("t", 1): E.none}
+
+        class FailCompletion(Markers):
+            async def __call__(self, *args, **kwargs):
+                store.failures = 1  # the CompleteCommit write that follows fails once
+                return await super().__call__(*args, **kwargs)
+
+        c.write_markers = FailCompletion()
+        assert (await c.end_txn("tx", pid, epoch, True, bump_epoch=False))[0] is E.none
+        for _ in range(300):
+            if not c.txns["tx"].pending:
+                break
+            await asyncio.sleep(0.01)
+        assert c.txns["tx"].state is S.COMPLETE_COMMIT and not c.txns["tx"].pending
+        assert c.write_markers.written == [(pid, epoch, True, [("t", 0), ("t", 1)])]
+        c.close()
+        # What was written is what a restarted coordinator rebuilds.
+        again = coordinator(store)
+        await again.load_all()
+        assert _snapshot(again) == _snapshot(c)
+        again.close()
     run(scenario())

@@ -254,9 +254,6 @@ def _audit(args: argparse.Namespace) -> int:
     if args.min_partitions is not None and args.min_partitions < 1:
         print("oncelog audit: --min-partitions must be 1 or more", file=sys.stderr)
         return 2
-    if args.spark and args.by:
-        print("oncelog audit: --by is not available with --spark yet", file=sys.stderr)
-        return 2
     try:
         if args.spark:
             try:
@@ -265,7 +262,8 @@ def _audit(args: argparse.Namespace) -> int:
                 print(f"oncelog audit --spark: {exc}", file=sys.stderr)
                 return 2
             report = audit_in_new_session(args.bootstrap_server, args.topic, args.partition,
-                                          args.spark_master, args.min_partitions)
+                                          args.spark_master, args.min_partitions,
+                                          args.by or (), args.examples)
         else:
             report = audit_topic(args.bootstrap_server, args.topic, by=args.by or (),
                                  partitions=args.partition, examples=args.examples,
@@ -293,6 +291,14 @@ epoch older than one already seen). A new epoch restarts sequences (KIP-360). Wo
 any Kafka-compatible broker: it uses only Metadata, ListOffsets and Fetch, on each partition's
 leader, and keeps memory bounded (ranges of sequences, not records).
 
+Transactions: each partition holding transactional batches is read with its markers, each
+batch taking the decision (COMMIT, ABORT, none yet: open) of its producer's next marker on the
+partition, and again as a read_committed reader (isolation_level 1, up to the last stable
+offset, dropping the aborted transactions the broker lists). Reported: aborted or open
+records read_committed sees, committed records it does not see, and transactions committed on
+one partition and aborted on another (torn; how a transaction is recognised across partitions
+is in oncelog/audit/transactions.py).
+
 --by value (or key) also counts records whose value (key) occurs more than once anywhere in
 the topic: the duplicates a non-idempotent producer, an application resending, or a producer
 retrying under a new epoch leaves (sequence numbers cannot show those). Null values (keys) are
@@ -301,10 +307,11 @@ compared by an 8-byte BLAKE2b hash, so two different values could in principle b
 one (odds about n^2/2^65: under 1e-5 for ten million values); the examples shown are read back
 and compared byte for byte.
 
---spark runs the sequence audit as a Spark job (pip install 'oncelog[spark]' and a Java
-runtime): tasks read offset ranges of the partitions in parallel (--min-partitions cuts big
-partitions), keeping only batch headers, and each partition is then audited exactly as
-without --spark. --spark-master picks the cluster (default local[*]).
+--spark runs the audit as a Spark job (pip install 'oncelog[spark]' and a Java runtime):
+tasks read offset ranges of the partitions in parallel (--min-partitions cuts big
+partitions), keeping batch headers, markers and, for --by, 16 bytes a record; each partition
+(and each hash, for --by) is then audited exactly as without --spark, with the same report.
+--spark-master picks the cluster (default local[*]).
 
 Exit status: 0 clean, 1 something is wrong (or the broker failed us), 2 usage errors such as
 an unknown topic or partition."""
@@ -409,7 +416,8 @@ def add_tool_commands(sub) -> None:
     consume.set_defaults(func=_guarded(_consume))
 
     audit = _with_bootstrap(sub.add_parser(
-        "audit", help="check a topic for duplicate, missing and reordered records",
+        "audit", help="check a topic for duplicate, missing and reordered records, and its "
+                      "transactions",
         description=_AUDIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter))
     audit.add_argument("--topic", required=True)
     audit.add_argument("--partition", type=int, action="append",
@@ -425,8 +433,7 @@ def add_tool_commands(sub) -> None:
     audit.add_argument("--fetch-max-bytes", type=int, default=8 << 20, metavar="BYTES",
                        help="bytes per fetch (default 8 MiB)")
     audit.add_argument("--spark", action="store_true",
-                       help="run the sequence audit on Spark (for topics too big for one "
-                            "process)")
+                       help="run the audit on Spark (for topics too big for one process)")
     audit.add_argument("--spark-master", default="local[*]", metavar="URL",
                        help="Spark master for --spark (default local[*])")
     audit.add_argument("--min-partitions", type=int, metavar="N",

@@ -10,6 +10,8 @@ The modules:
   uses the standard Kafka APIs only (Metadata for the leader of each partition, ListOffsets,
   Fetch), so the audit runs against Kafka, Redpanda or any other Kafka-compatible broker as
   well as against oncelog.
+* ``transactions``: ``TransactionAudit``, the pure core of the transaction checks (its rules,
+  and how a transaction is recognised across partitions, are in its docstring).
 * ``text``: the report for people (``--json`` prints ``AuditReport.to_json()``).
 
 What the sequence audit checks, per partition, producer id and epoch (the idempotent
@@ -43,9 +45,12 @@ probability about n^2 / 2^65 (below 10^-5 for 10^7 distinct values); the example
 read back from the broker and compared byte for byte, so a collision would show as
 ``same: false`` in an example.
 
-Control batches (transaction markers) are skipped (``protocol.batches`` withholds them);
-records of aborted transactions are read like any other (the audit reads uncommitted), so a
-transactional producer's aborted and retried records show up under ``by``.
+The sequence audit and ``by`` read uncommitted: records of aborted transactions count like any
+other, so a transactional producer's aborted and retried records show up under ``by``. The
+control batches (transaction markers) go to the transaction audit only: where a partition
+holds transactional batches, ``transactions`` decides each one from the markers and checks
+a read_committed read of the partition against the decisions, and the markers of all
+partitions show transactions torn across them.
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from .report import AuditReport, EpochReport, PartitionReport, ProducerReport
 from .sequences import SeenSequences
 from .text import format_report
 from .topic import AuditError, audit_topic, read_partition, record_fields
+from .transactions import TransactionAudit, TransactionReport
 
 __all__ = ["SEQUENCE_SPACE", "Audit", "AuditError", "AuditReport", "EpochReport",
            "PartitionReport", "ProducerReport", "RepeatExample", "RepeatFinder", "RepeatReport",
-           "SeenSequences", "audit_topic", "format_report", "read_partition", "record_fields"]
+           "SeenSequences", "TransactionAudit", "TransactionReport", "audit_topic",
+           "format_report", "read_partition", "record_fields"]

@@ -71,26 +71,32 @@ class RepeatFinder:
         """Records of one partition, in log order: their offsets and keys (or values)."""
         buffers, shift = self._buffers, self._shift
         pack = _LOC.pack
-        base = partition << _PARTITION_SHIFT
-        if not (0 <= partition < (1 << 16) and offsets and 0 <= min(offsets)
-                and max(offsets) < (1 << _PARTITION_SHIFT)):
-            base, offsets = 0, [NO_LOCATION] * len(offsets)  # cannot pack: no examples
         nulls = 0
-        for offset, data in zip(offsets, datas, strict=True):
+        for location, data in zip(pack_locations(partition, offsets), datas, strict=True):
             if data is None:
                 nulls += 1
                 continue
-            digest = blake2b(data, digest_size=8).digest()
-            buf = buffers[digest[0] >> shift]
-            buf += digest
-            buf += pack(base | offset)
-        hashed = len(datas) - nulls
-        self.records += hashed
+            d = digest(data)
+            buf = buffers[d[0] >> shift]
+            buf += d
+            buf += pack(location)
         self.nulls += nulls
+        self._hashed(len(datas) - nulls)
+
+    def add_digest(self, d: bytes, location: int) -> None:
+        """One record already hashed (``digest``) at a ``pack_locations`` location: the Spark
+        audit hashes in its reading tasks and feeds each hash's records in location order."""
+        buf = self._buffers[d[0] >> self._shift]
+        buf += d
+        buf += _LOC.pack(location)
+        self._hashed(1)
+
+    def _hashed(self, hashed: int) -> None:
+        self.records += hashed
         self._pending += hashed
         if self._pending >= _FLUSH_RECORDS:
             self._pending = 0
-            for index, buf in enumerate(buffers):
+            for index, buf in enumerate(self._buffers):
                 if len(buf) >= _FLUSH_BYTES:
                     self._write(index)
 
@@ -156,6 +162,35 @@ class RepeatFinder:
     def close(self) -> None:
         self._buffers = []
         self._dir.cleanup()
+
+
+def digest(data: bytes) -> bytes:
+    """What a key or value is compared by."""
+    return blake2b(data, digest_size=8).digest()
+
+
+def pack_locations(partition: int, offsets: Sequence[int]) -> Sequence[int]:
+    """Each record's location in 64 bits (NO_LOCATION when they cannot be packed: no
+    examples then)."""
+    if not (0 <= partition < (1 << 16) and offsets and 0 <= min(offsets)
+            and max(offsets) < (1 << _PARTITION_SHIFT)):
+        return [NO_LOCATION] * len(offsets)
+    base = partition << _PARTITION_SHIFT
+    return [base | offset for offset in offsets]
+
+
+def merge_repeats(field_name: str, parts: Sequence[RepeatReport], records: int, nulls: int,
+                  examples: int) -> RepeatReport:
+    """One field's reports over disjoint sets of values (the Spark audit's tasks) as one, as a
+    single RepeatFinder would have made it."""
+    by_partition: dict[int, int] = {}
+    for part in parts:
+        for p, n in part.by_partition.items():
+            by_partition[p] = by_partition.get(p, 0) + n
+    best = heapq.nsmallest(examples, (e for part in parts for e in part.examples),
+                           key=lambda e: (e.locations[1:2], e.count, e.locations))
+    return RepeatReport(field_name, records, nulls, sum(p.repeated for p in parts),
+                        sum(p.extra for p in parts), dict(sorted(by_partition.items())), best)
 
 
 def _unpack_location(loc: int) -> tuple[int, int]:

@@ -4,8 +4,12 @@ the verdict."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .repeats import RepeatReport
+
+if TYPE_CHECKING:
+    from .transactions import TransactionReport
 
 
 @dataclass
@@ -57,6 +61,7 @@ class AuditReport:
     producers: list[ProducerReport]
     repeats: list[RepeatReport]
     seconds: float = 0.0
+    transactions: TransactionReport | None = None  # None: no transactional batch read
 
     @property
     def totals(self) -> dict[str, int]:
@@ -73,6 +78,7 @@ class AuditReport:
             "incomplete_partitions": sum(not p.complete for p in self.partitions),
             **{f"repeated_{r.field}s": r.repeated for r in self.repeats},
             **{f"extra_{r.field}_records": r.extra for r in self.repeats},
+            **(self.transactions.totals if self.transactions is not None else {}),
         }
 
     @property
@@ -94,6 +100,8 @@ class AuditReport:
             found.append(counted(t["corrupt_batches"], "corrupt batch", "corrupt batches"))
         if t["incomplete_partitions"]:
             found.append(counted(t["incomplete_partitions"], "partition") + " not read to the end")
+        if self.transactions is not None:
+            found += self.transactions.problems
         return found
 
     @property
@@ -109,6 +117,10 @@ class AuditReport:
         if self.clean:
             checked = "duplicate, gap or regression" + (
                 "".join(f", repeated {r.field}" for r in self.repeats))
+            if self.transactions is not None:
+                checked += (f"; {counted(t['transactions'], 'transaction')}: no aborted or "
+                            "open-transaction record visible to read_committed, no committed "
+                            "record missing, no torn transaction")
             return f"CLEAN: {read}; no {checked}"
         return f"NOT CLEAN: {read}; " + ", ".join(self.problems)
 
@@ -133,6 +145,9 @@ class AuditReport:
             "partitions": [asdict(p) for p in self.partitions],
             "producers": [asdict(p) for p in self.producers],
             "repeats": repeats,
+            **({} if self.transactions is None else {"transactions": {
+                "partitions": [asdict(p) for p in self.transactions.partitions],
+                "torn": [asdict(t) for t in self.transactions.torn]}}),
             "seconds": round(self.seconds, 3),
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 
 from .report import AuditReport, ProducerReport, counted
 
@@ -30,6 +31,34 @@ def _table(rows: list[tuple[str, ...]], left: int, out) -> None:
         print("  ".join(c.ljust(w) if i < left else c.rjust(w)
                         for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip(),
               file=out)
+
+
+def _transactions(report: AuditReport, out) -> None:
+    txns = report.transactions
+    print(file=out)
+    rows = [("PARTITION", "MARKERS", "COMMITTED", "ABORTED", "OPEN", "READ_COMMITTED_TO",
+             "ABORTED_VISIBLE", "OPEN_VISIBLE", "COMMITTED_MISSING")]
+    for p in txns.partitions:
+        rows.append((str(p.partition), str(p.markers), str(p.committed), str(p.aborted),
+                     str(p.open), str(p.read_committed_end), str(p.aborted_visible),
+                     str(p.open_visible), str(p.committed_missing)))
+    t = txns.totals
+    rows.append(("TOTAL", str(sum(p.markers for p in txns.partitions)),
+                 str(t["committed_records"]), str(t["aborted_records"]), str(t["open_records"]),
+                 "", str(t["aborted_visible"]), str(t["open_visible"]),
+                 str(t["committed_missing"])))
+    _table(rows, 1, out)
+    print(f"transactions: {counted(t['transactions'], 'transaction')} across partitions "
+          f"(records counted by their markers' decision; OPEN: no marker yet), "
+          f"{counted(t['torn_transactions'], 'torn transaction')}", file=out)
+    for torn in txns.torn:
+        when = datetime.fromtimestamp(torn.timestamp / 1000, UTC).isoformat(
+            timespec="milliseconds")
+        print(f"  torn: producer id {torn.producer_id} epoch {torn.epoch}, markers at {when}: "
+              f"committed on partition {', '.join(map(str, torn.committed))} "
+              f"({counted(torn.records_committed, 'record')}), aborted on partition "
+              f"{', '.join(map(str, torn.aborted))} "
+              f"({counted(torn.records_aborted, 'record')})", file=out)
 
 
 def format_report(report: AuditReport, out=None, max_rows: int = 100) -> None:
@@ -69,6 +98,8 @@ def format_report(report: AuditReport, out=None, max_rows: int = 100) -> None:
     if len(shown) < len(report.producers):
         print(f"({len(report.producers) - len(shown):,} rows without problems not shown; "
               "--json lists every one)", file=out)
+    if report.transactions is not None:
+        _transactions(report, out)
     for repeat in report.repeats:
         print(file=out)
         print(f"by {repeat.field}: {counted(repeat.records, 'record')} with a {repeat.field} "

@@ -85,7 +85,8 @@ def init_producer_id(conn: BrokerConnection) -> tuple[int, int]:
 
 
 def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
-          max_wait_ms: int = 500, max_bytes: int = 1 << 20) -> FetchResult:
+          max_wait_ms: int = 500, max_bytes: int = 1 << 20,
+          isolation_level: int = 0) -> FetchResult:
     def make(mod, version):
         p = build(mod.FetchPartition, partition=partition, current_leader_epoch=-1,
                   fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
@@ -93,14 +94,17 @@ def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
         t = build(mod.FetchTopic, topic=topic, partitions=(p,))
         return build(mod.FetchRequest, replica_id=-1,
                      max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
-                     max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-                     topics=(t,), forgotten_topics_data=(), rack_id="")
+                     max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
+                     session_epoch=-1, topics=(t,), forgotten_topics_data=(), rack_id="")
 
     response = conn.call(apis.FETCH, make)
     result = response.responses[0].partitions[0]
     if result.error_code != ErrorCode.none:
         raise KafkaError(result.error_code, f"fetch {topic}-{partition} at {offset}")
-    return FetchResult(result.records or b"", result.high_watermark, result.log_start_offset)
+    aborted = tuple((a.producer_id, a.first_offset)
+                    for a in getattr(result, "aborted_transactions", None) or ())
+    return FetchResult(result.records or b"", result.high_watermark, result.log_start_offset,
+                       getattr(result, "last_stable_offset", -1), aborted)
 
 
 FetchResults = dict[tuple[str, int], tuple[ErrorCode, FetchResult]]

@@ -182,6 +182,11 @@ class TopicReader:
             c, self.topic, partition, calls.LATEST), deadline)
         return start, end
 
+    def last_stable_offset(self, partition: int, deadline: float | None = None) -> int:
+        """The partition's last stable offset (ListOffsets latest, read_committed)."""
+        return self._on_leader(partition, lambda c: calls.list_offset(
+            c, self.topic, partition, calls.LATEST, isolation_level=1), deadline)
+
     def ranges(self, partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
         """(log start offset, high watermark) of each of ``partitions`` (default: all)."""
         indexes = self.partitions if partitions is None else list(dict.fromkeys(partitions))
@@ -193,19 +198,22 @@ class TopicReader:
         return {p: self.offsets(p) for p in indexes}
 
     def fetch(self, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 100,
-              deadline: float | None = None) -> calls.FetchResult:
+              deadline: float | None = None, isolation_level: int = 0) -> calls.FetchResult:
         return self._on_leader(partition, lambda c: calls.fetch(
-            c, self.topic, partition, offset, max_wait_ms=max_wait_ms, max_bytes=max_bytes),
-            deadline)
+            c, self.topic, partition, offset, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+            isolation_level=isolation_level), deadline)
 
     def read(self, partition: int, start: int, end: int, *, poll_timeout: float | None = None,
              check_crcs: bool = True, skip_corrupt: bool = False,
-             on_loss: Callable[[Lost], None] | None = None) -> RangeRead:
+             on_loss: Callable[[Lost], None] | None = None, isolation_level: int = 0,
+             controls: bool = False) -> RangeRead:
         """The batches of ``partition`` holding offsets of [start, end): iterate the result.
-        See the module's rules; ``poll_timeout`` defaults to the request timeout."""
+        See the module's rules; ``poll_timeout`` defaults to the request timeout.
+        ``isolation_level`` 1 reads as a read_committed consumer does (``end`` at most the
+        last stable offset); ``controls`` yields the control batches too."""
         return RangeRead(self, partition, start, end,
                          self.timeout if poll_timeout is None else poll_timeout,
-                         check_crcs, skip_corrupt, on_loss)
+                         check_crcs, skip_corrupt, on_loss, isolation_level, controls)
 
     def record_at(self, partition: int, offset: int) -> Record | None:
         """The record at ``offset``, or None if there is none (gone, or never a record)."""
@@ -242,8 +250,10 @@ class RangeRead:
 
     def __init__(self, reader: TopicReader, partition: int, start: int, end: int,
                  poll_timeout: float, check_crcs: bool, skip_corrupt: bool,
-                 on_loss: Callable[[Lost], None] | None) -> None:
+                 on_loss: Callable[[Lost], None] | None, isolation_level: int = 0,
+                 controls: bool = False) -> None:
         self.reader = reader
+        self.isolation_level, self.controls = isolation_level, controls
         self.partition = partition
         self.start, self.end = start, end
         self.poll_timeout = poll_timeout
@@ -267,8 +277,10 @@ class RangeRead:
             try:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 result = reader.fetch(self.partition, position, max_bytes,
-                                      max(0, min(_LONG_POLL_MS, left_ms)), deadline)
+                                      max(0, min(_LONG_POLL_MS, left_ms)), deadline,
+                                      self.isolation_level)
                 data = result.records
+                aborted = result.aborted_transactions if self.isolation_level else None
             except UnknownTopicOrPartition:
                 self._lose(position, self.end, TOPIC_GONE)
                 return
@@ -277,9 +289,10 @@ class RangeRead:
                     raise self._timeout(log_range, exc) from None
                 if exc.error != ErrorCode.offset_out_of_range:
                     raise
-                data = b""
+                data, aborted = b"", None
             walk = RecordSetWalk(data, position, self.end, check_crcs=self.check_crcs,
-                                 skip_corrupt=self.skip_corrupt)
+                                 skip_corrupt=self.skip_corrupt, aborted=aborted,
+                                 controls=self.controls)
             corrupt = self.corrupt_batches
             try:
                 for batch in walk:

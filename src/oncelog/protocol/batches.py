@@ -177,15 +177,18 @@ class RecordSetWalk:
     point) ``position`` is where to fetch next, ``partial`` whether the set ended in an
     incomplete batch, ``corrupt_batches`` how many were skipped (with ``skip_corrupt``)."""
 
-    __slots__ = ("_aborted", "_aborted_now", "check_crcs", "corrupt_batches", "end", "partial",
-                 "position", "skip_corrupt", "view")
+    __slots__ = ("_aborted", "_aborted_now", "check_crcs", "controls", "corrupt_batches", "end",
+                 "partial", "position", "skip_corrupt", "view")
 
     def __init__(self, data: bytes | bytearray | memoryview, position: int,
                  end: int | None = None, *, check_crcs: bool = True,
                  skip_corrupt: bool = False,
-                 aborted: Iterable[tuple[int, int]] | None = None) -> None:
+                 aborted: Iterable[tuple[int, int]] | None = None,
+                 controls: bool = False) -> None:
         """``aborted``: None reads uncommitted; a read_committed reader gives the aborted
-        transactions of the Fetch answer, as (producer id, first offset)."""
+        transactions of the Fetch answer, as (producer id, first offset). ``controls``: the
+        control batches come out too (the audit reads the markers); no other reader wants
+        them."""
         # (first offset, producer id), earliest first; producers within an aborted one
         self._aborted = None if aborted is None else deque(
             sorted((first, pid) for pid, first in aborted))
@@ -197,6 +200,7 @@ class RecordSetWalk:
         self.skip_corrupt = skip_corrupt
         self.corrupt_batches = 0
         self.partial = False
+        self.controls = controls
 
     @property
     def done(self) -> bool:
@@ -263,5 +267,5 @@ class RecordSetWalk:
                 self.position = after
                 continue
             self.position = after
-            if not self._withheld(header, pos - size):
+            if not self._withheld(header, pos - size) or (self.controls and header.is_control):
                 yield Batch(header, view, pos - size, position, end)

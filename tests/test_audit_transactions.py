@@ -1,0 +1,243 @@
+"""``oncelog audit`` on transactions: the rules of ``audit/transactions.py`` on hand-made
+headers, then against a broker: confluent-kafka's transactional producer committing and
+aborting across 3 partitions (clean), and a hostile topic whose one transaction was committed
+on two partitions and aborted on the third (torn)."""
+
+from __future__ import annotations
+
+import json
+
+from brokers import create_topic
+from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode as E
+from test_audit import T0, header, produce, run_cli
+from txn_wire import add_partitions, init_producer_id, produce_txn, wait_settled, write_marker
+
+from oncelog.audit import audit_topic
+from oncelog.audit.transactions import (
+    MarkerSeen,
+    TransactionAudit,
+    TransactionReport,
+    transactions_of,
+)
+from oncelog.client.connection import BrokerConnection
+from oncelog.coordinator.transaction_coordinator import COORDINATOR_EPOCH
+from oncelog.protocol.control import Marker
+from oncelog.protocol.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT
+
+TIMEOUT = 30.0
+PARTITIONS = 3
+
+
+def data(pid: int, offset: int, n: int = 1, epoch: int = 0):
+    return header(pid, epoch, 0, n, offset, attributes=TRANSACTIONAL_BIT)
+
+
+def control(pid: int, offset: int, epoch: int = 0, ts: int = T0):
+    return header(pid, epoch, -1, 1, offset,
+                  attributes=TRANSACTIONAL_BIT | CONTROL_BIT)._replace(max_timestamp=ts)
+
+
+# --- the rules, on headers ------------------------------------------------------------------------
+
+def test_decisions_against_what_read_committed_got():
+    txns = TransactionAudit()
+    p = 0
+    txns.add_batch(p, data(1, 0, 2))  # committed at 4
+    txns.add_batch(p, data(2, 2))  # aborted at 5
+    txns.add_batch(p, data(1, 3))  # committed at 4
+    txns.add_batch(p, control(1, 4), Marker(True, 0))
+    txns.add_batch(p, control(2, 5), Marker(False, 0))
+    txns.add_batch(p, header(9, 0, 0, 1, 6))  # not transactional: not counted
+    txns.add_batch(p, data(3, 7, 3))  # open: no marker
+    txns.add_batch(p, control(4, 10), None)  # an emptied control batch
+    # read_committed got the first committed batch, the aborted one and the open one, not the
+    # second committed one: three findings.
+    for offset in (0, 2, 7):
+        txns.add_visible(p, data(0, offset))
+    txns.finish_partition(p, 10)
+    report = txns.finish()
+    (row,) = report.partitions
+    assert (row.markers, row.committed, row.aborted, row.open) == (2, 3, 1, 3)
+    assert (row.aborted_visible, row.open_visible, row.committed_missing) == (1, 3, 1)
+    assert report.problems == ["1 aborted record visible to read_committed",
+                               "3 open-transaction records visible to read_committed",
+                               "1 committed record missing from read_committed"]
+
+    # A committed batch above the last stable offset, or deleted before read_committed got to
+    # it, is not missing; an open one above it is no finding.
+    txns = TransactionAudit()
+    txns.add_batch(0, data(1, 0))
+    txns.add_batch(0, data(1, 1))
+    txns.add_batch(0, control(1, 2), Marker(True, 0))
+    txns.add_batch(0, data(2, 3))
+    txns.add_lost(0, 0, 1)
+    txns.finish_partition(0, 1)
+    report = txns.finish()
+    assert report.problems == [] and report.totals["open_records"] == 1
+
+
+def marker(partition: int, offset: int, pid: int, epoch: int, commit: bool, ts: int):
+    return MarkerSeen(partition, offset, pid, epoch, commit, 0, ts, 1)
+
+
+def test_transactions_across_partitions_and_torn_ones():
+    # Transaction version 2: the epoch names the transaction, whatever the clocks say.
+    tv2 = [marker(0, 5, 1, 1, True, 900), marker(1, 5, 1, 1, True, 100),
+           marker(0, 9, 1, 2, False, 100), marker(1, 9, 1, 2, False, 50)]
+    assert [[(m.partition, m.epoch) for m in t] for t in transactions_of(tv2)] == [
+        [(1, 1), (0, 1)], [(1, 2), (0, 2)]]
+    # Transaction version 1: one epoch; cut by time where a partition would repeat or after a
+    # pause, a tie in the millisecond settled by the markers' rank on their partition.
+    tv1 = [marker(0, 5, 1, 0, True, 100), marker(1, 5, 1, 0, True, 101),
+           marker(0, 9, 1, 0, False, 101), marker(1, 9, 1, 0, False, 102),
+           marker(2, 3, 1, 0, True, 1000), marker(0, 12, 1, 0, True, 1010),
+           marker(1, 12, 1, 0, False, 1011), marker(2, 7, 1, 0, False, 1300)]
+    found = transactions_of(tv1)
+    assert [[(m.partition, m.offset) for m in t] for t in found] == [
+        [(0, 5), (1, 5)], [(0, 9), (1, 9)], [(2, 3), (0, 12), (1, 12)], [(2, 7)]]
+    report = TransactionReport.build([], tv1)
+    assert report.transactions == 4
+    (torn,) = report.torn
+    assert (torn.producer_id, torn.committed, torn.aborted, torn.timestamp) == (1, [0, 2], [1],
+                                                                              1000)
+
+
+# --- against a broker -----------------------------------------------------------------------------
+
+def transactions_by_confluent(bootstrap: str, topic: str) -> tuple[dict[str, int], Producer]:
+    """Committed and aborted transactions over 3 partitions, idempotent records beside them,
+    and one transaction left open at the end; returns how many records of each kind, and the
+    producer (the caller aborts its open transaction)."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx",
+                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
+    producer.init_transactions(TIMEOUT)
+    counts = {"committed": 0, "aborted": 0, "open": 0}
+    for round_, outcome in enumerate(["committed", "aborted", "committed", "aborted",
+                                      "committed", "open"]):
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce(topic, value=b"%s-%d-%d" % (outcome.encode(), round_, i),
+                             partition=i % PARTITIONS)
+        counts[outcome] += 30
+        assert producer.flush(TIMEOUT) == 0  # abort_transaction drops what is not sent yet
+        if outcome == "committed":
+            producer.commit_transaction(TIMEOUT)
+        elif outcome == "aborted":
+            producer.abort_transaction(TIMEOUT)
+        if round_ == 2:
+            produce(bootstrap, topic, [(p, b"plain-%d" % p) for p in range(PARTITIONS)],
+                    **{"enable.idempotence": True})
+    return counts, producer
+
+
+def test_transactions_of_a_real_producer_are_clean(broker, capsys):
+    counts, producer = transactions_by_confluent(broker.bootstrap, "txns")
+    try:
+        report = audit_topic(broker.bootstrap, "txns")
+        assert report.clean, report.problems
+        t = report.totals
+        assert (t["committed_records"], t["aborted_records"], t["open_records"]) == (
+            counts["committed"], counts["aborted"], counts["open"])
+        assert (t["transactions"], t["torn_transactions"]) == (5, 0)
+        assert t["records"] == 180 + PARTITIONS
+        code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "txns")
+        assert code == 0, out
+        assert out.splitlines()[-1] == (
+            "CLEAN: 183 records in 3 partitions, 2 producer ids; no duplicate, gap or "
+            "regression; 5 transactions: no aborted or open-transaction record visible to "
+            "read_committed, no committed record missing, no torn transaction")
+        assert "READ_COMMITTED_TO" in out and "0 torn transactions" in out
+    finally:
+        producer.abort_transaction(TIMEOUT)
+
+
+def torn_topic(bootstrap: str, topic: str) -> None:
+    """One transaction over 3 partitions whose markers say COMMIT on 0 and 1, ABORT on 2, as a
+    broker that lost its coordinator's decision would write them; then a clean one."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    parts = [(topic, p) for p in range(PARTITIONS)]
+    with BrokerConnection("127.0.0.1", int(bootstrap.rsplit(":", 1)[1]),
+                          client_id="torn", timeout=TIMEOUT) as conn:
+        _, pid, epoch = init_producer_id(conn, f"{topic}-tx")
+        assert set(add_partitions(conn, f"{topic}-tx", pid, epoch, parts).values()) == {E.none}
+        for p in range(PARTITIONS):
+            assert produce_txn(conn, f"{topic}-tx", topic, p, pid, epoch, 0,
+                               [b"torn-%d-%d" % (p, i) for i in range(p + 1)]) is E.none
+        assert write_marker(conn, pid, epoch, True, COORDINATOR_EPOCH, parts[:2]) == [E.none] * 2
+        assert write_marker(conn, pid, epoch, False, COORDINATOR_EPOCH, parts[2:]) == [E.none]
+        wait_settled(conn, topic, PARTITIONS)
+
+
+def test_a_torn_transaction_is_reported(broker, capsys):
+    torn_topic(broker.bootstrap, "torn")
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn")
+    assert code == 1, out
+    assert out.splitlines()[-1] == (
+        "NOT CLEAN: 6 records in 3 partitions, 1 producer id; 1 torn transaction")
+    assert "torn: producer id " in out
+    assert "committed on partition 0, 1 (3 records), aborted on partition 2 (3 records)" in out
+    code, out = run_cli(capsys, "--bootstrap-server", broker.bootstrap, "--topic", "torn",
+                        "--json")
+    report = json.loads(out)
+    (torn,) = report["transactions"]["torn"]
+    assert (torn["committed"], torn["aborted"]) == ([0, 1], [2])
+    assert report["totals"]["aborted_records"] == 3 and report["totals"]["committed_records"] == 3
+
+
+def test_transactions_of_kafka_python_are_clean(broker):
+    """kafka-python's transactional producer (one epoch for all its transactions: the markers
+    are told apart by the rule for transaction version 1)."""
+    from kafka import KafkaProducer
+
+    create_topic(broker.bootstrap, "kp", PARTITIONS)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-tx",
+                             request_timeout_ms=int(TIMEOUT * 1000))
+    try:
+        producer.init_transactions()
+        for round_ in range(6):
+            producer.begin_transaction()
+            for i in range(9):
+                producer.send("kp", value=b"%d-%d" % (round_, i), partition=i % PARTITIONS)
+            producer.flush(TIMEOUT)
+            if round_ % 3 == 1:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+    finally:
+        producer.close(TIMEOUT)
+    report = audit_topic(broker.bootstrap, "kp")
+    assert report.clean, report.problems
+    assert {len(row.epochs) for row in report.producers} == {1}
+    t = report.totals
+    assert (t["transactions"], t["committed_records"], t["aborted_records"],
+            t["open_records"]) == (6, 36, 18, 0)
+
+
+def test_transactions_of_oncelogs_producer_are_clean(broker):
+    """oncelog's transactional producer (transaction version 2: a new epoch per transaction,
+    the markers named by it)."""
+    from oncelog import Producer as OncelogProducer
+
+    create_topic(broker.bootstrap, "own", PARTITIONS)
+    producer = OncelogProducer({"bootstrap.servers": broker.bootstrap,
+                                "transactional.id": "own-tx"})
+    try:
+        producer.init_transactions(TIMEOUT)
+        for round_ in range(4):
+            producer.begin_transaction()
+            for i in range(6):
+                producer.produce("own", b"%d-%d" % (round_, i), partition=i % PARTITIONS)
+            producer.flush(TIMEOUT)
+            if round_ % 2:
+                producer.abort_transaction(TIMEOUT)
+            else:
+                producer.commit_transaction(TIMEOUT)
+    finally:
+        producer.close(TIMEOUT)
+    report = audit_topic(broker.bootstrap, "own")
+    assert report.clean, report.problems
+    assert {len(row.epochs) for row in report.producers} == {4}  # one epoch per transaction
+    t = report.totals
+    assert (t["transactions"], t["committed_records"], t["aborted_records"]) == (4, 12, 12)
