@@ -190,6 +190,7 @@ def standalone_cluster(work: Path):
             _kill(proc)
 
 
+@pytest.mark.timeout(600)  # a cluster of three JVMs and a driver, on a shared machine
 def test_a_speculative_attempt_beside_a_slow_one_writes_once(start_broker, tmp_path):
     """spark.speculation: the first attempt of partition 0 stalls, a speculative attempt of
     the partition runs meanwhile on the other worker and wins; the slow attempt is killed
@@ -222,6 +223,7 @@ def test_a_driver_killed_before_its_commit_then_run_again(start_broker, tmp_path
     assert_once(committed(broker.bootstrap, "killed", 2), [b"%d" % i for i in range(100)])
 
 
+@pytest.mark.timeout(900)  # up to five drivers, each a JVM, on a shared machine
 def test_a_stream_killed_at_random_points_across_20_micro_batches(start_broker, tmp_path):
     seed = int(os.environ.get("ONCELOG_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
