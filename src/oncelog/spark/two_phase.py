@@ -4,7 +4,8 @@ transactions. Every decision about the sink's transactions lives in this file.
 
 Names. ``P`` is the prefix (option ``transactionalIdPrefix``; by default one per topic for
 a batch write, one per checkpoint location for a stream), ``R`` a random run id chosen on the
-driver when Spark asks for a writer (a batch write, or a stream's start):
+driver when Spark asks for a writer (once for a batch write, once per micro-batch for a
+stream):
 
 | transactional id        | who uses it                      | what it holds                   |
 |-------------------------|----------------------------------|---------------------------------|
@@ -66,6 +67,10 @@ fences the first driver, whose commit then fails whole).
 
 What a batch job cannot know: a driver that dies after its decision was written leaves a
 committed run (finished by the next ``recover``); running that job again writes it again.
+What stays open until the next commit, abort or recover of P: a task attempt that Spark
+kills while it is still writing, after the driver's last listing (a speculative copy that
+outlives its job); read_committed readers of its partitions wait at its first record until
+then.
 """
 
 from __future__ import annotations
