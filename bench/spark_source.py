@@ -135,7 +135,8 @@ def timed(action) -> float:
 def run(rows: int, repeats: int, partitions: int) -> dict:
     tmp = tempfile.mkdtemp(prefix="oncelog-bench-spark-")
     try:
-        with OncelogBroker() as broker:
+        # Two-phase commit allowed: format("oncelog") writes exactly once by default.
+        with OncelogBroker({"transaction.two.phase.commit.enable": "true"}) as broker:
             load_topic(broker.bootstrap, "bench", rows, partitions)
             spark = session(tmp)
             try:

@@ -13,13 +13,14 @@ This module knows nothing of Spark or of the network: the tests check it directl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..client.connection import parse_bootstrap
-from ..client.producer_config import CONFIG_KEYS, parse_producer_config
+from ..client.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1
@@ -48,7 +49,7 @@ READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 # Spark's Kafka source waits this long (spark.network.timeout) for a fetch to make progress.
 DEFAULT_POLL_TIMEOUT_MS = 120_000
-_WRITE = ("topic",)
+_WRITE = ("topic", "guarantee", "transactionalIdPrefix")
 
 
 def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
@@ -270,19 +271,74 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
     return result
 
 
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
+DEFAULT_PREFIX = "oncelog-spark"
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     bootstrap: str
     topic: str | None
     producer: dict[str, str]  # oncelog.Producer settings, checked by its own parser
+    guarantee: str = EXACTLY_ONCE
+    # Every transactional id of the sink starts with it (spark/two_phase.py); it is also the
+    # consumer group that holds the sink's commit decisions.
+    transactional_id_prefix: str = DEFAULT_PREFIX
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
+def _refuse_transactional_keys(options: Mapping[str, str]) -> None:
+    """The transactional settings are the sink's own (spark/two_phase.py sets them per task):
+    a user's value would break the naming its recovery relies on."""
+    names = {k.lower(): k for k in TRANSACTIONAL_KEYS}
+    names.update({f"kafka.{k}".lower(): k for k in TRANSACTIONAL_KEYS})
+    for key in options:
+        if key.lower() in names:
+            raise OptionError(key, "the oncelog sink sets the transactional settings itself "
+                                   "(a transactional id per task attempt, two-phase commit); "
+                                   "choose the ids' start with transactionalIdPrefix, or write "
+                                   'without transactions with option("guarantee", '
+                                   '"at-least-once")')
+
+
+def _guarantee(opts: dict[str, str]) -> str:
+    value = opts.pop("guarantee", EXACTLY_ONCE)
+    if value.strip().lower() not in GUARANTEES:
+        raise OptionError("guarantee", f"{value!r} must be {' or '.join(GUARANTEES)}")
+    return value.strip().lower()
+
+
+def _prefix(opts: dict[str, str], options: Mapping[str, str], topic: str | None,
+            streaming: bool) -> str:
+    """The transactional id prefix: given, or one per query (its checkpoint) for a stream,
+    one per topic for a batch write."""
+    value = opts.pop("transactionalIdPrefix", None)
+    if value is not None:
+        value = value.strip()
+        if not value or not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise OptionError("transactionalIdPrefix", f"{value!r} must be letters, digits, "
+                                                       "'.', '_' or '-'")
+        return value
+    checkpoint = next((v for k, v in options.items() if k.lower() == "checkpointlocation"),
+                      None)
+    if streaming and checkpoint:
+        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:12]
+        return f"{DEFAULT_PREFIX}-stream-{digest}"
+    suffix = re.sub(r"[^A-Za-z0-9._-]", "_", topic) if topic else "topics"
+    return f"{DEFAULT_PREFIX}-{'stream-' if streaming else ''}{suffix}"
+
+
+def write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
+    _refuse_transactional_keys(options)
     opts = _canonical(options, _WRITE, _CLIENT_WRITE)
     bootstrap = _bootstrap(opts)
     topic = opts.pop("topic", None)
     if topic is not None and not topic.strip():
         raise OptionError("topic", "is empty")
+    topic = topic.strip() if topic else None
+    guarantee = _guarantee(opts)
+    prefix = _prefix(opts, options, topic, streaming)
     if opts.get("enable.idempotence", "true").strip().lower() != "true":
         raise OptionError("enable.idempotence", "the oncelog sink always writes with an "
                                                 "idempotent producer")
@@ -295,4 +351,4 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         name, _, problem = str(exc).partition(": ")
         raise OptionError(name if name in CONFIG_KEYS else "kafka.*", problem or str(exc)) \
             from None
-    return WriteOptions(bootstrap, topic.strip() if topic else None, producer)
+    return WriteOptions(bootstrap, topic, producer, guarantee, prefix)

@@ -1,17 +1,28 @@
-"""Writing a DataFrame to oncelog: each Spark task writes its rows with its own idempotent
-``oncelog.Producer``, so a network retry inside a task never stores a record twice.
+"""Writing a DataFrame to oncelog: ``df.write.format("oncelog")`` and
+``writeStream.format("oncelog")``.
 
-What this does not give yet: a Spark task that fails after some of its records were stored
-is run again from its first row by a new producer, and a speculative copy of a task writes
-its rows too; their records are then stored twice (under different producer ids, so
-``oncelog audit --by value`` finds them and the sequence audit does not). The same holds for
-a streaming micro-batch that Spark runs again after a crash between writing and committing.
-Exactly-once across task attempts needs transactions, which oncelog does not have yet.
+By default (``guarantee`` exactly-once) each Spark task writes its rows in a transaction of
+its own and prepares it; the driver's ``commit()`` commits them all, its ``abort()`` aborts
+them all, and a stream's micro-batch is committed together with its batch id, so a batch
+that Spark runs again after a crash is not written twice. spark/two_phase.py holds the
+transactional ids, the decisions and who aborts what. The broker must allow two-phase commit
+(``transaction.two.phase.commit.enable``).
+
+With ``guarantee`` at-least-once each task writes with its own idempotent producer, so a
+network retry inside a task never stores a record twice; but a task that fails after some
+of its records were stored is run again from its first row by a new producer, and a
+speculative copy of a task writes its rows too: their records are then stored twice (under
+different producer ids, so ``oncelog audit --by value`` finds them).
 
 Columns, as Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or
 string), ``topic`` (string; the ``topic`` option wins), ``partition`` (int; otherwise the
 producer's partitioner: murmur2 of the key, sticky for keyless records) and ``headers``
 (array of struct<key: string, value: binary>). Other columns are ignored.
+
+Spark refuses ``save()`` without a mode for Python data sources (its default, ErrorIfExists,
+is a table's notion): write with ``.mode("append")``; overwrite is refused (a topic is an
+append-only log), except for a stream in complete mode, which appends the whole result table
+at each trigger as Spark's Kafka sink does.
 """
 
 from __future__ import annotations
@@ -21,7 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import WriterCommitMessage
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -33,17 +49,26 @@ from pyspark.sql.types import (
 )
 
 from ..client.producer import Producer
-from .options import OptionError, WriteOptions
+from . import two_phase
+from .options import EXACTLY_ONCE, OptionError, WriteOptions, write_options
 
 FLUSH_TIMEOUT = 300.0  # seconds a task waits for its last records to be acknowledged
+# The local property Spark sets to the micro-batch a stream's tasks run for.
+STREAM_BATCH_ID = "streaming.sql.batchId"
 
 
 @dataclass
 class WriteReport(WriterCommitMessage):
-    """What one task wrote: the count, and the producer identity that wrote it."""
+    """What one task wrote: the count and topics; at-least-once, the producer identity that
+    wrote them; exactly-once, its transactional id and prepared transaction ("id:epoch"),
+    which the driver commits."""
 
     records: int = 0
     producer: dict[str, Any] = field(default_factory=dict)  # Producer.checkpoint()
+    run: str | None = None
+    transactional_id: str | None = None
+    prepared: str | None = None
+    topics: list[str] = field(default_factory=list)
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -84,31 +109,153 @@ def _column(batch: pa.RecordBatch, name: str) -> list | None:
     return batch.column(names.index(name)).to_pylist() if name in names else None
 
 
+def _produce_rows(producer: Producer, options: WriteOptions,
+                  batches: Iterator[pa.RecordBatch], report: WriteReport) -> None:
+    topics: set[str] = set()
+    for batch in batches:
+        n = batch.num_rows
+        values = _column(batch, "value")
+        assert values is not None
+        keys = _column(batch, "key") or [None] * n
+        topic_column = [options.topic] * n if options.topic else _column(batch, "topic")
+        assert topic_column is not None
+        partitions = _column(batch, "partition") or [None] * n
+        headers = _column(batch, "headers") or [None] * n
+        for i in range(n):
+            topic = topic_column[i]
+            if topic is None:
+                raise ValueError(f"row {report.records + 1} of this task has no topic "
+                                 "(null in the topic column, and no topic option)")
+            head = headers[i]
+            producer.produce(topic, values[i], keys[i], partitions[i],
+                             None if head is None else [(h["key"], h["value"])
+                                                        for h in head])
+            report.records += 1
+        topics.update(topic_column if not options.topic else (options.topic,))
+    report.topics = sorted(topics)
+
+
 def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
-    """Produce every row of ``batches`` and wait for all of them to be acknowledged."""
+    """At-least-once: produce every row of ``batches`` and wait for all of them to be
+    acknowledged."""
     producer = Producer(options.producer)
     report = WriteReport()
     try:
-        for batch in batches:
-            n = batch.num_rows
-            values = _column(batch, "value")
-            assert values is not None
-            keys = _column(batch, "key") or [None] * n
-            topics = [options.topic] * n if options.topic else _column(batch, "topic")
-            partitions = _column(batch, "partition") or [None] * n
-            headers = _column(batch, "headers") or [None] * n
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise ValueError(f"row {report.records + 1} of this task has no topic "
-                                     "(null in the topic column, and no topic option)")
-                head = headers[i]
-                producer.produce(topic, values[i], keys[i], partitions[i],
-                                 None if head is None else [(h["key"], h["value"])
-                                                            for h in head])
-                report.records += 1
+        _produce_rows(producer, options, batches, report)
         report.producer = producer.checkpoint(FLUSH_TIMEOUT)
     finally:
         # Records produced before a failure are still delivered: nothing can take them back.
         producer.close(FLUSH_TIMEOUT)
     return report
+
+
+def write_prepared(options: WriteOptions, run: str,
+                   batches: Iterator[pa.RecordBatch]) -> WriteReport:
+    """Exactly-once: produce every row in this task attempt's transaction and prepare it
+    (the driver commits it); a failure aborts it."""
+    context = TaskContext.get()
+    assert context is not None, "write_prepared runs in a Spark task"
+    transactional_id = two_phase.task_transactional_id(
+        options.transactional_id_prefix, run, context.partitionId(), context.taskAttemptId())
+    batch = context.getLocalProperty(STREAM_BATCH_ID)
+    txn = two_phase.TaskTransaction(options, transactional_id)
+    report = WriteReport(run=run, transactional_id=transactional_id)
+    try:
+        _produce_rows(txn.producer, options, batches, report)
+        report.prepared = txn.prepare()
+        if report.records and two_phase.decided_without(
+                options, run, two_phase.NO_BATCH if batch is None else int(batch),
+                transactional_id):
+            raise RuntimeError(f"{transactional_id}: another attempt of this task was "
+                               "committed already; this one is aborted")
+    except BaseException:
+        txn.abort()
+        raise
+    finally:
+        txn.close()
+    return report
+
+
+def _winners(messages: list[WriterCommitMessage | None]
+             ) -> tuple[str | None, dict[str, str], set[str]]:
+    """The run the tasks wrote in, their prepared transactions and the topics written."""
+    run = None
+    winners: dict[str, str] = {}
+    topics: set[str] = set()
+    for message in messages:
+        if isinstance(message, WriteReport) and message.transactional_id and \
+                message.prepared and message.records:
+            run = message.run
+            winners[message.transactional_id] = message.prepared
+            topics.update(message.topics)
+    return run, winners, topics
+
+
+class _WritesRows:
+    """The part both writers share: each task produces its rows; exactly-once, the run id
+    chosen here, on the driver, names the tasks' transactions."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        self.exactly_once = options.guarantee == EXACTLY_ONCE
+        self.run = two_phase.new_run()
+
+    def write(self, iterator: Iterator) -> WriteReport:
+        if self.exactly_once:
+            return write_prepared(self.options, self.run, iterator)
+        return write_rows(self.options, iterator)
+
+
+class OncelogWriter(_WritesRows, DataSourceArrowWriter):
+    """``df.write.format("oncelog")``. Spark pickles it to the tasks and to the process that
+    commits. At-least-once, ``commit`` has nothing to do and ``abort`` cannot take back what
+    finished tasks wrote."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        super().__init__(options)
+        if self.exactly_once:
+            # Before any task: fails naming the broker setting when 2PC is refused, and ends
+            # what an earlier run of this prefix left open.
+            two_phase.recover(options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.exactly_once:
+            _, winners, topics = _winners(messages)
+            two_phase.commit_run(self.options, self.run, winners, topics)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.exactly_once:
+            two_phase.abort_run(self.options, self.run)
+
+
+class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
+    """``writeStream.format("oncelog")``, per micro-batch. Spark makes one on the driver for
+    the tasks, and one anew in the process that commits: only the tasks' messages (which
+    name their run) reach ``commit``."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        super().__init__(options)
+        if self.exactly_once:
+            two_phase.check(options)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.exactly_once:
+            run, winners, topics = _winners(messages)
+            two_phase.commit_micro_batch(self.options, run, batchId, winners, topics)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.exactly_once:
+            two_phase.recover(self.options)
+
+
+def writer_options(options, schema: StructType, overwrite: bool,
+                   streaming: bool = False) -> WriteOptions:
+    """The checked options of a write, on the driver, before any task runs."""
+    # A stream in complete mode asks to overwrite: each trigger appends the whole result
+    # table, as Spark's Kafka sink does. A batch write cannot replace a log.
+    if overwrite and not streaming:
+        raise OptionError("mode", 'overwrite is not possible: a topic is an append-only log; '
+                                  'write with .mode("append")')
+    opts = write_options(options, streaming)
+    check_schema(schema, opts)
+    return opts

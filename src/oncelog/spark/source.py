@@ -10,12 +10,9 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -41,11 +38,9 @@ from .options import (
     LATEST,
     OptionError,
     ReadOptions,
-    WriteOptions,
     read_options,
-    write_options,
 )
-from .sink import WriteReport, check_schema, write_rows
+from .sink import OncelogStreamWriter, OncelogWriter, writer_options
 
 
 class RangePartition(InputPartition):
@@ -186,51 +181,6 @@ class OncelogStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerA
         """Nothing to do: no consumer groups yet, the checkpoint is the only position."""
 
 
-class _WritesRows:
-    """The part both writers share: each task produces its rows (see ``sink``)."""
-
-    def __init__(self, options: WriteOptions) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator) -> WriteReport:
-        return write_rows(self.options, iterator)
-
-
-class OncelogWriter(_WritesRows, DataSourceArrowWriter):
-    """``df.write.format("oncelog")``. Its ``commit`` has nothing to do: every task's records
-    were acknowledged before the task finished; ``abort`` cannot take back what finished
-    tasks wrote (no transactions yet)."""
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
-
-
-class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
-    """``writeStream.format("oncelog")``, per micro-batch as the batch writer. Spark runs
-    ``commit`` in another process with a new writer: only the tasks' messages reach it."""
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
-
-
-def _writer_options(options, schema: StructType, overwrite: bool,
-                    streaming: bool = False) -> WriteOptions:
-    # A stream in complete mode asks to overwrite: each trigger appends the whole result
-    # table, as Spark's Kafka sink does. A batch write cannot replace a log.
-    if overwrite and not streaming:
-        raise OptionError("mode", "overwrite is not possible: a topic is an append-only log "
-                                  "(use append)")
-    opts = write_options(options)
-    check_schema(schema, opts)
-    return opts
-
-
 class OncelogDataSource(DataSource):
     """``format("oncelog")``: read and write topics of oncelog or any Kafka-compatible broker.
 
@@ -239,9 +189,9 @@ class OncelogDataSource(DataSource):
     ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
     ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``,
     ``isolation.level`` (``read_uncommitted``, the default, or ``read_committed``: only
-    committed transactions' records, and never past the last stable offset). Write options:
-    ``bootstrap.servers``, ``topic``, and producer settings (``linger.ms``, ``batch.size``,
-    ``compression.type``, ``client.id``).
+    committed transactions' records, and never past the last stable offset). Write options
+    (sink.py): ``bootstrap.servers``, ``topic``, ``guarantee``, ``transactionalIdPrefix``, and
+    producer settings (``linger.ms``, ``batch.size``, ``compression.type``, ``client.id``).
     """
 
     @classmethod
@@ -259,8 +209,8 @@ class OncelogDataSource(DataSource):
         return OncelogStreamReader(read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> OncelogWriter:
-        return OncelogWriter(_writer_options(self.options, schema, overwrite))
+        return OncelogWriter(writer_options(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OncelogStreamWriter:
-        return OncelogStreamWriter(_writer_options(self.options, schema, overwrite,
-                                                   streaming=True))
+        return OncelogStreamWriter(writer_options(self.options, schema, overwrite,
+                                                  streaming=True))

@@ -1,0 +1,108 @@
+"""df.write.format("oncelog") exactly-once against at-least-once and against Parquet: rows per
+second of the same DataFrame, measured side by side in one run.
+
+    .venv/bin/python bench/spark_sink.py [--rows 100000] [--repeats 3] [--partitions 2]
+
+Spark local[2]; one oncelog broker on 127.0.0.1 (two-phase commit allowed) with a fresh
+temporary log.dirs; values of 1 KiB, 16-byte keys, no compression. The DataFrame (key, value;
+``--partitions`` Spark partitions) is cached in memory first, so its source costs no side
+anything. Each repetition writes it:
+
+* exactly-once (the default ``guarantee``): each task in a prepared transaction, the driver's
+  commit (its decision, then every task's transaction committed) included in the time;
+* at-least-once (``option("guarantee", "at-least-once")``): each task with an idempotent
+  producer;
+* ``df.write.parquet`` to a new directory.
+
+The oncelog writes go to a new topic each (``--partitions`` partitions). One warm-up round
+first (Python workers, the JIT). Printed: median rows/s of each, exactly-once / at-least-once
+(goal >= 0.8) and exactly-once / Parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from _support import OncelogBroker, machine, median
+from spark_source import VALUE_BYTES, session, timed
+
+import oncelog
+
+KINDS = ("exactly_once", "at_least_once", "parquet")
+
+
+def run(rows: int, repeats: int, partitions: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="oncelog-bench-sink-")
+    try:
+        with OncelogBroker({"transaction.two.phase.commit.enable": "true"}) as broker:
+            spark = session(tmp)
+            try:
+                value = os.urandom(VALUE_BYTES // 2).hex()
+                to_write = (spark.range(0, rows, numPartitions=partitions)
+                            .selectExpr("cast(format_string('key-%012d', id) as binary) as key",
+                                        f"cast('{value}' as binary) as value").cache())
+                assert to_write.count() == rows
+                times: dict[str, list[float]] = {k: [] for k in KINDS}
+                for rep in range(-1, repeats):  # -1: warm-up, not kept
+                    if rep == 0:
+                        times = {k: [] for k in KINDS}
+                    for guarantee, kind in (("exactly-once", "exactly_once"),
+                                            ("at-least-once", "at_least_once")):
+                        topic = f"out-{kind}-{rep + 1}"
+                        with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+                            admin.create_topic(topic, partitions)
+                        times[kind].append(timed(
+                            lambda topic=topic, guarantee=guarantee:
+                            to_write.write.format("oncelog").mode("append")
+                            .option("bootstrap.servers", broker.bootstrap)
+                            .option("topic", topic).option("guarantee", guarantee)
+                            .option("transactionalIdPrefix", f"bench-{topic}").save()))
+                    out = str(Path(tmp) / f"out-{rep + 1}.parquet")
+                    times["parquet"].append(timed(lambda out=out: to_write.write.parquet(out)))
+                    shutil.rmtree(out)
+                    print(f"  {'warm-up' if rep < 0 else f'#{rep + 1}'}: " + ", ".join(
+                        f"{k} {rows / v[-1]:,.0f} rows/s" for k, v in times.items()), flush=True)
+                written = (spark.read.format("oncelog")
+                           .option("bootstrap.servers", broker.bootstrap)
+                           .option("subscribe", f"out-exactly_once-{repeats}").load().count())
+                assert written == rows
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rates = {k: rows / median(v) for k, v in times.items()}
+    return {"rows": rows, "repeats": repeats, "partitions": partitions,
+            "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
+            "exactly_once_vs_at_least_once": rates["exactly_once"] / rates["at_least_once"],
+            "exactly_once_vs_parquet": rates["exactly_once"] / rates["parquet"],
+            "seconds": times}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=2, help="tasks and topic partitions")
+    parser.add_argument("--json", metavar="PATH", help="write every result here as JSON")
+    args, _ = parser.parse_known_args(argv)
+    result = run(args.rows, args.repeats, args.partitions)
+    rates = result["rows_per_second"]
+    print(f"spark_sink: {args.rows:,} rows of {VALUE_BYTES} B values, {args.partitions} "
+          f"partitions, Spark local[2], median of {args.repeats}")
+    print(f"  exactly-once {rates['exactly_once']:>10,.0f} rows/s, at-least-once "
+          f"{rates['at_least_once']:>10,.0f} rows/s, Parquet {rates['parquet']:>10,.0f} rows/s")
+    print(f"  exactly-once / at-least-once = {result['exactly_once_vs_at_least_once']:.3f} "
+          f"(goal >= 0.8), exactly-once / Parquet = {result['exactly_once_vs_parquet']:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
