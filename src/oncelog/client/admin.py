@@ -324,11 +324,7 @@ class Admin:
         """ElectLeaders (0: preferred, 1: unclean) of ``partitions`` (None: all of them):
         each partition's error, None when a leader was elected (ELECTION_NOT_NEEDED when the
         leader is already the one wanted)."""
-        by_topic: dict[str, list[int]] | None = None
-        if partitions is not None:
-            by_topic = {}
-            for topic, partition in partitions:
-                by_topic.setdefault(topic, []).append(partition)
+        by_topic = _partitions_by_topic(partitions)
 
         def make(mod, version):
             wanted = None if by_topic is None else tuple(
@@ -370,11 +366,7 @@ class Admin:
     def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None = None
                                      ) -> dict[tuple[str, int], PartitionReassignment]:
         """The reassignments under way, of ``partitions`` (None: of all)."""
-        by_topic: dict[str, list[int]] | None = None
-        if partitions is not None:
-            by_topic = {}
-            for topic, partition in partitions:
-                by_topic.setdefault(topic, []).append(partition)
+        by_topic = _partitions_by_topic(partitions)
 
         def make(mod, version):
             wanted = None if by_topic is None else tuple(
@@ -1035,3 +1027,14 @@ def _list_offsets_request(wanted: dict[tuple[str, int], int], isolation_level: i
                      topics=topics)
 
     return make
+
+
+def _partitions_by_topic(partitions: Iterable[tuple[str, int]] | None
+                         ) -> dict[str, list[int]] | None:
+    """(topic, partition) pairs as each topic's partitions; None (all of them) stays None."""
+    if partitions is None:
+        return None
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic
