@@ -59,10 +59,15 @@ class Member:
 
     @property
     def settled(self) -> bool:
-        membership = self.consumer._group.membership
-        # (only the classic protocol's membership can be stable and still owe a rejoin)
+        group = self.consumer._group
+        membership = group.membership
+        # Only the classic protocol's membership can be stable and still owe a rejoin, or be
+        # stable before poll() gave the consumer its assignment: a SyncGroup answer read by
+        # the heartbeat thread, or after poll()'s wait ran out, is applied (and on_assign
+        # run) by the next poll().
         return not self.closed and membership.stable and \
-            not getattr(membership, "rejoin_needed", False)
+            not getattr(membership, "rejoin_needed", False) and \
+            getattr(group, "_change", None) is None
 
     def close(self) -> None:
         self.consumer.close()

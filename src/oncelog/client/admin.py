@@ -18,7 +18,7 @@ from ..protocol.consumer_protocol import assigned_partitions
 from ..protocol.schema import build
 from . import admin_configs, calls
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
-from .connection import BrokerConnection, KafkaError, connect
+from .connection import BrokerConnection, KafkaError, connect, parse_bootstrap
 from .group_membership import SIMPLE_COMMIT
 from .topic_partition import OffsetAndMetadata, TopicPartition
 
@@ -73,6 +73,7 @@ class Admin:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
         self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
         self.client_id = config.get("client.id", "oncelog")
+        parse_bootstrap(self.bootstrap)  # a bad address fails here, as a bad config does
         self._conn: BrokerConnection | None = None
         self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
         # (key type, group or transactional id) -> its coordinator
