@@ -12,11 +12,16 @@ anything. Each repetition writes it:
   commit (its decision, then every task's transaction committed) included in the time;
 * at-least-once (``option("guarantee", "at-least-once")``): each task with an idempotent
   producer;
-* ``df.write.parquet`` to a new directory.
+* ``df.write.parquet`` to a new directory;
+* ``arrow_floor``: a Python data source whose ``DataSourceArrowWriter`` takes every Arrow
+  batch Spark hands it and does nothing with it (its commit too): what any Python data
+  source writer pays before doing anything (Spark's rows to Arrow, to the Python worker,
+  the commit messages), the floor under both oncelog writes.
 
 The oncelog writes go to a new topic each (``--partitions`` partitions). One warm-up round
 first (Python workers, the JIT). Printed: median rows/s of each, exactly-once / at-least-once
-(goal >= 0.8) and exactly-once / Parquet.
+(goal >= 0.8), exactly-once / Parquet (goal >= 1.0), and arrow_floor / Parquet: how
+much of that goal any Python data source writer can reach.
 """
 
 from __future__ import annotations
@@ -34,7 +39,31 @@ from spark_source import VALUE_BYTES, session, timed
 
 import oncelog
 
-KINDS = ("exactly_once", "at_least_once", "parquet")
+KINDS = ("exactly_once", "at_least_once", "parquet", "arrow_floor")
+
+
+def register_floor(spark) -> None:
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class FloorWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            rows = 0
+            for batch in iterator:
+                rows += batch.num_rows
+            return WriterCommitMessage()
+
+        def commit(self, messages) -> None:
+            pass
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow_floor"
+
+        def writer(self, schema, overwrite):
+            return FloorWriter()
+
+    spark.dataSource.register(Floor)
 
 
 def run(rows: int, repeats: int, partitions: int) -> dict:
@@ -48,6 +77,7 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                             .selectExpr("cast(format_string('key-%012d', id) as binary) as key",
                                         f"cast('{value}' as binary) as value").cache())
                 assert to_write.count() == rows
+                register_floor(spark)
                 times: dict[str, list[float]] = {k: [] for k in KINDS}
                 for rep in range(-1, repeats):  # -1: warm-up, not kept
                     if rep == 0:
@@ -66,6 +96,8 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                     out = str(Path(tmp) / f"out-{rep + 1}.parquet")
                     times["parquet"].append(timed(lambda out=out: to_write.write.parquet(out)))
                     shutil.rmtree(out)
+                    times["arrow_floor"].append(timed(
+                        lambda: to_write.write.format("arrow_floor").mode("append").save()))
                     print(f"  {'warm-up' if rep < 0 else f'#{rep + 1}'}: " + ", ".join(
                         f"{k} {rows / v[-1]:,.0f} rows/s" for k, v in times.items()), flush=True)
                 written = (spark.read.format("oncelog")
@@ -81,6 +113,9 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
             "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
             "exactly_once_vs_at_least_once": rates["exactly_once"] / rates["at_least_once"],
             "exactly_once_vs_parquet": rates["exactly_once"] / rates["parquet"],
+            "at_least_once_vs_parquet": rates["at_least_once"] / rates["parquet"],
+            "floor_vs_parquet": rates["arrow_floor"] / rates["parquet"],
+            "exactly_once_vs_floor": rates["exactly_once"] / rates["arrow_floor"],
             "seconds": times}
 
 
@@ -98,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  exactly-once {rates['exactly_once']:>10,.0f} rows/s, at-least-once "
           f"{rates['at_least_once']:>10,.0f} rows/s, Parquet {rates['parquet']:>10,.0f} rows/s")
     print(f"  exactly-once / at-least-once = {result['exactly_once_vs_at_least_once']:.3f} "
-          f"(goal >= 0.8), exactly-once / Parquet = {result['exactly_once_vs_parquet']:.3f}")
+          f"(goal >= 0.8), exactly-once / Parquet = {result['exactly_once_vs_parquet']:.3f} "
+          "(goal >= 1.0)")
+    print(f"  floor: arrow_floor {rates['arrow_floor']:>10,.0f} rows/s: floor / Parquet = "
+          f"{result['floor_vs_parquet']:.3f}, exactly-once / floor = "
+          f"{result['exactly_once_vs_floor']:.3f}, at-least-once / Parquet = "
+          f"{result['at_least_once_vs_parquet']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
