@@ -19,9 +19,11 @@ anything. Each repetition writes it:
   the commit messages), the floor under both oncelog writes.
 
 The oncelog writes go to a new topic each (``--partitions`` partitions). One warm-up round
-first (Python workers, the JIT). Printed: median rows/s of each, exactly-once / at-least-once
-(goal >= 0.8), exactly-once / Parquet (goal >= 1.0), and arrow_floor / Parquet: how
-much of that goal any Python data source writer can reach.
+first (Python workers, the JIT). Printed: median rows/s and CPU seconds (of this process
+tree: the JVM, Spark's Python workers, the broker) of each, the share of the CPUs other
+processes took meanwhile, exactly-once / at-least-once (goal >= 0.8), exactly-once / Parquet
+(goal >= 1.0), and arrow_floor / Parquet: how much of that goal any Python data source
+writer can reach.
 """
 
 from __future__ import annotations
@@ -32,14 +34,51 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from _support import OncelogBroker, machine, median
-from spark_source import VALUE_BYTES, session, timed
+from _support import LoadMeter, OncelogBroker, machine, median
+from spark_source import VALUE_BYTES, session
 
 import oncelog
 
 KINDS = ("exactly_once", "at_least_once", "parquet", "arrow_floor")
+
+
+def tree_cpu_seconds(with_this: bool = True) -> float:
+    """CPU seconds (user + system, reaped children included) of this process (unless not
+    ``with_this``) and every process below it: Spark's JVM, its Python workers and the
+    broker. On a shared machine the wall-clock rates move with others' load; this much
+    less."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in ours} - ours
+        grew = bool(below)
+        ours |= below
+    if not with_this:
+        ours.discard(os.getpid())
+    return sum(ticks[pid] for pid in ours if pid in ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(action) -> tuple[float, float]:
+    """Wall-clock and process-tree CPU seconds of ``action()``."""
+    cpu, started = tree_cpu_seconds(), time.perf_counter()
+    action()
+    return time.perf_counter() - started, tree_cpu_seconds() - cpu
 
 
 def register_floor(spark) -> None:
@@ -78,10 +117,11 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                                         f"cast('{value}' as binary) as value").cache())
                 assert to_write.count() == rows
                 register_floor(spark)
-                times: dict[str, list[float]] = {k: [] for k in KINDS}
+                times: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
                 for rep in range(-1, repeats):  # -1: warm-up, not kept
                     if rep == 0:
                         times = {k: [] for k in KINDS}
+                        load = LoadMeter(lambda: tree_cpu_seconds(with_this=False))
                     for guarantee, kind in (("exactly-once", "exactly_once"),
                                             ("at-least-once", "at_least_once")):
                         topic = f"out-{kind}-{rep + 1}"
@@ -99,7 +139,9 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                     times["arrow_floor"].append(timed(
                         lambda: to_write.write.format("arrow_floor").mode("append").save()))
                     print(f"  {'warm-up' if rep < 0 else f'#{rep + 1}'}: " + ", ".join(
-                        f"{k} {rows / v[-1]:,.0f} rows/s" for k, v in times.items()), flush=True)
+                        f"{k} {rows / v[-1][0]:,.0f} rows/s ({v[-1][1]:.2f} CPU s)"
+                        for k, v in times.items()), flush=True)
+                others = load.others_share()
                 written = (spark.read.format("oncelog")
                            .option("bootstrap.servers", broker.bootstrap)
                            .option("subscribe", f"out-exactly_once-{repeats}").load().count())
@@ -108,9 +150,12 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                 spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rates = {k: rows / median(v) for k, v in times.items()}
+    rates = {k: rows / median([wall for wall, _ in v]) for k, v in times.items()}
+    cpu = {k: median([cpu for _, cpu in v]) for k, v in times.items()}
     return {"rows": rows, "repeats": repeats, "partitions": partitions,
             "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
+            "cpu_seconds": cpu, "others_cpu_share": others,
+            "load_average": os.getloadavg(),
             "exactly_once_vs_at_least_once": rates["exactly_once"] / rates["at_least_once"],
             "exactly_once_vs_parquet": rates["exactly_once"] / rates["parquet"],
             "at_least_once_vs_parquet": rates["at_least_once"] / rates["parquet"],
@@ -139,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['floor_vs_parquet']:.3f}, exactly-once / floor = "
           f"{result['exactly_once_vs_floor']:.3f}, at-least-once / Parquet = "
           f"{result['at_least_once_vs_parquet']:.3f}")
+    cpu = result["cpu_seconds"]
+    print("  CPU seconds per write (this process tree: JVM, Python workers, broker): " +
+          ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) +
+          f"; other processes used {result['others_cpu_share']:.0%} of the CPUs meanwhile, "
+          f"load average {' '.join(f'{x:.2f}' for x in result['load_average'])}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
