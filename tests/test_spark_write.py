@@ -171,3 +171,25 @@ def test_stream_in_complete_mode_appends_the_result_table(spark, broker, tmp_pat
     assert query.exception() is None, query.exception()
     assert sorted((r.key, r.value) for r in read_back(broker.bootstrap, "tally", 1)) == \
         [(b"a", b"10"), (b"b", b"10"), (b"c", b"10")]
+
+
+def test_stream_in_update_mode_is_refused_by_spark(spark, broker, tmp_path):
+    """Spark (4.3) lets a Python data source's stream write in append or complete mode only:
+    its write builder for Python sources cannot take updates as appends. The query fails at
+    its first micro-batch, naming the source and the mode, and writes nothing."""
+    create(broker.bootstrap, "changes", 1)
+    create(broker.bootstrap, "updated", 1)
+    produce(broker.bootstrap, "changes", [(0, b"a", b"1", None, None)])
+    query = (spark.readStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
+             .option("subscribe", "changes").option("startingOffsets", "earliest").load()
+             .groupBy("key").count()
+             .selectExpr("key", "cast(cast(count as string) as binary) as value")
+             .writeStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
+             .option("topic", "updated").option("checkpointLocation", str(tmp_path / "cp"))
+             .outputMode("update").trigger(availableNow=True).start())
+    try:
+        with pytest.raises(Exception, match="oncelog does not support Update mode"):
+            query.awaitTermination(TIMEOUT)
+    finally:
+        query.stop()
+    assert read_back(broker.bootstrap, "updated", 1) == []
