@@ -10,6 +10,7 @@ a lost record or a leaked buffer byte would show.
 
 from __future__ import annotations
 
+import array
 import itertools
 import random
 import sys
@@ -113,6 +114,110 @@ def test_fast_path_appends_as_the_python_path_does(config, script, seed):
     fast = run(offline_producer(config, _compiled.OpenBatches), script, seed)
     slow = run(offline_producer(config, fast_append.PyOpenBatches), script, seed)
     assert fast == slow
+
+
+def arrow_column(items: list, first: int, width: str = "binary") -> tuple:
+    """``items`` in Arrow's layout behind ``first`` rows of another slice: a binary column
+    (validity, int32 offsets, data, first row) or an int32 one (validity, values, first)."""
+    rows = [b"x" if width == "binary" else 7] * first + items
+    validity = bytearray((len(rows) + 7) // 8)
+    offsets, data, ints = array.array("i", [0]), bytearray(), array.array("i")
+    for i, item in enumerate(rows):
+        if item is not None:
+            validity[i >> 3] |= 1 << (i & 7)
+        if width == "binary":
+            data += item or b""
+            offsets.append(len(data))
+        else:
+            ints.append(item or 0)
+    mask = bytes(validity) if None in items else None
+    return (mask, offsets, bytes(data), first) if width == "binary" else (mask, ints, first)
+
+
+def produce_columns(producer: Producer, topic: str, rows: list, first: int) -> list:
+    """What the Spark sink does with a batch: append_columns, and produce() for each row
+    it leaves (a row that fails to produce is an outcome and is skipped)."""
+    values, keys, partitions = (arrow_column([r[i] for r in rows], first, width)
+                                for i, width in enumerate(("binary", "binary", "int")))
+    outcomes, row = [], 0
+    while row < len(rows):
+        row = producer.append_columns(topic, row, len(rows), values, keys, partitions)
+        if row < len(rows):
+            try:
+                producer.produce(topic, *rows[row])
+            except KafkaError as exc:
+                outcomes.append((row, exc.error))
+            row += 1
+    return outcomes
+
+
+def records_of(producer: Producer) -> dict:
+    """Each queued batch's bookkeeping and records (timestamps aside: now, as appended)."""
+    acc = producer._core.acc
+    batches = {}
+    for tp, queue in sorted(acc.queues.items()):
+        batches[tp] = []
+        for batch in queue:
+            closed, count, accounted = batch.closed, batch.count, batch.accounted
+            batch.build(NONE)
+            batches[tp].append((closed, count, accounted, [
+                (r.offset, r.key, r.value) for r in decode_batch(bytes(batch.data))[1]]))
+    return {"batches": batches, "buffered": acc.open.buffered,
+            "sticky": producer._core.sticky}
+
+
+rows_of = st.lists(st.tuples(
+    st.sampled_from([None, b"", b"v" * 10, b"w" * 70, b"text"]),                # value
+    st.sampled_from([None, None, b"a", b"b", b"key-3", b"\x00" * 9]),     # key
+    st.sampled_from([None, None, None, 0, 2, 4, -1]),                      # partition
+), min_size=20, max_size=300)
+linger_configs = st.fixed_dictionaries({
+    "batch.size": st.sampled_from([100, 400, 16384]),
+    "batch.num.messages": st.sampled_from([1, 4, 10_000]),
+    "partitioner": st.sampled_from(["murmur2_random", "murmur2", "random"]),
+})
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(config=linger_configs, rows=rows_of,
+       topic=st.sampled_from(sorted(TOPICS)), first=st.integers(0, 9),
+       seed=st.integers(0, 2**32))
+def test_append_columns_appends_as_produce_does_row_by_row(config, rows, topic, first, seed):
+    """Columns in Arrow's layout through the compiled append_many, through the Python
+    stand-in's (which appends none: every row through produce()), and row by row through
+    produce(): the same records in the same batches, the same errors, buffer and sticky
+    partitions."""
+    results = []
+    for open_batches, by_columns in ((_compiled.OpenBatches, True),
+                                     (fast_append.PyOpenBatches, True),
+                                     (fast_append.PyOpenBatches, False)):
+        producer = offline_producer(config, open_batches)
+        random.seed(seed)
+        if by_columns:
+            outcomes = produce_columns(producer, topic, rows, first)
+        else:
+            outcomes = []
+            for row, (value, key, partition) in enumerate(rows):
+                try:
+                    producer.produce(topic, value, key, partition)
+                except KafkaError as exc:
+                    outcomes.append((row, exc.error))
+        results.append((outcomes, records_of(producer)))
+    assert results[0] == results[1] == results[2]
+
+
+def test_append_columns_takes_every_row_that_fits_an_open_batch():
+    producer = offline_producer({"linger.ms": 60_000, "batch.size": 100_000},
+                                _compiled.OpenBatches)
+    rows = [(b"v" * 10, b"key-%d" % i, None) for i in range(500)]
+    values, keys = (arrow_column([r[i] for r in rows], 0) for i in (0, 1))
+    # Nothing is open yet: the first row is produce()'s, then each partition's first.
+    assert producer.append_columns("one", 0, 500, values, keys) == 0
+    producer.produce("one", b"v" * 10, b"key-0")
+    assert producer.append_columns("one", 1, 500, values, keys) == 500
+    assert producer._core.acc.queues[("one", 0)][0].count == 500
+    with pytest.raises(ValueError, match="fewer rows"):
+        producer.append_columns("one", 0, 501, values, keys)
 
 
 def test_fast_path_takes_the_common_case():

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from oncelog.spark.offsets import OffsetRange, from_json, rate_limit, split, to_json
-from oncelog.spark.options import OptionError, read_options, write_options
+from oncelog.spark.options import SINK_BATCH_SIZE, OptionError, read_options, write_options
 
 B = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -86,7 +86,9 @@ def test_write_options():
                           "compression.type": "ZSTD", "kafka.acks": "all"})
     assert (opts.topic, opts.producer) == ("out", {
         "bootstrap.servers": "127.0.0.1:9092", "enable.idempotence": "true", "acks": "all",
-        "linger.ms": "20", "compression.type": "ZSTD"})
+        "linger.ms": "20", "compression.type": "ZSTD", "batch.size": SINK_BATCH_SIZE})
+    # The sink's batch.size is a default: the user's wins.
+    assert write_options({**B, "kafka.batch.size": "16384"}).producer["batch.size"] == "16384"
     assert write_options(B).topic is None
     for options, message in [
         ({**B, "kafka.enable.idempotence": "false"}, "option enable.idempotence: the oncelog "

@@ -10,6 +10,7 @@ import pytest
 from brokers import BrokerProcess, create_topic
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
+from kio.schema.errors import ErrorCode
 
 import oncelog
 
@@ -72,5 +73,46 @@ def test_two_phase_commit_is_refused_unless_the_broker_allows_it(tmp_path):
         with pytest.raises(oncelog.KafkaError) as failure:
             producer.init_transactions(30)
         assert "AUTHORIZATION" in str(failure.value).upper()
+    finally:
+        broker.kill()
+
+
+def test_an_admin_ends_prepared_transactions_without_a_producer_each(tmp_path):
+    """What the Spark sink's driver does with its tasks' prepared transactions: EndTxn with
+    each one's prepared producer id and epoch, pipelined through one admin connection; a
+    transaction whose epoch moved on (another instance kept it) refuses that EndTxn and is
+    committed at its new epoch; InitProducerId as a new instance aborts one."""
+    broker = BrokerProcess(tmp_path / "data", {"transaction.two.phase.commit.enable": "true"})
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "2pc", 1)
+        prepared = {}
+        for name in ("commit-a", "commit-b", "kept", "aborted"):
+            producer = oncelog.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "transactional.id": name,
+                                         "transaction.two.phase.commit.enable": True})
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            for i in range(3):
+                producer.produce("2pc", value=f"{name}-{i}".encode(), partition=0)
+            state = producer.prepare_transaction(30)
+            prepared[name] = (state.producer_id, state.epoch)
+            producer.close(10)
+        with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            kept = admin.fence_transactions(["kept"], keep_prepared=True)["kept"]
+            assert (kept.ongoing_producer_id, kept.ongoing_epoch) == prepared["kept"]
+            assert kept.epoch > prepared["kept"][1]
+            answers = admin.end_transactions(
+                {n: prepared[n] for n in ("commit-a", "commit-b", "kept")}, commit=True)
+            assert answers == {"commit-a": ErrorCode.none, "commit-b": ErrorCode.none,
+                               "kept": ErrorCode.producer_fenced}
+            assert admin.end_transactions({"kept": (kept.producer_id, kept.epoch)}, True) \
+                == {"kept": ErrorCode.none}
+            assert admin.fence_transactions(["aborted"])["aborted"].ongoing_producer_id == -1
+            assert {t.transactional_id for ts in admin.list_transactions(
+                states=("Ongoing",)).values() for t in ts} == set()
+        assert sorted(committed_values(broker.bootstrap, "2pc", 9)) == sorted(
+            f"{name}-{i}".encode() for name in ("commit-a", "commit-b", "kept")
+            for i in range(3))
     finally:
         broker.kill()

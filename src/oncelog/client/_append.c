@@ -245,6 +245,59 @@ small_int(PyObject *obj, Py_ssize_t *out)
     return 1;
 }
 
+/* The topic's partition count, when known (-1 otherwise: the Python path learns it). */
+static int
+topic_partitions(OpenBatches *self, PyObject *topic, Py_ssize_t *count)
+{
+    PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
+    return count_obj != NULL && small_int(count_obj, count) && *count > 0 ? 0 : -1;
+}
+
+/* The partition of a record produce() names none for (key: key_len bytes, -1 for none), as
+ * producer.py's choose_partition: murmur2 of the key, or a keyless record's sticky
+ * partition while it has room. 0 with *partition set (and, for a keyless record, the
+ * topic's [partition, bytes] list and its bytes); -1 when the Python path must choose. */
+static int
+choose_partition(OpenBatches *self, PyObject *topic, Py_ssize_t count, const char *key,
+                 Py_ssize_t key_len, Py_ssize_t size, Py_ssize_t *partition,
+                 PyObject **sticky_state, Py_ssize_t *sticky_bytes)
+{
+    if (self->partitioner == PARTITION_BY_PYTHON)
+        return -1;
+    if (key_len >= 0 || self->partitioner == PARTITION_MURMUR2) {
+        *partition = (Py_ssize_t)((uint32_t)murmur2((const unsigned char *)(key ? key : ""),
+                                                    key_len > 0 ? key_len : 0)
+                                  & 0x7FFFFFFF) % count;
+        return 0;
+    }
+    /* Keyless: stay on the sticky partition; moving on is the Python path's. */
+    PyObject *state = PyDict_GetItemWithError(self->sticky, topic);
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 2
+            || !small_int(PyList_GET_ITEM(state, 0), partition)
+            || !small_int(PyList_GET_ITEM(state, 1), sticky_bytes)
+            || *partition < 0 || *partition >= count
+            || *sticky_bytes + size >= self->batch_size)
+        return -1;
+    *sticky_state = state;
+    return 0;
+}
+
+/* The (batch, builder, callbacks) entry of the partition's open batch when a record of
+ * ``accounted`` bytes fits in it; NULL (maybe with an error set) for the Python path. */
+static PyObject *
+open_entry(OpenBatches *self, PyObject *topic, Py_ssize_t partition, Py_ssize_t accounted)
+{
+    PyObject *partitions = PyDict_GetItemWithError(self->open, topic), *entry;
+    if (partitions == NULL || partition >= PyList_GET_SIZE(partitions)
+            || (entry = PyList_GET_ITEM(partitions, partition)) == Py_None)
+        return NULL;
+    RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, ENTRY_BUILDER);
+    if (builder->closed || builder->count >= self->batch_records
+            || builder->size + accounted > self->batch_size)
+        return NULL;
+    return entry;
+}
+
 /* append(topic, value, key, partition, headers, timestamp, on_delivery) -> RecordFuture, or
  * None when the Python path must do it. */
 static PyObject *
@@ -287,41 +340,23 @@ open_append(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
      * str, producer.py's topic_name, whose comparisons run no Python code either.) */
     Py_ssize_t count, partition, sticky_bytes = 0;
     PyObject *sticky_state = NULL, *entry;
-    PyObject *count_obj = PyDict_GetItemWithError(self->partition_counts, topic);
-    if (count_obj == NULL || !small_int(count_obj, &count) || count <= 0)
+    if (topic_partitions(self, topic, &count) < 0)
         goto python_path;
     if (partition_obj != Py_None) {
         if (!small_int(partition_obj, &partition) || partition < 0 || partition >= count)
             goto python_path;
-    } else if (self->partitioner == PARTITION_BY_PYTHON) {
+    } else if (choose_partition(self, topic, count,
+                                key == Py_None ? NULL : PyBytes_AS_STRING(key),
+                                key == Py_None ? -1 : PyBytes_GET_SIZE(key), size,
+                                &partition, &sticky_state, &sticky_bytes) < 0) {
         goto python_path;
-    } else if (key != Py_None || self->partitioner == PARTITION_MURMUR2) {
-        const unsigned char *data = key == Py_None ? (const unsigned char *)""
-            : (const unsigned char *)PyBytes_AS_STRING(key);
-        Py_ssize_t length = key == Py_None ? 0 : PyBytes_GET_SIZE(key);
-        partition = (Py_ssize_t)((uint32_t)murmur2(data, length) & 0x7FFFFFFF) % count;
-    } else {
-        /* Keyless: stay on the sticky partition; moving on is the Python path's. */
-        sticky_state = PyDict_GetItemWithError(self->sticky, topic);
-        if (sticky_state == NULL || !PyList_CheckExact(sticky_state)
-                || PyList_GET_SIZE(sticky_state) != 2
-                || !small_int(PyList_GET_ITEM(sticky_state, 0), &partition)
-                || !small_int(PyList_GET_ITEM(sticky_state, 1), &sticky_bytes)
-                || partition < 0 || partition >= count
-                || sticky_bytes + size >= self->batch_size)
-            goto python_path;
     }
-    PyObject *partitions = PyDict_GetItemWithError(self->open, topic);
-    if (partitions == NULL || partition >= PyList_GET_SIZE(partitions)
-            || (entry = PyList_GET_ITEM(partitions, partition)) == Py_None)
+    Py_ssize_t accounted = size + RECORD_OVERHEAD;
+    if ((entry = open_entry(self, topic, partition, accounted)) == NULL)
         goto python_path;
     PyObject *batch = PyTuple_GET_ITEM(entry, ENTRY_BATCH);
     RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, ENTRY_BUILDER);
     PyObject *callbacks = PyTuple_GET_ITEM(entry, ENTRY_CALLBACKS);
-    Py_ssize_t accounted = size + RECORD_OVERHEAD;
-    if (builder->closed || builder->count >= self->batch_records
-            || builder->size + accounted > self->batch_size)
-        goto python_path;
     PyObject *new_sticky_bytes = NULL, *index_obj = NULL;
     /* Neither is tracked by the collector; made before the record goes in, so that nothing
      * fails once it is. */
@@ -364,6 +399,178 @@ error:
     Py_DECREF(future);
     Py_XDECREF(callback);
     return NULL;
+}
+
+/* --- append_many: rows of columns in Arrow's layout, without a Python call per row ------ */
+
+/* A column as Arrow lays one out: a validity bitmap (None: no nulls), then for binary and
+ * string columns 32-bit offsets and the data, for an int32 column the values; ``offset`` is
+ * the column's first row in them (a slice's). */
+typedef struct {
+    Py_buffer validity, offsets, data;
+    int has_validity, has_data;
+    Py_ssize_t offset;
+} Column;
+
+static void
+column_release(Column *c)
+{
+    if (c->has_validity)
+        PyBuffer_Release(&c->validity);
+    if (c->has_data)
+        PyBuffer_Release(&c->data);
+    if (c->offsets.obj != NULL)
+        PyBuffer_Release(&c->offsets);
+}
+
+/* (validity or None, offsets, data, offset) for a binary column, (validity or None, values,
+ * offset) for an int32 one (binary = 0), holding ``stop`` rows; 0, or -1 with an error set
+ * (and nothing left to release). */
+static int
+column_open(PyObject *spec, int binary, Py_ssize_t stop, Column *c)
+{
+    memset(c, 0, sizeof(*c));
+    Py_ssize_t n = binary ? 4 : 3;
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != n
+            || !small_int(PyTuple_GET_ITEM(spec, n - 1), &c->offset) || c->offset < 0) {
+        PyErr_Format(PyExc_TypeError, "a column is (validity or None, %s, offset)",
+                     binary ? "offsets, data" : "values");
+        return -1;
+    }
+    PyObject *validity = PyTuple_GET_ITEM(spec, 0);
+    if (validity != Py_None) {
+        if (PyObject_GetBuffer(validity, &c->validity, PyBUF_SIMPLE) < 0)
+            return -1;
+        c->has_validity = 1;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(spec, 1), &c->offsets, PyBUF_SIMPLE) < 0)
+        goto fail;
+    if (binary) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(spec, 2), &c->data, PyBUF_SIMPLE) < 0)
+            goto fail;
+        c->has_data = 1;
+    }
+    /* Every row up to ``stop`` must be in the buffers (offsets: one more than the rows). */
+    Py_ssize_t rows = c->offset + stop;
+    if ((c->has_validity && c->validity.len * 8 < rows)
+            || c->offsets.len / 4 < rows + (binary ? 1 : 0)) {
+        PyErr_SetString(PyExc_ValueError, "a column's buffers hold fewer rows than asked for");
+        goto fail;
+    }
+    return 0;
+fail:
+    column_release(c);
+    return -1;
+}
+
+static int
+column_null(const Column *c, Py_ssize_t row)
+{
+    Py_ssize_t bit = c->offset + row;
+    return c->has_validity
+        && !(((const unsigned char *)c->validity.buf)[bit >> 3] & (1 << (bit & 7)));
+}
+
+/* A binary column's row as pointer and length (-1: null); -1 with an error set when its
+ * offsets leave the data. */
+static int
+column_bytes(const Column *c, Py_ssize_t row, const char **ptr, Py_ssize_t *len)
+{
+    if (column_null(c, row)) {
+        *ptr = NULL;
+        *len = -1;
+        return 0;
+    }
+    const int32_t *offsets = (const int32_t *)c->offsets.buf + c->offset + row;
+    int32_t start = offsets[0], end = offsets[1];
+    if (start < 0 || end < start || end > c->data.len) {
+        PyErr_SetString(PyExc_ValueError, "a column's offsets point outside its data");
+        return -1;
+    }
+    *ptr = (const char *)c->data.buf + start;
+    *len = end - start;
+    return 0;
+}
+
+/* append_many(topic, start, stop, values, keys, partitions) -> the first row not appended.
+ * Rows start..stop-1 of binary columns ``values`` and ``keys`` (None: no keys) and of the
+ * int32 column ``partitions`` (None, or null in a row: the partitioner's choice) go into
+ * their partitions' open batches, as one append() each would, until one cannot (a batch to
+ * close or open, a full buffer, a topic or partition not known, a sticky partition to move
+ * on): the caller produces that row through the Python path, and calls again after it.
+ * Records appended here have no future: a flush reports their delivery errors. */
+static PyObject *
+open_append_many(OpenBatches *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start, stop;
+    if (nargs != 6 || !PyUnicode_CheckExact(args[0]) || !small_int(args[1], &start)
+            || !small_int(args[2], &stop) || start < 0 || stop < start) {
+        PyErr_SetString(PyExc_TypeError, "append_many(topic: str, start, stop, values, keys, "
+                        "partitions)");
+        return NULL;
+    }
+    PyObject *topic = args[0];
+    Column values, keys, partitions;
+    int has_keys = args[4] != Py_None, has_partitions = args[5] != Py_None;
+    if (column_open(args[3], 1, stop, &values) < 0)
+        return NULL;
+    if (has_keys && column_open(args[4], 1, stop, &keys) < 0) {
+        column_release(&values);
+        return NULL;
+    }
+    if (has_partitions && column_open(args[5], 0, stop, &partitions) < 0) {
+        column_release(&values);
+        if (has_keys)
+            column_release(&keys);
+        return NULL;
+    }
+    /* As in append: no Python code runs in this loop, so it is whole under the GIL. */
+    Py_ssize_t row = start, count;
+    if (!self->enabled || self->open == NULL || topic_partitions(self, topic, &count) < 0)
+        goto done;
+    for (; row < stop; row++) {
+        const char *key = NULL, *value;
+        Py_ssize_t key_len = -1, value_len, partition, sticky_bytes = 0;
+        PyObject *sticky_state = NULL, *entry, *new_sticky_bytes = NULL;
+        if (column_bytes(&values, row, &value, &value_len) < 0
+                || (has_keys && column_bytes(&keys, row, &key, &key_len) < 0))
+            goto done;
+        Py_ssize_t size = (key_len > 0 ? key_len : 0) + (value_len > 0 ? value_len : 0);
+        if (size > self->record_limit || self->buffered >= self->buffer_memory)
+            break;
+        if (has_partitions && !column_null(&partitions, row)) {
+            partition = ((const int32_t *)partitions.offsets.buf)[partitions.offset + row];
+            if (partition < 0 || partition >= count)
+                break;  /* the Python path says what is wrong with it */
+        } else if (choose_partition(self, topic, count, key, key_len, size, &partition,
+                                    &sticky_state, &sticky_bytes) < 0) {
+            break;
+        }
+        Py_ssize_t accounted = size + RECORD_OVERHEAD;
+        if ((entry = open_entry(self, topic, partition, accounted)) == NULL)
+            break;
+        RecordBuilder *builder = (RecordBuilder *)PyTuple_GET_ITEM(entry, ENTRY_BUILDER);
+        if (sticky_state != NULL
+                && (new_sticky_bytes = PyLong_FromSsize_t(sticky_bytes + size)) == NULL)
+            goto done;
+        if (builders->append_raw(builder, Py_None, key, key_len, value, value_len) < 0) {
+            Py_XDECREF(new_sticky_bytes);
+            goto done;
+        }
+        builder->accounted += accounted;
+        self->buffered += accounted;
+        if (sticky_state != NULL)
+            PyList_SetItem(sticky_state, 1, new_sticky_bytes);  /* steals; an int */
+    }
+done:
+    column_release(&values);
+    if (has_keys)
+        column_release(&keys);
+    if (has_partitions)
+        column_release(&partitions);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSsize_t(row);
 }
 
 /* set(topic, partition, batch): the batch now open on that partition (called under the
@@ -450,6 +657,9 @@ static PyMethodDef open_methods[] = {
      "append(topic, value, key, partition, headers, timestamp, on_delivery) -> RecordFuture\n"
      "when the record went into its partition's open batch, None when the Python path must\n"
      "take it."},
+    {"append_many", (PyCFunction)(void (*)(void))open_append_many, METH_FASTCALL,
+     "append_many(topic, start, stop, values, keys, partitions) -> the first row not\n"
+     "appended: rows of columns in Arrow's layout into their partitions' open batches."},
     {"set", (PyCFunction)(void (*)(void))open_set, METH_FASTCALL,
      "set(topic, partition, batch): the batch open on that partition."},
     {"reserve", (PyCFunction)(void (*)(void))open_reserve, METH_FASTCALL,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -21,8 +21,11 @@ from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from .connection import BrokerConnection, KafkaError, connect, parse_bootstrap
 from .group_membership import SIMPLE_COMMIT
 from .topic_partition import OffsetAndMetadata, TopicPartition
+from .transactions import TWO_PHASE_FROM, Action, Api, judge
 
 RESOURCE_TOPIC = 2
+# Required in InitProducerId; two-phase commit transactions have none (the broker ignores it).
+_FENCE_TXN_TIMEOUT = datetime.timedelta(minutes=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +467,110 @@ class Admin:
                 for p in t.partitions:
                     _raise_for(p.error_code, f"{t.name}-{p.partition_index}")
 
+    # --- ending others' transactions (KIP-939) -------------------------------------------
+    # What a two-phase commit coordinator does with transactions others wrote and prepared:
+    # one request per transactional id to its coordinator, pipelined on one connection per
+    # coordinator, instead of a producer per id (its thread, connections, InitProducerId).
+
+    def end_transactions(self, ends: Mapping[str, tuple[int, int]], commit: bool
+                         ) -> dict[str, ErrorCode]:
+        """EndTxn of each transactional id's open transaction with the producer id and
+        epoch it was prepared with (``(producer id, epoch)``, as prepare_transaction()
+        answered). Retriable answers are asked again until the admin's timeout; each id gets
+        its last answer: NONE (ended), PRODUCER_FENCED (the epoch moved on since: another
+        instance took the id over), INVALID_TXN_STATE (nothing open)..."""
+        def make(txn_id: str):
+            producer_id, epoch = ends[txn_id]
+
+            def build_request(mod, version):
+                return build(mod.EndTxnRequest, transactional_id=txn_id,
+                             producer_id=producer_id, producer_epoch=epoch, committed=commit)
+
+            return build_request
+
+        answers = self._per_transaction(ends, Api.END_TXN, apis.END_TXN, make,
+                                        lambda r: r.error_code)
+        return {txn_id: a if isinstance(a, ErrorCode) else ErrorCode(a.error_code)
+                for txn_id, a in answers.items()}
+
+    def fence_transactions(self, transactional_ids: Iterable[str], keep_prepared: bool = False
+                           ) -> dict[str, FencedTransaction | KafkaError]:
+        """InitProducerId of each transactional id as a new two-phase commit instance
+        (KIP-939; the broker must allow it): fences the instances before it and aborts the
+        open transaction (waiting until it is aborted), or with ``keep_prepared`` keeps it
+        open for end_transactions() with the new producer id and epoch."""
+        def make(txn_id: str):
+            def build_request(mod, version):
+                if version < TWO_PHASE_FROM:
+                    raise KafkaError(ErrorCode.unsupported_version, "two-phase commit "
+                                     "needs InitProducerId v6 (KIP-939); the coordinator "
+                                     f"speaks v{version}")
+                return build(mod.InitProducerIdRequest, transactional_id=txn_id,
+                             transaction_timeout=_FENCE_TXN_TIMEOUT, producer_id=-1,
+                             producer_epoch=-1, enable2_pc=True,
+                             keep_prepared_txn=keep_prepared)
+
+            return build_request
+
+        answers = self._per_transaction(transactional_ids, Api.INIT_PRODUCER_ID,
+                                        apis.INIT_PRODUCER_ID, make, lambda r: r.error_code)
+        result: dict[str, FencedTransaction | KafkaError] = {}
+        for txn_id, a in answers.items():
+            if isinstance(a, ErrorCode) or a.error_code != ErrorCode.none:
+                error = a if isinstance(a, ErrorCode) else ErrorCode(a.error_code)
+                result[txn_id] = KafkaError(error, f"InitProducerId {txn_id!r}")
+            else:
+                result[txn_id] = FencedTransaction(
+                    txn_id, a.producer_id, a.producer_epoch,
+                    getattr(a, "ongoing_txn_producer_id", -1),
+                    getattr(a, "ongoing_txn_producer_epoch", -1))
+        return result
+
+    def _per_transaction(self, transactional_ids: Iterable[str], api: Api, api_key: int,
+                         make: Callable[[str], Callable[[ModuleType, int], Any]],
+                         error_of: Callable[[Any], int]) -> dict[str, Any]:
+        """One request per transactional id (``make(id)``) to the id's coordinator, all of a
+        coordinator's pipelined; what the producer's rules (transactions.judge) retry is
+        asked again until the admin's timeout. id -> the answer, or the ErrorCode of a
+        coordinator that could not be found."""
+        deadline = time.monotonic() + self.timeout
+        left = list(dict.fromkeys(transactional_ids))
+        result: dict[str, Any] = {}
+        while left:
+            by_coordinator: dict[tuple[str, int], list[str]] = {}
+            for txn_id in left:
+                key = (COORDINATOR_TRANSACTION, txn_id)
+                try:
+                    if key not in self._coordinators:
+                        self._coordinators[key] = self._find_coordinator(
+                            txn_id, COORDINATOR_TRANSACTION)
+                except KafkaError as exc:
+                    result[txn_id] = exc.error
+                    continue
+                coordinator = self._coordinators[key]
+                by_coordinator.setdefault((coordinator.host, coordinator.port),
+                                          []).append(txn_id)
+            again = []
+            for (host, port), txn_ids in by_coordinator.items():
+                conn = self._broker(host, port)
+                for txn_id in txn_ids:
+                    conn.send_only(api_key, make(txn_id))
+                for txn_id in txn_ids:
+                    response = conn.receive()[1]
+                    error = ErrorCode(error_of(response))
+                    action = judge(api, error)
+                    if action in (Action.RETRY, Action.FIND_COORDINATOR) and \
+                            time.monotonic() < deadline:
+                        if action is Action.FIND_COORDINATOR:
+                            self._coordinators.pop((COORDINATOR_TRANSACTION, txn_id), None)
+                        again.append(txn_id)
+                    else:
+                        result[txn_id] = response
+            left = again
+            if left:
+                time.sleep(_RETRY_BACKOFF)
+        return result
+
     # --- cluster and storage views ------------------------------------------------------------
     # DescribeCluster, DescribeTopicPartitions (KIP-966), DescribeLogDirs and
     # AlterReplicaLogDirs; the log directory calls go to every broker (or the one named).
@@ -889,6 +996,18 @@ class TransactionDescription:
     timeout_ms: int
     start_ms: int  # of the ongoing transaction; -1: none
     partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FencedTransaction:
+    """fence_transactions()' answer for one transactional id: its new producer id and
+    epoch, and (``keep_prepared``) the kept open transaction's, or -1, -1 when none was."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    ongoing_producer_id: int = -1
+    ongoing_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

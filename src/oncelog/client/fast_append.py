@@ -1,6 +1,7 @@
 """produce()'s fast path: the compiled OpenBatches of _append.c when it was built, else a
-Python stand-in whose ``append`` always answers None, so that every record takes the Python
-path under the accumulator's lock (which the compiled one only shortcuts; see _append.c).
+Python stand-in whose ``append`` always answers None (and ``append_many`` appends no row),
+so that every record takes the Python path under the accumulator's lock (which the compiled
+one only shortcuts; see _append.c).
 
 Both keep the partitions' open batches (``set``) and the bytes buffered (``reserve``,
 ``release``, ``buffered``), which the fast path changes without the lock.
@@ -43,6 +44,10 @@ class PyOpenBatches:
     def append(self, topic: str, value: Any, key: Any, partition: int | None, headers: Any,
                timestamp: int | None, on_delivery: Any) -> None:
         return None
+
+    def append_many(self, topic: str, start: int, stop: int, values: Any, keys: Any,
+                    partitions: Any) -> int:
+        return start
 
     def set(self, topic: str, partition: int, batch: Any) -> None:
         pass

@@ -62,6 +62,11 @@ from .transactions import GroupMetadata, PreparedTxnState, TransactionManager, T
 __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]
 
 CHECKPOINT_VERSION = 1
+# A column for append_columns(), in Arrow's layout: (validity bitmap or None, int32 offsets,
+# data, first row) for binary and string values, (validity or None, int32 values, first
+# row) for partitions.
+Column = tuple[Any, Any, Any, int]
+IntColumn = tuple[Any, Any, int]
 log = logging.getLogger(__name__)
 
 
@@ -355,6 +360,21 @@ class Producer:
             future = core.produce(topic, value, key, partition, headers, timestamp,
                                   on_delivery)
         return future
+
+    def append_columns(self, topic: str, start: int, stop: int, values: Column,
+                       keys: Column | None = None, partitions: IntColumn | None = None
+                       ) -> int:
+        """produce() of rows ``start`` to ``stop - 1`` of columns in Arrow's layout, in one
+        C call while each row fits its partition's open batch (no future per record: flush()
+        reports their delivery errors). Returns the first row not appended (``stop`` when
+        all were): produce() that one, which opens the next batch, waits for room, learns
+        the topic or raises what is wrong with the row, then call again from the next.
+
+        ``values`` and ``keys`` (None: keyless) are binary or string columns as
+        ``(validity bitmap or None, int32 offsets, data, first row)``; ``partitions`` (None,
+        or null in a row: the partitioner chooses) an int32 column as ``(validity or None,
+        values, first row)``. Buffers are anything with the buffer protocol (pyarrow's)."""
+        return self._core.acc.open.append_many(topic, start, stop, values, keys, partitions)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything produced so far and wait for every answer; raises the first

@@ -83,6 +83,7 @@ from .connection import (
 from .topic_partition import TopicPartition
 
 TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
+TWO_PHASE_FROM = 6  # InitProducerId's first version with two-phase commit (KIP-939)
 
 
 class TxnState(enum.Enum):

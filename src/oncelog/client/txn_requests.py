@@ -26,6 +26,7 @@ from .connection import KafkaError, KafkaTimeout
 from .topic_partition import OffsetAndMetadata, TopicPartition
 from .transactions import (
     TRANSACTION_COORDINATOR,
+    TWO_PHASE_FROM,
     Action,
     Api,
     GroupMetadata,
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 # the coordinator did not attempt (OPERATION_NOT_ATTEMPTED) says nothing of its own.
 _PRECEDENCE = (Action.FATAL, Action.ABORTABLE_NEW_EPOCH, Action.FIND_COORDINATOR,
                Action.RETRY, Action.ABORTABLE, Action.DONE)
-_KEEP_PREPARED_FROM = 6  # InitProducerId's version with keep_prepared_txn (KIP-939)
 
 
 def _worst(api: Api, errors: list[ErrorCode]) -> tuple[Action, ErrorCode]:
@@ -174,11 +174,11 @@ class TransactionalRequests:
                          enable2_pc=txn.two_phase, keep_prepared_txn=keep_prepared)
 
         def check(version: int) -> None:
-            if keep_prepared and version < _KEEP_PREPARED_FROM:
+            if keep_prepared and version < TWO_PHASE_FROM:
                 raise KafkaError(ErrorCode.unsupported_version,
                                  f"keep_prepared_txn needs InitProducerId v6 (KIP-939); the "
                                  f"coordinator speaks v{version}")
-            if txn.two_phase and version < _KEEP_PREPARED_FROM:
+            if txn.two_phase and version < TWO_PHASE_FROM:
                 raise KafkaError(ErrorCode.unsupported_version,
                                  "transaction.two.phase.commit.enable needs InitProducerId "
                                  f"v6 (KIP-939); the coordinator speaks v{version}")

@@ -417,10 +417,11 @@ record_size(int64_t offset_delta, int64_t ts_delta, int64_t key_len, int64_t val
     return (Py_ssize_t)(zigzag_size(body) + body);
 }
 
-/* Write that record at p, which has room for it. */
+/* Write that record at p, which has room for it (key and value: key_len and value_len
+ * bytes; a length of -1 is null). */
 static void
 write_record(unsigned char *p, int64_t body, int64_t offset_delta, int64_t ts_delta,
-             PyObject *key, int64_t key_len, PyObject *value, int64_t value_len)
+             const char *key, int64_t key_len, const char *value, int64_t value_len)
 {
     p = write_varint(p, body);
     *p++ = 0;  /* attributes */
@@ -428,12 +429,12 @@ write_record(unsigned char *p, int64_t body, int64_t offset_delta, int64_t ts_de
     p = write_varint(p, offset_delta);
     p = write_varint(p, key_len);
     if (key_len > 0) {
-        memcpy(p, PyBytes_AS_STRING(key), (size_t)key_len);
+        memcpy(p, key, (size_t)key_len);
         p += key_len;
     }
     p = write_varint(p, value_len);
     if (value_len > 0) {
-        memcpy(p, PyBytes_AS_STRING(value), (size_t)value_len);
+        memcpy(p, value, (size_t)value_len);
         p += value_len;
     }
     *p = 0;  /* no headers */
@@ -782,15 +783,15 @@ builder_appended(RecordBuilder *self, int64_t timestamp)
     return self->count++;
 }
 
-/* The record's index, or -1 with an error set: RecordBuilder.append, and the CAPI's. */
+/* Append a record whose key and value are key_len and value_len bytes (-1: null); its
+ * index, or -1 with an error set. The CAPI's append_raw (the producer's bulk path). */
 static Py_ssize_t
-builder_add(RecordBuilder *self, PyObject *timestamp_obj, PyObject *key, PyObject *value)
+builder_add_raw(RecordBuilder *self, PyObject *timestamp_obj, const char *key,
+                Py_ssize_t key_len, const char *value, Py_ssize_t value_len)
 {
     int64_t timestamp, ts_delta;
-    if (check_key_value(key, value) < 0 || builder_next(self, timestamp_obj, &timestamp, &ts_delta) < 0)
+    if (builder_next(self, timestamp_obj, &timestamp, &ts_delta) < 0)
         return -1;
-    int64_t key_len = key == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(key);
-    int64_t value_len = value == Py_None ? -1 : (int64_t)PyBytes_GET_SIZE(value);
     int64_t body;
     Py_ssize_t total = record_size(self->count, ts_delta, key_len, value_len, &body);
     unsigned char *p = builder_grow(self, total);
@@ -798,6 +799,19 @@ builder_add(RecordBuilder *self, PyObject *timestamp_obj, PyObject *key, PyObjec
         return -1;
     write_record(p, body, self->count, ts_delta, key, key_len, value, value_len);
     return builder_appended(self, timestamp);
+}
+
+/* The record's index, or -1 with an error set: RecordBuilder.append, and the CAPI's. */
+static Py_ssize_t
+builder_add(RecordBuilder *self, PyObject *timestamp_obj, PyObject *key, PyObject *value)
+{
+    if (check_key_value(key, value) < 0)
+        return -1;
+    return builder_add_raw(self, timestamp_obj,
+                           key == Py_None ? NULL : PyBytes_AS_STRING(key),
+                           key == Py_None ? -1 : PyBytes_GET_SIZE(key),
+                           value == Py_None ? NULL : PyBytes_AS_STRING(value),
+                           value == Py_None ? -1 : PyBytes_GET_SIZE(value));
 }
 
 static PyObject *
@@ -1295,7 +1309,7 @@ PyInit__records(void)
         Py_DECREF(module);
         return NULL;
     }
-    static RecordBuilderCAPI capi = {&RecordBuilderType, builder_add};
+    static RecordBuilderCAPI capi = {&RecordBuilderType, builder_add, builder_add_raw};
     PyObject *capsule = PyCapsule_New(&capi, RECORD_BUILDER_CAPI_NAME, NULL);
     if (capsule == NULL || PyModule_AddObject(module, "CAPI", capsule) < 0) {
         Py_XDECREF(capsule);

@@ -33,6 +33,9 @@ typedef struct {
      * bytes or None); its index, or -1 with an error set. */
     Py_ssize_t (*append)(RecordBuilder *builder, PyObject *timestamp, PyObject *key,
                          PyObject *value);
+    /* The same with the key and value as pointer and length (a length of -1: null). */
+    Py_ssize_t (*append_raw)(RecordBuilder *builder, PyObject *timestamp, const char *key,
+                             Py_ssize_t key_len, const char *value, Py_ssize_t value_len);
 } RecordBuilderCAPI;
 
 #endif

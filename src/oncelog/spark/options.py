@@ -50,6 +50,10 @@ ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 # Spark's Kafka source waits this long (spark.network.timeout) for a fetch to make progress.
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 _WRITE = ("topic", "guarantee", "transactionalIdPrefix")
+# The sink's batch.size unless given: a task has its rows at hand, so bigger batches cost no
+# latency, and at 16 KiB (the producer's default, Java's) a 1 KiB row's share of a batch's
+# fixed cost (client, request, broker) is most of the write (docs/benchmarks.md, issue 15).
+SINK_BATCH_SIZE = "262144"
 
 
 def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
@@ -344,7 +348,8 @@ def write_options(options: Mapping[str, str], streaming: bool = False) -> WriteO
                                                 "idempotent producer")
     if opts.get("acks", "all").strip().lower() not in ("all", "-1"):
         raise OptionError("acks", f"{opts['acks']!r}: an idempotent producer needs acks=all")
-    producer = {**opts, "bootstrap.servers": bootstrap, "enable.idempotence": "true"}
+    producer = {"batch.size": SINK_BATCH_SIZE, **opts, "bootstrap.servers": bootstrap,
+                "enable.idempotence": "true"}
     try:
         parse_producer_config(producer)
     except ValueError as exc:

@@ -104,9 +104,60 @@ def check_schema(schema: StructType, options: WriteOptions) -> None:
                                          f"{headers.simpleString()}")
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list | None:
+def _array(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     names = [n.lower() for n in batch.schema.names]
-    return batch.column(names.index(name)).to_pylist() if name in names else None
+    return batch.column(names.index(name)) if name in names else None
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list | None:
+    array = _array(batch, name)
+    return None if array is None else array.to_pylist()
+
+
+_BINARY = (pa.binary(), pa.string())
+
+
+def _binary_layout(array: pa.Array) -> tuple | None:
+    """A binary or string column as Producer.append_columns takes it (None: another
+    type, such as large_binary, which takes the row by row path)."""
+    if array.type not in _BINARY:
+        return None
+    validity, offsets, data = array.buffers()
+    return validity, offsets, b"" if data is None else data, array.offset
+
+
+def _int_layout(array: pa.Array) -> tuple | None:
+    if array.type != pa.int32():
+        try:
+            array = array.cast(pa.int32())  # Spark's short and long partition columns
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None  # out of range: the row by row path names the row's partition
+    validity, values = array.buffers()
+    return validity, values, array.offset
+
+
+def _produce_columns(producer: Producer, topic: str, batch: pa.RecordBatch) -> bool:
+    """Produce a batch of a topic option without headers column by column: its rows go
+    into the open batches in C, and only a row that opens a batch (one in a batch's worth)
+    takes produce(). False, producing nothing, when its columns are not for this path."""
+    values, keys, partitions = (_array(batch, name) for name in ("value", "key", "partition"))
+    assert values is not None
+    value_column = _binary_layout(values)
+    key_column = None if keys is None else _binary_layout(keys)
+    partition_column = None if partitions is None else _int_layout(partitions)
+    if value_column is None or (keys is not None and key_column is None) or \
+            (partitions is not None and partition_column is None):
+        return False
+    row, rows = 0, batch.num_rows
+    while row < rows:
+        row = producer.append_columns(topic, row, rows, value_column, key_column,
+                                      partition_column)
+        if row < rows:
+            producer.produce(topic, values[row].as_py(),
+                             None if keys is None else keys[row].as_py(),
+                             None if partitions is None else partitions[row].as_py())
+            row += 1
+    return True
 
 
 def _produce_rows(producer: Producer, options: WriteOptions,
@@ -114,6 +165,11 @@ def _produce_rows(producer: Producer, options: WriteOptions,
     topics: set[str] = set()
     for batch in batches:
         n = batch.num_rows
+        if options.topic and "headers" not in (name.lower() for name in batch.schema.names) \
+                and _produce_columns(producer, options.topic, batch):
+            report.records += n
+            topics.add(options.topic)
+            continue
         values = _column(batch, "value")
         assert values is not None
         keys = _column(batch, "key") or [None] * n

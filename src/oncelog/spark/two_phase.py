@@ -38,8 +38,10 @@ Who aborts and who commits what, when:
 |                                       |                | in the process that commits, while   |
 |                                       |                | the batch's transactions are open)   |
 | ``commit()`` of a batch write         | the driver     | writes the decision, then commits    |
-|                                       |                | each winner (complete_transaction    |
-|                                       |                | with its prepared id and epoch),     |
+|                                       |                | each winner (EndTxn with its         |
+|                                       |                | prepared id and epoch; if that epoch |
+|                                       |                | moved on, as ``recover``: whatever   |
+|                                       |                | is open under the winner's id),      |
 |                                       |                | then aborts every other open         |
 |                                       |                | ``P-R-*`` (retried, speculative and  |
 |                                       |                | killed attempts)                     |
@@ -52,6 +54,11 @@ Who aborts and who commits what, when:
 |                                       |                | transactions; else as a batch write  |
 | ``abort()``                           | the driver     | batch write: aborts every open       |
 |                                       |                | ``P-R-*``; stream: ``recover``       |
+
+The driver ends others' transactions without a producer for each: EndTxn with the id and
+epoch a winner prepared, or InitProducerId as a new instance of the id (which aborts what is
+open, or with keep_prepared_txn keeps it for an EndTxn at the new epoch), pipelined on one
+connection per coordinator (``Admin.end_transactions``, ``Admin.fence_transactions``).
 
 Why it is exactly once. Before the decision nothing of the run is visible, and the next
 ``recover`` (or ``abort()``) aborts all of it: a job that dies before ``commit()`` is run
@@ -81,13 +88,15 @@ import re
 import secrets
 import zlib
 from base64 import b64decode, b64encode
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from ..client.admin import Admin
-from ..client.connection import KafkaError, TransactionStateError
+from ..client.connection import KafkaError
 from ..client.producer import Producer
 from ..client.topic_partition import OffsetAndMetadata
+from ..client.transactions import PreparedTxnState
 from .options import OptionError, WriteOptions
 
 log = logging.getLogger(__name__)
@@ -95,7 +104,6 @@ log = logging.getLogger(__name__)
 TIMEOUT = 120.0  # seconds for each coordinator step (init, prepare, commit, abort)
 NO_BATCH = -1  # a decision of a batch write
 _METADATA_LIMIT = 4000  # offset.metadata.max.bytes is 4096 by default
-_PARALLEL = 8  # transactions committed or aborted at once by the driver
 TWO_PHASE_KEY = "transaction.two.phase.commit.enable"
 
 
@@ -196,14 +204,21 @@ class Driver:
     """The driver's part: opening ``P``, the decisions, committing and aborting others'
     transactions. ``with Driver(options) as d:``."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, decides: bool = False) -> None:
+        """Opens ``P``, fencing any older driver of it: with a producer of ``P`` when this
+        one ``decides``, else through the admin connection alone."""
         self.options = options
         self.prefix = options.transactional_id_prefix
         self.admin = Admin({"bootstrap.servers": options.bootstrap})
         self.own: Producer | None = None
         try:
-            self.own = Producer(_transactional(options, self.prefix))
-            self.own.init_transactions(TIMEOUT)
+            if decides:
+                self.own = Producer(_transactional(options, self.prefix))
+                self.own.init_transactions(TIMEOUT)
+            else:
+                fenced = self.admin.fence_transactions([self.prefix])[self.prefix]
+                if isinstance(fenced, KafkaError):
+                    raise fenced
         except KafkaError as exc:
             self.close()
             if "AUTHORIZATION" in exc.error.name.upper():
@@ -258,36 +273,42 @@ class Driver:
         listed = self.admin.list_transactions(states=("Ongoing",), pattern=pattern)
         return sorted({t.transactional_id for ts in listed.values() for t in ts})
 
-    def _end(self, transactional_id: str, prepared: str | None) -> bool:
-        """Commit the prepared transaction of ``transactional_id`` if it is ``prepared``,
-        abort it otherwise (None: abort whatever is open). False when none was open."""
-        producer = Producer(_transactional(self.options, transactional_id))
-        try:
-            producer.init_transactions(TIMEOUT, keep_prepared_txn=prepared is not None)
-            if prepared is None:
-                return True  # init fenced the instance and aborted its transaction
-            try:
-                producer.complete_transaction(prepared, TIMEOUT)
-            except TransactionStateError:
-                return False  # nothing open: committed already (by a recover)
-            return True
-        finally:
-            producer.close(TIMEOUT)
-
-    def _end_all(self, work: dict[str, str | None]) -> None:
-        if not work:
-            return
-        with ThreadPoolExecutor(min(_PARALLEL, len(work))) as pool:
-            list(pool.map(lambda item: self._end(*item), sorted(work.items())))
-
     def commit(self, winners: dict[str, str]) -> None:
-        """Commit each winner's prepared transaction (transactional id -> "id:epoch")."""
-        self._end_all(dict(winners))
+        """Commit each winner's prepared transaction (transactional id -> "id:epoch") with
+        EndTxn at the epoch it was prepared with. One whose epoch moved on (a ``recover``
+        took it over) or that is no longer open is committed as ``recover`` does: whatever
+        is open under a winner's id is its prepared transaction, which a decision names."""
+        prepared = {t: PreparedTxnState.parse(p) for t, p in winners.items()}
+        answers = self.admin.end_transactions(
+            {t: (p.producer_id, p.epoch) for t, p in prepared.items()}, commit=True)
+        self.commit_kept([t for t, error in answers.items() if error != ErrorCode.none])
+
+    def abort(self, transactional_ids: list[str]) -> None:
+        """Abort the open transaction of each id (fencing its instances)."""
+        for fenced in self.admin.fence_transactions(transactional_ids).values():
+            if isinstance(fenced, KafkaError):
+                raise fenced
+
+    def commit_kept(self, transactional_ids: list[str]) -> None:
+        """Commit whatever transaction is open under each id (a decision names it)."""
+        kept = {}
+        for transactional_id, fenced in self.admin.fence_transactions(
+                transactional_ids, keep_prepared=True).items():
+            if isinstance(fenced, KafkaError):
+                raise fenced
+            if fenced.ongoing_producer_id >= 0:  # else nothing open: committed meanwhile
+                kept[transactional_id] = (fenced.producer_id, fenced.epoch)
+        for transactional_id, error in self.admin.end_transactions(kept, True).items():
+            if error != ErrorCode.none:
+                raise KafkaError(error, f"{transactional_id}: committing the prepared "
+                                        "transaction a decision named")
+            log.info("%s: committed the prepared transaction a decision named",
+                     transactional_id)
 
     def abort_open(self, *parts: str, keep: frozenset[str] = frozenset()) -> list[str]:
         """Abort every open transaction ``P-<parts>-*`` but those in ``keep``."""
         doomed = [t for t in self.open_transactions(*parts) if t not in keep]
-        self._end_all(dict.fromkeys(doomed))
+        self.abort(doomed)
         if doomed:
             log.info("%s: aborted %d open transactions: %s", self.prefix, len(doomed),
                      ", ".join(doomed))
@@ -295,32 +316,20 @@ class Driver:
 
     def recover(self, keep: frozenset[str] = frozenset()) -> None:
         """Finish what a decision committed, abort every other open transaction of P but
-        those in ``keep``."""
-        winners = frozenset().union(*(d.winners for d in self.decisions()))
+        those in ``keep``. The decisions are read only when something is open: the common
+        case (the last run ended everything) costs one listing."""
         open_ids = self.open_transactions()
-        self._end_all({t: None for t in open_ids if t not in winners and t not in keep})
-        for transactional_id in open_ids:
-            if transactional_id in winners:
-                self._commit_kept(transactional_id)
-
-    def _commit_kept(self, transactional_id: str) -> None:
-        producer = Producer(_transactional(self.options, transactional_id))
-        try:
-            producer.init_transactions(TIMEOUT, keep_prepared_txn=True)
-            try:
-                producer.commit_transaction(TIMEOUT)
-            except TransactionStateError:
-                return  # nothing prepared: committed meanwhile
-            log.info("%s: committed the prepared transaction a decision named",
-                     transactional_id)
-        finally:
-            producer.close(TIMEOUT)
+        if not open_ids:
+            return
+        winners = frozenset().union(*(d.winners for d in self.decisions()))
+        self.abort([t for t in open_ids if t not in winners and t not in keep])
+        self.commit_kept([t for t in open_ids if t in winners])
 
 
 def commit_run(options: WriteOptions, run: str, winners: dict[str, str],
                topics: set[str]) -> None:
     """The driver's commit() of a batch write's tasks."""
-    with Driver(options) as driver:
+    with Driver(options, decides=True) as driver:
         if winners:
             driver.decide(Decision(run, NO_BATCH, frozenset(winners)), min(topics))
             driver.commit(winners)
@@ -338,7 +347,7 @@ def commit_micro_batch(options: WriteOptions, run: str | None, batch: int,
     writer made anew, so ``run`` comes from the tasks' messages). One batch of a query runs
     at a time: every open transaction of P that is not this batch's winner is a leftover.
     False when a decision already covered ``batch``: this run of it is aborted."""
-    with Driver(options) as driver:
+    with Driver(options, decides=True) as driver:
         driver.recover(keep=frozenset(winners))
         if driver.last_batch() >= batch:
             driver.abort_open()
