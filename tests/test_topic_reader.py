@@ -118,3 +118,15 @@ def test_a_broker_dying_mid_read_is_an_error_within_the_poll_timeout(start_broke
                                               r"at offset \d+ in 3s.*last error"):
             for _ in batches:
                 pass
+
+
+def test_a_kept_receive_buffer_is_reused_only_once_nothing_refers_to_it(broker):
+    create_topic(broker.bootstrap, "kept")
+    produce_batches(broker.bootstrap, "kept", 0, 400)  # 4000 records, about 440 KB
+    with TopicReader(broker.bootstrap, "kept") as reader:
+        held = [reader.fetch(0, offset, 300_000) for offset in (0, 400, 800, 1200)]
+        copies = [bytes(result.records) for result in held]
+        for offset in (200, 600, 1000, 0):  # answers as large, received after them
+            assert len(reader.fetch(0, offset, 300_000).records) > 256 << 10
+        assert [bytes(result.records) for result in held] == copies
+        assert offsets_read(reader.read(0, 0, 4000)) == list(range(4000))

@@ -89,10 +89,11 @@ def init_producer_id(conn: BrokerConnection) -> tuple[int, int]:
 def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
           max_wait_ms: int = 500, max_bytes: int = 1 << 20,
           isolation_level: int = 0) -> FetchResult:
-    """One partition's records from ``offset``; KafkaError for its error code."""
+    """One partition's records from ``offset``; KafkaError for its error code. A large
+    answer is received into a kept buffer (see ``BrokerConnection.receive_raw``)."""
     send_fetch(conn, {(topic, partition): offset}, max_wait_ms, max_bytes, max_bytes,
                isolation_level)
-    return fetch_result(read_fetch(conn), topic, partition, offset)
+    return fetch_result(read_fetch(conn, reuse=True), topic, partition, offset)
 
 
 def fetch_result(results: FetchResults, topic: str, partition: int, offset: int

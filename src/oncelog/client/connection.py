@@ -10,6 +10,7 @@ import collections
 import socket
 import struct
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -23,7 +24,13 @@ from ..protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
 _REUSE_ABOVE = 256 << 10  # smaller answers get a buffer of their own
-_SPARES = 2  # a pipelined reader still holds the answer before the one it receives
+# Receive buffers of earlier large answers, shared by the process's connections (a Spark
+# worker runs task after task, each on new connections). A pipelined reader still holds the
+# answer before the one it receives, so a few are kept, none larger than _KEEP_AT_MOST.
+_SPARES: list[bytearray] = []
+_SPARES_KEPT = 3
+_KEEP_AT_MOST = 16 << 20
+_SPARES_LOCK = threading.Lock()
 # The client speaks what the protocol layer knows, but AddPartitionsToTxn only up to v3 (v4+
 # is the brokers' batched form, KIP-890) and InitProducerId up to v6 (KIP-939's two-phase
 # commit fields: the producer's, whatever the broker implements).
@@ -141,7 +148,6 @@ class BrokerConnection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._size = bytearray(4)  # a frame's size prefix
-        self._spares: list[bytearray] = []  # receive buffers of earlier large answers
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.versions: dict[int, int] = {}
         self._negotiate()
@@ -192,8 +198,7 @@ class BrokerConnection:
         """The oldest pipelined request's answer undecoded, for a reader of its own
         (``protocol.fetch_response``): (version, the answer's frame: correlation id, header
         tags if flexible, body). ``reuse``: a large answer may be received into the memory
-        of an earlier one nothing refers to any more (the connection keeps two such
-        buffers while it is open)."""
+        of an earlier one nothing refers to any more (``_spare``)."""
         _, version, frame = self._receive_frame(reuse)
         return version, frame
 
@@ -244,28 +249,9 @@ class BrokerConnection:
         (size,) = _SIZE.unpack(self._size)
         if size < 0:
             raise ConnectionError(f"the broker sent a frame of size {size}")
-        frame = self._spare(size) if reuse and size > _REUSE_ABOVE else bytearray(size)
+        frame = _spare(size) if reuse and size > _REUSE_ABOVE else bytearray(size)
         self._read_into(memoryview(frame))
         return frame
-
-    def _spare(self, size: int) -> memoryview:
-        """``size`` bytes of a kept buffer nothing else refers to (no view into it is left:
-        each would hold a reference), else of a new one, kept in place of the smallest.
-        Fresh memory costs a page fault per 4 KiB on first touch; megabyte answers received
-        one after another into new buffers spent as long faulting as copying."""
-        spares = self._spares
-        for spare in spares:
-            # references: the list's, the loop variable's, getrefcount's argument
-            if len(spare) >= size and sys.getrefcount(spare) <= 3:
-                return memoryview(spare)[:size]
-        spare = bytearray(size)
-        if len(spares) < _SPARES:
-            spares.append(spare)
-        else:
-            smallest = min(range(len(spares)), key=lambda i: len(spares[i]))
-            if len(spares[smallest]) < size:
-                spares[smallest] = spare
-        return memoryview(spare)
 
     def close(self) -> None:
         try:
@@ -278,6 +264,27 @@ class BrokerConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _spare(size: int) -> memoryview:
+    """``size`` bytes of a kept receive buffer that nothing refers to any more (a view into
+    it would hold a reference), else of a new one, kept in place of the smallest. Fresh
+    memory costs a page fault per 4 KiB on first touch: megabyte answers received into new
+    buffers one after another spent as long faulting as copying."""
+    with _SPARES_LOCK:
+        for spare in _SPARES:
+            # references: the list's, the loop variable's, getrefcount's argument
+            if len(spare) >= size and sys.getrefcount(spare) <= 3:
+                return memoryview(spare)[:size]
+        spare = bytearray(size)
+        if size <= _KEEP_AT_MOST:
+            if len(_SPARES) < _SPARES_KEPT:
+                _SPARES.append(spare)
+            else:
+                smallest = min(range(len(_SPARES)), key=lambda i: len(_SPARES[i]))
+                if len(_SPARES[smallest]) < size:
+                    _SPARES[smallest] = spare
+        return memoryview(spare)
 
 
 def connect(bootstrap_servers: str, client_id: str = "oncelog",
