@@ -241,3 +241,38 @@ def test_transactions_of_oncelogs_producer_are_clean(broker):
     assert {len(row.epochs) for row in report.producers} == {4}  # one epoch per transaction
     t = report.totals
     assert (t["transactions"], t["committed_records"], t["aborted_records"]) == (4, 12, 12)
+
+
+def test_by_value_counts_what_read_committed_gets(broker):
+    """A retried transaction (aborted, then the same values committed) holds no repeated
+    value; records of a transaction still open are not counted; a committed copy is."""
+    from oncelog import Producer as OncelogProducer
+
+    create_topic(broker.bootstrap, "retried", PARTITIONS)
+    config = {"bootstrap.servers": broker.bootstrap}
+    producer = OncelogProducer({**config, "transactional.id": "retried-tx"})
+    still_open = OncelogProducer({**config, "transactional.id": "open-tx"})
+    try:
+        producer.init_transactions(TIMEOUT)
+        for decide in (producer.abort_transaction, producer.commit_transaction):
+            producer.begin_transaction()
+            for i in range(6):
+                producer.produce("retried", b"v%d" % i, partition=i % PARTITIONS)
+            producer.flush(TIMEOUT)
+            decide(TIMEOUT)
+        still_open.init_transactions(TIMEOUT)
+        still_open.begin_transaction()
+        still_open.produce("retried", b"v1", partition=0)
+        still_open.flush(TIMEOUT)
+        report = audit_topic(broker.bootstrap, "retried", by=("value",))
+        assert [r.extra for r in report.repeats] == [0]
+        assert report.repeats[0].records == 6
+        produce(broker.bootstrap, "retried", [(2, b"v4")])  # a plain copy of a committed value
+        report = audit_topic(broker.bootstrap, "retried", by=("value",))
+    finally:
+        still_open.abort_transaction(TIMEOUT)
+        still_open.close(TIMEOUT)
+        producer.close(TIMEOUT)
+    repeat = report.repeats[0]
+    assert (repeat.records, repeat.repeated, repeat.extra, repeat.by_partition) == (7, 1, 1, {2: 1})
+    assert [(e.count, e.data) for e in repeat.examples] == [(2, b"v4")]

@@ -88,7 +88,8 @@ def test_transactions_and_repeats_as_the_one_process_audit_finds_them(spark, bro
                                         by=("value", "key"), examples=3)
     finally:
         producer.abort_transaction(TXN_TIMEOUT)
-    assert on_spark.problems == ["2 values repeated (4 extra records)"]
+    # the aborted copy of aborted-1-7 is not counted: read_committed never gets it
+    assert on_spark.problems == ["2 values repeated (3 extra records)"]
     t = on_spark.totals
     assert (t["committed_records"], t["aborted_records"], t["open_records"]) == (
         counts["committed"], counts["aborted"], counts["open"])

@@ -45,8 +45,10 @@ probability about n^2 / 2^65 (below 10^-5 for 10^7 distinct values); the example
 read back from the broker and compared byte for byte, so a collision would show as
 ``same: false`` in an example.
 
-The sequence audit and ``by`` read uncommitted: records of aborted transactions count like any
-other, so a transactional producer's aborted and retried records show up under ``by``. The
+The sequence audit reads uncommitted: records of aborted transactions count like any other.
+``by`` counts what a read_committed reader gets: non-transactional batches from the first
+read, transactional ones from the read_committed read, so the aborted first try of a retried
+transaction is not a repeat, and records of transactions still open are not counted. The
 control batches (transaction markers) go to the transaction audit only: where a partition
 holds transactional batches, ``transactions`` decides each one from the markers and checks
 a read_committed read of the partition against the decisions, and the markers of all

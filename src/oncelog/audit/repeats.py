@@ -127,9 +127,14 @@ class RepeatFinder:
                     continue
                 locations = entries[1::2]
                 del entries
+                # The first copy of a value is the one with the lowest location, whatever
+                # order the records came in (a partition's transactional records come after
+                # its others: audit.topic.add_fields).
+                order = sorted(range(len(hashes)), key=lambda i: (hashes[i], locations[i]))
                 first: dict[int, int] = {}
                 groups: dict[int, list[int]] = {}  # hash -> [count, location, location, ...]
-                for i, h in enumerate(hashes):
+                for i in order:
+                    h = hashes[i]
                     j = first.get(h)
                     if j is None:
                         first[h] = i

@@ -125,6 +125,18 @@ def fields_of(batch: Batch, report: PartitionReport, want_key: bool, want_value:
         return [], [], []
 
 
+def add_fields(audit: Audit, partition: int, batch: Batch, report: PartitionReport,
+               want_key: bool, want_value: bool) -> None:
+    """``--by``: a batch's keys or values to the repeat finders. Only what a read_committed
+    reader gets counts: a transactional batch comes here from the read_committed read, so
+    aborted records (a retried transaction's first try) and open ones are not repeats."""
+    offsets, keys, values = fields_of(batch, report, want_key, want_value)
+    if want_key:
+        audit.add_values("key", partition, offsets, keys)
+    if want_value:
+        audit.add_values("value", partition, offsets, values)
+
+
 def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                 partitions: Iterable[int] | None = None, examples: int = 5,
                 directory: str | None = None, max_bytes: int = 8 << 20,
@@ -153,12 +165,8 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                         continue
                     audit.add_header(p, batch.header)
                     txns.add_batch(p, batch.header)
-                    if by:
-                        offsets, keys, values = fields_of(batch, report, want_key, want_value)
-                        if want_key:
-                            audit.add_values("key", p, offsets, keys)
-                        if want_value:
-                            audit.add_values("value", p, offsets, values)
+                    if by and not batch.header.is_transactional:
+                        add_fields(audit, p, batch, report, want_key, want_value)
                     done += batch.header.records_count
                     batches += 1
                     if progress is not None and batches % 2000 == 0:
@@ -168,6 +176,8 @@ def audit_topic(bootstrap: str, topic: str, by: Iterable[str] = (),
                     lost: list[tuple[int, int]] = []
                     for batch in read_committed(reader, p, start, committed_end, lost):
                         txns.add_visible(p, batch.header)
+                        if by and batch.header.is_transactional:
+                            add_fields(audit, p, batch, report, want_key, want_value)
                     for first, gone in lost:
                         txns.add_lost(p, first, gone)
                     txns.finish_partition(p, committed_end)

@@ -75,18 +75,8 @@ def read_ranges(bootstrap: str, ranges: Iterable[OffsetRange], stable: dict[int,
                     yield (p, h.base_offset, BATCH), (h, marker_of(batch, report))
                     continue
                 yield (p, h.base_offset, BATCH), (h, None)
-                if by:
-                    offsets, keys, values = fields_of(batch, report, want_key, want_value)
-                    locations = pack_locations(p, offsets)
-                    for kind, datas in ((KEY, keys), (VALUE, values)):
-                        if datas:
-                            count = counts[HASHED[kind]]
-                            for location, data in zip(locations, datas, strict=True):
-                                if data is None:
-                                    count[1] += 1
-                                    continue
-                                count[0] += 1
-                                yield (int.from_bytes(digest(data)), location, kind), None
+                if by and not h.is_transactional:
+                    yield from _hashes(p, batch, report, counts, want_key, want_value)
             lost: list[tuple[int, int]] = []
             if transactional:
                 for batch in read_committed(reader, p, rng.start, min(rng.end, stable[p]),
@@ -94,8 +84,25 @@ def read_ranges(bootstrap: str, ranges: Iterable[OffsetRange], stable: dict[int,
                     h = batch.header
                     if h.is_transactional and h.last_offset < rng.end:
                         yield (p, h.base_offset, VISIBLE), h
+                        if by:  # what read_committed gets counts (audit.topic.add_fields)
+                            yield from _hashes(p, batch, report, counts, want_key, want_value)
         yield (p, rng.start, SUMMARY), (report.corrupt_batches, report.skipped_offsets,
                                         report.complete, lost, counts)
+
+
+def _hashes(p: int, batch, report: PartitionReport, counts: dict[str, list[int]],
+            want_key: bool, want_value: bool) -> Iterator[Row]:
+    offsets, keys, values = fields_of(batch, report, want_key, want_value)
+    locations = pack_locations(p, offsets)
+    for kind, datas in ((KEY, keys), (VALUE, values)):
+        if datas:
+            count = counts[HASHED[kind]]
+            for location, data in zip(locations, datas, strict=True):
+                if data is None:
+                    count[1] += 1
+                    continue
+                count[0] += 1
+                yield (int.from_bytes(digest(data)), location, kind), None
 
 
 def audit_rows(topic: str, rows: Iterable[Row], ranges: dict[int, tuple[int, int]],
