@@ -266,16 +266,24 @@ class BrokerConnection:
         self.close()
 
 
+def _references(buffers: list[bytearray], i: int) -> int:
+    return sys.getrefcount(buffers[i])
+
+
+# What _references counts for a buffer only its list holds (each view into it adds one),
+# measured rather than assumed: the interpreter's own references differ between versions.
+_UNREFERENCED = _references([bytearray(1)], 0)
+
+
 def _spare(size: int) -> memoryview:
     """``size`` bytes of a kept receive buffer that nothing refers to any more (a view into
     it would hold a reference), else of a new one, kept in place of the smallest. Fresh
     memory costs a page fault per 4 KiB on first touch: megabyte answers received into new
     buffers one after another spent as long faulting as copying."""
     with _SPARES_LOCK:
-        for spare in _SPARES:
-            # references: the list's, the loop variable's, getrefcount's argument
-            if len(spare) >= size and sys.getrefcount(spare) <= 3:
-                return memoryview(spare)[:size]
+        for i in range(len(_SPARES)):
+            if len(_SPARES[i]) >= size and _references(_SPARES, i) == _UNREFERENCED:
+                return memoryview(_SPARES[i])[:size]
         spare = bytearray(size)
         if size <= _KEEP_AT_MOST:
             if len(_SPARES) < _SPARES_KEPT:
