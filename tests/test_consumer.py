@@ -1,6 +1,7 @@
 """oncelog.Consumer against a real broker, reading what real clients wrote."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ from brokers import create_topic
 from confluent_kafka import Producer
 
 import oncelog
-from oncelog import Consumer, TopicPartition
+from oncelog import Admin, Consumer, TopicPartition
 from oncelog.client.connection import KafkaError
 
 NOW = int(time.time() * 1000)
@@ -168,7 +169,7 @@ def test_bad_config_is_refused():
 PURE_ROUND_TRIP = """
 import sys
 import oncelog
-from oncelog import Consumer, TopicPartition
+from oncelog import Admin, Consumer, TopicPartition
 from oncelog.protocol import records
 assert records.compiled is None, "ONCELOG_PURE_PYTHON=1 should turn the compiled codec off"
 bootstrap = sys.argv[1]
@@ -198,3 +199,17 @@ def test_the_pure_python_codec_round_trips(broker):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "pure round trip ok" in done.stdout
+
+
+def test_making_a_client_with_no_broker_up_does_not_fail():
+    """As with Kafka's clients: the connection is opened on first use, which then fails
+    clearly."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = f"127.0.0.1:{s.getsockname()[1]}"
+    with Consumer({"bootstrap.servers": free, "group.id": "g"}) as c, \
+            Admin({"bootstrap.servers": free}) as admin:
+        with pytest.raises(KafkaError, match="NETWORK_EXCEPTION .* cannot connect to " + free):
+            admin.metadata()
+        with pytest.raises(KafkaError, match="NETWORK_EXCEPTION"):
+            c.assign([TopicPartition("t", 0)])

@@ -153,17 +153,23 @@ def test_overwrite_and_a_missing_partition_fail_clearly(spark, broker):
 
 
 
+def count_by_key(spark, bootstrap: str, source: str, sink: str, checkpoint: str, mode: str):
+    """A stream counting ``source``'s keys into ``sink`` in output mode ``mode``, started."""
+    return (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)
+            .option("subscribe", source).option("startingOffsets", "earliest").load()
+            .groupBy("key").count()
+            .selectExpr("key", "cast(cast(count as string) as binary) as value")
+            .writeStream.format("oncelog").option("bootstrap.servers", bootstrap)
+            .option("topic", sink).option("checkpointLocation", checkpoint)
+            .outputMode(mode).trigger(availableNow=True).start())
+
+
 def test_stream_in_complete_mode_appends_the_result_table(spark, broker, tmp_path):
     create(broker.bootstrap, "votes", 1)
     produce(broker.bootstrap, "votes", [(0, b"abc"[i % 3:i % 3 + 1], b"1", None, None)
                                         for i in range(30)])
-    query = (spark.readStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
-             .option("subscribe", "votes").option("startingOffsets", "earliest").load()
-             .groupBy("key").count()
-             .selectExpr("key", "cast(cast(count as string) as binary) as value")
-             .writeStream.format("oncelog").option("bootstrap.servers", broker.bootstrap)
-             .option("topic", "tally").option("checkpointLocation", str(tmp_path / "cp"))
-             .outputMode("complete").trigger(availableNow=True).start())
+    query = count_by_key(spark, broker.bootstrap, "votes", "tally", str(tmp_path / "cp"),
+                         "complete")
     try:
         assert query.awaitTermination(TIMEOUT), "the stream did not finish in time"
     finally:
@@ -171,3 +177,20 @@ def test_stream_in_complete_mode_appends_the_result_table(spark, broker, tmp_pat
     assert query.exception() is None, query.exception()
     assert sorted((r.key, r.value) for r in read_back(broker.bootstrap, "tally", 1)) == \
         [(b"a", b"10"), (b"b", b"10"), (b"c", b"10")]
+
+
+def test_stream_in_update_mode_is_refused_by_spark(spark, broker, tmp_path):
+    """Spark (4.3) lets a Python data source's stream write in append or complete mode only:
+    its write builder for Python sources cannot take updates as appends. The query fails at
+    its first micro-batch, naming the source and the mode, and writes nothing."""
+    create(broker.bootstrap, "changes", 1)
+    create(broker.bootstrap, "updated", 1)
+    produce(broker.bootstrap, "changes", [(0, b"a", b"1", None, None)])
+    query = count_by_key(spark, broker.bootstrap, "changes", "updated", str(tmp_path / "cp"),
+                         "update")
+    try:
+        with pytest.raises(Exception, match="oncelog does not support Update mode"):
+            query.awaitTermination(TIMEOUT)
+    finally:
+        query.stop()
+    assert read_back(broker.bootstrap, "updated", 1) == []

@@ -73,13 +73,23 @@ class Admin:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
         self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
         self.client_id = config.get("client.id", "oncelog")
-        self.conn: BrokerConnection = connect(self.bootstrap, self.client_id, self.timeout)
+        self._conn: BrokerConnection | None = None
         self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
         # (key type, group or transactional id) -> its coordinator
         self._coordinators: dict[tuple[int, str], Coordinator] = {}
 
+    @property
+    def conn(self) -> BrokerConnection:
+        """The connection to a bootstrap server, opened on first use: as with Kafka's clients,
+        making a client does not fail because no broker is up yet."""
+        if self._conn is None:
+            self._conn = connect(self.bootstrap, self.client_id, self.timeout)
+        return self._conn
+
     def close(self) -> None:
-        self.conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
         for conn in self._others.values():
             conn.close()
         self._others.clear()
