@@ -1,6 +1,7 @@
 """format("oncelog") on Spark against Parquet files holding the same rows: rows per second.
 
     .venv/bin/python bench/spark_source.py [--rows 100000] [--repeats 3] [--partitions 2]
+                                           [--skip-writes] [--json PATH]
 
 Spark local[2]; one oncelog broker on 127.0.0.1 with a fresh temporary log.dirs; values of
 1 KiB, 16-byte keys, no compression. Every run forces every row and column through Spark with
@@ -17,8 +18,11 @@ the ``noop`` sink, so nothing is pruned or skipped:
 
 Each measurement runs once as a warm-up (Spark starts its Python workers, the JVM compiles)
 before the runs that count. Printed: median rows/s of each and the ratios oncelog / Parquet
-and oncelog / arrow_floor, measured in this run. The goal (issue 15) is read >= 1.0x
-Parquet; arrow_floor / Parquet says how much of that any Python data source can reach.
+and oncelog / arrow_floor, measured in this run; and for each read the CPU seconds per query
+of the Spark JVM, of its Python workers and of the broker (the sum of their threads'
+on-CPU time, which a loaded machine does not inflate as it does wall-clock time). The goal
+(issue 15) is read >= 1.0x Parquet; arrow_floor / Parquet says how much of that any Python
+data source can reach.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _support import OncelogBroker, machine, median
+from _support import OncelogBroker, cpu_seconds_probe, machine, median
 from confluent_kafka import Producer
 
 import oncelog
@@ -132,7 +136,54 @@ def timed(action) -> float:
     return time.perf_counter() - started
 
 
-def run(rows: int, repeats: int, partitions: int) -> dict:
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (Spark's Python daemon and the workers it forked)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # the command name may hold spaces: the parent id follows its ")"
+                    parents[int(entry)] = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        children = [p for p, parent in parents.items() if parent == pid]
+        found += children
+        todo += children
+    return found
+
+
+class CpuMeter:
+    """CPU seconds the Spark JVM, its Python workers and the broker spend on an action."""
+
+    def __init__(self, jvm: int, broker: int) -> None:
+        self.jvm, self.broker = jvm, broker
+
+    def _sample(self) -> dict[str, float | dict[int, float]]:
+        workers = {}
+        for pid in _descendants(self.jvm):
+            try:
+                workers[pid] = cpu_seconds_probe(pid)()
+            except OSError:  # gone meanwhile
+                pass
+        return {"jvm": cpu_seconds_probe(self.jvm)(), "workers": workers,
+                "broker": cpu_seconds_probe(self.broker)()}
+
+    def measure(self, action) -> tuple[float, dict[str, float]]:
+        """(wall seconds, CPU seconds of "jvm", "workers" and "broker") of ``action()``."""
+        before = self._sample()
+        seconds = timed(action)
+        after = self._sample()
+        return seconds, {
+            "jvm": after["jvm"] - before["jvm"], "broker": after["broker"] - before["broker"],
+            "workers": sum(cpu - before["workers"].get(pid, 0.0)
+                           for pid, cpu in after["workers"].items())}
+
+
+def run(rows: int, repeats: int, partitions: int, skip_writes: bool = False) -> dict:
     tmp = tempfile.mkdtemp(prefix="oncelog-bench-spark-")
     try:
         # Two-phase commit allowed: format("oncelog") writes exactly once by default.
@@ -153,6 +204,14 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                 floor = (spark.read.format("arrow_floor").option("rows", str(rows))
                          .option("partitions", str(partitions)).load())
                 assert floor.count() == rows
+                meter = CpuMeter(spark.sparkContext._gateway.proc.pid, broker.pid)
+                reads = {
+                    "read_oncelog": lambda: source.write.format("noop").mode("overwrite").save(),
+                    "read_parquet": lambda: spark.read.parquet(parquet).write.format("noop")
+                    .mode("overwrite").save(),
+                    "read_arrow_floor": lambda: floor.write.format("noop").mode("overwrite")
+                    .save()}
+                cpu: dict[str, dict[str, list[float]]] = {}
                 times: dict[str, list[float]] = {k: [] for k in
                                                  ("read_oncelog", "read_parquet",
                                                   "read_arrow_floor", "write_oncelog",
@@ -160,13 +219,17 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                 for rep in range(-1, repeats):  # -1: warm-up (Python workers, JIT), not kept
                     if rep == 0:
                         times = {k: [] for k in times}
-                    times["read_oncelog"].append(timed(
-                        lambda: source.write.format("noop").mode("overwrite").save()))
-                    times["read_parquet"].append(timed(
-                        lambda: spark.read.parquet(parquet).write.format("noop")
-                        .mode("overwrite").save()))
-                    times["read_arrow_floor"].append(timed(
-                        lambda: floor.write.format("noop").mode("overwrite").save()))
+                        cpu = {k: {"jvm": [], "workers": [], "broker": []} for k in reads}
+                    for name, action in reads.items():
+                        seconds, used = meter.measure(action)
+                        times[name].append(seconds)
+                        for part, value in used.items():
+                            cpu.setdefault(name, {}).setdefault(part, []).append(value)
+                    if skip_writes:
+                        print(f"  {'warm-up' if rep < 0 else f'#{rep + 1}'}: " + ", ".join(
+                            f"{k} {rows / times[k][-1]:,.0f} rows/s" for k in reads),
+                            flush=True)
+                        continue
                     topic = f"bench-out-{rep + 1}"
                     with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
                         admin.create_topic(topic, partitions)
@@ -190,14 +253,17 @@ def run(rows: int, repeats: int, partitions: int) -> dict:
                 spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rates = {k: rows / median(v) for k, v in times.items()}
+    rates = {k: rows / median(v) for k, v in times.items() if v}
     return {"rows": rows, "repeats": repeats, "partitions": partitions,
             "value_bytes": VALUE_BYTES, "machine": machine(), "rows_per_second": rates,
             "read_ratio": rates["read_oncelog"] / rates["read_parquet"],
             "floor_ratio": rates["read_arrow_floor"] / rates["read_parquet"],
             "read_to_floor": rates["read_oncelog"] / rates["read_arrow_floor"],
-            "write_ratio": rates["write_oncelog"] / rates["write_parquet"],
-            "seconds": {k: v for k, v in times.items()}}
+            "write_ratio": (rates["write_oncelog"] / rates["write_parquet"]
+                            if not skip_writes else None),
+            "cpu_seconds_per_query": {k: {part: median(v) for part, v in parts.items()}
+                                      for k, parts in cpu.items()},
+            "cpu_seconds": cpu, "seconds": {k: v for k, v in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2, help="topic partitions")
     parser.add_argument("--json", metavar="PATH", help="write every result here as JSON")
+    parser.add_argument("--skip-writes", action="store_true", help="measure the reads only")
     args, _ = parser.parse_known_args(argv)
-    result = run(args.rows, args.repeats, args.partitions)
+    result = run(args.rows, args.repeats, args.partitions, args.skip_writes)
     rates = result["rows_per_second"]
     print(f"spark_source: {args.rows:,} rows of {VALUE_BYTES} B values, {args.partitions} "
           f"partitions, Spark local[2], median of {args.repeats}")
@@ -216,9 +283,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['read_ratio']:.3f}")
     print(f"  floor: arrow_floor {rates['read_arrow_floor']:>10,.0f} rows/s: floor / Parquet = "
           f"{result['floor_ratio']:.3f}, oncelog / floor = {result['read_to_floor']:.3f}")
-    print(f"  write: oncelog {rates['write_oncelog']:>10,.0f} rows/s, Parquet "
-          f"{rates['write_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
-          f"{result['write_ratio']:.3f}")
+    for name, parts in result["cpu_seconds_per_query"].items():
+        print(f"  CPU s per query, {name[5:]:<11}: JVM {parts['jvm']:.3f}, Python workers "
+              f"{parts['workers']:.3f}, broker {parts['broker']:.3f}")
+    if not args.skip_writes:
+        print(f"  write: oncelog {rates['write_oncelog']:>10,.0f} rows/s, Parquet "
+              f"{rates['write_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
+              f"{result['write_ratio']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -82,3 +82,51 @@ def test_read_committed_ends_at_the_last_stable_offset_without_aborted_records(b
         end = reader.offsets(0)[1]
         assert reader.last_stable_offset(0) == end
         assert sorted(values(end, 1)) == sorted(txn_topic.COMMITTED + txn_topic.OPEN)
+
+
+def test_a_read_over_many_fetches_shares_the_reader_with_other_calls(broker):
+    """Each Fetch answer's batches go out while the next Fetch is on its way: other calls on
+    the same reader in between (another read, ListOffsets), a read left unfinished, and
+    records read again all get their own answers."""
+    create_topic(broker.bootstrap, "many")
+    produce_batches(broker.bootstrap, "many", 0, 10)  # 10 batches of 10 records
+    with TopicReader(broker.bootstrap, "many", max_bytes=1500) as reader:  # ~1 batch a Fetch
+        got: list[int] = []
+        for batch in reader.read(0, 3, 97):
+            got += [batch.header.base_offset + f[0] for f in batch.record_fields()
+                    if 3 <= batch.header.base_offset + f[0] < 97]
+            assert reader.offsets(0) == (0, 100)
+            assert offsets_read(reader.read(0, 40, 45)) == list(range(40, 45))
+        assert got == list(range(3, 97))
+        left = reader.read(0, 0, 100)
+        assert next(iter(left)).header.base_offset == 0  # abandoned with a Fetch ahead
+        record = reader.record_at(0, 77)
+        assert record is not None and record.offset == 77
+        assert offsets_read(reader.read(0, 0, 100)) == list(range(100))
+
+
+def test_a_broker_dying_mid_read_is_an_error_within_the_poll_timeout(start_broker):
+    broker = start_broker()
+    create_topic(broker.bootstrap, "dies")
+    produce_batches(broker.bootstrap, "dies", 0, 10)
+    with TopicReader(broker.bootstrap, "dies", timeout=2, max_bytes=1500) as reader:
+        read = reader.read(0, 0, 100, poll_timeout=3)
+        batches = iter(read)
+        next(batches)  # the next Fetch is sent ahead by now
+        broker.kill()
+        with pytest.raises(ReadTimeout, match=r"reading offsets 0\.\.99 of dies-0: no progress "
+                                              r"at offset \d+ in 3s.*last error"):
+            for _ in batches:
+                pass
+
+
+def test_a_kept_receive_buffer_is_reused_only_once_nothing_refers_to_it(broker):
+    create_topic(broker.bootstrap, "kept")
+    produce_batches(broker.bootstrap, "kept", 0, 400)  # 4000 records, about 440 KB
+    with TopicReader(broker.bootstrap, "kept") as reader:
+        held = [reader.fetch(0, offset, 300_000) for offset in (0, 400, 800, 1200)]
+        copies = [bytes(result.records) for result in held]
+        for offset in (200, 600, 1000, 0):  # answers as large, received after them
+            assert len(reader.fetch(0, offset, 300_000).records) > 256 << 10
+        assert [bytes(result.records) for result in held] == copies
+        assert offsets_read(reader.read(0, 0, 4000)) == list(range(4000))

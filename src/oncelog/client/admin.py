@@ -1062,7 +1062,7 @@ class _Reader:
             self.pos += self.uvarint()
 
 
-def _read_describe_transactions(version: int, frame: bytes
+def _read_describe_transactions(version: int, frame: bytes | bytearray
                                 ) -> tuple[ErrorCode, tuple[Any, ...] | None]:
     """The first state of a DescribeTransactions v0 answer: (error, (producer id, epoch,
     state, timeout ms, start ms, partitions)). kio reads TransactionStartTimeMs as a datetime

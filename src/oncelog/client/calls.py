@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..protocol import api_versions as apis
+from ..protocol import fetch_response
+from ..protocol.errors import ProtocolError
 from ..protocol.schema import build
 from . import consumer_group_membership as cgm
 from . import group_membership as membership
@@ -28,7 +30,7 @@ LATEST = -1
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    records: bytes
+    records: bytes | memoryview  # a view into the Fetch answer's frame
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int = -1
@@ -87,24 +89,24 @@ def init_producer_id(conn: BrokerConnection) -> tuple[int, int]:
 def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int,
           max_wait_ms: int = 500, max_bytes: int = 1 << 20,
           isolation_level: int = 0) -> FetchResult:
-    def make(mod, version):
-        p = build(mod.FetchPartition, partition=partition, current_leader_epoch=-1,
-                  fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                  partition_max_bytes=max_bytes)
-        t = build(mod.FetchTopic, topic=topic, partitions=(p,))
-        return build(mod.FetchRequest, replica_id=-1,
-                     max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
-                     max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
-                     session_epoch=-1, topics=(t,), forgotten_topics_data=(), rack_id="")
+    """One partition's records from ``offset``; KafkaError for its error code. A large
+    answer is received into a kept buffer (see ``BrokerConnection.receive_raw``)."""
+    send_fetch(conn, {(topic, partition): offset}, max_wait_ms, max_bytes, max_bytes,
+               isolation_level)
+    return fetch_result(read_fetch(conn, reuse=True), topic, partition, offset)
 
-    response = conn.call(apis.FETCH, make)
-    result = response.responses[0].partitions[0]
-    if result.error_code != ErrorCode.none:
-        raise KafkaError(result.error_code, f"fetch {topic}-{partition} at {offset}")
-    aborted = tuple((a.producer_id, a.first_offset)
-                    for a in getattr(result, "aborted_transactions", None) or ())
-    return FetchResult(result.records or b"", result.high_watermark, result.log_start_offset,
-                       getattr(result, "last_stable_offset", -1), aborted)
+
+def fetch_result(results: FetchResults, topic: str, partition: int, offset: int
+                 ) -> FetchResult:
+    """The partition's data in read_fetch's ``results``; KafkaError for its error code."""
+    found = results.get((topic, partition))
+    if found is None:
+        raise KafkaError(ErrorCode.unknown_server_error,
+                         f"the fetch answer holds nothing of {topic}-{partition}")
+    error, result = found
+    if error != ErrorCode.none:
+        raise KafkaError(error, f"fetch {topic}-{partition} at {offset}")
+    return result
 
 
 FetchResults = dict[tuple[str, int], tuple[ErrorCode, FetchResult]]
@@ -142,18 +144,24 @@ def send_fetch(conn: BrokerConnection, positions: dict[tuple[str, int], int],
     conn.send_only(apis.FETCH, make)
 
 
-def read_fetch(conn: BrokerConnection) -> FetchResults:
-    """The answer to the oldest request send_fetch pipelined on ``conn``."""
-    _, response = conn.receive()
-    results = {}
-    for topic in response.responses:
-        for p in topic.partitions:
-            aborted = tuple((a.producer_id, a.first_offset)
-                            for a in getattr(p, "aborted_transactions", None) or ())
-            results[(topic.topic, p.partition_index)] = (
-                p.error_code, FetchResult(p.records or b"", p.high_watermark, p.log_start_offset,
-                                          getattr(p, "last_stable_offset", -1), aborted))
-    return results
+def read_fetch(conn: BrokerConnection, reuse: bool = False) -> FetchResults:
+    """The answer to the oldest request send_fetch pipelined on ``conn``. The records are
+    memoryviews into the answer's frame (``protocol.fetch_response``), not copies;
+    ``reuse``: see ``BrokerConnection.receive_raw``."""
+    version, frame = conn.receive_raw(reuse)
+    try:
+        _, error, partitions = fetch_response.decode(frame, version)
+        if error:
+            raise KafkaError(ErrorCode(error), "fetch")
+        return {(p.topic, p.partition): (
+            ErrorCode(p.error_code),
+            FetchResult(p.records if p.records is not None else b"", p.high_watermark,
+                        p.log_start_offset, p.last_stable_offset, p.aborted_transactions))
+            for p in partitions}
+    except (ProtocolError, ValueError) as exc:  # ValueError: an error code Kafka lacks
+        conn.close()
+        raise KafkaError(ErrorCode.unknown_server_error,
+                         f"unreadable fetch answer from {conn.host}:{conn.port}: {exc}") from None
 
 
 def list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int,

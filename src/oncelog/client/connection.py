@@ -9,6 +9,8 @@ from __future__ import annotations
 import collections
 import socket
 import struct
+import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -21,6 +23,14 @@ from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
+_REUSE_ABOVE = 256 << 10  # smaller answers get a buffer of their own
+# Receive buffers of earlier large answers, shared by the process's connections (a Spark
+# worker runs task after task, each on new connections). A pipelined reader still holds the
+# answer before the one it receives, so a few are kept, none larger than _KEEP_AT_MOST.
+_SPARES: list[bytearray] = []
+_SPARES_KEPT = 3
+_KEEP_AT_MOST = 16 << 20
+_SPARES_LOCK = threading.Lock()
 # The client speaks what the protocol layer knows, but AddPartitionsToTxn only up to v3 (v4+
 # is the brokers' batched form, KIP-890) and InitProducerId up to v6 (KIP-939's two-phase
 # commit fields: the producer's, whatever the broker implements).
@@ -137,6 +147,7 @@ class BrokerConnection:
                              f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
+        self._size = bytearray(4)  # a frame's size prefix
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.versions: dict[int, int] = {}
         self._negotiate()
@@ -180,31 +191,30 @@ class BrokerConnection:
 
     def receive(self) -> tuple[int, Any]:
         """(correlation id, body) of the oldest pipelined request's answer."""
-        correlation, api_key, version, frame = self._receive_frame()
-        got, response = decode_response(api_key, version, frame)
-        if got != correlation:
-            self.close()
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             f"correlation id {got} answered where {correlation} was asked")
-        return got, response
+        api_key, version, frame = self._receive_frame()
+        return decode_response(api_key, version, memoryview(frame).toreadonly())
 
-    def call_raw(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> tuple[int, bytes]:
-        """``call`` for an answer kio cannot read (DescribeTransactions' start time of -1):
-        (version, the answer's frame: correlation id, header tags if flexible, body)."""
-        version = self.version(api_key)
-        self._send(api_key, version, make(request_module(api_key, version), version))
-        correlation, _, _, frame = self._receive_frame()
-        (got,) = _SIZE.unpack_from(frame, 0)
-        if got != correlation:
-            self.close()
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             f"correlation id {got} answered where {correlation} was asked")
+    def receive_raw(self, reuse: bool = False) -> tuple[int, bytearray | memoryview]:
+        """The oldest pipelined request's answer undecoded, for a reader of its own
+        (``protocol.fetch_response``): (version, the answer's frame: correlation id, header
+        tags if flexible, body). ``reuse``: a large answer may be received into the memory
+        of an earlier one nothing refers to any more (``_spare``)."""
+        _, version, frame = self._receive_frame(reuse)
         return version, frame
 
-    def _receive_frame(self) -> tuple[int, int, int, bytes]:
+    def call_raw(self, api_key: int, make: Callable[[ModuleType, int], Any]
+                 ) -> tuple[int, bytearray]:
+        """``call`` for an answer kio cannot read (DescribeTransactions' start time of -1):
+        (version, the answer's frame: correlation id, header tags if flexible, body)."""
+        self.send_only(api_key, make)
+        return self.receive_raw()
+
+    def _receive_frame(self, reuse: bool = False) -> tuple[int, int, bytearray | memoryview]:
+        """(api key, version, frame) of the oldest pipelined request's answer, its
+        correlation id checked."""
         correlation, api_key, version = self._in_flight.popleft()
         try:
-            frame = self._read_frame()
+            frame = self._read_frame(reuse)
         except TimeoutError:
             self.close()
             raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
@@ -212,25 +222,36 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
-        return correlation, api_key, version, frame
+        (got,) = _SIZE.unpack_from(frame, 0) if len(frame) >= 4 else (None,)
+        if got != correlation:
+            self.close()
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"correlation id {got} answered where {correlation} was asked")
+        return api_key, version, frame
 
     def _call(self, api_key: int, version: int, body: Any) -> tuple[int, Any]:
         self._send(api_key, version, body)
         return self.receive()
 
-    def _read_exactly(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
-            if not chunk:
+    def _read_into(self, view: memoryview) -> None:
+        """Fill ``view`` from the socket (each recv bounded by the socket's timeout)."""
+        got = 0
+        while got < len(view):
+            n = self.sock.recv_into(view[got:])
+            if not n:
                 raise ConnectionError("the broker closed the connection")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            got += n
 
-    def _read_frame(self) -> bytes:
-        (size,) = _SIZE.unpack(self._read_exactly(4))
-        return self._read_exactly(size)
+    def _read_frame(self, reuse: bool = False) -> bytearray | memoryview:
+        # Received straight into one buffer of the frame's size: a Fetch answer of megabytes
+        # is not received in chunks and joined (a second copy of every byte).
+        self._read_into(memoryview(self._size))
+        (size,) = _SIZE.unpack(self._size)
+        if size < 0:
+            raise ConnectionError(f"the broker sent a frame of size {size}")
+        frame = _spare(size) if reuse and size > _REUSE_ABOVE else bytearray(size)
+        self._read_into(memoryview(frame))
+        return frame
 
     def close(self) -> None:
         try:
@@ -243,6 +264,35 @@ class BrokerConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _references(buffers: list[bytearray], i: int) -> int:
+    return sys.getrefcount(buffers[i])
+
+
+# What _references counts for a buffer only its list holds (each view into it adds one),
+# measured rather than assumed: the interpreter's own references differ between versions.
+_UNREFERENCED = _references([bytearray(1)], 0)
+
+
+def _spare(size: int) -> memoryview:
+    """``size`` bytes of a kept receive buffer that nothing refers to any more (a view into
+    it would hold a reference), else of a new one, kept in place of the smallest. Fresh
+    memory costs a page fault per 4 KiB on first touch: megabyte answers received into new
+    buffers one after another spent as long faulting as copying."""
+    with _SPARES_LOCK:
+        for i in range(len(_SPARES)):
+            if len(_SPARES[i]) >= size and _references(_SPARES, i) == _UNREFERENCED:
+                return memoryview(_SPARES[i])[:size]
+        spare = bytearray(size)
+        if size <= _KEEP_AT_MOST:
+            if len(_SPARES) < _SPARES_KEPT:
+                _SPARES.append(spare)
+            else:
+                smallest = min(range(len(_SPARES)), key=lambda i: len(_SPARES[i]))
+                if len(_SPARES[smallest]) < size:
+                    _SPARES[smallest] = spare
+        return memoryview(spare)
 
 
 def connect(bootstrap_servers: str, client_id: str = "oncelog",

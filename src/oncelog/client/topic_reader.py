@@ -128,16 +128,23 @@ class TopicReader:
     def partitions(self) -> list[int]:
         return sorted(self.leaders)
 
-    def _conn(self, partition: int) -> BrokerConnection:
+    def _leader(self, partition: int) -> int:
         leader = self.leaders.get(partition, -1)
         if leader < 0 or leader not in self.brokers:
             raise KafkaError(ErrorCode.leader_not_available,
                              f"no leader for {self.topic}-{partition}")
+        return leader
+
+    def connect_leader(self, partition: int) -> BrokerConnection:
+        """A new connection to the partition's leader, the caller's alone (to close)."""
+        host, port = self.brokers[self._leader(partition)]
+        return BrokerConnection(host, port, self.client_id, self.timeout)
+
+    def _conn(self, partition: int) -> BrokerConnection:
+        leader = self._leader(partition)
         conn = self._conns.get(leader)
         if conn is None:
-            host, port = self.brokers[leader]
-            conn = self._conns[leader] = BrokerConnection(host, port, self.client_id,
-                                                          self.timeout)
+            conn = self._conns[leader] = self.connect_leader(partition)
         return conn
 
     def _on_leader(self, partition: int, call: Callable[[BrokerConnection], object],
@@ -262,12 +269,20 @@ class RangeRead:
         self.position = start
         self.corrupt_batches = 0
         self.lost: list[Lost] = []
+        self._ahead_conn: BrokerConnection | None = None
+        self._ahead: tuple[int, int] | None = None  # (position, max bytes) of the Fetch sent
 
     @property
     def where(self) -> str:
         return f"{self.reader.topic}-{self.partition}"
 
     def __iter__(self) -> Iterator[Batch]:
+        try:
+            yield from self._batches()
+        finally:
+            self._drop_ahead()
+
+    def _batches(self) -> Iterator[Batch]:
         reader = self.reader
         max_bytes = reader.max_bytes
         deadline = time.monotonic() + self.poll_timeout
@@ -275,10 +290,7 @@ class RangeRead:
         while self.position < self.end:
             position = self.position
             try:
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                result = reader.fetch(self.partition, position, max_bytes,
-                                      max(0, min(_LONG_POLL_MS, left_ms)), deadline,
-                                      self.isolation_level)
+                result = self._fetch(position, max_bytes, deadline)
                 data = result.records
                 aborted = result.aborted_transactions if self.isolation_level else None
             except UnknownTopicOrPartition:
@@ -293,14 +305,24 @@ class RangeRead:
             walk = RecordSetWalk(data, position, self.end, check_crcs=self.check_crcs,
                                  skip_corrupt=self.skip_corrupt, aborted=aborted,
                                  controls=self.controls)
-            corrupt = self.corrupt_batches
+            # The whole answer is walked (headers and CRCs, no records) before its batches
+            # go out, so that the next Fetch is on its way while the caller reads them.
+            walked: list[tuple[Batch, int, int]] = []
+            failure: RecordSetError | None = None
             try:
                 for batch in walk:
-                    self.position = walk.position
-                    self.corrupt_batches = corrupt + walk.corrupt_batches
-                    yield batch
+                    walked.append((batch, walk.position, walk.corrupt_batches))
             except RecordSetError as exc:
-                raise type(exc)(f"{self.where}: {exc}", exc.offset) from None
+                failure = type(exc)(f"{self.where}: {exc}", exc.offset)
+            if failure is None and position < walk.position < self.end:
+                self._send_ahead(walk.position, max_bytes, deadline)
+            corrupt = self.corrupt_batches
+            for batch, after, skipped in walked:
+                self.position = after
+                self.corrupt_batches = corrupt + skipped
+                yield batch
+            if failure is not None:
+                raise failure
             self.position = walk.position
             self.corrupt_batches = corrupt + walk.corrupt_batches
             if self.position > position:
@@ -332,6 +354,45 @@ class RangeRead:
             if left <= 0:
                 raise self._timeout(log_range)
             time.sleep(min(0.05, left))  # the next Fetch waits on the broker's side
+
+    # A Fetch sent ahead goes on a connection of this read's own, so that no other call on
+    # the reader's connections (another read, a ListOffsets) can take its answer. It is
+    # only ever a head start: when it fails, or asked for other offsets than the read
+    # wants, the read fetches through the reader (whose retries and errors are the rules).
+
+    def _send_ahead(self, position: int, max_bytes: int, deadline: float) -> None:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        try:
+            if self._ahead_conn is None:
+                self._ahead_conn = self.reader.connect_leader(self.partition)
+            calls.send_fetch(self._ahead_conn, {(self.reader.topic, self.partition): position},
+                             max(0, min(_LONG_POLL_MS, left_ms)), max_bytes, max_bytes,
+                             self.isolation_level)
+        except KafkaError:
+            self._drop_ahead()
+            return
+        self._ahead = (position, max_bytes)
+
+    def _fetch(self, position: int, max_bytes: int, deadline: float) -> calls.FetchResult:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead == (position, max_bytes):
+                try:
+                    return calls.fetch_result(calls.read_fetch(self._ahead_conn, reuse=True),
+                                              self.reader.topic, self.partition, position)
+                except KafkaError:
+                    pass
+            self._drop_ahead()  # its answer, if it comes, is not read
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        return self.reader.fetch(self.partition, position, max_bytes,
+                                 max(0, min(_LONG_POLL_MS, left_ms)), deadline,
+                                 self.isolation_level)
+
+    def _drop_ahead(self) -> None:
+        self._ahead = None
+        if self._ahead_conn is not None:
+            self._ahead_conn.close()
+            self._ahead_conn = None
 
     def _lose(self, first: int, end: int, reason: str) -> None:
         lost = Lost(self.partition, first, min(end, self.end), reason)

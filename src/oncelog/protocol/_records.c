@@ -939,14 +939,20 @@ static PyTypeObject RecordBuilderType = {
  * more than the fetch: a Python object per key, value, offset and timestamp, then Arrow
  * copying them all again. Here a record's key and value are copied once, from the batch's
  * bytes into the column's data buffer, and offsets, timestamps and sequences are arithmetic
- * on the batch header and the record's deltas. Each buffer is a bytearray, handed to
- * pyarrow.Array.from_buffers without a copy (spark/columns.py); its length is its capacity
- * until ``take`` trims it. tests/test_spark_read_columns.py holds it to the Python twin,
- * spark/columns.py's PyRecordColumns. */
+ * on the batch header and the record's deltas. Each buffer comes from the ``allocate``
+ * callable given (spark/columns.py gives pyarrow.allocate_buffer: Arrow's memory pool hands
+ * a task the pages of the chunks Spark is done with, where fresh bytearrays page-faulted
+ * every byte in again, half the worker's time) and is handed to pyarrow.Array.from_buffers
+ * without a copy; a buffer never moves or shrinks: it grows by moving to a larger one.
+ * tests/test_spark_read_columns.py holds it to the Python twin, spark/columns.py's
+ * PyRecordColumns. */
 
 typedef struct {
-    PyObject *obj;    /* a bytearray */
-    Py_ssize_t size;  /* bytes used of it */
+    PyObject *obj;         /* what allocate() returned: a writable buffer of ``capacity`` */
+    unsigned char *data;   /* its memory, fixed while ``obj`` lives (never resized) */
+    Py_ssize_t size;       /* bytes used of it */
+    Py_ssize_t capacity;
+    PyObject *allocate;    /* borrowed from the ArrowColumns */
 } Buf;
 
 enum {
@@ -959,19 +965,48 @@ enum {
 typedef struct {
     PyObject_HEAD
     Buf bufs[N_BUFS];
+    PyObject *allocate;
     int include_headers;
     Py_ssize_t rows, key_nulls, value_nulls, headers, hvalue_nulls;
     Py_ssize_t data_bytes;  /* keys' and values' */
 } ArrowColumns;
 
+/* A new buffer of ``capacity`` bytes from allocate(), holding what ``b`` held. */
+static int
+buf_move(Buf *b, Py_ssize_t capacity)
+{
+    PyObject *obj = PyObject_CallFunction(b->allocate, "n", capacity);
+    if (obj == NULL)
+        return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    unsigned char *data = view.buf;
+    Py_ssize_t got = view.len;
+    PyBuffer_Release(&view);
+    if (got < capacity) {
+        Py_DECREF(obj);
+        PyErr_Format(PyExc_ValueError, "allocate(%zd) gave %zd bytes", capacity, got);
+        return -1;
+    }
+    if (b->size > 0)
+        memcpy(data, b->data, (size_t)b->size);
+    Py_XSETREF(b->obj, obj);
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
 static int
 buf_reserve(Buf *b, Py_ssize_t more)
 {
-    Py_ssize_t need = b->size + more, capacity = PyByteArray_GET_SIZE(b->obj);
-    if (need <= capacity)
+    Py_ssize_t need = b->size + more;
+    if (need <= b->capacity)
         return 0;
-    Py_ssize_t grown = capacity * 2 > need ? capacity * 2 : need;
-    return PyByteArray_Resize(b->obj, grown < 256 ? 256 : grown);
+    Py_ssize_t grown = b->capacity * 2 > need ? b->capacity * 2 : need;
+    return buf_move(b, grown < 256 ? 256 : grown);
 }
 
 static int
@@ -980,7 +1015,7 @@ buf_put(Buf *b, const void *data, Py_ssize_t len)
     if (buf_reserve(b, len) < 0)
         return -1;
     if (len > 0)
-        memcpy(PyByteArray_AS_STRING(b->obj) + b->size, data, (size_t)len);
+        memcpy(b->data + b->size, data, (size_t)len);
     b->size += len;
     return 0;
 }
@@ -992,10 +1027,10 @@ bit_put(Buf *b, Py_ssize_t index, int valid)
     if ((index & 7) == 0) {
         if (buf_reserve(b, 1) < 0)
             return -1;
-        PyByteArray_AS_STRING(b->obj)[b->size++] = 0;
+        b->data[b->size++] = 0;
     }
     if (valid)
-        PyByteArray_AS_STRING(b->obj)[index >> 3] |= (char)(1 << (index & 7));
+        b->data[index >> 3] |= (unsigned char)(1 << (index & 7));
     return 0;
 }
 
@@ -1035,11 +1070,11 @@ static int
 columns_reset(ArrowColumns *self, const Py_ssize_t *capacities)
 {
     for (int i = 0; i < N_BUFS; i++) {
-        PyObject *obj = PyByteArray_FromStringAndSize(NULL, capacities ? capacities[i] : 0);
-        if (obj == NULL)
+        Buf *b = &self->bufs[i];
+        b->allocate = self->allocate;
+        b->size = 0;
+        if (buf_move(b, capacities && capacities[i] > 0 ? capacities[i] : 256) < 0)
             return -1;
-        Py_XSETREF(self->bufs[i].obj, obj);
-        self->bufs[i].size = 0;
     }
     self->rows = self->key_nulls = self->value_nulls = self->headers = self->hvalue_nulls = 0;
     self->data_bytes = 0;
@@ -1055,10 +1090,17 @@ static int
 columns_init(ArrowColumns *self, PyObject *args, PyObject *kwargs)
 {
     int include_headers;
-    static char *names[] = {"include_headers", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "p", names, &include_headers))
+    PyObject *allocate;
+    static char *names[] = {"include_headers", "allocate", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "pO", names, &include_headers, &allocate))
         return -1;
+    if (!PyCallable_Check(allocate)) {
+        PyErr_SetString(PyExc_TypeError, "allocate must be callable");
+        return -1;
+    }
     self->include_headers = include_headers;
+    Py_INCREF(allocate);
+    Py_XSETREF(self->allocate, allocate);
     return columns_reset(self, NULL);
 }
 
@@ -1067,6 +1109,7 @@ columns_dealloc(ArrowColumns *self)
 {
     for (int i = 0; i < N_BUFS; i++)
         Py_CLEAR(self->bufs[i].obj);
+    Py_CLEAR(self->allocate);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1197,9 +1240,10 @@ done:
 }
 
 PyDoc_STRVAR(columns_take_doc,
-"take() -> (rows, buffers, null counts)\n"
+"take() -> (rows, buffers, sizes, null counts)\n"
 "\n"
-"The columns so far, and empty columns for the next rows. ``buffers``: bytearrays, in order\n"
+"The columns so far, and empty columns for the next rows. ``buffers``: what allocate gave\n"
+"(each holding ``sizes[i]`` bytes at its start, the rest unused), in order\n"
 "key validity, offsets, data; value validity, offsets, data; offset; timestamp (us);\n"
 "timestamp type; producer id; producer epoch; sequence; then the headers: list offsets,\n"
 "key offsets, key data, value validity, value offsets, value data. ``null counts``: keys,\n"
@@ -1210,21 +1254,28 @@ static PyObject *
 columns_take(ArrowColumns *self, PyObject *unused)
 {
     Py_ssize_t capacities[N_BUFS];
-    PyObject *buffers = PyTuple_New(N_BUFS);
-    if (buffers == NULL)
+    PyObject *buffers = PyTuple_New(N_BUFS), *sizes = PyTuple_New(N_BUFS);
+    if (buffers == NULL || sizes == NULL) {
+        Py_XDECREF(buffers);
+        Py_XDECREF(sizes);
         return NULL;
+    }
     for (int i = 0; i < N_BUFS; i++) {
         Buf *b = &self->bufs[i];
         capacities[i] = b->size;
-        if (PyByteArray_Resize(b->obj, b->size) < 0) {
+        PyObject *size = PyLong_FromSsize_t(b->size);
+        if (size == NULL) {
             Py_DECREF(buffers);
+            Py_DECREF(sizes);
             return NULL;
         }
+        PyTuple_SET_ITEM(sizes, i, size);
         Py_INCREF(b->obj);
         PyTuple_SET_ITEM(buffers, i, b->obj);
     }
-    PyObject *result = Py_BuildValue("(nN(nnnn))", self->rows, buffers, self->key_nulls,
-                                     self->value_nulls, self->hvalue_nulls, self->headers);
+    PyObject *result = Py_BuildValue("(nNN(nnnn))", self->rows, buffers, sizes,
+                                     self->key_nulls, self->value_nulls, self->hvalue_nulls,
+                                     self->headers);
     if (result == NULL || columns_reset(self, capacities) < 0) {
         Py_XDECREF(result);
         return NULL;
@@ -1259,8 +1310,9 @@ static PyGetSetDef columns_getset[] = {
 static PyTypeObject ArrowColumnsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "oncelog.protocol._records.ArrowColumns",
-    .tp_doc = PyDoc_STR("ArrowColumns(include_headers): records of batches into the buffers of\n"
-                        "Arrow columns (spark/columns.py builds the arrays)."),
+    .tp_doc = PyDoc_STR("ArrowColumns(include_headers, allocate): records of batches into the\n"
+                        "buffers of Arrow columns, each from allocate(size), a writable buffer\n"
+                        "(spark/columns.py builds the arrays)."),
     .tp_basicsize = sizeof(ArrowColumns),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

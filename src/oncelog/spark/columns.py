@@ -157,13 +157,15 @@ _NO_END = (1 << 63) - 1
 class ArrowColumns:
     """The records of one partition straight into Arrow buffers by the compiled codec
     (``_records.ArrowColumns``): a key or value is copied once, from the fetched batch into
-    its column; no Python object per record."""
+    its column; no Python object per record. The buffers come from Arrow's memory pool,
+    which gives back the memory of the chunks Spark has sent on without faulting it in
+    again."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic, self.partition = topic, partition
         self.include_headers = include_headers
         self.schema = arrow_schema(include_headers)
-        self._columns = codec.compiled.ArrowColumns(include_headers)
+        self._columns = codec.compiled.ArrowColumns(include_headers, pa.allocate_buffer)
 
     def __len__(self) -> int:
         return self._columns.rows
@@ -186,8 +188,9 @@ class ArrowColumns:
                 from None
 
     def take(self) -> pa.RecordBatch:
-        n, buffers, (key_nulls, value_nulls, hvalue_nulls, headers) = self._columns.take()
-        b = [pa.py_buffer(x) for x in buffers]
+        n, buffers, sizes, (key_nulls, value_nulls, hvalue_nulls, headers) = \
+            self._columns.take()
+        b = [buf.slice(0, size) for buf, size in zip(buffers, sizes, strict=True)]
 
         def fixed(kind: pa.DataType, data: pa.Buffer) -> pa.Array:
             return pa.Array.from_buffers(kind, n, [None, data], 0)
