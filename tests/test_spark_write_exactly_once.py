@@ -61,34 +61,37 @@ def writer(df, bootstrap: str, **options):
 
 def test_a_task_that_fails_halfway_leaves_nothing_of_its_first_attempt(start_broker,
                                                                       _spark_sessions):
-    """local[2,3]: the first attempt of the one task raises after 500 of its 1000 rows were
-    stored in its transaction (row 500 names a partition that does not exist, on the first
-    attempt only, and only once the log holds the 500 rows before it); it aborts the
+    """local[2,3]: the first attempt of the one task raises at row 500 of its 1000 (row 500
+    names a partition that does not exist, on the first attempt only, and only once the log
+    holds rows 0-399 of its transaction); it aborts the
     transaction, the second attempt writes all 1000. A read_uncommitted reader sees the
     aborted copies, so the abort hid rows that were really in the log."""
     broker = start_broker(**TWO_PHASE)
     spark = _spark_sessions.spark_session("local[2,3]")
     create(broker.bootstrap, "halfway", 2)
     bootstrap = broker.bootstrap
-    pad = 2000  # bytes per value: Spark's 64 KiB stream buffers pass rows 0-499 on at once
+    # Bytes per value: Spark's 64 KiB stream buffers pass rows on while the UDF waits. The
+    # rows just before 500 stay in them (the UDF's output buffer, the last Arrow batch begun)
+    # until it returns, so it waits for rows 0-399 (in practice 0-449 arrive).
+    pad = 2000
 
     def fail_once(i: int) -> tuple[int, str]:
         from pyspark import TaskContext
 
         if i == 500 and TaskContext.get().attemptNumber() == 0:
-            # Until rows 0-499 are in the log (bounded: the test then fails on what a
+            # Until rows 0-399 are in the log (bounded: the test then fails on what a
             # read_uncommitted reader finds). Defined here, so that Spark's workers get it.
             wanted = {("halfway", p): -1 for p in range(2)}
             deadline = time.monotonic() + TIMEOUT
             with Admin({"bootstrap.servers": bootstrap}) as admin:
                 while time.monotonic() < deadline and \
-                        sum(admin.list_offsets(wanted).values()) < 500:
+                        sum(admin.list_offsets(wanted).values()) < 400:
                     time.sleep(0.05)
             return 7, str(i).ljust(pad)
         return i % 2, str(i).ljust(pad)
 
     spark.udf.register("fail_once", fail_once, "struct<partition: int, value: string>")
-    # Small batches, so that the sink gets rows 0-499 while the UDF waits at row 500.
+    # Small batches, so that the sink gets rows 0-449 while the UDF waits at row 500.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     try:
         df = spark.range(0, 1000, numPartitions=1).selectExpr("fail_once(id) as row") \
@@ -103,8 +106,8 @@ def test_a_task_that_fails_halfway_leaves_nothing_of_its_first_attempt(start_bro
     with Consumer({"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest"}) as c:
         c.assign([TopicPartition("halfway", p) for p in range(2)])
         stored = collections.Counter(r.value for r in c)
-    # Each of rows 0-499 stored twice at least: the aborted first attempt's copy was in the log.
-    missing = [int(v) for v in values[:500] if stored[v] < 2]
+    # Each of rows 0-399 stored twice at least: the aborted first attempt's copy was in the log.
+    missing = [int(v) for v in values[:400] if stored[v] < 2]
     assert missing == [], (len(missing), collections.Counter(stored.values()))
 
 
