@@ -96,16 +96,20 @@ def run(producer: Producer, script: list, seed: int) -> dict[str, Any]:
         queue = producer._core.acc.queues[(batch.topic, batch.partition)]
         outcomes.append((batch.topic, batch.partition, list(queue).index(batch), future._index,
                          len(batch._callbacks or ())))
-    acc = producer._core.acc
+    return {"outcomes": outcomes, "batches": queued(producer, lambda b: bytes(b.data)),
+            "buffered": producer._core.acc.open.buffered, "sticky": producer._core.sticky}
+
+
+def queued(producer: Producer, records) -> dict:
+    """Each queued batch's bookkeeping, and ``records(batch)`` of it once built."""
     batches = {}
-    for tp, queue in sorted(acc.queues.items()):
+    for tp, queue in sorted(producer._core.acc.queues.items()):
         batches[tp] = []
         for batch in queue:
             closed, count, accounted = batch.closed, batch.count, batch.accounted
             batch.build(NONE)
-            batches[tp].append((closed, count, accounted, bytes(batch.data)))
-    return {"outcomes": outcomes, "batches": batches, "buffered": acc.open.buffered,
-            "sticky": producer._core.sticky}
+            batches[tp].append((closed, count, accounted, records(batch)))
+    return batches
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
@@ -153,17 +157,9 @@ def produce_columns(producer: Producer, topic: str, rows: list, first: int) -> l
 
 def records_of(producer: Producer) -> dict:
     """Each queued batch's bookkeeping and records (timestamps aside: now, as appended)."""
-    acc = producer._core.acc
-    batches = {}
-    for tp, queue in sorted(acc.queues.items()):
-        batches[tp] = []
-        for batch in queue:
-            closed, count, accounted = batch.closed, batch.count, batch.accounted
-            batch.build(NONE)
-            batches[tp].append((closed, count, accounted, [
-                (r.offset, r.key, r.value) for r in decode_batch(bytes(batch.data))[1]]))
-    return {"batches": batches, "buffered": acc.open.buffered,
-            "sticky": producer._core.sticky}
+    return {"batches": queued(producer, lambda b: [
+                (r.offset, r.key, r.value) for r in decode_batch(bytes(b.data))[1]]),
+            "buffered": producer._core.acc.open.buffered, "sticky": producer._core.sticky}
 
 
 rows_of = st.lists(st.tuples(

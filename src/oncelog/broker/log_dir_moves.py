@@ -210,14 +210,16 @@ class LogDirMoves:
         except Exception as exc:
             if self.moving.get(partition) is move:
                 del self.moving[partition]
+            if not move.committed:
+                # The copy goes first: when the line below says the partition stayed, the
+                # target directory holds nothing of the move any more.
+                await asyncio.to_thread(shutil.rmtree, move.future_dir, True)
             if not isinstance(exc, MoveFailed) or str(exc) != "cancelled":
                 log.error("moving %s to %s failed, it stays in %s: %s", partition.name,
                           move.target.path, partition.log_dir.path, exc)
             if move.committed:
                 log.error("%s is offline until a restart, which finishes the move into %s",
                           partition.name, move.target.path)
-            else:
-                await asyncio.to_thread(shutil.rmtree, move.future_dir, True)
             return
         if self.moving.get(partition) is move:
             del self.moving[partition]
