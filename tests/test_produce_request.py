@@ -1,6 +1,7 @@
 """The zero-copy ProduceRequest reader agrees with kio on every version, and refuses junk."""
 
 import datetime
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -18,12 +19,21 @@ topics = st.lists(st.tuples(st.text(min_size=1, max_size=20),
 versions = st.integers(*SUPPORTED_VERSIONS[PRODUCE])
 
 
+def topic_key(version: int, name: str) -> str | uuid.UUID:
+    """What names the topic in a request of ``version``: from v13 its id (KIP-516)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, name) if version >= 13 else name
+
+
 def frame(version, transactional_id, acks, data, client_id="c") -> bytes:
     mod = request_module(PRODUCE, version)
+    by_id = version >= 13
     body = build(mod.ProduceRequest, transactional_id=transactional_id, acks=acks,
                  timeout=datetime.timedelta(milliseconds=1234), topic_data=tuple(
-                     build(mod.TopicProduceData, name=name, partition_data=tuple(
-                         build(mod.PartitionProduceData, index=i, records=r) for i, r in parts))
+                     build(mod.TopicProduceData, name=name,
+                           topic_id=topic_key(version, name) if by_id else None,
+                           partition_data=tuple(
+                               build(mod.PartitionProduceData, index=i, records=r)
+                               for i, r in parts))
                      for name, parts in data))
     return encode_request(PRODUCE, version, 77, client_id, body)[4:]
 
@@ -37,8 +47,10 @@ def test_reads_what_kio_writes(version, data, acks, transactional_id, client_id)
         (version, 77, client_id)
     body = request.body
     assert (body.transactional_id, body.acks, body.timeout_ms) == (transactional_id, acks, 1234)
-    assert [(t.name, [(p.index, None if p.records is None else bytes(p.records))
-                      for p in t.partition_data]) for t in body.topic_data] == data
+    assert [(t.topic_id if version >= 13 else t.name,
+             [(p.index, None if p.records is None else bytes(p.records))
+              for p in t.partition_data]) for t in body.topic_data] == \
+        [(topic_key(version, name), parts) for name, parts in data]
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -95,7 +107,8 @@ def test_a_large_frame_arriving_in_pieces_decodes_for_every_api():
        client_id=st.none() | st.text(max_size=8))
 def test_the_producer_writes_what_kio_writes(version, data, acks, transactional_id,
                                              client_id):
-    parts = produce_request.encode(version, 77, client_id, transactional_id, acks, 1234, data)
+    keyed = [(topic_key(version, name), ps) for name, ps in data]
+    parts = produce_request.encode(version, 77, client_id, transactional_id, acks, 1234, keyed)
     whole = b"".join(parts)
     assert whole[4:] == frame(version, transactional_id, acks, data, client_id)
     assert int.from_bytes(whole[:4], "big") == len(whole) - 4

@@ -74,20 +74,37 @@ def _create_refused(mod, name: str, error: ErrorCode, message: str):
 
 
 def handle_delete_topics(broker, request: Request):
+    """Topics by name; from v6 each by name or by id (KIP-516), as Kafka 4 takes them: both,
+    or neither, is INVALID_REQUEST, an id no topic has UNKNOWN_TOPIC_ID, a topic named twice
+    (by name or id) INVALID_REQUEST."""
     mod = response_module(DELETE_TOPICS, request.api_version)
-    names = request.body.topic_names
-    duplicates = _duplicates(names)
+    body = request.body
+    asked = [(t.name, t.topic_id) for t in body.topics] if hasattr(body, "topics") \
+        else [(name, None) for name in body.topic_names]
+    duplicates = set(_duplicates(asked))
     results = []
-    for name in dict.fromkeys(names):  # one answer per name, as for CreateTopics
+    for name, topic_id in dict.fromkeys(asked):  # one answer per topic, as for CreateTopics
         error, message = ErrorCode.none, None
         try:
-            if name in duplicates:
-                raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
+            if (name, topic_id) in duplicates:
+                raise TopicError(ErrorCode.invalid_request, "Duplicate topic name or id.")
+            if name is not None and topic_id is not None:
+                raise TopicError(ErrorCode.invalid_request,
+                                 "You may not specify both topic name and topic id.")
+            if topic_id is not None:
+                topic = broker.topics.by_id(topic_id)
+                if topic is None:
+                    raise TopicError(ErrorCode.unknown_topic_id, f"No topic has id {topic_id}.")
+                name = topic.name
+            elif name is None:
+                raise TopicError(ErrorCode.invalid_request, "Neither topic name nor id given.")
+            found = broker.topics.get(name)
+            topic_id = topic_id or (found.topic_id if found is not None else None)
             broker.topics.delete(name)
             broker.counters.forget_topic(name)
             broker.groups.delete_topic_offsets(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
-        results.append(build(mod.DeletableTopicResult, name=name, error_code=error,
-                             error_message=message))
+        results.append(build(mod.DeletableTopicResult, name=name, topic_id=topic_id,
+                             error_code=error, error_message=message))
     return build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -50,25 +50,30 @@ def handle_metadata(broker, request: Request):
     if body.topics is None or (request.api_version == 0 and not body.topics):
         wanted = sorted(topics.topics)
     else:
-        wanted = []
-        for t in body.topics:
-            name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
-                name = next((n for n, tp in topics.topics.items() if tp.topic_id == t.topic_id),
-                            None)
-            wanted.append(name)
+        wanted = [t.name if t.name is not None or getattr(t, "topic_id", None) is None
+                  else t.topic_id for t in body.topics]  # v10+: by id (KIP-516)
     auto_create = getattr(body, "allow_auto_topic_creation", True) and \
         broker.config.get("auto.create.topics.enable")
     topic_ops = acl_operations.answer(
         getattr(body, "include_topic_authorized_operations", False), acl_operations.TOPIC)
     results = []
     for name in wanted:
+        if isinstance(name, uuid.UUID):
+            topic = topics.by_id(name)
+            if topic is None:
+                results.append(build(mod.MetadataResponseTopic,
+                                     error_code=ErrorCode.unknown_topic_id, name=None,
+                                     topic_id=name, is_internal=False, partitions=(),
+                                     topic_authorized_operations=topic_ops))
+                continue
+            name = topic.name
         results.append(_metadata_topic(broker, mod, name, auto_create, topic_ops))
     brokers = (build(mod.MetadataResponseBroker, node_id=broker.broker_id,
                      host=broker.advertised_host, port=broker.advertised_port, rack=None),)
     return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.broker_id,
-                 topics=tuple(results), cluster_authorized_operations=acl_operations.answer(
+                 topics=tuple(results), error_code=ErrorCode.none,
+                 cluster_authorized_operations=acl_operations.answer(
                      getattr(body, "include_cluster_authorized_operations", False),
                      acl_operations.CLUSTER))
 

@@ -1,5 +1,6 @@
 """The cluster and storage views: DescribeCluster, DescribeTopicPartitions (KIP-966),
-DescribeLogDirs, and AlterReplicaLogDirs (moving a partition between log directories).
+DescribeLogDirs, AlterReplicaLogDirs (moving a partition between log directories),
+DescribeQuorum (KIP-595) and ListConfigResources (KIP-1142).
 
 Answered as a one-broker Kafka cluster answers them: this broker is every broker and the
 controller; replicas of another log directory's partitions are moved by log_dir_moves.py.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from kio.schema.errors import ErrorCode
 
@@ -16,7 +18,9 @@ from ..protocol.api_versions import (
     ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_CLUSTER,
     DESCRIBE_LOG_DIRS,
+    DESCRIBE_QUORUM,
     DESCRIBE_TOPIC_PARTITIONS,
+    LIST_CONFIG_RESOURCES,
 )
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
@@ -209,3 +213,65 @@ def _move(broker, peer: str, path: str, target, topic: str, index: int) -> Error
         return ErrorCode.kafka_storage_error
     broker.topics.moves.start(partition, target)
     return ErrorCode.none
+
+
+# --- DescribeQuorum ----------------------------------------------------------------------
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def handle_describe_quorum(broker, request: Request):
+    """The metadata quorum of a one-node cluster: this broker is its only voter and its
+    leader. Kafka answers a request naming anything but ``__cluster_metadata`` partition 0
+    with UNKNOWN_TOPIC_OR_PARTITION for the whole request. This broker keeps its metadata in
+    a store, not a log: the quorum's offsets are 0."""
+    mod = response_module(DESCRIBE_QUORUM, request.api_version)
+    asked = [(t.topic_name, p.partition_index) for t in request.body.topics
+             for p in t.partitions]
+    if asked != [(METADATA_TOPIC, 0)]:
+        return build(mod.DescribeQuorumResponse, error_code=ErrorCode.unknown_topic_or_partition,
+                     error_message=f"only {METADATA_TOPIC}-0 has a quorum", topics=(),
+                     nodes=())
+    now = int(time.time() * 1000)
+    voter = build(mod.ReplicaState, replica_id=broker.broker_id, replica_directory_id=None,
+                  log_end_offset=0, last_fetch_timestamp=now, last_caught_up_timestamp=now)
+    partition = build(mod.PartitionData, partition_index=0, error_code=ErrorCode.none,
+                      error_message=None, leader_id=broker.broker_id, leader_epoch=1,
+                      high_watermark=0, current_voters=(voter,), observers=())
+    nodes = () if not hasattr(mod, "Node") else (build(
+        mod.Node, node_id=broker.broker_id, listeners=(build(
+            mod.Listener, name="PLAINTEXT", host=broker.advertised_host,
+            port=broker.advertised_port),)),)
+    return build(mod.DescribeQuorumResponse, error_code=ErrorCode.none, error_message=None,
+                 topics=(build(mod.TopicData, topic_name=METADATA_TOPIC,
+                               partitions=(partition,)),), nodes=nodes)
+
+
+# --- ListConfigResources -----------------------------------------------------------------
+
+# Kafka's ConfigResource types
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
+
+
+def handle_list_config_resources(broker, request: Request):
+    """The resources that have configurations, of the types asked (none: all). v0 was
+    ListClientMetricsResources and lists client-metrics subscriptions only; this broker has
+    none (it collects no client telemetry), nor group configurations."""
+    mod = response_module(LIST_CONFIG_RESOURCES, request.api_version)
+    wanted = set(getattr(request.body, "resource_types", ()) or ()) \
+        or ({CLIENT_METRICS} if request.api_version == 0
+            else {TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP})
+    unknown = wanted - {TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP}
+    if unknown:
+        return build(mod.ListConfigResourcesResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.invalid_request, config_resources=())
+    found: list[tuple[str, int]] = []
+    if TOPIC in wanted:
+        found += [(name, TOPIC) for name in sorted(broker.topics.topics)]
+    for kind in (BROKER, BROKER_LOGGER):
+        if kind in wanted:
+            found.append((str(broker.broker_id), kind))
+    return build(mod.ListConfigResourcesResponse, throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.none, config_resources=tuple(
+                     build(mod.ConfigResource, resource_name=name, resource_type=kind)
+                     for name, kind in found))

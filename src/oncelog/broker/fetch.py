@@ -6,6 +6,18 @@ the aborted transactions (producer id, first offset) with data in the range it r
 that the consumer drops their records; every Fetch answers the last stable offset. A
 read_committed ListOffsets for the latest offset answers the last stable offset, and a
 lookup by timestamp finds nothing from there on.
+
+Fetch v13+ names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for each of
+its partitions. From v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+carries the leader, and the answer its endpoint (KIP-951); this broker leads every partition
+it has at epoch 0, so none is.
+
+ListOffsets' special timestamps: -1 latest, -2 earliest, -3 the record with the largest
+timestamp (v7, KIP-734), -4 the earliest offset in local storage (v8, KIP-405) and -5 the
+latest offset in tiered storage (v9, KIP-1005). Without tiered storage the local log is the
+whole log (-4 answers the log start offset) and nothing is tiered (-5 answers offset -1 with
+leader epoch -1), as Kafka answers when remote storage is off. v10's timeout bounds a remote
+lookup: there is none.
 """
 
 from __future__ import annotations
@@ -28,7 +40,10 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 READ_COMMITTED = 1
+_LEADER_HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 async def handle_fetch(broker, request: Request):
@@ -37,7 +52,7 @@ async def handle_fetch(broker, request: Request):
     max_wait = body.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
     while True:
-        responses, total, errors, partitions = _read_all(broker, mod, body)
+        responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or errors or remaining <= 0 or not partitions:
             break
@@ -47,11 +62,14 @@ async def handle_fetch(broker, request: Request):
         finally:
             for w in waiters:
                 w.cancel()
+    hinted = any(p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
+    nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=broker.advertised_host,
+                   port=broker.advertised_port, rack=None),) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                 session_id=0, responses=tuple(responses))
+                 session_id=0, responses=tuple(responses), node_endpoints=nodes)
 
 
-def _read_all(broker, mod, body):
+def _read_all(broker, mod, body, version: int):
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     budget = body.max_bytes
     total = 0
@@ -60,13 +78,17 @@ def _read_all(broker, mod, body):
     responses = []
     for topic_req in body.topics:
         results = []
+        topic_id = getattr(topic_req, "topic_id", None)
+        name = topic_req.topic if topic_id is None else _name_of(broker, topic_id)
         for preq in topic_req.partitions:
-            partition = broker.topics.partition(topic_req.topic, preq.partition)
+            partition = None if name is None else broker.topics.partition(name, preq.partition)
             error = ErrorCode.none
             records = b""
             hw = lso = start = -1
             aborted: tuple = ()
-            if partition is None:
+            if name is None:
+                error = ErrorCode.unknown_topic_id
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 try:
@@ -92,24 +114,31 @@ def _read_all(broker, mod, body):
                         total += len(records)
                     partitions.append(partition)
                 except OSError as exc:
-                    log.error("fetch from %s-%d failed: %s", topic_req.topic, preq.partition,
-                              exc)
+                    log.error("fetch from %s-%d failed: %s", name, preq.partition, exc)
                     error, records, hw, lso, start = ErrorCode.kafka_storage_error, b"", -1, -1, -1
                     aborted = ()
             if error != ErrorCode.none:
                 errors = True
                 log.info("fetch from %s-%d at offset %d refused: %s (log start %d, high "
-                         "watermark %d)", topic_req.topic, preq.partition, preq.fetch_offset,
+                         "watermark %d)", name or topic_id, preq.partition, preq.fetch_offset,
                          error.name, start, hw)
+            leader = {"current_leader": build(mod.LeaderIdAndEpoch, leader_id=broker.broker_id,
+                                              leader_epoch=0)} \
+                if error in _LEADER_HINTED and version >= 16 else {}
             results.append(build(
                 mod.PartitionData, partition_index=preq.partition, error_code=error,
                 high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
                 aborted_transactions=None if error != ErrorCode.none else aborted,
-                preferred_read_replica=-1, records=records,
+                preferred_read_replica=-1, records=records, **leader,
             ))
-        responses.append(build(mod.FetchableTopicResponse, topic=topic_req.topic,
+        responses.append(build(mod.FetchableTopicResponse, topic=name, topic_id=topic_id,
                                partitions=tuple(results)))
     return responses, total, errors, partitions
+
+
+def _name_of(broker, topic_id) -> str | None:
+    topic = broker.topics.by_id(topic_id)
+    return None if topic is None else topic.name
 
 
 def _below(records: bytes, end: int) -> tuple[bytes, int]:
@@ -142,7 +171,8 @@ def handle_list_offsets(broker, request: Request):
                 error, timestamp, offset = ErrorCode.kafka_storage_error, -1, -1
             results.append(build(mod.ListOffsetsPartitionResponse,
                                  partition_index=preq.partition_index, error_code=error,
-                                 timestamp=timestamp, offset=offset, leader_epoch=0))
+                                 timestamp=timestamp, offset=offset,
+                                 leader_epoch=0 if offset >= 0 else -1))
         topics.append(build(mod.ListOffsetsTopicResponse, name=topic_req.name,
                             partitions=tuple(results)))
     return build(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
@@ -159,6 +189,10 @@ def _list_offset(broker, topic: str, index: int, timestamp: int,
     if timestamp == LATEST_TIMESTAMP:
         return ErrorCode.none, -1, (partition.last_stable_offset if committed
                                     else partition.high_watermark)
+    if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+        return ErrorCode.none, -1, plog.log_start_offset
+    if timestamp == LATEST_TIERED_TIMESTAMP:
+        return ErrorCode.none, -1, -1
     found = _by_timestamp(plog, timestamp)
     if committed and found[2] >= partition.last_stable_offset:
         return ErrorCode.none, -1, -1  # not readable by a read_committed consumer yet

@@ -9,6 +9,10 @@ partition, the partition asks ``broker.txn_verifier`` (transactional id, produce
 topic, partition) whether the coordinator has that partition in the producer's ongoing
 transaction; anything but NONE is answered and nothing is stored. A request without a
 transactional id cannot be verified: INVALID_TXN_STATE, as Kafka answers.
+
+From v13 a topic is named by its id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for
+each of its partitions. From v10 a partition answered NOT_LEADER_OR_FOLLOWER carries the
+leader and its endpoint (KIP-951); this broker leads every partition it has, so none is.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol import produce_response
 from ..protocol.messages import Request
-from ..protocol.produce_response import PartitionResult
+from ..protocol.produce_response import NodeEndpoint, PartitionResult
 from ..protocol.record_batch import InvalidBatch
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .topics import INTERNAL_TOPICS
@@ -46,26 +50,55 @@ def handle_produce(broker, request: Request):
     failed = False
     for topic_data in body.topic_data:
         partitions: list[PartitionResult] = []
+        name = topic_data.name
+        if name is None:  # v13: by id
+            topic = broker.topics.by_id(topic_data.topic_id)
+            name = topic.name if topic is not None else None
         for pdata in topic_data.partition_data:
-            result, durable = _produce_partition(broker, body.acks, topic_data.name,
-                                                 pdata.index, pdata.records, request.client_id,
-                                                 body.transactional_id)
+            if name is None:
+                result, durable = _unknown_topic_id(topic_data.topic_id, pdata.index,
+                                                    request.client_id)
+            else:
+                result, durable = _produce_partition(broker, body.acks, name, pdata.index,
+                                                     pdata.records, request.client_id,
+                                                     body.transactional_id)
             failed = failed or result.error_code != 0
             if durable is not None:
-                pending.append((topic_data.name, partitions, len(partitions), durable))
+                pending.append((name, partitions, len(partitions), durable))
             partitions.append(result)
-        topics.append((topic_data.name, partitions))
+        topics.append((name if topic_data.topic_id is None else topic_data.topic_id,
+                       partitions))
     if body.acks == 0:
         # Nothing is answered, so Kafka closes the connection for the client to notice that
         # something went wrong (it then refreshes its metadata and sees the error in its log).
         return CLOSE_CONNECTION if failed else None
     if pending:
         return LaterAnswer((durable for _, _, _, durable in pending),
-                           lambda: _answer_when_durable(request, topics, pending))
-    return produce_response.encode(request.api_version, request.correlation_id, topics)
+                           lambda: _answer_when_durable(broker, request, topics, pending))
+    return _encode(broker, request, topics)
 
 
-def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> bytes:
+def _encode(broker, request: Request, topics: list) -> bytes:
+    """The answer; KIP-951's leader hint on each partition answered NOT_LEADER_OR_FOLLOWER."""
+    nodes: tuple[NodeEndpoint, ...] = ()
+    if any(p.error_code == ErrorCode.not_leader_or_follower for _, ps in topics for p in ps):
+        topics = [(key, [p._replace(current_leader=(broker.broker_id, 0))
+                         if p.error_code == ErrorCode.not_leader_or_follower else p
+                         for p in ps]) for key, ps in topics]
+        nodes = (NodeEndpoint(broker.broker_id, broker.advertised_host,
+                              broker.advertised_port),)
+    return produce_response.encode(request.api_version, request.correlation_id, topics, nodes)
+
+
+def _unknown_topic_id(topic_id, index: int, client_id: str | None) -> tuple[PartitionResult,
+                                                                             None]:
+    log.info("produce to %s-%d from %s refused: no topic has this id (UNKNOWN_TOPIC_ID)",
+             topic_id, index, client_id)
+    return PartitionResult(index, int(ErrorCode.unknown_topic_id), -1, -1,
+                           f"no topic has the id {topic_id}"), None
+
+
+def _answer_when_durable(broker, request: Request, topics: list, pending: _Pending) -> bytes:
     """The answer once every partition's fsync is done: those that failed say so."""
     for topic, partitions, i, durable in pending:
         error = durable.exception()
@@ -76,7 +109,7 @@ def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> b
             partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
                                             -1, result.log_start_offset,
                                             f"making the records durable failed: {error}")
-    return produce_response.encode(request.api_version, request.correlation_id, topics)
+    return _encode(broker, request, topics)
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,

@@ -39,7 +39,9 @@ from .cluster_views import (
     handle_alter_replica_log_dirs,
     handle_describe_cluster,
     handle_describe_log_dirs,
+    handle_describe_quorum,
     handle_describe_topic_partitions,
+    handle_list_config_resources,
 )
 from .config import BrokerConfig
 from .configs_admin import (
@@ -111,6 +113,8 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
     apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
+    apis.DESCRIBE_QUORUM: handle_describe_quorum,
+    apis.LIST_CONFIG_RESOURCES: handle_list_config_resources,
     apis.PRODUCE: handle_produce,
     apis.FETCH: handle_fetch,
     apis.LIST_OFFSETS: handle_list_offsets,

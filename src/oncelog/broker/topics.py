@@ -90,6 +90,7 @@ class TopicManager:
         self.store = store
         self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}  # Produce v13, Fetch v13+, DeleteTopics v6
         self.disk = disk or default_disk()
         # JBOD: every directory of log.dirs holds partitions, each its own health (one that
         # fails takes only its partitions offline). The first also holds the broker's
@@ -147,6 +148,7 @@ class TopicManager:
                                   exc)
                         continue
                     del self.topics[topic.name]
+                    self._by_id.pop(topic.topic_id, None)
                 deleted.append(path)
                 touched.add(os.path.dirname(path))
                 continue
@@ -237,6 +239,7 @@ class TopicManager:
         topic = Topic(name, uuid.UUID(value["id"]), overrides)
         topic.partitions = [self._partition(topic, i) for i in range(value["partitions"])]
         self.topics[name] = topic
+        self._by_id[topic.topic_id] = topic
         return topic
 
     def _partition(self, topic: Topic, index: int) -> Partition:
@@ -388,6 +391,9 @@ class TopicManager:
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID | None) -> Topic | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
 
     def partition(self, name: str, index: int) -> Partition | None:
         topic = self.topics.get(name)
@@ -609,6 +615,7 @@ class TopicManager:
             partition.delete()
             self._load[partition.log_dir.path] -= 1
         del self.topics[name]
+        self._by_id.pop(topic.topic_id, None)
         try:
             self.store.delete(f"topics/{name}")
         except OSError as exc:  # the renames decided it: the next start finishes it

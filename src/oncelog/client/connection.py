@@ -32,12 +32,19 @@ _SPARES_KEPT = 3
 _KEEP_AT_MOST = 16 << 20
 _SPARES_LOCK = threading.Lock()
 # The client speaks what the protocol layer knows, but AddPartitionsToTxn only up to v3 (v4+
-# is the brokers' batched form, KIP-890) and InitProducerId up to v6 (KIP-939's two-phase
-# commit fields: the producer's, whatever the broker implements).
+# is the brokers' batched form, KIP-890), InitProducerId up to v6 (KIP-939's two-phase
+# commit fields: the producer's, whatever the broker implements), and the APIs whose newer
+# versions name topics by id (or add nothing it uses) up to the last that names them.
 CLIENT_API_VERSIONS = {
     **SUPPORTED_VERSIONS,
     apis.ADD_PARTITIONS_TO_TXN: (0, 3),
     apis.INIT_PRODUCER_ID: (0, 6),
+    apis.PRODUCE: (3, 9),
+    apis.FETCH: (4, 12),
+    apis.LIST_OFFSETS: (1, 7),
+    apis.METADATA: (0, 12),
+    apis.FIND_COORDINATOR: (0, 4),
+    apis.DELETE_TOPICS: (1, 5),
 }
 
 

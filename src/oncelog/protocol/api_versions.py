@@ -1,8 +1,9 @@
 """The API versions this broker implements: ApiVersions advertises exactly this table.
 
-Ranges start where kio's schemas start (Kafka 4 removed the older versions) and stop at the
-newest version whose semantics the broker honours; e.g. Fetch stops before v13, which names
-topics by id only.
+Ranges start where kio's schemas start (Kafka 4 removed the older versions) and reach at least
+what a Kafka 4.1 broker serves: clients pinned to a broker version (kafka-python's
+``api_version``) send that version's table without asking. tests/test_api_versions.py holds
+the table against Kafka 4.1's and sends every version listed here to a broker.
 """
 
 API_VERSIONS_KEY = 18
@@ -12,6 +13,8 @@ ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
+DESCRIBE_QUORUM = 55
+LIST_CONFIG_RESOURCES = 74  # KIP-1142; v0 was ListClientMetricsResources
 
 PRODUCE = 0
 FETCH = 1
@@ -58,12 +61,15 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_LOG_DIRS: (1, 5),
     DESCRIBE_CLUSTER: (0, 2),
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
-    PRODUCE: (3, 9),
-    FETCH: (4, 12),
-    LIST_OFFSETS: (1, 7),
-    METADATA: (0, 12),
-    FIND_COORDINATOR: (0, 4),
-    # OffsetCommit and OffsetFetch stop before v10, which names topics by id only.
+    DESCRIBE_QUORUM: (0, 2),
+    LIST_CONFIG_RESOURCES: (0, 1),
+    # Produce v13, Fetch v13+ and DeleteTopics v6 name topics by id (KIP-516).
+    PRODUCE: (3, 13),
+    FETCH: (4, 18),
+    LIST_OFFSETS: (1, 10),
+    METADATA: (0, 13),
+    FIND_COORDINATOR: (0, 6),
+    # OffsetCommit and OffsetFetch stop before v10 (topic ids), as Kafka 4.1 does.
     OFFSET_COMMIT: (2, 9),
     OFFSET_FETCH: (1, 9),
     JOIN_GROUP: (0, 9),
@@ -84,7 +90,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_TRANSACTIONS: (0, 2),
     API_VERSIONS_KEY: (0, 4),
     CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 5),
+    DELETE_TOPICS: (1, 6),
     DESCRIBE_CONFIGS: (1, 4),
     INIT_PRODUCER_ID: (0, 6),
     DESCRIBE_PRODUCERS: (0, 0),

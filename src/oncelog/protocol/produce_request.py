@@ -1,15 +1,17 @@
-"""ProduceRequest v3-v9 read directly from the frame, records left in place, and written
+"""ProduceRequest v3-v13 read directly from the frame, records left in place, and written
 directly for oncelog's producer.
 
 kio copies each partition's records out of the frame into new bytes; at a megabyte a
 request that copy is a measurable share of the broker's time. This reader returns
 memoryviews into the frame instead, with the same field names kio's entities have, so the
-produce handler reads either. tests/test_produce_request.py checks it against kio.
+produce handler reads either. tests/test_produce_request.py checks it against kio. From v13
+a topic is named by its id (KIP-516): ``name`` is None and ``topic_id`` set.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -22,6 +24,7 @@ _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hi")  # acks, timeout
 _HEADER_START = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
 FLEXIBLE_FROM = 9
+TOPIC_IDS_FROM = 13
 
 
 class PartitionProduceData(NamedTuple):
@@ -30,8 +33,9 @@ class PartitionProduceData(NamedTuple):
 
 
 class TopicProduceData(NamedTuple):
-    name: str
+    name: str | None
     partition_data: list[PartitionProduceData]
+    topic_id: uuid.UUID | None = None
 
 
 class ProduceRequest(NamedTuple):
@@ -121,10 +125,12 @@ def decode(frame: bytes | bytearray, version: int, pos: int) -> ProduceRequest:
     r = WireReader(frame, pos)
     transactional_id = r.string(flexible)
     acks, timeout_ms = r.unpack(_HEAD)
+    by_id = version >= TOPIC_IDS_FROM
     topics = []
     for _ in range(r.count(flexible)):
-        name = r.string(flexible)
-        if name is None:
+        topic_id = uuid.UUID(bytes=bytes(r.take(16))) if by_id else None
+        name = None if by_id else r.string(flexible)
+        if name is None and not by_id:
             raise ProtocolError("null topic name in a produce request")
         partitions = []
         for _ in range(r.count(flexible)):
@@ -134,7 +140,7 @@ def decode(frame: bytes | bytearray, version: int, pos: int) -> ProduceRequest:
             r.tags(flexible)
             partitions.append(PartitionProduceData(index, records))
         r.tags(flexible)
-        topics.append(TopicProduceData(name, partitions))
+        topics.append(TopicProduceData(name, partitions, topic_id))
     r.tags(flexible)
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
@@ -160,11 +166,11 @@ def _count(n: int, flexible: bool) -> bytes:
 
 def encode(version: int, correlation_id: int, client_id: str | None,
            transactional_id: str | None, acks: int, timeout_ms: int,
-           topics: Sequence[tuple[str, Sequence[tuple[int, bytes | bytearray]]]]
+           topics: Sequence[tuple[str | uuid.UUID, Sequence[tuple[int, bytes | bytearray]]]]
            ) -> list[bytes | bytearray]:
     """A complete request frame as parts to write in order (the records are not copied):
     the bytes kio writes for the same request, in a fraction of its time (the producer
-    sends one per batch or so)."""
+    sends one per batch or so). Topics are named by name, from v13 by id."""
     flexible = version >= FLEXIBLE_FROM
     client = b"\xff\xff" if client_id is None else _I16.pack(len(client_id.encode())) + \
         client_id.encode()  # header v1 and v2 both write it as a plain string
@@ -176,7 +182,8 @@ def encode(version: int, correlation_id: int, client_id: str | None,
     parts: list[bytes | bytearray] = []
     pending = head
     for name, partitions in topics:
-        pending += (_string(name, flexible), _count(len(partitions), flexible))
+        pending += (name.bytes if isinstance(name, uuid.UUID) else _string(name, flexible),
+                    _count(len(partitions), flexible))
         for index, records in partitions:
             pending += (_I32.pack(index),
                         _uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
