@@ -33,7 +33,6 @@ IO_TIMEOUT = 60.0
 # must be served here at least in Kafka 4.1's versions.
 NOT_SERVED = {
     17: "SaslHandshake: no SASL listeners",
-    23: "OffsetForLeaderEpoch: every partition has had one leader epoch, 0",
     29: "DescribeAcls: no authorizer",
     30: "CreateAcls: no authorizer",
     31: "DeleteAcls: no authorizer",

@@ -18,6 +18,13 @@ latest offset in tiered storage (v9, KIP-1005). Without tiered storage the local
 whole log (-4 answers the log start offset) and nothing is tiered (-5 answers offset -1 with
 leader epoch -1), as Kafka answers when remote storage is off. v10's timeout bounds a remote
 lookup: there is none.
+
+OffsetForLeaderEpoch (KIP-101, KIP-320: a consumer checks that the log it read was not
+truncated under it): every partition has had one leader, this broker, at epoch 0, from the
+log's start. Epoch 0 ends at the log end offset; any other epoch asked for is unknown
+(-1, -1), as Kafka's leader epoch cache answers an epoch above its latest. A
+``current_leader_epoch`` other than -1 (no check) and 0 is FENCED_LEADER_EPOCH below 0 and
+UNKNOWN_LEADER_EPOCH above.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import FETCH, LIST_OFFSETS
+from ..protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.messages import Request
 from ..protocol.record_batch import scan_batches
 from ..protocol.records import decode_batch
@@ -43,6 +50,8 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 READ_COMMITTED = 1
+LEADER_EPOCH = 0  # of every partition: one broker, never a new leader
+NO_EPOCH = -1
 _LEADER_HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
@@ -233,3 +242,38 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
         if record.timestamp == best_ts:
             return ErrorCode.none, record.timestamp, record.offset
     return ErrorCode.none, best_ts, best_segment.offset_of_max_timestamp
+
+
+def handle_offset_for_leader_epoch(broker, request: Request):
+    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
+    topics = []
+    for topic_req in request.body.topics:
+        results = []
+        for preq in topic_req.partitions:
+            error, epoch, end = _epoch_end(broker, topic_req.topic, preq.partition,
+                                           getattr(preq, "current_leader_epoch", NO_EPOCH),
+                                           preq.leader_epoch)
+            results.append(build(mod.EpochEndOffset, error_code=error,
+                                 partition=preq.partition, leader_epoch=epoch, end_offset=end))
+        topics.append(build(mod.OffsetForLeaderTopicResult, topic=topic_req.topic,
+                            partitions=tuple(results)))
+    return build(mod.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
+                 topics=tuple(topics))
+
+
+def _epoch_end(broker, topic: str, index: int, current: int,
+               asked: int) -> tuple[ErrorCode, int, int]:
+    partition = broker.topics.partition(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition, NO_EPOCH, -1
+    if current != NO_EPOCH and current < LEADER_EPOCH:
+        return ErrorCode.fenced_leader_epoch, NO_EPOCH, -1
+    if current > LEADER_EPOCH:
+        return ErrorCode.unknown_leader_epoch, NO_EPOCH, -1
+    if asked != LEADER_EPOCH:
+        return ErrorCode.none, NO_EPOCH, -1
+    try:
+        return ErrorCode.none, LEADER_EPOCH, partition.log.log_end_offset
+    except OSError as exc:
+        log.error("offset for leader epoch of %s-%d failed: %s", topic, index, exc)
+        return ErrorCode.kafka_storage_error, NO_EPOCH, -1

@@ -51,7 +51,7 @@ from .configs_admin import (
 )
 from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
-from .fetch import handle_fetch, handle_list_offsets
+from .fetch import handle_fetch, handle_list_offsets, handle_offset_for_leader_epoch
 from .groups import (
     handle_delete_groups,
     handle_describe_groups,
@@ -118,6 +118,7 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.PRODUCE: handle_produce,
     apis.FETCH: handle_fetch,
     apis.LIST_OFFSETS: handle_list_offsets,
+    apis.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     apis.METADATA: handle_metadata,
     apis.FIND_COORDINATOR: handle_find_coordinator,
     apis.API_VERSIONS_KEY: handle_api_versions,

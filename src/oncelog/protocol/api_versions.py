@@ -19,6 +19,7 @@ LIST_CONFIG_RESOURCES = 74  # KIP-1142; v0 was ListClientMetricsResources
 PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
 METADATA = 3
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -67,6 +68,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 13),
     FETCH: (4, 18),
     LIST_OFFSETS: (1, 10),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
     METADATA: (0, 13),
     FIND_COORDINATOR: (0, 6),
     # OffsetCommit and OffsetFetch stop before v10 (topic ids), as Kafka 4.1 does.

@@ -1,0 +1,75 @@
+"""OffsetForLeaderEpoch (KIP-101/KIP-320): every partition has had one leader, this broker,
+at epoch 0. A consumer that resumes from a committed offset with its leader epoch asks where
+that epoch ends before fetching (librdkafka does, once the broker serves the API); the
+answer must let it go on where it stopped, not detect a truncation."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import confluent_kafka
+from brokers import create_topic
+from kio.schema.errors import ErrorCode
+
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.messages import decode_response, encode_request
+from oncelog.protocol.schema import build, request_module
+
+TIMEOUT = 30.0
+
+
+def ask(broker, version: int, topic: str, partition: int, current: int, epoch: int):
+    mod = request_module(apis.OFFSET_FOR_LEADER_EPOCH, version)
+    body = build(mod.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
+        mod.OffsetForLeaderTopic, topic=topic, partitions=(build(
+            mod.OffsetForLeaderPartition, partition=partition, current_leader_epoch=current,
+            leader_epoch=epoch),)),))
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as sock:
+        sock.sendall(encode_request(apis.OFFSET_FOR_LEADER_EPOCH, version, 9, "t", body))
+        sock_file = sock.makefile("rb")
+        (size,) = struct.unpack(">i", sock_file.read(4))
+        _, answer = decode_response(apis.OFFSET_FOR_LEADER_EPOCH, version, sock_file.read(size))
+    (result,) = answer.topics[0].partitions
+    return result.error_code, result.leader_epoch, result.end_offset
+
+
+def test_where_epochs_end(broker):
+    create_topic(broker.bootstrap, "epochs")
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        producer.produce("epochs", b"%d" % i, partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    for version in (2, 3, 4):
+        assert ask(broker, version, "epochs", 0, -1, 0) == (ErrorCode.none, 0, 5)
+        assert ask(broker, version, "epochs", 0, 0, 0) == (ErrorCode.none, 0, 5)
+        assert ask(broker, version, "epochs", 0, 0, 3) == (ErrorCode.none, -1, -1)
+        assert ask(broker, version, "epochs", 0, 2, 0)[0] == ErrorCode.unknown_leader_epoch
+        assert ask(broker, version, "epochs", 7, -1, 0)[0] == \
+            ErrorCode.unknown_topic_or_partition
+
+
+def test_librdkafka_validates_a_position_and_goes_on(broker):
+    """A position with a leader epoch (from a commit, or given) is checked with
+    OffsetForLeaderEpoch before librdkafka fetches from it; epoch 0 ends at the log end, past
+    the position, so nothing was truncated and reading goes on from there."""
+    create_topic(broker.bootstrap, "resume")
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce("resume", b"%d" % i, partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": "validators"})
+    got = []
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("resume", 0, 4, leader_epoch=0)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 6 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append((message.offset(), message.leader_epoch(), message.value()))
+    finally:
+        consumer.close()
+    assert got == [(i, 0, b"%d" % i) for i in range(4, 10)]
