@@ -5,6 +5,7 @@ answer must let it go on where it stopped, not detect a truncation."""
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import time
@@ -12,6 +13,7 @@ import time
 import confluent_kafka
 from brokers import create_topic
 from kio.schema.errors import ErrorCode
+from test_topic_ids import Wire, fetch, topic_id
 
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.messages import decode_response, encode_request
@@ -73,3 +75,37 @@ def test_librdkafka_validates_a_position_and_goes_on(broker):
     finally:
         consumer.close()
     assert got == [(i, 0, b"%d" % i) for i in range(4, 10)]
+
+
+def test_fetch_and_list_offsets_check_the_current_leader_epoch(broker):
+    """KIP-320's check, and KIP-951's hint with FENCED_LEADER_EPOCH (Fetch v16+): the leader
+    (this broker, epoch 0) and its endpoint."""
+    create_topic(broker.bootstrap, "fenced")
+    wire = Wire(broker)
+    try:
+        tid = topic_id(wire, "fenced")
+        for version in (12, 15, 16, 18):
+            key = None if version < 13 else tid
+            _, ok = fetch(wire, version, key, "fenced", current_leader_epoch=0)
+            assert ok.error_code == ErrorCode.none
+            _, ahead = fetch(wire, version, key, "fenced", current_leader_epoch=3)
+            assert ahead.error_code == ErrorCode.unknown_leader_epoch
+            answer = fetch(wire, version, key, "fenced", current_leader_epoch=-2, whole=True)
+            (behind,) = answer.responses[0].partitions
+            assert behind.error_code == ErrorCode.fenced_leader_epoch
+            if version >= 16:
+                assert (behind.current_leader.leader_id, behind.current_leader.leader_epoch) \
+                    == (answer.node_endpoints[0].node_id, 0)
+                assert answer.node_endpoints[0].port == broker.port
+        mod = request_module(apis.LIST_OFFSETS, 10)
+        answer = wire.call(apis.LIST_OFFSETS, 10, "ListOffsetsRequest", replica_id=-1,
+                           isolation_level=0, timeout=datetime.timedelta(seconds=1), topics=(
+                               build(mod.ListOffsetsTopic, name="fenced", partitions=tuple(
+                                   build(mod.ListOffsetsPartition, partition_index=0,
+                                         current_leader_epoch=epoch, timestamp=-1)
+                                   for epoch in (-1, 0, 1, -2))),))
+        assert [p.error_code for p in answer.topics[0].partitions] == [
+            ErrorCode.none, ErrorCode.none, ErrorCode.unknown_leader_epoch,
+            ErrorCode.fenced_leader_epoch]
+    finally:
+        wire.close()

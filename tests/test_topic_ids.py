@@ -78,9 +78,11 @@ def produce_v13(wire: Wire, tid: uuid.UUID, value: bytes):
     return partition
 
 
-def fetch(wire: Wire, version: int, tid: uuid.UUID | None, name: str = ""):
+def fetch(wire: Wire, version: int, tid: uuid.UUID | None, name: str = "",
+          current_leader_epoch: int = -1, whole: bool = False):
     mod = request_module(apis.FETCH, version)
-    part = build(mod.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=0,
+    part = build(mod.FetchPartition, partition=0, current_leader_epoch=current_leader_epoch,
+                 fetch_offset=0,
                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20,
                  replica_directory_id=None, high_watermark=-1)
     answer = wire.call(apis.FETCH, version, "FetchRequest", cluster_id=None,
@@ -91,6 +93,8 @@ def fetch(wire: Wire, version: int, tid: uuid.UUID | None, name: str = ""):
                            build(mod.FetchTopic, topic=name, topic_id=tid,
                                  partitions=(part,)),),
                        forgotten_topics_data=(), rack_id="")
+    if whole:
+        return answer
     (topic,) = answer.responses
     (partition,) = topic.partitions
     return topic, partition

@@ -22,9 +22,11 @@ lookup: there is none.
 OffsetForLeaderEpoch (KIP-101, KIP-320: a consumer checks that the log it read was not
 truncated under it): every partition has had one leader, this broker, at epoch 0, from the
 log's start. Epoch 0 ends at the log end offset; any other epoch asked for is unknown
-(-1, -1), as Kafka's leader epoch cache answers an epoch above its latest. A
-``current_leader_epoch`` other than -1 (no check) and 0 is FENCED_LEADER_EPOCH below 0 and
-UNKNOWN_LEADER_EPOCH above.
+(-1, -1), as Kafka's leader epoch cache answers an epoch above its latest.
+
+The ``current_leader_epoch`` a client sends with Fetch (v9+), ListOffsets (v4+) and
+OffsetForLeaderEpoch is checked as Kafka checks it (KIP-320): -1 is no check, below 0
+FENCED_LEADER_EPOCH, above 0 UNKNOWN_LEADER_EPOCH.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ LATEST_TIERED_TIMESTAMP = -5
 READ_COMMITTED = 1
 LEADER_EPOCH = 0  # of every partition: one broker, never a new leader
 NO_EPOCH = -1
+LEADER_HINTS_FROM = 16  # KIP-951
 _LEADER_HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
@@ -71,7 +74,8 @@ async def handle_fetch(broker, request: Request):
         finally:
             for w in waiters:
                 w.cancel()
-    hinted = any(p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
+    hinted = request.api_version >= LEADER_HINTS_FROM and any(
+        p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
     nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=broker.advertised_host,
                    port=broker.advertised_port, rack=None),) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
@@ -99,6 +103,8 @@ def _read_all(broker, mod, body, version: int):
                 error = ErrorCode.unknown_topic_id
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
+            elif (fenced := epoch_problem(getattr(preq, "current_leader_epoch", NO_EPOCH))):
+                error = fenced
             else:
                 try:
                     plog = partition.log
@@ -133,7 +139,7 @@ def _read_all(broker, mod, body, version: int):
                          error.name, start, hw)
             leader = {"current_leader": build(mod.LeaderIdAndEpoch, leader_id=broker.broker_id,
                                               leader_epoch=0)} \
-                if error in _LEADER_HINTED and version >= 16 else {}
+                if error in _LEADER_HINTED and version >= LEADER_HINTS_FROM else {}
             results.append(build(
                 mod.PartitionData, partition_index=preq.partition, error_code=error,
                 high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
@@ -174,6 +180,9 @@ def handle_list_offsets(broker, request: Request):
                 error, timestamp, offset = _list_offset(broker, topic_req.name,
                                                         preq.partition_index, preq.timestamp,
                                                         committed)
+                fenced = epoch_problem(getattr(preq, "current_leader_epoch", NO_EPOCH))
+                if fenced and error == ErrorCode.none:
+                    error, timestamp, offset = fenced, -1, -1
             except OSError as exc:
                 log.error("list offsets of %s-%d failed: %s", topic_req.name,
                           preq.partition_index, exc)
@@ -266,10 +275,8 @@ def _epoch_end(broker, topic: str, index: int, current: int,
     partition = broker.topics.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, NO_EPOCH, -1
-    if current != NO_EPOCH and current < LEADER_EPOCH:
-        return ErrorCode.fenced_leader_epoch, NO_EPOCH, -1
-    if current > LEADER_EPOCH:
-        return ErrorCode.unknown_leader_epoch, NO_EPOCH, -1
+    if fenced := epoch_problem(current):
+        return fenced, NO_EPOCH, -1
     if asked != LEADER_EPOCH:
         return ErrorCode.none, NO_EPOCH, -1
     try:
@@ -277,3 +284,11 @@ def _epoch_end(broker, topic: str, index: int, current: int,
     except OSError as exc:
         log.error("offset for leader epoch of %s-%d failed: %s", topic, index, exc)
         return ErrorCode.kafka_storage_error, NO_EPOCH, -1
+
+
+def epoch_problem(current: int) -> ErrorCode | None:
+    """What the leader epoch a client believes current makes of its request (KIP-320)."""
+    if current == NO_EPOCH or current == LEADER_EPOCH:
+        return None
+    return ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH \
+        else ErrorCode.unknown_leader_epoch
