@@ -32,11 +32,6 @@ IO_TIMEOUT = 60.0
 # Kafka 4.1's APIs that this broker does not serve, and why; anything else Kafka 4.1 serves
 # must be served here at least in Kafka 4.1's versions.
 NOT_SERVED = {
-    17: "SaslHandshake: no SASL listeners",
-    29: "DescribeAcls: no authorizer",
-    30: "CreateAcls: no authorizer",
-    31: "DeleteAcls: no authorizer",
-    36: "SaslAuthenticate: no SASL listeners",
     38: "CreateDelegationToken: no SASL",
     39: "RenewDelegationToken: no SASL",
     40: "ExpireDelegationToken: no SASL",

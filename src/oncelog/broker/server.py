@@ -88,6 +88,13 @@ from .transactions import (
     make_transaction_coordinator,
 )
 from .txn_markers import handle_write_txn_markers
+from .unsecured import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+    handle_sasl_authenticate,
+    handle_sasl_handshake,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,11 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     apis.DESCRIBE_QUORUM: handle_describe_quorum,
     apis.LIST_CONFIG_RESOURCES: handle_list_config_resources,
+    apis.SASL_HANDSHAKE: handle_sasl_handshake,
+    apis.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    apis.DESCRIBE_ACLS: handle_describe_acls,
+    apis.CREATE_ACLS: handle_create_acls,
+    apis.DELETE_ACLS: handle_delete_acls,
     apis.PRODUCE: handle_produce,
     apis.FETCH: handle_fetch,
     apis.LIST_OFFSETS: handle_list_offsets,

@@ -15,6 +15,12 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
 DESCRIBE_QUORUM = 55
 LIST_CONFIG_RESOURCES = 74  # KIP-1142; v0 was ListClientMetricsResources
+# answered as a broker without SASL or an authorizer answers them (broker/unsecured.py)
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 
 PRODUCE = 0
 FETCH = 1
@@ -64,6 +70,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     DESCRIBE_QUORUM: (0, 2),
     LIST_CONFIG_RESOURCES: (0, 1),
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     # Produce v13, Fetch v13+ and DeleteTopics v6 name topics by id (KIP-516).
     PRODUCE: (3, 13),
     FETCH: (4, 18),

@@ -1,0 +1,62 @@
+"""What a Kafka broker without SASL and without an authorizer answers to the security APIs,
+answered the same here: a client configured for them learns why, instead of losing its
+connection.
+
+- SaslHandshake and SaslAuthenticate: ILLEGAL_SASL_STATE, as Kafka answers them on a
+  listener that does not authenticate with SASL (the only kind here).
+- DescribeAcls, CreateAcls, DeleteAcls: SECURITY_DISABLED, "No Authorizer is configured.",
+  for the request (Describe) or each creation or filter.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..protocol.api_versions import (
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
+from ..protocol.messages import Request
+from ..protocol.schema import build, response_module
+from .api_meta import NO_THROTTLE
+
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+def handle_sasl_handshake(broker, request: Request):
+    mod = response_module(SASL_HANDSHAKE, request.api_version)
+    return build(mod.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state,
+                 mechanisms=())
+
+
+def handle_sasl_authenticate(broker, request: Request):
+    mod = response_module(SASL_AUTHENTICATE, request.api_version)
+    return build(mod.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
+                 error_message="this listener does not authenticate with SASL",
+                 auth_bytes=b"", session_lifetime=datetime.timedelta(0))
+
+
+def handle_describe_acls(broker, request: Request):
+    mod = response_module(DESCRIBE_ACLS, request.api_version)
+    return build(mod.DescribeAclsResponse, throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.security_disabled, error_message=NO_AUTHORIZER,
+                 resources=())
+
+
+def handle_create_acls(broker, request: Request):
+    mod = response_module(CREATE_ACLS, request.api_version)
+    return build(mod.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        build(mod.AclCreationResult, error_code=ErrorCode.security_disabled,
+              error_message=NO_AUTHORIZER) for _ in request.body.creations))
+
+
+def handle_delete_acls(broker, request: Request):
+    mod = response_module(DELETE_ACLS, request.api_version)
+    return build(mod.DeleteAclsResponse, throttle_time=NO_THROTTLE, filter_results=tuple(
+        build(mod.DeleteAclsFilterResult, error_code=ErrorCode.security_disabled,
+              error_message=NO_AUTHORIZER, matching_acls=()) for _ in request.body.filters))
