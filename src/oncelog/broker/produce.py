@@ -13,6 +13,9 @@ transactional id cannot be verified: INVALID_TXN_STATE, as Kafka answers.
 From v13 a topic is named by its id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for
 each of its partitions. From v10 a partition answered NOT_LEADER_OR_FOLLOWER carries the
 leader and its endpoint (KIP-951); this broker leads every partition it has, so none is.
+A transactional v12+ request adds its partitions to the transaction itself only where
+transaction version 2 is finalized (KIP-890 part 2); this broker finalizes no features, so
+clients send AddPartitionsToTxn first, and v12+ batches are verified as v11's are.
 """
 
 from __future__ import annotations
