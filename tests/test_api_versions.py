@@ -32,10 +32,6 @@ IO_TIMEOUT = 60.0
 # Kafka 4.1's APIs that this broker does not serve, and why; anything else Kafka 4.1 serves
 # must be served here at least in Kafka 4.1's versions.
 NOT_SERVED = {
-    38: "CreateDelegationToken: no SASL",
-    39: "RenewDelegationToken: no SASL",
-    40: "ExpireDelegationToken: no SASL",
-    41: "DescribeDelegationToken: no SASL",
     48: "DescribeClientQuotas: no quotas",
     49: "AlterClientQuotas: no quotas",
     50: "DescribeUserScramCredentials: no SASL",
@@ -110,14 +106,14 @@ def _least(hint: typing.Any) -> typing.Any:
     if dataclasses.is_dataclass(hint):
         return _minimal(hint)
     if isinstance(hint, type):
+        if issubclass(hint, datetime.timedelta):
+            return datetime.timedelta(0)
         if issubclass(hint, bool):
             return False
         if issubclass(hint, int):
             return hint(0)
         if issubclass(hint, str):
             return hint("")
-        if issubclass(hint, datetime.timedelta):
-            return hint(0)
         if issubclass(hint, uuid.UUID):
             return None
         if issubclass(hint, bytes):

@@ -90,8 +90,12 @@ from .transactions import (
 from .txn_markers import handle_write_txn_markers
 from .unsecured import (
     handle_create_acls,
+    handle_create_delegation_token,
     handle_delete_acls,
     handle_describe_acls,
+    handle_describe_delegation_token,
+    handle_expire_delegation_token,
+    handle_renew_delegation_token,
     handle_sasl_authenticate,
     handle_sasl_handshake,
 )
@@ -127,6 +131,10 @@ HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
     apis.DESCRIBE_ACLS: handle_describe_acls,
     apis.CREATE_ACLS: handle_create_acls,
     apis.DELETE_ACLS: handle_delete_acls,
+    apis.CREATE_DELEGATION_TOKEN: handle_create_delegation_token,
+    apis.RENEW_DELEGATION_TOKEN: handle_renew_delegation_token,
+    apis.EXPIRE_DELEGATION_TOKEN: handle_expire_delegation_token,
+    apis.DESCRIBE_DELEGATION_TOKEN: handle_describe_delegation_token,
     apis.PRODUCE: handle_produce,
     apis.FETCH: handle_fetch,
     apis.LIST_OFFSETS: handle_list_offsets,
