@@ -10,7 +10,7 @@ lookup by timestamp finds nothing from there on.
 Fetch v13+ names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for each of
 its partitions. From v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
 carries the leader, and the answer its endpoint (KIP-951); this broker leads every partition
-it has at epoch 0, so none is.
+it has at epoch 0, so only a fetch that names an epoch below -1 gets one.
 
 ListOffsets' special timestamps: -1 latest, -2 earliest, -3 the record with the largest
 timestamp (v7, KIP-734), -4 the earliest offset in local storage (v8, KIP-405) and -5 the
