@@ -36,6 +36,7 @@ from .config import (
     render,
 )
 from .dynamic_config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, AlterError
+from .log_limits import log_safe
 from .topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -223,8 +224,8 @@ def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
                                  "(topics: 2, brokers: 4)")
         except (AlterError, TopicError) as exc:
             error, message = exc.error, str(exc)
-            log.info("alter configs of %s %r refused: %s (%s)", _kind(res.resource_type),
-                     res.resource_name, message, error.name)
+            log.info("alter configs of %s %s refused: %s (%s)", _kind(res.resource_type),
+                     log_safe(res.resource_name), log_safe(message), error.name)
         results.append((res, error, message))
     if broker_changed:
         broker.topics.reconfigure_all()

@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import BadVersion, MetadataStore
 from .config import BROKER_CONFIGS, BrokerConfig, ConfigError, ConfigKey, render
+from .log_limits import log_safe
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,8 @@ def load(store: MetadataStore, config: BrokerConfig) -> None:
                     raise ConfigError("not a dynamic config")
                 layer[name] = BROKER_CONFIGS[name].parse(text)
             except (ConfigError, KeyError) as exc:
-                log.warning("dynamic broker config %s=%r for %r left out: %s", name, text,
-                            entity or "<default>", exc)
+                log.warning("dynamic broker config %s=%s for %r left out: %s", name,
+                            log_safe(text), entity or "<default>", exc)
     try:
         config.check()
     except ConfigError as exc:  # the static file changed under them: static wins
@@ -199,5 +200,6 @@ def alter_broker(store: MetadataStore, config: BrokerConfig, entity: str,
         raise AlterError(ErrorCode.kafka_storage_error,
                          f"storing the configs failed: {exc}") from None
     setattr(config, layer, parsed)
-    log.info("dynamic broker configs of %s are now %s", entity or "<default>", texts)
+    log.info("dynamic broker configs of %s are now %s", entity or "<default>",
+             log_safe(texts, 1000))
     return True

@@ -24,6 +24,7 @@ from ..protocol.messages import Request
 from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
 from .answers import CLOSE_CONNECTION, LaterAnswer
+from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> b
         if error is not None:
             result = partitions[i]
             log.error("produce to %s-%d from %s not acknowledged: %s", topic, result.index,
-                      request.client_id, error)
+                      log_safe(request.client_id), error)
             partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
                                             -1, result.log_start_offset,
                                             f"making the records durable failed: {error}")

@@ -65,6 +65,7 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
+from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .partition_admin import (
     handle_alter_partition_reassignments,
     handle_create_partitions,
@@ -88,6 +89,9 @@ from .transactions import (
 from .txn_markers import handle_write_txn_markers
 
 log = logging.getLogger(__name__)
+# Connections closed for what their client sent: one client reconnecting in a loop must not
+# write a line each time.
+_refused = RateLimitedLog(log)
 
 METADATA_DIR = ".oncelog-metadata"
 _CLOSE = CLOSE_CONNECTION
@@ -230,6 +234,7 @@ class Broker:
                 self.config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
                 self.transactions.expire_ids)),
             asyncio.create_task(self._load_groups()),
+            asyncio.create_task(self._every(10_000, flush_rate_limited)),
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
@@ -357,10 +362,12 @@ class Broker:
                          exc.api_version)
                 return encode_response(apis.API_VERSIONS_KEY, 0, exc.correlation_id,
                                        unsupported_api_versions_body())
-            log.warning("%s: %s; closing the connection", peer, exc)
+            _refused.log(logging.WARNING, "unsupported version",
+                         "%s: %s; closing the connection", peer, log_safe(exc))
             return _CLOSE
         except ProtocolError as exc:
-            log.warning("%s: %s; closing the connection", peer, exc)
+            _refused.log(logging.WARNING, "malformed request", "%s: %s; closing the connection",
+                         peer, log_safe(exc))
             return _CLOSE
         try:
             body = HANDLERS[request.api_key](self, request)
@@ -572,7 +579,8 @@ class Connection(asyncio.BufferedProtocol):
             if reader.held_back:
                 frames += reader.frames(0, 0, self._admit)
         except ProtocolError as exc:
-            log.warning("%s: %s; closing the connection", self.peer, exc)
+            _refused.log(logging.WARNING, "malformed frame", "%s: %s; closing the connection",
+                         self.peer, log_safe(exc))
             self.close()
             return False
         if frames:

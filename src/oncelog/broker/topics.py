@@ -34,6 +34,7 @@ from .config import (
 )
 from .log_dir_moves import LogDirMoves
 from .log_dirs import LogDir
+from .log_limits import log_safe
 from .partition import IssuedProducerIds, Partition
 
 log = logging.getLogger(__name__)
@@ -372,7 +373,7 @@ class TopicManager:
                              f"writing the topic's metadata failed: {exc}") from None
         topic.overrides = parsed
         self.reconfigure(topic)
-        log.info("topic %s configs are now %s", name, configs)
+        log.info("topic %s configs are now %s", name, log_safe(configs, 1000))
 
     def override_texts(self, topic: Topic) -> dict[str, str]:
         return {key: render(value) for key, value in topic.overrides.items()}
