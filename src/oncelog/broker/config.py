@@ -144,11 +144,14 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
 
 
 def _cleanup_policy(text: str) -> str:
-    """Kafka's list: ``delete``, ``compact`` or both, comma-separated."""
-    policies = [p.strip() for p in text.split(",")]
-    if not policies or not all(p in ("delete", "compact") for p in policies):
-        raise ConfigError(f"expected delete, compact or both (comma-separated), got {text!r}")
-    return ",".join(policies)
+    """Kafka's list: ``delete``, ``compact``, both, or empty (KIP-1161: neither, so nothing
+    is ever removed but by DeleteRecords, as retention.ms=-1 and retention.bytes=-1 would
+    have it); a policy named twice counts once."""
+    policies = [p.strip() for p in text.split(",")] if text.strip() else []
+    if not all(p in ("delete", "compact") for p in policies):
+        raise ConfigError(f"expected delete, compact, both (comma-separated) or nothing, "
+                          f"got {text!r}")
+    return ",".join(dict.fromkeys(policies))
 
 
 def is_compacted(cleanup_policy: str) -> bool:
