@@ -19,6 +19,8 @@ from confluent_kafka.admin import (
 from confluent_kafka.admin import ConfigResource as CResource
 from kio.schema.errors import ErrorCode
 
+from oncelog import Admin, ConfigResource
+
 TIMEOUT = 20.0
 
 
@@ -72,3 +74,81 @@ def test_empty_cleanup_policy_keeps_everything(start_broker):
     broker.restart()
     assert _describe(admin, ResourceType.TOPIC, "subtract-empty")["cleanup.policy"] == ""
     assert _records(broker.bootstrap, topic) == (0, 20)
+
+
+def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        return consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)[0].offset
+    finally:
+        consumer.close()
+
+
+def _refused(call, *args) -> ErrorCode:
+    with pytest.raises(KafkaException) as caught:
+        call(*args)
+    return ErrorCode(caught.value.args[0].code())
+
+
+def test_clients_cannot_create_internal_topics(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for name in ("__consumer_offsets", "__transaction_state"):
+        futures = admin.create_topics([NewTopic(name, 1, 1, config={
+            "cleanup.policy": "delete", "retention.ms": "0"})])
+        assert _refused(futures[name].result, TIMEOUT) == ErrorCode.invalid_request
+    # the broker still creates __consumer_offsets itself, as it must be
+    create_topic(broker.bootstrap, "t")
+    _commit(broker.bootstrap, "g", "t", 7)
+    described = _describe(admin, ResourceType.TOPIC, "__consumer_offsets")
+    assert described["cleanup.policy"] == "compact"
+    assert _committed(broker.bootstrap, "g", "t") == 7
+
+
+def test_internal_topics_stay_compacted(start_broker):
+    broker = start_broker(log_retention_check_interval_ms="100")
+    create_topic(broker.bootstrap, "t")
+    _commit(broker.bootstrap, "g", "t", 42)
+    _commit(broker.bootstrap, "g2", "t", 1)  # __transaction_state exists once a txn starts
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "x"})
+    txn.init_transactions(TIMEOUT)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    hostile = [
+        [("cleanup.policy", AlterConfigOpType.SET, "delete")],
+        [("cleanup.policy", AlterConfigOpType.SET, "compact,delete")],
+        [("cleanup.policy", AlterConfigOpType.SET, "")],
+        [("cleanup.policy", AlterConfigOpType.APPEND, "delete")],
+        [("cleanup.policy", AlterConfigOpType.DELETE, None)],  # back to the broker's delete
+        [("segment.bytes", AlterConfigOpType.SET, "14")],
+        [("retention.ms", AlterConfigOpType.SET, "0"),
+         ("cleanup.policy", AlterConfigOpType.SET, "delete")],
+    ]
+    for name in ("__consumer_offsets", "__transaction_state"):
+        for ops in hostile:
+            code = _refused(_incremental, admin, ResourceType.TOPIC, name, *ops)
+            assert code == ErrorCode.invalid_config, (name, ops, code)
+        # AlterConfigs replaces the whole set: without cleanup.policy it would be delete
+        # (kafka-python fills in the current overrides first; oncelog's Admin sends as told)
+        with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
+            res = ConfigResource("topic", name)
+            error = ours.alter_configs({res: {"retention.ms": "0"}})[res]
+        assert error is not None and error.code() == ErrorCode.invalid_config, error
+        # what keeps the guarantees is still accepted
+        _incremental(admin, ResourceType.TOPIC, name,
+                     ("retention.ms", AlterConfigOpType.SET, "0"),
+                     ("segment.bytes", AlterConfigOpType.SET, str(64 << 20)))
+        assert _describe(admin, ResourceType.TOPIC, name)["cleanup.policy"] == "compact"
+    time.sleep(0.5)  # retention.ms=0 under five retention checks: compact keeps the offsets
+    broker.restart()
+    assert _committed(broker.bootstrap, "g", "t") == 42

@@ -10,6 +10,7 @@ import shutil
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,43 @@ STRAY_SUFFIX = "-stray"
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# The broker key each internal topic's segment.bytes comes from at creation.
+_INTERNAL_SEGMENT_KEYS = {OFFSETS_TOPIC: "offsets.topic.segment.bytes",
+                          TRANSACTION_STATE_TOPIC: "transaction.state.log.segment.bytes"}
+_INTERNAL_SEGMENT_FLOOR = 1 << 20
+
+
+def internal_topic_problem(name: str, get: Callable[[str], Any],
+                           segment_floor: int) -> str | None:
+    """What the internal topics' coordinators need of them, whoever asks (a client's
+    CreateTopics, AlterConfigs or IncrementalAlterConfigs, or overrides stored by an older
+    version); ``get(key)`` is a topic config's value as it would be in effect,
+    ``segment_floor`` the least segment.bytes allowed.
+
+    | request                               | answer                                       |
+    |---------------------------------------|----------------------------------------------|
+    | CreateTopics of an internal name      | INVALID_REQUEST: the broker creates it on    |
+    |                                       | first use with its partition count (Kafka    |
+    |                                       | refuses __cluster_metadata the same way)     |
+    | cleanup.policy other than compact     | INVALID_CONFIG: delete (with compact, or by  |
+    | (set, appended, emptied or deleted    | falling back to the broker's default) would  |
+    | back to the broker's default)         | remove committed offsets and transaction     |
+    |                                       | states by age or size                        |
+    | segment.bytes below 1 MiB (Kafka 4's  | INVALID_CONFIG: a segment per record would   |
+    | minimum), or below the broker's       | hold a file per record open; an operator may |
+    | offsets.topic.segment.bytes or        | go lower with those broker keys              |
+    | transaction.state.log.segment.bytes   |                                              |
+    | when that is lower                    |                                              |
+    | any other key (retention.ms=0 too:    | accepted: nothing a coordinator relies on    |
+    | compact alone applies no retention)   |                                              |
+    """
+    if get("cleanup.policy") != "compact":
+        return (f"cleanup.policy of internal topic {name} must stay compact (got "
+                f"{render(get('cleanup.policy'))!r}): its coordinator's state would be lost")
+    if get("segment.bytes") < segment_floor:
+        return (f"segment.bytes of internal topic {name} must be at least {segment_floor}, "
+                f"got {get('segment.bytes')}")
+    return None
 
 
 class TopicError(Exception):
@@ -235,6 +273,12 @@ class TopicManager:
 
     def _materialize(self, name: str, value: dict[str, Any]) -> Topic:
         overrides = validate_topic_configs(value.get("configs", {}))
+        if name in INTERNAL_TOPICS:
+            problem = self._internal_problem(name, overrides)
+            if problem:  # stored before the rule: the coordinator's needs win
+                log.warning("%s; using cleanup.policy=compact and segment.bytes=%d instead",
+                            problem, self.config.get(_INTERNAL_SEGMENT_KEYS[name]))
+                overrides.update(self._internal_overrides(name))
         topic = Topic(name, uuid.UUID(value["id"]), overrides)
         topic.partitions = [self._partition(topic, i) for i in range(value["partitions"])]
         self.topics[name] = topic
@@ -332,7 +376,8 @@ class TopicManager:
         for topic in list(self.topics.values()):
             self.reconfigure(topic)
 
-    def check_overrides(self, configs: dict[str, str | None]) -> dict[str, Any]:
+    def check_overrides(self, configs: dict[str, str | None],
+                        name: str | None = None) -> dict[str, Any]:
         """A topic's overrides parsed and checked together; ConfigError naming the key."""
         parsed = validate_topic_configs(configs)
         lag_problem = compaction_lag_problem(*(
@@ -340,7 +385,16 @@ class TopicManager:
             for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")))
         if lag_problem:
             raise ConfigError(lag_problem)
+        if name in INTERNAL_TOPICS:
+            problem = self._internal_problem(name, parsed)
+            if problem:
+                raise ConfigError(problem)
         return parsed
+
+    def _internal_problem(self, name: str, overrides: dict[str, Any]) -> str | None:
+        return internal_topic_problem(
+            name, lambda key: overrides.get(key, self.config.topic_default(key)),
+            min(_INTERNAL_SEGMENT_FLOOR, self.config.get(_INTERNAL_SEGMENT_KEYS[name])))
 
     def alter_configs(self, name: str, configs: dict[str, str],
                       validate_only: bool = False) -> None:
@@ -351,7 +405,7 @@ class TopicManager:
             raise TopicError(ErrorCode.unknown_topic_or_partition,
                              f"topic {name!r} does not exist")
         try:
-            parsed = self.check_overrides(configs)
+            parsed = self.check_overrides(configs, name)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
@@ -398,9 +452,11 @@ class TopicManager:
 
     def create(self, name: str, num_partitions: int, replication_factor: int,
                configs: dict[str, str | None], validate_only: bool = False,
-               assignments: dict[int, list[int]] | None = None) -> Topic:
+               assignments: dict[int, list[int]] | None = None,
+               internal: bool = False) -> Topic:
         """``assignments``: partition index -> broker ids, given instead of a partition count
-        and a replication factor (both -1 then), as Kafka's CreateTopics takes them."""
+        and a replication factor (both -1 then), as Kafka's CreateTopics takes them.
+        ``internal``: the broker creates one of INTERNAL_TOPICS (clients may not)."""
         if assignments:
             num_partitions, replication_factor = self._from_assignments(
                 num_partitions, replication_factor, assignments)
@@ -409,6 +465,10 @@ class TopicManager:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if name in INTERNAL_TOPICS and not internal:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Creation of internal topic {name} is prohibited: the broker "
+                             f"creates it on first use")
         if num_partitions == -1:
             num_partitions = self.config.get("num.partitions")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
@@ -422,7 +482,7 @@ class TopicManager:
                 f"replication factor {replication_factor} is larger than the 1 broker available",
             )
         try:
-            self.check_overrides(configs)
+            self.check_overrides(configs, name)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
@@ -557,22 +617,24 @@ class TopicManager:
         """``__transaction_state``, created on first use as Kafka creates it: compacted, with
         transaction.state.log.num.partitions partitions."""
         return self._internal_topic(TRANSACTION_STATE_TOPIC,
-                                    "transaction.state.log.num.partitions",
-                                    "transaction.state.log.segment.bytes")
+                                    "transaction.state.log.num.partitions")
 
-    def _internal_topic(self, name: str, partitions_key: str, segment_key: str) -> Topic:
+    def _internal_topic(self, name: str, partitions_key: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
-            topic = self.create(name, self.config.get(partitions_key), 1, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.get(segment_key))})
+            topic = self.create(name, self.config.get(partitions_key), 1,
+                                self._internal_overrides(name, text=True), internal=True)
         return topic
+
+    def _internal_overrides(self, name: str, text: bool = False) -> dict[str, Any]:
+        segment_bytes = self.config.get(_INTERNAL_SEGMENT_KEYS[name])
+        return {"cleanup.policy": "compact",
+                "segment.bytes": str(segment_bytes) if text else segment_bytes}
 
     def offsets_topic(self) -> Topic:
         """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
-        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
-                                    "offsets.topic.segment.bytes")
+        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
