@@ -25,9 +25,9 @@ LOG_SAFE_CHARS = 200
 
 
 def log_safe(text: object, limit: int = LOG_SAFE_CHARS) -> str:
-    """``text`` (any object, as ``%r`` shows it when it is not a string) cut to ``limit``
+    """``text`` (any object, as ``%s`` shows it) cut to ``limit``
     characters, its length noted when cut."""
-    shown = text if isinstance(text, str) else repr(text)
+    shown = text if isinstance(text, str) else str(text)
     if len(shown) <= limit:
         return shown
     return f"{shown[:limit]}...[{len(shown):,} chars]"

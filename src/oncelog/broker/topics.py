@@ -34,7 +34,7 @@ from .config import (
     validate_topic_configs,
 )
 from .log_dir_moves import LogDirMoves
-from .log_dirs import LogDir
+from .log_dirs import LogDir, suffixed_dir_name
 from .log_limits import log_safe
 from .partition import IssuedProducerIds, Partition
 
@@ -114,6 +114,12 @@ def topic_name_problem(name: str | None) -> str | None:
     return None
 
 
+def _unify(name: str) -> str:
+    """Names that differ only in '.' and '_' collide (Kafka's Topic.unifyCollisionChars):
+    metric names turn one into the other."""
+    return name.replace(".", "_")
+
+
 @dataclass
 class Topic:
     name: str
@@ -129,6 +135,7 @@ class TopicManager:
         self.store = store
         self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
+        self._unified: dict[str, str] = {}  # _unify(name) -> name, for collisions
         self.disk = disk or default_disk()
         # JBOD: every directory of log.dirs holds partitions, each its own health (one that
         # fails takes only its partitions offline). The first also holds the broker's
@@ -186,6 +193,7 @@ class TopicManager:
                                   exc)
                         continue
                     del self.topics[topic.name]
+                    self._unified.pop(_unify(topic.name), None)
                 deleted.append(path)
                 touched.add(os.path.dirname(path))
                 continue
@@ -262,7 +270,8 @@ class TopicManager:
         return min(online, key=lambda state: self._load[state.path])
 
     def _move_aside(self, path: str, suffix: str) -> str:
-        aside = f"{path}.{uuid.uuid4().hex}{suffix}"
+        aside = os.path.join(os.path.dirname(path), suffixed_dir_name(
+            os.path.basename(path), uuid.uuid4().hex, suffix))
         self.disk.rename(path, aside)
         return aside
 
@@ -282,6 +291,7 @@ class TopicManager:
         topic = Topic(name, uuid.UUID(value["id"]), overrides)
         topic.partitions = [self._partition(topic, i) for i in range(value["partitions"])]
         self.topics[name] = topic
+        self._unified[_unify(name)] = name
         return topic
 
     def _partition(self, topic: Topic, index: int) -> Partition:
@@ -465,6 +475,10 @@ class TopicManager:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        other = self._unified.get(_unify(name))
+        if other is not None:  # Kafka's Topic.hasCollision: metrics use either as the same
+            raise TopicError(ErrorCode.invalid_topic_exception,
+                             f"Topic '{name}' collides with existing topic: {other}")
         if name in INTERNAL_TOPICS and not internal:
             raise TopicError(ErrorCode.invalid_request,
                              f"Creation of internal topic {name} is prohibited: the broker "
@@ -652,7 +666,8 @@ class TopicManager:
         for partition in topic.partitions:
             self.moves.cancel(partition)
             if os.path.isdir(partition.dir):
-                target = f"{partition.dir}.{topic.topic_id.hex}{DELETE_SUFFIX}"
+                target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
+                    os.path.basename(partition.dir), topic.topic_id.hex, DELETE_SUFFIX))
                 try:
                     self.disk.rename(partition.dir, target)
                     aside.append(target)
@@ -672,6 +687,7 @@ class TopicManager:
             partition.delete()
             self._load[partition.log_dir.path] -= 1
         del self.topics[name]
+        self._unified.pop(_unify(name), None)
         try:
             self.store.delete(f"topics/{name}")
         except OSError as exc:  # the renames decided it: the next start finishes it

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +34,21 @@ def _field_names(cls: type) -> frozenset[str]:
 
 def build(cls: type, **values: Any) -> Any:
     names = _field_names(cls)
+    message = values.get("error_message")
+    if isinstance(message, str) and "/" in message:
+        values["error_message"] = without_paths(message)
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+# An absolute path, as an OSError's text quotes it (quoted or not): what a server's files are
+# called is none of a client's business, so no error message carries one.
+_PATH = re.compile(r"""(?<![\w.~-])/[^\s'",;:()\[\]]*""")
+
+
+def without_paths(message: str) -> str:
+    """``message`` with every absolute path replaced by ``<path>``: every response's
+    error_message goes through here (``build``)."""
+    return _PATH.sub("<path>", message)
 
 
 def has_field(cls: type, name: str) -> bool:
