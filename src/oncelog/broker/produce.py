@@ -23,6 +23,7 @@ from ..protocol import produce_response
 from ..protocol.messages import Request
 from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
+from ..protocol.schema import without_paths
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
@@ -76,7 +77,8 @@ def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> b
                       log_safe(request.client_id), error)
             partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
                                             -1, result.log_start_offset,
-                                            f"making the records durable failed: {error}")
+                                            without_paths(
+                                                f"making the records durable failed: {error}"))
     return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
@@ -90,10 +92,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                record_errors: tuple = ()) -> tuple[PartitionResult, None]:
         # Logged as well as answered: clients often show only the code, and with acks=0
         # the log is the only trace of a refused batch.
-        log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
-                message, error.name)
+        log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index,
+                log_safe(client_id), log_safe(message), error.name)
         start = -1 if partition is None else _log_start_offset(partition)
-        return PartitionResult(index, int(error), -1, start, message,
+        return PartitionResult(index, int(error), -1, start, without_paths(message),
                                record_errors=record_errors), None
 
     if acks not in VALID_ACKS:
