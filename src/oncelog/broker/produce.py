@@ -23,7 +23,6 @@ from ..protocol import produce_response
 from ..protocol.messages import Request
 from ..protocol.produce_response import PartitionResult
 from ..protocol.record_batch import InvalidBatch
-from ..protocol.schema import without_paths
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
@@ -77,8 +76,7 @@ def _answer_when_durable(request: Request, topics: list, pending: _Pending) -> b
                       log_safe(request.client_id), error)
             partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
                                             -1, result.log_start_offset,
-                                            without_paths(
-                                                f"making the records durable failed: {error}"))
+                                            f"making the records durable failed: {error}")
     return produce_response.encode(request.api_version, request.correlation_id, topics)
 
 
@@ -95,7 +93,7 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index,
                 log_safe(client_id), log_safe(message), error.name)
         start = -1 if partition is None else _log_start_offset(partition)
-        return PartitionResult(index, int(error), -1, start, without_paths(message),
+        return PartitionResult(index, int(error), -1, start, message,
                                record_errors=record_errors), None
 
     if acks not in VALID_ACKS:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from .errors import ProtocolError
 from .produce_request import WireReader
+from .schema import without_paths
 from .varint import write_uvarint
 
 _I16 = struct.Struct(">h")
@@ -78,7 +79,7 @@ def encode(version: int, correlation_id: int,
                     out.append(_nullable_string(message, flexible))
                     if flexible:
                         out.append(b"\x00")
-                out.append(_nullable_string(p.error_message, flexible))
+                out.append(_nullable_string(without_paths(p.error_message), flexible))
             if flexible:
                 out.append(b"\x00")
         if flexible:

@@ -34,10 +34,14 @@ def _field_names(cls: type) -> frozenset[str]:
 
 def build(cls: type, **values: Any) -> Any:
     names = _field_names(cls)
-    message = values.get("error_message")
-    if isinstance(message, str) and "/" in message:
-        values["error_message"] = without_paths(message)
+    if "error_message" in values and _is_response(cls):
+        values["error_message"] = without_paths(values["error_message"])
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@functools.cache
+def _is_response(cls: type) -> bool:
+    return cls.__module__.endswith(".response")
 
 
 # An absolute path, as an OSError's text quotes it (quoted or not): what a server's files are
@@ -45,9 +49,11 @@ def build(cls: type, **values: Any) -> Any:
 _PATH = re.compile(r"""(?<![\w.~-])/[^\s'",;:()\[\]]*""")
 
 
-def without_paths(message: str) -> str:
-    """``message`` with every absolute path replaced by ``<path>``: every response's
-    error_message goes through here (``build``)."""
+def without_paths(message: str | None) -> str | None:
+    """``message`` with every absolute path replaced by ``<path>``: every answer's
+    error_message goes through here (``build`` for responses, and Produce's own encoder)."""
+    if message is None or "/" not in message:
+        return message
     return _PATH.sub("<path>", message)
 
 
