@@ -152,3 +152,41 @@ def test_internal_topics_stay_compacted(start_broker):
     time.sleep(0.5)  # retention.ms=0 under five retention checks: compact keeps the offsets
     broker.restart()
     assert _committed(broker.bootstrap, "g", "t") == 42
+
+
+def test_every_kafka_broker_key_is_accepted_checked_and_described(start_broker):
+    """Issue 21: broker keys Kafka 4.1 has were refused as unknown. Each is accepted,
+    type-checked as Kafka checks it, and shown by DescribeConfigs (its Kafka type; a
+    password never shown)."""
+    from oncelog.broker.config import BrokerConfig, ConfigError
+    from oncelog.broker.kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
+
+    for bad in ({"background.threads": "0"}, {"background.threads": "many"},
+                {"sasl.kerberos.ticket.renew.jitter": "x"},
+                {"ssl.client.auth": "sometimes"}, {"auto.leader.rebalance.enable": "yes"},
+                {"group.share.delivery.count.limit": "11"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            BrokerConfig(bad)
+    broker = start_broker(background_threads="12",
+                          sasl_kerberos_min_time_before_relogin="70000",
+                          ssl_key_password="secret")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = CResource(ResourceType.BROKER, "0")
+    entries = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(
+        TIMEOUT)
+    for name, *_ in KAFKA_ONLY_BROKER_KEYS:
+        assert name in entries, name
+    assert entries["background.threads"].value == "12"
+    assert entries["sasl.kerberos.min.time.before.relogin"].value == "70000"
+    assert entries["num.io.threads"].value == "8"  # Kafka's default
+    assert entries["ssl.key.password"].value is None and entries["ssl.key.password"].is_sensitive
+    # a key Kafka changes without a restart changes here too; a read-only one does not
+    _incremental(admin, ResourceType.BROKER, "0",
+                 ("background.threads", AlterConfigOpType.SET, "7"))
+    assert _describe(admin, ResourceType.BROKER, "0")["background.threads"] == "7"
+    code = _refused(_incremental, admin, ResourceType.BROKER, "0",
+                    ("node.id", AlterConfigOpType.SET, "3"))
+    assert code == ErrorCode.invalid_config
+    code = _refused(_incremental, admin, ResourceType.BROKER, "0",
+                    ("background.threads", AlterConfigOpType.SET, "-1"))
+    assert code == ErrorCode.invalid_config

@@ -47,7 +47,8 @@ RESOURCE_BROKER = 4
 SOURCE_IDS = {"TOPIC_CONFIG": 1, DYNAMIC_BROKER_CONFIG: 2, DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
               "STATIC_BROKER_CONFIG": 4, DEFAULT_CONFIG: 5}
 TOPIC_CONFIG = "TOPIC_CONFIG"
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                "LIST": 7, "CLASS": 8, "PASSWORD": 9}
 
 # A broker key and those that stand for the same setting, the one that wins first (Kafka's
 # synonyms: log.retention.ms over log.retention.minutes over log.retention.hours).
@@ -114,11 +115,14 @@ def handle_describe_configs(broker, request: Request):
         error, message, entries = _describe(broker, res.resource_type, res.resource_name)
         wanted = res.configuration_keys
         configs = tuple(
-            build(mod.DescribeConfigsResourceResult, name=name, value=render(value),
-                  read_only=read_only, config_source=SOURCE_IDS[source], is_sensitive=False,
+            build(mod.DescribeConfigsResourceResult, name=name,
+                  value=None if spec.kind == "PASSWORD" else render(value),
+                  read_only=read_only, config_source=SOURCE_IDS[source],
+                  is_sensitive=spec.kind == "PASSWORD",
                   is_default=source == DEFAULT_CONFIG,
                   synonyms=tuple(
-                      build(mod.DescribeConfigsSynonym, name=k, value=render(v),
+                      build(mod.DescribeConfigsSynonym, name=k,
+                            value=None if spec.kind == "PASSWORD" else render(v),
                             source=SOURCE_IDS[s]) for k, v, s in synonyms
                   ) if body.include_synonyms and hasattr(mod, "DescribeConfigsSynonym") else (),
                   config_type=CONFIG_TYPES.get(spec.kind, 0),
