@@ -150,7 +150,7 @@ def _cleanup_policy(text: str) -> str:
     have it); a policy named twice counts once."""
     policies = [p.strip() for p in text.split(",")] if text.strip() else []
     if not all(p in ("delete", "compact") for p in policies):
-        raise ConfigError(f"expected delete, compact, both (comma-separated) or nothing, "
+        raise ConfigError(f"expected delete, compact or both (comma-separated), or nothing, "
                           f"got {text!r}")
     return ",".join(dict.fromkeys(policies))
 
