@@ -48,3 +48,47 @@ def test_per_partition_series_are_capped(start_broker):
     assert len(produced) == limit and len(held) == limit
     assert 'oncelog_partition_series_omitted{metric="produce_batches"} 12' in text
     assert 'oncelog_partition_series_omitted{metric="producers"} 12' in text
+
+
+def test_scrapes_render_in_a_worker_thread_one_at_a_time(tmp_path, monkeypatch):
+    """In process, on a real broker: the text is rendered off the event loop's thread, and
+    scrapes that arrive while one renders share it (four scrapers cost one rendering)."""
+    import asyncio
+    import threading
+    import time
+
+    from oncelog.broker import metrics
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.server import Broker
+
+    calls: list[str] = []
+    real_render = metrics.render
+
+    def render(broker) -> str:
+        calls.append(threading.current_thread().name)
+        time.sleep(0.5)  # long enough for the other scrapes to arrive meanwhile
+        return real_render(broker)
+
+    monkeypatch.setattr(metrics, "render", render)
+
+    async def scrape(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), TIMEOUT)
+        writer.close()
+        return answer
+
+    async def main() -> list[bytes]:
+        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), "metrics.listener":
+                                      "127.0.0.1:0", "listeners": "PLAINTEXT://127.0.0.1:0"}))
+        await broker.start()
+        try:
+            port = broker.metrics_address[1]
+            return await asyncio.gather(*(scrape(port) for _ in range(4)))
+        finally:
+            await broker.stop()
+
+    answers = asyncio.run(main())
+    assert all(a.startswith(b"HTTP/1.1 200 OK") and b"oncelog_connections" in a
+               for a in answers)
+    assert len(calls) == 1 and calls[0] != threading.main_thread().name, calls
