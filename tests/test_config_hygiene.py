@@ -190,3 +190,28 @@ def test_every_kafka_broker_key_is_accepted_checked_and_described(start_broker):
     code = _refused(_incremental, admin, ResourceType.BROKER, "0",
                     ("background.threads", AlterConfigOpType.SET, "-1"))
     assert code == ErrorCode.invalid_config
+
+
+def test_hostile_overrides_stored_by_an_older_version_are_corrected(start_broker):
+    """An older version let clients store cleanup.policy=delete on __consumer_offsets; at
+    the next start the coordinator's needs win (compact, segment.bytes restored)."""
+    import json
+
+    broker = start_broker(log_retention_check_interval_ms="100")
+    create_topic(broker.bootstrap, "t")
+    _commit(broker.bootstrap, "g", "t", 9)
+    broker.stop()
+    stored = broker.data_dir / ".oncelog-metadata" / "topics%2F__consumer_offsets.json"
+    entry = json.loads(stored.read_text())
+    entry["value"]["configs"] = {"cleanup.policy": "delete", "retention.ms": "0",
+                                 "segment.bytes": "14"}
+    stored.write_text(json.dumps(entry))
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = _describe(admin, ResourceType.TOPIC, "__consumer_offsets")
+    assert described["cleanup.policy"] == "compact"
+    assert described["segment.bytes"] == str(100 << 20)
+    time.sleep(0.5)  # retention checks with retention.ms=0: compact applies none
+    broker.restart()
+    assert _committed(broker.bootstrap, "g", "t") == 9
+    assert "must stay compact" in broker.log_text()
