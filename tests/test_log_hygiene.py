@@ -77,3 +77,23 @@ def test_log_safe():
     assert log_safe("abc") == "abc"
     cut = log_safe("z" * 5000)
     assert cut.startswith("z" * 200) and cut.endswith("[5,000 chars]") and len(cut) < 230
+
+
+def test_every_logged_argument_is_bounded(broker):
+    """The safety net behind log_safe: a site that logs a client string whole (the
+    transaction coordinator logging a transactional id) still writes at most
+    LOG_ARG_MAX_CHARS of it."""
+    import datetime
+
+    from oncelog.broker.log_limits import LOG_ARG_MAX_CHARS
+    from oncelog.protocol.api_versions import INIT_PRODUCER_ID
+
+    before = len(broker.log_text())
+    with connect(broker.bootstrap, timeout=30) as conn:
+        for i in range(3):
+            conn.call(INIT_PRODUCER_ID, lambda mod, version, i=i: mod.InitProducerIdRequest(
+                transactional_id=f"{i}" + "t" * 30_000,
+                transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                producer_epoch=-1))
+    grown = len(broker.log_text()) - before
+    assert grown < 3 * 4 * (LOG_ARG_MAX_CHARS + 500), grown

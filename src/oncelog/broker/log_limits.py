@@ -11,6 +11,9 @@ Two rules, each in one place:
   ``burst`` times per ``interval_s`` for each site; the rest are counted, and one summary line
   per site says how many were left out once the interval is over. The sites are a fixed set,
   so the counts take constant memory whatever the clients do.
+- ``install_log_bounds()``: behind both, every argument of every line the broker process
+  writes is cut to ``LOG_ARG_MAX_CHARS`` (a safety net for a site that logs a client string
+  without ``log_safe``, such as a coordinator logging a transactional id).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import weakref
 from collections.abc import Callable
 
 LOG_SAFE_CHARS = 200
+LOG_ARG_MAX_CHARS = 2000  # the safety net's: above what the broker itself logs in one argument
 
 
 def log_safe(text: object, limit: int = LOG_SAFE_CHARS) -> str:
@@ -87,3 +91,20 @@ def flush_rate_limited() -> None:
     seconds)."""
     for limited in list(_ALL):
         limited.flush()
+
+
+class _BoundedArguments(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and args:
+            record.args = tuple(
+                a if isinstance(a, (int, float)) or a is None
+                else log_safe(a, LOG_ARG_MAX_CHARS) for a in args)
+        return True
+
+
+def install_log_bounds() -> None:
+    """The safety net on every handler of the root logger (the broker's process)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _BoundedArguments) for f in handler.filters):
+            handler.addFilter(_BoundedArguments())
