@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from oncelog.broker.announce import wait_for_port
+from oncelog.broker.announce import wait_for_ports
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
@@ -40,6 +40,11 @@ class OncelogBroker:
         self.log_path = Path(self._tmp.name) / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.metrics_port: int | None = None  # with metrics.listener set
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def bootstrap(self) -> str:
@@ -60,9 +65,9 @@ class OncelogBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
                                          cwd=self._tmp.name)
-        port = wait_for_port(self.proc, START_TIMEOUT)
-        if port is not None:
-            self.port = port
+        ports = wait_for_ports(self.proc, START_TIMEOUT)
+        if ports is not None:
+            self.port, self.metrics_port = ports
             return self
         self._kill()
         raise RuntimeError(f"oncelog broker did not start; its log:\n{self.log_text()}")

@@ -89,7 +89,7 @@ def stored_batches(broker: OncelogBroker, topic: str) -> tuple[int, int]:
     """(bytes in the partition's segments, batches appended) as the broker counts them."""
     directory = broker.data_dir / f"{topic}-0"
     size = sum(p.stat().st_size for p in directory.glob("*.log"))
-    with urllib.request.urlopen(f"http://{broker.bootstrap}/metrics", timeout=10) as answer:
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
         for line in answer.read().decode().splitlines():
             if line.startswith("oncelog_produce_batches_total") and f'topic="{topic}"' in line \
                     and 'outcome="appended"' in line:
@@ -120,7 +120,8 @@ def run(args) -> dict:
     base = args.data_dir
     base.mkdir(parents=True, exist_ok=True)
     results["filesystem"] = filesystem_of(base)
-    durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
+    durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30),
+               "metrics.listener": "127.0.0.1:0"}
     for client in args.clients:
         for name, batch_size in SCENARIOS.items():
             rows = []

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from oncelog.broker.announce import wait_for_port
+from oncelog.broker.announce import wait_for_ports
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
@@ -24,6 +24,7 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.env = dict(env or {})
         self.port = 0
+        self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
@@ -31,19 +32,23 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
     def start(self) -> BrokerProcess:
         args = [sys.executable, "-m", "oncelog", "broker",
                 "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "--set", f"log.dirs={self.data_dir}"]
+                "--set", f"log.dirs={self.data_dir}", "--set", "metrics.listener=127.0.0.1:0"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         log.close()
-        port = wait_for_port(self.proc, START_TIMEOUT)
-        if port is not None:
-            self.port = port
+        ports = wait_for_ports(self.proc, START_TIMEOUT)
+        if ports is not None:
+            self.port, self.metrics_port = ports
             return self
         self.kill()
         raise RuntimeError(f"broker did not start; its log:\n{self.log_text()}")

@@ -91,12 +91,12 @@ def test_unread_fetch_answers_stop_the_connection_not_the_broker(start_broker):
     # (a) Each hoarder asks for 50 answers of 4 MB (800 MB in all) and reads none of them.
     socks = [hoard_fetches(broker.port, "hoard", FETCHES, 50_000_000) for _ in range(HOARDERS)]
     try:
-        wait_for_metrics(broker.port,
+        wait_for_metrics(broker.metrics_port,
                          lambda m: m["oncelog_connections_waiting_for_reader"] == HOARDERS,
                          what="every hoarder's connection to stop")
         # (b) Meanwhile a normal client produces and consumes.
         normal_round_trip(broker.bootstrap, "normal")
-        samples = metrics(broker.port)
+        samples = metrics(broker.metrics_port)
         assert samples["oncelog_connections_waiting_for_reader"] == HOARDERS
         assert samples["oncelog_unsent_response_bytes"] <= HOARDERS * (answer + 2 * _WRITE_HIGH)
         assert samples["oncelog_queued_requests"] == 0  # they wait for their clients
@@ -110,7 +110,7 @@ def test_unread_fetch_answers_stop_the_connection_not_the_broker(start_broker):
         for sock in socks:
             sock.close()
     # (d) Once they are gone, the broker holds nothing for them.
-    wait_for_metrics(broker.port, everything_given_back, what="everything given back")
+    wait_for_metrics(broker.metrics_port, everything_given_back, what="everything given back")
 
 
 def test_a_produce_flood_is_read_no_faster_than_it_is_handled(start_broker):
@@ -130,7 +130,7 @@ def test_a_produce_flood_is_read_no_faster_than_it_is_handled(start_broker):
         # (c) Each connection reads one request ahead of its waiting Fetch, no more; the rest
         # of what the flood writes stays in the kernel.
         held = HOARDERS * (size + len(head) - 4)  # the Fetch and one request, on each
-        samples = wait_for_metrics(broker.port,
+        samples = wait_for_metrics(broker.metrics_port,
                                    lambda m: m["oncelog_queued_request_bytes"] == held,
                                    what="a request read ahead on every flooding connection")
         assert samples["oncelog_queued_requests"] == 0  # they wait for the Fetch
@@ -151,7 +151,7 @@ def test_a_produce_flood_is_read_no_faster_than_it_is_handled(start_broker):
         normal_round_trip(broker.bootstrap, "normal")
         assert flood.sent > sent + 200 and not flood.errors
         assert_growth_within(pid, baseline, bound, "a flood handled at full speed")
-    wait_for_metrics(broker.port, everything_given_back, what="everything given back")
+    wait_for_metrics(broker.metrics_port, everything_given_back, what="everything given back")
 
 
 def test_slow_senders_of_large_requests_hold_no_more_than_the_budget(start_broker):
@@ -164,7 +164,7 @@ def test_slow_senders_of_large_requests_hold_no_more_than_the_budget(start_broke
     slow = [announce_frames(broker.port, frame_max) for _ in range(6)]
     try:
         samples = wait_for_metrics(
-            broker.port, lambda m: m["oncelog_connections_waiting_for_budget"] == 4,
+            broker.metrics_port, lambda m: m["oncelog_connections_waiting_for_budget"] == 4,
             what="four slow senders waiting for the budget")
         assert samples["oncelog_queued_request_bytes"] == budget  # two buffers, no more
         assert_growth_within(pid, baseline, budget + frame_max + 8 * MiB, "slow senders")
@@ -174,14 +174,14 @@ def test_slow_senders_of_large_requests_hold_no_more_than_the_budget(start_broke
         with connect(broker.port) as sock:
             sock.sendall(encode_request(18, 3, 42, "newcomer", ApiVersionsRequest(
                 client_software_name="t", client_software_version="1")))
-            wait_for_metrics(broker.port,
+            wait_for_metrics(broker.metrics_port,
                              lambda m: m["oncelog_connections_waiting_for_budget"] == 5,
                              what="the newcomer queued behind the slow senders")
             for sock_ in slow[:2]:
                 sock_.close()
             # The first two waiters get the room, in their order; the others still wait.
             samples = wait_for_metrics(
-                broker.port, lambda m: m["oncelog_connections_waiting_for_budget"] == 3,
+                broker.metrics_port, lambda m: m["oncelog_connections_waiting_for_budget"] == 3,
                 what="the next two slow senders admitted")
             assert samples["oncelog_queued_request_bytes"] == budget
             for sock_ in slow[2:]:
@@ -191,7 +191,7 @@ def test_slow_senders_of_large_requests_hold_no_more_than_the_budget(start_broke
     finally:
         for sock_ in slow:
             sock_.close()
-    wait_for_metrics(broker.port, everything_given_back, what="everything given back")
+    wait_for_metrics(broker.metrics_port, everything_given_back, what="everything given back")
 
 
 @pytest.mark.parametrize("flush_messages", [None, 1], ids=["no-fsync", "fsync-each"])
@@ -213,7 +213,8 @@ def test_pipelined_answers_stay_in_order_through_pauses(start_broker, flush_mess
         # Everything is written before anything is read: the broker must stop and go on.
         sender = threading.Thread(target=sock.sendall, args=(b"".join(frames),), daemon=True)
         sender.start()
-        wait_for_metrics(broker.port, lambda m: m["oncelog_connections_waiting_for_reader"] == 1,
+        wait_for_metrics(broker.metrics_port,
+                         lambda m: m["oncelog_connections_waiting_for_reader"] == 1,
                          what="the connection to stop while its answers are unread")
         offsets = []
         for i in range(requests):
@@ -229,5 +230,6 @@ def test_pipelined_answers_stay_in_order_through_pauses(start_broker, flush_mess
         assert offsets == sorted(offsets) and len(set(offsets)) == requests // 3
         sender.join(IO_TIMEOUT)
         assert not sender.is_alive()
-    samples = wait_for_metrics(broker.port, everything_given_back, what="everything given back")
+    samples = wait_for_metrics(broker.metrics_port, everything_given_back,
+                               what="everything given back")
     assert samples["oncelog_write_pauses_total"] >= 1

@@ -31,7 +31,7 @@ def table(stdout: str) -> list[list[str]]:
 
 
 def metrics(broker) -> list[str]:
-    with urllib.request.urlopen(f"http://{broker.bootstrap}/metrics", timeout=30) as answer:
+    with urllib.request.urlopen(broker.metrics_url, timeout=30) as answer:
         return answer.read().decode().splitlines()
 
 

@@ -423,7 +423,7 @@ STREAMS = {"confluent": stream_confluent, "kafka-python": stream_kafka_python,
 
 def produce_outcomes(broker: BrokerProcess, topic: str) -> dict[str, int]:
     """The broker's produce outcome counters for ``topic`` (since it last started)."""
-    with urllib.request.urlopen(f"http://{broker.bootstrap}/metrics", timeout=TIMEOUT) as r:
+    with urllib.request.urlopen(broker.metrics_url, timeout=TIMEOUT) as r:
         text = r.read().decode()
     outcomes: dict[str, int] = {}
     for line in text.splitlines():

@@ -24,8 +24,8 @@ from oncelog.client.admin import Admin
 TOPIC = "spread"
 
 
-def metrics(bootstrap: str) -> str:
-    with urllib.request.urlopen(f"http://{bootstrap}/metrics", timeout=10) as answer:
+def metrics(broker) -> str:
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
         return answer.read().decode()
 
 
@@ -83,7 +83,7 @@ def test_one_failed_directory_takes_only_its_partitions_offline(tmp_path):
         assert delivered_b and failed_b
         text = broker.log_text()
         assert f"log directory {b} is now OFFLINE" in text and " ERROR " in text
-        shown = metrics(broker.bootstrap)
+        shown = metrics(broker)
         assert f'oncelog_log_dir_offline{{path="{a}"}} 0' in shown
         assert f'oncelog_log_dir_offline{{path="{b}"}} 1' in shown
         assert placement(broker.bootstrap) == {str(a): spread[str(a)],
@@ -103,7 +103,7 @@ def test_one_failed_directory_takes_only_its_partitions_offline(tmp_path):
         broker.env = {}
         broker.start()
         assert placement(broker.bootstrap) == spread
-        assert f'oncelog_log_dir_offline{{path="{b}"}} 0' in metrics(broker.bootstrap)
+        assert f'oncelog_log_dir_offline{{path="{b}"}} 0' in metrics(broker)
         stored = read_to_end(broker.bootstrap, TOPIC, 4)
         assert [v for _, v in stored[0]] == before_a
         assert [v for _, v in stored[2]] == after_a

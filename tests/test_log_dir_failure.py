@@ -45,8 +45,8 @@ def produce_each(bootstrap: str, values: list[bytes]) -> tuple[dict, dict]:
     return delivered, failed
 
 
-def metrics(bootstrap: str) -> str:
-    with urllib.request.urlopen(f"http://{bootstrap}/metrics", timeout=10) as answer:
+def metrics(broker) -> str:
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
         return answer.read().decode()
 
 
@@ -80,7 +80,7 @@ def test_failed_fsync_takes_the_directory_offline_until_restart(tmp_path):
         assert delivered and failed
         log = broker.log_text()
         assert "is now OFFLINE" in log and "Input/output error (injected)" in log
-        assert f'oncelog_log_dir_offline{{path="{data}"}} 1' in metrics(broker.bootstrap)
+        assert f'oncelog_log_dir_offline{{path="{data}"}} 1' in metrics(broker)
         with pytest.raises(OncelogError) as fetched:  # fetch answers the storage error
             read_values(broker.bootstrap)
         assert fetched.value.error == ErrorCode.kafka_storage_error
@@ -88,7 +88,7 @@ def test_failed_fsync_takes_the_directory_offline_until_restart(tmp_path):
         broker.env = {}
         broker.start()
         stored = read_values(broker.bootstrap)
-        assert f'oncelog_log_dir_offline{{path="{data}"}} 0' in metrics(broker.bootstrap)
+        assert f'oncelog_log_dir_offline{{path="{data}"}} 0' in metrics(broker)
     finally:
         if broker.alive:
             broker.stop()

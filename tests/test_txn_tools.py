@@ -62,7 +62,7 @@ def offsets(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
 
 
 def metrics(broker) -> list[str]:
-    with urllib.request.urlopen(f"http://{broker.bootstrap}/metrics", timeout=30) as answer:
+    with urllib.request.urlopen(broker.metrics_url, timeout=30) as answer:
         return answer.read().decode().splitlines()
 
 

@@ -12,6 +12,7 @@ from .broker.config import ConfigError
 def _broker(args: argparse.Namespace) -> int:
     from .broker.announce import listening_line
     from .broker.config import BrokerConfig
+    from .broker.log_limits import install_log_bounds
     from .broker.server import run_broker
 
     try:
@@ -19,6 +20,7 @@ def _broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"oncelog broker: {exc}", file=sys.stderr)
         return 2
+    install_log_bounds()
 
     def started(host: str, port: int) -> None:
         print(listening_line(host, port), flush=True)

@@ -109,7 +109,7 @@ def _iso(ms: int) -> str:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    url = f"http://{args.bootstrap_server}/metrics"
+    url = f"http://{args.metrics_server}/metrics"
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
             text = response.read().decode()
@@ -381,8 +381,10 @@ def add_tool_commands(sub) -> None:
 
     stats = _with_bootstrap(sub.add_parser(
         "stats", help="produce outcomes per partition (appended, duplicate, each error)",
-        description="Read an oncelog broker's counters (also served as Prometheus text at "
-                    "http://HOST:PORT/metrics on the Kafka port)."))
+        description="Read an oncelog broker's counters from its metrics listener "
+                    "(metrics.listener, Prometheus text at http://HOST:PORT/metrics)."))
+    stats.add_argument("--metrics-server", required=True, metavar="HOST:PORT",
+                       help="the broker's metrics.listener")
     stats.set_defaults(func=_guarded(_stats))
 
     produce = _with_bootstrap(sub.add_parser(

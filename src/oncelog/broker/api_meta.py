@@ -16,9 +16,11 @@ from ..protocol.api_versions import (
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
 from . import acl_operations
+from .log_limits import RateLimitedLog, log_safe
 from .topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 
 log = logging.getLogger(__name__)
+_invalid_names = RateLimitedLog(log)  # librdkafka's suite asks for them thousands of times
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -85,13 +87,15 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops:
     if topic is None:
         problem = topic_name_problem(name)
         if problem:
-            log.info("metadata request for invalid topic %r refused: %s", name, problem)
+            _invalid_names.log(logging.INFO, "invalid topic name",
+                               "metadata request for invalid topic %s refused: %s",
+                               log_safe(name), log_safe(problem))
             error = ErrorCode.invalid_topic_exception
         elif auto_create:
             try:
                 topic = topics.auto_create(name)
             except TopicError as exc:
-                log.warning("auto-creating topic %r failed: %s", name, exc)
+                log.warning("auto-creating topic %s failed: %s", log_safe(name), log_safe(exc))
                 error = exc.error
         else:
             error = ErrorCode.unknown_topic_or_partition

@@ -27,6 +27,7 @@ from ..protocol.schema import build, response_module
 from . import acl_operations
 from .api_meta import NO_THROTTLE, partition_fields
 from .log_dirs import directory_bytes, volume_bytes
+from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ def handle_describe_topic_partitions(broker, request: Request):
     if cursor is not None:
         if not all_topics and cursor.topic_name not in wanted:
             message = f"the cursor's topic {cursor.topic_name!r} is not among the topics asked for"
-            log.info("%s: DescribeTopicPartitions refused: %s", request.peer, message)
+            log.info("%s: DescribeTopicPartitions refused: %s", request.peer,
+                     log_safe(message))
             return build(mod.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE,
                          topics=tuple(_unknown_topic(mod, name, ErrorCode.invalid_request)
                                       for name in wanted), next_cursor=None)
@@ -200,16 +202,17 @@ def handle_alter_replica_log_dirs(broker, request: Request):
 def _move(broker, peer: str, path: str, target, topic: str, index: int) -> ErrorCode:
     partition = broker.topics.partition(topic, index)
     if target is None:
-        log.info("%s: AlterReplicaLogDirs %s-%d: %r is not one of this broker's log.dirs "
-                 "(absolute paths: %s)", peer, topic, index, path,
+        log.info("%s: AlterReplicaLogDirs %s-%d: %s is not one of this broker's log.dirs "
+                 "(absolute paths: %s)", peer, log_safe(topic), index, log_safe(path),
                  ", ".join(broker.topics.log_dirs))
         return ErrorCode.log_dir_not_found
     if partition is None:
-        log.info("%s: AlterReplicaLogDirs: no partition %s-%d", peer, topic, index)
+        log.info("%s: AlterReplicaLogDirs: no partition %s-%d", peer, log_safe(topic),
+                 index)
         return ErrorCode.unknown_topic_or_partition
     if target.offline or partition.log_dir.offline:
         log.info("%s: AlterReplicaLogDirs %s-%d to %s: a log directory is offline", peer,
-                 topic, index, path)
+                 log_safe(topic), index, log_safe(path))
         return ErrorCode.kafka_storage_error
     broker.topics.moves.start(partition, target)
     return ErrorCode.none

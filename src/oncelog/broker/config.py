@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
+from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
 from .log_dirs import parse_log_dirs
 
 LONG_MAX = (1 << 63) - 1
@@ -144,11 +145,14 @@ def _key(name: str, kind: str, default: Any, doc: str, parse: Callable[[str], An
 
 
 def _cleanup_policy(text: str) -> str:
-    """Kafka's list: ``delete``, ``compact`` or both, comma-separated."""
-    policies = [p.strip() for p in text.split(",")]
-    if not policies or not all(p in ("delete", "compact") for p in policies):
-        raise ConfigError(f"expected delete, compact or both (comma-separated), got {text!r}")
-    return ",".join(policies)
+    """Kafka's list: ``delete``, ``compact``, both, or empty (KIP-1161: neither, so nothing
+    is ever removed but by DeleteRecords, as retention.ms=-1 and retention.bytes=-1 would
+    have it); a policy named twice counts once."""
+    policies = [p.strip() for p in text.split(",")] if text.strip() else []
+    if not all(p in ("delete", "compact") for p in policies):
+        raise ConfigError(f"expected delete, compact or both (comma-separated), or nothing, "
+                          f"got {text!r}")
+    return ",".join(dict.fromkeys(policies))
 
 
 def is_compacted(cleanup_policy: str) -> bool:
@@ -168,6 +172,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
     _key("advertised.listeners", "STRING", None,
          "What Metadata tells clients to connect to; unset: the bound listener."),
+    _key("metrics.listener", "STRING", "",
+         "Where /metrics (Prometheus text) is served over HTTP, as host:port (port 0 picks a "
+         "free port); empty: not served. Never on the Kafka port."),
+    _key("metrics.partition.series.max", "INT", 1000,
+         "Series each per-partition metric keeps (the partitions with the largest values); "
+         "oncelog_partition_series_omitted counts the rest.", _POSITIVE_INT),
     _key("log.dirs", "STRING", "./data",
          "The directories holding the partitions' logs, comma-separated (JBOD). The first also "
          "holds the broker's metadata (.oncelog-metadata)."),
@@ -363,6 +373,67 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "is the default.", _parse_assignors),
 )}
 
+
+
+def _kafka_parser(kind: str, valid: str) -> Callable[[str], Any]:
+    """Kafka's ConfigDef check of a type and its documented valid values ("[1,...]",
+    "[0,...,1]", "[a, b]", "(case insensitive) [A, B]")."""
+    bounds = re.fullmatch(r"\[(-?[\d.]+),\.\.\.(?:,(-?[\d.]+))?\]", valid)
+    choices = re.fullmatch(r"(\(case insensitive\) )?\[([^.\]]*)\]", valid)
+    if kind in ("INT", "SHORT", "LONG"):
+        width = {"INT": 31, "SHORT": 15, "LONG": 63}[kind]
+        lo, hi = -(1 << width), (1 << width) - 1
+        if bounds:
+            lo, hi = int(bounds.group(1)), int(bounds.group(2) or hi)
+        return _parse_int(lo, hi)
+    if kind == "DOUBLE":
+        def parse_double(text: str) -> float:
+            try:
+                value = float(text.strip())
+            except ValueError:
+                raise ConfigError(f"expected a number, got {text!r}") from None
+            if bounds and not float(bounds.group(1)) <= value <= float(
+                    bounds.group(2) or "inf"):
+                raise ConfigError(f"{value} is outside {valid}")
+            return value
+        return parse_double
+    if kind == "BOOLEAN":
+        return _parse_bool
+    if choices and kind in ("STRING", "LIST"):
+        allowed = [c.strip() for c in choices.group(2).split(",")]
+        if choices.group(1):
+            return lambda text: _one_of(*allowed)(text.strip().upper())
+        if kind == "LIST":
+            def parse_list(text: str) -> str:
+                for item in text.split(","):
+                    _one_of(*allowed)(item)
+                return ",".join(i.strip() for i in text.split(","))
+            return parse_list
+        return _one_of(*allowed)
+    return _parse_str
+
+
+def _kafka_only_keys() -> dict[str, ConfigKey]:
+    """kafka_broker_keys.py's table as ConfigKeys: accepted, checked, shown, no effect."""
+    keys = {}
+    for name, kind, default_text, valid, _mode in KAFKA_ONLY_BROKER_KEYS:
+        parse = _kafka_parser(kind, valid)
+        # Kafka does not check a default against the valid values (process.roles: "").
+        default: Any = default_text
+        if default_text is not None and kind in ("INT", "SHORT", "LONG"):
+            default = int(default_text)
+        elif default_text is not None and kind == "DOUBLE":
+            default = float(default_text)
+        elif default_text is not None and kind == "BOOLEAN":
+            default = default_text == "true"
+        keys[name] = ConfigKey(name, parse, default,
+                               f"Kafka's {name} (accepted, checked and shown; changes nothing "
+                               f"on this broker).", kind)
+    return keys
+
+
+BROKER_CONFIGS.update(_kafka_only_keys())
+
 # topic key -> (broker key it defaults to, how the broker value maps to the topic value)
 TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("cleanup.policy", "LIST", "delete",
@@ -548,6 +619,9 @@ class BrokerConfig:
         self.listener = Listener.parse(self.get("listeners"), "listeners")
         advertised = self.get("advertised.listeners")
         self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
+        metrics_at = self.get("metrics.listener")
+        self.metrics_listener = Listener.parse(
+            metrics_at.removeprefix("http://"), "metrics.listener") if metrics_at else None
 
     def check(self) -> None:
         """The rules that join several keys; raises ConfigError naming them."""

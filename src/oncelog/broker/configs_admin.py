@@ -36,6 +36,7 @@ from .config import (
     render,
 )
 from .dynamic_config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, AlterError
+from .log_limits import log_safe
 from .topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,8 @@ RESOURCE_BROKER = 4
 SOURCE_IDS = {"TOPIC_CONFIG": 1, DYNAMIC_BROKER_CONFIG: 2, DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
               "STATIC_BROKER_CONFIG": 4, DEFAULT_CONFIG: 5}
 TOPIC_CONFIG = "TOPIC_CONFIG"
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                "LIST": 7, "CLASS": 8, "PASSWORD": 9}
 
 # A broker key and those that stand for the same setting, the one that wins first (Kafka's
 # synonyms: log.retention.ms over log.retention.minutes over log.retention.hours).
@@ -113,11 +115,14 @@ def handle_describe_configs(broker, request: Request):
         error, message, entries = _describe(broker, res.resource_type, res.resource_name)
         wanted = res.configuration_keys
         configs = tuple(
-            build(mod.DescribeConfigsResourceResult, name=name, value=render(value),
-                  read_only=read_only, config_source=SOURCE_IDS[source], is_sensitive=False,
+            build(mod.DescribeConfigsResourceResult, name=name,
+                  value=None if spec.kind == "PASSWORD" else render(value),
+                  read_only=read_only, config_source=SOURCE_IDS[source],
+                  is_sensitive=spec.kind == "PASSWORD",
                   is_default=source == DEFAULT_CONFIG,
                   synonyms=tuple(
-                      build(mod.DescribeConfigsSynonym, name=k, value=render(v),
+                      build(mod.DescribeConfigsSynonym, name=k,
+                            value=None if spec.kind == "PASSWORD" else render(v),
                             source=SOURCE_IDS[s]) for k, v, s in synonyms
                   ) if body.include_synonyms and hasattr(mod, "DescribeConfigsSynonym") else (),
                   config_type=CONFIG_TYPES.get(spec.kind, 0),
@@ -223,8 +228,8 @@ def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
                                  "(topics: 2, brokers: 4)")
         except (AlterError, TopicError) as exc:
             error, message = exc.error, str(exc)
-            log.info("alter configs of %s %r refused: %s (%s)", _kind(res.resource_type),
-                     res.resource_name, message, error.name)
+            log.info("alter configs of %s %s refused: %s (%s)", _kind(res.resource_type),
+                     log_safe(res.resource_name), log_safe(message), error.name)
         results.append((res, error, message))
     if broker_changed:
         broker.topics.reconfigure_all()

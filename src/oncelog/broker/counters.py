@@ -20,4 +20,6 @@ class Counters:
             del self._counts[key]
 
     def snapshot(self) -> dict[tuple[str, int], dict[str, int]]:
-        return {key: dict(counter) for key, counter in self._counts.items()}
+        """A copy, safe to take from another thread (the metrics renderer's): list() copies
+        the items in one step, where iterating the dict could see it grow."""
+        return {key: dict(counter) for key, counter in list(self._counts.items())}

@@ -30,6 +30,8 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import BadVersion, MetadataStore
 from .config import BROKER_CONFIGS, BrokerConfig, ConfigError, ConfigKey, render
+from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
+from .log_limits import log_safe
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,9 @@ _DEFAULT_PATH = "<default>"
 
 # The broker keys Kafka updates without a restart (cluster-wide; each may also be set for one
 # broker), among those this broker has: the log's (DynamicLogConfig), the log cleaner's
-# (LogCleaner.ReconfigurableConfigs), producer id expiration (KIP-854), and oncelog's own
-# producer state limits.
+# (LogCleaner.ReconfigurableConfigs), producer id expiration (KIP-854), oncelog's own
+# producer state limits, and the keys kafka_broker_keys.py lists as cluster-wide or
+# per-broker (stored and shown; they change nothing here).
 DYNAMIC_BROKER_KEYS = frozenset({
     "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms",
     "log.roll.jitter.hours", "log.index.size.max.bytes", "log.flush.interval.messages",
@@ -60,7 +63,7 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
     "producer.id.expiration.ms", "producer.id.tombstone.ms",
     "producer.state.max.producers", "producer.state.batches.to.retain",
-})
+}) | {name for name, *_, mode in KAFKA_ONLY_BROKER_KEYS if mode != "read-only"}
 assert DYNAMIC_BROKER_KEYS <= BROKER_CONFIGS.keys()
 
 
@@ -152,8 +155,8 @@ def load(store: MetadataStore, config: BrokerConfig) -> None:
                     raise ConfigError("not a dynamic config")
                 layer[name] = BROKER_CONFIGS[name].parse(text)
             except (ConfigError, KeyError) as exc:
-                log.warning("dynamic broker config %s=%r for %r left out: %s", name, text,
-                            entity or "<default>", exc)
+                log.warning("dynamic broker config %s=%s for %r left out: %s", name,
+                            log_safe(text), entity or "<default>", exc)
     try:
         config.check()
     except ConfigError as exc:  # the static file changed under them: static wins
@@ -199,5 +202,8 @@ def alter_broker(store: MetadataStore, config: BrokerConfig, entity: str,
         raise AlterError(ErrorCode.kafka_storage_error,
                          f"storing the configs failed: {exc}") from None
     setattr(config, layer, parsed)
-    log.info("dynamic broker configs of %s are now %s", entity or "<default>", texts)
+    shown = {k: "[hidden]" if BROKER_CONFIGS[k].kind == "PASSWORD" else v
+             for k, v in texts.items()}  # passwords are never logged nor described
+    log.info("dynamic broker configs of %s are now %s", entity or "<default>",
+             log_safe(shown, 1000))
     return True

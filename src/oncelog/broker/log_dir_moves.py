@@ -44,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .log_dirs import LogDir, directory_bytes
+from ..log import partition_metadata
+from .log_dirs import FILE_NAME_MAX, LogDir, directory_bytes, suffixed_dir_name
 
 if TYPE_CHECKING:
     from .partition import Partition
@@ -99,10 +100,12 @@ class Move:
 
     @property
     def future_dir(self) -> str:
-        return os.path.join(self.target.path, f"{self.name}.{self.move_id}{FUTURE_SUFFIX}")
+        return os.path.join(self.target.path,
+                            suffixed_dir_name(self.name, self.move_id, FUTURE_SUFFIX))
 
     def deleted_dir(self) -> str:
-        return os.path.join(self.source.path, f"{self.name}.{self.move_id}{DELETE_SUFFIX}")
+        return os.path.join(self.source.path,
+                            suffixed_dir_name(self.name, self.move_id, DELETE_SUFFIX))
 
 
 class LogDirMoves:
@@ -140,10 +143,9 @@ class LogDirMoves:
                     log.warning("%s: a move's copy left as it is while a log directory is "
                                 "offline (it may hold the move's commit)", future)
                 elif future is not None:
-                    log.warning("moving %s to %s was cut short before its commit: the copy "
+                    log.warning("moving to %s was cut short before its commit: the copy %s "
                                 "is removed, the partition stays where it was",
-                                os.path.basename(self._live_path(future)),
-                                os.path.dirname(future))
+                                os.path.dirname(future), os.path.basename(future))
                     shutil.rmtree(future, ignore_errors=True)
                 # A "-delete" alone: the move got past step 4 (or it is a topic deletion's
                 # leftover): the topic manager removes it with the others.
@@ -152,11 +154,25 @@ class LogDirMoves:
                           "taken offline", move_id, exc)
                 self.topics.log_dirs[os.path.dirname(future or deleted or "")].fail(exc)
 
-    @staticmethod
-    def _live_path(path: str) -> str:
+    def _live_path(self, path: str) -> str:
         match = _MOVE_DIR.fullmatch(os.path.basename(path))
         assert match is not None
-        return os.path.join(os.path.dirname(path), match.group(1))
+        name = match.group(1)
+        if len(os.path.basename(path)) >= FILE_NAME_MAX:  # the topic may have been cut
+            name = self._full_name(path, name)
+        return os.path.join(os.path.dirname(path), name)
+
+    def _full_name(self, future: str, cut_name: str) -> str:
+        """The partition a copy with a cut name belongs to: the topic whose name starts
+        with the cut one and whose id the copy's partition.metadata holds."""
+        prefix, _, index = cut_name.rpartition("-")
+        topic_id = partition_metadata.read(self.topics.disk, future)
+        store = self.topics.store
+        for topic in store.children("topics"):
+            if topic.startswith(prefix) and topic_id is not None and \
+                    (store.get(f"topics/{topic}")[0] or {}).get("id") == str(topic_id):
+                return f"{topic}-{index}"
+        raise OSError(f"no topic of this broker owns the copy {os.path.basename(future)}")
 
     # --- moving ----------------------------------------------------------------------------
 

@@ -96,3 +96,17 @@ def directory_bytes(path: str) -> int:
             except OSError:
                 pass  # deleted by retention meanwhile
     return total
+
+
+# A file name holds at most 255 bytes (topic names are ASCII: bytes are characters).
+FILE_NAME_MAX = 255
+
+
+def suffixed_dir_name(partition_dir_name: str, unique: str, suffix: str) -> str:
+    """"<topic>-<p>.<unique><suffix>" (a partition directory being deleted, moved or set
+    aside), the topic cut short so that it fits in a file name, as Kafka names its
+    ``-delete`` and ``-stray`` directories: the partition, the id and the suffix are what
+    is read back from it."""
+    topic, _, index = partition_dir_name.rpartition("-")
+    tail = f"-{index}.{unique}{suffix}"
+    return topic[:FILE_NAME_MAX - len(tail)] + tail

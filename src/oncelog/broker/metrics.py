@@ -1,8 +1,15 @@
-"""Counters for operators, in Prometheus' text format, served on the Kafka port itself.
+"""Counters for operators, in Prometheus' text format, on a listener of their own.
 
-An HTTP request is told apart from a Kafka one by its first four bytes: ``GET `` read as a
-Kafka frame size would be 1.2 GB, far over any request limit, so nothing valid is lost. The
-seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
+``metrics.listener`` (``host:port``; empty, the default: not served) is an HTTP listener
+apart from the Kafka port, as Kafka's JMX and Prometheus exporters are: the Kafka port
+answers Kafka only, and an operator chooses who can reach the metrics (a loopback or
+management address). A scrape is rendered in a worker thread, one at a time (scrapes that
+arrive meanwhile share that rendering), so that the event loop keeps serving clients; the
+renderer only copies the broker's collections in single steps (``list(...)``) and reads
+numbers. Per-partition and per-group metrics keep at most ``metrics.partition.series.max``
+and GROUP_SERIES_LIMIT series (the largest values), and say how many they left out.
+
+The seeds name what operators watch (``record-error-rate``, ``ErrorsPerSec``): here, per
 partition, every produce outcome (appended, duplicate, each error) and the producers held;
 for the broker, its connections and the request memory they hold (backpressure); per
 consumer group, its members and each committed partition's lag; transactional ids per state
@@ -11,13 +18,21 @@ and the age of the oldest open transaction.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import heapq
+import logging
 from collections import Counter
 
 from ..coordinator.txn_records import TxnState
+from .log_limits import RateLimitedLog
 
-HTTP_METHODS = (b"GET ", b"HEAD")
+log = logging.getLogger(__name__)
+_refused = RateLimitedLog(log)
+
 _MAX_HEADER = 16 * 1024
+_READ_TIMEOUT_S = 10.0
+_MAX_CONNECTIONS = 16  # scrapers at once; more are closed at once
 
 
 def _label(value: object) -> str:
@@ -25,31 +40,52 @@ def _label(value: object) -> str:
 
 
 def render(broker) -> str:
+    """The whole text; runs in the metrics thread (see the module's text)."""
+    limit = broker.config.get("metrics.partition.series.max")
+    counted = list(broker.counters.snapshot().items())
+    totals = [(sum(outcomes.values()), tp) for tp, outcomes in counted]
+    omitted = {"produce_batches": max(0, len(totals) - limit)}
+    kept = {tp for _, tp in heapq.nlargest(limit, totals)}
     lines = [
         "# HELP oncelog_produce_batches_total Produce batches per partition by outcome.",
         "# TYPE oncelog_produce_batches_total counter",
     ]
-    for (topic, partition), outcomes in sorted(broker.counters.snapshot().items()):
+    for (topic, partition), outcomes in sorted(kv for kv in counted if kv[0] in kept):
         for outcome, count in sorted(outcomes.items()):
             lines.append(f'oncelog_produce_batches_total{{topic="{_label(topic)}",'
                          f'partition="{partition}",outcome="{_label(outcome)}"}} {count}')
+    held = [(len(p.state), p.state.tombstone_count, p.topic, p.index)
+            for p in _open_partitions(broker)]
+    omitted["producers"] = max(0, len(held) - limit)
+    held = sorted(heapq.nlargest(limit, held), key=lambda h: h[2:])
     lines += [
         "# HELP oncelog_producers Idempotent producers held in memory per partition.",
         "# TYPE oncelog_producers gauge",
     ]
     tombstones = ["# HELP oncelog_producer_records Compact records of expired or evicted "
                   "producers per partition.", "# TYPE oncelog_producer_records gauge"]
-    for partition in broker.topics.open_partitions():
-        labels = f'topic="{_label(partition.topic)}",partition="{partition.index}"'
-        lines.append(f"oncelog_producers{{{labels}}} {len(partition.state)}")
-        tombstones.append(f"oncelog_producer_records{{{labels}}} "
-                          f"{partition.state.tombstone_count}")
+    for producers, records, topic, index in held:
+        labels = f'topic="{_label(topic)}",partition="{index}"'
+        lines.append(f"oncelog_producers{{{labels}}} {producers}")
+        tombstones.append(f"oncelog_producer_records{{{labels}}} {records}")
+    tombstones += [f"# HELP oncelog_partition_series_omitted Series left out of a "
+                   f"per-partition metric beyond the {limit:,} largest.",
+                   "# TYPE oncelog_partition_series_omitted gauge"]
+    tombstones += [f'oncelog_partition_series_omitted{{metric="{m}"}} {n}'
+                   for m, n in omitted.items()]
     log_dirs = ["# HELP oncelog_log_dir_offline 1 when the log directory failed and is offline "
                 "until a restart.", "# TYPE oncelog_log_dir_offline gauge"]
     log_dirs += [f'oncelog_log_dir_offline{{path="{_label(path)}"}} {int(state.offline)}'
-                 for path, state in broker.topics.log_dirs.items()]
+                 for path, state in list(broker.topics.log_dirs.items())]
     return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
                      + _groups(broker) + _transactions(broker)) + "\n"
+
+
+def _open_partitions(broker):
+    for topic in list(broker.topics.topics.values()):
+        for partition in list(topic.partitions):
+            if partition.is_open:
+                yield partition
 
 
 _CLEANER = (  # (name, CleanerStats field, type, help), Kafka's LogCleaner metrics in spirit
@@ -96,11 +132,11 @@ def _groups(broker) -> list[str]:
     states: Counter[str] = Counter()
     members: list[tuple[int, str]] = []
     lags: list[tuple[int, str, str, int]] = []
-    for group in broker.groups.groups.values():
+    for group in list(broker.groups.groups.values()):
         states[group.state.value] += 1
         if group.members:
             members.append((len(group.members), group.group_id))
-        for (topic, index), committed in group.offsets.items():
+        for (topic, index), committed in list(group.offsets.items()):
             partition = broker.topics.partition(topic, index)
             if partition is not None and partition.is_open:
                 lag = max(0, partition.high_watermark - committed.offset)
@@ -143,7 +179,7 @@ def _transactions(broker) -> list[str]:
     coordinator = broker.transactions
     states: Counter[TxnState] = Counter()
     oldest = None
-    for meta in coordinator.txns.values():
+    for meta in list(coordinator.txns.values()):
         states[meta.state] += 1
         if meta.state in _OPEN_TXN_STATES and meta.start_ms >= 0:
             oldest = meta.start_ms if oldest is None else min(oldest, meta.start_ms)
@@ -186,16 +222,62 @@ def _network(broker) -> list[str]:
     return lines
 
 
-def http_response(request_head: bytes, broker) -> bytes | None:
-    """The whole HTTP answer once the request head is complete, else None (read more)."""
-    if b"\r\n\r\n" not in request_head and len(request_head) < _MAX_HEADER:
-        return None
-    request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = request_line.split()
-    if len(parts) >= 2 and parts[1] in ("/metrics", "/"):
-        status, body = "200 OK", render(broker).encode()
-    else:
-        status, body = "404 Not Found", b"only /metrics is served here\n"
-    head = (f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-    return head if parts and parts[0] == "HEAD" else head + body
+class MetricsServer:
+    """The HTTP listener of ``metrics.listener``: GET or HEAD of /metrics (or /)."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self._server: asyncio.base_events.Server | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="metrics")
+        self._rendering: asyncio.Future | None = None
+        self._connections = 0
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, host, port,
+                                                  reuse_address=True, limit=_MAX_HEADER)
+        return self._server.sockets[0].getsockname()[:2]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _render(self) -> str:
+        """One rendering at a time in the worker thread; scrapes that come meanwhile share
+        it."""
+        if self._rendering is None:
+            loop = asyncio.get_running_loop()
+            self._rendering = loop.run_in_executor(self._pool, render, self.broker)
+            self._rendering.add_done_callback(lambda _: setattr(self, "_rendering", None))
+        return await asyncio.shield(self._rendering)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections += 1
+        try:
+            if self._connections > _MAX_CONNECTIONS:
+                _refused.log(logging.WARNING, "too many scrapers", "metrics: more than %d "
+                             "scrapers at once; closing the connection", _MAX_CONNECTIONS)
+                return
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
+                                              _READ_TIMEOUT_S)
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                    ConnectionError):
+                return
+            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and \
+                    parts[1] in ("/metrics", "/"):
+                status, body = "200 OK", (await self._render()).encode()
+            else:
+                status, body = "404 Not Found", b"only GET /metrics is served here\n"
+            answer = (f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            writer.write(answer if parts and parts[0] == "HEAD" else answer + body)
+            await asyncio.wait_for(writer.drain(), _READ_TIMEOUT_S)
+        except (TimeoutError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("metrics: a scrape failed")
+        finally:
+            self._connections -= 1
+            writer.close()

@@ -25,6 +25,7 @@ from ..protocol.schema import build, response_module
 from .admin import _duplicates
 from .api_meta import NO_THROTTLE
 from .config import is_compacted
+from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS, TopicError
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,13 @@ def handle_create_partitions(broker, request: Request):
         try:
             broker.topics.add_partitions(t.name, t.count, assignments, body.validate_only)
         except TopicError as exc:
-            log.info("create partitions of %r refused: %s", t.name, exc)
+            log.info("create partitions of %s refused: %s", log_safe(t.name), log_safe(exc))
             error, message = exc.error, str(exc)
         results.append(build(mod.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))
     for name in duplicates:  # refused once, as CreateTopics does
-        log.info("create partitions of %r refused: named more than once in the request", name)
+        log.info("create partitions of %s refused: named more than once in the "
+                 "request", log_safe(name))
         results.append(build(mod.CreatePartitionsTopicResult, name=name,
                              error_code=ErrorCode.invalid_request,
                              error_message="Duplicate topic name."))
@@ -153,8 +155,8 @@ def handle_alter_partition_reassignments(broker, request: Request):
         for p in t.partitions:
             error, message = _reassignment(broker, t.name, p.partition_index, p.replicas)
             if error != ErrorCode.none:
-                log.info("reassignment of %s-%d refused: %s", t.name, p.partition_index,
-                         message)
+                log.info("reassignment of %s-%d refused: %s", log_safe(t.name),
+                         p.partition_index, log_safe(message))
             partitions.append(build(mod.ReassignablePartitionResponse,
                                     partition_index=p.partition_index, error_code=error,
                                     error_message=message))

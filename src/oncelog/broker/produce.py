@@ -31,6 +31,7 @@ from ..protocol.messages import Request
 from ..protocol.produce_response import NodeEndpoint, PartitionResult
 from ..protocol.record_batch import InvalidBatch
 from .answers import CLOSE_CONNECTION, LaterAnswer
+from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
         if error is not None:
             result = partitions[i]
             log.error("produce to %s-%d from %s not acknowledged: %s", topic, result.index,
-                      request.client_id, error)
+                      log_safe(request.client_id), error)
             partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
                                             -1, result.log_start_offset,
                                             f"making the records durable failed: {error}")
@@ -125,8 +126,8 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                record_errors: tuple = ()) -> tuple[PartitionResult, None]:
         # Logged as well as answered: clients often show only the code, and with acks=0
         # the log is the only trace of a refused batch.
-        log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index, client_id,
-                message, error.name)
+        log.log(level, "produce to %s-%d from %s refused: %s (%s)", topic, index,
+                log_safe(client_id), log_safe(message), error.name)
         start = -1 if partition is None else _log_start_offset(partition)
         return PartitionResult(index, int(error), -1, start, message,
                                record_errors=record_errors), None

@@ -11,6 +11,7 @@ from ..protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
+from .log_limits import log_safe
 from .transactions import init_transactional_producer
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def handle_init_producer_id(broker, request: Request):
     except ProducerIdsExhausted as exc:
         log.error("InitProducerId refused: %s", exc)
         return answer(ErrorCode.unknown_server_error)
-    log.debug("%s: issued producer id %d", request.client_id, producer_id)
+    log.debug("%s: issued producer id %d", log_safe(request.client_id), producer_id)
     return answer(ErrorCode.none, producer_id, 0)
 
 

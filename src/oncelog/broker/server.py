@@ -33,6 +33,7 @@ from ..protocol.messages import (
 )
 from . import dynamic_config, metrics
 from .admin import handle_create_topics, handle_delete_topics
+from .announce import metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
 from .cluster_views import (
@@ -67,6 +68,7 @@ from .groups import (
     make_coordinator,
 )
 from .log_cleaner import LogCleaner
+from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .partition_admin import (
     handle_alter_partition_reassignments,
     handle_create_partitions,
@@ -101,6 +103,9 @@ from .unsecured import (
 )
 
 log = logging.getLogger(__name__)
+# Connections closed for what their client sent: one client reconnecting in a loop must not
+# write a line each time.
+_refused = RateLimitedLog(log)
 
 METADATA_DIR = ".oncelog-metadata"
 _CLOSE = CLOSE_CONNECTION
@@ -207,6 +212,8 @@ class Broker:
         self.advertised_host = ""
         self.advertised_port = -1
         self._server: asyncio.base_events.Server | None = None
+        self.metrics: metrics.MetricsServer | None = None  # metrics.listener's
+        self.metrics_address: tuple[str, int] | None = None
         self._connections: set[Connection] = set()
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -255,9 +262,15 @@ class Broker:
                 self.config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
                 self.transactions.expire_ids)),
             asyncio.create_task(self._load_groups()),
+            asyncio.create_task(self._every(10_000, flush_rate_limited)),
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        metrics_at = self.config.metrics_listener
+        if metrics_at is not None:
+            self.metrics = metrics.MetricsServer(self)
+            self.metrics_address = await self.metrics.start(metrics_at.host, metrics_at.port)
+            log.info("metrics served at http://%s:%d/metrics", *self.metrics_address)
         log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
                  self.broker_id, self.cluster_id, host, port, self.advertised_host,
                  self.advertised_port, ", ".join(self.topics.log_dirs))
@@ -314,6 +327,8 @@ class Broker:
             task.cancel()
         if self._server is not None:
             self._server.close()
+        if self.metrics is not None:
+            self.metrics.close()
         for conn in list(self._connections):
             conn.close()
         self.transactions.close()
@@ -356,7 +371,7 @@ class Broker:
 
     def network_stats(self) -> dict[str, int]:
         """What /metrics reports about connections and the memory they hold."""
-        conns = [c for c in self._connections if c.http is None]  # not /metrics readers
+        conns = list(self._connections)  # one step: the metrics thread asks
         return {
             "connections": len(conns),
             "queued_requests": self.budget.requests,
@@ -382,10 +397,12 @@ class Broker:
                          exc.api_version)
                 return encode_response(apis.API_VERSIONS_KEY, 0, exc.correlation_id,
                                        unsupported_api_versions_body())
-            log.warning("%s: %s; closing the connection", peer, exc)
+            _refused.log(logging.WARNING, "unsupported version",
+                         "%s: %s; closing the connection", peer, log_safe(exc))
             return _CLOSE
         except ProtocolError as exc:
-            log.warning("%s: %s; closing the connection", peer, exc)
+            _refused.log(logging.WARNING, "malformed request", "%s: %s; closing the connection",
+                         peer, log_safe(exc))
             return _CLOSE
         try:
             body = HANDLERS[request.api_key](self, request)
@@ -469,8 +486,6 @@ class Connection(asyncio.BufferedProtocol):
         self.turn = -1  # the broker's turn this connection last handled requests in
         self.turn_frames = self.turn_bytes = 0  # and what it handled in it
         self.pending: asyncio.Future | None = None
-        self.http: bytes | None = None  # set when the peer speaks HTTP (metrics), not Kafka
-        self.seen_kafka = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -503,24 +518,7 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         reader = self.reader
         reader.received(nbytes)
-        if self.http is not None:
-            self._serve_http(reader.take_pending())
-            return
-        if not self.seen_kafka:
-            if reader.buffered < 4:
-                return  # too little to tell Kafka from HTTP
-            if reader.pending()[:4] in metrics.HTTP_METHODS:
-                self._serve_http(reader.take_pending())
-                return
-            self.seen_kafka = True
         self.pump()
-
-    def _serve_http(self, data: bytes) -> None:
-        self.http = (self.http or b"") + data
-        answer = metrics.http_response(self.http, self.broker)
-        if answer is not None:
-            self.transport.write(answer)
-            self.close()
 
     # --- the pass: take frames on, handle them, decide about reading ----------------------
 
@@ -597,7 +595,8 @@ class Connection(asyncio.BufferedProtocol):
             if reader.held_back:
                 frames += reader.frames(0, 0, self._admit)
         except ProtocolError as exc:
-            log.warning("%s: %s; closing the connection", self.peer, exc)
+            _refused.log(logging.WARNING, "malformed frame", "%s: %s; closing the connection",
+                         self.peer, log_safe(exc))
             self.close()
             return False
         if frames:
@@ -785,6 +784,8 @@ def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | No
     async def main() -> None:
         broker = Broker(config)
         host, port = await broker.start()
+        if on_started is not None and broker.metrics_address is not None:
+            print(metrics_line(*broker.metrics_address), flush=True)  # before the Kafka line
         if on_started is not None:
             on_started(host, port)
         loop = asyncio.get_running_loop()

@@ -10,6 +10,7 @@ import shutil
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,8 @@ from .config import (
     validate_topic_configs,
 )
 from .log_dir_moves import LogDirMoves
-from .log_dirs import LogDir
+from .log_dirs import LogDir, suffixed_dir_name
+from .log_limits import log_safe
 from .partition import IssuedProducerIds, Partition
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,43 @@ STRAY_SUFFIX = "-stray"
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# The broker key each internal topic's segment.bytes comes from at creation.
+_INTERNAL_SEGMENT_KEYS = {OFFSETS_TOPIC: "offsets.topic.segment.bytes",
+                          TRANSACTION_STATE_TOPIC: "transaction.state.log.segment.bytes"}
+_INTERNAL_SEGMENT_FLOOR = 1 << 20
+
+
+def internal_topic_problem(name: str, get: Callable[[str], Any],
+                           segment_floor: int) -> str | None:
+    """What the internal topics' coordinators need of them, whoever asks (a client's
+    CreateTopics, AlterConfigs or IncrementalAlterConfigs, or overrides stored by an older
+    version); ``get(key)`` is a topic config's value as it would be in effect,
+    ``segment_floor`` the least segment.bytes allowed.
+
+    | request                               | answer                                       |
+    |---------------------------------------|----------------------------------------------|
+    | CreateTopics of an internal name      | INVALID_REQUEST: the broker creates it on    |
+    |                                       | first use with its partition count (Kafka    |
+    |                                       | refuses __cluster_metadata the same way)     |
+    | cleanup.policy other than compact     | INVALID_CONFIG: delete (with compact, or by  |
+    | (set, appended, emptied or deleted    | falling back to the broker's default) would  |
+    | back to the broker's default)         | remove committed offsets and transaction     |
+    |                                       | states by age or size                        |
+    | segment.bytes below 1 MiB (Kafka 4's  | INVALID_CONFIG: a segment per record would   |
+    | minimum), or below the broker's       | hold a file per record open; an operator may |
+    | offsets.topic.segment.bytes or        | go lower with those broker keys              |
+    | transaction.state.log.segment.bytes   |                                              |
+    | when that is lower                    |                                              |
+    | any other key (retention.ms=0 too:    | accepted: nothing a coordinator relies on    |
+    | compact alone applies no retention)   |                                              |
+    """
+    if get("cleanup.policy") != "compact":
+        return (f"cleanup.policy of internal topic {name} must stay compact (got "
+                f"{render(get('cleanup.policy'))!r}): its coordinator's state would be lost")
+    if get("segment.bytes") < segment_floor:
+        return (f"segment.bytes of internal topic {name} must be at least {segment_floor}, "
+                f"got {get('segment.bytes')}")
+    return None
 
 
 class TopicError(Exception):
@@ -75,6 +114,12 @@ def topic_name_problem(name: str | None) -> str | None:
     return None
 
 
+def _unify(name: str) -> str:
+    """Names that differ only in '.' and '_' collide (Kafka's Topic.unifyCollisionChars):
+    metric names turn one into the other."""
+    return name.replace(".", "_")
+
+
 @dataclass
 class Topic:
     name: str
@@ -91,6 +136,7 @@ class TopicManager:
         self._producer_ids = producer_ids
         self.topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}  # Produce v13, Fetch v13+, DeleteTopics v6
+        self._unified: dict[str, str] = {}  # _unify(name) -> name, for collisions
         self.disk = disk or default_disk()
         # JBOD: every directory of log.dirs holds partitions, each its own health (one that
         # fails takes only its partitions offline). The first also holds the broker's
@@ -149,6 +195,7 @@ class TopicManager:
                         continue
                     del self.topics[topic.name]
                     self._by_id.pop(topic.topic_id, None)
+                    self._unified.pop(_unify(topic.name), None)
                 deleted.append(path)
                 touched.add(os.path.dirname(path))
                 continue
@@ -225,7 +272,8 @@ class TopicManager:
         return min(online, key=lambda state: self._load[state.path])
 
     def _move_aside(self, path: str, suffix: str) -> str:
-        aside = f"{path}.{uuid.uuid4().hex}{suffix}"
+        aside = os.path.join(os.path.dirname(path), suffixed_dir_name(
+            os.path.basename(path), uuid.uuid4().hex, suffix))
         self.disk.rename(path, aside)
         return aside
 
@@ -236,10 +284,17 @@ class TopicManager:
 
     def _materialize(self, name: str, value: dict[str, Any]) -> Topic:
         overrides = validate_topic_configs(value.get("configs", {}))
+        if name in INTERNAL_TOPICS:
+            problem = self._internal_problem(name, overrides)
+            if problem:  # stored before the rule: the coordinator's needs win
+                log.warning("%s; using cleanup.policy=compact and segment.bytes=%d instead",
+                            problem, self.config.get(_INTERNAL_SEGMENT_KEYS[name]))
+                overrides.update(self._internal_overrides(name))
         topic = Topic(name, uuid.UUID(value["id"]), overrides)
         topic.partitions = [self._partition(topic, i) for i in range(value["partitions"])]
         self.topics[name] = topic
         self._by_id[topic.topic_id] = topic
+        self._unified[_unify(name)] = name
         return topic
 
     def _partition(self, topic: Topic, index: int) -> Partition:
@@ -334,7 +389,8 @@ class TopicManager:
         for topic in list(self.topics.values()):
             self.reconfigure(topic)
 
-    def check_overrides(self, configs: dict[str, str | None]) -> dict[str, Any]:
+    def check_overrides(self, configs: dict[str, str | None],
+                        name: str | None = None) -> dict[str, Any]:
         """A topic's overrides parsed and checked together; ConfigError naming the key."""
         parsed = validate_topic_configs(configs)
         lag_problem = compaction_lag_problem(*(
@@ -342,7 +398,16 @@ class TopicManager:
             for key in ("min.compaction.lag.ms", "max.compaction.lag.ms")))
         if lag_problem:
             raise ConfigError(lag_problem)
+        if name in INTERNAL_TOPICS:
+            problem = self._internal_problem(name, parsed)
+            if problem:
+                raise ConfigError(problem)
         return parsed
+
+    def _internal_problem(self, name: str, overrides: dict[str, Any]) -> str | None:
+        return internal_topic_problem(
+            name, lambda key: overrides.get(key, self.config.topic_default(key)),
+            min(_INTERNAL_SEGMENT_FLOOR, self.config.get(_INTERNAL_SEGMENT_KEYS[name])))
 
     def alter_configs(self, name: str, configs: dict[str, str],
                       validate_only: bool = False) -> None:
@@ -353,7 +418,7 @@ class TopicManager:
             raise TopicError(ErrorCode.unknown_topic_or_partition,
                              f"topic {name!r} does not exist")
         try:
-            parsed = self.check_overrides(configs)
+            parsed = self.check_overrides(configs, name)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
@@ -375,7 +440,7 @@ class TopicManager:
                              f"writing the topic's metadata failed: {exc}") from None
         topic.overrides = parsed
         self.reconfigure(topic)
-        log.info("topic %s configs are now %s", name, configs)
+        log.info("topic %s configs are now %s", name, log_safe(configs, 1000))
 
     def override_texts(self, topic: Topic) -> dict[str, str]:
         return {key: render(value) for key, value in topic.overrides.items()}
@@ -403,9 +468,11 @@ class TopicManager:
 
     def create(self, name: str, num_partitions: int, replication_factor: int,
                configs: dict[str, str | None], validate_only: bool = False,
-               assignments: dict[int, list[int]] | None = None) -> Topic:
+               assignments: dict[int, list[int]] | None = None,
+               internal: bool = False) -> Topic:
         """``assignments``: partition index -> broker ids, given instead of a partition count
-        and a replication factor (both -1 then), as Kafka's CreateTopics takes them."""
+        and a replication factor (both -1 then), as Kafka's CreateTopics takes them.
+        ``internal``: the broker creates one of INTERNAL_TOPICS (clients may not)."""
         if assignments:
             num_partitions, replication_factor = self._from_assignments(
                 num_partitions, replication_factor, assignments)
@@ -414,6 +481,14 @@ class TopicManager:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        other = self._unified.get(_unify(name))
+        if other is not None:  # Kafka's Topic.hasCollision: metrics use either as the same
+            raise TopicError(ErrorCode.invalid_topic_exception,
+                             f"Topic '{name}' collides with existing topic: {other}")
+        if name in INTERNAL_TOPICS and not internal:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Creation of internal topic {name} is prohibited: the broker "
+                             f"creates it on first use")
         if num_partitions == -1:
             num_partitions = self.config.get("num.partitions")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
@@ -427,7 +502,7 @@ class TopicManager:
                 f"replication factor {replication_factor} is larger than the 1 broker available",
             )
         try:
-            self.check_overrides(configs)
+            self.check_overrides(configs, name)
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         value = {"id": str(uuid.uuid4()), "partitions": num_partitions, "configs": configs}
@@ -562,22 +637,24 @@ class TopicManager:
         """``__transaction_state``, created on first use as Kafka creates it: compacted, with
         transaction.state.log.num.partitions partitions."""
         return self._internal_topic(TRANSACTION_STATE_TOPIC,
-                                    "transaction.state.log.num.partitions",
-                                    "transaction.state.log.segment.bytes")
+                                    "transaction.state.log.num.partitions")
 
-    def _internal_topic(self, name: str, partitions_key: str, segment_key: str) -> Topic:
+    def _internal_topic(self, name: str, partitions_key: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
-            topic = self.create(name, self.config.get(partitions_key), 1, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.get(segment_key))})
+            topic = self.create(name, self.config.get(partitions_key), 1,
+                                self._internal_overrides(name, text=True), internal=True)
         return topic
+
+    def _internal_overrides(self, name: str, text: bool = False) -> dict[str, Any]:
+        segment_bytes = self.config.get(_INTERNAL_SEGMENT_KEYS[name])
+        return {"cleanup.policy": "compact",
+                "segment.bytes": str(segment_bytes) if text else segment_bytes}
 
     def offsets_topic(self) -> Topic:
         """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
-        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
-                                    "offsets.topic.segment.bytes")
+        return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
@@ -595,7 +672,8 @@ class TopicManager:
         for partition in topic.partitions:
             self.moves.cancel(partition)
             if os.path.isdir(partition.dir):
-                target = f"{partition.dir}.{topic.topic_id.hex}{DELETE_SUFFIX}"
+                target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
+                    os.path.basename(partition.dir), topic.topic_id.hex, DELETE_SUFFIX))
                 try:
                     self.disk.rename(partition.dir, target)
                     aside.append(target)
@@ -616,6 +694,7 @@ class TopicManager:
             self._load[partition.log_dir.path] -= 1
         del self.topics[name]
         self._by_id.pop(topic.topic_id, None)
+        self._unified.pop(_unify(name), None)
         try:
             self.store.delete(f"topics/{name}")
         except OSError as exc:  # the renames decided it: the next start finishes it

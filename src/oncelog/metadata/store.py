@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -42,7 +44,7 @@ class LocalFileStore:
         self._lock_path = os.path.join(directory, ".lock")
 
     def _file(self, path: str) -> str:
-        return os.path.join(self.dir, urllib.parse.quote(path, safe="") + ".json")
+        return os.path.join(self.dir, _file_name(path))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -71,9 +73,12 @@ class LocalFileStore:
                 raise BadVersion(f"{path}: version is {version}, expected {expected_version}")
             new_version = version + 1
             target = self._file(path)
-            tmp = target + ".tmp"
+            tmp = os.path.join(self.dir, _TMP)  # one at a time: under the lock
+            stored = {"version": new_version, "value": value}
+            if _is_hashed(os.path.basename(target)):
+                stored["path"] = path
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"version": new_version, "value": value}, f)
+                json.dump(stored, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)
@@ -100,6 +105,32 @@ class LocalFileStore:
         quoted = urllib.parse.quote(prefix.rstrip("/") + "/", safe="")
         names = []
         for name in os.listdir(self.dir):
-            if name.startswith(quoted) and name.endswith(".json"):
+            if not (name.startswith(quoted) and name.endswith(".json")):
+                continue
+            if _is_hashed(name):
+                with open(os.path.join(self.dir, name), encoding="utf-8") as f:
+                    names.append(json.load(f)["path"][len(prefix.rstrip("/")) + 1:])
+            else:
                 names.append(urllib.parse.unquote(name[len(quoted):-5]))
         return sorted(names)
+
+
+# A file name holds at most 255 bytes. A path whose quoted name would not fit (a topic of
+# more than 241 characters under "topics/") is kept in a file named by the start of its
+# quoted name and a hash of the whole, the path itself stored inside.
+_NAME_MAX = 255
+_KEEP = 200
+_HASHED = re.compile(rf".{{{_KEEP}}}~[0-9a-f]{{40}}\.json")
+_TMP = ".pending.json.tmp"
+
+
+def _file_name(path: str) -> str:
+    quoted = urllib.parse.quote(path, safe="")
+    if len(quoted) + len(".json") <= _NAME_MAX and not _HASHED.fullmatch(quoted + ".json"):
+        return quoted + ".json"
+    digest = hashlib.sha1(path.encode()).hexdigest()
+    return f"{quoted[:_KEEP]}~{digest}.json"
+
+
+def _is_hashed(name: str) -> bool:
+    return _HASHED.fullmatch(name) is not None

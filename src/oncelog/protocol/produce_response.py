@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from .errors import ProtocolError
 from .produce_request import WireReader
+from .schema import without_paths
 from .varint import write_uvarint
 
 _I16 = struct.Struct(">h")
@@ -95,7 +96,7 @@ def encode(version: int, correlation_id: int,
                     out.append(_nullable_string(message, flexible))
                     if flexible:
                         out.append(b"\x00")
-                out.append(_nullable_string(p.error_message, flexible))
+                out.append(_nullable_string(without_paths(p.error_message), flexible))
             if hints and p.current_leader is not None:
                 out.append(b"\x01" + _LEADER_TAG.pack(0, 9, *p.current_leader, 0))
             elif flexible:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +34,27 @@ def _field_names(cls: type) -> frozenset[str]:
 
 def build(cls: type, **values: Any) -> Any:
     names = _field_names(cls)
+    if "error_message" in values and _is_response(cls):
+        values["error_message"] = without_paths(values["error_message"])
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@functools.cache
+def _is_response(cls: type) -> bool:
+    return cls.__module__.endswith(".response")
+
+
+# An absolute path, as an OSError's text quotes it (quoted or not): what a server's files are
+# called is none of a client's business, so no error message carries one.
+_PATH = re.compile(r"""(?<![\w.~-])/[^\s'",;:()\[\]]*""")
+
+
+def without_paths(message: str | None) -> str | None:
+    """``message`` with every absolute path replaced by ``<path>``: every answer's
+    error_message goes through here (``build`` for responses, and Produce's own encoder)."""
+    if message is None or "/" not in message:
+        return message
+    return _PATH.sub("<path>", message)
 
 
 def has_field(cls: type, name: str) -> bool:
