@@ -40,13 +40,18 @@ class HeldLog:
         self.waiting.append((future, partition, tuple(records)))
         return future
 
-    def release(self, fail: bool = False) -> int:
-        waiting, self.waiting = self.waiting, []
+    def release(self, fail: bool = False, count: int | None = None) -> int:
+        """Make the held writes (the oldest ``count`` of them) durable, or fail them."""
+        count = len(self.waiting) if count is None else count
+        waiting, self.waiting = self.waiting[:count], self.waiting[count:]
         for future, partition, records in waiting:
             if fail:
                 kept = self.partitions[partition]
                 for record in records:
                     kept.remove(record)
+            if future.done():  # its writer is gone (a restart)
+                continue
+            if fail:
                 future.set_exception(OSError("injected fsync failure"))
             else:
                 future.set_result(None)

@@ -57,33 +57,43 @@ EndTxn with TV 0 (v0-v4: the epoch stays):
     |-----|-------------------------------------------------|---------------------------------|
     | E1  | unknown id or P != pid                          | INVALID_PRODUCER_ID_MAPPING     |
     | E2  | E != e                                          | PRODUCER_FENCED                 |
-    | E3  | pending, or PrepareEpochFence                   | CONCURRENT_TRANSACTIONS         |
+    | E3  | pending (Prepare* and PrepareEpochFence always  | CONCURRENT_TRANSACTIONS         |
+    |     | are: their markers or abort are under way)      |                                 |
     | E4  | Ongoing                                         | NONE (pid, e); Prepare* at e,   |
     |     |                                                 | TV 0; markers (M1)              |
     | E5  | Complete* of the same outcome (a retry)         | NONE (pid, e)                   |
-    | E6  | Prepare* of the same outcome (a retry)          | CONCURRENT_TRANSACTIONS         |
-    | E7  | otherwise                                       | INVALID_TXN_STATE               |
+    | E6  | otherwise                                       | INVALID_TXN_STATE               |
 
 EndTxn with TV 2 (v5+: each end bumps the epoch). A retry of an end already decided
 carries the epoch before the bump: "bump-retry" is P == pid and E + 1 == e; "overflow-retry"
-is P == prev, E == 32766, e == 0 (the end that exhausted the epoch moved to a new pid).
-Both are read from the written state, so a retry is recognised after a restart too:
+is P == prev, E == 32766, e == 0 (the end that exhausted the epoch moved to a new pid); both
+only when the transaction was decided by a TV 2 end (its written TV is 2). Without that last
+condition (Kafka has none) a zombie at e-1 whose successor got e from InitProducerId and ended
+with TV 0 would be handed e, the live producer's own epoch (the model test found it).
+Both are read from the written state, so a retry is recognised after a restart too. As in
+Kafka, a fence's bump (X1) looks the same: the fenced producer's EndTxn v5 abort of the
+transaction the fence aborted is answered as its retry (F3), with e, which the new instance's
+InitProducerId then fences again (e+1 is never handed to anyone else):
 
     | #   | state / condition                               | answer, then what is written    |
     |-----|-------------------------------------------------|---------------------------------|
-    | F1  | pending                                         | CONCURRENT_TRANSACTIONS         |
+    | F1  | pending (Prepare* always is: its markers are    | CONCURRENT_TRANSACTIONS         |
+    |     | under way, so a retry of its end lands here)    |                                 |
     | F2  | unknown id, or P != pid and not overflow-retry  | INVALID_PRODUCER_ID_MAPPING     |
-    | F3  | Prepare* and bump-retry of the same outcome     | CONCURRENT_TRANSACTIONS         |
-    | F4  | Complete* and a retry of the same outcome       | NONE (pid, e)                   |
-    | F5  | a retry of the other outcome                    | INVALID_TXN_STATE               |
-    | F6  | E != e                                          | PRODUCER_FENCED                 |
-    | F7  | e == 32767 (no client holds it)                 | PRODUCER_FENCED                 |
-    | F8  | Ongoing, or Idle and abort                      | Prepare* at e+1, TV 2, last =   |
-    |     |                                                 | e; markers (M1); see F9         |
-    | F9  |  ... e exhausted                                | Prepare* at 32767, next = new   |
+    | F3  | Complete* and a retry of the same outcome,      | NONE (pid, e)                   |
+    |     | e < 32767                                       |                                 |
+    | F4  | a retry of the other outcome                    | INVALID_TXN_STATE               |
+    |     | (a retry at e == 32767 ends here or in F5: only |                                 |
+    |     | a fence reaches 32767, and its producer stays   |                                 |
+    |     | fenced)                                         |                                 |
+    | F5  | E != e                                          | PRODUCER_FENCED                 |
+    | F6  | e == 32767 (no client holds it)                 | PRODUCER_FENCED                 |
+    | F7  | Ongoing, or Idle and abort                      | Prepare* at e+1, TV 2, last =   |
+    |     |                                                 | e; markers (M1); see F8         |
+    | F8  |  ... e exhausted                                | Prepare* at 32767, next = new   |
     |     |                                                 | pid; answer NONE (new pid, 0)   |
     |     |  ... else                                       | answer NONE (pid, e+1)          |
-    | F10 | otherwise (Empty or CompleteCommit, commit)     | INVALID_TXN_STATE               |
+    | F9  | otherwise (Empty or CompleteCommit, commit)     | INVALID_TXN_STATE               |
 
 The coordinator's own steps (no client asks; each runs while the id is pending, and a
 failed write is retried until it is taken, so nothing is left half done without a restart):
@@ -96,7 +106,7 @@ failed write is retried until it is taken, so nothing is left half done without 
     | X2  | after X1                                        | PrepareAbort at the same epoch, |
     |     |                                                 | then markers (M1)               |
     | M1  | markers of Prepare*: (pid, e, TV) to every      | Complete*, no partitions; with  |
-    |     | partition (e is 32767 after F9), until each     | next set: pid = next, e = 0,    |
+    |     | partition (e is 32767 after F8), until each     | next set: pid = next, e = 0,    |
     |     | partition took it or is gone                    | prev = pid, next = -1           |
     | L1  | loaded Prepare*                                 | pending; M1 resumes             |
     | L2  | loaded PrepareEpochFence                        | pending; X2 resumes             |
@@ -279,7 +289,7 @@ def decide_end_v0(entry: Entry | None, r: End) -> Decision:
         return _answer("E1", E.invalid_producer_id_mapping)
     if r.epoch != entry.epoch:
         return _answer("E2", E.producer_fenced)
-    if entry.pending or entry.state is S.PREPARE_EPOCH_FENCE:
+    if entry.pending or entry.state in _BUSY:
         return _answer("E3", E.concurrent_transactions)
     if entry.state is S.ONGOING:
         return Decision("E4", E.none, entry.producer_id, entry.epoch,
@@ -287,41 +297,35 @@ def decide_end_v0(entry: Entry | None, r: End) -> Decision:
     same = r.commit == (entry.state in (S.COMPLETE_COMMIT, S.PREPARE_COMMIT))
     if entry.state in _COMPLETE and same:
         return Decision("E5", E.none, entry.producer_id, entry.epoch)
-    if entry.state in _PREPARE and same:
-        return _answer("E6", E.concurrent_transactions)
-    return _answer("E7", E.invalid_txn_state)
+    return _answer("E6", E.invalid_txn_state)
 
 
 def decide_end_v2(entry: Entry | None, r: End) -> Decision:
-    if entry is not None and entry.pending:
+    if entry is not None and (entry.pending or entry.state in _BUSY):
         return _answer("F1", E.concurrent_transactions)
-    overflow_retry = entry is not None and r.producer_id == entry.previous_producer_id \
+    tv2 = entry is not None and entry.transaction_version >= 2
+    overflow_retry = tv2 and r.producer_id == entry.previous_producer_id \
         and r.epoch == MAX_EPOCH - 1 and entry.epoch == 0
     if entry is None or (r.producer_id != entry.producer_id and not overflow_retry):
         return _answer("F2", E.invalid_producer_id_mapping)
-    bump_retry = r.producer_id == entry.producer_id and r.epoch + 1 == entry.epoch
+    bump_retry = tv2 and r.producer_id == entry.producer_id and r.epoch + 1 == entry.epoch
     same = r.commit == (entry.state in (S.COMPLETE_COMMIT, S.PREPARE_COMMIT))
-    if entry.state in _PREPARE and bump_retry and same:
-        return _answer("F3", E.concurrent_transactions)
-    retry = (entry.state in _PREPARE and bump_retry) or \
-        (entry.state in _COMPLETE and (bump_retry or overflow_retry))
-    if retry and same and entry.state in _COMPLETE:
-        return Decision("F4", E.none, entry.producer_id, entry.epoch)
-    if retry:
-        return _answer("F5", E.invalid_txn_state)
+    retry = entry.state in _COMPLETE and (bump_retry or overflow_retry)
+    if retry and same and entry.state in _COMPLETE and entry.epoch < MAX_EPOCH:
+        return Decision("F3", E.none, entry.producer_id, entry.epoch)
+    if retry and not same:
+        return _answer("F4", E.invalid_txn_state)
     if r.epoch != entry.epoch or r.producer_id != entry.producer_id:
-        return _answer("F6", E.producer_fenced)
+        return _answer("F5", E.producer_fenced)
     if entry.epoch >= MAX_EPOCH:
-        return _answer("F7", E.producer_fenced)
+        return _answer("F6", E.producer_fenced)
     if entry.state is S.ONGOING or (entry.state in _IDLE and not r.commit):
         if exhausted(entry.epoch):
-            return Decision("F9", E.none, NEW_ID, 0, then=MARKERS,
+            return Decision("F8", E.none, NEW_ID, 0, then=MARKERS,
                             write=_prepared(entry, r, MAX_EPOCH, NEW_ID))
-        return Decision("F8", E.none, entry.producer_id, entry.epoch + 1, then=MARKERS,
+        return Decision("F7", E.none, entry.producer_id, entry.epoch + 1, then=MARKERS,
                         write=_prepared(entry, r, entry.epoch + 1))
-    if entry.state in _BUSY:  # PrepareEpochFence, never idle (X1-X2 run while pending)
-        return _answer("F1", E.concurrent_transactions)
-    return _answer("F10", E.invalid_txn_state)
+    return _answer("F9", E.invalid_txn_state)
 
 
 # --- the coordinator's own steps ----------------------------------------------------------
