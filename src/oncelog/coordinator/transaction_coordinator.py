@@ -35,7 +35,6 @@ from .txn_rules import NEW_ID, Decision, Entry
 log = logging.getLogger(__name__)
 E = ErrorCode
 S = TxnState
-MAX_EPOCH = rules.MAX_EPOCH
 COORDINATOR_EPOCH = 0
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
