@@ -1,6 +1,6 @@
 """Every decision of the transaction coordinator lives in this file.
 
-It knows nothing of logs, markers or time: ``decide`` is given what the coordinator holds for
+It knows nothing of logs, markers or clocks: ``decide`` is given what the coordinator holds for
 one transactional id (an Entry, or nothing) and one request, and answers with one Decision:
 the answer to send and, when the request changes something, the Entry to write to
 ``__transaction_state`` first. TransactionCoordinator (transaction_coordinator.py) applies it:
