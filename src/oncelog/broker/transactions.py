@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-import re
 
 from kio.schema.errors import ErrorCode
 
 from ..coordinator.group_coordinator import OffsetCommitPartition
 from ..coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
 from ..protocol import api_versions as apis
+from ..protocol.client_regex import InvalidClientRegex
 from ..protocol.messages import Request
 from ..protocol.schema import build, has_field, response_module
 from .api_meta import NO_THROTTLE
@@ -211,17 +211,16 @@ def handle_describe_transactions(broker, request: Request):
 def handle_list_transactions(broker, request: Request):
     mod = response_module(apis.LIST_TRANSACTIONS, request.api_version)
     body = request.body
-    pattern = getattr(body, "transactional_id_pattern", None)
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error:
-            return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
-                         error_code=ErrorCode.invalid_regular_expression,
-                         unknown_state_filters=(), transaction_states=())
-    unknown, txns = broker.transactions.list(
-        set(body.state_filters), set(body.producer_id_filters),
-        getattr(body, "duration_filter", -1), pattern)
+    try:
+        unknown, txns = broker.transactions.list(
+            set(body.state_filters), set(body.producer_id_filters),
+            getattr(body, "duration_filter", -1),
+            getattr(body, "transactional_id_pattern", None))
+    except InvalidClientRegex as exc:
+        log.info("ListTransactions: invalid transactional_id_pattern: %s", exc)
+        return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.invalid_regular_expression,
+                     unknown_state_filters=(), transaction_states=())
     return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
                  error_code=ErrorCode.none, unknown_state_filters=tuple(unknown),
                  transaction_states=tuple(

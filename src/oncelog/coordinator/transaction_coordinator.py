@@ -1,45 +1,43 @@
 """The transaction coordinator: transactional id -> producer id, epoch and transaction state,
 kept in ``__transaction_state`` (txn_records.py) and rebuilt from it on start.
 
-A transaction's life (Kafka's TransactionState):
-
-- Empty / CompleteCommit / CompleteAbort: no transaction. InitProducerId bumps the epoch
-  (fencing older instances); AddPartitionsToTxn / AddOffsetsToTxn -> Ongoing.
-- Ongoing: partitions are added. EndTxn -> PrepareCommit / PrepareAbort (written, then
-  answered); InitProducerId of a new instance, or the timeout -> the epoch is bumped and the
-  transaction aborted (PrepareEpochFence then PrepareAbort).
-- PrepareCommit / PrepareAbort: the markers go to every partition (through the same
-  WriteTxnMarkers path a cluster uses), then CompleteCommit / CompleteAbort is written.
-  Requests meanwhile get CONCURRENT_TRANSACTIONS, which clients retry.
-
-Every change is written before it is answered or acted on; a write that fails changes nothing
-in memory. Transaction version 2 (KIP-890 part 2: EndTxn v5 and later) bumps the epoch at the
-end of every transaction, so a delayed write of a finished transaction is fenced.
+Every decision is a row of the table in txn_rules.py (Kafka's TransactionMetadata and
+TransactionCoordinator rules, state x request x epoch x pending x transaction version); this
+module only carries them out. One discipline makes the table true under concurrency: an id is
+marked *pending* before the first await of any change (the write to ``__transaction_state``
+and its fsync, the markers, the completion), and every request on a pending id is answered
+by the table's pending rows (CONCURRENT_TRANSACTIONS), so no two requests ever decide on the
+same state. A change is written before it is answered or acted on; a write that fails
+changes nothing in memory. The steps no client waits for (the fence and abort of a timed-out
+or replaced transaction, the markers and the completion) retry a failed write until it is
+taken, so nothing is left half done until a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.client_regex import compile_client_regex
 from . import txn_records as tr
+from . import txn_rules as rules
 from .group_coordinator import OffsetsLog, WriteFailed, partition_for
 from .group_records import BadRecord
 from .txn_records import TxnState
+from .txn_rules import NEW_ID, Decision, Entry
 
 log = logging.getLogger(__name__)
 E = ErrorCode
 S = TxnState
-MAX_EPOCH = 32767
 COORDINATOR_EPOCH = 0
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
-_MARKER_RETRY_S = 1.0
+_RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
 
 # (producer id, epoch, commit, coordinator epoch, partitions, transaction version)
 #   -> per-partition errors
@@ -59,49 +57,6 @@ class TxnConfig:
     two_phase_commit: bool = False  # transaction.two.phase.commit.enable (KIP-939)
 
 
-@dataclass(eq=False)
-class TxnMeta:
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    timeout_ms: int
-    state: TxnState = S.EMPTY
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    start_ms: int = -1
-    last_update_ms: int = -1
-    previous_producer_id: int = -1
-    previous_epoch: int = -1  # the epoch before the last bump (a retried EndTxn carries it)
-    next_producer_id: int = -1
-    transaction_version: int = 0
-    pending: bool = False  # a write or the markers of a state change are under way
-
-    def value(self, state: TxnState | None = None, **changes) -> tr.TxnValue:
-        partitions = changes.pop("partitions", self.partitions)
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in sorted(partitions):
-            by_topic.setdefault(topic, []).append(p)
-        fields = {
-            "producer_id": self.producer_id, "producer_epoch": self.epoch,
-            "timeout_ms": self.timeout_ms, "state": state if state is not None else self.state,
-            "partitions": tuple((t, tuple(ps)) for t, ps in by_topic.items()),
-            "last_update_ms": self.last_update_ms, "start_ms": self.start_ms,
-            "previous_producer_id": self.previous_producer_id,
-            "next_producer_id": self.next_producer_id,
-            "transaction_version": self.transaction_version,
-        }
-        fields.update(changes)
-        return tr.TxnValue(**fields)
-
-    def apply(self, value: tr.TxnValue) -> None:
-        self.producer_id, self.epoch = value.producer_id, value.producer_epoch
-        self.timeout_ms, self.state = value.timeout_ms, value.state
-        self.partitions = {(t, p) for t, ps in value.partitions for p in ps}
-        self.last_update_ms, self.start_ms = value.last_update_ms, value.start_ms
-        self.previous_producer_id = value.previous_producer_id
-        self.next_producer_id = value.next_producer_id
-        self.transaction_version = value.transaction_version
-
-
 @dataclass
 class TxnOverview:
     transactional_id: str
@@ -111,6 +66,30 @@ class TxnOverview:
     timeout_ms: int
     start_ms: int
     partitions: list[tuple[str, int]]
+
+
+
+def _value(entry: Entry) -> tr.TxnValue:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(entry.partitions):
+        by_topic.setdefault(topic, []).append(p)
+    return tr.TxnValue(entry.producer_id, entry.epoch, entry.timeout_ms, entry.state,
+                       tuple((t, tuple(ps)) for t, ps in by_topic.items()),
+                       entry.last_update_ms, entry.start_ms, entry.previous_producer_id,
+                       entry.next_producer_id, entry.transaction_version)
+
+
+def _entry(value: tr.TxnValue) -> Entry:
+    return Entry(value.producer_id, value.producer_epoch, value.state, value.timeout_ms,
+                 frozenset((t, p) for t, ps in value.partitions for p in ps),
+                 value.start_ms, value.last_update_ms, value.previous_producer_id,
+                 value.next_producer_id, value.transaction_version)
+
+
+class RequestFailed(Exception):
+    def __init__(self, error: ErrorCode) -> None:
+        super().__init__(error.name)
+        self.error = error
 
 
 class TransactionCoordinator:
@@ -125,7 +104,9 @@ class TransactionCoordinator:
         self.partition_exists = partition_exists
         self.write_markers = write_markers
         self.now_ms = now_ms
-        self.txns: dict[str, TxnMeta] = {}
+        self.retry_s = _RETRY_S
+        # Every id's Entry; an id whose first record is being written has epoch -1.
+        self.txns: dict[str, Entry] = {}
         self.loading: set[int] = set(range(config.num_partitions))
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -137,6 +118,11 @@ class TransactionCoordinator:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _known(self, transactional_id: str | None) -> Entry | None:
+        """The id's Entry, if its first record is written."""
+        entry = self.txns.get(transactional_id or "")
+        return None if entry is None or entry.epoch < 0 else entry
 
     # --- loading --------------------------------------------------------------------------
 
@@ -157,19 +143,19 @@ class TransactionCoordinator:
                 if value is None or value.state is S.DEAD:
                     self.txns.pop(txn_id, None)
                     continue
-                meta = TxnMeta(txn_id, value.producer_id, value.producer_epoch, value.timeout_ms)
-                meta.apply(value)
-                self.txns[txn_id] = meta
+                entry = _entry(value)
                 if value.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                    # Decided before the broker stopped: its markers go out now.
-                    meta.pending = True
-                    self._background(self._complete(meta, value.state is S.PREPARE_COMMIT))
+                    # L1: decided before the broker stopped: its markers go out now.
+                    self.txns[txn_id] = dataclasses.replace(entry, pending=True)
+                    self._background(self._complete(txn_id))
                 elif value.state is S.PREPARE_EPOCH_FENCE:
-                    meta.pending = True
-                    self._background(self._abort_fenced(meta))
+                    self.txns[txn_id] = dataclasses.replace(entry, pending=True)  # L2
+                    self._background(self._abort_fenced(txn_id))
+                else:
+                    self.txns[txn_id] = entry
             self.loading.discard(partition)
 
-    # --- the checks every request shares ------------------------------------------------
+    # --- carrying a decision out ----------------------------------------------------------
 
     def _unavailable(self, transactional_id: str | None) -> ErrorCode | None:
         if not transactional_id:
@@ -178,29 +164,78 @@ class TransactionCoordinator:
             return E.coordinator_load_in_progress
         return None
 
-    def _check(self, meta: TxnMeta | None, producer_id: int, epoch: int) -> ErrorCode | None:
-        if meta is None or meta.producer_id != producer_id:
-            return E.invalid_producer_id_mapping
-        if epoch != meta.epoch:
-            return E.producer_fenced
-        if meta.pending or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
-                                          S.PREPARE_EPOCH_FENCE):
-            return E.concurrent_transactions
-        return None
+    def _hold(self, txn_id: str) -> Entry | None:
+        """Mark the id pending (the caller has decided to change it); None: unknown."""
+        entry = self.txns.get(txn_id)
+        if entry is not None:
+            self.txns[txn_id] = dataclasses.replace(entry, pending=True)
+        return entry
 
-    async def _write(self, meta: TxnMeta, value: tr.TxnValue) -> None:
-        """Write the transaction's next state, then take it; raises WriteFailed."""
-        try:
-            durable = self.log.append(self.partition_of(meta.transactional_id),
-                                      [(tr.txn_key(meta.transactional_id), tr.txn_value(value))])
-        except WriteFailed:
-            raise
+    def _release(self, txn_id: str) -> None:
+        entry = self.txns.get(txn_id)
+        if entry is None:
+            return
+        if entry.epoch < 0:
+            del self.txns[txn_id]  # its first record was never written
+        else:
+            self.txns[txn_id] = dataclasses.replace(entry, pending=False)
+
+    async def _write(self, txn_id: str, entry: Entry) -> None:
+        """Write the id's next Entry and take it (still pending) once durable; raises
+        WriteFailed and changes nothing when the log does not take it."""
+        durable = self.log.append(self.partition_of(txn_id),
+                                  [(tr.txn_key(txn_id), tr.txn_value(_value(entry)))])
         if durable is not None:
             try:
                 await durable
             except OSError as exc:
                 raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
-        meta.apply(value)
+        self.txns[txn_id] = dataclasses.replace(entry, pending=True)
+
+    async def _write_until_taken(self, txn_id: str, entry: Entry) -> bool:
+        """A step nobody waits for: retried until the log takes it (False: closed)."""
+        while not self._closed:
+            try:
+                await self._write(txn_id, entry)
+                return True
+            except WriteFailed as exc:
+                log.warning("transactional id %s: writing %s failed: %s; retrying", txn_id,
+                            entry.state.label, exc)
+                await asyncio.sleep(self.retry_s)
+        return False
+
+    async def _carry_out(self, txn_id: str, decision: Decision) -> Decision:
+        """Write what ``decision`` writes (the id pending meanwhile), start what follows it;
+        the decision once written, with any new producer id filled in."""
+        if decision.then == rules.FENCE:
+            self._hold(txn_id)
+            self._background(self._fence_and_abort(txn_id))
+            return decision
+        if decision.write is None:
+            return decision
+        entry, new_id = decision.write, -1
+        if NEW_ID in (entry.producer_id, entry.next_producer_id):
+            new_id = self.generate_producer_id()
+            entry = dataclasses.replace(
+                entry,
+                producer_id=new_id if entry.producer_id == NEW_ID else entry.producer_id,
+                next_producer_id=new_id if entry.next_producer_id == NEW_ID else -1)
+        if self._hold(txn_id) is None:
+            # A new id: held from now on with no record yet, so a second InitProducerId
+            # meanwhile is answered CONCURRENT_TRANSACTIONS, not given an id of its own.
+            self.txns[txn_id] = dataclasses.replace(entry, epoch=-1, pending=True)
+        try:
+            await self._write(txn_id, entry)
+        except WriteFailed as exc:
+            self._release(txn_id)
+            raise RequestFailed(exc.error) from exc
+        if decision.then == rules.MARKERS:
+            self._background(self._complete(txn_id))
+        else:
+            self._release(txn_id)
+        if decision.producer_id == NEW_ID:
+            decision = dataclasses.replace(decision, producer_id=new_id)
+        return decision
 
     # --- InitProducerId -------------------------------------------------------------------
 
@@ -225,99 +260,33 @@ class TransactionCoordinator:
             timeout_ms = NO_TIMEOUT_MS
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return E.invalid_transaction_timeout, -1, -1, -1, -1
-        now = self.now_ms()
-        meta = self.txns.get(transactional_id)
-        if meta is None:
-            meta = TxnMeta(transactional_id, self.generate_producer_id(), -1, timeout_ms,
-                           last_update_ms=now)
-            value = meta.value(S.EMPTY, producer_epoch=0, timeout_ms=timeout_ms)
-            try:
-                await self._write(meta, value)
-            except WriteFailed as exc:
-                return exc.error, -1, -1, -1, -1
-            self.txns[transactional_id] = meta
-            log.info("transactional id %s: producer id %d, epoch 0", transactional_id,
-                     meta.producer_id)
-            return E.none, meta.producer_id, 0, -1, -1
-        if meta.pending:
-            return E.concurrent_transactions, -1, -1, -1, -1
-        if producer_id >= 0 and not (
-                (producer_id == meta.producer_id and epoch == meta.epoch)
-                or (producer_id == meta.previous_producer_id and epoch == meta.previous_epoch)):
-            # KIP-360: a producer recovering names its id and epoch; any other is a zombie.
-            return E.producer_fenced, -1, -1, -1, -1
-        if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
-            return E.concurrent_transactions, -1, -1, -1, -1
-        if meta.state is S.ONGOING and keep_prepared:
-            return await self._keep_prepared(meta, timeout_ms)
-        if meta.state is S.ONGOING:
-            # A new instance: the old one's transaction is aborted under a bumped epoch; the
-            # caller retries once that is done.
-            meta.pending = True
-            self._background(self._fence_and_abort(meta, timeout_ms))
-            return E.concurrent_transactions, -1, -1, -1, -1
-        new_id, new_epoch = self._next_epoch(meta)
-        value = meta.value(S.EMPTY, producer_id=new_id, producer_epoch=new_epoch,
-                           timeout_ms=timeout_ms, partitions=set(), start_ms=-1,
-                           last_update_ms=now,
-                           previous_producer_id=meta.producer_id)
-        previous_epoch = meta.epoch
+        request = rules.Init(timeout_ms, self.now_ms(), producer_id, epoch, keep_prepared)
+        decision = rules.decide(self.txns.get(transactional_id), request)
         try:
-            await self._write(meta, value)
-        except WriteFailed as exc:
+            decision = await self._carry_out(transactional_id, decision)
+        except RequestFailed as exc:
             return exc.error, -1, -1, -1, -1
-        meta.previous_epoch = previous_epoch
-        log.info("transactional id %s: producer id %d, epoch %d", transactional_id, new_id,
-                 new_epoch)
-        return E.none, new_id, new_epoch, -1, -1
+        if decision.error is E.none and decision.write is not None:
+            log.info("transactional id %s: producer id %d, epoch %d (%s)", transactional_id,
+                     decision.producer_id, decision.epoch, decision.row)
+        return decision.error, decision.producer_id, decision.epoch, *decision.kept
 
-    async def _keep_prepared(self, meta: TxnMeta, timeout_ms: int
-                             ) -> tuple[ErrorCode, int, int, int, int]:
-        """KIP-939: a new instance takes over a prepared transaction instead of aborting it.
-        The epoch is bumped (the old instance is fenced) and the transaction stays open for
-        the new one to commit or abort with EndTxn."""
-        if meta.epoch + 1 >= MAX_EPOCH:
-            return E.producer_fenced, -1, -1, -1, -1  # the kept transaction keeps its id
-        kept = (meta.producer_id, meta.epoch)
-        previous_epoch = meta.epoch
+    async def _fence_and_abort(self, txn_id: str) -> None:
+        """X1 then X2: the ongoing transaction's producer is fenced, then it is aborted."""
+        entry = self.txns[txn_id]
         try:
-            await self._write(meta, meta.value(S.ONGOING, producer_epoch=meta.epoch + 1,
-                                               timeout_ms=timeout_ms,
-                                               last_update_ms=self.now_ms()))
+            await self._write(txn_id, rules.fenced(entry, self.now_ms()))
         except WriteFailed as exc:
-            return exc.error, -1, -1, -1, -1
-        meta.previous_epoch = previous_epoch
-        log.info("transactional id %s: prepared transaction kept for epoch %d",
-                 meta.transactional_id, meta.epoch)
-        return E.none, meta.producer_id, meta.epoch, *kept
-
-    def _next_epoch(self, meta: TxnMeta) -> tuple[int, int]:
-        """The epoch after this one; a new producer id when the epoch would overflow."""
-        if meta.epoch + 1 >= MAX_EPOCH:
-            return self.generate_producer_id(), 0
-        return meta.producer_id, meta.epoch + 1
-
-    async def _fence_and_abort(self, meta: TxnMeta, timeout_ms: int | None = None) -> None:
-        new_id, new_epoch = self._next_epoch(meta)
-        now = self.now_ms()
-        try:
-            await self._write(meta, meta.value(S.PREPARE_EPOCH_FENCE, producer_id=new_id,
-                                               producer_epoch=new_epoch, last_update_ms=now,
-                                               previous_producer_id=meta.producer_id))
-        except WriteFailed as exc:
-            log.warning("transactional id %s: fencing failed: %s", meta.transactional_id, exc)
-            meta.pending = False
+            # Still Ongoing, nothing answered: the next InitProducerId or timeout fences.
+            log.warning("transactional id %s: fencing failed: %s", txn_id, exc)
+            self._release(txn_id)
             return
-        await self._abort_fenced(meta)
+        await self._abort_fenced(txn_id)
 
-    async def _abort_fenced(self, meta: TxnMeta) -> None:
-        try:
-            await self._write(meta, meta.value(S.PREPARE_ABORT, last_update_ms=self.now_ms()))
-        except WriteFailed as exc:
-            log.warning("transactional id %s: aborting failed: %s", meta.transactional_id, exc)
-            meta.pending = False
-            return
-        await self._complete(meta, commit=False)
+    async def _abort_fenced(self, txn_id: str) -> None:
+        if await self._write_until_taken(txn_id, rules.abort_fenced(self.txns[txn_id],
+                                                                    self.now_ms())):
+            await self._complete(txn_id)
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn, verification --------------------------------
 
@@ -325,31 +294,20 @@ class TransactionCoordinator:
                              partitions: list[tuple[str, int]]
                              ) -> dict[tuple[str, int], ErrorCode]:
         error = self._unavailable(transactional_id)
-        meta = self.txns.get(transactional_id)
-        if error is None:
-            error = self._check(meta, producer_id, epoch)
         if error is not None:
             return dict.fromkeys(partitions, error)
-        unknown = [tp for tp in partitions if not self.partition_exists(*tp)]
-        if unknown:
+        wanted = frozenset(partitions)
+        unknown = {tp for tp in wanted if not self.partition_exists(*tp)}
+        decision = rules.decide(self.txns.get(transactional_id),
+                                rules.Add(producer_id, epoch, wanted, self.now_ms()))
+        if decision.error is E.none and unknown:
             return {tp: E.unknown_topic_or_partition if tp in unknown
                     else E.operation_not_attempted for tp in partitions}
-        wanted = set(partitions)
-        if meta.state is S.ONGOING and wanted <= meta.partitions:
-            return dict.fromkeys(partitions, E.none)
-        now = self.now_ms()
-        start = meta.start_ms if meta.state is S.ONGOING else now
-        value = meta.value(S.ONGOING, partitions=meta.partitions | wanted if
-                           meta.state is S.ONGOING else wanted, start_ms=start,
-                           last_update_ms=now)
-        meta.pending = True
         try:
-            await self._write(meta, value)
-        except WriteFailed as exc:
+            decision = await self._carry_out(transactional_id, decision)
+        except RequestFailed as exc:
             return dict.fromkeys(partitions, exc.error)
-        finally:
-            meta.pending = False
-        return dict.fromkeys(partitions, E.none)
+        return dict.fromkeys(partitions, decision.error)
 
     def verify(self, transactional_id: str | None, producer_id: int, epoch: int,
                topic: str, partition: int) -> ErrorCode:
@@ -359,96 +317,53 @@ class TransactionCoordinator:
             # Not known yet (a restart is reading __transaction_state): a retriable answer,
             # as Kafka gives a produce whose verification cannot be made now.
             return E.not_enough_replicas
-        meta = self.txns.get(transactional_id or "")
-        if meta is None or meta.producer_id != producer_id:
-            return E.invalid_producer_id_mapping
-        if epoch < meta.epoch:
-            return E.invalid_producer_epoch
-        if meta.state is not S.ONGOING or epoch != meta.epoch \
-                or (topic, partition) not in meta.partitions:
-            return E.invalid_txn_state
-        return E.none
+        return rules.verify(self._known(transactional_id), producer_id, epoch,
+                            (topic, partition))
 
     # --- EndTxn ---------------------------------------------------------------------------
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                       bump_epoch: bool) -> tuple[ErrorCode, int, int]:
-        """``bump_epoch``: transaction version 2 (EndTxn v5+)."""
+        """``bump_epoch``: transaction version 2 (EndTxn v5+), this request's only."""
         error = self._unavailable(transactional_id)
         if error is not None:
             return error, -1, -1
-        meta = self.txns.get(transactional_id)
-        if meta is None or producer_id not in (meta.producer_id, meta.previous_producer_id):
-            return E.invalid_producer_id_mapping, -1, -1
-        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        retried = (epoch == meta.previous_epoch and bump_epoch
-                   and producer_id in (meta.producer_id, meta.previous_producer_id))
-        if retried and meta.state is done and not meta.pending:
-            return E.none, meta.producer_id, meta.epoch  # its answer was lost
-        if producer_id != meta.producer_id or epoch != meta.epoch:
-            return E.producer_fenced, -1, -1
-        if meta.pending:
-            return E.concurrent_transactions, -1, -1
-        preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-        if meta.state is preparing:
-            return E.concurrent_transactions, -1, -1
-        if meta.state is done and not bump_epoch:
-            return E.none, meta.producer_id, meta.epoch
-        if meta.state is not S.ONGOING and not (bump_epoch and not commit and meta.state in (
-                S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)):
-            return E.invalid_txn_state, -1, -1
-        changes = {"last_update_ms": self.now_ms(),
-                   "transaction_version": 2 if bump_epoch else meta.transaction_version}
-        previous_epoch = meta.epoch
-        if bump_epoch:
-            new_id, new_epoch = self._next_epoch(meta)
-            changes.update(producer_id=new_id, producer_epoch=new_epoch,
-                           previous_producer_id=meta.producer_id)
-        meta.pending = True
+        request = rules.End(producer_id, epoch, commit, 2 if bump_epoch else 0, self.now_ms())
+        decision = rules.decide(self.txns.get(transactional_id), request)
         try:
-            await self._write(meta, meta.value(preparing, **changes))
-        except WriteFailed as exc:
-            meta.pending = False
+            decision = await self._carry_out(transactional_id, decision)
+        except RequestFailed as exc:
             return exc.error, -1, -1
-        if bump_epoch:
-            meta.previous_epoch = previous_epoch
-        self._background(self._complete(meta, commit))
-        return E.none, meta.producer_id, meta.epoch
+        if decision.error is not E.none:
+            return decision.error, -1, -1
+        return E.none, decision.producer_id, decision.epoch
 
-    async def _complete(self, meta: TxnMeta, commit: bool) -> None:
-        """Send the markers of a decided transaction, then write its completion."""
-        partitions = sorted(meta.partitions)
+    async def _complete(self, txn_id: str) -> None:
+        """M1: send the markers of a decided transaction, then write its completion."""
+        entry = self.txns[txn_id]
+        commit = entry.state is S.PREPARE_COMMIT
+        partitions = sorted(entry.partitions)
         while partitions and not self._closed:
             try:
-                errors = await self.write_markers(meta.producer_id, meta.epoch, commit,
+                errors = await self.write_markers(entry.producer_id, entry.epoch, commit,
                                                   COORDINATOR_EPOCH, partitions,
-                                                  meta.transaction_version)
+                                                  entry.transaction_version)
             except Exception:
-                log.exception("transactional id %s: writing markers failed",
-                              meta.transactional_id)
+                log.exception("transactional id %s: writing markers failed", txn_id)
                 errors = dict.fromkeys(partitions, E.unknown_server_error)
             # A partition whose topic is gone needs no marker any more.
             partitions = [tp for tp in partitions
                           if errors.get(tp, E.none) not in (E.none, E.unknown_topic_or_partition)]
             if partitions:
                 log.warning("transactional id %s: markers for %s failed (%s); retrying",
-                            meta.transactional_id, partitions, errors)
-                await asyncio.sleep(_MARKER_RETRY_S)
-        if self._closed:
+                            txn_id, partitions, errors)
+                await asyncio.sleep(self.retry_s)
+        if not await self._write_until_taken(txn_id, rules.completed(entry, self.now_ms())):
             return
-        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        while not self._closed:
-            try:
-                await self._write(meta, meta.value(done, partitions=set(),
-                                                   last_update_ms=self.now_ms()))
-                break
-            except WriteFailed as exc:
-                log.warning("transactional id %s: writing %s failed: %s; retrying",
-                            meta.transactional_id, done.label, exc)
-                await asyncio.sleep(_MARKER_RETRY_S)
-        meta.pending = False
-        log.info("transactional id %s: %s (producer id %d, epoch %d)", meta.transactional_id,
-                 done.label, meta.producer_id, meta.epoch)
+        self._release(txn_id)
+        done = self.txns[txn_id]
+        log.info("transactional id %s: %s (producer id %d, epoch %d)", txn_id,
+                 done.state.label, done.producer_id, done.epoch)
 
     # --- timeouts and expiry --------------------------------------------------------------
 
@@ -456,13 +371,13 @@ class TransactionCoordinator:
         """Abort ongoing transactions older than their timeout, fencing their producer."""
         now = self.now_ms()
         count = 0
-        for meta in list(self.txns.values()):
-            if meta.state is S.ONGOING and not meta.pending \
-                    and now - meta.start_ms > meta.timeout_ms:
-                log.info("transactional id %s: timed out after %d ms; aborting",
-                         meta.transactional_id, meta.timeout_ms)
-                meta.pending = True
-                self._background(self._fence_and_abort(meta))
+        for txn_id, entry in list(self.txns.items()):
+            if entry.state is S.ONGOING and not entry.pending \
+                    and now - entry.start_ms > entry.timeout_ms:
+                log.info("transactional id %s: timed out after %d ms; aborting", txn_id,
+                         entry.timeout_ms)
+                self._hold(txn_id)
+                self._background(self._fence_and_abort(txn_id))
                 count += 1
         return count
 
@@ -470,57 +385,59 @@ class TransactionCoordinator:
         """Forget transactional ids idle for transactional.id.expiration.ms."""
         now = self.now_ms()
         expired = 0
-        for meta in list(self.txns.values()):
-            if meta.pending or meta.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+        for txn_id, entry in list(self.txns.items()):
+            if entry.pending or entry.epoch < 0 or entry.state not in (
+                    S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
                 continue
-            if now - meta.last_update_ms < self.config.id_expiration_ms:
+            if now - entry.last_update_ms < self.config.id_expiration_ms:
                 continue
             try:
-                self.log.append(self.partition_of(meta.transactional_id),
-                                [(tr.txn_key(meta.transactional_id), None)])
+                self.log.append(self.partition_of(txn_id), [(tr.txn_key(txn_id), None)])
             except WriteFailed as exc:
-                log.warning("transactional id %s: expiring failed: %s", meta.transactional_id,
-                            exc)
+                log.warning("transactional id %s: expiring failed: %s", txn_id, exc)
                 continue
-            del self.txns[meta.transactional_id]
+            del self.txns[txn_id]
             expired += 1
         return expired
 
     # --- describing -----------------------------------------------------------------------
 
-    def overview(self, meta: TxnMeta) -> TxnOverview:
-        return TxnOverview(meta.transactional_id, meta.producer_id, meta.epoch,
-                           meta.state.label, meta.timeout_ms, meta.start_ms,
-                           sorted(meta.partitions))
+    @staticmethod
+    def overview(txn_id: str, entry: Entry) -> TxnOverview:
+        return TxnOverview(txn_id, entry.producer_id, entry.epoch, entry.state.label,
+                           entry.timeout_ms, entry.start_ms, sorted(entry.partitions))
 
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnOverview | None]:
         error = self._unavailable(transactional_id)
         if error is not None:
             return error, None
-        meta = self.txns.get(transactional_id)
-        if meta is None:
+        entry = self._known(transactional_id)
+        if entry is None:
             return E.transactional_id_not_found, None
-        return E.none, self.overview(meta)
+        return E.none, self.overview(transactional_id, entry)
 
     def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int = -1,
              pattern: str | None = None) -> tuple[list[str], list[TxnOverview]]:
-        """(unknown state names, the transactions that pass every filter)."""
+        """(unknown state names, the transactions that pass every filter); raises
+        InvalidClientRegex for a pattern RE2 refuses (KIP-1152: RE2/J, a full match)."""
         known = {s.label for s in TxnState}
         unknown = sorted(states - known)
-        regex = re.compile(pattern) if pattern else None
+        regex = compile_client_regex(pattern) if pattern else None
         now = self.now_ms()
         out = []
-        for meta in self.txns.values():
-            if states and meta.state.label not in states:
+        for txn_id, entry in self.txns.items():
+            if entry.epoch < 0:
                 continue
-            if producer_ids and meta.producer_id not in producer_ids:
+            if states and entry.state.label not in states:
                 continue
-            if min_duration_ms >= 0 and (meta.state is not S.ONGOING
-                                         or now - meta.start_ms < min_duration_ms):
+            if producer_ids and entry.producer_id not in producer_ids:
                 continue
-            if regex is not None and not regex.fullmatch(meta.transactional_id):
+            if min_duration_ms >= 0 and (entry.state is not S.ONGOING
+                                         or now - entry.start_ms < min_duration_ms):
                 continue
-            out.append(self.overview(meta))
+            if regex is not None and not regex.fullmatch(txn_id):
+                continue
+            out.append(self.overview(txn_id, entry))
         return unknown, out
 
     def close(self) -> None:
