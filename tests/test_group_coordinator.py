@@ -35,6 +35,11 @@ class MemoryOffsetsLog:
         self.partitions.setdefault(partition, []).extend(records)
         return None
 
+    def append_at(self, partition, records, producer=None):
+        assert producer is None
+        base = len(self.partitions.get(partition, []))
+        return base, self.append(partition, records)
+
     def read(self, partition):
         return iter(list(self.partitions.get(partition, [])))
 

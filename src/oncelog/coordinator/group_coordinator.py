@@ -15,6 +15,7 @@ decided in one place, named after the request it answers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -25,7 +26,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from . import consumer_records
+from . import consumer_records, offset_rules
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
 from .consumer_coordinator import ConsumerGroupCoordinator
@@ -46,11 +47,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _as_log_record(record: tuple) -> tuple[bytes | None, bytes | None, int, str | None]:
-    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None)."""
+def _as_log_record(record: tuple, index: int
+                   ) -> tuple[bytes | None, bytes | None, int, str | None, int]:
+    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None,
+    offset in the log); a bare (key, value) is at its ``index`` in the partition."""
     if len(record) == 2:
-        return record[0], record[1], -1, None
-    return record[0], record[1], record[2], record[3]
+        return record[0], record[1], -1, None, index
+    if len(record) == 4:
+        return record[0], record[1], record[2], record[3], index
+    return record[0], record[1], record[2], record[3], record[4]
 
 
 def _too_long(*texts: str) -> bool:
@@ -96,8 +101,16 @@ class OffsetsLog(Protocol):
         them; returns what to await for them to be durable (None: they are)."""
         ...
 
-    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        """Every (key, value) of the partition, oldest first."""
+    def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                  producer: tuple[int, int] | None = None
+                  ) -> tuple[int, Awaitable[None] | None]:
+        """``append`` (of a transaction's batch when ``producer`` is (id, epoch)), also
+        returning the offset the batch's first record took."""
+        ...
+
+    def read(self, partition: int) -> Iterable[tuple]:
+        """Every record of the partition, oldest first: (key, value) or (key, value,
+        producer id or -1, marker or None, offset)."""
         ...
 
 
@@ -166,9 +179,8 @@ class GroupCoordinator:
             topic_image if topic_image is not None else {})
         self.loading: set[int] = set(range(config.num_partitions))
         self.commits = 0  # offsets committed, for /metrics
-        # Offsets committed inside transactions not yet decided (TxnOffsetCommit):
-        # producer id -> group -> (topic, partition) -> offset.
-        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
+        # Offsets committed inside transactions not yet decided (TxnOffsetCommit).
+        self.pending_txn = offset_rules.PendingTxnOffsets()
         self._tasks: set[asyncio.Task] = set()
 
     def _background(self, work) -> None:
@@ -193,50 +205,53 @@ class GroupCoordinator:
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         modern: list[tuple[bytes, bytes | None]] = []
-        # Records of transactions not yet decided, by producer id: applied at their COMMIT
-        # marker, dropped at their ABORT marker (TxnOffsetCommit).
-        undecided: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        pending = self.pending_txn
 
-        def take(key_bytes: bytes, value_bytes: bytes | None) -> None:
+        def offsets_of(group_id: str) -> dict[tuple[str, int], rec.OffsetValue]:
+            return offsets.setdefault(group_id, {})
+
+        def in_partition(group_id: str) -> bool:
+            return self.partition_of(group_id) == partition
+
+        def take(key_bytes: bytes, value_bytes: bytes | None, producer_id: int,
+                 at: int) -> None:
             if consumer_records.is_consumer_key(key_bytes):
-                modern.append((key_bytes, value_bytes))
+                if producer_id < 0:
+                    modern.append((key_bytes, value_bytes))
                 return
-            try:
-                key = rec.read_key(key_bytes)
-                if isinstance(key, rec.OffsetKey):
-                    group_offsets = offsets.setdefault(key.group, {})
-                    if value_bytes is None:
-                        group_offsets.pop((key.topic, key.partition), None)
-                    else:
-                        group_offsets[key.topic, key.partition] = rec.read_offset_value(
-                            value_bytes)
+            key = rec.read_key(key_bytes)
+            if isinstance(key, rec.OffsetKey):
+                tp = (key.topic, key.partition)
+                if producer_id >= 0:  # O3 (a transaction's tombstone is not written)
+                    if value_bytes is not None:
+                        pending.add(producer_id, key.group, tp,
+                                    rec.read_offset_value(value_bytes, at))
+                elif value_bytes is None:
+                    offset_rules.replay_tombstone(offsets.get(key.group), pending,
+                                                  key.group, tp)
                 else:
-                    metadata[key.group] = (None if value_bytes is None
-                                           else rec.read_group_value(value_bytes))
-            except rec.BadRecord as exc:
-                log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+                    offset_rules.replay_commit(offsets_of(key.group), tp,
+                                               rec.read_offset_value(value_bytes, at))
+            elif producer_id < 0:
+                metadata[key.group] = (None if value_bytes is None
+                                       else rec.read_group_value(value_bytes))
 
         count = 0
-        for record in self.log.read(partition):
-            key_bytes, value_bytes, producer_id, marker = _as_log_record(record)
+        for index, record in enumerate(self.log.read(partition)):
+            key_bytes, value_bytes, producer_id, marker, at = _as_log_record(record, index)
             count += 1
             if count % 2000 == 0:
                 await asyncio.sleep(0)  # let the broker serve while a large log is read
             if marker is not None:
-                decided = undecided.pop(producer_id, [])
-                if marker == "commit":
-                    for k, v in decided:
-                        take(k, v)
+                offset_rules.replay_marker(pending, producer_id, marker == "commit",
+                                           in_partition, offsets_of)
                 continue
             if key_bytes is None:
                 continue
-            if producer_id >= 0:
-                undecided.setdefault(producer_id, []).append((key_bytes, value_bytes))
-                continue
-            take(key_bytes, value_bytes)
-        for producer_id, records in undecided.items():
-            for k, v in records:
-                self._remember_txn_offset(producer_id, k, v)
+            try:
+                take(key_bytes, value_bytes, producer_id, at)
+            except rec.BadRecord as exc:
+                log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
         consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
         for group_id, consumer_group in consumer.items():
             consumer_group.offsets = offsets.pop(group_id, {})
@@ -803,17 +818,17 @@ class GroupCoordinator:
         if not records:
             return errors, None
         try:
-            durable = self.log.append(self.partition_of(group_id), records)
+            base, durable = self.log.append_at(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: storing offsets failed: %s", group_id, exc)
             code = (E.invalid_commit_offset_size if exc.error is E.message_too_large
                     else exc.error)
             return [code if e is E.none else e for e in errors], None
-        group = self.groups.get(group_id)
-        if group is None or group.is_in(_DEAD):
-            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
-        group.offsets.update(values)
+        offsets = self._offsets_of(group_id)
+        for at, (tp, value) in enumerate(values.items(), base):
+            offset_rules.replay_commit(offsets, tp, dataclasses.replace(value, record_offset=at))
         self.commits += len(values)
+        group = self.groups[group_id]
         if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
         return errors, durable
@@ -843,13 +858,15 @@ class GroupCoordinator:
         records = [(rec.offset_key(group_id, t, p), rec.offset_value(v))
                    for (t, p), v in values.items()]
         try:
-            durable = self.log.append(self.partition_of(group_id), records,
-                                      producer=(producer_id, epoch))
+            base, durable = self.log.append_at(self.partition_of(group_id), records,
+                                               producer=(producer_id, epoch))
         except WriteFailed as exc:
             log.warning("group %s: storing offsets of transaction %s failed: %s", group_id,
                         transactional_id, exc)
             return [exc.error if e is E.none else e for e in errors]
-        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+        for at, (tp, value) in enumerate(values.items(), base):
+            self.pending_txn.add(producer_id, group_id, tp,
+                                 dataclasses.replace(value, record_offset=at))
         if durable is not None:
             try:
                 await durable
@@ -857,38 +874,36 @@ class GroupCoordinator:
                 return [E.kafka_storage_error if e is E.none else e for e in errors]
         return errors
 
-    def _remember_txn_offset(self, producer_id: int, key_bytes: bytes,
-                             value_bytes: bytes | None) -> None:
-        try:
-            key = rec.read_key(key_bytes)
-            if isinstance(key, rec.OffsetKey) and value_bytes is not None:
-                self.pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})[
-                    key.topic, key.partition] = rec.read_offset_value(value_bytes)
-        except rec.BadRecord as exc:
-            log.warning("skipping a transactional offset record: %s", exc)
-
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
-        """The marker of the producer's transaction is in ``offsets_partition``: its offsets
-        for the groups of that partition take effect (commit) or are dropped (abort)."""
-        groups = self.pending_txn.get(producer_id)
-        if not groups:
-            return
-        for group_id in [g for g in groups if self.partition_of(g) == offsets_partition]:
-            values = groups.pop(group_id)
-            if not commit:
-                continue
-            group = self.groups.get(group_id)
-            if group is None or group.is_in(_DEAD):
-                group = self.groups[group_id] = ClassicGroup(group_id,
-                                                            state_timestamp=self.now_ms())
-            group.offsets.update(values)
-            self.commits += len(values)
-        if not groups:
-            del self.pending_txn[producer_id]
+        """The marker of the producer's transaction was appended to ``offsets_partition``:
+        its offsets for the groups of that partition are decided (offset_rules O4, O5)."""
+        self.commits += offset_rules.replay_marker(
+            self.pending_txn, producer_id, commit,
+            lambda g: self.partition_of(g) == offsets_partition, self._offsets_of)
+
+    def _offsets_of(self, group_id: str) -> dict[tuple[str, int], rec.OffsetValue]:
+        """The committed offsets of a group, which exists from its first commit on."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD):
+            group = self.groups[group_id] = ClassicGroup(group_id,
+                                                        state_timestamp=self.now_ms())
+        return group.offsets
+
+    @staticmethod
+    def _tombstones(group_id: str, tps: Iterable[tuple[str, int]]
+                    ) -> list[tuple[bytes, bytes | None]]:
+        return [(rec.offset_key(group_id, t, p), None) for t, p in tps]
+
+    def _forget_offsets(self, group_id: str, tps: Iterable[tuple[str, int]]) -> None:
+        """Their tombstones are written: committed and pending offsets go (O2)."""
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else None
+        for tp in tps:
+            offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with offsets of a transaction not yet decided (require_stable)."""
-        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
+        return self.pending_txn.partitions(group_id)
 
     def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
                       member_id: str, instance_id: str | None) -> ErrorCode | None:
@@ -975,14 +990,14 @@ class GroupCoordinator:
             return E.group_id_not_found
         if not group.is_in(_EMPTY):
             return E.non_empty_group
-        records: list[tuple[bytes, bytes | None]] = [
-            (rec.offset_key(group_id, t, p), None) for (t, p) in group.offsets]
-        records += self._group_tombstones(group)
+        gone = set(group.offsets) | self.pending_txn.partitions(group_id)
+        records = self._tombstones(group_id, gone) + self._group_tombstones(group)
         try:
             durable = self.log.append(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: deleting failed: %s", group_id, exc)
             return exc.error
+        self._forget_offsets(group_id, gone)
         self._forget(group)
         log.info("group %s deleted", group_id)
         if durable is not None:
@@ -1007,7 +1022,8 @@ class GroupCoordinator:
                 return E.non_empty_group, []
             subscribed = topics_in_use
         results = []
-        records: list[tuple[bytes, bytes | None]] = []
+        held = set(group.offsets) | self.pending_txn.partitions(group_id)
+        gone: list[tuple[str, int]] = []
         for topic, parts in topics:
             for p in parts:
                 if topic in subscribed:
@@ -1017,16 +1033,15 @@ class GroupCoordinator:
                     results.append((topic, p, E.unknown_topic_or_partition))
                     continue
                 results.append((topic, p, E.none))
-                if (topic, p) in group.offsets:
-                    records.append((rec.offset_key(group_id, topic, p), None))
-        if records:
+                if (topic, p) in held:
+                    gone.append((topic, p))
+        if gone:
             try:
-                durable = self.log.append(self.partition_of(group_id), records)
+                durable = self.log.append(self.partition_of(group_id),
+                                          self._tombstones(group_id, gone))
             except WriteFailed as exc:
                 return exc.error, []
-            for key, _ in records:
-                k = rec.read_key(key)
-                group.offsets.pop((k.topic, k.partition), None)
+            self._forget_offsets(group_id, gone)
             if durable is not None:
                 try:
                     await durable
@@ -1038,26 +1053,28 @@ class GroupCoordinator:
         """A deleted topic's committed offsets go with it, as Kafka's coordinator removes them:
         a topic created again under the name starts at 0, and an old offset would make its
         consumers skip its first records. Returns how many went."""
-        by_partition: dict[int, list[tuple[ClassicGroup | ConsumerGroup, list]]] = {}
+        by_partition: dict[int, list[tuple[str, list[tuple[str, int]]]]] = {}
+        held: dict[str, set[tuple[str, int]]] = {}
         for group in self.groups.values():
-            gone = [tp for tp in group.offsets if tp[0] == topic]
+            held[group.group_id] = {tp for tp in group.offsets if tp[0] == topic}
+        for group_id in self.pending_txn.groups():
+            held.setdefault(group_id, set()).update(
+                tp for tp in self.pending_txn.partitions(group_id) if tp[0] == topic)
+        for group_id, gone in held.items():
             if gone:
-                by_partition.setdefault(self.partition_of(group.group_id), []).append(
-                    (group, gone))
+                by_partition.setdefault(self.partition_of(group_id), []).append(
+                    (group_id, sorted(gone)))
         removed = 0
         for partition, entries in by_partition.items():
-            records: list[tuple[bytes, bytes | None]] = [
-                (rec.offset_key(group.group_id, t, p), None)
-                for group, gone in entries for t, p in gone]
+            records = [r for group_id, gone in entries for r in self._tombstones(group_id, gone)]
             try:
                 self.log.append(partition, records)
             except WriteFailed as exc:
                 log.error("offsets of deleted topic %s stay in __consumer_offsets-%d: %s",
                           topic, partition, exc)
                 continue
-            for group, gone in entries:
-                for tp in gone:
-                    del group.offsets[tp]
+            for group_id, gone in entries:
+                self._forget_offsets(group_id, gone)
                 removed += len(gone)
         if removed:
             log.info("removed %d committed offsets of deleted topic %s", removed, topic)
@@ -1076,7 +1093,12 @@ class GroupCoordinator:
             if not group.is_in(_EMPTY) or self.is_loading(group.group_id):
                 continue
             gone = []
+            # An offset a transaction is about to replace does not expire, nor its group
+            # (Kafka's rule: the tombstone would drop the pending offset too, O2).
+            pending = self.pending_txn.partitions(group.group_id)
             for tp, value in group.offsets.items():
+                if tp in pending:
+                    continue
                 if value.expire_timestamp >= 0:
                     due = value.expire_timestamp
                 elif group.protocol_type:
@@ -1085,11 +1107,10 @@ class GroupCoordinator:
                     due = value.commit_timestamp + retention
                 if now >= due:
                     gone.append(tp)
-            if not gone and group.offsets:
+            dead = len(gone) == len(group.offsets) and not pending
+            if not gone and not dead:
                 continue
-            records: list[tuple[bytes, bytes | None]] = [
-                (rec.offset_key(group.group_id, t, p), None) for t, p in gone]
-            dead = len(gone) == len(group.offsets)
+            records = self._tombstones(group.group_id, gone)
             if dead:
                 records += self._group_tombstones(group)
             try:
