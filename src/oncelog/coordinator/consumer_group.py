@@ -32,7 +32,6 @@ Pure: no I/O, no clocks (``now_ms`` comes in), no event loop.
 from __future__ import annotations
 
 import enum
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.client_regex import InvalidClientRegex, compile_client_regex
 from . import consumer_records as cr
 from .assignors import ASSIGNORS, MemberSpec
 from .consumer_records import Assignment, Key, Record
@@ -202,12 +202,12 @@ def validate(req: HeartbeatRequest, cfg: ConsumerGroupConfig) -> None:
         compile_regex(req.subscribed_topic_regex)
 
 
-def compile_regex(regex: str) -> re.Pattern:
-    """Kafka takes RE2/J syntax; Python's ``re`` reads the common subset the same way (see
-    docs: it also accepts look-arounds and back-references RE2 refuses, and lacks \\p{..})."""
+def compile_regex(regex: str):
+    """Compiled as Kafka compiles it, with RE2 (linear in the text; RE2/J's syntax, so
+    back-references and look-arounds are refused as Kafka refuses them)."""
     try:
-        return re.compile(regex)
-    except (re.error, RecursionError, OverflowError) as exc:
+        return compile_client_regex(regex)
+    except InvalidClientRegex as exc:
         raise Refusal(E.invalid_regular_expression,
                       f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
                       f"{exc}.") from None
@@ -493,8 +493,8 @@ def resolve_regexes(group: ConsumerGroup, regexes: set[str], image: TopicImage, 
     names = list(image)
     for regex in regexes:
         try:
-            pattern = re.compile(regex)
-        except re.error:
+            pattern = compile_regex(regex)
+        except Refusal:
             out[regex] = frozenset()  # refused when it came; never matches
             continue
         out[regex] = frozenset(n for n in names if pattern.fullmatch(n))
