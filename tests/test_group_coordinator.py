@@ -374,3 +374,26 @@ def test_offsets_of_a_deleted_topic_are_removed_for_good():
         assert [(t, p) for t, p, _ in again.fetch("g2", None)[1]] == [("u", 0)]
         again.close()
     run(scenario())
+
+
+def test_an_old_generations_commit_during_completing_rebalance_is_illegal_generation():
+    """Kafka's ClassicGroup.validateOffsetCommit: member and generation first, so a commit
+    of the previous generation handled while the group completes its rebalance gets
+    ILLEGAL_GENERATION; only the current generation's gets REBALANCE_IN_PROGRESS."""
+    async def scenario():
+        c = await loaded(coordinator())
+        a = await join_new(c)
+        await c.sync("g", 1, a.member_id, None, None, None, [(a.member_id, b"all")])
+        pending = asyncio.ensure_future(join_new(c))
+        await asyncio.sleep(0.01)
+        a2 = await join(c, member=a.member_id)
+        await pending
+        assert a2.generation == 2 and c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+        part = [OffsetCommitPartition("t", 0, 5, -1, "")]
+        assert await c.commit("g", 1, a.member_id, None, -1, part) == [E.illegal_generation]
+        assert await c.commit("g", 2, a.member_id, None, -1, part) == [E.rebalance_in_progress]
+        assert await c.commit("g", 2, "nobody", None, -1, part) == [E.unknown_member_id]
+        # Without member and generation (a tool): only an empty group takes it.
+        assert await c.commit("g", -1, "", None, -1, part) == [E.unknown_member_id]
+        c.close()
+    run(scenario())

@@ -843,11 +843,11 @@ class GroupCoordinator:
         error = self._unavailable(group_id)
         if error is not None:
             return [error] * len(partitions)
-        group = self.groups.get(group_id)
-        if generation >= 0 or member_id:  # KIP-447: the member's generation fences zombies
-            error = self._commit_check(group, generation, member_id, instance_id)
-            if error is not None:
-                return [error] * len(partitions)
+        # KIP-447: the member's generation fences zombies.
+        error = self._commit_check(self.groups.get(group_id), generation, member_id,
+                                   instance_id, transactional=True)
+        if error is not None:
+            return [error] * len(partitions)
         now = self.now_ms()
         errors = [self._partition_commit_error(p) for p in partitions]
         values = {(p.topic, p.partition): rec.OffsetValue(p.offset, p.leader_epoch,
@@ -906,8 +906,14 @@ class GroupCoordinator:
         return self.pending_txn.partitions(group_id)
 
     def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
-                      member_id: str, instance_id: str | None) -> ErrorCode | None:
+                      member_id: str, instance_id: str | None,
+                      transactional: bool = False) -> ErrorCode | None:
+        """Rows C1-C8 of classic_group's table (Kafka's validateOffsetCommit): who the
+        committer is and its generation first, the group's state last."""
+        anonymous = generation < 0 and not member_id and instance_id is None
         if isinstance(group, ConsumerGroup):
+            if transactional and anonymous:
+                return None  # TxnOffsetCommit needs no member (Kafka's rule for both)
             return group.commit_error(member_id, generation)  # generation: the member epoch
         if group is None or group.is_in(_DEAD):
             # Offsets of a consumer not in a group (assign() users, tools): allowed when no
@@ -915,14 +921,22 @@ class GroupCoordinator:
             return None if generation < 0 else E.illegal_generation
         if generation < 0 and group.is_in(_EMPTY):
             return None
-        if group.fenced(member_id, instance_id):
-            return E.fenced_instance_id
-        if group.is_in(_COMPLETING) and member_id in group.members:
+        if not anonymous:
+            if instance_id is not None:
+                owner = group.static_members.get(instance_id)
+                if owner is None:
+                    return E.unknown_member_id
+                if owner != member_id:
+                    return E.fenced_instance_id
+            elif member_id not in group.members:
+                return E.unknown_member_id
+            if generation != group.generation:
+                return E.illegal_generation
+        elif not transactional and not group.is_in(_EMPTY):
+            return E.unknown_member_id  # no member, no generation: only while empty
+        if group.is_in(_COMPLETING):
+            # A member of the current generation that has not synced yet.
             return E.rebalance_in_progress
-        if member_id not in group.members:
-            return E.unknown_member_id
-        if generation != group.generation:
-            return E.illegal_generation
         return None
 
     def _partition_commit_error(self, p: OffsetCommitPartition) -> ErrorCode:
