@@ -397,3 +397,37 @@ def test_an_old_generations_commit_during_completing_rebalance_is_illegal_genera
         assert await c.commit("g", -1, "", None, -1, part) == [E.unknown_member_id]
         c.close()
     run(scenario())
+
+
+def test_two_classic_joins_converting_an_empty_consumer_group_meet_in_one_group():
+    """The consumer group is dropped and the classic group put in its place before the
+    drop's write is awaited: a second JoinGroup meanwhile joins that classic group (before,
+    it made its own, which the first join then replaced, losing the second member)."""
+    from oncelog.coordinator.consumer_group import ConsumerGroup
+
+    class HeldLog(MemoryOffsetsLog):
+        held: list = []
+
+        def append(self, partition, records):
+            super().append(partition, records)
+            future = asyncio.get_running_loop().create_future()
+            self.held.append(future)
+            return future
+
+    async def scenario():
+        log = HeldLog()
+        c = await loaded(coordinator(log, initial_rebalance_delay_ms=50))
+        c.groups["g"] = ConsumerGroup("g")
+        first = asyncio.ensure_future(join(c, known=False))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(join(c, known=False))
+        await asyncio.sleep(0.01)
+        for future in log.held:
+            if not future.done():
+                future.set_result(None)
+        a, b = await asyncio.gather(first, second)
+        assert a.error is E.none and b.error is E.none, (a, b)
+        assert a.generation == b.generation
+        assert set(c.groups["g"].members) == {a.member_id, b.member_id}
+        c.close()
+    run(scenario())

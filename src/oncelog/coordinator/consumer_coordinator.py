@@ -280,22 +280,22 @@ class ConsumerGroupCoordinator:
                                           group.preferred_assignor(self.config)))
         return out
 
-    async def drop(self, group: ConsumerGroup, reason: str) -> ErrorCode | None:
+    def drop(self, group: ConsumerGroup, reason: str):
         """Delete an empty group's records (not its offsets) so that the id can become a
-        classic group; an error when they could not be written."""
+        classic group, at once (the caller puts the new group in its place before anything
+        is awaited); returns what to await for them to be durable. Raises WriteFailed when
+        the log did not take them."""
+        from .group_coordinator import WriteFailed
+
         try:
             durable = self._append(group.group_id, group.tombstones())
         except _WriteRefused as exc:
-            return exc.error
+            raise WriteFailed(exc.error, str(exc)) from None
         self.forget(group)
         if self.coordinator.groups.get(group.group_id) is group:
             del self.coordinator.groups[group.group_id]
         log.info("group %s: the empty consumer group is dropped: %s", group.group_id, reason)
-        try:
-            await self._durable(durable)
-        except _WriteRefused as exc:
-            return exc.error
-        return None
+        return durable
 
     def close(self) -> None:
         for timers in (self._sessions, self._revocations):

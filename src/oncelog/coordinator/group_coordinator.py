@@ -310,12 +310,20 @@ class GroupCoordinator:
             # one becomes a classic group (its offsets stay).
             if group.members:
                 return JoinResult(E.inconsistent_group_protocol, member_id)
-            error = await self.consumer_groups.drop(group, "a classic member joins")
-            if error is not None:
-                return JoinResult(error, member_id)
+            # Dropped and replaced before any await: a request meanwhile sees the classic
+            # group, never the consumer group again (no second conversion).
+            try:
+                durable = self.consumer_groups.drop(group, "a classic member joins")
+            except WriteFailed as exc:
+                return JoinResult(exc.error, member_id)
             converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
             converted.offsets = group.offsets
-            group = self.groups[group_id] = converted
+            self.groups[group_id] = converted
+            if await self.when_durable(group_id, [E.none], durable) != [E.none]:
+                return JoinResult(E.kafka_storage_error, member_id)
+            group = self.groups.get(group_id)
+            if not isinstance(group, ClassicGroup):
+                return JoinResult(E.coordinator_not_available, member_id)
         if group is None:
             if member_id:
                 return JoinResult(E.unknown_member_id, member_id)
@@ -411,9 +419,9 @@ class GroupCoordinator:
                 return await self._rebalance_and_wait(group, old, "a static member rejoined "
                                                       "with other protocols")
             try:
-                await self._store_group(group)
+                durable = self._append_group(group)
             except WriteFailed as exc:
-                # Undo: the old id stays the member's.
+                # Not written: undone before anything else saw it, the old id stays.
                 del group.members[new_id]
                 old.member_id = old_id
                 old.protocols = old_protocols
@@ -423,6 +431,10 @@ class GroupCoordinator:
                     group.leader = old_id
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
+            try:
+                await self._durable(durable)
+            except WriteFailed as exc:
+                return JoinResult(exc.error)  # in the log all the same: nothing to undo
             answer = self._join_answer(group, old)
             answer.skip_assignment = was_leader and skip_ok
             return answer
@@ -1159,24 +1171,34 @@ class GroupCoordinator:
     # --- storing a group ----------------------------------------------------------------------
 
     async def _store_group(self, group: ClassicGroup) -> None:
-        try:
-            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
-        except ValueError as exc:  # a string the record cannot hold (refused earlier)
-            raise WriteFailed(E.invalid_request, str(exc)) from exc
-        try:
-            durable = self.log.append(self.partition_of(group.group_id), [record])
-        except WriteFailed as exc:
-            error = (E.unknown_server_error if exc.error is E.message_too_large
-                     else exc.error)
-            raise WriteFailed(error, str(exc)) from exc
+        await self._durable(self._append_group(group))
+
+    @staticmethod
+    async def _durable(durable: Awaitable[None] | None) -> None:
         if durable is not None:
             try:
                 await durable
             except OSError as exc:
                 raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
 
+    def _append_group(self, group: ClassicGroup) -> Awaitable[None] | None:
+        """The group's record appended now (WriteFailed: the log did not take it); returns
+        what to await for it to be durable."""
+        try:
+            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
+        except ValueError as exc:  # a string the record cannot hold (refused earlier)
+            raise WriteFailed(E.invalid_request, str(exc)) from exc
+        try:
+            return self.log.append(self.partition_of(group.group_id), [record])
+        except WriteFailed as exc:
+            error = (E.unknown_server_error if exc.error is E.message_too_large
+                     else exc.error)
+            raise WriteFailed(error, str(exc)) from exc
+
     def close(self) -> None:
         self.consumer_groups.close()
+        for task in self._tasks:
+            task.cancel()
         for group in self.groups.values():
             if isinstance(group, ConsumerGroup):
                 continue
