@@ -26,7 +26,52 @@ is planned from the current state, its records are written to ``__consumer_offse
 only then replayed into memory; loading after a restart replays the same records. Timers and
 the resolution of regular expressions are soft state, redone after a restart.
 
-Pure: no I/O, no clocks (``now_ms`` comes in), no event loop.
+Pure: no I/O, no clocks (``now_ms`` comes in), no event loop. The coordinator
+(consumer_coordinator.py) appends a plan's records and replays them in the same step,
+before awaiting their durability, so the next heartbeat is planned from the state this one
+left: no two heartbeats are planned from one state.
+
+ConsumerGroupHeartbeat, in the order the checks are made ("epoch": the request's member
+epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
+
+    | # | request / group                                  | answer, records                   |
+    |---|--------------------------------------------------|-----------------------------------|
+    |K0 | a request-level check fails (``validate``)       | INVALID_REQUEST, INVALID_GROUP_ID,|
+    |   |                                                  | UNSUPPORTED_ASSIGNOR, INVALID_    |
+    |   |                                                  | REGULAR_EXPRESSION (RE2)          |
+    |K1 | the id is a classic group's: epoch 0, the group  | it becomes this group (its record |
+    |   | Empty or Dead, no pending member                 | deleted, its offsets kept); else  |
+    |   |                                                  | GROUP_ID_NOT_FOUND                |
+    |K2 | epoch -1 / -2 (leaving): no group; member or     | GROUP_ID_NOT_FOUND; UNKNOWN_MEMBER|
+    |   | instance unknown; instance owned by another id   | _ID; FENCED_INSTANCE_ID           |
+    |K3 | epoch -2, static                                 | stays with its partitions until it|
+    |   |                                                  | returns or its session ends       |
+    |K4 | epoch -1                                         | removed, group epoch + 1          |
+    |K5 | no group, epoch != 0                             | GROUP_ID_NOT_FOUND                |
+    |K6 | a new member, group at group.consumer.max.size   | GROUP_MAX_SIZE_REACHED            |
+    |K7 | dynamic, unknown member, epoch != 0              | UNKNOWN_MEMBER_ID                 |
+    |K8 | static, epoch 0, instance held by a member that  | UNRELEASED_INSTANCE_ID            |
+    |   | did not leave with -2                            |                                   |
+    |K9 | static, epoch 0, instance left with -2           | takes the old id's place and      |
+    |   |                                                  | partitions                        |
+    |K10| static, epoch > 0: instance unknown / owned by   | UNKNOWN_MEMBER_ID / FENCED_       |
+    |   | another id                                       | INSTANCE_ID                       |
+    |K11| epoch > the member's, or < it and not (the       | FENCED_MEMBER_EPOCH               |
+    |   | previous epoch and owning no more than assigned) |                                   |
+    |K12| epoch 0, a known member                          | rejoins from nothing (same id)    |
+    |K13| otherwise                                        | metadata stored; group epoch + 1  |
+    |   |                                                  | when a subscription, a regex's    |
+    |   |                                                  | topics or the topics' partitions  |
+    |   |                                                  | changed; target recomputed when   |
+    |   |                                                  | the group epoch is ahead; the     |
+    |   |                                                  | member reconciled (revoke first,  |
+    |   |                                                  | then the target epoch with the    |
+    |   |                                                  | partitions no one else owns)      |
+
+Timers: a session that ends, or a revocation not done within the rebalance timeout, removes
+the member as K4. Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
+no member id for a fetch) is accepted; an unknown member UNKNOWN_MEMBER_ID; another epoch
+than the member's STALE_MEMBER_EPOCH. The offsets' own rules are offset_rules.py's.
 """
 
 from __future__ import annotations

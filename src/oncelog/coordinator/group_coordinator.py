@@ -10,6 +10,118 @@ Requests that must wait (JoinGroup until the rebalance completes, SyncGroup unti
 has assigned, OffsetCommit until its records are durable) are coroutines; timers (sessions,
 rebalance timeouts, the initial rebalance delay) run on the event loop. Each Kafka error is
 decided in one place, named after the request it answers.
+
+Writes and decisions: a decision is taken, its records appended and memory changed in one
+step, before anything is awaited; what is awaited afterwards is only durability, before the
+answer. A request arriving while a write is in flight therefore decides on the state that
+write left, never on the state before it (Kafka's coordinator runtime does the same with
+its timeline), and nothing is decided twice on one state. The one decision taken after an
+await is S11's, as in Kafka, and only if the group is still where it was (state and
+generation). An append the log refuses changes nothing (or is undone before anything else
+ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR and stays,
+as the log holds it.
+
+The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
+checks are made. Before every row: a partition still loading answers
+COORDINATOR_LOAD_IN_PROGRESS, an empty or too long group id INVALID_GROUP_ID. "gen": the
+request's generation; "cur": the group's; "Completing": CompletingRebalance; "Preparing":
+PreparingRebalance; "rebalance": Empty/Stable/Completing -> Preparing (waiting SyncGroups
+answered REBALANCE_IN_PROGRESS). The tests: test_group_model.py holds the rows against a
+model, test_group_coordinator.py the flows.
+
+    JoinGroup
+    | # | group / member                                | answer, next state                   |
+    |---|-----------------------------------------------|--------------------------------------|
+    |J0 | session timeout outside the broker's bounds / | INVALID_SESSION_TIMEOUT / INCONSIST- |
+    |   | no protocol type or none / a string too long  | ENT_GROUP_PROTOCOL / INVALID_REQUEST |
+    |J1 | consumer group with members                   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J2 | consumer group, empty                         | its records deleted and a classic    |
+    |   |                                               | group put in its place (same step),  |
+    |   |                                               | then as J5-J9                        |
+    |J3 | no group, member id given                     | UNKNOWN_MEMBER_ID                    |
+    |J4 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
+    |J5 | protocol type or names do not fit the group   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J6 | no member id, static instance known (KIP-345) | takes the old member's place under a |
+    |   |                                               | new id, the old id fenced; Stable and|
+    |   |                                               | the protocol unchanged: group record |
+    |   |                                               | written (refused: undone), answered  |
+    |   |                                               | at cur (leader told to skip); else   |
+    |   |                                               | waits (Preparing) or rebalance       |
+    |J7 | no member id, group full                      | GROUP_MAX_SIZE_REACHED               |
+    |J8 | no member id, require_known_member_id         | MEMBER_ID_REQUIRED, the id pending   |
+    |J9 | no member id                                  | added, rebalance, waits              |
+    |J10| static instance owned by another id           | FENCED_INSTANCE_ID                   |
+    |J11| a pending member id (J8)                      | added, rebalance, waits              |
+    |J12| not a member, or Empty                        | UNKNOWN_MEMBER_ID                    |
+    |J13| Preparing                                     | protocols updated, waits             |
+    |J14| Completing, same protocols                    | answered at cur (a lost answer)      |
+    |J15| Completing, other protocols                   | rebalance, waits                     |
+    |J16| Stable, the leader or other protocols         | rebalance, waits                     |
+    |J17| Stable, a follower, same protocols            | answered at cur                      |
+    |J18| Preparing, every member waits in JoinGroup    | cur+1; no members: Empty (record     |
+    |   | (or the rebalance timeout: the others dropped)|  written); else Completing, every    |
+    |   |                                               |  waiting JoinGroup answered          |
+
+    SyncGroup (S1-S5 also Heartbeat's first checks)
+    |S1 | no group, or a consumer group                 | UNKNOWN_MEMBER_ID                    |
+    |S2 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
+    |S3 | static instance owned by another id           | FENCED_INSTANCE_ID                   |
+    |S4 | not a member                                  | UNKNOWN_MEMBER_ID                    |
+    |S5 | gen != cur                                    | ILLEGAL_GENERATION                   |
+    |S6 | protocol type or name not the group's         | INCONSISTENT_GROUP_PROTOCOL          |
+    |S7 | Empty                                         | UNKNOWN_MEMBER_ID                    |
+    |S8 | Preparing                                     | REBALANCE_IN_PROGRESS                |
+    |S9 | Stable                                        | its assignment                       |
+    |S10| Completing, a follower                        | waits (a second SyncGroup of the same|
+    |   |                                               | member: the first REBALANCE_IN_PROG.)|
+    |S11| Completing, the leader                        | waits; the assignment record written:|
+    |   |                                               | refused or not durable -> the waiting|
+    |   |                                               | SyncGroups get the error, rebalance; |
+    |   |                                               | durable and still Completing at that |
+    |   |                                               | gen -> Stable, all answered          |
+
+    Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
+    NONE (the session restarts).
+
+    LeaveGroup, per member (a consumer group or no group: UNKNOWN_MEMBER_ID each; Dead:
+    COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
+    as S3; a pending id is forgotten; not a member UNKNOWN_MEMBER_ID; else removed (its
+    waiting requests answered UNKNOWN_MEMBER_ID), Stable/Completing -> rebalance, and J18
+    if the others all wait.
+
+    OffsetCommit, TxnOffsetCommit (Kafka's validateOffsetCommit; "anonymous": gen < 0, no
+    member id, no instance id)
+    |C1 | consumer group                                | member epoch rules (consumer_group); |
+    |   |                                               | anonymous TxnOffsetCommit accepted   |
+    |C2 | no group or Dead                              | gen < 0 accepted (the group made),   |
+    |   |                                               | else ILLEGAL_GENERATION              |
+    |C3 | Empty, gen < 0                                | accepted                             |
+    |C4 | not anonymous: instance unknown / owned by    | UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ |
+    |   | another id / not a member                     | ID / UNKNOWN_MEMBER_ID               |
+    |C5 | not anonymous, gen != cur                     | ILLEGAL_GENERATION                   |
+    |C6 | anonymous OffsetCommit, not Empty             | UNKNOWN_MEMBER_ID                    |
+    |C7 | Completing (after C4-C6)                      | REBALANCE_IN_PROGRESS                |
+    |C8 | otherwise                                     | per partition: unknown one UNKNOWN_  |
+    |   |                                               | TOPIC_OR_PARTITION, metadata too long|
+    |   |                                               | OFFSET_METADATA_TOO_LARGE; the rest  |
+    |   |                                               | appended and replayed (offset_rules  |
+    |   |                                               | O1 / O3), answered once durable      |
+
+    Deleting (each writes tombstones for the committed and the pending transactional
+    offsets it removes, offset_rules O2)
+    |D1 | DeleteGroups: no group or Dead                | GROUP_ID_NOT_FOUND                   |
+    |D2 | DeleteGroups: not Empty                       | NON_EMPTY_GROUP                      |
+    |D3 | DeleteGroups: Empty                           | offsets and group record deleted     |
+    |D4 | OffsetDelete: no group or Dead                | GROUP_ID_NOT_FOUND                   |
+    |D5 | OffsetDelete: members whose subscriptions     | NON_EMPTY_GROUP                      |
+    |   | cannot be read                                |                                      |
+    |D6 | OffsetDelete: a subscribed topic / unknown    | GROUP_SUBSCRIBED_TO_TOPIC / UNKNOWN_ |
+    |   | partition                                     | TOPIC_OR_PARTITION (that partition)  |
+    |D7 | OffsetDelete: otherwise                       | deleted                              |
+    |D8 | a topic deleted                               | every group's offsets of it deleted  |
+    |D9 | expiry: Empty group, offset past retention    | deleted, unless a transaction holds a|
+    |   |                                               | pending offset there; the group too  |
+    |   |                                               | when nothing is left                 |
 """
 
 from __future__ import annotations
@@ -920,8 +1032,8 @@ class GroupCoordinator:
     def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
                       member_id: str, instance_id: str | None,
                       transactional: bool = False) -> ErrorCode | None:
-        """Rows C1-C8 of classic_group's table (Kafka's validateOffsetCommit): who the
-        committer is and its generation first, the group's state last."""
+        """Rows C1-C7 of the table above (Kafka's validateOffsetCommit): who the committer
+        is and its generation first, the group's state last."""
         anonymous = generation < 0 and not member_id and instance_id is None
         if isinstance(group, ConsumerGroup):
             if transactional and anonymous:
