@@ -431,3 +431,47 @@ def test_two_classic_joins_converting_an_empty_consumer_group_meet_in_one_group(
         assert set(c.groups["g"].members) == {a.member_id, b.member_id}
         c.close()
     run(scenario())
+
+
+def test_a_marker_during_loading_is_replayed_by_the_loader_once():
+    """A COMMIT marker appended to a partition still loading (markers cannot be refused) is
+    read by the loader in its place in the log, not applied twice or half-way."""
+    class TxnLog(MemoryOffsetsLog):
+        def append(self, partition, records, producer=None):
+            pid = producer[0] if producer is not None else -1
+            lst = self.partitions.setdefault(partition, [])
+            lst.extend((k, v, pid, None, len(lst) + i) for i, (k, v) in enumerate(records))
+
+        def append_at(self, partition, records, producer=None):
+            base = len(self.partitions.get(partition, []))
+            return base, self.append(partition, records, producer)
+
+        def read(self, partition):
+            lst = self.partitions.get(partition, [])
+            i = 0
+            while i < len(lst):  # to the end as it grows, as the broker's reader does
+                yield lst[i]
+                i += 1
+
+    async def scenario():
+        log = TxnLog()
+        c = await loaded(coordinator(log, num_partitions=1))
+        assert await c.commit("g", -1, "", None, -1,
+                              [OffsetCommitPartition("t", 0, 3, -1, "")]) == [E.none]
+        part = [OffsetCommitPartition("t", 0, 7, -1, "")]
+        assert await c.txn_commit("tx", "g", 5, 0, -1, "", None, part) == [E.none]
+        for i in range(3000):  # enough records for the loader to yield on the way
+            await c.commit("other", -1, "", None, -1, [OffsetCommitPartition("t", 1, i, -1,
+                                                                             "")])
+        c.close()
+        again = coordinator(log, num_partitions=1)
+        loading = asyncio.ensure_future(again.load_all())
+        await asyncio.sleep(0)
+        assert 0 in again.loading
+        log.partitions[0].append((None, None, 5, "commit", len(log.partitions[0])))
+        again.complete_txn(0, 5, True)
+        await loading
+        assert again.fetch("g", [("t", [0])])[1][0][2].offset == 7
+        assert not again.unstable("g")
+        again.close()
+    run(scenario())

@@ -1001,6 +1001,10 @@ class GroupCoordinator:
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """The marker of the producer's transaction was appended to ``offsets_partition``:
         its offsets for the groups of that partition are decided (offset_rules O4, O5)."""
+        if offsets_partition in self.loading:
+            # The loader reads the partition to its end, this marker included, and replays
+            # it in order; applying it here too would decide on a half-loaded state.
+            return
         self.commits += offset_rules.replay_marker(
             self.pending_txn, producer_id, commit,
             lambda g: self.partition_of(g) == offsets_partition, self._offsets_of)
