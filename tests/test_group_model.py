@@ -2,8 +2,8 @@
 
 In process, over a log kept in memory whose writes can fail (the append refused) or wait
 (durability held until a later step, then given or failed); a restart is a new coordinator
-loading that log. The steps: members join, rejoin, sync, heartbeat and leave; offsets are
-committed plain (by members, at the current or an old generation, or anonymously) and in
+loading that log. The steps: members join, rejoin, sync (again, too), heartbeat and leave;
+offsets are committed plain (by members, at the current or an old generation, or anonymously) and in
 transactions, whose markers commit or abort; the topic, the group and its offsets are
 deleted. After each step the coordinator's answers (also those that arrive later, when a
 rebalance completes or a write becomes durable), its group's state, generation and members,
@@ -256,11 +256,11 @@ class GroupMachine(RuleBasedStateMachine):
             self._answer_joins()
         self.settle()
 
-    @precondition(lambda self: any(x not in self.m.syncing for x in self.m.members))
+    @precondition(lambda self: self.m.members)
     @rule(data=st.data(), old=RARELY, fail=RARELY, hold=RARELY)
     def a_member_syncs(self, data, old, fail, hold):
         m = self.m
-        member = data.draw(st.sampled_from([x for x in m.members if x not in m.syncing]))
+        member = data.draw(st.sampled_from(m.members))
         generation = m.generation - 1 if old else m.generation
         self.log.fail, self.log.hold = fail, hold
         w = self.start("sync", self._sync(member, generation))
@@ -271,8 +271,10 @@ class GroupMachine(RuleBasedStateMachine):
         elif m.state == "Stable":
             w.expect = (E.none,)
         else:  # CompletingRebalance
+            if member in m.syncing:  # a repeated SyncGroup: the first is told to rejoin
+                m.syncing[member].expect = (E.rebalance_in_progress,)
             m.syncing[member] = w
-            if member == m.leader:
+            if member == m.leader and m.generation not in m.assignment_writes:
                 if fail:
                     self._stabilize(m.generation, E.not_coordinator)
                 else:

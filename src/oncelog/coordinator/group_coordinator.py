@@ -79,6 +79,8 @@ model, test_group_coordinator.py the flows.
     |   |                                               | SyncGroups get the error, rebalance; |
     |   |                                               | durable and still Completing at that |
     |   |                                               | gen -> Stable, all answered          |
+    |S12| Completing, the leader again while S11's write| waits for that write's outcome (the  |
+    |   | is in flight                                  | first REBALANCE_IN_PROGRESS, as S10) |
 
     Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
     NONE (the session restarts).
@@ -810,28 +812,51 @@ class GroupCoordinator:
             member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
         future = member.sync_waiter = asyncio.get_running_loop().create_future()
         self._schedule_session(group, member)
-        if member_id == group.leader:
-            self._background(self._store_assignment(group, dict(assignments)))
+        if member_id == group.leader and group.assignment_write != group.generation:
+            self._write_assignment(group, dict(assignments))
         return await future
 
-    async def _store_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+    def _write_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+        """S11: the leader's assignment appended in the step that decided it; the group
+        stays CompletingRebalance, marked as writing it (a repeated leader SyncGroup waits
+        for this write, S12), until the write is durable."""
         generation = group.generation
         previous = {m.member_id: m.assignment for m in group.members.values()}
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
         try:
-            await self._store_group(group)
+            durable = self._append_group(group)
         except WriteFailed as exc:
-            if group.is_in(_COMPLETING) and group.generation == generation:
-                for member in group.members.values():
-                    member.assignment = previous.get(member.member_id, b"")
-                    waiter, member.sync_waiter = member.sync_waiter, None
-                    if waiter is not None and not waiter.done():
-                        waiter.set_result(SyncResult(exc.error))
-                self._prepare_rebalance(group, "storing the assignment failed")
+            self._assignment_failed(group, previous, exc.error)
             return
+        group.assignment_write = generation
+        self._background(self._assignment_durable(group, generation, previous, durable))
+
+    def _assignment_failed(self, group: ClassicGroup, previous: dict[str, bytes],
+                           error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = previous.get(member.member_id, b"")
+            waiter, member.sync_waiter = member.sync_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(SyncResult(error))
+        self._prepare_rebalance(group, "storing the assignment failed")
+
+    async def _assignment_durable(self, group: ClassicGroup, generation: int,
+                                  previous: dict[str, bytes],
+                                  durable: Awaitable[None] | None) -> None:
+        error = None
+        try:
+            await self._durable(durable)
+        except WriteFailed as exc:
+            error = exc.error
+        finally:
+            if group.assignment_write == generation:
+                group.assignment_write = None
         if not group.is_in(_COMPLETING) or group.generation != generation:
             return  # a rebalance began meanwhile; its members were told
+        if error is not None:
+            self._assignment_failed(group, previous, error)
+            return
         group.transition(_STABLE, self.now_ms())
         log.info("group %s: stable at generation %d", group.group_id, generation)
         for member in group.members.values():
