@@ -475,3 +475,46 @@ def test_a_marker_during_loading_is_replayed_by_the_loader_once():
         assert not again.unstable("g")
         again.close()
     run(scenario())
+
+
+def test_a_repeated_leader_sync_waits_for_the_assignment_being_written():
+    """S12: while the leader's assignment is being made durable, the leader's SyncGroup
+    again writes nothing new; both members are answered when that one write is durable."""
+    class HeldLog(MemoryOffsetsLog):
+        def __init__(self):
+            super().__init__()
+            self.held = []
+            self.writes = 0
+
+        def append(self, partition, records):
+            super().append(partition, records)
+            self.writes += 1
+            future = asyncio.get_running_loop().create_future()
+            self.held.append(future)
+            return future
+
+    async def scenario():
+        log = HeldLog()
+        c = await loaded(coordinator(log, initial_rebalance_delay_ms=50))
+        a, b = await asyncio.gather(join(c, known=False), join(c, known=False))
+        leader = a if a.member_id == a.leader else b
+        follower = b if leader is a else a
+        writes = log.writes
+        assignment = [(leader.member_id, b"L"), (follower.member_id, b"F")]
+        first = asyncio.ensure_future(c.sync("g", 1, leader.member_id, None, None, None,
+                                             assignment))
+        other = asyncio.ensure_future(c.sync("g", 1, follower.member_id, None, None, None,
+                                             []))
+        await asyncio.sleep(0.01)
+        again = asyncio.ensure_future(c.sync("g", 1, leader.member_id, None, None, None,
+                                             assignment))
+        await asyncio.sleep(0.01)
+        assert (await first).error is E.rebalance_in_progress
+        assert log.writes == writes + 1 and not again.done() and not other.done()
+        for future in log.held:
+            if not future.done():
+                future.set_result(None)
+        assert (await again).assignment == b"L" and (await other).assignment == b"F"
+        assert c.groups["g"].state is GroupState.STABLE
+        c.close()
+    run(scenario())
