@@ -6,18 +6,20 @@ replays each record it has just appended, and ``load`` replays the partition aft
 restart, through the same functions, so memory and a reload cannot disagree. Each offset
 remembers the log offset of its record (``OffsetValue.record_offset``).
 
-    | # | record replayed                            | effect                                |
-    |---|--------------------------------------------|---------------------------------------|
-    |O1 | plain offset commit of (g, tp) at r        | committed[g][tp] = value@r            |
-    |O2 | plain tombstone of (g, tp)                 | committed[g][tp] gone, and the pending |
-    |   |   (DeleteTopics, DeleteGroups, OffsetDelete,|  offsets of (g, tp) of every open     |
-    |   |   expiry)                                  |  transaction gone too                 |
-    |O3 | transactional offset of producer P at r    | pending[P][g][tp] = value@r           |
-    |O4 | COMMIT marker of P in partition n          | for each pending[P][g] with g in n:   |
-    |   |                                            |  value@r taken only if nothing is     |
-    |   |                                            |  committed or committed.r < r; then   |
-    |   |                                            |  pending[P][g] gone                   |
-    |O5 | ABORT marker of P in partition n           | pending[P][g] gone for g in n         |
+    | # | record replayed                          | effect                                  |
+    |---|------------------------------------------|-----------------------------------------|
+    |O1 | plain offset commit of (g, tp) at r      | committed[g][tp] = value@r              |
+    |O2 | plain tombstone of (g, tp) (DeleteTopics,| committed[g][tp] gone, and the pending  |
+    |   | DeleteGroups, OffsetDelete, expiry)      | offsets of (g, tp) of every open        |
+    |   |                                          | transaction gone too                    |
+    |O3 | transactional offset of P for (g, tp)    | pending[P][g][tp] = value@r             |
+    |   | at r                                     |                                         |
+    |O4 | COMMIT marker of P in partition n        | for each pending[P][g], g in n: value@r |
+    |   |                                          | taken only if nothing is committed or   |
+    |   |                                          | committed.r < r; pending[P][g] gone     |
+    |O5 | ABORT marker of P in partition n         | pending[P][g] gone, for g in n          |
+    |O6 | a marker while n is still loading        | left to the loader, which reads it in   |
+    |   | (GroupCoordinator.complete_txn)          | its place in the log                    |
 
 Kafka's OffsetMetadataManager decides the same (replayEndTransactionMarker compares record
 offsets; a tombstone replayed removes the open transactions' offsets of that partition).
