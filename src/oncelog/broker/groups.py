@@ -28,7 +28,7 @@ from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ..protocol.records import decode_record_fields, encode_batch, now_ms
 from ..protocol.schema import build, has_field, response_module
-from . import acl_operations
+from . import acl_operations, group_configs
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
 from .consumer_groups import TopicImage, consumer_group_config
@@ -153,10 +153,12 @@ class LogRecord(NamedTuple):
 def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordinator:
     offsets = InternalTopicLog(topics, OFFSETS_TOPIC, topics.offsets_topic)
     num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
-    return GroupCoordinator(offsets, group_config(config, num_partitions),
-                            lambda t, p: topics.partition(t, p) is not None,
-                            consumer_config=consumer_group_config(config),
-                            topic_image=TopicImage(topics))
+    coordinator = GroupCoordinator(offsets, group_config(config, num_partitions),
+                                   lambda t, p: topics.partition(t, p) is not None,
+                                   consumer_config=consumer_group_config(config),
+                                   topic_image=TopicImage(topics))
+    coordinator.consumer_groups.overrides = group_configs.load_all(topics.store)
+    return coordinator
 
 
 # --- FindCoordinator -----------------------------------------------------------------------
