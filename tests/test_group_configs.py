@@ -56,6 +56,7 @@ def test_group_configs_are_served_checked_kept_and_honoured(start_broker):
         assert configs["consumer.session.timeout.ms"] == ("45000", 5)  # the broker's
         assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
         assert "share.auto.offset.reset" in configs
+        assert describe(conn, "")[0] is E.invalid_request
         assert alter(conn, "cg", [("consumer.heartbeat.interval.ms", SET, "7000"),
                                   ("consumer.session.timeout.ms", SET, "50000")]) is E.none
         # Kafka's checks: bounds, heartbeat below session, known keys, a group name.

@@ -116,6 +116,8 @@ def load_all(store: MetadataStore) -> dict[str, dict[str, Any]]:
 
 def describe(broker, group_id: str):
     """(error, message, entries) as configs_admin's _describe gives them."""
+    if not group_id:
+        return ErrorCode.invalid_request, "Group name can't be empty.", []
     texts, _ = stored(broker.store, group_id)
     entries = []
     for name, spec in GROUP_CONFIGS.items():
