@@ -77,6 +77,11 @@ class MemoryLog:
     def append(self, partition, records):
         self.partitions.setdefault(partition, []).extend(records)
 
+    def append_at(self, partition, records, producer=None):
+        assert producer is None
+        base = len(self.partitions.get(partition, []))
+        return base, self.append(partition, records)
+
     def read(self, partition):
         return list(self.partitions.get(partition, []))
 

@@ -35,6 +35,11 @@ class MemoryOffsetsLog:
         self.partitions.setdefault(partition, []).extend(records)
         return None
 
+    def append_at(self, partition, records, producer=None):
+        assert producer is None
+        base = len(self.partitions.get(partition, []))
+        return base, self.append(partition, records)
+
     def read(self, partition):
         return iter(list(self.partitions.get(partition, [])))
 
@@ -368,4 +373,148 @@ def test_offsets_of_a_deleted_topic_are_removed_for_good():
         again = await loaded(coordinator(store))
         assert [(t, p) for t, p, _ in again.fetch("g2", None)[1]] == [("u", 0)]
         again.close()
+    run(scenario())
+
+
+def test_an_old_generations_commit_during_completing_rebalance_is_illegal_generation():
+    """Kafka's ClassicGroup.validateOffsetCommit: member and generation first, so a commit
+    of the previous generation handled while the group completes its rebalance gets
+    ILLEGAL_GENERATION; only the current generation's gets REBALANCE_IN_PROGRESS."""
+    async def scenario():
+        c = await loaded(coordinator())
+        a = await join_new(c)
+        await c.sync("g", 1, a.member_id, None, None, None, [(a.member_id, b"all")])
+        pending = asyncio.ensure_future(join_new(c))
+        await asyncio.sleep(0.01)
+        a2 = await join(c, member=a.member_id)
+        await pending
+        assert a2.generation == 2 and c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+        part = [OffsetCommitPartition("t", 0, 5, -1, "")]
+        assert await c.commit("g", 1, a.member_id, None, -1, part) == [E.illegal_generation]
+        assert await c.commit("g", 2, a.member_id, None, -1, part) == [E.rebalance_in_progress]
+        assert await c.commit("g", 2, "nobody", None, -1, part) == [E.unknown_member_id]
+        # Without member and generation (a tool): only an empty group takes it.
+        assert await c.commit("g", -1, "", None, -1, part) == [E.unknown_member_id]
+        c.close()
+    run(scenario())
+
+
+def test_two_classic_joins_converting_an_empty_consumer_group_meet_in_one_group():
+    """The consumer group is dropped and the classic group put in its place before the
+    drop's write is awaited: a second JoinGroup meanwhile joins that classic group (before,
+    it made its own, which the first join then replaced, losing the second member)."""
+    from oncelog.coordinator.consumer_group import ConsumerGroup
+
+    class HeldLog(MemoryOffsetsLog):
+        held: list = []
+
+        def append(self, partition, records):
+            super().append(partition, records)
+            future = asyncio.get_running_loop().create_future()
+            self.held.append(future)
+            return future
+
+    async def scenario():
+        log = HeldLog()
+        c = await loaded(coordinator(log, initial_rebalance_delay_ms=50))
+        c.groups["g"] = ConsumerGroup("g")
+        first = asyncio.ensure_future(join(c, known=False))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(join(c, known=False))
+        await asyncio.sleep(0.01)
+        for future in log.held:
+            if not future.done():
+                future.set_result(None)
+        a, b = await asyncio.gather(first, second)
+        assert a.error is E.none and b.error is E.none, (a, b)
+        assert a.generation == b.generation
+        assert set(c.groups["g"].members) == {a.member_id, b.member_id}
+        c.close()
+    run(scenario())
+
+
+def test_a_marker_during_loading_is_replayed_by_the_loader_once():
+    """A COMMIT marker appended to a partition still loading (markers cannot be refused) is
+    read by the loader in its place in the log, not applied twice or half-way."""
+    class TxnLog(MemoryOffsetsLog):
+        def append(self, partition, records, producer=None):
+            pid = producer[0] if producer is not None else -1
+            lst = self.partitions.setdefault(partition, [])
+            lst.extend((k, v, pid, None, len(lst) + i) for i, (k, v) in enumerate(records))
+
+        def append_at(self, partition, records, producer=None):
+            base = len(self.partitions.get(partition, []))
+            return base, self.append(partition, records, producer)
+
+        def read(self, partition):
+            lst = self.partitions.get(partition, [])
+            i = 0
+            while i < len(lst):  # to the end as it grows, as the broker's reader does
+                yield lst[i]
+                i += 1
+
+    async def scenario():
+        log = TxnLog()
+        c = await loaded(coordinator(log, num_partitions=1))
+        assert await c.commit("g", -1, "", None, -1,
+                              [OffsetCommitPartition("t", 0, 3, -1, "")]) == [E.none]
+        part = [OffsetCommitPartition("t", 0, 7, -1, "")]
+        assert await c.txn_commit("tx", "g", 5, 0, -1, "", None, part) == [E.none]
+        for i in range(3000):  # enough records for the loader to yield on the way
+            await c.commit("other", -1, "", None, -1, [OffsetCommitPartition("t", 1, i, -1,
+                                                                             "")])
+        c.close()
+        again = coordinator(log, num_partitions=1)
+        loading = asyncio.ensure_future(again.load_all())
+        await asyncio.sleep(0)
+        assert 0 in again.loading
+        log.partitions[0].append((None, None, 5, "commit", len(log.partitions[0])))
+        again.complete_txn(0, 5, True)
+        await loading
+        assert again.fetch("g", [("t", [0])])[1][0][2].offset == 7
+        assert not again.unstable("g")
+        again.close()
+    run(scenario())
+
+
+def test_a_repeated_leader_sync_waits_for_the_assignment_being_written():
+    """S12: while the leader's assignment is being made durable, the leader's SyncGroup
+    again writes nothing new; both members are answered when that one write is durable."""
+    class HeldLog(MemoryOffsetsLog):
+        def __init__(self):
+            super().__init__()
+            self.held = []
+            self.writes = 0
+
+        def append(self, partition, records):
+            super().append(partition, records)
+            self.writes += 1
+            future = asyncio.get_running_loop().create_future()
+            self.held.append(future)
+            return future
+
+    async def scenario():
+        log = HeldLog()
+        c = await loaded(coordinator(log, initial_rebalance_delay_ms=50))
+        a, b = await asyncio.gather(join(c, known=False), join(c, known=False))
+        leader = a if a.member_id == a.leader else b
+        follower = b if leader is a else a
+        writes = log.writes
+        assignment = [(leader.member_id, b"L"), (follower.member_id, b"F")]
+        first = asyncio.ensure_future(c.sync("g", 1, leader.member_id, None, None, None,
+                                             assignment))
+        other = asyncio.ensure_future(c.sync("g", 1, follower.member_id, None, None, None,
+                                             []))
+        await asyncio.sleep(0.01)
+        again = asyncio.ensure_future(c.sync("g", 1, leader.member_id, None, None, None,
+                                             assignment))
+        await asyncio.sleep(0.01)
+        assert (await first).error is E.rebalance_in_progress
+        assert log.writes == writes + 1 and not again.done() and not other.done()
+        for future in log.held:
+            if not future.done():
+                future.set_result(None)
+        assert (await again).assignment == b"L" and (await other).assignment == b"F"
+        assert c.groups["g"].state is GroupState.STABLE
+        c.close()
     run(scenario())

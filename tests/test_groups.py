@@ -337,9 +337,12 @@ def test_bad_group_requests_get_kafkas_errors_and_disturb_no_one(tmp_path):
                 long_id, leader.generation_id, leader.member_id, parts))
             errors = [p.error_code for t in answer.topics for p in t.partitions]
             assert errors == [E.rebalance_in_progress] * 4  # not yet synced: Kafka's answer
-            stale = conn.call(apis.OFFSET_COMMIT, commit_request(
-                long_id, leader.generation_id + 5, leader.member_id, parts[:1]))
-            assert stale.topics[0].partitions[0].error_code == E.rebalance_in_progress
+            # Member and generation are checked before the state (Kafka's
+            # validateOffsetCommit): another generation is ILLEGAL_GENERATION even now.
+            for other in (leader.generation_id + 5, leader.generation_id - 1):
+                stale = conn.call(apis.OFFSET_COMMIT, commit_request(
+                    long_id, other, leader.member_id, parts[:1]))
+                assert stale.topics[0].partitions[0].error_code == E.illegal_generation
 
             def sync(member, assignments):
                 def make(mod, version):
@@ -373,6 +376,46 @@ def test_bad_group_requests_get_kafkas_errors_and_disturb_no_one(tmp_path):
     finally:
         bystander.stop()
         broker.kill()
+
+
+def test_an_old_generations_commit_during_a_rebalance_is_illegal_generation(broker):
+    """librdkafka's cooperative rebalance: the member's OffsetCommit of the generation before
+    is handled while the group completes the next one; Kafka answers ILLEGAL_GENERATION
+    (member and generation first), REBALANCE_IN_PROGRESS only at the current generation."""
+    create_topic(broker.bootstrap, "gen", 1)
+
+    def sync(conn, group, generation, member, assignments):
+        return conn.call(apis.SYNC_GROUP, lambda mod, version: build(
+            mod.SyncGroupRequest, group_id=group, generation_id=generation, member_id=member,
+            group_instance_id=None, protocol_type="consumer", protocol_name="range",
+            assignments=tuple(build(mod.SyncGroupRequestAssignment, member_id=m,
+                                    assignment=b"") for m in assignments)))
+
+    with connect(broker) as a_conn, connect(broker) as b_conn:
+        a = joined(a_conn, "gen-group")
+        assert sync(a_conn, "gen-group", a.generation_id, a.member_id,
+                    [a.member_id]).error_code == E.none
+        b_answer: list = []
+        b_join = threading.Thread(target=lambda: b_answer.append(joined(b_conn, "gen-group")))
+        b_join.start()
+        deadline = time.monotonic() + WAIT
+        while True:  # until the group rebalances (b joined): a's heartbeat says so
+            beat = a_conn.call(apis.HEARTBEAT, lambda mod, version: build(
+                mod.HeartbeatRequest, group_id="gen-group", generation_id=a.generation_id,
+                member_id=a.member_id, group_instance_id=None))
+            if beat.error_code == E.rebalance_in_progress:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        again = a_conn.call(apis.JOIN_GROUP, join_request("gen-group", [("range", b"")],
+                                                          member=a.member_id))
+        b_join.join(WAIT)
+        assert again.error_code == E.none and again.generation_id == a.generation_id + 1
+        for generation, error in ((a.generation_id, E.illegal_generation),
+                                  (again.generation_id, E.rebalance_in_progress)):
+            answer = a_conn.call(apis.OFFSET_COMMIT, commit_request(
+                "gen-group", generation, a.member_id, [("gen", 0, 1)]))
+            assert answer.topics[0].partitions[0].error_code == error, generation
 
 
 def test_kcat_consumes_as_a_group_member_and_commits(broker):

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.api_versions import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from ..protocol.messages import Request
 from ..protocol.schema import build, response_module
-from . import dynamic_config
+from . import dynamic_config, group_configs
 from .api_meta import NO_THROTTLE
 from .config import (
     BROKER_CONFIGS,
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_IDS = {"TOPIC_CONFIG": 1, DYNAMIC_BROKER_CONFIG: 2, DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
-              "STATIC_BROKER_CONFIG": 4, DEFAULT_CONFIG: 5}
+              "STATIC_BROKER_CONFIG": 4, DEFAULT_CONFIG: 5, group_configs.GROUP_CONFIG: 8}
 TOPIC_CONFIG = "TOPIC_CONFIG"
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
                 "LIST": 7, "CLASS": 8, "PASSWORD": 9}
@@ -161,6 +161,8 @@ def _describe(broker, resource_type: int, name: str):
             value, source, synonyms = broker_entry(config, key)
             entries.append((key, value, source, key not in DYNAMIC_BROKER_KEYS, spec, synonyms))
         return ErrorCode.none, None, entries
+    if resource_type == group_configs.RESOURCE_GROUP:
+        return group_configs.describe(broker, name)
     return (ErrorCode.invalid_request,
             f"resource type {resource_type} is not supported (topics: 2, brokers: 4)", [])
 
@@ -179,7 +181,8 @@ def handle_incremental_alter_configs(broker, request: Request):
 
     def new_texts(res, current: dict[str, str], current_value) -> dict[str, str]:
         ops = [(c.name, c.config_operation, c.value) for c in res.configs]
-        specs = TOPIC_CONFIGS if res.resource_type == RESOURCE_TOPIC else BROKER_CONFIGS
+        specs = {RESOURCE_TOPIC: TOPIC_CONFIGS, group_configs.RESOURCE_GROUP:
+                 group_configs.GROUP_CONFIGS}.get(res.resource_type, BROKER_CONFIGS)
         return dynamic_config.incremental(current, ops, specs, current_value)
 
     mod = response_module(INCREMENTAL_ALTER_CONFIGS, request.api_version)
@@ -222,6 +225,8 @@ def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
                 _alter_topic(broker, res, validate_only, new_texts)
             elif res.resource_type == RESOURCE_BROKER:
                 broker_changed |= _alter_broker(broker, res, validate_only, new_texts)
+            elif res.resource_type == group_configs.RESOURCE_GROUP:
+                group_configs.alter(broker, res, validate_only, new_texts)
             else:
                 raise AlterError(ErrorCode.invalid_request,
                                  f"resource type {res.resource_type} is not supported "

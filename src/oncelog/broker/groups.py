@@ -28,7 +28,7 @@ from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ..protocol.records import decode_record_fields, encode_batch, now_ms
 from ..protocol.schema import build, has_field, response_module
-from . import acl_operations
+from . import acl_operations, group_configs
 from .api_meta import NO_THROTTLE
 from .config import BrokerConfig
 from .consumer_groups import TopicImage, consumer_group_config
@@ -76,6 +76,11 @@ class InternalTopicLog:
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
                producer: tuple[int, int] | None = None):
         """``producer``: (id, epoch) of the transaction the records belong to."""
+        return self.append_at(partition, records, producer)[1]
+
+    def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                  producer: tuple[int, int] | None = None):
+        """``append``, also returning the offset of the batch's first record."""
         try:
             topic = self.ensure()
         except TopicError as exc:
@@ -92,7 +97,7 @@ class InternalTopicLog:
         except OSError as exc:
             raise WriteFailed(ErrorCode.not_coordinator, f"writing {target.name}: {exc}") \
                 from None
-        return target.durable(result)
+        return result.base_offset, target.durable(result)
 
     def read(self, partition: int) -> Iterable[LogRecord]:
         """Every record of the partition, oldest first, control records included."""
@@ -123,15 +128,16 @@ class InternalTopicLog:
                         marker = read_marker(chunk, pos)
                         if marker is not None:
                             yield LogRecord(None, None, header.producer_id,
-                                            "commit" if marker.commit else "abort")
+                                            "commit" if marker.commit else "abort",
+                                            header.base_offset)
                         continue
                     _, fields = decode_record_fields(chunk, pos)
                 except ValueError as exc:
                     log.error("%s: unreadable batch at offset %d: %s", source.name,
                               header.base_offset, exc)
                     continue
-                for _, _, key, value, _ in fields:
-                    yield LogRecord(key, value, pid, None)
+                for delta, _, key, value, _ in fields:
+                    yield LogRecord(key, value, pid, None, header.base_offset + delta)
             if not moved:
                 return
 
@@ -141,15 +147,18 @@ class LogRecord(NamedTuple):
     value: bytes | None
     producer_id: int  # of a transactional batch, else -1
     marker: str | None  # "commit" or "abort" for a control record
+    offset: int
 
 
 def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordinator:
     offsets = InternalTopicLog(topics, OFFSETS_TOPIC, topics.offsets_topic)
     num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
-    return GroupCoordinator(offsets, group_config(config, num_partitions),
-                            lambda t, p: topics.partition(t, p) is not None,
-                            consumer_config=consumer_group_config(config),
-                            topic_image=TopicImage(topics))
+    coordinator = GroupCoordinator(offsets, group_config(config, num_partitions),
+                                   lambda t, p: topics.partition(t, p) is not None,
+                                   consumer_config=consumer_group_config(config),
+                                   topic_image=TopicImage(topics))
+    coordinator.consumer_groups.overrides = group_configs.load_all(topics.store)
+    return coordinator
 
 
 # --- FindCoordinator -----------------------------------------------------------------------

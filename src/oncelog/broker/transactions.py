@@ -52,12 +52,10 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: list[tuple[str, int]], transaction_version: int):
-        errors = await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
-                                      partitions, transaction_version=transaction_version)
-        for (topic, index), error in errors.items():
-            if topic == OFFSETS_TOPIC and error is ErrorCode.none:
-                broker.groups.complete_txn(index, producer_id, commit)
-        return errors
+        # The markers in __consumer_offsets decide their offsets as they are appended
+        # (txn_markers.append_markers).
+        return await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
+                                    partitions, transaction_version=transaction_version)
 
     return TransactionCoordinator(txn_log, txn_config, broker.producer_ids.generate,
                                   lambda t, p: topics.partition(t, p) is not None,

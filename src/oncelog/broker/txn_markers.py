@@ -29,6 +29,7 @@ from ..protocol.api_versions import WRITE_TXN_MARKERS
 from ..protocol.messages import Request
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, response_module
+from .topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
                 log.error("writing a transaction marker to %s-%d failed: %s", topic, index,
                           exc)
             else:
+                if topic == OFFSETS_TOPIC:
+                    # The group coordinator replays the marker as the log now holds it,
+                    # whoever sent it (its transaction's offsets are decided).
+                    broker.groups.complete_txn(index, producer_id, commit)
                 durable = partition.durable(result)
                 if durable is not None:
                     written.pending[(topic, index)] = durable

@@ -82,6 +82,8 @@ class ClassicGroup:
     join_timer: Any = None
     initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
     new_member_joined: bool = False  # during the initial delay
+    # The generation whose assignment is being written (SyncGroup of the leader), or None.
+    assignment_write: int | None = None
 
     # --- the rules ------------------------------------------------------------------------
 

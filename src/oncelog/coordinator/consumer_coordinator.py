@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -64,8 +64,21 @@ class ConsumerGroupCoordinator:
         self.coordinator = coordinator
         self.config = config
         self.image = image
+        # Group configs (GROUP resource): group id -> ConsumerGroupConfig fields it changes.
+        self.overrides: dict[str, dict[str, int]] = {}
         self._sessions: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._revocations: dict[tuple[str, str], asyncio.TimerHandle] = {}
+
+    def config_for(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's settings with the group's own configs over them."""
+        values = self.overrides.get(group_id)
+        return replace(self.config, **values) if values else self.config
+
+    def set_overrides(self, group_id: str, values: dict[str, int]) -> None:
+        if values:
+            self.overrides[group_id] = values
+        else:
+            self.overrides.pop(group_id, None)
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
@@ -88,7 +101,7 @@ class ConsumerGroupCoordinator:
                                        f"Group {req.group_id} is not a consumer group.")
             converting, existing = existing, None  # an empty classic group becomes this one
         try:
-            plan = cg.heartbeat(existing, req, self.image, self.config,
+            plan = cg.heartbeat(existing, req, self.image, self.config_for(req.group_id),
                                 coordinator.now_ms())
         except Refusal as exc:
             log.info("group %s: heartbeat of %s refused: %s", req.group_id, req.member_id,
@@ -183,7 +196,8 @@ class ConsumerGroupCoordinator:
         self._cancel(self._revocations, (group_id, member_id))
 
     def _schedule_session(self, group_id: str, member_id: str) -> None:
-        self._set(self._sessions, (group_id, member_id), self.config.session_timeout_ms,
+        self._set(self._sessions, (group_id, member_id),
+                  self.config_for(group_id).session_timeout_ms,
                   self._session_expired, group_id, member_id)
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
@@ -280,22 +294,22 @@ class ConsumerGroupCoordinator:
                                           group.preferred_assignor(self.config)))
         return out
 
-    async def drop(self, group: ConsumerGroup, reason: str) -> ErrorCode | None:
+    def drop(self, group: ConsumerGroup, reason: str):
         """Delete an empty group's records (not its offsets) so that the id can become a
-        classic group; an error when they could not be written."""
+        classic group, at once (the caller puts the new group in its place before anything
+        is awaited); returns what to await for them to be durable. Raises WriteFailed when
+        the log did not take them."""
+        from .group_coordinator import WriteFailed
+
         try:
             durable = self._append(group.group_id, group.tombstones())
         except _WriteRefused as exc:
-            return exc.error
+            raise WriteFailed(exc.error, str(exc)) from None
         self.forget(group)
         if self.coordinator.groups.get(group.group_id) is group:
             del self.coordinator.groups[group.group_id]
         log.info("group %s: the empty consumer group is dropped: %s", group.group_id, reason)
-        try:
-            await self._durable(durable)
-        except _WriteRefused as exc:
-            return exc.error
-        return None
+        return durable
 
     def close(self) -> None:
         for timers in (self._sessions, self._revocations):

@@ -26,13 +26,57 @@ is planned from the current state, its records are written to ``__consumer_offse
 only then replayed into memory; loading after a restart replays the same records. Timers and
 the resolution of regular expressions are soft state, redone after a restart.
 
-Pure: no I/O, no clocks (``now_ms`` comes in), no event loop.
+Pure: no I/O, no clocks (``now_ms`` comes in), no event loop. The coordinator
+(consumer_coordinator.py) appends a plan's records and replays them in the same step,
+before awaiting their durability, so the next heartbeat is planned from the state this one
+left: no two heartbeats are planned from one state.
+
+ConsumerGroupHeartbeat, in the order the checks are made ("epoch": the request's member
+epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
+
+    | # | request / group                                  | answer, records                   |
+    |---|--------------------------------------------------|-----------------------------------|
+    |K0 | a request-level check fails (``validate``)       | INVALID_REQUEST, INVALID_GROUP_ID,|
+    |   |                                                  | UNSUPPORTED_ASSIGNOR, INVALID_    |
+    |   |                                                  | REGULAR_EXPRESSION (RE2)          |
+    |K1 | the id is a classic group's: epoch 0, the group  | it becomes this group (its record |
+    |   | Empty or Dead, no pending member                 | deleted, its offsets kept); else  |
+    |   |                                                  | GROUP_ID_NOT_FOUND                |
+    |K2 | epoch -1 / -2 (leaving): no group; member or     | GROUP_ID_NOT_FOUND; UNKNOWN_MEMBER|
+    |   | instance unknown; instance owned by another id   | _ID; FENCED_INSTANCE_ID           |
+    |K3 | epoch -2, static                                 | stays with its partitions until it|
+    |   |                                                  | returns or its session ends       |
+    |K4 | epoch -1                                         | removed, group epoch + 1          |
+    |K5 | no group, epoch != 0                             | GROUP_ID_NOT_FOUND                |
+    |K6 | a new member, group at group.consumer.max.size   | GROUP_MAX_SIZE_REACHED            |
+    |K7 | dynamic, unknown member, epoch != 0              | UNKNOWN_MEMBER_ID                 |
+    |K8 | static, epoch 0, instance held by a member that  | UNRELEASED_INSTANCE_ID            |
+    |   | did not leave with -2                            |                                   |
+    |K9 | static, epoch 0, instance left with -2           | takes the old id's place and      |
+    |   |                                                  | partitions                        |
+    |K10| static, epoch > 0: instance unknown / owned by   | UNKNOWN_MEMBER_ID / FENCED_       |
+    |   | another id                                       | INSTANCE_ID                       |
+    |K11| epoch > the member's, or < it and not (the       | FENCED_MEMBER_EPOCH               |
+    |   | previous epoch and owning no more than assigned) |                                   |
+    |K12| epoch 0, a known member                          | rejoins from nothing (same id)    |
+    |K13| otherwise                                        | metadata stored; group epoch + 1  |
+    |   |                                                  | when a subscription, a regex's    |
+    |   |                                                  | topics or the topics' partitions  |
+    |   |                                                  | changed; target recomputed when   |
+    |   |                                                  | the group epoch is ahead; the     |
+    |   |                                                  | member reconciled (revoke first,  |
+    |   |                                                  | then the target epoch with the    |
+    |   |                                                  | partitions no one else owns)      |
+
+Timers: a session that ends, or a revocation not done within the rebalance timeout, removes
+the member as K4. Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
+no member id for a fetch) is accepted; an unknown member UNKNOWN_MEMBER_ID; another epoch
+than the member's STALE_MEMBER_EPOCH. The offsets' own rules are offset_rules.py's.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +84,7 @@ from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.client_regex import InvalidClientRegex, compile_client_regex
 from . import consumer_records as cr
 from .assignors import ASSIGNORS, MemberSpec
 from .consumer_records import Assignment, Key, Record
@@ -202,12 +247,12 @@ def validate(req: HeartbeatRequest, cfg: ConsumerGroupConfig) -> None:
         compile_regex(req.subscribed_topic_regex)
 
 
-def compile_regex(regex: str) -> re.Pattern:
-    """Kafka takes RE2/J syntax; Python's ``re`` reads the common subset the same way (see
-    docs: it also accepts look-arounds and back-references RE2 refuses, and lacks \\p{..})."""
+def compile_regex(regex: str):
+    """Compiled as Kafka compiles it, with RE2 (linear in the text; RE2/J's syntax, so
+    back-references and look-arounds are refused as Kafka refuses them)."""
     try:
-        return re.compile(regex)
-    except (re.error, RecursionError, OverflowError) as exc:
+        return compile_client_regex(regex)
+    except InvalidClientRegex as exc:
         raise Refusal(E.invalid_regular_expression,
                       f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
                       f"{exc}.") from None
@@ -493,8 +538,8 @@ def resolve_regexes(group: ConsumerGroup, regexes: set[str], image: TopicImage, 
     names = list(image)
     for regex in regexes:
         try:
-            pattern = re.compile(regex)
-        except re.error:
+            pattern = compile_regex(regex)
+        except Refusal:
             out[regex] = frozenset()  # refused when it came; never matches
             continue
         out[regex] = frozenset(n for n in names if pattern.fullmatch(n))

@@ -10,11 +10,126 @@ Requests that must wait (JoinGroup until the rebalance completes, SyncGroup unti
 has assigned, OffsetCommit until its records are durable) are coroutines; timers (sessions,
 rebalance timeouts, the initial rebalance delay) run on the event loop. Each Kafka error is
 decided in one place, named after the request it answers.
+
+Writes and decisions: a decision is taken, its records appended and memory changed in one
+step, before anything is awaited; what is awaited afterwards is only durability, before the
+answer. A request arriving while a write is in flight therefore decides on the state that
+write left, never on the state before it (Kafka's coordinator runtime does the same with
+its timeline), and nothing is decided twice on one state. The one decision taken after an
+await is S11's, as in Kafka, and only if the group is still where it was (state and
+generation). An append the log refuses changes nothing (or is undone before anything else
+ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR and stays,
+as the log holds it.
+
+The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
+checks are made. Before every row: a partition still loading answers
+COORDINATOR_LOAD_IN_PROGRESS, an empty or too long group id INVALID_GROUP_ID. "gen": the
+request's generation; "cur": the group's; "Completing": CompletingRebalance; "Preparing":
+PreparingRebalance; "rebalance": Empty/Stable/Completing -> Preparing (waiting SyncGroups
+answered REBALANCE_IN_PROGRESS). The tests: test_group_model.py holds the rows against a
+model, test_group_coordinator.py the flows.
+
+    JoinGroup
+    | # | group / member                                | answer, next state                   |
+    |---|-----------------------------------------------|--------------------------------------|
+    |J0 | session timeout outside the broker's bounds / | INVALID_SESSION_TIMEOUT / INCONSIST- |
+    |   | no protocol type or none / a string too long  | ENT_GROUP_PROTOCOL / INVALID_REQUEST |
+    |J1 | consumer group with members                   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J2 | consumer group, empty                         | its records deleted and a classic    |
+    |   |                                               | group put in its place (same step),  |
+    |   |                                               | then as J5-J9                        |
+    |J3 | no group, member id given                     | UNKNOWN_MEMBER_ID                    |
+    |J4 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
+    |J5 | protocol type or names do not fit the group   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J6 | no member id, static instance known (KIP-345) | takes the old member's place under a |
+    |   |                                               | new id, the old id fenced; Stable and|
+    |   |                                               | the protocol unchanged: group record |
+    |   |                                               | written (refused: undone), answered  |
+    |   |                                               | at cur (leader told to skip); else   |
+    |   |                                               | waits (Preparing) or rebalance       |
+    |J7 | no member id, group full                      | GROUP_MAX_SIZE_REACHED               |
+    |J8 | no member id, require_known_member_id         | MEMBER_ID_REQUIRED, the id pending   |
+    |J9 | no member id                                  | added, rebalance, waits              |
+    |J10| static instance owned by another id           | FENCED_INSTANCE_ID                   |
+    |J11| a pending member id (J8)                      | added, rebalance, waits              |
+    |J12| not a member, or Empty                        | UNKNOWN_MEMBER_ID                    |
+    |J13| Preparing                                     | protocols updated, waits             |
+    |J14| Completing, same protocols                    | answered at cur (a lost answer)      |
+    |J15| Completing, other protocols                   | rebalance, waits                     |
+    |J16| Stable, the leader or other protocols         | rebalance, waits                     |
+    |J17| Stable, a follower, same protocols            | answered at cur                      |
+    |J18| Preparing, every member waits in JoinGroup    | cur+1; no members: Empty (record     |
+    |   | (or the rebalance timeout: the others dropped)|  written); else Completing, every    |
+    |   |                                               |  waiting JoinGroup answered          |
+
+    SyncGroup (S1-S5 also Heartbeat's first checks)
+    |S1 | no group, or a consumer group                 | UNKNOWN_MEMBER_ID                    |
+    |S2 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
+    |S3 | static instance owned by another id           | FENCED_INSTANCE_ID                   |
+    |S4 | not a member                                  | UNKNOWN_MEMBER_ID                    |
+    |S5 | gen != cur                                    | ILLEGAL_GENERATION                   |
+    |S6 | protocol type or name not the group's         | INCONSISTENT_GROUP_PROTOCOL          |
+    |S7 | Empty                                         | UNKNOWN_MEMBER_ID                    |
+    |S8 | Preparing                                     | REBALANCE_IN_PROGRESS                |
+    |S9 | Stable                                        | its assignment                       |
+    |S10| Completing, a follower                        | waits (a second SyncGroup of the same|
+    |   |                                               | member: the first REBALANCE_IN_PROG.)|
+    |S11| Completing, the leader                        | waits; the assignment record written:|
+    |   |                                               | refused or not durable -> the waiting|
+    |   |                                               | SyncGroups get the error, rebalance; |
+    |   |                                               | durable and still Completing at that |
+    |   |                                               | gen -> Stable, all answered          |
+    |S12| Completing, the leader again while S11's write| waits for that write's outcome (the  |
+    |   | is in flight                                  | first REBALANCE_IN_PROGRESS, as S10) |
+
+    Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
+    NONE (the session restarts).
+
+    LeaveGroup, per member (a consumer group or no group: UNKNOWN_MEMBER_ID each; Dead:
+    COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
+    as S3; a pending id is forgotten; not a member UNKNOWN_MEMBER_ID; else removed (its
+    waiting requests answered UNKNOWN_MEMBER_ID), Stable/Completing -> rebalance, and J18
+    if the others all wait.
+
+    OffsetCommit, TxnOffsetCommit (Kafka's validateOffsetCommit; "anonymous": gen < 0, no
+    member id, no instance id)
+    |C1 | consumer group                                | member epoch rules (consumer_group); |
+    |   |                                               | anonymous TxnOffsetCommit accepted   |
+    |C2 | no group or Dead                              | gen < 0 accepted (the group made),   |
+    |   |                                               | else ILLEGAL_GENERATION              |
+    |C3 | Empty, gen < 0                                | accepted                             |
+    |C4 | not anonymous: instance unknown / owned by    | UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ |
+    |   | another id / not a member                     | ID / UNKNOWN_MEMBER_ID               |
+    |C5 | not anonymous, gen != cur                     | ILLEGAL_GENERATION                   |
+    |C6 | anonymous OffsetCommit, not Empty             | UNKNOWN_MEMBER_ID                    |
+    |C7 | Completing (after C4-C6)                      | REBALANCE_IN_PROGRESS                |
+    |C8 | otherwise                                     | per partition: unknown one UNKNOWN_  |
+    |   |                                               | TOPIC_OR_PARTITION, metadata too long|
+    |   |                                               | OFFSET_METADATA_TOO_LARGE; the rest  |
+    |   |                                               | appended and replayed (offset_rules  |
+    |   |                                               | O1 / O3), answered once durable      |
+
+    Deleting (each writes tombstones for the committed and the pending transactional
+    offsets it removes, offset_rules O2)
+    |D1 | DeleteGroups: no group or Dead                | GROUP_ID_NOT_FOUND                   |
+    |D2 | DeleteGroups: not Empty                       | NON_EMPTY_GROUP                      |
+    |D3 | DeleteGroups: Empty                           | offsets and group record deleted     |
+    |D4 | OffsetDelete: no group or Dead                | GROUP_ID_NOT_FOUND                   |
+    |D5 | OffsetDelete: members whose subscriptions     | NON_EMPTY_GROUP                      |
+    |   | cannot be read                                |                                      |
+    |D6 | OffsetDelete: a subscribed topic / unknown    | GROUP_SUBSCRIBED_TO_TOPIC / UNKNOWN_ |
+    |   | partition                                     | TOPIC_OR_PARTITION (that partition)  |
+    |D7 | OffsetDelete: otherwise                       | deleted                              |
+    |D8 | a topic deleted                               | every group's offsets of it deleted  |
+    |D9 | expiry: Empty group, offset past retention    | deleted, unless a transaction holds a|
+    |   |                                               | pending offset there; the group too  |
+    |   |                                               | when nothing is left                 |
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -25,7 +140,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from . import consumer_records
+from . import consumer_records, offset_rules
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
 from .consumer_coordinator import ConsumerGroupCoordinator
@@ -46,11 +161,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _as_log_record(record: tuple) -> tuple[bytes | None, bytes | None, int, str | None]:
-    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None)."""
+def _as_log_record(record: tuple, index: int
+                   ) -> tuple[bytes | None, bytes | None, int, str | None, int]:
+    """(key, value, producer id of its transaction or -1, marker "commit"/"abort"/None,
+    offset in the log); a bare (key, value) is at its ``index`` in the partition."""
     if len(record) == 2:
-        return record[0], record[1], -1, None
-    return record[0], record[1], record[2], record[3]
+        return record[0], record[1], -1, None, index
+    if len(record) == 4:
+        return record[0], record[1], record[2], record[3], index
+    return record[0], record[1], record[2], record[3], record[4]
 
 
 def _too_long(*texts: str) -> bool:
@@ -96,8 +215,16 @@ class OffsetsLog(Protocol):
         them; returns what to await for them to be durable (None: they are)."""
         ...
 
-    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        """Every (key, value) of the partition, oldest first."""
+    def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                  producer: tuple[int, int] | None = None
+                  ) -> tuple[int, Awaitable[None] | None]:
+        """``append`` (of a transaction's batch when ``producer`` is (id, epoch)), also
+        returning the offset the batch's first record took."""
+        ...
+
+    def read(self, partition: int) -> Iterable[tuple]:
+        """Every record of the partition, oldest first: (key, value) or (key, value,
+        producer id or -1, marker or None, offset)."""
         ...
 
 
@@ -166,9 +293,8 @@ class GroupCoordinator:
             topic_image if topic_image is not None else {})
         self.loading: set[int] = set(range(config.num_partitions))
         self.commits = 0  # offsets committed, for /metrics
-        # Offsets committed inside transactions not yet decided (TxnOffsetCommit):
-        # producer id -> group -> (topic, partition) -> offset.
-        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
+        # Offsets committed inside transactions not yet decided (TxnOffsetCommit).
+        self.pending_txn = offset_rules.PendingTxnOffsets()
         self._tasks: set[asyncio.Task] = set()
 
     def _background(self, work) -> None:
@@ -193,50 +319,53 @@ class GroupCoordinator:
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         modern: list[tuple[bytes, bytes | None]] = []
-        # Records of transactions not yet decided, by producer id: applied at their COMMIT
-        # marker, dropped at their ABORT marker (TxnOffsetCommit).
-        undecided: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        pending = self.pending_txn
 
-        def take(key_bytes: bytes, value_bytes: bytes | None) -> None:
+        def offsets_of(group_id: str) -> dict[tuple[str, int], rec.OffsetValue]:
+            return offsets.setdefault(group_id, {})
+
+        def in_partition(group_id: str) -> bool:
+            return self.partition_of(group_id) == partition
+
+        def take(key_bytes: bytes, value_bytes: bytes | None, producer_id: int,
+                 at: int) -> None:
             if consumer_records.is_consumer_key(key_bytes):
-                modern.append((key_bytes, value_bytes))
+                if producer_id < 0:
+                    modern.append((key_bytes, value_bytes))
                 return
-            try:
-                key = rec.read_key(key_bytes)
-                if isinstance(key, rec.OffsetKey):
-                    group_offsets = offsets.setdefault(key.group, {})
-                    if value_bytes is None:
-                        group_offsets.pop((key.topic, key.partition), None)
-                    else:
-                        group_offsets[key.topic, key.partition] = rec.read_offset_value(
-                            value_bytes)
+            key = rec.read_key(key_bytes)
+            if isinstance(key, rec.OffsetKey):
+                tp = (key.topic, key.partition)
+                if producer_id >= 0:  # O3 (a transaction's tombstone is not written)
+                    if value_bytes is not None:
+                        pending.add(producer_id, key.group, tp,
+                                    rec.read_offset_value(value_bytes, at))
+                elif value_bytes is None:
+                    offset_rules.replay_tombstone(offsets.get(key.group), pending,
+                                                  key.group, tp)
                 else:
-                    metadata[key.group] = (None if value_bytes is None
-                                           else rec.read_group_value(value_bytes))
-            except rec.BadRecord as exc:
-                log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+                    offset_rules.replay_commit(offsets_of(key.group), tp,
+                                               rec.read_offset_value(value_bytes, at))
+            elif producer_id < 0:
+                metadata[key.group] = (None if value_bytes is None
+                                       else rec.read_group_value(value_bytes))
 
         count = 0
-        for record in self.log.read(partition):
-            key_bytes, value_bytes, producer_id, marker = _as_log_record(record)
+        for index, record in enumerate(self.log.read(partition)):
+            key_bytes, value_bytes, producer_id, marker, at = _as_log_record(record, index)
             count += 1
             if count % 2000 == 0:
                 await asyncio.sleep(0)  # let the broker serve while a large log is read
             if marker is not None:
-                decided = undecided.pop(producer_id, [])
-                if marker == "commit":
-                    for k, v in decided:
-                        take(k, v)
+                offset_rules.replay_marker(pending, producer_id, marker == "commit",
+                                           in_partition, offsets_of)
                 continue
             if key_bytes is None:
                 continue
-            if producer_id >= 0:
-                undecided.setdefault(producer_id, []).append((key_bytes, value_bytes))
-                continue
-            take(key_bytes, value_bytes)
-        for producer_id, records in undecided.items():
-            for k, v in records:
-                self._remember_txn_offset(producer_id, k, v)
+            try:
+                take(key_bytes, value_bytes, producer_id, at)
+            except rec.BadRecord as exc:
+                log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
         consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
         for group_id, consumer_group in consumer.items():
             consumer_group.offsets = offsets.pop(group_id, {})
@@ -295,12 +424,20 @@ class GroupCoordinator:
             # one becomes a classic group (its offsets stay).
             if group.members:
                 return JoinResult(E.inconsistent_group_protocol, member_id)
-            error = await self.consumer_groups.drop(group, "a classic member joins")
-            if error is not None:
-                return JoinResult(error, member_id)
+            # Dropped and replaced before any await: a request meanwhile sees the classic
+            # group, never the consumer group again (no second conversion).
+            try:
+                durable = self.consumer_groups.drop(group, "a classic member joins")
+            except WriteFailed as exc:
+                return JoinResult(exc.error, member_id)
             converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
             converted.offsets = group.offsets
-            group = self.groups[group_id] = converted
+            self.groups[group_id] = converted
+            if await self.when_durable(group_id, [E.none], durable) != [E.none]:
+                return JoinResult(E.kafka_storage_error, member_id)
+            group = self.groups.get(group_id)
+            if not isinstance(group, ClassicGroup):
+                return JoinResult(E.coordinator_not_available, member_id)
         if group is None:
             if member_id:
                 return JoinResult(E.unknown_member_id, member_id)
@@ -396,9 +533,9 @@ class GroupCoordinator:
                 return await self._rebalance_and_wait(group, old, "a static member rejoined "
                                                       "with other protocols")
             try:
-                await self._store_group(group)
+                durable = self._append_group(group)
             except WriteFailed as exc:
-                # Undo: the old id stays the member's.
+                # Not written: undone before anything else saw it, the old id stays.
                 del group.members[new_id]
                 old.member_id = old_id
                 old.protocols = old_protocols
@@ -408,6 +545,10 @@ class GroupCoordinator:
                     group.leader = old_id
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
+            try:
+                await self._durable(durable)
+            except WriteFailed as exc:
+                return JoinResult(exc.error)  # in the log all the same: nothing to undo
             answer = self._join_answer(group, old)
             answer.skip_assignment = was_leader and skip_ok
             return answer
@@ -671,28 +812,51 @@ class GroupCoordinator:
             member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
         future = member.sync_waiter = asyncio.get_running_loop().create_future()
         self._schedule_session(group, member)
-        if member_id == group.leader:
-            self._background(self._store_assignment(group, dict(assignments)))
+        if member_id == group.leader and group.assignment_write != group.generation:
+            self._write_assignment(group, dict(assignments))
         return await future
 
-    async def _store_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+    def _write_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+        """S11: the leader's assignment appended in the step that decided it; the group
+        stays CompletingRebalance, marked as writing it (a repeated leader SyncGroup waits
+        for this write, S12), until the write is durable."""
         generation = group.generation
         previous = {m.member_id: m.assignment for m in group.members.values()}
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
         try:
-            await self._store_group(group)
+            durable = self._append_group(group)
         except WriteFailed as exc:
-            if group.is_in(_COMPLETING) and group.generation == generation:
-                for member in group.members.values():
-                    member.assignment = previous.get(member.member_id, b"")
-                    waiter, member.sync_waiter = member.sync_waiter, None
-                    if waiter is not None and not waiter.done():
-                        waiter.set_result(SyncResult(exc.error))
-                self._prepare_rebalance(group, "storing the assignment failed")
+            self._assignment_failed(group, previous, exc.error)
             return
+        group.assignment_write = generation
+        self._background(self._assignment_durable(group, generation, previous, durable))
+
+    def _assignment_failed(self, group: ClassicGroup, previous: dict[str, bytes],
+                           error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = previous.get(member.member_id, b"")
+            waiter, member.sync_waiter = member.sync_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(SyncResult(error))
+        self._prepare_rebalance(group, "storing the assignment failed")
+
+    async def _assignment_durable(self, group: ClassicGroup, generation: int,
+                                  previous: dict[str, bytes],
+                                  durable: Awaitable[None] | None) -> None:
+        error = None
+        try:
+            await self._durable(durable)
+        except WriteFailed as exc:
+            error = exc.error
+        finally:
+            if group.assignment_write == generation:
+                group.assignment_write = None
         if not group.is_in(_COMPLETING) or group.generation != generation:
             return  # a rebalance began meanwhile; its members were told
+        if error is not None:
+            self._assignment_failed(group, previous, error)
+            return
         group.transition(_STABLE, self.now_ms())
         log.info("group %s: stable at generation %d", group.group_id, generation)
         for member in group.members.values():
@@ -803,17 +967,17 @@ class GroupCoordinator:
         if not records:
             return errors, None
         try:
-            durable = self.log.append(self.partition_of(group_id), records)
+            base, durable = self.log.append_at(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: storing offsets failed: %s", group_id, exc)
             code = (E.invalid_commit_offset_size if exc.error is E.message_too_large
                     else exc.error)
             return [code if e is E.none else e for e in errors], None
-        group = self.groups.get(group_id)
-        if group is None or group.is_in(_DEAD):
-            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now)
-        group.offsets.update(values)
+        offsets = self._offsets_of(group_id)
+        for at, (tp, value) in enumerate(values.items(), base):
+            offset_rules.replay_commit(offsets, tp, dataclasses.replace(value, record_offset=at))
         self.commits += len(values)
+        group = self.groups[group_id]
         if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
         return errors, durable
@@ -828,11 +992,11 @@ class GroupCoordinator:
         error = self._unavailable(group_id)
         if error is not None:
             return [error] * len(partitions)
-        group = self.groups.get(group_id)
-        if generation >= 0 or member_id:  # KIP-447: the member's generation fences zombies
-            error = self._commit_check(group, generation, member_id, instance_id)
-            if error is not None:
-                return [error] * len(partitions)
+        # KIP-447: the member's generation fences zombies.
+        error = self._commit_check(self.groups.get(group_id), generation, member_id,
+                                   instance_id, transactional=True)
+        if error is not None:
+            return [error] * len(partitions)
         now = self.now_ms()
         errors = [self._partition_commit_error(p) for p in partitions]
         values = {(p.topic, p.partition): rec.OffsetValue(p.offset, p.leader_epoch,
@@ -843,13 +1007,15 @@ class GroupCoordinator:
         records = [(rec.offset_key(group_id, t, p), rec.offset_value(v))
                    for (t, p), v in values.items()]
         try:
-            durable = self.log.append(self.partition_of(group_id), records,
-                                      producer=(producer_id, epoch))
+            base, durable = self.log.append_at(self.partition_of(group_id), records,
+                                               producer=(producer_id, epoch))
         except WriteFailed as exc:
             log.warning("group %s: storing offsets of transaction %s failed: %s", group_id,
                         transactional_id, exc)
             return [exc.error if e is E.none else e for e in errors]
-        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+        for at, (tp, value) in enumerate(values.items(), base):
+            self.pending_txn.add(producer_id, group_id, tp,
+                                 dataclasses.replace(value, record_offset=at))
         if durable is not None:
             try:
                 await durable
@@ -857,42 +1023,50 @@ class GroupCoordinator:
                 return [E.kafka_storage_error if e is E.none else e for e in errors]
         return errors
 
-    def _remember_txn_offset(self, producer_id: int, key_bytes: bytes,
-                             value_bytes: bytes | None) -> None:
-        try:
-            key = rec.read_key(key_bytes)
-            if isinstance(key, rec.OffsetKey) and value_bytes is not None:
-                self.pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})[
-                    key.topic, key.partition] = rec.read_offset_value(value_bytes)
-        except rec.BadRecord as exc:
-            log.warning("skipping a transactional offset record: %s", exc)
-
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
-        """The marker of the producer's transaction is in ``offsets_partition``: its offsets
-        for the groups of that partition take effect (commit) or are dropped (abort)."""
-        groups = self.pending_txn.get(producer_id)
-        if not groups:
+        """The marker of the producer's transaction was appended to ``offsets_partition``:
+        its offsets for the groups of that partition are decided (offset_rules O4, O5)."""
+        if offsets_partition in self.loading:
+            # The loader reads the partition to its end, this marker included, and replays
+            # it in order; applying it here too would decide on a half-loaded state.
             return
-        for group_id in [g for g in groups if self.partition_of(g) == offsets_partition]:
-            values = groups.pop(group_id)
-            if not commit:
-                continue
-            group = self.groups.get(group_id)
-            if group is None or group.is_in(_DEAD):
-                group = self.groups[group_id] = ClassicGroup(group_id,
-                                                            state_timestamp=self.now_ms())
-            group.offsets.update(values)
-            self.commits += len(values)
-        if not groups:
-            del self.pending_txn[producer_id]
+        self.commits += offset_rules.replay_marker(
+            self.pending_txn, producer_id, commit,
+            lambda g: self.partition_of(g) == offsets_partition, self._offsets_of)
+
+    def _offsets_of(self, group_id: str) -> dict[tuple[str, int], rec.OffsetValue]:
+        """The committed offsets of a group, which exists from its first commit on."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_DEAD):
+            group = self.groups[group_id] = ClassicGroup(group_id,
+                                                        state_timestamp=self.now_ms())
+        return group.offsets
+
+    @staticmethod
+    def _tombstones(group_id: str, tps: Iterable[tuple[str, int]]
+                    ) -> list[tuple[bytes, bytes | None]]:
+        return [(rec.offset_key(group_id, t, p), None) for t, p in tps]
+
+    def _forget_offsets(self, group_id: str, tps: Iterable[tuple[str, int]]) -> None:
+        """Their tombstones are written: committed and pending offsets go (O2)."""
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else None
+        for tp in tps:
+            offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with offsets of a transaction not yet decided (require_stable)."""
-        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
+        return self.pending_txn.partitions(group_id)
 
     def _commit_check(self, group: ClassicGroup | ConsumerGroup | None, generation: int,
-                      member_id: str, instance_id: str | None) -> ErrorCode | None:
+                      member_id: str, instance_id: str | None,
+                      transactional: bool = False) -> ErrorCode | None:
+        """Rows C1-C7 of the table above (Kafka's validateOffsetCommit): who the committer
+        is and its generation first, the group's state last."""
+        anonymous = generation < 0 and not member_id and instance_id is None
         if isinstance(group, ConsumerGroup):
+            if transactional and anonymous:
+                return None  # TxnOffsetCommit needs no member (Kafka's rule for both)
             return group.commit_error(member_id, generation)  # generation: the member epoch
         if group is None or group.is_in(_DEAD):
             # Offsets of a consumer not in a group (assign() users, tools): allowed when no
@@ -900,14 +1074,22 @@ class GroupCoordinator:
             return None if generation < 0 else E.illegal_generation
         if generation < 0 and group.is_in(_EMPTY):
             return None
-        if group.fenced(member_id, instance_id):
-            return E.fenced_instance_id
-        if group.is_in(_COMPLETING) and member_id in group.members:
+        if not anonymous:
+            if instance_id is not None:
+                owner = group.static_members.get(instance_id)
+                if owner is None:
+                    return E.unknown_member_id
+                if owner != member_id:
+                    return E.fenced_instance_id
+            elif member_id not in group.members:
+                return E.unknown_member_id
+            if generation != group.generation:
+                return E.illegal_generation
+        elif not transactional and not group.is_in(_EMPTY):
+            return E.unknown_member_id  # no member, no generation: only while empty
+        if group.is_in(_COMPLETING):
+            # A member of the current generation that has not synced yet.
             return E.rebalance_in_progress
-        if member_id not in group.members:
-            return E.unknown_member_id
-        if generation != group.generation:
-            return E.illegal_generation
         return None
 
     def _partition_commit_error(self, p: OffsetCommitPartition) -> ErrorCode:
@@ -975,14 +1157,14 @@ class GroupCoordinator:
             return E.group_id_not_found
         if not group.is_in(_EMPTY):
             return E.non_empty_group
-        records: list[tuple[bytes, bytes | None]] = [
-            (rec.offset_key(group_id, t, p), None) for (t, p) in group.offsets]
-        records += self._group_tombstones(group)
+        gone = set(group.offsets) | self.pending_txn.partitions(group_id)
+        records = self._tombstones(group_id, gone) + self._group_tombstones(group)
         try:
             durable = self.log.append(self.partition_of(group_id), records)
         except WriteFailed as exc:
             log.warning("group %s: deleting failed: %s", group_id, exc)
             return exc.error
+        self._forget_offsets(group_id, gone)
         self._forget(group)
         log.info("group %s deleted", group_id)
         if durable is not None:
@@ -1007,7 +1189,8 @@ class GroupCoordinator:
                 return E.non_empty_group, []
             subscribed = topics_in_use
         results = []
-        records: list[tuple[bytes, bytes | None]] = []
+        held = set(group.offsets) | self.pending_txn.partitions(group_id)
+        gone: list[tuple[str, int]] = []
         for topic, parts in topics:
             for p in parts:
                 if topic in subscribed:
@@ -1017,16 +1200,15 @@ class GroupCoordinator:
                     results.append((topic, p, E.unknown_topic_or_partition))
                     continue
                 results.append((topic, p, E.none))
-                if (topic, p) in group.offsets:
-                    records.append((rec.offset_key(group_id, topic, p), None))
-        if records:
+                if (topic, p) in held:
+                    gone.append((topic, p))
+        if gone:
             try:
-                durable = self.log.append(self.partition_of(group_id), records)
+                durable = self.log.append(self.partition_of(group_id),
+                                          self._tombstones(group_id, gone))
             except WriteFailed as exc:
                 return exc.error, []
-            for key, _ in records:
-                k = rec.read_key(key)
-                group.offsets.pop((k.topic, k.partition), None)
+            self._forget_offsets(group_id, gone)
             if durable is not None:
                 try:
                     await durable
@@ -1038,26 +1220,28 @@ class GroupCoordinator:
         """A deleted topic's committed offsets go with it, as Kafka's coordinator removes them:
         a topic created again under the name starts at 0, and an old offset would make its
         consumers skip its first records. Returns how many went."""
-        by_partition: dict[int, list[tuple[ClassicGroup | ConsumerGroup, list]]] = {}
+        by_partition: dict[int, list[tuple[str, list[tuple[str, int]]]]] = {}
+        held: dict[str, set[tuple[str, int]]] = {}
         for group in self.groups.values():
-            gone = [tp for tp in group.offsets if tp[0] == topic]
+            held[group.group_id] = {tp for tp in group.offsets if tp[0] == topic}
+        for group_id in self.pending_txn.groups():
+            held.setdefault(group_id, set()).update(
+                tp for tp in self.pending_txn.partitions(group_id) if tp[0] == topic)
+        for group_id, gone in held.items():
             if gone:
-                by_partition.setdefault(self.partition_of(group.group_id), []).append(
-                    (group, gone))
+                by_partition.setdefault(self.partition_of(group_id), []).append(
+                    (group_id, sorted(gone)))
         removed = 0
         for partition, entries in by_partition.items():
-            records: list[tuple[bytes, bytes | None]] = [
-                (rec.offset_key(group.group_id, t, p), None)
-                for group, gone in entries for t, p in gone]
+            records = [r for group_id, gone in entries for r in self._tombstones(group_id, gone)]
             try:
                 self.log.append(partition, records)
             except WriteFailed as exc:
                 log.error("offsets of deleted topic %s stay in __consumer_offsets-%d: %s",
                           topic, partition, exc)
                 continue
-            for group, gone in entries:
-                for tp in gone:
-                    del group.offsets[tp]
+            for group_id, gone in entries:
+                self._forget_offsets(group_id, gone)
                 removed += len(gone)
         if removed:
             log.info("removed %d committed offsets of deleted topic %s", removed, topic)
@@ -1076,7 +1260,12 @@ class GroupCoordinator:
             if not group.is_in(_EMPTY) or self.is_loading(group.group_id):
                 continue
             gone = []
+            # An offset a transaction is about to replace does not expire, nor its group
+            # (Kafka's rule: the tombstone would drop the pending offset too, O2).
+            pending = self.pending_txn.partitions(group.group_id)
             for tp, value in group.offsets.items():
+                if tp in pending:
+                    continue
                 if value.expire_timestamp >= 0:
                     due = value.expire_timestamp
                 elif group.protocol_type:
@@ -1085,11 +1274,10 @@ class GroupCoordinator:
                     due = value.commit_timestamp + retention
                 if now >= due:
                     gone.append(tp)
-            if not gone and group.offsets:
+            dead = len(gone) == len(group.offsets) and not pending
+            if not gone and not dead:
                 continue
-            records: list[tuple[bytes, bytes | None]] = [
-                (rec.offset_key(group.group_id, t, p), None) for t, p in gone]
-            dead = len(gone) == len(group.offsets)
+            records = self._tombstones(group.group_id, gone)
             if dead:
                 records += self._group_tombstones(group)
             try:
@@ -1124,24 +1312,34 @@ class GroupCoordinator:
     # --- storing a group ----------------------------------------------------------------------
 
     async def _store_group(self, group: ClassicGroup) -> None:
-        try:
-            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
-        except ValueError as exc:  # a string the record cannot hold (refused earlier)
-            raise WriteFailed(E.invalid_request, str(exc)) from exc
-        try:
-            durable = self.log.append(self.partition_of(group.group_id), [record])
-        except WriteFailed as exc:
-            error = (E.unknown_server_error if exc.error is E.message_too_large
-                     else exc.error)
-            raise WriteFailed(error, str(exc)) from exc
+        await self._durable(self._append_group(group))
+
+    @staticmethod
+    async def _durable(durable: Awaitable[None] | None) -> None:
         if durable is not None:
             try:
                 await durable
             except OSError as exc:
                 raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
 
+    def _append_group(self, group: ClassicGroup) -> Awaitable[None] | None:
+        """The group's record appended now (WriteFailed: the log did not take it); returns
+        what to await for it to be durable."""
+        try:
+            record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
+        except ValueError as exc:  # a string the record cannot hold (refused earlier)
+            raise WriteFailed(E.invalid_request, str(exc)) from exc
+        try:
+            return self.log.append(self.partition_of(group.group_id), [record])
+        except WriteFailed as exc:
+            error = (E.unknown_server_error if exc.error is E.message_too_large
+                     else exc.error)
+            raise WriteFailed(error, str(exc)) from exc
+
     def close(self) -> None:
         self.consumer_groups.close()
+        for task in self._tasks:
+            task.cancel()
         for group in self.groups.values():
             if isinstance(group, ConsumerGroup):
                 continue

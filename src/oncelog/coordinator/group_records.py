@@ -16,7 +16,7 @@ round. Pure: bytes in, values out.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -48,6 +48,9 @@ class OffsetValue:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1  # only in version 1 values (explicit retention_time commits)
+    # Where the record is in __consumer_offsets (not part of the value; -1: not written):
+    # a transactional offset takes effect only over an older one (offset_rules.py, O4).
+    record_offset: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,17 +189,17 @@ def read_key(data: bytes) -> OffsetKey | GroupKey:
     raise BadRecord(f"unknown key version {version}")
 
 
-def read_offset_value(data: bytes) -> OffsetValue:
+def read_offset_value(data: bytes, record_offset: int = -1) -> OffsetValue:
     r = _Reader(data)
     version = r.int16()
     if version in (0, 1):
         offset, metadata, ts = r.int64(), r.string() or "", r.int64()
         expire = r.int64() if version == 1 else -1
-        return OffsetValue(offset, -1, metadata, ts, expire)
+        return OffsetValue(offset, -1, metadata, ts, expire, record_offset)
     if version in (2, 3):
         offset = r.int64()
         epoch = r.int32() if version == 3 else -1
-        return OffsetValue(offset, epoch, r.string() or "", r.int64())
+        return OffsetValue(offset, epoch, r.string() or "", r.int64(), -1, record_offset)
     raise BadRecord(f"unknown offset value version {version}")
 
 

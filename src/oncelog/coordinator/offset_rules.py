@@ -1,0 +1,119 @@
+"""Every rule of committed and transactional offsets lives in this file.
+
+A group's committed offsets and the offsets of transactions not yet decided (TxnOffsetCommit)
+change only by replaying records of ``__consumer_offsets`` in log order: the coordinator
+replays each record it has just appended, and ``load`` replays the partition after a
+restart, through the same functions, so memory and a reload cannot disagree. Each offset
+remembers the log offset of its record (``OffsetValue.record_offset``).
+
+    | # | record replayed                          | effect                                  |
+    |---|------------------------------------------|-----------------------------------------|
+    |O1 | plain offset commit of (g, tp) at r      | committed[g][tp] = value@r              |
+    |O2 | plain tombstone of (g, tp) (DeleteTopics,| committed[g][tp] gone, and the pending  |
+    |   | DeleteGroups, OffsetDelete, expiry)      | offsets of (g, tp) of every open        |
+    |   |                                          | transaction gone too                    |
+    |O3 | transactional offset of P for (g, tp)    | pending[P][g][tp] = value@r             |
+    |   | at r                                     |                                         |
+    |O4 | COMMIT marker of P in partition n        | for each pending[P][g], g in n: value@r |
+    |   |                                          | taken only if nothing is committed or   |
+    |   |                                          | committed.r < r; pending[P][g] gone     |
+    |O5 | ABORT marker of P in partition n         | pending[P][g] gone, for g in n          |
+    |O6 | a marker while n is still loading        | left to the loader, which reads it in   |
+    |   | (GroupCoordinator.complete_txn)          | its place in the log                    |
+
+Kafka's OffsetMetadataManager decides the same (replayEndTransactionMarker compares record
+offsets; a tombstone replayed removes the open transactions' offsets of that partition).
+O4 compares positions in the log, not the order markers arrive, so a plain commit written
+after a TxnOffsetCommit but before its marker stays, and a clean of ``__consumer_offsets``
+(which keeps each key's newest record at its offset) cannot flip the answer after a restart.
+O2 covers the pending offsets a deletion must also remove: a deletion writes a tombstone for
+every partition with a committed or a pending offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from .group_records import OffsetValue
+
+TopicPartition = tuple[str, int]
+Offsets = dict[TopicPartition, OffsetValue]
+
+
+class PendingTxnOffsets:
+    """Offsets of undecided transactions: producer id -> group -> partition -> value, with
+    the open producers of each group indexed so a tombstone costs what its group holds."""
+
+    def __init__(self) -> None:
+        self.by_producer: dict[int, dict[str, Offsets]] = {}
+        self.by_group: dict[str, set[int]] = {}
+
+    def add(self, producer_id: int, group_id: str, tp: TopicPartition,
+            value: OffsetValue) -> None:  # O3
+        self.by_producer.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = value
+        self.by_group.setdefault(group_id, set()).add(producer_id)
+
+    def drop(self, group_id: str, tp: TopicPartition) -> None:  # O2's pending part
+        for producer_id in list(self.by_group.get(group_id, ())):
+            offsets = self.by_producer[producer_id][group_id]
+            offsets.pop(tp, None)
+            if not offsets:
+                self._forget(producer_id, group_id)
+
+    def partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of ``group_id`` some undecided transaction holds an offset for."""
+        return {tp for producer_id in self.by_group.get(group_id, ())
+                for tp in self.by_producer[producer_id][group_id]}
+
+    def groups(self) -> Iterator[str]:
+        return iter(list(self.by_group))
+
+    def take(self, producer_id: int, in_partition: Callable[[str], bool]
+             ) -> list[tuple[str, Offsets]]:
+        """Remove and return the producer's pending offsets of the groups ``in_partition``
+        (O4/O5: a marker decides only its own partition's groups)."""
+        groups = self.by_producer.get(producer_id)
+        if not groups:
+            return []
+        taken = [(g, groups[g]) for g in list(groups) if in_partition(g)]
+        for group_id, _ in taken:
+            self._forget(producer_id, group_id)
+        return taken
+
+    def _forget(self, producer_id: int, group_id: str) -> None:
+        groups = self.by_producer[producer_id]
+        del groups[group_id]
+        if not groups:
+            del self.by_producer[producer_id]
+        open_producers = self.by_group[group_id]
+        open_producers.discard(producer_id)
+        if not open_producers:
+            del self.by_group[group_id]
+
+
+def replay_commit(offsets: Offsets, tp: TopicPartition, value: OffsetValue) -> None:  # O1
+    offsets[tp] = value
+
+
+def replay_tombstone(offsets: Offsets | None, pending: PendingTxnOffsets, group_id: str,
+                     tp: TopicPartition) -> None:  # O2
+    if offsets is not None:
+        offsets.pop(tp, None)
+    pending.drop(group_id, tp)
+
+
+def replay_marker(pending: PendingTxnOffsets, producer_id: int, commit: bool,
+                  in_partition: Callable[[str], bool],
+                  offsets_of: Callable[[str], Offsets]) -> int:  # O4, O5
+    """Returns how many offsets took effect."""
+    applied = 0
+    for group_id, values in pending.take(producer_id, in_partition):
+        if not commit:
+            continue
+        offsets = offsets_of(group_id)
+        for tp, value in values.items():
+            current = offsets.get(tp)
+            if current is None or current.record_offset < value.record_offset:
+                offsets[tp] = value
+                applied += 1
+    return applied
