@@ -28,7 +28,7 @@ from ..protocol.client_regex import compile_client_regex
 from . import txn_records as tr
 from . import txn_rules as rules
 from .group_coordinator import OffsetsLog, WriteFailed, partition_for
-from .group_records import BadRecord
+from .group_records import MAX_STRING_BYTES, BadRecord
 from .txn_records import TxnState
 from .txn_rules import NEW_ID, Decision, Entry
 
@@ -158,7 +158,10 @@ class TransactionCoordinator:
     # --- carrying a decision out ----------------------------------------------------------
 
     def _unavailable(self, transactional_id: str | None) -> ErrorCode | None:
-        if not transactional_id:
+        # An id its record key cannot hold (an int16-length STRING) is refused as the empty
+        # one is, before anything is decided or written for it.
+        if not transactional_id or (len(transactional_id) > MAX_STRING_BYTES // 4
+                                    and len(transactional_id.encode()) > MAX_STRING_BYTES):
             return E.invalid_request
         if self.partition_of(transactional_id) in self.loading:
             return E.coordinator_load_in_progress
