@@ -21,7 +21,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from . import produce_request
+from . import frame_check, produce_request
 from .api_versions import API_VERSIONS_KEY, PRODUCE, SUPPORTED_VERSIONS
 from .errors import ProtocolError, UnsupportedVersion
 
@@ -236,7 +236,15 @@ def decode_request(frame: bytes, peer: str = "") -> Request:
     if versions is None or not versions[0] <= api_version <= versions[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     if api_key == PRODUCE:
+        # Its own reader allocates nothing ahead of the bytes it has read.
         return _decode_produce(frame, api_version, correlation_id, peer)
+    try:
+        # kio reserves room for an array from its count before reading it (a 2^32-2 count
+        # aborts the process): no count or length reaches kio that the frame cannot hold.
+        checked = frame_check.check_request(frame, api_key, api_version)
+    except ProtocolError as exc:
+        raise ProtocolError(f"malformed api key {api_key} v{api_version} request: {exc}") \
+            from None
     schema = request_schema(api_key, api_version)
     header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
     try:
@@ -246,8 +254,9 @@ def decode_request(frame: bytes, peer: str = "") -> Request:
         raise ProtocolError(
             f"malformed api key {api_key} v{api_version} request: {exc!r}"
         ) from exc
-    if pos + body_size > len(frame):
-        raise ProtocolError(f"api key {api_key} v{api_version} request is truncated")
+    if pos + body_size != checked.end:  # the check walked another frame than kio read
+        raise ProtocolError(f"api key {api_key} v{api_version} request: the frame check "
+                            f"ended at {checked.end}, the decoder at {pos + body_size}")
     # Trailing bytes are tolerated, as Kafka's own parser does: some librdkafka versions send
     # fields a version no longer has.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
