@@ -113,15 +113,22 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def length_positions(frame: bytes, flexible: bool) -> list[tuple[int, int]]:
+def length_positions(frame: bytes, flexible: bool, likely: bool = False
+                     ) -> list[tuple[int, int]]:
     """(position, width) of every place in the frame (after the size prefix and the fixed
     header) that could hold a count or a length: every int16/int32 (legacy) or every byte
     that starts a varint (flexible). A superset: writing a limit there breaks the frame in
-    every way a count or length can."""
+    every way a count or length can. ``likely``: only those whose value is one a count or
+    length of random_entity's requests has (arrays of 0-3, strings of 0-20)."""
     start = 4 + 8
     if flexible:
-        return [(i, 1) for i in range(start, len(frame))]
-    return [(i, w) for w in (2, 4) for i in range(start, len(frame) - w + 1)]
+        return [(i, 1) for i in range(start, len(frame)) if not likely or frame[i] <= 21]
+    out = []
+    for width, fmt, top in ((2, ">h", 12), (4, ">i", 20)):
+        for i in range(start, len(frame) - width + 1):
+            if not likely or -1 <= struct.unpack_from(fmt, frame, i)[0] <= top:
+                out.append((i, width))
+    return out
 
 
 def with_limit(frame: bytes, pos: int, width: int, flexible: bool, value: int) -> bytes:
@@ -137,15 +144,16 @@ def with_limit(frame: bytes, pos: int, width: int, flexible: bool, value: int) -
 
 
 def broken_frames(api_key: int, api_version: int, flexible: bool, rng: random.Random,
-                  requests: int) -> list[bytes]:
-    """For ``requests`` random requests: every place a count or length could be set to each
-    of LIMITS, every truncation, and the whole padded with random bytes (size prefixes
-    true)."""
+                  requests: int, likely: bool = False) -> list[bytes]:
+    """For ``requests`` random requests: every place a count or length could be (see
+    length_positions) set to each of LIMITS, every truncation, and the whole padded with
+    random bytes (size prefixes true)."""
     out = []
     for _ in range(requests):
         frame = random_frame(api_key, api_version, rng)
         out += [with_limit(frame, pos, width, flexible, limit)
-                for pos, width in length_positions(frame, flexible) for limit in LIMITS]
+                for pos, width in length_positions(frame, flexible, likely)
+                for limit in LIMITS]
         out += [with_size(frame[:end]) for end in range(12, len(frame))]
         out.append(with_size(frame + rng.randbytes(rng.randint(1, 64))))
     return out

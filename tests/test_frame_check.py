@@ -26,7 +26,7 @@ from test_bad_input import api_versions_request, call, connect
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.errors import ProtocolError
 from oncelog.protocol.frame_check import check_request
-from oncelog.protocol.messages import decode_request
+from oncelog.protocol.messages import decode_request, request_schema
 
 TESTS = Path(__file__).parent
 ALL_VERSIONS = [(key, version) for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
@@ -138,3 +138,19 @@ def test_a_huge_count_closes_the_connection_and_the_broker_lives(broker, name):
     assert f"malformed api key {api_key} v{version} request" in broker.log_text()
     assert "closing the connection" in broker.log_text()
 
+
+
+@pytest.mark.parametrize(("api_key", "version", "body", "refused"), [
+    (15, 4, struct.pack(">i", -1) + b"\x00", True),  # DescribeGroups.groups
+    (34, 1, struct.pack(">i", -1), True),  # AlterReplicaLogDirs.dirs
+    (3, 12, b"\x00\x00\x00\x00", False),  # Metadata.topics is nullable
+])
+def test_null_is_refused_where_the_schema_has_none(api_key, version, body, refused):
+    """kio hands the handler None for a null array it does not allow (the handler then
+    raised); Kafka refuses the request, and so does the walk."""
+    frame = _header(api_key, version, request_schema(api_key, version).__flexible__) + body
+    if not refused:
+        check_request(frame, api_key, version)
+        return
+    with pytest.raises(ProtocolError, match="not nullable"):
+        check_request(frame, api_key, version)

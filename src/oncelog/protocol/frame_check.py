@@ -7,17 +7,18 @@ and refuses the request; this module does the same, for every API and version ki
 walking the frame along kio's own schema (its dataclass fields and their ``kafka_type``),
 in the order and encoding kio reads it:
 
-* an array of N elements needs at least N times the smallest encoding of one element (at
-  least one byte: every element has a field or a tagged-field count), so every count is at
-  most the bytes left and the walk is linear in the frame's size;
+* an array of N elements needs at least N times the smallest encoding of one element, and
+  N is never more than the bytes left, so the walk is linear in the frame's size;
 * a string or bytes of length L needs L bytes; lengths below -1 are refused;
+* null (-1) is refused where the schema has no null, as Kafka refuses it (kio would hand
+  the handler a None where it expects a tuple);
 * an unsigned varint has at most 5 bytes and 32 bits (Kafka's limit);
 * a tagged field's size is at most the bytes left; a known tag's value is walked from
   where it starts, as kio reads it (kio does not skip by the size), and an unknown tag is
   refused, as kio refuses it.
 
-What the walk does not check (a null where none is allowed, UTF-8, a boolean's value) is
-left to the decoder, which refuses it without allocating for it. The walk also counts the
+What the walk does not check (UTF-8, a boolean's value) is left to the decoder, which
+refuses it without allocating for it. The walk also counts the
 elements of every array, which says how many objects decoding the request would create
 (``Checked.elements``): a decoded request is several times its frame, and that is what
 the handlers are given.
@@ -122,38 +123,40 @@ def _length(buf: bytes, pos: int, end: int, flexible: bool, wide: bool,
     return n, pos + fmt.size
 
 
-def _variable(flexible: bool, wide: bool, what: str) -> _Walker:
+def _variable(flexible: bool, wide: bool, nullable: bool, what: str) -> _Walker:
     def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
         n, pos = _length(buf, pos, end, flexible, wide, what)
+        if n < 0 and not nullable:
+            raise _fail(what, "null, and the field is not nullable")
         if n > end - pos:
             raise _fail(what, f"length {n} with {end - pos} bytes left")
         return pos + max(n, 0)
     return _Walker(step, 1 if flexible else (4 if wide else 2))
 
 
-def _array(item: _Walker, flexible: bool, what: str) -> _Walker:
+def _array(item: _Walker, flexible: bool, nullable: bool, what: str) -> _Walker:
     item_step, item_min, fixed = item
     item_min = max(item_min, 1)  # as Kafka: a count is never more than the bytes left
 
-    def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
+    def count(buf: bytes, pos: int, end: int, tally: _Tally) -> tuple[int, int]:
         n, pos = _length(buf, pos, end, flexible, True, what)
-        if n <= 0:
-            return pos
+        if n < 0 and not nullable:
+            raise _fail(what, "null, and the array is not nullable")
         if n * item_min > end - pos:
             raise _fail(what, f"count {n} needs {n * item_min} bytes, {end - pos} left")
-        tally.elements += n
+        if n > 0:
+            tally.elements += n
+        return n, pos
+
+    def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
+        n, pos = count(buf, pos, end, tally)
         for _ in range(n):
             pos = item_step(buf, pos, end, tally)
         return pos
 
     def fixed_items(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
-        n, pos = _length(buf, pos, end, flexible, True, what)
-        if n <= 0:
-            return pos
-        if n * item_min > end - pos:
-            raise _fail(what, f"count {n} needs {n * item_min} bytes, {end - pos} left")
-        tally.elements += n
-        return pos + n * item_min
+        n, pos = count(buf, pos, end, tally)
+        return pos + max(n, 0) * item_min
 
     return _Walker(fixed_items if fixed else step, 1 if flexible else 4)
 
@@ -174,19 +177,21 @@ def _nullable_entity(entity: _Walker, what: str) -> _Walker:
 def _field(cls: type, field: dataclasses.Field, flexible: bool, is_tag: bool) -> _Walker:
     what = f"{cls.__name__}.{field.name}"
     kind = classify_field(field)
+    nullable = is_optional(field)  # of an array: the array's, never its elements'
     if isinstance(kind, (EntityField, EntityTupleField)):
         item = _entity(kind.type_)
         if isinstance(kind, EntityTupleField):
-            return _array(item, flexible, what)
-        return _nullable_entity(item, what) if is_optional(field) and not is_tag else item
+            return _array(item, flexible, nullable, what)
+        return _nullable_entity(item, what) if nullable and not is_tag else item
     kafka_type = field.metadata.get("kafka_type")
+    array = isinstance(kind, PrimitiveTupleField)
     if kafka_type in _FIXED:
         item = _fixed(_FIXED[kafka_type], what)
     elif kafka_type in _VARIABLE:
-        item = _variable(flexible, kafka_type != "string", what)
+        item = _variable(flexible, kafka_type != "string", nullable and not array, what)
     else:
         raise TypeError(f"{what}: kafka_type {kafka_type!r} is unknown to the frame check")
-    return _array(item, flexible, what) if isinstance(kind, PrimitiveTupleField) else item
+    return _array(item, flexible, nullable, what) if array else item
 
 
 def _tagged(cls: type, tags: dict[int, _Walker]) -> Step:
@@ -219,7 +224,7 @@ def _entity(cls: type) -> _Walker:
     for field in dataclasses.fields(cls):
         tag = get_field_tag(field)
         if cls.__name__ == "RequestHeader" and field.name == "client_id":
-            walker = _variable(False, False, "RequestHeader.client_id")  # always legacy
+            walker = _variable(False, False, True, "RequestHeader.client_id")  # always legacy
         else:
             walker = _field(cls, field, flexible, tag is not None)
         if tag is not None:
