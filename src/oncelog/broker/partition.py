@@ -71,7 +71,7 @@ from ..protocol.record_batch import (
     read_header,
     split_batches,
 )
-from ..protocol.validation import DEFAULT_RULES, RecordRules, validate_batches
+from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
 from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
@@ -282,18 +282,32 @@ class Partition:
 
     # --- the produce path ------------------------------------------------------------------
 
+    def validate_off_loop(self, records: bytes | memoryview,
+                          inflation: Inflation) -> list[BatchHeader]:
+        """append_records' validation, for a worker thread (it reads only the topic's
+        rules): the headers to give append_records as ``validated``."""
+        headers = split_batches(records, self.max_message_bytes)
+        return validate_batches(records, headers, self.record_rules, _now_ms(), inflation,
+                                off_loop=True)
+
     def append_records(self, records: bytes | memoryview,
-                       verify: Verify | None = None) -> AppendResult:
+                       verify: Verify | None = None, inflation: Inflation | None = None,
+                       validated: list[BatchHeader] | None = None) -> AppendResult:
         """Validate and append a produce request's records.
 
         ``verify`` is asked before a transactional batch begins a transaction here (the
         produce path always gives one; None: the broker itself writes, and vouches for it).
         Raises InvalidBatch with the Kafka error for anything refused, OSError when the disk
-        failed; nothing is stored then.
+        failed; nothing is stored then. ``inflation``: what the request may still
+        decompress (InflateOffLoop: validate_off_loop first, then come back with its
+        headers as ``validated``).
         """
         now = _now_ms()
-        headers = split_batches(records, self.max_message_bytes)
-        headers = validate_batches(records, headers, self.record_rules, now)
+        if validated is None:
+            headers = split_batches(records, self.max_message_bytes)
+            headers = validate_batches(records, headers, self.record_rules, now, inflation)
+        else:
+            headers = validated
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):
