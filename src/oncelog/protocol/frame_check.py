@@ -198,6 +198,8 @@ def _tagged(cls: type, tags: dict[int, _Walker]) -> Step:
     what = f"{cls.__name__} tagged fields"
 
     def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
+        if pos < end and not buf[pos]:
+            return pos + 1  # none: what nearly every entity has
         n, pos = _uvarint(buf, pos, end, what)
         if 2 * n > end - pos:  # a tag and a size, a byte each at least
             raise _fail(what, f"count {n} with {end - pos} bytes left")
@@ -211,6 +213,17 @@ def _tagged(cls: type, tags: dict[int, _Walker]) -> Step:
                 raise _fail(what, f"unknown tag {tag}")
             pos = walker.step(buf, pos, end, tally)
         return pos
+    return step
+
+
+def _fixed_then_tags(size: int, tags: Step, what: str) -> Step:
+    """Fixed-width fields, then the tagged fields (most often none): an element of most
+    flexible arrays (ListOffsets' partitions, Fetch's...) in one call."""
+    def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
+        pos += size
+        if pos >= end:
+            raise _fail(what, "truncated")
+        return pos + 1 if not buf[pos] else tags(buf, pos, end, tally)
     return step
 
 
@@ -247,6 +260,8 @@ def _entity(cls: type) -> _Walker:
         return _fixed(min_size, cls.__name__)  # an array of these is skipped in one step
     if len(steps) == 1:
         return _Walker(steps[0], min_size)
+    if flexible and len(steps) == 2 and run:
+        return _Walker(_fixed_then_tags(run, steps[1], cls.__name__), min_size)
     all_steps = tuple(steps)
 
     def step(buf: bytes, pos: int, end: int, tally: _Tally) -> int:
