@@ -282,13 +282,21 @@ class Partition:
 
     # --- the produce path ------------------------------------------------------------------
 
-    def validate_off_loop(self, records: bytes | memoryview,
-                          inflation: Inflation) -> list[BatchHeader]:
-        """append_records' validation, for a worker thread (it reads only the topic's
-        rules): the headers to give append_records as ``validated``."""
+    def validate_off_loop(self, records: bytes | memoryview, inflation: Inflation
+                          ) -> tuple[bytes | memoryview, list[BatchHeader]]:
+        """append_records' validation, and its recompression when the topic's
+        compression.type asks for it, for a worker thread (it reads only the topic's rules):
+        the records and headers to give append_records as ``records`` and ``validated``.
+        (A retry is recompressed before it is found to be one: work lost, nothing wrong.)"""
         headers = split_batches(records, self.max_message_bytes)
-        return validate_batches(records, headers, self.record_rules, _now_ms(), inflation,
-                                off_loop=True)
+        headers = validate_batches(records, headers, self.record_rules, _now_ms(), inflation,
+                                   off_loop=True)
+        codec = self.record_rules.compression
+        if codec is not None and needs_recompression(headers, codec):
+            records, headers = recompress(records, headers, codec,
+                                          self.record_rules.compression_level,
+                                          self.max_message_bytes)
+        return records, headers
 
     def append_records(self, records: bytes | memoryview,
                        verify: Verify | None = None, inflation: Inflation | None = None,

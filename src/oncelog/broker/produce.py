@@ -118,8 +118,9 @@ class _ProduceRun:
             validated: list | InvalidBatch | None = None
             if partition is not None:
                 try:
-                    validated = await loop.run_in_executor(
+                    records, validated = await loop.run_in_executor(
                         _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
+                    pdata = pdata._replace(records=records)  # recompressed, maybe
                 except InvalidBatch as exc:
                     validated = exc
             self.one(topic_data, pdata, validated)

@@ -72,7 +72,8 @@ def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
 
 # --- compression ----------------------------------------------------------------------------
 
-def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+def compress(codec: int, data: bytes | memoryview, level: int | None = None
+             ) -> bytes | memoryview:
     """``data`` compressed with ``codec``; ``level`` None (or gzip's -1) is the codec's
     default (snappy has no levels)."""
     if codec == NONE:
