@@ -21,17 +21,17 @@ from test_bad_input import api_versions_request, call, connect, read_frame
 
 from oncelog.protocol.messages import encode_request
 from oncelog.protocol.produce_response import decode as decode_produce_response
-from oncelog.protocol.records import ZSTD
+from oncelog.protocol.records import GZIP, ZSTD
 from oncelog.protocol.validation import MAX_REQUEST_UNCOMPRESSED_BYTES
 
 TOPIC = "bombs"
 MB = 1 << 20
 
 
-def _bomb(expands_to: int) -> bytes:
-    """One zstd batch of one record whose value is ``expands_to`` zero bytes."""
+def _bomb(expands_to: int, codec: int = ZSTD) -> bytes:
+    """One batch of one record whose value is ``expands_to`` zero bytes."""
     now = int(time.time() * 1000)
-    return batch_of(record(0, key=None, value=bytes(expands_to)), 1, now, codec=ZSTD)
+    return batch_of(record(0, key=None, value=bytes(expands_to)), 1, now, codec=codec)
 
 
 def _produce(records: bytes, correlation_id: int = 1) -> bytes:
@@ -95,11 +95,13 @@ def _max_stall(broker, work) -> float:
     return max(stalls)
 
 
-@pytest.mark.parametrize("compression", ["producer", "lz4"])
-def test_a_bomb_does_not_stall_other_clients(broker, compression):
+@pytest.mark.parametrize(("codec", "compression"),
+                         [(ZSTD, "producer"), (GZIP, "producer"), (ZSTD, "lz4")],
+                         ids=["zstd", "gzip", "zstd-to-lz4"])
+def test_a_bomb_does_not_stall_other_clients(broker, codec, compression):
     """With compression.type=lz4 the zstd bomb is also recompressed: off the loop too."""
     _create_topic(broker, compression)
-    bomb = _produce(_bomb(200 * MB))
+    bomb = _produce(_bomb(200 * MB, codec))
     small = _produce(_bomb(64 * 1024))
 
     def send(frame: bytes) -> None:

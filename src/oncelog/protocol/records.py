@@ -170,16 +170,18 @@ def _decompress_at_most(codec: int, data: bytes, limit: int) -> bytes | memoryvi
     if codec == GZIP:
         return _gunzip_at_most(data, limit)
     if codec == LZ4 and len(data) * _LZ4_MOST_RATIO <= limit:
-        return bytes(cramjam.lz4.decompress(data))
+        # a view, not bytes(): copying 200 MB into fresh pages holds the GIL for tenths of
+        # a second, and this may run in a worker thread beside the event loop
+        return memoryview(cramjam.lz4.decompress(data))
     if codec in (LZ4, ZSTD):
         return _decompress_into_at_most(getattr(cramjam, "lz4" if codec == LZ4 else "zstd"),
                                         data, limit)
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _gunzip_at_most(data: bytes, limit: int) -> bytes:
+def _gunzip_at_most(data: bytes, limit: int) -> bytes | memoryview:
     if len(data) * _DEFLATE_MOST_RATIO <= limit:
-        return bytes(cramjam.gzip.decompress(data))
+        return memoryview(cramjam.gzip.decompress(data))  # no copy (see LZ4 above)
     out = bytearray()
     while data:  # gzip members one after the other, as Java's GZIPInputStream reads them
         member = zlib.decompressobj(16 + zlib.MAX_WBITS)
