@@ -71,7 +71,7 @@ from ..protocol.record_batch import (
     read_header,
     split_batches,
 )
-from ..protocol.validation import DEFAULT_RULES, RecordRules, validate_batches
+from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
 from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
@@ -282,18 +282,40 @@ class Partition:
 
     # --- the produce path ------------------------------------------------------------------
 
+    def validate_off_loop(self, records: bytes | memoryview, inflation: Inflation
+                          ) -> tuple[bytes | memoryview, list[BatchHeader]]:
+        """append_records' validation, and its recompression when the topic's
+        compression.type asks for it, for a worker thread (it reads only the topic's rules):
+        the records and headers to give append_records as ``records`` and ``validated``.
+        (A retry is recompressed before it is found to be one: work lost, nothing wrong.)"""
+        headers = split_batches(records, self.max_message_bytes)
+        headers = validate_batches(records, headers, self.record_rules, _now_ms(), inflation,
+                                   off_loop=True)
+        codec = self.record_rules.compression
+        if codec is not None and needs_recompression(headers, codec):
+            records, headers = recompress(records, headers, codec,
+                                          self.record_rules.compression_level,
+                                          self.max_message_bytes)
+        return records, headers
+
     def append_records(self, records: bytes | memoryview,
-                       verify: Verify | None = None) -> AppendResult:
+                       verify: Verify | None = None, inflation: Inflation | None = None,
+                       validated: list[BatchHeader] | None = None) -> AppendResult:
         """Validate and append a produce request's records.
 
         ``verify`` is asked before a transactional batch begins a transaction here (the
         produce path always gives one; None: the broker itself writes, and vouches for it).
         Raises InvalidBatch with the Kafka error for anything refused, OSError when the disk
-        failed; nothing is stored then.
+        failed; nothing is stored then. ``inflation``: what the request may still
+        decompress (InflateOffLoop: validate_off_loop first, then come back with its
+        headers as ``validated``).
         """
         now = _now_ms()
-        headers = split_batches(records, self.max_message_bytes)
-        headers = validate_batches(records, headers, self.record_rules, now)
+        if validated is None:
+            headers = split_batches(records, self.max_message_bytes)
+            headers = validate_batches(records, headers, self.record_rules, now, inflation)
+        else:
+            headers = validated
         plog, state = self.log, self.state
         decision = None
         if any(h.has_producer_id for h in headers):

@@ -21,6 +21,7 @@ clients send AddPartitionsToTxn first, and v12+ batches are verified as v11's ar
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from ..protocol import produce_response
 from ..protocol.messages import Request
 from ..protocol.produce_response import NodeEndpoint, PartitionResult
 from ..protocol.record_batch import InvalidBatch
+from ..protocol.validation import InflateOffLoop, Inflation
 from .answers import CLOSE_CONNECTION, LaterAnswer
 from .log_limits import log_safe
 from .topics import INTERNAL_TOPICS
@@ -37,6 +39,12 @@ from .topics import INTERNAL_TOPICS
 log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
+
+# Batches too large to decompress on the event loop are validated here, one at a time: what
+# clients' batches hold decompressed is one batch's at most, on one core, and cramjam lets
+# go of the GIL while it decompresses, so the loop serves everyone else meanwhile.
+_INFLATER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                  thread_name_prefix="oncelog-inflate")
 
 _Pending = list[tuple[str, list[PartitionResult], int, "asyncio.Future[None]"]]
 
@@ -47,39 +55,108 @@ TxnVerifier = Callable[[str | None, int, int, str, int], ErrorCode]
 def handle_produce(broker, request: Request):
     """The whole response frame (written by produce_response, not kio), or a LaterAnswer
     giving it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a
-    partition was refused."""
-    body = request.body
-    topics = []
-    pending: _Pending = []
-    failed = False
-    for topic_data in body.topic_data:
-        partitions: list[PartitionResult] = []
-        name = topic_data.name
-        if name is None:  # v13: by id
-            topic = broker.topics.by_id(topic_data.topic_id)
-            name = topic.name if topic is not None else None
+    partition was refused. A coroutine giving one of those when a partition's batches
+    decompress to more than the event loop may take on (validation.InflateOffLoop)."""
+    run = _ProduceRun(broker, request)
+    for topic_data in request.body.topic_data:
         for pdata in topic_data.partition_data:
-            if name is None:
-                result, durable = _unknown_topic_id(topic_data.topic_id, pdata.index,
-                                                    request.client_id)
+            if not run.one(topic_data, pdata):
+                return run.rest_off_loop(topic_data, pdata)
+    return run.answer()
+
+
+class _ProduceRun:
+    """One produce request's partitions, appended in the order the request names them."""
+
+    __slots__ = ("_topic", "broker", "failed", "inflation", "pending", "request", "topics")
+
+    def __init__(self, broker, request: Request) -> None:
+        self.broker = broker
+        self.request = request
+        self.topics: list[tuple[str, list[PartitionResult]]] = []
+        self.pending: _Pending = []
+        self.failed = False
+        self.inflation = Inflation()  # what its batches may decompress, in all
+        self._topic = None
+
+    def one(self, topic_data, pdata, validated: list | InvalidBatch | None = None) -> bool:
+        """Append one partition's batches; False when they are to be validated off the
+        event loop first (nothing was done)."""
+        body = self.request.body
+        name = _topic_name(self.broker, topic_data)
+        if name is None:
+            outcome = _unknown_topic_id(topic_data.topic_id, pdata.index,
+                                        self.request.client_id)
+        else:
+            outcome = _produce_partition(self.broker, body.acks, name, pdata.index,
+                                         pdata.records, self.request.client_id,
+                                         body.transactional_id, self.inflation, validated)
+        if outcome is None:
+            return False
+        result, durable = outcome
+        if topic_data is not self._topic:
+            self._topic = topic_data
+            # v13 names topics by id, and so does its answer
+            self.topics.append((name if topic_data.topic_id is None else topic_data.topic_id,
+                                []))
+        partitions = self.topics[-1][1]
+        self.failed = self.failed or result.error_code != 0
+        if durable is not None:
+            self.pending.append((name, partitions, len(partitions), durable))
+        partitions.append(result)
+        return True
+
+    def answer(self):
+        if self.request.body.acks == 0:
+            # Nothing is answered, so Kafka closes the connection for the client to notice
+            # that something went wrong (it then refreshes its metadata and sees the error in
+            # its log).
+            return CLOSE_CONNECTION if self.failed else None
+        if self.pending:
+            return LaterAnswer((durable for _, _, _, durable in self.pending),
+                               lambda: _answer_when_durable(self.broker, self.request,
+                                                            self.topics, self.pending))
+        return _encode(self.broker, self.request, self.topics)
+
+    async def rest_off_loop(self, topic_data, pdata):
+        """The partitions from ``pdata`` on, each validated in the worker thread first when
+        its batches need it; the requests behind this one wait (as behind a Fetch)."""
+        loop = asyncio.get_running_loop()
+        partitions = iter([(t, p) for t in self.request.body.topic_data
+                           for p in t.partition_data])
+        for item in partitions:
+            if item[1] is pdata:
+                break
+        while True:
+            name = _topic_name(self.broker, topic_data)
+            partition = self.broker.topics.partition(name, pdata.index) if name else None
+            validated: list | InvalidBatch | None = None
+            if partition is not None:
+                try:
+                    records, validated = await loop.run_in_executor(
+                        _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
+                    pdata = pdata._replace(records=records)  # recompressed, maybe
+                except InvalidBatch as exc:
+                    validated = exc
+            self.one(topic_data, pdata, validated)
+            for topic_data, pdata in partitions:
+                if not self.one(topic_data, pdata):
+                    break
             else:
-                result, durable = _produce_partition(broker, body.acks, name, pdata.index,
-                                                     pdata.records, request.client_id,
-                                                     body.transactional_id)
-            failed = failed or result.error_code != 0
-            if durable is not None:
-                pending.append((name, partitions, len(partitions), durable))
-            partitions.append(result)
-        topics.append((name if topic_data.topic_id is None else topic_data.topic_id,
-                       partitions))
-    if body.acks == 0:
-        # Nothing is answered, so Kafka closes the connection for the client to notice that
-        # something went wrong (it then refreshes its metadata and sees the error in its log).
-        return CLOSE_CONNECTION if failed else None
-    if pending:
-        return LaterAnswer((durable for _, _, _, durable in pending),
-                           lambda: _answer_when_durable(broker, request, topics, pending))
-    return _encode(broker, request, topics)
+                break
+        answer = self.answer()
+        if isinstance(answer, LaterAnswer):
+            await asyncio.wait([durable for _, _, _, durable in self.pending])
+            return _answer_when_durable(self.broker, self.request, self.topics, self.pending)
+        return answer
+
+
+def _topic_name(broker, topic_data) -> str | None:
+    """The topic a request's entry names: by name, or from v13 on by id (None: no such id)."""
+    if topic_data.name is not None:
+        return topic_data.name
+    topic = broker.topics.by_id(topic_data.topic_id)
+    return topic.name if topic is not None else None
 
 
 def _encode(broker, request: Request, topics: list) -> bytes:
@@ -97,7 +174,7 @@ def _encode(broker, request: Request, topics: list) -> bytes:
 def _unknown_topic_id(topic_id, index: int, client_id: str | None) -> tuple[PartitionResult,
                                                                              None]:
     log.info("produce to %s-%d from %s refused: no topic has this id (UNKNOWN_TOPIC_ID)",
-             topic_id, index, client_id)
+             topic_id, index, log_safe(client_id))
     return PartitionResult(index, int(ErrorCode.unknown_topic_id), -1, -1,
                            f"no topic has the id {topic_id}"), None
 
@@ -117,9 +194,11 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
-                       client_id: str | None, transactional_id: str | None
-                       ) -> tuple[PartitionResult, asyncio.Future[None] | None]:
-    """The partition's answer, and what must be done before it is sent (None: nothing)."""
+                       client_id: str | None, transactional_id: str | None,
+                       inflation: Inflation, validated: list | InvalidBatch | None
+                       ) -> tuple[PartitionResult, asyncio.Future[None] | None] | None:
+    """The partition's answer, and what must be done before it is sent (None: nothing); None
+    instead when its batches are to be validated off the event loop first."""
     partition = None
 
     def failed(error: ErrorCode, message: str, level: int = logging.INFO,
@@ -150,7 +229,11 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
         return broker.txn_verifier(transactional_id, producer_id, epoch, topic, index)
 
     try:
-        result = partition.append_records(records, verify)
+        if isinstance(validated, InvalidBatch):
+            raise validated
+        result = partition.append_records(records, verify, inflation, validated)
+    except InflateOffLoop:
+        return None
     except InvalidBatch as exc:
         broker.counters.inc(topic, index, exc.error.name)
         # A retry of something already stored is the idempotence working, not a fault.

@@ -424,7 +424,7 @@ class Broker:
             log.exception("%s: api key %d v%d failed; closing the connection", peer,
                           request.api_key, request.api_version)
             return _CLOSE
-        if body is None or isinstance(body, bytes):  # no answer, or one already encoded
+        if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
             return body
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)

@@ -62,7 +62,9 @@ def recompress(buf: bytes | bytearray | memoryview, headers: list[BatchHeader], 
         payload = batch[HEADER_SIZE:]
         if header.compression != records.NONE:
             payload = records.decompress_at_most(header.compression, payload, _MAX_UNCOMPRESSED)
-        data = records.compress(codec, bytes(payload), level)
+        # no bytes() copy: 200 MB of fresh pages faulted in with the GIL held stalled the
+        # event loop for seconds while a worker thread recompressed
+        data = records.compress(codec, payload, level)
         new = header._replace(
             attributes=(header.attributes & ~COMPRESSION_MASK) | codec,
             batch_length=HEADER_SIZE - LOG_OVERHEAD + len(data), crc=0)

@@ -6,6 +6,7 @@ by timestamp (which must name the exact record) do.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import time
@@ -71,7 +72,8 @@ def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
 
 # --- compression ----------------------------------------------------------------------------
 
-def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+def compress(codec: int, data: bytes | memoryview, level: int | None = None
+             ) -> bytes | memoryview:
     """``data`` compressed with ``codec``; ``level`` None (or gzip's -1) is the codec's
     default (snappy has no levels)."""
     if codec == NONE:
@@ -168,16 +170,18 @@ def _decompress_at_most(codec: int, data: bytes, limit: int) -> bytes | memoryvi
     if codec == GZIP:
         return _gunzip_at_most(data, limit)
     if codec == LZ4 and len(data) * _LZ4_MOST_RATIO <= limit:
-        return bytes(cramjam.lz4.decompress(data))
+        # a view, not bytes(): copying 200 MB into fresh pages holds the GIL for tenths of
+        # a second, and this may run in a worker thread beside the event loop
+        return memoryview(cramjam.lz4.decompress(data))
     if codec in (LZ4, ZSTD):
         return _decompress_into_at_most(getattr(cramjam, "lz4" if codec == LZ4 else "zstd"),
                                         data, limit)
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _gunzip_at_most(data: bytes, limit: int) -> bytes:
+def _gunzip_at_most(data: bytes, limit: int) -> bytes | memoryview:
     if len(data) * _DEFLATE_MOST_RATIO <= limit:
-        return bytes(cramjam.gzip.decompress(data))
+        return memoryview(cramjam.gzip.decompress(data))  # no copy (see LZ4 above)
     out = bytearray()
     while data:  # gzip members one after the other, as Java's GZIPInputStream reads them
         member = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -198,7 +202,10 @@ def _decompress_into_at_most(codec: Any, data: bytes, limit: int) -> memoryview:
     # stops at the buffer's end, so nothing past the limit is ever made.
     size = min(limit, max(4 * len(data), 1 << 20))
     while True:
-        out = bytearray(size)
+        # An anonymous map's pages are zeroed by the kernel as the decompressor (which lets
+        # go of the GIL) first writes them; a bytearray of 256 MB is zeroed first, 0.3 s
+        # with the GIL held, in whatever thread allocates it.
+        out = bytearray(size) if size <= 1 << 20 else mmap.mmap(-1, size)
         try:
             return memoryview(out)[:codec.decompress_into(data, out)]
         except cramjam.DecompressionError as exc:

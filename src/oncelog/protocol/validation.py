@@ -56,6 +56,13 @@ DEFAULT_AFTER_MAX_MS = 3_600_000
 # A compressed batch is decompressed whole; a few hundred bytes of zstd can claim gigabytes,
 # so it may not claim more than this (MESSAGE_TOO_LARGE).
 MAX_UNCOMPRESSED_BYTES = 256 << 20
+# ... nor may all the batches of one produce request together (RECORD_LIST_TOO_LARGE): 8 KB
+# of zstd per 250 MB, a 100 MB request would otherwise be hours of work.
+MAX_REQUEST_UNCOMPRESSED_BYTES = 256 << 20
+# What the event loop decompresses itself, per request: past this a batch is validated in a
+# worker thread (cramjam lets go of the GIL while it decompresses), and the loop serves the
+# other clients meanwhile (InflateOffLoop).
+INLINE_UNCOMPRESSED_BYTES = 4 << 20
 # Kafka names every record at fault; a batch of 100,000 keyless records on a compacted topic
 # would make a response of megabytes, so the answer names the first ones (the message says
 # how many there were).
@@ -63,6 +70,32 @@ MAX_RECORD_ERRORS = 1000
 
 _CODEC_NAMES = {code: name for name, code in records.CODECS.items()}
 _NO_KEY, _BAD_TIMESTAMP = 0, 1  # the kinds check_records reports
+
+
+class InflateOffLoop(Exception):
+    """A batch decompresses to more than the event loop may take on: validate it again
+    with ``off_loop=True`` in a worker thread."""
+
+
+class Inflation:
+    """What the batches of one produce request may still decompress: in all (``left``) and
+    on the event loop (``inline_left``). One request's batches are validated one at a time,
+    so no lock: the handler waits for the worker before the next batch."""
+
+    __slots__ = ("inline_left", "left")
+
+    def __init__(self, total: int = MAX_REQUEST_UNCOMPRESSED_BYTES,
+                 inline: int = INLINE_UNCOMPRESSED_BYTES) -> None:
+        self.left = total
+        self.inline_left = inline
+
+    def limit(self, off_loop: bool) -> int:
+        return max(0, min(MAX_UNCOMPRESSED_BYTES, self.left if off_loop else self.inline_left))
+
+    def spend(self, size: int, off_loop: bool) -> None:
+        self.left -= size
+        if not off_loop:
+            self.inline_left -= size
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +116,15 @@ DEFAULT_RULES = RecordRules()  # a topic with Kafka's defaults
 
 
 def validate_batches(buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
-                     rules: RecordRules, now_ms: int) -> list[BatchHeader]:
+                     rules: RecordRules, now_ms: int, inflation: Inflation | None = None,
+                     off_loop: bool = False) -> list[BatchHeader]:
     """The headers to store for the batches ``split_batches`` found in ``buf``; raises
-    InvalidBatch for the first batch Kafka would refuse, and nothing may then be stored."""
+    InvalidBatch for the first batch Kafka would refuse, and nothing may then be stored.
+
+    ``inflation``: what a client's request may still decompress (None: the broker's own
+    writes, bounded per batch only); InflateOffLoop when a batch needs more than the event
+    loop may do and ``off_loop`` is false."""
+    budget = (inflation, off_loop)
     if rules.log_append_time:
         bounds = (LONG_MIN, LONG_MAX)  # Kafka checks the bounds on CreateTime only
     else:
@@ -93,17 +132,19 @@ def validate_batches(buf: bytes | bytearray | memoryview, headers: list[BatchHea
                   min(LONG_MAX, now_ms + rules.timestamp_after_max_ms))
     view = memoryview(buf)
     if len(headers) == 1:  # what every client sends
-        return [_validate(view, headers[0], rules, bounds, now_ms)]
+        return [_validate(view, headers[0], rules, bounds, now_ms, budget)]
     checked = []
     pos = 0
     for header in headers:
-        checked.append(_validate(view[pos:pos + header.size], header, rules, bounds, now_ms))
+        checked.append(_validate(view[pos:pos + header.size], header, rules, bounds, now_ms,
+                                 budget))
         pos += header.size
     return checked
 
 
 def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
-              bounds: tuple[int, int], now_ms: int) -> BatchHeader:
+              bounds: tuple[int, int], now_ms: int,
+              budget: tuple[Inflation | None, bool]) -> BatchHeader:
     attributes = header.attributes
     if attributes & CONTROL_BIT:
         raise InvalidBatch(ErrorCode.invalid_record,
@@ -112,7 +153,7 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
         raise InvalidBatch(ErrorCode.invalid_record,
                            "a transactional batch needs a producer id")
     payload = batch[HEADER_SIZE:] if not attributes & COMPRESSION_MASK else \
-        _decompressed(batch, header)
+        _decompressed(batch, header, *budget)
     claims_append_time = attributes & TIMESTAMP_TYPE_BIT
     low, high = (LONG_MIN, LONG_MAX) if claims_append_time else bounds
     walk = getattr(records.compiled, "check_records", None) or _check_records
@@ -128,23 +169,35 @@ def _validate(batch: memoryview, header: BatchHeader, rules: RecordRules,
     return header
 
 
-def _decompressed(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
+def _decompressed(batch: memoryview, header: BatchHeader, inflation: Inflation | None,
+                  off_loop: bool) -> bytes | memoryview:
     codec = header.compression
     name = _CODEC_NAMES.get(codec)
     if name is None:
         raise InvalidBatch(ErrorCode.invalid_record,
                            f"the batch attributes name compression codec {codec}, which does "
                            "not exist")
+    limit = MAX_UNCOMPRESSED_BYTES if inflation is None else inflation.limit(off_loop)
     try:
-        return records.decompress_at_most(codec, batch[HEADER_SIZE:], MAX_UNCOMPRESSED_BYTES)
+        payload = records.decompress_at_most(codec, batch[HEADER_SIZE:], limit)
     except records.TooLarge as exc:
-        raise InvalidBatch(ErrorCode.message_too_large, f"{name} batch {exc}") from None
+        if limit == MAX_UNCOMPRESSED_BYTES:
+            raise InvalidBatch(ErrorCode.message_too_large, f"{name} batch {exc}") from None
+        assert inflation is not None
+        if not off_loop and inflation.inline_left < inflation.left:
+            raise InflateOffLoop() from None
+        raise InvalidBatch(ErrorCode.record_list_too_large,
+                           f"{name} batch: the request's batches decompress to more than "
+                           f"{MAX_REQUEST_UNCOMPRESSED_BYTES} bytes in all") from None
     except ValueError as exc:
         # Kafka's reader fails here with a plain KafkaException, which its broker answers as
         # UNKNOWN_SERVER_ERROR; CORRUPT_MESSAGE is what the error means ("or is otherwise
         # corrupt") and what Kafka chose when it caught this before (KAFKA-3160).
         raise InvalidBatch(ErrorCode.corrupt_message,
                            f"{name} batch does not decompress: {exc}") from None
+    if inflation is not None:
+        inflation.spend(len(payload), off_loop)
+    return payload
 
 
 def _record_errors(header: BatchHeader, bad: list[tuple[int, int, int]],

@@ -1,0 +1,114 @@
+"""One request may not freeze the broker or blow its memory (issue 28 #5, issue 21 #10).
+
+* CreateTopics: at most 10,000 partitions in one request, as Kafka 4's controller
+  (POLICY_VIOLATION "Excessively large number of partitions per request.").
+* Any request: at most MAX_REQUEST_ELEMENTS array elements in all, refused before it is
+  decoded (closed connection and a log line): a 93.5 MB ListOffsets peaked at 1.7 GB.
+* IncrementalAlterConfigs: duplicate keys found in linear time (20,000 operations stalled
+  the broker 3.9 s), asserted as a ratio to a request a tenth the size.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import time
+
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from test_bad_input import connect, read_frame
+
+from oncelog.protocol.messages import MAX_REQUEST_ELEMENTS, decode_response, encode_request
+
+CREATE_TOPICS, LIST_OFFSETS, INCREMENTAL_ALTER_CONFIGS = 19, 2, 44
+POLICY_VIOLATION = 44
+INVALID_REQUEST = 42
+
+
+def _call(sock: socket.socket, api_key: int, version: int, body, correlation_id: int = 1):
+    sock.sendall(encode_request(api_key, version, correlation_id, "bounds", body))
+    got, response = decode_response(api_key, version, read_frame(sock))
+    assert got == correlation_id
+    return response
+
+
+def _create(*topics: tuple[str, int]) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=tuple(CreatableTopic(name=name, num_partitions=n, replication_factor=1,
+                                    assignments=(), configs=()) for name, n in topics),
+        timeout=datetime.timedelta(seconds=30), validate_only=False)
+
+
+def test_create_topics_holds_at_most_10000_partitions_per_request(broker):
+    with connect(broker) as sock:
+        sock.settimeout(60)
+        refused = _call(sock, CREATE_TOPICS, 7, _create(("wide-a", 6000), ("wide-b", 6000)))
+        assert [(t.name, t.error_code) for t in refused.topics] == [
+            ("wide-a", POLICY_VIOLATION), ("wide-b", POLICY_VIOLATION)]
+        assert refused.topics[0].error_message == \
+            "Excessively large number of partitions per request."
+        fine = _call(sock, CREATE_TOPICS, 7, _create(("narrow", 3), ("wide-a", 1)), 2)
+        # wide-a was not made by the refused request
+        assert [(t.name, t.error_code) for t in fine.topics] == [("narrow", 0), ("wide-a", 0)]
+
+
+def _list_offsets(partitions: int) -> bytes:
+    parts = tuple(ListOffsetsPartition(partition_index=i, current_leader_epoch=-1,
+                                       timestamp=-1) for i in range(partitions))
+    body = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+        ListOffsetsTopic(name="nowhere", partitions=parts),))
+    return encode_request(LIST_OFFSETS, 7, 1, "bounds", body)
+
+
+def test_a_request_of_too_many_elements_is_refused_before_decoding(broker):
+    with connect(broker) as sock:
+        sock.settimeout(60)
+        sock.sendall(_list_offsets(MAX_REQUEST_ELEMENTS + 1))
+        try:
+            assert sock.recv(65536) == b""
+        except ConnectionResetError:
+            pass
+    assert f"more than {MAX_REQUEST_ELEMENTS}" in broker.log_text()
+    with connect(broker) as sock:
+        sock.sendall(_list_offsets(1000))
+        _, response = decode_response(LIST_OFFSETS, 7, read_frame(sock))
+        assert len(response.topics[0].partitions) == 1000
+
+
+def _alter(operations: int) -> IncrementalAlterConfigsRequest:
+    """``operations`` SETs of distinct made-up keys, then one key named twice."""
+    configs = [AlterableConfig(name=f"k{i}", config_operation=0, value="1")
+               for i in range(operations - 2)]
+    configs += [AlterableConfig(name="retention.ms", config_operation=0, value="1")] * 2
+    return IncrementalAlterConfigsRequest(resources=(AlterConfigsResource(
+        resource_type=2, resource_name="narrow", configs=tuple(configs)),), validate_only=True)
+
+
+def test_incremental_alter_configs_is_linear_in_its_operations(broker):
+    with connect(broker) as sock:
+        sock.settimeout(120)
+        _call(sock, CREATE_TOPICS, 7, _create(("narrow", 1)))
+        times = {}
+        for ops in (2_000, 20_000):
+            frame = encode_request(INCREMENTAL_ALTER_CONFIGS, 1, 1, "bounds", _alter(ops))
+            best = float("inf")
+            for _ in range(3):
+                start = time.perf_counter()
+                sock.sendall(frame)
+                _, response = decode_response(INCREMENTAL_ALTER_CONFIGS, 1, read_frame(sock))
+                best = min(best, time.perf_counter() - start)
+                assert response.responses[0].error_code == INVALID_REQUEST
+            times[ops] = best
+    print(f"IncrementalAlterConfigs: {times}")
+    # linear: about 10 (request bytes to read and decode are 10 times as many); the
+    # quadratic check was about 100
+    assert times[20_000] < 30 * times[2_000]
