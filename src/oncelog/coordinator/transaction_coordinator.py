@@ -129,6 +129,7 @@ class TransactionCoordinator:
         self.loading: set[int] = set(range(config.num_partitions))
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._idle_logged: dict[str, int] = {}  # id -> start of the prepared one logged
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
@@ -453,10 +454,16 @@ class TransactionCoordinator:
     # --- timeouts and expiry --------------------------------------------------------------
 
     def abort_timed_out(self) -> int:
-        """Abort ongoing transactions older than their timeout, fencing their producer."""
+        """Abort ongoing transactions older than their timeout, fencing their producer. A
+        two-phase commit transaction has none (KIP-939: only its external coordinator ends
+        it, however long that takes): one open longer than transaction.max.timeout.ms is
+        logged instead, once, as it holds read_committed readers of its partitions back."""
         now = self.now_ms()
         count = 0
         for meta in list(self.txns.values()):
+            if meta.timeout_ms == NO_TIMEOUT_MS:
+                self._log_idle_prepared(meta, now)
+                continue
             if meta.state is S.ONGOING and not meta.pending \
                     and now - meta.start_ms > meta.timeout_ms:
                 log.info("transactional id %s: timed out after %d ms; aborting",
@@ -465,6 +472,21 @@ class TransactionCoordinator:
                 self._background(self._fence_and_abort(meta))
                 count += 1
         return count
+
+    def _log_idle_prepared(self, meta: TxnMeta, now: int) -> None:
+        if meta.state is not S.ONGOING:
+            self._idle_logged.pop(meta.transactional_id, None)
+            return
+        if meta.pending or now - meta.start_ms <= self.config.max_timeout_ms or \
+                self._idle_logged.get(meta.transactional_id) == meta.start_ms:
+            return
+        self._idle_logged[meta.transactional_id] = meta.start_ms
+        log.warning("transactional id %s: a prepared (two-phase commit) transaction open for "
+                    "%d s, on %s: read_committed readers of these partitions wait until its "
+                    "coordinator ends it (`oncelog transactions find-prepared` lists such "
+                    "transactions; a Spark write's: `oncelog spark recover --prefix P`)",
+                    meta.transactional_id, (now - meta.start_ms) // 1000,
+                    ", ".join(f"{t}-{p}" for t, p in sorted(meta.partitions)) or "none yet")
 
     def expire_ids(self) -> int:
         """Forget transactional ids idle for transactional.id.expiration.ms."""
