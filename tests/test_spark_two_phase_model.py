@@ -271,7 +271,7 @@ def test_the_sink_protocol_against_its_model(tmp_path, monkeypatch):
         # A failing coordinator is asked again at once: the same tries, without the waits.
         monkeypatch.setattr(two_phase, "FINISH_BACKOFF", 0.01)
         run = SinkModel.TestCase
-        run.settings = settings(max_examples=30, stateful_step_count=10, deadline=None,
+        run.settings = settings(max_examples=20, stateful_step_count=10, deadline=None,
                                 derandomize=True, database=None)
         run().runTest()
     finally:

@@ -39,7 +39,11 @@ Who aborts and who commits what, when:
 |                                       |                | open ``P-*`` a decision names is     |
 |                                       |                | finished, every other one aborted    |
 | Spark asks for a stream writer        | the driver     | checks that the broker allows 2PC    |
-| ``commit()`` of a batch write         | the driver     | writes the decision, then finishes   |
+| ``commit()`` of a batch write         | the driver     | checks that every winner still holds |
+|                                       |                | its prepared transaction (else, as   |
+|                                       |                | another driver of P ended one, fails |
+|                                       |                | aborting the run), writes the        |
+|                                       |                | decision, then finishes              |
 |                                       |                | its winners, then aborts every other |
 |                                       |                | open ``P-R-*`` (retried, speculative |
 |                                       |                | and killed attempts)                 |
@@ -356,6 +360,29 @@ class Driver:
                 log.warning("%s: aborting the decision failed: %s", self.prefix, exc)
             raise
 
+    def check_prepared(self, run: str, winners: Mapping[str, str]) -> None:
+        """Before deciding: every winner still holds the transaction it prepared. One that
+        another driver of P ended meanwhile (its recover) could never be committed, and a
+        decision naming it would make part of the run visible: nothing is decided, and
+        the run is aborted whole."""
+        gone = []
+        for t, d in self.admin.describe_transactions(sorted(winners)).items():
+            if isinstance(d, KafkaError):
+                if d.error != ErrorCode.transactional_id_not_found:
+                    raise d
+                gone.append(f"{t} (unknown)")
+            elif d.state != "Ongoing" or \
+                    d.producer_id != PreparedTxnState.parse(winners[t]).producer_id:
+                gone.append(f"{t} ({d.state})")
+        if gone:
+            self.abort_open(run)
+            raise WinnersLost(
+                f"{self.prefix}: {len(gone)} of the prepared transactions of this write were "
+                f"ended by someone else before its commit: {', '.join(gone)}. Nothing of it "
+                f"is written. Another job or query using the transactionalIdPrefix "
+                f"{self.prefix!r} (or `oncelog spark recover`) aborted them: one prefix "
+                "belongs to one job or query at a time")
+
     # --- ending others' transactions ----------------------------------------------------
 
     def open_transactions(self, run: str | None = None) -> list[str]:
@@ -482,6 +509,7 @@ def commit_run(options: WriteOptions, run: str, winners: dict[str, str],
     """The driver's commit() of a batch write's tasks."""
     with Driver(options, decides=True) as driver:
         if winners:
+            driver.check_prepared(run, winners)
             driver.decide(Decision(run, NO_BATCH, frozenset(winners)), min(topics))
             driver.finish(frozenset(winners), winners)
         driver.abort_open(run, keep=frozenset(winners))
@@ -521,6 +549,7 @@ def commit_micro_batch(options: WriteOptions, prefix: str, query: str | None,
             return False
         if winners:
             assert run is not None
+            driver.check_prepared(run, winners)
             driver.decide(Decision(run, batch, frozenset(winners), query), min(topics))
             driver.finish(frozenset(winners), winners)
         if run is not None:
