@@ -48,28 +48,50 @@ class Crash(Exception):
     """The process died at this call."""
 
 
+# The ways a step fails at its n-th broker call: the call fails before or after the broker
+# acted (error, error-after), or after the broker acted on half of the transactional ids it
+# names (half: one coordinator of two answered); then either only that call fails, or every
+# later one too (outage: the broker is unreachable for the rest of the step), or the process
+# dies (die: no later call reaches the broker, and no cleanup of the step does either).
+KINDS = ("error", "error-after", "half", "outage", "half-outage", "die", "die-after",
+         "half-die")
+_BATCHED = ("end_transactions", "fence_transactions", "describe_transactions")
+
+
+def _half(name: str, real, self, args, kwargs) -> None:
+    if name not in _BATCHED:
+        return
+    ids, *rest = args
+    ids = list(ids)[:len(ids) // 2]
+    if ids:
+        real(self, {t: args[0][t] for t in ids} if isinstance(args[0], dict) else ids,
+             *rest, **kwargs)
+
+
 @contextlib.contextmanager
 def faults(fault: tuple[str, int] | None):
-    """``fault`` (kind, n): at the n-th broker call, ``error`` / ``error-after`` (a transient
-    error before / after the broker acted) or ``die`` / ``die-after`` (that call and every
-    later one never reach the broker, or only that one does)."""
+    """``fault``: (one of KINDS, n) at the n-th broker call of the step, or None."""
     calls = itertools.count(1)
-    dead = [False]
+    broken: list[type[Exception]] = []  # what every later call raises
     originals = {(cls, name): getattr(cls, name) for cls, name in _CALLS}
 
     def wrap(name, real):
         def call(self, *args, **kwargs):
-            if dead[0]:
-                raise Crash(name)
+            if broken:
+                raise broken[0](name)
             if fault is None or next(calls) != fault[1]:
                 return real(self, *args, **kwargs)
             kind = fault[0]
             if kind.endswith("after"):
                 real(self, *args, **kwargs)
-            if kind.startswith("die"):
-                dead[0] = True
+            elif kind.startswith("half"):
+                _half(name, real, self, args, kwargs)
+            if "die" in kind:
+                broken.append(Crash)
                 raise Crash(name)
-            raise KafkaError(ErrorCode.coordinator_not_available, f"injected at {name}")
+            if "outage" in kind:
+                broken.append(_Unavailable)
+            raise _Unavailable(name)
         return call
 
     for (cls, name), real in originals.items():
@@ -81,12 +103,17 @@ def faults(fault: tuple[str, int] | None):
             setattr(cls, name, real)
 
 
-FAULTS = st.one_of(st.none(), st.none(), st.tuples(
-    st.sampled_from(("error", "error-after", "die", "die-after")), st.integers(1, 8)))
+class _Unavailable(KafkaError):
+    def __init__(self, name: str) -> None:
+        super().__init__(ErrorCode.coordinator_not_available, f"injected at {name}")
+
+
+FAULTS = st.one_of(st.none(), st.none(), st.none(),
+                   st.tuples(st.sampled_from(KINDS), st.integers(1, 8)))
 
 
 # How each partition's task attempt ends.
-HOWS = st.lists(st.sampled_from(("ok", "ok", "ok", "fails", "killed")), min_size=PARTITIONS,
+HOWS = st.lists(st.sampled_from(("ok",) * 6 + ("fails", "killed")), min_size=PARTITIONS,
                 max_size=PARTITIONS)
 
 
@@ -98,6 +125,9 @@ class Job:
         self.run = two_phase.new_run()
         self.topic = topic
         self.status = "writing"  # writing, returned, raised, dead
+        # A fault fell on one of its driver's steps, or another driver of its prefix ran
+        # while it was writing: only then may its commit fail.
+        self.disturbed = False
         self.messages: dict[int, tuple[str, str]] = {}  # partition -> (id, prepared)
 
     def rows(self, partition: int) -> list[bytes]:
@@ -121,12 +151,18 @@ class SinkModel(RuleBasedStateMachine):
             admin.create_topic(self.topic, PARTITIONS)
         self.all_jobs: list[Job] = []
         self.history: list[str] = []  # the outcome of each step, for a failure's message
+        self.violations: list[str] = []
         self.attempts = itertools.count()
 
     def _options(self, prefix: str) -> WriteOptions:
         return WriteOptions(self.bootstrap, self.topic,
                             {"bootstrap.servers": self.bootstrap, "enable.idempotence": "true",
                              "linger.ms": "0"}, transactional_id_prefix=prefix)
+
+    def _disturb(self, prefix: str) -> None:
+        for job in self.all_jobs:
+            if job.status == "writing" and job.prefix == prefix:
+                job.disturbed = True
 
     def _job(self, pick: int, ready: bool = False) -> Job | None:
         """The pick-th job still writing (modulo; ``ready``: whose every partition has a
@@ -141,6 +177,7 @@ class SinkModel(RuleBasedStateMachine):
         """Spark asks for a writer (its recover() runs before any task), then runs an
         attempt of each partition's task."""
         job = Job(len(self.all_jobs), self._options(self.prefixes[prefix]), self.topic)
+        self._disturb(job.prefix)
         self.all_jobs.append(job)
         try:
             with faults(fault):
@@ -184,12 +221,17 @@ class SinkModel(RuleBasedStateMachine):
             return
         job.messages.setdefault(partition, (transactional_id, prepared))
 
-    @precondition(lambda self: self._job(0, ready=True) is not None)
+    @precondition(lambda self: self._job(0) is not None)
     @rule(pick=st.integers(0, 7), fault=FAULTS, abort_fault=FAULTS)
-    def commit(self, pick: int, fault, abort_fault) -> None:
-        """The driver's commit(); when it raises, Spark calls abort()."""
-        job = self._job(pick, ready=True)
-        if job is None:
+    def end_job(self, pick: int, fault, abort_fault) -> None:
+        """The driver's commit() of a job whose every partition has a task's message (when
+        it raises, Spark calls abort()); or, when one has none (its task failed too often),
+        Spark gives the job up: abort(), and save() raises."""
+        job = self._job(pick)
+        assert job is not None
+        if len(job.messages) < PARTITIONS:
+            job.status = "raised"
+            self._spark_abort(job, fault)
             return
         winners = dict(job.messages.values())
         try:
@@ -201,17 +243,10 @@ class SinkModel(RuleBasedStateMachine):
         except Exception as exc:
             job.status = "raised"
             self.history.append(f"job {job.number} commit raised {exc!r}")
+            if fault is None and not job.disturbed:
+                self.violations.append(f"job {job.number}, alone with its prefix and no "
+                                       f"fault, failed: {exc!r}")
             self._spark_abort(job, abort_fault)
-
-    @precondition(lambda self: self._job(0) is not None)
-    @rule(pick=st.integers(0, 7), fault=FAULTS)
-    def give_up(self, pick: int, fault) -> None:
-        """Spark gives a job up (a task failed too often): abort(), and save() raises."""
-        job = self._job(pick)
-        if job is None:
-            return
-        job.status = "raised"
-        self._spark_abort(job, fault)
 
     def _spark_abort(self, job: Job, fault) -> None:
         try:
@@ -223,6 +258,7 @@ class SinkModel(RuleBasedStateMachine):
     @rule(prefix=st.integers(0, 1), fault=FAULTS)
     def recover(self, prefix: int, fault) -> None:
         """``oncelog spark recover --prefix P`` (or a new job's writer)."""
+        self._disturb(self.prefixes[prefix])
         with contextlib.suppress(Exception), faults(fault):
             two_phase.recover(self._options(self.prefixes[prefix]))
 
@@ -232,6 +268,7 @@ class SinkModel(RuleBasedStateMachine):
         for prefix in self.prefixes:
             two_phase.recover(self._options(prefix))
         found = collections.Counter(read_committed(self.bootstrap, self.topic))
+        assert self.violations == [], (self.violations, self.history)
         assert [v for v, n in found.items() if n > 1] == []
         for job in self.all_jobs:
             present = [r for r in job.all_rows() if r in found]
@@ -262,18 +299,60 @@ def read_committed(bootstrap: str, topic: str) -> list[bytes]:
         return [r.value for r in c]
 
 
-@pytest.mark.timeout(300)
-def test_the_sink_protocol_against_its_model(tmp_path, monkeypatch):
-    broker = BrokerProcess(tmp_path / "data",
+@pytest.fixture(scope="module")
+def two_phase_broker(tmp_path_factory):
+    broker = BrokerProcess(tmp_path_factory.mktemp("model") / "data",
                            {"transaction.two.phase.commit.enable": "true"}).start()
-    try:
-        SinkModel.bootstrap = broker.bootstrap
-        # A failing coordinator is asked again at once: the same tries, without the waits.
-        monkeypatch.setattr(two_phase, "FINISH_BACKOFF", 0.01)
-        run = SinkModel.TestCase
-        run.settings = settings(max_examples=20, stateful_step_count=10, deadline=None,
-                                derandomize=True, database=None)
-        run().runTest()
-    finally:
-        broker.stop()
+    SinkModel.bootstrap = broker.bootstrap
+    yield broker
+    broker.stop()
     assert "Traceback" not in broker.log_text(), broker.log_text()[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_sink_protocol_against_its_model(two_phase_broker, monkeypatch):
+    # A failing coordinator is asked again at once: the same tries, without the waits.
+    monkeypatch.setattr(two_phase, "FINISH_BACKOFF", 0.01)
+    run = SinkModel.TestCase
+    # Not derandomized: a fixed seed explored the same few schedules every run. A failure
+    # prints its steps (and the blob to replay it).
+    run.settings = settings(max_examples=50, stateful_step_count=8, deadline=None,
+                            database=None, print_blob=True)
+    run().runTest()
+
+
+# Schedules the random search reaches seldom, each run every time.
+
+def _schedule(steps) -> None:
+    machine = SinkModel()
+    machine.setup()
+    try:
+        steps(machine)
+    finally:
+        machine.teardown()
+
+
+def test_a_commit_that_fails_after_its_decision_is_finished_by_abort(two_phase_broker,
+                                                                     monkeypatch):
+    """One of two winners committed, then the coordinator unreachable for the rest of the
+    commit: abort() must finish the decided run, not abort its other winner."""
+    monkeypatch.setattr(two_phase, "FINISH_BACKOFF", 0.01)
+
+    def steps(m: SinkModel) -> None:
+        m.start_job(0, None, ["ok", "ok"])
+        m.end_job(0, ("half-outage", 5), None)  # 5: the winners' EndTxn
+        assert m.all_jobs[0].status == "raised", m.history
+
+    _schedule(steps)
+
+
+def test_a_job_of_an_overlapping_prefix_is_left_alone(two_phase_broker):
+    """orders' recovery must not end the prepared transactions of orders-eu."""
+    def steps(m: SinkModel) -> None:
+        m.start_job(1, None, ["ok", "ok"])
+        m.start_job(0, None, ["ok", "ok"])
+        m.recover(0, None)
+        m.end_job(0, None, None)
+        assert m.all_jobs[0].status == "returned", m.history
+
+    _schedule(steps)
