@@ -7,6 +7,7 @@ a real broker with two-phase commit on."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from test_spark_write_exactly_once import (
 )
 
 from oncelog import Admin
+from oncelog.spark import two_phase
 from oncelog.spark.source import OncelogDataSource
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -296,3 +298,32 @@ def test_a_driver_killed_after_its_tasks_prepared_is_found_and_recovered(start_b
     again = _oncelog("transactions", "find-prepared", "--bootstrap-server", broker.bootstrap,
                      "--duration-filter", "0")
     assert open_ids[0] not in again.stdout, again.stdout
+
+
+def test_a_query_keeps_its_prefix_however_its_checkpoint_is_spelled(start_broker, spark,
+                                                                    tmp_path):
+    """Suspected and proven: the default prefix hashed the checkpoint path as written, so
+    ``dir``, ``dir/`` and ``file:dir`` were three prefixes for one query, and a batch the
+    sink committed before a crash was written again after a restart spelled otherwise. The
+    prefix is now the query's id, which the checkpoint keeps."""
+    broker = start_broker(**TWO_PHASE)
+    create(broker.bootstrap, "in", 1)
+    create(broker.bootstrap, "copy", 2)
+    checkpoint = tmp_path / "checkpoint"
+    ids = set()
+    for run, spelling in enumerate((str(checkpoint), f"{checkpoint}/", f"file:{checkpoint}")):
+        produce(broker.bootstrap, "in", [(0, None, b"%d-%02d" % (run, i), None, None)
+                                         for i in range(20)])
+        query = _stream(spark, broker.bootstrap, "in", "copy", checkpointLocation=spelling)
+        assert query.exception() is None
+        ids.add(str(query.id))
+    assert len(ids) == 1
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        listed = admin.list_transactions(pattern="oncelog-spark-stream-.*")
+    # The tasks' ids (P-run-partition-attempt), not the driver's (P).
+    prefixes = {t.transactional_id.rsplit("-", 3)[0] for ts in listed.values() for t in ts
+                if re.fullmatch(r".+-[0-9a-f]{8}-[0-9]+-[0-9]+", t.transactional_id)}
+    assert len(prefixes) == 1, prefixes
+    assert prefixes == {two_phase.stream_prefix(ids.pop())}
+    assert_once(committed(broker.bootstrap, "copy", 2),
+                [b"%d-%02d" % (run, i) for run in range(3) for i in range(20)])
