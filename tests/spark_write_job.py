@@ -5,7 +5,8 @@ settings the shared session does not have.
     spark_write_job.py batch BOOTSTRAP TOPIC ROWS PREFIX [--hold-commit FILE] [--slow-task]
     spark_write_job.py stream BOOTSTRAP SOURCE TOPIC CHECKPOINT PER_BATCH [--hold-after N FILE]
 
-batch: writes rows 0..ROWS-1 (value "i", key "k{i % 4}") in 2 tasks. ``--hold-commit``
+batch: writes rows 0..ROWS-1 (value "i", key "k{i % 4}") in 2 tasks (PREFIX "-": the sink's
+default prefix). ``--hold-commit``
 touches FILE when the tasks are done and the driver's commit() begins, then waits (for the
 kill). ``--slow-task``: speculation is on and the first attempt of partition 0 stalls for a
 while after its rows, so that a speculative attempt writes the same rows at the same time.
@@ -135,8 +136,11 @@ def _batch(spark, fmt: str, bootstrap: str, topic: str, rows: int, prefix: str,
     df = spark.range(0, rows, numPartitions=2).selectExpr(
         "cast(id as string) as value", "concat('k', cast(id % 4 as string)) as key",
         "stall(id) as ignored" if slow else "id as ignored")
-    (df.write.format(fmt).mode("append").option("bootstrap.servers", bootstrap)
-     .option("topic", topic).option("transactionalIdPrefix", prefix).save())
+    write = df.write.format(fmt).mode("append").option("bootstrap.servers", bootstrap) \
+        .option("topic", topic)
+    if prefix != "-":
+        write = write.option("transactionalIdPrefix", prefix)
+    write.save()
 
 
 def _stream(spark, fmt: str, bootstrap: str, source: str, topic: str, checkpoint: str,

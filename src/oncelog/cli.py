@@ -46,10 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .chaos.cli import add_chaos_commands
     from .cli_configs import add_config_commands
+    from .cli_spark import add_spark_commands
     from .cli_tools import _with_bootstrap, add_tool_commands
 
     add_tool_commands(sub)
     add_config_commands(sub, _with_bootstrap)
+    add_spark_commands(sub, _with_bootstrap)
     add_chaos_commands(sub)
     return parser
 

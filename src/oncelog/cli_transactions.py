@@ -1,7 +1,8 @@
 """``oncelog transactions``: list and describe transactions, describe the producers of a
 partition, find hanging transactions and abort them, in the manner of Kafka's
 ``kafka-transactions.sh`` (its columns, its "None" where a value is missing, its messages),
-against oncelog or any Kafka broker.
+against oncelog or any Kafka broker; and find prepared two-phase commit transactions left
+open (``find-prepared``, below), which Kafka's tool has no command for.
 
 A hanging transaction is one a partition holds open (its producer wrote transactional data
 and no marker followed) while the transaction coordinator no longer counts that partition in
@@ -30,6 +31,8 @@ STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
 # While in these states the coordinator will still write markers to the transaction's
 # partitions: an open transaction it lists there is not hanging.
 _OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+# The timeout a coordinator gives a two-phase commit transaction (KIP-939): none.
+TWO_PHASE_TIMEOUT_MS = 2**31 - 1
 
 
 class UsageError(Exception):
@@ -283,6 +286,33 @@ def _find_hanging(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- find-prepared ----------------------------------------------------------------------------
+# A two-phase commit transaction (KIP-939) has no timeout: when its external coordinator (a
+# Spark driver, say) dies for good, it stays open, its coordinator still lists it as Ongoing
+# (so find-hanging does not show it), and read_committed readers of its partitions wait at its
+# first record until someone ends it.
+
+def _find_prepared(args: argparse.Namespace) -> int:
+    if args.duration_filter < 0:
+        raise UsageError("--duration-filter must be 0 or more (milliseconds)")
+    with _admin(args) as admin:
+        try:
+            listed = admin.list_transactions(("Ongoing",), (), args.duration_filter,
+                                             args.transactional_id_pattern)
+        except KafkaError as exc:
+            raise _failed("Failed to list transactions", exc) from None
+        ids = sorted({t.transactional_id for ts in listed.values() for t in ts})
+        described = admin.describe_transactions(ids)
+    now = _now_ms()
+    rows = [describe_row(d, now) for d in described.values()
+            if isinstance(d, TransactionDescription) and d.state == "Ongoing"
+            and d.timeout_ms == TWO_PHASE_TIMEOUT_MS]
+    _print_table(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                  "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+                  "TransactionDurationMs", "TopicPartitions"), rows)
+    return 0
+
+
 # --- wiring -----------------------------------------------------------------------------------
 
 def _guarded(func):
@@ -365,3 +395,16 @@ def add_transaction_commands(sub, with_bootstrap) -> None:
     find.add_argument("--topic", help="only this topic")
     find.add_argument("--partition", type=int, help="only this partition (with --topic)")
     find.set_defaults(func=_guarded(_find_hanging))
+
+    prepared = with_bootstrap(tsub.add_parser(
+        "find-prepared", help="find prepared (two-phase commit) transactions left open",
+        description="List the two-phase commit transactions (KIP-939) open for longer than "
+                    "--duration-filter. They have no timeout: one whose coordinator (a Spark "
+                    "driver, say) is gone holds read_committed readers of its partitions "
+                    "back until it is ended (for the Spark sink's: oncelog spark recover)."))
+    prepared.add_argument("--duration-filter", type=int, default=900_000, metavar="MS",
+                          help="only transactions open for longer than MS milliseconds "
+                               "(default 900000, transaction.max.timeout.ms's default)")
+    prepared.add_argument("--transactional-id-pattern", metavar="REGEX",
+                          help="only transactional ids matching this regular expression")
+    prepared.set_defaults(func=_guarded(_find_prepared))

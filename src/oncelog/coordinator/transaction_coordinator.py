@@ -110,6 +110,7 @@ class TransactionCoordinator:
         self.loading: set[int] = set(range(config.num_partitions))
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._idle_logged: dict[str, int] = {}  # id -> start of the prepared one logged
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
@@ -371,10 +372,16 @@ class TransactionCoordinator:
     # --- timeouts and expiry --------------------------------------------------------------
 
     def abort_timed_out(self) -> int:
-        """Abort ongoing transactions older than their timeout, fencing their producer."""
+        """Abort ongoing transactions older than their timeout, fencing their producer. A
+        two-phase commit transaction has none (KIP-939: only its external coordinator ends
+        it, however long that takes): one open longer than transaction.max.timeout.ms is
+        logged instead, once, as it holds read_committed readers of its partitions back."""
         now = self.now_ms()
         count = 0
         for txn_id, entry in list(self.txns.items()):
+            if entry.timeout_ms == NO_TIMEOUT_MS:  # two-phase commit: never timed out
+                self._log_idle_prepared(txn_id, entry, now)
+                continue
             if entry.state is S.ONGOING and not entry.pending \
                     and now - entry.start_ms > entry.timeout_ms:
                 log.info("transactional id %s: timed out after %d ms; aborting", txn_id,
@@ -383,6 +390,21 @@ class TransactionCoordinator:
                 self._background(self._fence_and_abort(txn_id))
                 count += 1
         return count
+
+    def _log_idle_prepared(self, txn_id: str, entry: Entry, now: int) -> None:
+        if entry.state is not S.ONGOING:
+            self._idle_logged.pop(txn_id, None)
+            return
+        if entry.pending or now - entry.start_ms <= self.config.max_timeout_ms or \
+                self._idle_logged.get(txn_id) == entry.start_ms:
+            return
+        self._idle_logged[txn_id] = entry.start_ms
+        log.warning("transactional id %s: a prepared (two-phase commit) transaction open for "
+                    "%d s, on %s: read_committed readers of these partitions wait until its "
+                    "coordinator ends it (`oncelog transactions find-prepared` lists such "
+                    "transactions; a Spark write's: `oncelog spark recover --prefix P`)",
+                    txn_id, (now - entry.start_ms) // 1000,
+                    ", ".join(f"{t}-{p}" for t, p in sorted(entry.partitions)) or "none yet")
 
     def expire_ids(self) -> int:
         """Forget transactional ids idle for transactional.id.expiration.ms."""

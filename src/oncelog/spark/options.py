@@ -13,9 +13,9 @@ This module knows nothing of Spark or of the network: the tests check it directl
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -288,8 +288,9 @@ class WriteOptions:
     producer: dict[str, str]  # oncelog.Producer settings, checked by its own parser
     guarantee: str = EXACTLY_ONCE
     # Every transactional id of the sink starts with it (spark/two_phase.py); it is also the
-    # consumer group that holds the sink's commit decisions.
-    transactional_id_prefix: str = DEFAULT_PREFIX
+    # consumer group that holds the sink's commit decisions. None: a stream's, named by the
+    # tasks after their query's id.
+    transactional_id_prefix: str | None = None
 
 
 def _refuse_transactional_keys(options: Mapping[str, str]) -> None:
@@ -313,10 +314,10 @@ def _guarantee(opts: dict[str, str]) -> str:
     return value.strip().lower()
 
 
-def _prefix(opts: dict[str, str], options: Mapping[str, str], topic: str | None,
-            streaming: bool) -> str:
-    """The transactional id prefix: given, or one per query (its checkpoint) for a stream,
-    one per topic for a batch write."""
+def _prefix(opts: dict[str, str], topic: str | None, streaming: bool) -> str | None:
+    """The transactional id prefix: given, or one per save() for a batch write (random:
+    nothing else is unique to one save()); None for a stream, whose tasks name it by their
+    query's id (spark/two_phase.py, stream_prefix), which its checkpoint keeps."""
     value = opts.pop("transactionalIdPrefix", None)
     if value is not None:
         value = value.strip()
@@ -324,13 +325,10 @@ def _prefix(opts: dict[str, str], options: Mapping[str, str], topic: str | None,
             raise OptionError("transactionalIdPrefix", f"{value!r} must be letters, digits, "
                                                        "'.', '_' or '-'")
         return value
-    checkpoint = next((v for k, v in options.items() if k.lower() == "checkpointlocation"),
-                      None)
-    if streaming and checkpoint:
-        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:12]
-        return f"{DEFAULT_PREFIX}-stream-{digest}"
+    if streaming:
+        return None
     suffix = re.sub(r"[^A-Za-z0-9._-]", "_", topic) if topic else "topics"
-    return f"{DEFAULT_PREFIX}-{'stream-' if streaming else ''}{suffix}"
+    return f"{DEFAULT_PREFIX}-{suffix}-{secrets.token_hex(6)}"
 
 
 def write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
@@ -342,7 +340,7 @@ def write_options(options: Mapping[str, str], streaming: bool = False) -> WriteO
         raise OptionError("topic", "is empty")
     topic = topic.strip() if topic else None
     guarantee = _guarantee(opts)
-    prefix = _prefix(opts, options, topic, streaming)
+    prefix = _prefix(opts, topic, streaming)
     if opts.get("enable.idempotence", "true").strip().lower() != "true":
         raise OptionError("enable.idempotence", "the oncelog sink always writes with an "
                                                 "idempotent producer")

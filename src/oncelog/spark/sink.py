@@ -69,6 +69,8 @@ class WriteReport(WriterCommitMessage):
     transactional_id: str | None = None
     prepared: str | None = None
     topics: list[str] = field(default_factory=list)
+    prefix: str | None = None  # exactly-once: the transactional id prefix the task used
+    query: str | None = None  # a stream's: its query's id
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -205,51 +207,65 @@ def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Writ
     return report
 
 
-def write_prepared(options: WriteOptions, run: str,
-                   batches: Iterator[pa.RecordBatch]) -> WriteReport:
+def write_prepared(options: WriteOptions, run: str, batches: Iterator[pa.RecordBatch],
+                   streaming: bool = False) -> WriteReport:
     """Exactly-once: produce every row in this task attempt's transaction and prepare it
-    (the driver commits it); a failure aborts it."""
+    (the driver commits it); a failure aborts it. A stream's task names the prefix after
+    its query's id when no prefix was given."""
     context = TaskContext.get()
     assert context is not None, "write_prepared runs in a Spark task"
+    query = context.getLocalProperty(two_phase.QUERY_ID) if streaming else None
+    prefix = options.transactional_id_prefix
+    if prefix is None:
+        if not query:
+            raise RuntimeError(f"this task does not see its streaming query's id (Spark's "
+                               f"local property {two_phase.QUERY_ID}): write with "
+                               'option("transactionalIdPrefix", ...) naming this query')
+        prefix = two_phase.stream_prefix(query)
     transactional_id = two_phase.task_transactional_id(
-        options.transactional_id_prefix, run, context.partitionId(), context.taskAttemptId())
-    batch = context.getLocalProperty(STREAM_BATCH_ID)
-    txn = two_phase.TaskTransaction(options, transactional_id)
-    report = WriteReport(run=run, transactional_id=transactional_id)
-    try:
-        _produce_rows(txn.producer, options, batches, report)
-        report.prepared = txn.prepare()
-        if report.records and two_phase.decided_without(
-                options, run, two_phase.NO_BATCH if batch is None else int(batch),
-                transactional_id):
-            raise RuntimeError(f"{transactional_id}: another attempt of this task was "
-                               "committed already; this one is aborted")
-    except BaseException:
-        txn.abort()
-        raise
-    finally:
-        txn.close()
+        prefix, run, context.partitionId(), context.taskAttemptId())
+    report = WriteReport(run=run, transactional_id=transactional_id, prefix=prefix,
+                         query=query)
+
+    def produce(producer: Producer) -> int:
+        _produce_rows(producer, options, batches, report)
+        return report.records
+
+    report.prepared = two_phase.run_task(options, prefix, run, transactional_id, produce)
     return report
 
 
-def _winners(messages: list[WriterCommitMessage | None]
-             ) -> tuple[str | None, dict[str, str], set[str]]:
-    """The run the tasks wrote in, their prepared transactions and the topics written."""
-    run = None
-    winners: dict[str, str] = {}
-    topics: set[str] = set()
+@dataclass
+class _Tasks:
+    """What the tasks' messages say, for the driver's commit() and abort()."""
+
+    run: str | None = None
+    prefix: str | None = None
+    query: str | None = None
+    winners: dict[str, str] = field(default_factory=dict)  # transactional id -> prepared
+    topics: set[str] = field(default_factory=set)
+
+
+def _tasks(messages: list[WriterCommitMessage | None]) -> _Tasks:
+    """The run the tasks wrote in, under which prefix, their prepared transactions and the
+    topics written."""
+    tasks = _Tasks()
     for message in messages:
-        if isinstance(message, WriteReport) and message.transactional_id and \
-                message.prepared and message.records:
-            run = message.run
-            winners[message.transactional_id] = message.prepared
-            topics.update(message.topics)
-    return run, winners, topics
+        if not isinstance(message, WriteReport) or not message.transactional_id:
+            continue
+        tasks.run, tasks.prefix = message.run, message.prefix
+        tasks.query = message.query
+        if message.prepared and message.records:
+            tasks.winners[message.transactional_id] = message.prepared
+            tasks.topics.update(message.topics)
+    return tasks
 
 
 class _WritesRows:
     """The part both writers share: each task produces its rows; exactly-once, the run id
     chosen here, on the driver, names the tasks' transactions."""
+
+    streaming = False
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
@@ -258,7 +274,7 @@ class _WritesRows:
 
     def write(self, iterator: Iterator) -> WriteReport:
         if self.exactly_once:
-            return write_prepared(self.options, self.run, iterator)
+            return write_prepared(self.options, self.run, iterator, self.streaming)
         return write_rows(self.options, iterator)
 
 
@@ -271,13 +287,13 @@ class OncelogWriter(_WritesRows, DataSourceArrowWriter):
         super().__init__(options)
         if self.exactly_once:
             # Before any task: fails naming the broker setting when 2PC is refused, and ends
-            # what an earlier run of this prefix left open.
+            # what an earlier run of a given prefix left open.
             two_phase.recover(options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.exactly_once:
-            _, winners, topics = _winners(messages)
-            two_phase.commit_run(self.options, self.run, winners, topics)
+            tasks = _tasks(messages)
+            two_phase.commit_run(self.options, self.run, tasks.winners, tasks.topics)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.exactly_once:
@@ -287,7 +303,9 @@ class OncelogWriter(_WritesRows, DataSourceArrowWriter):
 class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
     """``writeStream.format("oncelog")``, per micro-batch. Spark makes one on the driver for
     the tasks, and one anew in the process that commits: only the tasks' messages (which
-    name their run) reach ``commit``."""
+    name their run, prefix and query) reach ``commit``."""
+
+    streaming = True
 
     def __init__(self, options: WriteOptions) -> None:
         super().__init__(options)
@@ -296,12 +314,21 @@ class OncelogStreamWriter(_WritesRows, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.exactly_once:
-            run, winners, topics = _winners(messages)
-            two_phase.commit_micro_batch(self.options, run, batchId, winners, topics)
+            tasks = _tasks(messages)
+            prefix = tasks.prefix or self.options.transactional_id_prefix
+            if prefix is None:
+                return  # no task wrote: nothing to decide, the next batch ends leftovers
+            two_phase.commit_micro_batch(self.options, prefix, tasks.query, tasks.run,
+                                         batchId, tasks.winners, tasks.topics)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.exactly_once:
-            two_phase.recover(self.options)
+            tasks = _tasks(messages)
+            prefix = tasks.prefix or self.options.transactional_id_prefix
+            if tasks.run is not None and prefix is not None:
+                two_phase.abort_run(self.options, tasks.run, prefix)
+            elif prefix is not None:
+                two_phase.recover(self.options, prefix)
 
 
 def writer_options(options, schema: StructType, overwrite: bool,
