@@ -141,7 +141,12 @@ def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
     if not to_clean:
         return result
     rules = Rules(now_ms, config.delete_retention_ms, producer_last_offsets)
-    txns = TxnCleaning(plog.aborted_transactions(plog.log_start_offset, end))
+    # Every segment is rewritten whole, so the aborted transactions are those of all of
+    # them, not only those before the map's end (which may lie inside the last one): a
+    # transaction unknown here would be taken for committed, its ABORT marker and index
+    # entry dropped, and its data shown to read_committed readers.
+    txns = TxnCleaning(plog.aborted_transactions(to_clean[0].base_offset,
+                                                 to_clean[-1].next_offset))
     first = 0
     while first < len(to_clean):
         if not still_current():
