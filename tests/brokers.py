@@ -19,10 +19,11 @@ class BrokerProcess:
     """One broker process; ``restart`` keeps its data directory and its port."""
 
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, preexec=None) -> None:
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
         self.env = dict(env or {})
+        self.preexec = preexec  # run in the child before the broker (e.g. a setrlimit)
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
@@ -39,7 +40,8 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                                     preexec_fn=self.preexec)
         log.close()
         port = wait_for_port(self.proc, START_TIMEOUT)
         if port is not None:

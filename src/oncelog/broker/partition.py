@@ -48,8 +48,8 @@ from kio.schema.errors import ErrorCode
 
 from ..log import cleaning, partition_metadata
 from ..log.compaction import Cleanable
-from ..log.disk import OS_DISK, LogDirFailure, OsDisk
-from ..log.log import Log, LogConfig
+from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
+from ..log.log import ABSENT_LOG, Log, LogConfig
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
@@ -158,11 +158,27 @@ class Partition:
 
     @property
     def log(self) -> Log:
+        """The log, for reading: a partition never appended to (no directory) is not
+        created for a read, it reads as empty (ABSENT_LOG)."""
         # Opened on first use: a broker with 10,000 idle partitions holds no files for them.
         if self._log is None:
+            if self._absent():
+                return ABSENT_LOG  # type: ignore[return-value]
             self._open()
         assert self._log is not None
         return self._log
+
+    def _writable(self) -> tuple[Log, ProducerStateManager]:
+        """The log and producer state, opened (and the directory created) if need be."""
+        if self._log is None:
+            self._open()
+        assert self._log is not None and self._state is not None
+        return self._log, self._state
+
+    def _absent(self) -> bool:
+        # A stat, no descriptor: answered even when none is left.
+        return self._log is None and not self._deleted and not self.log_dir.offline and \
+            not self.disk.isdir(self.dir)
 
     @property
     def state(self) -> ProducerStateManager:
@@ -294,7 +310,7 @@ class Partition:
         now = _now_ms()
         headers = split_batches(records, self.max_message_bytes)
         headers = validate_batches(records, headers, self.record_rules, now)
-        plog, state = self.log, self.state
+        plog, state = self._writable()
         decision = None
         if any(h.has_producer_id for h in headers):
             header = self._single_idempotent_batch(headers, verify is None)
@@ -345,7 +361,7 @@ class Partition:
         marker for a producer with no transaction ongoing here (a retry) is written, and
         changes nothing else.
         """
-        plog, state = self.log, self.state
+        plog, state = self._writable()
         decision = state.validate_marker(marker)
         if isinstance(decision, Refuse):
             raise InvalidBatch(decision.error, decision.message)
@@ -408,6 +424,8 @@ class Partition:
         """Where read_committed readers stop: the first offset of the earliest transaction
         open here, else the high watermark; never below the log start (as Kafka's: a
         transaction whose beginning DeleteRecords removed holds readers at the log start)."""
+        if self._absent():
+            return 0
         return max(self.state.last_stable_offset(self.high_watermark),
                    self.log.log_start_offset)
 
@@ -454,9 +472,9 @@ class Partition:
                 self._flush_done(done, None)
                 return
             segment = plog.active
+            fd = segment.dup_fd()
             self._flushing_to = plog.log_end_offset
             segment.unflushed_messages = 0
-            fd = segment.dup_fd()
         except OSError as exc:
             self._flush_failed(done, exc)
             return
@@ -489,8 +507,10 @@ class Partition:
             self._start_flush()
 
     def _flush_failed(self, done: asyncio.Future[None], exc: BaseException) -> None:
-        error = exc if self.log_dir.offline and isinstance(exc, OSError) else \
-            self.log_dir.fail(LogDirFailure(f"{self.name}: fsync failed: {exc}"))
+        if isinstance(exc, OSError) and (self.log_dir.offline or out_of_descriptors(exc)):
+            error = exc  # no descriptor to fsync with: this round's produces fail, no more
+        else:
+            error = self.log_dir.fail(LogDirFailure(f"{self.name}: fsync failed: {exc}"))
         self._fail_flushes(done, error)
 
     def _fail_flushes(self, running: asyncio.Future[None] | None, error: OSError) -> None:
@@ -502,6 +522,8 @@ class Partition:
 
     def flush_now(self) -> None:
         """fsync on the calling thread (no event loop: tools and tests)."""
+        if self._absent():
+            return
         try:
             self.log.flush()
         except LogDirFailure as exc:
@@ -518,6 +540,8 @@ class Partition:
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
+        if self._absent():
+            return
         plog = self.log
         try:
             if plog.active_expired(now_ms):

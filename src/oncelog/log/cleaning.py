@@ -66,7 +66,7 @@ from .compaction import (
     marker_of,
     record_facts,
 )
-from .disk import LogDirFailure, OsDisk, write_atomically
+from .disk import LogDirFailure, OsDisk, out_of_descriptors, write_atomically
 from .log import Log
 from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
 from .swap import CLEANED
@@ -285,7 +285,6 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         for entry in txns.kept_entries:  # ABORT markers kept in this group
             cleaned.txn_index.append(entry)
         txns.kept_entries.clear()
-        cleaned.trim_reserved()
         fd = cleaned.dup_fd()
         try:
             yield Offload(functools.partial(_sync_and_close, disk, fd))
@@ -298,6 +297,8 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         try:
             disk.fsync_dir(plog.dir)
         except OSError as exc:
+            if out_of_descriptors(exc):
+                raise  # before the commit: the clean ends, the old segments stay
             raise LogDirFailure(f"{plog.dir}: fsync of the directory failed: {exc}") from exc
         if not still_current():
             raise GivenUp("the partition was closed")
