@@ -189,7 +189,7 @@ class CleanerWithTransactions(RuleBasedStateMachine):
 
     @rule()
     def roll(self) -> None:
-        if self.p.log.active.size:
+        if self.p.is_open and self.p.log.active.size:
             self.p._roll()
 
     @rule(ms=st.integers(1, 1500))

@@ -576,7 +576,7 @@ class Partition:
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None:
+        if self.config.compaction is None or self._absent():
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
@@ -592,6 +592,8 @@ class Partition:
         once older than the cache), never stored again. Appends go on meanwhile: the
         cleaner reads only sealed segments and swaps between two turns of the event loop.
         """
+        if self._absent():
+            return None  # never written: nothing to clean, and nothing is created for it
         plog, state = self.log, self.state
         last_offsets = {entry.producer_id: entry.last_offset for entry in state.entries()}
         for tombstone in state.tombstones():

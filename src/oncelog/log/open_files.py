@@ -35,7 +35,16 @@ class OpenFiles:
 
     def used(self, holder: Releasable) -> None:
         """``holder`` used its descriptor: it is the most recent now."""
-        self._lru.move_to_end(holder)
+        try:
+            self._lru.move_to_end(holder)
+        except KeyError:  # a copy of a segment (tests deep-copy logs): counted from now
+            self.opened(holder)
+
+    def __deepcopy__(self, memo: dict) -> OpenFiles:
+        return self  # the process's one bound, shared by copies of what holds it
+
+    def __copy__(self) -> OpenFiles:
+        return self
 
     def opened(self, holder: Releasable) -> None:
         """``holder`` opened its file: the least recently used beyond the bound close."""
