@@ -19,10 +19,11 @@ class BrokerProcess:
     """One broker process; ``restart`` keeps its data directory and its port."""
 
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, preexec=None) -> None:
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
         self.env = dict(env or {})
+        self.preexec = preexec  # run in the child before the broker (e.g. a setrlimit)
         self.port = 0
         self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
         self.proc: subprocess.Popen | None = None
@@ -44,7 +45,8 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                                     preexec_fn=self.preexec)
         log.close()
         ports = wait_for_ports(self.proc, START_TIMEOUT)
         if ports is not None:

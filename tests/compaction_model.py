@@ -27,6 +27,7 @@ from oncelog.log import cleaning
 from oncelog.log.compaction import DELETE_HORIZON_BIT, CompactionConfig
 from oncelog.log.log import Log, LogConfig
 from oncelog.log.memory_disk import MemoryDisk
+from oncelog.protocol.batches import RecordSetWalk
 from oncelog.protocol.record_batch import assign_offsets, split_batches
 from oncelog.protocol.records import decode_batch, encode_batch
 
@@ -223,3 +224,34 @@ class Harness:
             self.log.abandon()
             self.disk.crash()
         self.log = Log(DIRECTORY, self.log_config, self.disk)
+
+
+def committed_view(partition) -> list[tuple[int, bytes | None, bytes | None]]:
+    """What a read_committed consumer reads of ``partition`` from its log start, a Fetch at
+    a time with the aborted transactions each Fetch answer names: (offset, key, value)."""
+    plog = partition.log
+    offset, end = plog.log_start_offset, partition.last_stable_offset
+    seen: list = []
+    while offset < end:
+        data = plog.read(offset, 1 << 20).records
+        if not data:
+            break
+        aborted = [(a.producer_id, a.first_offset)
+                   for a in partition.aborted_transactions(offset, end)]
+        walk = RecordSetWalk(data, offset, end, aborted=aborted)
+        for batch in walk:
+            base = batch.header.base_offset
+            seen += [(base + delta, key, value)
+                     for delta, _, key, value, _ in batch.record_fields()
+                     if base + delta >= offset]
+        assert walk.position > offset
+        offset = walk.position
+    return seen
+
+
+def latest_committed(partition) -> dict[bytes, bytes]:
+    """Each key's latest value as a read_committed consumer sees it (tombstones: absent)."""
+    found: dict = {}
+    for _, key, value in committed_view(partition):
+        found[key] = value
+    return {key: value for key, value in found.items() if value is not None}

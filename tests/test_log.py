@@ -125,35 +125,23 @@ def test_unclean_reopen_truncates_torn_tail(tmp_path):
     assert read_values(reopened) == [b"a", b"b", b"c"]
 
 
-def test_blocks_reserved_for_large_appends_are_invisible_and_freed_on_roll(tmp_path):
-    """Large appends reserve blocks past the data (fallocate, keeping the size): readers,
-    reopening and recovery see only the data; sealing a segment frees what was left over."""
+def test_a_segment_takes_on_disk_what_its_data_takes(tmp_path):
+    """Issue 28 #6: nothing is reserved past the data (fallocate reserved 8x each append of
+    128 KiB or more until the roll, invisible to DescribeLogDirs and retention.bytes, so
+    43 MB of records filled a 365 MB volume). As Kafka (no preallocation on Linux), the
+    blocks a segment holds are its data's, so the sizes reported are the space used."""
     config = LogConfig(segment_bytes=3 << 20)
     log = Log(str(tmp_path), config)
     values = [bytes([i % 256]) * 1000 for i in range(300)]  # batches of about 300 KB
-    for _ in range(3):
+    for _ in range(12):
         append(log, values)
-    active = log.active
-    stat = os.stat(active.path)
-    assert stat.st_size == active.size
-    reserved = stat.st_blocks * 512 - stat.st_size
-    # Where the filesystem can reserve (Linux ext4, xfs, tmpfs...), it did.
-    assert reserved > 1 << 20 or not active._can_reserve
-    # An unclean stop with blocks reserved: recovery finds exactly the data.
-    crashed = Log(str(tmp_path), config)
-    assert crashed.active.size == active.size
-    assert read_values(crashed) == values * 3
-    for _ in range(8):  # rolls: each sealed segment keeps only its data's blocks
-        append(crashed, values)
-    assert len(crashed.segments) > 1
-    for segment in crashed.segments[:-1]:
+    assert len(log.segments) > 1
+    for segment in log.segments:
         stat = os.stat(segment.path)
-        assert stat.st_blocks * 512 < stat.st_size + 64 * 1024
-    crashed.close()
-    stat = os.stat(crashed.active.path)
-    assert stat.st_blocks * 512 < stat.st_size + 64 * 1024
-    reopened = Log(str(tmp_path), config)
-    assert read_values(reopened) == values * 11
+        assert stat.st_size == segment.size
+        assert stat.st_blocks * 512 < stat.st_size + 64 * 1024, segment.path
+    log.close()
+    assert read_values(Log(str(tmp_path), config)) == values * 12
 
 
 def test_corrupt_batch_is_cut_with_everything_after_it(tmp_path):

@@ -112,7 +112,8 @@ class StorageFaults(RuleBasedStateMachine):
         assert self.config is not None
         self.partition = Partition("t", 0, PARTITION_DIR, self.config, 1 << 20, StateLimits(),
                                    IssuedBelow(), log_dir=LogDir(LOG_DIR), disk=self.disk)
-        assert self.partition.log is not None  # opened now, as a fetch or produce would
+        # opened (its directory created) now, as a produce would: a read creates nothing
+        assert self.partition.state is not None
 
     @property
     def online(self) -> bool:

@@ -48,8 +48,8 @@ from kio.schema.errors import ErrorCode
 
 from ..log import cleaning, partition_metadata
 from ..log.compaction import Cleanable
-from ..log.disk import OS_DISK, LogDirFailure, OsDisk
-from ..log.log import Log, LogConfig
+from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
+from ..log.log import ABSENT_LOG, Log, LogConfig
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
@@ -158,11 +158,27 @@ class Partition:
 
     @property
     def log(self) -> Log:
+        """The log, for reading: a partition never appended to (no directory) is not
+        created for a read, it reads as empty (ABSENT_LOG)."""
         # Opened on first use: a broker with 10,000 idle partitions holds no files for them.
         if self._log is None:
+            if self._absent():
+                return ABSENT_LOG  # type: ignore[return-value]
             self._open()
         assert self._log is not None
         return self._log
+
+    def _writable(self) -> tuple[Log, ProducerStateManager]:
+        """The log and producer state, opened (and the directory created) if need be."""
+        if self._log is None:
+            self._open()
+        assert self._log is not None and self._state is not None
+        return self._log, self._state
+
+    def _absent(self) -> bool:
+        # A stat, no descriptor: answered even when none is left.
+        return self._log is None and not self._deleted and not self.log_dir.offline and \
+            not self.disk.isdir(self.dir)
 
     @property
     def state(self) -> ProducerStateManager:
@@ -316,7 +332,7 @@ class Partition:
             headers = validate_batches(records, headers, self.record_rules, now, inflation)
         else:
             headers = validated
-        plog, state = self.log, self.state
+        plog, state = self._writable()
         decision = None
         if any(h.has_producer_id for h in headers):
             header = self._single_idempotent_batch(headers, verify is None)
@@ -367,7 +383,7 @@ class Partition:
         marker for a producer with no transaction ongoing here (a retry) is written, and
         changes nothing else.
         """
-        plog, state = self.log, self.state
+        plog, state = self._writable()
         decision = state.validate_marker(marker)
         if isinstance(decision, Refuse):
             raise InvalidBatch(decision.error, decision.message)
@@ -430,6 +446,8 @@ class Partition:
         """Where read_committed readers stop: the first offset of the earliest transaction
         open here, else the high watermark; never below the log start (as Kafka's: a
         transaction whose beginning DeleteRecords removed holds readers at the log start)."""
+        if self._absent():
+            return 0
         return max(self.state.last_stable_offset(self.high_watermark),
                    self.log.log_start_offset)
 
@@ -476,9 +494,9 @@ class Partition:
                 self._flush_done(done, None)
                 return
             segment = plog.active
+            fd = segment.dup_fd()
             self._flushing_to = plog.log_end_offset
             segment.unflushed_messages = 0
-            fd = segment.dup_fd()
         except OSError as exc:
             self._flush_failed(done, exc)
             return
@@ -511,8 +529,10 @@ class Partition:
             self._start_flush()
 
     def _flush_failed(self, done: asyncio.Future[None], exc: BaseException) -> None:
-        error = exc if self.log_dir.offline and isinstance(exc, OSError) else \
-            self.log_dir.fail(LogDirFailure(f"{self.name}: fsync failed: {exc}"))
+        if isinstance(exc, OSError) and (self.log_dir.offline or out_of_descriptors(exc)):
+            error = exc  # no descriptor to fsync with: this round's produces fail, no more
+        else:
+            error = self.log_dir.fail(LogDirFailure(f"{self.name}: fsync failed: {exc}"))
         self._fail_flushes(done, error)
 
     def _fail_flushes(self, running: asyncio.Future[None] | None, error: OSError) -> None:
@@ -524,6 +544,8 @@ class Partition:
 
     def flush_now(self) -> None:
         """fsync on the calling thread (no event loop: tools and tests)."""
+        if self._absent():
+            return
         try:
             self.log.flush()
         except LogDirFailure as exc:
@@ -540,6 +562,8 @@ class Partition:
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
+        if self._absent():
+            return
         plog = self.log
         try:
             if plog.active_expired(now_ms):
@@ -574,7 +598,7 @@ class Partition:
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None:
+        if self.config.compaction is None or self._absent():
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
@@ -590,6 +614,8 @@ class Partition:
         once older than the cache), never stored again. Appends go on meanwhile: the
         cleaner reads only sealed segments and swaps between two turns of the event loop.
         """
+        if self._absent():
+            return None  # never written: nothing to clean, and nothing is created for it
         plog, state = self.log, self.state
         last_offsets = {entry.producer_id: entry.last_offset for entry in state.entries()}
         for tombstone in state.tombstones():

@@ -255,9 +255,9 @@ def _log_start_offset(partition) -> int:
     """What Kafka answers with every error on a partition it has: Java's producer reads it on
     UNKNOWN_PRODUCER_ID to tell retention from lost state. A partition that holds nothing
     yet is not opened for it: a refused batch leaves no trace, not even an empty segment."""
-    if not partition.holds_data():
-        return 0
     try:
+        if not partition.holds_data():
+            return 0
         return partition.log.log_start_offset
-    except OSError:
+    except OSError:  # EMFILE too: the error being answered must still be answered
         return -1

@@ -66,7 +66,7 @@ from .compaction import (
     marker_of,
     record_facts,
 )
-from .disk import LogDirFailure, OsDisk, write_atomically
+from .disk import LogDirFailure, OsDisk, out_of_descriptors, write_atomically
 from .log import Log
 from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
 from .swap import CLEANED
@@ -141,7 +141,12 @@ def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,
     if not to_clean:
         return result
     rules = Rules(now_ms, config.delete_retention_ms, producer_last_offsets)
-    txns = TxnCleaning(plog.aborted_transactions(plog.log_start_offset, end))
+    # Every segment is rewritten whole, so the aborted transactions are those of all of
+    # them, not only those before the map's end (which may lie inside the last one): a
+    # transaction unknown here would be taken for committed, its ABORT marker and index
+    # entry dropped, and its data shown to read_committed readers.
+    txns = TxnCleaning(plog.aborted_transactions(to_clean[0].base_offset,
+                                                 to_clean[-1].next_offset))
     first = 0
     while first < len(to_clean):
         if not still_current():
@@ -280,7 +285,6 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         for entry in txns.kept_entries:  # ABORT markers kept in this group
             cleaned.txn_index.append(entry)
         txns.kept_entries.clear()
-        cleaned.trim_reserved()
         fd = cleaned.dup_fd()
         try:
             yield Offload(functools.partial(_sync_and_close, disk, fd))
@@ -293,6 +297,8 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
         try:
             disk.fsync_dir(plog.dir)
         except OSError as exc:
+            if out_of_descriptors(exc):
+                raise  # before the commit: the clean ends, the old segments stay
             raise LogDirFailure(f"{plog.dir}: fsync of the directory failed: {exc}") from exc
         if not still_current():
             raise GivenUp("the partition was closed")

@@ -151,7 +151,9 @@ def cleanable(segments: Sequence[SegmentSummary], first_dirty: int, now_ms: int,
     for segment in segments[:-1]:
         if segment.base_offset >= first_uncleanable:
             break
-        if segment.next_offset <= first_dirty:
+        # Nothing is dirty when the dirty section is empty (an open transaction begins at
+        # the checkpoint): a segment holding both is not, or it would be rewritten for ever.
+        if segment.next_offset <= first_dirty or first_dirty == first_uncleanable:
             clean_bytes += segment.size
         else:
             dirty_bytes += segment.size

@@ -17,11 +17,9 @@ unlink) is durable after ``fsync_dir`` of its directory.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 
 class LogDirFailure(Exception):
@@ -30,51 +28,11 @@ class LogDirFailure(Exception):
     until a restart recovers it from what is on disk."""
 
 
-# --- blocks reserved ahead (fallocate) -----------------------------------------------------
-
-def _libc_function(name: str, argtypes: list) -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = getattr(ctypes.CDLL(None, use_errno=True), name)  # libc's, already loaded
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = argtypes
-    function.restype = ctypes.c_int
-    return function
-
-
-_fallocate = _libc_function("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64,
-                                          ctypes.c_int64])
-_fstatfs = _libc_function("fstatfs", [ctypes.c_int, ctypes.c_char_p])
-_FALLOC_FL_KEEP_SIZE = 1
-_STATFS_SIZE = 256  # more than struct statfs on any Linux ABI
-_MEMORY_FILESYSTEMS = (0x01021994, 0x858458F6)  # tmpfs, ramfs (statfs f_type)
-
-
-def reserving_pays(fd: int) -> bool:
-    """Whether ``reserve`` makes later writes to this file cheaper. Not on tmpfs or ramfs:
-    their fallocate fills in the memory pages, the very work the writes would have done,
-    in one lump (about 2 ms for 8 MiB)."""
-    if _fallocate is None or _fstatfs is None:
-        return False
-    buf = ctypes.create_string_buffer(_STATFS_SIZE)
-    if _fstatfs(fd, buf) != 0:
-        return False
-    f_type = ctypes.c_long.from_buffer(buf).value  # the struct's first field
-    return f_type & 0xFFFFFFFF not in _MEMORY_FILESYSTEMS
-
-
-def reserve(fd: int, offset: int, length: int) -> bool:
-    """Allocate the file's blocks for ``length`` bytes from ``offset`` without changing its
-    size (Linux fallocate with FALLOC_FL_KEEP_SIZE); False where that is not possible.
-
-    Readers and recovery see no difference: the size is still the data's end, and the
-    blocks past it are freed by a truncation to that size (LogSegment.seal does one).
-    """
-    if _fallocate is None:
-        return False
-    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process (EMFILE) or the system (ENFILE) has no descriptor
+    left: a resource error of the operation that needed one, answered to its request, never
+    a failure of the directory (an fsync that needed to open the directory never ran)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 class OsDisk:
@@ -94,8 +52,6 @@ class OsDisk:
     rename = staticmethod(os.replace)
     isdir = staticmethod(os.path.isdir)
     exists = staticmethod(os.path.exists)
-    reserve = staticmethod(reserve)
-    reserving_pays = staticmethod(reserving_pays)
 
     @staticmethod
     def size(fd: int) -> int:

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
 from . import swap
 from .compaction import LONG_MAX, CompactionConfig, SegmentSummary
-from .disk import OS_DISK, LogDirFailure, OsDisk, read_file, write_atomically, write_fully
+from .disk import (
+    OS_DISK,
+    LogDirFailure,
+    OsDisk,
+    out_of_descriptors,
+    read_file,
+    write_atomically,
+    write_fully,
+)
 from .segment import LogSegment, segment_files
 from .txn_index import AbortedTxn
 
@@ -56,6 +64,38 @@ class ReadResult:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class AbsentLog:
+    """What a read sees of a partition whose directory does not exist yet (nothing was ever
+    appended to it): no segments, every offset 0. A Fetch or ListOffsets creates nothing
+    on disk and holds no descriptor (only an append creates the directory)."""
+
+    segments: tuple = ()
+    log_start_offset = log_end_offset = base_offset = 0
+
+    @staticmethod
+    def read(offset: int, max_bytes: int, min_one_batch: bool = True) -> ReadResult:
+        return ReadResult(b"", -1)
+
+    @staticmethod
+    def offset_for_timestamp(timestamp: int) -> None:
+        return None
+
+    @staticmethod
+    def headers_from(offset: int):
+        return iter(())
+
+    @staticmethod
+    def batch_at(offset: int) -> bytes:
+        return b""
+
+    @staticmethod
+    def aborted_transactions(start: int, upper: int) -> list[AbortedTxn]:
+        return []
+
+
+ABSENT_LOG = AbsentLog()
 
 
 class Log:
@@ -148,6 +188,12 @@ class Log:
             self.disk.fsync_dir(self.dir)
         except OSError as exc:
             segment.close()
+            if out_of_descriptors(exc):
+                # The fsync never ran: the roll did not happen. The empty file goes, or a
+                # start would take it for the active segment, below offsets appended since.
+                with contextlib.suppress(OSError):
+                    self.disk.unlink(segment.path)
+                raise
             raise LogDirFailure(f"{self.dir}: fsync of the directory failed: {exc}") from exc
         return segment
 
@@ -486,6 +532,8 @@ class Log:
         try:
             disk.fsync_dir(self.dir)
         except OSError as exc:
+            if out_of_descriptors(exc):
+                raise  # not synced yet: the next fsync of the directory makes it durable
             raise LogDirFailure(f"{self.dir}: fsync of the directory failed after the log "
                                 f"start checkpoint moved to {offset}: {exc}") from exc
         try:

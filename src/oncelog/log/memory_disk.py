@@ -64,6 +64,9 @@ class MemoryDisk:
         self._next_fd = 3
         self._faults: list[_Fault] = []
         self.capacity: int | None = None
+        # RLIMIT_NOFILE: opening a file (or a directory, to fsync or list it) past this many
+        # descriptors fails with EMFILE, as the process's limit makes it
+        self.max_fds: int | None = None
         self.faults_hit = 0
 
     # --- faults ----------------------------------------------------------------------------
@@ -90,6 +93,10 @@ class MemoryDisk:
     @property
     def open_fds(self) -> int:
         return len(self._fds)
+
+    def _descriptor_left(self, path: str = "") -> None:
+        if self.max_fds is not None and len(self._fds) >= self.max_fds:
+            raise _oserror(errno.EMFILE, path)
 
     @property
     def used(self) -> int:
@@ -137,6 +144,7 @@ class MemoryDisk:
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
         path = os.path.abspath(path)
+        self._descriptor_left(path)
         if self._fault("open", path):
             raise _oserror(errno.EIO, path)
         inode = self._files.get(path)
@@ -159,6 +167,7 @@ class MemoryDisk:
 
     def dup(self, fd: int) -> int:
         opened = self._open_file(fd)
+        self._descriptor_left(opened.path)
         new = self._next_fd
         self._next_fd += 1
         self._fds[new] = _Open(opened.inode, opened.path, opened.append, opened.position)
@@ -230,16 +239,11 @@ class MemoryDisk:
 
     fdatasync = fsync
 
-    def reserve(self, fd: int, offset: int, length: int) -> bool:
-        return False
-
-    def reserving_pays(self, fd: int) -> bool:
-        return False
-
     # --- names -----------------------------------------------------------------------------
 
     def listdir(self, path: str) -> list[str]:
         path = os.path.abspath(path)
+        self._descriptor_left(path)
         if path not in self._dirs:
             raise _oserror(errno.ENOENT, path)
         names = {os.path.basename(p) for p in self._files if os.path.dirname(p) == path}
@@ -278,6 +282,7 @@ class MemoryDisk:
 
     def fsync_dir(self, path: str) -> None:
         path = os.path.abspath(path)
+        self._descriptor_left(path)
         if path not in self._dirs:
             raise _oserror(errno.ENOENT, path)
         if self._fault("fsync_dir", path):

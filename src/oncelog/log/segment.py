@@ -12,6 +12,8 @@ known to be durable.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import time
@@ -25,16 +27,12 @@ from ..protocol.record_batch import (
 )
 from .disk import LogDirFailure, OsDisk
 from .index import OffsetIndex, TimeIndex
+from .open_files import OPEN_FILES, OpenFiles
 from .txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 20
-# Blocks are reserved ahead only for large writes, so that a broker with many partitions
-# taking small batches holds no unused space: up to 8 writes ahead, at most 8 MiB a segment.
-_RESERVE_FROM = 128 * 1024
-_RESERVE_WRITES = 8
-_RESERVE_MOST = 8 << 20
 # Offsets in the index are relative to the segment's base offset, in 32 bits: Kafka rolls a
 # segment before an offset would not fit a signed 32-bit delta, and so do we.
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
@@ -56,7 +54,7 @@ def segment_files(directory: str, base_offset: int, suffix: str = ""
 
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
-                 disk: OsDisk, suffix: str = "") -> None:
+                 disk: OsDisk, suffix: str = "", files: OpenFiles = OPEN_FILES) -> None:
         self.base_offset = base_offset
         self.path, index_path, time_index_path, txn_index_path = segment_files(
             directory, base_offset, suffix)
@@ -71,7 +69,12 @@ class LogSegment:
         # gaps (log.py says which segments may, see _scan).
         self.offsets_contiguous = True
         self.index_interval_bytes = index_interval_bytes
+        # The descriptor, -1 while released (see open_files.py): every use goes through
+        # _file(), and no raw descriptor is kept across a call that may open another file.
+        self._files = files
+        self._closed = False
         self._fd = disk.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        files.opened(self)
         self.size = disk.size(self._fd)
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -80,8 +83,6 @@ class LogSegment:
         self.created_at_ms = int(time.time() * 1000)
         self._bytes_since_index = 0
         self.unflushed_messages = 0
-        self._reserved_to = self.size  # blocks are allocated up to here (see _reserve)
-        self._can_reserve = disk.reserving_pays(self._fd)
 
     # --- opening -------------------------------------------------------------------------
 
@@ -107,7 +108,7 @@ class LogSegment:
             self.max_timestamp = self.time_index.last_timestamp
             self.offset_of_max_timestamp = self.base_offset + self.time_index.relative_offsets[-1]
         if self.size >= HEADER_SIZE:
-            first = read_header(self._disk.pread(self._fd, HEADER_SIZE, 0))
+            first = read_header(self._disk.pread(self._file(), HEADER_SIZE, 0))
             self.first_batch_timestamp = first.max_timestamp
         if not self.txn_index.load(self.base_offset, self.next_offset):
             log.warning("%s: unreadable aborted transaction index; rebuilding it", self.path)
@@ -135,9 +136,9 @@ class LogSegment:
                 "%s: truncating %d bytes of torn or corrupt data after byte %d",
                 self.path, truncated, valid_end,
             )
-            self._disk.ftruncate(self._fd, valid_end)
-            self._disk.fsync(self._fd)
-            self.size = self._reserved_to = valid_end
+            self._disk.ftruncate(self._file(), valid_end)
+            self._disk.fsync(self._file())
+            self.size = valid_end
         return truncated
 
     def _scan(self, start: int, check_crc: bool, index: bool = True) -> int:
@@ -147,7 +148,7 @@ class LogSegment:
         """
         pos = start
         while pos + HEADER_SIZE <= self.size:
-            header_bytes = self._disk.pread(self._fd, HEADER_SIZE, pos)
+            header_bytes = self._disk.pread(self._file(), HEADER_SIZE, pos)
             if len(header_bytes) < HEADER_SIZE:
                 break
             header = read_header(header_bytes)
@@ -165,7 +166,7 @@ class LogSegment:
             ):
                 break
             if check_crc:
-                body = self._disk.pread(self._fd, header.size, pos)
+                body = self._disk.pread(self._file(), header.size, pos)
                 if len(body) < header.size or crc_of(body, 0, header.size) != header.crc:
                     break
             self._track(header, pos, index)
@@ -203,10 +204,8 @@ class LogSegment:
                              "this segment; the log should have rolled")
         position = self.size
         total = sum(len(p) for p in parts)
-        if total >= _RESERVE_FROM and position + total > self._reserved_to:
-            self._reserve(position, total)
         try:
-            written = self._disk.writev(self._fd, parts)
+            written = self._disk.writev(self._file(), parts)
             if written < total:  # a short write on a regular file: the disk is full, say why
                 self._write_rest(parts, written)
         except BaseException as exc:
@@ -221,36 +220,26 @@ class LogSegment:
     def _cut_back(self, size: int, cause: BaseException) -> None:
         """Undo a failed append: the file ends where it did before it."""
         try:
-            self._disk.ftruncate(self._fd, size)
+            self._disk.ftruncate(self._file(), size)
         except OSError as exc:
             raise LogDirFailure(f"{self.path}: an append failed ({cause}) and its bytes could "
                                 f"not be cut away ({exc})") from exc
-        self._reserved_to = min(self._reserved_to, size)
         log.warning("%s: an append failed (%s); cut the segment back to %d bytes", self.path,
                     cause, size)
-
-    def _reserve(self, position: int, total: int) -> None:
-        # A write into blocks allocated beforehand skips the filesystem's allocation work:
-        # on ext4 a 1 MB append takes about 140 us instead of 200 (and fewer multi-ms
-        # stalls), which is most of what the broker can still take off a produce's answer.
-        end = position + total + min(_RESERVE_WRITES * total, _RESERVE_MOST)
-        if self._can_reserve and self._disk.reserve(self._fd, position, end - position):
-            self._reserved_to = end
-        else:
-            self._can_reserve = False  # not supported here, or no room: the write will say
 
     def _write_rest(self, parts: list, written: int) -> None:
         rest = memoryview(b"".join(bytes(p) for p in parts))[written:]
         while rest:
-            n = self._disk.write(self._fd, rest)
+            n = self._disk.write(self._file(), rest)
             if n <= 0:
                 raise OSError(28, "No space left on device (a write took no bytes)")
             rest = rest[n:]
 
     def flush(self) -> None:
         """fsync; raises LogDirFailure when it fails."""
+        fd = self._file()  # an error opening it (EMFILE) is not a failed fsync
         try:
-            self._disk.fdatasync(self._fd)
+            self._disk.fdatasync(fd)
         except OSError as exc:
             raise LogDirFailure(f"{self.path}: fsync failed: {exc}") from exc
         self.unflushed_messages = 0
@@ -258,18 +247,12 @@ class LogSegment:
     def dup_fd(self) -> int:
         """A descriptor of this file for an fsync in another thread: closing the segment
         meanwhile cannot make that fsync land on a file opened later under the same number."""
-        return self._disk.dup(self._fd)
+        return self._disk.dup(self._file())
 
     def seal(self) -> None:
         """Make the segment durable with its indexes (on roll and clean shutdown)."""
-        self.trim_reserved()
         self.flush()
         self.save_indexes()
-
-    def trim_reserved(self) -> None:
-        if self._reserved_to > self.size:
-            self._disk.ftruncate(self._fd, self.size)  # frees the blocks reserved past the end
-            self._reserved_to = self.size
 
     def save_indexes(self) -> None:
         if self.max_timestamp >= 0:
@@ -283,7 +266,7 @@ class LogSegment:
     # --- reading -------------------------------------------------------------------------
 
     def read_at(self, position: int, size: int) -> bytes:
-        return self._disk.pread(self._fd, size, position)
+        return self._disk.pread(self._file(), size, position)
 
     def position_of(self, offset: int) -> int | None:
         """File position of the batch holding ``offset`` (or the first one after it)."""
@@ -291,7 +274,7 @@ class LogSegment:
             return None
         pos = self.offset_index.lookup(max(0, offset - self.base_offset))
         while pos + HEADER_SIZE <= self.size:
-            header = read_header(self._disk.pread(self._fd, HEADER_SIZE, pos))
+            header = read_header(self._disk.pread(self._file(), HEADER_SIZE, pos))
             if header.last_offset >= offset:
                 return pos
             pos += header.size
@@ -301,7 +284,7 @@ class LogSegment:
         """Yield (position, header) of each batch from ``position`` to the end."""
         pos = position
         while pos + HEADER_SIZE <= self.size:
-            chunk = self._disk.pread(self._fd, min(_SCAN_CHUNK, self.size - pos), pos)
+            chunk = self._disk.pread(self._file(), min(_SCAN_CHUNK, self.size - pos), pos)
             view = memoryview(chunk)
             inner = 0
             while inner + HEADER_SIZE <= len(view):
@@ -319,7 +302,28 @@ class LogSegment:
 
     @property
     def is_open(self) -> bool:
-        return self._fd >= 0
+        """Not closed for good (its descriptor may be released meanwhile)."""
+        return not self._closed
+
+    def _file(self) -> int:
+        fd = self._fd
+        if fd >= 0:
+            self._files.used(self)
+            return fd
+        if self._closed:
+            raise OSError(errno.EBADF, f"{self.path}: the segment is closed")
+        fd = self._disk.open(self.path, os.O_RDWR | os.O_APPEND)
+        self._fd = fd
+        self._files.opened(self)
+        return fd
+
+    def release(self) -> None:
+        """Close the descriptor (the least recently used of the broker's); the next use
+        opens the file again."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(OSError):  # a descriptor a test's crash() dropped
+                self._disk.close(fd)
 
     def files(self) -> tuple[str, str, str, str]:
         return self.path, self.offset_index.path, self.time_index.path, self.txn_index.path
@@ -330,6 +334,8 @@ class LogSegment:
          self.txn_index.path) = paths
 
     def close(self) -> None:
+        self._closed = True
+        self._files.closed(self)
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             self._disk.close(fd)
