@@ -133,7 +133,7 @@ def test_clients_read_the_latest_value_of_each_key_after_compaction(start_broker
     assert found == [(offset, value) for offset, _, value in expected]
     assert kcat_records(broker.bootstrap) == expected
     assert kafka_python_records(broker.bootstrap, offsets[-1] + 1) == expected
-    samples = metrics(broker.port)
+    samples = metrics(broker.metrics_port)
     assert samples["oncelog_log_cleaner_runs_total"] >= 1
     assert samples["oncelog_log_cleaner_removed_records_total"] > 0
 
@@ -159,7 +159,7 @@ def test_a_full_disk_during_cleaning_leaves_the_log_in_use(tmp_path):
         written = [(b"key-%02d" % (i % KEYS), b"value-%d-" % i + b"x" * 60)
                    for i in range(40 * KEYS)]
         offsets = produce(producer, written)
-        wait_for_metrics(broker.port, lambda s: s["oncelog_log_cleaner_failures_total"] >= 2,
+        wait_for_metrics(broker.metrics_port, lambda s: s["oncelog_log_cleaner_failures_total"] >= 2,
                          what="two failed cleans")
         found = dict(read_to_end(broker.bootstrap, TOPIC)[0])
         for offset, value in found.items():

@@ -46,7 +46,7 @@ def handle_create_topics(broker, request: Request):
     # Kafka refuses every copy of a name given twice and answers for it once: clients match
     # results to topics by name (librdkafka rejects a response naming a topic twice).
     for name in duplicates:
-        log.info("create topic %s refused: named more than once in the request",
+        log.info("create topic %r refused: named more than once in the request",
                  log_safe(name))
         results.append(_create_refused(mod, name, ErrorCode.invalid_request,
                                        "Duplicate topic name."))
@@ -69,7 +69,7 @@ def _create_topic(broker, mod, t, validate_only: bool):
         topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
                                      validate_only=validate_only, assignments=assignments)
     except TopicError as exc:
-        log.info("create topic %s refused: %s", log_safe(t.name), log_safe(exc))
+        log.info("create topic %r refused: %s", log_safe(t.name), log_safe(exc))
         return _create_refused(mod, t.name, exc.error, str(exc))
     described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
         build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,

@@ -64,7 +64,9 @@ def handle_metadata(broker, request: Request):
             topic = topics.by_id(name)
             if topic is None:
                 results.append(build(mod.MetadataResponseTopic,
-                                     error_code=ErrorCode.unknown_topic_id, name=None,
+                                     error_code=ErrorCode.unknown_topic_id,
+                                     # the answer's name is nullable from v12 only
+                                     name=None if request.api_version >= 12 else "",
                                      topic_id=name, is_internal=False, partitions=(),
                                      topic_authorized_operations=topic_ops))
                 continue
@@ -88,14 +90,14 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops:
         problem = topic_name_problem(name)
         if problem:
             _invalid_names.log(logging.INFO, "invalid topic name",
-                               "metadata request for invalid topic %s refused: %s",
+                               "metadata request for invalid topic %r refused: %s",
                                log_safe(name), log_safe(problem))
             error = ErrorCode.invalid_topic_exception
         elif auto_create:
             try:
                 topic = topics.auto_create(name)
             except TopicError as exc:
-                log.warning("auto-creating topic %s failed: %s", log_safe(name), log_safe(exc))
+                log.warning("auto-creating topic %r failed: %s", log_safe(name), log_safe(exc))
                 error = exc.error
         else:
             error = ErrorCode.unknown_topic_or_partition

@@ -202,7 +202,7 @@ def handle_alter_replica_log_dirs(broker, request: Request):
 def _move(broker, peer: str, path: str, target, topic: str, index: int) -> ErrorCode:
     partition = broker.topics.partition(topic, index)
     if target is None:
-        log.info("%s: AlterReplicaLogDirs %s-%d: %s is not one of this broker's log.dirs "
+        log.info("%s: AlterReplicaLogDirs %s-%d: %r is not one of this broker's log.dirs "
                  "(absolute paths: %s)", peer, log_safe(topic), index, log_safe(path),
                  ", ".join(broker.topics.log_dirs))
         return ErrorCode.log_dir_not_found

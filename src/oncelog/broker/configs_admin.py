@@ -233,7 +233,7 @@ def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
                                  "(topics: 2, brokers: 4)")
         except (AlterError, TopicError) as exc:
             error, message = exc.error, str(exc)
-            log.info("alter configs of %s %s refused: %s (%s)", _kind(res.resource_type),
+            log.info("alter configs of %s %r refused: %s (%s)", _kind(res.resource_type),
                      log_safe(res.resource_name), log_safe(message), error.name)
         results.append((res, error, message))
     if broker_changed:

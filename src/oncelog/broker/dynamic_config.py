@@ -158,7 +158,7 @@ def load(store: MetadataStore, config: BrokerConfig) -> None:
                     raise ConfigError("not a dynamic config")
                 layer[name] = BROKER_CONFIGS[name].parse(text)
             except (ConfigError, KeyError) as exc:
-                log.warning("dynamic broker config %s=%s for %r left out: %s", name,
+                log.warning("dynamic broker config %s=%r for %r left out: %s", name,
                             log_safe(text), entity or "<default>", exc)
     try:
         config.check()

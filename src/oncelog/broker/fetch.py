@@ -91,8 +91,9 @@ def _read_all(broker, mod, body, version: int):
     responses = []
     for topic_req in body.topics:
         results = []
-        topic_id = getattr(topic_req, "topic_id", None)
-        name = topic_req.topic if topic_id is None else _name_of(broker, topic_id)
+        # v13+ names topics by id only (an all-zero id reads as None: no topic has it)
+        topic_id = getattr(topic_req, "topic_id", None) if version >= 13 else None
+        name = _name_of(broker, topic_id) if version >= 13 else topic_req.topic
         for preq in topic_req.partitions:
             partition = None if name is None else broker.topics.partition(name, preq.partition)
             error = ErrorCode.none

@@ -50,12 +50,12 @@ def handle_create_partitions(broker, request: Request):
         try:
             broker.topics.add_partitions(t.name, t.count, assignments, body.validate_only)
         except TopicError as exc:
-            log.info("create partitions of %s refused: %s", log_safe(t.name), log_safe(exc))
+            log.info("create partitions of %r refused: %s", log_safe(t.name), log_safe(exc))
             error, message = exc.error, str(exc)
         results.append(build(mod.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))
     for name in duplicates:  # refused once, as CreateTopics does
-        log.info("create partitions of %s refused: named more than once in the "
+        log.info("create partitions of %r refused: named more than once in the "
                  "request", log_safe(name))
         results.append(build(mod.CreatePartitionsTopicResult, name=name,
                              error_code=ErrorCode.invalid_request,

@@ -414,8 +414,7 @@ class Broker:
             return self._finish(request, body, peer)
         if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer)):
             return body  # no answer, close, an answer already encoded or one to come
-        return encode_response(request.api_key, request.api_version, request.correlation_id,
-                               body)
+        return _encoded(request, body, peer)
 
     async def _finish(self, request, pending, peer: str) -> Any:
         try:
@@ -426,8 +425,19 @@ class Broker:
             return _CLOSE
         if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
             return body
+        return _encoded(request, body, peer)
+
+
+def _encoded(request, body, peer: str) -> Any:
+    """The answer's frame; an answer that cannot be encoded (a handler's bug) closes the
+    connection with the traceback logged, as a handler that raised does."""
+    try:
         return encode_response(request.api_key, request.api_version, request.correlation_id,
                                body)
+    except Exception:
+        log.exception("%s: api key %d v%d: the answer could not be encoded; closing the "
+                      "connection", peer, request.api_key, request.api_version)
+        return _CLOSE
 
 
 class Connection(asyncio.BufferedProtocol):
