@@ -159,7 +159,8 @@ def test_a_full_disk_during_cleaning_leaves_the_log_in_use(tmp_path):
         written = [(b"key-%02d" % (i % KEYS), b"value-%d-" % i + b"x" * 60)
                    for i in range(40 * KEYS)]
         offsets = produce(producer, written)
-        wait_for_metrics(broker.metrics_port, lambda s: s["oncelog_log_cleaner_failures_total"] >= 2,
+        wait_for_metrics(broker.metrics_port,
+                         lambda s: s["oncelog_log_cleaner_failures_total"] >= 2,
                          what="two failed cleans")
         found = dict(read_to_end(broker.bootstrap, TOPIC)[0])
         for offset, value in found.items():
