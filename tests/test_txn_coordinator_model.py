@@ -88,6 +88,10 @@ class TxnMachine(RuleBasedStateMachine):
         self.maybe_fenced = False  # an abort of the client's transaction may be under way
         # The last KIP-360 InitProducerId granted: (identity it named, identity it gave).
         self.last_named: tuple[tuple[int, int], tuple[int, int]] | None = None
+        # The identity the live instance held before its last TV2 end bumped it: an
+        # InitProducerId naming it is that instance's (its EndTxn answer was lost), and
+        # Kafka's lastProducerEpoch answers it the identity the end gave.
+        self.before_bump: tuple[int, int] | None = None
         self.fenced = False
         self.inflight: list[tuple[asyncio.Task, str, tuple]] = []
 
@@ -149,6 +153,10 @@ class TxnMachine(RuleBasedStateMachine):
     def _answered_init(self, answer, pid, epoch) -> None:
         error, new_pid, new_epoch = answer
         if error is E.none:
+            if pid >= 0 and self.before_bump == (pid, epoch):
+                assert (new_pid, new_epoch) == self.identity, answer
+                return
+            self.before_bump = None
             if pid >= 0 and self.last_named is not None and self.last_named[0] == (pid, epoch):
                 # The retry of a KIP-360 call already answered gets that answer (Kafka's
                 # lastProducerEpoch), not another bump.
@@ -185,6 +193,12 @@ class TxnMachine(RuleBasedStateMachine):
             if error is E.none:
                 assert (new_pid, new_epoch) == self.identity, answer
             return
+        if version >= 2 and self.before_bump == (pid, epoch) and (
+                error is E.concurrent_transactions
+                or (error is E.none and (new_pid, new_epoch) == self.identity)):
+            # The instance's own end retried from before its bump (a TV 1 end answered in
+            # between changed nothing): its identity, nothing decided again.
+            return
         if error is E.producer_fenced and (pid, epoch) == self.identity:
             assert self.maybe_fenced or self.fenced, answer
             self.fenced = True
@@ -211,6 +225,7 @@ class TxnMachine(RuleBasedStateMachine):
             else:
                 assert (new_pid, new_epoch) == (pid, epoch + 1), answer
             self._grant((new_pid, new_epoch))
+            self.before_bump = (pid, epoch) if new_pid == pid else None
         self.last_end = ((pid, epoch), commit, version, self.identity)
         self.ongoing = None
 
@@ -297,6 +312,7 @@ class TxnMachine(RuleBasedStateMachine):
         self.loop.run_until_complete(asyncio.sleep(0))
         self.c = self._start()
         self.last_named = None  # lastProducerEpoch lives in memory only, as in Kafka
+        self.before_bump = None
         self._spin()
 
     @rule()
