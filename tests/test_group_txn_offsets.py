@@ -11,14 +11,13 @@ of that partition too.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import kafka
 from brokers import create_topic
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from test_compaction_clients import wait_until_cleaned
 
 TIMEOUT = 30
 TOPIC = "t"
@@ -55,21 +54,6 @@ def committed(bootstrap: str, group: str, topic: str = TOPIC) -> int:
         return consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)[0].offset
     finally:
         consumer.close()
-
-
-def wait_until_cleaned(broker, partition_dir: Path) -> None:
-    """Until the cleaner's checkpoint reaches the active segment (read from its files)."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        bases = [int(n[:-4]) for n in os.listdir(partition_dir) if n.endswith(".log")]
-        try:
-            checkpoint = int((partition_dir / "cleaner-offset-checkpoint").read_text())
-        except (FileNotFoundError, ValueError):
-            checkpoint = -1
-        if len(bases) > 1 and checkpoint == max(bases):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not cleaned within {TIMEOUT}s; broker log:\n{broker.log_text()}")
 
 
 def test_a_committed_txn_offset_does_not_overwrite_a_later_plain_commit(start_broker):
