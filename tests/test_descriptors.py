@@ -11,7 +11,7 @@ import time
 
 import pytest
 from brokers import BrokerProcess, create_topic
-from kio.schema.errors import ErrorCode
+from test_txn_storage import Issued, accept
 
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
@@ -26,18 +26,6 @@ from oncelog.protocol.records import decode_batch, encode_batch
 
 LOG_DIR = "/data"
 TIMESTAMP = 1_700_000_000_000
-
-
-class Issued:
-    def is_issued(self, producer_id: int) -> bool:
-        return 0 <= producer_id < 100
-
-    def highest_claimed(self) -> int:
-        return 99
-
-
-def accept(_pid: int, _epoch: int) -> ErrorCode:
-    return ErrorCode.none
 
 
 def open_partition(disk: MemoryDisk, flush_messages: int = (1 << 63) - 1) -> Partition:
