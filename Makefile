@@ -12,7 +12,7 @@ ARGS ?=
 
 # The compiled parts are rebuilt by the install when their sources change.
 $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_records.c \
-		src/oncelog/protocol/record_builder.h src/oncelog/client/_append.c
+		src/oncelog/protocol/record_builder.h src/oncelog/client/producer/_append.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[fast]'
@@ -54,4 +54,4 @@ bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/oncelog/protocol/*.so src/oncelog/client/*.so
+	rm -rf $(VENV) build *.egg-info src/oncelog/protocol/*.so src/oncelog/client/producer/*.so

@@ -479,7 +479,7 @@ class Topics:
         self.admin.delete_topic(topic)
 
     def high_watermark(self, topic: str) -> int:
-        from oncelog.client import calls
+        from oncelog.client.network import calls
 
         return calls.list_offset(self.admin.conn, topic, 0, calls.LATEST)
 

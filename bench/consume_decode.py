@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 
-from oncelog.client.consumer import ConsumerRecord
+from oncelog.client.consumer.consumer import ConsumerRecord
 from oncelog.protocol.batches import RecordSetWalk
 from oncelog.protocol.records import encode_batch
 

@@ -88,7 +88,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def mock_sized_topic(bootstrap: str, topic: str, is_mock: bool) -> None:
     """A topic of MOCK_PARTITIONS partitions: the mock has no CreateTopics and auto-creates
     topics with that many (its default, settable only through the C API)."""
-    from oncelog.client.admin import Admin
+    from oncelog.client.admin.admin import Admin
 
     if not is_mock:
         create_topic(bootstrap, topic, MOCK_PARTITIONS)
@@ -330,7 +330,7 @@ def make_groups(bootstrap: str, first: int, count: int, topic: str,
     from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as Assigned
     from kio.schema.errors import ErrorCode
 
-    from oncelog.client.connection import connect
+    from oncelog.client.network.connection import connect
     from oncelog.protocol import api_versions as apis
     from oncelog.protocol.consumer_protocol import write_assignment, write_subscription
     from oncelog.protocol.schema import build
@@ -389,7 +389,7 @@ def commit_groups(bootstrap: str, members: list[tuple[str, int, str]], topic: st
     """Each member of make_groups' groups commits offset 1 of partition 0, as its member."""
     from kio.schema.errors import ErrorCode
 
-    from oncelog.client.connection import connect
+    from oncelog.client.network.connection import connect
     from oncelog.protocol import api_versions as apis
     from oncelog.protocol.schema import build
 

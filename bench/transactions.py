@@ -181,8 +181,8 @@ def open_run(bootstrap: str, topic: str, producers: int, seconds: float) -> dict
     """``producers`` transactional producers on partition 0 of ``topic`` at once."""
     from confluent_kafka import Producer
 
-    from oncelog.client import calls
-    from oncelog.client.admin import Admin
+    from oncelog.client.admin.admin import Admin
+    from oncelog.client.network import calls
 
     stop = threading.Event()
     committed = [0] * producers

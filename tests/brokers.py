@@ -143,8 +143,8 @@ def append_on_disk(broker: BrokerProcess, topic: str, partition: int,
 def produce_batches(bootstrap: str, topic: str, first: int, batches: int) -> None:
     """``batches`` batches of 10 records of 100 bytes each (values first, first + 1, ...),
     through the wire one batch a request: each batch about 1.1 KB."""
-    from oncelog.client import calls
-    from oncelog.client.connection import connect
+    from oncelog.client.network import calls
+    from oncelog.client.network.connection import connect
     from oncelog.protocol.records import encode_batch
 
     now = int(time.time() * 1000)

@@ -36,12 +36,12 @@ import hypothesis
 from hypothesis.errors import InvalidArgument
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.accumulator import RecordAccumulator
-from oncelog.client.connection import KafkaError, OutcomeUnknown
-from oncelog.client.delivery import Delivery
-from oncelog.client.idempotence import IdempotenceManager
-from oncelog.client.producer_batch import ProducerBatch, RecordMetadata
-from oncelog.client.producer_config import parse_producer_config
+from oncelog.client.network.connection import KafkaError, OutcomeUnknown
+from oncelog.client.producer.accumulator import RecordAccumulator
+from oncelog.client.producer.delivery import Delivery
+from oncelog.client.producer.idempotence import IdempotenceManager
+from oncelog.client.producer.producer_batch import ProducerBatch, RecordMetadata
+from oncelog.client.producer.producer_config import parse_producer_config
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.manager import ProducerStateManager, StateLimits
 from oncelog.producer_state.rules import Append, BatchIdentity, Duplicate

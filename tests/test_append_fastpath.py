@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog import Consumer, KafkaError, Producer
-from oncelog.client import fast_append
-from oncelog.client.partitioner import murmur2, partition_for_key
-from oncelog.client.producer import _ProducerCore
-from oncelog.client.producer_batch import RecordFuture
+from oncelog.client.producer import fast_append
+from oncelog.client.producer.partitioner import murmur2, partition_for_key
+from oncelog.client.producer.producer import _ProducerCore
+from oncelog.client.producer.producer_batch import RecordFuture
 from oncelog.protocol.records import NONE, decode_batch
 
 _compiled = fast_append.compiled
@@ -36,7 +36,7 @@ TIMEOUT = 30
 
 def test_the_fast_path_is_built():
     # make test builds it; the twin tests below would otherwise compare Python with itself.
-    assert _compiled is not None, "oncelog.client._append was not built"
+    assert _compiled is not None, "oncelog.client.producer._append was not built"
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -27,9 +27,9 @@ from oncelog.audit import (
     record_fields,
 )
 from oncelog.cli import main
-from oncelog.client import calls
-from oncelog.client.admin import Admin
-from oncelog.client.connection import BrokerConnection, connect
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network import calls
+from oncelog.client.network.connection import BrokerConnection, connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.batches import RecordSetWalk
 from oncelog.protocol.record_batch import BatchHeader

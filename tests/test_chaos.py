@@ -15,7 +15,7 @@ from oncelog.chaos.diagram import render_html
 from oncelog.chaos.proxy import ChaosProxy
 from oncelog.chaos.rules import Action, Rule
 from oncelog.chaos.scenarios import SCENARIOS, run_scenario
-from oncelog.client.connection import connect
+from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.client.assignors import (
+from oncelog.client.consumer.assignors import (
     COOPERATIVE,
     EAGER,
     Member,

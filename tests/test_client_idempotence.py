@@ -6,8 +6,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog import KafkaError, OutcomeUnknown
-from oncelog.client.idempotence import RESUMED, IdempotenceManager, Outcome, judge_lookup
-from oncelog.client.producer_batch import ProducerBatch, encode_headers
+from oncelog.client.producer.idempotence import RESUMED, IdempotenceManager, Outcome, judge_lookup
+from oncelog.client.producer.producer_batch import ProducerBatch, encode_headers
 from oncelog.protocol.record_batch import read_header
 from oncelog.protocol.records import NONE, ZSTD, decode_batch
 

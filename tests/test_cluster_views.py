@@ -21,8 +21,8 @@ from confluent_kafka.admin import AclOperation, AdminClient
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.admin import Admin
-from oncelog.client.connection import KafkaError, connect
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network.connection import KafkaError, connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 

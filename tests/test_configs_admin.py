@@ -26,8 +26,8 @@ from confluent_kafka.admin import ConfigResource as CResource
 from kio.schema.errors import ErrorCode
 
 from oncelog import Admin, AlterConfigOp, ConfigResource, Consumer, KafkaError, TopicPartition
-from oncelog.client import calls
-from oncelog.client.connection import connect
+from oncelog.client.network import calls
+from oncelog.client.network.connection import connect
 from oncelog.protocol import records
 
 TIMEOUT = 20.0  # seconds: the bound on every wait in this file

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 import oncelog
 from oncelog import Admin, Consumer, TopicPartition
-from oncelog.client.connection import KafkaError
+from oncelog.client.network.connection import KafkaError
 
 NOW = int(time.time() * 1000)
 
@@ -74,7 +74,7 @@ def test_seek_position_and_offsets_for_times(broker):
         c.seek(tp, 17)
         assert [r.offset for r in c.poll(5, max_records=3)] == [17, 18, 19]
         assert c.position(tp) == 20  # the rest of that fetch is buffered, not yet returned
-        c.seek(tp, oncelog.client.consumer.EARLIEST)
+        c.seek(tp, oncelog.client.consumer.consumer.EARLIEST)
         assert [r.value for r in c.poll(5, max_records=2)] == [b"0", b"1"]
         assert c.watermarks(tp) == (0, 50)
 

@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.connection import KafkaError
-from oncelog.client.consumer_group_membership import (
+from oncelog.client.consumer.consumer_group_membership import (
     ConsumerMembership,
     HeartbeatResult,
     Phase,
     Step,
 )
-from oncelog.client.group_membership import SIMPLE_COMMIT
+from oncelog.client.consumer.group_membership import SIMPLE_COMMIT
+from oncelog.client.network.connection import KafkaError
 from oncelog.client.topic_partition import TopicPartition as TP
 
 T_ID, U_ID = uuid.UUID(int=1), uuid.UUID(int=2)

@@ -21,7 +21,7 @@ from group_members import TOPIC, WAIT, consumed, partitions, poll_until, produce
 from kio.schema.errors import ErrorCode
 
 from oncelog import Consumer, KafkaError, OffsetAndMetadata, TopicPartition
-from oncelog.client.group_membership import Phase
+from oncelog.client.consumer.group_membership import Phase
 
 # Fast groups: no initial rebalance delay, and short sessions allowed.
 GROUP_BROKER = {"group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1000}

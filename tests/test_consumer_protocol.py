@@ -24,7 +24,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.connection import connect
+from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 
 SESSION_MS = 3000

@@ -21,7 +21,7 @@ from group_members import TOPIC, WAIT, consumed, partitions, poll_until, produce
 from kio.schema.errors import ErrorCode
 
 from oncelog import Consumer, KafkaError, OffsetAndMetadata, TopicPartition
-from oncelog.client.connection import connect
+from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 
 SESSION_MS = 3000

@@ -16,8 +16,8 @@ from test_txn_storage import Issued, accept
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.broker.produce import _log_start_offset
-from oncelog.client import calls
-from oncelog.client.connection import connect
+from oncelog.client.network import calls
+from oncelog.client.network.connection import connect
 from oncelog.log.log import LogConfig
 from oncelog.log.memory_disk import MemoryDisk
 from oncelog.log.open_files import OPEN_FILES

@@ -10,7 +10,7 @@ import datetime
 from brokers import create_topic
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.connection import connect
+from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 

@@ -6,16 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.assignors import parse_strategy
-from oncelog.client.connection import KafkaError
-from oncelog.client.consumer_protocol import (
+from oncelog.client.consumer.assignors import parse_strategy
+from oncelog.client.consumer.consumer_protocol import (
     Assignment,
     Subscription,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from oncelog.client.group_membership import (
+from oncelog.client.consumer.group_membership import (
     SIMPLE_COMMIT,
     ClassicMembership,
     Handoff,
@@ -23,6 +22,7 @@ from oncelog.client.group_membership import (
     Step,
     SyncResult,
 )
+from oncelog.client.network.connection import KafkaError
 from oncelog.client.topic_partition import TopicPartition as TP
 
 T = [TP("t", p) for p in range(6)]

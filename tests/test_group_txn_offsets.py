@@ -154,7 +154,7 @@ def test_write_txn_markers_from_outside_decides_pending_offsets(start_broker):
     memory at once, as the reload after a restart decides them from the log."""
     import txn_wire
 
-    from oncelog.client.connection import BrokerConnection
+    from oncelog.client.network.connection import BrokerConnection
     from oncelog.coordinator.group_coordinator import partition_for
 
     broker = start_broker(offsets_topic_num_partitions=3)

@@ -20,7 +20,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.connection import BrokerConnection, KafkaError
+from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 

@@ -332,7 +332,7 @@ def test_offsets_of_a_deleted_topic_go_with_it(start_broker):
     offset for it must go too, or its consumer would resume there and skip records."""
     from confluent_kafka.admin import AdminClient
 
-    from oncelog.client.admin import Admin
+    from oncelog.client.admin.admin import Admin
 
     broker = start_broker(**GROUP_SETTINGS)
     create_topic(broker.bootstrap, "gone", 1)

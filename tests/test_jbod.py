@@ -19,7 +19,7 @@ from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 from test_full_disk import fill_up, small_tmpfs
 
-from oncelog.client.admin import Admin
+from oncelog.client.admin.admin import Admin
 
 TOPIC = "spread"
 

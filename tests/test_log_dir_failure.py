@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from oncelog import Consumer as OncelogConsumer
 from oncelog import TopicPartition as OncelogPartition
-from oncelog.client.connection import KafkaError as OncelogError
+from oncelog.client.network.connection import KafkaError as OncelogError
 
 TOPIC = "failing"
 

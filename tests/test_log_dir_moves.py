@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient
 from kafka.errors import LogDirNotFoundError, NoError, UnknownTopicOrPartitionError
 
-from oncelog.client.admin import Admin
+from oncelog.client.admin.admin import Admin
 
 TOPIC = "moving"
 

@@ -8,7 +8,7 @@ import socket
 import struct
 
 from oncelog.broker.log_limits import RateLimitedLog, log_safe
-from oncelog.client.connection import connect
+from oncelog.client.network.connection import connect
 from oncelog.protocol.api_versions import METADATA
 
 LONG = 1_000_000

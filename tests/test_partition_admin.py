@@ -32,9 +32,9 @@ from kafka.errors import (
 )
 from kio.schema.errors import ErrorCode
 
-from oncelog.client import calls
-from oncelog.client.admin import Admin
-from oncelog.client.connection import KafkaError, connect
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network import calls
+from oncelog.client.network.connection import KafkaError, connect
 
 TIMEOUT = 30
 

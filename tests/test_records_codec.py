@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from oncelog.client.partitioner import murmur2, partition_for_key
+from oncelog.client.producer.partitioner import murmur2, partition_for_key
 from oncelog.protocol.record_batch import HEADER_SIZE, read_header, split_batches
 from oncelog.protocol.records import (
     CODECS,

@@ -79,8 +79,8 @@ def _flaky_source():
             def commit(messages) -> None:
                 from kio.schema.errors import ErrorCode
 
-                from oncelog.client.admin import Admin as RealAdmin
-                from oncelog.client.connection import KafkaError
+                from oncelog.client.admin.admin import Admin as RealAdmin
+                from oncelog.client.network.connection import KafkaError
 
                 end = RealAdmin.end_transactions
 

@@ -26,8 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from kio.schema.errors import ErrorCode
 
 from oncelog import Admin, Consumer, TopicPartition
-from oncelog.client.connection import KafkaError
-from oncelog.client.producer import Producer
+from oncelog.client.network.connection import KafkaError
+from oncelog.client.producer.producer import Producer
 from oncelog.spark import two_phase
 from oncelog.spark.options import WriteOptions
 

@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from record_sets import ABORT, COMMIT, control_batch, data_batch
 
-from oncelog.client.connection import (
+from oncelog.client.metrics import WINDOW, ProducerMetrics, Stat, StatsTimer
+from oncelog.client.network.connection import (
     KafkaError,
     ProducerFatalError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionStateError,
 )
-from oncelog.client.idempotence import IdempotenceManager, Outcome, judge_answer
-from oncelog.client.metrics import WINDOW, ProducerMetrics, Stat, StatsTimer
-from oncelog.client.producer_batch import ProducerBatch
-from oncelog.client.transactions import (
+from oncelog.client.producer.idempotence import IdempotenceManager, Outcome, judge_answer
+from oncelog.client.producer.producer_batch import ProducerBatch
+from oncelog.client.producer.transactions import (
     Action,
     Api,
     PreparedTxnState,

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.connection import BrokerConnection
+from oncelog.client.network.connection import BrokerConnection
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 

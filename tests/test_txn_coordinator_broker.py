@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode as E
 from test_txn_client_broker import read_committed, txn_producer
 from txn_wire import add_partitions, end_txn, init_producer_id, produce_txn, wait_settled
 
-from oncelog.client.connection import BrokerConnection
+from oncelog.client.network.connection import BrokerConnection
 from oncelog.coordinator import txn_records as tr
 from oncelog.coordinator.group_coordinator import partition_for
 from oncelog.protocol import api_versions as apis

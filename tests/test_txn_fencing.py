@@ -45,7 +45,7 @@ from txn_wire import (
     write_marker,
 )
 
-from oncelog.client import calls
+from oncelog.client.network import calls
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.records import encode_batch
 from oncelog.protocol.schema import build

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode as E
 from txn_wire import add_partitions, end_txn, init_producer_id
 
-from oncelog.client.connection import BrokerConnection
+from oncelog.client.network.connection import BrokerConnection
 
 
 def test_an_id_longer_than_its_record_key_is_an_invalid_request(broker):

@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 from brokers import START_TIMEOUT, append_on_disk, create_topic
 
-from oncelog.client import calls
-from oncelog.client.admin import Admin
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network import calls
 from oncelog.protocol.records import encode_batch
 
 HANGING_PRODUCER = 4242

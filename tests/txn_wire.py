@@ -10,7 +10,7 @@ import time
 
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.client.connection import BrokerConnection
+from oncelog.client.network.connection import BrokerConnection
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.records import encode_batch
 from oncelog.protocol.schema import build

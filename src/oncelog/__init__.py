@@ -1,20 +1,20 @@
 """oncelog: a Kafka-compatible log broker built around exactly-once producing."""
 
-from .client.admin import Admin
-from .client.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
-from .client.connection import (
-    KafkaError,
-    KafkaTimeout,
-    OutcomeUnknown,
-    ProducerFatalError,
-    TransactionAbortableError,
-    TransactionAbortedError,
-    TransactionStateError,
+from .client.admin.admin import Admin
+from .client.admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
+from .client.consumer.consumer import Consumer, ConsumerRecord
+from .client.network.connection import (
+           KafkaError,
+           KafkaTimeout,
+           OutcomeUnknown,
+           ProducerFatalError,
+           TransactionAbortableError,
+           TransactionAbortedError,
+           TransactionStateError,
 )
-from .client.consumer import Consumer, ConsumerRecord
-from .client.producer import AIOProducer, Producer, RecordFuture, RecordMetadata
+from .client.producer.producer import AIOProducer, Producer, RecordFuture, RecordMetadata
+from .client.producer.transactions import GroupMetadata, PreparedTxnState
 from .client.topic_partition import OffsetAndMetadata, TopicPartition
-from .client.transactions import GroupMetadata, PreparedTxnState
 
 __all__ = ["AIOProducer", "Admin", "AlterConfigOp", "ConfigEntry", "ConfigResource", "Consumer",
            "ConsumerRecord", "GroupMetadata", "KafkaError",

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .client import calls
-from .client.admin import Admin, GroupInfo
-from .client.connection import KafkaError
+from .client.admin.admin import Admin, GroupInfo
+from .client.network import calls
+from .client.network.connection import KafkaError
 
 MISSING = "-"
 # The states of consumer groups, classic and KIP-848, as Kafka spells them (ListGroups'

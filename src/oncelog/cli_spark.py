@@ -19,8 +19,8 @@ import collections
 import sys
 
 from .cli_transactions import table
-from .client.admin import Admin
-from .client.connection import KafkaError
+from .client.admin.admin import Admin
+from .client.network.connection import KafkaError
 
 
 def _recover(args: argparse.Namespace) -> int:

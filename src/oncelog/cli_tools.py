@@ -9,11 +9,11 @@ import sys
 import time
 import urllib.request
 
-from .client import calls
-from .client.admin import Admin
-from .client.connection import KafkaError
-from .client.consumer import EARLIEST, LATEST, Consumer, TopicPartition
-from .client.producer import Producer
+from .client.admin.admin import Admin
+from .client.consumer.consumer import EARLIEST, LATEST, Consumer, TopicPartition
+from .client.network import calls
+from .client.network.connection import KafkaError
+from .client.producer.producer import Producer
 from .protocol.records import CODECS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"

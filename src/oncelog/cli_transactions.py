@@ -21,8 +21,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .client.admin import Admin, ProducerInfo, TransactionDescription
-from .client.connection import KafkaError
+from .client.admin.admin import Admin, ProducerInfo, TransactionDescription
+from .client.network.connection import KafkaError
 
 NONE = "None"
 # The states of a transaction, as Kafka spells them (ListTransactions' filter).

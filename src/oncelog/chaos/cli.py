@@ -7,7 +7,7 @@ import asyncio
 import signal
 import sys
 
-from ..client.connection import parse_bootstrap
+from ..client.network.connection import parse_bootstrap
 from .proxy import ChaosProxy
 from .rules import API_NAMES, Action, Rule
 
@@ -46,7 +46,7 @@ def _proxy(args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    from ..client.connection import KafkaError
+    from ..client.network.connection import KafkaError
     from .diagram import render_html
     from .scenarios import SCENARIOS, run_scenario
 

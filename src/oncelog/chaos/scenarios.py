@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..client import calls
-from ..client.admin import Admin
-from ..client.connection import BrokerConnection, connect
-from ..client.consumer import Consumer, TopicPartition
+from ..client.admin.admin import Admin
+from ..client.consumer.consumer import Consumer, TopicPartition
+from ..client.network import calls
+from ..client.network.connection import BrokerConnection, connect
 from ..protocol.records import encode_batch
 
 SEED_BATCHES = {"A": (114, 120), "B": (121, 124), "C": (125, 132), "D": (133, 142),

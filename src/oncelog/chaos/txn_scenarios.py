@@ -17,9 +17,9 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ..client import calls
-from ..client.admin import Admin
-from ..client.connection import BrokerConnection, connect
+from ..client.admin.admin import Admin
+from ..client.network import calls
+from ..client.network.connection import BrokerConnection, connect
 from ..protocol import api_versions as apis
 from ..protocol.batches import RecordSetWalk
 from ..protocol.records import encode_batch

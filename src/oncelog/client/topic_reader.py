@@ -27,9 +27,9 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.batches import Batch, RecordSetError, RecordSetWalk
 from ..protocol.records import Record
-from . import calls
-from .admin import Admin
-from .connection import BrokerConnection, KafkaError, KafkaTimeout
+from .admin.admin import Admin
+from .network import calls
+from .network.connection import BrokerConnection, KafkaError, KafkaTimeout
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..client.admin import Admin
-from ..client.connection import KafkaError
+from ..client.admin.admin import Admin
+from ..client.network.connection import KafkaError
 from ..client.topic_partition import TopicPartition
 from ..client.topic_reader import TopicReader
 from .options import EARLIEST, LATEST, OptionError, ReadOptions

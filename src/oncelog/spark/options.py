@@ -19,8 +19,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..client.connection import parse_bootstrap
-from ..client.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
+from ..client.network.connection import parse_bootstrap
+from ..client.producer.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1

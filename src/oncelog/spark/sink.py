@@ -48,7 +48,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..client.producer import Producer
+from ..client.producer.producer import Producer
 from . import two_phase
 from .options import EXACTLY_ONCE, OptionError, WriteOptions, write_options
 

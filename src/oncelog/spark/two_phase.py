@@ -117,11 +117,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..client.admin import Admin
-from ..client.connection import KafkaError
-from ..client.producer import Producer
+from ..client.admin.admin import Admin
+from ..client.network.connection import KafkaError
+from ..client.producer.producer import Producer
+from ..client.producer.transactions import PreparedTxnState
 from ..client.topic_partition import OffsetAndMetadata
-from ..client.transactions import PreparedTxnState
 from .options import DEFAULT_PREFIX, OptionError, WriteOptions
 
 log = logging.getLogger(__name__)

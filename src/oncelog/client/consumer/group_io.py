@@ -32,11 +32,11 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
-from . import calls
-from .connection import BrokerConnection, KafkaError, KafkaTimeout, connect
+from ...protocol.api_versions import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
+from ..network import calls
+from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, connect
+from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
-from .topic_partition import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from ..network.connection import KafkaError
+from ..topic_partition import TopicPartition
 from .assignors import COOPERATIVE, Assignor, Member, rebalance_protocol
-from .connection import KafkaError
 from .consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
@@ -75,7 +76,6 @@ from .consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import api_versions as apis
-from ..protocol import fetch_response
-from ..protocol.errors import ProtocolError
-from ..protocol.schema import build
-from . import consumer_group_membership as cgm
-from . import group_membership as membership
+from ...protocol import api_versions as apis
+from ...protocol import fetch_response
+from ...protocol.errors import ProtocolError
+from ...protocol.schema import build
+from ..consumer import consumer_group_membership as cgm
+from ..consumer import group_membership as membership
+from ..consumer.consumer_protocol import PROTOCOL_TYPE
+from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .connection import BrokerConnection, KafkaError
-from .consumer_protocol import PROTOCOL_TYPE
-from .topic_partition import OffsetAndMetadata, TopicPartition
 
 EARLIEST = -2
 LATEST = -1

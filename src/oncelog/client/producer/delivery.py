@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from ..metrics import ProducerMetrics
+from ..network.connection import KafkaError, ProducerFatalError
 from .accumulator import RecordAccumulator
-from .connection import KafkaError, ProducerFatalError
 from .idempotence import RESUMED_STOPS, IdempotenceManager, Outcome, Verdict
-from .metrics import ProducerMetrics
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
 

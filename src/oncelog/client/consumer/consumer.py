@@ -53,18 +53,18 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.batches import RecordSetError, RecordSetWalk
-from . import calls
-from .admin import Admin, ClusterInfo
+from ...protocol.batches import RecordSetError, RecordSetWalk
+from ..admin.admin import Admin, ClusterInfo
+from ..metrics import ConsumerMetrics, StatsTimer
+from ..network import calls
+from ..network.connection import BrokerConnection, KafkaError
+from ..producer.transactions import GroupMetadata
+from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .assignors import parse_strategy
 from .classic_group import ClassicGroup
-from .connection import BrokerConnection, KafkaError
 from .consumer_group import ConsumerGroup
 from .group_io import CommitCallback
 from .group_membership import AssignmentChange, Handoff
-from .metrics import ConsumerMetrics, StatsTimer
-from .topic_partition import OffsetAndMetadata, TopicPartition
-from .transactions import GroupMetadata
 
 log = logging.getLogger(__name__)
 

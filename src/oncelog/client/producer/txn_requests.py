@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import api_versions as apis
-from ..protocol.schema import build
-from . import calls
-from .aio_connection import AsyncBrokerConnection
-from .connection import KafkaError, KafkaTimeout
-from .topic_partition import OffsetAndMetadata, TopicPartition
+from ...protocol import api_versions as apis
+from ...protocol.schema import build
+from ..network import calls
+from ..network.aio_connection import AsyncBrokerConnection
+from ..network.connection import KafkaError, KafkaTimeout
+from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .transactions import (
     TRANSACTION_COORDINATOR,
     TWO_PHASE_FROM,

@@ -49,14 +49,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..network.connection import KafkaError, KafkaTimeout, TransactionStateError
+from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .accumulator import RecordAccumulator
-from .connection import KafkaError, KafkaTimeout, TransactionStateError
 from .idempotence import IdempotenceManager
 from .partitioner import partition_for_key
 from .producer_batch import Headers, ProducerBatch, RecordFuture, RecordMetadata, as_bytes
 from .producer_config import ProducerConfig, parse_producer_config
 from .sender import Sender
-from .topic_partition import OffsetAndMetadata, TopicPartition
 from .transactions import GroupMetadata, PreparedTxnState, TransactionManager, TxnState
 
 __all__ = ["AIOProducer", "Producer", "RecordFuture", "RecordMetadata"]

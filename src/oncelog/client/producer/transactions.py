@@ -73,14 +73,14 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .connection import (
+from ..network.connection import (
     KafkaError,
     ProducerFatalError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionStateError,
 )
-from .topic_partition import TopicPartition
+from ..topic_partition import TopicPartition
 
 TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
 TWO_PHASE_FROM = 6  # InitProducerId's first version with two-phase commit (KIP-939)

@@ -66,9 +66,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .connection import KafkaError
+from ..network.connection import KafkaError
+from ..topic_partition import TopicPartition
 from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
-from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import records
+from ...protocol import records
 
 compiled: Any = None
 if records.compiled is not None:  # off too with ONCELOG_PURE_PYTHON=1

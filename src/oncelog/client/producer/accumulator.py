@@ -34,10 +34,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+from ..topic_partition import TopicPartition
 from . import fast_append
 from .producer_batch import Headers, ProducerBatch, RecordFuture, encode_headers
 from .producer_config import ProducerConfig
-from .topic_partition import TopicPartition
 
 # Estimated bytes a record adds beyond key, value and headers: length, attributes, deltas.
 _RECORD_OVERHEAD = 12

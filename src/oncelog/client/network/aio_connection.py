@@ -25,9 +25,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import API_VERSIONS_KEY
-from ..protocol.messages import decode_response, encode_request
-from ..protocol.schema import build, request_module
+from ...protocol.api_versions import API_VERSIONS_KEY
+from ...protocol.messages import decode_response, encode_request
+from ...protocol.schema import build, request_module
 from .connection import KafkaError, KafkaTimeout, choose_versions
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.records import CODECS
+from ...protocol.records import CODECS
 
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5  # what the broker's per-producer batch cache covers
 # Deterministic batches are cut by record count alone; 500 keeps 1 KiB records well inside

@@ -17,10 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import api_versions as apis
-from ..protocol.api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
-from ..protocol.messages import decode_response, encode_request
-from ..protocol.schema import build, request_module
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
+from ...protocol.messages import decode_response, encode_request
+from ...protocol.schema import build, request_module
 
 _SIZE = struct.Struct(">i")
 _REUSE_ABOVE = 256 << 10  # smaller answers get a buffer of their own

@@ -16,18 +16,18 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import api_versions as apis
-from ..protocol import produce_request, produce_response
-from ..protocol.schema import build
+from ...protocol import api_versions as apis
+from ...protocol import produce_request, produce_response
+from ...protocol.schema import build
+from ..metrics import StatsTimer
+from ..network.aio_connection import AsyncBrokerConnection
+from ..network.connection import KafkaError, ProducerFatalError, parse_bootstrap
+from ..topic_partition import TopicPartition
 from .accumulator import RecordAccumulator
-from .aio_connection import AsyncBrokerConnection
-from .connection import KafkaError, ProducerFatalError, parse_bootstrap
 from .delivery import Delivery
 from .idempotence import IdempotenceManager
-from .metrics import StatsTimer
 from .producer_batch import ProducerBatch
 from .producer_config import ProducerConfig
-from .topic_partition import TopicPartition
 from .transactions import TransactionManager
 from .txn_requests import TransactionalRequests
 

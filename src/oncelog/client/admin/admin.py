@@ -13,15 +13,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import api_versions as apis
-from ..protocol.consumer_protocol import assigned_partitions
-from ..protocol.schema import build
-from . import admin_configs, calls
+from ...protocol import api_versions as apis
+from ...protocol.consumer_protocol import assigned_partitions
+from ...protocol.schema import build
+from ..consumer.group_membership import SIMPLE_COMMIT
+from ..network import calls
+from ..network.connection import BrokerConnection, KafkaError, connect, parse_bootstrap
+from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
+from ..topic_partition import OffsetAndMetadata, TopicPartition
+from . import admin_configs
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
-from .connection import BrokerConnection, KafkaError, connect, parse_bootstrap
-from .group_membership import SIMPLE_COMMIT
-from .topic_partition import OffsetAndMetadata, TopicPartition
-from .transactions import TWO_PHASE_FROM, Action, Api, judge
 
 RESOURCE_TOPIC = 2
 # Required in InitProducerId; two-phase commit transactions have none (the broker ignores it).

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import CONSUMER_GROUP_HEARTBEAT
-from . import calls
-from .connection import KafkaError
+from ...protocol.api_versions import CONSUMER_GROUP_HEARTBEAT
+from ..network import calls
+from ..network.connection import KafkaError
 from .consumer_group_membership import (
     ConsumerHeartbeat,
     ConsumerMembership,

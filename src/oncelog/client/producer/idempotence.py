@@ -145,10 +145,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.sequences import HALF, SEQUENCE_SPACE, advance, is_ahead, sequence_distance
-from .connection import KafkaError, OutcomeUnknown
+from ...protocol.sequences import HALF, SEQUENCE_SPACE, advance, is_ahead, sequence_distance
+from ..network.connection import KafkaError, OutcomeUnknown
+from ..topic_partition import TopicPartition
 from .producer_batch import ProducerBatch
-from .topic_partition import TopicPartition
 
 MAX_EPOCH = 32767
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.schema import build
+from ...protocol.schema import build
 
 # Kafka's ConfigResource.Type ids, by the names kafka-configs.sh uses (and the singular).
 RESOURCE_TYPES = {"topic": 2, "topics": 2, "broker": 4, "brokers": 4}

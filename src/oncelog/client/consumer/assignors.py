@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from .topic_partition import TopicPartition
+from ..topic_partition import TopicPartition
 
 EAGER, COOPERATIVE = "eager", "cooperative"
 

@@ -21,17 +21,17 @@ from typing import Any
 
 import crc32c
 
-from ..protocol import records
-from ..protocol.record_batch import (
+from ...protocol import records
+from ...protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_SIZE,
     HEADER_STRUCT,
     TRANSACTIONAL_BIT,
 )
-from ..protocol.records import NONE, compress, decode_batch
-from ..protocol.sequences import record_sequence
-from .connection import KafkaTimeout
+from ...protocol.records import NONE, compress, decode_batch
+from ...protocol.sequences import record_sequence
+from ..network.connection import KafkaTimeout
 from .fast_append import FutureBase
 
 _IDENTITY = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43

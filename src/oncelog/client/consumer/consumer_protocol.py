@@ -16,8 +16,8 @@ from kio.schema.consumer_protocol_assignment.v3.data import TopicPartition as As
 from kio.schema.consumer_protocol_subscription.v3.data import TopicPartition as OwnedTopic
 from kio.static.primitive import i32
 
-from ..protocol import consumer_protocol as wire
-from .topic_partition import TopicPartition
+from ...protocol import consumer_protocol as wire
+from ..topic_partition import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 VERSION = 3  # what we write: Java's and librdkafka's current version

@@ -137,7 +137,7 @@ static PyMemberDef future_members[] = {
 
 static PyTypeObject FutureBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "oncelog.client._append.FutureBase",
+    .tp_name = "oncelog.client.producer._append.FutureBase",
     .tp_doc = PyDoc_STR("FutureBase(batch, index): RecordFuture's fields."),
     .tp_basicsize = sizeof(FutureBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
@@ -678,7 +678,7 @@ static PyMemberDef open_members[] = {
 
 static PyTypeObject OpenBatchesType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "oncelog.client._append.OpenBatches",
+    .tp_name = "oncelog.client.producer._append.OpenBatches",
     .tp_doc = PyDoc_STR("OpenBatches(partition_counts, sticky, future_type, batch_size,\n"
                         "batch_records, buffer_memory, record_limit, partitioner): each\n"
                         "partition's open batch, the buffered bytes, and produce()'s fast path."),
@@ -700,7 +700,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "oncelog.client._append",
+    PyModuleDef_HEAD_INIT, "oncelog.client.producer._append",
     "produce()'s compiled fast path (optional; see _append.c).", -1, methods,
 };
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
-from . import calls
+from ...protocol.api_versions import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
+from ..network import calls
+from ..network.connection import KafkaError
 from .assignors import parse_strategy
-from .connection import KafkaError
 from .group_io import GroupIO, GroupListener, as_kafka_error
 from .group_membership import (
     AssignmentChange,
