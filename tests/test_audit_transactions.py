@@ -21,7 +21,7 @@ from oncelog.audit.transactions import (
     transactions_of,
 )
 from oncelog.client.network.connection import BrokerConnection
-from oncelog.coordinator.transaction_coordinator import COORDINATOR_EPOCH
+from oncelog.coordinator.transaction.transaction_coordinator import COORDINATOR_EPOCH
 from oncelog.protocol.control import Marker
 from oncelog.protocol.record_batch import CONTROL_BIT, TRANSACTIONAL_BIT
 

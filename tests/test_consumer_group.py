@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from oncelog.coordinator import consumer_group as cg
-from oncelog.coordinator import consumer_records as cr
-from oncelog.coordinator.consumer_coordinator import ConsumerGroupCoordinator
-from oncelog.coordinator.consumer_group import ConsumerGroupConfig, HeartbeatRequest, Refusal
+from oncelog.coordinator.group import consumer_group as cg
+from oncelog.coordinator.group import consumer_records as cr
+from oncelog.coordinator.group.consumer_coordinator import ConsumerGroupCoordinator
+from oncelog.coordinator.group.consumer_group import ConsumerGroupConfig, HeartbeatRequest, Refusal
 
 E = ErrorCode
 T1, T2, T3 = (uuid.UUID(int=i) for i in (1, 2, 3))

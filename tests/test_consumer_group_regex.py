@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from oncelog.coordinator.consumer_group import (
+from oncelog.coordinator.group.consumer_group import (
     ConsumerGroup,
     Refusal,
     compile_regex,

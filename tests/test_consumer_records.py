@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from oncelog.coordinator import consumer_records as cr
-from oncelog.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest
-from oncelog.coordinator.group_coordinator import (
+from oncelog.coordinator.group import consumer_records as cr
+from oncelog.coordinator.group.consumer_group import ConsumerGroup, HeartbeatRequest
+from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,

@@ -13,9 +13,9 @@ import pytest
 from brokers import BrokerProcess, create_topic
 from test_txn_storage import Issued, accept
 
+from oncelog.broker.apis.produce import _log_start_offset
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
-from oncelog.broker.produce import _log_start_offset
 from oncelog.client.network import calls
 from oncelog.client.network.connection import connect
 from oncelog.log.log import LogConfig

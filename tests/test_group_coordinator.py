@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.coordinator import group_records as rec
-from oncelog.coordinator.classic_group import GroupState
-from oncelog.coordinator.group_coordinator import (
+from oncelog.coordinator.group import group_records as rec
+from oncelog.coordinator.group.classic_group import GroupState
+from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,
@@ -403,7 +403,7 @@ def test_two_classic_joins_converting_an_empty_consumer_group_meet_in_one_group(
     """The consumer group is dropped and the classic group put in its place before the
     drop's write is awaited: a second JoinGroup meanwhile joins that classic group (before,
     it made its own, which the first join then replaced, losing the second member)."""
-    from oncelog.coordinator.consumer_group import ConsumerGroup
+    from oncelog.coordinator.group.consumer_group import ConsumerGroup
 
     class HeldLog(MemoryOffsetsLog):
         held: list = []

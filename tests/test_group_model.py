@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.coordinator.group_coordinator import (
+from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,

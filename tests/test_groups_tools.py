@@ -302,8 +302,8 @@ def test_lag_series_beyond_the_limit_keep_the_largest(tmp_path, monkeypatch):
     from oncelog.broker import metrics
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.server import Broker
-    from oncelog.coordinator.classic_group import ClassicGroup
-    from oncelog.coordinator.group_records import OffsetValue
+    from oncelog.coordinator.group.classic_group import ClassicGroup
+    from oncelog.coordinator.group.group_records import OffsetValue
     from oncelog.protocol.records import encode_batch
 
     broker = Broker(BrokerConfig({"log.dirs": str(tmp_path)}))

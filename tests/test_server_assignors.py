@@ -9,7 +9,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.coordinator.assignors import MemberSpec, range_, uniform
+from oncelog.coordinator.group.assignors import MemberSpec, range_, uniform
 
 TOPICS = [uuid.UUID(int=i + 1) for i in range(4)]
 

@@ -10,7 +10,7 @@ import logging
 from kio.schema.errors import ErrorCode as E
 from test_transaction_coordinator import coordinator, run
 
-from oncelog.coordinator.txn_records import TxnState as S
+from oncelog.coordinator.transaction.txn_records import TxnState as S
 
 
 def test_a_prepared_transaction_is_never_aborted_by_a_timeout_but_logged(caplog):
@@ -21,7 +21,8 @@ def test_a_prepared_transaction_is_never_aborted_by_a_timeout_but_logged(caplog)
         error, pid, epoch, *_ = await c.init("spark-task", 60000, -1, -1, two_phase=True)
         assert error is E.none
         await c.add_partitions("spark-task", pid, epoch, [("t", 0)])
-        with caplog.at_level(logging.WARNING, "oncelog.coordinator.transaction_coordinator"):
+        with caplog.at_level(logging.WARNING,
+                              "oncelog.coordinator.transaction.transaction_coordinator"):
             clock[0] += 30_000
             assert c.abort_timed_out() == 0
             assert caplog.records == []  # younger than transaction.max.timeout.ms

@@ -11,10 +11,13 @@ import time
 
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.coordinator import txn_records as tr
-from oncelog.coordinator.group_coordinator import WriteFailed
-from oncelog.coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
-from oncelog.coordinator.txn_records import TxnState as S
+from oncelog.coordinator.group.group_coordinator import WriteFailed
+from oncelog.coordinator.transaction import txn_records as tr
+from oncelog.coordinator.transaction.transaction_coordinator import (
+    TransactionCoordinator,
+    TxnConfig,
+)
+from oncelog.coordinator.transaction.txn_records import TxnState as S
 
 TOPICS = {("t", 0), ("t", 1), ("u", 0)}
 NOW = 1_000_000

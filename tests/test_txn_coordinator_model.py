@@ -31,9 +31,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kio.schema.errors import ErrorCode as E
 from test_txn_coordinator_defects import HeldLog
 
-from oncelog.coordinator import txn_records as tr
-from oncelog.coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
-from oncelog.coordinator.txn_records import TxnState as S
+from oncelog.coordinator.transaction import txn_records as tr
+from oncelog.coordinator.transaction.transaction_coordinator import (
+    TransactionCoordinator,
+    TxnConfig,
+)
+from oncelog.coordinator.transaction.txn_records import TxnState as S
 
 ID = "tx"
 TIMEOUT_MS = 60_000

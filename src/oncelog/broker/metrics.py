@@ -24,7 +24,7 @@ import heapq
 import logging
 from collections import Counter
 
-from ..coordinator.txn_records import TxnState
+from ..coordinator.transaction.txn_records import TxnState
 from .log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)

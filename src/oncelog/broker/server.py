@@ -32,75 +32,19 @@ from ..protocol.messages import (
     encode_response,
 )
 from . import dynamic_config, metrics
-from .admin import handle_create_topics, handle_delete_topics
 from .announce import metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer
-from .api_meta import handle_api_versions, handle_metadata, unsupported_api_versions_body
-from .cluster_views import (
-    handle_alter_replica_log_dirs,
-    handle_describe_cluster,
-    handle_describe_log_dirs,
-    handle_describe_quorum,
-    handle_describe_topic_partitions,
-    handle_list_config_resources,
-)
+from .apis.api_meta import unsupported_api_versions_body
+from .apis.groups import make_coordinator
+from .apis.produce import TxnVerifier
+from .apis.registry import HANDLERS
+from .apis.transactions import make_transaction_coordinator
 from .config import BrokerConfig
-from .configs_admin import (
-    handle_alter_configs,
-    handle_describe_configs,
-    handle_incremental_alter_configs,
-)
-from .consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from .counters import Counters
-from .fetch import handle_fetch, handle_list_offsets, handle_offset_for_leader_epoch
-from .groups import (
-    handle_delete_groups,
-    handle_describe_groups,
-    handle_find_coordinator,
-    handle_heartbeat,
-    handle_join_group,
-    handle_leave_group,
-    handle_list_groups,
-    handle_offset_commit,
-    handle_offset_delete,
-    handle_offset_fetch,
-    handle_sync_group,
-    make_coordinator,
-)
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
-from .partition_admin import (
-    handle_alter_partition_reassignments,
-    handle_create_partitions,
-    handle_delete_records,
-    handle_elect_leaders,
-    handle_list_partition_reassignments,
-)
-from .produce import TxnVerifier, handle_produce
-from .producer_ids import handle_describe_producers, handle_init_producer_id
 from .request_budget import RequestBudget
 from .topics import TopicManager
-from .transactions import (
-    handle_add_offsets_to_txn,
-    handle_add_partitions_to_txn,
-    handle_describe_transactions,
-    handle_end_txn,
-    handle_list_transactions,
-    handle_txn_offset_commit,
-    make_transaction_coordinator,
-)
-from .txn_markers import handle_write_txn_markers
-from .unsecured import (
-    handle_create_acls,
-    handle_create_delegation_token,
-    handle_delete_acls,
-    handle_describe_acls,
-    handle_describe_delegation_token,
-    handle_expire_delegation_token,
-    handle_renew_delegation_token,
-    handle_sasl_authenticate,
-    handle_sasl_handshake,
-)
 
 log = logging.getLogger(__name__)
 # Connections closed for what their client sent: one client reconnecting in a loop must not
@@ -123,65 +67,6 @@ _WRITE_LOW = 16 * 1024
 # stops handling requests until the oldest is written.
 _BEHIND_MOST = 64
 
-HANDLERS: dict[int, Callable[[Any, Any], Any]] = {
-    # the cluster and storage views
-    apis.DESCRIBE_CLUSTER: handle_describe_cluster,
-    apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
-    apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
-    apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
-    apis.DESCRIBE_QUORUM: handle_describe_quorum,
-    apis.LIST_CONFIG_RESOURCES: handle_list_config_resources,
-    apis.SASL_HANDSHAKE: handle_sasl_handshake,
-    apis.SASL_AUTHENTICATE: handle_sasl_authenticate,
-    apis.DESCRIBE_ACLS: handle_describe_acls,
-    apis.CREATE_ACLS: handle_create_acls,
-    apis.DELETE_ACLS: handle_delete_acls,
-    apis.CREATE_DELEGATION_TOKEN: handle_create_delegation_token,
-    apis.RENEW_DELEGATION_TOKEN: handle_renew_delegation_token,
-    apis.EXPIRE_DELEGATION_TOKEN: handle_expire_delegation_token,
-    apis.DESCRIBE_DELEGATION_TOKEN: handle_describe_delegation_token,
-    apis.PRODUCE: handle_produce,
-    apis.FETCH: handle_fetch,
-    apis.LIST_OFFSETS: handle_list_offsets,
-    apis.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
-    apis.METADATA: handle_metadata,
-    apis.FIND_COORDINATOR: handle_find_coordinator,
-    apis.API_VERSIONS_KEY: handle_api_versions,
-    apis.CREATE_TOPICS: handle_create_topics,
-    apis.DELETE_TOPICS: handle_delete_topics,
-    apis.DESCRIBE_CONFIGS: handle_describe_configs,
-    apis.INIT_PRODUCER_ID: handle_init_producer_id,
-    apis.DESCRIBE_PRODUCERS: handle_describe_producers,
-    apis.OFFSET_COMMIT: handle_offset_commit,
-    apis.OFFSET_FETCH: handle_offset_fetch,
-    apis.JOIN_GROUP: handle_join_group,
-    apis.HEARTBEAT: handle_heartbeat,
-    apis.LEAVE_GROUP: handle_leave_group,
-    apis.SYNC_GROUP: handle_sync_group,
-    apis.DESCRIBE_GROUPS: handle_describe_groups,
-    apis.LIST_GROUPS: handle_list_groups,
-    apis.DELETE_GROUPS: handle_delete_groups,
-    apis.OFFSET_DELETE: handle_offset_delete,
-    apis.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
-    apis.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
-    apis.END_TXN: handle_end_txn,
-    apis.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
-    apis.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
-    apis.LIST_TRANSACTIONS: handle_list_transactions,
-    apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
-    apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
-    apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
-    # configuration after creation
-    apis.ALTER_CONFIGS: handle_alter_configs,
-    apis.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
-    # Partition admin.
-    apis.DELETE_RECORDS: handle_delete_records,
-    apis.CREATE_PARTITIONS: handle_create_partitions,
-    apis.ELECT_LEADERS: handle_elect_leaders,
-    apis.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
-    apis.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
-}
-assert set(HANDLERS) == set(apis.SUPPORTED_VERSIONS), "every advertised API needs a handler"
 
 
 class Broker:

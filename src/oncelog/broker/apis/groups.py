@@ -16,23 +16,24 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.group_coordinator import (
+from ...coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,
     WriteFailed,
 )
-from ..protocol import api_versions as apis
-from ..protocol.control import read_marker
-from ..protocol.messages import Request
-from ..protocol.record_batch import InvalidBatch, crc_of, scan_batches
-from ..protocol.records import decode_record_fields, encode_batch, now_ms
-from ..protocol.schema import build, has_field, response_module
-from . import acl_operations, group_configs
+from ...protocol import api_versions as apis
+from ...protocol.control import read_marker
+from ...protocol.messages import Request
+from ...protocol.record_batch import InvalidBatch, crc_of, scan_batches
+from ...protocol.records import decode_record_fields, encode_batch, now_ms
+from ...protocol.schema import build, has_field, response_module
+from .. import group_configs
+from ..config import BrokerConfig
+from ..topics import OFFSETS_TOPIC, TopicError, TopicManager
+from . import acl_operations
 from .api_meta import NO_THROTTLE
-from .config import BrokerConfig
 from .consumer_groups import TopicImage, consumer_group_config
-from .topics import OFFSETS_TOPIC, TopicError, TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -441,3 +442,19 @@ async def handle_delete_groups(broker, request: Request):
         error = await broker.groups.delete_group(group_id)
         results.append(build(mod.DeletableGroupResult, group_id=group_id, error_code=error))
     return build(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.FIND_COORDINATOR: handle_find_coordinator,
+    apis.OFFSET_COMMIT: handle_offset_commit,
+    apis.OFFSET_FETCH: handle_offset_fetch,
+    apis.JOIN_GROUP: handle_join_group,
+    apis.HEARTBEAT: handle_heartbeat,
+    apis.LEAVE_GROUP: handle_leave_group,
+    apis.SYNC_GROUP: handle_sync_group,
+    apis.DESCRIBE_GROUPS: handle_describe_groups,
+    apis.LIST_GROUPS: handle_list_groups,
+    apis.DELETE_GROUPS: handle_delete_groups,
+    apis.OFFSET_DELETE: handle_offset_delete,
+}

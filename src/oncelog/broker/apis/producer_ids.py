@@ -6,12 +6,13 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.producer_id_manager import ProducerIdsExhausted
-from ..protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...coordinator.producer_id_manager import ProducerIdsExhausted
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..log_limits import log_safe
 from .api_meta import NO_THROTTLE
-from .log_limits import log_safe
 from .transactions import init_transactional_producer
 
 log = logging.getLogger(__name__)
@@ -75,3 +76,10 @@ def handle_describe_producers(broker, request: Request):
                                     active_producers=producers))
         topics.append(build(mod.TopicResponse, name=topic_req.name, partitions=tuple(partitions)))
     return build(mod.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.INIT_PRODUCER_ID: handle_init_producer_id,
+    apis.DESCRIBE_PRODUCERS: handle_describe_producers,
+}

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.consumer_protocol import subscription_topics
+from ...protocol.consumer_protocol import subscription_topics
 from .group_records import GroupValue, MemberValue, OffsetValue
 
 

@@ -16,8 +16,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from ..protocol.varint import read_uvarint, write_uvarint
-from .group_records import BadRecord, _Reader, _Writer
+from ...protocol.varint import read_uvarint, write_uvarint
+from ..group.group_records import BadRecord, _Reader, _Writer
 
 KEY_VERSION = 0
 

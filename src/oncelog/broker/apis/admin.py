@@ -7,14 +7,15 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..config import render
+from ..log_limits import log_safe
+from ..topics import TopicError
 from .api_meta import NO_THROTTLE
-from .config import render
 from .configs_admin import topic_config_source
-from .log_limits import log_safe
-from .topics import TopicError
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +127,10 @@ def handle_delete_topics(broker, request: Request):
         results.append(build(mod.DeletableTopicResult, name=name, topic_id=topic_id,
                              error_code=error, error_message=message))
     return build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.CREATE_TOPICS: handle_create_topics,
+    apis.DELETE_TOPICS: handle_delete_topics,
+}

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..producer_state.rules import MarkerIdentity
-from ..protocol.api_versions import WRITE_TXN_MARKERS
-from ..protocol.messages import Request
-from ..protocol.record_batch import InvalidBatch
-from ..protocol.schema import build, response_module
-from .topics import OFFSETS_TOPIC
+from ...producer_state.rules import MarkerIdentity
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import WRITE_TXN_MARKERS
+from ...protocol.messages import Request
+from ...protocol.record_batch import InvalidBatch
+from ...protocol.schema import build, response_module
+from ..topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +122,9 @@ async def handle_write_txn_markers(broker, request: Request):
         results.append(build(mod.WritableTxnMarkerResult, producer_id=marker.producer_id,
                              topics=tuple(topics)))
     return build(mod.WriteTxnMarkersResponse, markers=tuple(results))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.WRITE_TXN_MARKERS: handle_write_txn_markers,
+}

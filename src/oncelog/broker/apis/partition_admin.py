@@ -13,20 +13,21 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import (
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import (
     ALTER_PARTITION_REASSIGNMENTS,
     CREATE_PARTITIONS,
     DELETE_RECORDS,
     ELECT_LEADERS,
     LIST_PARTITION_REASSIGNMENTS,
 )
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..config import is_compacted
+from ..log_limits import log_safe
+from ..topics import INTERNAL_TOPICS, TopicError
 from .admin import _duplicates
 from .api_meta import NO_THROTTLE
-from .config import is_compacted
-from .log_limits import log_safe
-from .topics import INTERNAL_TOPICS, TopicError
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +187,13 @@ def handle_list_partition_reassignments(broker, request: Request):
     # Reassignments finish the moment they are asked for on one broker: none is ongoing.
     return build(mod.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
                  error_code=ErrorCode.none, error_message=None, topics=())
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.DELETE_RECORDS: handle_delete_records,
+    apis.CREATE_PARTITIONS: handle_create_partitions,
+    apis.ELECT_LEADERS: handle_elect_leaders,
+    apis.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    apis.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+}

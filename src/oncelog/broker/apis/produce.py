@@ -27,14 +27,15 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol import produce_response
-from ..protocol.messages import Request
-from ..protocol.produce_response import NodeEndpoint, PartitionResult
-from ..protocol.record_batch import InvalidBatch
-from ..protocol.validation import InflateOffLoop, Inflation
-from .answers import CLOSE_CONNECTION, LaterAnswer
-from .log_limits import log_safe
-from .topics import INTERNAL_TOPICS
+from ...protocol import api_versions as apis
+from ...protocol import produce_response
+from ...protocol.messages import Request
+from ...protocol.produce_response import NodeEndpoint, PartitionResult
+from ...protocol.record_batch import InvalidBatch
+from ...protocol.validation import InflateOffLoop, Inflation
+from ..answers import CLOSE_CONNECTION, LaterAnswer
+from ..log_limits import log_safe
+from ..topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -261,3 +262,9 @@ def _log_start_offset(partition) -> int:
         return partition.log.log_start_offset
     except OSError:  # EMFILE too: the error being answered must still be answered
         return -1
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.PRODUCE: handle_produce,
+}

@@ -13,16 +13,16 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.group_coordinator import OffsetCommitPartition
-from ..coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
-from ..protocol import api_versions as apis
-from ..protocol.client_regex import InvalidClientRegex
-from ..protocol.messages import Request
-from ..protocol.schema import build, has_field, response_module
+from ...coordinator.group.group_coordinator import OffsetCommitPartition
+from ...coordinator.transaction.transaction_coordinator import TransactionCoordinator, TxnConfig
+from ...protocol import api_versions as apis
+from ...protocol.client_regex import InvalidClientRegex
+from ...protocol.messages import Request
+from ...protocol.schema import build, has_field, response_module
+from ..config import BrokerConfig
+from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
 from .api_meta import NO_THROTTLE
-from .config import BrokerConfig
 from .groups import InternalTopicLog, _ms
-from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
 from .txn_markers import write_markers as append_markers
 
 log = logging.getLogger(__name__)
@@ -225,3 +225,14 @@ def handle_list_transactions(broker, request: Request):
                      build(mod.TransactionState, transactional_id=t.transactional_id,
                            producer_id=t.producer_id, transaction_state=t.state)
                      for t in txns))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    apis.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    apis.END_TXN: handle_end_txn,
+    apis.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    apis.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    apis.LIST_TRANSACTIONS: handle_list_transactions,
+}

@@ -20,12 +20,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
-from . import dynamic_config, group_configs
-from .api_meta import NO_THROTTLE
-from .config import (
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from .. import dynamic_config, group_configs
+from ..config import (
     BROKER_CONFIGS,
     BROKER_FALLBACK_KEYS,
     DEFAULT_CONFIG,
@@ -35,9 +35,10 @@ from .config import (
     TOPIC_TO_BROKER_KEY,
     render,
 )
-from .dynamic_config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, AlterError
-from .log_limits import log_safe
-from .topics import TopicError
+from ..dynamic_config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, AlterError
+from ..log_limits import log_safe
+from ..topics import TopicError
+from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
 
@@ -277,3 +278,11 @@ def _alter_broker(broker, res, validate_only: bool, new_texts) -> bool:
     texts = new_texts(res, current, broker.config.get)
     return dynamic_config.alter_broker(broker.store, broker.config, res.resource_name, texts,
                                        version, validate_only)
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.DESCRIBE_CONFIGS: handle_describe_configs,
+    apis.ALTER_CONFIGS: handle_alter_configs,
+    apis.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+}

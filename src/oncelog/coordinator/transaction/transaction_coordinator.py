@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.client_regex import compile_client_regex
+from ...protocol.client_regex import compile_client_regex
+from ..group.group_coordinator import OffsetsLog, WriteFailed, partition_for
+from ..group.group_records import MAX_STRING_BYTES, BadRecord
 from . import txn_records as tr
 from . import txn_rules as rules
-from .group_coordinator import OffsetsLog, WriteFailed, partition_for
-from .group_records import MAX_STRING_BYTES, BadRecord
 from .txn_records import TxnState
 from .txn_rules import NEW_ID, Decision, Entry
 

@@ -14,7 +14,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import (
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import (
     ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_CLUSTER,
     DESCRIBE_LOG_DIRS,
@@ -22,13 +23,13 @@ from ..protocol.api_versions import (
     DESCRIBE_TOPIC_PARTITIONS,
     LIST_CONFIG_RESOURCES,
 )
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..log_dirs import directory_bytes, volume_bytes
+from ..log_limits import log_safe
+from ..topics import INTERNAL_TOPICS
 from . import acl_operations
 from .api_meta import NO_THROTTLE, partition_fields
-from .log_dirs import directory_bytes, volume_bytes
-from .log_limits import log_safe
-from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -278,3 +279,14 @@ def handle_list_config_resources(broker, request: Request):
                  error_code=ErrorCode.none, config_resources=tuple(
                      build(mod.ConfigResource, resource_name=name, resource_type=kind)
                      for name, kind in found))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.DESCRIBE_CLUSTER: handle_describe_cluster,
+    apis.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
+    apis.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    apis.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
+    apis.DESCRIBE_QUORUM: handle_describe_quorum,
+    apis.LIST_CONFIG_RESOURCES: handle_list_config_resources,
+}

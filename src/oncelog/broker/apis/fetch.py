@@ -37,11 +37,12 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
-from ..protocol.messages import Request
-from ..protocol.record_batch import scan_batches
-from ..protocol.records import decode_batch
-from ..protocol.schema import build, response_module
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from ...protocol.messages import Request
+from ...protocol.record_batch import scan_batches
+from ...protocol.records import decode_batch
+from ...protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -293,3 +294,11 @@ def epoch_problem(current: int) -> ErrorCode | None:
         return None
     return ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH \
         else ErrorCode.unknown_leader_epoch
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.FETCH: handle_fetch,
+    apis.LIST_OFFSETS: handle_list_offsets,
+    apis.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+}

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.client_regex import InvalidClientRegex, compile_client_regex
+from ...protocol.client_regex import InvalidClientRegex, compile_client_regex
 from . import consumer_records as cr
 from .assignors import ASSIGNORS, MemberSpec
 from .consumer_records import Assignment, Key, Record

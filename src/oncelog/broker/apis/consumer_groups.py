@@ -15,15 +15,15 @@ from collections.abc import Iterator, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator.consumer_group import ConsumerGroupConfig, HeartbeatRequest
-from ..coordinator.consumer_records import Assignment
-from ..protocol import api_versions as apis
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...coordinator.group.consumer_group import ConsumerGroupConfig, HeartbeatRequest
+from ...coordinator.group.consumer_records import Assignment
+from ...protocol import api_versions as apis
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..config import BrokerConfig
+from ..topics import TopicManager
 from . import acl_operations
 from .api_meta import NO_THROTTLE
-from .config import BrokerConfig
-from .topics import TopicManager
 
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member_type of a consumer-protocol member
 
@@ -147,3 +147,10 @@ def handle_consumer_group_describe(broker, request: Request):
                 acl_operations.GROUP)))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    apis.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
+}

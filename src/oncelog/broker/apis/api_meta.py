@@ -8,16 +8,13 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import (
-    ADVERTISED_VERSIONS,
-    API_VERSIONS_KEY,
-    METADATA,
-)
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import ADVERTISED_VERSIONS, API_VERSIONS_KEY, METADATA
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
+from ..log_limits import RateLimitedLog, log_safe
+from ..topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 from . import acl_operations
-from .log_limits import RateLimitedLog, log_safe
-from .topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 
 log = logging.getLogger(__name__)
 _invalid_names = RateLimitedLog(log)  # librdkafka's suite asks for them thousands of times
@@ -124,3 +121,10 @@ def partition_fields(broker, partition) -> dict:
     return {"error_code": ErrorCode.none, "partition_index": partition.index,
             "leader_id": broker.broker_id, "leader_epoch": 0, "replica_nodes": node,
             "isr_nodes": node, "offline_replicas": node if partition.log_dir.offline else ()}
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.METADATA: handle_metadata,
+    apis.API_VERSIONS_KEY: handle_api_versions,
+}

@@ -16,7 +16,8 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.api_versions import (
+from ...protocol import api_versions as apis
+from ...protocol.api_versions import (
     CREATE_ACLS,
     CREATE_DELEGATION_TOKEN,
     DELETE_ACLS,
@@ -27,8 +28,8 @@ from ..protocol.api_versions import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
 )
-from ..protocol.messages import Request
-from ..protocol.schema import build, response_module
+from ...protocol.messages import Request
+from ...protocol.schema import build, response_module
 from .api_meta import NO_THROTTLE
 
 NO_AUTHORIZER = "No Authorizer is configured."
@@ -100,3 +101,17 @@ def handle_describe_delegation_token(broker, request: Request):
     mod = response_module(DESCRIBE_DELEGATION_TOKEN, request.api_version)
     return build(mod.DescribeDelegationTokenResponse, error_code=NOT_ALLOWED, tokens=(),
                  throttle_time=NO_THROTTLE)
+
+
+# The requests this module answers (gathered in registry.py).
+HANDLERS = {
+    apis.SASL_HANDSHAKE: handle_sasl_handshake,
+    apis.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    apis.DESCRIBE_ACLS: handle_describe_acls,
+    apis.CREATE_ACLS: handle_create_acls,
+    apis.DELETE_ACLS: handle_delete_acls,
+    apis.CREATE_DELEGATION_TOKEN: handle_create_delegation_token,
+    apis.RENEW_DELEGATION_TOKEN: handle_renew_delegation_token,
+    apis.EXPIRE_DELEGATION_TOKEN: handle_expire_delegation_token,
+    apis.DESCRIBE_DELEGATION_TOKEN: handle_describe_delegation_token,
+}
