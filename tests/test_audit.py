@@ -26,7 +26,7 @@ from oncelog.audit import (
     format_report,
     record_fields,
 )
-from oncelog.cli import main
+from oncelog.cli.main import main
 from oncelog.client.admin.admin import Admin
 from oncelog.client.network import calls
 from oncelog.client.network.connection import BrokerConnection, connect

@@ -19,7 +19,7 @@ from oncelog.broker.dynamic_config import (
     AlterError,
     incremental,
 )
-from oncelog.cli_configs import parse_add_config
+from oncelog.cli.configs import parse_add_config
 from oncelog.producer_state.manager import ProducerStateManager, StateLimits
 from oncelog.producer_state.rules import Append, BatchIdentity
 from oncelog.protocol import records

@@ -15,7 +15,7 @@ from record_sets import control_batch, craft_batch, data_batch
 
 import oncelog
 from oncelog import Consumer, TopicPartition
-from oncelog.cli import main
+from oncelog.cli.main import main
 
 TIMEOUT = 30.0
 TP = TopicPartition("gaps", 0)

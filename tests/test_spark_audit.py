@@ -13,7 +13,7 @@ from test_audit_transactions import TIMEOUT as TXN_TIMEOUT
 from test_audit_transactions import torn_topic, transactions_by_confluent
 
 from oncelog.audit import audit_topic, format_report
-from oncelog.cli import main
+from oncelog.cli.main import main
 from oncelog.spark.audit import audit_topic_on_spark
 
 pytestmark = pytest.mark.xdist_group("spark")

@@ -21,8 +21,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .client.admin.admin import Admin, ProducerInfo, TransactionDescription
-from .client.network.connection import KafkaError
+from ..client.admin.admin import Admin, ProducerInfo, TransactionDescription
+from ..client.network.connection import KafkaError
+from .table import print_tabbed
 
 NONE = "None"
 # The states of a transaction, as Kafka spells them (ListTransactions' filter).
@@ -45,19 +46,6 @@ class Failed(Exception):
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    """Kafka's prettyPrintTable: each column as wide as its widest cell, cells separated by
-    a tab (trailing blanks dropped)."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    return ["\t".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-            .rstrip() for row in (headers, *rows)]
-
-
-def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    for line in table(headers, rows):
-        print(line)
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -103,7 +91,7 @@ def _list(args: argparse.Namespace) -> int:
             raise _failed("Failed to list transactions", exc) from None
     rows = [(t.transactional_id, str(node), str(t.producer_id), t.state)
             for node, listings in sorted(listed.items()) for t in listings]
-    _print_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows)
+    print_tabbed(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows)
     return 0
 
 
@@ -124,7 +112,7 @@ def _describe(args: argparse.Namespace) -> int:
     if isinstance(found, KafkaError):
         raise _failed(f"Failed to describe transaction state of transactional-id `{txn_id}`",
                       found)
-    _print_table(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+    print_tabbed(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
                   "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                   "TransactionDurationMs", "TopicPartitions"), [describe_row(found, _now_ms())])
     return 0
@@ -148,7 +136,7 @@ def _describe_producers(args: argparse.Namespace) -> int:
              str(p.last_timestamp),
              str(p.current_txn_start_offset) if p.current_txn_start_offset >= 0 else NONE)
             for p in sorted(producers, key=lambda p: p.producer_id)]
-    _print_table(("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+    print_tabbed(("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
                   "LastTimestamp", "CurrentTransactionStartOffset"), rows)
     return 0
 
@@ -281,7 +269,7 @@ def _find_hanging(args: argparse.Namespace) -> int:
              str(t.producer.coordinator_epoch), str(t.producer.current_txn_start_offset),
              str(t.producer.last_timestamp), str((now - t.producer.last_timestamp) // 60_000))
             for t in found]
-    _print_table(("Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+    print_tabbed(("Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
                   "StartOffset", "LastTimestamp", "Duration(min)"), rows)
     return 0
 
@@ -307,7 +295,7 @@ def _find_prepared(args: argparse.Namespace) -> int:
     rows = [describe_row(d, now) for d in described.values()
             if isinstance(d, TransactionDescription) and d.state == "Ongoing"
             and d.timeout_ms == TWO_PHASE_TIMEOUT_MS]
-    _print_table(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+    print_tabbed(("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
                   "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                   "TransactionDurationMs", "TopicPartitions"), rows)
     return 0

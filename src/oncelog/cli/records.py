@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
-from .client.admin.admin import Admin
-from .client.network.connection import KafkaError
+from ..client.admin.admin import Admin
+from ..client.network.connection import KafkaError
 
 
 def _admin(args: argparse.Namespace) -> Admin:

@@ -9,12 +9,12 @@ import sys
 import time
 import urllib.request
 
-from .client.admin.admin import Admin
-from .client.consumer.consumer import EARLIEST, LATEST, Consumer, TopicPartition
-from .client.network import calls
-from .client.network.connection import KafkaError
-from .client.producer.producer import Producer
-from .protocol.records import CODECS
+from ..client.admin.admin import Admin
+from ..client.consumer.consumer import EARLIEST, LATEST, Consumer, TopicPartition
+from ..client.network import calls
+from ..client.network.connection import KafkaError
+from ..client.producer.producer import Producer
+from ..protocol.records import CODECS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -234,7 +234,7 @@ def _forever(consumer: Consumer):
 def _audit(args: argparse.Namespace) -> int:
     import json
 
-    from .audit import AuditError, audit_topic, format_report
+    from ..audit import AuditError, audit_topic, format_report
 
     if args.examples < 0 or args.fetch_max_bytes < 1024:
         print("oncelog audit: --examples must be 0 or more and --fetch-max-bytes 1024 or more",
@@ -257,7 +257,7 @@ def _audit(args: argparse.Namespace) -> int:
     try:
         if args.spark:
             try:
-                from .spark.audit import audit_in_new_session
+                from ..spark.audit import audit_in_new_session
             except ImportError as exc:  # no pyspark, or one the Spark code cannot run on
                 print(f"oncelog audit --spark: {exc}", file=sys.stderr)
                 return 2
@@ -338,10 +338,10 @@ def _guarded(func):
 
 
 def add_tool_commands(sub) -> None:
-    from .cli_cluster import add_cluster_commands
-    from .cli_groups import add_group_commands
-    from .cli_records import add_records_commands, add_topics_alter
-    from .cli_transactions import add_transaction_commands
+    from .cluster import add_cluster_commands
+    from .groups import add_group_commands
+    from .records import add_records_commands, add_topics_alter
+    from .transactions import add_transaction_commands
 
     topics = sub.add_parser("topics", help="create, list, describe and delete topics",
                             description="Manage topics on any Kafka-compatible broker.")

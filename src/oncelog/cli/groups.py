@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .client.admin.admin import Admin, GroupInfo
-from .client.network import calls
-from .client.network.connection import KafkaError
+from ..client.admin.admin import Admin, GroupInfo
+from ..client.network import calls
+from ..client.network.connection import KafkaError
+from .table import aligned, column_width, print_aligned
 
 MISSING = "-"
 # The states of consumer groups, classic and KIP-848, as Kafka spells them (ListGroups'
@@ -50,24 +51,6 @@ def _describe_error(error: ErrorCode) -> str:
 def _err(*lines: str) -> None:
     for line in lines:
         print(line, file=sys.stderr)
-
-
-def _table(rows: list[tuple[str, ...]], widths: list[int]) -> list[str]:
-    """Kafka's printf layout: each column padded to its width and a space, the last not."""
-    return [" ".join(str(cell).ljust(width) for cell, width in zip(row[:-1], widths,
-                                                                     strict=False))
-            + " " + str(row[-1]) for row in rows]
-
-
-def _print_table(rows: list[tuple[str, ...]], widths: list[int]) -> None:
-    # Kafka starts every line with a newline and ends with one: a blank line, then the rows.
-    print()
-    for line in _table(rows, widths):
-        print(line.rstrip())
-
-
-def _width(minimum: int, values: Iterable[str]) -> int:
-    return max([minimum, *(len(v) for v in values)])
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -108,8 +91,8 @@ def _list(args: argparse.Namespace) -> int:
         for g in groups:
             print(g.group_id)
         return 0
-    width = _width(15, (g.group_id for g in groups)) + 10
-    for line in _table([("GROUP", "STATE"), *((g.group_id, g.state or "Unknown")
+    width = column_width(15, (g.group_id for g in groups)) + 10
+    for line in aligned([("GROUP", "STATE"), *((g.group_id, g.state or "Unknown")
                                              for g in groups)], [width]):
         print(line.rstrip())
     return 0
@@ -206,11 +189,12 @@ def _print_offsets(admin: Admin, info: GroupInfo) -> None:
     if not _state_allows_rows(info.group_id, info.state, len(rows)):
         return
     cells = [r.cells() for r in rows]
-    widths = [_width(15, (c[0] for c in cells)), _width(15, (c[1] for c in cells)), 10, 15, 15,
-              15, _width(15, (c[6] for c in cells)), _width(15, (c[7] for c in cells))]
+    widths = [column_width(15, (c[0] for c in cells)), column_width(15, (c[1] for c in cells)),
+              10, 15, 15, 15, column_width(15, (c[6] for c in cells)),
+              column_width(15, (c[7] for c in cells))]
     header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
               "CONSUMER-ID", "HOST", "CLIENT-ID")
-    _print_table([header, *cells], widths)
+    print_aligned([header, *cells], widths)
 
 
 def assignment_text(assignment: Iterable[tuple[str, int]]) -> str:
@@ -235,8 +219,8 @@ def _print_members(info: GroupInfo, verbose: bool) -> None:
              str(len(m.assignment)), *((assignment_text(m.assignment),) if verbose else ()))
             for m in info.members]
     minimums = [15, 15, *([17] if with_instance else []), 15, 15, 15]
-    widths = [_width(low, (r[i] for r in rows)) for i, low in enumerate(minimums)]
-    _print_table([header, *rows], widths)
+    widths = [column_width(low, (r[i] for r in rows)) for i, low in enumerate(minimums)]
+    print_aligned([header, *rows], widths)
 
 
 def _print_state(info: GroupInfo) -> None:
@@ -247,8 +231,8 @@ def _print_state(info: GroupInfo) -> None:
     row = (info.group_id, coordinator, info.protocol or MISSING, info.state,
            str(len(info.members)))
     header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-    widths = [_width(15, [info.group_id]), _width(25, [coordinator]), 20, 20]
-    _print_table([header, row], widths)
+    widths = [column_width(15, [info.group_id]), column_width(25, [coordinator]), 20, 20]
+    print_aligned([header, row], widths)
 
 
 # --- delete -----------------------------------------------------------------------------------
@@ -438,8 +422,8 @@ def _print_plan(plans: dict[str, dict[tuple[str, int], int]]) -> None:
             for (topic, partition), offset in sorted(plan.items())]
     if not rows:
         return
-    widths = [_width(15, (r[0] for r in rows)), _width(15, (r[1] for r in rows)), 10]
-    _print_table([("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), *rows], widths)
+    widths = [column_width(15, (r[0] for r in rows)), column_width(15, (r[1] for r in rows)), 10]
+    print_aligned([("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), *rows], widths)
 
 
 # --- wiring -----------------------------------------------------------------------------------

@@ -6,14 +6,14 @@ import argparse
 import logging
 import sys
 
-from .broker.config import ConfigError
+from ..broker.config import ConfigError
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from .broker.announce import listening_line
-    from .broker.config import BrokerConfig
-    from .broker.log_limits import install_log_bounds
-    from .broker.server import run_broker
+    from ..broker.announce import listening_line
+    from ..broker.config import BrokerConfig
+    from ..broker.log_limits import install_log_bounds
+    from ..broker.server import run_broker
 
     try:
         config = BrokerConfig.from_sources(args.config, args.set or [])
@@ -44,10 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one config key; may be repeated")
     broker.set_defaults(func=_broker)
 
-    from .chaos.cli import add_chaos_commands
-    from .cli_configs import add_config_commands
-    from .cli_spark import add_spark_commands
-    from .cli_tools import _with_bootstrap, add_tool_commands
+    from .chaos import add_chaos_commands
+    from .configs import add_config_commands
+    from .spark import add_spark_commands
+    from .tools import _with_bootstrap, add_tool_commands
 
     add_tool_commands(sub)
     add_config_commands(sub, _with_bootstrap)

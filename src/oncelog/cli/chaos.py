@@ -7,9 +7,9 @@ import asyncio
 import signal
 import sys
 
+from ..chaos.proxy import ChaosProxy
+from ..chaos.rules import API_NAMES, Action, Rule
 from ..client.network.connection import parse_bootstrap
-from .proxy import ChaosProxy
-from .rules import API_NAMES, Action, Rule
 
 
 def _proxy(args: argparse.Namespace) -> int:
@@ -46,9 +46,9 @@ def _proxy(args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
+    from ..chaos.diagram import render_html
+    from ..chaos.scenarios import SCENARIOS, run_scenario
     from ..client.network.connection import KafkaError
-    from .diagram import render_html
-    from .scenarios import SCENARIOS, run_scenario
 
     if args.list:
         for name, scenario in SCENARIOS.items():

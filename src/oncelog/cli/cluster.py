@@ -9,7 +9,7 @@ import sys
 
 from kio.schema.errors import ErrorCode
 
-from .client.admin.admin import Admin
+from ..client.admin.admin import Admin
 
 
 def _admin(args: argparse.Namespace) -> Admin:

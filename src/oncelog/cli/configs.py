@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .client.admin.admin import Admin
-from .client.admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
-from .client.network.connection import KafkaError
+from ..client.admin.admin import Admin
+from ..client.admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
+from ..client.network.connection import KafkaError
 
 
 def parse_add_config(text: str) -> dict[str, str]:

@@ -18,15 +18,15 @@ import argparse
 import collections
 import sys
 
-from .cli_transactions import table
-from .client.admin.admin import Admin
-from .client.network.connection import KafkaError
+from ..client.admin.admin import Admin
+from ..client.network.connection import KafkaError
+from .table import tabbed
 
 
 def _recover(args: argparse.Namespace) -> int:
     try:
-        from .spark import two_phase
-        from .spark.options import WriteOptions
+        from ..spark import two_phase
+        from ..spark.options import WriteOptions
     except ImportError as exc:
         print(f"oncelog spark recover: needs oncelog's Spark extra ({exc})", file=sys.stderr)
         return 1
@@ -37,7 +37,7 @@ def _recover(args: argparse.Namespace) -> int:
             prefixes = collections.Counter(
                 p for ts in listed.values() for t in ts
                 if (p := two_phase.prefix_of(t.transactional_id)) is not None)
-            for line in table(("Prefix", "OpenTransactions"),
+            for line in tabbed(("Prefix", "OpenTransactions"),
                               [(p, str(n)) for p, n in sorted(prefixes.items())]):
                 print(line)
             return 0
