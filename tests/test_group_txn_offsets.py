@@ -155,7 +155,7 @@ def test_write_txn_markers_from_outside_decides_pending_offsets(start_broker):
     import txn_wire
 
     from oncelog.client.network.connection import BrokerConnection
-    from oncelog.coordinator.group.group_coordinator import partition_for
+    from oncelog.coordinator.internal_log import partition_for
 
     broker = start_broker(offsets_topic_num_partitions=3)
     create_topic(broker.bootstrap, TOPIC)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
 from test_group_coordinator import MemoryOffsetsLog
 
-from oncelog.coordinator.group.group_coordinator import WriteFailed
+from oncelog.coordinator.internal_log import WriteFailed
 from oncelog.coordinator.transaction import txn_records as tr
 from oncelog.coordinator.transaction.transaction_coordinator import (
     TransactionCoordinator,

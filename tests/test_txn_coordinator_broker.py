@@ -16,7 +16,7 @@ from test_txn_client_broker import read_committed, txn_producer
 from txn_wire import add_partitions, end_txn, init_producer_id, produce_txn, wait_settled
 
 from oncelog.client.network.connection import BrokerConnection
-from oncelog.coordinator.group.group_coordinator import partition_for
+from oncelog.coordinator.internal_log import partition_for
 from oncelog.coordinator.transaction import txn_records as tr
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.records import encode_batch

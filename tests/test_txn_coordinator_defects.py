@@ -11,7 +11,7 @@ import time
 
 from kio.schema.errors import ErrorCode as E
 
-from oncelog.coordinator.group.group_coordinator import WriteFailed
+from oncelog.coordinator.internal_log import WriteFailed
 from oncelog.coordinator.transaction import txn_records as tr
 from oncelog.coordinator.transaction.transaction_coordinator import (
     TransactionCoordinator,

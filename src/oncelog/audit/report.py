@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .repeats import RepeatReport
+from .wording import counted
 
 if TYPE_CHECKING:
     from .transactions import TransactionReport
@@ -151,7 +152,4 @@ class AuditReport:
             "seconds": round(self.seconds, 3),
         }
 
-
-def counted(n: int, singular: str, plural: str | None = None) -> str:
-    return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 
-from .report import AuditReport, ProducerReport, counted
+from .report import AuditReport, ProducerReport
+from .wording import counted
 
 
 def _shorten(data: bytes | None, limit: int = 60) -> str:

@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.control import Marker
 from ..protocol.record_batch import BatchHeader
-from .report import counted
+from .wording import counted
 
 COMMITTED, ABORTED, OPEN = 0, 1, 2
 MARKER_GAP_MS = 200

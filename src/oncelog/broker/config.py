@@ -7,6 +7,7 @@ Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from typing import Any
 
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
 from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
-from .log_dirs import parse_log_dirs
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -22,6 +22,18 @@ INT_MAX = (1 << 31) - 1
 
 class ConfigError(ValueError):
     pass
+
+
+def parse_log_dirs(text: str) -> list[str]:
+    """log.dirs as Kafka reads it: comma-separated, each directory once; ConfigError names
+    the key otherwise."""
+    dirs = [d.strip() for d in text.split(",")]
+    if not all(dirs):
+        raise ConfigError(f"log.dirs: an empty directory name in {text!r}")
+    real = [os.path.realpath(d) for d in dirs]
+    if len(set(real)) != len(real):
+        raise ConfigError(f"log.dirs: a directory is named twice in {text!r}")
+    return dirs
 
 
 def _parse_int(lo: int, hi: int) -> Callable[[str], int]:

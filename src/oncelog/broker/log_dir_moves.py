@@ -42,14 +42,26 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..log import partition_metadata
 from .log_dirs import FILE_NAME_MAX, LogDir, directory_bytes, suffixed_dir_name
 
 if TYPE_CHECKING:
+    from ..log.disk import OsDisk
+    from ..metadata.store import MetadataStore
     from .partition import Partition
-    from .topics import TopicManager
+
+
+class MoveHost(Protocol):
+    """What the moves use of the TopicManager that owns them (topics.py): its disk, metadata
+    store and log directories, and the count of partitions each directory holds."""
+
+    disk: OsDisk
+    store: MetadataStore
+    log_dirs: dict[str, LogDir]
+
+    def placed_in(self, source: LogDir, target: LogDir) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +121,7 @@ class Move:
 
 
 class LogDirMoves:
-    def __init__(self, topics: TopicManager) -> None:
+    def __init__(self, topics: MoveHost) -> None:
         self.topics = topics
         self.moving: dict[Partition, Move] = {}
         self._tasks: set[asyncio.Task] = set()

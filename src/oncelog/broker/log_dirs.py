@@ -17,20 +17,6 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 
-def parse_log_dirs(text: str) -> list[str]:
-    """log.dirs as Kafka reads it: comma-separated, each directory once; ConfigError names
-    the key otherwise."""
-    from .config import ConfigError  # config.py imports this module
-
-    dirs = [d.strip() for d in text.split(",")]
-    if not all(dirs):
-        raise ConfigError(f"log.dirs: an empty directory name in {text!r}")
-    real = [os.path.realpath(d) for d in dirs]
-    if len(set(real)) != len(real):
-        raise ConfigError(f"log.dirs: a directory is named twice in {text!r}")
-    return dirs
-
-
 class LogDirOffline(OSError):
     """Raised for any use of a partition whose log directory is offline."""
 

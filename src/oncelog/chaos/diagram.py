@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from .scenarios import Outcome, Step
+from .outcome import Outcome, Step
 
 WIDTH = 900
 LEFT, RIGHT = 170, 730

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -24,35 +24,13 @@ from ..client.consumer.consumer import Consumer, TopicPartition
 from ..client.network import calls
 from ..client.network.connection import BrokerConnection, connect
 from ..protocol.records import encode_batch
+from .outcome import Outcome, Step
 
 SEED_BATCHES = {"A": (114, 120), "B": (121, 124), "C": (125, 132), "D": (133, 142),
                 "E": (143, 150), "F": (151, 155)}
 # The seed's producer is mid-stream: sequences 0-113 went before A. A producer new to a
 # partition must start at 0 here (rules.py rows 2b-2c), so each run first writes them.
 PRELUDE = ("earlier", 0, 113)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One line of the sequence diagram."""
-
-    kind: str  # "request", "response", "producer-note", "broker-note"
-    text: str
-    lost: bool = False
-    tone: str = "normal"  # "normal", "ok", "error", "duplicate"
-
-
-@dataclass
-class Outcome:
-    name: str
-    title: str
-    steps: list[Step] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)  # record values read back, in offset order
-    offsets: list[int] = field(default_factory=list)  # the offset of each (a log may skip some)
-    expected: list[str] = field(default_factory=list)
-    verdict: str = ""
-    passed: bool = False
-    kafka_note: str = ""
 
 
 @dataclass
@@ -229,7 +207,7 @@ def run_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome
     if scenario.run is None:
         from .txn_scenarios import run_txn_scenario
 
-        return run_txn_scenario(name, bootstrap, topic)
+        return run_txn_scenario(name, scenario.title, bootstrap, topic)
     topic = topic or f"scenario-{name}-{int(time.time() * 1000)}"
     outcome = Outcome(name, scenario.title, kafka_note=scenario.kafka_note)
     with Admin({"bootstrap.servers": bootstrap}) as admin:

@@ -24,7 +24,7 @@ from ..protocol import api_versions as apis
 from ..protocol.batches import RecordSetWalk
 from ..protocol.records import encode_batch
 from ..protocol.schema import build
-from .scenarios import SCENARIOS, Outcome, Step
+from .outcome import Outcome, Step
 
 FENCED = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
 RECORDS = 5  # per transaction
@@ -215,9 +215,10 @@ EXPECTED_LABEL = {"zombie-fencing": "N", "abort-then-commit": "C"}
 _RUNS = {"zombie-fencing": flow_zombie_fencing, "abort-then-commit": flow_abort_then_commit}
 
 
-def run_txn_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome:
+def run_txn_scenario(name: str, title: str, bootstrap: str, topic: str | None = None
+                     ) -> Outcome:
     topic = topic or f"scenario-{name}-{int(time.time() * 1000)}"
-    outcome = Outcome(name, SCENARIOS[name].title, kafka_note=KAFKA_NOTES.get(name, ""))
+    outcome = Outcome(name, title, kafka_note=KAFKA_NOTES.get(name, ""))
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topic(topic, 1, -1)
     outcome.passed, outcome.verdict = _RUNS[name](bootstrap, topic, outcome)

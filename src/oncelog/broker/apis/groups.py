@@ -61,7 +61,7 @@ def group_config(config: BrokerConfig, num_partitions: int) -> GroupConfig:
 
 
 class InternalTopicLog:
-    """A coordinator's log (coordinator.group_coordinator.OffsetsLog): the partitions of an
+    """A coordinator's log (coordinator.internal_log.OffsetsLog): the partitions of an
     internal topic, created on first use by ``ensure``, written through the same append path
     (and flush policy) as any produce."""
 

@@ -14,7 +14,7 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -37,7 +37,27 @@ from .transactions import (
 )
 
 if TYPE_CHECKING:
-    from .sender import Sender
+    from ..metrics import ProducerMetrics
+    from .accumulator import RecordAccumulator
+    from .idempotence import IdempotenceManager
+    from .producer_config import ProducerConfig
+
+
+class SenderHost(Protocol):
+    """What the transaction requests use of the Sender that owns them (sender.py): its
+    config, accumulator, idempotence manager, metrics and clock, a call on the transaction
+    coordinator's connection, and waking its loop."""
+
+    config: ProducerConfig
+    acc: RecordAccumulator
+    idem: IdempotenceManager
+    metrics: ProducerMetrics
+    clock: Callable[[], float]
+
+    async def _control_call(self, api_key: int, make) -> object: ...
+
+    def _wake(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +74,7 @@ def _worst(api: Api, errors: list[ErrorCode]) -> tuple[Action, ErrorCode]:
 
 
 class TransactionalRequests:
-    def __init__(self, sender: Sender, txn: TransactionManager) -> None:
+    def __init__(self, sender: SenderHost, txn: TransactionManager) -> None:
         self.sender = sender
         self.txn = txn
         self.config = sender.config

@@ -15,10 +15,11 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..internal_log import OffsetsLog, WriteFailed
 from . import consumer_group as cg
 from . import consumer_records as cr
 from . import group_records as rec
@@ -31,9 +32,6 @@ from .consumer_group import (
     Refusal,
     TopicImage,
 )
-
-if TYPE_CHECKING:
-    from .group_coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -58,8 +56,24 @@ class DescribedGroup:
     assignor: str = ""
 
 
+class GroupHost(Protocol):
+    """What this coordinator uses of the GroupCoordinator that owns it (group_coordinator.py):
+    the groups of both protocols, their offsets log, and its clock and background tasks."""
+
+    groups: dict[str, Any]  # group id -> ClassicGroup | ConsumerGroup
+    log: OffsetsLog
+
+    def now_ms(self) -> int: ...
+
+    def partition_of(self, group_id: str) -> int: ...
+
+    def is_loading(self, group_id: str) -> bool: ...
+
+    def _background(self, work) -> None: ...
+
+
 class ConsumerGroupCoordinator:
-    def __init__(self, coordinator: GroupCoordinator, config: ConsumerGroupConfig,
+    def __init__(self, coordinator: GroupHost, config: ConsumerGroupConfig,
                  image: TopicImage) -> None:
         self.coordinator = coordinator
         self.config = config
@@ -125,8 +139,6 @@ class ConsumerGroupCoordinator:
 
     def _append(self, group_id: str, records: list[cr.Record],
                 extra: list[tuple[bytes, bytes | None]] = ()):
-        from .group_coordinator import WriteFailed
-
         if not records and not extra:
             return None
         try:
@@ -299,8 +311,6 @@ class ConsumerGroupCoordinator:
         classic group, at once (the caller puts the new group in its place before anything
         is awaited); returns what to await for them to be durable. Raises WriteFailed when
         the log did not take them."""
-        from .group_coordinator import WriteFailed
-
         try:
             durable = self._append(group.group_id, group.tombstones())
         except _WriteRefused as exc:

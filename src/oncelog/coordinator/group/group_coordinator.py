@@ -130,16 +130,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..internal_log import OffsetsLog, WriteFailed, partition_for
 from . import consumer_records, offset_rules
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
@@ -181,51 +180,6 @@ def _new_member_id(prefix: str) -> str:
     # Kafka's form (client or instance id, a dash, a UUID), the prefix cut so that the id
     # stays a short string whatever the client sent.
     return f"{prefix[:255]}-{uuid.uuid4()}"
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """The offsets-topic partition of a group, as Kafka chooses it (Utils.abs of the hash)."""
-    # Cached: Java's hash walks the id in Python, and every group request needs it.
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
-
-
-class WriteFailed(Exception):
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-
-
-class OffsetsLog(Protocol):
-    """Where the coordinator's records go: a partition of ``__consumer_offsets``."""
-
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]
-               ) -> Awaitable[None] | None:
-        """Append the records as one batch; raises WriteFailed when the log did not take
-        them; returns what to await for them to be durable (None: they are)."""
-        ...
-
-    def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],
-                  producer: tuple[int, int] | None = None
-                  ) -> tuple[int, Awaitable[None] | None]:
-        """``append`` (of a transaction's batch when ``producer`` is (id, epoch)), also
-        returning the offset the batch's first record took."""
-        ...
-
-    def read(self, partition: int) -> Iterable[tuple]:
-        """Every record of the partition, oldest first: (key, value) or (key, value,
-        producer id or -1, marker or None, offset)."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ...protocol.client_regex import compile_client_regex
-from ..group.group_coordinator import OffsetsLog, WriteFailed, partition_for
 from ..group.group_records import MAX_STRING_BYTES, BadRecord
+from ..internal_log import OffsetsLog, WriteFailed, partition_for
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
