@@ -16,10 +16,8 @@ from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,
-    WriteFailed,
-    java_string_hash,
-    partition_for,
 )
+from oncelog.coordinator.internal_log import WriteFailed, java_string_hash, partition_for
 
 PROTOCOLS = [("range", b"\x00\x01"), ("roundrobin", b"\x00\x02")]
 
