@@ -2,6 +2,8 @@
 others. The graph is read from the source with ``ast``: every import statement counts, at
 module level, inside functions and under ``if TYPE_CHECKING`` alike (a type-only import is
 still one module knowing another; a Protocol in the lower module names what it needs instead).
+Between packages, each imports only the layers under it (docs/architecture.md): the clients,
+and what is built on them, never the broker.
 """
 
 from __future__ import annotations
@@ -87,6 +89,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The packages each package may import (besides itself): the layers of docs/architecture.md.
+ALLOWED = {
+    "protocol": set(),
+    "log": {"protocol"},
+    "producer_state": {"protocol", "log"},
+    "metadata": set(),
+    "coordinator": {"protocol", "metadata"},
+    "broker": {"protocol", "log", "producer_state", "metadata", "coordinator"},
+    "client": {"protocol"},
+    "audit": {"protocol", "client"},
+    "chaos": {"protocol", "client"},
+    "spark": {"protocol", "client", "audit"},
+    "cli": {"protocol", "broker", "client", "audit", "chaos", "spark"},
+}
+
+
 def test_the_graph_is_read():
     graph = import_graph()
     assert "oncelog.broker.apis.registry" in graph["oncelog.broker.server"]
@@ -106,3 +124,16 @@ def test_no_module_imports_itself_through_others():
     lines = [" <-> ".join(c) + "\n    " + "\n    ".join(
         f"{m} imports {sorted(graph[m] & set(c))}" for m in c) for c in found]
     assert not found, "import cycles in src/oncelog:\n" + "\n".join(lines)
+
+
+def test_packages_import_only_the_layers_under_them():
+    graph = import_graph()
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items() if module.count(".") >= 1
+        for target in targets if target.count(".") >= 1
+        and (package := module.split(".")[1]) in ALLOWED
+        and (other := target.split(".")[1]) != package and other not in ALLOWED[package])
+    assert not upward, "imports that go up or sideways:\n" + "\n".join(upward)
+    assert set(ALLOWED) == {m.split(".")[1] for m in graph
+                            if m.count(".") >= 1 and (SRC / "oncelog" / m.split(".")[1]).is_dir()}

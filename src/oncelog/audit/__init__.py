@@ -1,5 +1,8 @@
 """``oncelog audit``: check a topic for duplicates, gaps and reordering, on any Kafka broker.
 
+Must not know: the broker's code: it reads topics through ``client.topic_reader`` with the
+standard Kafka APIs only.
+
 The modules:
 
 * ``core``: ``Audit``, the pure core. Feed it ``add_batch(partition, header, records)`` in log
