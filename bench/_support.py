@@ -5,6 +5,7 @@ Everything listens on 127.0.0.1 only, and every wait has a deadline.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -296,3 +297,21 @@ def machine() -> str:
             f"{platform.release()}; Python {platform.python_version()}; "
             f"confluent-kafka {first(confluent_kafka.version())}, "
             f"librdkafka {first(confluent_kafka.libversion())}")
+
+
+# --- the options and the end every benchmark shares ------------------------------------------
+
+def add_parts_argument(parser, parts: tuple[str, ...] | list[str]) -> None:
+    """``--parts a,b``: which parts of the benchmark to run (default: all)."""
+    parser.add_argument("--parts", default=",".join(parts),
+                        help=f"comma-separated, of {', '.join(parts)}")
+
+
+def add_json_argument(parser, help: str = "write the results as JSON") -> None:
+    parser.add_argument("--json", metavar="PATH", help=help)
+
+
+def write_json(results: dict, path: str | None) -> None:
+    """What ``--json PATH`` asked for: the results, indented, at PATH (nothing without it)."""
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2))

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import random
 import re
@@ -61,7 +60,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _support import LoadMeter, OncelogBroker, machine, median, wait_for_quiet
+from _support import (
+    LoadMeter,
+    OncelogBroker,
+    add_json_argument,
+    machine,
+    median,
+    wait_for_quiet,
+    write_json,
+)
 from produce_consume import _client_logger, _hot_spots, _py_spy, _read_collapsed, cpu_probe
 
 SIZES = {"100B": 100, "1KiB": 1024}
@@ -807,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{QUIET * 100:.0f}%% of the CPUs")
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # run_all.py may pass other modules' options
     if min(args.messages, args.consume_messages, args.repeats) < 1:
         parser.error("--messages, --consume-messages and --repeats must be positive")
@@ -843,9 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         report(results)
     report_profile(results.get("profile", {}))
     print(f"\n(total {time.monotonic() - started:.0f} s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json(results, args.json)
     return 0
 
 

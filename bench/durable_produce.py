@@ -20,7 +20,6 @@ producer against a broker without fsync is measured too: the broker's ceiling fo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -28,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _support import OncelogBroker, filesystem_of, machine, median
+from _support import OncelogBroker, add_json_argument, filesystem_of, machine, median, write_json
 
 VALUE_SIZE = 1024
 PAYLOAD = random.Random(20261124).randbytes(VALUE_SIZE)
@@ -178,12 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
     parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parent.parent
                         / ".bench-data", help="where the brokers and the bare loop write")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
     results = run(args)
     report(results)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(results, args.json)
     return 0
 
 

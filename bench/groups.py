@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 import time
 import urllib.request
@@ -55,10 +54,13 @@ from _support import (
     LoadMeter,
     MockCluster,
     OncelogBroker,
+    add_json_argument,
+    add_parts_argument,
     cpu_seconds_probe,
     machine,
     median,
     wait_for_quiet,
+    write_json,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -547,8 +549,7 @@ def report(results: dict, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated, of {', '.join(PARTS)}")
+    add_parts_argument(parser, PARTS)
     parser.add_argument("--members", type=int, default=10)
     parser.add_argument("--commit-seconds", type=float, default=3.0)
     parser.add_argument("--messages", type=int, default=3_000_000)
@@ -559,15 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                         help="first wait up to S seconds until other processes use under 5%% "
                              "of the CPUs")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
     unknown = set(args.parts.split(",")) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     results = run(args)
     report(results, args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(results, args.json)
     return 0
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import random
@@ -52,12 +51,14 @@ from _support import (
     LoadMeter,
     MockCluster,
     OncelogBroker,
+    add_json_argument,
     filesystem_of,
     machine,
     median,
     other_load,
     percentile,
     wait_for_quiet,
+    write_json,
 )
 
 VALUE_SIZE = 1024
@@ -735,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", type=Path,
                         help="run the broker from this source tree (default: the repo's src/), "
                              "e.g. a `git archive` snapshot of another commit")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # run_all.py may pass other modules' options
     if args.messages < 1 or args.repeats < 1 or args.consume_pass < 1:
         parser.error("--messages, --repeats and --consume-pass must be positive")
@@ -757,9 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run(args)
     report(results)
     print(f"\n(total {time.monotonic() - started:.0f} s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json(results, args.json)
     return 0
 
 

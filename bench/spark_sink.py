@@ -29,7 +29,6 @@ writer can reach.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -37,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _support import LoadMeter, OncelogBroker, machine, median
+from _support import LoadMeter, OncelogBroker, add_json_argument, machine, median, write_json
 from spark_source import VALUE_BYTES, session
 
 import oncelog
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2, help="tasks and topic partitions")
-    parser.add_argument("--json", metavar="PATH", help="write every result here as JSON")
+    add_json_argument(parser, "write every result here as JSON")
     args, _ = parser.parse_known_args(argv)
     result = run(args.rows, args.repeats, args.partitions)
     rates = result["rows_per_second"]
@@ -189,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
           ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) +
           f"; other processes used {result['others_cpu_share']:.0%} of the CPUs meanwhile, "
           f"load average {' '.join(f'{x:.2f}' for x in result['load_average'])}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    write_json(result, args.json)
     return 0
 
 

@@ -28,7 +28,6 @@ data source can reach.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -36,7 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _support import OncelogBroker, cpu_seconds_probe, machine, median
+from _support import (
+    OncelogBroker,
+    add_json_argument,
+    cpu_seconds_probe,
+    machine,
+    median,
+    write_json,
+)
 from confluent_kafka import Producer
 
 import oncelog
@@ -271,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2, help="topic partitions")
-    parser.add_argument("--json", metavar="PATH", help="write every result here as JSON")
+    add_json_argument(parser, "write every result here as JSON")
     parser.add_argument("--skip-writes", action="store_true", help="measure the reads only")
     args, _ = parser.parse_known_args(argv)
     result = run(args.rows, args.repeats, args.partitions, args.skip_writes)
@@ -290,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  write: oncelog {rates['write_oncelog']:>10,.0f} rows/s, Parquet "
               f"{rates['write_parquet']:>10,.0f} rows/s, oncelog / Parquet = "
               f"{result['write_ratio']:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    write_json(result, args.json)
     return 0
 
 

@@ -31,13 +31,20 @@ repetition, in alternating order; medians, and the median of the per-repetition 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
-from pathlib import Path
 
-from _support import LoadMeter, OncelogBroker, cpu_seconds_probe, machine, median
+from _support import (
+    LoadMeter,
+    OncelogBroker,
+    add_json_argument,
+    add_parts_argument,
+    cpu_seconds_probe,
+    machine,
+    median,
+    write_json,
+)
 
 PARTS = ("produce", "produce-oncelog", "consume", "open")
 RUN_TIMEOUT = 300.0
@@ -279,13 +286,12 @@ def report(results: dict, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated, of {', '.join(PARTS)}")
+    add_parts_argument(parser, PARTS)
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--producers", default="1,4,16", metavar="N,N,...",
                         help="open: how many transactional producers at once")
     parser.add_argument("--open-seconds", type=float, default=5.0)
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
     parts = args.parts.split(",")
     if set(parts) - set(PARTS):
@@ -306,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if "open" in parts:
             results["open"] = run_open(args, broker.bootstrap)
     report(results, args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(results, args.json)
     return 0
 
 

@@ -83,9 +83,8 @@ class TxnProducer:
         self._request(f"InitProducerId({self.txn_id})")
 
         def make(mod, version):
-            return build(mod.InitProducerIdRequest, transactional_id=self.txn_id,
-                         transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
-                         producer_epoch=-1)
+            return calls.init_producer_id_request(mod, self.txn_id,
+                                                  datetime.timedelta(seconds=60))
 
         response = self.conn.call(apis.INIT_PRODUCER_ID, make)
         if response.error_code == ErrorCode.none:

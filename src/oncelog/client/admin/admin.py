@@ -506,10 +506,9 @@ class Admin:
                     raise KafkaError(ErrorCode.unsupported_version, "two-phase commit "
                                      "needs InitProducerId v6 (KIP-939); the coordinator "
                                      f"speaks v{version}")
-                return build(mod.InitProducerIdRequest, transactional_id=txn_id,
-                             transaction_timeout=_FENCE_TXN_TIMEOUT, producer_id=-1,
-                             producer_epoch=-1, enable2_pc=True,
-                             keep_prepared_txn=keep_prepared)
+                return calls.init_producer_id_request(mod, txn_id, _FENCE_TXN_TIMEOUT,
+                                                      two_phase=True,
+                                                      keep_prepared=keep_prepared)
 
             return build_request
 

@@ -50,45 +50,29 @@ class ClassicGroup(GroupIO):
 
     # --- joining and staying in the group --------------------------------------------------
 
-    def ensure_active(self, deadline: float) -> bool:
-        """Advance the membership until it is stable or ``deadline`` (monotonic) passes;
-        whether it is stable. Runs the rebalance callbacks (through the listener) and the
-        async commit callbacks. Raises the membership's fatal error."""
-        self._start_heartbeat_thread()
-        while True:
-            self._pump(0)
-            self._apply_change()
-            self.run_callbacks()
-            now = time.monotonic()
-            with self.lock:
-                self.membership.on_poll(now)
-                step = self.membership.next_step(now)
-            if step == Step.FAILED:
-                raise self.membership.fatal
-            if step == Step.STABLE:
-                self.heartbeat_if_due(wait=False)
-                return True
-            left = deadline - now
-            if step == Step.AWAIT:
-                if left <= 0:
-                    return False
-                self._pump(left)
-            elif step == Step.BACKOFF:
-                if left <= 0:
-                    return False
-                time.sleep(max(0.0, min(left, self.membership.backoff_until - now)))
-            elif step == Step.FIND_COORDINATOR:
-                self.find_coordinator()
-            elif step == Step.JOIN:
-                self._join()
-            elif step == Step.ASSIGN:
-                self._assign_and_sync()
-            elif step == Step.SYNC:
-                with self.lock:
-                    sync = self.membership.sync_request()
-                self._send_sync(sync)
-            if time.monotonic() >= deadline and step in (Step.BACKOFF, Step.AWAIT):
+    STEPS = Step
+    WAITING_STEPS = (Step.BACKOFF, Step.AWAIT)
+
+    def _before_step(self) -> None:
+        self._apply_change()
+
+    def _stable(self) -> bool:
+        return True
+
+    def _take_step(self, step: Step, left: float) -> bool:
+        if step == Step.AWAIT:
+            if left <= 0:
                 return False
+            self._pump(left)
+        elif step == Step.JOIN:
+            self._join()
+        elif step == Step.ASSIGN:
+            self._assign_and_sync()
+        elif step == Step.SYNC:
+            with self.lock:
+                sync = self.membership.sync_request()
+            self._send_sync(sync)
+        return True
 
     def _join(self) -> None:
         with self.lock:

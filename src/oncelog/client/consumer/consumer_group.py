@@ -54,53 +54,31 @@ class ConsumerGroup(GroupIO):
 
     # --- joining and staying in the group --------------------------------------------------
 
-    def ensure_active(self, deadline: float) -> bool:
-        """Advance the membership until it is stable or ``deadline`` (monotonic) passes;
-        whether it is stable. Runs the rebalance callbacks (through the listener) and the
-        async commit callbacks. Raises the membership's fatal error."""
-        self._start_heartbeat_thread()
-        while True:
-            self._pump(0)
-            self.run_callbacks()
-            now = time.monotonic()
+    STEPS = Step
+    WAITING_STEPS = (Step.BACKOFF, Step.HEARTBEAT, Step.RESOLVE)
+
+    def _stable(self) -> bool:
+        return self.membership.stable
+
+    def _take_step(self, step: Step, left: float) -> bool:
+        if step == Step.IDLE:
+            return False
+        if step == Step.LOSE:
             with self.lock:
-                self.membership.on_poll(now)
-                step = self.membership.next_step(now)
-            if step == Step.FAILED:
-                raise self.membership.fatal
-            if step == Step.IDLE:
-                return False
-            if step == Step.STABLE:
-                self.heartbeat_if_due(wait=False)
-                with self.lock:
-                    return self.membership.stable
-            left = deadline - now
-            if step == Step.BACKOFF:
-                if left <= 0:
-                    return False
-                with self.lock:
-                    until = self.membership.backoff_until
-                time.sleep(max(0.0, min(left, until - now)))
-            elif step == Step.FIND_COORDINATOR:
-                self.find_coordinator()
-            elif step == Step.LOSE:
-                with self.lock:
-                    handoff = self.membership.take_lost()
-                if handoff.lost:
-                    self.listener.group_handoff(handoff)
-            elif step == Step.RESOLVE:
-                self._resolve_topic_ids()
-            elif step == Step.RECONCILE:
-                with self.lock:
-                    change = self.membership.reconcile()
-                self.listener.group_assigned(change)
-                with self.lock:
-                    self.membership.on_reconciled(change)
-            elif step == Step.HEARTBEAT:
-                self.heartbeat_if_due()
-            if time.monotonic() >= deadline and step in (Step.BACKOFF, Step.HEARTBEAT,
-                                                         Step.RESOLVE):
-                return False
+                handoff = self.membership.take_lost()
+            if handoff.lost:
+                self.listener.group_handoff(handoff)
+        elif step == Step.RESOLVE:
+            self._resolve_topic_ids()
+        elif step == Step.RECONCILE:
+            with self.lock:
+                change = self.membership.reconcile()
+            self.listener.group_assigned(change)
+            with self.lock:
+                self.membership.on_reconciled(change)
+        elif step == Step.HEARTBEAT:
+            self.heartbeat_if_due()
+        return True
 
     def _resolve_topic_ids(self) -> None:
         try:

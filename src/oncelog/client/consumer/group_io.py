@@ -65,10 +65,13 @@ class _InFlight:
 
 
 class GroupIO:
-    """Subclasses set ``self.membership`` and define ensure_active, heartbeat_if_due,
+    """Subclasses set ``self.membership`` (with its ``STEPS``, the Step enum of its protocol,
+    and ``WAITING_STEPS``) and define _take_step, _stable, heartbeat_if_due,
     _check_poll_timeout and leave."""
 
     membership: Any
+    STEPS: Any
+    WAITING_STEPS: tuple = ()
 
     def __init__(self, config: Mapping[str, Any], listener: GroupListener) -> None:
         self.group_id = str(config["group.id"])
@@ -93,6 +96,49 @@ class GroupIO:
         self.closed = False
 
     def ensure_active(self, deadline: float) -> bool:
+        """Advance the membership until it is stable or ``deadline`` (monotonic) passes;
+        whether it is stable. Runs the rebalance callbacks (through the listener) and the
+        async commit callbacks. Raises the membership's fatal error. The steps both protocols
+        share are taken here, the others by ``_take_step``."""
+        steps = self.STEPS
+        self._start_heartbeat_thread()
+        while True:
+            self._pump(0)
+            self._before_step()
+            self.run_callbacks()
+            now = time.monotonic()
+            with self.lock:
+                self.membership.on_poll(now)
+                step = self.membership.next_step(now)
+            if step == steps.FAILED:
+                raise self.membership.fatal
+            if step == steps.STABLE:
+                self.heartbeat_if_due(wait=False)
+                with self.lock:
+                    return self._stable()
+            left = deadline - now
+            if step == steps.BACKOFF:
+                if left <= 0:
+                    return False
+                with self.lock:
+                    until = self.membership.backoff_until
+                time.sleep(max(0.0, min(left, until - now)))
+            elif step == steps.FIND_COORDINATOR:
+                self.find_coordinator()
+            elif not self._take_step(step, left):
+                return False
+            if time.monotonic() >= deadline and step in self.WAITING_STEPS:
+                return False
+
+    def _before_step(self) -> None:
+        """What the protocol does before each step (classic: apply a finished rebalance)."""
+
+    def _take_step(self, step: Any, left: float) -> bool:
+        """One step of the protocol's own; False: ensure_active gives up (returns False)."""
+        raise NotImplementedError
+
+    def _stable(self) -> bool:
+        """At STABLE (the lock held): whether the member is stable."""
         raise NotImplementedError
 
     def heartbeat_if_due(self, wait: bool = True) -> None:

@@ -73,14 +73,21 @@ def produce_result(response):
     return response.responses[0].partition_responses[0]
 
 
+def init_producer_id_request(mod, transactional_id: str | None = None,
+                             timeout: datetime.timedelta = datetime.timedelta(milliseconds=60_000),
+                             producer_id: int = -1, epoch: int = -1, two_phase: bool = False,
+                             keep_prepared: bool = False):
+    """An InitProducerId request of the version whose schema module is ``mod``: with no
+    transactional id, an idempotent producer's. ``two_phase`` and ``keep_prepared`` (KIP-939)
+    exist from v6 on: a caller asking for them checks the version first."""
+    return build(mod.InitProducerIdRequest, transactional_id=transactional_id,
+                 transaction_timeout=timeout, producer_id=producer_id, producer_epoch=epoch,
+                 enable2_pc=two_phase, keep_prepared_txn=keep_prepared)
+
+
 def init_producer_id(conn: BrokerConnection) -> tuple[int, int]:
     """(producer id, epoch) for an idempotent producer."""
-    def make(mod, version):
-        return build(mod.InitProducerIdRequest, transactional_id=None,
-                     transaction_timeout=datetime.timedelta(milliseconds=60_000),
-                     producer_id=-1, producer_epoch=-1)
-
-    response = conn.call(apis.INIT_PRODUCER_ID, make)
+    response = conn.call(apis.INIT_PRODUCER_ID, lambda mod, version: init_producer_id_request(mod))
     if response.error_code != ErrorCode.none:
         raise KafkaError(response.error_code, "InitProducerId")
     return response.producer_id, response.producer_epoch

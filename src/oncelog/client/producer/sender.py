@@ -9,7 +9,6 @@ IdempotenceManager (idempotence.py) for every sequence decision.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from ...protocol import api_versions as apis
 from ...protocol import produce_request, produce_response
 from ...protocol.schema import build
 from ..metrics import StatsTimer
+from ..network import calls
 from ..network.aio_connection import AsyncBrokerConnection
 from ..network.connection import KafkaError, ProducerFatalError, parse_bootstrap
 from ..topic_partition import TopicPartition
@@ -146,9 +146,7 @@ class Sender:
 
     async def _init_producer_id(self) -> None:
         def make(mod, version):
-            return build(mod.InitProducerIdRequest, transactional_id=None,
-                         transaction_timeout=datetime.timedelta(milliseconds=60_000),
-                         producer_id=-1, producer_epoch=-1)
+            return calls.init_producer_id_request(mod)
 
         deadline = self.clock() + self.config.max_block
         while True:

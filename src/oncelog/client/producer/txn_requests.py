@@ -188,10 +188,9 @@ class TransactionalRequests:
         def make(mod, version):
             # The current producer id and epoch (v3+, KIP-360) tell the coordinator this is
             # the same producer asking for a new epoch, not a new instance.
-            return build(mod.InitProducerIdRequest, transactional_id=txn.transactional_id,
-                         transaction_timeout=datetime.timedelta(milliseconds=txn.timeout_ms),
-                         producer_id=self.idem.producer_id, producer_epoch=self.idem.epoch,
-                         enable2_pc=txn.two_phase, keep_prepared_txn=keep_prepared)
+            return calls.init_producer_id_request(
+                mod, txn.transactional_id, datetime.timedelta(milliseconds=txn.timeout_ms),
+                self.idem.producer_id, self.idem.epoch, txn.two_phase, keep_prepared)
 
         def check(version: int) -> None:
             if keep_prepared and version < TWO_PHASE_FROM:
