@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from ..client.admin.admin import Admin, GroupInfo
 from ..client.network import calls
 from ..client.network.connection import KafkaError
+from .errors import UsageError, admin_for, guarded
 from .table import aligned, column_width, print_aligned
 
 MISSING = "-"
@@ -39,10 +40,6 @@ _ERROR_TEXT = {
 }
 
 
-class UsageError(Exception):
-    """Arguments that cannot work: exit status 2."""
-
-
 def _describe_error(error: ErrorCode) -> str:
     text = _ERROR_TEXT.get(error)
     return f"{error.name.upper()}: {text}" if text else error.name.upper()
@@ -51,14 +48,6 @@ def _describe_error(error: ErrorCode) -> str:
 def _err(*lines: str) -> None:
     for line in lines:
         print(line, file=sys.stderr)
-
-
-def _admin(args: argparse.Namespace) -> Admin:
-    try:
-        return Admin({"bootstrap.servers": args.bootstrap_server,
-                      "client.id": "oncelog-groups"})
-    except ValueError as exc:  # a bootstrap server that is not host:port
-        raise UsageError(str(exc)) from None
 
 
 def _consumer_groups(admin: Admin) -> list[str]:
@@ -85,7 +74,7 @@ def parse_states(text: str) -> list[str]:
 
 def _list(args: argparse.Namespace) -> int:
     states = parse_states(args.state) if args.state else []
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-groups") as admin:
         groups = [g for g in admin.list_groups(states) if g.is_consumer_group]
     if args.state is None:
         for g in groups:
@@ -158,7 +147,7 @@ def _state_allows_rows(group_id: str, state: str, rows: int) -> bool:
 
 def _describe(args: argparse.Namespace) -> int:
     failed = False
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-groups") as admin:
         for group_id in sorted(_group_ids(args, admin)):
             try:
                 info = admin.describe_group(group_id)
@@ -238,7 +227,7 @@ def _print_state(info: GroupInfo) -> None:
 # --- delete -----------------------------------------------------------------------------------
 
 def _delete(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-groups") as admin:
         results = admin.delete_groups(_group_ids(args, admin))
     deleted = [g for g, e in results.items() if e == ErrorCode.none]
     failed = {g: e for g, e in results.items() if e != ErrorCode.none}
@@ -385,7 +374,7 @@ def _reset_offsets(args: argparse.Namespace) -> int:
              "--dry-run to say that this is what you want, or --execute to reset.")
     plans: dict[str, dict[tuple[str, int], int]] = {}
     failed = False
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-groups") as admin:
         for group_id in _group_ids(args, admin):
             try:
                 state = admin.describe_group(group_id).state
@@ -428,22 +417,6 @@ def _print_plan(plans: dict[str, dict[tuple[str, int], int]]) -> None:
 
 # --- wiring -----------------------------------------------------------------------------------
 
-def _guarded(func):
-    def run(args: argparse.Namespace) -> int:
-        name = f"oncelog groups {args.groups_command}"
-        try:
-            return func(args)
-        except UsageError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 2
-        except KafkaError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
-
-    return run
-
 
 def _group_choice(parser: argparse.ArgumentParser, action: str) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
@@ -472,7 +445,7 @@ def add_group_commands(sub, with_bootstrap) -> None:
     listing.add_argument("--state", nargs="?", const="", metavar="STATES",
                          help="show each group's state; with a comma-separated list "
                               f"({', '.join(STATES)}) only groups in those states")
-    listing.set_defaults(func=_guarded(_list))
+    listing.set_defaults(func=guarded(_list, "groups"))
 
     describe = with_bootstrap(gsub.add_parser(
         "describe", help="committed offsets and lag, members or state of groups",
@@ -487,12 +460,12 @@ def add_group_commands(sub, with_bootstrap) -> None:
                       help="coordinator, assignment strategy, state and member count")
     describe.add_argument("--verbose", action="store_true",
                           help="with --members: each member's partitions")
-    describe.set_defaults(func=_guarded(_describe))
+    describe.set_defaults(func=guarded(_describe, "groups"))
 
     delete = with_bootstrap(gsub.add_parser(
         "delete", help="delete groups without members, with their committed offsets"))
     _group_choice(delete, "delete")
-    delete.set_defaults(func=_guarded(_delete))
+    delete.set_defaults(func=guarded(_delete, "groups"))
 
     reset = with_bootstrap(gsub.add_parser(
         "reset-offsets", help="reset the committed offsets of an inactive group",
@@ -514,4 +487,4 @@ def add_group_commands(sub, with_bootstrap) -> None:
     run = reset.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true", help="only print the plan (default)")
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
-    reset.set_defaults(func=_guarded(_reset_offsets))
+    reset.set_defaults(func=guarded(_reset_offsets, "groups"))

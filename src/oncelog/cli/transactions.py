@@ -17,12 +17,12 @@ Exit status: 0 done, 1 the broker refused or failed, 2 usage errors.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass
 
 from ..client.admin.admin import Admin, ProducerInfo, TransactionDescription
 from ..client.network.connection import KafkaError
+from .errors import Failed, UsageError, admin_for, guarded
 from .table import print_tabbed
 
 NONE = "None"
@@ -36,24 +36,8 @@ _OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 TWO_PHASE_TIMEOUT_MS = 2**31 - 1
 
 
-class UsageError(Exception):
-    """Arguments that cannot work: exit status 2."""
-
-
-class Failed(Exception):
-    """Kafka's printErrorAndExit: the message, exit status 1."""
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _admin(args: argparse.Namespace) -> Admin:
-    try:
-        return Admin({"bootstrap.servers": args.bootstrap_server,
-                      "client.id": "oncelog-transactions"})
-    except ValueError as exc:  # a bootstrap server that is not host:port
-        raise UsageError(str(exc)) from None
 
 
 def _failed(message: str, exc: KafkaError) -> Failed:
@@ -81,7 +65,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.duration_filter is not None and args.duration_filter < 0:
         raise UsageError("--duration-filter must be 0 or more (milliseconds)")
     producer_ids = args.producer_id or []
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         try:
             listed = admin.list_transactions(
                 states, producer_ids,
@@ -107,7 +91,7 @@ def describe_row(d: TransactionDescription, now_ms: int) -> tuple[str, ...]:
 
 def _describe(args: argparse.Namespace) -> int:
     txn_id = args.transactional_id
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         found = admin.describe_transactions([txn_id])[txn_id]
     if isinstance(found, KafkaError):
         raise _failed(f"Failed to describe transaction state of transactional-id `{txn_id}`",
@@ -130,7 +114,7 @@ def _producers_of(admin: Admin, topic: str, partition: int, where: str) -> list[
 
 def _describe_producers(args: argparse.Namespace) -> int:
     _check_partition(args.partition)
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         producers = _producers_of(admin, args.topic, args.partition, "leader")
     rows = [(str(p.producer_id), str(p.epoch), str(p.coordinator_epoch), str(p.last_sequence),
              str(p.last_timestamp),
@@ -164,7 +148,7 @@ def _abort(args: argparse.Namespace) -> int:
                 raise UsageError(f"Missing required argument --{flag.replace('_', '-')}")
         if not 0 <= args.producer_epoch <= 32767:
             raise UsageError(f"--producer-epoch must be 0 to 32767, not {args.producer_epoch}")
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         if args.start_offset is None:
             producer_id, epoch = args.producer_id, args.producer_epoch
             # A transaction that hung before its first marker has coordinator epoch -1:
@@ -236,7 +220,7 @@ def _find_hanging(args: argparse.Namespace) -> int:
     if args.max_transaction_timeout < 0:
         raise UsageError("--max-transaction-timeout must be 0 or more (minutes)")
     max_timeout_ms = args.max_transaction_timeout * 60_000
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in _partitions_to_search(admin, args):
             by_topic.setdefault(topic, []).append(partition)
@@ -283,7 +267,7 @@ def _find_hanging(args: argparse.Namespace) -> int:
 def _find_prepared(args: argparse.Namespace) -> int:
     if args.duration_filter < 0:
         raise UsageError("--duration-filter must be 0 or more (milliseconds)")
-    with _admin(args) as admin:
+    with admin_for(args, "oncelog-transactions") as admin:
         try:
             listed = admin.list_transactions(("Ongoing",), (), args.duration_filter,
                                              args.transactional_id_pattern)
@@ -302,25 +286,6 @@ def _find_prepared(args: argparse.Namespace) -> int:
 
 
 # --- wiring -----------------------------------------------------------------------------------
-
-def _guarded(func):
-    def run(args: argparse.Namespace) -> int:
-        name = f"oncelog transactions {args.transactions_command}"
-        try:
-            return func(args)
-        except UsageError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 2
-        except Failed as exc:
-            print(str(exc), file=sys.stderr)
-            return 1
-        except KafkaError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
-
-    return run
 
 
 def add_transaction_commands(sub, with_bootstrap) -> None:
@@ -342,20 +307,20 @@ def add_transaction_commands(sub, with_bootstrap) -> None:
                          help="only transactions open for longer than MS milliseconds")
     listing.add_argument("--transactional-id-pattern", metavar="REGEX",
                          help="only transactional ids matching this regular expression")
-    listing.set_defaults(func=_guarded(_list))
+    listing.set_defaults(func=guarded(_list, "transactions"))
 
     describe = with_bootstrap(tsub.add_parser(
         "describe", help="describe the state of a transactional id",
         description="Describe the state of a transactional id as its coordinator holds it."))
     describe.add_argument("--transactional-id", required=True)
-    describe.set_defaults(func=_guarded(_describe))
+    describe.set_defaults(func=guarded(_describe, "transactions"))
 
     producers = with_bootstrap(tsub.add_parser(
         "describe-producers", help="the producers a partition remembers, with the start "
                                    "offset of each one's open transaction"))
     producers.add_argument("--topic", required=True)
     producers.add_argument("--partition", type=int, required=True)
-    producers.set_defaults(func=_guarded(_describe_producers))
+    producers.set_defaults(func=guarded(_describe_producers, "transactions"))
 
     abort = with_bootstrap(tsub.add_parser(
         "abort", help="abort a hanging transaction (writes an ABORT marker)",
@@ -369,7 +334,7 @@ def add_transaction_commands(sub, with_bootstrap) -> None:
     abort.add_argument("--producer-id", type=int)
     abort.add_argument("--producer-epoch", type=int)
     abort.add_argument("--coordinator-epoch", type=int)
-    abort.set_defaults(func=_guarded(_abort))
+    abort.set_defaults(func=guarded(_abort, "transactions"))
 
     find = with_bootstrap(tsub.add_parser(
         "find-hanging", help="find hanging transactions",
@@ -382,7 +347,7 @@ def add_transaction_commands(sub, with_bootstrap) -> None:
                            "(default 15, Kafka's transaction.max.timeout.ms)")
     find.add_argument("--topic", help="only this topic")
     find.add_argument("--partition", type=int, help="only this partition (with --topic)")
-    find.set_defaults(func=_guarded(_find_hanging))
+    find.set_defaults(func=guarded(_find_hanging, "transactions"))
 
     prepared = with_bootstrap(tsub.add_parser(
         "find-prepared", help="find prepared (two-phase commit) transactions left open",
@@ -395,4 +360,4 @@ def add_transaction_commands(sub, with_bootstrap) -> None:
                                "(default 900000, transaction.max.timeout.ms's default)")
     prepared.add_argument("--transactional-id-pattern", metavar="REGEX",
                           help="only transactional ids matching this regular expression")
-    prepared.set_defaults(func=_guarded(_find_prepared))
+    prepared.set_defaults(func=guarded(_find_prepared, "transactions"))
