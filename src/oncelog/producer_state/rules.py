@@ -49,7 +49,8 @@ OUT_OF_ORDER, which librdkafka treats as fatal. Row 2c makes the later one wait 
 start to last is known to be in the log (appends are contiguous). Row 2 can make start > 0
 (a forgotten producer coming back mid-stream), and a batch from before start may never have
 arrived. Answering it "duplicate" would make the client drop it, so row 11 answers what
-Kafka answers; oncelog's client then reports it failed, never delivered (client/idempotence.py).
+Kafka answers; oncelog's client then reports it failed, never delivered
+(client/producer/idempotence.py).
 
 A tombstone (a producer moved out of memory, keeping epoch, start and last sequence) is
 judged by the same rows 3-11 except 6: it has no cached batches, so a retry of its last batch

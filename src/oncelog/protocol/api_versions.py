@@ -8,14 +8,14 @@ the table against Kafka 4.1's and sends every version listed here to a broker.
 
 API_VERSIONS_KEY = 18
 
-# the cluster and storage views (broker/cluster_views.py)
+# the cluster and storage views (broker/apis/cluster_views.py)
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 DESCRIBE_TOPIC_PARTITIONS = 75
 DESCRIBE_QUORUM = 55
 LIST_CONFIG_RESOURCES = 74  # KIP-1142; v0 was ListClientMetricsResources
-# answered as a broker without SASL or an authorizer answers them (broker/unsecured.py)
+# answered as a broker without SASL or an authorizer answers them (broker/apis/unsecured.py)
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 DESCRIBE_ACLS = 29
@@ -59,7 +59,7 @@ CONSUMER_GROUP_DESCRIBE = 69
 # configuration after creation
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
-# Partition admin (broker/partition_admin.py).
+# Partition admin (broker/apis/partition_admin.py).
 DELETE_RECORDS = 21
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43

@@ -2,9 +2,10 @@
 ConsumerGroupDescribe.
 
 Each handler turns a request into a call of the ConsumerGroupCoordinator
-(coordinator/consumer_coordinator.py; the decisions are in coordinator/consumer_group.py)
-and its answer into the response of the request's version. ``TopicImage`` is what the
-coordinator sees of the topics: name -> (topic id, partition count), read live.
+(coordinator/group/consumer_coordinator.py; the decisions are in
+coordinator/group/consumer_group.py) and its answer into the response of the request's
+version. ``TopicImage`` is what the coordinator sees of the topics: name -> (topic id,
+partition count), read live.
 """
 
 from __future__ import annotations

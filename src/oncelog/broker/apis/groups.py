@@ -2,7 +2,7 @@
 OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Each handler turns a request of any supported version into a call of the GroupCoordinator
-(coordinator/group_coordinator.py, where every decision is made) and its result into that
+(coordinator/group/group_coordinator.py, where every decision is made) and its result into that
 version's response. ``OffsetsTopic`` is where the coordinator's records go: the partitions of
 ``__consumer_offsets``, through the same append path (and flush policy) as any produce.
 """

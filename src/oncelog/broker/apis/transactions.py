@@ -2,8 +2,8 @@
 AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions.
 
 Each handler turns a request of any supported version into a call of the
-TransactionCoordinator (coordinator/transaction_coordinator.py) or, for TxnOffsetCommit, the
-GroupCoordinator, and the result into that version's response.
+TransactionCoordinator (coordinator/transaction/transaction_coordinator.py) or, for
+TxnOffsetCommit, the GroupCoordinator, and the result into that version's response.
 """
 
 from __future__ import annotations
