@@ -133,9 +133,13 @@ def test_consumer_groups_load_convert_delete_and_expire():
         assert isinstance(group, ConsumerGroup) and list(group.members) == ["m1"]
         assert group.members["m1"].assigned == {TOPIC: frozenset({0, 1})}
         assert {tp: v.offset for tp, v in group.offsets.items()} == {("t", 0): 5, ("t", 1): 9}
-        # A classic join is refused while the consumer group has members ...
+        # A classic join makes a classic member of it (KIP-848's online migration, first
+        # asked for a member id), unless its subscription cannot be read ...
         joined = await c.join("g", "", None, "x", "/h", 10_000, 10_000, "consumer",
                               [("range", b"")], True, True)
+        assert joined.error is ErrorCode.member_id_required
+        joined = await c.join("g", joined.member_id, None, "x", "/h", 10_000, 10_000,
+                              "consumer", [("range", b"")], True, True)
         assert joined.error is ErrorCode.inconsistent_group_protocol
         # ... it leaves; the empty group's offsets expire after the retention.
         left = await c.consumer_groups.heartbeat(HeartbeatRequest("g", "m1", -1))

@@ -57,6 +57,7 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
         heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
         max_size=config.get("group.consumer.max.size"),
         assignors=tuple(config.get("group.consumer.assignors").split(",")),
+        migration_policy=config.get("group.consumer.migration.policy"),
     )
 
 

@@ -34,7 +34,8 @@ model, test_group_coordinator.py the flows.
     |---|-----------------------------------------------|--------------------------------------|
     |J0 | session timeout outside the broker's bounds / | INVALID_SESSION_TIMEOUT / INCONSIST- |
     |   | no protocol type or none / a string too long  | ENT_GROUP_PROTOCOL / INVALID_REQUEST |
-    |J1 | consumer group with members                   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J1 | consumer group with members                   | a classic member of it (group_       |
+    |   |                                               | migration.py M3-M5)                  |
     |J2 | consumer group, empty                         | its records deleted and a classic    |
     |   |                                               | group put in its place (same step),  |
     |   |                                               | then as J5-J9                        |
@@ -63,7 +64,8 @@ model, test_group_coordinator.py the flows.
     |   |                                               |  waiting JoinGroup answered          |
 
     SyncGroup (S1-S5 also Heartbeat's first checks)
-    |S1 | no group, or a consumer group                 | UNKNOWN_MEMBER_ID                    |
+    |S0 | a consumer group with members                 | group_migration.py M6 (Heartbeat M7) |
+    |S1 | no group, or an empty consumer group          | UNKNOWN_MEMBER_ID                    |
     |S2 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
     |S3 | static instance owned by another id           | FENCED_INSTANCE_ID                   |
     |S4 | not a member                                  | UNKNOWN_MEMBER_ID                    |
@@ -85,7 +87,8 @@ model, test_group_coordinator.py the flows.
     Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
     NONE (the session restarts).
 
-    LeaveGroup, per member (a consumer group or no group: UNKNOWN_MEMBER_ID each; Dead:
+    LeaveGroup, per member (a consumer group: group_migration.py M8; no group:
+    UNKNOWN_MEMBER_ID each; Dead:
     COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
     as S3; a pending id is forgotten; not a member UNKNOWN_MEMBER_ID; else removed (its
     waiting requests answered UNKNOWN_MEMBER_ID), Stable/Completing -> rebalance, and J18
@@ -140,7 +143,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from . import consumer_records, offset_rules
+from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_group import ClassicGroup, GroupState, Member
 from .consumer_coordinator import ConsumerGroupCoordinator
@@ -420,10 +423,13 @@ class GroupCoordinator:
             return JoinResult(E.invalid_request, member_id)
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
-            # Kafka: a classic member cannot join a consumer group with members; an empty
-            # one becomes a classic group (its offsets stay).
+            # Kafka: a classic member joins a consumer group with members as a member of it
+            # (J1); an empty one becomes a classic group (its offsets stay).
             if group.members:
-                return JoinResult(E.inconsistent_group_protocol, member_id)
+                return await group_migration.join(
+                    self, group, member_id, instance_id, client_id, client_host,
+                    session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                    require_known_member_id)
             # Dropped and replaced before any await: a request meanwhile sees the classic
             # group, never the consumer group again (no second conversion).
             try:
@@ -793,6 +799,9 @@ class GroupCoordinator:
         if error is not None:
             return SyncResult(error)
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and group.members:  # S0
+            return group_migration.sync(self, group, generation, member_id, instance_id,
+                                        protocol_type, protocol)
         error = self._member_check(group, member_id, instance_id, generation)
         if error is not None:
             return SyncResult(error)
@@ -873,6 +882,8 @@ class GroupCoordinator:
         if error is not None:
             return error
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and group.members:  # S0
+            return group_migration.heartbeat(self, group, generation, member_id, instance_id)
         error = self._member_check(group, member_id, instance_id, generation)
         if error is not None:
             return error
@@ -888,7 +899,9 @@ class GroupCoordinator:
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
-        if group is None or isinstance(group, ConsumerGroup):
+        if isinstance(group, ConsumerGroup):
+            return E.none, group_migration.leave(self, group, leaving)
+        if group is None:
             return E.none, [E.unknown_member_id] * len(leaving)
         if group.is_in(_DEAD):
             return E.coordinator_not_available, []
