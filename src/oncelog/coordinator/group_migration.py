@@ -20,9 +20,11 @@ default), ``upgrade``, ``downgrade`` or ``disabled``.
     |   |                                                    | epoch and its assignment as     |
     |   |                                                    | target and current (Stable)     |
     |M2 | the same, any condition of M1 unmet                | GROUP_ID_NOT_FOUND (K1)         |
-    |M3 | JoinGroup on a consumer group with members: group  | INCONSISTENT_GROUP_PROTOCOL     |
-    |   | full (new member) / protocol type not ``consumer`` | / GROUP_MAX_SIZE_REACHED        |
-    |   | or no protocol every classic member has            |                                 |
+    |M3 | JoinGroup on a consumer group with members: policy | INCONSISTENT_GROUP_PROTOCOL /   |
+    |   | ``disabled`` (KAFKA-20640) / group full (a new     | GROUP_MAX_SIZE_REACHED /        |
+    |   | member) / protocol type not ``consumer``, no       | INCONSISTENT_GROUP_PROTOCOL     |
+    |   | protocol every classic member has, or the          |                                 |
+    |   | subscription unreadable                            |                                 |
     |M4 | the same, no member id, require_known_member_id    | MEMBER_ID_REQUIRED (a new id)   |
     |M5 | the same, otherwise                                | a heartbeat K5-K13 of the member|
     |   |                                                    | (epoch: its own, 0 when new;    |
@@ -294,6 +296,10 @@ async def join(coordinator: GroupCoordinator, group: ConsumerGroup, member_id: s
 
     cc = coordinator.consumer_groups
     cfg = cc.config_for(group.group_id)
+    if cfg.migration_policy == "disabled":
+        # Kafka (KAFKA-20640): no classic member in a consumer group that can never become
+        # classic again.
+        return JoinResult(E.inconsistent_group_protocol, member_id)
     new_id = member_id or _new_member_id(client_id)
     if new_id not in group.members and len(group.members) >= cfg.max_size:
         return JoinResult(E.group_max_size_reached, member_id)

@@ -1,0 +1,107 @@
+"""KIP-848's online migration with real clients: confluent-kafka consumers of the classic
+protocol hold a group; one of the consumer protocol (``group.protocol=consumer``) joins it,
+which upgrades it to a consumer group (Kafka 4's default
+``group.consumer.migration.policy=bidirectional``); the broker restarts; the consumer-protocol
+member leaves, which downgrades it back to a classic group. Committed offsets carry the
+group through all of it: nothing is lost, nothing committed is read again."""
+
+from __future__ import annotations
+
+import pytest
+from brokers import create_topic
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
+from test_consumer_protocol import (
+    SETTINGS,
+    WAIT,
+    Member,
+    all_records,
+    end_offsets,
+    produce,
+    wait_consumed,
+    wait_shared,
+)
+
+GROUP = "migrating"
+
+
+@pytest.fixture
+def members():
+    started: list[Member] = []
+    yield started
+    for m in started:
+        m.stop()
+
+
+def group_type(bootstrap: str) -> ConsumerGroupType:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups().result(timeout=WAIT)
+    return {g.group_id: g.type for g in listed.valid}[GROUP]
+
+
+def group_errors(group: list[Member]) -> list[dict]:
+    """What the members reported, less the broker being down during its restart."""
+    return [e for m in group for e in m.events if e["ev"] == "error"
+            and "_TRANSPORT" not in e["error"] and "_ALL_BROKERS_DOWN" not in e["error"]]
+
+
+def test_a_consumer_member_upgrades_a_classic_group_and_its_leaving_downgrades_it(
+        start_broker, members, monkeypatch):
+    # Classic sessions outlast the restart and librdkafka's reconnect backoff (up to 10 s),
+    # so that the members carry on with what they held.
+    monkeypatch.setenv("CLASSIC_SESSION_MS", "30000")
+    broker = start_broker(**SETTINGS)
+    bootstrap, topic, n = broker.bootstrap, "migrated", 6
+    create_topic(bootstrap, topic, n)
+    produce(bootstrap, topic, n, 10)
+
+    # Two classic members share the topic, consume it and commit.
+    classic = [Member(bootstrap, GROUP, topic, f"classic{i}", protocol="classic")
+               for i in range(2)]
+    members.extend(classic)
+    wait_shared(classic, n, "two classic members")
+    ends = end_offsets(bootstrap, topic, n)
+    wait_consumed(classic, ends)
+    assert {**classic[0].commit(), **classic[1].commit()} == ends
+    assert group_type(bootstrap) == ConsumerGroupType.CLASSIC
+    before_upgrade = all_records(ends)
+
+    # A consumer-protocol member joins: no error, the group becomes a consumer group and the
+    # partitions are spread over all three.
+    modern = Member(bootstrap, GROUP, topic, "modern")
+    members.append(modern)
+    group = [*classic, modern]
+    wait_shared(group, n, "two classic members and a consumer-protocol one")
+    assert group_type(bootstrap) == ConsumerGroupType.CONSUMER
+    produce(bootstrap, topic, n, 10)
+    ends = end_offsets(bootstrap, topic, n)
+    wait_consumed(group, ends)
+    # The new member started from the classic members' committed offsets.
+    assert not modern.records() & before_upgrade
+    assert {**classic[0].commit(), **classic[1].commit(), **modern.commit()} == ends
+
+    # The broker restarts (SIGKILL): the converted group is loaded as it was.
+    held = {m.name: m.assignment() for m in group}
+    broker.restart(clean=False)
+    assert group_type(bootstrap) == ConsumerGroupType.CONSUMER
+    produce(bootstrap, topic, n, 10)
+    ends = end_offsets(bootstrap, topic, n)
+    wait_consumed(group, ends)
+    assert {m.name: m.assignment() for m in group} == held
+    assert {**classic[0].commit(), **classic[1].commit(), **modern.commit()} == ends
+    before_downgrade = all_records(ends)
+
+    # The consumer-protocol member leaves: the group is classic again and its classic
+    # members take over its partitions from the committed offsets.
+    marks = [len(m.events) for m in classic]
+    modern.close()
+    wait_shared(classic, n, "the classic members after the downgrade")
+    assert group_type(bootstrap) == ConsumerGroupType.CLASSIC
+    produce(bootstrap, topic, n, 10)
+    ends = end_offsets(bootstrap, topic, n)
+    wait_consumed(group, ends)
+    for m, mark in zip(classic, marks, strict=True):
+        read_again = {(e["p"], e["o"]) for e in m.events[mark:] if e["ev"] == "rec"}
+        assert not read_again & before_downgrade, m.name
+    assert {**classic[0].commit(), **classic[1].commit()} == ends
+    assert not group_errors(group), group_errors(group)
