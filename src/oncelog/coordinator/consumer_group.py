@@ -40,7 +40,8 @@ epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
     |   |                                                  | UNSUPPORTED_ASSIGNOR, INVALID_    |
     |   |                                                  | REGULAR_EXPRESSION (RE2)          |
     |K1 | the id is a classic group's: epoch 0, the group  | it becomes this group (its record |
-    |   | Empty or Dead, no pending member                 | deleted, its offsets kept); else  |
+    |   | Empty or Dead, no pending member; with members:  | deleted, its offsets kept); with  |
+    |   | group_migration.py's M1/M2                       | members: upgraded (M1); else      |
     |   |                                                  | GROUP_ID_NOT_FOUND                |
     |K2 | epoch -1 / -2 (leaving): no group; member or     | GROUP_ID_NOT_FOUND; UNKNOWN_MEMBER|
     |   | instance unknown; instance owned by another id   | _ID; FENCED_INSTANCE_ID           |
@@ -69,9 +70,12 @@ epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
     |   |                                                  | partitions no one else owns)      |
 
 Timers: a session that ends, or a revocation not done within the rebalance timeout, removes
-the member as K4. Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
+the member as K4 (a classic member's session is its JoinGroup's; a member of the consumer
+protocol leaving a group of classic members downgrades it, group_migration.py's M9).
+Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
 no member id for a fetch) is accepted; an unknown member UNKNOWN_MEMBER_ID; another epoch
-than the member's STALE_MEMBER_EPOCH. The offsets' own rules are offset_rules.py's.
+than the member's STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member, whose epoch
+is its generation). The offsets' own rules are offset_rules.py's.
 """
 
 from __future__ import annotations
