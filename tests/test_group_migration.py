@@ -7,10 +7,14 @@ group through all of it: nothing is lost, nothing committed is read again."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from brokers import create_topic
 from confluent_kafka import ConsumerGroupType
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 from test_consumer_protocol import (
     SETTINGS,
     WAIT,
@@ -33,10 +37,10 @@ def members():
         m.stop()
 
 
-def group_type(bootstrap: str) -> ConsumerGroupType:
+def group_type(bootstrap: str, group: str = GROUP) -> ConsumerGroupType:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     listed = admin.list_consumer_groups().result(timeout=WAIT)
-    return {g.group_id: g.type for g in listed.valid}[GROUP]
+    return {g.group_id: g.type for g in listed.valid}[group]
 
 
 def group_errors(group: list[Member]) -> list[dict]:
@@ -105,3 +109,73 @@ def test_a_consumer_member_upgrades_a_classic_group_and_its_leaving_downgrades_i
         assert not read_again & before_downgrade, m.name
     assert {**classic[0].commit(), **classic[1].commit()} == ends
     assert not group_errors(group), group_errors(group)
+
+
+class KafkaPythonMember:
+    """A kafka-python consumer (classic protocol, the eager range assignor), polled by the
+    test itself: its rebalances happen inside ``poll``."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=10_000, heartbeat_interval_ms=300,
+            partition_assignment_strategy=[RangePartitionAssignor])
+        self.read: list[tuple[int, int]] = []
+
+    def poll_until(self, condition, what: str) -> None:
+        deadline = time.monotonic() + WAIT
+        while not condition():
+            assert time.monotonic() < deadline, f"kafka-python: no {what} within {WAIT}s"
+            for tp, records in self.consumer.poll(timeout_ms=100).items():
+                self.read += [(tp.partition, r.offset) for r in records]
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def test_a_kafka_python_group_takes_a_consumer_protocol_member_and_goes_back(
+        start_broker, members):
+    broker = start_broker(**SETTINGS)
+    bootstrap, topic, n, group = broker.bootstrap, "mixed", 4, "kafka-python-group"
+    create_topic(bootstrap, topic, n)
+    produce(bootstrap, topic, n, 5)
+    classic = KafkaPythonMember(bootstrap, group, topic)
+    try:
+        ends = end_offsets(bootstrap, topic, n)
+        classic.poll_until(lambda: all_records(ends) <= set(classic.read), "records")
+        classic.consumer.commit()
+        before = all_records(ends)
+
+        # Upgrade: kafka-python (eager, subscription v0) stays a classic member.
+        modern = Member(bootstrap, group, topic, "modern")
+        members.append(modern)
+
+        def shared() -> bool:
+            mine, theirs = classic.assignment(), modern.assignment()
+            return bool(mine and theirs) and not mine & theirs and mine | theirs == set(
+                range(n))
+
+        classic.poll_until(shared, "the partitions shared with the consumer-protocol member")
+        assert group_type(bootstrap, group) == ConsumerGroupType.CONSUMER
+        produce(bootstrap, topic, n, 5)
+        ends = end_offsets(bootstrap, topic, n)
+        classic.poll_until(lambda: all_records(ends) <= set(classic.read) | modern.records(),
+                           "records")
+        assert not modern.records() & before
+        classic.consumer.commit()
+        modern.commit()
+        before = all_records(ends)
+
+        # Downgrade: the consumer-protocol member leaves, kafka-python takes everything.
+        mark = len(classic.read)
+        modern.close()
+        classic.poll_until(lambda: classic.assignment() == set(range(n)), "every partition")
+        assert group_type(bootstrap, group) == ConsumerGroupType.CLASSIC
+        produce(bootstrap, topic, n, 5)
+        ends = end_offsets(bootstrap, topic, n)
+        classic.poll_until(lambda: all_records(ends) - before <= set(classic.read[mark:]),
+                           "records")
+        assert not set(classic.read[mark:]) & before
+        assert not group_errors([modern]), group_errors([modern])
+    finally:
+        classic.consumer.close()
