@@ -365,3 +365,47 @@ def _waiting(group: ConsumerGroup, member) -> bool:
 MigrationMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30,
                                               deadline=None)
 test_online_migration_follows_kafkas_rules = MigrationMachine.TestCase
+
+
+def test_a_static_classic_member_of_a_consumer_group_is_fenced_or_replaced():
+    """M4's static rows: a JoinGroup naming another member id for a held instance is
+    FENCED_INSTANCE_ID; a restarted instance (no member id) takes the old id's place and
+    partitions, as in a classic group."""
+    machine = MigrationMachine()
+    try:
+        machine.start("bidirectional")
+        c = machine.c
+        answer = machine.run(c.consumer_groups.heartbeat(HeartbeatRequest(
+            G, "k", 0, rebalance_timeout_ms=LONG_MS, subscribed_topic_names=("t",), owned={})))
+        assert answer.error is E.none
+
+        def join(member_id: str):
+            return machine.run(c.join(G, member_id, "instance", "cl", "/h", LONG_MS, LONG_MS,
+                                      "consumer", machine._protocols(frozenset()), False,
+                                      True))
+
+        first = join("")
+        assert first.error is E.none
+        # "k" gives up the classic member's share; the classic member rejoins for it.
+        owned = answer.assignment
+        for _ in range(2):
+            answer = machine.run(c.consumer_groups.heartbeat(HeartbeatRequest(
+                G, "k", answer.member_epoch, owned=owned)))
+            owned = answer.assignment if answer.assignment is not None else owned
+        assert join(first.member_id).error is E.none
+        group = machine._group()
+        held = group.members[first.member_id]
+        assert held.classic is not None and held.instance_id == "instance" and held.assigned
+        assert join("someone-else").error is E.fenced_instance_id
+        again = join("")
+        assert again.error is E.none and again.member_id != first.member_id
+        group = machine._group()
+        assert first.member_id not in group.members
+        assert group.members[again.member_id].instance_id == "instance"
+        assert group.members[again.member_id].assigned == held.assigned, (group, held)
+        # A restart reads the replacement back.
+        c.close()
+        machine.c = machine._start()
+        assert set(machine._group().members) == {"k", again.member_id}
+    finally:
+        machine.teardown()

@@ -107,9 +107,11 @@ class ConsumerGroupCoordinator:
                 converting = existing  # an empty classic group becomes this one
         return await self._heartbeat(req, existing, converting, upgrade)
 
-    async def classic_heartbeat(self, req: HeartbeatRequest) -> HeartbeatAnswer:
-        """A classic member's JoinGroup to a consumer group, as a heartbeat (M5)."""
-        return await self._heartbeat(req, self.coordinator.groups.get(req.group_id))
+    async def classic_heartbeat(self, req: HeartbeatRequest, view: ConsumerGroup
+                                ) -> HeartbeatAnswer:
+        """A classic member's JoinGroup to a consumer group, as a heartbeat (M5), planned
+        on ``view`` (the group, or a copy of it that says how to read it)."""
+        return await self._heartbeat(req, view)
 
     async def _heartbeat(self, req: HeartbeatRequest, existing, converting=None,
                          upgrade: migration.Upgrade | None = None) -> HeartbeatAnswer:

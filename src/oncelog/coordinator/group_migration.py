@@ -25,7 +25,9 @@ default), ``upgrade``, ``downgrade`` or ``disabled``.
     |   | member) / protocol type not ``consumer``, no       | INCONSISTENT_GROUP_PROTOCOL     |
     |   | protocol every classic member has, or the          |                                 |
     |   | subscription unreadable                            |                                 |
-    |M4 | the same, no member id, require_known_member_id    | MEMBER_ID_REQUIRED (a new id)   |
+    |M4 | the same: no member id, require_known_member_id /  | MEMBER_ID_REQUIRED (a new id) / |
+    |   | a static instance held by another id, a member id  | FENCED_INSTANCE_ID / it takes   |
+    |   | given / none given                                 | the old id's place (as K9)      |
     |M5 | the same, otherwise                                | a heartbeat K5-K13 of the member|
     |   |                                                    | (epoch: its own, 0 when new;    |
     |   |                                                    | owned: its subscription's owned |
@@ -281,9 +283,9 @@ def _supports(group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool
     """Kafka's ConsumerGroup.supportsClassicProtocols."""
     if protocol_type != PROTOCOL_TYPE or not names:
         return False
-    classic = [m for m in group.members.values() if m.classic is not None]
-    return all(any(n in names for n, _ in m.classic.protocols) for m in classic) and \
-        any(all(n in {p for p, _ in m.classic.protocols} for m in classic) for n in names)
+    classic = [{p for p, _ in m.classic.protocols} for m in group.members.values()
+               if m.classic is not None]
+    return any(all(n in supported for supported in classic) for n in names)
 
 
 async def join(coordinator: GroupCoordinator, group: ConsumerGroup, member_id: str,
@@ -311,18 +313,25 @@ async def join(coordinator: GroupCoordinator, group: ConsumerGroup, member_id: s
         subscription = consumer_protocol.read_subscription(protocols[0][1])
     except Exception:  # a client's bytes
         return JoinResult(E.inconsistent_group_protocol, member_id)
-    stored = group.members.get(new_id) if instance_id is None else \
-        group.static_member(instance_id)
-    if stored is not None and stored.member_id != new_id:
-        stored = None if member_id == "" else stored
-    epoch = stored.member_epoch if stored is not None and stored.member_id == new_id else 0
+    view = group
+    held = group.static_member(instance_id) if instance_id is not None else None
+    if held is not None and held.member_id != new_id:
+        if member_id:
+            return JoinResult(E.fenced_instance_id, member_id)  # Kafka's classic rule (J10)
+        # A restarted static member takes its instance's place and partitions, as a classic
+        # group lets it (K9's replacement, planned as if the old id had left with -2).
+        view = dataclasses.replace(group, members={
+            **group.members, held.member_id: dataclasses.replace(
+                held, member_epoch=cg.STATIC_LEAVE_EPOCH)})
+    stored = group.members.get(new_id) if member_id else None
+    epoch = stored.member_epoch if stored is not None else 0
     owned = _owned(subscription, cc.image) if epoch else {}
     req = HeartbeatRequest(
         group.group_id, new_id, epoch, instance_id,
         getattr(subscription, "rack_id", None) or None, rebalance_timeout_ms,
         tuple(subscription.topics), None, None, owned, client_id, client_host,
         classic=cr.ClassicMemberMetadata(session_timeout_ms, tuple(protocols)))
-    answer = await cc.classic_heartbeat(req)
+    answer = await cc.classic_heartbeat(req, view)
     if answer.error is not E.none:
         return JoinResult(answer.error, member_id)
     return JoinResult(E.none, answer.member_id or new_id, answer.member_epoch, PROTOCOL_TYPE,
