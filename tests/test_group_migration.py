@@ -22,9 +22,12 @@ from test_consumer_protocol import (
     all_records,
     end_offsets,
     produce,
+    raw,
     wait_consumed,
     wait_shared,
 )
+
+from oncelog.protocol import api_versions as apis
 
 GROUP = "migrating"
 
@@ -77,6 +80,12 @@ def test_a_consumer_member_upgrades_a_classic_group_and_its_leaving_downgrades_i
     group = [*classic, modern]
     wait_shared(group, n, "two classic members and a consumer-protocol one")
     assert group_type(bootstrap) == ConsumerGroupType.CONSUMER
+    with raw(bootstrap) as conn:  # ConsumerGroupDescribe v1: 0 classic, 1 consumer member
+        described = conn.call(apis.CONSUMER_GROUP_DESCRIBE, lambda mod, v:
+                              mod.ConsumerGroupDescribeRequest(
+                                  group_ids=(GROUP,), include_authorized_operations=False))
+    assert sorted((m.client_id, m.member_type) for m in described.groups[0].members) == [
+        ("classic0", 0), ("classic1", 0), ("modern", 1)]
     produce(bootstrap, topic, n, 10)
     ends = end_offsets(bootstrap, topic, n)
     wait_consumed(group, ends)
