@@ -409,3 +409,40 @@ def test_a_static_classic_member_of_a_consumer_group_is_fenced_or_replaced():
         assert set(machine._group().members) == {"k", again.member_id}
     finally:
         machine.teardown()
+
+
+def test_a_classic_member_told_to_rejoin_that_does_not_is_removed():
+    """M7's join timer: a classic member of a consumer group answered REBALANCE_IN_PROGRESS
+    that keeps heartbeating without rejoining is removed after its rebalance timeout (it
+    would otherwise hold partitions others wait for); one that rejoins stays."""
+    machine = MigrationMachine()
+    try:
+        machine.start("bidirectional")
+        c = machine.c
+        machine.run(c.consumer_groups.heartbeat(HeartbeatRequest(
+            G, "k", 0, rebalance_timeout_ms=LONG_MS, subscribed_topic_names=("t",), owned={})))
+
+        def join(member_id: str):
+            return machine.run(c.join(G, member_id, None, "cl", "/h", LONG_MS, 50, "consumer",
+                                      machine._protocols(frozenset()), False, True))
+
+        stays, goes = join(""), join("")
+        # The consumer-protocol member changes its subscription: the group epoch moves past
+        # both.
+        epoch = machine._group().members["k"].member_epoch
+        answer = machine.run(c.consumer_groups.heartbeat(HeartbeatRequest(
+            G, "k", epoch, subscribed_topic_names=("t", "u"))))
+        assert answer.error is E.none
+        for joined in (stays, goes):
+            assert machine.now(lambda j=joined: c.heartbeat(G, j.generation, j.member_id,
+                                                            None)) is E.rebalance_in_progress
+        assert join(stays.member_id).error is E.none
+
+        async def until_removed():
+            while goes.member_id in machine._group().members:
+                await asyncio.sleep(0.01)
+
+        machine.run(until_removed())  # bounded by run's 5 s
+        assert stays.member_id in machine._group().members
+    finally:
+        machine.teardown()

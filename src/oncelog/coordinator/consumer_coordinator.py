@@ -223,6 +223,21 @@ class ConsumerGroupCoordinator:
         self._cancel(self._sessions, (group_id, member_id))
         self._cancel(self._revocations, (group_id, member_id))
 
+    def start_join_timer(self, group_id: str, member: cg.ConsumerMember) -> None:
+        """A classic member told to rejoin (group_migration M7) is removed unless it
+        rejoins within its rebalance timeout; the revocation timer's rule (its epoch did not
+        move) is this one's, so it is that timer."""
+        key = (group_id, member.member_id)
+        if key in self._revocations:
+            return
+        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
+            self.config_for(group_id).session_timeout_ms
+        self._set(self._revocations, key, timeout, self._revocation_expired, group_id,
+                  member.member_id, member.member_epoch, timeout)
+
+    def stop_join_timer(self, group_id: str, member_id: str) -> None:
+        self._cancel(self._revocations, (group_id, member_id))
+
     def _schedule_session(self, group_id: str, member_id: str) -> None:
         group = self.coordinator.groups.get(group_id)
         member = group.members.get(member_id) if isinstance(group, ConsumerGroup) else None

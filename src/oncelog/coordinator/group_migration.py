@@ -44,7 +44,11 @@ default), ``upgrade``, ``downgrade`` or ``disabled``.
     |M7 | Heartbeat to a consumer group: M6's member checks; | REBALANCE_IN_PROGRESS when the  |
     |   | the session restarts                               | group epoch is ahead, it must   |
     |   |                                                    | revoke, or partitions it waits  |
-    |   |                                                    | for are free; else NONE         |
+    |   |                                                    | for are free (and unless one    |
+    |   |                                                    | runs: a join timer, removing it |
+    |   |                                                    | as K4 if it has not rejoined    |
+    |   |                                                    | within its rebalance timeout;   |
+    |   |                                                    | M5 stops it); else NONE         |
     |M8 | LeaveGroup to a consumer group, per member: M6's   | removed as K4                   |
     |   | member checks                                      |                                 |
     |M9 | a member of the consumer protocol leaves (K4 or a  | downgrade in the same batch: the|
@@ -313,6 +317,7 @@ async def join(coordinator: GroupCoordinator, group: ConsumerGroup, member_id: s
         subscription = consumer_protocol.read_subscription(protocols[0][1])
     except Exception:  # a client's bytes
         return JoinResult(E.inconsistent_group_protocol, member_id)
+    cc.stop_join_timer(group.group_id, new_id)
     view = group
     held = group.static_member(instance_id) if instance_id is not None else None
     if held is not None and held.member_id != new_id:
@@ -381,11 +386,13 @@ def heartbeat(coordinator: GroupCoordinator, group: ConsumerGroup, generation: i
         return error
     if generation != member.member_epoch:
         return E.illegal_generation
-    coordinator.consumer_groups.schedule_session(group.group_id, member.member_id)
+    cc = coordinator.consumer_groups
+    cc.schedule_session(group.group_id, member.member_id)
     if member.member_epoch < group.group_epoch or \
-            member.state == cg.MemberState.UNREVOKED_PARTITIONS:
-        return E.rebalance_in_progress
-    if member.state == cg.MemberState.UNRELEASED_PARTITIONS and not _waiting(group, member):
+            member.state == cg.MemberState.UNREVOKED_PARTITIONS or (
+            member.state == cg.MemberState.UNRELEASED_PARTITIONS and not _waiting(group, member)):
+        # Kafka's join timeout: a member told to rejoin that does not is removed.
+        cc.start_join_timer(group.group_id, member)
         return E.rebalance_in_progress
     return E.none
 
