@@ -446,3 +446,40 @@ def test_a_classic_member_told_to_rejoin_that_does_not_is_removed():
         assert stays.member_id in machine._group().members
     finally:
         machine.teardown()
+
+
+def test_an_upgrade_during_a_classic_rebalance_tells_the_waiting_members_to_rejoin():
+    """M1 on a classic group in PreparingRebalance: the waiting JoinGroup is answered
+    REBALANCE_IN_PROGRESS, and the member rejoins as a classic member of the consumer group
+    from the generation it had."""
+    machine = MigrationMachine()
+    try:
+        machine.start("bidirectional")
+        c = machine.c
+        first = machine._classic_rebalance(newcomer="cl")
+        generation = machine.m.clients[first].generation
+
+        async def upgrade_while_waiting():
+            waiting = asyncio.ensure_future(c.join(
+                G, "", None, "cl2", "/h", LONG_MS, LONG_MS, "consumer",
+                machine._protocols(frozenset()), False, True))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert machine._group().state.value == "PreparingRebalance"
+            answer = await c.consumer_groups.heartbeat(HeartbeatRequest(
+                G, "k", 0, rebalance_timeout_ms=LONG_MS, subscribed_topic_names=("t",),
+                owned={}))
+            return answer, await waiting
+
+        answer, waited = machine.run(upgrade_while_waiting())
+        assert answer.error is E.none and waited.error is E.rebalance_in_progress
+        group = machine._group()
+        # The joining member is one of the converted group's classic members, told its id.
+        assert isinstance(group, ConsumerGroup)
+        assert set(group.members) == {first, waited.member_id, "k"}
+        assert group.members[first].member_epoch == generation
+        machine.m.clients[waited.member_id] = Client("classic")
+        for member_id in (first, waited.member_id):
+            assert machine._classic_join_consumer_group(member_id) is E.none
+    finally:
+        machine.teardown()

@@ -53,7 +53,8 @@ default), ``upgrade``, ``downgrade`` or ``disabled``.
     |   | member checks                                      |                                 |
     |M9 | a member of the consumer protocol leaves (K4 or a  | downgrade in the same batch: the|
     |   | timer) and every other member is classic, >= 1 of  | consumer group's records deleted|
-    |   | them, downgrade allowed, <= group.max.size of them | and a classic group record      |
+    |   | them, downgrade allowed, <= group.max.size of them,| and a classic group record      |
+    |   | a protocol they all have                           |                                 |
     |   |                                                    | (generation = group epoch, each |
     |   |                                                    | member's target as assignment); |
     |   |                                                    | the group then rebalances       |
@@ -204,7 +205,10 @@ def may_downgrade(group: ConsumerGroup, leaving: str, cfg: ConsumerGroupConfig,
         log.info("group %s: not downgraded: group.consumer.migration.policy is %s",
                  group.group_id, cfg.migration_policy)
         return False
-    return len(others) <= classic_max_size
+    common = set.intersection(*({p for p, _ in m.classic.protocols} for m in others))
+    # No protocol they all speak (one rejoined with others): a classic group could not
+    # choose one, so the group stays as it is.
+    return bool(common) and len(others) <= classic_max_size
 
 
 def downgrade(cc: ConsumerGroupCoordinator, group: ConsumerGroup, leaving: str
