@@ -483,3 +483,36 @@ def test_an_upgrade_during_a_classic_rebalance_tells_the_waiting_members_to_rejo
             assert machine._classic_join_consumer_group(member_id) is E.none
     finally:
         machine.teardown()
+
+
+def test_a_consumer_member_whose_session_ends_downgrades_the_group():
+    """M9 from a timer: the consumer-protocol member's session ends (its process died), the
+    classic member is left: the group is classic again, rebalancing, and a restart reads it
+    back classic."""
+    machine = MigrationMachine()
+    try:
+        machine.start("bidirectional")
+        machine.c.close()
+        machine.c = c = GroupCoordinator(
+            machine.log, GroupConfig(num_partitions=1, initial_rebalance_delay_ms=0),
+            lambda t, p: t == "t" and 0 <= p < PARTITIONS,
+            consumer_config=ConsumerGroupConfig(session_timeout_ms=50),
+            topic_image={"t": (TOPIC_ID, PARTITIONS)})
+        machine.run(c.load_all())
+        classic = machine._classic_rebalance(newcomer="cl")
+        answer = machine.run(c.consumer_groups.heartbeat(HeartbeatRequest(
+            G, "k", 0, rebalance_timeout_ms=LONG_MS, subscribed_topic_names=("t",), owned={})))
+        assert answer.error is E.none and machine._is_consumer_group()
+
+        async def until_classic():
+            while machine._is_consumer_group():
+                await asyncio.sleep(0.01)
+
+        machine.run(until_classic())  # bounded by run's 5 s
+        group = machine._group()
+        assert list(group.members) == [classic] and group.state.value == "PreparingRebalance"
+        c.close()
+        machine.c = machine._start()
+        assert not machine._is_consumer_group() and list(machine._group().members) == [classic]
+    finally:
+        machine.teardown()
