@@ -76,6 +76,9 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    TopicPartition as AssignedPartitions,
+)
 from kio.schema.errors import ErrorCode
 
 from ..protocol import consumer_protocol
@@ -263,9 +266,7 @@ def _assignment_bytes(assignment: cr.Assignment, names: dict[uuid.UUID, str],
         name = names.get(topic_id)
         if name:
             by_name.setdefault(name, []).extend(sorted(partitions))
-    from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition
-
-    topics = tuple(TopicPartition(topic=n, partitions=tuple(ps))
+    topics = tuple(AssignedPartitions(topic=n, partitions=tuple(ps))
                    for n, ps in sorted(by_name.items()))
     return consumer_protocol.write_assignment(version, assigned_partitions=topics,
                                               user_data=None)
