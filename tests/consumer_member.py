@@ -7,6 +7,8 @@ killed with SIGKILL). Run as ``python consumer_member.py BOOTSTRAP GROUP TOPIC C
 - {"ev": "committed", "parts": {partition: offset}} after the command "commit";
 - {"ev": "error", "error": text} for errors the consumer reports.
 
+A classic member's session timeout is $CLASSIC_SESSION_MS (6000 when unset).
+
 Commands on stdin, one a line: "commit" (synchronous commit of the positions, then
 committed()), "close" (leave the group and exit).
 """
@@ -14,6 +16,7 @@ committed()), "close" (leave the group and exit).
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import threading
@@ -39,7 +42,8 @@ def main() -> None:
     if instance_id:
         conf["group.instance.id"] = instance_id
     if protocol == "classic":
-        conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+        conf.update({"session.timeout.ms": int(os.environ.get("CLASSIC_SESSION_MS", 6000)),
+                     "heartbeat.interval.ms": 500,
                      "partition.assignment.strategy": "cooperative-sticky"})
     consumer = Consumer(conf)
     consumer.subscribe(

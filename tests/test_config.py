@@ -123,3 +123,15 @@ def test_bad_arguments_are_refused_with_usage():
     result = run_cli("consume", "--topic", "x", "--offset", "soon", "--bootstrap-server",
                      "127.0.0.1:1")
     assert result.returncode != 0
+
+
+def test_group_consumer_migration_policy_is_kafkas():
+    """KIP-848's online migration: Kafka 4's default, its four values, case insensitive."""
+    from oncelog.broker.apis.consumer_groups import consumer_group_config
+
+    assert consumer_group_config(BrokerConfig()).migration_policy == "bidirectional"
+    for value in ("UPGRADE", "downgrade", "Disabled", "bidirectional"):
+        config = BrokerConfig({"group.consumer.migration.policy": value})
+        assert consumer_group_config(config).migration_policy == value.lower()
+    with pytest.raises(ConfigError, match=r"group\.consumer\.migration\.policy"):
+        BrokerConfig({"group.consumer.migration.policy": "both"})

@@ -301,7 +301,8 @@ def heartbeat(conn, group_id: str, member_id: str, epoch: int, **fields):
 
 
 def test_classic_and_consumer_groups_share_a_broker(start_broker, members):
-    broker = start_broker(**SETTINGS)
+    # Without online migration (test_group_migration.py has it), each keeps to its kind.
+    broker = start_broker(**SETTINGS, group_consumer_migration_policy="disabled")
     bootstrap, topic, n = broker.bootstrap, "both", 2
     create_topic(bootstrap, topic, n)
     produce(bootstrap, topic, n, 5)
@@ -327,7 +328,8 @@ def test_classic_and_consumer_groups_share_a_broker(start_broker, members):
     assert {tp.partition for tp in described.members[0].assignment.topic_partitions} == {0, 1}
 
     with raw(bootstrap) as conn:
-        # A consumer-protocol member cannot join the active classic group, nor the other way.
+        # A consumer-protocol member cannot join the active classic group, nor the other way
+        # (group.consumer.migration.policy=disabled).
         answer = heartbeat(conn, "classic", "x" * 22, 0)
         assert answer.error_code == ErrorCode.group_id_not_found
         joined = conn.call(apis.JOIN_GROUP, lambda mod, v: mod.JoinGroupRequest(

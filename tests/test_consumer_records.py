@@ -30,7 +30,10 @@ values = st.one_of(
         cr.TopicMetadata, ids, texts, st.integers(0, 1000)), max_size=3).map(tuple)),
     st.builds(cr.MemberMetadataValue, st.none() | texts, st.none() | texts, texts, texts,
               st.lists(texts, max_size=3).map(tuple), st.none() | texts,
-              st.integers(-1, 2**31 - 1), st.none() | texts),
+              st.integers(-1, 2**31 - 1), st.none() | texts,
+              st.none() | st.builds(cr.ClassicMemberMetadata, st.integers(0, 2**31 - 1),
+                                    st.lists(st.tuples(texts, st.binary(max_size=8)),
+                                             max_size=3).map(tuple))),
     st.builds(cr.TargetMetadataValue, st.integers(0, 2**31 - 1)),
     st.builds(cr.TargetMemberValue, assignments),
     st.builds(cr.CurrentAssignmentValue, st.integers(-2, 2**31 - 1),
@@ -133,9 +136,13 @@ def test_consumer_groups_load_convert_delete_and_expire():
         assert isinstance(group, ConsumerGroup) and list(group.members) == ["m1"]
         assert group.members["m1"].assigned == {TOPIC: frozenset({0, 1})}
         assert {tp: v.offset for tp, v in group.offsets.items()} == {("t", 0): 5, ("t", 1): 9}
-        # A classic join is refused while the consumer group has members ...
+        # A classic join makes a classic member of it (KIP-848's online migration, first
+        # asked for a member id), unless its subscription cannot be read ...
         joined = await c.join("g", "", None, "x", "/h", 10_000, 10_000, "consumer",
                               [("range", b"")], True, True)
+        assert joined.error is ErrorCode.member_id_required
+        joined = await c.join("g", joined.member_id, None, "x", "/h", 10_000, 10_000,
+                              "consumer", [("range", b"")], True, True)
         assert joined.error is ErrorCode.inconsistent_group_protocol
         # ... it leaves; the empty group's offsets expire after the retention.
         left = await c.consumer_groups.heartbeat(HeartbeatRequest("g", "m1", -1))

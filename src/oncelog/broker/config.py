@@ -86,6 +86,15 @@ _ASSIGNOR_CLASSES = {
 }
 
 
+def _migration_policy(text: str) -> str:
+    # Kafka's ConsumerGroupMigrationPolicy: case insensitive.
+    value = text.strip().lower()
+    if value not in ("disabled", "downgrade", "upgrade", "bidirectional"):
+        raise ConfigError(f"expected one of disabled, downgrade, upgrade, bidirectional, "
+                          f"got {text!r}")
+    return value
+
+
 def _parse_assignors(text: str) -> str:
     names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ("uniform", "range")]
@@ -383,6 +392,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("group.consumer.assignors", "LIST", "uniform,range",
          "Server-side assignors (uniform, range, or Kafka's class names of them); the first "
          "is the default.", _parse_assignors),
+    _key("group.consumer.migration.policy", "STRING", "bidirectional",
+         "Which way a group may change protocol while it has members (KIP-848's online "
+         "migration): bidirectional, upgrade, downgrade or disabled.",
+         _migration_policy),
 )}
 
 

@@ -27,6 +27,7 @@ from . import acl_operations
 from .api_meta import NO_THROTTLE
 
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member_type of a consumer-protocol member
+CLASSIC_MEMBER = 0  # ... and of a classic member of a consumer group (online migration)
 
 
 class TopicImage(Mapping[str, tuple[uuid.UUID, int]]):
@@ -58,6 +59,7 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
         heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
         max_size=config.get("group.consumer.max.size"),
         assignors=tuple(config.get("group.consumer.assignors").split(",")),
+        migration_policy=config.get("group.consumer.migration.policy"),
     )
 
 
@@ -136,7 +138,7 @@ def handle_consumer_group_describe(broker, request: Request):
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=assignment(m.assigned),
             target_assignment=assignment(group.target.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER)
+            member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
             for m in group.members.values())
         described.append(build(
             mod.DescribedGroup, error_code=ErrorCode.none, error_message=None,

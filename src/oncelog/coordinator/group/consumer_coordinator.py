@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from ..internal_log import OffsetsLog, WriteFailed
 from . import consumer_group as cg
 from . import consumer_records as cr
+from . import group_migration as migration
 from . import group_records as rec
 from .classic_group import GroupState
 from .consumer_group import (
@@ -107,25 +108,52 @@ class ConsumerGroupCoordinator:
         if coordinator.is_loading(req.group_id):
             return HeartbeatAnswer(E.coordinator_load_in_progress)
         existing = coordinator.groups.get(req.group_id)
-        converting = None
+        converting = upgrade = None
         if existing is not None and not isinstance(existing, ConsumerGroup):
-            if req.member_epoch != 0 or not existing.is_in(*_EMPTY_OR_DEAD) or \
-                    existing.pending_members:
-                return HeartbeatAnswer(E.group_id_not_found,
-                                       f"Group {req.group_id} is not a consumer group.")
-            converting, existing = existing, None  # an empty classic group becomes this one
+            if req.member_epoch == 0 and existing.members:  # M1, M2
+                upgrade = migration.plan_upgrade(existing, self.config_for(req.group_id),
+                                                 self.image, coordinator.now_ms())
+            if upgrade is None:
+                if req.member_epoch != 0 or not existing.is_in(*_EMPTY_OR_DEAD) or \
+                        existing.pending_members:
+                    return HeartbeatAnswer(E.group_id_not_found,
+                                           f"Group {req.group_id} is not a consumer group.")
+                converting = existing  # an empty classic group becomes this one
+        return await self._heartbeat(req, existing, converting, upgrade)
+
+    async def classic_heartbeat(self, req: HeartbeatRequest, view: ConsumerGroup
+                                ) -> HeartbeatAnswer:
+        """A classic member's JoinGroup to a consumer group, as a heartbeat (M5), planned
+        on ``view`` (the group, or a copy of it that says how to read it)."""
+        return await self._heartbeat(req, view)
+
+    async def _heartbeat(self, req: HeartbeatRequest, existing, converting=None,
+                         upgrade: migration.Upgrade | None = None) -> HeartbeatAnswer:
+        coordinator = self.coordinator
+        group = upgrade.group if upgrade is not None else (
+            None if converting is not None else existing)
+        cfg = self.config_for(req.group_id)
         try:
-            plan = cg.heartbeat(existing, req, self.image, self.config_for(req.group_id),
-                                coordinator.now_ms())
+            plan = cg.heartbeat(group, req, self.image, cfg, coordinator.now_ms())
         except Refusal as exc:
             log.info("group %s: heartbeat of %s refused: %s", req.group_id, req.member_id,
                      exc.message)
             return HeartbeatAnswer(exc.error, exc.message)
-        extra = [(rec.group_key(req.group_id), None)] if converting is not None else []
+        if req.member_epoch == cg.LEAVE_EPOCH and plan.removed and migration.may_downgrade(
+                group, plan.removed[0], cfg, coordinator.config.max_size):  # M9
+            try:
+                await self._durable(migration.downgrade(self, group, plan.removed[0]))
+            except _WriteRefused as exc:
+                return HeartbeatAnswer(exc.error, str(exc))
+            return HeartbeatAnswer(E.none, None, req.member_id, req.member_epoch)
+        extra = upgrade.records if upgrade is not None else (
+            [(rec.group_key(req.group_id), None)] if converting is not None else [])
         try:
             durable = self._append(req.group_id, plan.records, extra)
         except _WriteRefused as exc:
             return HeartbeatAnswer(exc.error, str(exc))
+        if upgrade is not None:
+            migration.install_upgrade(coordinator, existing, upgrade)
         self._apply(req.group_id, plan, converting)
         if converting is not None:
             log.info("group %s: the empty classic group became a consumer group",
@@ -207,10 +235,31 @@ class ConsumerGroupCoordinator:
         self._cancel(self._sessions, (group_id, member_id))
         self._cancel(self._revocations, (group_id, member_id))
 
+    def start_join_timer(self, group_id: str, member: cg.ConsumerMember) -> None:
+        """A classic member told to rejoin (group_migration M7) is removed unless it
+        rejoins within its rebalance timeout; the revocation timer's rule (its epoch did not
+        move) is this one's, so it is that timer."""
+        key = (group_id, member.member_id)
+        if key in self._revocations:
+            return
+        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
+            self.config_for(group_id).session_timeout_ms
+        self._set(self._revocations, key, timeout, self._revocation_expired, group_id,
+                  member.member_id, member.member_epoch, timeout)
+
+    def stop_join_timer(self, group_id: str, member_id: str) -> None:
+        self._cancel(self._revocations, (group_id, member_id))
+
     def _schedule_session(self, group_id: str, member_id: str) -> None:
-        self._set(self._sessions, (group_id, member_id),
-                  self.config_for(group_id).session_timeout_ms,
+        group = self.coordinator.groups.get(group_id)
+        member = group.members.get(member_id) if isinstance(group, ConsumerGroup) else None
+        timeout = (member.classic.session_timeout_ms
+                   if member is not None and member.classic is not None
+                   else self.config_for(group_id).session_timeout_ms)
+        self._set(self._sessions, (group_id, member_id), timeout,
                   self._session_expired, group_id, member_id)
+
+    schedule_session = _schedule_session
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
         self._sessions.pop((group_id, member_id), None)
@@ -226,23 +275,29 @@ class ConsumerGroupCoordinator:
         self._remove(group_id, member_id, f"it did not revoke its partitions within "
                      f"{timeout} ms at epoch {epoch}")
 
-    def _remove(self, group_id: str, member_id: str, reason: str) -> None:
+    def _remove(self, group_id: str, member_id: str, reason: str) -> ErrorCode:
         group = self.coordinator.groups.get(group_id)
         if not isinstance(group, ConsumerGroup) or member_id not in group.members:
-            return
+            return E.unknown_member_id
         plan = HeartbeatPlan(cg.fence_records(group, group.members[member_id], self.image),
                              member_id, cg.LEAVE_EPOCH, 0, removed=(member_id,))
         try:
-            durable = self._append(group_id, plan.records)
+            if migration.may_downgrade(group, member_id, self.config_for(group_id),
+                                       self.coordinator.config.max_size):  # M9
+                log.info("group %s: member %s removed: %s", group_id, member_id, reason)
+                durable = migration.downgrade(self, group, member_id)
+            else:
+                durable = self._append(group_id, plan.records)
+                log.info("group %s: member %s removed: %s", group_id, member_id, reason)
+                self._apply(group_id, plan)
         except _WriteRefused as exc:
             log.warning("group %s: removing member %s failed (%s); trying again later",
                         group_id, member_id, exc)
             self._schedule_session(group_id, member_id)
-            return
-        log.info("group %s: member %s removed: %s", group_id, member_id, reason)
-        self._apply(group_id, plan)
+            return exc.error
         if durable is not None:
             self.coordinator._background(self._await_quietly(group_id, durable))
+        return E.none
 
     async def _await_quietly(self, group_id: str, durable) -> None:
         try:

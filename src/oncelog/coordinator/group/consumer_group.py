@@ -40,7 +40,8 @@ epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
     |   |                                                  | UNSUPPORTED_ASSIGNOR, INVALID_    |
     |   |                                                  | REGULAR_EXPRESSION (RE2)          |
     |K1 | the id is a classic group's: epoch 0, the group  | it becomes this group (its record |
-    |   | Empty or Dead, no pending member                 | deleted, its offsets kept); else  |
+    |   | Empty or Dead, no pending member; with members:  | deleted, its offsets kept); with  |
+    |   | group_migration.py's M1/M2                       | members: upgraded (M1); else      |
     |   |                                                  | GROUP_ID_NOT_FOUND                |
     |K2 | epoch -1 / -2 (leaving): no group; member or     | GROUP_ID_NOT_FOUND; UNKNOWN_MEMBER|
     |   | instance unknown; instance owned by another id   | _ID; FENCED_INSTANCE_ID           |
@@ -69,9 +70,12 @@ epoch; Kafka's GroupMetadataManager.consumerGroupHeartbeat):
     |   |                                                  | partitions no one else owns)      |
 
 Timers: a session that ends, or a revocation not done within the rebalance timeout, removes
-the member as K4. Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
+the member as K4 (a classic member's session is its JoinGroup's; a member of the consumer
+protocol leaving a group of classic members downgrades it, group_migration.py's M9).
+Offsets (``commit_error``, ``fetch_error``): epoch < 0 with no members (or
 no member id for a fetch) is accepted; an unknown member UNKNOWN_MEMBER_ID; another epoch
-than the member's STALE_MEMBER_EPOCH. The offsets' own rules are offset_rules.py's.
+than the member's STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member, whose epoch
+is its generation). The offsets' own rules are offset_rules.py's.
 """
 
 from __future__ import annotations
@@ -139,12 +143,13 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: cr.ClassicMemberMetadata | None = None  # a member of the classic protocol
 
     def metadata(self) -> cr.MemberMetadataValue:
         return cr.MemberMetadataValue(
             self.instance_id, self.rack_id, self.client_id, self.client_host,
             self.subscribed_topic_names, self.subscribed_topic_regex, self.rebalance_timeout_ms,
-            self.server_assignor)
+            self.server_assignor, self.classic)
 
     def current(self) -> cr.CurrentAssignmentValue:
         return cr.CurrentAssignmentValue(self.member_epoch, self.previous_member_epoch,
@@ -183,6 +188,7 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    classic: cr.ClassicMemberMetadata | None = None  # a JoinGroup (group_migration.py)
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,7 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
 
 @dataclass
@@ -355,7 +362,7 @@ class ConsumerGroup:
                 subscribed_topic_names=value.subscribed_topic_names,
                 subscribed_topic_regex=value.subscribed_topic_regex,
                 rebalance_timeout_ms=value.rebalance_timeout_ms,
-                server_assignor=value.server_assignor)
+                server_assignor=value.server_assignor, classic=value.classic)
         elif kind == cr.CURRENT_ASSIGNMENT:
             old = self.members.get(member_id)
             if old is not None:
@@ -405,7 +412,8 @@ class ConsumerGroup:
         if member is None:
             return E.unknown_member_id
         if member_epoch != member.member_epoch:
-            return E.stale_member_epoch
+            # A classic member's epoch is its generation (Kafka's validateMemberEpoch).
+            return E.illegal_generation if member.classic else E.stale_member_epoch
         return None
 
     def fetch_error(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:
@@ -415,7 +423,8 @@ class ConsumerGroup:
         if member is None:
             return E.unknown_member_id
         if member_epoch != member.member_epoch:
-            return E.stale_member_epoch
+            # A classic member's epoch is its generation (Kafka's validateMemberEpoch).
+            return E.illegal_generation if member.classic else E.stale_member_epoch
         return None
 
 
@@ -623,7 +632,7 @@ def heartbeat(group: ConsumerGroup | None, req: HeartbeatRequest, image: TopicIm
         subscribed_topic_regex=(req.subscribed_topic_regex
                                 if req.subscribed_topic_regex is not None
                                 else member.subscribed_topic_regex) or None,
-        client_id=req.client_id, client_host=req.client_host)
+        client_id=req.client_id, client_host=req.client_host, classic=req.classic)
     if stored is None or updated.metadata() != stored.metadata():
         records.append(Record(Key(cr.MEMBER_METADATA, g, member_id), updated.metadata()))
     members = {m.member_id: m for m in group.members.values()

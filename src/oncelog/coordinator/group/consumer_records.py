@@ -12,7 +12,9 @@ key   kind                                    value
 4     ConsumerGroupPartitionMetadata (group)  the subscribed topics: id, name, partitions
 5     ConsumerGroupMemberMetadata (member)    instance id, rack, client id and host,
                                               subscription (names, regex), rebalance
-                                              timeout, server assignor
+                                              timeout, server assignor; a member of the
+                                              classic protocol: its session timeout and
+                                              protocols (tagged field 0)
 6     ConsumerGroupTargetAssignmentMetadata   the target assignment's epoch
 7     ConsumerGroupTargetAssignmentMember     the member's target partitions
 8     ConsumerGroupCurrentMemberAssignment    member epoch, previous epoch, state,
@@ -70,6 +72,15 @@ class PartitionMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member that speaks the classic protocol to a consumer group (KIP-848's online
+    migration): what its JoinGroup said."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's order
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -79,6 +90,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +166,10 @@ class _Flexible:
         self.parts.append(_uvarint(n + 1))
         return self
 
+    def bytes_(self, v: bytes) -> _Flexible:
+        self.parts.append(_uvarint(len(v) + 1) + v)
+        return self
+
     def no_tags(self) -> _Flexible:
         self.parts.append(b"\x00")
         return self
@@ -199,6 +215,8 @@ def value_bytes(value: Value | None) -> bytes | None:
             w.string(name)
         w.string(value.subscribed_topic_regex).int32(value.rebalance_timeout_ms)
         w.string(value.server_assignor)
+        if value.classic is not None:
+            return w.done() + _classic_tag(value.classic)
     elif isinstance(value, TargetMetadataValue):
         w.int32(value.assignment_epoch)
     elif isinstance(value, TargetMemberValue):
@@ -207,6 +225,17 @@ def value_bytes(value: Value | None) -> bytes | None:
         w.int32(value.member_epoch).int32(value.previous_member_epoch).int8(value.state)
         w.assignment(value.assigned).assignment(value.pending_revocation)
     return w.no_tags().done()
+
+
+def _classic_tag(classic: ClassicMemberMetadata) -> bytes:
+    """The tagged fields of a member's metadata: tag 0, ClassicMemberMetadata."""
+    inner = _Flexible(0)
+    inner.parts.clear()  # a struct has no version of its own
+    inner.int32(classic.session_timeout_ms).array(len(classic.protocols))
+    for name, metadata in classic.protocols:
+        inner.string(name).bytes_(metadata).no_tags()
+    body = inner.no_tags().done()
+    return _uvarint(1) + _uvarint(0) + _uvarint(len(body)) + body
 
 
 def to_bytes(record: Record) -> tuple[bytes, bytes | None]:
@@ -269,6 +298,12 @@ class _Reader:
             self.uvarint()  # tag
             self._raw(self.uvarint())
 
+    def compact_bytes(self) -> bytes:
+        size = self.uvarint()
+        if size == 0:
+            raise BadRecord("null bytes")
+        return bytes(self._raw(size - 1))
+
     def assignment(self) -> Assignment:
         out: Assignment = {}
         for _ in range(self.array()):
@@ -312,7 +347,9 @@ def read_value(kind: int, data: bytes) -> Value:
         client_id, client_host = r.compact_string() or "", r.compact_string() or ""
         names = tuple(r.compact_string() or "" for _ in range(r.array()))
         value = MemberMetadataValue(instance, rack, client_id, client_host, names,
-                                    r.compact_string(), r.int32(), r.compact_string())
+                                    r.compact_string(), r.int32(), r.compact_string(),
+                                    _read_member_tags(r))
+        return value
     elif kind == TARGET_METADATA:
         value = TargetMetadataValue(r.int32())
     elif kind == TARGET_MEMBER:
@@ -322,6 +359,26 @@ def read_value(kind: int, data: bytes) -> Value:
         value = CurrentAssignmentValue(epoch, previous, state, r.assignment(), r.assignment())
     r.skip_tags()
     return value
+
+
+def _read_member_tags(r: _Reader) -> ClassicMemberMetadata | None:
+    classic = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        if tag != 0:
+            r._raw(size)
+            continue
+        end = r.pos + size
+        timeout = r.int32()
+        protocols = []
+        for _ in range(r.array()):
+            protocols.append((r.compact_string() or "", r.compact_bytes()))
+            r.skip_tags()
+        r.skip_tags()
+        if r.pos != end:
+            raise BadRecord("ClassicMemberMetadata of the wrong size")
+        classic = ClassicMemberMetadata(timeout, tuple(protocols))
+    return classic
 
 
 def from_bytes(key: bytes, value: bytes | None) -> Record:

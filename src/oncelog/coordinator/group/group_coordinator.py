@@ -34,7 +34,8 @@ model, test_group_coordinator.py the flows.
     |---|-----------------------------------------------|--------------------------------------|
     |J0 | session timeout outside the broker's bounds / | INVALID_SESSION_TIMEOUT / INCONSIST- |
     |   | no protocol type or none / a string too long  | ENT_GROUP_PROTOCOL / INVALID_REQUEST |
-    |J1 | consumer group with members                   | INCONSISTENT_GROUP_PROTOCOL          |
+    |J1 | consumer group with members                   | a classic member of it (group_       |
+    |   |                                               | migration.py M3-M5)                  |
     |J2 | consumer group, empty                         | its records deleted and a classic    |
     |   |                                               | group put in its place (same step),  |
     |   |                                               | then as J5-J9                        |
@@ -63,7 +64,8 @@ model, test_group_coordinator.py the flows.
     |   |                                               |  waiting JoinGroup answered          |
 
     SyncGroup (S1-S5 also Heartbeat's first checks)
-    |S1 | no group, or a consumer group                 | UNKNOWN_MEMBER_ID                    |
+    |S0 | a consumer group with members                 | group_migration.py M6 (Heartbeat M7) |
+    |S1 | no group, or an empty consumer group          | UNKNOWN_MEMBER_ID                    |
     |S2 | Dead                                          | COORDINATOR_NOT_AVAILABLE            |
     |S3 | static instance owned by another id           | FENCED_INSTANCE_ID                   |
     |S4 | not a member                                  | UNKNOWN_MEMBER_ID                    |
@@ -85,7 +87,8 @@ model, test_group_coordinator.py the flows.
     Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
     NONE (the session restarts).
 
-    LeaveGroup, per member (a consumer group or no group: UNKNOWN_MEMBER_ID each; Dead:
+    LeaveGroup, per member (a consumer group: group_migration.py M8; no group:
+    UNKNOWN_MEMBER_ID each; Dead:
     COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
     as S3; a pending id is forgotten; not a member UNKNOWN_MEMBER_ID; else removed (its
     waiting requests answered UNKNOWN_MEMBER_ID), Stable/Completing -> rebalance, and J18
@@ -132,15 +135,15 @@ import asyncio
 import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from ..internal_log import OffsetsLog, WriteFailed, partition_for
-from . import consumer_records, offset_rules
+from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
+from .classic_answers import JoinResult, SyncResult, new_member_id
 from .classic_group import ClassicGroup, GroupState, Member
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
@@ -176,12 +179,6 @@ def _too_long(*texts: str) -> bool:
     return any(len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES for t in texts)
 
 
-def _new_member_id(prefix: str) -> str:
-    # Kafka's form (client or instance id, a dash, a UUID), the prefix cut so that the id
-    # stays a short string whatever the client sent.
-    return f"{prefix[:255]}-{uuid.uuid4()}"
-
-
 @dataclass(frozen=True)
 class GroupConfig:
     num_partitions: int = 50
@@ -191,26 +188,6 @@ class GroupConfig:
     max_size: int = 2**31 - 1
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offset_metadata_max_bytes: int = 4096
-
-
-@dataclass
-class JoinResult:
-    error: ErrorCode
-    member_id: str = ""
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str = ""
-    skip_assignment: bool = False
-    members: tuple[tuple[str, str | None, bytes], ...] = ()
-
-
-@dataclass
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol: str | None = None
-    assignment: bytes = b""
 
 
 @dataclass
@@ -374,10 +351,13 @@ class GroupCoordinator:
             return JoinResult(E.invalid_request, member_id)
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
-            # Kafka: a classic member cannot join a consumer group with members; an empty
-            # one becomes a classic group (its offsets stay).
+            # Kafka: a classic member joins a consumer group with members as a member of it
+            # (J1); an empty one becomes a classic group (its offsets stay).
             if group.members:
-                return JoinResult(E.inconsistent_group_protocol, member_id)
+                return await group_migration.join(
+                    self, group, member_id, instance_id, client_id, client_host,
+                    session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                    require_known_member_id)
             # Dropped and replaced before any await: a request meanwhile sees the classic
             # group, never the consumer group again (no second conversion).
             try:
@@ -417,7 +397,7 @@ class GroupCoordinator:
             return await self._replace_static_member(group, joining, skip_ok)
         if group.size >= self.config.max_size:
             return JoinResult(E.group_max_size_reached)
-        joining.member_id = _new_member_id(instance_id or joining.client_id)
+        joining.member_id = new_member_id(instance_id or joining.client_id)
         if instance_id is None and require_known_member_id:
             # KIP-394: the id is handed out first, and counts only once it is used.
             loop = asyncio.get_running_loop()
@@ -462,7 +442,7 @@ class GroupCoordinator:
         instance_id = joining.group_instance_id
         old_id = group.static_members[instance_id]
         old = group.members.get(old_id)
-        new_id = _new_member_id(instance_id)
+        new_id = new_member_id(instance_id)
         joining.member_id = new_id
         if old is None:  # a stale mapping: join as new
             del group.static_members[instance_id]
@@ -747,6 +727,9 @@ class GroupCoordinator:
         if error is not None:
             return SyncResult(error)
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and group.members:  # S0
+            return group_migration.sync(self, group, generation, member_id, instance_id,
+                                        protocol_type, protocol)
         error = self._member_check(group, member_id, instance_id, generation)
         if error is not None:
             return SyncResult(error)
@@ -827,6 +810,8 @@ class GroupCoordinator:
         if error is not None:
             return error
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and group.members:  # S0
+            return group_migration.heartbeat(self, group, generation, member_id, instance_id)
         error = self._member_check(group, member_id, instance_id, generation)
         if error is not None:
             return error
@@ -842,7 +827,9 @@ class GroupCoordinator:
         if error is not None:
             return error, []
         group = self.groups.get(group_id)
-        if group is None or isinstance(group, ConsumerGroup):
+        if isinstance(group, ConsumerGroup):
+            return E.none, group_migration.leave(self, group, leaving)
+        if group is None:
             return E.none, [E.unknown_member_id] * len(leaving)
         if group.is_in(_DEAD):
             return E.coordinator_not_available, []
