@@ -192,7 +192,10 @@ class Broker:
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
         self.cluster_id = self._cluster_id()
-        self.producer_ids = ProducerIdManager(self.store, self.broker_id)
+        self.cluster = _join_cluster(config)  # None without zookeeper.connect
+        # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all.
+        self.producer_ids = ProducerIdManager(
+            self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
@@ -266,6 +269,12 @@ class Broker:
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        if self.cluster is not None:
+            try:
+                self.cluster.start(self.advertised_host, self.advertised_port)
+            except Exception:
+                await self.stop()  # closed as on SIGTERM, then the error is the exit
+                raise
         metrics_at = self.config.metrics_listener
         if metrics_at is not None:
             self.metrics = metrics.MetricsServer(self)
@@ -334,6 +343,8 @@ class Broker:
         self.transactions.close()
         self.groups.close()
         self.topics.close()
+        if self.cluster is not None:
+            self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)
         self._stopped.set()
 
@@ -780,6 +791,19 @@ def _log_pending_tasks() -> None:
         if awaited is not None:
             chain.append(repr(awaited))
         log.warning("task %s waits in:\n  %s", task.get_name(), "\n  ".join(chain))
+
+
+def _join_cluster(config: BrokerConfig):
+    """The broker's ClusterMember when zookeeper.connect is set (cluster/), else None; kazoo
+    is imported only then."""
+    if config.get("zookeeper.connect") is None:
+        return None
+    from ..cluster.membership import ClusterMember
+
+    return ClusterMember.connect(
+        config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
+        config.get("zookeeper.connection.timeout.ms"), config.get("broker.id"),
+        config.get("broker.rack"))
 
 
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:

@@ -1,0 +1,174 @@
+"""Cluster mode on a real ZooKeeper (cluster/): broker processes register under
+/brokers/ids with Kafka's JSON, one is elected controller with a raised /controller_epoch, a
+controller killed with SIGKILL or cut off past its session timeout is replaced by the other
+broker at a higher epoch, a broker whose session expired registers again, and producer ids
+handed out by two brokers never collide (their blocks come from one ZooKeeper node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from test_audit import init_producer_id
+
+from oncelog.client.connection import connect
+
+SESSION_MS = 2000  # the server's tick (tests/zookeepers.py) allows sessions this short
+# A dead broker's session ends SESSION_MS after its last heartbeat; the survivor then needs a
+# watch event and one transaction: bounded well inside this.
+TAKEOVER_TIMEOUT = SESSION_MS / 1000 + 8
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def cluster(zookeeper, start_broker):
+    """start(broker_id) -> a broker of one fresh cluster (its own chroot); ``zk`` watches it."""
+    connect_string = zookeeper.chroot("cluster")
+    chroot = connect_string[len(zookeeper.connect):]
+    zk = KazooClient(hosts=zookeeper.connect, timeout=10)
+    zk.start(timeout=TIMEOUT)
+    zk.ensure_path(chroot)
+    zk.chroot = chroot
+
+    def start(broker_id: int, **settings: str):
+        return start_broker(**{"broker.id": str(broker_id), "broker.rack": f"rack-{broker_id}",
+                               "zookeeper.connect": connect_string,
+                               "zookeeper.session.timeout.ms": str(SESSION_MS), **settings})
+
+    start.zk = zk
+    start.connect = connect_string
+    yield start
+    zk.stop()
+    zk.close()
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def controller(zk) -> tuple[int, int] | None:
+    """(controller broker id, controller epoch) as ZooKeeper holds them; None when there is
+    no controller or the two reads straddle an election (a controller and its epoch are
+    written by one transaction: the same zxid)."""
+    try:
+        data, controller_stat = zk.get("/controller")
+        epoch, epoch_stat = zk.get("/controller_epoch")
+    except NoNodeError:
+        return None
+    if controller_stat.czxid != epoch_stat.mzxid:
+        return None
+    value = json.loads(data)
+    assert value["version"] == 1 and set(value) == {"version", "brokerid", "timestamp"}
+    return value["brokerid"], int(epoch)
+
+
+def registered(zk, broker_id: int) -> dict | None:
+    try:
+        data, stat = zk.get(f"/brokers/ids/{broker_id}")
+    except NoNodeError:
+        return None
+    assert stat.ephemeralOwner != 0  # ephemeral: gone with the broker's session
+    return json.loads(data)
+
+
+def test_registration_controller_failover_and_producer_ids(cluster):
+    one, two = cluster(1), cluster(2)
+    zk = cluster.zk
+    for broker_id, broker in ((1, one), (2, two)):
+        value = registered(zk, broker_id)
+        assert value == {**value, "version": 5, "host": "127.0.0.1", "port": broker.port,
+                         "endpoints": [f"PLAINTEXT://127.0.0.1:{broker.port}"],
+                         "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                         "rack": f"rack-{broker_id}", "jmx_port": -1, "features": {}}
+        assert int(value["timestamp"]) > 0
+    assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
+    first, epoch = wait_for(lambda: controller(zk), TIMEOUT, "a controller")
+    assert first in (1, 2) and epoch == 1  # the first controller of a new cluster
+
+    # Producer ids from both brokers: blocks claimed in one ZooKeeper node never overlap.
+    pids = []
+    for broker in (one, two, one, two):
+        with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+            pids.append(init_producer_id(conn))
+    assert len(set(pids)) == 4
+    block, _ = zk.get("/latest_producer_id_block")
+    assert json.loads(block)["version"] == 1
+
+    dead, survivor = (one, two) if first == 1 else (two, one)
+    survivor_id = 3 - first
+    killed_at = time.monotonic()
+    dead.kill()
+    _, new_epoch = wait_for(
+        lambda: (c := controller(zk)) is not None and c[0] == survivor_id and c,
+        TAKEOVER_TIMEOUT, f"broker {survivor_id} taking over as controller")
+    took = time.monotonic() - killed_at
+    print(f"controller takeover {took:.2f}s after kill -9 (session timeout {SESSION_MS} ms)")
+    assert new_epoch == epoch + 1
+    assert registered(zk, first) is None  # the dead broker's registration went with it
+    with connect(survivor.bootstrap, timeout=TIMEOUT) as conn:
+        assert init_producer_id(conn) not in pids
+
+
+def test_expired_session_registers_again_and_follows(cluster):
+    """SIGSTOP past the session timeout: ZooKeeper expires the session (the registration and
+    /controller go), the other broker takes over at a higher epoch; after SIGCONT the broker
+    registers again on a new session and does not claim the controller back."""
+    one = cluster(1)
+    zk = cluster.zk
+    assert wait_for(lambda: controller(zk), TIMEOUT, "broker 1 controller") == (1, 1)
+    two = cluster(2)
+    old_owner = zk.exists("/brokers/ids/1").ephemeralOwner
+    os.kill(one.proc.pid, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: controller(zk) == (2, 2) and controller(zk),
+                        TAKEOVER_TIMEOUT, "broker 2 taking over")
+        assert registered(zk, 1) is None
+    finally:
+        os.kill(one.proc.pid, signal.SIGCONT)
+    wait_for(lambda: registered(zk, 1), TIMEOUT, "broker 1 registered again")
+    assert zk.exists("/brokers/ids/1").ephemeralOwner != old_owner
+    assert registered(zk, 1)["port"] == one.port
+    assert controller(zk) == (2, 2)
+    assert two.alive and one.alive
+
+
+def _broker_exit(tmp_path, *settings: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "oncelog", "broker", "--set", f"log.dirs={tmp_path}/data",
+            "--set", "listeners=PLAINTEXT://127.0.0.1:0"]
+    for setting in settings:
+        args += ["--set", setting]
+    return subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def test_unreachable_zookeeper_exits_with_a_clear_error(tmp_path):
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        done = _broker_exit(tmp_path, f"zookeeper.connect=127.0.0.1:{port}",
+                            "zookeeper.connection.timeout.ms=500")
+    assert done.returncode == 3, done.stderr
+    assert f"no ZooKeeper server at 127.0.0.1:{port} answered within 0.5s" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_broker_id_taken_exits_with_a_clear_error(cluster, tmp_path):
+    cluster(7)
+    done = _broker_exit(tmp_path, "broker.id=7", f"zookeeper.connect={cluster.connect}",
+                        f"zookeeper.session.timeout.ms={SESSION_MS}")
+    assert done.returncode == 3, done.stderr
+    assert "broker.id 7 is registered in ZooKeeper by another session" in done.stderr
+    assert "Traceback" not in done.stderr
