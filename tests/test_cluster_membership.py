@@ -85,6 +85,31 @@ def registered(zk, broker_id: int) -> dict | None:
     return json.loads(data)
 
 
+def metadata(broker):
+    """Metadata as librdkafka (a client we did not write) reads it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    return admin.list_topics(timeout=TIMEOUT)
+
+
+def cluster_view(broker) -> tuple[dict[int, tuple[str, int, str | None]], int] | None:
+    """{id: (host, port, rack)} and the controller id, as Metadata and DescribeCluster both
+    answer them (librdkafka's admin client); None while the two answers differ."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    answer = admin.list_topics(timeout=TIMEOUT)
+    described = admin.describe_cluster(request_timeout=TIMEOUT).result(TIMEOUT)
+    nodes = {n.id: (n.host, n.port, n.rack) for n in described.nodes}
+    if {i: (b.host, b.port) for i, b in answer.brokers.items()} != \
+            {i: (host, port) for i, (host, port, _) in nodes.items()}:
+        return None
+    if answer.controller_id != described.controller.id:
+        return None
+    return nodes, answer.controller_id
+
+
 def test_registration_controller_failover_and_producer_ids(cluster):
     one, two = cluster(1), cluster(2)
     zk = cluster.zk
@@ -98,6 +123,11 @@ def test_registration_controller_failover_and_producer_ids(cluster):
     assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
     first, epoch = wait_for(lambda: controller(zk), TIMEOUT, "a controller")
     assert first in (1, 2) and epoch == 1  # the first controller of a new cluster
+    expected = {1: ("127.0.0.1", one.port, "rack-1"), 2: ("127.0.0.1", two.port, "rack-2")}
+    for broker in (one, two):  # each answers for the whole cluster, as one cluster
+        wait_for(lambda b=broker: cluster_view(b) == (expected, first), TIMEOUT,
+                 f"{broker.port}: Metadata and DescribeCluster naming both brokers")
+    assert len({metadata(b).cluster_id for b in (one, two)}) == 1
 
     # Producer ids from both brokers: blocks claimed in one ZooKeeper node never overlap.
     pids = []
@@ -119,6 +149,9 @@ def test_registration_controller_failover_and_producer_ids(cluster):
     print(f"controller takeover {took:.2f}s after kill -9 (session timeout {SESSION_MS} ms)")
     assert new_epoch == epoch + 1
     assert registered(zk, first) is None  # the dead broker's registration went with it
+    del expected[first]
+    wait_for(lambda: cluster_view(survivor) == (expected, survivor_id), TIMEOUT,
+             "the survivor naming itself alone, and itself as controller")
     with connect(survivor.bootstrap, timeout=TIMEOUT) as conn:
         assert init_producer_id(conn) not in pids
 
@@ -168,7 +201,7 @@ def test_unreachable_zookeeper_exits_with_a_clear_error(tmp_path):
 def test_broker_id_taken_exits_with_a_clear_error(cluster, tmp_path):
     cluster(7)
     done = _broker_exit(tmp_path, "broker.id=7", f"zookeeper.connect={cluster.connect}",
-                        f"zookeeper.session.timeout.ms={SESSION_MS}")
+                        "zookeeper.session.timeout.ms=1000")  # waits this long, then gives up
     assert done.returncode == 3, done.stderr
     assert "broker.id 7 is registered in ZooKeeper by another session" in done.stderr
     assert "Traceback" not in done.stderr

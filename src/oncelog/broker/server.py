@@ -191,8 +191,8 @@ class Broker:
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
-        self.cluster_id = self._cluster_id()
         self.cluster = _join_cluster(config)  # None without zookeeper.connect
+        self.cluster_id = self._cluster_id()
         # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all.
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
@@ -229,7 +229,19 @@ class Broker:
                 self.store.compare_and_set("cluster/id", value, NO_VERSION)
             except BadVersion:
                 value, _ = self.store.get("cluster/id")
-        return value
+        # In cluster mode the first broker's id is everyone's (ZooKeeper's /cluster/id).
+        return value if self.cluster is None else self.cluster.cluster_id(value)
+
+    def cluster_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of the brokers Metadata names: every registered one in
+        cluster mode, else this one."""
+        if self.cluster is not None and self.cluster.brokers:
+            return [(b.broker_id, b.host, b.port, b.rack) for b in self.cluster.brokers]
+        return [(self.broker_id, self.advertised_host, self.advertised_port, None)]
+
+    def controller_id(self) -> int:
+        """-1 while a cluster has no controller (Kafka's answer then)."""
+        return self.broker_id if self.cluster is None else self.cluster.controller.controller_id
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ The epoch write in E1 is conditional on the version read, so two brokers that bo
 controller's epoch is higher than any before it (the fence for a deposed controller's later
 writes). The work runs on one thread, woken by a watch on /controller, by a new session (after
 "LOST" the ephemeral znodes are gone: R1 and E1 again), and at least every third of the
-session timeout; every ZooKeeper call in it is bounded by kazoo's session timeout.
+session timeout; every ZooKeeper call in it is bounded by kazoo's session timeout. The same
+passes keep the list of registered brokers (a watch on /brokers/ids) for Metadata.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class ClusterMember:
         self.rack = rack
         self.registration: zn.BrokerRegistration | None = None
         self._view = ControllerView(NO_CONTROLLER, zn.INITIAL_CONTROLLER_EPOCH)
+        self._brokers: tuple[zn.BrokerRegistration, ...] = ()
         self._recheck_s = store.session_timeout_ms / 3000
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -125,21 +127,32 @@ class ClusterMember:
     def is_controller(self) -> bool:
         return self._view.controller_id == self.broker_id
 
-    def registered_brokers(self) -> list[zn.BrokerRegistration]:
-        """Every broker registered now, by id (a ZooKeeper read: call it off the event loop
-        or accept its round trip)."""
+    @property
+    def brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The registered brokers by id, as this member last read them (kept current by a
+        watch on /brokers/ids: no ZooKeeper round trip here, safe on the event loop)."""
+        return self._brokers
+
+    def _read_brokers(self) -> None:
         brokers = []
-        try:
-            ids = self.zk.get_children(zn.BROKER_IDS)
-        except NoNodeError:
-            return []
+        ids = self.zk.get_children(zn.BROKER_IDS, watch=self._on_change)
         for name in ids:
             try:
                 data, _ = self.zk.get(f"{zn.BROKER_IDS}/{name}")
             except NoNodeError:
-                continue  # gone between the listing and the read
+                continue  # gone between the listing and the read: the watch tells us
             brokers.append(zn.BrokerRegistration.decode(int(name), data))
-        return sorted(brokers, key=lambda b: b.broker_id)
+        self._brokers = tuple(sorted(brokers, key=lambda b: b.broker_id))
+
+    def cluster_id(self, proposed: str) -> str:
+        """The cluster's id, Kafka's /cluster/id ``{"version":"1","id":...}``: the first
+        broker's proposal wins, every other broker adopts it."""
+        try:
+            self.zk.create(zn.CLUSTER_ID, zn.encode_cluster_id(proposed), makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.zk.get(zn.CLUSTER_ID)
+        return zn.decode_cluster_id(data)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -155,6 +168,8 @@ class ClusterMember:
                     f"broker.id {self.broker_id} is registered in ZooKeeper by another "
                     f"session ({zn.broker_path(self.broker_id)}): another broker has this id")
             self._wait_gone(zn.broker_path(self.broker_id), deadline)
+        self._elect()  # a first answer for Metadata before any client asks
+        self._read_brokers()
         self._thread = threading.Thread(target=self._run, name="cluster-member", daemon=True)
         self._thread.start()
         self._wake.set()
@@ -205,7 +220,7 @@ class ClusterMember:
 
     def _elect(self) -> None:
         """One pass of the election table."""
-        data, owner = self._owner(zn.CONTROLLER, watch=self._on_controller_change)
+        data, owner = self._owner(zn.CONTROLLER, watch=self._on_change)
         controller = None if data is None else zn.decode_controller(data)
         step = election_step(controller, owner, self.broker_id, self._session())
         if step is Election.CLAIM:
@@ -253,6 +268,7 @@ class ClusterMember:
             try:
                 if self._register():
                     self._elect()
+                self._read_brokers()
             except (ConnectionLoss, SessionExpiredError) as exc:
                 # The session listener wakes us once connected again.
                 log.warning("cluster membership pass cut short by ZooKeeper: %r", exc)
@@ -261,7 +277,8 @@ class ClusterMember:
                 # next pass starts again from what ZooKeeper holds.
                 log.exception("cluster membership pass failed; retrying")
 
-    def _on_controller_change(self, _event) -> None:
+    def _on_change(self, _event) -> None:
+        """A watch fired (/controller or /brokers/ids changed): a pass reads them again."""
         self._wake.set()
 
     def _on_session(self, state: str) -> None:

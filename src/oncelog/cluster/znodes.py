@@ -10,6 +10,7 @@ writes them, so tools that read a Kafka cluster's ZooKeeper read ours).
 - ``/controller``: ephemeral, ``{"version":1,"brokerid":<id>,"timestamp":"<ms>"}``.
 - ``/controller_epoch``: persistent, the epoch as a decimal string; 0 before the first
   controller, each new controller's write raising it by one.
+- ``/cluster/id``: persistent, ``{"version":"1","id":"<cluster id>"}``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 BROKER_IDS = "/brokers/ids"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+CLUSTER_ID = "/cluster/id"
 INITIAL_CONTROLLER_EPOCH = 0
 _REGISTRATION_VERSION = 5
 
@@ -88,3 +90,11 @@ def encode_epoch(epoch: int) -> bytes:
 
 def decode_epoch(data: bytes) -> int:
     return int(data.decode())
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(json.loads(data)["id"])
