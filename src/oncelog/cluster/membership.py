@@ -156,9 +156,10 @@ class ClusterMember:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, host: str, port: int) -> None:
+    def start(self, host: str, port: int, background: bool = True) -> None:
         """Register (waiting up to the session timeout for an earlier run's registration to
-        expire, R3), then elect on this member's thread."""
+        expire, R3), then elect; later passes on this member's thread (``background``, or
+        the caller's ``pass_once``)."""
         self.registration = zn.BrokerRegistration(self.broker_id, host, port, self.rack)
         self.zk.ensure_path(zn.BROKER_IDS)
         deadline = time.monotonic() + self.store.session_timeout_ms / 1000 + 1
@@ -168,8 +169,9 @@ class ClusterMember:
                     f"broker.id {self.broker_id} is registered in ZooKeeper by another "
                     f"session ({zn.broker_path(self.broker_id)}): another broker has this id")
             self._wait_gone(zn.broker_path(self.broker_id), deadline)
-        self._elect()  # a first answer for Metadata before any client asks
-        self._read_brokers()
+        self.pass_once()  # a first answer for Metadata before any client asks
+        if not background:
+            return
         self._thread = threading.Thread(target=self._run, name="cluster-member", daemon=True)
         self._thread.start()
         self._wake.set()
@@ -182,6 +184,12 @@ class ClusterMember:
         self.store.close()  # our ephemeral znodes go now, not a session timeout later
 
     # --- the work ----------------------------------------------------------------------
+
+    def pass_once(self) -> None:
+        """One pass of both tables, then the registered brokers read again."""
+        if self._register():
+            self._elect()
+        self._read_brokers()
 
     def _session(self) -> int:
         return self.zk.client_id[0] if self.zk.client_id else 0
@@ -266,9 +274,7 @@ class ClusterMember:
             if self.zk.state != KazooState.CONNECTED:
                 continue
             try:
-                if self._register():
-                    self._elect()
-                self._read_brokers()
+                self.pass_once()
             except (ConnectionLoss, SessionExpiredError) as exc:
                 # The session listener wakes us once connected again.
                 log.warning("cluster membership pass cut short by ZooKeeper: %r", exc)
