@@ -21,6 +21,9 @@ from test_audit import init_producer_id
 
 from oncelog.client.connection import connect
 
+# One ZooKeeper server (tests/zookeepers.py) per worker: the cluster tests share a worker.
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
 SESSION_MS = 2000  # the server's tick (tests/zookeepers.py) allows sessions this short
 # A dead broker's session ends SESSION_MS after its last heartbeat; the survivor then needs a
 # watch event and one transaction: bounded well inside this.

@@ -19,6 +19,9 @@ from oncelog.cluster import znodes as zn
 from oncelog.cluster.membership import ClusterMember
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
+# One ZooKeeper server (tests/zookeepers.py) per worker: the cluster tests share a worker.
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
 SESSION_MS = 4000
 BROKER_IDS = st.integers(1, 3)
 RECONNECT_TIMEOUT = 15.0

@@ -8,9 +8,12 @@ import threading
 
 import pytest
 
-from oncelog.coordinator.producer_id_manager import BLOCK_PATH, ProducerIdManager
+from oncelog.coordinator.producer_id_manager import BLOCK_PATH, ProducerIdManager, carry_over
 from oncelog.metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from oncelog.metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable, parse_connect
+
+# One ZooKeeper server (tests/zookeepers.py) per worker: the cluster tests share a worker.
+pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SESSION_MS = 4000
 
@@ -133,3 +136,19 @@ def test_concurrent_brokers_never_hand_out_the_same_producer_id(zookeeper, zk_st
     assert value["version"] == 1 and int(value["block_end"]) == claims * BLOCK - 1
     assert int(value["block_start"]) == int(value["block_end"]) - BLOCK + 1
     assert value["broker"] in range(CLAIMERS)
+
+
+def test_joining_a_cluster_never_reissues_a_local_producer_id(tmp_path, zk_store):
+    """A broker that handed out ids from its local store joins a cluster: the cluster's
+    blocks continue above them, and a cluster already further on is left alone."""
+    local = LocalFileStore(str(tmp_path / "meta"))
+    alone = ProducerIdManager(local, broker_id=5, block_size=BLOCK)
+    issued = {alone.generate() for _ in range(BLOCK + 2)}  # into its second block
+    cluster = zk_store()
+    carry_over(local, cluster, broker_id=5)
+    joined = ProducerIdManager(cluster, broker_id=5, block_size=BLOCK)
+    first = joined.generate()
+    assert first == 2 * BLOCK and first not in issued
+    value, version = cluster.get(BLOCK_PATH)
+    carry_over(local, cluster, broker_id=5)  # again (a restart): nothing to do
+    assert cluster.get(BLOCK_PATH) == (value, version)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import Any
 
-from ..coordinator.producer_id_manager import ProducerIdManager
+from ..coordinator.producer_id_manager import ProducerIdManager, carry_over
 from ..metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from ..protocol import api_versions as apis
 from ..protocol.messages import (
@@ -193,7 +193,10 @@ class Broker:
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
         self.cluster = _join_cluster(config)  # None without zookeeper.connect
         self.cluster_id = self._cluster_id()
-        # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all.
+        # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all,
+        # above any this broker claimed alone before.
+        if self.cluster is not None:
+            carry_over(self.store, self.cluster.store, self.broker_id)
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
