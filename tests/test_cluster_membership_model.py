@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from oncelog.cluster import znodes as zn
-from oncelog.cluster.membership import ClusterMember
+from oncelog.cluster.membership import ClusterMember, ControllerMoved
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
 # One ZooKeeper server (tests/zookeepers.py) per worker: the cluster tests share a worker.
@@ -47,6 +47,8 @@ class Membership(RuleBasedStateMachine):
         self.registered: set[int] = set()  # the model
         self.controller: int | None = None
         self.epoch = zn.INITIAL_CONTROLLER_EPOCH
+        self.writes = 0
+        self.zk.client.ensure_path("/fenced")
 
     def teardown(self):
         for member in self.members.values():
@@ -96,6 +98,22 @@ class Membership(RuleBasedStateMachine):
             time.sleep(0.01)
         self._gone(broker_id)
 
+    @precondition(lambda self: self.members)
+    @rule(data=st.data())
+    def write_as_controller(self, data):
+        """Only the model's controller writes; everyone else is refused, nothing written."""
+        broker_id = data.draw(st.sampled_from(sorted(self.members)))
+        self.writes += 1
+        path = f"/fenced/{self.writes}"
+        write = lambda txn: txn.create(path, b"")  # noqa: E731
+        if broker_id == self.controller:
+            self.members[broker_id].controller_transaction(write)
+            assert self.zk.client.exists(path) is not None
+        else:
+            with pytest.raises(ControllerMoved):
+                self.members[broker_id].controller_transaction(write)
+            assert self.zk.client.exists(path) is None
+
     def _gone(self, broker_id):
         self.registered.discard(broker_id)
         if self.controller == broker_id:
@@ -140,3 +158,31 @@ def test_membership_model(zookeeper):
     run.settings = settings(max_examples=12, stateful_step_count=10, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow])
     run().runTest()
+
+
+def test_a_deposed_controller_that_does_not_know_it_is_fenced(zookeeper):
+    """Broker 1 wins epoch 1; its /controller goes (as when its session ends while it is
+    paused) and broker 2 wins epoch 2 before broker 1 looks again. Broker 1 still believes it
+    is controller, and its write is refused by ZooKeeper (the epoch check), not by belief."""
+    connect = zookeeper.chroot("zombie")
+    observer = ZooKeeperStore(connect, SESSION_MS)
+    one = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 1, None)
+    two = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 2, None)
+    try:
+        one.start("127.0.0.1", 9001, background=False)
+        two.start("127.0.0.1", 9002, background=False)
+        assert one.is_controller and one.controller.epoch == 1 and not two.is_controller
+        observer.client.delete(zn.CONTROLLER)
+        two.pass_once()
+        assert two.is_controller and two.controller.epoch == 2
+        assert one.is_controller  # it has not looked since
+        with pytest.raises(ControllerMoved):
+            one.controller_transaction(lambda txn: txn.create("/zombie-write", b""))
+        assert observer.client.exists("/zombie-write") is None
+        two.controller_transaction(lambda txn: txn.create("/controller-write", b""))
+        assert observer.client.exists("/controller-write") is not None
+        one.pass_once()
+        assert not one.is_controller and one.controller.epoch == 2
+    finally:
+        for store in (one.store, two.store, observer):
+            store.close()

@@ -29,11 +29,14 @@ Controller election, decided by ``election_step`` (``/controller`` as found):
 
 The epoch write in E1 is conditional on the version read, so two brokers that both saw
 /controller absent cannot both raise the epoch: exactly one transaction commits, and every
-controller's epoch is higher than any before it (the fence for a deposed controller's later
-writes). The work runs on one thread, woken by a watch on /controller, by a new session (after
-"LOST" the ephemeral znodes are gone: R1 and E1 again), and at least every third of the
-session timeout; every ZooKeeper call in it is bounded by kazoo's session timeout. The same
-passes keep the list of registered brokers (a watch on /brokers/ids) for Metadata.
+controller's epoch is higher than any before it. That is the fence for a deposed controller's
+later writes: ``controller_transaction`` checks /controller_epoch at the version its own claim
+left in the same ZooKeeper transaction as the writes.
+
+The work runs on one thread, woken by a watch on /controller, by a new session (after "LOST"
+the ephemeral znodes are gone: R1 and E1 again), and at least every third of the session
+timeout; every ZooKeeper call in it is bounded by kazoo's session timeout. The same passes
+keep the list of registered brokers (a watch on /brokers/ids) for Metadata.
 """
 
 from __future__ import annotations
@@ -42,9 +45,18 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.client import TransactionRequest
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import KazooState
 
 from ..metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable
@@ -54,6 +66,12 @@ from . import znodes as zn
 log = logging.getLogger(__name__)
 
 NO_CONTROLLER = -1
+
+
+class ControllerMoved(Exception):
+    """A write as controller refused: this broker is not the controller, or another broker
+    has been elected since (the controller epoch moved on): Kafka's ControllerMovedException.
+    """
 
 
 class Registration(enum.Enum):
@@ -102,6 +120,7 @@ class ClusterMember:
         self.registration: zn.BrokerRegistration | None = None
         self._view = ControllerView(NO_CONTROLLER, zn.INITIAL_CONTROLLER_EPOCH)
         self._brokers: tuple[zn.BrokerRegistration, ...] = ()
+        self._epoch_version = -1  # of /controller_epoch, as our winning claim left it
         self._recheck_s = store.session_timeout_ms / 3000
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -262,8 +281,30 @@ class ClusterMember:
             log.debug("controller claim at epoch %d lost: %s", epoch + 1, results)
             self._wake.set()  # read the winner on the next pass
             return
+        self._epoch_version = version + 1
         self._view = ControllerView(self.broker_id, epoch + 1)
         log.info("broker %d is now the controller (epoch %d)", self.broker_id, epoch + 1)
+
+    def controller_transaction(self, build: Callable[[TransactionRequest], None]) -> list:
+        """The controller's writes, all or none, and only while the epoch it won is still
+        the cluster's: ``build`` adds the operations to a ZooKeeper transaction that also
+        checks /controller_epoch at the version our claim left it. A deposed controller
+        that does not know it yet (paused past its session timeout) is refused by ZooKeeper
+        itself: ControllerMoved. Returns the operations' results."""
+        if not self.is_controller:
+            raise ControllerMoved(f"broker {self.broker_id} is not the controller "
+                                  f"(broker {self._view.controller_id} is)")
+        txn = self.zk.transaction()
+        txn.check(zn.CONTROLLER_EPOCH, self._epoch_version)
+        build(txn)
+        results = txn.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise ControllerMoved(f"broker {self.broker_id}'s controller epoch "
+                                  f"{self._view.epoch} is over")
+        for result in results[1:]:
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+        return results[1:]
 
     def _run(self) -> None:
         while not self._stopped.is_set():
