@@ -63,14 +63,19 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"not within {timeout}s: {what}")
 
 
+def zget(zk, path: str):
+    """A read that gives up after a second (kazoo holds a request while it reconnects)."""
+    return zk.get_async(path).get(timeout=1.0)
+
+
 def controller(zk) -> tuple[int, int] | None:
     """(controller broker id, controller epoch) as ZooKeeper holds them; None when there is
     no controller or the two reads straddle an election (a controller and its epoch are
     written by one transaction: the same zxid)."""
     try:
-        data, controller_stat = zk.get("/controller")
-        epoch, epoch_stat = zk.get("/controller_epoch")
-    except NoNodeError:
+        data, controller_stat = zget(zk, "/controller")
+        epoch, epoch_stat = zget(zk, "/controller_epoch")
+    except (NoNodeError, zk.handler.timeout_exception):
         return None
     if controller_stat.czxid != epoch_stat.mzxid:
         return None
@@ -81,8 +86,8 @@ def controller(zk) -> tuple[int, int] | None:
 
 def registered(zk, broker_id: int) -> dict | None:
     try:
-        data, stat = zk.get(f"/brokers/ids/{broker_id}")
-    except NoNodeError:
+        data, stat = zget(zk, f"/brokers/ids/{broker_id}")
+    except (NoNodeError, zk.handler.timeout_exception):
         return None
     assert stat.ephemeralOwner != 0  # ephemeral: gone with the broker's session
     return json.loads(data)
@@ -208,3 +213,33 @@ def test_broker_id_taken_exits_with_a_clear_error(cluster, tmp_path):
     assert done.returncode == 3, done.stderr
     assert "broker.id 7 is registered in ZooKeeper by another session" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_zookeeper_restarted_the_broker_comes_back(start_broker):
+    """ZooKeeper (a server of this test's own) killed and restarted on its port and data:
+    the broker reconnects (to its own session, which the server kept, or to a new one after
+    being told it expired), is registered and controller, and claims producer ids again."""
+    from zookeepers import ZooKeeperServer
+
+    server = ZooKeeperServer().start()
+    zk = None
+    try:
+        connect_string = server.chroot("restart")
+        broker = start_broker(**{"broker.id": "1", "zookeeper.connect": connect_string,
+                                 "zookeeper.session.timeout.ms": str(SESSION_MS)})
+        server.restart()
+        wait_for(lambda: broker.log_text().count("ZooKeeper session state: CONNECTED") >= 2,
+                 TIMEOUT, "the broker connected to the restarted ZooKeeper")
+        zk = KazooClient(hosts=connect_string, timeout=10)
+        zk.start(timeout=TIMEOUT)
+        view = wait_for(lambda: controller(zk), TAKEOVER_TIMEOUT, "a controller")
+        assert view in ((1, 1), (1, 2))  # the same session, or broker 1 again on a new one
+        assert registered(zk, 1)["port"] == broker.port
+        with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+            assert init_producer_id(conn) >= 0
+        broker.stop()
+    finally:
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        server.close()

@@ -59,6 +59,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState
 
+from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable
 from . import ClusterStartError
 from . import znodes as zn
@@ -154,10 +155,10 @@ class ClusterMember:
 
     def _read_brokers(self) -> None:
         brokers = []
-        ids = self.zk.get_children(zn.BROKER_IDS, watch=self._on_change)
+        ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self._on_change)
         for name in ids:
             try:
-                data, _ = self.zk.get(f"{zn.BROKER_IDS}/{name}")
+                data, _ = self._op(self.zk.get_async, f"{zn.BROKER_IDS}/{name}")
             except NoNodeError:
                 continue  # gone between the listing and the read: the watch tells us
             brokers.append(zn.BrokerRegistration.decode(int(name), data))
@@ -167,10 +168,11 @@ class ClusterMember:
         """The cluster's id, Kafka's /cluster/id ``{"version":"1","id":...}``: the first
         broker's proposal wins, every other broker adopts it."""
         try:
-            self.zk.create(zn.CLUSTER_ID, zn.encode_cluster_id(proposed), makepath=True)
+            self._op(self.zk.create_async, zn.CLUSTER_ID, zn.encode_cluster_id(proposed),
+                     makepath=True)
         except NodeExistsError:
             pass
-        data, _ = self.zk.get(zn.CLUSTER_ID)
+        data, _ = self._op(self.zk.get_async, zn.CLUSTER_ID)
         return zn.decode_cluster_id(data)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -179,8 +181,19 @@ class ClusterMember:
         """Register (waiting up to the session timeout for an earlier run's registration to
         expire, R3), then elect; later passes on this member's thread (``background``, or
         the caller's ``pass_once``)."""
+        try:
+            self._join(host, port)
+        except MetadataUnavailable as exc:
+            raise ClusterStartError(str(exc)) from None
+        if not background:
+            return
+        self._thread = threading.Thread(target=self._run, name="cluster-member", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def _join(self, host: str, port: int) -> None:
         self.registration = zn.BrokerRegistration(self.broker_id, host, port, self.rack)
-        self.zk.ensure_path(zn.BROKER_IDS)
+        self._op(self.zk.ensure_path_async, zn.BROKER_IDS)
         deadline = time.monotonic() + self.store.session_timeout_ms / 1000 + 1
         while not self._register():
             if time.monotonic() >= deadline:
@@ -189,11 +202,6 @@ class ClusterMember:
                     f"session ({zn.broker_path(self.broker_id)}): another broker has this id")
             self._wait_gone(zn.broker_path(self.broker_id), deadline)
         self.pass_once()  # a first answer for Metadata before any client asks
-        if not background:
-            return
-        self._thread = threading.Thread(target=self._run, name="cluster-member", daemon=True)
-        self._thread.start()
-        self._wake.set()
 
     def close(self) -> None:
         self._stopped.set()
@@ -210,15 +218,18 @@ class ClusterMember:
             self._elect()
         self._read_brokers()
 
+    def _op(self, call_async, *args, **kwargs):
+        return self.store.op(call_async, *args, **kwargs)
+
     def _session(self) -> int:
         return self.zk.client_id[0] if self.zk.client_id else 0
 
     def _owner(self, path: str, watch=None) -> tuple[bytes | None, int | None]:
-        stat = self.zk.exists(path, watch=watch)
+        stat = self._op(self.zk.exists_async, path, watch=watch)
         if stat is None:
             return None, None
         try:
-            data, stat = self.zk.get(path)
+            data, stat = self._op(self.zk.get_async, path)
         except NoNodeError:
             return None, None
         return data, stat.ephemeralOwner
@@ -231,7 +242,7 @@ class ClusterMember:
         step = registration_step(owner, self._session())
         if step is Registration.CREATE:
             try:
-                self.zk.create(path, self.registration.encode(), ephemeral=True)
+                self._op(self.zk.create_async, path, self.registration.encode(), ephemeral=True)
             except NodeExistsError:
                 return False  # created by another session since we looked: R3 next pass
             log.info("registered as broker %d at %s:%d in ZooKeeper", self.broker_id,
@@ -241,7 +252,7 @@ class ClusterMember:
 
     def _wait_gone(self, path: str, deadline: float) -> None:
         gone = threading.Event()
-        if self.zk.exists(path, watch=lambda _event: gone.set()) is None:
+        if self._op(self.zk.exists_async, path, watch=lambda _event: gone.set()) is None:
             return
         gone.wait(max(0.0, deadline - time.monotonic()))
 
@@ -262,13 +273,14 @@ class ClusterMember:
     def _epoch(self) -> tuple[int, int]:
         """(epoch, znode version), creating /controller_epoch at the initial epoch."""
         try:
-            data, stat = self.zk.get(zn.CONTROLLER_EPOCH)
+            data, stat = self._op(self.zk.get_async, zn.CONTROLLER_EPOCH)
         except NoNodeError:
             try:
-                self.zk.create(zn.CONTROLLER_EPOCH, zn.encode_epoch(zn.INITIAL_CONTROLLER_EPOCH))
+                self._op(self.zk.create_async, zn.CONTROLLER_EPOCH,
+                         zn.encode_epoch(zn.INITIAL_CONTROLLER_EPOCH))
             except NodeExistsError:
                 pass
-            data, stat = self.zk.get(zn.CONTROLLER_EPOCH)
+            data, stat = self._op(self.zk.get_async, zn.CONTROLLER_EPOCH)
         return zn.decode_epoch(data), stat.version
 
     def _claim(self) -> None:
@@ -276,7 +288,7 @@ class ClusterMember:
         txn = self.zk.transaction()
         txn.create(zn.CONTROLLER, zn.encode_controller(self.broker_id), ephemeral=True)
         txn.set_data(zn.CONTROLLER_EPOCH, zn.encode_epoch(epoch + 1), version=version)
-        results = txn.commit()
+        results = self._op(txn.commit_async)
         if any(isinstance(r, Exception) for r in results):
             log.debug("controller claim at epoch %d lost: %s", epoch + 1, results)
             self._wake.set()  # read the winner on the next pass
@@ -297,7 +309,7 @@ class ClusterMember:
         txn = self.zk.transaction()
         txn.check(zn.CONTROLLER_EPOCH, self._epoch_version)
         build(txn)
-        results = txn.commit()
+        results = self._op(txn.commit_async)
         if isinstance(results[0], (BadVersionError, NoNodeError)):
             raise ControllerMoved(f"broker {self.broker_id}'s controller epoch "
                                   f"{self._view.epoch} is over")
@@ -316,7 +328,7 @@ class ClusterMember:
                 continue
             try:
                 self.pass_once()
-            except (ConnectionLoss, SessionExpiredError) as exc:
+            except (ConnectionLoss, SessionExpiredError, MetadataUnavailable) as exc:
                 # The session listener wakes us once connected again.
                 log.warning("cluster membership pass cut short by ZooKeeper: %r", exc)
             except Exception:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .store import NO_VERSION, BadVersion
+from .store import NO_VERSION, BadVersion, MetadataUnavailable
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 # One host:port, a comma-separated list of them, then an optional chroot of path segments.
 _CONNECT = re.compile(r"(?P<hosts>[^,/:\s]+:\d{1,5}(?:,[^,/:\s]+:\d{1,5})*)"
                       r"(?P<chroot>(?:/[^/\s]+)*)/?")
+
+
+_RECONNECT_MAX_DELAY_S = 1.0
 
 
 class ZooKeeperUnreachable(Exception):
@@ -63,6 +66,7 @@ class ZooKeeperStore:
                  connection_timeout_ms: int | None = None) -> None:
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
+        from kazoo.retry import KazooRetry
 
         hosts, chroot = parse_connect(connect)
         self.connect = connect
@@ -70,7 +74,13 @@ class ZooKeeperStore:
         timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
         # Without the chroot first: Kafka creates a missing chroot, and kazoo cannot create
         # the node it is rooted at.
-        self.client: KazooClient = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+        # Reconnecting never gives up, and backs off to at most a second (kazoo's default
+        # grows to an hour: a broker would stay out of its cluster long after ZooKeeper is
+        # back).
+        self.client: KazooClient = KazooClient(
+            hosts=hosts, timeout=session_timeout_ms / 1000,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2,
+                                        max_delay=_RECONNECT_MAX_DELAY_S))
         self._listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
         try:
@@ -92,7 +102,7 @@ class ZooKeeperStore:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = self.client.get(_znode(path))
+            data, stat = self.op(self.client.get_async, _znode(path))
         except NoNodeError:
             return None, NO_VERSION
         return (json.loads(data) if data else None), stat.version
@@ -104,12 +114,12 @@ class ZooKeeperStore:
         node = _znode(path)
         if expected_version == NO_VERSION:
             try:
-                self.client.create(node, data, makepath=True)
+                self.op(self.client.create_async, node, data, makepath=True)
             except NodeExistsError:
                 raise BadVersion(f"{path}: exists, expected it not to") from None
             return 0
         try:
-            stat = self.client.set(node, data, version=expected_version)
+            stat = self.op(self.client.set_async, node, data, version=expected_version)
         except (BadVersionError, NoNodeError):
             raise BadVersion(f"{path}: not at version {expected_version}") from None
         return stat.version
@@ -118,8 +128,8 @@ class ZooKeeperStore:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         try:
-            self.client.delete(_znode(path),
-                               version=-1 if expected_version is None else expected_version)
+            self.op(self.client.delete_async, _znode(path),
+                    version=-1 if expected_version is None else expected_version)
         except NoNodeError:
             if expected_version not in (None, NO_VERSION):
                 raise BadVersion(f"{path}: gone, expected version {expected_version}") from None
@@ -130,9 +140,21 @@ class ZooKeeperStore:
         from kazoo.exceptions import NoNodeError
 
         try:
-            return sorted(self.client.get_children(_znode(prefix)))
+            return sorted(self.op(self.client.get_children_async, _znode(prefix)))
         except NoNodeError:
             return []
+
+    def op(self, call_async: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One ZooKeeper operation (a kazoo ``*_async`` method), answered within the session
+        timeout or MetadataUnavailable: kazoo itself would hold a request made while it is
+        disconnected until it reconnects, however long ZooKeeper is away."""
+        if not self.client.connected:
+            raise MetadataUnavailable(f"not connected to ZooKeeper at {self.connect}")
+        try:
+            return call_async(*args, **kwargs).get(timeout=self.session_timeout_ms / 1000)
+        except self.client.handler.timeout_exception:
+            raise MetadataUnavailable(f"ZooKeeper at {self.connect} did not answer within "
+                                      f"{self.session_timeout_ms} ms") from None
 
     # --- the session -------------------------------------------------------------------
 
