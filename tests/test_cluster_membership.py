@@ -6,6 +6,7 @@ handed out by two brokers never collide (their blocks come from one ZooKeeper no
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -17,9 +18,12 @@ import time
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kio.schema.errors import ErrorCode
 from test_audit import init_producer_id
 
 from oncelog.client.connection import connect
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
 
 # One ZooKeeper server (tests/zookeepers.py) per worker: the cluster tests share a worker.
 pytestmark = pytest.mark.xdist_group("zookeeper")
@@ -215,6 +219,15 @@ def test_broker_id_taken_exits_with_a_clear_error(cluster, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def init_producer_id_error(conn) -> ErrorCode:
+    def make(mod, version):
+        return build(mod.InitProducerIdRequest, transactional_id=None,
+                     transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                     producer_epoch=-1)
+
+    return conn.call(apis.INIT_PRODUCER_ID, make).error_code
+
+
 def test_zookeeper_restarted_the_broker_comes_back(start_broker):
     """ZooKeeper (a server of this test's own) killed and restarted on its port and data:
     the broker reconnects (to its own session, which the server kept, or to a new one after
@@ -227,6 +240,13 @@ def test_zookeeper_restarted_the_broker_comes_back(start_broker):
         connect_string = server.chroot("restart")
         broker = start_broker(**{"broker.id": "1", "zookeeper.connect": connect_string,
                                  "zookeeper.session.timeout.ms": str(SESSION_MS)})
+        server.stop()
+        # A producer id needs a block from ZooKeeper: while it is away the answer is a
+        # retriable error at once, never a broker stuck waiting for ZooKeeper.
+        with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+            assert wait_for(lambda: init_producer_id_error(conn) ==
+                            ErrorCode.coordinator_load_in_progress, TIMEOUT,
+                            "InitProducerId answering COORDINATOR_LOAD_IN_PROGRESS")
         server.restart()
         wait_for(lambda: broker.log_text().count("ZooKeeper session state: CONNECTED") >= 2,
                  TIMEOUT, "the broker connected to the restarted ZooKeeper")
