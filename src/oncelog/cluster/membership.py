@@ -266,6 +266,10 @@ class ClusterMember:
         elif step is Election.FOLLOW:
             assert controller is not None
             epoch = self._epoch()[0]
+            if controller == self.broker_id:
+                # An earlier session of ours: no controller this process can act for, until
+                # that session expires and /controller goes (then E1).
+                controller = NO_CONTROLLER
             if self._view != ControllerView(controller, epoch):
                 log.info("broker %d is the controller (epoch %d)", controller, epoch)
             self._view = ControllerView(controller, epoch)
