@@ -29,11 +29,13 @@ $(SPARK_STAMP): $(STAMP)
 run: $(STAMP)
 	$(PY) -m oncelog broker --set log.dirs=./data $(ARGS)
 
-# kcat (a real Kafka client binary) and a Java runtime (for PySpark) come from Debian.
+# kcat (a real Kafka client binary), a Java runtime (for PySpark) and ZooKeeper (the cluster
+# tests' coordinator, run from its jar by tests/zookeepers.py) come from Debian.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \

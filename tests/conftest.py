@@ -42,3 +42,14 @@ def _spark_sessions():
 def spark(_spark_sessions):
     """The shared local[2] Spark session (see tests/sparks.py)."""
     return _spark_sessions.spark_session("local[2]")
+
+
+@pytest.fixture(scope="session")
+def zookeeper():
+    """One real ZooKeeper server for the session's cluster tests (tests/zookeepers.py); each
+    test takes its own chroot with ``zookeeper.chroot()``."""
+    from zookeepers import ZooKeeperServer
+
+    server = ZooKeeperServer().start()
+    yield server
+    server.close()

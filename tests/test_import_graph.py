@@ -96,12 +96,13 @@ ALLOWED = {
     "producer_state": {"protocol", "log"},
     "metadata": set(),
     "coordinator": {"protocol", "metadata"},
-    "broker": {"protocol", "log", "producer_state", "metadata", "coordinator"},
+    "cluster": {"protocol", "metadata"},
+    "broker": {"protocol", "log", "producer_state", "metadata", "coordinator", "cluster"},
     "client": {"protocol"},
     "audit": {"protocol", "client"},
     "chaos": {"protocol", "client"},
     "spark": {"protocol", "client", "audit"},
-    "cli": {"protocol", "broker", "client", "audit", "chaos", "spark"},
+    "cli": {"protocol", "broker", "cluster", "client", "audit", "chaos", "spark"},
 }
 
 

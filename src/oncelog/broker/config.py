@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..metadata.zookeeper import parse_connect
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
 from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
 
@@ -181,6 +182,14 @@ def is_compacted(cleanup_policy: str) -> bool:
 
 
 _POSITIVE_INT = _parse_int(1, INT_MAX)
+
+
+def _zookeeper_connect(text: str) -> str:
+    try:
+        parse_connect(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text.strip()
 # Twice the largest request (socket.request.max.bytes): one request of any allowed size can
 # be read while another is handled, and request memory stays under 300 MiB in all.
 QUEUED_MAX_REQUEST_BYTES_DEFAULT = 209_715_200
@@ -189,6 +198,16 @@ _RETENTION = _parse_int(-1, LONG_MAX)
 
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("broker.id", "INT", 0, "The id of this broker.", _parse_int(0, INT_MAX)),
+    _key("zookeeper.connect", "STRING", None,
+         "Cluster mode: host:port[,host:port...][/chroot] of ZooKeeper, where the broker "
+         "registers, elects the controller and claims producer-id blocks; unset: one broker "
+         "alone, no ZooKeeper.", _zookeeper_connect),
+    _key("zookeeper.session.timeout.ms", "INT", 18_000,
+         "The ZooKeeper session timeout (ms): a broker silent this long is gone from the "
+         "cluster.", _POSITIVE_INT),
+    _key("zookeeper.connection.timeout.ms", "INT", None,
+         "How long the broker waits to reach ZooKeeper at start before it exits with an error "
+         "(ms); unset: zookeeper.session.timeout.ms.", _POSITIVE_INT),
     _key("listeners", "STRING", "PLAINTEXT://127.0.0.1:9092",
          "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
     _key("advertised.listeners", "STRING", None,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import Any
 
-from ..coordinator.producer_id_manager import ProducerIdManager
+from ..coordinator.producer_id_manager import ProducerIdManager, carry_over
 from ..metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from ..protocol import api_versions as apis
 from ..protocol.messages import (
@@ -76,8 +76,14 @@ class Broker:
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
+        self.cluster = _join_cluster(config)  # None without zookeeper.connect
         self.cluster_id = self._cluster_id()
-        self.producer_ids = ProducerIdManager(self.store, self.broker_id)
+        # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all,
+        # above any this broker claimed alone before.
+        if self.cluster is not None:
+            carry_over(self.store, self.cluster.store, self.broker_id)
+        self.producer_ids = ProducerIdManager(
+            self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
@@ -111,7 +117,19 @@ class Broker:
                 self.store.compare_and_set("cluster/id", value, NO_VERSION)
             except BadVersion:
                 value, _ = self.store.get("cluster/id")
-        return value
+        # In cluster mode the first broker's id is everyone's (ZooKeeper's /cluster/id).
+        return value if self.cluster is None else self.cluster.cluster_id(value)
+
+    def cluster_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of the brokers Metadata names: every registered one in
+        cluster mode, else this one."""
+        if self.cluster is not None and self.cluster.brokers:
+            return [(b.broker_id, b.host, b.port, b.rack) for b in self.cluster.brokers]
+        return [(self.broker_id, self.advertised_host, self.advertised_port, None)]
+
+    def controller_id(self) -> int:
+        """-1 while a cluster has no controller (Kafka's answer then)."""
+        return self.broker_id if self.cluster is None else self.cluster.controller.controller_id
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -151,6 +169,12 @@ class Broker:
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        if self.cluster is not None:
+            try:
+                self.cluster.start(self.advertised_host, self.advertised_port)
+            except Exception:
+                await self.stop()  # closed as on SIGTERM, then the error is the exit
+                raise
         metrics_at = self.config.metrics_listener
         if metrics_at is not None:
             self.metrics = metrics.MetricsServer(self)
@@ -219,6 +243,8 @@ class Broker:
         self.transactions.close()
         self.groups.close()
         self.topics.close()
+        if self.cluster is not None:
+            self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)
         self._stopped.set()
 
@@ -665,6 +691,19 @@ def _log_pending_tasks() -> None:
         if awaited is not None:
             chain.append(repr(awaited))
         log.warning("task %s waits in:\n  %s", task.get_name(), "\n  ".join(chain))
+
+
+def _join_cluster(config: BrokerConfig):
+    """The broker's ClusterMember when zookeeper.connect is set (cluster/), else None; kazoo
+    is imported only then."""
+    if config.get("zookeeper.connect") is None:
+        return None
+    from ..cluster.membership import ClusterMember
+
+    return ClusterMember.connect(
+        config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
+        config.get("zookeeper.connection.timeout.ms"), config.get("broker.id"),
+        config.get("broker.rack"))
 
 
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:

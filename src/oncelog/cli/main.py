@@ -25,7 +25,13 @@ def _broker(args: argparse.Namespace) -> int:
     def started(host: str, port: int) -> None:
         print(listening_line(host, port), flush=True)
 
-    run_broker(config, started)
+    from ..cluster import CLUSTER_START_EXIT_CODE, ClusterStartError
+
+    try:
+        run_broker(config, started)
+    except ClusterStartError as exc:
+        print(f"oncelog broker: cannot join the cluster: {exc}", file=sys.stderr)
+        return CLUSTER_START_EXIT_CODE
     return 0
 
 

@@ -76,3 +76,28 @@ class ProducerIdManager:
             return True
         self._highest_claimed = self._read_highest()  # another broker may have claimed since
         return 0 <= producer_id <= self._highest_claimed
+
+
+def carry_over(source: MetadataStore, target: MetadataStore, broker_id: int) -> None:
+    """A broker whose blocks came from ``source`` (its local store) now claims them from
+    ``target`` (ZooKeeper, on joining a cluster): the target's latest block is raised to end
+    at or above the source's, so no id this broker handed out before is handed out again by
+    any broker. A block written here is one more claim, by the same conditional write."""
+    value, _ = source.get(BLOCK_PATH)
+    if value is None:
+        return
+    end = int(value["block_end"])
+    for _ in range(_CLAIM_ATTEMPTS):
+        held, version = target.get(BLOCK_PATH)
+        start = 0 if held is None else int(held["block_end"]) + 1
+        if start > end:
+            return
+        claim = {"version": 1, "broker": broker_id, "block_start": str(start),
+                 "block_end": str(end)}
+        try:
+            target.compare_and_set(BLOCK_PATH, claim, NO_VERSION if held is None else version)
+        except BadVersion:
+            continue
+        log.info("producer ids up to %d of the local store reserved in the cluster's", end)
+        return
+    raise BadVersion(f"could not carry producer id blocks over in {_CLAIM_ATTEMPTS} attempts")

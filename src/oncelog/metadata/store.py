@@ -25,6 +25,10 @@ class BadVersion(Exception):
     """compare_and_set lost a race: the stored version is not the expected one."""
 
 
+class MetadataUnavailable(Exception):
+    """A store kept elsewhere (ZooKeeper) did not answer in time: try again later."""
+
+
 class MetadataStore(Protocol):
     def get(self, path: str) -> tuple[Any, int]:
         """(value, version); (None, NO_VERSION) when the path does not exist."""

@@ -69,10 +69,10 @@ def handle_metadata(broker, request: Request):
                 continue
             name = topic.name
         results.append(_metadata_topic(broker, mod, name, auto_create, topic_ops))
-    brokers = (build(mod.MetadataResponseBroker, node_id=broker.broker_id,
-                     host=broker.advertised_host, port=broker.advertised_port, rack=None),)
+    brokers = tuple(build(mod.MetadataResponseBroker, node_id=node, host=host, port=port,
+                          rack=rack) for node, host, port, rack in broker.cluster_brokers())
     return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
-                 cluster_id=broker.cluster_id, controller_id=broker.broker_id,
+                 cluster_id=broker.cluster_id, controller_id=broker.controller_id(),
                  topics=tuple(results), error_code=ErrorCode.none,
                  cluster_authorized_operations=acl_operations.answer(
                      getattr(body, "include_cluster_authorized_operations", False),

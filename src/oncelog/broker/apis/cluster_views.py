@@ -62,13 +62,13 @@ def handle_describe_cluster(broker, request: Request):
                      error_message=message, endpoint_type=ENDPOINT_BROKERS,
                      cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
                      cluster_authorized_operations=acl_operations.OMITTED)
-    brokers = (build(mod.DescribeClusterBroker, broker_id=broker.broker_id,
-                     host=broker.advertised_host, port=broker.advertised_port, rack=None,
-                     is_fenced=False),)
+    brokers = tuple(build(mod.DescribeClusterBroker, broker_id=node, host=host, port=port,
+                          rack=rack, is_fenced=False)
+                    for node, host, port, rack in broker.cluster_brokers())
     return build(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE,
                  error_code=ErrorCode.none, error_message=None,
                  endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,
-                 controller_id=broker.broker_id, brokers=brokers,
+                 controller_id=broker.controller_id(), brokers=brokers,
                  cluster_authorized_operations=acl_operations.answer(
                      body.include_cluster_authorized_operations, acl_operations.CLUSTER))
 

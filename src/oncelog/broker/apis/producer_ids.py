@@ -7,6 +7,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.producer_id_manager import ProducerIdsExhausted
+from ...metadata.store import MetadataUnavailable
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
 from ...protocol.messages import Request
@@ -40,6 +41,9 @@ def handle_init_producer_id(broker, request: Request):
     except ProducerIdsExhausted as exc:
         log.error("InitProducerId refused: %s", exc)
         return answer(ErrorCode.unknown_server_error)
+    except MetadataUnavailable as exc:  # cluster mode, ZooKeeper away: the client retries
+        log.warning("InitProducerId deferred: %s", exc)
+        return answer(ErrorCode.coordinator_load_in_progress)
     log.debug("%s: issued producer id %d", log_safe(request.client_id), producer_id)
     return answer(ErrorCode.none, producer_id, 0)
 

@@ -1,0 +1,20 @@
+"""Cluster mode: this broker's membership in a cluster coordinated by ZooKeeper.
+
+Owns: registering the broker (``/brokers/ids/<broker.id>``, ephemeral), electing the controller
+(``/controller``, ephemeral, with ``/controller_epoch`` raised by a conditional write), and
+redoing both when the ZooKeeper session is lost, on its own thread beside the broker's event
+loop. Kafka's znode layout and JSON are in znodes.py, the decisions in membership.py's tables.
+
+Must not know: partitions, logs, producer state, the Kafka protocol or the broker's asyncio
+loop. It hands out facts (who is registered, who is controller at which epoch); what the broker
+does with them is the broker's business. The ZooKeeper session itself is the metadata store's
+(metadata/zookeeper.py). Without ``zookeeper.connect`` nothing here is imported.
+"""
+
+
+class ClusterStartError(Exception):
+    """The broker cannot join its cluster (ZooKeeper unreachable, broker.id taken): it exits
+    with CLUSTER_START_EXIT_CODE and this message instead of serving alone."""
+
+
+CLUSTER_START_EXIT_CODE = 3

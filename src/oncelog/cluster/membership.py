@@ -1,0 +1,355 @@
+"""ClusterMember: this broker's registration and its part in the controller election.
+
+Registration, decided by ``registration_step`` (the znode ``/brokers/ids/<broker.id>`` as
+found, against this broker's ZooKeeper session):
+
+| row | /brokers/ids/<id>                        | action                                   |
+|-----|------------------------------------------|------------------------------------------|
+| R1  | absent                                   | CREATE it, ephemeral, with our JSON      |
+| R2  | present, owned by our session            | REGISTERED: nothing to do                |
+| R3  | present, owned by another session        | WAIT for it to vanish (a killed earlier  |
+|     |                                          | run of this broker: its session expires  |
+|     |                                          | within the session timeout); still there |
+|     |                                          | after that at start: broker.id is taken, |
+|     |                                          | ClusterStartError                        |
+
+Controller election, decided by ``election_step`` (``/controller`` as found):
+
+| row | /controller                              | action                                   |
+|-----|------------------------------------------|------------------------------------------|
+| E1  | absent                                   | CLAIM: in one ZooKeeper transaction,     |
+|     |                                          | create /controller (ephemeral) and set   |
+|     |                                          | /controller_epoch to E+1 at the version  |
+|     |                                          | it was read at E; success: controller    |
+|     |                                          | with epoch E+1; either op failing:       |
+|     |                                          | another broker won, read again           |
+| E2  | names us, owned by our session           | CONTROLLER (the epoch our claim wrote)   |
+| E3  | owned by another session (another broker,| FOLLOW: note who and the epoch, watch    |
+|     | or an earlier session of ours)           | /controller and claim when it is deleted |
+
+The epoch write in E1 is conditional on the version read, so two brokers that both saw
+/controller absent cannot both raise the epoch: exactly one transaction commits, and every
+controller's epoch is higher than any before it. That is the fence for a deposed controller's
+later writes: ``controller_transaction`` checks /controller_epoch at the version its own claim
+left in the same ZooKeeper transaction as the writes.
+
+The work runs on one thread, woken by a watch on /controller, by a new session (after "LOST"
+the ephemeral znodes are gone: R1 and E1 again), and at least every third of the session
+timeout; every ZooKeeper call in it is bounded by kazoo's session timeout. The same passes
+keep the list of registered brokers (a watch on /brokers/ids) for Metadata.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.client import TransactionRequest
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import KazooState
+
+from ..metadata.store import MetadataUnavailable
+from ..metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable
+from . import ClusterStartError
+from . import znodes as zn
+
+log = logging.getLogger(__name__)
+
+NO_CONTROLLER = -1
+
+
+class ControllerMoved(Exception):
+    """A write as controller refused: this broker is not the controller, or another broker
+    has been elected since (the controller epoch moved on): Kafka's ControllerMovedException.
+    """
+
+
+class Registration(enum.Enum):
+    CREATE = "R1"
+    REGISTERED = "R2"
+    WAIT = "R3"
+
+
+class Election(enum.Enum):
+    CLAIM = "E1"
+    CONTROLLER = "E2"
+    FOLLOW = "E3"
+
+
+def registration_step(owner_session: int | None, our_session: int) -> Registration:
+    """``owner_session``: the ephemeral owner of /brokers/ids/<id>, None when absent."""
+    if owner_session is None:
+        return Registration.CREATE
+    if owner_session == our_session:
+        return Registration.REGISTERED
+    return Registration.WAIT
+
+
+def election_step(controller: int | None, owner_session: int | None, our_id: int,
+                  our_session: int) -> Election:
+    """``controller``: the broker /controller names, None when absent."""
+    if controller is None:
+        return Election.CLAIM
+    if controller == our_id and owner_session == our_session:
+        return Election.CONTROLLER
+    return Election.FOLLOW
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerView:
+    controller_id: int
+    epoch: int
+
+
+class ClusterMember:
+    def __init__(self, store: ZooKeeperStore, broker_id: int, rack: str | None) -> None:
+        self.store = store
+        self.zk = store.client
+        self.broker_id = broker_id
+        self.rack = rack
+        self.registration: zn.BrokerRegistration | None = None
+        self._view = ControllerView(NO_CONTROLLER, zn.INITIAL_CONTROLLER_EPOCH)
+        self._brokers: tuple[zn.BrokerRegistration, ...] = ()
+        self._epoch_version = -1  # of /controller_epoch, as our winning claim left it
+        self._recheck_s = store.session_timeout_ms / 3000
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        store.add_session_listener(self._on_session)
+
+    @classmethod
+    def connect(cls, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None,
+                broker_id: int, rack: str | None) -> ClusterMember:
+        try:
+            store = ZooKeeperStore(connect, session_timeout_ms, connection_timeout_ms)
+        except ZooKeeperUnreachable as exc:
+            raise ClusterStartError(str(exc)) from None
+        return cls(store, broker_id, rack)
+
+    # --- what the broker reads ---------------------------------------------------------
+
+    @property
+    def controller(self) -> ControllerView:
+        return self._view
+
+    @property
+    def is_controller(self) -> bool:
+        return self._view.controller_id == self.broker_id
+
+    @property
+    def brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The registered brokers by id, as this member last read them (kept current by a
+        watch on /brokers/ids: no ZooKeeper round trip here, safe on the event loop)."""
+        return self._brokers
+
+    def _read_brokers(self) -> None:
+        brokers = []
+        ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self._on_change)
+        for name in ids:
+            try:
+                data, _ = self._op(self.zk.get_async, f"{zn.BROKER_IDS}/{name}")
+            except NoNodeError:
+                continue  # gone between the listing and the read: the watch tells us
+            brokers.append(zn.BrokerRegistration.decode(int(name), data))
+        self._brokers = tuple(sorted(brokers, key=lambda b: b.broker_id))
+
+    def cluster_id(self, proposed: str) -> str:
+        """The cluster's id, Kafka's /cluster/id ``{"version":"1","id":...}``: the first
+        broker's proposal wins, every other broker adopts it."""
+        try:
+            self._op(self.zk.create_async, zn.CLUSTER_ID, zn.encode_cluster_id(proposed),
+                     makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self._op(self.zk.get_async, zn.CLUSTER_ID)
+        return zn.decode_cluster_id(data)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, host: str, port: int, background: bool = True) -> None:
+        """Register (waiting up to the session timeout for an earlier run's registration to
+        expire, R3), then elect; later passes on this member's thread (``background``, or
+        the caller's ``pass_once``)."""
+        try:
+            self._join(host, port)
+        except MetadataUnavailable as exc:
+            raise ClusterStartError(str(exc)) from None
+        if not background:
+            return
+        self._thread = threading.Thread(target=self._run, name="cluster-member", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def _join(self, host: str, port: int) -> None:
+        self.registration = zn.BrokerRegistration(self.broker_id, host, port, self.rack)
+        self._op(self.zk.ensure_path_async, zn.BROKER_IDS)
+        deadline = time.monotonic() + self.store.session_timeout_ms / 1000 + 1
+        while not self._register():
+            if time.monotonic() >= deadline:
+                raise ClusterStartError(
+                    f"broker.id {self.broker_id} is registered in ZooKeeper by another "
+                    f"session ({zn.broker_path(self.broker_id)}): another broker has this id")
+            self._wait_gone(zn.broker_path(self.broker_id), deadline)
+        self.pass_once()  # a first answer for Metadata before any client asks
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(self.store.session_timeout_ms / 1000 + 5)
+        self.store.close()  # our ephemeral znodes go now, not a session timeout later
+
+    # --- the work ----------------------------------------------------------------------
+
+    def pass_once(self) -> None:
+        """One pass of both tables, then the registered brokers read again."""
+        if self._register():
+            self._elect()
+        self._read_brokers()
+
+    def _op(self, call_async, *args, **kwargs):
+        return self.store.op(call_async, *args, **kwargs)
+
+    def _session(self) -> int:
+        return self.zk.client_id[0] if self.zk.client_id else 0
+
+    def _owner(self, path: str, watch=None) -> tuple[bytes | None, int | None]:
+        stat = self._op(self.zk.exists_async, path, watch=watch)
+        if stat is None:
+            return None, None
+        try:
+            data, stat = self._op(self.zk.get_async, path)
+        except NoNodeError:
+            return None, None
+        return data, stat.ephemeralOwner
+
+    def _register(self) -> bool:
+        """One pass of the registration table; True once registered by this session."""
+        assert self.registration is not None
+        path = zn.broker_path(self.broker_id)
+        _, owner = self._owner(path)
+        step = registration_step(owner, self._session())
+        if step is Registration.CREATE:
+            try:
+                self._op(self.zk.create_async, path, self.registration.encode(), ephemeral=True)
+            except NodeExistsError:
+                return False  # created by another session since we looked: R3 next pass
+            log.info("registered as broker %d at %s:%d in ZooKeeper", self.broker_id,
+                     self.registration.host, self.registration.port)
+            return True
+        return step is Registration.REGISTERED
+
+    def _wait_gone(self, path: str, deadline: float) -> None:
+        gone = threading.Event()
+        if self._op(self.zk.exists_async, path, watch=lambda _event: gone.set()) is None:
+            return
+        gone.wait(max(0.0, deadline - time.monotonic()))
+
+    def _elect(self) -> None:
+        """One pass of the election table."""
+        data, owner = self._owner(zn.CONTROLLER, watch=self._on_change)
+        controller = None if data is None else zn.decode_controller(data)
+        step = election_step(controller, owner, self.broker_id, self._session())
+        if step is Election.CLAIM:
+            self._claim()
+        elif step is Election.FOLLOW:
+            assert controller is not None
+            epoch = self._epoch()[0]
+            if controller == self.broker_id:
+                # An earlier session of ours: no controller this process can act for, until
+                # that session expires and /controller goes (then E1).
+                controller = NO_CONTROLLER
+            if self._view != ControllerView(controller, epoch):
+                log.info("broker %d is the controller (epoch %d)", controller, epoch)
+            self._view = ControllerView(controller, epoch)
+
+    def _epoch(self) -> tuple[int, int]:
+        """(epoch, znode version), creating /controller_epoch at the initial epoch."""
+        try:
+            data, stat = self._op(self.zk.get_async, zn.CONTROLLER_EPOCH)
+        except NoNodeError:
+            try:
+                self._op(self.zk.create_async, zn.CONTROLLER_EPOCH,
+                         zn.encode_epoch(zn.INITIAL_CONTROLLER_EPOCH))
+            except NodeExistsError:
+                pass
+            data, stat = self._op(self.zk.get_async, zn.CONTROLLER_EPOCH)
+        return zn.decode_epoch(data), stat.version
+
+    def _claim(self) -> None:
+        epoch, version = self._epoch()
+        txn = self.zk.transaction()
+        txn.create(zn.CONTROLLER, zn.encode_controller(self.broker_id), ephemeral=True)
+        txn.set_data(zn.CONTROLLER_EPOCH, zn.encode_epoch(epoch + 1), version=version)
+        results = self._op(txn.commit_async)
+        if any(isinstance(r, Exception) for r in results):
+            log.debug("controller claim at epoch %d lost: %s", epoch + 1, results)
+            self._wake.set()  # read the winner on the next pass
+            return
+        self._epoch_version = version + 1
+        self._view = ControllerView(self.broker_id, epoch + 1)
+        log.info("broker %d is now the controller (epoch %d)", self.broker_id, epoch + 1)
+
+    def controller_transaction(self, build: Callable[[TransactionRequest], None]) -> list:
+        """The controller's writes, all or none, and only while the epoch it won is still
+        the cluster's: ``build`` adds the operations to a ZooKeeper transaction that also
+        checks /controller_epoch at the version our claim left it. A deposed controller
+        that does not know it yet (paused past its session timeout) is refused by ZooKeeper
+        itself: ControllerMoved. Returns the operations' results."""
+        if not self.is_controller:
+            raise ControllerMoved(f"broker {self.broker_id} is not the controller "
+                                  f"(broker {self._view.controller_id} is)")
+        txn = self.zk.transaction()
+        txn.check(zn.CONTROLLER_EPOCH, self._epoch_version)
+        build(txn)
+        results = self._op(txn.commit_async)
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise ControllerMoved(f"broker {self.broker_id}'s controller epoch "
+                                  f"{self._view.epoch} is over")
+        for result in results[1:]:
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+        return results[1:]
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self._recheck_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            if self.zk.state != KazooState.CONNECTED:
+                continue
+            try:
+                self.pass_once()
+            except (ConnectionLoss, SessionExpiredError, MetadataUnavailable) as exc:
+                # The session listener wakes us once connected again.
+                log.warning("cluster membership pass cut short by ZooKeeper: %r", exc)
+            except Exception:
+                # A lost connection mid-pass (kazoo raises), or an unexpected answer: the
+                # next pass starts again from what ZooKeeper holds.
+                log.exception("cluster membership pass failed; retrying")
+
+    def _on_change(self, _event) -> None:
+        """A watch fired (/controller or /brokers/ids changed): a pass reads them again."""
+        self._wake.set()
+
+    def _on_session(self, state: str) -> None:
+        if state == KazooState.LOST:
+            # The session's ephemeral znodes are gone: we are neither registered nor the
+            # controller until the next pass redoes R1 and E1 on the new session.
+            log.warning("ZooKeeper session of broker %d expired: re-registering",
+                        self.broker_id)
+            self._view = ControllerView(NO_CONTROLLER, self._view.epoch)
+        elif state == KazooState.CONNECTED:
+            self._wake.set()

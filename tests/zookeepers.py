@@ -1,0 +1,147 @@
+"""A real ZooKeeper server for the cluster tests: Debian's package run from its jar.
+
+One standalone server per test session (it costs a JVM start, about a second), on a free
+loopback port with its own data directory; each test works under its own chroot so tests
+sharing the server never see each other's znodes. Debian's ``zookeeper`` package puts the
+server in /usr/share/java/zookeeper.jar, whose manifest names its dependencies' jars, so the
+jar alone is the classpath (``make test`` installs the package when it is missing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+# The server's tick: sessions may be as short as two ticks, so a test can let a session
+# expire in about a second instead of Kafka's 18.
+TICK_MS = 250
+_START_ATTEMPTS = 3  # a free port taken by someone else between our probe and the bind
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the test process dies, however it dies (a JVM left behind
+    holds 100 MB and a port on a shared machine)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter_word(port: int, word: bytes, timeout: float = 1.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ZooKeeperServer:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="oncelog-zk-"))
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self._chroots = itertools.count()
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def chroot(self, name: str = "t") -> str:
+        """A fresh connect string of its own: ``127.0.0.1:port/<unique chroot>``."""
+        return f"{self.connect}/{name}-{next(self._chroots)}-{uuid.uuid4().hex[:8]}"
+
+    def start(self) -> ZooKeeperServer:
+        if not ZOOKEEPER_JAR.exists():
+            raise RuntimeError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper "
+                               f"package (make system-deps)")
+        for _ in range(_START_ATTEMPTS):
+            self.port = _free_port()
+            if self._start_once():
+                return self
+        raise RuntimeError(f"ZooKeeper did not start; its log:\n{self.log_text()}")
+
+    def _start_once(self) -> bool:
+        data = self.dir / "data"
+        data.mkdir(exist_ok=True)
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={TICK_MS}\n"
+            f"dataDir={data}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            f"minSessionTimeout={2 * TICK_MS}\n"
+            "maxSessionTimeout=60000\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr\n"
+            "forceSync=no\n"  # a test server: its data dies with the session
+        )
+        java = shutil.which("java") or "java"
+        log = open(self.dir / "zookeeper.log", "ab")
+        self.proc = subprocess.Popen(
+            [java, "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-Dzookeeper.admin.enableServer=false", "-cp", str(ZOOKEEPER_JAR),
+             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.proc = None
+                return False
+            try:
+                if four_letter_word(self.port, b"ruok") == b"imok":
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not answer ruok in {START_TIMEOUT}s; its log:\n"
+                           f"{self.log_text()}")
+
+    def restart(self) -> None:
+        """Killed and started again on the same port and data: sessions the server held
+        come back with it, those that timed out meanwhile are expired."""
+        self.stop()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._start_once():  # the port may linger a moment after the kill
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"ZooKeeper did not restart; its log:\n{self.log_text()}")
+            time.sleep(0.1)
+
+    def log_text(self) -> str:
+        try:
+            return (self.dir / "zookeeper.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(STOP_TIMEOUT)
+            self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
