@@ -182,6 +182,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "The directories holding the partitions' logs, comma-separated (JBOD). The first also "
          "holds the broker's metadata (.oncelog-metadata)."),
     _key("log.dir", "STRING", "./data", "Used when log.dirs is not set."),
+    _key("max.broker.partitions", "INT", 100_000,
+         "Partitions this broker holds at most (KIP-578's name); CreateTopics, CreatePartitions "
+         "and auto-creation past it are refused with POLICY_VIOLATION. Internal topics are "
+         "exempt.", _POSITIVE_INT),
     _key("num.partitions", "INT", 1, "Partitions of an auto-created topic.", _POSITIVE_INT),
     _key("default.replication.factor", "INT", 1, "Replication factor of auto-created topics.",
          _parse_int(1, 1)),

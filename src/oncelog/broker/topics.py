@@ -494,6 +494,8 @@ class TopicManager:
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"number of partitions must be 1..{MAX_PARTITIONS}")
+        if not internal:
+            self._check_partition_room(num_partitions)
         if replication_factor == -1:
             replication_factor = self.config.get("default.replication.factor")
         if replication_factor != 1:
@@ -595,6 +597,7 @@ class TopicManager:
         if count > MAX_PARTITIONS:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"number of partitions must be 1..{MAX_PARTITIONS}")
+        self._check_partition_room(count - current)
         if assignments is not None:
             if len(assignments) != count - current:
                 raise TopicError(ErrorCode.invalid_replica_assignment,
@@ -625,6 +628,18 @@ class TopicManager:
         topic.partitions.extend(added)
         log.info("topic %s: partitions %d -> %d", name, current, count)
         return topic
+
+    def _check_partition_room(self, adding: int) -> None:
+        """max.broker.partitions (KIP-578's name; Kafka 4 has no broker-wide cap): what every
+        partition costs the broker (its state, its directory, its share of each Metadata
+        answer) stays bounded however many topics clients create. The internal topics are
+        exempt: the coordinators need them whatever clients did."""
+        held = sum(self._load.values())
+        limit = self.config.get("max.broker.partitions")
+        if held + adding > limit:
+            raise TopicError(ErrorCode.policy_violation,
+                             f"Adding {adding} partition(s) would exceed max.broker.partitions "
+                             f"({limit}): the broker holds {held}.")
 
     def auto_create(self, name: str) -> Topic:
         if name == OFFSETS_TOPIC:
