@@ -2,6 +2,8 @@
 
 * CreateTopics and CreatePartitions: at most 10,000 partitions in one request, as Kafka 4's
   controller (POLICY_VIOLATION "Excessively large number of partitions per request.").
+* Fetch: an answer holds at most ``fetch.max.bytes`` of records (one batch more when the
+  first is larger), whatever max_bytes the request asks, as Kafka's broker.
 * The broker: at most ``max.broker.partitions`` (KIP-578's name) in all, whoever creates
   them (CreateTopics, CreatePartitions, auto-creation), internal topics exempt.
 * Any request: at most MAX_REQUEST_ELEMENTS array elements in all, refused before it is
@@ -16,6 +18,8 @@ import datetime
 import socket
 import time
 
+from confluent_kafka import Producer
+from hostile_clients import fetch_frame
 from kio.schema.create_partitions.v3.request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -115,6 +119,21 @@ def test_the_broker_holds_at_most_max_broker_partitions(start_broker):
             include_topic_authorized_operations=False), 7)
         assert sorted((t.name, len(t.partitions)) for t in listed.topics) == [
             ("__consumer_offsets", 3), ("first", 10)]
+
+
+def test_a_fetch_answer_holds_at_most_fetch_max_bytes(start_broker):
+    broker = start_broker(fetch_max_bytes=65536)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.size": 4096,
+                         "linger.ms": 5})
+    for i in range(300):
+        producer.produce("wide-fetch", bytes([i % 251]) * 1024)
+    assert producer.flush(30) == 0
+    with connect(broker) as sock:
+        sock.settimeout(60)
+        sock.sendall(fetch_frame("wide-fetch", 50_000_000, 1))
+        answer = read_frame(sock)
+    print(f"a Fetch asking 50 MB of a 300 KiB log answered {len(answer)} bytes")
+    assert 60_000 < len(answer) < 65536 + 8192  # fetch.max.bytes and one batch at most
 
 
 def _list_offsets(partitions: int) -> bytes:

@@ -290,6 +290,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(-2, LONG_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
+    _key("fetch.max.bytes", "INT", 57_671_680,
+         "Largest Fetch answer: record bytes past it are left for the next Fetch (one batch "
+         "more at most, when the first is larger), whatever max_bytes the request asks.",
+         _parse_int(1024, INT_MAX)),
     _key("queued.max.requests", "INT", 500,
          "Requests read and waiting only for a handler (not for a long-polling Fetch ahead "
          "of them, nor for their client to read answers), across the broker, before "
