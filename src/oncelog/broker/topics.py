@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log import partition_metadata
 from ..log.compaction import CompactionConfig
-from ..log.disk import OsDisk, default_disk
+from ..log.disk import OsDisk, default_disk, out_of_descriptors
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
 from ..producer_state.manager import StateLimits
@@ -36,7 +36,7 @@ from .config import (
     validate_topic_configs,
 )
 from .log_dir_moves import LogDirMoves
-from .log_dirs import LogDir, suffixed_dir_name
+from .log_dirs import LogDir, listdir_at_start, suffixed_dir_name
 from .log_limits import log_safe
 from .partition import IssuedProducerIds, Partition
 
@@ -150,8 +150,10 @@ class TopicManager:
             state.when_offline(functools.partial(self._abandon_partitions, state))
             try:
                 os.makedirs(state.path, exist_ok=True)
-                os.listdir(state.path)
+                listdir_at_start(state.path)
             except OSError as exc:
+                if out_of_descriptors(exc):
+                    raise  # the start fails: no directory is offline for it
                 state.fail(exc)
             self.log_dirs[state.path] = state
         self.log_dir_state = next(iter(self.log_dirs.values()))
@@ -226,8 +228,10 @@ class TopicManager:
             if state.offline:
                 continue
             try:
-                names = os.listdir(state.path)
+                names = listdir_at_start(state.path)
             except OSError as exc:
+                if out_of_descriptors(exc):
+                    raise  # as above
                 state.fail(exc)
                 continue
             for entry in names:
