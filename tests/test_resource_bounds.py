@@ -1,30 +1,41 @@
-"""The most memory one request can make the broker hold (issue 28, the resource test).
+"""The most one client can make the broker hold (issue 28, the resource test), for each of
+memory, descriptors and disk; the numbers are README.md's Backpressure section's. (Event-loop
+time: tests/test_linear_time.py, every API's largest arrays as a ratio to a tenth of them.)
 
-A request is at most ``socket.request.max.bytes``; decoded, it is refused past
-MAX_REQUEST_ELEMENTS array elements, and its strings are at most its bytes; its answer names
-what it asked about. So one request of the largest size, built to decode and answer as
-large as it can (every element a long topic name the broker answers back), costs the broker
-a bounded multiple of ``socket.request.max.bytes``: asserted here as at most
-MEMORY_PER_REQUEST_BYTE times, the figure README.md's Backpressure section gives.
+Memory. A request is at most ``socket.request.max.bytes``; decoded, it is refused past
+MAX_REQUEST_ELEMENTS array elements, and its strings are at most its bytes; its answer is
+at most ``socket.request.max.bytes`` too (but a Fetch's: ``fetch.max.bytes``). So one request
+of the largest size, built to decode and answer as large as it can (every element a long
+topic name the broker answers back), costs the broker a bounded multiple of
+``socket.request.max.bytes``: asserted here as at most MEMORY_PER_REQUEST_BYTE times. A
+request held while its handler waits counts its decoded size against the request budget.
+
+Descriptors: at most half of RLIMIT_NOFILE for segment files, however many partitions a
+client writes. Disk: the records as sent, plus a fixed overhead per partition.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import resource
 import socket
 import time
 
-from brokers import create_topic
+from brokers import BrokerProcess, create_topic
 from hostile_clients import peak_rss, produce_frame, reset_peak_rss, rss, wait_for_metrics
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest
 
+from oncelog.client import calls
+from oncelog.client.connection import connect
 from oncelog.protocol import frame_check
 from oncelog.protocol.messages import (
     DECODED_BYTES_PER_ELEMENT,
     MAX_REQUEST_ELEMENTS,
     encode_request,
 )
+from oncelog.protocol.records import encode_batch
 
 MAX_REQUEST_BYTES = 20 << 20
 MEMORY_PER_REQUEST_BYTE = 6
@@ -146,3 +157,66 @@ def test_a_waiting_request_counts_its_decoded_size_against_the_budget(start_brok
         wait_for_metrics(broker.metrics_port,
                          lambda m: m["oncelog_queued_request_bytes"] == 0,
                          what="the budget given back")
+
+
+FD_LIMIT = 96  # the broker's RLIMIT_NOFILE here: segment files get half of it
+
+
+def _low_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _disk_bytes(root, prefix: str) -> tuple[int, int]:
+    """(bytes of .log files, blocks of every file) in the partition directories ``prefix-*``."""
+    logs = blocks = 0
+    for directory in root.glob(f"{prefix}-*"):
+        for path in directory.iterdir():
+            stat = path.stat()
+            blocks += stat.st_blocks * 512
+            if path.suffix == ".log":
+                logs += stat.st_size
+    return logs, blocks
+
+
+def test_descriptors_and_disk_one_client_can_make_the_broker_hold(tmp_path):
+    """Descriptors: a client writing to more partitions than the broker may hold files open
+    leaves it holding at most half its RLIMIT_NOFILE for segments (the least recently used
+    closed, reopened on demand), counted in /proc/<pid>/fd. Disk: what its produces cost is
+    the data plus a fixed overhead per partition (bounded by max.broker.partitions), with no
+    space reserved ahead of appends."""
+    broker = BrokerProcess(tmp_path / "broker", {}, preexec=_low_fd_limit).start()
+    partitions, value = FD_LIMIT, b"v" * 1000  # twice the descriptors segments may hold
+    try:
+        create_topic(broker.bootstrap, "wide", partitions)
+        create_topic(broker.bootstrap, "bulk", 1)
+        pid = broker.proc.pid
+        with connect(broker.bootstrap, timeout=30) as conn:
+            before = _open_fds(pid)
+            sent = 0
+            for i in range(partitions):
+                batch = encode_batch([(None, value, (), int(time.time() * 1000))])
+                calls.produce(conn, "wide", i, batch)
+                sent += len(batch)
+            held = _open_fds(pid) - before
+            bulk = 0
+            for _ in range(8):  # 8 MiB in batches of 1,000 records of 1,000 bytes
+                batch = encode_batch([(None, value, (), int(time.time() * 1000))] * 1000)
+                calls.produce(conn, "bulk", 0, batch)
+                bulk += len(batch)
+        wide_logs, wide_blocks = _disk_bytes(broker.data_dir, "wide")
+        bulk_logs, bulk_blocks = _disk_bytes(broker.data_dir, "bulk")
+    finally:
+        broker.stop()
+    per_partition = (wide_blocks - wide_logs) / partitions
+    print(f"{partitions} partitions written: {held} more descriptors (bound "
+          f"{FD_LIMIT // 2}); on disk {wide_blocks >> 10} KiB for {sent >> 10} KiB sent, "
+          f"{per_partition / 1024:.1f} KiB per partition beyond its records; {bulk >> 10} KiB "
+          f"in big batches took {bulk_blocks >> 10} KiB ({bulk_blocks / bulk:.3f}x)")
+    assert held <= FD_LIMIT // 2
+    assert wide_logs == sent  # the records as sent, no reservation
+    assert per_partition <= 32 * 1024
+    assert bulk_logs == bulk and bulk_blocks <= 1.01 * bulk + 64 * 1024
