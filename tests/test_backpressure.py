@@ -35,7 +35,12 @@ from hostile_clients import (
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from oncelog.broker.server import _READ_AHEAD_BYTES, _WRITE_HIGH
-from oncelog.protocol.messages import decode_response, encode_request
+from oncelog.protocol.frame_check import check_request
+from oncelog.protocol.messages import (
+    DECODED_BYTES_PER_ELEMENT,
+    decode_response,
+    encode_request,
+)
 
 MiB = 1 << 20
 SLACK = 32 * MiB  # allocator, the normal client's requests, interpreter noise
@@ -129,7 +134,9 @@ def test_a_produce_flood_is_read_no_faster_than_it_is_handled(start_broker):
     with ProduceFlood(broker.port, frame, connections=HOARDERS, head=head) as flood:
         # (c) Each connection reads one request ahead of its waiting Fetch, no more; the rest
         # of what the flood writes stays in the kernel.
-        held = HOARDERS * (size + len(head) - 4)  # the Fetch and one request, on each
+        # the Fetch (its frame and, as it waits, its decoded objects) and one request, on each
+        decoded = DECODED_BYTES_PER_ELEMENT * check_request(head[4:], 1, 12).elements
+        held = HOARDERS * (size + len(head) - 4 + decoded)
         samples = wait_for_metrics(broker.metrics_port,
                                    lambda m: m["oncelog_queued_request_bytes"] == held,
                                    what="a request read ahead on every flooding connection")

@@ -649,7 +649,7 @@ LOOKUPS = {
 LAYOUTS = {
     "one-segment": {},
     "every-batch-indexed": {"index.interval.bytes": "1"},
-    "segment-per-batch": {"segment.bytes": "100"},
+    "segment-per-batch": {"internal.segment.bytes": "100"},
 }
 
 
@@ -1049,7 +1049,8 @@ def test_earliest_offset_follows_retention(start_broker):
     broker = start_broker(**{"log.retention.check.interval.ms": "100"})
     topic = "retained"
     # Every batch in a segment of its own; an hour's retention drops the ones stamped T0.
-    create_topics(broker.bootstrap, 1, topic, segment_bytes="100", retention_ms="3600000")
+    create_topics(broker.bootstrap, 1, topic, internal_segment_bytes="100",
+                  retention_ms="3600000")
     now = _clock_ms()
     stamps = (T0, T0, T0, now, now)
     for offset, ts in enumerate(stamps):

@@ -25,7 +25,7 @@ KEYS = 25
 
 def create_compacted(bootstrap: str, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    settings = {"cleanup.policy": "compact", "segment.bytes": "2048",
+    settings = {"cleanup.policy": "compact", "internal.segment.bytes": "2048",
                 "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000", **configs}
     admin.create_topics([NewTopic(TOPIC, 1, 1, config=settings)])[TOPIC].result(TIMEOUT)
 

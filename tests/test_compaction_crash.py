@@ -22,7 +22,7 @@ from oncelog.protocol.records import CODECS
 SEED = 20240613
 CONFIG = CompactionConfig(min_cleanable_dirty_ratio=0.0, delete_retention_ms=1000)
 MUTATIONS = ("open", "write", "writev", "ftruncate", "fsync", "fdatasync", "rename", "unlink",
-             "fsync_dir", "dup", "close")
+             "fsync_dir", "open_dir", "fsync_open_dir", "dup", "close")
 
 
 class Crash(BaseException):
@@ -61,11 +61,11 @@ for _name in MUTATIONS:
     setattr(CrashingDisk, _name, _dying(_name))
 
 
-def build(seed: int) -> Harness:
+def build(seed: int, disk: MemoryDisk | None = None) -> Harness:
     """A compacted log of several segments: keys overwritten, tombstones, compressed
     batches, two idempotent producers; closed cleanly, so all of it is durable."""
     rng = random.Random(seed)
-    h = Harness(CONFIG, segment_bytes=500, disk=CrashingDisk())
+    h = Harness(CONFIG, segment_bytes=500, disk=disk or CrashingDisk())
     for i in range(45):
         records = [(b"k%d" % rng.randrange(30), None if rng.random() < 0.15 else b"v%d" % i)
                    for _ in range(rng.randint(1, 3))]
@@ -230,3 +230,39 @@ def test_retention_deleting_a_segment_mid_clean_gives_the_clean_up():
     assert not first.is_open
     assert not [n for n in h.disk.listdir(DIRECTORY) if n.endswith((".cleaned", ".swap"))]
     assert read_all(h.log) == before
+
+
+class RunsOutOfDescriptors(MemoryDisk):
+    """A MemoryDisk whose descriptors run out (EMFILE) right after the rename ``when``
+    names (once): at a chosen step of a swap."""
+
+    def __init__(self, when: str) -> None:
+        super().__init__()
+        self.when: str | None = when
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        if self.when is not None and src.endswith(self.when):
+            self.max_fds = self.open_fds
+            self.when = None  # once
+
+
+@pytest.mark.parametrize("when", [".swap.tmp", ".txnindex.cleaned", ".log.cleaned"],
+                         ids=["after-the-commit", "completing", "completed"])
+def test_a_swap_out_of_descriptors_never_takes_the_directory_offline(when):
+    """EMFILE once a clean's swap is committed (issue 28 #2): the swap needs no descriptor
+    it did not take before its commit, so it completes and the directory stays online (an
+    fsync that cannot open its directory was taken for a failed one: LogDirFailure)."""
+    h = build(SEED, RunsOutOfDescriptors(when))
+    h.log = Log(DIRECTORY, h.log_config, h.disk)
+    h.model.last_clean_ms = h.clock
+    try:
+        cleaning.run(h.clean_steps())
+    except OSError as exc:
+        assert exc.errno == errno.EMFILE, exc  # after the swap: a later step of the clean
+    h.disk.max_fds = None
+    h.model.check(h.log)
+    assert not [n for n in h.disk.listdir(DIRECTORY) if n.endswith((".cleaned", ".swap"))]
+    h.log.close()
+    clean_once(h)
+    h.model.check(h.log)

@@ -39,7 +39,7 @@ def test_kill_9_during_cleaning_loses_no_acknowledged_record(start_broker):
     rng = random.Random(SEED)
     print(f"seed {SEED}")
     broker = start_broker(log_cleaner_backoff_ms=10)
-    create_compacted(broker.bootstrap, **{"segment.bytes": "262144",
+    create_compacted(broker.bootstrap, **{"internal.segment.bytes": "262144",
                                           "min.cleanable.dirty.ratio": "0.5"})
     partition_dir = broker.data_dir / f"{TOPIC}-0"
     acked: dict[int, tuple[bytes, bytes]] = {}  # offset -> (key, value)

@@ -102,6 +102,31 @@ def _refused(call, *args) -> ErrorCode:
     return ErrorCode(caught.value.args[0].code())
 
 
+def test_segments_of_less_than_1_mib_are_refused_but_for_tests(broker):
+    """KIP-1030: segment.bytes and log.segment.bytes are at least 1 MiB (INVALID_CONFIG):
+    a segment per record costs a file and a descriptor each. internal.segment.bytes (Kafka's
+    key for tests) goes lower and is shown only where set."""
+    from oncelog.broker.config import BrokerConfig, ConfigError
+
+    with pytest.raises(ConfigError, match=r"log\.segment\.bytes"):
+        BrokerConfig({"log.segment.bytes": "1048575"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic("tiny-segments", 1, 1, config={
+        "segment.bytes": "14"})])
+    assert _refused(futures["tiny-segments"].result, TIMEOUT) == ErrorCode.invalid_config
+    admin.create_topics([NewTopic("small-segments", 1, 1, config={
+        "segment.bytes": "1048576"})])["small-segments"].result(TIMEOUT)
+    code = _refused(_incremental, admin, ResourceType.TOPIC, "small-segments",
+                    ("segment.bytes", AlterConfigOpType.SET, "1048575"))
+    assert code == ErrorCode.invalid_config
+    assert "internal.segment.bytes" not in _describe(admin, ResourceType.TOPIC,
+                                                     "small-segments")
+    _incremental(admin, ResourceType.TOPIC, "small-segments",
+                 ("internal.segment.bytes", AlterConfigOpType.SET, "100"))
+    assert _describe(admin, ResourceType.TOPIC, "small-segments")[
+        "internal.segment.bytes"] == "100"
+
+
 def test_clients_cannot_create_internal_topics(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for name in ("__consumer_offsets", "__transaction_state"):
@@ -131,6 +156,7 @@ def test_internal_topics_stay_compacted(start_broker):
         [("cleanup.policy", AlterConfigOpType.APPEND, "delete")],
         [("cleanup.policy", AlterConfigOpType.DELETE, None)],  # back to the broker's delete
         [("segment.bytes", AlterConfigOpType.SET, "14")],
+        [("internal.segment.bytes", AlterConfigOpType.SET, "14")],
         [("retention.ms", AlterConfigOpType.SET, "0"),
          ("cleanup.policy", AlterConfigOpType.SET, "delete")],
     ]

@@ -189,7 +189,7 @@ def _bad_requests():
         ("topic", "cfg-bad", [("remote.storage.enable", "SET", "true")],
          "remote.storage.enable"),
         ("broker", "0", [("listeners", "SET", "PLAINTEXT://127.0.0.1:1")], "listeners"),
-        ("broker", "0", [("log.segment.bytes", "SET", "1000000"),
+        ("broker", "0", [("log.segment.bytes", "SET", "2000000"),
                          ("log.dirs", "SET", "/tmp/x")], "log.dirs"),
         ("broker", "", [("message.max.bytes", "SET", "big")], "message.max.bytes"),
         ("broker", "", [("no.such.key", "SET", "1")], "no.such.key"),
@@ -288,7 +288,7 @@ def test_dynamic_changes_apply_while_producing(start_broker):
         with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
             res = ConfigResource("topic", topic)
             assert ours.incremental_alter_configs(
-                {res: [AlterConfigOp("segment.bytes", "SET", "20000")]}) == {res: None}
+                {res: [AlterConfigOp("internal.segment.bytes", "SET", "20000")]}) == {res: None}
             # the next batches go to new segments: rolled at the new size
             deadline = time.monotonic() + 2 * TIMEOUT
             while len(batches_on_disk_segments(broker, topic)) < 3:
@@ -322,7 +322,7 @@ def test_dynamic_changes_apply_while_producing(start_broker):
     with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
         res = ConfigResource("topic", aged)
         assert ours.incremental_alter_configs({res: [
-            AlterConfigOp("segment.bytes", "SET", "100"),
+            AlterConfigOp("internal.segment.bytes", "SET", "100"),
             AlterConfigOp("retention.ms", "SET", "60000")]}) == {res: None}
     with connect(broker.bootstrap, timeout=TIMEOUT) as conn:  # rolls the old ones behind it
         now = int(time.time() * 1000)

@@ -5,6 +5,7 @@ directory offline (an fsync that could not open its directory never ran)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import resource
 import time
@@ -199,3 +200,31 @@ def test_segments_beyond_the_bound_release_their_descriptors_and_reopen(monkeypa
     assert disk.open_fds == 0
     p = open_partition(disk)
     assert values(p) == [b"%d" % i for i in range(40)] and disk.open_fds <= 4
+
+
+def test_a_start_out_of_descriptors_fails_rather_than_take_a_directory_offline(tmp_path,
+                                                                               caplog):
+    """EMFILE while the start scans its log directories: retried, then the start fails
+    (the process cannot serve anyway); the directory is never taken offline for it, which
+    would start the broker without its topics."""
+    from test_compaction_config import NoProducers
+
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.topics import TopicManager
+    from oncelog.metadata.store import LocalFileStore
+
+    config = BrokerConfig({"log.dirs": str(tmp_path / "data")})
+    store = LocalFileStore(str(tmp_path / "meta"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.open(os.devnull, os.O_RDONLY)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # none left to open
+    try:
+        with pytest.raises(OSError) as caught:
+            TopicManager(config, store, NoProducers())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert caught.value.errno == errno.EMFILE
+    assert "OFFLINE" not in caplog.text
+    assert "out of file descriptors scanning it at start" in caplog.text  # retried first
+    TopicManager(config, store, NoProducers()).close()  # with descriptors: it starts

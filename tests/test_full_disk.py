@@ -76,7 +76,7 @@ def produce_until(producer: Producer, first: int, stop, deadline: float,
 
 def test_full_disk_loses_nothing_acknowledged_and_stores_nothing_twice(tmp_path):
     with small_tmpfs(tmp_path / "disk", "1500k") as disk:
-        broker = BrokerProcess(disk, {"log.segment.bytes": "262144",
+        broker = BrokerProcess(disk, {"log.internal.segment.bytes": "262144",
                                       "log.flush.interval.messages": "1"}).start()
         try:
             create_topic(broker.bootstrap, TOPIC, PARTITIONS)

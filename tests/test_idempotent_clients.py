@@ -63,7 +63,7 @@ SWALLOW_MORE = 5  # answers swallowed before the broker goes down, if they come 
 SETTINGS = {
     # ~12 segments a partition over the stream (about 13 bytes a record): producer state is
     # snapshotted at every roll, so restarts load snapshots and replay the log after them.
-    "log.segment.bytes": "50000",
+    "log.internal.segment.bytes": "50000",
     # The records carry the clients' clocks; keep them clear of any retention check.
     "log.retention.hours": "-1",
 }

@@ -26,7 +26,7 @@ TOPIC = "moving"
 
 def jbod_broker(tmp_path, env=None, **settings) -> tuple[BrokerProcess, str, str]:
     a, b = tmp_path / "a", tmp_path / "b"
-    broker = BrokerProcess(a, {"log.dirs": f"{a},{b}", "log.segment.bytes": "16384",
+    broker = BrokerProcess(a, {"log.dirs": f"{a},{b}", "log.internal.segment.bytes": "16384",
                                **settings}, env=env).start()
     return broker, str(a), str(b)
 

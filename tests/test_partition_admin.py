@@ -191,7 +191,7 @@ def segment_bases(broker, topic: str) -> list[int]:
 
 
 def test_delete_records_from_each_client_read_back_by_another_and_after_restart(start_broker):
-    broker = start_broker(log_segment_bytes=4000)
+    broker = start_broker(log_internal_segment_bytes=4000)
     with oncelog_admin(broker) as admin:
         admin.create_topic("trim", 1)
     produce_batches(broker.bootstrap, "trim", 0, 100)  # offsets 0..999, 10 a batch
@@ -290,7 +290,7 @@ def test_delete_records_racing_appends_retention_and_a_restart(start_broker):
 
     rng = random.Random(1616)
     print("seed 1616")
-    broker = start_broker(log_segment_bytes=1500, log_retention_check_interval_ms=50)
+    broker = start_broker(log_internal_segment_bytes=1500, log_retention_check_interval_ms=50)
     with oncelog_admin(broker) as admin:
         admin.create_topic("race", 1, configs={"retention.bytes": "6000"})
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,

@@ -41,7 +41,7 @@ def consume_all(bootstrap: str, expected: int) -> list[bytes]:
 
 
 def test_clean_restart_keeps_everything(start_broker):
-    broker = start_broker(**{"log.segment.bytes": "5000"})
+    broker = start_broker(**{"log.internal.segment.bytes": "5000"})
     produce(broker.bootstrap, 2000, **{"batch.num.messages": 20})
     broker.restart(clean=True)
     produce(broker.bootstrap, 500, start=2000, **{"batch.num.messages": 20})
@@ -58,7 +58,7 @@ def test_power_loss_keeps_acknowledged_records(tmp_path):
     that, which is what a power cut may leave."""
     journal = tmp_path / "fsync-journal"
     broker = BrokerProcess(tmp_path / "data", {"log.flush.interval.messages": "1",
-                                               "log.segment.bytes": "5000"},
+                                               "log.internal.segment.bytes": "5000"},
                            env={"ONCELOG_FSYNC_JOURNAL": str(journal)}).start()
     try:
         produce(broker.bootstrap, 1000, acks="all", **{"batch.num.messages": 7})

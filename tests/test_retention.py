@@ -53,7 +53,7 @@ def wait_for(condition, timeout=30.0):
 
 
 def test_retention_by_time_deletes_expired_segments(start_broker):
-    broker = start_broker(**{"log.segment.bytes": "3000", "log.retention.ms": "60000",
+    broker = start_broker(**{"log.internal.segment.bytes": "3000", "log.retention.ms": "60000",
                              "log.retention.check.interval.ms": "200"})
     now = int(time.time() * 1000)
     produce(broker.bootstrap, "old", 200, now - 3_600_000)
@@ -67,7 +67,7 @@ def test_retention_by_time_deletes_expired_segments(start_broker):
 
 
 def test_retention_by_size_keeps_the_newest_data(start_broker):
-    broker = start_broker(**{"log.segment.bytes": "3000", "log.retention.bytes": "6000",
+    broker = start_broker(**{"log.internal.segment.bytes": "3000", "log.retention.bytes": "6000",
                              "log.retention.check.interval.ms": "200"})
     produce(broker.bootstrap, "big", 300, int(time.time() * 1000))
     marks = Watermarks(broker.bootstrap)

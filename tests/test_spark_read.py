@@ -201,7 +201,7 @@ def settled_retention(broker, topic: str, retention_bytes: int) -> tuple[int, in
 def test_fail_on_data_loss(spark, start_broker, tmp_path):
     """Retention deletes records a query was about to read: an error naming failOnDataLoss,
     or (failOnDataLoss=false) the query carries on from the new log start."""
-    broker = start_broker(**{"log.segment.bytes": "3000",
+    broker = start_broker(**{"log.internal.segment.bytes": "3000",
                              "log.retention.check.interval.ms": "200"})
     create(broker.bootstrap, "short", 1, **{"retention.bytes": "6000"})
     now = int(time.time() * 1000)  # (T0 is older than the default retention of 7 days)
@@ -291,7 +291,7 @@ def test_records_deleted_after_planning_are_data_loss_in_the_task(spark, start_b
     from oncelog.spark.offsets import OffsetRange
 
     # Segments of two 1.1 KB batches (20 records); retention.bytes keeps two segments.
-    broker = start_broker(**{"log.segment.bytes": "3000",
+    broker = start_broker(**{"log.internal.segment.bytes": "3000",
                              "log.retention.check.interval.ms": "100"})
     create(broker.bootstrap, "deleting", 1, **{"retention.bytes": "3500"})
     produce_batches(broker.bootstrap, "deleting", 0, 4)

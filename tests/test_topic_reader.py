@@ -39,7 +39,7 @@ def test_a_range_past_the_log_end_is_waited_for_then_an_error_not_data_loss(brok
 
 
 def test_deleted_records_and_a_deleted_topic_are_reported_and_skipped(start_broker):
-    broker = start_broker(**{"log.segment.bytes": "3000",
+    broker = start_broker(**{"log.internal.segment.bytes": "3000",
                              "log.retention.check.interval.ms": "100"})
     with oncelog.Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         admin.create_topic("going", 1, configs={"retention.bytes": "3500"})

@@ -7,6 +7,7 @@ Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -190,6 +191,11 @@ def _zookeeper_connect(text: str) -> str:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return text.strip()
+
+
+# Kafka 4's least segment.bytes and log.segment.bytes (KIP-1030): smaller segments would cost
+# a file (and a descriptor) per few records. Tests go lower with internal.segment.bytes.
+SEGMENT_BYTES_MIN = 1 << 20
 # Twice the largest request (socket.request.max.bytes): one request of any allowed size can
 # be read while another is handled, and request memory stays under 300 MiB in all.
 QUEUED_MAX_REQUEST_BYTES_DEFAULT = 209_715_200
@@ -222,6 +228,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "The directories holding the partitions' logs, comma-separated (JBOD). The first also "
          "holds the broker's metadata (.oncelog-metadata)."),
     _key("log.dir", "STRING", "./data", "Used when log.dirs is not set."),
+    _key("max.broker.partitions", "INT", 100_000,
+         "Partitions this broker holds at most (KIP-578's name); CreateTopics, CreatePartitions "
+         "and auto-creation past it are refused with POLICY_VIOLATION. Internal topics are "
+         "exempt.", _POSITIVE_INT),
     _key("num.partitions", "INT", 1, "Partitions of an auto-created topic.", _POSITIVE_INT),
     _key("default.replication.factor", "INT", 1, "Replication factor of auto-created topics.",
          _parse_int(1, 1)),
@@ -229,7 +239,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Create a topic when a client asks Metadata for it."),
     _key("delete.topic.enable", "BOOLEAN", True, "Allow DeleteTopics."),
     _key("log.segment.bytes", "INT", 1 << 30, "Size at which a segment is rolled.",
-         _parse_int(14, INT_MAX)),
+         _parse_int(SEGMENT_BYTES_MIN, INT_MAX)),
+    _key("log.internal.segment.bytes", "INT", None,
+         "For tests only: the default of internal.segment.bytes (segments smaller than "
+         "log.segment.bytes allows).", _parse_int(14, INT_MAX)),
     _key("log.roll.ms", "LONG", None, "Age at which a segment is rolled (ms).",
          _parse_int(1, LONG_MAX)),
     _key("log.roll.hours", "INT", 168, "Age at which a segment is rolled (hours).",
@@ -326,6 +339,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _parse_int(-2, LONG_MAX)),
     _key("socket.request.max.bytes", "INT", 104_857_600, "Largest request frame accepted.",
          _POSITIVE_INT),
+    _key("fetch.max.bytes", "INT", 57_671_680,
+         "Largest Fetch answer: record bytes past it are left for the next Fetch (one batch "
+         "more at most, when the first is larger), whatever max_bytes the request asks.",
+         _parse_int(1024, INT_MAX)),
     _key("queued.max.requests", "INT", 500,
          "Requests read and waiting only for a handler (not for a long-polling Fetch ahead "
          "of them, nor for their client to read answers), across the broker, before "
@@ -498,7 +515,10 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "How far a CreateTime timestamp may lie in the past.", _NON_NEGATIVE_LONG),
     _key("message.timestamp.after.max.ms", "LONG", None,
          "How far a CreateTime timestamp may lie in the future.", _NON_NEGATIVE_LONG),
-    _key("segment.bytes", "INT", None, "Segment size.", _parse_int(14, INT_MAX)),
+    _key("segment.bytes", "INT", None, "Segment size.", _parse_int(SEGMENT_BYTES_MIN, INT_MAX)),
+    _key("internal.segment.bytes", "INT", None,
+         "For tests only (Kafka's internal key): the segment size in place of segment.bytes, "
+         "below its minimum; shown only when set.", _parse_int(14, INT_MAX)),
     _key("segment.ms", "LONG", None, "Segment age.", _parse_int(1, LONG_MAX)),
     _key("retention.ms", "LONG", None, "Retention time.", _RETENTION),
     _key("retention.bytes", "LONG", None, "Retention size.", _RETENTION),
@@ -558,6 +578,7 @@ TOPIC_TO_BROKER_KEY = {
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "segment.bytes": "log.segment.bytes",
+    "internal.segment.bytes": "log.internal.segment.bytes",
     "segment.ms": "log.roll.ms",
     "retention.ms": "log.retention.ms",
     "retention.bytes": "log.retention.bytes",
@@ -757,6 +778,19 @@ class BrokerConfig:
     def effective(self) -> dict[str, Any]:
         """Every broker key with its value (DescribeConfigs for the broker resource)."""
         return {name: self.get(name) for name in BROKER_CONFIGS}
+
+
+def stored_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Overrides read back from the metadata store: one that no longer parses (stored by an
+    older version, before a minimum such as segment.bytes's) is dropped with a warning, for
+    the broker's default, rather than keep the broker from starting."""
+    parsed: dict[str, Any] = {}
+    for name, text in configs.items():
+        try:
+            parsed.update(validate_topic_configs({name: text}))
+        except ConfigError as exc:
+            logging.getLogger(__name__).warning("stored topic config dropped: %s", exc)
+    return parsed
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:

@@ -80,7 +80,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('delegation.token.max.lifetime.ms', 'LONG', '604800000', '[1,...]', 'read-only'),
     ('delegation.token.secret.key', 'PASSWORD', None, '', 'read-only'),
     ('delete.records.purgatory.purge.interval.requests', 'INT', '1', '', 'read-only'),
-    ('fetch.max.bytes', 'INT', '57671680', '[1024,...]', 'read-only'),
     ('fetch.purgatory.purge.interval.requests', 'INT', '1000', '', 'read-only'),
     ('group.coordinator.append.linger.ms', 'INT', '10', '[0,...]', 'read-only'),
     ('group.coordinator.rebalance.protocols', 'LIST',

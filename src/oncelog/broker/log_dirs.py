@@ -12,7 +12,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
+
+from ..log.disk import out_of_descriptors
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,26 @@ class LogDir:
 
     def error(self) -> LogDirOffline:
         return LogDirOffline(self.path, self.offline_reason or "?")
+
+
+_START_ATTEMPTS = 4
+
+
+def listdir_at_start(path: str) -> list[str]:
+    """os.listdir for the start's scan of a log directory. Out of descriptors (EMFILE,
+    ENFILE: the system's may come back) is no failure of the directory, which would start
+    the broker without its topics: retried a few times (0.35 s in all), then raised for the
+    start to fail."""
+    for attempt in range(_START_ATTEMPTS):
+        try:
+            return os.listdir(path)
+        except OSError as exc:
+            if not out_of_descriptors(exc) or attempt + 1 == _START_ATTEMPTS:
+                raise
+            log.warning("%s: out of file descriptors scanning it at start (%s); retrying",
+                        path, exc)
+            time.sleep(0.05 * 2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 def volume_bytes(path: str) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from ..coordinator.producer_id_manager import ProducerIdManager, carry_over
 from ..metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from ..protocol import api_versions as apis
 from ..protocol.messages import (
+    DECODED_BYTES_PER_ELEMENT,
     FrameReader,
     ProtocolError,
     UnsupportedVersion,
@@ -53,6 +54,7 @@ _refused = RateLimitedLog(log)
 
 METADATA_DIR = ".oncelog-metadata"
 _CLOSE = CLOSE_CONNECTION
+_NO_LIMIT = 1 << 62
 # Per connection (see Connection): read-ahead beyond the request being handled, what it may
 # have handled in one turn of the event loop, and the write buffer's water marks. A full
 # receive buffer (256 KiB) of requests of 4 KiB or more fits the read-ahead, so pipelining
@@ -325,30 +327,53 @@ class Broker:
             return self._finish(request, body, peer)
         if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer)):
             return body  # no answer, close, an answer already encoded or one to come
-        return _encoded(request, body, peer)
+        return _encoded(request, body, peer, self._answer_limit(request))
 
     async def _finish(self, request, pending, peer: str) -> Any:
+        # A handler that waits (a long-polling Fetch, a JoinGroup) keeps its decoded request
+        # meanwhile: that counts against the request budget as its frame does.
+        decoded = request.elements * DECODED_BYTES_PER_ELEMENT
+        self.budget.take(decoded)
         try:
             body = await pending
         except Exception:
             log.exception("%s: api key %d v%d failed; closing the connection", peer,
                           request.api_key, request.api_version)
             return _CLOSE
+        finally:
+            self.budget.finished(decoded)
+            self.budget_released()
         if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
             return body
-        return _encoded(request, body, peer)
+        return _encoded(request, body, peer, self._answer_limit(request))
+
+    def _answer_limit(self, request) -> int:
+        """The largest answer sent: a frame either way is at most socket.request.max.bytes,
+        but for Fetch, whose answers fetch.max.bytes bounds (one batch more at most, or a
+        consumer could never read past a batch that large)."""
+        if request.api_key == apis.FETCH:
+            return _NO_LIMIT
+        return self.config.get("socket.request.max.bytes")
 
 
-def _encoded(request, body, peer: str) -> Any:
+def _encoded(request, body, peer: str, limit: int) -> Any:
     """The answer's frame; an answer that cannot be encoded (a handler's bug) closes the
-    connection with the traceback logged, as a handler that raised does."""
+    connection with the traceback logged, as a handler that raised does, and so does one
+    larger than ``limit`` (with a log line): no connection holds an answer past it unsent."""
     try:
-        return encode_response(request.api_key, request.api_version, request.correlation_id,
-                               body)
+        frame = encode_response(request.api_key, request.api_version, request.correlation_id,
+                                body)
     except Exception:
         log.exception("%s: api key %d v%d: the answer could not be encoded; closing the "
                       "connection", peer, request.api_key, request.api_version)
         return _CLOSE
+    if len(frame) - 4 > limit:
+        _refused.log(logging.WARNING, "answer too large",
+                     "%s: the answer to api key %d v%d is %d bytes, more than "
+                     "socket.request.max.bytes (%d); closing the connection", peer,
+                     request.api_key, request.api_version, len(frame) - 4, limit)
+        return _CLOSE
+    return frame
 
 
 class Connection(asyncio.BufferedProtocol):

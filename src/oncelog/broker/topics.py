@@ -18,23 +18,25 @@ from kio.schema.errors import ErrorCode
 
 from ..log import partition_metadata
 from ..log.compaction import CompactionConfig
-from ..log.disk import OsDisk, default_disk
+from ..log.disk import OsDisk, default_disk, out_of_descriptors
 from ..log.log import LogConfig
 from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
 from ..producer_state.manager import StateLimits
 from ..protocol.recompression import STORED_CODECS
 from ..protocol.validation import RecordRules
 from .config import (
+    SEGMENT_BYTES_MIN,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
     compaction_lag_problem,
     is_compacted,
     render,
+    stored_topic_configs,
     validate_topic_configs,
 )
 from .log_dir_moves import LogDirMoves
-from .log_dirs import LogDir, suffixed_dir_name
+from .log_dirs import LogDir, listdir_at_start, suffixed_dir_name
 from .log_limits import log_safe
 from .partition import IssuedProducerIds, Partition
 
@@ -89,9 +91,10 @@ def internal_topic_problem(name: str, get: Callable[[str], Any],
     if get("cleanup.policy") != "compact":
         return (f"cleanup.policy of internal topic {name} must stay compact (got "
                 f"{render(get('cleanup.policy'))!r}): its coordinator's state would be lost")
-    if get("segment.bytes") < segment_floor:
-        return (f"segment.bytes of internal topic {name} must be at least {segment_floor}, "
-                f"got {get('segment.bytes')}")
+    segment_key = "internal.segment.bytes" if get("internal.segment.bytes") else "segment.bytes"
+    if get(segment_key) < segment_floor:
+        return (f"{segment_key} of internal topic {name} must be at least {segment_floor}, "
+                f"got {get(segment_key)}")
     return None
 
 
@@ -147,8 +150,10 @@ class TopicManager:
             state.when_offline(functools.partial(self._abandon_partitions, state))
             try:
                 os.makedirs(state.path, exist_ok=True)
-                os.listdir(state.path)
+                listdir_at_start(state.path)
             except OSError as exc:
+                if out_of_descriptors(exc):
+                    raise  # the start fails: no directory is offline for it
                 state.fail(exc)
             self.log_dirs[state.path] = state
         self.log_dir_state = next(iter(self.log_dirs.values()))
@@ -223,8 +228,10 @@ class TopicManager:
             if state.offline:
                 continue
             try:
-                names = os.listdir(state.path)
+                names = listdir_at_start(state.path)
             except OSError as exc:
+                if out_of_descriptors(exc):
+                    raise  # as above
                 state.fail(exc)
                 continue
             for entry in names:
@@ -283,12 +290,13 @@ class TopicManager:
                 partition.abandon()
 
     def _materialize(self, name: str, value: dict[str, Any]) -> Topic:
-        overrides = validate_topic_configs(value.get("configs", {}))
+        overrides = stored_topic_configs(value.get("configs", {}))
         if name in INTERNAL_TOPICS:
             problem = self._internal_problem(name, overrides)
             if problem:  # stored before the rule: the coordinator's needs win
                 log.warning("%s; using cleanup.policy=compact and segment.bytes=%d instead",
                             problem, self.config.get(_INTERNAL_SEGMENT_KEYS[name]))
+                overrides.pop("internal.segment.bytes", None)
                 overrides.update(self._internal_overrides(name))
         topic = Topic(name, uuid.UUID(value["id"]), overrides)
         topic.partitions = [self._partition(topic, i) for i in range(value["partitions"])]
@@ -345,7 +353,7 @@ class TopicManager:
             # record in it must be compacted.
             segment_ms = min(segment_ms, compaction.max_compaction_lag_ms)
         return LogConfig(
-            segment_bytes=get("segment.bytes"),
+            segment_bytes=get("internal.segment.bytes") or get("segment.bytes"),
             segment_ms=segment_ms,
             retention_ms=get("retention.ms") if deletes else -1,
             retention_bytes=get("retention.bytes") if deletes else -1,
@@ -494,6 +502,8 @@ class TopicManager:
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"number of partitions must be 1..{MAX_PARTITIONS}")
+        if not internal:
+            self._check_partition_room(num_partitions)
         if replication_factor == -1:
             replication_factor = self.config.get("default.replication.factor")
         if replication_factor != 1:
@@ -595,6 +605,7 @@ class TopicManager:
         if count > MAX_PARTITIONS:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"number of partitions must be 1..{MAX_PARTITIONS}")
+        self._check_partition_room(count - current)
         if assignments is not None:
             if len(assignments) != count - current:
                 raise TopicError(ErrorCode.invalid_replica_assignment,
@@ -626,6 +637,18 @@ class TopicManager:
         log.info("topic %s: partitions %d -> %d", name, current, count)
         return topic
 
+    def _check_partition_room(self, adding: int) -> None:
+        """max.broker.partitions (KIP-578's name; Kafka 4 has no broker-wide cap): what every
+        partition costs the broker (its state, its directory, its share of each Metadata
+        answer) stays bounded however many topics clients create. The internal topics are
+        exempt: the coordinators need them whatever clients did."""
+        held = sum(self._load.values())
+        limit = self.config.get("max.broker.partitions")
+        if held + adding > limit:
+            raise TopicError(ErrorCode.policy_violation,
+                             f"Adding {adding} partition(s) would exceed max.broker.partitions "
+                             f"({limit}): the broker holds {held}.")
+
     def auto_create(self, name: str) -> Topic:
         if name == OFFSETS_TOPIC:
             return self.offsets_topic()
@@ -648,8 +671,9 @@ class TopicManager:
 
     def _internal_overrides(self, name: str, text: bool = False) -> dict[str, Any]:
         segment_bytes = self.config.get(_INTERNAL_SEGMENT_KEYS[name])
-        return {"cleanup.policy": "compact",
-                "segment.bytes": str(segment_bytes) if text else segment_bytes}
+        # below segment.bytes's minimum only where an operator (a test) set the broker key so
+        key = "segment.bytes" if segment_bytes >= SEGMENT_BYTES_MIN else "internal.segment.bytes"
+        return {"cleanup.policy": "compact", key: str(segment_bytes) if text else segment_bytes}
 
     def offsets_topic(self) -> Topic:
         """``__consumer_offsets``, created as Kafka creates it on first use: compacted, with

@@ -73,6 +73,14 @@ class OsDisk:
         finally:
             os.close(fd)
 
+    # A directory's descriptor taken ahead of a step that must fsync it: out of descriptors
+    # (EMFILE) before the step decides nothing, after it would leave it undecided.
+    @staticmethod
+    def open_dir(path: str) -> int:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+    fsync_open_dir = staticmethod(os.fsync)
+
 
 class InstrumentedDisk(OsDisk):
     """The real filesystem with two hooks for tests and fault checks of a broker running in

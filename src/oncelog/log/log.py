@@ -420,15 +420,23 @@ class Log:
                 not all(s.is_open for s in old) or cleaned.base_offset != old[0].base_offset:
             raise ValueError("the segments cleaned are no longer those of the log")
         end_offset = self.segments[start + len(old)].base_offset
-        swap.commit(self.disk, self.dir, cleaned.base_offset, end_offset)
+        # Every descriptor the swap needs from its commit on is taken first: out of
+        # descriptors (EMFILE), the clean fails undecided, never the directory.
+        dir_fd = self.disk.open_dir(self.dir)
         try:
-            swap.complete(self.disk, self.dir, cleaned.base_offset, end_offset)
-        except OSError as exc:
-            raise LogDirFailure(f"{self.dir}: swapping in the cleaned segment at "
-                                f"{cleaned.base_offset} failed after its commit: {exc}") from exc
+            swap.commit(self.disk, self.dir, cleaned.base_offset, end_offset, dir_fd)
+            try:
+                swap.complete(self.disk, self.dir, cleaned.base_offset, end_offset, dir_fd,
+                              [os.path.basename(s.path) for s in old])
+            except OSError as exc:
+                raise LogDirFailure(f"{self.dir}: swapping in the cleaned segment at "
+                                    f"{cleaned.base_offset} failed after its commit: "
+                                    f"{exc}") from exc
+            finally:
+                for segment in old:
+                    segment.close()
         finally:
-            for segment in old:
-                segment.close()
+            self.disk.close(dir_fd)
         cleaned.renamed(segment_files(self.dir, cleaned.base_offset))
         self.segments[start:start + len(old)] = [cleaned]
         self._base_offsets = [s.base_offset for s in self.segments]

@@ -283,6 +283,22 @@ class MemoryDisk:
     def fsync_dir(self, path: str) -> None:
         path = os.path.abspath(path)
         self._descriptor_left(path)
+        self._sync_names(path)
+
+    def open_dir(self, path: str) -> int:
+        path = os.path.abspath(path)
+        self._descriptor_left(path)
+        if path not in self._dirs:
+            raise _oserror(errno.ENOENT, path)
+        fd = self._next_fd
+        self._next_fd += 1
+        self._fds[fd] = _Open(_Inode(mtime_ms=_now_ms()), path, False, 0)
+        return fd
+
+    def fsync_open_dir(self, fd: int) -> None:
+        self._sync_names(self._open_file(fd).path)
+
+    def _sync_names(self, path: str) -> None:
         if path not in self._dirs:
             raise _oserror(errno.ENOENT, path)
         if self._fault("fsync_dir", path):

@@ -37,11 +37,14 @@ def manifest_path(directory: str, base_offset: int) -> str:
     return os.path.join(directory, segment_name(base_offset) + MANIFEST)
 
 
-def commit(disk: OsDisk, directory: str, base_offset: int, end_offset: int) -> None:
-    """Step 2. Returns: the swap is decided. OSError: it is not, and nothing of it is left
-    but the ``.cleaned`` files. LogDirFailure: nobody can say (the manifest was renamed
-    into place but the directory fsync failed), so nothing may be undone; the next start
-    decides by what it finds."""
+def commit(disk: OsDisk, directory: str, base_offset: int, end_offset: int,
+           dir_fd: int) -> None:
+    """Step 2, ``dir_fd`` a descriptor of ``directory`` taken before (disk.open_dir), so
+    that running out of descriptors (EMFILE) can only come before the decisive rename.
+    Returns: the swap is decided. OSError: it is not, and nothing of it is left but the
+    ``.cleaned`` files. LogDirFailure: nobody can say (the manifest was renamed into place
+    but the directory fsync failed), so nothing may be undone; the next start decides by
+    what it finds."""
     path = manifest_path(directory, base_offset)
     tmp = path + ".tmp"
     fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -56,7 +59,7 @@ def commit(disk: OsDisk, directory: str, base_offset: int, end_offset: int) -> N
     disk.close(fd)
     disk.rename(tmp, path)
     try:
-        disk.fsync_dir(directory)
+        disk.fsync_open_dir(dir_fd)
     except OSError as exc:
         raise LogDirFailure(f"{directory}: fsync after committing the swap of a cleaned "
                             f"segment failed: {exc}") from exc
@@ -80,9 +83,19 @@ def pending(disk: OsDisk, directory: str, names: list[str]) -> list[tuple[int, i
     return sorted(found)
 
 
-def complete(disk: OsDisk, directory: str, base_offset: int, end_offset: int) -> None:
-    """Step 3, from wherever a previous attempt stopped. OSError when the disk fails."""
-    for name in disk.listdir(directory):
+def complete(disk: OsDisk, directory: str, base_offset: int, end_offset: int,
+             dir_fd: int | None = None, names: list[str] | None = None) -> None:
+    """Step 3, from wherever a previous attempt stopped. OSError when the disk fails. Right
+    after the commit, ``dir_fd`` (the directory's descriptor) and ``names`` (the old
+    segments' log files) spare it the descriptors that listing and fsyncing the directory
+    would take; at open, it looks."""
+    def sync() -> None:
+        if dir_fd is None:
+            disk.fsync_dir(directory)
+        else:
+            disk.fsync_open_dir(dir_fd)
+
+    for name in disk.listdir(directory) if names is None else names:
         stem = name[:-4]
         if name.endswith(".log") and stem.isdigit() and \
                 base_offset < int(stem) < end_offset:
@@ -107,6 +120,6 @@ def complete(disk: OsDisk, directory: str, base_offset: int, end_offset: int) ->
                 with contextlib.suppress(FileNotFoundError):
                     disk.unlink(final)
         disk.rename(cleaned_log, final_log)
-    disk.fsync_dir(directory)
+    sync()
     disk.unlink(manifest_path(directory, base_offset))
-    disk.fsync_dir(directory)
+    sync()

@@ -81,11 +81,18 @@ class LocalFileStore:
             stored = {"version": new_version, "value": value}
             if _is_hashed(os.path.basename(target)):
                 stored["path"] = path
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(stored, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(stored, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                # Nothing changed; a partial temporary file would only hold space a full
+                # disk needs back.
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             self._sync_dir()
             return new_version
 

@@ -144,6 +144,8 @@ def _describe(broker, resource_type: int, name: str):
             return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
         entries = []
         for key, spec in TOPIC_CONFIGS.items():
+            if key == "internal.segment.bytes" and key not in topic.overrides:
+                continue  # Kafka's internal key: shown only where set
             value, source, synonyms = topic_entry(broker, topic, key)
             entries.append((key, value, source, False, spec, synonyms))
         return ErrorCode.none, None, entries

@@ -85,7 +85,7 @@ async def handle_fetch(broker, request: Request):
 
 def _read_all(broker, mod, body, version: int):
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    budget = body.max_bytes
+    budget = min(body.max_bytes, broker.config.get("fetch.max.bytes"))  # as Kafka's broker
     total = 0
     errors = False
     partitions = []

@@ -26,7 +26,7 @@ from ...protocol.schema import build, response_module
 from ..config import is_compacted
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS, TopicError
-from .admin import _duplicates
+from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,14 @@ def handle_create_partitions(broker, request: Request):
     mod = response_module(CREATE_PARTITIONS, request.api_version)
     body = request.body
     duplicates = _duplicates(t.name for t in body.topics)
+    if _added(broker, body.topics) > MAX_PARTITIONS_PER_REQUEST:  # as CreateTopics
+        log.info("create partitions refused: more than %d partitions in one request",
+                 MAX_PARTITIONS_PER_REQUEST)
+        return build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(
+            build(mod.CreatePartitionsTopicResult, name=name,
+                  error_code=ErrorCode.policy_violation,
+                  error_message="Excessively large number of partitions per request.")
+            for name in dict.fromkeys(t.name for t in body.topics)))
     results = []
     for t in body.topics:
         if t.name in duplicates:
@@ -62,6 +70,16 @@ def handle_create_partitions(broker, request: Request):
                              error_code=ErrorCode.invalid_request,
                              error_message="Duplicate topic name."))
     return build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _added(broker, topics) -> int:
+    """Partitions a CreatePartitions would add, all topics together."""
+    total = 0
+    for t in topics:
+        topic = broker.topics.get(t.name)
+        if topic is not None:
+            total += max(0, t.count - len(topic.partitions))
+    return total
 
 
 # --- DeleteRecords -----------------------------------------------------------------------------
