@@ -71,7 +71,9 @@ class _ReadsRanges:
 
     def read(self, partition: InputPartition) -> Iterator:
         opts = self.options
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition) and partition.value is None:
+            return iter(())  # nothing to read: Spark still runs one task, with no range
+        assert isinstance(partition, RangePartition), partition
         return read_range(opts.bootstrap, partition.range, opts.include_headers,
                           opts.fail_on_data_loss, opts.poll_timeout_ms, opts.read_committed)
 
