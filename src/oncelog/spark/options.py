@@ -38,7 +38,11 @@ class OptionError(ValueError):
 
 
 # Options Spark itself may hand to a data source, which are not ours to judge.
-_SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
+_SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName",
+              # a table's reserved properties (CREATE TABLE ... USING oncelog): Spark's
+              # TableCatalog PROP_* names
+              "provider", "owner", "location", "comment", "external", "is_managed_location",
+              "collation", "table_type")
 
 # Kafka client settings: accepted with or without Spark's "kafka." prefix.
 _CLIENT_READ = ("bootstrap.servers", "isolation.level", "group.id")
@@ -64,6 +68,20 @@ _WRITE = ("topic", "guarantee", "transactionalIdPrefix")
 SINK_BATCH_SIZE = "262144"
 
 
+def _unprefixed(options: Mapping[str, str]) -> dict[str, str]:
+    """A table's options (CREATE TABLE ... USING oncelog OPTIONS): Spark hands each over
+    also as a table property ``option.<name>``; those count once, by their own name."""
+    plain = {k.lower() for k in options}
+    result = {}
+    for key, value in options.items():
+        if key.lower().startswith("option."):
+            key = key[len("option."):]
+            if key.lower() in plain:
+                continue
+        result[key] = value
+    return result
+
+
 def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
                client: tuple[str, ...]) -> dict[str, str]:
     """Options by their documented names (``kafka.`` stripped); unknown names refused."""
@@ -71,7 +89,7 @@ def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
     names.update({n.lower(): n for n in client})
     names.update({f"kafka.{n}".lower(): n for n in client})
     result: dict[str, str] = {}
-    for key, value in options.items():
+    for key, value in _unprefixed(options).items():
         name = names.get(key.lower())
         if name is None:
             known = ", ".join(sorted(plain + client, key=str.lower))
@@ -86,6 +104,12 @@ def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
 
 def _bootstrap(options: dict[str, str]) -> str:
     value = options.get("bootstrap.servers")
+    if not options:
+        raise OptionError("bootstrap.servers",
+                          "required, and no option at all reached format(\"oncelog\"): Spark 4 "
+                          "hands a SQL table's OPTIONS (CREATE TABLE ... USING oncelog) to a "
+                          "Python data source's schema only, not to its reads and writes; "
+                          "use CREATE TEMPORARY VIEW ... USING oncelog OPTIONS (...)")
     if not value:
         raise OptionError("bootstrap.servers",
                           'required: the brokers to connect to, e.g. "127.0.0.1:9092" '
@@ -344,7 +368,7 @@ def _refuse_transactional_keys(options: Mapping[str, str]) -> None:
     a user's value would break the naming its recovery relies on."""
     names = {k.lower(): k for k in TRANSACTIONAL_KEYS}
     names.update({f"kafka.{k}".lower(): k for k in TRANSACTIONAL_KEYS})
-    for key in options:
+    for key in _unprefixed(options):
         if key.lower() in names:
             raise OptionError(key, "the oncelog sink sets the transactional settings itself "
                                    "(a transactional id per task attempt, two-phase commit); "

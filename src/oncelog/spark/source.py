@@ -44,6 +44,7 @@ from .options import (
     OptionError,
     ReadOptions,
     read_options,
+    write_options,
 )
 from .sink import OncelogStreamWriter, OncelogWriter, writer_options
 from .source_options import ByTimestamp
@@ -260,7 +261,18 @@ class OncelogDataSource(DataSource):
         return "oncelog"
 
     def schema(self) -> StructType:
-        opts = read_options(self.options, streaming=None)
+        """The read schema; also for a SQL view or table made to be written to (its options
+        a sink's, e.g. a topic and no subscribe), whose rows INSERT INTO names by column."""
+        try:
+            opts = read_options(self.options, streaming=None)
+        except OptionError:
+            try:
+                write_options(self.options)
+            except OptionError:
+                pass
+            else:
+                return spark_schema(False)
+            raise
         return spark_schema(opts.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
