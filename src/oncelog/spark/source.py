@@ -251,7 +251,12 @@ class OncelogDataSource(DataSource):
     ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
     ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``,
     ``isolation.level`` (``read_uncommitted``, the default, or ``read_committed``: only
-    committed transactions' records, and never past the last stable offset). Write options
+    committed transactions' records, and never past the last stable offset); the rest of
+    Spark's Kafka source options (source_options.py): ``startingTimestamp``,
+    ``startingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy``,
+    ``endingTimestamp``, ``endingOffsetsByTimestamp``, ``minOffsetsPerTrigger``,
+    ``maxTriggerDelay``, ``maxRecordsPerPartition``, ``groupIdPrefix``, ``kafka.group.id``,
+    ``fetchOffset.numRetries``, ``fetchOffset.retryIntervalMs``. Write options
     (sink.py): ``bootstrap.servers``, ``topic``, ``guarantee``, ``transactionalIdPrefix``, and
     producer settings (``linger.ms``, ``batch.size``, ``compression.type``, ``client.id``).
     """
