@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from brokers import BrokerProcess
@@ -77,16 +78,20 @@ def test_positions_by_time_and_records_per_spark_partition(spark, bootstrap):
     assert df.rdd.getNumPartitions() >= 6
 
 
+def flow(spark, bootstrap: str, checkpoint, delay: str):
+    return (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "flow").option("startingOffsets", "earliest")
+            .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", delay)
+            .option("kafka.group.id", "flow-watch").load()
+            .selectExpr("cast(value as string) as value")
+            .writeStream.format("memory").queryName("flow_rows").outputMode("append")
+            .option("checkpointLocation", str(checkpoint)).start())
+
+
 def test_admission_and_a_stream_a_user_can_watch(spark, bootstrap, tmp_path):
     create(bootstrap, "flow", 2)
     produce(bootstrap, "flow", [(i % 2, None, b"%d" % i, None, None) for i in range(30)])
-    query = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", "flow").option("startingOffsets", "earliest")
-             .option("minOffsetsPerTrigger", "50").option("maxTriggerDelay", "1h")
-             .option("kafka.group.id", "flow-watch").load()
-             .selectExpr("cast(value as string) as value")
-             .writeStream.format("memory").queryName("flow_rows")
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query = flow(spark, bootstrap, tmp_path / "checkpoint", "1h")
     try:
         def rows() -> int:
             return spark.table("flow_rows").count()
@@ -126,6 +131,22 @@ def test_admission_and_a_stream_a_user_can_watch(spark, bootstrap, tmp_path):
                 if line.startswith("flow-watch")]
         assert lags == [["flow-watch", "flow", "0", "15", "45", "30"],
                         ["flow-watch", "flow", "1", "15", "45", "30"]]
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    # maxTriggerDelay: restarted with a 1 s delay, 10 new offsets (fewer than the minimum,
+    # which held 30 back above for as long as it was asked) run once the delay has passed.
+    query = flow(spark, bootstrap, tmp_path / "checkpoint", "1s")
+    try:
+        query.processAllAvailable()
+        produce(bootstrap, "flow", [(i % 2, None, b"%d" % i, None, None)
+                                    for i in range(90, 100)])
+        deadline = time.monotonic() + TIMEOUT
+        while not [p for p in query.recentProgress if p["numInputRows"] == 10]:
+            assert time.monotonic() < deadline, query.recentProgress
+            assert query.exception() is None, query.exception()
+            query.awaitTermination(0.2)  # bounded wait for the next trigger's progress
     finally:
         query.stop()
     assert query.exception() is None

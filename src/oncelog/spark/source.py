@@ -197,8 +197,12 @@ class OncelogStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerA
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = from_json(start), from_json(end)
         opts = self.options
-        with Cluster(opts) as cluster:
-            marks = cluster.watermarks(finish)
+
+        def look():
+            with Cluster(opts) as cluster:
+                return cluster.watermarks(finish)
+
+        marks = with_retries(opts, "planning the micro-batch", look)
         ranges = []
         for tp, stop in sorted(finish.items()):
             first = begin.get(tp)
