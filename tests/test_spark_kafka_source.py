@@ -135,9 +135,10 @@ def test_admission_and_a_stream_a_user_can_watch(spark, bootstrap, tmp_path):
         query.stop()
     assert query.exception() is None
 
-    # maxTriggerDelay: restarted with a 1 s delay, 10 new offsets (fewer than the minimum,
-    # which held 30 back above for as long as it was asked) run once the delay has passed.
-    query = flow(spark, bootstrap, tmp_path / "checkpoint", "1s")
+    # maxTriggerDelay: a query with a 1 s delay (its first trigger reads the 90 there); then
+    # 10 new offsets, fewer than the minimum (which held 30 back above for as long as it was
+    # asked), run once the delay has passed.
+    query = flow(spark, bootstrap, tmp_path / "checkpoint-delay", "1s")
     try:
         query.processAllAvailable()
         produce(bootstrap, "flow", [(i % 2, None, b"%d" % i, None, None)
