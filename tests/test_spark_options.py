@@ -68,8 +68,8 @@ def test_kafka_source_options_as_spark_hands_them_over():
      "option kafkaConsumer.pollTimeoutMs: must be a whole number of 1 or more, not '0'"),
     ({**B, "subscribe": "t", "includeHeaders": "yes"}, True,
      "option includeHeaders: must be true or false, not 'yes'"),
-    ({**B, "subscribe": "t", "kafka.group.id": "g"}, True,
-     "option kafka.group.id: unknown option"),
+    ({**B, "subscribe": "t", "kafka.enable.auto.commit": "true"}, True,
+     "option kafka.enable.auto.commit: unknown option"),
     ({**B, "subscribe": "t", "kafka.isolation.level": "serializable"}, True,
      "option isolation.level: 'serializable' is not an isolation level (allowed: "
      "read_uncommitted, read_committed)"),

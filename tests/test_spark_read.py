@@ -240,8 +240,6 @@ def test_fail_on_data_loss(spark, start_broker, tmp_path):
     ({"subscribe": "nosuch"}, "option subscribe: topic 'nosuch' does not exist"),
     ({"subscribe": "t", "isolation.level": "READ_COMMITTED"},
      "option isolation.level: 'READ_COMMITTED' is not an isolation level"),
-    ({"subscribe": "t", "maxOffsetsPerTrigger": "10"},
-     "option maxOffsetsPerTrigger: applies to streaming reads"),
 ])
 def test_bad_read_options_are_refused_naming_the_option(spark, broker, options, message):
     create(broker.bootstrap, "t", 1)

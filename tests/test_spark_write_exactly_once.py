@@ -112,7 +112,7 @@ def test_a_task_that_fails_halfway_leaves_nothing_of_its_first_attempt(start_bro
 
 
 def test_bad_options_fail_before_any_task_runs(start_broker, spark):
-    plain = start_broker()
+    plain = start_broker(transaction_two_phase_commit_enable="false")
     df = spark.range(3).selectExpr("cast(id as string) as value")
     with pytest.raises(Exception, match=r"option transaction\.two\.phase\.commit\.enable: the "
                                         r"broker refuses two-phase commit"):

@@ -65,7 +65,8 @@ def test_a_prepared_transaction_is_committed_by_the_next_instance(tmp_path):
 
 
 def test_two_phase_commit_is_refused_unless_the_broker_allows_it(tmp_path):
-    broker = BrokerProcess(tmp_path / "data").start()
+    broker = BrokerProcess(tmp_path / "data",
+                           {"transaction.two.phase.commit.enable": "false"}).start()
     try:
         producer = oncelog.Producer({"bootstrap.servers": broker.bootstrap,
                                      "transactional.id": "external",

@@ -375,10 +375,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Segment size of __transaction_state.", _parse_int(14, INT_MAX)),
     _key("transaction.max.timeout.ms", "INT", 900_000,
          "Longest transaction.timeout.ms a producer may ask for.", _POSITIVE_INT),
-    _key("transaction.two.phase.commit.enable", "BOOLEAN", False,
+    # On, unlike Kafka's default: the Spark sink's exactly-once default needs it (README,
+    # Spark), and the idle warning, find-prepared and `spark recover` end what hangs.
+    _key("transaction.two.phase.commit.enable", "BOOLEAN", True,
          "Allow producers to take part in two-phase commit with an external coordinator "
          "(KIP-939: InitProducerId enable2Pc and keepPreparedTxn); refused with "
-         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise."),
+         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise. Kafka's default is false."),
     _key("transactional.id.expiration.ms", "INT", 604_800_000,
          "How long an idle transactional id is remembered.", _POSITIVE_INT),
     _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10_000,

@@ -10,9 +10,12 @@ has), so a range may hold fewer records than ``end - start``; that is never data
 from __future__ import annotations
 
 import itertools
+import logging
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -21,8 +24,32 @@ from ..client.network.connection import KafkaError
 from ..client.topic_partition import TopicPartition
 from ..client.topic_reader import TopicReader
 from .options import EARLIEST, LATEST, OptionError, ReadOptions
+from .source_options import ByTimestamp
+
+log = logging.getLogger(__name__)
 
 Offsets = dict[TopicPartition, int]
+
+
+T = TypeVar("T")
+
+
+def with_retries(options: ReadOptions, what: str, call: Callable[[], T]) -> T:
+    """``call`` (a driver's lookup of partitions or offsets), tried fetchOffset.numRetries
+    times in all, fetchOffset.retryIntervalMs apart, as Spark's Kafka source retries its
+    offset fetches; a broker error or a lost connection is tried again, a bad option or
+    data loss is not."""
+    for attempt in range(1, options.fetch_retries + 1):
+        try:
+            return call()
+        except (KafkaError, OSError) as exc:
+            if attempt == options.fetch_retries:
+                raise
+            log.warning("%s failed (attempt %d of %d, fetchOffset.numRetries): %s; trying "
+                        "again in %d ms", what, attempt, options.fetch_retries, exc,
+                        options.fetch_retry_interval_ms)
+            time.sleep(options.fetch_retry_interval_ms / 1000)
+    raise AssertionError("fetchOffset.numRetries is at least 1")
 
 
 class DataLossError(RuntimeError):
@@ -57,19 +84,26 @@ def from_json(offsets: dict[str, dict[str, int]]) -> Offsets:
     return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
 
 
-def split(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """The non-empty ranges, big ones cut so there are at least ``min_partitions`` (as Spark's
-    Kafka source does: each range gets parts in proportion to its share of all offsets)."""
+def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds)]
+
+
+def split(ranges: Iterable[OffsetRange], min_partitions: int | None,
+          max_records: int | None = None) -> list[OffsetRange]:
+    """The non-empty ranges, cut as Spark's Kafka source cuts them: first each into parts of
+    at most ``max_records`` offsets (maxRecordsPerPartition), then, if that makes fewer than
+    ``min_partitions``, big ones again so there are at least that many (each range gets
+    parts in proportion to its share of all offsets)."""
     ranges = [r for r in ranges if r.size > 0]
+    if max_records:
+        ranges = [part for r in ranges for part in _cut(r, -(-r.size // max_records))]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
     result = []
     for r in ranges:
-        parts = max(1, min(r.size, round(r.size / total * min_partitions)))
-        bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
-        result += [OffsetRange(r.topic, r.partition, a, b)
-                   for a, b in itertools.pairwise(bounds)]
+        result += _cut(r, max(1, min(r.size, round(r.size / total * min_partitions))))
     return result
 
 
@@ -156,10 +190,12 @@ class Cluster:
                     raise
         return result
 
-    def resolve(self, spec: str | dict, tps: list[TopicPartition],
+    def resolve(self, spec: str | dict | ByTimestamp, tps: list[TopicPartition],
                 marks: dict[TopicPartition, tuple[int, int]], default: int) -> Offsets:
         """Offsets from startingOffsets/endingOffsets: earliest, latest, or per-partition JSON
-        (partitions it does not name get ``default``, EARLIEST or LATEST)."""
+        (partitions it does not name get ``default``, EARLIEST or LATEST); or by time."""
+        if isinstance(spec, ByTimestamp):
+            return self.by_timestamp(spec, [tp for tp in tps if tp in marks], marks)
         result = {}
         for tp in tps:
             if tp not in marks:
@@ -170,6 +206,40 @@ class Cluster:
                 wanted = spec.get(tp[0], {}).get(tp[1], default)
             low, high = marks[tp]
             result[tp] = low if wanted == EARLIEST else high if wanted == LATEST else wanted
+        return result
+
+    def by_timestamp(self, spec: ByTimestamp, tps: list[TopicPartition],
+                     marks: dict[TopicPartition, tuple[int, int]]) -> Offsets:
+        """ListOffsets by timestamp for each partition: the first offset at or after the
+        time; none (no record that late): the latest offset, or an error naming the
+        partition (startingOffsetsByTimestampStrategy error, the default)."""
+        wanted = {}
+        for tp in tps:
+            ts = spec.wanted(tp)
+            if ts is None:
+                raise OptionError(spec.option, f"names no timestamp for {tp[0]}-{tp[1]}: give "
+                                               "one for every partition read, as Spark's "
+                                               "Kafka source needs")
+            wanted[tp] = ts
+        with Admin({"bootstrap.servers": self.options.bootstrap, "client.id": "oncelog-spark",
+                    "request.timeout.ms": str(int(self.timeout * 1000))}) as admin:
+            found = admin.list_offsets(wanted, self.options.read_committed)
+        result = {}
+        for tp, ts in wanted.items():
+            offset = found[tp]
+            if isinstance(offset, KafkaError):
+                raise offset
+            if offset < 0:
+                if not spec.latest_if_none:
+                    raise OptionError(spec.option, f"no offset matched from request of "
+                                                   f"topic-partition {tp[0]}-{tp[1]} and "
+                                                   f"timestamp {ts} (no record that late); "
+                                                   "startingOffsetsByTimestampStrategy=latest "
+                                                   "starts such a partition at its latest "
+                                                   "offset")
+                offset = marks[tp][1]
+            # Past the last stable offset (read_committed): where its next record will be.
+            result[tp] = min(max(offset, marks[tp][0]), marks[tp][1])
         return result
 
     def close(self) -> None:

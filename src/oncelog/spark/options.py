@@ -14,6 +14,7 @@ This module knows nothing of Spark or of the network: the tests check it directl
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 
 from ..client.network.connection import parse_bootstrap
 from ..client.producer.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1
@@ -35,14 +38,23 @@ class OptionError(ValueError):
 
 
 # Options Spark itself may hand to a data source, which are not ours to judge.
-_SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
+_SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName",
+              # a table's reserved properties (CREATE TABLE ... USING oncelog): Spark's
+              # TableCatalog PROP_* names
+              "provider", "owner", "location", "comment", "external", "is_managed_location",
+              "collation", "table_type")
 
 # Kafka client settings: accepted with or without Spark's "kafka." prefix.
-_CLIENT_READ = ("bootstrap.servers", "isolation.level")
+_CLIENT_READ = ("bootstrap.servers", "isolation.level", "group.id")
 _CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
 _READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
          "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss",
-         "kafkaConsumer.pollTimeoutMs")
+         "kafkaConsumer.pollTimeoutMs", "startingTimestamp", "startingOffsetsByTimestamp",
+         "startingOffsetsByTimestampStrategy", "endingTimestamp", "endingOffsetsByTimestamp",
+         "minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition", "groupIdPrefix",
+         "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
+# Spark's Kafka source ignores these in a batch read, with a warning.
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 # isolation.level, as Kafka's consumer spells it; the default is the consumer's (and so
 # Spark's Kafka source's).
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
@@ -56,6 +68,20 @@ _WRITE = ("topic", "guarantee", "transactionalIdPrefix")
 SINK_BATCH_SIZE = "262144"
 
 
+def _unprefixed(options: Mapping[str, str]) -> dict[str, str]:
+    """A table's options (CREATE TABLE ... USING oncelog OPTIONS): Spark hands each over
+    also as a table property ``option.<name>``; those count once, by their own name."""
+    plain = {k.lower() for k in options}
+    result = {}
+    for key, value in options.items():
+        if key.lower().startswith("option."):
+            key = key[len("option."):]
+            if key.lower() in plain:
+                continue
+        result[key] = value
+    return result
+
+
 def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
                client: tuple[str, ...]) -> dict[str, str]:
     """Options by their documented names (``kafka.`` stripped); unknown names refused."""
@@ -63,7 +89,7 @@ def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
     names.update({n.lower(): n for n in client})
     names.update({f"kafka.{n}".lower(): n for n in client})
     result: dict[str, str] = {}
-    for key, value in options.items():
+    for key, value in _unprefixed(options).items():
         name = names.get(key.lower())
         if name is None:
             known = ", ".join(sorted(plain + client, key=str.lower))
@@ -78,6 +104,12 @@ def _canonical(options: Mapping[str, str], plain: tuple[str, ...],
 
 def _bootstrap(options: dict[str, str]) -> str:
     value = options.get("bootstrap.servers")
+    if not options:
+        raise OptionError("bootstrap.servers",
+                          "required, and no option at all reached format(\"oncelog\"): Spark 4 "
+                          "hands a SQL table's OPTIONS (CREATE TABLE ... USING oncelog) to a "
+                          "Python data source's schema only, not to its reads and writes; "
+                          "use CREATE TEMPORARY VIEW ... USING oncelog OPTIONS (...)")
     if not value:
         raise OptionError("bootstrap.servers",
                           'required: the brokers to connect to, e.g. "127.0.0.1:9092" '
@@ -184,8 +216,9 @@ class ReadOptions:
     subscribe: tuple[str, ...] = ()
     pattern: str | None = None
     assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    starting: str | dict = "earliest"
-    ending: str | dict = "latest"
+    # earliest/latest, per-partition offsets, or source_options.ByTimestamp
+    starting: str | dict | object = "earliest"
+    ending: str | dict | object = "latest"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
     include_headers: bool = False
@@ -195,6 +228,14 @@ class ReadOptions:
     # isolation.level=read_committed: reads end at the last stable offset and leave out
     # aborted transactions, as Kafka's consumer does.
     read_committed: bool = False
+    # The rest of Spark's Kafka source options (spark/source_options.py).
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    max_records_per_partition: int | None = None
+    group_id: str | None = None  # kafka.group.id: the group a stream commits its progress to
+    group_id_prefix: str = "spark-kafka-source"
+    fetch_retries: int = 3  # attempts at each driver lookup of offsets (fetchOffset.*)
+    fetch_retry_interval_ms: int = 1000
 
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is among those read."""
@@ -236,33 +277,62 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
     if level not in ISOLATION_LEVELS:
         raise OptionError("isolation.level", f"{opts['isolation.level']!r} is not an isolation "
                                              f"level (allowed: {', '.join(ISOLATION_LEVELS)})")
+    from . import source_options as more  # it needs OptionError from here
+
+    start_time, end_time = more.by_timestamp(opts, end=False), more.by_timestamp(opts, end=True)
     if streaming is None:  # the schema only: checks common to batch and stream
         starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "earliest"),
                                  ("earliest", "latest"))
         ending = parse_offsets("endingOffsets", opts.get("endingOffsets", "latest"),
                                ("latest",))
     elif streaming:
-        if "endingOffsets" in opts:
-            raise OptionError("endingOffsets", "applies to batch reads (spark.read) only; a "
-                                               "stream reads on as records arrive")
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if name in opts:
+                raise OptionError(name, "applies to batch reads (spark.read) only; a stream "
+                                        "reads on as records arrive")
         starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "latest"),
                                  ("earliest", "latest"))
         ending = "latest"
     else:
-        if "maxOffsetsPerTrigger" in opts:
-            raise OptionError("maxOffsetsPerTrigger", "applies to streaming reads "
-                                                      "(spark.readStream) only")
+        for name in _STREAM_ONLY:
+            if name in opts:
+                log.warning("%s option ignored in batch queries", name)
         starting = parse_offsets("startingOffsets", opts.get("startingOffsets", "earliest"),
                                  ("earliest",))
         ending = parse_offsets("endingOffsets", opts.get("endingOffsets", "latest"),
                                ("latest",))
+    starting = start_time or starting
+    ending = (end_time or ending) if not streaming else ending
+    if isinstance(starting, more.ByTimestamp) and isinstance(ending, more.ByTimestamp) and \
+            starting.every is not None and ending.every is not None and \
+            starting.every > ending.every:
+        raise OptionError(ending.option, f"{ending.every} is before startingTimestamp "
+                                         f"{starting.every}")
+    least = more.whole(opts, "minOffsetsPerTrigger", None, 1)
+    most = _positive(opts, "maxOffsetsPerTrigger")
+    if least is not None and most is not None and least > most:
+        raise OptionError("minOffsetsPerTrigger", f"the value of minOffsetsPerTrigger ({least}) "
+                                                  f"is higher than the maxOffsetsPerTrigger "
+                                                  f"({most})")
+    group, group_prefix = more.group_id(opts)
+    if group is not None and "groupIdPrefix" in opts:
+        log.warning("Option groupIdPrefix will be ignored as option kafka.group.id has been "
+                    "set.")
     result = ReadOptions(
         bootstrap, subscribe, pattern, assign, starting, ending,
         _positive(opts, "maxOffsetsPerTrigger"), _positive(opts, "minPartitions"),
         _flag(opts, "includeHeaders", False), _flag(opts, "failOnDataLoss", True),
         _positive(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
-        level == READ_COMMITTED)
+        level == READ_COMMITTED, least,
+        more.duration_ms("maxTriggerDelay", opts["maxTriggerDelay"])
+        if "maxTriggerDelay" in opts else more.DEFAULT_MAX_TRIGGER_DELAY_MS,
+        more.whole(opts, "maxRecordsPerPartition", None, 1), group, group_prefix,
+        more.whole(opts, "fetchOffset.numRetries", more.DEFAULT_FETCH_RETRIES, 1),
+        more.whole(opts, "fetchOffset.retryIntervalMs", more.DEFAULT_FETCH_RETRY_INTERVAL_MS,
+                   0))
     for name, offsets in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(offsets, more.ByTimestamp):
+            name, offsets = offsets.option, offsets.partitions
         if isinstance(offsets, dict):
             for topic, partitions in offsets.items():
                 if not result.wants(topic):
@@ -298,7 +368,7 @@ def _refuse_transactional_keys(options: Mapping[str, str]) -> None:
     a user's value would break the naming its recovery relies on."""
     names = {k.lower(): k for k in TRANSACTIONAL_KEYS}
     names.update({f"kafka.{k}".lower(): k for k in TRANSACTIONAL_KEYS})
-    for key in options:
+    for key in _unprefixed(options):
         if key.lower() in names:
             raise OptionError(key, "the oncelog sink sets the transactional settings itself "
                                    "(a transactional id per task attempt, two-phase commit); "
