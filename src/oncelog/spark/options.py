@@ -22,19 +22,13 @@ from dataclasses import dataclass, field
 
 from ..client.network.connection import parse_bootstrap
 from ..client.producer.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
+from . import source_options as more
+from .option_error import OptionError
 
 log = logging.getLogger(__name__)
 
 EARLIEST = -2  # in offset JSON, as in Spark's Kafka source
 LATEST = -1
-
-
-class OptionError(ValueError):
-    """A bad option of format("oncelog"); the message names it."""
-
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f'format("oncelog") option {option}: {problem}')
-        self.option = option
 
 
 # Options Spark itself may hand to a data source, which are not ours to judge.
@@ -277,7 +271,6 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
     if level not in ISOLATION_LEVELS:
         raise OptionError("isolation.level", f"{opts['isolation.level']!r} is not an isolation "
                                              f"level (allowed: {', '.join(ISOLATION_LEVELS)})")
-    from . import source_options as more  # it needs OptionError from here
 
     start_time, end_time = more.by_timestamp(opts, end=False), more.by_timestamp(opts, end=True)
     if streaming is None:  # the schema only: checks common to batch and stream

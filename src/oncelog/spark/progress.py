@@ -20,8 +20,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from ..client.admin import Admin
-from ..client.connection import KafkaError
+from ..client.admin.admin import Admin
+from ..client.network.connection import KafkaError
 from .options import ReadOptions
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .options import OptionError
+from .option_error import OptionError
 
 # Spark's Kafka source: a stream's consumers are named <prefix>-<uuid>-..., a batch read's
 # spark-kafka-relation-<uuid>.
