@@ -42,3 +42,10 @@ def _spark_sessions():
 def spark(_spark_sessions):
     """The shared local[2] Spark session (see tests/sparks.py)."""
     return _spark_sessions.spark_session("local[2]")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark tests first (stable otherwise): each starts JVMs and several take minutes,
+    and ``-n 2`` hands tests out in this order, so that run last they left one worker on
+    them alone while the other had finished."""
+    items.sort(key=lambda item: not item.path.name.startswith("test_spark"))
