@@ -101,6 +101,7 @@ def _speculating():
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.update(sparks.JAVA_ENV)
     # Spark speculates only outside local mode, and never on the host of the slow attempt:
     # the test runs a standalone cluster whose two workers are 127.0.0.2 and 127.0.0.3.
     master = os.environ["SPARK_MASTER_URL"]

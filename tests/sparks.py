@@ -1,5 +1,8 @@
-"""One Spark session per test process, shared by the Spark tests (they all run in one xdist
-worker: ``pytest.mark.xdist_group("spark")`` and ``--dist loadgroup``).
+"""One Spark session per test process, shared by the Spark tests that process runs. The Spark
+tests carry no xdist group: ``-n 2`` spreads them over both workers, each with its session
+(its own JVM), so that neither worker holds all of Spark's minutes. (Under pytest 9.2 with
+pytest-xdist 3.8 ``xdist_group`` does nothing anyway: xdist renames ``item._nodeid``, which
+pytest no longer reads.)
 
 local[2], the UI off, 2 shuffle partitions, everything bound to 127.0.0.1, and the workers
 running this interpreter (``PYSPARK_PYTHON``), which has pyarrow and oncelog.
@@ -11,6 +14,12 @@ import os
 import sys
 
 _current: dict[str, object] = {}
+
+# For every JVM the tests start (this session's, a driver's of tests/spark_write_job.py, a
+# standalone cluster's): the JIT's first tier only and one GC thread. These JVMs live for
+# seconds to minutes on two shared cores, where C2's compiler threads and the parallel GC
+# took half of their CPU (a session and three small jobs: 33 s of CPU, 15 s with these).
+JAVA_ENV = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 def spark_session(master: str = "local[2]"):
@@ -25,6 +34,7 @@ def spark_session(master: str = "local[2]"):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.update(JAVA_ENV)
     session = (SparkSession.builder.master(master).appName("oncelog-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 
-import pytest
 from test_audit import create_topic, produce, store_forgetting
 from test_audit_transactions import TIMEOUT as TXN_TIMEOUT
 from test_audit_transactions import torn_topic, transactions_by_confluent
@@ -16,7 +15,6 @@ from oncelog.audit import audit_topic, format_report
 from oncelog.cli.main import main
 from oncelog.spark.audit import audit_topic_on_spark
 
-pytestmark = pytest.mark.xdist_group("spark")
 TIMEOUT = 30.0
 
 

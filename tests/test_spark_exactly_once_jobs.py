@@ -31,8 +31,6 @@ from oncelog import Admin
 from oncelog.spark import two_phase
 from oncelog.spark.source import OncelogDataSource
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 
 def _held_source(entered: Path, release: Path):
     """``format("oncelog_held")``: the sink whose commit() touches ``entered`` and waits for

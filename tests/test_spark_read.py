@@ -13,8 +13,6 @@ from confluent_kafka import Producer
 import oncelog
 from oncelog import Consumer, TopicPartition
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 TIMEOUT = 180.0  # seconds: the bound on any single wait (Spark is slow on a busy machine)
 T0 = 1_700_000_000_000
 

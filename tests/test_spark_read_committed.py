@@ -4,11 +4,8 @@ local[2] Spark session, over a partition written by confluent-kafka's transactio
 
 from __future__ import annotations
 
-import pytest
 import txn_topic
 from txn_topic import ABORTED, BEFORE_OPEN, COMMITTED, OPEN, TIMEOUT
-
-pytestmark = pytest.mark.xdist_group("spark")
 
 
 def read(spark, bootstrap: str, level: str | None):

@@ -31,8 +31,6 @@ from oncelog.client.producer.producer import Producer
 from oncelog.spark import two_phase
 from oncelog.spark.options import WriteOptions
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 PARTITIONS = 2
 ROWS = 3  # per task
 # The broker calls of a driver's step; a fault falls on the n-th call made.

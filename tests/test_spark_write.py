@@ -13,8 +13,6 @@ from test_spark_read import TIMEOUT, create, produce
 from oncelog import Consumer, TopicPartition
 from oncelog.audit import audit_topic
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 
 @pytest.fixture
 def broker(start_broker):

@@ -26,8 +26,6 @@ from test_spark_read import TIMEOUT, create, produce
 
 from oncelog import Admin, Consumer, TopicPartition
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 TWO_PHASE = {"transaction_two_phase_commit_enable": "true"}
 JOB = Path(__file__).with_name("spark_write_job.py")
 
@@ -183,9 +181,11 @@ def standalone_cluster(work: Path):
     127.0.0.3: Spark never runs a speculative copy on the host of the slow attempt, and
     local mode does not speculate at all. Yields the master's URL."""
     import pyspark
+    import sparks
 
     home = Path(pyspark.__file__).parent
-    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, **sparks.JAVA_ENV, "SPARK_HOME": str(home),
+           "PYSPARK_PYTHON": sys.executable}
     spark_class = [str(home / "bin" / "spark-class")]
     procs: list[subprocess.Popen] = []
 
