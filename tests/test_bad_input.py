@@ -12,7 +12,7 @@ import time
 
 import crc32c
 import pytest
-from brokers import batches_on_disk
+from brokers import BrokerProcess, batches_on_disk
 from crafted import batch_of, record, with_payload
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_topics.v7.request import (
@@ -46,8 +46,49 @@ IO_TIMEOUT = 5.0
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
 VERSIONS = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 7, METADATA: 12, API_VERSIONS: 3,
             CREATE_TOPICS: 7}
-TOPIC = "bad-input"
+TOPIC = "bad-input"  # each test's own name (bad-input-<n>), set by the broker fixture below
 LATEST = -1
+
+
+class _BrokerSince:
+    """The module's one broker as one test sees it: its log from where the test began, so a
+    test's log assertions see only what its own requests caused."""
+
+    def __init__(self, process: BrokerProcess) -> None:
+        self._process = process
+        self._start = len(process.log_text())
+
+    def __getattr__(self, name: str):
+        return getattr(self._process, name)
+
+    def log_text(self) -> str:
+        return self._process.log_text()[self._start:]
+
+
+@pytest.fixture(scope="module")
+def _shared_broker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("bad-input") / "broker").start()
+    yield process
+    if process.alive:
+        code = process.stop()
+        assert code == 0, f"broker exited with {code}; its log:\n{process.log_text()}"
+
+
+@pytest.fixture
+def broker(_shared_broker, monkeypatch):
+    """One broker for the module (starting one per test was most of this file's time), each
+    test on a topic of its own; after each, the broker must be alive and have logged no
+    traceback, as a test's own broker must at its stop."""
+    global _tests
+    _tests += 1
+    monkeypatch.setitem(globals(), "TOPIC", f"bad-input-{_tests}")
+    view = _BrokerSince(_shared_broker)
+    yield view
+    assert _shared_broker.alive, view.log_text()
+    assert "Traceback" not in view.log_text(), view.log_text()
+
+
+_tests = 0
 
 # --- raw socket helpers ---------------------------------------------------------------------
 
@@ -179,8 +220,9 @@ def assert_serving(broker) -> None:
         assert [b.port for b in metadata.brokers] == [broker.port]
 
 
-def create_topic(sock, name: str = TOPIC, partitions: int = 1, **configs: str) -> None:
+def create_topic(sock, name: str | None = None, partitions: int = 1, **configs: str) -> None:
     """A topic; ``configs`` are topic configs with dots spelled as underscores."""
+    name = name or TOPIC
     request = create_topics_request(name, partitions=partitions, configs={
         key.replace("_", "."): value for key, value in configs.items()})
     result = call(sock, CREATE_TOPICS, request)
@@ -194,19 +236,22 @@ def produce(sock, parts: dict[tuple[str, int], bytes | None], acks: int = -1) ->
             for t in response.responses for p in t.partition_responses}
 
 
-def produce_one(sock, records: bytes | None, topic: str = TOPIC, index: int = 0,
+def produce_one(sock, records: bytes | None, topic: str | None = None, index: int = 0,
                 acks: int = -1) -> tuple[ErrorCode, int]:
+    topic = topic or TOPIC
     return produce(sock, {(topic, index): records}, acks)[(topic, index)]
 
 
-def produce_answer(sock, records: bytes | None, topic: str = TOPIC, index: int = 0):
+def produce_answer(sock, records: bytes | None, topic: str | None = None, index: int = 0):
     """The whole partition answer (v9): error, offsets, record errors, error message."""
+    topic = topic or TOPIC
     response = call(sock, PRODUCE, produce_request({(topic, index): records}))
     (part,) = response.responses[0].partition_responses
     return part
 
 
-def latest_offset(sock, topic: str = TOPIC, index: int = 0) -> int:
+def latest_offset(sock, topic: str | None = None, index: int = 0) -> int:
+    topic = topic or TOPIC
     response = call(sock, LIST_OFFSETS, list_offsets_request(topic, index))
     (part,) = response.topics[0].partitions
     assert part.error_code == ErrorCode.none
@@ -415,7 +460,8 @@ def test_unknown_topic_or_partition(broker):
 BAD_NAMES = ["bad/name", "..", ".", "x" * 300, "", "space name", "ünïcode"]
 
 
-def test_invalid_topic_names_in_create_topics(broker):
+def test_invalid_topic_names_in_create_topics(start_broker):
+    broker = start_broker()  # its own: it holds the whole list of topics and directories
     with connect(broker) as sock:
         result = call(sock, CREATE_TOPICS, create_topics_request(*BAD_NAMES, "good-name"))
         errors = {t.name: t.error_code for t in result.topics}
@@ -633,7 +679,8 @@ def hostile_batches() -> dict[str, tuple[bytes, ErrorCode, str]]:
     return cases
 
 
-def assert_nothing_stored_but(broker, good: list[bytes], topic: str = TOPIC) -> None:
+def assert_nothing_stored_but(broker, good: list[bytes], topic: str | None = None) -> None:
+    topic = topic or TOPIC
     """The partition's files hold exactly the ``good`` batches, with their own bytes (no
     batch at all: not even a directory)."""
     exists = (broker.data_dir / f"{topic}-0").exists()
