@@ -39,7 +39,7 @@ for use in (lambda: source.schema(), lambda: source.reader(None),
         use()
     except ImportError as exc:
         print("use:", exc)
-from oncelog.cli import main
+from oncelog.cli.main import main
 print("audit --spark exits", main(["audit", "--topic", "t", "--spark"]))
 """
 
