@@ -30,7 +30,7 @@ run: $(STAMP)
 	$(PY) -m oncelog broker --set log.dirs=./data $(ARGS)
 
 # kcat (a real Kafka client binary), a Java runtime (for PySpark) and ZooKeeper (the cluster
-# tests' coordinator, run from its jar by tests/zookeepers.py) come from Debian.
+# tests' coordinator, run from its jar by tests/support/zookeepers.py) come from Debian.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import hostile_clients  # the frames
+from support import hostile_clients  # the frames
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.server import Broker, Connection

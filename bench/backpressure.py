@@ -6,7 +6,7 @@
 
 Each attack runs on a fresh broker with default settings (``queued.max.requests=500``,
 ``queued.max.request.bytes=209715200``, ``socket.request.max.bytes=104857600``); the hostile
-clients are tests/hostile_clients.py's:
+clients are tests/support/hostile_clients.py's:
 
 * hoard: 4 connections each pipeline 50 Fetch requests (max_bytes 50 MB) for a partition
   of about 4 MB and read nothing: 800 MB of answers asked for;
@@ -71,7 +71,7 @@ from produce_consume import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import hostile_clients as hostile  # shared with the tests
+from support import hostile_clients as hostile  # shared with the tests
 
 MiB = 1 << 20
 ATTACKERS = 4

@@ -65,7 +65,7 @@ from _support import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import hostile_clients  # tests/: the broker's RSS from /proc
+from support import hostile_clients  # tests/: the broker's RSS from /proc
 
 PARTS = ("join", "commit", "consume", "memory")
 RUN_TIMEOUT = 120.0

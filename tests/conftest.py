@@ -3,7 +3,7 @@ import os
 import sys
 
 import pytest
-from brokers import BrokerProcess
+from support.brokers import BrokerProcess
 
 # The suite starts hundreds of Python processes (brokers, the command-line tools, Spark's
 # Python workers, helper scripts), each importing oncelog: with PYTHONDONTWRITEBYTECODE set
@@ -42,7 +42,7 @@ def broker(start_broker):
 
 @pytest.fixture(scope="session")
 def _spark_sessions():
-    import sparks
+    from support import sparks
 
     yield sparks
     sparks.stop()
@@ -50,15 +50,15 @@ def _spark_sessions():
 
 @pytest.fixture
 def spark(_spark_sessions):
-    """The shared local[2] Spark session (see tests/sparks.py)."""
+    """The shared local[2] Spark session (see tests/support/sparks.py)."""
     return _spark_sessions.spark_session("local[2]")
 
 
 @pytest.fixture(scope="session")
 def zookeeper():
-    """One real ZooKeeper server for the session's cluster tests (tests/zookeepers.py); each
+    """One real ZooKeeper server for the session's cluster tests (tests/support/zookeepers.py); each
     test takes its own chroot with ``zookeeper.chroot()``."""
-    from zookeepers import ZooKeeperServer
+    from support.zookeepers import ZooKeeperServer
 
     server = ZooKeeperServer().start()
     yield server

@@ -3,7 +3,7 @@
 This file does no I/O and knows nothing of segments on disk, producers' state machines or the
 event loop: batches (bytes) and facts about the log come in, decisions and rewritten batches
 go out. log/cleaning.py reads and writes the files; broker/partition.py supplies the producer
-facts. That split is what lets tests/test_compaction.py drive it against a model.
+facts. That split is what lets tests/log/test_compaction.py drive it against a model.
 
 Theory of operation, as Kafka's LogCleaner does it:
 

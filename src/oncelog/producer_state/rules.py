@@ -61,7 +61,7 @@ entry here sending its next batch in the same epoch, is judged from three facts 
 reads straight out of its packed entry (epoch, last sequence, whether (f, l) is cached)
 instead of building the entry's objects. It answers only when rows 1-6 cannot apply, so it
 is the same decision as ``decide``; otherwise it answers nothing and ``decide`` judges
-(tests/test_producer_state.py checks the two agree on random states and batches).
+(tests/producer_state/test_producer_state.py checks the two agree on random states and batches).
 
 An entry may hold no batch at all: a transaction marker with a bumped epoch (KIP-890 part 2)
 clears the cache, and a marker for a producer the partition never saw creates one. The next

@@ -2,7 +2,7 @@
 
 Ranges start where kio's schemas start (Kafka 4 removed the older versions) and reach at least
 what a Kafka 4.1 broker serves: clients pinned to a broker version (kafka-python's
-``api_version``) send that version's table without asking. tests/test_api_versions.py holds
+``api_version``) send that version's table without asking. tests/protocol/test_api_versions.py holds
 the table against Kafka 4.1's and sends every version listed here to a broker.
 """
 

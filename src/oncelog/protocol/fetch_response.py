@@ -4,7 +4,7 @@ kio copies every partition's records out of the frame into new bytes and builds 
 per topic, partition and aborted transaction; for a reader taking megabytes a Fetch (the
 Spark source, the audit, oncelog.Consumer) that copy was a tenth of its time. Here the
 records are a memoryview into the frame, which the batch walk (``batches.py``) reads as it
-is. tests/test_fetch_response.py checks it against kio for every version.
+is. tests/protocol/test_fetch_response.py checks it against kio for every version.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ directly for oncelog's producer.
 kio copies each partition's records out of the frame into new bytes; at a megabyte a
 request that copy is a measurable share of the broker's time. This reader returns
 memoryviews into the frame instead, with the same field names kio's entities have, so the
-produce handler reads either. tests/test_produce_request.py checks it against kio. From v13
+produce handler reads either. tests/protocol/test_produce_request.py checks it against kio. From v13
 a topic is named by its id (KIP-516): ``name`` is None and ``topic_id`` set.
 """
 

@@ -3,7 +3,7 @@ read directly, for oncelog's producer, which reads one per request it sends.
 
 kio's generic writer spends about 20 µs and eight entity constructions on a one-partition
 answer, a fifth of the broker's time per request with 16 KiB batches. This writer produces
-the same bytes (tests/test_produce_response.py compares it with kio for every version).
+the same bytes (tests/protocol/test_produce_response.py compares it with kio for every version).
 From v10 a partition answered NOT_LEADER_OR_FOLLOWER says who leads (KIP-951's tagged
 ``current_leader``, with the leaders' endpoints at the end); from v13 a topic is its id.
 """
