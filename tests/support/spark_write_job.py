@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-import sparks  # tests/ is on the path: it holds this script
+import sparks  # its neighbour in tests/support/, the folder the tests put on PYTHONPATH
 
 from oncelog.spark.source import OncelogDataSource
 
