@@ -210,8 +210,8 @@ def test_repeated_values_with_real_batches(tmp_path):
         (0, encode_batch([(b"k1", b"b", (), T0), (b"k3", None, (), T0)], base_offset=3)),
         (1, encode_batch([(b"k4", b"a", (), T0), (b"k5", b"b", (), T0)], base_offset=0)),
     ]
-    for partition, batch in batches:
-        audit.add_batch(partition, *decode_batch(batch))
+    for partition, encoded in batches:
+        audit.add_batch(partition, *decode_batch(encoded))
     report = audit.finish()
     assert not list(tmp_path.iterdir()), "the hash files were not removed"
     by_key, by_value = report.repeats

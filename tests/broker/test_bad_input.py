@@ -578,8 +578,8 @@ def hostile_batches() -> dict[str, tuple[bytes, ErrorCode, str]]:
     cases = {
         "control batch": (batch_of(one, 1, now, attributes=CONTROL_BIT, producer_id=1),
                           ErrorCode.invalid_record, "not allowed to write control records"),
-        # Judged as any batch of a producer (the identity first); tests/producer_state/test_txn_storage.py
-        # has the transactional refusals.
+        # Judged as any batch of a producer (the identity first);
+        # tests/producer_state/test_txn_storage.py has the transactional refusals.
         "transactional batch of a made-up producer": (
             batch_of(one, 1, now, attributes=txn, producer_id=1),
             ErrorCode.unknown_producer_id, "was never issued by this cluster"),

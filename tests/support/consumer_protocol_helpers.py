@@ -37,7 +37,8 @@ MEMBER_SCRIPT = Path(__file__).with_name("consumer_member.py")
 
 
 class Member:
-    """A group consumer in its own process (tests/support/consumer_member.py) and what it reported."""
+    """A group consumer in its own process (tests/support/consumer_member.py) and what it
+    reported."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, name: str,
                  protocol: str = "consumer", instance_id: str = "") -> None:

@@ -5,8 +5,8 @@ does with a batch once a request for it is sent, answered or lost, once Describe
 answers about it, once it expires or the producer needs a new epoch, goes through this
 class, which asks IdempotenceManager (idempotence.py, the table) and carries out the
 verdict on the accumulator and the batch's futures. It runs no I/O and no event loop, so
-the model tests (tests/client/test_client_model.py, tests/client/test_idempotence_model.py) drive exactly
-this code against the broker's rules.
+the model tests (tests/client/test_client_model.py, tests/client/test_idempotence_model.py)
+drive exactly this code against the broker's rules.
 
 Settling a batch releases its buffer space and records its error before its futures and
 callbacks learn the outcome: a flush woken by them sees the error, and an on_delivery
