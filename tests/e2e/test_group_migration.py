@@ -52,6 +52,30 @@ def group_errors(group: list[Member]) -> list[dict]:
             and "_TRANSPORT" not in e["error"] and "_ALL_BROKERS_DOWN" not in e["error"]]
 
 
+def wait_reconciled(bootstrap: str, group: list[Member]) -> None:
+    """Until the consumer group's target assignment is reached: every member holds its target
+    (ConsumerGroupDescribe) and says so itself. Partitions move one revocation at a time, so
+    "every partition held" (wait_shared) can come before this."""
+    def described() -> dict[str, set[int]] | None:
+        with raw(bootstrap) as conn:
+            answer = conn.call(apis.CONSUMER_GROUP_DESCRIBE, lambda mod, v:
+                               mod.ConsumerGroupDescribeRequest(
+                                   group_ids=(GROUP,), include_authorized_operations=False))
+        held = {}
+        for m in answer.groups[0].members:
+            now = {p for t in m.assignment.topic_partitions for p in t.partitions}
+            target = {p for t in m.target_assignment.topic_partitions for p in t.partitions}
+            if now != target:
+                return None
+            held[m.client_id] = now
+        return held
+
+    def reconciled(_) -> bool:
+        held = described()
+        return held is not None and held == {m.name: m.assignment() for m in group}
+    group[0].wait_for(reconciled, "the group at its target assignment")
+
+
 def test_a_consumer_member_upgrades_a_classic_group_and_its_leaving_downgrades_it(
         start_broker, members, monkeypatch):
     # Classic sessions outlast the restart and librdkafka's reconnect backoff (up to 10 s),
@@ -94,6 +118,7 @@ def test_a_consumer_member_upgrades_a_classic_group_and_its_leaving_downgrades_i
     assert {**classic[0].commit(), **classic[1].commit(), **modern.commit()} == ends
 
     # The broker restarts (SIGKILL): the converted group is loaded as it was.
+    wait_reconciled(bootstrap, group)
     held = {m.name: m.assignment() for m in group}
     broker.restart(clean=False)
     assert group_type(bootstrap) == ConsumerGroupType.CONSUMER
