@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
+from support.held_sink import held_source
 from support.spark_read_helpers import TIMEOUT, create, produce
 from support.spark_write_exactly_once_helpers import (
     TWO_PHASE,
@@ -30,33 +31,6 @@ from support.spark_write_exactly_once_helpers import (
 from oncelog import Admin
 from oncelog.spark import two_phase
 from oncelog.spark.source import OncelogDataSource
-
-
-def _held_source(entered: Path, release: Path):
-    """``format("oncelog_held")``: the sink whose commit() touches ``entered`` and waits for
-    ``release`` (bounded) before it commits. Made in a function, so that Spark pickles the
-    class by value to the process that commits."""
-
-    class Held(OncelogDataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "oncelog_held"
-
-        def writer(self, schema, overwrite):
-            writer = super().writer(schema, overwrite)
-            real = writer.commit
-
-            def commit(messages) -> None:
-                entered.touch()
-                deadline = time.monotonic() + TIMEOUT
-                while not release.exists() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                real(messages)
-
-            writer.commit = commit
-            return writer
-
-    return Held
 
 
 def _flaky_source():
@@ -118,7 +92,7 @@ def _save_while_held(spark, tmp_path: Path, bootstrap: str, first: int, count: i
     side; the held save() stays on this thread, where its data source was registered).
     Returns what the held save() raised."""
     entered, release = tmp_path / "held.entered", tmp_path / "held.release"
-    spark.dataSource.register(_held_source(entered, release))
+    spark.dataSource.register(held_source(entered, release, TIMEOUT))
     failures: list[BaseException] = []
 
     def run() -> None:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import sparks  # its neighbour in tests/support/, the folder the tests put on PYTHONPATH
+from held_sink import held_source  # its neighbour, as sparks is
 
 from oncelog.spark.source import OncelogDataSource
 
@@ -32,42 +33,6 @@ HOLD = 600.0  # seconds a held driver waits for its kill
 # The slow attempt's stall, well past the other task's time (Python workers start slowly on
 # a busy machine): a speculative attempt of the partition starts meanwhile.
 STALL = 30.0
-
-
-def _held_source(base, hold: Path, after_batch: int | None):
-    """``format("oncelog_held")``: oncelog's sink whose commit stops where the test kills."""
-
-    class Held(base):
-        @classmethod
-        def name(cls) -> str:
-            return "oncelog_held"
-
-        def writer(self, schema, overwrite):
-            writer = super().writer(schema, overwrite)
-            real = writer.commit
-
-            def commit(messages) -> None:
-                hold.touch()
-                time.sleep(HOLD)
-                real(messages)
-
-            writer.commit = commit
-            return writer
-
-        def streamWriter(self, schema, overwrite):
-            writer = super().streamWriter(schema, overwrite)
-            real = writer.commit
-
-            def commit(messages, batch_id: int) -> None:
-                real(messages, batch_id)
-                if after_batch is not None and batch_id >= after_batch:
-                    hold.touch()
-                    time.sleep(HOLD)
-
-            writer.commit = commit
-            return writer
-
-    return Held
 
 
 def main() -> None:
@@ -85,7 +50,7 @@ def main() -> None:
     if a.hold_commit or a.hold_after:
         hold = Path(a.hold_commit or a.hold_after[1])
         after = int(a.hold_after[0]) if a.hold_after else None
-        session.dataSource.register(_held_source(OncelogDataSource, hold, after))
+        session.dataSource.register(held_source(hold, None, HOLD, after))
         fmt = "oncelog_held"
     if a.mode == "batch":
         bootstrap, topic, rows, prefix = a.args
