@@ -347,7 +347,13 @@ class ClassicMembership:
                      self.member_id, " (leader)" if self.leader == self.member_id else "")
         elif error == ErrorCode.member_id_required:
             self.member_id = result.member_id  # KIP-394: join again, now, with this id
-        elif error == ErrorCode.rebalance_in_progress:
+        else:
+            self._join_or_sync_failed(error, now, "JoinGroup")
+
+    def _join_or_sync_failed(self, error: ErrorCode, now: float, api: str) -> None:
+        """What a JoinGroup or SyncGroup error leaves to do (their answers agree on every
+        error but the ones each handles first)."""
+        if error == ErrorCode.rebalance_in_progress:
             pass  # join again now
         elif error in _MEMBERSHIP_GONE:
             self._reset_membership()
@@ -356,7 +362,7 @@ class ClassicMembership:
         elif error in _COORDINATOR_MOVED or error in _NETWORK:
             self.coordinator_lost(now, error.name)
         else:
-            self._fail(error, "JoinGroup")
+            self._fail(error, api)
 
     # --- the leader's assignment -----------------------------------------------------------
 
@@ -416,16 +422,7 @@ class ClassicMembership:
             if revoked:
                 self.request_rejoin("partitions revoked: the next rebalance hands them on")
             return AssignmentChange(assigned, added, revoked)
-        if error == ErrorCode.rebalance_in_progress:
-            pass
-        elif error in _MEMBERSHIP_GONE:
-            self._reset_membership()
-        elif error == ErrorCode.coordinator_load_in_progress:
-            self.backoff_until = now + self.retry_backoff
-        elif error in _COORDINATOR_MOVED or error in _NETWORK:
-            self.coordinator_lost(now, error.name)
-        else:
-            self._fail(error, "SyncGroup")
+        self._join_or_sync_failed(error, now, "SyncGroup")
         return None
 
     # --- heartbeats ------------------------------------------------------------------------
