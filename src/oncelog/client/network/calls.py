@@ -296,20 +296,27 @@ def leave_group_error(response) -> ErrorCode:
     return ErrorCode.none
 
 
-def offset_commit_request(group_id: str, identity: membership.CommitIdentity,
-                          offsets: dict[TopicPartition, OffsetAndMetadata]):
+def committed_topics(topic_type, partition_type,
+                     offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple:
+    """The topics of an OffsetCommit or a TxnOffsetCommit (their schemas' types given): each
+    topic once, in order, with its partitions in order."""
     by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
     for tp, committed in offsets.items():
         by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
+    return tuple(
+        build(topic_type, name=topic, partitions=tuple(
+            build(partition_type, partition_index=partition,
+                  committed_offset=c.offset, committed_leader_epoch=-1,
+                  committed_metadata=c.metadata if c.metadata is not None else "")
+            for partition, c in sorted(parts, key=lambda item: item[0])))
+        for topic, parts in sorted(by_topic.items()))
 
+
+def offset_commit_request(group_id: str, identity: membership.CommitIdentity,
+                          offsets: dict[TopicPartition, OffsetAndMetadata]):
     def make(mod, version):
-        topics = tuple(
-            build(mod.OffsetCommitRequestTopic, name=topic, partitions=tuple(
-                build(mod.OffsetCommitRequestPartition, partition_index=partition,
-                      committed_offset=c.offset, committed_leader_epoch=-1,
-                      committed_metadata=c.metadata if c.metadata is not None else "")
-                for partition, c in sorted(parts, key=lambda item: item[0])))
-            for topic, parts in sorted(by_topic.items()))
+        topics = committed_topics(mod.OffsetCommitRequestTopic,
+                                  mod.OffsetCommitRequestPartition, offsets)
         return build(mod.OffsetCommitRequest, group_id=group_id,
                      generation_id_or_member_epoch=identity.generation,
                      member_id=identity.member_id, group_instance_id=identity.instance_id,

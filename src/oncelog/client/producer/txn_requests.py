@@ -290,18 +290,10 @@ class TransactionalRequests:
         await self._call(Api.ADD_OFFSETS, apis.ADD_OFFSETS_TO_TXN, add,
                          lambda r: [ErrorCode(r.error_code)], deadline)
         txn.offsets_added()
-        by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
-        for tp, committed in offsets.items():
-            by_topic.setdefault(tp.topic, []).append((tp.partition, committed))
 
         def commit(mod, version):
-            topics = tuple(
-                build(mod.TxnOffsetCommitRequestTopic, name=topic, partitions=tuple(
-                    build(mod.TxnOffsetCommitRequestPartition, partition_index=partition,
-                          committed_offset=c.offset, committed_leader_epoch=-1,
-                          committed_metadata=c.metadata if c.metadata is not None else "")
-                    for partition, c in sorted(parts, key=lambda item: item[0])))
-                for topic, parts in sorted(by_topic.items()))
+            topics = calls.committed_topics(mod.TxnOffsetCommitRequestTopic,
+                                            mod.TxnOffsetCommitRequestPartition, offsets)
             return build(mod.TxnOffsetCommitRequest, transactional_id=txn.transactional_id,
                          group_id=group.group_id, producer_id=self.idem.producer_id,
                          producer_epoch=self.idem.epoch, generation_id=group.generation_id,
