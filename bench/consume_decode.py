@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 
+from _support import wait_for_quiet
+
 from oncelog.client.consumer.consumer import ConsumerRecord
 from oncelog.protocol.batches import RecordSetWalk
 from oncelog.protocol.records import encode_batch
@@ -69,7 +71,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--against", metavar="FILE", help="an older client/consumer.py")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for other processes to use under "
+                             "5%% of the CPUs (as every module run by make bench takes it)")
     args = parser.parse_args()
+    if args.wait_quiet:
+        wait_for_quiet(0.05, args.wait_quiet)
     paths = {"walk": walk}
     if args.against:
         paths["older"] = older(args.against)
