@@ -25,6 +25,8 @@ import shutil
 import tempfile
 import time
 
+from _support import wait_for_quiet
+
 from oncelog.log import cleaning
 from oncelog.log.compaction import CompactionConfig
 from oncelog.log.log import Log, LogConfig
@@ -101,7 +103,12 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--codec", choices=sorted(CODECS), default="none")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for other processes to use under "
+                             "5%% of the CPUs (as every module run by make bench takes it)")
     args = parser.parse_args()
+    if args.wait_quiet:
+        wait_for_quiet(0.05, args.wait_quiet)
     directory = tempfile.mkdtemp(prefix="oncelog-cleaner-bench-")
     try:
         log = build(os.path.join(directory, "t-0"), args.megabytes, args.keys,
