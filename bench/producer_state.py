@@ -56,7 +56,9 @@ def build_log(directory: str, producers: int) -> None:
                                       base_sequence=0))
     size = len(template)
     partition = open_partition(directory, producers)
-    plog = partition.log
+    # Opened for writing: the ``log`` of a partition never written is the read-only absent
+    # log (a read creates nothing).
+    plog, state = partition._writable()
     chunk = 10_000
     for start in range(0, producers, chunk):
         count = min(chunk, producers - start)
@@ -70,7 +72,7 @@ def build_log(directory: str, producers: int) -> None:
         headers = split_batches(buf, 1 << 30)
         plog.append([buf], headers)
         for header in headers:
-            partition.state.replay(
+            state.replay(
                 BatchIdentity(header.producer_id, 0, 0, 0), header.last_offset, NOW, NOW)
     partition.close()
 
