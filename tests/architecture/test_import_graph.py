@@ -97,12 +97,14 @@ ALLOWED = {
     "metadata": set(),
     "coordinator": {"protocol", "metadata"},
     "cluster": {"protocol", "metadata"},
-    "broker": {"protocol", "log", "producer_state", "metadata", "coordinator", "cluster"},
+    "security": {"protocol", "metadata"},
+    "broker": {"protocol", "log", "producer_state", "metadata", "coordinator", "cluster",
+               "security"},
     "client": {"protocol"},
     "audit": {"protocol", "client"},
     "chaos": {"protocol", "client"},
     "spark": {"protocol", "client", "audit"},
-    "cli": {"protocol", "broker", "cluster", "client", "audit", "chaos", "spark"},
+    "cli": {"protocol", "broker", "cluster", "security", "client", "audit", "chaos", "spark"},
 }
 
 

@@ -98,3 +98,103 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 def decode_cluster_id(data: bytes) -> str:
     return str(json.loads(data)["id"])
+
+
+# --- Topics and partition state: the seam between the controller (which writes them) and
+# every broker's replica manager (which follows them). Kafka 3.x's ZooKeeper-mode JSON.
+#
+# - ``/brokers/topics/<topic>``: persistent, the replica assignment::
+#
+#     {"version":3,"topic_id":"<base64 uuid>","partitions":{"0":[1,2,3]},
+#      "adding_replicas":{},"removing_replicas":{}}
+#
+# - ``/brokers/topics/<topic>/partitions/<p>/state``: persistent, changed only by conditional
+#   writes (the znode version is the ``zk_version`` a writer must name)::
+#
+#     {"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,2,3]}
+#
+#   ``leader`` is -1 when no replica may lead (no ISR member alive and unclean election off).
+# - ``/admin/delete_topics/<topic>``: a deletion request the controller carries out.
+# - ``/config/topics/<topic>``: ``{"version":1,"config":{"key":"value"}}``, and the change
+#   notification ``/config/changes/config_change_<seq>`` = ``{"version":2,"entity_path":
+#   "topics/<topic>"}`` every broker watches.
+
+BROKER_TOPICS = "/brokers/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+NO_LEADER = -1
+_ASSIGNMENT_VERSION = 3
+_STATE_VERSION = 1
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """Which brokers hold each partition of a topic, the first being the preferred leader."""
+
+    topic_id: str
+    partitions: dict[int, tuple[int, ...]]
+    adding_replicas: dict[int, tuple[int, ...]]
+    removing_replicas: dict[int, tuple[int, ...]]
+
+    def encode(self) -> bytes:
+        def lists(mapping: dict[int, tuple[int, ...]]) -> dict[str, list[int]]:
+            return {str(p): list(replicas) for p, replicas in sorted(mapping.items())}
+
+        return _dumps({"version": _ASSIGNMENT_VERSION, "topic_id": self.topic_id,
+                       "partitions": lists(self.partitions),
+                       "adding_replicas": lists(self.adding_replicas),
+                       "removing_replicas": lists(self.removing_replicas)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> TopicAssignment:
+        value = json.loads(data)
+
+        def tuples(key: str) -> dict[int, tuple[int, ...]]:
+            return {int(p): tuple(int(b) for b in replicas)
+                    for p, replicas in (value.get(key) or {}).items()}
+
+        return cls(str(value.get("topic_id", "")), tuples("partitions"),
+                   tuples("adding_replicas"), tuples("removing_replicas"))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leader, leader epoch and ISR of one partition, as the controller (or, for ISR changes,
+    the leader) last wrote them."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dumps({"controller_epoch": self.controller_epoch, "leader": self.leader,
+                       "version": _STATE_VERSION, "leader_epoch": self.leader_epoch,
+                       "isr": list(self.isr)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> PartitionState:
+        value = json.loads(data)
+        return cls(int(value["leader"]), int(value["leader_epoch"]),
+                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]))
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(sorted(config.items()))})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return {str(k): str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dumps({"version": 2, "entity_path": entity_path})

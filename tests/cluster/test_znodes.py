@@ -1,0 +1,34 @@
+"""The topic assignment and partition state znodes round-trip through Kafka's JSON."""
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oncelog.cluster import znodes as zn
+
+replicas = st.lists(st.integers(0, 1000), min_size=1, max_size=5, unique=True).map(tuple)
+assignments = st.dictionaries(st.integers(0, 50), replicas, max_size=6)
+
+
+@given(assignments, assignments, assignments)
+def test_topic_assignment_round_trips(partitions, adding, removing):
+    value = zn.TopicAssignment("AAAAAAAAAAAAAAAAAAAAAA", partitions, adding, removing)
+    assert zn.TopicAssignment.decode(value.encode()) == value
+
+
+@given(st.integers(-1, 1000), st.integers(0, 2**31 - 1), replicas, st.integers(0, 2**31 - 1))
+def test_partition_state_round_trips(leader, leader_epoch, isr, controller_epoch):
+    state = zn.PartitionState(leader, leader_epoch, isr, controller_epoch)
+    assert zn.PartitionState.decode(state.encode()) == state
+
+
+def test_partition_state_reads_kafkas_json():
+    kafka = b'{"controller_epoch":3,"leader":2,"version":1,"leader_epoch":7,"isr":[2,1]}'
+    assert zn.PartitionState.decode(kafka) == zn.PartitionState(2, 7, (2, 1), 3)
+    assert json.loads(zn.PartitionState(2, 7, (2, 1), 3).encode()) == json.loads(kafka)
+
+
+def test_topic_config_round_trips():
+    config = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    assert zn.decode_topic_config(zn.encode_topic_config(config)) == config
