@@ -45,6 +45,7 @@ from .counters import Counters
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .request_budget import RequestBudget
+from .session import PLAINTEXT_SESSION, Session
 from .topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -299,11 +300,11 @@ class Broker:
 
     # --- requests ------------------------------------------------------------------------
 
-    def handle_frame(self, frame: bytes, peer: str) -> Any:
+    def handle_frame(self, frame: bytes, peer: str, session: Session = PLAINTEXT_SESSION) -> Any:
         """bytes to send, None (no response), a coroutine giving either, a LaterAnswer, or
         _CLOSE (see answers.py)."""
         try:
-            request = decode_request(frame, peer)
+            request = decode_request(frame, peer, session)
         except UnsupportedVersion as exc:
             if exc.api_key == apis.API_VERSIONS_KEY:
                 log.info("%s: ApiVersions v%d is newer than ours, answering v0", peer,
@@ -432,6 +433,7 @@ class Connection(asyncio.BufferedProtocol):
         self.turn = -1  # the broker's turn this connection last handled requests in
         self.turn_frames = self.turn_bytes = 0  # and what it handled in it
         self.pending: asyncio.Future | None = None
+        self.session = PLAINTEXT_SESSION  # who the peer is (authentication replaces it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -579,7 +581,7 @@ class Connection(asyncio.BufferedProtocol):
             while queue:
                 size = len(queue[0])
                 taken_bytes += size
-                result = broker.handle_frame(queue.popleft(), self.peer)
+                result = broker.handle_frame(queue.popleft(), self.peer, self.session)
                 if isinstance(result, CoroutineType):  # (inspect.iscoroutine, without a call)
                     self.busy = True
                     self.pending = asyncio.ensure_future(self._await(result, size))

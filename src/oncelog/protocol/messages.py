@@ -62,6 +62,9 @@ class Request:
     size: int
     peer: str = ""  # host:port of the client (JoinGroup records its host)
     elements: int = 0  # array elements, all levels (frame_check); 0 for Produce
+    # Who sent it: the connection's security session (oncelog.broker.session.Session), set
+    # by the broker; the protocol layer carries it and never reads it.
+    session: Any = None
 
 
 class FrameReader:
@@ -234,7 +237,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _PREFIX.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes, peer: str = "") -> Request:
+def decode_request(frame: bytes, peer: str = "", session: Any = None) -> Request:
     """Decode a request frame (without its size prefix).
 
     Raises UnsupportedVersion for an API or version outside SUPPORTED_VERSIONS and
@@ -248,7 +251,7 @@ def decode_request(frame: bytes, peer: str = "") -> Request:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     if api_key == PRODUCE:
         # Its own reader allocates nothing ahead of the bytes it has read.
-        return _decode_produce(frame, api_version, correlation_id, peer)
+        return _decode_produce(frame, api_version, correlation_id, peer, session)
     try:
         # kio reserves room for an array from its count before reading it (a 2^32-2 count
         # aborts the process): no count or length reaches kio that the frame cannot hold.
@@ -275,10 +278,11 @@ def decode_request(frame: bytes, peer: str = "") -> Request:
     # Trailing bytes are tolerated, as Kafka's own parser does: some librdkafka versions send
     # fields a version no longer has.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
-                   peer, checked.elements)
+                   peer, checked.elements, session)
 
 
-def _decode_produce(frame: bytes, api_version: int, correlation_id: int, peer: str) -> Request:
+def _decode_produce(frame: bytes, api_version: int, correlation_id: int, peer: str,
+                    session: Any) -> Request:
     """The hot path: records stay memoryviews into the frame (see produce_request)."""
     try:
         client_id, pos = produce_request.read_header(frame, api_version)
@@ -286,7 +290,8 @@ def _decode_produce(frame: bytes, api_version: int, correlation_id: int, peer: s
     except ProtocolError as exc:
         raise ProtocolError(f"malformed api key {PRODUCE} v{api_version} request: {exc}") \
             from None
-    return Request(PRODUCE, api_version, correlation_id, client_id, body, len(frame), peer)
+    return Request(PRODUCE, api_version, correlation_id, client_id, body, len(frame), peer,
+                   0, session)
 
 
 def encode_response(request_api_key: int, api_version: int, correlation_id: int,
