@@ -85,7 +85,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         broker = Broker(BrokerConfig({"log.dirs": data}))
         answer = b"x" * 60
-        broker.handle_frame = lambda frame, peer: answer
+        broker.handle_frame = lambda frame, peer, session=None: answer
         results = {
             "16KiB": await per_frame(broker, hostile_clients.produce_frame("t", 16_000), 2000),
             "1MB": await per_frame(broker, hostile_clients.produce_frame("t", 1_000_000), 100),
