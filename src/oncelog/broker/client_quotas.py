@@ -1,0 +1,242 @@
+"""The broker's client quotas: the configured entities (kept in the metadata store at Kafka's
+ZooKeeper paths), the measured rates, and the throttle each request gets. The rules are
+security/quotas.py's (resolution, rates, throttle time) and security/quota_configs.py's
+(what may be set, what a describe matches); this module only keeps state and asks them.
+
+Enforcement as Kafka 2.0+ (KIP-219): the answer goes out at once with ``throttle_time_ms``
+set, then its connection is muted (nothing read, nothing handled) for that long
+(server.Connection). Each answer that has the field carries the larger of the request's
+throttles:
+
+* ``producer_byte_rate``: a Produce request's size is recorded before it is handled;
+* ``consumer_byte_rate``: a Fetch answer's record bytes are recorded once it is read; a Fetch
+  over its quota is answered empty instead (its bytes taken back out of the rate);
+* ``request_percentage``: the time a handler holds the event loop (its synchronous part:
+  two ``perf_counter_ns`` calls a request, only while some request quota is configured) is
+  recorded when it returns, and checked when the client's next request arrives: the answer
+  that carries the throttle is the one after the time was spent. The broker is one event
+  loop, one "request handler thread", so 100 percent is all of it (Kafka's quota is per
+  thread: ``request_percentage`` 100 is one of its threads).
+
+Nothing is measured while no entity configures a client key (``active`` is False): the hot
+path pays one attribute check. Rates of clients idle for the whole span (every sample
+purged) are forgotten, so client ids cost memory only while they are in use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
+from ..security import quota_configs as qc
+from ..security import quotas as q
+from .log_limits import log_safe
+
+log = logging.getLogger(__name__)
+
+# API keys whose requests are never throttled (Kafka exempts authentication and the
+# cluster's own requests).
+_EXEMPT = frozenset({17, 36, 27})  # SaslHandshake, SaslAuthenticate, WriteTxnMarkers
+_PRODUCE = 0
+_FETCH = 1
+_CAS_TRIES = 10
+
+
+class ClientQuotas:
+    def __init__(self, config, store: MetadataStore) -> None:
+        self.store = store
+        self.samples: int = config.get("quota.window.num")
+        self.window_ms: int = config.get("quota.window.size.seconds") * 1000
+        self.entities: dict[q.Entity, dict[str, float]] = {}
+        self._by_key: dict[str, dict[q.Entity, float]] = {}
+        self._rates: dict[tuple[str, str, str], q.Rate] = {}
+        self.active = False
+        self.time_measured = False
+        self.throttled = 0  # answers that carried a throttle (for operators and tests)
+        self.load()
+
+    # --- the configured entities ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Every entity in the store (at start, and when another broker changed one)."""
+        entities: dict[q.Entity, dict[str, float]] = {}
+        users = {name.split("/")[0] for name in self.store.children("config/users")}
+        for user in sorted(users):
+            self._load_one(entities, qc.entity_path(((q.USER, qc.desanitize(user)),)))
+            for client in self.store.children(f"config/users/{user}/clients"):
+                if "/" not in client:
+                    self._load_one(entities, f"config/users/{user}/clients/{client}")
+        for folder in ("clients", "ips"):
+            for name in self.store.children(f"config/{folder}"):
+                if "/" not in name:
+                    self._load_one(entities, f"config/{folder}/{name}")
+        self.entities = entities
+        self._derive()
+
+    def _load_one(self, into: dict, path: str) -> None:
+        stored, _ = self.store.get(path)
+        if stored is None:
+            return
+        values = qc.decode_config(stored)
+        if values:
+            into[_entity_of(path)] = values
+
+    def _derive(self) -> None:
+        by_key: dict[str, dict[q.Entity, float]] = {k: {} for k in q.CLIENT_KEYS}
+        for entity, values in self.entities.items():
+            for key, value in values.items():
+                if key in by_key:
+                    by_key[key][entity] = value
+        self._by_key = by_key
+        self.active = any(by_key.values())
+        self.time_measured = bool(by_key[q.REQUEST_PERCENTAGE])
+
+    def alter(self, entries: Iterable[tuple[Any, list, list]], validate_only: bool
+              ) -> list[tuple[Any, str | None, str | None]]:
+        """(entity as sent, error name or None, message) for each (entity as sent, parts,
+        ops) entry, Kafka's rules (quota_configs' table); each entry is written on its own
+        (a compare-and-set of its path) unless ``validate_only``."""
+        results = []
+        seen: set[q.Entity] = set()
+        for sent, parts, ops in entries:
+            try:
+                entity = qc.validate_entity(parts)
+                changes = qc.validate_ops(entity, ops)
+                if entity in seen:
+                    raise qc.QuotaError(qc.INVALID_REQUEST, "Ignoring duplicate entity")
+                seen.add(entity)
+                if not validate_only:
+                    self._write(entity, changes)
+            except qc.QuotaError as exc:
+                results.append((sent, exc.error, str(exc)))
+                continue
+            results.append((sent, None, None))
+        if not validate_only:
+            self._derive()
+        return results
+
+    def _write(self, entity: q.Entity, changes: dict[str, float | None]) -> None:
+        path = qc.entity_path(entity)
+        for _ in range(_CAS_TRIES):
+            stored, version = self.store.get(path)
+            values = qc.applied(qc.decode_config(stored), changes)
+            try:
+                if values:
+                    self.store.compare_and_set(path, qc.encode_config(values), version)
+                elif version != NO_VERSION:
+                    self.store.delete(path, version)
+            except BadVersion:
+                continue
+            break
+        else:
+            raise qc.QuotaError("UNKNOWN_SERVER_ERROR", f"{path} kept changing under us")
+        if values:
+            self.entities[entity] = values
+        else:
+            self.entities.pop(entity, None)
+        log.info("client quotas of %s are now %s", log_safe(path), values or "none")
+
+    def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool
+                 ) -> list[tuple[q.Entity, dict[str, float]]]:
+        """The entities a filter matches (QuotaError for a bad filter)."""
+        filter_ = qc.parse_filter(components, strict)
+        return [(entity, values) for entity, values in sorted(
+            self.entities.items(), key=lambda item: repr(item[0]))
+            if qc.matches(entity, filter_)]
+
+    # --- enforcement ------------------------------------------------------------------------
+
+    def before(self, request) -> int:
+        """The throttle a request gets before it is handled (produce bytes, and the request
+        time its client spent before); 0 for most."""
+        if request.api_key in _EXEMPT:
+            return 0
+        user, client = _who(request)
+        now = _now_ms()
+        throttle = 0
+        if request.api_key == _PRODUCE:
+            throttle = self._record(q.PRODUCER_BYTE_RATE, user, client, request.size, now)
+        if self.time_measured:
+            throttle = max(throttle, self._record(q.REQUEST_PERCENTAGE, user, client, 0.0, now,
+                                                  self.window_ms))
+        return throttle
+
+    def handled(self, request, nanos: int) -> None:
+        """A handler held the loop ``nanos``: counted now, checked at the next request."""
+        if request.api_key in _EXEMPT:
+            return
+        user, client = _who(request)
+        tags, quota = q.resolve(self._by_key[q.REQUEST_PERCENTAGE], user, client)
+        if quota is not None:
+            self._rate(q.REQUEST_PERCENTAGE, tags).record(nanos * q.NANOS_TO_PERCENT,
+                                                          _now_ms())
+
+    def fetched(self, request, body) -> tuple[Any, int]:
+        """A Fetch answer's bytes recorded against its consumer_byte_rate: (the answer,
+        throttle ms); over the quota, the answer is empty and its bytes taken back."""
+        user, client = _who(request)
+        tags, quota = q.resolve(self._by_key[q.CONSUMER_BYTE_RATE], user, client)
+        throttle = request.throttle_ms
+        if quota is not None:
+            size = sum(len(p.records or b"") for t in body.responses for p in t.partitions)
+            now = _now_ms()
+            rate = self._rate(q.CONSUMER_BYTE_RATE, tags)
+            rate.record(size, now)
+            throttle = max(throttle, q.throttle_ms(rate, quota, now))
+            if throttle:
+                rate.record(-size, now)  # Kafka's unrecord: an empty answer costs nothing
+        if throttle:
+            body = dataclasses.replace(body, responses=())
+        return body, throttle
+
+    def _record(self, key: str, user: str, client: str, value: float, now: int,
+                bound: int = q.INT32_MAX) -> int:
+        tags, quota = q.resolve(self._by_key[key], user, client)
+        if quota is None:
+            return 0
+        rate = self._rate(key, tags)
+        rate.record(value, now)
+        return q.throttle_ms(rate, quota, now, bound)
+
+    def _rate(self, key: str, tags: q.SensorKey) -> q.Rate:
+        rate = self._rates.get((key, *tags))
+        if rate is None:
+            rate = self._rates[(key, *tags)] = q.Rate(self.samples, self.window_ms)
+        return rate
+
+    def expire(self) -> None:
+        """Forget the rates with nothing recorded for the whole span: they measure 0, as a
+        new one would."""
+        cutoff = _now_ms() - self.samples * self.window_ms
+        for key in [k for k, rate in self._rates.items() if rate.idle_since() < cutoff]:
+            del self._rates[key]
+
+
+def _who(request) -> tuple[str, str]:
+    session = request.session
+    user = session.principal.name if session is not None else ""
+    return user, request.client_id or ""
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _entity_of(path: str) -> q.Entity:
+    segments = path.split("/")[1:]  # config/<kind>/<name>[/clients/<name>]
+    kinds = {"users": q.USER, "clients": q.CLIENT_ID, "ips": q.IP}
+    parts = [(kinds[segments[i]], qc.desanitize(segments[i + 1]))
+             for i in range(0, len(segments) - 1, 2)]
+    return tuple(sorted(parts))
+
+
+def with_throttle(body, throttle_ms: int):
+    """A kio answer carrying ``throttle_ms`` where its version has the field."""
+    if "throttle_time" not in getattr(type(body), "__dataclass_fields__", ()):
+        return body
+    return dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
