@@ -293,3 +293,33 @@ def test_a_client_over_its_request_percentage_is_throttled_within_a_window(qbrok
         assert 0 < throttle <= 1000  # the request quota's bound: one window
     finally:
         chatty.close()
+
+
+def test_the_cli_sets_and_shows_quotas_as_kafka_configs_does(qbroker, capsys):
+    from oncelog.cli.main import main
+
+    def configs(*args: str) -> int:
+        return main(["configs", *args, "--bootstrap-server", qbroker.bootstrap])
+
+    assert configs("alter", "--entity-type", "clients", "--entity-name", "cli-client",
+                   "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048") == 0
+    assert configs("--alter", "--user", "alice", "--client-defaults",
+                   "--add-config", "request_percentage=50") == 0
+    assert configs("alter", "--entity-type", "clients", "--entity-name", "cli-client",
+                   "--add-config", "bogus_rate=1") == 1
+    assert _describe(qbroker.port, [("client-id", 0, "cli-client")], strict=True)[1] == {
+        (("client-id", "cli-client"),): {"producer_byte_rate": 1024.0,
+                                         "consumer_byte_rate": 2048.0}}
+    capsys.readouterr()
+    assert configs("describe", "--entity-type", "users") == 0  # users alone (Kafka's
+    assert capsys.readouterr().out == ""                          # containsOnly filter)
+    assert configs("describe", "--user", "alice", "--client-defaults") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "Quota configs for user-principal 'alice', the default client-id are "
+        "request_percentage=50.0"]
+    assert configs("alter", "--entity-type", "clients", "--entity-name", "cli-client",
+                   "--delete-config", "producer_byte_rate,consumer_byte_rate") == 0
+    assert configs("alter", "--user", "alice", "--client-defaults",
+                   "--delete-config", "request_percentage") == 0
+    assert _describe(qbroker.port, [("client-id", 0, "cli-client")])[1] == {}
+    assert _describe(qbroker.port, [("user", 0, "alice")])[1] == {}
