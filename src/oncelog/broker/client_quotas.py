@@ -18,6 +18,12 @@ throttles:
   loop, one "request handler thread", so 100 percent is all of it (Kafka's quota is per
   thread: ``request_percentage`` 100 is one of its threads).
 
+In a cluster the entities are ZooKeeper's (``/config/users/...``, ``/config/clients/...``,
+``{"version":1,"config":{...}}``), and each change adds Kafka's notification
+``/config/changes/config_change_<seq>`` = ``{"version":2,"entity_path":"clients/<c>"}``;
+every broker looks for new notifications every second (``follow_changes``) and reloads the
+entities when there is one, so all enforce the same quotas.
+
 Nothing is measured while no entity configures a client key (``active`` is False): the hot
 path pays one attribute check. Rates of clients idle for the whole span (every sample
 purged) are forgotten, so client ids cost memory only while they are in use.
@@ -45,6 +51,8 @@ _EXEMPT = frozenset({17, 36, 27})  # SaslHandshake, SaslAuthenticate, WriteTxnMa
 _PRODUCE = 0
 _FETCH = 1
 _CAS_TRIES = 10
+_CHANGES = "config/changes"
+_CHANGE_PREFIX = "config_change_"
 
 
 class ClientQuotas:
@@ -58,6 +66,9 @@ class ClientQuotas:
         self.active = False
         self.time_measured = False
         self.throttled = 0  # answers that carried a throttle (for operators and tests)
+        # the cluster's ZooKeeper: notify the other brokers of each change, and follow theirs
+        self.in_cluster = hasattr(store, "create_sequential")
+        self._last_change = self._latest_change() if self.in_cluster else None
         self.load()
 
     # --- the configured entities ------------------------------------------------------------
@@ -139,7 +150,21 @@ class ClientQuotas:
             self.entities[entity] = values
         else:
             self.entities.pop(entity, None)
+        if self.in_cluster:
+            self.store.create_sequential(_CHANGES + "/" + _CHANGE_PREFIX,  # type: ignore
+                                         {"version": 2, "entity_path": path[len("config/"):]})
         log.info("client quotas of %s are now %s", log_safe(path), values or "none")
+
+    def _latest_change(self) -> str | None:
+        return max((n for n in self.store.children(_CHANGES) if n.startswith(_CHANGE_PREFIX)),
+                   default=None)
+
+    def follow_changes(self) -> None:
+        """Reload the entities when another broker (or this one) notified a change."""
+        latest = self._latest_change()
+        if latest != self._last_change:
+            self._last_change = latest
+            self.load()
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool
                  ) -> list[tuple[q.Entity, dict[str, float]]]:

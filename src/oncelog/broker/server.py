@@ -183,6 +183,9 @@ class Broker:
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        if self.quotas.in_cluster:
+            self._tasks.append(asyncio.create_task(self._every(1000,
+                                                               self.quotas.follow_changes)))
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port)
