@@ -17,6 +17,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -178,6 +179,7 @@ def test_a_producer_over_its_quota_is_held_near_it_and_others_are_not(qbroker):
     assert flooder["throttles"] and max(flooder["throttles"]) > 0
     assert not free["throttles"]
     assert free["rate"] >= 5 * QUOTA
+    assert _metric(qbroker, "oncelog_throttled_answers_total") > 0
 
 
 def test_max_connections_per_ip_closes_the_extra_one(qbroker):
@@ -197,6 +199,15 @@ def test_max_connections_per_ip_closes_the_extra_one(qbroker):
                                       source_address=("127.0.0.3", 0)) as other:
             _api_versions(other)
     assert "already has max.connections.per.ip (2) connections" in qbroker.log_text()
+    assert _metric(qbroker, "oncelog_connections_refused_total") >= 1
+
+
+def _metric(broker, name: str) -> float:
+    with urllib.request.urlopen(broker.metrics_url, timeout=IO_TIMEOUT) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
 
 
 def _api_versions(sock: socket.socket) -> None:
@@ -257,12 +268,13 @@ def _fetch(conn, topic: str):
 
 def test_a_consumer_over_its_quota_gets_an_empty_answer_and_a_throttle(qbroker):
     create_topic(qbroker.bootstrap, "quota-reads")
-    producer = Producer({"bootstrap.servers": qbroker.bootstrap, "linger.ms": 50})
-    for _ in range(10):
+    producer = Producer({"bootstrap.servers": qbroker.bootstrap})
+    for _ in range(10):  # ten batches of one record
         producer.produce("quota-reads", b"r" * 1000)
-    assert producer.flush(IO_TIMEOUT) == 0
-    assert _alter(qbroker.port, [([("client-id", "reader")],
-                                  [("consumer_byte_rate", 25_000)])]) == [(0, None)]
+        assert producer.flush(IO_TIMEOUT) == 0
+    assert _alter(qbroker.port, [([("client-id", "reader")], [("consumer_byte_rate", 25_000)]),
+                                 ([("client-id", "capped")], [("consumer_byte_rate", 3_000)])]
+                  ) == [(0, None), (0, None)]
     reader = connect(qbroker.bootstrap, client_id="reader")
     other = connect(qbroker.bootstrap, client_id="other-reader")
     try:
@@ -273,6 +285,12 @@ def test_a_consumer_over_its_quota_gets_an_empty_answer_and_a_throttle(qbroker):
         assert first > 10_000 and answers[1] == (first, 0)  # within the quota: served
         assert answers[-1][0] == 0 and answers[-1][1] > 0  # over it: empty, throttled
         assert _fetch(other, "quota-reads") == (first, 0)
+        # a fetch reads at most what the quota allows over the span but one window (Kafka's
+        # getMaxValueInQuotaWindow): served, not throttled forever for asking much
+        capped = connect(qbroker.bootstrap, client_id="capped")
+        size, throttle = _fetch(capped, "quota-reads")
+        capped.close()
+        assert 0 < size <= 3_000 and throttle == 0
     finally:
         reader.close()
         other.close()

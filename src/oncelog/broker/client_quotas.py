@@ -219,6 +219,17 @@ class ClientQuotas:
             body = dataclasses.replace(body, responses=())
         return body, throttle
 
+    def fetch_allowance(self, request) -> int:
+        """The most a Fetch may read (Kafka's getMaxValueInQuotaWindow): what its consumer's
+        quota allows over the whole span but the current window, so that one answer alone is
+        not over it; at least 1 (a first batch larger than that is still read)."""
+        if not self.active:
+            return q.INT32_MAX
+        _, quota = q.resolve(self._by_key[q.CONSUMER_BYTE_RATE], *_who(request))
+        if quota is None:
+            return q.INT32_MAX
+        return max(1, int(quota * (self.samples - 1) * self.window_ms / 1000))
+
     def _record(self, key: str, user: str, client: str, value: float, now: int,
                 bound: int = q.INT32_MAX) -> int:
         tags, quota = q.resolve(self._by_key[key], user, client)

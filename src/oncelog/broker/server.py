@@ -316,6 +316,9 @@ class Broker:
             "waiting_request_budget": self.budget.waiting,
             "request_budget_refusals": self.budget.refusals,
             "write_pauses": self.write_pauses,
+            "throttled_answers": self.quotas.throttled,
+            "connections_throttled": sum(1 for c in conns if c.muted and not c.closed),
+            "connections_refused": self.connection_limits.refused,
         }
 
     # --- requests ------------------------------------------------------------------------
