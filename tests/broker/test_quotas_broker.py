@@ -341,3 +341,24 @@ def test_the_cli_sets_and_shows_quotas_as_kafka_configs_does(qbroker, capsys):
                    "--delete-config", "request_percentage") == 0
     assert _describe(qbroker.port, [("client-id", 0, "cli-client")])[1] == {}
     assert _describe(qbroker.port, [("user", 0, "alice")])[1] == {}
+
+
+def test_an_address_over_its_connection_creation_rate_is_held_then_closed(qbroker):
+    assert _alter(qbroker.port, [([("ip", "127.0.0.4")],
+                                  [("connection_creation_rate", 1)])]) == [(0, None)]
+    try:
+        with socket.create_connection(("127.0.0.1", qbroker.port), timeout=IO_TIMEOUT,
+                                      source_address=("127.0.0.4", 0)) as first:
+            _api_versions(first)  # within the rate: served
+            with socket.create_connection(("127.0.0.1", qbroker.port), timeout=IO_TIMEOUT,
+                                          source_address=("127.0.0.4", 0)) as second:
+                started = time.monotonic()
+                with pytest.raises(ConnectionError):
+                    _api_versions(second)  # never answered: closed after its throttle
+                held = time.monotonic() - started
+            _api_versions(first)
+        print(f"second connection held {held:.2f} s, then closed")
+        assert held <= 1.0 + 0.5  # at most one window (quota.window.size.seconds)
+    finally:
+        assert _alter(qbroker.port, [([("ip", "127.0.0.4")],
+                                      [("connection_creation_rate", None)])]) == [(0, None)]

@@ -24,6 +24,10 @@ In a cluster the entities are ZooKeeper's (``/config/users/...``, ``/config/clie
 every broker looks for new notifications every second (``follow_changes``) and reloads the
 entities when there is one, so all enforce the same quotas.
 
+An ip entity's ``connection_creation_rate`` counts the connections an address opens: one
+over it is held unread for its throttle time (at most one window) and then closed, as
+Kafka's acceptor does, so a client reconnecting in a loop is slowed, not served.
+
 Nothing is measured while no entity configures a client key (``active`` is False): the hot
 path pays one attribute check. Rates of clients idle for the whole span (every sample
 purged) are forgotten, so client ids cost memory only while they are in use.
@@ -62,6 +66,7 @@ class ClientQuotas:
         self.window_ms: int = config.get("quota.window.size.seconds") * 1000
         self.entities: dict[q.Entity, dict[str, float]] = {}
         self._by_key: dict[str, dict[q.Entity, float]] = {}
+        self._ip_quotas: dict[q.Entity, float] = {}
         self._rates: dict[tuple[str, str, str], q.Rate] = {}
         self.active = False
         self.time_measured = False
@@ -104,6 +109,8 @@ class ClientQuotas:
                 if key in by_key:
                     by_key[key][entity] = value
         self._by_key = by_key
+        self._ip_quotas = {e: v[q.CONNECTION_CREATION_RATE] for e, v in self.entities.items()
+                           if q.CONNECTION_CREATION_RATE in v}
         self.active = any(by_key.values())
         self.time_measured = bool(by_key[q.REQUEST_PERCENTAGE])
 
@@ -218,6 +225,21 @@ class ClientQuotas:
         if throttle:
             body = dataclasses.replace(body, responses=())
         return body, throttle
+
+    def connection_throttle(self, ip: str) -> int:
+        """A new connection from ``ip`` counted against its ``connection_creation_rate``
+        (ips/<ip>, else ips/<default>): how long to hold it before closing it unserved (0:
+        serve it), at most one window, as Kafka's acceptor throttles it."""
+        ips = self._ip_quotas
+        if not ips:
+            return 0
+        quota = ips.get(((q.IP, ip),), ips.get(((q.IP, None),)))
+        if quota is None:
+            return 0
+        rate = self._rate(q.CONNECTION_CREATION_RATE, (ip, ""))
+        now = _now_ms()
+        rate.record(1, now)
+        return q.throttle_ms(rate, quota, now, self.window_ms)
 
     def fetch_allowance(self, request) -> int:
         """The most a Fetch may read (Kafka's getMaxValueInQuotaWindow): what its consumer's

@@ -507,6 +507,15 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         self.ip = peer[0] if peer else "?"
+        throttle = self.broker.quotas.connection_throttle(self.ip)
+        if throttle:
+            _refused.log(logging.WARNING, "connection rate", "%s: over its address's "
+                         "connection_creation_rate; closing it in %d ms", self.peer, throttle)
+            transport.pause_reading()
+            self.closing = True
+            self._unmute = asyncio.get_running_loop().call_later(throttle / 1000, self.close)
+            self.broker._connections.add(self)
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
