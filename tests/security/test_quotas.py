@@ -34,7 +34,7 @@ _entities = st.sampled_from(
     + [entity(u) for u in [*USERS, None]] + [entity(client_id=c) for c in [*CLIENTS[:2], None]])
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=120, deadline=None, derandomize=True)
 @given(st.dictionaries(_entities, st.integers(1, 10**6), max_size=8),
        st.sampled_from(USERS), st.sampled_from(CLIENTS))
 def test_resolution_is_kip55s_precedence(configured, user, client):
@@ -104,7 +104,7 @@ class RateModel(RuleBasedStateMachine):
 
 
 TestRate = RateModel.TestCase
-TestRate.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+TestRate.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
                              derandomize=True)
 
 

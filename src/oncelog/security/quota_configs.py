@@ -113,7 +113,7 @@ def validate_ops(entity: Entity, ops: Iterable[tuple[str, float, bool]]
         if key in changes:
             raise QuotaError(INVALID_REQUEST, f"Duplicate quota key {key} not updating quota "
                              f"for this entity")
-        changes[key] = None if remove else value
+        changes[key] = None if remove else float(value)
     for key, value in changes.items():
         if value is None:
             continue

@@ -1,0 +1,37 @@
+"""broker/client_quotas.py on a real LocalFileStore: what AlterClientQuotas writes is found
+again by a broker started later (the store's files, at Kafka's paths with Kafka's JSON),
+names needing Kafka's sanitizing included, and an entity goes with its last key."""
+
+from __future__ import annotations
+
+from oncelog.broker.client_quotas import ClientQuotas
+from oncelog.broker.config import BrokerConfig
+from oncelog.metadata.store import LocalFileStore
+
+
+def test_quotas_survive_a_restart(tmp_path):
+    store = LocalFileStore(str(tmp_path))
+    quotas = ClientQuotas(BrokerConfig(), store)
+    assert not quotas.active
+    results = quotas.alter([
+        ("a", [("user", "a b*"), ("client-id", None)], [("producer_byte_rate", 1024, False)]),
+        ("b", [("client-id", "<default>")], [("consumer_byte_rate", 2048, False)]),
+        ("c", [("user", None)], [("request_percentage", 5.5, False)]),
+        ("d", [("ip", "10.0.0.1")], [("connection_creation_rate", 3, False)]),
+    ], validate_only=False)
+    assert [error for _, error, _ in results] == [None] * 4
+    assert quotas.active and quotas.time_measured
+    assert store.get("config/users/a%20b%2A/clients/<default>")[0] == {
+        "version": 1, "config": {"producer_byte_rate": "1024"}}
+    assert store.get("config/clients/%3Cdefault%3E")[0] == {
+        "version": 1, "config": {"consumer_byte_rate": "2048"}}
+    again = ClientQuotas(BrokerConfig(), store)
+    assert again.entities == quotas.entities == {
+        (("client-id", None), ("user", "a b*")): {"producer_byte_rate": 1024.0},
+        (("client-id", "<default>"),): {"consumer_byte_rate": 2048.0},
+        (("user", None),): {"request_percentage": 5.5},
+        (("ip", "10.0.0.1"),): {"connection_creation_rate": 3.0},
+    }
+    again.alter([("c", [("user", None)], [("request_percentage", 0, True)])], False)
+    assert store.get("config/users/<default>") == (None, -1)
+    assert not ClientQuotas(BrokerConfig(), store).time_measured
