@@ -325,7 +325,7 @@ class Broker:
 
     def handle_frame(self, frame: bytes, peer: str, session: Session = PLAINTEXT_SESSION) -> Any:
         """bytes to send, None (no response), a coroutine giving either, a LaterAnswer, or
-        _CLOSE (see answers.py)."""
+        _CLOSE, any of these but a coroutine wrapped in Throttled (see answers.py)."""
         try:
             request = decode_request(frame, peer, session)
         except UnsupportedVersion as exc:
