@@ -209,3 +209,9 @@ def test_paths_are_kafkas():
     assert qc.decode_config({"version": 1, "config": {"producer_byte_rate": "1024",
                                                       "bad": "x"}}) == \
         {"producer_byte_rate": 1024.0}
+
+
+def test_stored_values_that_do_not_parse_are_left_out():
+    for stored in (None, [], "x", {"config": []}, {"config": {"k": "nan?"}},
+                   {"config": {"k": -1}}, {"config": {"k": None}}):
+        assert qc.decode_config(stored) == {}, stored

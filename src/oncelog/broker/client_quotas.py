@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, MetadataUnavailable
 from ..security import quota_configs as qc
 from ..security import quotas as q
 from .log_limits import log_safe
@@ -99,6 +99,10 @@ class ClientQuotas:
         if stored is None:
             return
         values = qc.decode_config(stored)
+        config = stored.get("config") if isinstance(stored, dict) else None
+        if not isinstance(config, dict) or len(values) < len(config):
+            log.warning("%s: left out what does not parse in %s", log_safe(path),
+                        log_safe(stored))
         if values:
             into[_entity_of(path)] = values
 
@@ -130,6 +134,9 @@ class ClientQuotas:
                 seen.add(entity)
                 if not validate_only:
                     self._write(entity, changes)
+            except MetadataUnavailable as exc:  # ZooKeeper away: this entry not written
+                results.append((sent, "REQUEST_TIMED_OUT", str(exc)))
+                continue
             except qc.QuotaError as exc:
                 results.append((sent, exc.error, str(exc)))
                 continue

@@ -229,11 +229,15 @@ def _text(value: float) -> str:
 
 def decode_config(stored) -> dict[str, float]:
     """Values of a stored entity; what does not parse is left out (logged by the caller)."""
-    config = (stored or {}).get("config", {}) if isinstance(stored, dict) else {}
+    config = stored.get("config") if isinstance(stored, dict) else None
+    if not isinstance(config, dict):
+        return {}
     values = {}
     for key, text in config.items():
         try:
-            values[str(key)] = float(text)
+            value = float(text)
         except (TypeError, ValueError):
             continue
+        if value > 0:  # as AlterClientQuotas would have it
+            values[str(key)] = value
     return values
