@@ -362,3 +362,39 @@ def test_an_address_over_its_connection_creation_rate_is_held_then_closed(qbroke
     finally:
         assert _alter(qbroker.port, [([("ip", "127.0.0.4")],
                                       [("connection_creation_rate", None)])]) == [(0, None)]
+
+
+def test_max_connections_set_while_running_closes_connections_past_it(qbroker):
+    """max.connections is dynamic (as Kafka's): set to what is open plus one, the next
+    connection is served and one of those after it is closed at accept."""
+    from oncelog.client.admin.admin import Admin
+    from oncelog.client.admin.admin_configs import AlterConfigOp, ConfigResource
+
+    cluster_default = ConfigResource("brokers", "")
+    with Admin({"bootstrap.servers": qbroker.bootstrap}) as admin:
+        admin.describe_configs([cluster_default])  # the admin's connections, all open first
+        limit = int(_metric(qbroker, "oncelog_connections")) + 1
+        assert admin.incremental_alter_configs(
+            {cluster_default: [AlterConfigOp("max.connections", "SET", str(limit))]}
+        ) == {cluster_default: None}
+        opened = []
+        try:
+            refused = False
+            for _ in range(10):  # connections of earlier tests may still be closing
+                sock = socket.create_connection(("127.0.0.1", qbroker.port),
+                                                timeout=IO_TIMEOUT)
+                opened.append(sock)
+                try:
+                    _api_versions(sock)
+                except ConnectionError:
+                    refused = True
+                    break
+            assert refused and len(opened) >= 2
+            _api_versions(opened[0])  # the ones within the limit still serve
+        finally:
+            for sock in opened:
+                sock.close()
+            assert admin.incremental_alter_configs(
+                {cluster_default: [AlterConfigOp("max.connections", "DELETE")]}
+            ) == {cluster_default: None}
+    assert "already has max.connections (" in qbroker.log_text()
