@@ -93,7 +93,7 @@ class RateModel(RuleBasedStateMachine):
     @invariant()
     def sums_within_the_span(self):
         window = self.rate.window_size(self.now)
-        total = sum(s[2] for s in self.rate._samples)
+        total = self.rate.total()
         n, w = self.rate.samples, self.rate.window_ms
         recent = sum(v for t, v in self.events if t > self.now - (n - 1) * w)
         kept_at_most = sum(v for t, v in self.events if t >= self.now - (n + 1) * w)

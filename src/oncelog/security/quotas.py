@@ -176,7 +176,11 @@ class Rate:
     def measure(self, now_ms: int) -> float:
         """Per second."""
         window = self.window_size(now_ms)  # purges first
-        return sum(s[2] for s in self._samples) / (window / 1000.0)
+        return self.total() / (window / 1000.0)
+
+    def total(self) -> float:
+        """What the samples hold (as last purged)."""
+        return sum(s[2] for s in self._samples)
 
     def idle_since(self) -> int:
         return max((s[1] for s in self._samples), default=-1)
@@ -185,8 +189,8 @@ class Rate:
 def throttle_ms(rate: Rate, quota: float, now_ms: int, bound_ms: int = INT32_MAX) -> int:
     """How long a client measured by ``rate`` (its value just recorded) waits: 0 within its
     quota, else ``(O - T) / T * W`` rounded, at most ``bound_ms`` (the table above)."""
-    window = rate.window_size(now_ms)
-    observed = sum(s[2] for s in rate._samples) / (window / 1000.0)
+    window = rate.window_size(now_ms)  # purges first
+    observed = rate.total() / (window / 1000.0)
     if observed <= quota:
         return 0
     # Java's Math.round: halves up (Python's round would go to even)
