@@ -391,13 +391,13 @@ class Broker:
             self.budget.finished(decoded)
             self.budget_released()
         if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
-            return body if not request.throttle_ms or body is _CLOSE \
-                else Throttled(body, request.throttle_ms)
-        if request.api_key == apis.FETCH and self.quotas.active:
-            body, throttle = self.quotas.fetched(request, body)
-            if throttle != request.throttle_ms:
-                request = dataclasses.replace(request, throttle_ms=throttle)
-        frame = _encoded(request, body, peer, self._answer_limit(request))
+            frame = body
+        else:
+            if request.api_key == apis.FETCH and self.quotas.active:
+                body, throttle = self.quotas.fetched(request, body)
+                if throttle != request.throttle_ms:
+                    request = dataclasses.replace(request, throttle_ms=throttle)
+            frame = _encoded(request, body, peer, self._answer_limit(request))
         if request.throttle_ms and frame is not _CLOSE:
             self.quotas.throttled += 1
             return Throttled(frame, request.throttle_ms)
