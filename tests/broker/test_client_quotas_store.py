@@ -4,6 +4,8 @@ names needing Kafka's sanitizing included, and an entity goes with its last key.
 
 from __future__ import annotations
 
+import asyncio
+
 from oncelog.broker.client_quotas import ClientQuotas
 from oncelog.broker.config import BrokerConfig
 from oncelog.metadata.store import LocalFileStore
@@ -13,12 +15,12 @@ def test_quotas_survive_a_restart(tmp_path):
     store = LocalFileStore(str(tmp_path))
     quotas = ClientQuotas(BrokerConfig(), store)
     assert not quotas.active
-    results = quotas.alter([
+    results = asyncio.run(quotas.alter([
         ("a", [("user", "a b*"), ("client-id", None)], [("producer_byte_rate", 1024, False)]),
         ("b", [("client-id", "<default>")], [("consumer_byte_rate", 2048, False)]),
         ("c", [("user", None)], [("request_percentage", 5.5, False)]),
         ("d", [("ip", "10.0.0.1")], [("connection_creation_rate", 3, False)]),
-    ], validate_only=False)
+    ], validate_only=False))
     assert [error for _, error, _ in results] == [None] * 4
     assert quotas.active and quotas.time_measured
     assert store.get("config/users/a%20b%2A/clients/<default>")[0] == {
@@ -32,6 +34,18 @@ def test_quotas_survive_a_restart(tmp_path):
         (("user", None),): {"request_percentage": 5.5},
         (("ip", "10.0.0.1"),): {"connection_creation_rate": 3.0},
     }
-    again.alter([("c", [("user", None)], [("request_percentage", 0, True)])], False)
+    asyncio.run(again.alter([("c", [("user", None)], [("request_percentage", 0, True)])],
+                            False))
     assert store.get("config/users/<default>") == (None, -1)
     assert not ClientQuotas(BrokerConfig(), store).time_measured
+
+
+def test_more_than_ten_thousand_alterations_are_all_refused(tmp_path):
+    """Kafka's bound on one operation's records: nothing of such a request is written."""
+    store = LocalFileStore(str(tmp_path))
+    quotas = ClientQuotas(BrokerConfig(), store)
+    many = [(i, [("client-id", f"c{i}")], [("producer_byte_rate", 1.0, False)])
+            for i in range(10_001)]
+    results = asyncio.run(quotas.alter(many, validate_only=False))
+    assert {error for _, error, _ in results} == {"UNKNOWN_SERVER_ERROR"}
+    assert store.children("config/clients") == [] and not quotas.active

@@ -35,6 +35,8 @@ purged) are forgotten, so client ids cost memory only while they are in use.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import datetime
 import logging
@@ -55,6 +57,12 @@ _EXEMPT = frozenset({17, 36, 27})  # SaslHandshake, SaslAuthenticate, WriteTxnMa
 _PRODUCE = 0
 _FETCH = 1
 _CAS_TRIES = 10
+MAX_ALTERATIONS_PER_REQUEST = 10_000
+# The store's writes of AlterClientQuotas, one at a time, off the event loop.
+_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="oncelog-quotas")
+# (entity as sent, error name or None, message, entity, its changes / values)
+_Entry = tuple[Any, "str | None", "str | None", "q.Entity | None", "dict | None"]
 _CHANGES = "config/changes"
 _CHANGE_PREFIX = "config_change_"
 
@@ -118,12 +126,14 @@ class ClientQuotas:
         self.active = any(by_key.values())
         self.time_measured = bool(by_key[q.REQUEST_PERCENTAGE])
 
-    def alter(self, entries: Iterable[tuple[Any, list, list]], validate_only: bool
-              ) -> list[tuple[Any, str | None, str | None]]:
-        """(entity as sent, error name or None, message) for each (entity as sent, parts,
-        ops) entry, Kafka's rules (quota_configs' table); each entry is written on its own
-        (a compare-and-set of its path) unless ``validate_only``."""
-        results = []
+    def plan(self, entries: Iterable[tuple[Any, list, list]]) -> list[_Entry]:
+        """Each (entity as sent, parts, ops) entry checked by Kafka's rules (quota_configs'
+        table): (entity as sent, error name or None, message, entity, changes)."""
+        entries = list(entries)
+        if len(entries) > MAX_ALTERATIONS_PER_REQUEST:  # Kafka's MAX_RECORDS_PER_USER_OP
+            return [(sent, "UNKNOWN_SERVER_ERROR", f"more than {MAX_ALTERATIONS_PER_REQUEST} "
+                     f"quota alterations in one request", None, None) for sent, _, _ in entries]
+        planned: list[_Entry] = []
         seen: set[q.Entity] = set()
         for sent, parts, ops in entries:
             try:
@@ -132,20 +142,49 @@ class ClientQuotas:
                 if entity in seen:
                     raise qc.QuotaError(qc.INVALID_REQUEST, "Ignoring duplicate entity")
                 seen.add(entity)
-                if not validate_only:
-                    self._write(entity, changes)
-            except MetadataUnavailable as exc:  # ZooKeeper away: this entry not written
-                results.append((sent, "REQUEST_TIMED_OUT", str(exc)))
-                continue
             except qc.QuotaError as exc:
-                results.append((sent, exc.error, str(exc)))
+                planned.append((sent, exc.error, str(exc), None, None))
                 continue
-            results.append((sent, None, None))
-        if not validate_only:
-            self._derive()
-        return results
+            planned.append((sent, None, None, entity, changes))
+        return planned
 
-    def _write(self, entity: q.Entity, changes: dict[str, float | None]) -> None:
+    def write(self, planned: list[_Entry]) -> list[_Entry]:
+        """The store's side of ``plan``'s entries (in a worker thread: each entry is a
+        compare-and-set, an fsync or a ZooKeeper round trip): the same entries, each with
+        its entity's values now ({} when it has none left) or the error that stopped it."""
+        written: list[_Entry] = []
+        for sent, error, message, entity, changes in planned:
+            if error is None:
+                try:
+                    changes = self._write(entity, changes)
+                except MetadataUnavailable as exc:  # ZooKeeper away: this entry not written
+                    error, message = "REQUEST_TIMED_OUT", str(exc)
+                except qc.QuotaError as exc:
+                    error, message = exc.error, str(exc)
+            written.append((sent, error, message, entity, changes))
+        return written
+
+    def apply(self, written: list[_Entry]) -> None:
+        """``write``'s outcome into what the broker enforces (on the event loop)."""
+        for _, error, _, entity, values in written:
+            if error is None and values:
+                self.entities[entity] = values
+            elif error is None:
+                self.entities.pop(entity, None)
+        self._derive()
+
+    async def alter(self, entries: Iterable[tuple[Any, list, list]], validate_only: bool
+                    ) -> list[tuple[Any, str | None, str | None]]:
+        """(entity as sent, error name or None, message) for each entry: checked, then
+        (unless ``validate_only``) written by the writer thread and applied."""
+        planned = self.plan(entries)
+        if not validate_only and any(error is None for _, error, _, _, _ in planned):
+            planned = await asyncio.get_running_loop().run_in_executor(_WRITER, self.write,
+                                                                       planned)
+            self.apply(planned)
+        return [(sent, error, message) for sent, error, message, _, _ in planned]
+
+    def _write(self, entity: q.Entity, changes: dict[str, float | None]) -> dict[str, float]:
         path = qc.entity_path(entity)
         for _ in range(_CAS_TRIES):
             stored, version = self.store.get(path)
@@ -160,14 +199,11 @@ class ClientQuotas:
             break
         else:
             raise qc.QuotaError("UNKNOWN_SERVER_ERROR", f"{path} kept changing under us")
-        if values:
-            self.entities[entity] = values
-        else:
-            self.entities.pop(entity, None)
         if self.in_cluster:
             self.store.create_sequential(_CHANGES + "/" + _CHANGE_PREFIX,  # type: ignore
                                          {"version": 2, "entity_path": path[len("config/"):]})
         log.info("client quotas of %s are now %s", log_safe(path), values or "none")
+        return values
 
     def _latest_change(self) -> str | None:
         return max((n for n in self.store.children(_CHANGES) if n.startswith(_CHANGE_PREFIX)),

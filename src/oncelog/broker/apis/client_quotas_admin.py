@@ -3,7 +3,10 @@ decided by security/quota_configs.py (what may be set, what a filter matches); t
 only carries the answers into each version's response.
 
 A describe with a bad filter is answered with the error and no entries; an alteration is
-answered entry by entry, in the request's order, each entity as the request named it.
+answered entry by entry, in the request's order, each entity as the request named it, once
+the store has its writes (made off the event loop: the broker serves everyone else
+meanwhile); more than 10,000 entries in one request are all refused (Kafka's bound on one
+operation's records).
 """
 
 from __future__ import annotations
@@ -43,12 +46,12 @@ def handle_describe_client_quotas(broker, request: Request):
                  error_code=ErrorCode.none, error_message=None, entries=entries)
 
 
-def handle_alter_client_quotas(broker, request: Request):
+async def handle_alter_client_quotas(broker, request: Request):
     mod = response_module(apis.ALTER_CLIENT_QUOTAS, request.api_version)
     body = request.body
     entries = [(e.entity, [(d.entity_type, d.entity_name) for d in e.entity],
                 [(o.key, o.value, o.remove) for o in e.ops]) for e in body.entries]
-    results = broker.quotas.alter(entries, body.validate_only)
+    results = await broker.quotas.alter(entries, body.validate_only)
     answers = []
     for sent, error, message in results:
         if error is not None:
