@@ -87,7 +87,11 @@ class ClientQuotas:
     # --- the configured entities ------------------------------------------------------------
 
     def load(self) -> None:
-        """Every entity in the store (at start, and when another broker changed one)."""
+        """Every entity in the store (at start)."""
+        self.entities = self._read_all()
+        self._derive()
+
+    def _read_all(self) -> dict[q.Entity, dict[str, float]]:
         entities: dict[q.Entity, dict[str, float]] = {}
         users = {name.split("/")[0] for name in self.store.children("config/users")}
         for user in sorted(users):
@@ -99,8 +103,7 @@ class ClientQuotas:
             for name in self.store.children(f"config/{folder}"):
                 if "/" not in name:
                     self._load_one(entities, f"config/{folder}/{name}")
-        self.entities = entities
-        self._derive()
+        return entities
 
     def _load_one(self, into: dict, path: str) -> None:
         stored, _ = self.store.get(path)
@@ -209,12 +212,15 @@ class ClientQuotas:
         return max((n for n in self.store.children(_CHANGES) if n.startswith(_CHANGE_PREFIX)),
                    default=None)
 
-    def follow_changes(self) -> None:
-        """Reload the entities when another broker (or this one) notified a change."""
-        latest = self._latest_change()
+    async def follow_changes(self) -> None:
+        """Reload the entities when another broker (or this one) notified a change; the
+        store is read by the writer thread (ZooKeeper round trips stay off the loop)."""
+        loop = asyncio.get_running_loop()
+        latest = await loop.run_in_executor(_WRITER, self._latest_change)
         if latest != self._last_change:
+            self.entities = await loop.run_in_executor(_WRITER, self._read_all)
             self._last_change = latest
-            self.load()
+            self._derive()
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool
                  ) -> list[tuple[q.Entity, dict[str, float]]]:

@@ -184,8 +184,7 @@ class Broker:
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         if self.quotas.in_cluster:
-            self._tasks.append(asyncio.create_task(self._every(1000,
-                                                               self.quotas.follow_changes)))
+            self._tasks.append(asyncio.create_task(self._follow_quota_changes()))
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port)
@@ -209,6 +208,14 @@ class Broker:
                 duty()
             except Exception:
                 log.exception("background duty %s failed", duty.__name__)
+
+    async def _follow_quota_changes(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            try:
+                await self.quotas.follow_changes()
+            except Exception:
+                log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
         try:
