@@ -160,10 +160,14 @@ class ClientQuotas:
             if error is None:
                 try:
                     changes = self._write(entity, changes)
-                except MetadataUnavailable as exc:  # ZooKeeper away: this entry not written
-                    error, message = "REQUEST_TIMED_OUT", str(exc)
                 except qc.QuotaError as exc:
                     error, message = exc.error, str(exc)
+                except Exception as exc:
+                    if not self.in_cluster or not _zookeeper_away(exc):
+                        raise
+                    # ZooKeeper away: this entry not written (or, when its notification
+                    # failed, not yet seen by the other brokers)
+                    error, message = "REQUEST_TIMED_OUT", f"ZooKeeper: {exc!r}"
             written.append((sent, error, message, entity, changes))
         return written
 
@@ -216,11 +220,20 @@ class ClientQuotas:
         """Reload the entities when another broker (or this one) notified a change; the
         store is read by the writer thread (ZooKeeper round trips stay off the loop)."""
         loop = asyncio.get_running_loop()
-        latest = await loop.run_in_executor(_WRITER, self._latest_change)
-        if latest != self._last_change:
-            self.entities = await loop.run_in_executor(_WRITER, self._read_all)
-            self._last_change = latest
-            self._derive()
+        try:
+            latest = await loop.run_in_executor(_WRITER, self._latest_change)
+            if latest == self._last_change:
+                return
+            entities = await loop.run_in_executor(_WRITER, self._read_all)
+        except Exception as exc:
+            if not _zookeeper_away(exc):
+                raise
+            # the next look (a second later) reads again what ZooKeeper holds then
+            log.warning("following client quota changes cut short by ZooKeeper: %r", exc)
+            return
+        self.entities = entities
+        self._last_change = latest
+        self._derive()
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool
                  ) -> list[tuple[q.Entity, dict[str, float]]]:
@@ -322,6 +335,15 @@ class ClientQuotas:
         cutoff = _now_ms() - self.samples * self.window_ms
         for key in [k for k, rate in self._rates.items() if rate.idle_since() < cutoff]:
             del self._rates[key]
+
+
+def _zookeeper_away(exc: Exception) -> bool:
+    """A lost connection or session (kazoo's errors; kazoo is there in cluster mode only)."""
+    if isinstance(exc, MetadataUnavailable):
+        return True
+    from kazoo.exceptions import KazooException
+
+    return isinstance(exc, KazooException)
 
 
 def _who(request) -> tuple[str, str]:
