@@ -162,6 +162,9 @@ class ClientQuotas:
                     changes = self._write(entity, changes)
                 except qc.QuotaError as exc:
                     error, message = exc.error, str(exc)
+                except OSError as exc:  # a full disk: nothing of this entry changed
+                    log.error("client quotas of %s not written: %s", entity, exc)
+                    error, message = "UNKNOWN_SERVER_ERROR", f"writing it failed: {exc}"
                 except Exception as exc:
                     if not self.in_cluster or not _zookeeper_away(exc):
                         raise
