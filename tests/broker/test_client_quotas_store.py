@@ -49,3 +49,19 @@ def test_more_than_ten_thousand_alterations_are_all_refused(tmp_path):
     results = asyncio.run(quotas.alter(many, validate_only=False))
     assert {error for _, error, _ in results} == {"UNKNOWN_SERVER_ERROR"}
     assert store.children("config/clients") == [] and not quotas.active
+
+
+def test_made_up_client_ids_cost_bounded_memory(tmp_path, monkeypatch):
+    """Under a clients/<default> quota every client id has its own rate: at most MAX_RATES
+    of them are kept, the oldest forgotten first."""
+    from oncelog.broker import client_quotas
+    from oncelog.protocol.messages import Request
+
+    monkeypatch.setattr(client_quotas, "MAX_RATES", 50)
+    quotas = ClientQuotas(BrokerConfig(), LocalFileStore(str(tmp_path)))
+    asyncio.run(quotas.alter([(0, [("client-id", None)], [("producer_byte_rate", 1e6, False)])],
+                             validate_only=False))
+    for i in range(500):
+        quotas.before(Request(0, 9, i, f"made-up-{i}", None, 100))
+    assert len(quotas._rates) == 50
+    assert ("producer_byte_rate", "", "made-up-499") in quotas._rates

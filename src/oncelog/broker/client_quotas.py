@@ -30,7 +30,8 @@ Kafka's acceptor does, so a client reconnecting in a loop is slowed, not served.
 
 Nothing is measured while no entity configures a client key (``active`` is False): the hot
 path pays one attribute check. Rates of clients idle for the whole span (every sample
-purged) are forgotten, so client ids cost memory only while they are in use.
+purged) are forgotten, so client ids cost memory only while they are in use, and at most
+``MAX_RATES`` are kept.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ _PRODUCE = 0
 _FETCH = 1
 _CAS_TRIES = 10
 MAX_ALTERATIONS_PER_REQUEST = 10_000
+# Rates kept at most (each a few hundred bytes): a client inventing a client id per request
+# under a clients/<default> quota costs this much memory, not more; past it the oldest rate
+# is forgotten (its client measured afresh, as after the span of quiet that expires it).
+MAX_RATES = 100_000
 # The store's writes of AlterClientQuotas, one at a time, off the event loop.
 _WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                 thread_name_prefix="oncelog-quotas")
@@ -329,6 +334,10 @@ class ClientQuotas:
     def _rate(self, key: str, tags: q.SensorKey) -> q.Rate:
         rate = self._rates.get((key, *tags))
         if rate is None:
+            if len(self._rates) >= MAX_RATES:  # client ids made up by the thousand
+                self.expire()
+                while len(self._rates) >= MAX_RATES:  # the oldest made go first
+                    del self._rates[next(iter(self._rates))]
             rate = self._rates[(key, *tags)] = q.Rate(self.samples, self.window_ms)
         return rate
 
