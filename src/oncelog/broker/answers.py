@@ -1,6 +1,7 @@
 """What a request handler may return besides an answer: the connection acts on these.
 
 * ``CLOSE_CONNECTION``: close the connection (after the answers before it are written);
+* ``Throttled``: an answer, then the connection is muted for a quota's throttle time;
 * ``LaterAnswer``: the request's work is done (a produce appended its batches), only its
   answer waits (for the fsync that makes them durable). The connection goes on handling the
   requests behind it, so one fsync can cover the batches of several pipelined requests
@@ -22,6 +23,17 @@ from collections.abc import Callable, Iterable
 log = logging.getLogger(__name__)
 
 CLOSE_CONNECTION = object()
+
+
+class Throttled:
+    """An answer (any of the above but a coroutine) whose client is over a quota: the
+    connection sends it, then is muted for ``ms`` (broker/client_quotas.py)."""
+
+    __slots__ = ("answer", "ms")
+
+    def __init__(self, answer: object, ms: int) -> None:
+        self.answer = answer
+        self.ms = ms
 
 
 class LaterAnswer:

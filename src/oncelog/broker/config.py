@@ -7,9 +7,11 @@ Kafka (``segment.bytes`` defaults to ``log.segment.bytes``).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +123,43 @@ def _check_consumer_group_bounds(config: BrokerConfig) -> None:
 
 # compression.type's values: Kafka's names; "producer" keeps what the producer sent.
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def parse_connection_overrides(text: str) -> dict[str, int]:
+    """``host:count,host:count`` (Kafka's syntax; an IPv6 address may have colons, the
+    count is after the last one) -> address -> count. A host name is resolved once."""
+    overrides: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            value = int(count.strip())
+        except ValueError:
+            value = -1
+        if not sep or not host or value < 0:
+            raise ConfigError(f"Invalid format for max.connections.per.ip.overrides entry "
+                              f"{item!r}: expected host:count with count >= 0")
+        overrides[_address(host)] = value
+    return overrides
+
+
+def _address(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}") from None
+
+
+def _connection_overrides(text: str) -> str:
+    parse_connection_overrides(text)
+    return text.strip()
 
 
 def _gzip_level(text: str) -> int:
@@ -353,6 +392,22 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "socket.request.max.bytes, or -1 (or 0) for no limit (Kafka's default). Finite here "
          "because a Python process has no heap limit to stop it, where Kafka's JVM has one.",
          _parse_int(-1, LONG_MAX)),
+    # Connections and client quotas (connection_limits.py, client_quotas.py).
+    _key("max.connections", "INT", INT_MAX,
+         "Connections the broker keeps; one more is closed at once.", _parse_int(0, INT_MAX)),
+    _key("max.connections.per.ip", "INT", INT_MAX,
+         "Connections one address may have; one more is closed at once.",
+         _parse_int(0, INT_MAX)),
+    _key("max.connections.per.ip.overrides", "STRING", "",
+         "host:count,... per-address limits in place of max.connections.per.ip.",
+         _connection_overrides),
+    _key("connections.max.idle.ms", "LONG", 600_000,
+         "A connection with nothing read or written for this long is closed (-1: never).",
+         _parse_int(-1, LONG_MAX)),
+    _key("quota.window.num", "INT", 11,
+         "Samples a client quota's rate is measured over.", _parse_int(1, INT_MAX)),
+    _key("quota.window.size.seconds", "INT", 1,
+         "Length of each client quota sample.", _parse_int(1, INT_MAX)),
     _key("producer.id.expiration.ms", "INT", 86_400_000,
          "Idle time after which a producer's state moves out of memory to a compact record.",
          _parse_int(1, INT_MAX)),

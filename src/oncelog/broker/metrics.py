@@ -211,6 +211,12 @@ _NETWORK = (  # (name, stats key, type, help)
      "Frames left unread because the request budget was full or others waited first."),
     ("oncelog_write_pauses_total", "write_pauses", "counter",
      "Times a connection stopped because its unread answers passed the high-water mark."),
+    ("oncelog_throttled_answers_total", "throttled_answers", "counter",
+     "Answers that carried a client quota's throttle_time_ms (their connection then muted)."),
+    ("oncelog_connections_throttled", "connections_throttled", "gauge",
+     "Connections muted for a client quota's throttle time."),
+    ("oncelog_connections_refused_total", "connections_refused", "counter",
+     "Connections closed at accept for max.connections or max.connections.per.ip."),
 )
 
 

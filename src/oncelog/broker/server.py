@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import dataclasses
 import inspect
 import logging
 import os
@@ -34,13 +35,15 @@ from ..protocol.messages import (
 )
 from . import dynamic_config, metrics
 from .announce import metrics_line
-from .answers import CLOSE_CONNECTION, LaterAnswer
+from .answers import CLOSE_CONNECTION, LaterAnswer, Throttled
 from .apis.api_meta import unsupported_api_versions_body
 from .apis.groups import make_coordinator
 from .apis.produce import TxnVerifier
 from .apis.registry import HANDLERS
 from .apis.transactions import make_transaction_coordinator
+from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
+from .connection_limits import ConnectionLimits
 from .counters import Counters
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
@@ -96,6 +99,10 @@ class Broker:
         # part 1): the transaction coordinator's word.
         self.txn_verifier: TxnVerifier = self.transactions.verify
         self.counters = Counters()
+        # In a cluster the quotas are the cluster's (ZooKeeper's /config/users, /config/clients)
+        self.quotas = ClientQuotas(config, self.store if self.cluster is None
+                                   else self.cluster.store)
+        self.connection_limits = ConnectionLimits(config)
         self.budget = RequestBudget(config.get("queued.max.requests"),
                                     config.get("queued.max.request.bytes"))
         self._offer_scheduled = False
@@ -169,9 +176,15 @@ class Broker:
                 self.transactions.expire_ids)),
             asyncio.create_task(self._load_groups()),
             asyncio.create_task(self._every(10_000, flush_rate_limited)),
+            asyncio.create_task(self._every(self.quotas.samples * self.quotas.window_ms,
+                                            self.quotas.expire)),
+            asyncio.create_task(self._every(self.connection_limits.idle_check_ms,
+                                            self._close_idle)),
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        if self.quotas.in_cluster:
+            self._tasks.append(asyncio.create_task(self._follow_quota_changes()))
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port)
@@ -195,6 +208,14 @@ class Broker:
                 duty()
             except Exception:
                 log.exception("background duty %s failed", duty.__name__)
+
+    async def _follow_quota_changes(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            try:
+                await self.quotas.follow_changes()
+            except Exception:
+                log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
         try:
@@ -228,6 +249,12 @@ class Broker:
             for partition in topic.partitions:
                 if partition.holds_data():
                     yield partition
+
+    def _close_idle(self) -> None:
+        for conn in self.connection_limits.idle(list(self._connections), time.monotonic()):
+            log.info("%s: idle for more than connections.max.idle.ms (%d); closing it",
+                     conn.peer, self.connection_limits.idle_ms)
+            conn.close()
 
     def flush_by_time(self) -> None:
         now = int(time.time() * 1000)
@@ -296,13 +323,16 @@ class Broker:
             "waiting_request_budget": self.budget.waiting,
             "request_budget_refusals": self.budget.refusals,
             "write_pauses": self.write_pauses,
+            "throttled_answers": self.quotas.throttled,
+            "connections_throttled": sum(1 for c in conns if c.muted and not c.closed),
+            "connections_refused": self.connection_limits.refused,
         }
 
     # --- requests ------------------------------------------------------------------------
 
     def handle_frame(self, frame: bytes, peer: str, session: Session = PLAINTEXT_SESSION) -> Any:
         """bytes to send, None (no response), a coroutine giving either, a LaterAnswer, or
-        _CLOSE (see answers.py)."""
+        _CLOSE, any of these but a coroutine wrapped in Throttled (see answers.py)."""
         try:
             request = decode_request(frame, peer, session)
         except UnsupportedVersion as exc:
@@ -318,6 +348,29 @@ class Broker:
             _refused.log(logging.WARNING, "malformed request", "%s: %s; closing the connection",
                          peer, log_safe(exc))
             return _CLOSE
+        if self.quotas.active:
+            return self._answer_within_quotas(request, peer)
+        return self._answer(request, peer)
+
+    def _answer_within_quotas(self, request, peer: str) -> Any:
+        """_answer, the request measured against its client's quotas (client_quotas.py);
+        Throttled when it is over one."""
+        quotas = self.quotas
+        throttle = quotas.before(request)
+        if throttle:
+            request = dataclasses.replace(request, throttle_ms=throttle)
+        if quotas.time_measured:
+            started = time.perf_counter_ns()
+            result = self._answer(request, peer)
+            quotas.handled(request, time.perf_counter_ns() - started)
+        else:
+            result = self._answer(request, peer)
+        if not throttle or inspect.iscoroutine(result) or result is _CLOSE:
+            return result  # a coroutine's answer is throttled when it is done (_finish)
+        quotas.throttled += 1
+        return Throttled(result, throttle)
+
+    def _answer(self, request, peer: str) -> Any:
         try:
             body = HANDLERS[request.api_key](self, request)
         except Exception:
@@ -345,8 +398,17 @@ class Broker:
             self.budget.finished(decoded)
             self.budget_released()
         if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
-            return body
-        return _encoded(request, body, peer, self._answer_limit(request))
+            frame = body
+        else:
+            if request.api_key == apis.FETCH and self.quotas.active:
+                body, throttle = self.quotas.fetched(request, body)
+                if throttle != request.throttle_ms:
+                    request = dataclasses.replace(request, throttle_ms=throttle)
+            frame = _encoded(request, body, peer, self._answer_limit(request))
+        if request.throttle_ms and frame is not _CLOSE:
+            self.quotas.throttled += 1
+            return Throttled(frame, request.throttle_ms)
+        return frame
 
     def _answer_limit(self, request) -> int:
         """The largest answer sent: a frame either way is at most socket.request.max.bytes,
@@ -361,6 +423,8 @@ def _encoded(request, body, peer: str, limit: int) -> Any:
     """The answer's frame; an answer that cannot be encoded (a handler's bug) closes the
     connection with the traceback logged, as a handler that raised does, and so does one
     larger than ``limit`` (with a log line): no connection holds an answer past it unsent."""
+    if request.throttle_ms:
+        body = with_throttle(body, request.throttle_ms)
     try:
         frame = encode_response(request.api_key, request.api_version, request.correlation_id,
                                 body)
@@ -434,11 +498,31 @@ class Connection(asyncio.BufferedProtocol):
         self.turn_frames = self.turn_bytes = 0  # and what it handled in it
         self.pending: asyncio.Future | None = None
         self.session = PLAINTEXT_SESSION  # who the peer is (authentication replaces it)
+        self.muted = False  # over a quota: nothing read or handled until the timer ends it
+        self._unmute: asyncio.TimerHandle | None = None
+        self.last_active = time.monotonic()  # last read or write (connections.max.idle.ms)
+        self.ip: str | None = None  # counted in the broker's ConnectionLimits while set
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        refused = self.broker.connection_limits.admit(peer[0] if peer else "?")
+        if refused:
+            _refused.log(logging.WARNING, "too many connections", "%s: %s; closing the "
+                         "connection", self.peer, refused)
+            self.close()
+            return
+        self.ip = peer[0] if peer else "?"
+        throttle = self.broker.quotas.connection_throttle(self.ip)
+        if throttle:
+            _refused.log(logging.WARNING, "connection rate", "%s: over its address's "
+                         "connection_creation_rate; closing it in %d ms", self.peer, throttle)
+            transport.pause_reading()
+            self.closing = True
+            self._unmute = asyncio.get_running_loop().call_later(throttle / 1000, self.close)
+            self.broker._connections.add(self)
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -447,6 +531,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.ip is not None:
+            self.broker.connection_limits.release(self.ip)
+            self.ip = None
+        if self._unmute is not None:
+            self._unmute.cancel()
         self.queue.clear()
         self.behind.clear()
         broker = self.broker
@@ -466,6 +555,7 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         reader = self.reader
         reader.received(nbytes)
+        self.last_active = time.monotonic()
         self.pump()
 
     # --- the pass: take frames on, handle them, decide about reading ----------------------
@@ -494,12 +584,13 @@ class Connection(asyncio.BufferedProtocol):
                                           or self.budget.is_waiting(self)):
             self._schedule_pass()  # room was made: take the rest on after the others' turn
         self._set_reading(not (self.write_paused or self.reader.held_back
-                               or self.pass_scheduled))
+                               or self.pass_scheduled or self.muted))
 
     @property
     def held_up(self) -> bool:
-        """Handling waits: for a handler's coroutine, for answers behind it, or to close."""
-        return self.busy or self.closing or len(self.behind) >= _BEHIND_MOST
+        """Handling waits: for a handler's coroutine, for answers behind it, to close, or for
+        a quota's throttle to end."""
+        return self.busy or self.closing or self.muted or len(self.behind) >= _BEHIND_MOST
 
     def _turn_spent(self) -> bool:
         """Whether this connection had its share of the current turn of the event loop (a
@@ -578,10 +669,12 @@ class Connection(asyncio.BufferedProtocol):
         out: list[bytes] = []
         unsent = taken_bytes = awaited = 0
         try:
-            while queue:
+            while queue and not self.muted:
                 size = len(queue[0])
                 taken_bytes += size
                 result = broker.handle_frame(queue.popleft(), self.peer, self.session)
+                if type(result) is Throttled:
+                    result = self._mute_after(result)
                 if isinstance(result, CoroutineType):  # (inspect.iscoroutine, without a call)
                     self.busy = True
                     self.pending = asyncio.ensure_future(self._await(result, size))
@@ -629,7 +722,31 @@ class Connection(asyncio.BufferedProtocol):
     def _flush(self, out: list[bytes]) -> None:
         if out and not self.closed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.last_active = time.monotonic()
         out.clear()
+
+    def _mute_after(self, throttled: Throttled) -> Any:
+        """KIP-219: the answer goes out now, then nothing more is read or handled for the
+        throttle time (clients back off for it themselves; one that does not gets no answers
+        meanwhile)."""
+        if not self.closed:
+            self.muted = True
+            if self._unmute is not None:
+                self._unmute.cancel()
+            self._unmute = asyncio.get_running_loop().call_later(throttled.ms / 1000,
+                                                                 self._unmuted)
+        return throttled.answer
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        self.muted = False
+        if not self.closed:
+            self.pump()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing going on but waiting for the peer (what connections.max.idle.ms ends)."""
+        return not (self.busy or self.behind or self.muted or self.queue or self.closed)
 
     async def _await(self, pending, size: int) -> None:
         try:
@@ -639,6 +756,8 @@ class Connection(asyncio.BufferedProtocol):
             self.pending = None
             self.budget.finished(size)
             self.broker.budget_released()
+        if type(result) is Throttled:
+            result = self._mute_after(result)
         if not self.closed:
             self._send(result)
             self.pump()

@@ -18,6 +18,7 @@ import sys
 from ..client.admin.admin import Admin
 from ..client.admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from ..client.network.connection import KafkaError
+from .quotas import add_quota_options, is_quota_command, run_quota_command
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -127,6 +128,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.action is None:
         raise SystemExit("oncelog configs: say describe or alter (or --describe / --alter)")
     try:
+        if is_quota_command(args):
+            return run_quota_command(args)
+        if args.entity_type is None:
+            raise SystemExit("oncelog configs: say --entity-type (or --user, --client, --ip)")
         return _describe(args) if args.action == "describe" else _alter(args)
     except KafkaError as exc:
         print(f"oncelog configs: {exc}", file=sys.stderr)
@@ -142,7 +147,8 @@ def add_config_commands(sub, with_bootstrap) -> None:
                          help="same as the describe action")
     configs.add_argument("--alter", dest="do_alter", action="store_true",
                          help="same as the alter action")
-    configs.add_argument("--entity-type", required=True, choices=["topics", "brokers"])
+    configs.add_argument("--entity-type",
+                         choices=["topics", "brokers", "users", "clients", "ips"])
     configs.add_argument("--entity-name", help="topic name or broker id (describe: all "
                                                "when left out)")
     configs.add_argument("--entity-default", action="store_true",
@@ -155,4 +161,5 @@ def add_config_commands(sub, with_bootstrap) -> None:
                          help="configs to remove (back to their defaults); may be repeated")
     configs.add_argument("--validate-only", action="store_true",
                          help="check the change without making it")
+    add_quota_options(configs)
     configs.set_defaults(func=_run)

@@ -144,6 +144,13 @@ class ZooKeeperStore:
         except NoNodeError:
             return []
 
+    def create_sequential(self, prefix: str, value: Any) -> str:
+        """A new persistent sequential znode ``<prefix><10 digits>`` (Kafka's change
+        notifications, ``/config/changes/config_change_``); returns its path."""
+        data = json.dumps(value, separators=(",", ":")).encode()
+        return self.op(self.client.create_async, _znode(prefix), data, sequence=True,
+                       makepath=True)
+
     def op(self, call_async: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One ZooKeeper operation (a kazoo ``*_async`` method), answered within the session
         timeout or MetadataUnavailable: kazoo itself would hold a request made while it is

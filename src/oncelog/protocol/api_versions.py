@@ -59,6 +59,9 @@ CONSUMER_GROUP_DESCRIBE = 69
 # configuration after creation
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
+# client quotas (broker/apis/client_quotas_admin.py)
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
 # Partition admin (broker/apis/partition_admin.py).
 DELETE_RECORDS = 21
 CREATE_PARTITIONS = 37
@@ -127,6 +130,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ELECT_LEADERS: (0, 2),
     ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 # librdkafka before 2.10 (kcat's among them) compresses with gzip, snappy or lz4 only when the

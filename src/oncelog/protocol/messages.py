@@ -65,6 +65,9 @@ class Request:
     # Who sent it: the connection's security session (oncelog.broker.session.Session), set
     # by the broker; the protocol layer carries it and never reads it.
     session: Any = None
+    # How long the client is throttled for a quota (ms; set by the broker before the
+    # request is handled, so that its answer carries it).
+    throttle_ms: int = 0
 
 
 class FrameReader:

@@ -72,7 +72,7 @@ def _count(n: int, flexible: bool) -> bytes:
 
 def encode(version: int, correlation_id: int,
            topics: Sequence[tuple[str | uuid.UUID, Sequence[PartitionResult]]],
-           node_endpoints: Sequence[NodeEndpoint] = ()) -> bytes:
+           node_endpoints: Sequence[NodeEndpoint] = (), throttle_ms: int = 0) -> bytes:
     """A complete response frame, size prefix included. Topics are named by name, from v13
     by id."""
     flexible = version >= FLEXIBLE_FROM
@@ -103,7 +103,7 @@ def encode(version: int, correlation_id: int,
                 out.append(b"\x00")
         if flexible:
             out.append(b"\x00")
-    out.append(_I32.pack(0))  # throttle time
+    out.append(_I32.pack(throttle_ms))
     if hints and node_endpoints:
         out.append(b"\x01\x00")  # one tagged field, tag 0
         out.append(_tagged(_endpoints(node_endpoints)))

@@ -64,8 +64,10 @@ async def handle_fetch(broker, request: Request):
     mod = response_module(FETCH, request.api_version)
     max_wait = body.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
+    allowance = broker.quotas.fetch_allowance(request)  # a consumer quota's window
     while True:
-        responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version)
+        responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version,
+                                                         allowance)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or errors or remaining <= 0 or not partitions:
             break
@@ -83,9 +85,9 @@ async def handle_fetch(broker, request: Request):
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
 
 
-def _read_all(broker, mod, body, version: int):
+def _read_all(broker, mod, body, version: int, allowance: int):
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    budget = min(body.max_bytes, broker.config.get("fetch.max.bytes"))  # as Kafka's broker
+    budget = min(body.max_bytes, broker.config.get("fetch.max.bytes"), allowance)  # as Kafka
     total = 0
     errors = False
     partitions = []

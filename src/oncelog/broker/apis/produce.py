@@ -169,7 +169,8 @@ def _encode(broker, request: Request, topics: list) -> bytes:
                          for p in ps]) for key, ps in topics]
         nodes = (NodeEndpoint(broker.broker_id, broker.advertised_host,
                               broker.advertised_port),)
-    return produce_response.encode(request.api_version, request.correlation_id, topics, nodes)
+    return produce_response.encode(request.api_version, request.correlation_id, topics, nodes,
+                                   request.throttle_ms)
 
 
 def _unknown_topic_id(topic_id, index: int, client_id: str | None) -> tuple[PartitionResult,

@@ -10,6 +10,7 @@ from ...protocol import api_versions as apis
 from . import (
     admin,
     api_meta,
+    client_quotas_admin,
     cluster_views,
     configs_admin,
     consumer_groups,
@@ -24,7 +25,8 @@ from . import (
 )
 
 FAMILIES = (api_meta, produce, fetch, admin, configs_admin, partition_admin, cluster_views,
-            groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured)
+            groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured,
+            client_quotas_admin)
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {}
 for _family in FAMILIES:
