@@ -34,8 +34,6 @@ IO_TIMEOUT = 60.0
 NOT_SERVED = {
     48: "DescribeClientQuotas: no quotas",
     49: "AlterClientQuotas: no quotas",
-    50: "DescribeUserScramCredentials: no SASL",
-    51: "AlterUserScramCredentials: no SASL",
     57: "UpdateFeatures: no finalized features",
     64: "UnregisterBroker: one broker",
     76: "ShareGroupHeartbeat: no share groups (KIP-932)",

@@ -29,6 +29,9 @@ def _broker(args: argparse.Namespace) -> int:
 
     try:
         run_broker(config, started)
+    except ConfigError as exc:  # what only starting shows: a TLS file missing or bad
+        print(f"oncelog broker: {exc}", file=sys.stderr)
+        return 2
     except ClusterStartError as exc:
         print(f"oncelog broker: cannot join the cluster: {exc}", file=sys.stderr)
         return CLUSTER_START_EXIT_CODE

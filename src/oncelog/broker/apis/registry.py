@@ -18,13 +18,15 @@ from . import (
     partition_admin,
     produce,
     producer_ids,
+    scram_users,
     transactions,
     txn_markers,
     unsecured,
 )
 
 FAMILIES = (api_meta, produce, fetch, admin, configs_admin, partition_admin, cluster_views,
-            groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured)
+            groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured,
+            scram_users)
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {}
 for _family in FAMILIES:
