@@ -57,11 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs import add_config_commands
     from .spark import add_spark_commands
     from .tools import _with_bootstrap, add_tool_commands
+    from .users import add_user_commands
 
     add_tool_commands(sub)
     add_config_commands(sub, _with_bootstrap)
     add_spark_commands(sub, _with_bootstrap)
     add_chaos_commands(sub)
+    add_user_commands(sub, _with_bootstrap)
     return parser
 
 

@@ -22,7 +22,7 @@ from ..network.connection import BrokerConnection, KafkaError, connect, parse_bo
 from ..network.security import ClientSecurity
 from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
 from ..topic_partition import OffsetAndMetadata, TopicPartition
-from . import admin_configs
+from . import admin_configs, admin_scram
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 
 RESOURCE_TOPIC = 2
@@ -576,6 +576,17 @@ class Admin:
     # --- cluster and storage views ------------------------------------------------------------
     # DescribeCluster, DescribeTopicPartitions (KIP-966), DescribeLogDirs and
     # AlterReplicaLogDirs; the log directory calls go to every broker (or the one named).
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, dict[str, int] | KafkaError]:
+        """user -> {mechanism: iterations} (or the broker's error for that user)."""
+        return admin_scram.describe(self.conn, users)
+
+    def alter_user_scram_credentials(self, upsertions: Iterable[admin_scram.ScramUpsertion] = (),
+                                     deletions: Iterable[tuple[str, str]] = ()
+                                     ) -> dict[str, KafkaError | None]:
+        """Set or delete SCRAM credentials: user -> None when done, else its error."""
+        return admin_scram.alter(self.conn, upsertions, deletions)
 
     def describe_cluster(self, include_authorized_operations: bool = False) -> ClusterDescription:
         def make(mod, version):
