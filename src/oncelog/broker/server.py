@@ -472,6 +472,9 @@ class Connection(asyncio.BufferedProtocol):
         principal = certificate_principal(transport.get_extra_info("peercert")) \
             if endpoint.tls else PLAINTEXT_SESSION.principal
         self.session = Session(principal, endpoint.name, endpoint.security_protocol)
+        if principal is not PLAINTEXT_SESSION.principal and not endpoint.sasl:
+            log.info("%s: authenticated as %s by its certificate on listener %s", self.peer,
+                     log_safe(principal), endpoint.name)
         if endpoint.sasl:
             self.handle = SaslGate(self, listener, self.broker.credentials).handle
             # Kafka's bound on what an unauthenticated client may make the broker hold.

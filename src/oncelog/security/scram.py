@@ -246,7 +246,11 @@ def verify_client_final(mechanism: str, credential: ScramCredential, first: Clie
         raise ScramError("expected c=<binding>,r=<nonce>,...,p=<proof>")
     if attrs[0][1] != _b64(first.gs2_header.encode()):
         raise ScramError("the channel binding does not repeat the GS2 header")
-    if not secrets.compare_digest(attrs[1][1].encode(), nonce.encode()):
+    # Kafka's rule: the nonce must END with the one the server sent (librdkafka 2.0 sends
+    # the client's nonce before it a second time, and Kafka takes it).
+    sent = attrs[1][1].encode()
+    if len(sent) < len(nonce) or not secrets.compare_digest(sent[len(sent) - len(nonce):],
+                                                            nonce.encode()):
         raise ScramError("the nonce is not the one the server sent")
     proof = _unb64(proof_text)
     auth = _auth_message(first.bare, server_first_message.decode(), head)
