@@ -10,13 +10,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.brokers import BrokerProcess
-from support.certs import CertificateAuthority, Pem
-
 from oncelog.broker.server import METADATA_DIR
 from oncelog.metadata.store import LocalFileStore
 from oncelog.security.credentials import ScramCredentials
 from oncelog.security.scram import make_credential
+from support.brokers import BrokerProcess
+from support.certs import CertificateAuthority, Pem
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
