@@ -1,0 +1,135 @@
+"""Issue 25, SCRAM users: confluent-kafka's AdminClient describe_user_scram_credentials and
+alter_user_scram_credentials (refused as unsupported before) get Kafka's answers, the users it
+makes can log in and the ones it deletes cannot, and ``oncelog users`` does the same through
+``--bootstrap-server --command-config`` (a Kafka tool's file, Java names and all). What is
+stored is Kafka's salted form, never the password."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+from support.brokers import BrokerProcess
+from support.secured import add_user
+
+from oncelog.cli.main import main
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    data = tmp_path_factory.mktemp("users") / "data"
+    add_user(data, "admin", "admin-pw")
+    found = BrokerProcess(data, {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
+        "connection.failed.authentication.delay.ms": "0",
+    }).start()
+    yield found
+    assert found.stop() == 0
+    assert "Traceback" not in found.log_text(), found.log_text()
+
+
+def _logs_in(broker, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> bool:
+    errors: list = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap_for("SASL_PLAINTEXT"),
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                         "sasl.username": user, "sasl.password": password,
+                         "error_cb": errors.append})
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            producer.poll(0.05)  # error_cb runs from poll
+            if errors:
+                return False
+            try:
+                producer.list_topics(timeout=0.2)
+                return True
+            except KafkaException:
+                continue
+        raise AssertionError("neither logged in nor refused")
+    finally:
+        producer.flush(0)
+
+
+def _error_name(future) -> str:
+    with pytest.raises(KafkaException) as refused:
+        future.result(TIMEOUT)
+    return refused.value.args[0].name()
+
+
+def test_confluent_admin_describes_and_alters_scram_users(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert _error_name(admin.describe_user_scram_credentials(["nobody"])["nobody"]) == \
+        "RESOURCE_NOT_FOUND"
+    done = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"dave-pw")])
+    done["dave"].result(TIMEOUT)
+    described = admin.describe_user_scram_credentials(["dave"])["dave"].result(TIMEOUT)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == \
+        [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    assert _logs_in(broker, "dave", "dave-pw")
+    assert not _logs_in(broker, "dave", "dave-pw", "SCRAM-SHA-256")  # not set for that one
+    assert not _logs_in(broker, "dave", "wrong")
+    # Kafka's refusals
+    too_few = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"x")])
+    assert _error_name(too_few["dave"]) == "UNACCEPTABLE_CREDENTIAL"
+    deleted = admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+        "dave", ScramMechanism.SCRAM_SHA_512)])
+    deleted["dave"].result(TIMEOUT)
+    assert not _logs_in(broker, "dave", "dave-pw")
+    again = admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+        "dave", ScramMechanism.SCRAM_SHA_512)])
+    assert _error_name(again["dave"]) == "RESOURCE_NOT_FOUND"
+    everyone = admin.describe_user_scram_credentials().result(TIMEOUT)
+    assert set(everyone) == {"admin"}
+
+
+def _oncelog(*args: str) -> subprocess.CompletedProcess:
+    """The command in this process (a process each would cost a second of imports)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_oncelog_users_through_a_broker_with_a_kafka_command_config(broker, tmp_path):
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="admin" password="admin-pw";\n')
+    where = ["--bootstrap-server", broker.bootstrap_for("SASL_PLAINTEXT"),
+             "--command-config", str(config)]
+    added = _oncelog("users", "add", "erin", "--password", "erin-pw", *where)
+    assert added.returncode == 0, added.stderr
+    listed = _oncelog("users", "list", *where)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split() for line in listed.stdout.splitlines() if "erin" in line] == \
+        [["erin", "SCRAM-SHA-256", "4096"], ["erin", "SCRAM-SHA-512", "4096"]]
+    stored = json.loads(next((broker.data_dir / ".oncelog-metadata").glob("*erin*")).read_text())
+    text = stored["value"]["config"]["SCRAM-SHA-512"]
+    assert text.startswith("salt=") and ",stored_key=" in text and ",server_key=" in text
+    assert text.endswith(",iterations=4096") and "erin-pw" not in json.dumps(stored)
+    assert _logs_in(broker, "erin", "erin-pw", "SCRAM-SHA-256")
+    deleted = _oncelog("users", "delete", "erin", *where)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "erin" not in _oncelog("users", "list", *where).stdout
+    wrong = config.read_text().replace("admin-pw", "nope")
+    config.write_text(wrong)
+    refused = _oncelog("users", "list", *where)
+    assert refused.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in refused.stderr
