@@ -90,7 +90,8 @@ def _server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     context.minimum_version, context.maximum_version = min(versions), max(versions)
     location = setting("ssl.keystore.location")
     chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
-    password = setting("ssl.key.password")
+    # Never None: OpenSSL would ask for an encrypted key's password on the terminal.
+    password = setting("ssl.key.password") or _no_password
     if location:
         try:
             context.load_cert_chain(location, password=password)
@@ -122,8 +123,11 @@ def _server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     return context
 
 
-def _load_chain_text(context: ssl.SSLContext, chain: str, key: str,
-                     password: str | None) -> None:
+def _no_password() -> bytes:
+    return b""
+
+
+def _load_chain_text(context: ssl.SSLContext, chain: str, key: str, password) -> None:
     # load_cert_chain reads files only: the PEM text goes to a file only we can read, for
     # as long as the call.
     fd, path = tempfile.mkstemp(prefix="oncelog-keystore-", suffix=".pem")
@@ -140,7 +144,8 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, FileNotFoundError):
         return "no such file"
     if isinstance(exc, ssl.SSLError):
-        return f"not a usable PEM certificate, key or password ({exc.reason or exc})"
+        return (f"not a usable PEM certificate and key, or the key's password "
+                f"(ssl.key.password) is missing or wrong ({exc.reason or exc})")
     return str(exc.args[-1] if exc.args else exc)
 
 

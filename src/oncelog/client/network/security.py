@@ -76,6 +76,10 @@ class ClientSecurity:
 PLAINTEXT = ClientSecurity()
 
 
+def _no_password() -> bytes:
+    return b""
+
+
 def _context(c: Mapping[str, Any]) -> ssl.SSLContext:
     context = ssl.create_default_context()
     verify_host = str(c["ssl.endpoint.identification.algorithm"]).lower()
@@ -84,7 +88,8 @@ def _context(c: Mapping[str, Any]) -> ssl.SSLContext:
     context.check_hostname = verify_host == "https"
     for key, load in (("ssl.ca.location", lambda path: context.load_verify_locations(path)),
                       ("ssl.certificate.location", lambda path: context.load_cert_chain(
-                          path, c["ssl.key.location"], c["ssl.key.password"]))):
+                          # never None: OpenSSL would ask on the terminal
+                          path, c["ssl.key.location"], c["ssl.key.password"] or _no_password))):
         path = c[key]
         if path is None:
             continue
