@@ -358,3 +358,29 @@ def test_authenticate_before_handshake_is_illegal(secured):
     answer = raw.token(b"n,,n=alice,r=abc")
     assert answer.error_code == 34  # ILLEGAL_SASL_STATE
     assert raw.closed()
+
+
+def test_the_spark_sources_and_sinks_clients_take_kafka_prefixed_security_options(secured):
+    """What format("oncelog") runs, without a Spark session: the sink's producer and admin
+    client, the source's driver lookups and an executor's read, all from kafka.-prefixed
+    options as Spark's Kafka source takes them."""
+    from oncelog import Admin, Producer
+    from oncelog.spark.columns import read_range
+    from oncelog.spark.offsets import Cluster, OffsetRange
+    from oncelog.spark.options import read_options, write_options
+
+    topic = "spark-sasl"
+    options = {f"kafka.{k}": v for k, v in secured.librdkafka("SASL_SSL").items()}
+    sink = write_options({**options, "topic": topic})
+    producer = Producer({**sink.producer, "enable.idempotence": True})
+    for i in range(5):
+        producer.produce(topic, value=b"v%d" % i)
+    producer.flush(TIMEOUT)
+    producer.close()
+    with Admin(sink.admin_config()) as admin:
+        assert topic in admin.metadata([topic]).topics
+    source = read_options({**options, "subscribe": topic}, streaming=False)
+    assert Cluster(source).partitions(must_exist=True) == [(topic, 0)]
+    batches = list(read_range(source.bootstrap, OffsetRange(topic, 0, 0, 5), False, True, 5000,
+                              False, source.security))
+    assert sum(b.num_rows for b in batches) == 5
