@@ -384,3 +384,21 @@ def test_the_spark_sources_and_sinks_clients_take_kafka_prefixed_security_option
     batches = list(read_range(source.bootstrap, OffsetRange(topic, 0, 0, 5), False, True, 5000,
                               False, source.security))
     assert sum(b.num_rows for b in batches) == 5
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(secured):
+    """SaslHandshake v0 (clients before SaslAuthenticate): the exchange's tokens come and go
+    as bare size-prefixed frames, without Kafka's request framing."""
+    raw = Raw(secured)
+    answer = raw.call(apis.SASL_HANDSHAKE, 0, mechanism="SCRAM-SHA-256")
+    assert answer.error_code == 0
+
+    def token(data: bytes) -> bytes:
+        raw.sock.sendall(struct.pack(">i", len(data)) + data)
+        return raw._read(struct.unpack(">i", raw._read(4))[0])
+
+    server = scram.parse_server_first(token(scram.client_first("bob", "v0nonce")), "v0nonce")
+    final, signature = scram.client_final("SCRAM-SHA-256", b"bob-secret", "n=bob,r=v0nonce",
+                                          server)
+    scram.check_server_final(token(final), signature)
+    assert raw.call(apis.METADATA, 1, topics=None).brokers  # authenticated: Kafka framing again

@@ -96,3 +96,37 @@ def test_a_certificates_subject_is_the_principal_as_kafka_writes_it():
     assert str(certificate_principal({"subject": subject})) == \
         "User:CN=\\#carol\\ ,OU=a+OU=b,O=oncelog\\, inc,C=FR"
     assert str(certificate_principal(None)) == "User:ANONYMOUS"
+
+
+def test_plain_checks_the_static_users_of_its_jaas_configuration():
+    from oncelog.security.sasl_server import AuthenticationFailed, PlainServer
+
+    config = BrokerConfig({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="admin" password="admin-secret" user_admin="admin-secret" '
+            'user_alice="alice-secret";'})
+    users = listener_securities(config)[0].plain_users
+    assert users == {"admin": "admin-secret", "alice": "alice-secret"}
+    server = PlainServer(None, users)
+    server.step(b"\0alice\0alice-secret")
+    assert server.done and server.username == "alice"
+    for token in (b"\0alice\0wrong", b"\0mallory\0alice-secret", b"bob\0alice\0alice-secret"):
+        with pytest.raises(AuthenticationFailed):
+            PlainServer(None, users).step(token)
+
+
+def test_a_cluster_registration_names_every_listener_as_kafka_writes_it():
+    import json
+
+    from oncelog.cluster.znodes import BrokerRegistration
+
+    registration = BrokerRegistration(1, "h", 9093, None, (
+        ("SASL_SSL", "h", 9093, "SASL_SSL"), ("CLIENT", "h", 9092, "PLAINTEXT")))
+    value = json.loads(registration.encode())
+    assert value["endpoints"] == ["SASL_SSL://h:9093", "CLIENT://h:9092"]
+    assert value["listener_security_protocol_map"] == {"SASL_SSL": "SASL_SSL",
+                                                       "CLIENT": "PLAINTEXT"}
+    back = BrokerRegistration.decode(1, registration.encode())
+    assert (back.endpoint("CLIENT"), back.endpoint("SASL_SSL")) == (("h", 9092), ("h", 9093))

@@ -133,3 +133,34 @@ def test_oncelog_users_through_a_broker_with_a_kafka_command_config(broker, tmp_
     config.write_text(wrong)
     refused = _oncelog("users", "list", *where)
     assert refused.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in refused.stderr
+
+
+def test_users_added_to_zookeeper_log_in_to_a_cluster_broker(zookeeper, start_broker):
+    """In cluster mode the users are ZooKeeper's (/config/users/<user>, Kafka's format): one
+    added there before the broker starts logs in; one added through the broker is there."""
+    from kazoo.client import KazooClient
+
+    connect = zookeeper.chroot("users")
+    added = _oncelog("users", "add", "zed", "--password", "zed-pw", "--zookeeper", connect)
+    assert added.returncode == 0, added.stderr
+    broker = start_broker(**{"zookeeper.connect": connect,
+                             "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+                             "sasl.enabled.mechanisms": "SCRAM-SHA-512"})
+    assert _logs_in(broker, "zed", "zed-pw")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "yan", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"yan-pw")]
+    )["yan"].result(TIMEOUT)
+    zk = KazooClient(hosts=connect, timeout=10)
+    zk.start(timeout=TIMEOUT)
+    try:
+        data, _ = zk.get("/config/users/yan")
+    finally:
+        zk.stop()
+        zk.close()
+    stored = json.loads(data)
+    assert stored["version"] == 1 and set(stored["config"]) == {"SCRAM-SHA-256"}
+    assert stored["config"]["SCRAM-SHA-256"].endswith(",iterations=4096")
+    listed = _oncelog("users", "list", "--zookeeper", connect)
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == \
+        ["yan", "zed", "zed"]

@@ -32,6 +32,7 @@ import struct
 
 from kio.schema.errors import ErrorCode
 
+from ..metadata.store import MetadataUnavailable
 from ..protocol import api_versions as apis
 from ..protocol.messages import ProtocolError, UnsupportedVersion, decode_request, encode_response
 from ..protocol.schema import build, response_module
@@ -58,6 +59,18 @@ class SaslGate:
 
     def handle(self, frame, peer: str, session):
         """What Connection._handle_queued does with a frame before authentication."""
+        try:
+            return self._handle(frame, peer, session)
+        except MetadataUnavailable as exc:  # ZooKeeper away: nobody gets in meanwhile
+            _failures.log(logging.WARNING, "credentials unavailable",
+                          "%s: listener %s: %s; closing the connection", peer,
+                          self.listener.name, exc)
+        except Exception:
+            log.exception("%s: listener %s: the SASL exchange failed; closing the connection",
+                          peer, self.listener.name)
+        return CLOSE_CONNECTION
+
+    def _handle(self, frame, peer: str, session):
         if self.raw:
             return self._raw_token(bytes(frame), peer)
         if len(frame) < _HEADER.size:

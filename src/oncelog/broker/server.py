@@ -137,7 +137,7 @@ class Broker:
         """(id, host, port, rack) of the brokers Metadata names: every registered one in
         cluster mode (as registered), else this one on ``listener``."""
         if self.cluster is not None and self.cluster.brokers:
-            return [(b.broker_id, b.host, b.port, b.rack) for b in self.cluster.brokers]
+            return [(b.broker_id, *b.endpoint(listener), b.rack) for b in self.cluster.brokers]
         return [(self.broker_id, *self.endpoint(listener), None)]
 
     def endpoint(self, listener: str | None = None) -> tuple[str, int]:
@@ -192,7 +192,9 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         if self.cluster is not None:
             try:
-                self.cluster.start(self.advertised_host, self.advertised_port)
+                self.cluster.start(self.advertised_host, self.advertised_port, endpoints=tuple(
+                    (e.name, *self.advertised[e.name], e.security_protocol)
+                    for e in (listener.endpoint for listener in self.listeners)))
             except Exception:
                 await self.stop()  # closed as on SIGTERM, then the error is the exit
                 raise

@@ -18,8 +18,10 @@ The password comes from ``--password``, else from ``ONCELOG_PASSWORD``, else it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
+from collections.abc import Iterator
 
 from ..client.admin.admin import Admin
 from ..client.admin.admin_scram import ScramUpsertion
@@ -31,20 +33,33 @@ from .client_config import client_config
 from .errors import Failed, UsageError, guarded
 from .table import tabbed
 
+_ZOOKEEPER_TIMEOUT_MS = 10_000
 
-def _store(args: argparse.Namespace) -> MetadataStore | None:
+
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[MetadataStore | None]:
+    """The store ``--data-dir`` or ``--zookeeper`` names (closed after), else None: through
+    the broker at ``--bootstrap-server``."""
+    if args.data_dir and args.zookeeper:
+        raise UsageError("give --data-dir or --zookeeper, not both")
     if args.data_dir:
         from ..broker.server import METADATA_DIR  # here: the broker is slow to import
 
-        return LocalFileStore(os.path.join(args.data_dir, METADATA_DIR))
-    if args.zookeeper:
-        from ..metadata.zookeeper import ZooKeeperStore
+        yield LocalFileStore(os.path.join(args.data_dir, METADATA_DIR))
+        return
+    if not args.zookeeper:
+        yield None
+        return
+    from ..metadata.zookeeper import ZooKeeperStore
 
-        try:
-            return ZooKeeperStore(args.zookeeper, 10_000)
-        except Exception as exc:  # unreachable, malformed: the message says which
-            raise Failed(f"oncelog users: ZooKeeper {args.zookeeper}: {exc}") from None
-    return None
+    try:
+        store = ZooKeeperStore(args.zookeeper, _ZOOKEEPER_TIMEOUT_MS)
+    except Exception as exc:  # unreachable, malformed: the message says which
+        raise Failed(f"oncelog users: ZooKeeper {args.zookeeper}: {exc}") from None
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _mechanisms(args: argparse.Namespace) -> list[str]:
@@ -67,30 +82,29 @@ def _add(args: argparse.Namespace) -> int:
         raise UsageError(f"--iterations must be within {scram.MIN_ITERATIONS}.."
                          f"{scram.MAX_ITERATIONS}")
     password = _password(args)
-    store = _store(args)
-    if store is not None:
-        credentials = ScramCredentials(store)
-        for mechanism in _mechanisms(args):
-            credentials.put(args.user, mechanism, scram.make_credential(
-                mechanism, password.encode(), iterations=args.iterations))
-    else:
-        with Admin(client_config(args)) as admin:
-            results = admin.alter_user_scram_credentials(
-                [ScramUpsertion(args.user, m, password, args.iterations)
-                 for m in _mechanisms(args)])
-        _check(results)
+    with _store(args) as store:
+        if store is not None:
+            credentials = ScramCredentials(store)
+            for mechanism in _mechanisms(args):
+                credentials.put(args.user, mechanism, scram.make_credential(
+                    mechanism, password.encode(), iterations=args.iterations))
+            print(f"user {args.user}: {', '.join(_mechanisms(args))} set")
+            return 0
+    with Admin(client_config(args)) as admin:
+        _check(admin.alter_user_scram_credentials(
+            [ScramUpsertion(args.user, m, password, args.iterations) for m in _mechanisms(args)]))
     print(f"user {args.user}: {', '.join(_mechanisms(args))} set")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = _store(args)
     rows = []
-    if store is not None:
-        credentials = ScramCredentials(store)
-        for user in credentials.users():
-            rows += [(user, m, str(i)) for m, i in credentials.mechanisms(user).items()]
-    else:
+    with _store(args) as store:
+        if store is not None:
+            credentials = ScramCredentials(store)
+            for user in credentials.users():
+                rows += [(user, m, str(i)) for m, i in credentials.mechanisms(user).items()]
+    if store is None:
         with Admin(client_config(args)) as admin:
             found = admin.describe_user_scram_credentials(None)
         for user, infos in sorted(found.items()):
@@ -103,14 +117,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    store = _store(args)
-    if store is not None:
-        credentials = ScramCredentials(store)
-        have = credentials.mechanisms(args.user)
-        asked = [m for m in _mechanisms(args) if m in have or args.mechanism]
-        if not asked or not all(credentials.delete(args.user, m) for m in asked):
-            raise Failed(f"oncelog users delete: {args.user} has no such credential")
-    else:
+    with _store(args) as store:
+        if store is not None:
+            credentials = ScramCredentials(store)
+            have = credentials.mechanisms(args.user)
+            asked = [m for m in _mechanisms(args) if m in have or args.mechanism]
+            if not asked or not all(credentials.delete(args.user, m) for m in asked):
+                raise Failed(f"oncelog users delete: {args.user} has no such credential")
+    if store is None:
         with Admin(client_config(args)) as admin:
             have = admin.describe_user_scram_credentials([args.user])[args.user]
             if isinstance(have, KafkaError):
