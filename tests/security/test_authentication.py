@@ -2,7 +2,7 @@
 one broker with SASL_SSL, SSL (mutual TLS), SASL_PLAINTEXT and PLAINTEXT listeners, and
 whoever does not prove who they are gets nothing but a refusal and a closed connection.
 
-One broker for the module (tests/support/secured.py); each test its own topic.
+One broker for the session (``secured`` in tests/conftest.py); each test its own topic.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import time
 
 import pytest
-from support.secured import CLIENT_DN, start_secured
+from support.secured import CLIENT_DN
 
 from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.client.network.security import ClientSecurity
@@ -26,16 +26,6 @@ from oncelog.security import scram
 
 TIMEOUT = 30.0
 RECORDS = 20
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory):
-    found = start_secured(tmp_path_factory.mktemp("secured"))
-    yield found
-    code = found.broker.stop()
-    text = found.broker.log_text()
-    assert code == 0, text
-    assert "Traceback" not in text, text
 
 
 def _wait_log(secured, needle: str) -> str:

@@ -4,9 +4,6 @@ status 2, never a traceback nor a broker that fails at its first connection."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from support.certs import CertificateAuthority
 
@@ -78,15 +75,16 @@ def test_tls_and_sasl_settings_are_checked_at_start(tmp_path):
         listener_securities(BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"}))
 
 
-def test_the_broker_exits_with_the_message_when_a_file_is_missing(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "oncelog", "broker", "--set", "listeners=SSL://127.0.0.1:0",
-         "--set", f"log.dirs={tmp_path / 'data'}",
-         "--set", f"ssl.keystore.location={tmp_path / 'missing.pem'}"],
-        capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.strip() == (f"oncelog broker: listener SSL: ssl.keystore.location: "
-                                   f"{tmp_path / 'missing.pem'}: no such file")
+def test_the_broker_exits_with_the_message_when_a_file_is_missing(tmp_path, capsys):
+    from oncelog.cli.main import main
+
+    code = main(["broker", "--set", "listeners=SSL://127.0.0.1:0",
+                 "--set", f"log.dirs={tmp_path / 'data'}",
+                 "--set", f"ssl.keystore.location={tmp_path / 'missing.pem'}"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"oncelog broker: listener SSL: ssl.keystore.location: {tmp_path / 'missing.pem'}: "
+        f"no such file")
 
 
 def test_a_certificates_subject_is_the_principal_as_kafka_writes_it():

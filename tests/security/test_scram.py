@@ -78,7 +78,7 @@ def test_the_two_sides_agree_and_a_user_name_with_commas_is_escaped(users, mecha
     assert users.delete(name, mechanism) and not users.delete(name, mechanism)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(first=st.binary(max_size=120), final=st.binary(max_size=200))
 def test_whatever_a_client_sends_is_an_answer_or_a_refusal(users, first, final):
     if not users.mechanisms("user"):

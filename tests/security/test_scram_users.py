@@ -21,26 +21,16 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from support.brokers import BrokerProcess
-from support.secured import add_user
 
 from oncelog.cli.main import main
 
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    data = tmp_path_factory.mktemp("users") / "data"
-    add_user(data, "admin", "admin-pw")
-    found = BrokerProcess(data, {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
-        "connection.failed.authentication.delay.ms": "0",
-    }).start()
-    yield found
-    assert found.stop() == 0
-    assert "Traceback" not in found.log_text(), found.log_text()
+@pytest.fixture
+def broker(secured):
+    """The session's secured broker (tests/conftest.py): users alice and bob."""
+    return secured.broker
 
 
 def _logs_in(broker, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> bool:
@@ -96,7 +86,7 @@ def test_confluent_admin_describes_and_alters_scram_users(broker):
         "dave", ScramMechanism.SCRAM_SHA_512)])
     assert _error_name(again["dave"]) == "RESOURCE_NOT_FOUND"
     everyone = admin.describe_user_scram_credentials().result(TIMEOUT)
-    assert set(everyone) == {"admin"}
+    assert {"alice", "bob"} <= set(everyone) and "dave" not in everyone
 
 
 def _oncelog(*args: str) -> subprocess.CompletedProcess:
@@ -112,7 +102,7 @@ def test_oncelog_users_through_a_broker_with_a_kafka_command_config(broker, tmp_
     config.write_text(
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username="admin" password="admin-pw";\n')
+        'username="alice" password="alice-secret";\n')
     where = ["--bootstrap-server", broker.bootstrap_for("SASL_PLAINTEXT"),
              "--command-config", str(config)]
     added = _oncelog("users", "add", "erin", "--password", "erin-pw", *where)
@@ -129,7 +119,7 @@ def test_oncelog_users_through_a_broker_with_a_kafka_command_config(broker, tmp_
     deleted = _oncelog("users", "delete", "erin", *where)
     assert deleted.returncode == 0, deleted.stderr
     assert "erin" not in _oncelog("users", "list", *where).stdout
-    wrong = config.read_text().replace("admin-pw", "nope")
+    wrong = config.read_text().replace("alice-secret", "nope")
     config.write_text(wrong)
     refused = _oncelog("users", "list", *where)
     assert refused.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in refused.stderr
