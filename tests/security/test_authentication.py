@@ -271,8 +271,8 @@ class Raw:
     def handshake(self, mechanism: str = "SCRAM-SHA-256"):
         return self.call(apis.SASL_HANDSHAKE, 1, mechanism=mechanism)
 
-    def token(self, data: bytes):
-        return self.call(apis.SASL_AUTHENTICATE, 2, auth_bytes=data)
+    def token(self, data: bytes, version: int = 2):
+        return self.call(apis.SASL_AUTHENTICATE, version, auth_bytes=data)
 
 
 def test_a_request_before_authentication_closes_the_connection(secured):
@@ -392,3 +392,12 @@ def test_sasl_handshake_v0_takes_bare_tokens(secured):
                                           server)
     scram.check_server_final(token(final), signature)
     assert raw.call(apis.METADATA, 1, topics=None).brokers  # authenticated: Kafka framing again
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_every_sasl_authenticate_version_completes_an_exchange(secured, version):
+    raw = Raw(secured)
+    assert raw.handshake("PLAIN").error_code == 0
+    answer = raw.token(b"\0bob\0bob-secret", version)
+    assert answer.error_code == 0, answer
+    assert raw.call(apis.METADATA, 1, topics=None).brokers
