@@ -204,7 +204,16 @@ def test_a_wrong_password_is_refused_and_the_broker_serves_the_others(secured):
     assert "Authentication failed" in errors[0].str()
     producer.purge()
     producer.flush(0)
-    # ours: the broker's error, SASL_AUTHENTICATION_FAILED, not retriable
+    # ours: the broker's error, SASL_AUTHENTICATION_FAILED, not retriable, at once
+    from oncelog import Consumer, Producer
+
+    wrong = secured.librdkafka("SASL_SSL", password="wrong")
+    with pytest.raises(KafkaError, match="SASL_AUTHENTICATION_FAILED"):
+        Producer(wrong)
+    with pytest.raises(KafkaError, match="SASL_AUTHENTICATION_FAILED"):
+        with Consumer({**wrong, "group.id": "refused"}) as consumer:
+            consumer.subscribe(["refused"])
+            consumer.poll(TIMEOUT)
     for attempt in range(3):  # bounded: a loop of wrong passwords is each refused alike
         with pytest.raises(KafkaError) as refused:
             BrokerConnection("127.0.0.1", secured.broker.ports["SASL_PLAINTEXT"],
