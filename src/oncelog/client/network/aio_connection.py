@@ -200,6 +200,10 @@ class AsyncBrokerConnection:
         if self._tls is not None:
             self._tls.write(b"".join(parts))
             parts = [self._tls_out.read()]
+        self._send_raw(parts)
+
+    def _send_raw(self, parts: list) -> None:
+        """Bytes as they go on the wire (under TLS: already encrypted)."""
         if self._unsent:  # behind earlier bytes the socket had no room for
             self._unsent.extend(memoryview(part) for part in parts)
             return
@@ -276,7 +280,7 @@ class AsyncBrokerConnection:
             self._connection_lost(exc)
             return None
         if self._tls_out.pending:  # TLS's own messages (a key update): sent as they come
-            self._write([])
+            self._send_raw([self._tls_out.read()])
         return b"".join(plain)
 
     def _arm_watchdog(self) -> None:
