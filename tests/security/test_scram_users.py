@@ -154,3 +154,22 @@ def test_users_added_to_zookeeper_log_in_to_a_cluster_broker(zookeeper, start_br
     listed = _oncelog("users", "list", "--zookeeper", connect)
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == \
         ["yan", "zed", "zed"]
+
+
+def test_a_kafka_tools_mutual_tls_command_config_works(secured, tmp_path):
+    """Java's PEM names (ssl.truststore.location, ssl.keystore.location with certificate and
+    key) are read as librdkafka's, for every client command."""
+    both = tmp_path / "carol.pem"
+    both.write_bytes(secured.client.cert.read_bytes() + secured.client.key.read_bytes())
+    config = tmp_path / "mtls.properties"
+    config.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
+                      f"ssl.truststore.location={secured.ca.pem}\nssl.keystore.type=PEM\n"
+                      f"ssl.keystore.location={both}\n")
+    where = ["--bootstrap-server", secured.bootstrap("SSL"), "--command-config", str(config)]
+    created = _oncelog("topics", "create", "--topic", "cli-mtls", *where)
+    assert created.returncode == 0, created.stderr
+    listed = _oncelog("topics", "list", *where)
+    assert "cli-mtls" in listed.stdout.split()
+    config.write_text("security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n")
+    with pytest.raises(SystemExit, match="ssl.ca.location: /nonexistent.pem: no such file"):
+        _oncelog("topics", "list", *where)

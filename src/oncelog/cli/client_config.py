@@ -15,7 +15,7 @@ import argparse
 import re
 
 from ..broker.config import parse_properties
-from ..client.network.security import SECURITY_KEYS
+from ..client.network.security import SECURITY_KEYS, ClientSecurity
 
 _JAAS_FIELD = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
 _JAVA_ONLY = {"ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password",
@@ -48,6 +48,10 @@ def read_command_config(path: str | None) -> dict[str, str]:
     if unknown:
         raise SystemExit(f"oncelog: --command-config {path}: unknown client settings "
                          f"{', '.join(unknown)}")
+    try:  # a missing file or a bad value: said here once, for every command
+        ClientSecurity.from_config(settings)
+    except ValueError as exc:
+        raise SystemExit(f"oncelog: --command-config {path}: {exc}") from None
     return settings
 
 
