@@ -171,5 +171,5 @@ def test_a_kafka_tools_mutual_tls_command_config_works(secured, tmp_path):
     listed = _oncelog("topics", "list", *where)
     assert "cli-mtls" in listed.stdout.split()
     config.write_text("security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n")
-    with pytest.raises(SystemExit, match="ssl.ca.location: /nonexistent.pem: no such file"):
+    with pytest.raises(SystemExit, match=r"ssl\.ca\.location: /nonexistent\.pem: no such file"):
         _oncelog("topics", "list", *where)
