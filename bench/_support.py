@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from oncelog.broker.announce import wait_for_ports
+from oncelog.broker.announce import wait_for_announcement
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
@@ -41,6 +41,7 @@ class OncelogBroker:
         self.log_path = Path(self._tmp.name) / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.ports: dict[str, int] = {}  # every listener's, by name
         self.metrics_port: int | None = None  # with metrics.listener set
 
     @property
@@ -66,9 +67,9 @@ class OncelogBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
                                          cwd=self._tmp.name)
-        ports = wait_for_ports(self.proc, START_TIMEOUT)
-        if ports is not None:
-            self.port, self.metrics_port = ports
+        found = wait_for_announcement(self.proc, START_TIMEOUT)
+        if found is not None:
+            self.port, self.metrics_port, self.ports = found
             return self
         self._kill()
         raise RuntimeError(f"oncelog broker did not start; its log:\n{self.log_text()}")

@@ -55,6 +55,19 @@ def spark(_spark_sessions):
 
 
 @pytest.fixture(scope="session")
+def secured(tmp_path_factory):
+    """One broker for the session's security tests, with SASL_SSL, SSL (mutual TLS),
+    SASL_PLAINTEXT and PLAINTEXT listeners (tests/support/secured.py)."""
+    from support.secured import start_secured
+
+    found = start_secured(tmp_path_factory.mktemp("secured"))
+    yield found
+    code = found.broker.stop()
+    assert code == 0, found.broker.log_text()
+    assert "Traceback" not in found.broker.log_text(), found.broker.log_text()
+
+
+@pytest.fixture(scope="session")
 def zookeeper():
     """One real ZooKeeper server for the session's cluster tests (tests/support/zookeepers.py); each
     test takes its own chroot with ``zookeeper.chroot()``."""

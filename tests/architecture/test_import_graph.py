@@ -100,11 +100,12 @@ ALLOWED = {
     "security": {"protocol", "metadata"},
     "broker": {"protocol", "log", "producer_state", "metadata", "coordinator", "cluster",
                "security"},
-    "client": {"protocol"},
+    "client": {"protocol", "security"},  # security.scram only: pure, the broker's own math
     "audit": {"protocol", "client"},
     "chaos": {"protocol", "client"},
     "spark": {"protocol", "client", "audit"},
-    "cli": {"protocol", "broker", "cluster", "security", "client", "audit", "chaos", "spark"},
+    "cli": {"protocol", "metadata", "broker", "cluster", "security", "client", "audit", "chaos",
+            "spark"},
 }
 
 

@@ -32,8 +32,6 @@ IO_TIMEOUT = 60.0
 # Kafka 4.1's APIs that this broker does not serve, and why; anything else Kafka 4.1 serves
 # must be served here at least in Kafka 4.1's versions.
 NOT_SERVED = {
-    50: "DescribeUserScramCredentials: no SASL",
-    51: "AlterUserScramCredentials: no SASL",
     57: "UpdateFeatures: no finalized features",
     64: "UnregisterBroker: one broker",
     76: "ShareGroupHeartbeat: no share groups (KIP-932)",

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from oncelog.broker.announce import wait_for_ports
+from oncelog.broker.announce import wait_for_announcement
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
@@ -24,7 +24,8 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.env = dict(env or {})
         self.preexec = preexec  # run in the child before the broker (e.g. a setrlimit)
-        self.port = 0
+        self.port = 0  # the PLAINTEXT listener's, else the first listener's
+        self.ports: dict[str, int] = {}  # every listener's port, by name (SASL_SSL, ...)
         self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
@@ -32,6 +33,9 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
 
     @property
     def metrics_url(self) -> str:
@@ -48,9 +52,13 @@ class BrokerProcess:
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                                      preexec_fn=self.preexec)
         log.close()
-        ports = wait_for_ports(self.proc, START_TIMEOUT)
-        if ports is not None:
-            self.port, self.metrics_port = ports
+        found = wait_for_announcement(self.proc, START_TIMEOUT)
+        if found is not None:
+            first, self.metrics_port, self.ports = found
+            self.port = self.ports.get("PLAINTEXT", first)
+            if "listeners" in self.settings:  # a restart keeps every listener's port
+                self.settings["listeners"] = ",".join(
+                    f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
             return self
         self.kill()
         raise RuntimeError(f"broker did not start; its log:\n{self.log_text()}")

@@ -19,6 +19,7 @@ from typing import Any
 from ..metadata.zookeeper import parse_connect
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
 from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
+from .listeners import Endpoint, listener_override, parse_listeners, parse_protocol_map
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -241,6 +242,93 @@ QUEUED_MAX_REQUEST_BYTES_DEFAULT = 209_715_200
 _NON_NEGATIVE_LONG = _parse_int(0, LONG_MAX)
 _RETENTION = _parse_int(-1, LONG_MAX)
 
+def _protocol_map(text: str) -> str:
+    try:
+        parse_protocol_map(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text.strip()
+
+
+def _sasl_mechanisms(text: str) -> str:
+    names = [n.strip().upper() for n in text.split(",") if n.strip()]
+    return ",".join(dict.fromkeys(names))
+
+
+def _pem_only(text: str) -> str:
+    value = text.strip().upper()
+    if value != "PEM":
+        raise ConfigError(f"oncelog reads PEM files only (Kafka's ssl.*.type=PEM), got {text!r}")
+    return value
+
+
+def _mapping_rules(text: str) -> str:
+    if text.strip() != "DEFAULT":
+        raise ConfigError("only DEFAULT (the certificate's subject as it is) is supported")
+    return "DEFAULT"
+
+
+def _tls_versions(text: str) -> str:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        _one_of("TLSv1.2", "TLSv1.3")(name)
+    if not names:
+        raise ConfigError("expected TLSv1.2 and/or TLSv1.3")
+    return ",".join(names)
+
+
+# Authentication (issue 25): Kafka's names; per listener as listener.name.<name>.<key>.
+SECURITY_KEYS = (
+    _key("listener.security.protocol.map", "STRING",
+         "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+         "Each listener name's security protocol, as NAME:PROTOCOL pairs.", _protocol_map),
+    _key("sasl.enabled.mechanisms", "LIST", "GSSAPI",
+         "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers: PLAIN, "
+         "SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, is not available).",
+         _sasl_mechanisms),
+    _key("connection.failed.authentication.delay.ms", "INT", 100,
+         "How long a failed authentication waits before it is answered and the connection "
+         "closed (ms).", _parse_int(0, INT_MAX)),
+    _key("ssl.keystore.type", "STRING", "PEM", "PEM only.", _pem_only),
+    _key("ssl.keystore.location", "STRING", None,
+         "A PEM file with the listener's certificate chain and private key."),
+    _key("ssl.keystore.certificate.chain", "PASSWORD", None,
+         "The certificate chain in PEM, in place of ssl.keystore.location.", _parse_str),
+    _key("ssl.keystore.key", "PASSWORD", None,
+         "The private key in PEM, with ssl.keystore.certificate.chain.", _parse_str),
+    _key("ssl.key.password", "PASSWORD", None,
+         "The password of an encrypted private key.", _parse_str),
+    _key("ssl.truststore.type", "STRING", "PEM", "PEM only.", _pem_only),
+    _key("ssl.truststore.location", "STRING", None,
+         "A PEM file with the CA certificates that sign client certificates."),
+    _key("ssl.truststore.certificates", "PASSWORD", None,
+         "The CA certificates in PEM, in place of ssl.truststore.location.", _parse_str),
+    _key("ssl.client.auth", "STRING", "none",
+         "Mutual TLS: required, requested (checked when given) or none.",
+         _one_of("required", "requested", "none")),
+    _key("ssl.enabled.protocols", "LIST", "TLSv1.2,TLSv1.3", "TLS versions accepted.",
+         _tls_versions),
+    _key("ssl.principal.mapping.rules", "STRING", "DEFAULT",
+         "A client certificate's principal: DEFAULT, User:<the subject's distinguished "
+         "name>.", _mapping_rules),
+)
+
+
+def _listener_key(name: str) -> ConfigKey | None:
+    """The ConfigKey of a listener.name.<listener>.<key> override: a security key, or a
+    mechanism's sasl.jaas.config (accepted as Kafka's brokers need it; PLAIN's user_ entries
+    are its users)."""
+    found = listener_override(name)
+    if found is None:
+        return None
+    key = found[1]
+    if re.fullmatch(r"[a-z0-9-]+\.sasl\.jaas\.config", key):
+        return ConfigKey(name, _parse_str, None, "A mechanism's JAAS configuration.", "PASSWORD")
+    if key.startswith(("ssl.", "sasl.")) and key in BROKER_CONFIGS:
+        return BROKER_CONFIGS[key]
+    return None
+
+
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("broker.id", "INT", 0, "The id of this broker.", _parse_int(0, INT_MAX)),
     _key("zookeeper.connect", "STRING", None,
@@ -254,9 +342,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "How long the broker waits to reach ZooKeeper at start before it exits with an error "
          "(ms); unset: zookeeper.session.timeout.ms.", _POSITIVE_INT),
     _key("listeners", "STRING", "PLAINTEXT://127.0.0.1:9092",
-         "Where the broker listens, as PLAINTEXT://host:port (port 0 picks a free port)."),
+         "Where the broker listens: NAME://host:port, comma-separated, each name mapped to a "
+         "security protocol by listener.security.protocol.map (port 0 picks a free port)."),
     _key("advertised.listeners", "STRING", None,
-         "What Metadata tells clients to connect to; unset: the bound listener."),
+         "What Metadata tells a client that came in on a listener to connect to, as "
+         "NAME://host:port per listener; a listener not named: where it is bound."),
+    *SECURITY_KEYS,
     _key("metrics.listener", "STRING", "",
          "Where /metrics (Prometheus text) is served over HTTP, as host:port (port 0 picks a "
          "free port); empty: not served. Never on the Kafka port."),
@@ -724,12 +815,17 @@ class BrokerConfig:
         self.explicit: dict[str, Any] = {}
         self.dynamic_broker: dict[str, Any] = {}
         self.dynamic_default: dict[str, Any] = {}
+        self.listener_overrides: dict[str, Any] = {}  # listener.name.<listener>.<key>
         for name, text in (values or {}).items():
             key = BROKER_CONFIGS.get(name)
-            if key is None:
+            override = _listener_key(name) if key is None else None
+            if key is None and override is None:
                 raise ConfigError(f"unknown config key {name!r}")
             try:
-                self.explicit[name] = key.parse(text)
+                if override is not None:
+                    self.listener_overrides[name] = override.parse(text)
+                else:
+                    self.explicit[name] = key.parse(text)
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc}") from None
         self.log_dirs: list[str] = parse_log_dirs(
@@ -738,12 +834,37 @@ class BrokerConfig:
         # defaults to the first of log.dirs.
         self.log_dir: str = self.log_dirs[0]
         self.check()
-        self.listener = Listener.parse(self.get("listeners"), "listeners")
-        advertised = self.get("advertised.listeners")
-        self.advertised = Listener.parse(advertised, "advertised.listeners") if advertised else None
+        self.listeners, self.advertised_listeners = self._listeners()
+        self.listener = self.listeners[0]  # the first: where the broker's own tools connect
         metrics_at = self.get("metrics.listener")
         self.metrics_listener = Listener.parse(
             metrics_at.removeprefix("http://"), "metrics.listener") if metrics_at else None
+
+    def _listeners(self) -> tuple[list[Endpoint], dict[str, Endpoint]]:
+        """The listeners, and what each advertises (by name)."""
+        protocols = parse_protocol_map(self.get("listener.security.protocol.map"))
+        found = []
+        for key in ("listeners", "advertised.listeners"):
+            try:
+                found.append(parse_listeners(self.get(key) or self.get("listeners"), protocols))
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+        bound, advertised = found
+        names = {e.name for e in bound}
+        stray = [e.name for e in advertised if e.name not in names]
+        if stray:
+            raise ConfigError(f"advertised.listeners: {', '.join(stray)} is not in listeners")
+        for listener, key in (listener_override(n) for n in self.listener_overrides):
+            if listener.upper() not in names:
+                raise ConfigError(f"listener.name.{listener}.{key}: no listener {listener} "
+                                  f"in listeners")
+        by_name = {e.name: e for e in advertised if self.get("advertised.listeners")}
+        return bound, by_name
+
+    def listener_setting(self, listener: str, key: str) -> Any:
+        """``key`` for one listener: its listener.name.<listener>.<key> when set."""
+        return self.listener_overrides.get(f"listener.name.{listener.lower()}.{key}",
+                                           self.get(key))
 
     def check(self) -> None:
         """The rules that join several keys; raises ConfigError naming them."""

@@ -33,8 +33,9 @@ from ..protocol.messages import (
     decode_request,
     encode_response,
 )
+from ..security.credentials import ScramCredentials
 from . import dynamic_config, metrics
-from .announce import metrics_line
+from .announce import listener_line, metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer, Throttled
 from .apis.api_meta import unsupported_api_versions_body
 from .apis.groups import make_coordinator
@@ -45,9 +46,11 @@ from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .counters import Counters
+from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .request_budget import RequestBudget
+from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
 from .topics import TopicManager
 
@@ -79,6 +82,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id: int = config.get("broker.id")
+        self.listeners = listener_securities(config)  # TLS files read here: ConfigError first
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
@@ -88,6 +92,9 @@ class Broker:
         # above any this broker claimed alone before.
         if self.cluster is not None:
             carry_over(self.store, self.cluster.store, self.broker_id)
+        # SCRAM users: ZooKeeper's in a cluster, so every broker knows the same ones.
+        self.credentials = ScramCredentials(self.store if self.cluster is None
+                                            else self.cluster.store)
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
@@ -110,9 +117,11 @@ class Broker:
         self._turn_scheduled = False
         self.handling_now = self.handling_before = 0  # connections handling in this turn
         self.write_pauses = 0  # times a connection stopped because its answers were unread
-        self.advertised_host = ""
+        self.advertised_host = ""  # the first listener's (cluster registration, logs)
         self.advertised_port = -1
-        self._server: asyncio.base_events.Server | None = None
+        self.advertised: dict[str, tuple[str, int]] = {}  # each listener's, by name
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._servers: list[asyncio.base_events.Server] = []
         self.metrics: metrics.MetricsServer | None = None  # metrics.listener's
         self.metrics_address: tuple[str, int] | None = None
         self._connections: set[Connection] = set()
@@ -130,12 +139,18 @@ class Broker:
         # In cluster mode the first broker's id is everyone's (ZooKeeper's /cluster/id).
         return value if self.cluster is None else self.cluster.cluster_id(value)
 
-    def cluster_brokers(self) -> list[tuple[int, str, int, str | None]]:
+    def cluster_brokers(self, listener: str | None = None
+                        ) -> list[tuple[int, str, int, str | None]]:
         """(id, host, port, rack) of the brokers Metadata names: every registered one in
-        cluster mode, else this one."""
+        cluster mode (as registered), else this one on ``listener``."""
         if self.cluster is not None and self.cluster.brokers:
-            return [(b.broker_id, b.host, b.port, b.rack) for b in self.cluster.brokers]
-        return [(self.broker_id, self.advertised_host, self.advertised_port, None)]
+            return [(b.broker_id, *b.endpoint(listener), b.rack) for b in self.cluster.brokers]
+        return [(self.broker_id, *self.endpoint(listener), None)]
+
+    def endpoint(self, listener: str | None = None) -> tuple[str, int]:
+        """Where a client that came in on ``listener`` reaches this broker (its advertised
+        address: each client is told the endpoints of its own listener)."""
+        return self.advertised.get(listener or "", (self.advertised_host, self.advertised_port))
 
     def controller_id(self) -> int:
         """-1 while a cluster has no controller (Kafka's answer then)."""
@@ -144,19 +159,22 @@ class Broker:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
-        listener = self.config.listener
+        """Listen on every listener; (host, port) of the first."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), listener.host, listener.port, reuse_address=True,
-        )
-        sock = self._server.sockets[0]
-        host, port = sock.getsockname()[:2]
-        advertised = self.config.advertised
-        if advertised is not None:
-            self.advertised_host, self.advertised_port = advertised.host, advertised.port
-        else:
-            self.advertised_host = host if host not in ("0.0.0.0", "::") else socket.gethostname()
-            self.advertised_port = port
+        for listener in self.listeners:
+            endpoint = listener.endpoint
+            server = await loop.create_server(
+                (lambda listener=listener: Connection(self, listener)), endpoint.host,
+                endpoint.port, reuse_address=True, ssl=listener.ssl_context)
+            self._servers.append(server)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.bound[listener.name] = (host, port)
+            advertised = self.config.advertised_listeners.get(listener.name)
+            self.advertised[listener.name] = (advertised.host, advertised.port) if advertised \
+                else (host if host not in ("0.0.0.0", "::") else socket.gethostname(), port)
+        first = self.listeners[0].name
+        host, port = self.bound[first]
+        self.advertised_host, self.advertised_port = self.advertised[first]
         self._tasks = [
             asyncio.create_task(self._every(self.config.get("log.retention.check.interval.ms"),
                                             self.apply_retention)),
@@ -187,7 +205,9 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._follow_quota_changes()))
         if self.cluster is not None:
             try:
-                self.cluster.start(self.advertised_host, self.advertised_port)
+                self.cluster.start(self.advertised_host, self.advertised_port, endpoints=tuple(
+                    (e.name, *self.advertised[e.name], e.security_protocol)
+                    for e in (listener.endpoint for listener in self.listeners)))
             except Exception:
                 await self.stop()  # closed as on SIGTERM, then the error is the exit
                 raise
@@ -196,9 +216,10 @@ class Broker:
             self.metrics = metrics.MetricsServer(self)
             self.metrics_address = await self.metrics.start(metrics_at.host, metrics_at.port)
             log.info("metrics served at http://%s:%d/metrics", *self.metrics_address)
-        log.info("broker %d of cluster %s listening on %s:%d, advertising %s:%d, data in %s",
-                 self.broker_id, self.cluster_id, host, port, self.advertised_host,
-                 self.advertised_port, ", ".join(self.topics.log_dirs))
+        log.info("broker %d of cluster %s listening on %s, data in %s", self.broker_id,
+                 self.cluster_id, ", ".join(
+                     f"{name} {h}:{p} (advertising {':'.join(map(str, self.advertised[name]))})"
+                     for name, (h, p) in self.bound.items()), ", ".join(self.topics.log_dirs))
         return host, port
 
     async def _every(self, interval_ms: int, duty: Callable[[], None]) -> None:
@@ -264,8 +285,8 @@ class Broker:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.metrics is not None:
             self.metrics.close()
         for conn in list(self._connections):
@@ -475,10 +496,13 @@ class Connection(asyncio.BufferedProtocol):
     megabytes handled for each request of a client that does not.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: ListenerSecurity) -> None:
         self.broker = broker
+        self.listener = listener
         self.budget = broker.budget
         self.reader = FrameReader(broker.config.get("socket.request.max.bytes"))
+        # Where each frame goes: the broker, or a SASL listener's gate until authenticated.
+        self.handle: Callable[[Any, str, Session], Any] = broker.handle_frame
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.queue: collections.deque[bytes | memoryview] = collections.deque()
@@ -528,6 +552,26 @@ class Connection(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=_WRITE_HIGH, low=_WRITE_LOW)
         self.broker._connections.add(self)
+        listener = self.listener
+        endpoint = listener.endpoint
+        # TLS is done by now: a client certificate names the principal (SSL listeners).
+        principal = certificate_principal(transport.get_extra_info("peercert")) \
+            if endpoint.tls else PLAINTEXT_SESSION.principal
+        self.session = Session(principal, endpoint.name, endpoint.security_protocol)
+        if principal is not PLAINTEXT_SESSION.principal and not endpoint.sasl:
+            log.info("%s: authenticated as %s by its certificate on listener %s", self.peer,
+                     log_safe(principal), endpoint.name)
+        if endpoint.sasl:
+            self.handle = SaslGate(self, listener, self.broker.credentials).handle
+            # Kafka's bound on what an unauthenticated client may make the broker hold.
+            self.reader._max_size = min(listener.max_receive,
+                                        self.broker.config.get("socket.request.max.bytes"))
+
+    def authenticated(self, principal) -> None:
+        """The SASL exchange is done: from the next frame on, the broker's as any other."""
+        self.session = Session(principal, self.session.listener, self.session.security_protocol)
+        self.handle = self.broker.handle_frame
+        self.reader._max_size = self.broker.config.get("socket.request.max.bytes")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -672,7 +716,7 @@ class Connection(asyncio.BufferedProtocol):
             while queue and not self.muted:
                 size = len(queue[0])
                 taken_bytes += size
-                result = broker.handle_frame(queue.popleft(), self.peer, self.session)
+                result = self.handle(queue.popleft(), self.peer, self.session)
                 if type(result) is Throttled:
                     result = self._mute_after(result)
                 if isinstance(result, CoroutineType):  # (inspect.iscoroutine, without a call)
@@ -867,6 +911,8 @@ def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | No
         if on_started is not None and broker.metrics_address is not None:
             print(metrics_line(*broker.metrics_address), flush=True)  # before the Kafka line
         if on_started is not None:
+            for name, (bound_host, bound_port) in broker.bound.items():
+                print(listener_line(name, bound_host, bound_port), flush=True)
             on_started(host, port)
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()

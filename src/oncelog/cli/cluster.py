@@ -10,10 +10,11 @@ import sys
 from kio.schema.errors import ErrorCode
 
 from ..client.admin.admin import Admin
+from .client_config import client_config
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin({"bootstrap.servers": args.bootstrap_server})
+    return Admin(client_config(args))
 
 
 def _cluster_describe(args: argparse.Namespace) -> int:

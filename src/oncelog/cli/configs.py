@@ -18,6 +18,7 @@ import sys
 from ..client.admin.admin import Admin
 from ..client.admin.admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 from ..client.network.connection import KafkaError
+from .client_config import client_config
 from .quotas import add_quota_options, is_quota_command, run_quota_command
 
 
@@ -65,7 +66,7 @@ def _entity_names(args: argparse.Namespace, admin: Admin) -> list[str]:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+    with Admin(client_config(args)) as admin:
         resources = [ConfigResource(args.entity_type, name)
                      for name in _entity_names(args, admin)]
         described = admin.describe_configs(resources, include_synonyms=True)
@@ -101,7 +102,7 @@ def _alter(args: argparse.Namespace) -> int:
             for item in args.delete_config or [] for name in item.split(",") if name.strip()]
     if not ops:
         raise SystemExit("oncelog configs: alter needs --add-config or --delete-config")
-    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+    with Admin(client_config(args)) as admin:
         names = _entity_names(args, admin)
         results = admin.incremental_alter_configs(
             {ConfigResource(args.entity_type, name): ops for name in names},

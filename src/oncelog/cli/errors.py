@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..client.admin.admin import Admin
 from ..client.network.connection import KafkaError
+from .client_config import client_config
 
 
 class UsageError(Exception):
@@ -46,6 +47,6 @@ def guarded(func: Callable[[argparse.Namespace], int], family: str
 def admin_for(args: argparse.Namespace, client_id: str) -> Admin:
     """An admin client on ``--bootstrap-server``; one that is not host:port is a UsageError."""
     try:
-        return Admin({"bootstrap.servers": args.bootstrap_server, "client.id": client_id})
+        return Admin(client_config(args, **{"client.id": client_id}))
     except ValueError as exc:
         raise UsageError(str(exc)) from None

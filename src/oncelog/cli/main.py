@@ -29,6 +29,9 @@ def _broker(args: argparse.Namespace) -> int:
 
     try:
         run_broker(config, started)
+    except ConfigError as exc:  # what only starting shows: a TLS file missing or bad
+        print(f"oncelog broker: {exc}", file=sys.stderr)
+        return 2
     except ClusterStartError as exc:
         print(f"oncelog broker: cannot join the cluster: {exc}", file=sys.stderr)
         return CLUSTER_START_EXIT_CODE
@@ -54,11 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .configs import add_config_commands
     from .spark import add_spark_commands
     from .tools import _with_bootstrap, add_tool_commands
+    from .users import add_user_commands
 
     add_tool_commands(sub)
     add_config_commands(sub, _with_bootstrap)
     add_spark_commands(sub, _with_bootstrap)
     add_chaos_commands(sub)
+    add_user_commands(sub, _with_bootstrap)
     return parser
 
 

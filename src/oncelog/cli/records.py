@@ -13,10 +13,11 @@ import sys
 
 from ..client.admin.admin import Admin
 from ..client.network.connection import KafkaError
+from .client_config import client_config
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin({"bootstrap.servers": args.bootstrap_server})
+    return Admin(client_config(args))
 
 
 # --- topics alter ----------------------------------------------------------------------------

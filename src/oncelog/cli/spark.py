@@ -20,6 +20,7 @@ import sys
 
 from ..client.admin.admin import Admin
 from ..client.network.connection import KafkaError
+from .client_config import client_config
 from .table import tabbed
 
 
@@ -32,7 +33,7 @@ def _recover(args: argparse.Namespace) -> int:
         return 1
     try:
         if args.prefix is None:
-            with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+            with Admin(client_config(args)) as admin:
                 listed = admin.list_transactions(states=("Ongoing",))
             prefixes = collections.Counter(
                 p for ts in listed.values() for t in ts
@@ -42,7 +43,7 @@ def _recover(args: argparse.Namespace) -> int:
                 print(line)
             return 0
         options = WriteOptions(args.bootstrap_server, None,
-                               {"bootstrap.servers": args.bootstrap_server},
+                               client_config(args),
                                transactional_id_prefix=args.prefix)
         finished, aborted = two_phase.recover(options)
     except (KafkaError, RuntimeError, ValueError) as exc:

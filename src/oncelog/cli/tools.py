@@ -15,12 +15,13 @@ from ..client.network import calls
 from ..client.network.connection import KafkaError
 from ..client.producer.producer import Producer
 from ..protocol.records import CODECS
+from .client_config import client_config
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin({"bootstrap.servers": args.bootstrap_server})
+    return Admin(client_config(args))
 
 
 def _key_value(items: list[str] | None, what: str) -> dict[str, str]:
@@ -138,7 +139,7 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 def _produce(args: argparse.Namespace) -> int:
     encoded_headers = [(k, v.encode()) for k, v in _key_value(args.header, "--header").items()]
-    config = {"bootstrap.servers": args.bootstrap_server, "compression.type": args.compression,
+    config = {**client_config(args), "compression.type": args.compression,
               "acks": args.acks, "batch.num.messages": args.batch_size,
               **_key_value(args.producer_property, "--producer-property")}
     try:
@@ -207,8 +208,7 @@ def _consume(args: argparse.Namespace) -> int:
         info = admin.metadata([args.topic]).topics[args.topic]
     indexes = [args.partition] if args.partition is not None else \
         [p.index for p in info.partitions]
-    with Consumer({"bootstrap.servers": args.bootstrap_server,
-                   "client.id": "oncelog-consume"}) as consumer:
+    with Consumer(client_config(args, **{"client.id": "oncelog-consume"})) as consumer:
         partitions = [TopicPartition(args.topic, i) for i in indexes]
         consumer.assign(partitions)
         for tp in partitions:
@@ -321,6 +321,9 @@ an unknown topic or partition."""
 def _with_bootstrap(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"broker to talk to (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client settings (.properties: security.protocol, sasl.*, ssl.*; "
+                             "Kafka's Java names too), as Kafka's tools take them")
     return parser
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +30,7 @@ from ..protocol.records import Record
 from .admin.admin import Admin
 from .network import calls
 from .network.connection import BrokerConnection, KafkaError, KafkaTimeout
+from .network.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,15 @@ class TopicReader:
 
     def __init__(self, bootstrap: str, topic: str, timeout: float = 30.0,
                  max_bytes: int = 8 << 20, attempts: int = 8,
-                 client_id: str = "oncelog-reader") -> None:
+                 client_id: str = "oncelog-reader",
+                 security: Mapping[str, str] | None = None) -> None:
         self.topic = topic
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.attempts = attempts
         self.client_id = client_id
-        self._admin_config = {"bootstrap.servers": bootstrap,
+        self.security = ClientSecurity.from_config(security or {})
+        self._admin_config = {**(security or {}), "bootstrap.servers": bootstrap,
                               "request.timeout.ms": str(int(timeout * 1000)),
                               "client.id": client_id}
         self._conns: dict[int, BrokerConnection] = {}
@@ -138,7 +141,7 @@ class TopicReader:
     def connect_leader(self, partition: int) -> BrokerConnection:
         """A new connection to the partition's leader, the caller's alone (to close)."""
         host, port = self.brokers[self._leader(partition)]
-        return BrokerConnection(host, port, self.client_id, self.timeout)
+        return BrokerConnection(host, port, self.client_id, self.timeout, self.security)
 
     def _conn(self, partition: int) -> BrokerConnection:
         leader = self._leader(partition)

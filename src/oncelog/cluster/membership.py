@@ -177,12 +177,13 @@ class ClusterMember:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, host: str, port: int, background: bool = True) -> None:
+    def start(self, host: str, port: int, background: bool = True,
+              endpoints: tuple[tuple[str, str, int, str], ...] = ()) -> None:
         """Register (waiting up to the session timeout for an earlier run's registration to
         expire, R3), then elect; later passes on this member's thread (``background``, or
         the caller's ``pass_once``)."""
         try:
-            self._join(host, port)
+            self._join(host, port, endpoints)
         except MetadataUnavailable as exc:
             raise ClusterStartError(str(exc)) from None
         if not background:
@@ -191,8 +192,10 @@ class ClusterMember:
         self._thread.start()
         self._wake.set()
 
-    def _join(self, host: str, port: int) -> None:
-        self.registration = zn.BrokerRegistration(self.broker_id, host, port, self.rack)
+    def _join(self, host: str, port: int,
+              endpoints: tuple[tuple[str, str, int, str], ...] = ()) -> None:
+        self.registration = zn.BrokerRegistration(self.broker_id, host, port, self.rack,
+                                                  endpoints)
         self._op(self.zk.ensure_path_async, zn.BROKER_IDS)
         deadline = time.monotonic() + self.store.session_timeout_ms / 1000 + 1
         while not self._register():

@@ -45,12 +45,23 @@ class BrokerRegistration:
     host: str
     port: int
     rack: str | None = None
+    # Every listener's advertised endpoint: (name, host, port, security protocol); empty:
+    # one PLAINTEXT endpoint at host:port.
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """Where a client of ``listener`` reaches this broker (host:port without one)."""
+        for name, host, port, _ in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or (("PLAINTEXT", self.host, self.port, "PLAINTEXT"),)
         value = {
             "features": {},
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-            "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+            "listener_security_protocol_map": {n: p for n, _, _, p in endpoints},
+            "endpoints": [f"{n}://{h}:{p}" for n, h, p, _ in endpoints],
             "jmx_port": -1,
             "port": self.port,
             "host": self.host,
@@ -67,13 +78,16 @@ class BrokerRegistration:
         on), else host and port (version 1)."""
         value = json.loads(data)
         host, port = value.get("host"), value.get("port")
+        protocols = value.get("listener_security_protocol_map") or {}
+        endpoints = []
         for endpoint in value.get("endpoints", ()):
             scheme, _, address = endpoint.partition("://")
-            if scheme == "PLAINTEXT":
-                host, _, port_text = address.rpartition(":")
-                port = int(port_text)
-                break
-        return cls(broker_id, str(host), int(port), value.get("rack"))
+            at, _, port_text = address.rpartition(":")
+            endpoints.append((scheme, at.strip("[]"), int(port_text),
+                              protocols.get(scheme, scheme)))
+            if scheme == "PLAINTEXT" and (host, port) == (value.get("host"), value.get("port")):
+                host, port = at, int(port_text)
+        return cls(broker_id, str(host), int(port), value.get("rack"), tuple(endpoints))
 
 
 def encode_controller(broker_id: int) -> bytes:

@@ -228,8 +228,8 @@ def record_columns(topic: str, partition: int, include_headers: bool
 
 
 def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
-               fail_on_data_loss: bool, poll_timeout_ms: int, read_committed: bool = False
-               ) -> Iterator[pa.RecordBatch]:
+               fail_on_data_loss: bool, poll_timeout_ms: int, read_committed: bool = False,
+               security: dict[str, str] | None = None) -> Iterator[pa.RecordBatch]:
     """The records of ``rng``, in offset order, as Arrow batches: all of them, or an error.
     ``read_committed``: without the records of aborted transactions (the range ends at or
     before the last stable offset the driver saw, which only moves on)."""
@@ -244,7 +244,7 @@ def read_range(bootstrap: str, rng: OffsetRange, include_headers: bool,
     timeout = poll_timeout_ms / 1000
     try:
         reader = TopicReader(bootstrap, rng.topic, min(30.0, timeout),
-                             client_id="oncelog-spark")
+                             client_id="oncelog-spark", security=security)
     except UnknownTopicOrPartition:
         lost(Lost(rng.partition, rng.start, rng.end, TOPIC_GONE))
         return

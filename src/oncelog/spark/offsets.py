@@ -136,8 +136,8 @@ class Cluster:
         """The topic-partitions read now. A batch read (``must_exist``) insists that every
         subscribed topic and assigned partition exists; a stream waits for them to appear."""
         opts = self.options
-        with Admin({"bootstrap.servers": opts.bootstrap, "client.id": "oncelog-spark",
-                    "request.timeout.ms": str(int(self.timeout * 1000))}) as admin:
+        with Admin(opts.client(**{"client.id": "oncelog-spark",
+                                  "request.timeout.ms": str(int(self.timeout * 1000))})) as admin:
             if opts.pattern is not None:
                 topics = {name: info for name, info in admin.metadata().topics.items()
                           if re.fullmatch(opts.pattern, name)}
@@ -170,7 +170,8 @@ class Cluster:
         if reader is None:
             reader = self._readers[topic] = TopicReader(self.options.bootstrap, topic,
                                                         self.timeout,
-                                                        client_id="oncelog-spark")
+                                                        client_id="oncelog-spark",
+                                                        security=self.options.security)
         return reader
 
     def watermarks(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
@@ -221,8 +222,9 @@ class Cluster:
                                                "one for every partition read, as Spark's "
                                                "Kafka source needs")
             wanted[tp] = ts
-        with Admin({"bootstrap.servers": self.options.bootstrap, "client.id": "oncelog-spark",
-                    "request.timeout.ms": str(int(self.timeout * 1000))}) as admin:
+        with Admin(self.options.client(**{
+                "client.id": "oncelog-spark",
+                "request.timeout.ms": str(int(self.timeout * 1000))})) as admin:
             found = admin.list_offsets(wanted, self.options.read_committed)
         result = {}
         for tp, ts in wanted.items():

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..client.network.connection import parse_bootstrap
+from ..client.network.security import SECURITY_KEYS
 from ..client.producer.producer_config import CONFIG_KEYS, TRANSACTIONAL_KEYS, parse_producer_config
 from . import source_options as more
 from .option_error import OptionError
@@ -39,7 +40,7 @@ _SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName",
               "collation", "table_type")
 
 # Kafka client settings: accepted with or without Spark's "kafka." prefix.
-_CLIENT_READ = ("bootstrap.servers", "isolation.level", "group.id")
+_CLIENT_READ = ("bootstrap.servers", "isolation.level", "group.id", *sorted(SECURITY_KEYS))
 _CLIENT_WRITE = tuple(sorted(CONFIG_KEYS))  # oncelog.Producer's settings
 _READ = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
          "maxOffsetsPerTrigger", "minPartitions", "includeHeaders", "failOnDataLoss",
@@ -230,6 +231,12 @@ class ReadOptions:
     group_id_prefix: str = "spark-kafka-source"
     fetch_retries: int = 3  # attempts at each driver lookup of offsets (fetchOffset.*)
     fetch_retry_interval_ms: int = 1000
+    # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*: every client of the source takes them
+    security: dict[str, str] = field(default_factory=dict)
+
+    def client(self, **settings: str) -> dict[str, str]:
+        """A client's settings: the bootstrap servers, the security settings, ``settings``."""
+        return {"bootstrap.servers": self.bootstrap, **self.security, **settings}
 
     def wants(self, topic: str) -> bool:
         """Whether ``topic`` is among those read."""
@@ -322,7 +329,7 @@ def read_options(options: Mapping[str, str], streaming: bool | None) -> ReadOpti
         more.whole(opts, "maxRecordsPerPartition", None, 1), group, group_prefix,
         more.whole(opts, "fetchOffset.numRetries", more.DEFAULT_FETCH_RETRIES, 1),
         more.whole(opts, "fetchOffset.retryIntervalMs", more.DEFAULT_FETCH_RETRY_INTERVAL_MS,
-                   0))
+                   0), {k: v for k, v in opts.items() if k in SECURITY_KEYS})
     for name, offsets in (("startingOffsets", starting), ("endingOffsets", ending)):
         if isinstance(offsets, more.ByTimestamp):
             name, offsets = offsets.option, offsets.partitions
@@ -354,6 +361,11 @@ class WriteOptions:
     # consumer group that holds the sink's commit decisions. None: a stream's, named by the
     # tasks after their query's id.
     transactional_id_prefix: str | None = None
+
+    def admin_config(self) -> dict[str, str]:
+        """The sink's admin client: the producer's bootstrap and security settings."""
+        return {"bootstrap.servers": self.bootstrap,
+                **{k: v for k, v in self.producer.items() if k in SECURITY_KEYS}}
 
 
 def _refuse_transactional_keys(options: Mapping[str, str]) -> None:

@@ -78,7 +78,7 @@ def sizes(options: ReadOptions, marks: dict[tuple[str, int], tuple[int, int]]
     topics: dict[str, list[int]] = {}
     for topic, partition in marks:
         topics.setdefault(topic, []).append(partition)
-    with Admin({"bootstrap.servers": options.bootstrap, "client.id": "oncelog-spark"}) as admin:
+    with Admin(options.client(**{"client.id": "oncelog-spark"})) as admin:
         dirs = admin.describe_log_dirs(topics)
     result = {}
     for d in (d for described in dirs.values() for d in described):
@@ -102,8 +102,7 @@ def commit(options: ReadOptions, group: str, end: Offsets) -> None:
     watching: the checkpoint, never the group, says where a query resumes; a failure is
     logged, never fails the query."""
     try:
-        with Admin({"bootstrap.servers": options.bootstrap,
-                    "client.id": "oncelog-spark"}) as admin:
+        with Admin(options.client(**{"client.id": "oncelog-spark"})) as admin:
             errors = admin.alter_group_offsets(group, end)
     except (KafkaError, OSError) as exc:
         log.warning("group %s: committing the micro-batch's offsets failed: %s", group, exc)

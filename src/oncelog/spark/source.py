@@ -76,7 +76,8 @@ class _ReadsRanges:
             return iter(())  # nothing to read: Spark still runs one task, with no range
         assert isinstance(partition, RangePartition), partition
         return read_range(opts.bootstrap, partition.range, opts.include_headers,
-                          opts.fail_on_data_loss, opts.poll_timeout_ms, opts.read_committed)
+                          opts.fail_on_data_loss, opts.poll_timeout_ms, opts.read_committed,
+                          opts.security)
 
 
 class OncelogReader(_ReadsRanges, DataSourceReader):

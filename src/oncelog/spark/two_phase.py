@@ -280,7 +280,7 @@ def decided_without(options: WriteOptions, prefix: str, run: str,
     speculative copy of it won): read after the attempt prepared, so that an attempt the
     driver's last listing could not see ends its transaction itself. The run alone says
     which: it is new for every micro-batch."""
-    with Admin({"bootstrap.servers": options.bootstrap}) as admin:
+    with Admin(options.admin_config()) as admin:
         return any(d.run == run and transactional_id not in d.winners
                    for d in _decisions(admin, prefix))
 
@@ -308,7 +308,7 @@ class Driver:
         self.options = options
         self.prefix = prefix or options.transactional_id_prefix
         assert self.prefix, "a driver needs its prefix"
-        self.admin = Admin({"bootstrap.servers": options.bootstrap})
+        self.admin = Admin(options.admin_config())
         self.own: Producer | None = None
         try:
             if decides:

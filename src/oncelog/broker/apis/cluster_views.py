@@ -64,7 +64,8 @@ def handle_describe_cluster(broker, request: Request):
                      cluster_authorized_operations=acl_operations.OMITTED)
     brokers = tuple(build(mod.DescribeClusterBroker, broker_id=node, host=host, port=port,
                           rack=rack, is_fenced=False)
-                    for node, host, port, rack in broker.cluster_brokers())
+                    for node, host, port, rack in broker.cluster_brokers(
+                        request.session.listener))
     return build(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE,
                  error_code=ErrorCode.none, error_message=None,
                  endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,

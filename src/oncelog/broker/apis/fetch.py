@@ -79,8 +79,9 @@ async def handle_fetch(broker, request: Request):
                 w.cancel()
     hinted = request.api_version >= LEADER_HINTS_FROM and any(
         p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
-    nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=broker.advertised_host,
-                   port=broker.advertised_port, rack=None),) if hinted else ()
+    host, port = broker.endpoint(request.session.listener)
+    nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=host, port=port,
+                   rack=None),) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
 

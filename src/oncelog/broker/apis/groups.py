@@ -170,7 +170,7 @@ def handle_find_coordinator(broker, request: Request):
     keys = list(body.coordinator_keys) if has_field(type(body), "coordinator_keys") \
         else [body.key]
     key_type = getattr(body, "key_type", GROUP_KEY)
-    found = [_find(broker, key_type, key) for key in keys]
+    found = [_find(broker, key_type, key, request.session.listener) for key in keys]
     if has_field(mod.FindCoordinatorResponse, "coordinators"):
         coordinators = tuple(
             build(mod.Coordinator, key=key, node_id=node, host=host, port=port,
@@ -183,7 +183,7 @@ def handle_find_coordinator(broker, request: Request):
                  error_message=message, node_id=node, host=host, port=port)
 
 
-def _find(broker, key_type: int, key: str):
+def _find(broker, key_type: int, key: str, listener: str):
     def refused(error: ErrorCode, message: str):
         return error, message, -1, "", -1
 
@@ -202,7 +202,7 @@ def _find(broker, key_type: int, key: str):
     except TopicError as exc:
         log.warning("creating an internal topic failed: %s", exc)
         return refused(ErrorCode.coordinator_not_available, str(exc))
-    return ErrorCode.none, None, broker.broker_id, broker.advertised_host, broker.advertised_port
+    return ErrorCode.none, None, broker.broker_id, *broker.endpoint(listener)
 
 
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup --------------------------------------------

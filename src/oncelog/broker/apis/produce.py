@@ -167,8 +167,7 @@ def _encode(broker, request: Request, topics: list) -> bytes:
         topics = [(key, [p._replace(current_leader=(broker.broker_id, 0))
                          if p.error_code == ErrorCode.not_leader_or_follower else p
                          for p in ps]) for key, ps in topics]
-        nodes = (NodeEndpoint(broker.broker_id, broker.advertised_host,
-                              broker.advertised_port),)
+        nodes = (NodeEndpoint(broker.broker_id, *broker.endpoint(request.session.listener)),)
     return produce_response.encode(request.api_version, request.correlation_id, topics, nodes,
                                    request.throttle_ms)
 

@@ -19,6 +19,7 @@ from . import (
     partition_admin,
     produce,
     producer_ids,
+    scram_users,
     transactions,
     txn_markers,
     unsecured,
@@ -26,7 +27,7 @@ from . import (
 
 FAMILIES = (api_meta, produce, fetch, admin, configs_admin, partition_admin, cluster_views,
             groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured,
-            client_quotas_admin)
+            client_quotas_admin, scram_users)
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {}
 for _family in FAMILIES:

@@ -3,7 +3,8 @@ answered the same here: a client configured for them learns why, instead of losi
 connection.
 
 - SaslHandshake and SaslAuthenticate: ILLEGAL_SASL_STATE, as Kafka answers them on a
-  listener that does not authenticate with SASL (the only kind here).
+  listener that does not authenticate with SASL, or once a SASL connection is authenticated
+  (before, a SASL listener's frames go to broker/sasl_gate.py instead).
 - DescribeAcls, CreateAcls, DeleteAcls: SECURITY_DISABLED, "No Authorizer is configured.",
   for the request (Describe) or each creation or filter.
 - The delegation token APIs: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, as Kafka answers them on

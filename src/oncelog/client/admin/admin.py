@@ -19,9 +19,10 @@ from ...protocol.schema import build
 from ..consumer.group_membership import SIMPLE_COMMIT
 from ..network import calls
 from ..network.connection import BrokerConnection, KafkaError, connect, parse_bootstrap
+from ..network.security import ClientSecurity
 from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
 from ..topic_partition import OffsetAndMetadata, TopicPartition
-from . import admin_configs
+from . import admin_configs, admin_scram
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 
 RESOURCE_TOPIC = 2
@@ -78,6 +79,7 @@ class Admin:
         self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
         self.client_id = config.get("client.id", "oncelog")
         parse_bootstrap(self.bootstrap)  # a bad address fails here, as a bad config does
+        self.security = ClientSecurity.from_config(config)
         self._conn: BrokerConnection | None = None
         self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
         # (key type, group or transactional id) -> its coordinator
@@ -88,7 +90,7 @@ class Admin:
         """The connection to a bootstrap server, opened on first use: as with Kafka's clients,
         making a client does not fail because no broker is up yet."""
         if self._conn is None:
-            self._conn = connect(self.bootstrap, self.client_id, self.timeout)
+            self._conn = connect(self.bootstrap, self.client_id, self.timeout, self.security)
         return self._conn
 
     def close(self) -> None:
@@ -575,6 +577,17 @@ class Admin:
     # DescribeCluster, DescribeTopicPartitions (KIP-966), DescribeLogDirs and
     # AlterReplicaLogDirs; the log directory calls go to every broker (or the one named).
 
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, dict[str, int] | KafkaError]:
+        """user -> {mechanism: iterations} (or the broker's error for that user)."""
+        return admin_scram.describe(self.conn, users)
+
+    def alter_user_scram_credentials(self, upsertions: Iterable[admin_scram.ScramUpsertion] = (),
+                                     deletions: Iterable[tuple[str, str]] = ()
+                                     ) -> dict[str, KafkaError | None]:
+        """Set or delete SCRAM credentials: user -> None when done, else its error."""
+        return admin_scram.alter(self.conn, upsertions, deletions)
+
     def describe_cluster(self, include_authorized_operations: bool = False) -> ClusterDescription:
         def make(mod, version):
             return build(mod.DescribeClusterRequest,
@@ -868,7 +881,7 @@ class Admin:
         conn = self._others.get((host, port))
         if conn is None:
             conn = self._others[host, port] = BrokerConnection(host, port, self.client_id,
-                                                               self.timeout)
+                                                               self.timeout, self.security)
         return conn
 
     def _every_broker(self) -> list[BrokerConnection]:

@@ -58,6 +58,7 @@ from ..admin.admin import Admin, ClusterInfo
 from ..metrics import ConsumerMetrics, StatsTimer
 from ..network import calls
 from ..network.connection import BrokerConnection, KafkaError
+from ..network.security import SECURITY_DEFAULTS, SECURITY_KEYS, ClientSecurity
 from ..producer.transactions import GroupMetadata
 from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .assignors import parse_strategy
@@ -106,6 +107,7 @@ _DEFAULTS = {
     "auto.commit.interval.ms": 5_000,
     "partition.assignment.strategy": "range,cooperative-sticky",
     "statistics.interval.ms": 0, "stats_cb": None,
+    **SECURITY_DEFAULTS,
 }
 _INTS = ("fetch.max.bytes", "max.partition.fetch.bytes", "fetch.wait.max.ms",
          "request.timeout.ms", "retry.backoff.ms", "metadata.max.age.ms",
@@ -170,6 +172,7 @@ def _check_protocol_configs(protocol: str, given: dict) -> None:
 class Consumer:
     def __init__(self, config: dict) -> None:
         self.config = _config(config)
+        self._security = ClientSecurity.from_config(self.config)
         self._timeout = int(self.config["request.timeout.ms"]) / 1000
         self._isolation = _ISOLATION_LEVELS[self.config["isolation.level"]]
         self._metrics = ConsumerMetrics()
@@ -751,7 +754,8 @@ class Consumer:
     def _new_admin(self) -> Admin:
         return Admin({"bootstrap.servers": self.config["bootstrap.servers"],
                       "client.id": self.config["client.id"],
-                      "request.timeout.ms": str(self.config["request.timeout.ms"])})
+                      "request.timeout.ms": str(self.config["request.timeout.ms"]),
+                      **{k: v for k in SECURITY_KEYS if (v := self.config[k]) is not None}})
 
     def _cluster(self) -> ClusterInfo:
         """Every topic's metadata (a broker that went away is reconnected to once)."""
@@ -791,7 +795,8 @@ class Consumer:
         conn = self._connections.get(node)
         if conn is None:
             host, port = self._brokers[node]
-            conn = BrokerConnection(host, port, self.config["client.id"], self._timeout)
+            conn = BrokerConnection(host, port, self.config["client.id"], self._timeout,
+                                    self._security)
             self._connections[node] = conn
         return conn
 

@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.api_versions import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
 from ..network import calls
 from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, connect
+from ..network.security import ClientSecurity
 from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
 
@@ -79,6 +80,7 @@ class GroupIO:
         self.client_id = str(config["client.id"])
         self.timeout = int(config["request.timeout.ms"]) / 1000
         self.retry_backoff = int(config["retry.backoff.ms"]) / 1000
+        self.security = ClientSecurity.from_config(config)
         self.listener = listener
         # The membership is shared with the heartbeat thread; every access holds this lock,
         # and no I/O happens while it is held.
@@ -157,7 +159,8 @@ class GroupIO:
         answer (or the backoff after a failure)."""
         try:
             if self._bootstrap_conn is None:
-                self._bootstrap_conn = connect(self.bootstrap, self.client_id, self.timeout)
+                self._bootstrap_conn = connect(self.bootstrap, self.client_id, self.timeout,
+                                               self.security)
             found = calls.find_coordinator_result(self._bootstrap_conn.call(
                 FIND_COORDINATOR, calls.find_coordinator_request(self.group_id)))
         except KafkaError as exc:
@@ -186,7 +189,8 @@ class GroupIO:
         if self._conn is None:
             _, host, port = coordinator
             try:
-                self._conn = BrokerConnection(host, port, self.client_id, self.timeout)
+                self._conn = BrokerConnection(host, port, self.client_id, self.timeout,
+                                              self.security)
             except KafkaError as exc:
                 with self.lock:
                     self.membership.coordinator_lost(time.monotonic(), str(exc))
@@ -288,7 +292,8 @@ class GroupIO:
             self._heartbeat_conn = None
         if self._heartbeat_conn is None:
             _, host, port = coordinator
-            self._heartbeat_conn = BrokerConnection(host, port, self.client_id, self.timeout)
+            self._heartbeat_conn = BrokerConnection(host, port, self.client_id, self.timeout,
+                                              self.security)
             self._heartbeat_to = coordinator
         return self._heartbeat_conn
 

@@ -9,6 +9,8 @@ an unknown outcome, which the producer's sequence numbers resolve on retry.
 The socket is driven with the loop's add_reader/add_writer and plain socket calls rather than
 a transport: Python's socket calls release the GIL for the system call (uvloop's transports
 keep it), so while the kernel copies a 16 KiB request the thread calling produce() runs.
+TLS (security.protocol ssl, sasl_ssl) keeps that shape: ``ssl.SSLObject`` over memory
+buffers encrypts what is sent and decrypts what is received, the socket calls stay plain.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -28,7 +31,9 @@ from kio.schema.errors import ErrorCode
 from ...protocol.api_versions import API_VERSIONS_KEY
 from ...protocol.messages import decode_response, encode_request
 from ...protocol.schema import build, request_module
+from . import sasl
 from .connection import KafkaError, KafkaTimeout, choose_versions
+from .security import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -37,8 +42,12 @@ _PARTS_PER_SEND = 512  # under any system's IOV_MAX
 
 
 class AsyncBrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.host, self.port = host, port
+        self.security = security
+        self._tls: ssl.SSLObject | None = None  # with its two buffers, under TLS
+        self._tls_in = self._tls_out = ssl.MemoryBIO()
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, int] = {}
@@ -55,17 +64,23 @@ class AsyncBrokerConnection:
         self.on_close: Callable[[AsyncBrokerConnection], None] | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str,
-                   timeout: float) -> AsyncBrokerConnection:
-        conn = cls(host, port, client_id, timeout)
+    async def open(cls, host: str, port: int, client_id: str, timeout: float,
+                   security: ClientSecurity = PLAINTEXT) -> AsyncBrokerConnection:
+        conn = cls(host, port, client_id, timeout, security)
         try:
             await asyncio.wait_for(conn._connect(), timeout)
+        except ssl.SSLError as exc:
+            conn.close()
+            raise KafkaError(ErrorCode.sasl_authentication_failed,
+                             f"TLS handshake with {host}:{port} failed: {exc}") from None
         except (OSError, TimeoutError) as exc:
             conn.close()
             raise KafkaError(ErrorCode.network_exception,
                              f"cannot connect to {host}:{port}: {exc}") from None
         try:
             await conn._negotiate()
+            if security.sasl:
+                await conn._authenticate()
         except BaseException:
             conn.close()
             raise
@@ -88,9 +103,41 @@ class AsyncBrokerConnection:
                 raise
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sock = sock
+            if self.security.ssl_context is not None:
+                await self._handshake(sock, self.security.ssl_context)
             self._loop.add_reader(sock.fileno(), self._readable)
             return
         raise last or OSError(f"no address for {self.host}")
+
+    async def _handshake(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        self._tls_in, self._tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(self._tls_in, self._tls_out, server_hostname=self.host)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if self._tls_out.pending:
+                    await self._loop.sock_sendall(sock, self._tls_out.read())
+                data = await self._loop.sock_recv(sock, _RECEIVE)
+                if not data:
+                    raise ConnectionError("the broker closed the connection during TLS") \
+                        from None
+                self._tls_in.write(data)
+        if self._tls_out.pending:
+            await self._loop.sock_sendall(sock, self._tls_out.read())
+        self._tls = tls
+
+    async def _authenticate(self) -> None:
+        steps = sasl.exchange(self.security)
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await self.request(*step))
+        except StopIteration:
+            return
+        except sasl.SaslRefused as exc:
+            raise KafkaError(exc.error, str(exc)) from None
 
     async def _negotiate(self) -> None:
         self.versions = {API_VERSIONS_KEY: 0}
@@ -150,6 +197,13 @@ class AsyncBrokerConnection:
         return future
 
     def _write(self, parts: list) -> None:
+        if self._tls is not None:
+            self._tls.write(b"".join(parts))
+            parts = [self._tls_out.read()]
+        self._send_raw(parts)
+
+    def _send_raw(self, parts: list) -> None:
+        """Bytes as they go on the wire (under TLS: already encrypted)."""
         if self._unsent:  # behind earlier bytes the socket had no room for
             self._unsent.extend(memoryview(part) for part in parts)
             return
@@ -205,7 +259,29 @@ class AsyncBrokerConnection:
         if not data:
             self._connection_lost(None)
             return
+        if self._tls is not None:
+            data = self._decrypt(data)
+            if not data:
+                return
         self._data_received(data)
+
+    def _decrypt(self, data: bytes) -> bytes | None:
+        """What ``data`` completes of the TLS records received; None once the connection is
+        lost (a TLS error or the broker's close_notify)."""
+        assert self._tls is not None
+        self._tls_in.write(data)
+        plain = []
+        try:
+            while chunk := self._tls.read(_RECEIVE):
+                plain.append(chunk)
+        except ssl.SSLWantReadError:
+            pass
+        except (ssl.SSLError, ssl.SSLZeroReturnError) as exc:
+            self._connection_lost(exc)
+            return None
+        if self._tls_out.pending:  # TLS's own messages (a key update): sent as they come
+            self._send_raw([self._tls_out.read()])
+        return b"".join(plain)
 
     def _arm_watchdog(self) -> None:
         if not self._pending:

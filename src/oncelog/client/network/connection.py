@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -21,6 +22,8 @@ from ...protocol import api_versions as apis
 from ...protocol.api_versions import API_VERSIONS_KEY, SUPPORTED_VERSIONS
 from ...protocol.messages import decode_response, encode_request
 from ...protocol.schema import build, request_module
+from . import sasl
+from .security import PLAINTEXT, ClientSecurity
 
 _SIZE = struct.Struct(">i")
 _REUSE_ABOVE = 256 << 10  # smaller answers get a buffer of their own
@@ -143,7 +146,7 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "oncelog",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, security: ClientSecurity = PLAINTEXT) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = timeout
@@ -153,11 +156,36 @@ class BrokerConnection:
             raise KafkaError(ErrorCode.network_exception,
                              f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.security = security
+        if security.ssl_context is not None:
+            self._start_tls(security.ssl_context)
         self._correlation = 0
         self._size = bytearray(4)  # a frame's size prefix
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.versions: dict[int, int] = {}
         self._negotiate()
+        if security.sasl:
+            self._authenticate(security)
+
+    def _start_tls(self, context: ssl.SSLContext) -> None:
+        try:
+            self.sock = context.wrap_socket(self.sock, server_hostname=self.host)
+        except (OSError, ssl.SSLError) as exc:
+            self.close()
+            raise KafkaError(ErrorCode.sasl_authentication_failed,
+                             f"TLS handshake with {self.host}:{self.port} failed: {exc}") from None
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        steps = sasl.exchange(security)
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(self.call(*step))
+        except StopIteration:
+            return
+        except sasl.SaslRefused as exc:
+            self.close()
+            raise KafkaError(exc.error, str(exc)) from None
 
     def _negotiate(self) -> None:
         _, response = self._call(API_VERSIONS_KEY, 0, build(
@@ -303,13 +331,16 @@ def _spare(size: int) -> memoryview:
 
 
 def connect(bootstrap_servers: str, client_id: str = "oncelog",
-            timeout: float = 30.0) -> BrokerConnection:
-    """A connection to the first reachable bootstrap server."""
+            timeout: float = 30.0, security: ClientSecurity = PLAINTEXT) -> BrokerConnection:
+    """A connection to the first reachable bootstrap server; refused authentication ends
+    the search (another server would refuse the same credentials)."""
     last: Exception | None = None
     for host, port in parse_bootstrap(bootstrap_servers):
         try:
-            return BrokerConnection(host, port, client_id, timeout)
+            return BrokerConnection(host, port, client_id, timeout, security)
         except KafkaError as exc:
+            if exc.error == ErrorCode.sasl_authentication_failed:
+                raise
             last = exc
     assert last is not None
     raise last

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...protocol.records import CODECS
+from ..network.security import PLAINTEXT, SECURITY_DEFAULTS, ClientSecurity
 
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5  # what the broker's per-producer batch cache covers
 # Deterministic batches are cut by record count alone; 500 keeps 1 KiB records well inside
@@ -42,6 +43,7 @@ _DEFAULTS: dict[str, Any] = {
     "transaction.two.phase.commit.enable": False,
     "statistics.interval.ms": 0,
     "stats_cb": None,
+    **SECURITY_DEFAULTS,
 }
 _PARTITIONERS = ("murmur2_random", "murmur2", "random")
 # The keys a producer takes as plain settings (the Spark sink passes these through). The
@@ -78,6 +80,7 @@ class ProducerConfig:
     two_phase: bool = False
     statistics_interval_ms: int = 0
     stats_cb: Callable[[str], object] | None = None
+    security: ClientSecurity = PLAINTEXT
 
 
 def _int(key: str, value: Any, minimum: int = 0) -> int:
@@ -203,4 +206,5 @@ def parse_producer_config(config: dict[str, Any]) -> ProducerConfig:
         two_phase=two_phase,
         statistics_interval_ms=_int("statistics.interval.ms", c["statistics.interval.ms"]),
         stats_cb=stats_cb,
+        security=ClientSecurity.from_config(config),
     )

@@ -128,7 +128,8 @@ class Sender:
         for host, port in candidates:
             try:
                 conn = await AsyncBrokerConnection.open(host, port, self.config.client_id,
-                                                        self.config.request_timeout)
+                                                        self.config.request_timeout,
+                                                        self.config.security)
             except KafkaError as exc:
                 last = exc
                 continue
@@ -247,7 +248,8 @@ class Sender:
         host, port = self.brokers[node]
         try:
             conn = await AsyncBrokerConnection.open(host, port, self.config.client_id,
-                                                    self.config.request_timeout)
+                                                    self.config.request_timeout,
+                                                    self.config.security)
             self.connections[node] = conn
         except KafkaError as exc:
             log.info("broker %d at %s:%d: %s", node, host, port, exc)

@@ -109,7 +109,8 @@ class TransactionalRequests:
             if action is Action.DONE:
                 assert found is not None
                 conn = await AsyncBrokerConnection.open(
-                    found.host, found.port, self.config.client_id, self.config.request_timeout)
+                    found.host, found.port, self.config.client_id, self.config.request_timeout,
+                    self.config.security)
                 self.coordinators[(key_type, key)] = conn
                 log.debug("%s coordinator of %r: node %d at %s:%d",
                           "transaction" if key_type else "group", key, found.node_id,

@@ -1,0 +1,146 @@
+"""The cost of authentication (issue 25): produce and consume throughput over SASL_SSL
+(SCRAM-SHA-512) against PLAINTEXT on one broker, side by side, and authentication handshakes
+per second.
+
+    .venv/bin/python bench/authentication.py [--messages 200000] [--repeats 5] [--seconds 5]
+
+One broker with a PLAINTEXT and a SASL_SSL listener (certificates made here with the
+``cryptography`` package, one SCRAM user added with ``oncelog users add --data-dir``). The same
+confluent-kafka producer as bench/produce_consume.py (1 KiB incompressible values, acks=all,
+librdkafka's default batching) writes ``--messages`` records through each listener in turn,
+the order alternating between repetitions; a consumer then reads them back through the same
+listener. Printed: the median throughput of each, and the median of the paired ratios
+SASL_SSL / PLAINTEXT (the issue's goal: >= 0.7 at 1 KiB records, default batching).
+
+Handshakes: for ``--seconds``, four threads each open connections to the SASL_SSL listener
+with oncelog's client (TCP, TLS 1.3, ApiVersions, SaslHandshake, SCRAM-SHA-512 with 4096
+iterations, two SaslAuthenticate) and close them; printed: completed handshakes per second.
+The client's PBKDF2 runs on the same two cores as the broker's side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _support import REPO, OncelogBroker
+from produce_consume import PAYLOAD
+
+sys.path.insert(0, str(REPO / "tests"))
+from support.certs import CertificateAuthority
+
+from oncelog.cli.main import main as oncelog_main
+from oncelog.client.network.connection import BrokerConnection
+from oncelog.client.network.security import ClientSecurity
+
+USER, PASSWORD = "bench", "bench-secret"
+TIMEOUT = 120.0
+
+
+def produce(conf: dict, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({**conf, "acks": "all"})
+    producer.produce(topic, PAYLOAD, partition=0)  # connects, creates the topic: not timed
+    producer.flush(TIMEOUT)
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, PAYLOAD, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(TIMEOUT):
+        raise RuntimeError("undelivered messages")
+    return n / (time.perf_counter() - start)
+
+
+def consume(conf: dict, topic: str, n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "bench", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 1)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + TIMEOUT
+    while got < n and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+    seconds = time.perf_counter() - start
+    consumer.close()
+    if got < n:
+        raise RuntimeError(f"read {got} of {n}")
+    return n / seconds
+
+
+def handshakes(port: int, security: ClientSecurity, seconds: float, threads: int = 4) -> float:
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def run(i: int) -> None:
+        while time.monotonic() < stop:
+            BrokerConnection("127.0.0.1", port, timeout=30, security=security).close()
+            done[i] += 1
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return sum(done) / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-auth-") as tmp:
+        ca = CertificateAuthority(Path(tmp) / "ca")
+        server = ca.issue("broker", "localhost", server=True)
+        settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                    "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                    "ssl.keystore.location": str(server.both)}
+        with OncelogBroker(settings) as broker:
+            # the user goes straight into the running broker's store (locked per change)
+            assert oncelog_main(["users", "add", USER, "--password", PASSWORD,
+                                 "--mechanism", "SCRAM-SHA-512",
+                                 "--data-dir", str(broker.data_dir)]) == 0
+            ports = broker.ports
+            plain = {"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"}
+            secured = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}",
+                       "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                       "sasl.username": USER, "sasl.password": PASSWORD,
+                       "ssl.ca.location": str(ca.pem)}
+            results: dict[str, dict[str, list[float]]] = {
+                "produce": {"PLAINTEXT": [], "SASL_SSL": []},
+                "consume": {"PLAINTEXT": [], "SASL_SSL": []}}
+            for repeat in range(args.repeats):
+                order = [("PLAINTEXT", plain), ("SASL_SSL", secured)]
+                for name, conf in order if repeat % 2 == 0 else order[::-1]:
+                    topic = f"bench-{name.lower()}-{repeat}"
+                    results["produce"][name].append(produce(conf, topic, args.messages))
+                    results["consume"][name].append(consume(conf, topic, args.messages))
+            for what, by in results.items():
+                ratios = [s / p for s, p in zip(by["SASL_SSL"], by["PLAINTEXT"], strict=True)]
+                print(f"{what}: PLAINTEXT {statistics.median(by['PLAINTEXT']):,.0f} msgs/s, "
+                      f"SASL_SSL {statistics.median(by['SASL_SSL']):,.0f} msgs/s, "
+                      f"ratio {statistics.median(ratios):.2f} "
+                      f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
+            security = ClientSecurity.from_config({**secured, "bootstrap.servers": ""})
+            rate = handshakes(ports["SASL_SSL"], security, args.seconds)
+            print(f"handshakes (TLS + SCRAM-SHA-512, 4 client threads): {rate:,.0f}/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""A SASL listener's connection before it is authenticated: the gate every frame passes
+until the client has proven who it is (Kafka's SaslServerAuthenticator).
+
+| state | frame | answer | next |
+|---|---|---|---|
+| handshake | ApiVersions | answered as always | handshake |
+| handshake | SaslHandshake, mechanism enabled | NONE, the enabled mechanisms | exchange |
+| handshake | SaslHandshake, mechanism not enabled | UNSUPPORTED_SASL_MECHANISM (a) | closed |
+| handshake | SaslAuthenticate | ILLEGAL_SASL_STATE | closed |
+| exchange | SaslAuthenticate, the exchange goes on | NONE, the server's token | exchange |
+| exchange | SaslAuthenticate, the exchange is done | NONE, the server's last token | done |
+| exchange | SaslAuthenticate, the client failed | SASL_AUTHENTICATION_FAILED (b) | closed |
+| exchange | SaslHandshake | ILLEGAL_SASL_STATE | closed |
+| any | any other request, or a malformed one | none, a log line | closed at once |
+
+(a) with the enabled mechanisms; (b) with Kafka's message. After SaslHandshake v0 the
+exchange's tokens come bare, without Kafka's request framing (each frame one token, each
+answer one token), and a failure closes without an answer.
+
+"Delayed": the answer is written ``connection.failed.authentication.delay.ms`` after the
+failure, then the connection closes; nothing more is read from it meanwhile. Once
+authenticated the connection's session is ``User:<name>`` on its listener and every frame goes
+to the broker as on any other listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import struct
+
+from kio.schema.errors import ErrorCode
+
+from ..metadata.store import MetadataUnavailable
+from ..protocol import api_versions as apis
+from ..protocol.messages import ProtocolError, UnsupportedVersion, decode_request, encode_response
+from ..protocol.schema import build, response_module
+from ..security.principal import KafkaPrincipal
+from ..security.sasl_server import AuthenticationFailed, SaslServer, new_server
+from .answers import CLOSE_CONNECTION
+from .log_limits import RateLimitedLog, log_safe
+
+log = logging.getLogger(__name__)
+_failures = RateLimitedLog(log)
+_HEADER = struct.Struct(">hh")
+_SIZE = struct.Struct(">i")
+_ALLOWED = (apis.API_VERSIONS_KEY, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE)
+_NO_LIFETIME = datetime.timedelta(0)
+
+
+class SaslGate:
+    def __init__(self, conn, listener, credentials) -> None:
+        self.conn = conn  # the broker's Connection (server.py)
+        self.listener = listener  # its ListenerSecurity
+        self.credentials = credentials
+        self.server: SaslServer | None = None
+        self.raw = False  # SaslHandshake v0: tokens without Kafka's request framing
+
+    def handle(self, frame, peer: str, session):
+        """What Connection._handle_queued does with a frame before authentication."""
+        try:
+            return self._handle(frame, peer, session)
+        except MetadataUnavailable as exc:  # ZooKeeper away: nobody gets in meanwhile
+            _failures.log(logging.WARNING, "credentials unavailable",
+                          "%s: listener %s: %s; closing the connection", peer,
+                          self.listener.name, exc)
+        except Exception:
+            log.exception("%s: listener %s: the SASL exchange failed; closing the connection",
+                          peer, self.listener.name)
+        return CLOSE_CONNECTION
+
+    def _handle(self, frame, peer: str, session):
+        if self.raw:
+            return self._raw_token(bytes(frame), peer)
+        if len(frame) < _HEADER.size:
+            return self._refuse(peer, "a frame shorter than a request header")
+        api_key, _ = _HEADER.unpack_from(frame, 0)
+        if api_key not in _ALLOWED:
+            return self._refuse(peer, f"api key {api_key} before authentication")
+        if api_key == apis.API_VERSIONS_KEY:
+            return self.conn.broker.handle_frame(frame, peer, session)
+        try:
+            request = decode_request(frame, peer, session)
+        except (ProtocolError, UnsupportedVersion) as exc:
+            return self._refuse(peer, f"{log_safe(exc)}")
+        if api_key == apis.SASL_HANDSHAKE:
+            return self._handshake(request, peer)
+        return self._authenticate(request, peer)
+
+    def _refuse(self, peer: str, why: str):
+        _failures.log(logging.WARNING, "unauthenticated request",
+                      "%s: listener %s: %s; closing the connection", peer, self.listener.name,
+                      why)
+        return CLOSE_CONNECTION
+
+    def _handshake(self, request, peer: str):
+        mod = response_module(apis.SASL_HANDSHAKE, request.api_version)
+        enabled = self.listener.mechanisms
+        mechanism = request.body.mechanism
+        if self.server is not None:
+            return self._fail(request, build(mod.SaslHandshakeResponse,
+                                             error_code=ErrorCode.illegal_sasl_state,
+                                             mechanisms=enabled),
+                              peer, "a second SaslHandshake")
+        if mechanism not in enabled:
+            return self._fail(request, build(mod.SaslHandshakeResponse,
+                                             error_code=ErrorCode.unsupported_sasl_mechanism,
+                                             mechanisms=enabled),
+                              peer, f"mechanism {log_safe(mechanism)!r} is not enabled")
+        self.server = new_server(mechanism, self.credentials, self.listener.plain_users)
+        self.raw = request.api_version == 0
+        return encode_response(apis.SASL_HANDSHAKE, request.api_version, request.correlation_id,
+                               build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
+                                     mechanisms=enabled))
+
+    def _authenticate(self, request, peer: str):
+        mod = response_module(apis.SASL_AUTHENTICATE, request.api_version)
+
+        def answer(error: ErrorCode, message: str | None, token: bytes):
+            return build(mod.SaslAuthenticateResponse, error_code=error, error_message=message,
+                         auth_bytes=token, session_lifetime=_NO_LIFETIME)
+
+        if self.server is None:
+            return self._fail(request, answer(ErrorCode.illegal_sasl_state,
+                                              "SaslAuthenticate before SaslHandshake", b""),
+                              peer, "SaslAuthenticate before SaslHandshake")
+        try:
+            token = self.server.step(bytes(request.body.auth_bytes))
+        except AuthenticationFailed as exc:
+            return self._fail(request, answer(ErrorCode.sasl_authentication_failed, str(exc),
+                                              b""), peer, exc.reason)
+        if self.server.done:
+            self._authenticated(peer)
+        return encode_response(apis.SASL_AUTHENTICATE, request.api_version,
+                               request.correlation_id, answer(ErrorCode.none, None, token))
+
+    def _raw_token(self, token: bytes, peer: str):
+        assert self.server is not None
+        try:
+            reply = self.server.step(token)
+        except AuthenticationFailed as exc:
+            return self._fail(None, None, peer, exc.reason)
+        if self.server.done:
+            self._authenticated(peer)
+        return _SIZE.pack(len(reply)) + reply
+
+    def _authenticated(self, peer: str) -> None:
+        assert self.server is not None
+        principal = KafkaPrincipal("User", self.server.username)
+        log.info("%s: authenticated as %s with %s on listener %s", peer,
+                 log_safe(principal), self.server.mechanism, self.listener.name)
+        self.conn.authenticated(principal)
+
+    def _fail(self, request, body, peer: str, reason: str):
+        """Answer after the delay, then close; nothing else is handled meanwhile."""
+        mechanism = self.server.mechanism if self.server is not None else "-"
+        _failures.log(logging.WARNING, "authentication failed",
+                      "%s: authentication failed on listener %s (%s): %s; closing the "
+                      "connection", peer, self.listener.name, mechanism, log_safe(reason))
+        frame = None if request is None else encode_response(
+            request.api_key, request.api_version, request.correlation_id, body)
+        return self._answer_later(frame)
+
+    async def _answer_later(self, frame: bytes | None):
+        await asyncio.sleep(self.listener.failed_delay_s)
+        conn = self.conn
+        if frame is not None and not conn.closed:
+            conn.transport.write(frame)
+        conn.close()
+        return None
