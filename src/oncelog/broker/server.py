@@ -40,6 +40,7 @@ from .apis.groups import make_coordinator
 from .apis.produce import TxnVerifier
 from .apis.registry import HANDLERS
 from .apis.transactions import make_transaction_coordinator
+from .authorize import make_authorizer
 from .config import BrokerConfig
 from .counters import Counters
 from .log_cleaner import LogCleaner
@@ -88,6 +89,9 @@ class Broker:
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        # None without authorizer.class.name: everything is allowed, as in Kafka.
+        self.authorizer = make_authorizer(
+            config, self.store if self.cluster is None else self.cluster.store)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
@@ -172,6 +176,9 @@ class Broker:
         ]
         if self.log_cleaner.enabled:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
+        if self.authorizer is not None and self.cluster is not None:
+            # the other brokers' ACL changes (this broker's own are seen at once)
+            self._tasks.append(asyncio.create_task(self._every(1000, self.authorizer.refresh)))
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port)

@@ -1,0 +1,105 @@
+"""Authorization as the API handlers ask it: each check is one call here, deciding from the
+request's session (principal) and peer (host) by ``oncelog.security.acls.Authorizer``.
+
+``authorizer.class.name`` empty (Kafka's default) means no authorizer: every check allows
+(row A1 of the decision table), and the ACL APIs answer SECURITY_DISABLED. Kafka's two class
+names (``kafka.security.authorizer.AclAuthorizer``,
+``org.apache.kafka.metadata.authorizer.StandardAuthorizer``) enable oncelog's authorizer,
+with ``super.users`` (``User:a;User:b``) and ``allow.everyone.if.no.acl.found``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from ..security.acl_store import AclStore
+from ..security.acls import (
+    CLUSTER_NAME,
+    AclOperation,
+    Authorizer,
+    ResourceType,
+    all_operations_field,
+)
+from ..security.principal import ANONYMOUS
+
+log = logging.getLogger(__name__)
+
+Op = AclOperation
+Rt = ResourceType
+
+
+class BrokerAuthorizer:
+    """The decision (``Authorizer``) over the ACLs the metadata store holds."""
+
+    def __init__(self, store, super_users: Iterable[str], allow_if_no_acl: bool) -> None:
+        self.acls = AclStore(store)
+        self.decision = Authorizer(self.acls.index, super_users, allow_if_no_acl)
+
+    def refresh(self) -> None:
+        self.acls.refresh()
+        self.decision.acls = self.acls.index
+
+    def changed(self) -> None:
+        """After a change through ``self.acls``: decide from its index from now on."""
+        self.decision.acls = self.acls.index
+
+
+def make_authorizer(config, store) -> BrokerAuthorizer | None:
+    if not config.get("authorizer.class.name"):
+        return None
+    super_users = [p.strip() for p in (config.get("super.users") or "").split(";") if p.strip()]
+    return BrokerAuthorizer(store, super_users, config.get("allow.everyone.if.no.acl.found"))
+
+
+def _who(request) -> tuple[str, str]:
+    session = request.session
+    principal = session.principal if session is not None else ANONYMOUS
+    host = request.peer.rsplit(":", 1)[0] if request.peer else ""
+    return str(principal), host.strip("[]")
+
+
+def allowed(broker, request, operation: AclOperation, resource_type: ResourceType,
+            name: str) -> bool:
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return True
+    principal, host = _who(request)
+    if authorizer.decision.authorize(principal, host, operation, resource_type, name):
+        return True
+    log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s "
+             "(%s v%d)", principal, operation.name, host, resource_type.name, name,
+             request.api_key, request.api_version)
+    return False
+
+
+def cluster(broker, request, operation: AclOperation) -> bool:
+    return allowed(broker, request, operation, Rt.CLUSTER, CLUSTER_NAME)
+
+
+def allowed_names(broker, request, operation: AclOperation, resource_type: ResourceType,
+                  names: Iterable[str]) -> set[str]:
+    """The names (of one request) the operation is allowed on, each decided once."""
+    if broker.authorizer is None:
+        return set(names)
+    return {name for name in set(names)
+            if allowed(broker, request, operation, resource_type, name)}
+
+
+def any_of_type(broker, request, operation: AclOperation, resource_type: ResourceType) -> bool:
+    """KIP-679: the operation is allowed on some resource of the type."""
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return True
+    principal, host = _who(request)
+    return authorizer.decision.authorize_by_resource_type(principal, host, operation,
+                                                          resource_type)
+
+
+def operations(broker, request, resource_type: ResourceType, name: str) -> int:
+    """The ``*_authorized_operations`` field: what the caller may do to the resource."""
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return all_operations_field(resource_type)
+    principal, host = _who(request)
+    return authorizer.decision.authorized_operations(principal, host, resource_type, name)
