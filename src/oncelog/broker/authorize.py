@@ -60,30 +60,32 @@ def _who(request) -> tuple[str, str]:
 
 
 def allowed(broker, request, operation: AclOperation, resource_type: ResourceType,
-            name: str) -> bool:
+            name: str, quiet: bool = False) -> bool:
+    """``quiet``: a denial is not worth a log line (another check may still allow)."""
     authorizer = broker.authorizer
     if authorizer is None:
         return True
     principal, host = _who(request)
     if authorizer.decision.authorize(principal, host, operation, resource_type, name):
         return True
-    log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s "
-             "(%s v%d)", principal, operation.name, host, resource_type.name, name,
-             request.api_key, request.api_version)
+    if not quiet:
+            log.info("Principal = %s is Denied operation = %s from host = %s on resource = "
+                 "%s:%s (api key %d v%d)", principal, operation.name, host,
+                 resource_type.name, name, request.api_key, request.api_version)
     return False
 
 
-def cluster(broker, request, operation: AclOperation) -> bool:
-    return allowed(broker, request, operation, Rt.CLUSTER, CLUSTER_NAME)
+def cluster(broker, request, operation: AclOperation, quiet: bool = False) -> bool:
+    return allowed(broker, request, operation, Rt.CLUSTER, CLUSTER_NAME, quiet)
 
 
 def allowed_names(broker, request, operation: AclOperation, resource_type: ResourceType,
-                  names: Iterable[str]) -> set[str]:
+                  names: Iterable[str], quiet: bool = False) -> set[str]:
     """The names (of one request) the operation is allowed on, each decided once."""
     if broker.authorizer is None:
         return set(names)
     return {name for name in set(names)
-            if allowed(broker, request, operation, resource_type, name)}
+            if allowed(broker, request, operation, resource_type, name, quiet)}
 
 
 def any_of_type(broker, request, operation: AclOperation, resource_type: ResourceType) -> bool:
