@@ -211,8 +211,9 @@ async def handle_txn_offset_commit(broker, request: Request):
         errors = [refusal] * len(partitions)
     elif verified is not ErrorCode.none:
         # AddOffsetsToTxn must come first; a zombie's epoch is fenced here too.
-        errors = [ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
-                  else verified] * len(partitions)
+        errors = [ErrorCode.topic_authorization_failed if p.topic in denied
+                  else ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
+                  else verified for p in partitions]
     else:
         # a topic not allowed is answered TOPIC_AUTHORIZATION_FAILED, the others committed
         committed = iter(await broker.groups.txn_commit(
