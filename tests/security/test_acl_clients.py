@@ -21,6 +21,8 @@ from confluent_kafka.admin import ResourceType as CkType
 from support.acl_wire import ANONYMOUS, AUTHORIZER, METADATA_DIR
 from support.brokers import BrokerProcess
 
+from oncelog.cli.acls import HEADERS
+from oncelog.cli.main import main
 from oncelog.metadata.store import LocalFileStore
 from oncelog.security.acl_store import AclStore
 from oncelog.security.acls import (
@@ -169,3 +171,46 @@ def test_idempotent_producer_needs_its_acls(broker, admin):
         refused
     grant(on_topic(CkOp.WRITE))
     assert produce() is None
+
+
+def run_cli(capsys, broker, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["acls", *args[:1], "--bootstrap-server", broker.bootstrap, *args[1:]])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_oncelog_acls_command(broker, capsys):
+    code, out, _ = run_cli(capsys, broker, "add", "--allow-principal", "User:dave",
+                           "--operation", "Read", "--operation", "describe", "--topic", "cli-",
+                           "--group", "cli-g", "--resource-pattern-type", "prefixed")
+    assert code == 0, out
+    assert out.splitlines()[1].split() == list(HEADERS)
+    code, out, _ = run_cli(capsys, broker, "list", "--principal", "User:dave")
+    assert code == 0
+    assert [line.split() for line in out.splitlines()[1:]] == [
+        ["Group", "cli-g", "PREFIXED", "User:dave", "*", "Describe", "Allow"],
+        ["Group", "cli-g", "PREFIXED", "User:dave", "*", "Read", "Allow"],
+        ["Topic", "cli-", "PREFIXED", "User:dave", "*", "Describe", "Allow"],
+        ["Topic", "cli-", "PREFIXED", "User:dave", "*", "Read", "Allow"]]
+    # match: the ACLs that apply to the topic cli-orders
+    code, out, _ = run_cli(capsys, broker, "list", "--topic", "cli-orders",
+                           "--resource-pattern-type", "match")
+    assert {line.split()[1] for line in out.splitlines()[1:]} == {"cli-"}
+    code, out, _ = run_cli(capsys, broker, "add", "--allow-principal", "User:app", "--producer",
+                           "--idempotent", "--topic", "cli-p", "--transactional-id", "cli-tx")
+    assert code == 0
+    code, out, _ = run_cli(capsys, broker, "list", "--principal", "User:app")
+    assert sorted((row[0], row[5]) for row in (line.split() for line in out.splitlines()[1:])) \
+        == [("Cluster", "IdempotentWrite"), ("Topic", "Create"), ("Topic", "Describe"),
+            ("Topic", "Write"), ("TransactionalId", "Describe"), ("TransactionalId", "Write")]
+    code, out, _ = run_cli(capsys, broker, "remove", "--allow-principal", "User:dave",
+                           "--topic", "cli-", "--resource-pattern-type", "prefixed", "--force")
+    assert code == 0 and out.startswith("Removed 2 ACL(s):")
+    code, out, _ = run_cli(capsys, broker, "list", "--principal", "User:dave")
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"Group"}
+    code, _, err = run_cli(capsys, broker, "add", "--allow-principal", "User:x",
+                           "--operation", "Fly", "--topic", "t")
+    assert code == 2 and "unknown operation 'Fly'" in err
+    code, _, err = run_cli(capsys, broker, "add", "--allow-principal", "alice", "--topic", "t")
+    assert code == 1 and "INVALID_REQUEST" in err.upper(), err
