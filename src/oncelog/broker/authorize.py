@@ -22,8 +22,10 @@ from ..security.acls import (
     all_operations_field,
 )
 from ..security.principal import ANONYMOUS
+from .log_limits import RateLimitedLog, log_safe
 
 log = logging.getLogger(__name__)
+_denied = RateLimitedLog(log)
 
 Op = AclOperation
 Rt = ResourceType
@@ -69,9 +71,11 @@ def allowed(broker, request, operation: AclOperation, resource_type: ResourceTyp
     if authorizer.decision.authorize(principal, host, operation, resource_type, name):
         return True
     if not quiet:
-            log.info("Principal = %s is Denied operation = %s from host = %s on resource = "
-                 "%s:%s (api key %d v%d)", principal, operation.name, host,
-                 resource_type.name, name, request.api_key, request.api_version)
+        # A refused client may ask again at once, and forever: bounded per kind of denial.
+        _denied.log(logging.INFO, f"denied {operation.name} {resource_type.name}",
+                    "Principal = %s is Denied operation = %s from host = %s on resource = "
+                    "%s:%s (api key %d v%d)", principal, operation.name, host,
+                    resource_type.name, log_safe(name), request.api_key, request.api_version)
     return False
 
 

@@ -191,8 +191,9 @@ def _has_transactional_records(body) -> bool:
 
 def _refused(error: ErrorCode, topic, index: int,
              client_id: str | None) -> tuple[PartitionResult, None]:
-    log.info("produce to %s-%d from %s refused: %s", topic, index, log_safe(client_id),
-             error.name)
+    # the denial itself is logged (rate-limited) by authorize.allowed
+    log.debug("produce to %s-%d from %s refused: %s", topic, index, log_safe(client_id),
+              error.name)
     return PartitionResult(index, int(error), -1, -1, None), None
 
 
