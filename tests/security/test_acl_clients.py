@@ -18,12 +18,15 @@ from confluent_kafka.admin import AclPermissionType as CkPerm
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.admin import ResourcePatternType as CkPattern
 from confluent_kafka.admin import ResourceType as CkType
-from support.acl_wire import ANONYMOUS, AUTHORIZER, METADATA_DIR
+from kio.schema.errors import ErrorCode as E
+from support.acl_wire import ANONYMOUS, AUTHORIZER, METADATA_DIR, Wire
 from support.brokers import BrokerProcess
 
 from oncelog.cli.acls import HEADERS
 from oncelog.cli.main import main
 from oncelog.metadata.store import LocalFileStore
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
 from oncelog.security.acl_store import AclStore
 from oncelog.security.acls import (
     CLUSTER_NAME,
@@ -214,3 +217,45 @@ def test_oncelog_acls_command(broker, capsys):
     assert code == 2 and "unknown operation 'Fly'" in err
     code, _, err = run_cli(capsys, broker, "add", "--allow-principal", "alice", "--topic", "t")
     assert code == 1 and "INVALID_REQUEST" in err.upper(), err
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_every_version_of_the_acl_apis(broker, version):
+    """Raw requests of each advertised version; a filter with an UNKNOWN element and a
+    creation with an unknown operation code are answered INVALID_REQUEST."""
+    wire = Wire(broker.port, "127.0.0.1")
+    name = f"v{version}-{uuid.uuid4().hex[:6]}"
+
+    def creation(m, operation: int):
+        return build(m.AclCreation, resource_type=int(ResourceType.TOPIC), resource_name=name,
+                     resource_pattern_type=int(PatternType.PREFIXED), principal="User:v",
+                     host="*", operation=operation,
+                     permission_type=int(AclPermissionType.ALLOW))
+
+    def acl_filter(cls, resource_type: int = int(ResourceType.TOPIC)):
+        return build(cls, resource_type_filter=resource_type, resource_name_filter=name,
+                     pattern_type_filter=int(PatternType.ANY), principal_filter=None,
+                     host_filter=None, operation=int(AclOperation.ANY),
+                     permission_type=int(AclPermissionType.ANY))
+
+    try:
+        created = wire.call(apis.CREATE_ACLS, lambda m, v: build(
+            m.CreateAclsRequest, creations=(creation(m, int(AclOperation.WRITE)),
+                                            creation(m, 99))), version)
+        assert [r.error_code for r in created.results] == [E.none, E.invalid_request]
+        described = wire.call(apis.DESCRIBE_ACLS, lambda m, v: acl_filter(
+            m.DescribeAclsRequest), version)
+        assert described.error_code == E.none
+        assert [(r.resource_name, r.pattern_type, [a.operation for a in r.acls])
+                for r in described.resources] == [(name, PatternType.PREFIXED,
+                                                   [AclOperation.WRITE])]
+        unknown = wire.call(apis.DESCRIBE_ACLS, lambda m, v: acl_filter(
+            m.DescribeAclsRequest, int(ResourceType.UNKNOWN)), version)
+        assert unknown.error_code == E.invalid_request
+        deleted = wire.call(apis.DELETE_ACLS, lambda m, v: build(
+            m.DeleteAclsRequest, filters=(acl_filter(m.DeleteAclsFilter),
+                                          acl_filter(m.DeleteAclsFilter, 0))), version)
+        assert [(r.error_code, len(r.matching_acls)) for r in deleted.filter_results] == \
+            [(E.none, 1), (E.invalid_request, 0)]
+    finally:
+        wire.close()

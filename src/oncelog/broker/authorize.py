@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from ..metadata.store import MetadataUnavailable
 from ..security.acl_store import AclStore
 from ..security.acls import (
     CLUSTER_NAME,
@@ -34,12 +35,19 @@ Rt = ResourceType
 class BrokerAuthorizer:
     """The decision (``Authorizer``) over the ACLs the metadata store holds."""
 
-    def __init__(self, store, super_users: Iterable[str], allow_if_no_acl: bool) -> None:
-        self.acls = AclStore(store)
+    def __init__(self, store, super_users: Iterable[str], allow_if_no_acl: bool,
+                 shared: bool) -> None:
+        self.acls = AclStore(store, shared)
         self.decision = Authorizer(self.acls.index, super_users, allow_if_no_acl)
 
     def refresh(self) -> None:
-        self.acls.refresh()
+        """The other brokers' changes (cluster mode, every second): while ZooKeeper is away
+        the ACLs read last keep deciding."""
+        try:
+            self.acls.refresh()
+        except MetadataUnavailable as exc:
+            _denied.log(logging.WARNING, "refresh", "ACLs not reread: %s", exc)
+            return
         self.decision.acls = self.acls.index
 
     def changed(self) -> None:
@@ -47,11 +55,13 @@ class BrokerAuthorizer:
         self.decision.acls = self.acls.index
 
 
-def make_authorizer(config, store) -> BrokerAuthorizer | None:
+def make_authorizer(config, store, shared: bool) -> BrokerAuthorizer | None:
+    """``shared``: the store is the cluster's (other brokers change the ACLs too)."""
     if not config.get("authorizer.class.name"):
         return None
     super_users = [p.strip() for p in (config.get("super.users") or "").split(";") if p.strip()]
-    return BrokerAuthorizer(store, super_users, config.get("allow.everyone.if.no.acl.found"))
+    return BrokerAuthorizer(store, super_users, config.get("allow.everyone.if.no.acl.found"),
+                            shared)
 
 
 def _who(request) -> tuple[str, str]:

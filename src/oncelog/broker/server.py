@@ -91,7 +91,8 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.producer_ids)
         # None without authorizer.class.name: everything is allowed, as in Kafka.
         self.authorizer = make_authorizer(
-            config, self.store if self.cluster is None else self.cluster.store)
+            config, self.store if self.cluster is None else self.cluster.store,
+            shared=self.cluster is not None)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)

@@ -7,9 +7,10 @@ pattern's at ``kafka-acl-extended/prefixed/<ResourceType>/<name>``, each
 Every change is a compare-and-set of the pattern's value, retried on a lost race from a fresh
 read, so two CreateAcls (on one broker or two) never lose each other's ACLs.
 
-Each change then bumps the value at ``kafka-acl-changes``; a broker whose copy was read at
-an older version reads every ACL again (``refresh``), which is how the other brokers of a
-cluster learn of it (one read of one path per refresh while nothing changes).
+In a cluster (``shared``) each change then bumps the value at ``kafka-acl-changes``; a broker
+whose copy was read at an older version reads every ACL again (``refresh``), which is how the
+other brokers learn of it (one read of one path per refresh while nothing changes). A broker
+alone is the only writer of its store: nothing to announce.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def from_json(value: Any) -> set[AccessControlEntry]:
 class AclStore:
     """The store's ACLs and this broker's copy of them, indexed for the authorizer."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, shared: bool = True) -> None:
         self.store = store
+        self.shared = shared
         self.index = AclIndex()
         self._seen = NO_VERSION - 1  # nothing read yet
         self.refresh()
@@ -124,6 +126,8 @@ class AclStore:
         raise AclStoreConflict(f"{key}: changed by others {_ATTEMPTS} times in a row")
 
     def _changed(self) -> None:
+        if not self.shared:
+            return
         for _ in range(_ATTEMPTS):
             value, version = self.store.get(CHANGES)
             count = value.get("changes", 0) if isinstance(value, dict) else 0
