@@ -9,8 +9,3 @@ for: the schema's default, -2^31 ("omitted").
 from __future__ import annotations
 
 OMITTED = -(1 << 31)
-
-
-def answer(asked: bool, allowed: int) -> int:
-    """The field's value: what the caller may do when asked, else "omitted"."""
-    return allowed if asked else OMITTED

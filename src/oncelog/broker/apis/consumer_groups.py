@@ -159,9 +159,11 @@ def handle_consumer_group_describe(broker, request: Request):
             group_id=group.group_id, group_state=group.state.value,
             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
             assignor_name=d.assignor, members=members,
-            authorized_operations=acl_operations.answer(
-                getattr(request.body, "include_authorized_operations", False),
-                authorize.operations(broker, request, Rt.GROUP, group.group_id))))
+            # asked for only: each operation costs an authorization
+            authorized_operations=authorize.operations(broker, request, Rt.GROUP,
+                                                       group.group_id)
+            if getattr(request.body, "include_authorized_operations", False)
+            else acl_operations.OMITTED))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
 

@@ -510,9 +510,10 @@ def handle_describe_groups(broker, request: Request):
             group_id=group_id, group_state=group.state.value,
             protocol_type=group.protocol_type or "",
             protocol_data=(group.protocol or "") if stable else "", members=members,
-            authorized_operations=acl_operations.answer(
-                getattr(body, "include_authorized_operations", False),
-                authorize.operations(broker, request, Rt.GROUP, group_id))))
+            # asked for only: each operation costs an authorization
+            authorized_operations=authorize.operations(broker, request, Rt.GROUP, group_id)
+            if getattr(body, "include_authorized_operations", False)
+            else acl_operations.OMITTED))
     return build(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
 
