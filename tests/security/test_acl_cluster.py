@@ -63,6 +63,11 @@ def test_an_acl_made_on_one_broker_is_enforced_by_the_other(zookeeper, start_bro
             time.sleep(0.05)
         # allowed to describe it: and it does not exist
         assert error == ErrorCode.unknown_topic_or_partition
+        # a name ZooKeeper would keep as another (a deeper znode) is refused
+        assert admin.create_acls([AclBinding(
+            ResourcePattern(ResourceType.GROUP, "team/app", PatternType.LITERAL),
+            AccessControlEntry(ANONYMOUS, SUBJECT_HOST, AclOperation.READ,
+                               AclPermissionType.ALLOW))]) == [ErrorCode.invalid_request]
     finally:
         admin.close()
         subject.close()

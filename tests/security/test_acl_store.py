@@ -36,7 +36,8 @@ def test_kafka_paths_and_json(tmp_path):
     acls.create([acl(Rt.TOPIC, "orders", Op.READ),
                  acl(Rt.TOPIC, "orders", Op.WRITE, perm=Perm.DENY, principal="User:bob"),
                  acl(Rt.GROUP, "app-", Op.READ, pattern=Pt.PREFIXED),
-                 acl(Rt.TRANSACTIONAL_ID, "tx", Op.TWO_PHASE_COMMIT)])
+                 acl(Rt.TRANSACTIONAL_ID, "tx", Op.TWO_PHASE_COMMIT),
+                 acl(Rt.GROUP, "team/app", Op.READ)])  # a "/" the file store keeps
     assert store.get("kafka-acl/Topic/orders")[0] == {"version": 1, "acls": [
         {"principal": "User:alice", "permissionType": "Allow", "operation": "Read",
          "host": "*"},

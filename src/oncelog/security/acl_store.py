@@ -28,6 +28,7 @@ from .acls import (
     AclBinding,
     AclBindingFilter,
     AclIndex,
+    InvalidAcl,
     PatternType,
     ResourcePattern,
 )
@@ -81,6 +82,14 @@ class AclStore:
         self.index = AclIndex()
         self._seen = NO_VERSION - 1  # nothing read yet
         self.refresh()
+
+    def check(self, pattern: ResourcePattern) -> None:
+        """InvalidAcl for a name the store cannot keep at Kafka's path: in ZooKeeper a "/"
+        in it would make a deeper znode (read back as another name), "." and ".." none."""
+        if self.shared and ("/" in pattern.name or pattern.name in (".", "..")
+                            or "\x00" in pattern.name):
+            raise InvalidAcl(f"resource name {pattern.name!r} cannot be a ZooKeeper znode "
+                             "name (no '/', '.', '..' or NUL)")
 
     def refresh(self) -> None:
         """Reads every ACL again when another writer changed them since the last read."""

@@ -14,12 +14,10 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ...metadata.store import MetadataUnavailable
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
-from ...security.acl_store import AclStoreConflict
 from ...security.acls import (
     AccessControlEntry,
     AclBinding,
@@ -39,7 +37,10 @@ from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
 
-_UNAVAILABLE = (MetadataUnavailable, AclStoreConflict)
+# A change the store could not make is answered, never a closed connection: ZooKeeper away
+# (MetadataUnavailable), races lost again and again (AclStoreConflict), and ZooKeeper's own
+# refusals (a group or transactional id naming a path it cannot hold, "a/../b").
+_UNAVAILABLE = Exception
 NOT_AUTHORIZED = "Request is not authorized."
 
 
@@ -87,6 +88,7 @@ def handle_create_acls(broker, request: Request):
         binding = _binding(creation)
         try:
             validate_binding(binding)
+            broker.authorizer.acls.check(binding.pattern)
         except InvalidAcl as exc:
             results.append((ErrorCode.invalid_request, str(exc)))
             continue
