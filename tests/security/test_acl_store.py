@@ -50,7 +50,7 @@ def test_kafka_paths_and_json(tmp_path):
     # read back by a broker starting on the same store
     assert set(AclStore(store).index.bindings()) == set(acls.index.bindings())
     # deleting the last ACL of a pattern removes its path
-    deleted = acls.delete([AclBindingFilter(Rt.GROUP, None, Pt.ANY, None, None, Op.ANY,
+    deleted = acls.delete([AclBindingFilter(Rt.GROUP, None, Pt.PREFIXED, None, None, Op.ANY,
                                             Perm.ANY)])
     assert deleted == [[acl(Rt.GROUP, "app-", Op.READ, pattern=Pt.PREFIXED)]]
     assert store.get("kafka-acl-extended/prefixed/Group/app-")[0] is None
