@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from oncelog.broker.authorize import make_authorizer
+from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.metadata.store import LocalFileStore
 from oncelog.metadata.zookeeper import ZooKeeperStore
 from oncelog.security.acl_store import AclStore
@@ -100,3 +104,21 @@ def test_on_zookeeper_every_broker_sees_the_same(zookeeper):
     finally:
         one.close()
         two.close()
+
+
+def test_authorizer_configs(tmp_path):
+    """authorizer.class.name: empty is no authorizer (everything allowed), Kafka's two class
+    names enable ours, anything else is refused; super.users is Kafka's ';' list."""
+    store = LocalFileStore(str(tmp_path))
+    assert make_authorizer(BrokerConfig({}), store, shared=False) is None
+    for name in ("kafka.security.authorizer.AclAuthorizer",
+                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        authorizer = make_authorizer(BrokerConfig({
+            "authorizer.class.name": name, "super.users": "User:admin; User:ops",
+            "allow.everyone.if.no.acl.found": "true"}), store, shared=False)
+        assert authorizer.decision.super_users == {"User:admin", "User:ops"}
+        assert authorizer.decision.allow_everyone_if_no_acl_found is True
+        assert authorizer.decision.authorize("User:ops", "h", Op.ALTER, Rt.CLUSTER,
+                                             "kafka-cluster")
+    with pytest.raises(ConfigError):
+        BrokerConfig({"authorizer.class.name": "com.example.MyAuthorizer"}).check()
