@@ -225,6 +225,18 @@ def is_compacted(cleanup_policy: str) -> bool:
 _POSITIVE_INT = _parse_int(1, INT_MAX)
 
 
+def _authorizer_class(text: str) -> str:
+    name = text.strip()
+    if name and name not in _AUTHORIZERS:
+        raise ConfigError(f"expected empty (no authorizer) or one of {', '.join(_AUTHORIZERS)}, "
+                          f"got {text!r}")
+    return name
+
+
+_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+
+
 def _zookeeper_connect(text: str) -> str:
     try:
         parse_connect(text)
@@ -335,6 +347,14 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Cluster mode: host:port[,host:port...][/chroot] of ZooKeeper, where the broker "
          "registers, elects the controller and claims producer-id blocks; unset: one broker "
          "alone, no ZooKeeper.", _zookeeper_connect),
+    _key("authorizer.class.name", "STRING", "",
+         "Empty: no authorizer, everyone may do everything. Kafka's AclAuthorizer or "
+         "StandardAuthorizer class name: ACLs decide (CreateAcls, `oncelog acls`).",
+         _authorizer_class),
+    _key("super.users", "STRING", None,
+         "Principals the authorizer allows everything, `User:a;User:b`."),
+    _key("allow.everyone.if.no.acl.found", "BOOLEAN", False,
+         "With an authorizer: a resource no ACL names is open to everyone."),
     _key("zookeeper.session.timeout.ms", "INT", 18_000,
          "The ZooKeeper session timeout (ms): a broker silent this long is gone from the "
          "cluster.", _POSITIVE_INT),

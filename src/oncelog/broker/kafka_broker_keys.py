@@ -206,7 +206,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('alter.config.policy.class.name', 'CLASS', None, '', 'read-only'),
     ('alter.log.dirs.replication.quota.window.num', 'INT', '11', '[1,...]', 'read-only'),
     ('alter.log.dirs.replication.quota.window.size.seconds', 'INT', '1', '[1,...]', 'read-only'),
-    ('authorizer.class.name', 'STRING', '', 'non-null string', 'read-only'),
     ('client.quota.callback.class', 'CLASS', None, '', 'read-only'),
     ('controller.quorum.retry.backoff.ms', 'INT', '20', '', 'read-only'),
     ('controller.quota.window.num', 'INT', '11', '[1,...]', 'read-only'),

@@ -42,6 +42,7 @@ from .apis.groups import make_coordinator
 from .apis.produce import TxnVerifier
 from .apis.registry import HANDLERS
 from .apis.transactions import make_transaction_coordinator
+from .authorize import make_authorizer
 from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
@@ -98,6 +99,10 @@ class Broker:
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        # None without authorizer.class.name: everything is allowed, as in Kafka.
+        self.authorizer = make_authorizer(
+            config, self.store if self.cluster is None else self.cluster.store,
+            shared=self.cluster is not None)
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
@@ -203,6 +208,9 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.log_cleaner.run()))
         if self.quotas.in_cluster:
             self._tasks.append(asyncio.create_task(self._follow_quota_changes()))
+        if self.authorizer is not None and self.cluster is not None:
+            # the other brokers' ACL changes (this broker's own are seen at once)
+            self._tasks.append(asyncio.create_task(self._every(1000, self.authorizer.refresh)))
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port, endpoints=tuple(

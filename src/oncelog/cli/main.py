@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one config key; may be repeated")
     broker.set_defaults(func=_broker)
 
+    from .acls import add_acl_commands
     from .chaos import add_chaos_commands
     from .configs import add_config_commands
     from .spark import add_spark_commands
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tool_commands(sub)
     add_config_commands(sub, _with_bootstrap)
+    add_acl_commands(sub, _with_bootstrap)
     add_spark_commands(sub, _with_bootstrap)
     add_chaos_commands(sub)
     add_user_commands(sub, _with_bootstrap)

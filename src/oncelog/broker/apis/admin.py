@@ -11,6 +11,8 @@ from ...protocol import api_versions as apis
 from ...protocol.api_versions import CREATE_TOPICS, DELETE_TOPICS
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..config import render
 from ..log_limits import log_safe
 from ..topics import TopicError
@@ -41,9 +43,21 @@ def handle_create_topics(broker, request: Request):
             _create_refused(mod, name, ErrorCode.policy_violation,
                             "Excessively large number of partitions per request.")
             for name in dict.fromkeys(t.name for t in body.topics)))
+    # Cluster Create allows every topic, else Create on each
+    names = {t.name for t in body.topics}
+    creatable = names if authorize.cluster(broker, request, Op.CREATE, quiet=True) else \
+        authorize.allowed_names(broker, request, Op.CREATE, Rt.TOPIC, names)
+    shown = authorize.allowed_names(broker, request, Op.DESCRIBE_CONFIGS, Rt.TOPIC,
+                                    creatable, quiet=True)
     for t in body.topics:
-        if t.name not in duplicates:
-            results.append(_create_topic(broker, mod, t, body.validate_only))
+        if t.name in duplicates:
+            continue
+        if t.name not in creatable:
+            results.append(_create_refused(mod, t.name, ErrorCode.topic_authorization_failed,
+                                           "Authorization failed."))
+        else:
+            results.append(_create_topic(broker, mod, t, body.validate_only,
+                                         t.name in shown))
     # Kafka refuses every copy of a name given twice and answers for it once: clients match
     # results to topics by name (librdkafka rejects a response naming a topic twice).
     for name in duplicates:
@@ -60,7 +74,7 @@ def _duplicates(names) -> list[str]:
     return [name for name, n in counts.items() if n > 1]
 
 
-def _create_topic(broker, mod, t, validate_only: bool):
+def _create_topic(broker, mod, t, validate_only: bool, show_configs: bool = True):
     configs = {c.name: c.value for c in t.configs}
     assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments or ()}
     try:
@@ -72,7 +86,7 @@ def _create_topic(broker, mod, t, validate_only: bool):
     except TopicError as exc:
         log.info("create topic %r refused: %s", log_safe(t.name), log_safe(exc))
         return _create_refused(mod, t.name, exc.error, str(exc))
-    described = () if not hasattr(mod, "CreatableTopicConfigs") else tuple(
+    described = () if not (show_configs and hasattr(mod, "CreatableTopicConfigs")) else tuple(
         build(mod.CreatableTopicConfigs, name=key, value=render(value), read_only=False,
               config_source=topic_config_source(broker, topic, key), is_sensitive=False)
         for key, value, _ in broker.topics.describe_topic_configs(topic)
@@ -82,7 +96,10 @@ def _create_topic(broker, mod, t, validate_only: bool):
     if partitions == -1:
         partitions = broker.config.get("num.partitions")
     return build(mod.CreatableTopicResult, name=t.name, topic_id=topic.topic_id,
-                 error_code=ErrorCode.none, error_message=None, topic_config_error_code=0,
+                 error_code=ErrorCode.none, error_message=None,
+                 # its configs are shown only to who may describe them
+                 topic_config_error_code=0 if show_configs
+                 else ErrorCode.topic_authorization_failed,
                  num_partitions=partitions, replication_factor=1, configs=described)
 
 
@@ -115,8 +132,13 @@ def handle_delete_topics(broker, request: Request):
                 if topic is None:
                     raise TopicError(ErrorCode.unknown_topic_id, f"No topic has id {topic_id}.")
                 name = topic.name
+                if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.TOPIC, name):
+                    raise TopicError(ErrorCode.topic_authorization_failed,
+                                     "Authorization failed.")
             elif name is None:
                 raise TopicError(ErrorCode.invalid_request, "Neither topic name nor id given.")
+            if not authorize.allowed(broker, request, Op.DELETE, Rt.TOPIC, name):
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             found = broker.topics.get(name)
             topic_id = topic_id or (found.topic_id if found is not None else None)
             broker.topics.delete(name)

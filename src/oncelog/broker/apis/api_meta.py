@@ -12,6 +12,9 @@ from ...protocol import api_versions as apis
 from ...protocol.api_versions import ADVERTISED_VERSIONS, API_VERSIONS_KEY, METADATA
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from ...security.acls import CLUSTER_NAME, all_operations_field
+from .. import authorize
+from ..authorize import Op, Rt
 from ..log_limits import RateLimitedLog, log_safe
 from ..topics import INTERNAL_TOPICS, TopicError, topic_name_problem
 from . import acl_operations
@@ -46,15 +49,16 @@ def handle_metadata(broker, request: Request):
     mod = response_module(METADATA, request.api_version)
     body = request.body
     topics = broker.topics
-    if body.topics is None or (request.api_version == 0 and not body.topics):
+    all_topics = body.topics is None or (request.api_version == 0 and not body.topics)
+    if all_topics:
         wanted = sorted(topics.topics)
     else:
         wanted = [t.name if t.name is not None or getattr(t, "topic_id", None) is None
                   else t.topic_id for t in body.topics]  # v10+: by id (KIP-516)
     auto_create = getattr(body, "allow_auto_topic_creation", True) and \
         broker.config.get("auto.create.topics.enable")
-    topic_ops = acl_operations.answer(
-        getattr(body, "include_topic_authorized_operations", False), acl_operations.TOPIC)
+    ops_asked = getattr(body, "include_topic_authorized_operations", False)
+    topic_ops = acl_operations.OMITTED
     results = []
     for name in wanted:
         if isinstance(name, uuid.UUID):
@@ -67,7 +71,21 @@ def handle_metadata(broker, request: Request):
                                      topic_id=name, is_internal=False, partitions=(),
                                      topic_authorized_operations=topic_ops))
                 continue
+            by_id: uuid.UUID | None = name
             name = topic.name
+        else:
+            by_id = None
+        if broker.authorizer is not None:
+            refusal = _metadata_refusal(broker, request, mod, name, by_id, all_topics,
+                                        auto_create)
+            if refusal is not None:
+                if refusal is not _LEFT_OUT:
+                    results.append(refusal)
+                continue
+            if ops_asked:
+                topic_ops = authorize.operations(broker, request, Rt.TOPIC, name)
+        elif ops_asked:
+            topic_ops = all_operations_field(Rt.TOPIC)
         results.append(_metadata_topic(broker, mod, name, auto_create, topic_ops))
     brokers = tuple(build(mod.MetadataResponseBroker, node_id=node, host=host, port=port,
                           rack=rack) for node, host, port, rack in broker.cluster_brokers(
@@ -75,9 +93,42 @@ def handle_metadata(broker, request: Request):
     return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.controller_id(),
                  topics=tuple(results), error_code=ErrorCode.none,
-                 cluster_authorized_operations=acl_operations.answer(
-                     getattr(body, "include_cluster_authorized_operations", False),
-                     acl_operations.CLUSTER))
+                 cluster_authorized_operations=cluster_operations(
+                     broker, request, getattr(body, "include_cluster_authorized_operations",
+                                              False)))
+
+
+def cluster_operations(broker, request: Request, asked: bool) -> int:
+    """The cluster's authorized operations field: omitted unless asked, none without Cluster
+    Describe (as Kafka answers Metadata and DescribeCluster)."""
+    if not asked:
+        return acl_operations.OMITTED
+    if not authorize.cluster(broker, request, Op.DESCRIBE, quiet=True):
+        return 0
+    return authorize.operations(broker, request, Rt.CLUSTER, CLUSTER_NAME)
+
+
+_LEFT_OUT = object()  # a topic left out of an answer for all topics
+
+
+def _metadata_refusal(broker, request: Request, mod, name: str, by_id: uuid.UUID | None,
+                      all_topics: bool, auto_create: bool):
+    """Kafka's Metadata checks of one topic, None when it is answered as usual: without
+    Describe it is left out of an answer for all topics, else TOPIC_AUTHORIZATION_FAILED (by
+    id: without its name); a missing topic auto-created needs Create on the cluster or on
+    it, else TOPIC_AUTHORIZATION_FAILED."""
+    refused = build(mod.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed,
+                    name=None if by_id is not None and request.api_version >= 12 else
+                    "" if by_id is not None else name,
+                    topic_id=by_id or uuid.UUID(int=0), is_internal=False, partitions=(),
+                    topic_authorized_operations=acl_operations.OMITTED)
+    if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.TOPIC, name, quiet=all_topics):
+        return _LEFT_OUT if all_topics else refused
+    if auto_create and broker.topics.get(name) is None and not topic_name_problem(name) \
+            and not authorize.cluster(broker, request, Op.CREATE, quiet=True) \
+            and not authorize.allowed(broker, request, Op.CREATE, Rt.TOPIC, name):
+        return refused
+    return None
 
 
 def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops: int):

@@ -19,6 +19,8 @@ from ...protocol import api_versions as apis
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
 from ...security.quota_configs import QuotaError
+from .. import authorize
+from ..authorize import Op
 from ..log_limits import log_safe
 from .api_meta import NO_THROTTLE
 
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 def handle_describe_client_quotas(broker, request: Request):
     mod = response_module(apis.DESCRIBE_CLIENT_QUOTAS, request.api_version)
     body = request.body
+    if not authorize.cluster(broker, request, Op.DESCRIBE_CONFIGS):  # as Kafka
+        return build(mod.DescribeClientQuotasResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=ErrorCode.cluster_authorization_failed.name, entries=None)
     try:
         found = broker.quotas.describe(
             ((c.entity_type, c.match_type, c.match) for c in body.components), body.strict)
@@ -51,7 +57,11 @@ async def handle_alter_client_quotas(broker, request: Request):
     body = request.body
     entries = [(e.entity, [(d.entity_type, d.entity_name) for d in e.entity],
                 [(o.key, o.value, o.remove) for o in e.ops]) for e in body.entries]
-    results = await broker.quotas.alter(entries, body.validate_only)
+    if authorize.cluster(broker, request, Op.ALTER_CONFIGS):
+        results = await broker.quotas.alter(entries, body.validate_only)
+    else:  # every entry refused, as Kafka answers
+        refused = ErrorCode.cluster_authorization_failed.name
+        results = [(sent, refused, refused) for sent, _, _ in entries]
     answers = []
     for sent, error, message in results:
         if error is not None:

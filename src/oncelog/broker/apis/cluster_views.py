@@ -25,11 +25,13 @@ from ...protocol.api_versions import (
 )
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..log_dirs import directory_bytes, volume_bytes
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS
 from . import acl_operations
-from .api_meta import NO_THROTTLE, partition_fields
+from .api_meta import NO_THROTTLE, cluster_operations, partition_fields
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,8 @@ def handle_describe_cluster(broker, request: Request):
                  error_code=ErrorCode.none, error_message=None,
                  endpoint_type=ENDPOINT_BROKERS, cluster_id=broker.cluster_id,
                  controller_id=broker.controller_id(), brokers=brokers,
-                 cluster_authorized_operations=acl_operations.answer(
-                     body.include_cluster_authorized_operations, acl_operations.CLUSTER))
+                 cluster_authorized_operations=cluster_operations(
+                     broker, request, body.include_cluster_authorized_operations))
 
 
 # --- DescribeTopicPartitions (KIP-966) -----------------------------------------------------
@@ -100,7 +102,14 @@ def handle_describe_topic_partitions(broker, request: Request):
     if remaining < 1:  # Kafka would answer an empty page whose cursor never moves
         remaining = MAX_RESPONSE_PARTITIONS
     results, next_cursor = [], None
+    # Describe on each topic: the others left out of all topics, else refused by name
+    described = authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, wanted,
+                                        quiet=all_topics)
     for name in wanted:
+        if name not in described:
+            if not all_topics:
+                results.append(_unknown_topic(mod, name, ErrorCode.topic_authorization_failed))
+            continue
         if remaining == 0:
             next_cursor = build(mod.Cursor, topic_name=name, partition_index=0)
             break
@@ -120,7 +129,7 @@ def handle_describe_topic_partitions(broker, request: Request):
             partitions=tuple(build(mod.DescribeTopicPartitionsResponsePartition,
                                    eligible_leader_replicas=None, last_known_elr=None,
                                    **partition_fields(broker, p)) for p in page),
-            topic_authorized_operations=acl_operations.TOPIC))
+            topic_authorized_operations=authorize.operations(broker, request, Rt.TOPIC, name)))
         if next_cursor is not None:
             break
     return build(mod.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE,
@@ -137,6 +146,9 @@ def _unknown_topic(mod, name: str, error: ErrorCode):
 
 def handle_describe_log_dirs(broker, request: Request):
     mod = response_module(DESCRIBE_LOG_DIRS, request.api_version)
+    if not authorize.cluster(broker, request, Op.DESCRIBE):
+        return build(mod.DescribeLogDirsResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed, results=())
     topics = broker.topics
     asked = request.body.topics
     wanted: dict[str, set[int]] | None = None
@@ -187,12 +199,14 @@ def handle_alter_replica_log_dirs(broker, request: Request):
     mod = response_module(ALTER_REPLICA_LOG_DIRS, request.api_version)
     topics = broker.topics
     by_topic: dict[str, list] = {}
+    may_alter = authorize.cluster(broker, request, Op.ALTER)
     for entry in request.body.dirs:
         target = topics.log_dirs.get(os.path.abspath(entry.path)) \
             if os.path.isabs(entry.path) else None
         for t in entry.topics:
             for index in t.partitions:
-                error = _move(broker, request.peer, entry.path, target, t.name, index)
+                error = _move(broker, request.peer, entry.path, target, t.name, index) \
+                    if may_alter else ErrorCode.cluster_authorization_failed
                 by_topic.setdefault(t.name, []).append(build(
                     mod.AlterReplicaLogDirPartitionResult, partition_index=index,
                     error_code=error))
@@ -233,6 +247,10 @@ def handle_describe_quorum(broker, request: Request):
     mod = response_module(DESCRIBE_QUORUM, request.api_version)
     asked = [(t.topic_name, p.partition_index) for t in request.body.topics
              for p in t.partitions]
+    if not authorize.cluster(broker, request, Op.DESCRIBE):
+        return build(mod.DescribeQuorumResponse,
+                     error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                     topics=(), nodes=())
     if asked != [(METADATA_TOPIC, 0)]:
         return build(mod.DescribeQuorumResponse, error_code=ErrorCode.unknown_topic_or_partition,
                      error_message=f"only {METADATA_TOPIC}-0 has a quorum", topics=(),
@@ -267,6 +285,9 @@ def handle_list_config_resources(broker, request: Request):
         or ({CLIENT_METRICS} if request.api_version == 0
             else {TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP})
     unknown = wanted - {TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP}
+    if not authorize.cluster(broker, request, Op.DESCRIBE_CONFIGS):
+        return build(mod.ListConfigResourcesResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed, config_resources=())
     if unknown:
         return build(mod.ListConfigResourcesResponse, throttle_time=NO_THROTTLE,
                      error_code=ErrorCode.invalid_request, config_resources=())

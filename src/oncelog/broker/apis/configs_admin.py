@@ -24,7 +24,9 @@ from ...protocol import api_versions as apis
 from ...protocol.api_versions import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
-from .. import dynamic_config, group_configs
+from ...security.acls import CLUSTER_NAME
+from .. import authorize, dynamic_config, group_configs
+from ..authorize import Op, Rt
 from ..config import (
     BROKER_CONFIGS,
     BROKER_FALLBACK_KEYS,
@@ -113,7 +115,9 @@ def handle_describe_configs(broker, request: Request):
     with_docs = bool(getattr(body, "include_documentation", False))
     results = []
     for res in body.resources:
-        error, message, entries = _describe(broker, res.resource_type, res.resource_name)
+        refusal = _config_refusal(broker, request, Op.DESCRIBE_CONFIGS, res)
+        error, message, entries = (refusal, None, []) if refusal is not None else \
+            _describe(broker, res.resource_type, res.resource_name)
         wanted = res.configuration_keys
         configs = tuple(
             build(mod.DescribeConfigsResourceResult, name=name,
@@ -135,6 +139,28 @@ def handle_describe_configs(broker, request: Request):
                              resource_type=res.resource_type, resource_name=res.resource_name,
                              configs=configs))
     return build(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+# A config resource type's ACL resource and the error for it (Kafka's ConfigResource types:
+# a broker's, its loggers' and client metrics' configs are the cluster's).
+_CONFIG_ACL = {
+    RESOURCE_TOPIC: (Rt.TOPIC, ErrorCode.topic_authorization_failed),
+    RESOURCE_BROKER: (Rt.CLUSTER, ErrorCode.cluster_authorization_failed),
+    8: (Rt.CLUSTER, ErrorCode.cluster_authorization_failed),  # BROKER_LOGGER
+    16: (Rt.CLUSTER, ErrorCode.cluster_authorization_failed),  # CLIENT_METRICS
+    group_configs.RESOURCE_GROUP: (Rt.GROUP, ErrorCode.group_authorization_failed),
+}
+
+
+def _config_refusal(broker, request: Request, operation: Op, res) -> ErrorCode | None:
+    """DescribeConfigs or AlterConfigs on the resource, else its *_AUTHORIZATION_FAILED."""
+    acl = _CONFIG_ACL.get(res.resource_type)
+    if acl is None:
+        return None  # a type Kafka does not know: refused as unsupported
+    resource_type, error = acl
+    name = CLUSTER_NAME if resource_type == Rt.CLUSTER else res.resource_name
+    return None if authorize.allowed(broker, request, operation, resource_type, name) \
+        else error
 
 
 def _describe(broker, resource_type: int, name: str):
@@ -189,7 +215,7 @@ def handle_incremental_alter_configs(broker, request: Request):
         return dynamic_config.incremental(current, ops, specs, current_value)
 
     mod = response_module(INCREMENTAL_ALTER_CONFIGS, request.api_version)
-    results = _alter_all(broker, body.resources, body.validate_only, new_texts)
+    results = _alter_all(broker, request, body.resources, body.validate_only, new_texts)
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE,
                  responses=tuple(_result(mod, *r) for r in results))
 
@@ -204,7 +230,7 @@ def handle_alter_configs(broker, request: Request):
         return {c.name: c.value for c in res.configs}
 
     mod = response_module(ALTER_CONFIGS, request.api_version)
-    results = _alter_all(broker, body.resources, body.validate_only, new_texts)
+    results = _alter_all(broker, request, body.resources, body.validate_only, new_texts)
     return build(mod.AlterConfigsResponse, throttle_time=NO_THROTTLE,
                  responses=tuple(_result(mod, *r) for r in results))
 
@@ -214,7 +240,7 @@ def _result(mod, res, error: ErrorCode, message: str | None):
                  resource_type=res.resource_type, resource_name=res.resource_name)
 
 
-def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
+def _alter_all(broker, request: Request, resources, validate_only: bool, new_texts) -> list:
     counts = collections.Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     broker_changed = False
@@ -224,6 +250,10 @@ def _alter_all(broker, resources, validate_only: bool, new_texts) -> list:
             if counts[(res.resource_type, res.resource_name)] > 1:
                 raise AlterError(ErrorCode.invalid_request,
                                  f"resource {res.resource_name!r} named more than once")
+            refusal = _config_refusal(broker, request, Op.ALTER_CONFIGS, res)
+            if refusal is not None:
+                results.append((res, refusal, None))
+                continue
             if res.resource_type == RESOURCE_TOPIC:
                 _alter_topic(broker, res, validate_only, new_texts)
             elif res.resource_type == RESOURCE_BROKER:

@@ -21,6 +21,8 @@ from ...coordinator.group.consumer_records import Assignment
 from ...protocol import api_versions as apis
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import TopicManager
 from . import acl_operations
@@ -77,6 +79,11 @@ async def handle_consumer_group_heartbeat(broker, request: Request):
     v = request.api_version
     mod = response_module(apis.CONSUMER_GROUP_HEARTBEAT, v)
     body = request.body
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, body.group_id):
+        return build(mod.ConsumerGroupHeartbeatResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, error_message=None,
+                     member_id=None, member_epoch=0, heartbeat_interval=datetime.timedelta(0),
+                     assignment=None)
     owned: Assignment | None = None
     if body.topic_partitions is not None:
         owned = {}
@@ -121,8 +128,15 @@ def handle_consumer_group_describe(broker, request: Request):
                   partitions=tuple(sorted(ps)))
             for t, ps in sorted(a.items()) if ps))
 
-    described = []
-    for d in coordinator.describe(request.body.group_ids):
+    # groups the caller may not describe first, as Kafka answers them
+    allowed = authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.GROUP,
+                                      request.body.group_ids)
+    described = [build(mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                       error_message=None, group_id=g, group_state="", group_epoch=-1,
+                       assignment_epoch=-1, assignor_name="", members=(),
+                       authorized_operations=acl_operations.OMITTED)
+                 for g in request.body.group_ids if g not in allowed]
+    for d in coordinator.describe([g for g in request.body.group_ids if g in allowed]):
         group = d.group
         if group is None:
             described.append(build(
@@ -145,9 +159,11 @@ def handle_consumer_group_describe(broker, request: Request):
             group_id=group.group_id, group_state=group.state.value,
             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
             assignor_name=d.assignor, members=members,
-            authorized_operations=acl_operations.answer(
-                getattr(request.body, "include_authorized_operations", False),
-                acl_operations.GROUP)))
+            # asked for only: each operation costs an authorization
+            authorized_operations=authorize.operations(broker, request, Rt.GROUP,
+                                                       group.group_id)
+            if getattr(request.body, "include_authorized_operations", False)
+            else acl_operations.OMITTED))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
 

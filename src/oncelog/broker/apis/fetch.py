@@ -43,6 +43,8 @@ from ...protocol.messages import Request
 from ...protocol.record_batch import scan_batches
 from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -65,9 +67,10 @@ async def handle_fetch(broker, request: Request):
     max_wait = body.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
     allowance = broker.quotas.fetch_allowance(request)  # a consumer quota's window
+    denied = _fetch_denied(broker, request)
     while True:
         responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version,
-                                                         allowance)
+                                                         allowance, denied)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or errors or remaining <= 0 or not partitions:
             break
@@ -86,7 +89,23 @@ async def handle_fetch(broker, request: Request):
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
 
 
-def _read_all(broker, mod, body, version: int, allowance: int):
+def _fetch_denied(broker, request: Request) -> set[str] | None:
+    """The topics answered TOPIC_AUTHORIZATION_FAILED (None: all): Topic Read for a consumer,
+    Cluster ClusterAction for a follower (a replica id of 0 or more), as Kafka decides."""
+    if broker.authorizer is None:
+        return set()
+    body = request.body
+    state = getattr(body, "replica_state", None)
+    replica_id = state.replica_id if state is not None else getattr(body, "replica_id", -1)
+    if replica_id >= 0:
+        return set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION) else None
+    names = {t.topic for t in body.topics} if request.api_version < 13 else {
+        n for t in body.topics if (n := _name_of(broker, getattr(t, "topic_id", None)))}
+    return names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names)
+
+
+def _read_all(broker, mod, body, version: int, allowance: int,
+              denied: set[str] | None = frozenset()):
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     budget = min(body.max_bytes, broker.config.get("fetch.max.bytes"), allowance)  # as Kafka
     total = 0
@@ -106,6 +125,8 @@ def _read_all(broker, mod, body, version: int, allowance: int):
             aborted: tuple = ()
             if name is None:
                 error = ErrorCode.unknown_topic_id
+            elif denied is None or name in denied:
+                error = ErrorCode.topic_authorization_failed
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif (fenced := epoch_problem(getattr(preq, "current_leader_epoch", NO_EPOCH))):
@@ -178,9 +199,17 @@ def handle_list_offsets(broker, request: Request):
     mod = response_module(LIST_OFFSETS, request.api_version)
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
+    names = {t.name for t in request.body.topics}
+    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
+            if topic_req.name in denied:
+                results.append(build(mod.ListOffsetsPartitionResponse,
+                                     partition_index=preq.partition_index,
+                                     error_code=ErrorCode.topic_authorization_failed,
+                                     timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             try:
                 error, timestamp, offset = _list_offset(broker, topic_req.name,
                                                         preq.partition_index, preq.timestamp,
@@ -261,9 +290,18 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
 def handle_offset_for_leader_epoch(broker, request: Request):
     mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
     topics = []
+    names = {t.topic for t in request.body.topics}
+    denied = set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION, quiet=True) else \
+        names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
+            if topic_req.topic in denied:
+                results.append(build(mod.EpochEndOffset,
+                                     error_code=ErrorCode.topic_authorization_failed,
+                                     partition=preq.partition, leader_epoch=NO_EPOCH,
+                                     end_offset=-1))
+                continue
             error, epoch, end = _epoch_end(broker, topic_req.topic, preq.partition,
                                            getattr(preq, "current_leader_epoch", NO_EPOCH),
                                            preq.leader_epoch)

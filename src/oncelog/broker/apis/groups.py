@@ -28,7 +28,8 @@ from ...protocol.messages import Request
 from ...protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ...protocol.records import decode_record_fields, encode_batch, now_ms
 from ...protocol.schema import build, has_field, response_module
-from .. import group_configs
+from .. import authorize, group_configs
+from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import OFFSETS_TOPIC, TopicError, TopicManager
 from . import acl_operations
@@ -170,7 +171,7 @@ def handle_find_coordinator(broker, request: Request):
     keys = list(body.coordinator_keys) if has_field(type(body), "coordinator_keys") \
         else [body.key]
     key_type = getattr(body, "key_type", GROUP_KEY)
-    found = [_find(broker, key_type, key, request.session.listener) for key in keys]
+    found = [_find(broker, request, key_type, key) for key in keys]
     if has_field(mod.FindCoordinatorResponse, "coordinators"):
         coordinators = tuple(
             build(mod.Coordinator, key=key, node_id=node, host=host, port=port,
@@ -183,15 +184,21 @@ def handle_find_coordinator(broker, request: Request):
                  error_message=message, node_id=node, host=host, port=port)
 
 
-def _find(broker, key_type: int, key: str, listener: str):
+def _find(broker, request: Request, key_type: int, key: str):
     def refused(error: ErrorCode, message: str):
         return error, message, -1, "", -1
 
     if key_type == TRANSACTION_KEY:
+        if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.TRANSACTIONAL_ID, key):
+            return refused(ErrorCode.transactional_id_authorization_failed,
+                           ErrorCode.transactional_id_authorization_failed.name)
         if not key:
             return refused(ErrorCode.invalid_request, "the transactional id is empty")
         ensure = broker.topics.transaction_state_topic
     elif key_type == GROUP_KEY:
+        if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.GROUP, key):
+            return refused(ErrorCode.group_authorization_failed,
+                           ErrorCode.group_authorization_failed.name)
         if not key:
             return refused(ErrorCode.invalid_group_id, "the group id is empty")
         ensure = broker.topics.offsets_topic
@@ -202,7 +209,7 @@ def _find(broker, key_type: int, key: str, listener: str):
     except TopicError as exc:
         log.warning("creating an internal topic failed: %s", exc)
         return refused(ErrorCode.coordinator_not_available, str(exc))
-    return ErrorCode.none, None, broker.broker_id, *broker.endpoint(listener)
+    return ErrorCode.none, None, broker.broker_id, *broker.endpoint(request.session.listener)
 
 
 # --- JoinGroup, SyncGroup, Heartbeat, LeaveGroup --------------------------------------------
@@ -211,6 +218,11 @@ async def handle_join_group(broker, request: Request):
     v = request.api_version
     mod = response_module(apis.JOIN_GROUP, v)
     body = request.body
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, body.group_id):
+        return build(mod.JoinGroupResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                     protocol_type=None, protocol_name=None if v >= 7 else "", leader="",
+                     skip_assignment=False, member_id=body.member_id, members=())
     result = await broker.groups.join(
         body.group_id, body.member_id, getattr(body, "group_instance_id", None),
         request.client_id or "", _host(request.peer), _ms(body.session_timeout),
@@ -241,6 +253,10 @@ def _host(peer: str) -> str:
 async def handle_sync_group(broker, request: Request):
     mod = response_module(apis.SYNC_GROUP, request.api_version)
     body = request.body
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, body.group_id):
+        return build(mod.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, protocol_type=None,
+                     protocol_name=None, assignment=b"")
     result = await broker.groups.sync(
         body.group_id, body.generation_id, body.member_id,
         getattr(body, "group_instance_id", None), getattr(body, "protocol_type", None),
@@ -254,6 +270,9 @@ async def handle_sync_group(broker, request: Request):
 def handle_heartbeat(broker, request: Request):
     mod = response_module(apis.HEARTBEAT, request.api_version)
     body = request.body
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, body.group_id):
+        return build(mod.HeartbeatResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed)
     error = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                     getattr(body, "group_instance_id", None))
     return build(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
@@ -266,6 +285,9 @@ def handle_leave_group(broker, request: Request):
         leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
         leaving = [(body.member_id, None)]
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, body.group_id):
+        return build(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, members=())
     error, errors = broker.groups.leave(body.group_id, leaving)
     if not has_field(mod.LeaveGroupResponse, "members"):
         if error is ErrorCode.none and errors:
@@ -289,10 +311,14 @@ def handle_offset_commit(broker, request: Request):
                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for t in body.topics for p in t.partitions
     ]
+    refused = _commit_refused(broker, request, body.group_id, partitions)
     errors, durable = broker.groups.commit_now(
         body.group_id, body.generation_id_or_member_epoch, body.member_id,
         getattr(body, "group_instance_id", None), _ms(getattr(body, "retention_time", -1)),
-        partitions)
+        [p for p in partitions if p.topic not in refused]) \
+        if refused is not ALL_REFUSED else ([], None)
+    if refused:
+        errors = _merge_refused(partitions, refused, errors)
 
     def answer(errors: list[ErrorCode]):
         by_topic: dict[str, list] = {}
@@ -312,6 +338,32 @@ def handle_offset_commit(broker, request: Request):
     return later()
 
 
+# Every partition of the request answered GROUP_AUTHORIZATION_FAILED.
+ALL_REFUSED: dict[str, ErrorCode] = {"": ErrorCode.group_authorization_failed}
+
+
+def _commit_refused(broker, request: Request, group_id: str,
+                    partitions: list[OffsetCommitPartition]) -> dict[str, ErrorCode]:
+    """Kafka's checks of an OffsetCommit: Read on the group (else ALL_REFUSED), then Read on
+    each topic (the topics refused TOPIC_AUTHORIZATION_FAILED)."""
+    if broker.authorizer is None:
+        return {}
+    if not authorize.allowed(broker, request, Op.READ, Rt.GROUP, group_id):
+        return ALL_REFUSED
+    names = {p.topic for p in partitions}
+    return dict.fromkeys(
+        names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names),
+        ErrorCode.topic_authorization_failed)
+
+
+def _merge_refused(partitions: list, refused: dict[str, ErrorCode],
+                   errors: list[ErrorCode]) -> list[ErrorCode]:
+    if refused is ALL_REFUSED:
+        return [ErrorCode.group_authorization_failed] * len(partitions)
+    rest = iter(errors)
+    return [refused.get(p.topic) or next(rest) for p in partitions]
+
+
 def handle_offset_fetch(broker, request: Request):
     v = request.api_version
     mod = response_module(apis.OFFSET_FETCH, v)
@@ -325,7 +377,7 @@ def handle_offset_fetch(broker, request: Request):
         for group_id, wanted, member in groups:
             error, topics = _fetched(broker, mod, group_id, wanted, "OffsetFetchResponseTopics",
                                      "OffsetFetchResponsePartitions", member=member,
-                                     require_stable=body.require_stable)
+                                     require_stable=body.require_stable, request=request)
             results.append(build(mod.OffsetFetchResponseGroup, group_id=group_id,
                                  topics=topics, error_code=error))
         return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(results))
@@ -333,7 +385,8 @@ def handle_offset_fetch(broker, request: Request):
                              "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",
                              per_partition_error=not has_field(mod.OffsetFetchResponse,
                                                                "error_code"),
-                             require_stable=getattr(body, "require_stable", False))
+                             require_stable=getattr(body, "require_stable", False),
+                             request=request)
     return build(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                  error_code=error)
 
@@ -346,17 +399,30 @@ def _wanted(topics) -> list[tuple[str, list[int]]] | None:
 
 def _fetched(broker, mod, group_id: str, wanted, topic_cls: str, partition_cls: str,
              per_partition_error: bool = False, member: tuple[str | None, int] = (None, -1),
-             require_stable: bool = False):
-    error, offsets = broker.groups.fetch(group_id, wanted, *member)
+             require_stable: bool = False, request: Request | None = None):
+    if request is not None and not authorize.allowed(broker, request, Op.DESCRIBE, Rt.GROUP,
+                                                     group_id):
+        error, offsets = ErrorCode.group_authorization_failed, []
+    else:
+        error, offsets = broker.groups.fetch(group_id, wanted, *member)
     if error is not ErrorCode.none and per_partition_error and wanted:
         offsets = [(t, p, None) for t, parts in wanted for p in parts]
+    hidden: set[str] = set()
+    if request is not None and broker.authorizer is not None and offsets:
+        # Offsets only of topics the caller may describe: the others are left out of an
+        # answer for all topics, and answered TOPIC_AUTHORIZATION_FAILED when named.
+        names = {topic for topic, _, _ in offsets}
+        hidden = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC,
+                                                 names, quiet=wanted is None)
+        if wanted is None:
+            offsets = [o for o in offsets if o[0] not in hidden]
     # KIP-447: with require_stable, a partition with offsets of an undecided transaction
     # answers UNSTABLE_OFFSET_COMMIT (the client retries) rather than an offset soon stale.
     unstable = broker.groups.unstable(group_id) if require_stable else set()
     by_topic: dict[str, list] = {}
     for topic, partition, value in offsets:
         waiting = (topic, partition) in unstable
-        if waiting:
+        if waiting or topic in hidden:
             value = None
         by_topic.setdefault(topic, []).append(build(
             getattr(mod, partition_cls), partition_index=partition,
@@ -364,6 +430,7 @@ def _fetched(broker, mod, group_id: str, wanted, topic_cls: str, partition_cls: 
             committed_leader_epoch=value.leader_epoch if value else -1,
             metadata=value.metadata if value else "",
             error_code=ErrorCode.unstable_offset_commit if waiting
+            else ErrorCode.topic_authorization_failed if topic in hidden
             else error if per_partition_error else ErrorCode.none))
     topics = tuple(build(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
                    for name, parts in by_topic.items())
@@ -374,7 +441,15 @@ async def handle_offset_delete(broker, request: Request):
     mod = response_module(apis.OFFSET_DELETE, request.api_version)
     body = request.body
     wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
-    error, results = await broker.groups.delete_offsets(body.group_id, wanted)
+    if not authorize.allowed(broker, request, Op.DELETE, Rt.GROUP, body.group_id):
+        return build(mod.OffsetDeleteResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, topics=())
+    names = {name for name, _ in wanted}
+    denied = names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names)
+    error, results = await broker.groups.delete_offsets(
+        body.group_id, [w for w in wanted if w[0] not in denied])
+    results = list(results) + [(name, index, ErrorCode.topic_authorization_failed)
+                               for name, parts in wanted if name in denied for index in parts]
     by_topic: dict[str, list] = {}
     for topic, partition, perror in results:
         by_topic.setdefault(topic, []).append(
@@ -393,6 +468,10 @@ def handle_list_groups(broker, request: Request):
     body = request.body
     overviews = broker.groups.list_groups(set(getattr(body, "states_filter", ()) or ()),
                                           set(getattr(body, "types_filter", ()) or ()))
+    if not authorize.cluster(broker, request, Op.DESCRIBE, quiet=True):
+        # Cluster Describe shows every group, else those the caller may describe
+        overviews = [g for g in overviews if authorize.allowed(
+            broker, request, Op.DESCRIBE, Rt.GROUP, g.group_id, quiet=True)]
     groups = tuple(build(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                          group_state=g.state, group_type=g.group_type) for g in overviews)
     return build(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
@@ -405,7 +484,10 @@ def handle_describe_groups(broker, request: Request):
     body = request.body
     described = []
     for group_id in body.groups:
-        error, group = broker.groups.describe(group_id)
+        if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.GROUP, group_id):
+            error, group = ErrorCode.group_authorization_failed, None
+        else:
+            error, group = broker.groups.describe(group_id)
         if group is None:
             if error is ErrorCode.group_id_not_found and v < 6:
                 error = ErrorCode.none  # older versions show an unknown group as Dead
@@ -428,9 +510,10 @@ def handle_describe_groups(broker, request: Request):
             group_id=group_id, group_state=group.state.value,
             protocol_type=group.protocol_type or "",
             protocol_data=(group.protocol or "") if stable else "", members=members,
-            authorized_operations=acl_operations.answer(
-                getattr(body, "include_authorized_operations", False),
-                acl_operations.GROUP)))
+            # asked for only: each operation costs an authorization
+            authorized_operations=authorize.operations(broker, request, Rt.GROUP, group_id)
+            if getattr(body, "include_authorized_operations", False)
+            else acl_operations.OMITTED))
     return build(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                  groups=tuple(described))
 
@@ -439,7 +522,10 @@ async def handle_delete_groups(broker, request: Request):
     mod = response_module(apis.DELETE_GROUPS, request.api_version)
     results = []
     for group_id in dict.fromkeys(request.body.groups_names):
-        error = await broker.groups.delete_group(group_id)
+        if not authorize.allowed(broker, request, Op.DELETE, Rt.GROUP, group_id):
+            error = ErrorCode.group_authorization_failed
+        else:
+            error = await broker.groups.delete_group(group_id)
         results.append(build(mod.DeletableGroupResult, group_id=group_id, error_code=error))
     return build(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 

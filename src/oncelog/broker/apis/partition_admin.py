@@ -23,6 +23,8 @@ from ...protocol.api_versions import (
 )
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..config import is_compacted
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS, TopicError
@@ -50,8 +52,15 @@ def handle_create_partitions(broker, request: Request):
                   error_message="Excessively large number of partitions per request.")
             for name in dict.fromkeys(t.name for t in body.topics)))
     results = []
+    names = {t.name for t in body.topics}
+    alterable = authorize.allowed_names(broker, request, Op.ALTER, Rt.TOPIC, names)
     for t in body.topics:
         if t.name in duplicates:
+            continue
+        if t.name not in alterable:
+            results.append(build(mod.CreatePartitionsTopicResult, name=t.name,
+                                 error_code=ErrorCode.topic_authorization_failed,
+                                 error_message="The topic authorization is failed."))
             continue
         error, message = ErrorCode.none, None
         assignments = None if t.assignments is None else [list(a.broker_ids)
@@ -87,10 +96,13 @@ def _added(broker, topics) -> int:
 def handle_delete_records(broker, request: Request):
     mod = response_module(DELETE_RECORDS, request.api_version)
     topics = []
+    names = {t.name for t in request.body.topics}
+    deletable = authorize.allowed_names(broker, request, Op.DELETE, Rt.TOPIC, names)
     for t in request.body.topics:
         results = []
         for p in t.partitions:
-            error, low_watermark = _delete_records(broker, t.name, p.partition_index, p.offset)
+            error, low_watermark = _delete_records(broker, t.name, p.partition_index, p.offset) \
+                if t.name in deletable else (ErrorCode.topic_authorization_failed, -1)
             results.append(build(mod.DeleteRecordsPartitionResult,
                                  partition_index=p.partition_index, low_watermark=low_watermark,
                                  error_code=error))
@@ -143,12 +155,15 @@ def handle_elect_leaders(broker, request: Request):
         log.info("elect leaders refused: unknown election type %d", election)
         return build(mod.ElectLeadersResponse, throttle_time=NO_THROTTLE,
                      error_code=ErrorCode.invalid_request, replica_election_results=())
+    may_alter = authorize.cluster(broker, request, Op.ALTER)
     # All partitions (null): Kafka leaves out those whose leader is already the one wanted,
     # which on one broker is every partition.
     for t in body.topic_partitions or ():
         partitions = []
         for index in t.partitions:
-            if broker.topics.partition(t.topic, index) is None:
+            if not may_alter:
+                error, message = ErrorCode.cluster_authorization_failed, None
+            elif broker.topics.partition(t.topic, index) is None:
                 log.info("elect leaders of %s-%d refused: no such topic or partition",
                          t.topic, index)
                 error, message = (ErrorCode.unknown_topic_or_partition,
@@ -161,7 +176,9 @@ def handle_elect_leaders(broker, request: Request):
                                     error_message=message))
         results.append(build(mod.ReplicaElectionResult, topic=t.topic,
                              partition_result=tuple(partitions)))
-    return build(mod.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+    return build(mod.ElectLeadersResponse, throttle_time=NO_THROTTLE,
+                 error_code=ErrorCode.none if may_alter
+                 else ErrorCode.cluster_authorization_failed,
                  replica_election_results=tuple(results))
 
 
@@ -169,10 +186,12 @@ def handle_alter_partition_reassignments(broker, request: Request):
     mod = response_module(ALTER_PARTITION_REASSIGNMENTS, request.api_version)
     body = request.body
     topics = []
+    may_alter = authorize.cluster(broker, request, Op.ALTER)
     for t in body.topics:
         partitions = []
         for p in t.partitions:
-            error, message = _reassignment(broker, t.name, p.partition_index, p.replicas)
+            error, message = _reassignment(broker, t.name, p.partition_index, p.replicas) \
+                if may_alter else (ErrorCode.cluster_authorization_failed, None)
             if error != ErrorCode.none:
                 log.info("reassignment of %s-%d refused: %s", log_safe(t.name),
                          p.partition_index, log_safe(message))
@@ -184,7 +203,9 @@ def handle_alter_partition_reassignments(broker, request: Request):
     return build(mod.AlterPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
                  allow_replication_factor_change=getattr(
                      body, "allow_replication_factor_change", True),
-                 error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
+                 error_code=ErrorCode.none if may_alter
+                 else ErrorCode.cluster_authorization_failed, error_message=None,
+                 responses=tuple(topics))
 
 
 def _reassignment(broker, topic: str, index: int,
@@ -204,7 +225,8 @@ def handle_list_partition_reassignments(broker, request: Request):
     mod = response_module(LIST_PARTITION_REASSIGNMENTS, request.api_version)
     # Reassignments finish the moment they are asked for on one broker: none is ongoing.
     return build(mod.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
-                 error_code=ErrorCode.none, error_message=None, topics=())
+                 error_code=ErrorCode.none if authorize.cluster(broker, request, Op.DESCRIBE)
+                 else ErrorCode.cluster_authorization_failed, error_message=None, topics=())
 
 
 # The requests this module answers (gathered in registry.py).

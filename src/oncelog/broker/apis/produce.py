@@ -33,7 +33,9 @@ from ...protocol.messages import Request
 from ...protocol.produce_response import NodeEndpoint, PartitionResult
 from ...protocol.record_batch import InvalidBatch
 from ...protocol.validation import InflateOffLoop, Inflation
+from .. import authorize
 from ..answers import CLOSE_CONNECTION, LaterAnswer
+from ..authorize import Op, Rt
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS
 
@@ -59,6 +61,8 @@ def handle_produce(broker, request: Request):
     partition was refused. A coroutine giving one of those when a partition's batches
     decompress to more than the event loop may take on (validation.InflateOffLoop)."""
     run = _ProduceRun(broker, request)
+    if broker.authorizer is not None:
+        run.refused = _refusals(broker, request)
     for topic_data in request.body.topic_data:
         for pdata in topic_data.partition_data:
             if not run.one(topic_data, pdata):
@@ -69,7 +73,8 @@ def handle_produce(broker, request: Request):
 class _ProduceRun:
     """One produce request's partitions, appended in the order the request names them."""
 
-    __slots__ = ("_topic", "broker", "failed", "inflation", "pending", "request", "topics")
+    __slots__ = ("_topic", "broker", "failed", "inflation", "pending", "refused", "request",
+                 "topics")
 
     def __init__(self, broker, request: Request) -> None:
         self.broker = broker
@@ -79,13 +84,19 @@ class _ProduceRun:
         self.failed = False
         self.inflation = Inflation()  # what its batches may decompress, in all
         self._topic = None
+        # topic -> what it is answered instead of being appended (authorization)
+        self.refused: Callable[[str], ErrorCode | None] | None = None
 
     def one(self, topic_data, pdata, validated: list | InvalidBatch | None = None) -> bool:
         """Append one partition's batches; False when they are to be validated off the
         event loop first (nothing was done)."""
         body = self.request.body
         name = _topic_name(self.broker, topic_data)
-        if name is None:
+        refusal = None if self.refused is None else self.refused(name)
+        if refusal is not None:
+            outcome = _refused(refusal, name or topic_data.topic_id, pdata.index,
+                               self.request.client_id)
+        elif name is None:
             outcome = _unknown_topic_id(topic_data.topic_id, pdata.index,
                                         self.request.client_id)
         else:
@@ -150,6 +161,40 @@ class _ProduceRun:
             await asyncio.wait([durable for _, _, _, durable in self.pending])
             return _answer_when_durable(self.broker, self.request, self.topics, self.pending)
         return answer
+
+
+def _refusals(broker, request: Request) -> Callable[[str | None], ErrorCode | None]:
+    """Kafka's checks before anything is appended: transactional batches need Write on the
+    transactional id (else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    then each topic Write (TOPIC_AUTHORIZATION_FAILED), before it is known to exist."""
+    body = request.body
+    if _has_transactional_records(body) and (
+            body.transactional_id is None or not authorize.allowed(
+                broker, request, Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id)):
+        return lambda name: ErrorCode.transactional_id_authorization_failed
+    names = {n for t in body.topic_data if (n := _topic_name(broker, t)) is not None}
+    denied = names - authorize.allowed_names(broker, request, Op.WRITE, Rt.TOPIC, names)
+    return lambda name: ErrorCode.topic_authorization_failed if name in denied else None
+
+
+def _has_transactional_records(body) -> bool:
+    """A partition's first batch is transactional (RecordBatch v2: magic at byte 16, the
+    transactional bit 0x10 of the attributes' low byte at 22), as Kafka asks it."""
+    for topic_data in body.topic_data:
+        for pdata in topic_data.partition_data:
+            records = pdata.records
+            if records is not None and len(records) > 22 and records[16] == 2 \
+                    and records[22] & 0x10:
+                return True
+    return False
+
+
+def _refused(error: ErrorCode, topic, index: int,
+             client_id: str | None) -> tuple[PartitionResult, None]:
+    # the denial itself is logged (rate-limited) by authorize.allowed
+    log.debug("produce to %s-%d from %s refused: %s", topic, index, log_safe(client_id),
+              error.name)
+    return PartitionResult(index, int(error), -1, -1, None), None
 
 
 def _topic_name(broker, topic_data) -> str | None:

@@ -12,6 +12,8 @@ from ...protocol import api_versions as apis
 from ...protocol.api_versions import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..log_limits import log_safe
 from .api_meta import NO_THROTTLE
 from .transactions import init_transactional_producer
@@ -32,7 +34,15 @@ def handle_init_producer_id(broker, request: Request):
                      ongoing_txn_producer_epoch=ongoing_epoch)
 
     if body.transactional_id is not None:
+        if not _transactional_id_allowed(broker, request):
+            return answer(ErrorCode.transactional_id_authorization_failed)
         return init_transactional_producer(broker, request, answer)
+    if not (authorize.cluster(broker, request, Op.IDEMPOTENT_WRITE, quiet=True)
+            or authorize.any_of_type(broker, request, Op.WRITE, Rt.TOPIC)):
+        # KIP-679: Write on some topic is enough, as IdempotentWrite on the cluster is
+        log.info("InitProducerId from %s refused: neither IdempotentWrite on the cluster nor "
+                 "Write on any topic", log_safe(request.client_id))
+        return answer(ErrorCode.cluster_authorization_failed)
     # Without a transactional id Kafka always hands out a fresh id, even to a producer that
     # names its current one to have its epoch bumped (KIP-360): the old id's sequences are
     # then simply never continued, and partitions accept the new id from any sequence.
@@ -48,12 +58,28 @@ def handle_init_producer_id(broker, request: Request):
     return answer(ErrorCode.none, producer_id, 0)
 
 
+def _transactional_id_allowed(broker, request: Request) -> bool:
+    """Write on the transactional id; and TwoPhaseCommit on it too for a KIP-939 two-phase
+    commit producer (``enable2_pc``)."""
+    txn_id = request.body.transactional_id
+    return authorize.allowed(broker, request, Op.WRITE, Rt.TRANSACTIONAL_ID, txn_id) and (
+        not getattr(request.body, "enable2_pc", False)
+        or authorize.allowed(broker, request, Op.TWO_PHASE_COMMIT, Rt.TRANSACTIONAL_ID, txn_id))
+
+
 def handle_describe_producers(broker, request: Request):
     mod = response_module(DESCRIBE_PRODUCERS, request.api_version)
     topics = []
+    names = {t.name for t in request.body.topics}
+    denied = names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         partitions = []
         for index in topic_req.partition_indexes:
+            if topic_req.name in denied:
+                partitions.append(build(mod.PartitionResponse, partition_index=index,
+                                        error_code=ErrorCode.topic_authorization_failed,
+                                        error_message=None, active_producers=()))
+                continue
             partition = broker.topics.partition(topic_req.name, index)
             if partition is None:
                 partitions.append(build(mod.PartitionResponse, partition_index=index,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...protocol import api_versions as apis
 from . import (
+    acls,
     admin,
     api_meta,
     client_quotas_admin,
@@ -27,7 +28,7 @@ from . import (
 
 FAMILIES = (api_meta, produce, fetch, admin, configs_admin, partition_admin, cluster_views,
             groups, consumer_groups, producer_ids, transactions, txn_markers, unsecured,
-            client_quotas_admin, scram_users)
+            client_quotas_admin, scram_users, acls)
 
 HANDLERS: dict[int, Callable[[Any, Any], Any]] = {}
 for _family in FAMILIES:

@@ -36,6 +36,8 @@ from ...protocol import api_versions as apis
 from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
 from ...security import scram
+from .. import authorize
+from ..authorize import Op
 from ..log_limits import log_safe
 from .api_meta import NO_THROTTLE
 
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 
 def handle_describe_user_scram_credentials(broker, request: Request):
     mod = response_module(apis.DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
+    if not authorize.cluster(broker, request, Op.DESCRIBE):  # as Kafka
+        return build(mod.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=ErrorCode.cluster_authorization_failed.name, results=())
     credentials = broker.credentials
     asked = [u.name for u in request.body.users or ()]
     counts = collections.Counter(asked)
@@ -106,9 +112,12 @@ def handle_alter_user_scram_credentials(broker, request: Request):
     for upsertion in body.upsertions:
         by_user.setdefault(upsertion.name, ([], []))[1].append(upsertion)
     results = []
+    permitted = authorize.cluster(broker, request, Op.ALTER)  # else every user refused
     for user, (deletions, upsertions) in by_user.items():
         error, message = alteration_error(user, deletions, upsertions,
-                                          credentials.mechanisms(user) if user else {})
+                                          credentials.mechanisms(user) if user else {}) \
+            if permitted else (ErrorCode.cluster_authorization_failed,
+                               ErrorCode.cluster_authorization_failed.name)
         if error == ErrorCode.none:
             for deletion in deletions:
                 credentials.delete(user, scram.MECHANISM_NAMES[deletion.mechanism])

@@ -19,6 +19,8 @@ from ...protocol import api_versions as apis
 from ...protocol.client_regex import InvalidClientRegex
 from ...protocol.messages import Request
 from ...protocol.schema import build, has_field, response_module
+from .. import authorize
+from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
 from .api_meta import NO_THROTTLE
@@ -79,7 +81,10 @@ async def handle_add_partitions_to_txn(broker, request: Request):
 
     async def results_of(txn_id, producer_id, epoch, topics, verify_only):
         wanted = [(t.name, p) for t in topics for p in t.partitions]
-        if verify_only:
+        refused = None if verify_only else _add_refused(broker, request, txn_id, wanted)
+        if refused is not None:
+            errors = refused
+        elif verify_only:
             errors = {tp: coordinator.verify(txn_id, producer_id, epoch, *tp) for tp in wanted}
         else:
             errors = await coordinator.add_partitions(txn_id, producer_id, epoch, wanted)
@@ -93,6 +98,10 @@ async def handle_add_partitions_to_txn(broker, request: Request):
                      for name, parts in by_topic.items())
 
     if has_field(type(body), "transactions"):  # v4+: several transactions (brokers only)
+        if not authorize.cluster(broker, request, Op.CLUSTER_ACTION):
+            return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.cluster_authorization_failed,
+                         results_by_transaction=())
         results = []
         for txn in body.transactions:
             topic_results = await results_of(txn.transactional_id, txn.producer_id,
@@ -110,10 +119,43 @@ async def handle_add_partitions_to_txn(broker, request: Request):
                  results_by_topic_v3_and_below=topic_results)
 
 
+def _add_refused(broker, request: Request, txn_id: str,
+                 wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode] | None:
+    """AddPartitionsToTxn (v0-v3, from clients) as Kafka authorizes it, None when allowed:
+    Write on the transactional id, else every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    Write on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions, an unknown one
+    UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED."""
+    if broker.authorizer is None:
+        return None
+    if not authorize.allowed(broker, request, Op.WRITE, Rt.TRANSACTIONAL_ID, txn_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    names = {topic for topic, _ in wanted}
+    denied = names - authorize.allowed_names(broker, request, Op.WRITE, Rt.TOPIC, names)
+    if not denied:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
+            else ErrorCode.unknown_topic_or_partition if broker.topics.partition(*tp) is None
+            else ErrorCode.operation_not_attempted for tp in wanted}
+
+
+def _txn_refusal(broker, request: Request, txn_id: str, group_id: str | None) -> ErrorCode:
+    """Write on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the
+    group when there is one (GROUP_AUTHORIZATION_FAILED); NONE when both are allowed."""
+    if not authorize.allowed(broker, request, Op.WRITE, Rt.TRANSACTIONAL_ID, txn_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if group_id is not None and not authorize.allowed(broker, request, Op.READ, Rt.GROUP,
+                                                      group_id):
+        return ErrorCode.group_authorization_failed
+    return ErrorCode.none
+
+
 async def handle_add_offsets_to_txn(broker, request: Request):
     mod = response_module(apis.ADD_OFFSETS_TO_TXN, request.api_version)
     body = request.body
-    if not body.group_id:
+    refusal = _txn_refusal(broker, request, body.transactional_id, body.group_id)
+    if refusal is not ErrorCode.none:
+        error = refusal
+    elif not body.group_id:
         error = ErrorCode.invalid_group_id
     else:
         # The group's partition of __consumer_offsets joins the transaction: its marker is
@@ -136,6 +178,10 @@ async def handle_add_offsets_to_txn(broker, request: Request):
 async def handle_end_txn(broker, request: Request):
     mod = response_module(apis.END_TXN, request.api_version)
     body = request.body
+    refusal = _txn_refusal(broker, request, body.transactional_id, None)
+    if refusal is not ErrorCode.none:
+        return build(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=refusal,
+                     producer_id=-1, producer_epoch=-1)
     error, producer_id, epoch = await broker.transactions.end_txn(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
         bump_epoch=request.api_version >= 5)
@@ -152,19 +198,30 @@ async def handle_txn_offset_commit(broker, request: Request):
                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for t in body.topics for p in t.partitions
     ]
+    refusal = _txn_refusal(broker, request, body.transactional_id, body.group_id)
+    names = {p.topic for p in partitions}
+    denied = names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names) \
+        if refusal is ErrorCode.none else names
+    allowed = [p for p in partitions if p.topic not in denied]
     verified = broker.transactions.verify(body.transactional_id, body.producer_id,
                                           body.producer_epoch, OFFSETS_TOPIC,
                                           broker.groups.partition_of(body.group_id)
                                           if body.group_id else 0)
-    if verified is not ErrorCode.none:
+    if refusal is not ErrorCode.none:
+        errors = [refusal] * len(partitions)
+    elif verified is not ErrorCode.none:
         # AddOffsetsToTxn must come first; a zombie's epoch is fenced here too.
-        errors = [ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
-                  else verified] * len(partitions)
+        errors = [ErrorCode.topic_authorization_failed if p.topic in denied
+                  else ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
+                  else verified for p in partitions]
     else:
-        errors = await broker.groups.txn_commit(
+        # a topic not allowed is answered TOPIC_AUTHORIZATION_FAILED, the others committed
+        committed = iter(await broker.groups.txn_commit(
             body.transactional_id, body.group_id, body.producer_id, body.producer_epoch,
             getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
-            getattr(body, "group_instance_id", None), partitions)
+            getattr(body, "group_instance_id", None), allowed) if allowed else ())
+        errors = [ErrorCode.topic_authorization_failed if p.topic in denied
+                  else next(committed) for p in partitions]
     by_topic: dict[str, list] = {}
     for p, error in zip(partitions, errors, strict=True):
         by_topic.setdefault(p.topic, []).append(build(
@@ -184,7 +241,10 @@ def handle_describe_transactions(broker, request: Request):
     mod = response_module(apis.DESCRIBE_TRANSACTIONS, request.api_version)
     states = []
     for txn_id in request.body.transactional_ids:
-        error, txn = broker.transactions.describe(txn_id)
+        if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.TRANSACTIONAL_ID, txn_id):
+            error, txn = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            error, txn = broker.transactions.describe(txn_id)
         if txn is None:
             states.append(build(mod.TransactionState, error_code=error, transactional_id=txn_id,
                                 transaction_state="", transaction_timeout=datetime.timedelta(0),
@@ -194,6 +254,10 @@ def handle_describe_transactions(broker, request: Request):
         by_topic: dict[str, list[int]] = {}
         for topic, index in txn.partitions:
             by_topic.setdefault(topic, []).append(index)
+        # only the topics the caller may describe
+        shown = authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, by_topic,
+                                        quiet=True)
+        by_topic = {t: ps for t, ps in by_topic.items() if t in shown}
         states.append(build(
             mod.TransactionState, error_code=ErrorCode.none, transactional_id=txn_id,
             transaction_state=txn.state,
@@ -224,7 +288,9 @@ def handle_list_transactions(broker, request: Request):
                  transaction_states=tuple(
                      build(mod.TransactionState, transactional_id=t.transactional_id,
                            producer_id=t.producer_id, transaction_state=t.state)
-                     for t in txns))
+                     for t in txns if authorize.allowed(
+                         broker, request, Op.DESCRIBE, Rt.TRANSACTIONAL_ID, t.transactional_id,
+                         quiet=True)))
 
 
 # The requests this module answers (gathered in registry.py).

@@ -30,6 +30,8 @@ from ...protocol.api_versions import WRITE_TXN_MARKERS
 from ...protocol.messages import Request
 from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
+from .. import authorize
+from ..authorize import Op
 from ..topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
@@ -108,11 +110,15 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
 async def handle_write_txn_markers(broker, request: Request):
     mod = response_module(WRITE_TXN_MARKERS, request.api_version)
     results = []
+    # a broker's request: Cluster Alter or ClusterAction, else every partition refused
+    permitted = authorize.cluster(broker, request, Op.ALTER, quiet=True) or \
+        authorize.cluster(broker, request, Op.CLUSTER_ACTION)
     for marker in request.body.markers:
         wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         errors = await write_markers(broker, marker.producer_id, marker.producer_epoch,
                                      marker.transaction_result, marker.coordinator_epoch,
-                                     wanted, getattr(marker, "transaction_version", 0))
+                                     wanted, getattr(marker, "transaction_version", 0)) \
+            if permitted else dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed)
         topics = []
         for topic in marker.topics:
             topics.append(build(mod.WritableTxnMarkerTopicResult, name=topic.name, partitions=tuple(

@@ -5,8 +5,9 @@ connection.
 - SaslHandshake and SaslAuthenticate: ILLEGAL_SASL_STATE, as Kafka answers them on a
   listener that does not authenticate with SASL, or once a SASL connection is authenticated
   (before, a SASL listener's frames go to broker/sasl_gate.py instead).
-- DescribeAcls, CreateAcls, DeleteAcls: SECURITY_DISABLED, "No Authorizer is configured.",
-  for the request (Describe) or each creation or filter.
+- DescribeAcls, CreateAcls, DeleteAcls without an authorizer: SECURITY_DISABLED, "No
+  Authorizer is configured.", for the request (Describe) or each creation or filter (acls.py
+  answers them, and asks here when there is no authorizer).
 - The delegation token APIs: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, as Kafka answers them on
   a PLAINTEXT channel (the principal is User:ANONYMOUS, timestamps -1).
 """
@@ -108,9 +109,6 @@ def handle_describe_delegation_token(broker, request: Request):
 HANDLERS = {
     apis.SASL_HANDSHAKE: handle_sasl_handshake,
     apis.SASL_AUTHENTICATE: handle_sasl_authenticate,
-    apis.DESCRIBE_ACLS: handle_describe_acls,
-    apis.CREATE_ACLS: handle_create_acls,
-    apis.DELETE_ACLS: handle_delete_acls,
     apis.CREATE_DELEGATION_TOKEN: handle_create_delegation_token,
     apis.RENEW_DELEGATION_TOKEN: handle_renew_delegation_token,
     apis.EXPIRE_DELEGATION_TOKEN: handle_expire_delegation_token,

@@ -23,6 +23,7 @@ from ..network.security import ClientSecurity
 from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
 from ..topic_partition import OffsetAndMetadata, TopicPartition
 from . import admin_configs, admin_scram
+from .admin_acls import AclAdmin
 from .admin_configs import AlterConfigOp, ConfigEntry, ConfigResource
 
 RESOURCE_TOPIC = 2
@@ -73,7 +74,7 @@ def _raise_for(error: ErrorCode, message: str | None = None) -> None:
         raise KafkaError(error, message)
 
 
-class Admin:
+class Admin(AclAdmin):  # the ACL calls: admin_acls.py
     def __init__(self, config: dict[str, str]) -> None:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
         self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
