@@ -259,3 +259,44 @@ def test_controller_model(zookeeper):
     run.settings = settings(max_examples=8, stateful_step_count=15, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow])
     run().runTest()
+
+
+def test_a_deposed_controllers_election_never_lands(zookeeper):
+    """Broker 1 is controller (epoch 1); broker 2, leader of a partition, dies; before broker
+    1 acts, its /controller goes (its session ended while it was paused) and broker 3 wins
+    epoch 2. Broker 1's pass, which would elect a new leader, is refused by ZooKeeper (the
+    epoch check in the same transaction): the state znode is untouched; broker 3's pass
+    elects at leader_epoch 1 with its own controller epoch."""
+    connect = zookeeper.chroot("deposed")
+    observer = ZooKeeperStore(connect, SESSION_MS)
+    members = {}
+    try:
+        for broker_id in (1, 2, 3):
+            members[broker_id] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), broker_id,
+                                               None)
+            members[broker_id].start("127.0.0.1", 9000 + broker_id, background=False)
+        one, three = (Controller(members[b], lambda: False) for b in (1, 3))
+        admin = TopicAdmin(observer)
+        admin.ensure_paths()
+        admin.create_topic("t", zn.TopicAssignment("AAAAAAAAAAAAAAAAAAAAAA", {0: (2, 1, 3)},
+                                                   {}, {}), {})
+        assert members[1].is_controller
+        one.pass_once()
+        path = zn.partition_state_path("t", 0)
+        assert zn.PartitionState.decode(observer.client.get(path)[0]) == \
+            zn.PartitionState(2, 0, (2, 1, 3), 1)
+        members.pop(2).close()
+        observer.client.delete(zn.CONTROLLER)
+        members[3].pass_once()
+        assert members[3].is_controller and members[3].controller.epoch == 2
+        before = observer.client.get(path)
+        with pytest.raises(ControllerMoved):
+            one.pass_once()
+        assert observer.client.get(path) == before
+        three.pass_once()
+        assert zn.PartitionState.decode(observer.client.get(path)[0]) == \
+            zn.PartitionState(1, 1, (1, 3), 2)
+    finally:
+        for member in members.values():
+            member.close()
+        observer.close()
