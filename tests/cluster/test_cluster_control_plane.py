@@ -14,7 +14,10 @@ the state znode keeping leader and leader_epoch)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kazoo.client import KazooClient
@@ -50,8 +53,8 @@ class Cluster:
             i: BrokerProcess(root / f"b{i}", {
                 "broker.id": str(i), "zookeeper.connect": self.connect,
                 "zookeeper.session.timeout.ms": str(SESSION_MS)}) for i in (1, 2, 3)}
-        for broker in self.brokers.values():
-            broker.start()
+        with ThreadPoolExecutor(3) as starting:  # each takes seconds to import: in parallel
+            list(starting.map(BrokerProcess.start, self.brokers.values()))
         wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
                  TIMEOUT, "three brokers registered")
 
@@ -137,6 +140,17 @@ def test_topic_created_on_one_broker_is_known_to_all(cluster):
     assert {p["partition_index"]: (p["leader_id"], list(p["replica_nodes"]),
                                    list(p["isr_nodes"]))
             for p in described["partitions"]} == expected
+
+    described = subprocess.run(
+        [sys.executable, "-m", "oncelog", "topics", "describe", "--topic", "rf3",
+         "--bootstrap-server", cluster.brokers[2].bootstrap],
+        capture_output=True, text=True, timeout=TIMEOUT)
+    assert described.returncode == 0, described.stderr
+    assert "ReplicationFactor: 3" in described.stdout
+    for p, r in replicas.items():
+        shown = ",".join(map(str, r))
+        assert f"Partition: {p}\tLeader: {r[0]}\tReplicas: {shown}\tIsr: {shown}\t" in \
+            described.stdout
 
     from confluent_kafka.admin import ConfigResource
 
