@@ -69,6 +69,7 @@ class Controller:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
+        self.member.on_elected = self.wake
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
         self._watch_controller()
