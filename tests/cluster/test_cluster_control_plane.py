@@ -52,7 +52,8 @@ class Cluster:
         self.brokers = {
             i: BrokerProcess(root / f"b{i}", {
                 "broker.id": str(i), "zookeeper.connect": self.connect,
-                "zookeeper.session.timeout.ms": str(SESSION_MS)}) for i in (1, 2, 3)}
+                "zookeeper.session.timeout.ms": str(SESSION_MS),
+                "default.replication.factor": "3", "num.partitions": "2"}) for i in (1, 2, 3)}
         with ThreadPoolExecutor(3) as starting:  # each takes seconds to import: in parallel
             list(starting.map(BrokerProcess.start, self.brokers.values()))
         wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
@@ -288,3 +289,48 @@ def test_reassignment_completed_by_the_controller(cluster):
     assert done["adding_replicas"] == {} and done["removing_replicas"] == {}
     state = cluster.state("moving", 0)
     assert sorted(state["isr"]) == sorted(target) and state["leader"] in target
+
+
+def test_auto_created_topic_gets_default_replication(cluster):
+    from oncelog.client.network.connection import connect
+    from oncelog.protocol import api_versions as apis
+    from oncelog.protocol.schema import build
+
+    def make(mod, version):
+        return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic, name="auto",
+                                                        topic_id=None),),
+                     allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+
+    with connect(cluster.brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        answer = conn.call(apis.METADATA, make)
+    assert answer.topics[0].error_code.name == "leader_not_available"  # being created
+    replicas = wait_for(lambda: cluster.metadata(3, "auto") if all(
+        leader >= 0 for leader, _, _ in cluster.metadata(3, "auto").values()) else None,
+        TIMEOUT, "auto's leaders in broker 3's Metadata")
+    assert len(replicas) == 2 and all(len(r) == 3 for _, r, _ in replicas.values())
+
+
+def test_controller_killed_its_partitions_get_new_leaders(cluster):
+    cluster.create("orphans", 3, 3)
+    controller = cluster.controller()
+    before = {p: cluster.state("orphans", p) for p in range(3)}
+    led = [p for p, s in before.items() if s["leader"] == controller]
+    assert led
+    killed_at = time.monotonic()
+    cluster.brokers[controller].kill()
+    survivor = next(b for b in (1, 2, 3) if b != controller)
+    wait_for(lambda: all(cluster.metadata(survivor, "orphans")[p][0] not in (controller, -1)
+                         for p in led),
+             SESSION_MS / 1000 + 1, "new leaders elected by the new controller")
+    print(f"controller's partitions led again {time.monotonic() - killed_at:.2f}s after "
+          f"kill -9 (session timeout {SESSION_MS} ms)")
+    assert cluster.controller() != controller
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    for p in led:
+        state = cluster.state("orphans", p)
+        assert state["leader_epoch"] == before[p]["leader_epoch"] + 1
+        assert state["controller_epoch"] == epoch and controller not in state["isr"]
+    cluster.brokers[controller].start()
+    wait_for(lambda: str(controller) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
+             f"broker {controller} registered again")

@@ -95,7 +95,10 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops:
             try:
                 topic = topics.auto_create(name)
             except TopicError as exc:
-                log.warning("auto-creating topic %r failed: %s", log_safe(name), log_safe(exc))
+                # In cluster mode LEADER_NOT_AVAILABLE is the answer while leaders are elected
+                log.log(logging.INFO if exc.error == ErrorCode.leader_not_available
+                        else logging.WARNING, "auto-creating topic %r: %s", log_safe(name),
+                        log_safe(exc))
                 error = exc.error
         else:
             error = ErrorCode.unknown_topic_or_partition
