@@ -1,6 +1,6 @@
-"""``oncelog cluster up`` (a ZooKeeper and N brokers on loopback, for trying cluster mode)
-and ``oncelog cluster status`` (brokers, controller, under-replicated and offline
-partitions).
+"""``oncelog cluster up`` (a ZooKeeper and N brokers on loopback, for trying cluster mode),
+``oncelog cluster status`` (brokers, controller, under-replicated and offline partitions) and
+``oncelog cluster elect-leaders`` (preferred or unclean leader election).
 
 ``up`` runs Debian's ZooKeeper from its jar (``/usr/share/java/zookeeper.jar``, whose
 manifest names its dependencies, as the tests run it) with its data under
@@ -161,6 +161,35 @@ def _cluster_status(args: argparse.Namespace) -> int:
     return 1 if offline else 0
 
 
+def _elect_leaders(args: argparse.Namespace) -> int:
+    """As kafka-leader-election.sh: each partition elected, or why not."""
+    from kio.schema.errors import ErrorCode
+
+    from ..client.admin.admin import Admin
+
+    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+        wanted = None
+        if args.topic is not None:
+            if args.partition is not None:
+                wanted = [(args.topic, args.partition)]
+            else:
+                info = admin.metadata([args.topic]).topics[args.topic]
+                wanted = [(args.topic, p.index) for p in info.partitions]
+        results = admin.elect_leaders(wanted, 1 if args.election_type == "unclean" else 0)
+    failed = 0
+    for (topic, partition), error in sorted(results.items()):
+        if error is None:
+            print(f"Successfully completed leader election ({args.election_type.upper()}) "
+                  f"for partition {topic}-{partition}")
+        elif error.error == ErrorCode.election_not_needed:
+            print(f"Valid replica already elected for partition {topic}-{partition}")
+        else:
+            failed += 1
+            print(f"Error completing leader election for partition {topic}-{partition}: "
+                  f"{error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def add_cluster_up_commands(csub, with_bootstrap, guarded) -> None:
     up = csub.add_parser(
         "up", help="start ZooKeeper and N brokers on loopback (Ctrl-C stops them)",
@@ -178,3 +207,12 @@ def add_cluster_up_commands(csub, with_bootstrap, guarded) -> None:
     status = with_bootstrap(csub.add_parser(
         "status", help="brokers, controller, under-replicated and offline partitions"))
     status.set_defaults(func=guarded(_cluster_status))
+    elect = with_bootstrap(csub.add_parser(
+        "elect-leaders", help="preferred or unclean leader election (kafka-leader-election.sh)",
+        description="Asks the controller to elect each partition's preferred replica (or, "
+                    "unclean, any live replica of a partition without a leader)."))
+    elect.add_argument("--election-type", choices=("preferred", "unclean"),
+                       default="preferred")
+    elect.add_argument("--topic", help="only this topic (default: every partition)")
+    elect.add_argument("--partition", type=int, help="only this partition of --topic")
+    elect.set_defaults(func=guarded(_elect_leaders))
