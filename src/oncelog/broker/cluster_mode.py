@@ -79,6 +79,8 @@ class ClusterMode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
         self._started = False
+        self._live_of: tuple = ()
+        self._live: frozenset[int] = frozenset()
         self.cache.add_listener(self._cache_changed)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -172,8 +174,13 @@ class ClusterMode:
 
     # --- what handlers ask -------------------------------------------------------------
 
-    def live(self) -> set[int]:
-        return {b.broker_id for b in self.member.brokers}
+    def live(self) -> frozenset[int]:
+        """The registered brokers' ids (a set built once per change of the list: Metadata
+        asks it for every partition)."""
+        brokers = self.member.brokers
+        if brokers is not self._live_of:
+            self._live_of, self._live = brokers, frozenset(b.broker_id for b in brokers)
+        return self._live
 
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:
         live = self.live()
@@ -193,7 +200,7 @@ class ClusterMode:
         return await asyncio.to_thread(self.controller.elect, wanted,
                                        Ask.UNCLEAN if unclean else Ask.PREFERRED)
 
-    async def answer_when(self, wait, names: list[str], timeout: datetime.timedelta,
+    async def answer_when(self, wait, names, timeout: datetime.timedelta,
                           answer):
         """``answer`` once ``wait(names, timeout_ms)`` is over (a CreateTopics or
         DeleteTopics answer, sent once the controller carried the request out)."""
@@ -208,6 +215,16 @@ class ClusterMode:
                        all(p.state is not None for p in t.partitions) for n in names)
 
         if names and timeout_ms > 0:
+            await self.until(ready, timeout_ms / 1000)
+
+    async def grown(self, counts: dict[str, int], timeout_ms: int) -> None:
+        """Until the topics have their new partitions, each with its state."""
+        def ready(image: ClusterImage) -> bool:
+            return all((t := image.get(n)) is not None and len(t.partitions) >= count and
+                       all(p.state is not None for p in t.partitions)
+                       for n, count in counts.items())
+
+        if counts and timeout_ms > 0:
             await self.until(ready, timeout_ms / 1000)
 
     async def deleted(self, names: list[str], timeout_ms: int) -> None:

@@ -71,7 +71,13 @@ def handle_create_partitions(broker, request: Request):
         results.append(build(mod.CreatePartitionsTopicResult, name=name,
                              error_code=ErrorCode.invalid_request,
                              error_message="Duplicate topic name."))
-    return build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+    answer = build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE,
+                   results=tuple(results))
+    if broker.cluster_mode is not None and not body.validate_only:  # once leaders are elected
+        done = {r.name for r in results if r.error_code == ErrorCode.none}
+        return broker.cluster_mode.answer_when(broker.cluster_mode.grown, {
+            t.name: t.count for t in body.topics if t.name in done}, body.timeout, answer)
+    return answer
 
 
 def _added(broker, topics) -> int:
