@@ -134,24 +134,11 @@ class ClusterMode:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._apply, names)
 
-    def _apply(self, names: set[str]) -> None:
+    def _apply(self, _names: set[str]) -> None:
+        # The local replicas take a changed config from the replica manager, which follows
+        # the same znodes; here only the requests waiting for the cluster's picture.
         for event in list(self._waiters):
             event.set()
-        image = self.cache.image
-        local = self.broker.topics
-        for name in names:
-            topic, found = local.get(name), image.get(name)
-            if topic is None or found is None or name in INTERNAL_TOPICS:
-                continue
-            try:
-                parsed = local.check_overrides(found.configs, name)
-            except ConfigError as exc:
-                log.error("topic %s: configs from ZooKeeper refused: %s", name, exc)
-                continue
-            if parsed != topic.overrides:
-                topic.overrides = parsed
-                local.reconfigure(topic)
-                log.info("topic %s configs are now %s", name, log_safe(found.configs, 1000))
 
     async def until(self, condition, timeout_s: float) -> bool:
         """Waits (on the event loop) until ``condition(image)``, at most ``timeout_s``."""
