@@ -150,5 +150,5 @@ class Table(RuleBasedStateMachine):
 
 def test_leader_election_table():
     run = Table.TestCase
-    run.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+    run.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
     run().runTest()
