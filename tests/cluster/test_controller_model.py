@@ -300,3 +300,23 @@ def test_a_deposed_controllers_election_never_lands(zookeeper):
         for member in members.values():
             member.close()
         observer.close()
+
+
+def test_config_change_notifications_are_purged(zookeeper):
+    """/config/changes keeps the newest CONFIG_CHANGES_KEPT notifications (Kafka purges them
+    by age); every broker's cache reads only those newer than the last it read."""
+    from oncelog.cluster.controller import CONFIG_CHANGES_KEPT
+
+    connect = zookeeper.chroot("purge")
+    member = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 1, None)
+    try:
+        member.start("127.0.0.1", 9001, background=False)
+        TopicAdmin(member.store).ensure_paths()
+        for _ in range(CONFIG_CHANGES_KEPT + 5):
+            member.zk.create(f"{zn.CONFIG_CHANGES}/config_change_",
+                             zn.encode_config_change("topics/t"), sequence=True)
+        newest = sorted(member.zk.get_children(zn.CONFIG_CHANGES))[-CONFIG_CHANGES_KEPT:]
+        Controller(member, lambda: False).pass_once()
+        assert sorted(member.zk.get_children(zn.CONFIG_CHANGES)) == newest
+    finally:
+        member.close()

@@ -40,6 +40,9 @@ from .topic_admin import reassignment_target
 log = logging.getLogger(__name__)
 
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
+# Config change notifications kept (Kafka purges them after 15 minutes): a broker that
+# missed more than these (its session expired) reads every topic's config again anyway.
+CONFIG_CHANGES_KEPT = 100
 
 
 @dataclass(slots=True)
@@ -213,7 +216,13 @@ class Controller:
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
+        self._purge_config_changes()
         return again
+
+    def _purge_config_changes(self) -> None:
+        changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))
+        self._gather([lambda c=c: self.zk.delete_async(f"{zn.CONFIG_CHANGES}/{c}")
+                      for c in changes[:-CONFIG_CHANGES_KEPT]])
 
     def facts(self, topic: TopicRead, p: int, live: frozenset[int],
               shutting: frozenset[int]) -> Facts:

@@ -109,6 +109,7 @@ class MetadataCache:
         self._dirty_states: set[tuple[str, int]] = set()
         self._dirty_configs: set[str] = set()
         self._changes_seen = ""  # the last config_change_<seq> read
+        self._changes_listed = False
         self._dirty_changes = True
         self._wake = threading.Event()
         self._changed = threading.Condition()
@@ -282,8 +283,9 @@ class MetadataCache:
         children = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES,
                                    watch=self._mark("changes")))
         named = set()
+        first, self._changes_listed = not self._changes_listed, True
         for child in children:
-            if child <= self._changes_seen:
+            if first or child <= self._changes_seen:  # first: every config is read anyway
                 continue
             try:
                 data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_CHANGES}/{child}")
