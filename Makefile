@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run test lint bench demo system-deps clean
+.PHONY: run cluster test lint bench demo system-deps clean
 
 # The compiled parts are rebuilt by the install when their sources change.
 $(STAMP): pyproject.toml setup.py src/oncelog/protocol/_records.c \
@@ -28,6 +28,11 @@ $(SPARK_STAMP): $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m oncelog broker --set log.dirs=./data $(ARGS)
+
+# Cluster mode to try: ZooKeeper and three brokers on loopback, data under ./data/cluster.
+cluster: $(STAMP) system-deps
+	$(PY) -m pip install --quiet -e '.[fast,cluster]'
+	$(PY) -m oncelog cluster up --brokers 3 $(ARGS)
 
 # kcat (a real Kafka client binary), a Java runtime (for PySpark) and ZooKeeper (the cluster
 # tests' coordinator, run from its jar by tests/support/zookeepers.py) come from Debian.

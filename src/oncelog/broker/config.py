@@ -383,8 +383,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "and auto-creation past it are refused with POLICY_VIOLATION. Internal topics are "
          "exempt.", _POSITIVE_INT),
     _key("num.partitions", "INT", 1, "Partitions of an auto-created topic.", _POSITIVE_INT),
-    _key("default.replication.factor", "INT", 1, "Replication factor of auto-created topics.",
-         _parse_int(1, 1)),
+    _key("default.replication.factor", "INT", 1,
+         "Replication factor of topics created without one (auto-created, or -1); above 1 "
+         "only in cluster mode (zookeeper.connect).", _POSITIVE_INT),
     _key("auto.create.topics.enable", "BOOLEAN", True,
          "Create a topic when a client asks Metadata for it."),
     _key("delete.topic.enable", "BOOLEAN", True, "Allow DeleteTopics."),

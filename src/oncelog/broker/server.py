@@ -103,6 +103,10 @@ class Broker:
         self.authorizer = make_authorizer(
             config, self.store if self.cluster is None else self.cluster.store,
             shared=self.cluster is not None)
+        # Cluster mode: topics come from ZooKeeper (cluster_mode.py); handlers take
+        # ``cluster_topics or topics``.
+        self.cluster_mode = _cluster_mode(self)
+        self.cluster_topics = None if self.cluster_mode is None else self.cluster_mode.topics
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
@@ -216,6 +220,7 @@ class Broker:
                 self.cluster.start(self.advertised_host, self.advertised_port, endpoints=tuple(
                     (e.name, *self.advertised[e.name], e.security_protocol)
                     for e in (listener.endpoint for listener in self.listeners)))
+                self.cluster_mode.start()
             except Exception:
                 await self.stop()  # closed as on SIGTERM, then the error is the exit
                 raise
@@ -291,6 +296,8 @@ class Broker:
             partition.flush_if_due(now)
 
     async def stop(self) -> None:
+        if self.cluster_mode is not None:  # leaderships moved away while still serving
+            await self.cluster_mode.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         for server in self._servers:
@@ -302,6 +309,8 @@ class Broker:
         self.transactions.close()
         self.groups.close()
         self.topics.close()
+        if self.cluster_mode is not None:
+            self.cluster_mode.close()
         if self.cluster is not None:
             self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)
@@ -902,6 +911,14 @@ def _join_cluster(config: BrokerConfig):
         config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
         config.get("zookeeper.connection.timeout.ms"), config.get("broker.id"),
         config.get("broker.rack"))
+
+
+def _cluster_mode(broker: Broker):
+    if broker.cluster is None:
+        return None
+    from .cluster_mode import ClusterMode
+
+    return ClusterMode(broker)
 
 
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from ..client.admin.admin import Admin
 from .client_config import client_config
+from .cluster_up import add_cluster_up_commands
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -76,12 +77,14 @@ def _log_dirs_alter(args: argparse.Namespace) -> int:
 
 
 def add_cluster_commands(sub, with_bootstrap, guarded) -> None:
-    cluster = sub.add_parser("cluster", help="describe the cluster",
-                             description="The cluster id, the controller and the brokers.")
+    cluster = sub.add_parser("cluster", help="describe, start or check a cluster",
+                             description="The cluster id, the controller and the brokers; "
+                                         "a ZooKeeper cluster on loopback to try.")
     csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     describe = with_bootstrap(csub.add_parser(
         "describe", help="cluster id, controller, brokers and what you may do"))
     describe.set_defaults(func=guarded(_cluster_describe))
+    add_cluster_up_commands(csub, with_bootstrap, guarded)
 
     dirs = sub.add_parser("log-dirs", help="describe log directories, move partitions",
                           description="The brokers' log directories (log.dirs), their "

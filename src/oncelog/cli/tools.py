@@ -55,10 +55,12 @@ def _topics_describe(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         info = admin.metadata([args.topic]).topics[args.topic]
         configs = admin.describe_topic_configs(args.topic)
-        offsets = []
-        for p in info.partitions:
-            offsets.append((calls.list_offset(admin.conn, args.topic, p.index, calls.EARLIEST),
-                            calls.list_offset(admin.conn, args.topic, p.index, calls.LATEST)))
+        # Each asked of the partition's leader (in a cluster, another broker); "-" when it
+        # cannot answer (no leader now).
+        keys = [(args.topic, p.index) for p in info.partitions]
+        earliest = admin.list_offsets(dict.fromkeys(keys, calls.EARLIEST))
+        latest = admin.list_offsets(dict.fromkeys(keys, calls.LATEST))
+        offsets = [(_offset_or_dash(earliest[k]), _offset_or_dash(latest[k])) for k in keys]
         # The last stable offset: where a read_committed reader stops (before the first
         # open transaction); the high watermark when none is open.
         stable = admin.list_offsets({(args.topic, p.index): calls.LATEST

@@ -5,10 +5,16 @@ Owns: registering the broker (``/brokers/ids/<broker.id>``, ephemeral), electing
 redoing both when the ZooKeeper session is lost, on its own thread beside the broker's event
 loop. Kafka's znode layout and JSON are in znodes.py, the decisions in membership.py's tables.
 
-Must not know: partitions, logs, producer state, the Kafka protocol or the broker's asyncio
-loop. It hands out facts (who is registered, who is controller at which epoch); what the broker
-does with them is the broker's business. The ZooKeeper session itself is the metadata store's
-(metadata/zookeeper.py). Without ``zookeeper.connect`` nothing here is imported.
+The control plane too: where each partition's replicas go (placement.py), who leads it
+(leader_election.py's table, written by controller.py fenced by the controller epoch), the
+writes any broker makes for an admin request (topic_admin.py), and every broker's picture of
+it all fed by ZooKeeper watches (metadata_cache.py).
+
+Must not know: logs, producer state, the Kafka protocol or the broker's asyncio loop. It hands
+out facts (who is registered, who is controller at which epoch, each partition's replicas,
+leader and ISR); what the broker does with them is the broker's business. The ZooKeeper
+session itself is the metadata store's (metadata/zookeeper.py). Without
+``zookeeper.connect`` nothing here is imported.
 """
 
 

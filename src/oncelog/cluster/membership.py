@@ -126,6 +126,9 @@ class ClusterMember:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # Told (on this member's thread) when this broker has just won the controller
+        # election: the controller (controller.py) starts its first pass at once.
+        self.on_elected: Callable[[], None] | None = None
         store.add_session_listener(self._on_session)
 
     @classmethod
@@ -303,6 +306,8 @@ class ClusterMember:
         self._epoch_version = version + 1
         self._view = ControllerView(self.broker_id, epoch + 1)
         log.info("broker %d is now the controller (epoch %d)", self.broker_id, epoch + 1)
+        if self.on_elected is not None:
+            self.on_elected()
 
     def controller_transaction(self, build: Callable[[TransactionRequest], None]) -> list:
         """The controller's writes, all or none, and only while the epoch it won is still

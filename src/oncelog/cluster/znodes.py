@@ -212,3 +212,27 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
 
 def encode_config_change(entity_path: str) -> bytes:
     return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str:
+    """The entity path (``topics/<topic>``) a change notification names."""
+    return str(json.loads(data).get("entity_path", ""))
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+# Not Kafka's (its brokers ask the controller with the ControlledShutdown request, which
+# Kafka 4's protocol no longer has): a broker stopping creates this ephemeral znode and the
+# controller moves its leaderships away (cluster/controller.py); the znode goes with the
+# broker's session, so a broker that dies meanwhile leaves nothing behind.
+CONTROLLED_SHUTDOWN = "/oncelog/controlled_shutdown"

@@ -65,7 +65,11 @@ def handle_create_topics(broker, request: Request):
                  log_safe(name))
         results.append(_create_refused(mod, name, ErrorCode.invalid_request,
                                        "Duplicate topic name."))
-    return build(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    answer = build(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    if broker.cluster_mode is not None and not body.validate_only:  # once leaders are elected
+        return broker.cluster_mode.answer_when(broker.cluster_mode.created, [
+            r.name for r in results if r.error_code == ErrorCode.none], body.timeout, answer)
+    return answer
 
 
 def _duplicates(names) -> list[str]:
@@ -81,8 +85,9 @@ def _create_topic(broker, mod, t, validate_only: bool, show_configs: bool = True
         if len(assignments) != len(t.assignments or ()):
             raise TopicError(ErrorCode.invalid_replica_assignment,
                              "The manual partition assignment names a partition twice.")
-        topic = broker.topics.create(t.name, t.num_partitions, t.replication_factor, configs,
-                                     validate_only=validate_only, assignments=assignments)
+        topic = (broker.cluster_topics or broker.topics).create(
+            t.name, t.num_partitions, t.replication_factor, configs,
+            validate_only=validate_only, assignments=assignments)
     except TopicError as exc:
         log.info("create topic %r refused: %s", log_safe(t.name), log_safe(exc))
         return _create_refused(mod, t.name, exc.error, str(exc))
@@ -100,7 +105,8 @@ def _create_topic(broker, mod, t, validate_only: bool, show_configs: bool = True
                  # its configs are shown only to who may describe them
                  topic_config_error_code=0 if show_configs
                  else ErrorCode.topic_authorization_failed,
-                 num_partitions=partitions, replication_factor=1, configs=described)
+                 num_partitions=partitions,
+                 replication_factor=getattr(topic, "replication_factor", 1), configs=described)
 
 
 def _create_refused(mod, name: str, error: ErrorCode, message: str):
@@ -119,6 +125,7 @@ def handle_delete_topics(broker, request: Request):
         else [(name, None) for name in body.topic_names]
     duplicates = set(_duplicates(asked))
     results = []
+    topics = broker.cluster_topics or broker.topics
     for name, topic_id in dict.fromkeys(asked):  # one answer per topic, as for CreateTopics
         error, message = ErrorCode.none, None
         try:
@@ -128,7 +135,7 @@ def handle_delete_topics(broker, request: Request):
                 raise TopicError(ErrorCode.invalid_request,
                                  "You may not specify both topic name and topic id.")
             if topic_id is not None:
-                topic = broker.topics.by_id(topic_id)
+                topic = topics.by_id(topic_id)
                 if topic is None:
                     raise TopicError(ErrorCode.unknown_topic_id, f"No topic has id {topic_id}.")
                 name = topic.name
@@ -139,16 +146,20 @@ def handle_delete_topics(broker, request: Request):
                 raise TopicError(ErrorCode.invalid_request, "Neither topic name nor id given.")
             if not authorize.allowed(broker, request, Op.DELETE, Rt.TOPIC, name):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            found = broker.topics.get(name)
+            found = topics.get(name)
             topic_id = topic_id or (found.topic_id if found is not None else None)
-            broker.topics.delete(name)
+            topics.delete(name)
             broker.counters.forget_topic(name)
             broker.groups.delete_topic_offsets(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
         results.append(build(mod.DeletableTopicResult, name=name, topic_id=topic_id,
                              error_code=error, error_message=message))
-    return build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+    answer = build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+    if broker.cluster_mode is not None:  # once the controller removed them
+        return broker.cluster_mode.answer_when(broker.cluster_mode.deleted, [
+            r.name for r in results if r.error_code == ErrorCode.none], body.timeout, answer)
+    return answer
 
 
 # The requests this module answers (gathered in registry.py).

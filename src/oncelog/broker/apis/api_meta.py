@@ -8,6 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster.metadata_cache import PartitionImage
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import ADVERTISED_VERSIONS, API_VERSIONS_KEY, METADATA
 from ...protocol.messages import Request
@@ -48,7 +49,7 @@ def unsupported_api_versions_body():
 def handle_metadata(broker, request: Request):
     mod = response_module(METADATA, request.api_version)
     body = request.body
-    topics = broker.topics
+    topics = broker.cluster_topics or broker.topics
     all_topics = body.topics is None or (request.api_version == 0 and not body.topics)
     if all_topics:
         wanted = sorted(topics.topics)
@@ -132,7 +133,7 @@ def _metadata_refusal(broker, request: Request, mod, name: str, by_id: uuid.UUID
 
 
 def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops: int):
-    topics = broker.topics
+    topics = broker.cluster_topics or broker.topics
     topic = topics.get(name) if name else None
     error = ErrorCode.none
     if topic is None:
@@ -146,7 +147,10 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops:
             try:
                 topic = topics.auto_create(name)
             except TopicError as exc:
-                log.warning("auto-creating topic %r failed: %s", log_safe(name), log_safe(exc))
+                # In cluster mode LEADER_NOT_AVAILABLE is the answer while leaders are elected
+                log.log(logging.INFO if exc.error == ErrorCode.leader_not_available
+                        else logging.WARNING, "auto-creating topic %r: %s", log_safe(name),
+                        log_safe(exc))
                 error = exc.error
         else:
             error = ErrorCode.unknown_topic_or_partition
@@ -168,7 +172,9 @@ def _metadata_topic(broker, mod, name: str | None, auto_create: bool, topic_ops:
 def partition_fields(broker, partition) -> dict:
     """A partition as Metadata and DescribeTopicPartitions show it. A partition whose log
     directory failed shows this broker as an offline replica, as Kafka shows it; produce and
-    fetch answer KAFKA_STORAGE_ERROR."""
+    fetch answer KAFKA_STORAGE_ERROR. In cluster mode, as the cluster's metadata has it."""
+    if isinstance(partition, PartitionImage):
+        return broker.cluster_mode.partition_fields(partition)
     node = (broker.broker_id,)
     return {"error_code": ErrorCode.none, "partition_index": partition.index,
             "leader_id": broker.broker_id, "leader_epoch": 0, "replica_nodes": node,

@@ -85,7 +85,7 @@ def handle_describe_topic_partitions(broker, request: Request):
     topic asked for (known or not) is the cursor, at partition 0."""
     mod = response_module(DESCRIBE_TOPIC_PARTITIONS, request.api_version)
     body = request.body
-    topics = broker.topics
+    topics = broker.cluster_topics or broker.topics
     cursor = body.cursor
     all_topics = not body.topics
     wanted = sorted(topics.topics) if all_topics else sorted({t.name for t in body.topics})

@@ -165,7 +165,7 @@ def _config_refusal(broker, request: Request, operation: Op, res) -> ErrorCode |
 
 def _describe(broker, resource_type: int, name: str):
     if resource_type == RESOURCE_TOPIC:
-        topic = broker.topics.get(name)
+        topic = (broker.cluster_topics or broker.topics).get(name)
         if topic is None:
             return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
         entries = []
@@ -282,7 +282,7 @@ def _kind(resource_type: int) -> str:
 
 
 def _alter_topic(broker, res, validate_only: bool, new_texts) -> None:
-    topics = broker.topics
+    topics = broker.cluster_topics or broker.topics
     topic = topics.get(res.resource_name)
     if topic is None:
         raise TopicError(ErrorCode.unknown_topic_or_partition,

@@ -28,6 +28,7 @@ from ..authorize import Op, Rt
 from ..config import is_compacted
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS, TopicError
+from . import cluster_partitions
 from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates
 from .api_meta import NO_THROTTLE
 
@@ -66,7 +67,8 @@ def handle_create_partitions(broker, request: Request):
         assignments = None if t.assignments is None else [list(a.broker_ids)
                                                           for a in t.assignments]
         try:
-            broker.topics.add_partitions(t.name, t.count, assignments, body.validate_only)
+            (broker.cluster_topics or broker.topics).add_partitions(
+                t.name, t.count, assignments, body.validate_only)
         except TopicError as exc:
             log.info("create partitions of %r refused: %s", log_safe(t.name), log_safe(exc))
             error, message = exc.error, str(exc)
@@ -78,14 +80,20 @@ def handle_create_partitions(broker, request: Request):
         results.append(build(mod.CreatePartitionsTopicResult, name=name,
                              error_code=ErrorCode.invalid_request,
                              error_message="Duplicate topic name."))
-    return build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+    answer = build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE,
+                   results=tuple(results))
+    if broker.cluster_mode is not None and not body.validate_only:  # once leaders are elected
+        done = {r.name for r in results if r.error_code == ErrorCode.none}
+        return broker.cluster_mode.answer_when(broker.cluster_mode.grown, {
+            t.name: t.count for t in body.topics if t.name in done}, body.timeout, answer)
+    return answer
 
 
 def _added(broker, topics) -> int:
     """Partitions a CreatePartitions would add, all topics together."""
     total = 0
     for t in topics:
-        topic = broker.topics.get(t.name)
+        topic = (broker.cluster_topics or broker.topics).get(t.name)
         if topic is not None:
             total += max(0, t.count - len(topic.partitions))
     return total
@@ -147,6 +155,8 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
 # --- what needs a cluster ----------------------------------------------------------------------
 
 def handle_elect_leaders(broker, request: Request):
+    if broker.cluster_mode is not None:
+        return cluster_partitions.elect_leaders(broker, request)
     mod = response_module(ELECT_LEADERS, request.api_version)
     body = request.body
     election = getattr(body, "election_type", PREFERRED_ELECTION)
@@ -183,6 +193,8 @@ def handle_elect_leaders(broker, request: Request):
 
 
 def handle_alter_partition_reassignments(broker, request: Request):
+    if broker.cluster_mode is not None:
+        return cluster_partitions.alter_partition_reassignments(broker, request)
     mod = response_module(ALTER_PARTITION_REASSIGNMENTS, request.api_version)
     body = request.body
     topics = []
@@ -222,6 +234,8 @@ def _reassignment(broker, topic: str, index: int,
 
 
 def handle_list_partition_reassignments(broker, request: Request):
+    if broker.cluster_mode is not None:
+        return cluster_partitions.list_partition_reassignments(broker, request)
     mod = response_module(LIST_PARTITION_REASSIGNMENTS, request.api_version)
     # Reassignments finish the moment they are asked for on one broker: none is ongoing.
     return build(mod.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,

@@ -351,7 +351,7 @@ class Admin(AclAdmin):  # the ACL calls: admin_acls.py
             return build(mod.ElectLeadersRequest, election_type=election_type,
                          topic_partitions=wanted, timeout=self._timeout())
 
-        response = self.conn.call(apis.ELECT_LEADERS, make)
+        response = self._controller().call(apis.ELECT_LEADERS, make)
         _raise_for(getattr(response, "error_code", ErrorCode.none), "ElectLeaders")
         return {(r.topic, p.partition_id): None if p.error_code == ErrorCode.none
                 else KafkaError(p.error_code, p.error_message)
@@ -375,7 +375,7 @@ class Admin(AclAdmin):  # the ACL calls: admin_acls.py
                                  for p, r in parts))
                              for t, parts in by_topic.items()))
 
-        response = self.conn.call(apis.ALTER_PARTITION_REASSIGNMENTS, make)
+        response = self._controller().call(apis.ALTER_PARTITION_REASSIGNMENTS, make)
         _raise_for(response.error_code, response.error_message)
         return {(t.name, p.partition_index): None if p.error_code == ErrorCode.none
                 else KafkaError(p.error_code, p.error_message)
@@ -393,7 +393,7 @@ class Admin(AclAdmin):  # the ACL calls: admin_acls.py
             return build(mod.ListPartitionReassignmentsRequest, timeout=self._timeout(),
                          topics=wanted)
 
-        response = self.conn.call(apis.LIST_PARTITION_REASSIGNMENTS, make)
+        response = self._controller().call(apis.LIST_PARTITION_REASSIGNMENTS, make)
         _raise_for(response.error_code, response.error_message)
         return {(t.name, p.partition_index): PartitionReassignment(
                     tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
@@ -875,6 +875,16 @@ class Admin(AclAdmin):  # the ACL calls: admin_acls.py
         brokers = self.metadata([]).brokers
         return [(node_id, self._broker(host, port))
                 for node_id, (host, port) in sorted(brokers.items())]
+
+    def _controller(self) -> BrokerConnection:
+        """The controller DescribeCluster names: ElectLeaders and the reassignment requests
+        go there, as Kafka's Admin sends them (any other broker of a cluster answers
+        NOT_CONTROLLER); the bootstrap broker while there is none."""
+        cluster = self.describe_cluster()
+        for b in cluster.brokers:
+            if b.node_id == cluster.controller_id:
+                return self._broker(b.host, b.port)
+        return self.conn
 
     def _broker(self, host: str, port: int) -> BrokerConnection:
         if (host, port) == (self.conn.host, self.conn.port):

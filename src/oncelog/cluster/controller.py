@@ -1,0 +1,350 @@
+"""Controller: what the elected controller does, on its own thread, while it is controller.
+
+Every broker runs one; it acts only while its ClusterMember is the controller. A pass reads
+what ZooKeeper holds (the live brokers under ``/brokers/ids``, the brokers shutting down
+under ``/oncelog/controlled_shutdown``, every topic's assignment, config and partition
+states, the deletions asked under ``/admin/delete_topics``), takes every decision with
+``leader_election.decide`` and writes each topic's decisions in one ZooKeeper transaction
+through ``ClusterMember.controller_transaction``: each state znode at the version read (a
+leader's ISR change in between fails the transaction; the next pass reads it again) and
+/controller_epoch at the version its election left (a deposed controller's writes never
+land: ControllerMoved, and it stops acting).
+
+A deletion removes the topic's state, partition and assignment znodes, its config and the
+deletion request, in one such transaction; each broker's replica manager drops its local
+replicas when the assignment goes (Kafka's controller waits for the replicas to answer
+StopReplica first; here the brokers follow the znodes).
+
+Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
+delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
+reassigned, whose ISR growing completes them), by a new controllership, by an ElectLeaders
+request, and at least every third of the session timeout. Reads are pipelined (one round
+trip for all state znodes), so a pass costs a few round trips plus one per topic written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from ..metadata.store import MetadataUnavailable
+from . import znodes as zn
+from .leader_election import Ask, Decision, Facts, decide
+from .membership import ClusterMember, ControllerMoved
+from .topic_admin import reassignment_target
+
+log = logging.getLogger(__name__)
+
+_RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
+# Config change notifications kept (Kafka purges them after 15 minutes): a broker that
+# missed more than these (its session expired) reads every topic's config again anyway.
+CONFIG_CHANGES_KEPT = 100
+
+
+@dataclass(slots=True)
+class TopicRead:
+    name: str
+    assignment: zn.TopicAssignment
+    version: int
+    configs: dict[str, str]
+    states: dict[int, tuple[zn.PartitionState, int] | None]  # (state, znode version)
+    partition_nodes: set[int]  # partitions/<p> znodes that exist
+    has_partitions_node: bool
+
+
+class Controller:
+    def __init__(self, member: ClusterMember, unclean_default: Callable[[], bool]) -> None:
+        self.member = member
+        self.zk = member.zk
+        self.store = member.store
+        self.unclean_default = unclean_default
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._recheck_s = self.store.session_timeout_ms / 3000
+        self._acting_epoch = -1
+        self.passes = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.member.on_elected = self.wake
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._thread.start()
+        self._watch_controller()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def wake(self, _event=None) -> None:
+        self._wake.set()
+
+    def _watch_controller(self) -> None:
+        try:
+            self.store.op(self.zk.exists_async, zn.CONTROLLER, watch=self.wake)
+        except Exception as exc:  # the pass re-arms it
+            log.debug("watch on /controller not set: %r", exc)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self._recheck_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            view = self.member.controller
+            if not self.member.is_controller or not self.zk.connected:
+                self._acting_epoch = -1
+                self._watch_controller()
+                continue
+            if view.epoch != self._acting_epoch:
+                log.info("broker %d acts as controller (epoch %d)", self.member.broker_id,
+                         view.epoch)
+                self._acting_epoch = view.epoch
+            try:
+                if self.pass_once():
+                    self._wake.set()
+            except ControllerMoved as exc:
+                log.warning("controller writes refused: %s", exc)
+                self.member._wake.set()  # read who the controller is now
+            except (MetadataUnavailable, ConnectionError) as exc:
+                log.warning("controller pass cut short by ZooKeeper: %r", exc)
+            except Exception:
+                log.exception("controller pass failed; retrying")
+                self._stopped.wait(_RETRY_PAUSE_S)
+                self._wake.set()
+
+    # --- one pass ------------------------------------------------------------------------
+
+    def _op(self, call_async, *args, **kwargs):
+        return self.store.op(call_async, *args, **kwargs)
+
+    def _gather(self, calls):
+        """Issue every call, then wait for each: one round trip for all of them. Results
+        are the value or the exception."""
+        pending = [call() for call in calls]
+        out = []
+        for result in pending:
+            try:
+                out.append(result.get(timeout=self.store.session_timeout_ms / 1000))
+            except self.zk.handler.timeout_exception:
+                raise MetadataUnavailable("ZooKeeper did not answer in time") from None
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def live_brokers(self) -> frozenset[int]:
+        return frozenset(int(b) for b in self._op(self.zk.get_children_async, zn.BROKER_IDS,
+                                                  watch=self.wake))
+
+    def shutting_down(self) -> frozenset[int]:
+        return frozenset(int(b) for b in self._op(
+            self.zk.get_children_async, zn.CONTROLLED_SHUTDOWN, watch=self.wake))
+
+    def read_topics(self, names: list[str] | None = None) -> list[TopicRead]:
+        from kazoo.exceptions import NoNodeError
+
+        if names is None:
+            names = sorted(self._op(self.zk.get_children_async, zn.BROKER_TOPICS,
+                                    watch=self.wake))
+        answers = self._gather(
+            [lambda n=n: self.zk.get_async(zn.topic_path(n)) for n in names]
+            + [lambda n=n: self.zk.get_async(zn.topic_config_path(n)) for n in names]
+            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n)) for n in names])
+        k = len(names)
+        topics = []
+        for i, name in enumerate(names):
+            got = answers[i]
+            if isinstance(got, NoNodeError):
+                continue
+            if isinstance(got, Exception):
+                raise got
+            data, stat = got
+            config = answers[k + i]
+            configs = {} if isinstance(config, Exception) else zn.decode_topic_config(config[0])
+            children = answers[2 * k + i]
+            has_node = not isinstance(children, Exception)
+            nodes = {int(c) for c in children} if has_node else set()
+            topics.append(TopicRead(name, zn.TopicAssignment.decode(data), stat.version,
+                                    configs, {}, nodes, has_node))
+        keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
+                if p in t.partition_nodes]
+        states = self._gather([lambda t=t, p=p: self.zk.get_async(
+            zn.partition_state_path(t.name, p)) for t, p in keys])
+        for (t, p), got in zip(keys, states, strict=True):
+            if isinstance(got, Exception):
+                if not isinstance(got, NoNodeError):
+                    raise got
+                continue
+            t.states[p] = (zn.PartitionState.decode(got[0]), got[1].version)
+        return topics
+
+    def pass_once(self) -> bool:
+        """One pass over every topic; True when something was written or lost to a
+        concurrent write (another pass should follow at once)."""
+        self.passes += 1
+        self._watch_controller()
+        live = self.live_brokers()
+        shutting = self.shutting_down() & live
+        deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
+        again = False
+        topics = self.read_topics()
+        for topic in topics:
+            if topic.name in deleting:
+                self._delete(topic)
+                again = True
+                continue
+            decisions = {}
+            for p in sorted(topic.assignment.partitions):
+                facts = self.facts(topic, p, live, shutting)
+                decision = decide(facts, Ask.PASS, self.member.controller.epoch)
+                if decision.state is not None:
+                    decisions[p] = decision
+                if facts.target is not None:
+                    # its ISR growing (the leader's write) is what completes it
+                    self._op(self.zk.exists_async, zn.partition_state_path(topic.name, p),
+                             watch=self.wake)
+            if decisions:
+                self._write(topic, decisions)
+                again = True  # landed: look again; lost a race: read again
+        for name in deleting - {t.name for t in topics}:  # nothing left but the request
+            self.member.controller_transaction(
+                lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
+        self._purge_config_changes()
+        return again
+
+    def _purge_config_changes(self) -> None:
+        changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))
+        self._gather([lambda c=c: self.zk.delete_async(f"{zn.CONFIG_CHANGES}/{c}")
+                      for c in changes[:-CONFIG_CHANGES_KEPT]])
+
+    def facts(self, topic: TopicRead, p: int, live: frozenset[int],
+              shutting: frozenset[int]) -> Facts:
+        found = topic.states.get(p)
+        unclean = topic.configs.get("unclean.leader.election.enable")
+        return Facts(replicas=topic.assignment.partitions[p],
+                     state=None if found is None else found[0], live=live,
+                     shutting_down=shutting,
+                     unclean=self.unclean_default() if unclean is None
+                     else unclean.strip().lower() == "true",
+                     target=reassignment_target(topic.assignment, p))
+
+    def _write(self, topic: TopicRead, decisions: dict[int, Decision]) -> bool:
+        """One transaction for the topic's decisions; False when it lost a race (a znode
+        changed since it was read)."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        assignment = topic.assignment
+        completed = {p: d.replicas for p, d in decisions.items() if d.replicas is not None}
+
+        def build(txn) -> None:
+            if completed:
+                partitions = {**assignment.partitions, **completed}
+                adding = {p: r for p, r in assignment.adding_replicas.items()
+                          if p not in completed}
+                removing = {p: r for p, r in assignment.removing_replicas.items()
+                            if p not in completed}
+                txn.set_data(zn.topic_path(topic.name), zn.TopicAssignment(
+                    assignment.topic_id, partitions, adding, removing).encode(),
+                    version=topic.version)
+            else:
+                txn.check(zn.topic_path(topic.name), topic.version)
+            if not topic.has_partitions_node and any(
+                    topic.states.get(p) is None for p in decisions):
+                txn.create(zn.partitions_path(topic.name), b"")
+            for p, decision in sorted(decisions.items()):
+                path = zn.partition_state_path(topic.name, p)
+                found = topic.states.get(p)
+                if found is None:
+                    if p not in topic.partition_nodes:
+                        txn.create(f"{zn.partitions_path(topic.name)}/{p}", b"")
+                    txn.create(path, decision.state.encode())
+                else:
+                    txn.set_data(path, decision.state.encode(), version=found[1])
+
+        try:
+            self.member.controller_transaction(build)
+        except (BadVersionError, NodeExistsError, NoNodeError) as exc:
+            log.info("controller writes for topic %s lost to a concurrent change (%r); "
+                     "reading again", topic.name, exc)
+            self._stopped.wait(_RETRY_PAUSE_S)
+            return False
+        for p, decision in sorted(decisions.items()):
+            state = decision.state
+            log.info("partition %s-%d: %s leader %d epoch %d isr %s%s", topic.name, p,
+                     decision.row, state.leader, state.leader_epoch, list(state.isr),
+                     f" replicas {list(decision.replicas)}" if decision.replicas else "")
+        return True
+
+    def _delete(self, topic: TopicRead) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        def build(txn) -> None:
+            for p in sorted(topic.partition_nodes):
+                if p in topic.states:
+                    txn.delete(zn.partition_state_path(topic.name, p))
+                txn.delete(f"{zn.partitions_path(topic.name)}/{p}")
+            if topic.has_partitions_node:
+                txn.delete(zn.partitions_path(topic.name))
+            txn.delete(zn.topic_path(topic.name), version=topic.version)
+            txn.delete(zn.delete_topic_path(topic.name))
+
+        try:
+            self.member.controller_transaction(build)
+        except (BadVersionError, NoNodeError) as exc:
+            log.info("deleting topic %s lost to a concurrent change (%r); reading again",
+                     topic.name, exc)
+            self._stopped.wait(_RETRY_PAUSE_S)
+            return
+        # Its config goes after it: a topic re-created meanwhile writes its own.
+        try:
+            self._op(self.zk.delete_async, zn.topic_config_path(topic.name))
+        except NoNodeError:
+            pass
+        log.info("deleted topic %s", topic.name)
+
+    # --- ElectLeaders --------------------------------------------------------------------
+
+    def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask
+              ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """ElectLeaders on the controller: each partition's answer (None: every partition
+        whose preferred replica does not lead, answering only those elected or failed)."""
+        live = self.live_brokers()
+        shutting = self.shutting_down() & live
+        names = None if wanted is None else sorted({t for t, _ in wanted})
+        topics = {t.name: t for t in self.read_topics(names)}
+        if wanted is None:
+            wanted = [(t.name, p) for t in topics.values() for p in t.assignment.partitions]
+        answers: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        for name, p in wanted:
+            topic = topics.get(name)
+            if topic is None or p not in topic.assignment.partitions:
+                answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
+                                      "The partition does not exist.")
+                continue
+            decision = decide(self.facts(topic, p, live, shutting), ask,
+                              self.member.controller.epoch)
+            if decision.state is None:
+                answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))
+                continue
+            if self._write(topic, {p: decision}):
+                answers[(name, p)] = (ErrorCode.none, None)
+            else:
+                answers[(name, p)] = (ErrorCode.eligible_leaders_not_available,
+                                      "the partition changed meanwhile; try again")
+        return answers
+
+
+_ELECTION_MESSAGES = {
+    ErrorCode.election_not_needed: "Leader election not needed for topic partition.",
+    ErrorCode.preferred_leader_not_available:
+        "The preferred leader is not live or not in the ISR.",
+    ErrorCode.eligible_leaders_not_available: "No live replica can become leader.",
+    ErrorCode.unknown_topic_or_partition: "The partition does not exist.",
+}

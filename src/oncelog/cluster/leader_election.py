@@ -1,0 +1,155 @@
+"""Every decision the controller takes about one partition's leader, ISR and replicas.
+
+``decide`` is given what ZooKeeper holds of one partition (its assignment, its state znode,
+an ongoing reassignment's target), which brokers are live and which are shutting down, and
+what is asked (a controller pass, a preferred or an unclean election); it answers with one
+Decision: the row taken, the state (and replica list) to write, or an ElectLeaders error.
+It writes nothing: the controller (controller.py) writes the answer in one conditional
+ZooKeeper transaction fenced by its epoch, and reads again when that fails.
+
+Words: *eligible*: live and not shutting down; *first ... in assignment order*: the
+assignment's replica order (its first replica is the preferred leader). The leader's replica
+manager adds a replica that caught up back to the ISR (never the controller).
+
+A controller pass (``Ask.PASS``), rows in the order they are tried:
+
+| row | partition as found                                 | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| N1  | no state znode, an eligible replica                | CREATE: leader = first eligible       |
+|     |                                                    | replica, ISR = eligible replicas,     |
+|     |                                                    | leader_epoch 0                        |
+| N2  | no state znode, no eligible replica                | WAIT: written once one is             |
+| F1  | leader -1, dead or shutting down; an eligible      | ELECT it: first eligible ISR member,  |
+|     | ISR member                                         | ISR = eligible ISR members, epoch + 1 |
+| F2  | as F1 but no eligible ISR member, unclean election | ELECT the first eligible replica      |
+|     | enabled, an eligible replica                       | (unclean), ISR = [it], epoch + 1      |
+| F3  | leader dead or shutting down, nothing eligible to  | leader -1 (OFFLINE); ISR = its live   |
+|     | lead (a shutting-down leader that is still alive:  | members, or as it was when none is    |
+|     | S1 instead)                                        | (so the last in-sync replicas stay    |
+|     |                                                    | electable when they return), epoch + 1|
+| S1  | leader alive but shutting down, no other eligible  | KEEP it (controlled shutdown cannot   |
+|     | ISR member                                         | move it; it goes offline when it dies)|
+| F4  | leader -1, nothing eligible                        | KEEP (offline until an ISR member     |
+|     |                                                    | returns, F1, or unclean is enabled)   |
+| A1  | leader eligible; a reassignment's target replicas  | COMPLETE: replicas = target, ISR =    |
+|     | all eligible and in the ISR                        | ISR within target; the leader stays   |
+|     |                                                    | if in target, else first ISR member   |
+|     |                                                    | of target leads, epoch + 1            |
+| L1  | leader eligible, an ISR member not eligible        | SHRINK: ISR = eligible members, leader|
+|     |                                                    | and leader_epoch kept                 |
+| L2  | leader eligible, every ISR member eligible         | KEEP                                  |
+
+ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
+
+| row | asked, partition as found                          | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| P1  | preferred, the preferred replica leads             | ELECTION_NOT_NEEDED                   |
+| P2  | preferred, it is eligible and in the ISR           | ELECT it, ISR kept, epoch + 1         |
+| P3  | preferred, otherwise                               | PREFERRED_LEADER_NOT_AVAILABLE        |
+| U1  | unclean, the leader is eligible                    | ELECTION_NOT_NEEDED                   |
+| U2  | unclean, an eligible ISR member                    | as F1                                 |
+| U3  | unclean, an eligible replica                       | as F2, whatever the topic's config    |
+| U4  | unclean, none                                      | ELIGIBLE_LEADERS_NOT_AVAILABLE        |
+
+Every leader change raises leader_epoch by one and nothing lowers it; the leader is always
+a member of the ISR it is written with, or -1; an out-of-sync replica leads only by F2/U3.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from .znodes import NO_LEADER, PartitionState
+
+
+class Ask(enum.Enum):
+    PASS = "pass"
+    PREFERRED = "preferred"
+    UNCLEAN = "unclean"
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """One partition as the controller found it."""
+
+    replicas: tuple[int, ...]
+    state: PartitionState | None
+    live: frozenset[int]
+    shutting_down: frozenset[int] = frozenset()
+    unclean: bool = False  # unclean.leader.election.enable of its topic
+    target: tuple[int, ...] | None = None  # an ongoing reassignment's target replicas
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    row: str
+    state: PartitionState | None = None  # to write; None: nothing
+    replicas: tuple[int, ...] | None = None  # a new replica list to write (A1)
+    error: ErrorCode = ErrorCode.none
+
+
+def _eligible(facts: Facts, broker: int) -> bool:
+    return broker in facts.live and broker not in facts.shutting_down
+
+
+def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
+    state = facts.state
+    eligible = [b for b in facts.replicas if _eligible(facts, b)]
+    if state is None:
+        if ask is not Ask.PASS:
+            return Decision("-", error=ErrorCode.unknown_topic_or_partition)
+        if not eligible:
+            return Decision("N2")
+        return Decision("N1", PartitionState(eligible[0], 0, tuple(eligible), controller_epoch))
+    isr_eligible = [b for b in facts.replicas if b in state.isr and _eligible(facts, b)]
+    # ISR members the assignment no longer names (a finished reassignment) stay last.
+    isr_eligible += [b for b in state.isr if b not in facts.replicas and _eligible(facts, b)]
+    leader_ok = state.leader != NO_LEADER and _eligible(facts, state.leader)
+
+    def elect(row: str, leader: int, isr: list[int] | tuple[int, ...]) -> Decision:
+        return Decision(row, PartitionState(leader, state.leader_epoch + 1, tuple(isr),
+                                            controller_epoch))
+
+    if ask is Ask.PREFERRED:
+        preferred = facts.replicas[0] if facts.replicas else NO_LEADER
+        if state.leader == preferred:
+            return Decision("P1", error=ErrorCode.election_not_needed)
+        if preferred in isr_eligible:
+            return elect("P2", preferred, state.isr)
+        return Decision("P3", error=ErrorCode.preferred_leader_not_available)
+    if ask is Ask.UNCLEAN:
+        if leader_ok:
+            return Decision("U1", error=ErrorCode.election_not_needed)
+        if isr_eligible:
+            return elect("U2", isr_eligible[0], isr_eligible)
+        if eligible:
+            return elect("U3", eligible[0], eligible[:1])
+        return Decision("U4", error=ErrorCode.eligible_leaders_not_available)
+
+    if not leader_ok:
+        if isr_eligible:
+            return elect("F1", isr_eligible[0], isr_eligible)
+        if facts.unclean and eligible:
+            return elect("F2", eligible[0], eligible[:1])
+        if state.leader == NO_LEADER:
+            return Decision("F4")
+        if state.leader in facts.live:  # shutting down, nobody to hand over to
+            return Decision("S1")
+        live_isr = [b for b in state.isr if b in facts.live]
+        return elect("F3", NO_LEADER, live_isr or state.isr)
+    target = facts.target
+    if target and all(b in isr_eligible for b in target):
+        isr = tuple(b for b in target if b in state.isr)
+        if state.leader in target:
+            new = PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
+        else:
+            new = PartitionState(isr[0], state.leader_epoch + 1, isr, controller_epoch)
+        return Decision("A1", new, replicas=tuple(target))
+    if len(isr_eligible) < len(state.isr):
+        return Decision("L1", PartitionState(state.leader, state.leader_epoch,
+                                             tuple(b for b in state.isr if _eligible(facts, b)),
+                                             controller_epoch))
+    return Decision("L2")

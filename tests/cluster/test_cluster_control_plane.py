@@ -1,0 +1,343 @@
+"""The control plane of a three-broker cluster on a real ZooKeeper (issue 23): topics created
+through any broker get Kafka's znodes, their leaders spread, and every broker answers
+Metadata from its ZooKeeper-fed cache (librdkafka and kafka-python read it); a replication
+factor above the broker count and min.insync.replicas above the replication factor are
+refused with Kafka's errors; configs set on one broker are seen on another; a leader killed
+with SIGKILL is replaced from the ISR with leader_epoch + 1 within the session timeout and a
+second; a broker stopped with SIGTERM hands its leaderships over before it exits;
+preferred-leader election and a reassignment are carried out by the controller.
+
+Until the replica managers replicate (the ``replica`` branch), nothing adds a replica back
+to an ISR: the tests write that as a leader's replica manager would (a conditional write on
+the state znode keeping leader and leader_epoch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kazoo.client import KazooClient
+from support.brokers import BrokerProcess
+
+# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+SESSION_MS = 2000
+TIMEOUT = 30.0
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+class Cluster:
+    def __init__(self, zookeeper, root) -> None:
+        self.connect = zookeeper.chroot("control")
+        chroot = self.connect[len(zookeeper.connect):]
+        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
+        self.zk.start(timeout=TIMEOUT)
+        self.zk.ensure_path(chroot)
+        self.zk.chroot = chroot
+        self._admins = {}
+        self.brokers = {
+            i: BrokerProcess(root / f"b{i}", {
+                "broker.id": str(i), "zookeeper.connect": self.connect,
+                "zookeeper.session.timeout.ms": str(SESSION_MS),
+                "default.replication.factor": "3", "num.partitions": "2"}) for i in (1, 2, 3)}
+        with ThreadPoolExecutor(3) as starting:  # each takes seconds to import: in parallel
+            list(starting.map(BrokerProcess.start, self.brokers.values()))
+        wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
+                 TIMEOUT, "three brokers registered")
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        self.zk.stop()
+        self.zk.close()
+
+    def admin(self, broker_id: int):
+        """librdkafka's admin client of one broker, kept (a future outlives no client)."""
+        from confluent_kafka.admin import AdminClient
+
+        if broker_id not in self._admins:
+            self._admins[broker_id] = AdminClient(
+                {"bootstrap.servers": self.brokers[broker_id].bootstrap})
+        return self._admins[broker_id]
+
+    def controller(self) -> int:
+        return json.loads(self.zk.get("/controller")[0])["brokerid"]
+
+    def state(self, topic: str, p: int) -> dict:
+        data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
+        return json.loads(data)
+
+    def assignment(self, topic: str) -> dict:
+        return json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
+
+    def create(self, topic: str, partitions: int, rf: int, via: int = 1, **configs: str):
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin(via).create_topics(
+            [NewTopic(topic, partitions, rf, config=configs)], operation_timeout=10)
+        futures[topic].result(TIMEOUT)
+
+    def metadata(self, broker_id: int, topic: str) -> dict[int, tuple[int, list, list]]:
+        """{partition: (leader, replicas, isr)} as librdkafka reads Metadata."""
+        md = self.admin(broker_id).list_topics(topic, timeout=TIMEOUT)
+        return {p.id: (p.leader, list(p.replicas), list(p.isrs))
+                for p in md.topics[topic].partitions.values()}
+
+    def leader_adds_back(self, topic: str, p: int, broker_id: int) -> None:
+        """A leader's replica manager, once ``broker_id`` caught up: back in the ISR."""
+        path = f"/brokers/topics/{topic}/partitions/{p}/state"
+        data, stat = self.zk.get(path)
+        state = json.loads(data)
+        state["isr"].append(broker_id)
+        self.zk.set(path, json.dumps(state).encode(), version=stat.version)
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = Cluster(zookeeper, tmp_path_factory.mktemp("control"))
+    yield running
+    running.close()
+
+
+def test_topic_created_on_one_broker_is_known_to_all(cluster):
+    cluster.create("rf3", 3, 3, via=1, **{"retention.ms": "123456"})
+    assignment = cluster.assignment("rf3")
+    assert assignment["version"] == 3 and assignment["topic_id"]
+    replicas = {int(p): r for p, r in assignment["partitions"].items()}
+    assert sorted(replicas) == [0, 1, 2]
+    assert all(sorted(r) == [1, 2, 3] for r in replicas.values())
+    assert {r[0] for r in replicas.values()} == {1, 2, 3}  # leaders spread over the brokers
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    for p, r in replicas.items():
+        state = cluster.state("rf3", p)
+        assert state == {"controller_epoch": epoch, "leader": r[0], "version": 1,
+                         "leader_epoch": 0, "isr": r}
+    expected = {p: (r[0], r, r) for p, r in replicas.items()}
+    for broker_id in (1, 2, 3):
+        wait_for(lambda b=broker_id: cluster.metadata(b, "rf3") == expected, TIMEOUT,
+                 f"broker {broker_id}'s Metadata of rf3")
+
+    from kafka.admin import KafkaAdminClient
+
+    kafka_python = KafkaAdminClient(bootstrap_servers=cluster.brokers[3].bootstrap)
+    try:
+        [described] = kafka_python.describe_topics(["rf3"])
+    finally:
+        kafka_python.close()
+    assert {p["partition_index"]: (p["leader_id"], list(p["replica_nodes"]),
+                                   list(p["isr_nodes"]))
+            for p in described["partitions"]} == expected
+
+    described = subprocess.run(
+        [sys.executable, "-m", "oncelog", "topics", "describe", "--topic", "rf3",
+         "--bootstrap-server", cluster.brokers[2].bootstrap],
+        capture_output=True, text=True, timeout=TIMEOUT)
+    assert described.returncode == 0, described.stderr
+    assert "ReplicationFactor: 3" in described.stdout
+    for p, r in replicas.items():
+        shown = ",".join(map(str, r))
+        assert f"Partition: {p}\tLeader: {r[0]}\tReplicas: {shown}\tIsr: {shown}\t" in \
+            described.stdout
+
+    from confluent_kafka.admin import ConfigResource
+
+    def retention(broker_id: int) -> str:
+        resource = ConfigResource("TOPIC", "rf3")
+        found = cluster.admin(broker_id).describe_configs([resource])[resource].result(TIMEOUT)
+        return found["retention.ms"].value
+
+    assert retention(3) == "123456"
+    resource = ConfigResource("TOPIC", "rf3", set_config={"retention.ms": "654321"})
+    cluster.admin(2).alter_configs([resource])[resource].result(TIMEOUT)
+    assert json.loads(cluster.zk.get("/config/topics/rf3")[0])["config"] == {
+        "retention.ms": "654321"}
+    wait_for(lambda: retention(3) == "654321" and retention(1) == "654321", TIMEOUT,
+             "the change seen by brokers 1 and 3")
+
+
+def test_refused_with_kafkas_errors(cluster):
+    from confluent_kafka import KafkaError, KafkaException
+
+    with pytest.raises(KafkaException) as refused:
+        cluster.create("rf4", 1, 4)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+    assert "larger than available brokers: 3" in refused.value.args[0].str()
+    with pytest.raises(KafkaException) as refused:
+        cluster.create("minisr", 1, 3, **{"min.insync.replicas": "4"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert cluster.zk.exists("/brokers/topics/rf4") is None
+    assert cluster.zk.exists("/brokers/topics/minisr") is None
+
+
+def test_partitions_added_and_topic_deleted(cluster):
+    from confluent_kafka.admin import NewPartitions
+
+    cluster.create("grow", 2, 2, via=2)
+    futures = cluster.admin(3).create_partitions([NewPartitions("grow", 5)])
+    futures["grow"].result(TIMEOUT)
+    wait_for(lambda: len(cluster.metadata(1, "grow")) == 5
+             and all(leader >= 0 for leader, _, _ in cluster.metadata(1, "grow").values()),
+             TIMEOUT, "five partitions with leaders")
+    assert all(len(set(r)) == 2 for r in cluster.assignment("grow")["partitions"].values())
+    cluster.admin(1).delete_topics(["grow"], operation_timeout=10)["grow"].result(TIMEOUT)
+    assert cluster.zk.exists("/brokers/topics/grow") is None
+    assert cluster.zk.exists("/admin/delete_topics/grow") is None
+    for broker_id in (1, 2, 3):
+        wait_for(lambda b=broker_id: "grow" not in cluster.admin(b).list_topics(
+            timeout=TIMEOUT).topics, TIMEOUT, f"grow gone from broker {broker_id}")
+
+
+def test_killed_leader_replaced_from_the_isr(cluster, capsys):
+    cluster.create("failover", 3, 3)
+    controller = cluster.controller()
+    # a partition led by a broker that is not the controller: the controller elects at once
+    p, state = next((p, s) for p in range(3)
+                    if (s := cluster.state("failover", p))["leader"] != controller)
+    dead = state["leader"]
+    killed_at = time.monotonic()
+    cluster.brokers[dead].kill()
+    survivor = next(b for b in (1, 2, 3) if b != dead)
+    leader, replicas, isr = wait_for(
+        lambda: (m := cluster.metadata(survivor, "failover")[p])[0] not in (dead, -1) and m,
+        SESSION_MS / 1000 + 1, f"a new leader of failover-{p} in broker {survivor}'s Metadata")
+    took = time.monotonic() - killed_at
+    print(f"new leader {took:.2f}s after kill -9 (session timeout {SESSION_MS} ms)")
+    new = cluster.state("failover", p)
+    assert new["leader"] == leader and new["leader_epoch"] == state["leader_epoch"] + 1
+    assert leader in state["isr"] and dead not in new["isr"] and sorted(isr) == sorted(
+        new["isr"])
+    assert len(replicas) == 3
+    cluster.brokers[dead].start()  # back, but not in the ISR: its leader adds it once caught up
+    wait_for(lambda: str(dead) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
+             f"broker {dead} registered again")
+    assert dead not in cluster.state("failover", p)["isr"]
+
+    # Preferred-leader election (the controller's): not possible while it is out of sync...
+    from confluent_kafka import ElectionType, TopicPartition
+
+    def elect():
+        admin = cluster.admin(survivor)
+        future = admin.elect_leaders(ElectionType.PREFERRED,
+                                     [TopicPartition("failover", p)])
+        return future.result(TIMEOUT)[TopicPartition("failover", p)]
+
+    assert cluster.assignment("failover")["partitions"][str(p)][0] == dead  # preferred
+    assert elect() is not None  # PREFERRED_LEADER_NOT_AVAILABLE
+    # ...and once its leader's replica manager adds it back to the ISR, it leads again
+    # (`oncelog cluster elect-leaders` through oncelog's Admin, sent to the controller)
+    cluster.leader_adds_back("failover", p, dead)
+    from oncelog.cli.main import main
+
+    assert main(["cluster", "elect-leaders", "--bootstrap-server",
+                 cluster.brokers[survivor].bootstrap, "--topic", "failover",
+                 "--partition", str(p)]) == 0
+    assert f"Successfully completed leader election (PREFERRED) for partition failover-{p}" \
+        in capsys.readouterr().out
+    after = cluster.state("failover", p)
+    assert after["leader"] == dead and after["leader_epoch"] == new["leader_epoch"] + 1
+
+
+def test_controlled_shutdown_moves_leadership_first(cluster):
+    cluster.create("handover", 3, 3)
+    controller = cluster.controller()
+    stopping = next(b for b in (1, 2, 3) if b != controller)
+    led = [p for p in range(3) if cluster.state("handover", p)["leader"] == stopping]
+    assert led  # leaders are spread: each broker leads one partition of three
+    before = {p: cluster.state("handover", p)["leader_epoch"] for p in led}
+    broker = cluster.brokers[stopping]
+    assert broker.stop() == 0
+    log = broker.log_text()
+    assert f"controlled shutdown: broker {stopping} leads no partition" in log
+    for p in led:
+        state = cluster.state("handover", p)
+        assert state["leader"] != stopping and state["leader_epoch"] == before[p] + 1
+        assert stopping not in state["isr"]
+    broker.start()
+    wait_for(lambda: str(stopping) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
+             f"broker {stopping} registered again")
+
+
+def test_reassignment_completed_by_the_controller(cluster):
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    cluster.create("moving", 1, 2)
+    old = cluster.assignment("moving")["partitions"]["0"]
+    target = [b for b in (1, 2, 3) if b not in old] + [old[0]]
+    admin = KafkaAdminClient(bootstrap_servers=cluster.brokers[1].bootstrap)
+    try:
+        admin.alter_partition_reassignments({TopicPartition("moving", 0): target})
+        listed = admin.list_partition_reassignments()
+    finally:
+        admin.close()
+    assert listed[TopicPartition("moving", 0)]["adding_replicas"] == target[:1]
+    ongoing = cluster.assignment("moving")
+    assert ongoing["partitions"]["0"] == [*target, old[1]]
+    assert ongoing["adding_replicas"] == {"0": target[:1]}
+    assert ongoing["removing_replicas"] == {"0": [old[1]]}
+    cluster.leader_adds_back("moving", 0, target[0])  # the new replica caught up
+    wait_for(lambda: cluster.assignment("moving")["partitions"]["0"] == target, TIMEOUT,
+             "the reassignment completed")
+    done = cluster.assignment("moving")
+    assert done["adding_replicas"] == {} and done["removing_replicas"] == {}
+    state = cluster.state("moving", 0)
+    assert sorted(state["isr"]) == sorted(target) and state["leader"] in target
+
+
+def test_auto_created_topic_gets_default_replication(cluster):
+    from oncelog.client.network.connection import connect
+    from oncelog.protocol import api_versions as apis
+    from oncelog.protocol.schema import build
+
+    def make(mod, version):
+        return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic, name="auto",
+                                                        topic_id=None),),
+                     allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+
+    with connect(cluster.brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        answer = conn.call(apis.METADATA, make)
+    assert answer.topics[0].error_code.name == "leader_not_available"  # being created
+    replicas = wait_for(lambda: cluster.metadata(3, "auto") if all(
+        leader >= 0 for leader, _, _ in cluster.metadata(3, "auto").values()) else None,
+        TIMEOUT, "auto's leaders in broker 3's Metadata")
+    assert len(replicas) == 2 and all(len(r) == 3 for _, r, _ in replicas.values())
+
+
+def test_controller_killed_its_partitions_get_new_leaders(cluster):
+    cluster.create("orphans", 3, 3)
+    controller = cluster.controller()
+    before = {p: cluster.state("orphans", p) for p in range(3)}
+    led = [p for p, s in before.items() if s["leader"] == controller]
+    assert led
+    killed_at = time.monotonic()
+    cluster.brokers[controller].kill()
+    survivor = next(b for b in (1, 2, 3) if b != controller)
+    wait_for(lambda: all(cluster.metadata(survivor, "orphans")[p][0] not in (controller, -1)
+                         for p in led),
+             SESSION_MS / 1000 + 1, "new leaders elected by the new controller")
+    print(f"controller's partitions led again {time.monotonic() - killed_at:.2f}s after "
+          f"kill -9 (session timeout {SESSION_MS} ms)")
+    assert cluster.controller() != controller
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    for p in led:
+        state = cluster.state("orphans", p)
+        assert state["leader_epoch"] == before[p]["leader_epoch"] + 1
+        assert state["controller_epoch"] == epoch and controller not in state["isr"]
+    cluster.brokers[controller].start()
+    wait_for(lambda: str(controller) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
+             f"broker {controller} registered again")

@@ -1,0 +1,154 @@
+"""The decision table of cluster/leader_election.py (rows N1-L2, P1-P3, U1-U4) held by a
+model-based test of the table alone (no ZooKeeper, so thousands of steps cost a second;
+test_controller_model.py runs the same table through the real controller on ZooKeeper):
+brokers die and come back, begin controlled shutdowns, leaders add caught-up replicas back
+to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
+controller's pass is applied after each step until nothing is left to write. Checked after
+every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
+down and go up with every leader change, a leader outside the last ISR only by unclean
+election (enabled, or asked), and after the passes every partition that could have a clean
+leader has one, which is live and not shutting down when another could lead.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from oncelog.cluster.leader_election import Ask, Facts, decide
+from oncelog.cluster.znodes import NO_LEADER, PartitionState
+
+BROKERS = (1, 2, 3, 4)
+PARTITIONS = 4
+CONTROLLER_EPOCH = 7
+
+
+class Table(RuleBasedStateMachine):
+    @initialize(data=st.data())
+    def cluster(self, data):
+        self.live = set(BROKERS)
+        self.shutting: set[int] = set()
+        self.replicas = {p: tuple(data.draw(st.permutations(BROKERS))[:data.draw(
+            st.integers(1, 3))]) for p in range(PARTITIONS)}
+        self.unclean = {p: data.draw(st.booleans()) for p in range(PARTITIONS)}
+        self.targets: dict[int, tuple[int, ...]] = {}
+        self.states: dict[int, PartitionState | None] = dict.fromkeys(self.replicas)
+        self.seen = dict(self.states)
+        self.asked_unclean: set[int] = set()
+        self.settle()
+
+    def facts(self, p: int) -> Facts:
+        return Facts(self.replicas[p], self.states[p], frozenset(self.live),
+                     frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p))
+
+    def apply(self, p: int, ask: Ask):
+        decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
+        if decision.state is not None:
+            self.states[p] = decision.state
+        if decision.replicas is not None:
+            self.replicas[p] = decision.replicas
+            self.targets.pop(p, None)
+        return decision
+
+    def settle(self):
+        self.check()
+        for p in self.replicas:
+            for _ in range(5):
+                if self.apply(p, Ask.PASS).state is None:
+                    break
+            else:
+                raise AssertionError(f"partition {p} did not settle")
+        self.check()
+        for p, state in self.states.items():
+            eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting]
+            if state is None:
+                assert not eligible
+                continue
+            clean = [b for b in state.isr if b in eligible]
+            if state.leader == NO_LEADER:
+                assert not clean and not (self.unclean[p] and eligible)
+            else:
+                assert state.leader in self.live
+                if state.leader in self.shutting:
+                    assert not [b for b in clean if b != state.leader]
+                else:
+                    assert all(b in self.live and b not in self.shutting for b in state.isr)
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def dies(self, broker):
+        self.live.discard(broker)
+        self.shutting.discard(broker)
+        self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def comes_back(self, broker):
+        self.live.add(broker)
+        self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def begins_controlled_shutdown(self, broker):
+        if broker in self.live:
+            self.shutting.add(broker)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), data=st.data())
+    def leader_adds_a_caught_up_replica(self, p, data):
+        state = self.states[p]
+        if state is None or state.leader not in self.live:
+            return
+        behind = [b for b in self.replicas[p] if b in self.live and b not in state.isr]
+        if behind:
+            added = data.draw(st.sampled_from(behind))
+            self.states[p] = PartitionState(state.leader, state.leader_epoch,
+                                            (*state.isr, added), state.controller_epoch)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), data=st.data())
+    def reassigned(self, p, data):
+        target = tuple(data.draw(st.permutations(BROKERS))[:data.draw(st.integers(1, 3))])
+        original = tuple(b for b in self.replicas[p] if b not in self.targets.get(p, ()))
+        self.replicas[p] = target + tuple(b for b in original if b not in target)
+        self.targets[p] = target
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), unclean=st.booleans())
+    def elect_leaders(self, p, unclean):
+        if unclean:
+            decision = self.apply(p, Ask.UNCLEAN)
+            if decision.row == "U3":
+                self.asked_unclean.add(p)
+        else:
+            decision = self.apply(p, Ask.PREFERRED)
+            if decision.state is not None:
+                assert decision.state.leader == self.replicas[p][0]
+        self.settle()
+
+    def check(self):
+        for p, state in self.states.items():
+            if state is None:
+                continue
+            assert state.isr, state
+            assert state.leader == NO_LEADER or state.leader in state.isr, state
+            before = self.seen[p]
+            if before is None:
+                assert state.leader_epoch == 0
+                continue
+            assert state.leader_epoch >= before.leader_epoch
+            if state.leader != before.leader:
+                assert state.leader_epoch > before.leader_epoch
+                if state.leader != NO_LEADER and not self.unclean[p] \
+                        and p not in self.asked_unclean:
+                    assert state.leader in before.isr, ("unclean election", before, state)
+        self.seen = dict(self.states)
+        self.asked_unclean.clear()
+
+    @invariant()
+    def holds(self):
+        self.check()
+
+
+def test_leader_election_table():
+    run = Table.TestCase
+    run.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
+    run().runTest()
