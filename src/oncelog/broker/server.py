@@ -87,6 +87,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(
             self.store if self.cluster is None else self.cluster.store, self.broker_id)
         self.topics = TopicManager(config, self.store, self.producer_ids)
+        self.replicas = _replica_manager(self)  # None without zookeeper.connect
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
@@ -174,6 +175,7 @@ class Broker:
         if self.cluster is not None:
             try:
                 self.cluster.start(self.advertised_host, self.advertised_port)
+                self.replicas.start()
             except Exception:
                 await self.stop()  # closed as on SIGTERM, then the error is the exit
                 raise
@@ -244,6 +246,8 @@ class Broker:
             conn.close()
         self.transactions.close()
         self.groups.close()
+        if self.replicas is not None:
+            await self.replicas.close()
         self.topics.close()
         if self.cluster is not None:
             self.cluster.close()
@@ -729,6 +733,15 @@ def _join_cluster(config: BrokerConfig):
         config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
         config.get("zookeeper.connection.timeout.ms"), config.get("broker.id"),
         config.get("broker.rack"))
+
+
+def _replica_manager(broker: Broker):
+    """The broker's ReplicaManager in cluster mode (broker/replica_manager.py), else None."""
+    if broker.cluster is None:
+        return None
+    from .replica_manager import ReplicaManager
+
+    return ReplicaManager(broker)
 
 
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:

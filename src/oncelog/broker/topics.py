@@ -537,6 +537,27 @@ class TopicManager:
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
+    def ensure_replica_topic(self, name: str, topic_id: uuid.UUID, num_partitions: int,
+                             configs: dict[str, str]) -> Topic:
+        """Cluster mode: this broker's local replica of a topic ZooKeeper assigns to it
+        (broker/replica_manager.py), created with the topic's configs; a local topic of that
+        name with another id (an older topic) goes first."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.topic_id == topic_id:
+            return topic
+        if topic is not None:
+            self.delete(name)
+        value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs}
+        try:
+            self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
+        except BadVersion:  # left by a deletion cut short: ours replaces it
+            _, version = self.store.get(f"topics/{name}")
+            self.store.compare_and_set(f"topics/{name}", value, version)
+        topic = self._materialize(name, value)
+        self._set_aside_existing(topic.partitions)
+        log.info("created the local replica of topic %s (%d partitions)", name, num_partitions)
+        return topic
+
     def _set_aside_existing(self, partitions: list[Partition]) -> None:
         for partition in partitions:
             if os.path.isdir(partition.dir):  # put there by hand since the start

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster import isr as isr_rules
 from ...protocol import api_versions as apis
 from ...protocol import produce_response
 from ...protocol.messages import Request
@@ -91,7 +92,8 @@ class _ProduceRun:
         else:
             outcome = _produce_partition(self.broker, body.acks, name, pdata.index,
                                          pdata.records, self.request.client_id,
-                                         body.transactional_id, self.inflation, validated)
+                                         body.transactional_id, self.inflation, validated,
+                                         body.timeout_ms)
         if outcome is None:
             return False
         result, durable = outcome
@@ -164,12 +166,22 @@ def _encode(broker, request: Request, topics: list) -> bytes:
     """The answer; KIP-951's leader hint on each partition answered NOT_LEADER_OR_FOLLOWER."""
     nodes: tuple[NodeEndpoint, ...] = ()
     if any(p.error_code == ErrorCode.not_leader_or_follower for _, ps in topics for p in ps):
-        topics = [(key, [p._replace(current_leader=(broker.broker_id, 0))
+        topics = [(key, [p._replace(current_leader=_leader_of(broker, key, p.index))
                          if p.error_code == ErrorCode.not_leader_or_follower else p
                          for p in ps]) for key, ps in topics]
-        nodes = (NodeEndpoint(broker.broker_id, broker.advertised_host,
-                              broker.advertised_port),)
+        nodes = tuple(NodeEndpoint(node, host, port)
+                      for node, host, port, _ in broker.cluster_brokers())
     return produce_response.encode(request.api_version, request.correlation_id, topics, nodes)
+
+
+def _leader_of(broker, key, index: int) -> tuple[int, int]:
+    """(leader, leader epoch) of a partition as this broker knows them (KIP-951's hint)."""
+    topic = broker.topics.get(key) if isinstance(key, str) else broker.topics.by_id(key)
+    replication = None if topic is None or index >= len(topic.partitions) \
+        else topic.partitions[index].replication
+    if replication is None:
+        return broker.broker_id, 0
+    return replication.leader, replication.leader_epoch
 
 
 def _unknown_topic_id(topic_id, index: int, client_id: str | None) -> tuple[PartitionResult,
@@ -188,15 +200,18 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
             result = partitions[i]
             log.error("produce to %s-%d from %s not acknowledged: %s", topic, result.index,
                       log_safe(request.client_id), error)
-            partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
-                                            -1, result.log_start_offset,
-                                            f"making the records durable failed: {error}")
+            # an acks=all answer (replication.ReplicationError) says its own error
+            code = getattr(error, "error_code", ErrorCode.kafka_storage_error)
+            partitions[i] = PartitionResult(result.index, int(code), -1,
+                                            result.log_start_offset,
+                                            f"not acknowledged: {error}")
     return _encode(broker, request, topics)
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None, transactional_id: str | None,
-                       inflation: Inflation, validated: list | InvalidBatch | None
+                       inflation: Inflation, validated: list | InvalidBatch | None,
+                       timeout_ms: int = 30_000
                        ) -> tuple[PartitionResult, asyncio.Future[None] | None] | None:
     """The partition's answer, and what must be done before it is sent (None: nothing); None
     instead when its batches are to be validated off the event loop first."""
@@ -224,6 +239,16 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                       logging.WARNING)
     if records is None:
         return failed(ErrorCode.corrupt_message, "null record set", logging.WARNING)
+    replication = partition.replication
+    if replication is not None:  # cluster mode (broker/replica_manager.py)
+        if not replication.is_leader:
+            return failed(ErrorCode.not_leader_or_follower,
+                          f"broker {broker.broker_id} does not lead {topic}-{index}")
+        if acks == -1 and isr_rules.acks_all_before(len(replication.isr),
+                                                    replication.min_insync):
+            return failed(ErrorCode.not_enough_replicas,
+                          f"the ISR {list(replication.isr)} is smaller than "
+                          f"min.insync.replicas {replication.min_insync}")
     def verify(producer_id: int, epoch: int) -> ErrorCode:
         if transactional_id is None:
             return ErrorCode.invalid_txn_state
@@ -248,6 +273,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     # Asked with acks=0 too: the flush policy holds whether or not anyone waits for it.
     durable = partition.durable(result)
+    if replication is not None and acks == -1:  # answered once the ISR has it
+        replicated = replication.wait_for(result.last_offset + 1, timeout_ms / 1000)
+        if replicated is not None:
+            durable = replicated if durable is None else asyncio.gather(durable, replicated)
     return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
                            result.log_append_time), durable
 

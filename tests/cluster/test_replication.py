@@ -1,0 +1,265 @@
+"""Replication on a real ZooKeeper with three real broker processes (issue 23, the data path).
+
+The test plays the controller: it writes Kafka's znodes (the topic's assignment and each
+partition's state) with kazoo, as the controller would, and the brokers' replica managers
+follow them. librdkafka produces idempotently with acks=all; the followers hold the leader's
+batches at the same offsets; the leader is killed with SIGKILL and the test elects another
+ISR member at leader_epoch + 1; the producer goes on; the topic holds every acknowledged
+record exactly once, in order. Seed 004, case 2: a retry of each of the producer's last five
+batches is answered by the new leader with its original offset, because the follower built
+its producer state from the batches it replicated; the old leader comes back, truncates
+what it alone had, and holds the new leader's log.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
+from support.audit_helpers import batch as idempotent_batch
+from support.brokers import BrokerProcess, batches_on_disk, read_to_end
+
+from oncelog.client.network import calls
+from oncelog.client.network.connection import KafkaError, connect
+from oncelog.cluster import znodes as zn
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+SESSION_MS = 2000
+TIMEOUT = 30.0
+TOPIC = "replicated"
+LONELY = "replicated-lonely"
+SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
+            "replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "200",
+            "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2"}
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+@pytest.fixture(scope="module")
+def three(zookeeper, tmp_path_factory):
+    """Three brokers of one fresh cluster (its own chroot), started side by side, and a
+    kazoo client on it; shared by this module's tests, each with its own topic (a test
+    that kills a broker starts it again)."""
+    connect_string = zookeeper.chroot("replication")
+    chroot = connect_string[len(zookeeper.connect):]
+    zk = KazooClient(hosts=zookeeper.connect, timeout=10)
+    zk.start(timeout=TIMEOUT)
+    zk.ensure_path(chroot)
+    zk.chroot = chroot
+    base = tmp_path_factory.mktemp("replication")
+    brokers = {i: BrokerProcess(base / f"broker{i}", {
+        "broker.id": str(i), "zookeeper.connect": connect_string, **SETTINGS})
+        for i in (1, 2, 3)}
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        list(pool.map(BrokerProcess.start, brokers.values()))
+    yield zk, brokers
+    for broker in brokers.values():
+        if broker.alive:
+            assert broker.stop() == 0, broker.log_text()
+        assert "Traceback" not in broker.log_text(), broker.log_text()
+    zk.stop()
+    zk.close()
+
+
+@pytest.fixture
+def cluster(three):
+    _, brokers = three
+    for broker in brokers.values():
+        if not broker.alive:
+            broker.start()
+    return three
+
+
+def create_topic(zk, topic: str, replicas: tuple[int, ...], leader: int) -> None:
+    """As the controller creates a topic: its assignment and its partition's first state in
+    one ZooKeeper transaction."""
+    topic_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    assignment = zn.TopicAssignment(topic_id, {0: replicas}, {}, {})
+    state = zn.PartitionState(leader, 0, replicas, 1)
+    zk.ensure_path(zn.BROKER_TOPICS)
+    txn = zk.transaction()
+    txn.create(zn.topic_path(topic), assignment.encode())
+    txn.create(f"{zn.topic_path(topic)}/partitions")
+    txn.create(f"{zn.topic_path(topic)}/partitions/0")
+    txn.create(zn.partition_state_path(topic, 0), state.encode())
+    assert not any(isinstance(r, Exception) for r in txn.commit())
+
+
+def elect(zk, topic: str, leader: int, isr: tuple[int, ...]) -> zn.PartitionState:
+    """As the controller elects a leader: leader_epoch + 1, by a conditional write."""
+    data, stat = zk.get(zn.partition_state_path(topic, 0))
+    old = zn.PartitionState.decode(data)
+    new = zn.PartitionState(leader, old.leader_epoch + 1, isr, old.controller_epoch)
+    zk.set(zn.partition_state_path(topic, 0), new.encode(), version=stat.version)
+    return new
+
+
+def state_of(zk, topic: str) -> zn.PartitionState:
+    return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, 0))[0])
+
+
+def leader_seen(broker, topic: str, leader: int, epoch: int) -> bool:
+    """Whether ``broker``'s Metadata names ``leader`` at ``epoch`` (Metadata v12: epochs)."""
+    def make(mod, version):
+        return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic,
+                                                        topic_id=None, name=topic),),
+                     allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+
+    try:
+        with connect(broker.bootstrap, timeout=5) as conn:
+            answer = conn.call(apis.METADATA, make)
+    except (KafkaError, OSError):
+        return False
+    for t in answer.topics:
+        for p in t.partitions:
+            if t.name == topic and p.partition_index == 0:
+                return p.leader_id == leader and p.leader_epoch == epoch
+    return False
+
+
+def log_of(broker, topic: str) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, CRC) of every batch on disk."""
+    return [(h.base_offset, h.last_offset, h.crc) for h in batches_on_disk(broker, topic, 0)]
+
+
+def produce_acked(bootstrap: str, values: list[bytes], acks: str = "all") -> list[tuple]:
+    """librdkafka, idempotent: (offset, value) of every acknowledged record."""
+    from confluent_kafka import Producer
+
+    acked: list[tuple[int, bytes]] = []
+    failed: list = []
+
+    def report(err, msg):
+        if err is None:
+            acked.append((msg.offset(), msg.value()))
+        else:
+            failed.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": acks, "linger.ms": 5, "message.timeout.ms": 25_000,
+                         "topic.metadata.refresh.interval.ms": 500,
+                         "retry.backoff.ms": 50, "retry.backoff.max.ms": 200})
+    for value in values:
+        producer.produce(TOPIC, value, partition=0, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(TIMEOUT) == 0, "records left unacknowledged"
+    assert not failed, failed
+    return acked
+
+
+def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_offsets(cluster):
+    zk, brokers = cluster
+    create_topic(zk, TOPIC, (1, 2, 3), leader=1)
+    for broker in brokers.values():
+        wait_for(lambda b=broker: leader_seen(b, TOPIC, 1, 0), TIMEOUT, "broker 1 leads")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+
+    first = produce_acked(bootstrap, [b"a%04d" % i for i in range(200)])
+    assert [v for _, v in sorted(first)] == [b"a%04d" % i for i in range(200)]
+
+    # Our own idempotent producer's last five batches, acknowledged by acks=all: every ISR
+    # member has them, with its producer state.
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        pid, _ = calls.init_producer_id(conn)
+        sent = [idempotent_batch(pid, 0, 3 * i, [b"p%d-%d" % (i, j) for j in range(3)])
+                for i in range(7)]
+        offsets = [calls.produce(conn, TOPIC, 0, b) for b in sent]
+    end = log_of(brokers[1], TOPIC)
+    for follower in (brokers[2], brokers[3]):
+        assert log_of(follower, TOPIC) == end  # acks=all: the followers had it already
+
+    brokers[1].kill()  # kill -9
+    elect(zk, TOPIC, 2, (2, 3))
+    wait_for(lambda: leader_seen(brokers[2], TOPIC, 2, 1), TIMEOUT, "broker 2 leads")
+    with connect(brokers[2].bootstrap, timeout=TIMEOUT) as conn:
+        for batch, offset in zip(sent[-5:], offsets[-5:], strict=True):
+            assert calls.produce(conn, TOPIC, 0, batch) == offset
+        # and the next batch goes on where the producer was
+        assert calls.produce(conn, TOPIC, 0, idempotent_batch(
+            pid, 0, 21, [b"p7-0"])) == offsets[-1] + 3
+    assert log_of(brokers[2], TOPIC)[:len(end)] == end  # nothing stored twice
+
+    second = produce_acked(bootstrap, [b"b%04d" % i for i in range(200)])
+    assert len(second) == 200
+
+    # The old leader comes back a follower (its state is epoch 0, the partition's 1) and
+    # holds the new leader's log.
+    brokers[1].start()
+    wait_for(lambda: log_of(brokers[1], TOPIC) == log_of(brokers[2], TOPIC), TIMEOUT,
+             "the old leader caught up")
+    records = read_to_end(f"{brokers[2].bootstrap},{brokers[3].bootstrap}", TOPIC)[0]
+    values = [v for _, v in records]
+    assert len(values) == len(set(values)), "a record was stored twice"
+    for acked in (first, second):
+        kept = [v for v in values if v[:1] == acked[0][1][:1]]
+        assert kept == [v for _, v in sorted(acked)], "acknowledged records lost or reordered"
+    assert [o for o, _ in records] == list(range(len(records)))
+
+
+def test_an_old_leader_truncates_what_only_it_had(three):
+    """The followers are stopped (SIGSTOP); the leader takes a batch with acks=1 no one else
+    has; it is killed; broker 2 leads at epoch 1 and takes other batches; broker 1 comes back
+    as follower, truncates to the end of epoch 0 on broker 2 (OffsetForLeaderEpoch) and
+    then holds exactly broker 2's log."""
+    zk, brokers = three
+    create_topic(zk, LONELY, (1, 2, 3), leader=1)
+    for broker in brokers.values():
+        wait_for(lambda b=broker: leader_seen(b, LONELY, 1, 0), TIMEOUT, "broker 1 leads")
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        pid, _ = calls.init_producer_id(conn)
+        calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 0, [b"x0", b"x1"]))
+        for follower in (brokers[2], brokers[3]):
+            os.kill(follower.proc.pid, signal.SIGSTOP)
+        try:
+            # A fetch the followers had in flight may still carry x2 to them; x3 cannot.
+            assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 2, [b"x2"]),
+                                 acks=1) == 2
+            # A consumer never sees what the ISR does not have.
+            assert calls.list_offset(conn, LONELY, 0, -1) == 2
+            # acks=all cannot be answered without the followers: it times out
+            with pytest.raises(KafkaError) as refused:
+                calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"x3"]),
+                              timeout_ms=300)
+            assert refused.value.code() == ErrorCode.request_timed_out
+        finally:
+            for follower in (brokers[2], brokers[3]):
+                os.kill(follower.proc.pid, signal.SIGCONT)
+    brokers[1].kill()
+    elect(zk, LONELY, 2, (2, 3))
+    wait_for(lambda: leader_seen(brokers[2], LONELY, 2, 1), TIMEOUT, "broker 2 leads")
+    with connect(brokers[2].bootstrap, timeout=TIMEOUT) as conn:
+        # x2 is stored at 2 (a duplicate if the follower had it); x3 never reached broker 2
+        assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 2, [b"x2"])) == 2
+        assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"y3", b"y4"])) == 3
+    brokers[1].start()
+    wait_for(lambda: log_of(brokers[1], LONELY) == log_of(brokers[2], LONELY), TIMEOUT,
+             "the old leader truncated and caught up")
+    assert re.search(r"replicated-lonely-0: truncating from 4 to [23]", brokers[1].log_text())
+    # Its producer state was rebuilt from what it kept and replicated: leading again, it
+    # answers a retry of y3-y4 with its offset (with x3 still in its state, that retry
+    # would straddle x3: OUT_OF_ORDER_SEQUENCE_NUMBER).
+    elect(zk, LONELY, 1, (1, 2, 3))
+    wait_for(lambda: leader_seen(brokers[1], LONELY, 1, 2), TIMEOUT, "broker 1 leads again")
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"y3", b"y4"])) == 3
