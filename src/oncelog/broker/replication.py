@@ -57,7 +57,8 @@ class ReplicaState:
     min_insync: int = 1
     controller_epoch: int = 0  # of the state read: an ISR write keeps it
     followers: dict[int, rules.FollowerView] = field(default_factory=dict)
-    end_at_last_fetch: dict[int, int] = field(default_factory=dict)
+    # follower -> (the leader's log end, the time) at its last fetch
+    last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
     waiters: list[_Waiter] = field(default_factory=list)
     isr_write_pending: bool = False
 
@@ -69,12 +70,12 @@ class ReplicaState:
 
     def follower_fetched(self, replica: int, fetch_offset: int, leader_end: int,
                          now_ms: int) -> None:
-        old = self.followers.get(replica, rules.FollowerView(-1, now_ms))
-        caught = rules.caught_up_at(fetch_offset, leader_end,
-                                    self.end_at_last_fetch.get(replica, leader_end + 1),
-                                    now_ms, old.last_caught_up_ms)
+        old = self.followers.get(replica, rules.FollowerView(-1, 0))
+        last_end, last_fetch_ms = self.last_fetch.get(replica, (leader_end + 1, 0))
+        caught = rules.caught_up_at(fetch_offset, leader_end, last_end, now_ms, last_fetch_ms,
+                                    old.last_caught_up_ms)
         self.followers[replica] = rules.FollowerView(fetch_offset, caught)
-        self.end_at_last_fetch[replica] = leader_end
+        self.last_fetch[replica] = (leader_end, now_ms)
 
     def advance_high_watermark(self, leader_end: int) -> bool:
         """The ISR's least log end (isr.high_watermark); True when it moved."""

@@ -30,9 +30,10 @@ maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
 |     | high watermark and past the start of our epoch       |                              |
 | I4  | out of the ISR otherwise                             | KEEP                         |
 
-"Caught up" is Kafka's lastCaughtUpTime: a fetch that asked for the leader's log end offset
-(as it was then, or as it was at the follower's previous fetch) catches the follower up at
-that fetch's time. The leader itself never leaves the ISR.
+"Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
+leader's log end offset catches the follower up at its time; one that asks for the log end
+the leader had at the follower's previous fetch, at that previous fetch's time.
+The leader itself never leaves the ISR.
 
 High watermark, ``high_watermark``: the least log end offset over the ISR (the leader's
 included); it only moves forward (a new ISR member is at or past it, I3), and never past the
@@ -127,12 +128,14 @@ def isr_change(in_isr: bool, follower: FollowerView, now_ms: int, lag_max_ms: in
 
 
 def caught_up_at(fetch_offset: int, leader_end: int, leader_end_at_last_fetch: int,
-                 now_ms: int, last_caught_up_ms: int) -> int:
-    """The follower's lastCaughtUpTime after a fetch at ``fetch_offset`` (Kafka's rule)."""
+                 now_ms: int, last_fetch_ms: int, last_caught_up_ms: int) -> int:
+    """The follower's lastCaughtUpTime after a fetch at ``fetch_offset`` (Kafka's rule): the
+    leader's log end now reached is this fetch's time; the log end of its previous fetch
+    reached is that fetch's time."""
     if fetch_offset >= leader_end:
-        return now_ms
+        return max(last_caught_up_ms, now_ms)
     if fetch_offset >= leader_end_at_last_fetch:
-        return max(last_caught_up_ms, now_ms)  # the previous fetch's time, at the latest
+        return max(last_caught_up_ms, last_fetch_ms)
     return last_caught_up_ms
 
 
