@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import datetime
 import os
 import re
 import signal
@@ -40,7 +41,7 @@ TIMEOUT = 30.0
 TOPIC = "replicated"
 LONELY = "replicated-lonely"
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
-            "replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "200",
+            "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2"}
 
 
@@ -138,6 +139,45 @@ def leader_seen(broker, topic: str, leader: int, epoch: int) -> bool:
     return False
 
 
+def fetch_error(broker, topic: str, epoch: int, replica_id: int = -1) -> ErrorCode:
+    """The error a Fetch of partition 0 at offset 0 naming leader ``epoch`` gets."""
+    def make(mod, version):
+        part = build(mod.FetchPartition, partition=0, current_leader_epoch=epoch,
+                     fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20,
+                     last_fetched_epoch=-1)
+        return build(mod.FetchRequest, replica_id=replica_id,
+                     max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
+                     isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                     forgotten_topics_data=(), topics=(build(
+                         mod.FetchTopic, topic=topic, topic_id=None, partitions=(part,)),))
+
+    with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+        return conn.call(apis.FETCH, make).responses[0].partitions[0].error_code
+
+
+def epoch_end(broker, topic: str, epoch: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch: (epoch, end offset) the leader answers for ``epoch``."""
+    def make(mod, version):
+        part = build(mod.OffsetForLeaderPartition, partition=0, current_leader_epoch=-1,
+                     leader_epoch=epoch)
+        return build(mod.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
+            mod.OffsetForLeaderTopic, topic=topic, partitions=(part,)),))
+
+    with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+        result = conn.call(apis.OFFSET_FOR_LEADER_EPOCH, make).topics[0].partitions[0]
+    assert result.error_code == ErrorCode.none, result
+    return result.leader_epoch, result.end_offset
+
+
+def produce_error(broker, topic: str) -> ErrorCode | None:
+    with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
+        try:
+            calls.produce(conn, topic, 0, idempotent_batch(0, 0, 0, [b"no"]), acks=1)
+        except KafkaError as exc:
+            return exc.code()
+    return None
+
+
 def log_of(broker, topic: str) -> list[tuple[int, int, int]]:
     """(base offset, last offset, CRC) of every batch on disk."""
     return [(h.base_offset, h.last_offset, h.crc) for h in batches_on_disk(broker, topic, 0)]
@@ -200,6 +240,16 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
             pid, 0, 21, [b"p7-0"])) == offsets[-1] + 3
     assert log_of(brokers[2], TOPIC)[:len(end)] == end  # nothing stored twice
 
+    # Only the leader is produced to and read from, at its epoch (KIP-320's rules); the
+    # epoch boundary is the new leader's log end when it was elected.
+    assert produce_error(brokers[3], TOPIC) == ErrorCode.not_leader_or_follower
+    assert fetch_error(brokers[3], TOPIC, -1) == ErrorCode.not_leader_or_follower
+    assert fetch_error(brokers[2], TOPIC, 1) == ErrorCode.none
+    assert fetch_error(brokers[2], TOPIC, 0) == ErrorCode.fenced_leader_epoch
+    assert fetch_error(brokers[2], TOPIC, 2) == ErrorCode.unknown_leader_epoch
+    assert fetch_error(brokers[2], TOPIC, 0, replica_id=3) == ErrorCode.fenced_leader_epoch
+    assert epoch_end(brokers[2], TOPIC, 0) == (0, end[-1][1] + 1)
+
     second = produce_acked(bootstrap, [b"b%04d" % i for i in range(200)])
     assert len(second) == 200
 
@@ -215,6 +265,18 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
         kept = [v for v in values if v[:1] == acked[0][1][:1]]
         assert kept == [v for _, v in sorted(acked)], "acknowledged records lost or reordered"
     assert [o for o, _ in records] == list(range(len(records)))
+
+    # The ISR, as the leader writes it to the state znode: the old leader caught up joins
+    # it; a follower that stops fetching leaves it after replica.lag.time.max.ms, and
+    # comes back once it fetches again.
+    wait_for(lambda: state_of(zk, TOPIC).isr == (1, 2, 3), TIMEOUT, "broker 1 in the ISR")
+    os.kill(brokers[3].proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: state_of(zk, TOPIC).isr == (1, 2), TIMEOUT, "broker 3 out of it")
+        assert state_of(zk, TOPIC).leader_epoch == 1  # the leader's writes keep its epoch
+    finally:
+        os.kill(brokers[3].proc.pid, signal.SIGCONT)
+    wait_for(lambda: state_of(zk, TOPIC).isr == (1, 2, 3), TIMEOUT, "broker 3 back in")
 
 
 def test_an_old_leader_truncates_what_only_it_had(three):
