@@ -69,6 +69,7 @@ class ReplicaManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._checkpointed: dict[str, int] = {}
+        self._closed = False
         for topic in list(self.topics.topics.values()):
             if topic.name not in INTERNAL_TOPICS:
                 for partition in topic.partitions:
@@ -87,6 +88,7 @@ class ReplicaManager:
         self.watch.start()
 
     async def close(self) -> None:
+        self._closed = True  # a view already on its way to the loop changes nothing now
         self.watch.close()
         for task in self._tasks:
             task.cancel()
@@ -121,6 +123,8 @@ class ReplicaManager:
     # --- following ZooKeeper -------------------------------------------------------------
 
     def apply_view(self, view: dict[str, TopicView]) -> None:
+        if self._closed:
+            return
         for name, tv in view.items():
             try:
                 self._apply_topic(tv)

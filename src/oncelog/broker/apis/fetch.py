@@ -9,8 +9,14 @@ lookup by timestamp finds nothing from there on.
 
 Fetch v13+ names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for each of
 its partitions. From v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
-carries the leader, and the answer its endpoint (KIP-951); this broker leads every partition
-it has at epoch 0, so only a fetch that names an epoch below -1 gets one.
+carries the leader, and the answer the brokers' endpoints (KIP-951).
+
+Cluster mode (broker/replica_manager.py): only the leader serves a partition
+(NOT_LEADER_OR_FOLLOWER elsewhere); a follower's Fetch (its replica id set) reads up to the
+log end and tells the replica manager where the follower is, a consumer's up to the high
+watermark (an offset between the high watermark and the log end is answered empty, not out of
+range: a new leader's high watermark may trail the old one's). One broker alone leads every
+partition it has at epoch 0, with the high watermark at the log end.
 
 ListOffsets' special timestamps: -1 latest, -2 earliest, -3 the record with the largest
 timestamp (v7, KIP-734), -4 the earliest offset in local storage (v8, KIP-405) and -5 the
@@ -20,13 +26,16 @@ leader epoch -1), as Kafka answers when remote storage is off. v10's timeout bou
 lookup: there is none.
 
 OffsetForLeaderEpoch (KIP-101, KIP-320: a consumer checks that the log it read was not
-truncated under it): every partition has had one leader, this broker, at epoch 0, from the
-log's start. Epoch 0 ends at the log end offset; any other epoch asked for is unknown
-(-1, -1), as Kafka's leader epoch cache answers an epoch above its latest.
+truncated under it, a follower where to truncate): in cluster mode the partition's leader
+epoch cache answers (log/leader_epoch.py). One broker alone: every partition has had one
+leader, this broker, at epoch 0, from the log's start; epoch 0 ends at the log end offset,
+any other epoch asked for is unknown (-1, -1), as Kafka's cache answers an epoch above its
+latest.
 
 The ``current_leader_epoch`` a client sends with Fetch (v9+), ListOffsets (v4+) and
-OffsetForLeaderEpoch is checked as Kafka checks it (KIP-320): -1 is no check, below 0
-FENCED_LEADER_EPOCH, above 0 UNKNOWN_LEADER_EPOCH.
+OffsetForLeaderEpoch is checked as Kafka checks it (KIP-320, cluster/isr.py's
+epoch_problem): -1 is no check, below the partition's leader epoch FENCED_LEADER_EPOCH,
+above it UNKNOWN_LEADER_EPOCH.
 """
 
 from __future__ import annotations

@@ -12,7 +12,13 @@ transactional id cannot be verified: INVALID_TXN_STATE, as Kafka answers.
 
 From v13 a topic is named by its id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for
 each of its partitions. From v10 a partition answered NOT_LEADER_OR_FOLLOWER carries the
-leader and its endpoint (KIP-951); this broker leads every partition it has, so none is.
+leader and the brokers' endpoints (KIP-951).
+
+Cluster mode (broker/replica_manager.py): only the partition's leader takes a produce
+(NOT_LEADER_OR_FOLLOWER elsewhere); acks=all is refused NOT_ENOUGH_REPLICAS before the append
+when the ISR is smaller than min.insync.replicas, and answered once the high watermark passed
+the batch (a retry too), or NOT_ENOUGH_REPLICAS_AFTER_APPEND, or REQUEST_TIMED_OUT after the
+request's timeout (cluster/isr.py's acks rows).
 A transactional v12+ request adds its partitions to the transaction itself only where
 transaction version 2 is finalized (KIP-890 part 2); this broker finalizes no features, so
 clients send AddPartitionsToTxn first, and v12+ batches are verified as v11's are.
