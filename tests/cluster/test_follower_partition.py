@@ -79,10 +79,12 @@ def test_a_batch_out_of_place_is_refused_and_nothing_stored(tmp_path):
     leader.append_records(batch(7, 0))
     leader.append_records(batch(7, 2))
     follower = open_partition(tmp_path / "follower")
-    second = leader.log.read(2, 1 << 20).records
+    first = leader.log.read(0, 1).records
+    follower.append_as_follower(first)
     with pytest.raises(InvalidBatch):
-        follower.append_as_follower(second)  # offset 2 where the log ends at 0
-    assert follower.log.log_end_offset == 0
+        follower.append_as_follower(first)  # offset 0 where the log ends at 2
+    assert follower.log.log_end_offset == 2
+    follower.truncate_to(0)
     corrupt = bytearray(leader_bytes(leader))
     corrupt[-1] ^= 0xFF
     with pytest.raises(InvalidBatch):

@@ -32,6 +32,7 @@ from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
 from oncelog.cluster import znodes as zn
 from oncelog.protocol import api_versions as apis
+from oncelog.protocol.records import encode_batch
 from oncelog.protocol.schema import build
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
@@ -40,6 +41,7 @@ SESSION_MS = 2000
 TIMEOUT = 30.0
 TOPIC = "replicated"
 LONELY = "replicated-lonely"
+STRICT = "replicated-strict"
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2"}
@@ -325,3 +327,28 @@ def test_an_old_leader_truncates_what_only_it_had(three):
     wait_for(lambda: leader_seen(brokers[1], LONELY, 1, 2), TIMEOUT, "broker 1 leads again")
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"y3", b"y4"])) == 3
+
+
+def test_topic_configs_min_insync_replicas_and_deletion(cluster):
+    """The topic's configs come from /config/topics: min.insync.replicas 3 over two replicas
+    refuses acks=all before the append (NOT_ENOUGH_REPLICAS), acks=1 goes through; a broker
+    with no replica of the topic holds nothing of it; once the assignment is deleted, every
+    replica's local log goes."""
+    zk, brokers = cluster
+    zk.create(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config(
+        {"min.insync.replicas": "3"}), makepath=True)
+    create_topic(zk, STRICT, (1, 2), leader=1)
+    wait_for(lambda: leader_seen(brokers[2], STRICT, 1, 0), TIMEOUT, "broker 2 follows")
+    plain = encode_batch([(None, b"s", (), int(time.time() * 1000))])
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        with pytest.raises(KafkaError) as refused:
+            calls.produce(conn, STRICT, 0, plain)
+        assert refused.value.code() == ErrorCode.not_enough_replicas
+        assert calls.produce(conn, STRICT, 0, plain, acks=1) == 0
+    wait_for(lambda: log_of(brokers[2], STRICT) == log_of(brokers[1], STRICT), TIMEOUT,
+             "broker 2 replicated it")
+    assert not (brokers[3].data_dir / f"{STRICT}-0").exists()
+    zk.delete(zn.topic_path(STRICT), recursive=True)
+    for broker in (brokers[1], brokers[2]):
+        wait_for(lambda b=broker: not (b.data_dir / f"{STRICT}-0").exists(), TIMEOUT,
+                 "the local replica deleted")

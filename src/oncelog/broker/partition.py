@@ -466,8 +466,8 @@ class Partition:
         return self._epochs
 
     def append_as_follower(self, records: bytes | memoryview) -> int:
-        """Append the leader's batches with their offsets and leader epochs unchanged (the
-        first must start at our log end), each then fed to producer state by the replay that
+        """Append the leader's batches with their offsets and leader epochs unchanged (none
+        below our log end), each then fed to producer state by the replay that
         rebuilds it at start (``_replay``): a follower's state is what the leader's was, so
         that as leader it answers a retry with the original offset. Returns how many bytes
         were whole batches (a trailing partial batch is left for the next fetch). Raises
@@ -477,7 +477,9 @@ class Partition:
         now = _now_ms()
         taken = 0
         for position, header in scan_batches(records):
-            if header.base_offset != plog.log_end_offset:
+            # Above the log end only where the leader's log was compacted (offsets rise,
+            # with gaps, as Kafka's followers take them); below it, never.
+            if header.base_offset < plog.log_end_offset:
                 raise InvalidBatch(ErrorCode.corrupt_message,
                                    f"{self.name}: the leader sent offset {header.base_offset}"
                                    f" where the log ends at {plog.log_end_offset}")
