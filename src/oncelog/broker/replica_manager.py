@@ -261,15 +261,17 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         written = loop.run_in_executor(None, self.watch.write_isr, partition.topic,
                                        partition.index, state, r.zk_version)
-        written.add_done_callback(lambda fut: self._isr_written(partition, r, wanted, fut))
+        old = r.isr
+        written.add_done_callback(
+            lambda fut: self._isr_written(partition, r, old, wanted, fut))
 
-    def _isr_written(self, partition: Partition, r: ReplicaState, wanted: tuple[int, ...],
-                     fut: asyncio.Future) -> None:
+    def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
+                     wanted: tuple[int, ...], fut: asyncio.Future) -> None:
         r.isr_write_pending = False
         version = None if fut.cancelled() or fut.exception() else fut.result()
         if version is None or partition.replication is not r:
             return  # the state moved on: the next view decides
-        log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(r.isr),
+        log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(old),
                  list(wanted), r.leader_epoch)
         r.isr, r.zk_version = wanted, version
         if r.advance_high_watermark(partition.log.log_end_offset):
