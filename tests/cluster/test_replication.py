@@ -121,8 +121,8 @@ def state_of(zk, topic: str) -> zn.PartitionState:
     return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, 0))[0])
 
 
-def leader_seen(broker, topic: str, leader: int, epoch: int) -> bool:
-    """Whether ``broker``'s Metadata names ``leader`` at ``epoch`` (Metadata v12: epochs)."""
+def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0) -> bool:
+    """Whether ``broker``'s Metadata names ``leader`` of ``partition`` at ``epoch``."""
     def make(mod, version):
         return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic,
                                                         topic_id=None, name=topic),),
@@ -137,7 +137,7 @@ def leader_seen(broker, topic: str, leader: int, epoch: int) -> bool:
         return False
     for t in answer.topics:
         for p in t.partitions:
-            if t.name == topic and p.partition_index == 0:
+            if t.name == topic and p.partition_index == partition:
                 return p.leader_id == leader and p.leader_epoch == epoch
     return False
 
@@ -353,6 +353,18 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     wait_for(lambda: log_of(brokers[2], STRICT) == log_of(brokers[1], STRICT), TIMEOUT,
              "broker 2 replicated it")
     assert not (brokers[3].data_dir / f"{STRICT}-0").exists()
+    # CreatePartitions, as the controller writes it: the assignment grows, the new
+    # partition's state appears, the replicas follow it.
+    data, stat = zk.get(zn.topic_path(STRICT))
+    grown = zn.TopicAssignment.decode(data)
+    grown = zn.TopicAssignment(grown.topic_id, {0: (1, 2), 1: (2, 1)}, {}, {})
+    txn = zk.transaction()
+    txn.create(f"{zn.topic_path(STRICT)}/partitions/1")
+    txn.create(zn.partition_state_path(STRICT, 1), zn.PartitionState(2, 0, (2, 1), 1).encode())
+    txn.set_data(zn.topic_path(STRICT), grown.encode(), version=stat.version)
+    assert not any(isinstance(r, Exception) for r in txn.commit())
+    wait_for(lambda: leader_seen(brokers[1], STRICT, 2, 0, partition=1), TIMEOUT,
+             "broker 1 follows broker 2 on the new partition")
     zk.delete(zn.topic_path(STRICT), recursive=True)
     for broker in (brokers[1], brokers[2]):
         wait_for(lambda b=broker: not (b.data_dir / f"{STRICT}-0").exists(), TIMEOUT,

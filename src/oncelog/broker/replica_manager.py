@@ -145,6 +145,11 @@ class ReplicaManager:
                 tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
             for partition in topic.partitions:
                 self._no_leader_yet(partition)
+        if count > len(topic.partitions):  # CreatePartitions: the assignment grew
+            known = len(topic.partitions)
+            self.topics.add_partitions(tv.name, count)
+            for partition in topic.partitions[known:]:
+                self._no_leader_yet(partition)
         min_insync = self.topics.topic_config(topic, "min.insync.replicas")
         for index, (state, version) in sorted(tv.states.items()):
             if index < len(topic.partitions):
