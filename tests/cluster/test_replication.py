@@ -186,29 +186,34 @@ def log_of(broker, topic: str) -> list[tuple[int, int, int]]:
     return [(h.base_offset, h.last_offset, h.crc) for h in batches_on_disk(broker, topic, 0)]
 
 
-def produce_acked(bootstrap: str, values: list[bytes], acks: str = "all") -> list[tuple]:
-    """librdkafka, idempotent: (offset, value) of every acknowledged record."""
-    from confluent_kafka import Producer
+class AckedProducer:
+    """librdkafka, idempotent, acks=all: what it was told was acknowledged, and where."""
 
-    acked: list[tuple[int, bytes]] = []
-    failed: list = []
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
 
-    def report(err, msg):
+        self.acked: list[tuple[int, bytes]] = []
+        self.failed: list = []
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "batch.num.messages": 20, "message.timeout.ms": 25_000,
+            "topic.metadata.refresh.interval.ms": 500, "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 200})
+
+    def _report(self, err, msg) -> None:
         if err is None:
-            acked.append((msg.offset(), msg.value()))
+            self.acked.append((msg.offset(), msg.value()))
         else:
-            failed.append(err)
+            self.failed.append(err)
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": acks, "linger.ms": 5, "message.timeout.ms": 25_000,
-                         "topic.metadata.refresh.interval.ms": 500,
-                         "retry.backoff.ms": 50, "retry.backoff.max.ms": 200})
-    for value in values:
-        producer.produce(TOPIC, value, partition=0, on_delivery=report)
-        producer.poll(0)
-    assert producer.flush(TIMEOUT) == 0, "records left unacknowledged"
-    assert not failed, failed
-    return acked
+    def send(self, values: list[bytes]) -> None:
+        for value in values:
+            self.producer.produce(TOPIC, value, partition=0, on_delivery=self._report)
+            self.producer.poll(0)
+
+    def flush(self) -> None:
+        assert self.producer.flush(TIMEOUT) == 0, "records left unacknowledged"
+        assert not self.failed, self.failed
 
 
 def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_offsets(cluster):
@@ -218,8 +223,10 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
         wait_for(lambda b=broker: leader_seen(b, TOPIC, 1, 0), TIMEOUT, "broker 1 leads")
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
 
-    first = produce_acked(bootstrap, [b"a%04d" % i for i in range(200)])
-    assert [v for _, v in sorted(first)] == [b"a%04d" % i for i in range(200)]
+    producer = AckedProducer(bootstrap)
+    producer.send([b"a%04d" % i for i in range(200)])
+    producer.flush()
+    assert [v for _, v in sorted(producer.acked)] == [b"a%04d" % i for i in range(200)]
 
     # Our own idempotent producer's last five batches, acknowledged by acks=all: every ISR
     # member has them, with its producer state.
@@ -232,29 +239,33 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     for follower in (brokers[2], brokers[3]):
         assert log_of(follower, TOPIC) == end  # acks=all: the followers had it already
 
-    brokers[1].kill()  # kill -9
+    # librdkafka has batches in flight when the leader dies (kill -9); the controller (the
+    # test) elects broker 2 at leader epoch 1; the producer retries there and goes on.
+    producer.send([b"b%04d" % i for i in range(100)])
+    brokers[1].kill()
     elect(zk, TOPIC, 2, (2, 3))
+    producer.send([b"b%04d" % i for i in range(100, 200)])
     wait_for(lambda: leader_seen(brokers[2], TOPIC, 2, 1), TIMEOUT, "broker 2 leads")
     with connect(brokers[2].bootstrap, timeout=TIMEOUT) as conn:
         for batch, offset in zip(sent[-5:], offsets[-5:], strict=True):
             assert calls.produce(conn, TOPIC, 0, batch) == offset
-        # and the next batch goes on where the producer was
+        # and the next batch is stored, where the log is now
         assert calls.produce(conn, TOPIC, 0, idempotent_batch(
-            pid, 0, 21, [b"p7-0"])) == offsets[-1] + 3
+            pid, 0, 21, [b"p7-0"])) > offsets[-1]
+    producer.flush()
     assert log_of(brokers[2], TOPIC)[:len(end)] == end  # nothing stored twice
 
-    # Only the leader is produced to and read from, at its epoch (KIP-320's rules); the
-    # epoch boundary is the new leader's log end when it was elected.
+    # Only the leader is produced to and read from, at its epoch (KIP-320's rules); epoch
+    # 0 ends where broker 2's first batch of epoch 1 begins.
     assert produce_error(brokers[3], TOPIC) == ErrorCode.not_leader_or_follower
     assert fetch_error(brokers[3], TOPIC, -1) == ErrorCode.not_leader_or_follower
     assert fetch_error(brokers[2], TOPIC, 1) == ErrorCode.none
     assert fetch_error(brokers[2], TOPIC, 0) == ErrorCode.fenced_leader_epoch
     assert fetch_error(brokers[2], TOPIC, 2) == ErrorCode.unknown_leader_epoch
     assert fetch_error(brokers[2], TOPIC, 0, replica_id=3) == ErrorCode.fenced_leader_epoch
-    assert epoch_end(brokers[2], TOPIC, 0) == (0, end[-1][1] + 1)
-
-    second = produce_acked(bootstrap, [b"b%04d" % i for i in range(200)])
-    assert len(second) == 200
+    epoch_1 = min(h.base_offset for h in batches_on_disk(brokers[2], TOPIC, 0)
+                  if h.partition_leader_epoch == 1)
+    assert epoch_end(brokers[2], TOPIC, 0) == (0, epoch_1)
 
     # The old leader comes back a follower (its state is epoch 0, the partition's 1) and
     # holds the new leader's log.
@@ -264,9 +275,11 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     records = read_to_end(f"{brokers[2].bootstrap},{brokers[3].bootstrap}", TOPIC)[0]
     values = [v for _, v in records]
     assert len(values) == len(set(values)), "a record was stored twice"
-    for acked in (first, second):
-        kept = [v for v in values if v[:1] == acked[0][1][:1]]
-        assert kept == [v for _, v in sorted(acked)], "acknowledged records lost or reordered"
+    for prefix in (b"a", b"b"):
+        acked = sorted((o, v) for o, v in producer.acked if v[:1] == prefix)
+        assert [v for _, v in acked] == [prefix + b"%04d" % i for i in range(200)]
+        assert [(o, v) for o, v in records if v[:1] == prefix] == acked, \
+            "acknowledged records lost, moved or reordered"
     assert [o for o, _ in records] == list(range(len(records)))
 
     # The ISR, as the leader writes it to the state znode: the old leader caught up joins
