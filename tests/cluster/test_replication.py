@@ -19,6 +19,8 @@ import datetime
 import os
 import re
 import signal
+import socket
+import struct
 import time
 import uuid
 
@@ -32,8 +34,9 @@ from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
 from oncelog.cluster import znodes as zn
 from oncelog.protocol import api_versions as apis
+from oncelog.protocol.messages import decode_response, encode_request
 from oncelog.protocol.records import encode_batch
-from oncelog.protocol.schema import build
+from oncelog.protocol.schema import build, request_module
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -96,7 +99,9 @@ def cluster(three):
 def create_topic(zk, topic: str, replicas: tuple[int, ...], leader: int) -> None:
     """As the controller creates a topic: its assignment and its partition's first state in
     one ZooKeeper transaction."""
-    topic_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    raw = uuid.uuid4()
+    TOPIC_IDS[topic] = raw
+    topic_id = base64.urlsafe_b64encode(raw.bytes).rstrip(b"=").decode()
     assignment = zn.TopicAssignment(topic_id, {0: replicas}, {}, {})
     state = zn.PartitionState(leader, 0, replicas, 1)
     zk.ensure_path(zn.BROKER_TOPICS)
@@ -142,34 +147,56 @@ def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0)
     return False
 
 
-def fetch_error(broker, topic: str, epoch: int, replica_id: int = -1) -> ErrorCode:
-    """The error a Fetch of partition 0 at offset 0 naming leader ``epoch`` gets."""
-    def make(mod, version):
-        part = build(mod.FetchPartition, partition=0, current_leader_epoch=epoch,
-                     fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20,
-                     last_fetched_epoch=-1)
-        return build(mod.FetchRequest, replica_id=replica_id,
-                     max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
-                     isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
-                     forgotten_topics_data=(), topics=(build(
-                         mod.FetchTopic, topic=topic, topic_id=None, partitions=(part,)),))
+def call(broker, api_key: int, version: int, body):
+    """One request at exactly ``version``, its answer decoded."""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as sock:
+        sock.sendall(encode_request(api_key, version, 9, "t", body))
+        sock_file = sock.makefile("rb")
+        (size,) = struct.unpack(">i", sock_file.read(4))
+        return decode_response(api_key, version, sock_file.read(size))[1]
 
-    with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
-        return conn.call(apis.FETCH, make).responses[0].partitions[0].error_code
+
+def fetch_error(broker, topic: str, epoch: int, replica_id: int = -1,
+                version: int = 12) -> ErrorCode:
+    """The error a Fetch of partition 0 at offset 0 naming leader ``epoch`` gets (v15 on,
+    a follower names itself in replica_state)."""
+    mod = request_module(apis.FETCH, version)
+    part = build(mod.FetchPartition, partition=0, current_leader_epoch=epoch,
+                 fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20,
+                 last_fetched_epoch=-1)
+    state = {"replica_state": build(mod.ReplicaState, replica_id=replica_id,
+                                    replica_epoch=-1)} if version >= 15 else {}
+    body = build(mod.FetchRequest, replica_id=replica_id, max_wait=datetime.timedelta(0),
+                 min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                 session_epoch=-1, rack_id="", forgotten_topics_data=(), cluster_id=None,
+                 topics=(build(mod.FetchTopic, topic=topic, topic_id=topic_id_of(topic),
+                               partitions=(part,)),), **state)
+    return call(broker, apis.FETCH, version, body).responses[0].partitions[0].error_code
+
+
+TOPIC_IDS: dict[str, uuid.UUID] = {}
+
+
+def topic_id_of(topic: str) -> uuid.UUID | None:
+    return TOPIC_IDS.get(topic)
 
 
 def epoch_end(broker, topic: str, epoch: int) -> tuple[int, int]:
-    """OffsetForLeaderEpoch: (epoch, end offset) the leader answers for ``epoch``."""
-    def make(mod, version):
-        part = build(mod.OffsetForLeaderPartition, partition=0, current_leader_epoch=-1,
-                     leader_epoch=epoch)
-        return build(mod.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
-            mod.OffsetForLeaderTopic, topic=topic, partitions=(part,)),))
-
-    with connect(broker.bootstrap, timeout=TIMEOUT) as conn:
-        result = conn.call(apis.OFFSET_FOR_LEADER_EPOCH, make).topics[0].partitions[0]
-    assert result.error_code == ErrorCode.none, result
-    return result.leader_epoch, result.end_offset
+    """OffsetForLeaderEpoch: (epoch, end offset) the leader answers for ``epoch``, the same
+    in every version served."""
+    answers = set()
+    for version in (2, 3, 4):
+        mod = request_module(apis.OFFSET_FOR_LEADER_EPOCH, version)
+        body = build(mod.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
+            mod.OffsetForLeaderTopic, topic=topic, partitions=(build(
+                mod.OffsetForLeaderPartition, partition=0, current_leader_epoch=-1,
+                leader_epoch=epoch),)),))
+        result = call(broker, apis.OFFSET_FOR_LEADER_EPOCH, version, body).topics[0] \
+            .partitions[0]
+        assert result.error_code == ErrorCode.none, result
+        answers.add((result.leader_epoch, result.end_offset))
+    (answer,) = answers
+    return answer
 
 
 def produce_error(broker, topic: str) -> ErrorCode | None:
@@ -263,6 +290,8 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     assert fetch_error(brokers[2], TOPIC, 0) == ErrorCode.fenced_leader_epoch
     assert fetch_error(brokers[2], TOPIC, 2) == ErrorCode.unknown_leader_epoch
     assert fetch_error(brokers[2], TOPIC, 0, replica_id=3) == ErrorCode.fenced_leader_epoch
+    assert fetch_error(brokers[2], TOPIC, 0, replica_id=3, version=16) == \
+        ErrorCode.fenced_leader_epoch
     epoch_1 = min(h.base_offset for h in batches_on_disk(brokers[2], TOPIC, 0)
                   if h.partition_leader_epoch == 1)
     assert epoch_end(brokers[2], TOPIC, 0) == (0, epoch_1)
