@@ -395,6 +395,21 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     wait_for(lambda: log_of(brokers[2], STRICT) == log_of(brokers[1], STRICT), TIMEOUT,
              "broker 2 replicated it")
     assert not (brokers[3].data_dir / f"{STRICT}-0").exists()
+    # DeleteRecords at the leader moves the follower's log start too; a follower refuses it.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    def high_watermark() -> int:
+        with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+            return calls.list_offset(conn, STRICT, 0, -1)
+
+    wait_for(lambda: high_watermark() == 1, TIMEOUT, "the ISR has offset 0")
+    admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+    done = admin.delete_records([TopicPartition(STRICT, 0, 1)])
+    assert next(iter(done.values())).result(TIMEOUT).low_watermark == 1
+    start = brokers[2].data_dir / f"{STRICT}-0" / "log-start-offset-checkpoint"
+    wait_for(lambda: start.exists() and start.read_text() == "1\n", TIMEOUT,
+             "the follower's log start moved")
     # CreatePartitions, as the controller writes it: the assignment grows, the new
     # partition's state appears, the replicas follow it.
     data, stat = zk.get(zn.topic_path(STRICT))

@@ -7,7 +7,8 @@ to the leader as any Kafka follower does.
    back to. ``Partition.truncate_to`` cuts the log and rebuilds producer state.
 2. Fetch (v11, replica id = ours, the current leader epoch) from our log end offset; the
    batches are appended as they are (``Partition.append_as_follower``); our high watermark
-   is the leader's, never past our log end.
+   is the leader's, never past our log end; our log start follows the leader's (DeleteRecords
+   replicated).
 
 A FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER answer means one of us
 has not yet read the newest state: the fetcher waits replica.fetch.backoff.ms (at most a
@@ -205,8 +206,12 @@ class PartitionFetcher:
         if records:
             partition.append_as_follower(records)
         replication = partition.replication
-        new_hw = min(result.high_watermark, partition.log.log_end_offset)
+        end = partition.log.log_end_offset
+        new_hw = min(result.high_watermark, end)
         if new_hw > replication.high_watermark:
             replication.high_watermark = new_hw
             partition._wake_waiters()
+        if result.log_start_offset > partition.log.log_start_offset:
+            # DeleteRecords on the leader (or its retention): the log start follows it
+            partition.delete_records(min(result.log_start_offset, end))
         return True
