@@ -208,6 +208,16 @@ def produce_error(broker, topic: str) -> ErrorCode | None:
     return None
 
 
+def produced(conn, batch: bytes) -> bool:
+    """Whether an acks=all produce of ``batch`` went through (NOT_ENOUGH_REPLICAS: not)."""
+    try:
+        calls.produce(conn, STRICT, 0, batch)
+    except KafkaError as exc:
+        assert exc.code() == ErrorCode.not_enough_replicas, exc
+        return False
+    return True
+
+
 def log_of(broker, topic: str) -> list[tuple[int, int, int]]:
     """(base offset, last offset, CRC) of every batch on disk."""
     return [(h.base_offset, h.last_offset, h.crc) for h in batches_on_disk(broker, topic, 0)]
@@ -404,9 +414,15 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
             return calls.list_offset(conn, STRICT, 0, -1)
 
     wait_for(lambda: high_watermark() == 1, TIMEOUT, "the ISR has offset 0")
+    # a config changed in /config/topics takes effect: 2 in sync are enough now
+    zk.set(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config({"min.insync.replicas": "2"}))
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        wait_for(lambda: produced(conn, plain), TIMEOUT, "acks=all with min.insync 2")
+    wait_for(lambda: high_watermark() == 2, TIMEOUT, "the ISR has offset 1")
     admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
     done = admin.delete_records([TopicPartition(STRICT, 0, 1)])
     assert next(iter(done.values())).result(TIMEOUT).low_watermark == 1
+    del admin
     start = brokers[2].data_dir / f"{STRICT}-0" / "log-start-offset-checkpoint"
     wait_for(lambda: start.exists() and start.read_text() == "1\n", TIMEOUT,
              "the follower's log start moved")

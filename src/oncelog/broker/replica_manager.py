@@ -3,8 +3,9 @@
 It follows ZooKeeper (cluster/replica_watch.py hands it every topic with a partition assigned
 here, with each partition's state) and, on the event loop:
 
-- creates the local log of every partition assigned here (with the topic's configs from
-  /config/topics), and deletes the local topic once no partition of it is assigned here;
+- creates the local log of every partition assigned here with the topic's configs from
+  /config/topics (and takes their changes), and deletes the local topic once no partition
+  of it is assigned here;
 - makes each partition leader or follower as its state says (cluster/isr.py's role table,
   the leader epoch fencing stale states): a leader stamps its epoch on the batches it
   appends and records the epoch's start in the leader epoch cache; a follower fetches from
@@ -145,6 +146,8 @@ class ReplicaManager:
                 tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
             for partition in topic.partitions:
                 self._no_leader_yet(partition)
+        elif tv.configs != self.topics.override_texts(topic):  # /config/topics changed
+            self.topics.alter_configs(tv.name, tv.configs)
         if count > len(topic.partitions):  # CreatePartitions: the assignment grew
             known = len(topic.partitions)
             self.topics.add_partitions(tv.name, count)
