@@ -122,8 +122,8 @@ def elect(zk, topic: str, leader: int, isr: tuple[int, ...]) -> zn.PartitionStat
     return new
 
 
-def state_of(zk, topic: str) -> zn.PartitionState:
-    return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, 0))[0])
+def state_of(zk, topic: str, partition: int = 0) -> zn.PartitionState:
+    return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, partition))[0])
 
 
 def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0) -> bool:
@@ -419,6 +419,18 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         wait_for(lambda: produced(conn, plain), TIMEOUT, "acks=all with min.insync 2")
     wait_for(lambda: high_watermark() == 2, TIMEOUT, "the ISR has offset 1")
+    # the follower stops: an acks=all batch waits, the ISR shrinks to the leader alone
+    # after replica.lag.time.max.ms, and the batch is answered
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND (stored, not acknowledged)
+    os.kill(brokers[2].proc.pid, signal.SIGSTOP)
+    try:
+        with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+            with pytest.raises(KafkaError) as after:
+                calls.produce(conn, STRICT, 0, plain)
+        assert after.value.code() == ErrorCode.not_enough_replicas_after_append
+        assert state_of(zk, STRICT).isr == (1,)
+    finally:
+        os.kill(brokers[2].proc.pid, signal.SIGCONT)
     admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
     done = admin.delete_records([TopicPartition(STRICT, 0, 1)])
     assert next(iter(done.values())).result(TIMEOUT).low_watermark == 1
