@@ -127,15 +127,17 @@ def _read_all(broker, mod, body, version: int):
                     lso = partition.last_stable_offset
                     start = plog.log_start_offset
                     readable = end if replica_id >= 0 else lso if committed else hw
-                    if replica_id >= 0 and partition.replication is not None:
-                        broker.replicas.follower_fetched(partition, replica_id,
-                                                         preq.fetch_offset)
-                        hw = partition.high_watermark
                     # Between the high watermark and the log end: nothing yet, not out of
                     # range (a new leader's high watermark may trail the old one's).
                     if not start <= preq.fetch_offset <= end:
                         error = ErrorCode.offset_out_of_range
-                    elif preq.fetch_offset < readable and budget > 0:
+                    elif replica_id >= 0 and partition.replication is not None:
+                        # where the follower's log ends (only a fetch in range says so)
+                        broker.replicas.follower_fetched(partition, replica_id,
+                                                         preq.fetch_offset)
+                        hw = partition.high_watermark
+                    if error == ErrorCode.none and preq.fetch_offset < readable and \
+                            budget > 0:
                         limit = min(preq.partition_max_bytes, budget)
                         records = plog.read(preq.fetch_offset, limit,
                                             min_one_batch=total == 0).records
