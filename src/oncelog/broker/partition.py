@@ -403,7 +403,8 @@ class Partition:
         try:
             if plog.should_roll(headers, now):
                 self._roll()
-            headers, parts = assign_offsets(batch, headers, plog.log_end_offset, 0)
+            headers, parts = assign_offsets(batch, headers, plog.log_end_offset,
+                                            self.leader_epoch)
             plog.append(parts, headers)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
@@ -471,7 +472,8 @@ class Partition:
         rebuilds it at start (``_replay``): a follower's state is what the leader's was, so
         that as leader it answers a retry with the original offset. Returns how many bytes
         were whole batches (a trailing partial batch is left for the next fetch). Raises
-        InvalidBatch for a batch out of place or corrupt (nothing of it is stored)."""
+        InvalidBatch for a batch out of place or corrupt (it and those after it are not
+        stored; those before it are)."""
         plog, state = self._writable()
         epochs = self.leader_epochs
         now = _now_ms()
@@ -601,7 +603,7 @@ class Partition:
 
     def _flush_done(self, done: asyncio.Future[None], plog: Log | None) -> None:
         self._this_flush = None
-        if plog is not None:
+        if plog is not None and plog is self._log:  # not cut back (truncate_to) meanwhile
             self.flushed_offset = max(self.flushed_offset, self._flushing_to)
             plog.last_flush_ms = _now_ms()
         if not done.done():
