@@ -45,6 +45,7 @@ TIMEOUT = 30.0
 TOPIC = "replicated"
 LONELY = "replicated-lonely"
 STRICT = "replicated-strict"
+MARKER = "replicated-marker"
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2",
@@ -291,6 +292,18 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
             pid, 0, 21, [b"p7-0"])) > offsets[-1]
     producer.flush()
     assert log_of(brokers[2], TOPIC)[:len(end)] == end  # nothing stored twice
+
+    # A stale state (a deposed controller's write at the old leader epoch) changes nothing:
+    # the leader epoch fences it (row B1). A topic created after it is seen only in a view
+    # read after the stale state was written.
+    data, stat = zk.get(zn.partition_state_path(TOPIC, 0))
+    zk.set(zn.partition_state_path(TOPIC, 0), zn.PartitionState(3, 0, (3,), 0).encode(),
+           version=stat.version)
+    create_topic(zk, MARKER, (2, 3), leader=3)
+    for broker in (brokers[2], brokers[3]):
+        wait_for(lambda b=broker: leader_seen(b, MARKER, 3, 0), TIMEOUT, "the later topic")
+        assert leader_seen(broker, TOPIC, 2, 1)
+    zk.set(zn.partition_state_path(TOPIC, 0), data)  # as the controller had it
 
     # Only the leader is produced to and read from, at its epoch (KIP-320's rules); epoch
     # 0 ends where broker 2's first batch of epoch 1 begins.
