@@ -222,6 +222,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _POSITIVE_INT),
     _key("replica.fetch.max.bytes", "INT", 1_048_576,
          "Cluster mode: bytes a follower's Fetch asks for per partition.", _POSITIVE_INT),
+    _key("replica.fetch.response.max.bytes", "INT", 10_485_760,
+         "Cluster mode: bytes a follower's Fetch asks for in all.", _POSITIVE_INT),
     _key("replica.fetch.backoff.ms", "INT", 1000,
          "Cluster mode: a follower's wait before fetching again after an error (ms; at most "
          "a second is waited).", _parse_int(0, INT_MAX)),

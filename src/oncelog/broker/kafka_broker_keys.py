@@ -147,7 +147,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('remote.log.storage.manager.impl.prefix', 'STRING',
      'rsm.config.', 'non-empty string', 'read-only'),
     ('remote.log.storage.system.enable', 'BOOLEAN', 'false', '', 'read-only'),
-    ('replica.fetch.response.max.bytes', 'INT', '10485760', '[0,...]', 'read-only'),
     ('replica.selector.class', 'STRING', None, '', 'read-only'),
     ('sasl.client.callback.handler.class', 'CLASS', None, '', 'read-only'),
     ('sasl.enabled.mechanisms', 'LIST', 'GSSAPI', '', 'per-broker'),

@@ -1,5 +1,5 @@
-"""A follower's fetcher: one asyncio task per followed partition, speaking Kafka's protocol
-to the leader as any Kafka follower does.
+"""A follower's fetchers: one asyncio task per leader broker, for every partition followed
+there, speaking Kafka's protocol to the leader as any Kafka follower does.
 
 1. Truncate: OffsetForLeaderEpoch (v3, replica id = ours, the current leader epoch) asking
    for the end of our latest epoch; the answer and our own leader epoch cache give the
@@ -11,10 +11,11 @@ to the leader as any Kafka follower does.
    replicated).
 
 A FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER answer means one of us
-has not yet read the newest state: the fetcher waits replica.fetch.backoff.ms (at most a
-second) and asks again; the replica manager replaces it when the state moves on.
+has not yet read the newest state: that partition waits replica.fetch.backoff.ms (at most a
+second) and is asked again; the replica manager moves it when the state moves on.
 OFFSET_OUT_OF_RANGE (our log end is past the leader's) truncates again. A lost connection
-is made again after the backoff. Every wait is bounded.
+is made again after the backoff. Every wait is bounded. An answer for a partition no longer
+followed at the epoch it was asked for is dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import datetime
 import logging
 import struct
+import time
 
 from kio.schema.errors import ErrorCode
 
@@ -75,61 +77,102 @@ class _Connection:
         self.writer.close()
 
 
-class PartitionFetcher:
-    def __init__(self, manager, partition, leader: int, leader_epoch: int) -> None:
-        self.manager = manager
+class _Followed:
+    """One partition a LeaderFetcher follows at one leader epoch (a new epoch is a new one)."""
+
+    __slots__ = ("epoch", "partition", "resume_at", "truncated")
+
+    def __init__(self, partition, epoch: int) -> None:
         self.partition = partition
+        self.epoch = epoch
+        self.truncated = False
+        self.resume_at = 0.0  # after a refusal: not asked again before this (monotonic)
+
+
+class LeaderFetcher:
+    """Every partition this broker follows on one leader, over one connection: one
+    OffsetForLeaderEpoch for those still to truncate, then one Fetch for all (Kafka's
+    ReplicaFetcherThread, one per leader)."""
+
+    def __init__(self, manager, leader: int) -> None:
+        self.manager = manager
         self.leader = leader
-        self.leader_epoch = leader_epoch
         config = manager.config
         self.wait_ms: int = config.get("replica.fetch.wait.max.ms")
         self.max_bytes: int = config.get("replica.fetch.max.bytes")
+        self.response_max_bytes: int = config.get("replica.fetch.response.max.bytes")
         self.backoff_s = min(config.get("replica.fetch.backoff.ms"), 1000) / 1000
-        self.truncated = False
+        self.followed: dict[tuple[str, int], _Followed] = {}
+        self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._conn: _Connection | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"fetcher-{self.partition.name}")
+    # --- what it follows (the replica manager, on the event loop) --------------------------
 
-    def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        self._drop()
+    def add(self, partition, epoch: int) -> None:
+        self.followed[(partition.topic, partition.index)] = _Followed(partition, epoch)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"fetcher-{self.leader}")
+
+    def remove(self, partition) -> None:
+        """From now on nothing fetched for it is applied (an answer on its way included)."""
+        self.followed.pop((partition.topic, partition.index), None)
 
     async def stop(self) -> None:
-        self.cancel()
         if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+            self._task = None
+        self._drop()
 
     def _drop(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
+    def _current(self, followed: _Followed) -> bool:
+        key = (followed.partition.topic, followed.partition.index)
+        return self.followed.get(key) is followed
+
+    # --- the work ----------------------------------------------------------------------
+
     async def run(self) -> None:
         while True:
             try:
+                if not self.followed:
+                    self._drop()
+                    self._changed.clear()
+                    await self._changed.wait()
+                    continue
                 if self._conn is None:
                     self._conn = await self._connect()
-                if not self.truncated:
-                    self.truncated = await self._truncate()
+                now = time.monotonic()
+                ready = [f for f in self.followed.values() if f.resume_at <= now]
+                if not ready:
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.backoff_s):
+                            await self._changed.wait()
                     continue
-                if not await self._fetch():
-                    await asyncio.sleep(self.backoff_s)
+                to_truncate = [f for f in ready if not f.truncated]
+                if to_truncate:
+                    await self._truncate(to_truncate)
+                else:
+                    await self._fetch(ready)
             except asyncio.CancelledError:
                 self._drop()
                 raise
-            except (OSError, EOFError, TimeoutError, FetchFailed, InvalidBatch,
+            except (OSError, EOFError, TimeoutError, FetchFailed,
                     asyncio.IncompleteReadError) as exc:
-                log.info("%s: fetching from broker %d: %r; again in %.1fs",
-                         self.partition.name, self.leader, exc, self.backoff_s)
+                log.info("fetching from broker %d: %r; again in %.1fs", self.leader, exc,
+                         self.backoff_s)
                 self._drop()
                 await asyncio.sleep(self.backoff_s)
             except Exception:
-                log.exception("%s: fetcher failed; again in %.1fs", self.partition.name,
+                log.exception("fetcher of broker %d failed; again in %.1fs", self.leader,
                               self.backoff_s)
                 self._drop()
                 await asyncio.sleep(self.backoff_s)
@@ -143,30 +186,44 @@ class PartitionFetcher:
         return _Connection(reader, writer, f"replica-{self.manager.broker_id}",
                            self.wait_ms / 1000 + 30)
 
-    async def _truncate(self) -> bool:
-        """One OffsetForLeaderEpoch round; True once truncation is complete."""
-        partition = self.partition
-        epochs = partition.leader_epochs
-        asked = epochs.latest_epoch
+    def _back_off(self, followed: _Followed) -> None:
+        followed.resume_at = time.monotonic() + self.backoff_s
+
+    async def _truncate(self, todo: list[_Followed]) -> None:
+        """One OffsetForLeaderEpoch round for ``todo``, each asking for the end of its own
+        latest epoch."""
         mod = request_module(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
+        asked = {}
+        topics: dict[str, list] = {}
+        for f in todo:
+            p = f.partition
+            asked[(p.topic, p.index)] = f
+            topics.setdefault(p.topic, []).append(build(
+                mod.OffsetForLeaderPartition, partition=p.index, current_leader_epoch=f.epoch,
+                leader_epoch=p.leader_epochs.latest_epoch))
         body = build(mod.OffsetForLeaderEpochRequest, replica_id=self.manager.broker_id,
-                     topics=(build(mod.OffsetForLeaderTopic, topic=partition.topic,
-                                   partitions=(build(mod.OffsetForLeaderPartition,
-                                                     partition=partition.index,
-                                                     current_leader_epoch=self.leader_epoch,
-                                                     leader_epoch=asked),)),))
+                     topics=tuple(build(mod.OffsetForLeaderTopic, topic=t,
+                                        partitions=tuple(ps)) for t, ps in topics.items()))
         assert self._conn is not None
         answer = await self._conn.call(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
-        result = answer.topics[0].partitions[0]
-        if result.error_code != ErrorCode.none:
-            if result.error_code not in _RETRYABLE:
-                log.warning("%s: OffsetForLeaderEpoch answered %s", partition.name,
-                            result.error_code.name)
-            await asyncio.sleep(self.backoff_s)
-            return False
+        for topic in answer.topics:
+            for result in topic.partitions:
+                f = asked.get((topic.topic, result.partition))
+                if f is None or not self._current(f):
+                    continue  # not asked, or no longer followed at that epoch
+                if result.error_code != ErrorCode.none:
+                    if result.error_code not in _RETRYABLE:
+                        log.warning("%s: OffsetForLeaderEpoch answered %s", f.partition.name,
+                                    result.error_code.name)
+                    self._back_off(f)
+                    continue
+                f.truncated = self._truncate_one(f.partition, result)
+
+    @staticmethod
+    def _truncate_one(partition, result) -> bool:
         end = partition.log.log_end_offset
-        ours = epochs.end_offset_for(result.leader_epoch, end) if result.leader_epoch >= 0 \
-            else (rules.NO_EPOCH, -1)
+        ours = partition.leader_epochs.end_offset_for(result.leader_epoch, end) \
+            if result.leader_epoch >= 0 else (rules.NO_EPOCH, -1)
         point, done = rules.truncation_point(result.leader_epoch, result.end_offset, ours,
                                              end, partition.high_watermark)
         if point < end:
@@ -175,33 +232,52 @@ class PartitionFetcher:
             partition.truncate_to(point)
         return done
 
-    async def _fetch(self) -> bool:
-        """One Fetch; False when the leader refused it (back off before the next)."""
-        partition = self.partition
+    async def _fetch(self, ready: list[_Followed]) -> None:
+        """One Fetch for every partition ready, each from its log end."""
         mod = request_module(FETCH, FETCH_VERSION)
-        offset = partition.log.log_end_offset
+        asked = {}
+        topics: dict[str, list] = {}
+        for f in ready:
+            p = f.partition
+            offset = p.log.log_end_offset
+            asked[(p.topic, p.index)] = (f, offset)
+            topics.setdefault(p.topic, []).append(build(
+                mod.FetchPartition, partition=p.index, current_leader_epoch=f.epoch,
+                fetch_offset=offset, log_start_offset=-1, partition_max_bytes=self.max_bytes))
         body = build(mod.FetchRequest, replica_id=self.manager.broker_id,
                      max_wait=datetime.timedelta(milliseconds=self.wait_ms), min_bytes=1,
-                     max_bytes=self.max_bytes, isolation_level=0, session_id=0,
+                     max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
                      session_epoch=-1, rack_id="", forgotten_topics_data=(),
-                     topics=(build(mod.FetchTopic, topic=partition.topic, partitions=(
-                         build(mod.FetchPartition, partition=partition.index,
-                               current_leader_epoch=self.leader_epoch, fetch_offset=offset,
-                               log_start_offset=-1, partition_max_bytes=self.max_bytes),)),))
+                     topics=tuple(build(mod.FetchTopic, topic=t, partitions=tuple(ps))
+                                  for t, ps in topics.items()))
         assert self._conn is not None
         answer = await self._conn.call(FETCH, FETCH_VERSION, body)
         if answer.error_code != ErrorCode.none:
             raise FetchFailed(f"Fetch answered {answer.error_code.name}")
-        result = answer.responses[0].partitions[0]
+        for topic in answer.responses:
+            for result in topic.partitions:
+                entry = asked.get((topic.topic, result.partition_index))
+                if entry is None or not self._current(entry[0]):
+                    continue
+                f, offset = entry
+                try:
+                    self._apply(f, offset, result)
+                except InvalidBatch as exc:
+                    log.warning("%s: %s; fetching again", f.partition.name, exc)
+                    self._back_off(f)
+
+    def _apply(self, f: _Followed, offset: int, result) -> None:
+        partition = f.partition
         if result.error_code == ErrorCode.offset_out_of_range:
             log.warning("%s: our log end %d is out of the leader's range; truncating again",
                         partition.name, offset)
-            self.truncated = False
-            return False
+            f.truncated = False
+            return
         if result.error_code != ErrorCode.none:
-            return False
+            self._back_off(f)
+            return
         if partition.log.log_end_offset != offset or partition.replication is None:
-            return True  # truncated or replaced meanwhile: this answer is not ours to use
+            return  # truncated meanwhile: this answer is not ours to use
         records = result.records or b""
         if records:
             partition.append_as_follower(records)
@@ -214,4 +290,3 @@ class PartitionFetcher:
         if result.log_start_offset > partition.log.log_start_offset:
             # DeleteRecords on the leader (or its retention): the log start follows it
             partition.delete_records(min(result.log_start_offset, end))
-        return True

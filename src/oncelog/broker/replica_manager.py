@@ -35,7 +35,7 @@ from ..cluster import isr as rules
 from ..cluster import znodes as zn
 from ..cluster.replica_watch import ReplicaWatch, TopicView
 from .partition import Partition
-from .replica_fetcher import PartitionFetcher
+from .replica_fetcher import LeaderFetcher
 from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
 from .topics import INTERNAL_TOPICS
 
@@ -66,7 +66,8 @@ class ReplicaManager:
         self.config = broker.config
         self.lag_max_ms: int = self.config.get("replica.lag.time.max.ms")
         self.watch = ReplicaWatch(broker.cluster.store, self.broker_id, self._on_view)
-        self.fetchers: dict[str, PartitionFetcher] = {}
+        self.fetchers: dict[int, LeaderFetcher] = {}  # by leader broker
+        self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._checkpointed: dict[str, int] = {}
@@ -96,6 +97,7 @@ class ReplicaManager:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
+        self._following.clear()
         for partition in self._replicated():
             if partition.replication is not None:
                 partition.replication.fail_waiters(ErrorCode.not_leader_or_follower,
@@ -295,14 +297,16 @@ class ReplicaManager:
         return None
 
     def _start_fetcher(self, partition: Partition, leader: int, epoch: int) -> None:
-        fetcher = PartitionFetcher(self, partition, leader, epoch)
-        self.fetchers[partition.name] = fetcher
-        fetcher.start()
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = LeaderFetcher(self, leader)
+        fetcher.add(partition, epoch)
+        self._following[partition.name] = leader
 
     def _stop_fetcher(self, partition: Partition) -> None:
-        fetcher = self.fetchers.pop(partition.name, None)
-        if fetcher is not None:
-            fetcher.cancel()
+        leader = self._following.pop(partition.name, None)
+        if leader is not None:
+            self.fetchers[leader].remove(partition)
 
     # --- the high watermark checkpoint ---------------------------------------------------
 
