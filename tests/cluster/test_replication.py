@@ -409,6 +409,27 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"y3", b"y4"])) == 3
 
+    # A zombie: the leader is paused, broker 3 is elected meanwhile; resumed, the old
+    # leader acknowledges nothing with acks=all (nobody fetches from it any more), learns
+    # the new epoch, and ends up holding broker 3's log.
+    os.kill(brokers[1].proc.pid, signal.SIGSTOP)
+    try:
+        elect(zk, LONELY, 3, (2, 3))
+        for broker in (brokers[2], brokers[3]):
+            wait_for(lambda b=broker: leader_seen(b, LONELY, 3, 3), TIMEOUT, "broker 3 leads")
+    finally:
+        os.kill(brokers[1].proc.pid, signal.SIGCONT)
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        with pytest.raises(KafkaError) as zombie:
+            calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 5, [b"z5"]),
+                          timeout_ms=2000)
+        assert zombie.value.code() in (ErrorCode.not_leader_or_follower,
+                                       ErrorCode.request_timed_out)
+    with connect(brokers[3].bootstrap, timeout=TIMEOUT) as conn:
+        assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 5, [b"w5"])) == 5
+    wait_for(lambda: log_of(brokers[1], LONELY) == log_of(brokers[3], LONELY), TIMEOUT,
+             "the zombie follows the new leader")
+
 
 def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     """The topic's configs come from /config/topics: min.insync.replicas 3 over two replicas
