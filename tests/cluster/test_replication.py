@@ -47,6 +47,7 @@ TOPIC = "replicated"
 LONELY = "replicated-lonely"
 STRICT = "replicated-strict"
 MARKER = "replicated-marker"
+ALONE = "replicated-alone"
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2",
@@ -134,12 +135,13 @@ def state_of(zk, topic: str, partition: int = 0) -> zn.PartitionState:
     return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, partition))[0])
 
 
-def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0) -> bool:
+def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0,
+                auto_create: bool = False) -> bool:
     """Whether ``broker``'s Metadata names ``leader`` of ``partition`` at ``epoch``."""
     def make(mod, version):
         return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic,
                                                         topic_id=None, name=topic),),
-                     allow_auto_topic_creation=False,
+                     allow_auto_topic_creation=auto_create,
                      include_cluster_authorized_operations=False,
                      include_topic_authorized_operations=False)
 
@@ -437,6 +439,9 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     with no replica of the topic holds nothing of it; once the assignment is deleted, every
     replica's local log goes."""
     zk, brokers = cluster
+    # A topic broker 3 keeps alone (auto-created by a Metadata request): not ZooKeeper's,
+    # so the replica manager leaves it be, whatever the views it reads meanwhile.
+    assert leader_seen(brokers[3], ALONE, 3, 0, auto_create=True)
     zk.create(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config(
         {"min.insync.replicas": "3"}), makepath=True)
     create_topic(zk, STRICT, (1, 2), leader=1)
@@ -499,3 +504,4 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     for broker in (brokers[1], brokers[2]):
         wait_for(lambda b=broker: not (b.data_dir / f"{STRICT}-0").exists(), TIMEOUT,
                  "the local replica deleted")
+    assert leader_seen(brokers[3], ALONE, 3, 0)

@@ -37,7 +37,7 @@ from ..cluster.replica_watch import ReplicaWatch, TopicView
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
 from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
-from .topics import INTERNAL_TOPICS
+from .topics import INTERNAL_TOPICS, REPLICA_MARK
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,14 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._checkpointed: dict[str, int] = {}
         self._closed = False
+        # The local topics that are replicas of ZooKeeper's (ensure_replica_topic marks
+        # them): only those follow the view, and only those go when it drops them. A topic
+        # this broker kept alone before it joined a cluster is never deleted for that.
+        self._replicas: set[str] = set()
         for topic in list(self.topics.topics.values()):
-            if topic.name not in INTERNAL_TOPICS:
+            stored, _ = self.topics.store.get(f"topics/{topic.name}")
+            if topic.name not in INTERNAL_TOPICS and stored and stored.get(REPLICA_MARK):
+                self._replicas.add(topic.name)
                 for partition in topic.partitions:
                     self._no_leader_yet(partition)
 
@@ -119,8 +125,9 @@ class ReplicaManager:
             loop.call_soon_threadsafe(self.apply_view, view)
 
     def _replicated(self):
-        for topic in list(self.topics.topics.values()):
-            if topic.name not in INTERNAL_TOPICS:
+        for name in list(self._replicas):
+            topic = self.topics.get(name)
+            if topic is not None:
                 yield from topic.partitions
 
     # --- following ZooKeeper -------------------------------------------------------------
@@ -133,8 +140,7 @@ class ReplicaManager:
                 self._apply_topic(tv)
             except Exception:
                 log.exception("applying the replica assignment of topic %s failed", name)
-        for name in [n for n in self.topics.topics if n not in view and
-                     n not in INTERNAL_TOPICS]:
+        for name in [n for n in self._replicas if n not in view]:
             self._delete_local(name)
 
     def _apply_topic(self, tv: TopicView) -> None:
@@ -146,6 +152,7 @@ class ReplicaManager:
                 self._delete_local(tv.name)
             topic = self.topics.ensure_replica_topic(
                 tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
+            self._replicas.add(tv.name)
             for partition in topic.partitions:
                 self._no_leader_yet(partition)
         elif tv.configs != self.topics.override_texts(topic):  # /config/topics changed
@@ -170,6 +177,7 @@ class ReplicaManager:
             if partition.replication is not None:
                 partition.replication.fail_waiters(ErrorCode.unknown_topic_or_partition,
                                                    f"topic {name} was deleted")
+        self._replicas.discard(name)
         try:
             self.topics.delete(name)
         except Exception:

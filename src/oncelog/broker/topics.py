@@ -98,6 +98,11 @@ def internal_topic_problem(name: str, get: Callable[[str], Any],
     return None
 
 
+# In a topic's stored value: a local replica of a topic ZooKeeper assigns to this broker
+# (broker/replica_manager.py), not one this broker keeps alone.
+REPLICA_MARK = "replica"
+
+
 class TopicError(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -547,7 +552,8 @@ class TopicManager:
             return topic
         if topic is not None:
             self.delete(name)
-        value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs}
+        value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs,
+                 REPLICA_MARK: True}
         try:
             self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
         except BadVersion:  # left by a deletion cut short: ours replaces it
