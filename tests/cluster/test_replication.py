@@ -30,6 +30,7 @@ from kazoo.exceptions import BadVersionError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import batch as idempotent_batch
 from support.brokers import BrokerProcess, batches_on_disk, read_to_end
+from support.txn_wire import write_marker
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
@@ -320,6 +321,9 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     # Only the leader is produced to and read from, at its epoch (KIP-320's rules); epoch
     # 0 ends where broker 2's first batch of epoch 1 begins.
     assert produce_error(brokers[3], TOPIC) == ErrorCode.not_leader_or_follower
+    with connect(brokers[3].bootstrap, timeout=TIMEOUT) as conn:  # nor a marker written
+        assert write_marker(conn, pid, 0, False, 0, [(TOPIC, 0)]) == \
+            [ErrorCode.not_leader_or_follower]
     assert fetch_error(brokers[3], TOPIC, -1) == ErrorCode.not_leader_or_follower
     assert fetch_error(brokers[2], TOPIC, 1) == ErrorCode.none
     assert fetch_error(brokers[2], TOPIC, 0) == ErrorCode.fenced_leader_epoch
