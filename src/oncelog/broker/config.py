@@ -361,6 +361,22 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("zookeeper.connection.timeout.ms", "INT", None,
          "How long the broker waits to reach ZooKeeper at start before it exits with an error "
          "(ms); unset: zookeeper.session.timeout.ms.", _POSITIVE_INT),
+    _key("replica.lag.time.max.ms", "LONG", 30_000,
+         "Cluster mode: a follower not caught up with its leader this long leaves the ISR "
+         "(ms).", _parse_int(1, LONG_MAX)),
+    _key("replica.fetch.wait.max.ms", "INT", 500,
+         "Cluster mode: how long a follower's Fetch waits at the leader for data (ms).",
+         _POSITIVE_INT),
+    _key("replica.fetch.max.bytes", "INT", 1_048_576,
+         "Cluster mode: bytes a follower's Fetch asks for per partition.", _POSITIVE_INT),
+    _key("replica.fetch.response.max.bytes", "INT", 10_485_760,
+         "Cluster mode: bytes a follower's Fetch asks for in all.", _POSITIVE_INT),
+    _key("replica.fetch.backoff.ms", "INT", 1000,
+         "Cluster mode: a follower's wait before fetching again after an error (ms; at most "
+         "a second is waited).", _parse_int(0, INT_MAX)),
+    _key("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000,
+         "Cluster mode: how often each partition's high watermark is written to its "
+         "replication-offset-checkpoint (ms).", _parse_int(1, LONG_MAX)),
     _key("listeners", "STRING", "PLAINTEXT://127.0.0.1:9092",
          "Where the broker listens: NAME://host:port, comma-separated, each name mapped to a "
          "security protocol by listener.security.protocol.map (port 0 picks a free port)."),
@@ -463,8 +479,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("compression.zstd.level", "INT", 3, "zstd level of batches the broker recompresses.",
          _parse_int(-131072, 22)),
     _key("min.insync.replicas", "INT", 1,
-         "Replicas that must have a batch before acks=all answers it (stored; one broker "
-         "is always the whole in-sync set until replication comes).", _POSITIVE_INT),
+         "Replicas that must have a batch before acks=all answers it (cluster mode; one "
+         "broker alone is always the whole in-sync set).", _POSITIVE_INT),
     _key("unclean.leader.election.enable", "BOOLEAN", False,
          "Whether a replica outside the in-sync set may become leader (stored; used once "
          "replication comes)."),

@@ -49,6 +49,7 @@ from kio.schema.errors import ErrorCode
 from ..log import cleaning, partition_metadata
 from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
+from ..log.leader_epoch import LeaderEpochCache
 from ..log.log import ABSENT_LOG, Log, LogConfig
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
@@ -68,7 +69,9 @@ from ..protocol.record_batch import (
     BatchHeader,
     InvalidBatch,
     assign_offsets,
+    crc_of,
     read_header,
+    scan_batches,
     split_batches,
 )
 from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
@@ -138,6 +141,11 @@ class Partition:
         self._flushing_to = -1
         self._this_flush: asyncio.Future[None] | None = None
         self._next_flush: asyncio.Future[None] | None = None
+        # Cluster mode only (broker/replica_manager.py): this replica's role, leader epoch,
+        # ISR and high watermark; None: one broker alone, the partition its own leader.
+        self.replication: Any = None
+        self.leader_epoch = 0  # stamped on every batch appended as leader
+        self._epochs: LeaderEpochCache | None = None
 
     @property
     def name(self) -> str:
@@ -361,7 +369,8 @@ class Partition:
         try:
             if plog.should_roll(headers, now):
                 self._roll()
-            headers, parts = assign_offsets(records, headers, plog.log_end_offset, 0)
+            headers, parts = assign_offsets(records, headers, plog.log_end_offset,
+                                            self.leader_epoch)
             plog.append(parts, headers)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
@@ -394,7 +403,8 @@ class Partition:
         try:
             if plog.should_roll(headers, now):
                 self._roll()
-            headers, parts = assign_offsets(batch, headers, plog.log_end_offset, 0)
+            headers, parts = assign_offsets(batch, headers, plog.log_end_offset,
+                                            self.leader_epoch)
             plog.append(parts, headers)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
@@ -439,7 +449,80 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         # Single node: everything appended is committed.
-        return self.log.log_end_offset
+        replication = self.replication
+        if replication is None:
+            return self.log.log_end_offset
+        return min(replication.high_watermark, self.log.log_end_offset)
+
+    # --- replication (cluster mode) --------------------------------------------------------
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """Kafka's leader-epoch-checkpoint of this partition (read on first use: a broker
+        alone never reads it)."""
+        if self._epochs is None:
+            self._writable()
+            self._epochs = LeaderEpochCache(self.dir, self.disk)
+            self._epochs.truncate_from_end(self.log.log_end_offset)  # a crash cut the log
+        return self._epochs
+
+    def append_as_follower(self, records: bytes | memoryview) -> int:
+        """Append the leader's batches with their offsets and leader epochs unchanged (none
+        below our log end), each then fed to producer state by the replay that
+        rebuilds it at start (``_replay``): a follower's state is what the leader's was, so
+        that as leader it answers a retry with the original offset. Returns how many bytes
+        were whole batches (a trailing partial batch is left for the next fetch). Raises
+        InvalidBatch for a batch out of place or corrupt (it and those after it are not
+        stored; those before it are)."""
+        plog, state = self._writable()
+        epochs = self.leader_epochs
+        now = _now_ms()
+        taken = 0
+        for position, header in scan_batches(records):
+            # Above the log end only where the leader's log was compacted (offsets rise,
+            # with gaps, as Kafka's followers take them); below it, never.
+            if header.base_offset < plog.log_end_offset:
+                raise InvalidBatch(ErrorCode.corrupt_message,
+                                   f"{self.name}: the leader sent offset {header.base_offset}"
+                                   f" where the log ends at {plog.log_end_offset}")
+            batch = records[position:position + header.size]
+            if crc_of(batch, 0, header.size) != header.crc:
+                raise InvalidBatch(ErrorCode.corrupt_message,
+                                   f"{self.name}: a replicated batch fails its CRC")
+            try:
+                if plog.should_roll([header], now):
+                    self._roll()
+                plog.append([batch], [header])
+            except LogDirFailure as exc:
+                raise self.log_dir.fail(exc) from exc
+            epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if header.has_producer_id:
+                self._replay(plog, state, header, now)
+            taken = position + header.size
+        if taken:
+            self._wake_waiters()
+        return taken
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (a follower diverged from its leader), then rebuild
+        producer state the one way it is rebuilt after a crash: the newest snapshot at or
+        below the new end, and the log after it (``_open``)."""
+        plog, _ = self._writable()
+        if offset >= plog.log_end_offset:
+            return
+        for snap in self._snapshots.offsets():
+            if snap > offset:
+                self._snapshots.delete(snap)
+        try:
+            plog.truncate_to(offset)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
+        finally:
+            plog.abandon()
+            self._log = self._state = None
+        self.leader_epochs.truncate_from_end(self.log.log_end_offset)
+        self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
+        self._wake_waiters()
 
     @property
     def last_stable_offset(self) -> int:
@@ -520,7 +603,7 @@ class Partition:
 
     def _flush_done(self, done: asyncio.Future[None], plog: Log | None) -> None:
         self._this_flush = None
-        if plog is not None:
+        if plog is not None and plog is self._log:  # not cut back (truncate_to) meanwhile
             self.flushed_offset = max(self.flushed_offset, self._flushing_to)
             plog.last_flush_ms = _now_ms()
         if not done.done():

@@ -103,6 +103,7 @@ class Broker:
         self.authorizer = make_authorizer(
             config, self.store if self.cluster is None else self.cluster.store,
             shared=self.cluster is not None)
+        self.replicas = _replica_manager(self)  # None without zookeeper.connect
         # Cluster mode: topics come from ZooKeeper (cluster_mode.py); handlers take
         # ``cluster_topics or topics``.
         self.cluster_mode = _cluster_mode(self)
@@ -220,6 +221,7 @@ class Broker:
                 self.cluster.start(self.advertised_host, self.advertised_port, endpoints=tuple(
                     (e.name, *self.advertised[e.name], e.security_protocol)
                     for e in (listener.endpoint for listener in self.listeners)))
+                self.replicas.start()
                 self.cluster_mode.start()
             except Exception:
                 await self.stop()  # closed as on SIGTERM, then the error is the exit
@@ -308,6 +310,8 @@ class Broker:
             conn.close()
         self.transactions.close()
         self.groups.close()
+        if self.replicas is not None:
+            await self.replicas.close()
         self.topics.close()
         if self.cluster_mode is not None:
             self.cluster_mode.close()
@@ -919,6 +923,13 @@ def _cluster_mode(broker: Broker):
     from .cluster_mode import ClusterMode
 
     return ClusterMode(broker)
+def _replica_manager(broker: Broker):
+    """The broker's ReplicaManager in cluster mode (broker/replica_manager.py), else None."""
+    if broker.cluster is None:
+        return None
+    from .replica_manager import ReplicaManager
+
+    return ReplicaManager(broker)
 
 
 def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | None = None) -> None:

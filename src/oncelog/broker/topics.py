@@ -98,6 +98,11 @@ def internal_topic_problem(name: str, get: Callable[[str], Any],
     return None
 
 
+# In a topic's stored value: a local replica of a topic ZooKeeper assigns to this broker
+# (broker/replica_manager.py), not one this broker keeps alone.
+REPLICA_MARK = "replica"
+
+
 class TopicError(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -535,6 +540,28 @@ class TopicManager:
         topic = self._materialize(name, value)
         self._set_aside_existing(topic.partitions)
         log.info("created topic %s with %d partitions", name, num_partitions)
+        return topic
+
+    def ensure_replica_topic(self, name: str, topic_id: uuid.UUID, num_partitions: int,
+                             configs: dict[str, str]) -> Topic:
+        """Cluster mode: this broker's local replica of a topic ZooKeeper assigns to it
+        (broker/replica_manager.py), created with the topic's configs; a local topic of that
+        name with another id (an older topic) goes first."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.topic_id == topic_id:
+            return topic
+        if topic is not None:
+            self.delete(name)
+        value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs,
+                 REPLICA_MARK: True}
+        try:
+            self.store.compare_and_set(f"topics/{name}", value, NO_VERSION)
+        except BadVersion:  # left by a deletion cut short: ours replaces it
+            _, version = self.store.get(f"topics/{name}")
+            self.store.compare_and_set(f"topics/{name}", value, version)
+        topic = self._materialize(name, value)
+        self._set_aside_existing(topic.partitions)
+        log.info("created the local replica of topic %s (%d partitions)", name, num_partitions)
         return topic
 
     def _set_aside_existing(self, partitions: list[Partition]) -> None:

@@ -551,6 +551,32 @@ class Log:
             log.error("%s: deleting segments below the log start %d failed (%s); retention "
                       "or the next start retries", self.dir, offset, exc)
 
+    # --- truncation (a follower cut back to its leader) ----------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log back to end at ``offset`` (a batch boundary; a batch holding it goes
+        whole), durably. The caller abandons the log and opens it again: the cut segment is
+        recovered then, its indexes rebuilt by the path every unclean start takes. Below the
+        first segment, the log starts over empty at ``offset`` (Kafka's
+        truncateFullyAndStartAt)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+            self._base_offsets.pop()
+        segment = self.active
+        if offset <= segment.base_offset:
+            segment.delete()
+            self.segments[-1] = self._new_segment(offset)
+            self._base_offsets[-1] = offset
+            self._log_start_checkpoint = min(self._log_start_checkpoint, offset)
+        else:
+            position = segment.position_of(offset)
+            if position is not None:
+                segment.truncate_at(position)
+        self.disk.fsync_dir(self.dir)
+        log.info("%s: truncated to offset %d", self.dir, offset)
+
     def _delete_first(self, reason: str) -> None:
         segment = self.segments.pop(0)
         self._base_offsets.pop(0)

@@ -333,6 +333,13 @@ class LogSegment:
         (self.path, self.offset_index.path, self.time_index.path,
          self.txn_index.path) = paths
 
+    def truncate_at(self, position: int) -> None:
+        """Cut the file at ``position``, durably; the indexes are left to ``recover`` (the
+        log is opened again after a truncation)."""
+        self._disk.ftruncate(self._file(), position)
+        self._disk.fsync(self._file())
+        self.size = position
+
     def close(self) -> None:
         self._closed = True
         self._files.closed(self)

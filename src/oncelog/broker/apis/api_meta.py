@@ -176,6 +176,15 @@ def partition_fields(broker, partition) -> dict:
     if isinstance(partition, PartitionImage):
         return broker.cluster_mode.partition_fields(partition)
     node = (broker.broker_id,)
+    replication = partition.replication
+    if replication is not None:  # cluster mode: the state this broker read from ZooKeeper
+        leader = replication.leader
+        return {"error_code": ErrorCode.none if leader >= 0 else
+                ErrorCode.leader_not_available, "partition_index": partition.index,
+                "leader_id": leader, "leader_epoch": max(replication.leader_epoch, 0),
+                "replica_nodes": replication.replicas or node,
+                "isr_nodes": replication.isr or node,
+                "offline_replicas": node if partition.log_dir.offline else ()}
     return {"error_code": ErrorCode.none, "partition_index": partition.index,
             "leader_id": broker.broker_id, "leader_epoch": 0, "replica_nodes": node,
             "isr_nodes": node, "offline_replicas": node if partition.log_dir.offline else ()}

@@ -9,8 +9,14 @@ lookup by timestamp finds nothing from there on.
 
 Fetch v13+ names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for each of
 its partitions. From v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
-carries the leader, and the answer its endpoint (KIP-951); this broker leads every partition
-it has at epoch 0, so only a fetch that names an epoch below -1 gets one.
+carries the leader, and the answer the brokers' endpoints (KIP-951).
+
+Cluster mode (broker/replica_manager.py): only the leader serves a partition
+(NOT_LEADER_OR_FOLLOWER elsewhere); a follower's Fetch (its replica id set) reads up to the
+log end and tells the replica manager where the follower is, a consumer's up to the high
+watermark (an offset between the high watermark and the log end is answered empty, not out of
+range: a new leader's high watermark may trail the old one's). One broker alone leads every
+partition it has at epoch 0, with the high watermark at the log end.
 
 ListOffsets' special timestamps: -1 latest, -2 earliest, -3 the record with the largest
 timestamp (v7, KIP-734), -4 the earliest offset in local storage (v8, KIP-405) and -5 the
@@ -20,13 +26,16 @@ leader epoch -1), as Kafka answers when remote storage is off. v10's timeout bou
 lookup: there is none.
 
 OffsetForLeaderEpoch (KIP-101, KIP-320: a consumer checks that the log it read was not
-truncated under it): every partition has had one leader, this broker, at epoch 0, from the
-log's start. Epoch 0 ends at the log end offset; any other epoch asked for is unknown
-(-1, -1), as Kafka's leader epoch cache answers an epoch above its latest.
+truncated under it, a follower where to truncate): in cluster mode the partition's leader
+epoch cache answers (log/leader_epoch.py). One broker alone: every partition has had one
+leader, this broker, at epoch 0, from the log's start; epoch 0 ends at the log end offset,
+any other epoch asked for is unknown (-1, -1), as Kafka's cache answers an epoch above its
+latest.
 
 The ``current_leader_epoch`` a client sends with Fetch (v9+), ListOffsets (v4+) and
-OffsetForLeaderEpoch is checked as Kafka checks it (KIP-320): -1 is no check, below 0
-FENCED_LEADER_EPOCH, above 0 UNKNOWN_LEADER_EPOCH.
+OffsetForLeaderEpoch is checked as Kafka checks it (KIP-320, cluster/isr.py's
+epoch_problem): -1 is no check, below the partition's leader epoch FENCED_LEADER_EPOCH,
+above it UNKNOWN_LEADER_EPOCH.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster import isr as isr_rules
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ...protocol.messages import Request
@@ -82,9 +92,9 @@ async def handle_fetch(broker, request: Request):
                 w.cancel()
     hinted = request.api_version >= LEADER_HINTS_FROM and any(
         p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
-    host, port = broker.endpoint(request.session.listener)
-    nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=host, port=port,
-                   rack=None),) if hinted else ()
+    nodes = tuple(build(mod.NodeEndpoint, node_id=node, host=host, port=port, rack=rack)
+                  for node, host, port, rack in broker.cluster_brokers(request.session.listener)
+                  ) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
 
@@ -107,6 +117,7 @@ def _fetch_denied(broker, request: Request) -> set[str] | None:
 def _read_all(broker, mod, body, version: int, allowance: int,
               denied: set[str] | None = frozenset()):
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    replica_id = _replica_id(body, version)
     budget = min(body.max_bytes, broker.config.get("fetch.max.bytes"), allowance)  # as Kafka
     total = 0
     errors = False
@@ -129,18 +140,28 @@ def _read_all(broker, mod, body, version: int, allowance: int,
                 error = ErrorCode.topic_authorization_failed
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
-            elif (fenced := epoch_problem(getattr(preq, "current_leader_epoch", NO_EPOCH))):
+            elif (fenced := _role_problem(partition, getattr(preq, "current_leader_epoch",
+                                                             NO_EPOCH), replica_id)):
                 error = fenced
             else:
                 try:
                     plog = partition.log
+                    end = plog.log_end_offset
                     hw = partition.high_watermark
                     lso = partition.last_stable_offset
                     start = plog.log_start_offset
-                    readable = lso if committed else hw
-                    if not start <= preq.fetch_offset <= hw:
+                    readable = end if replica_id >= 0 else lso if committed else hw
+                    # Between the high watermark and the log end: nothing yet, not out of
+                    # range (a new leader's high watermark may trail the old one's).
+                    if not start <= preq.fetch_offset <= end:
                         error = ErrorCode.offset_out_of_range
-                    elif preq.fetch_offset < readable and budget > 0:
+                    elif replica_id >= 0 and partition.replication is not None:
+                        # where the follower's log ends (only a fetch in range says so)
+                        broker.replicas.follower_fetched(partition, replica_id,
+                                                         preq.fetch_offset)
+                        hw = partition.high_watermark
+                    if error == ErrorCode.none and preq.fetch_offset < readable and \
+                            budget > 0:
                         limit = min(preq.partition_max_bytes, budget)
                         records = plog.read(preq.fetch_offset, limit,
                                             min_one_batch=total == 0).records
@@ -151,6 +172,8 @@ def _read_all(broker, mod, body, version: int, allowance: int,
                                       first_offset=a.first_offset)
                                 for a in partition.aborted_transactions(preq.fetch_offset,
                                                                         upper))
+                        elif readable < end:  # a consumer reads up to the high watermark
+                            records, _ = _below(records, readable)
                         budget -= len(records)
                         total += len(records)
                     partitions.append(partition)
@@ -163,8 +186,8 @@ def _read_all(broker, mod, body, version: int, allowance: int,
                 log.info("fetch from %s-%d at offset %d refused: %s (log start %d, high "
                          "watermark %d)", name or topic_id, preq.partition, preq.fetch_offset,
                          error.name, start, hw)
-            leader = {"current_leader": build(mod.LeaderIdAndEpoch, leader_id=broker.broker_id,
-                                              leader_epoch=0)} \
+            leader = {"current_leader": build(mod.LeaderIdAndEpoch,
+                                              **_leader_hint(broker, partition))} \
                 if error in _LEADER_HINTED and version >= LEADER_HINTS_FROM else {}
             results.append(build(
                 mod.PartitionData, partition_index=preq.partition, error_code=error,
@@ -175,6 +198,32 @@ def _read_all(broker, mod, body, version: int, allowance: int,
         responses.append(build(mod.FetchableTopicResponse, topic=name, topic_id=topic_id,
                                partitions=tuple(results)))
     return responses, total, errors, partitions
+
+
+def _replica_id(body, version: int) -> int:
+    """The fetching follower's broker id, -1 for a consumer (v15+: in replica_state)."""
+    if version >= 15:
+        state = getattr(body, "replica_state", None)
+        return -1 if state is None else int(state.replica_id)
+    return int(getattr(body, "replica_id", -1))
+
+
+def _role_problem(partition, asked_epoch: int, replica_id: int = -1) -> ErrorCode | None:
+    """NOT_LEADER_OR_FOLLOWER where this broker does not lead the partition, else what the
+    leader epoch the request names makes of it (cluster/isr.py's epoch_problem)."""
+    replication = partition.replication
+    if replication is None:
+        return epoch_problem(asked_epoch)
+    if not replication.is_leader:
+        return ErrorCode.not_leader_or_follower
+    return epoch_problem(asked_epoch, replication.leader_epoch)
+
+
+def _leader_hint(broker, partition) -> dict:
+    replication = None if partition is None else partition.replication
+    if replication is None:
+        return {"leader_id": broker.broker_id, "leader_epoch": LEADER_EPOCH}
+    return {"leader_id": replication.leader, "leader_epoch": replication.leader_epoch}
 
 
 def _name_of(broker, topic_id) -> str | None:
@@ -214,7 +263,9 @@ def handle_list_offsets(broker, request: Request):
                 error, timestamp, offset = _list_offset(broker, topic_req.name,
                                                         preq.partition_index, preq.timestamp,
                                                         committed)
-                fenced = epoch_problem(getattr(preq, "current_leader_epoch", NO_EPOCH))
+                partition = broker.topics.partition(topic_req.name, preq.partition_index)
+                fenced = None if partition is None else _role_problem(
+                    partition, getattr(preq, "current_leader_epoch", NO_EPOCH))
                 if fenced and error == ErrorCode.none:
                     error, timestamp, offset = fenced, -1, -1
             except OSError as exc:
@@ -318,23 +369,23 @@ def _epoch_end(broker, topic: str, index: int, current: int,
     partition = broker.topics.partition(topic, index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, NO_EPOCH, -1
-    if fenced := epoch_problem(current):
+    if fenced := _role_problem(partition, current):
         return fenced, NO_EPOCH, -1
-    if asked != LEADER_EPOCH:
-        return ErrorCode.none, NO_EPOCH, -1
     try:
+        if partition.replication is not None:  # the leader epoch cache's rows Q1-Q4
+            return (ErrorCode.none,
+                    *partition.leader_epochs.end_offset_for(asked, partition.log.log_end_offset))
+        if asked != LEADER_EPOCH:
+            return ErrorCode.none, NO_EPOCH, -1
         return ErrorCode.none, LEADER_EPOCH, partition.log.log_end_offset
     except OSError as exc:
         log.error("offset for leader epoch of %s-%d failed: %s", topic, index, exc)
         return ErrorCode.kafka_storage_error, NO_EPOCH, -1
 
 
-def epoch_problem(current: int) -> ErrorCode | None:
+def epoch_problem(current: int, leader_epoch: int = LEADER_EPOCH) -> ErrorCode | None:
     """What the leader epoch a client believes current makes of its request (KIP-320)."""
-    if current == NO_EPOCH or current == LEADER_EPOCH:
-        return None
-    return ErrorCode.fenced_leader_epoch if current < LEADER_EPOCH \
-        else ErrorCode.unknown_leader_epoch
+    return isr_rules.epoch_problem(current, leader_epoch)
 
 
 # The requests this module answers (gathered in registry.py).

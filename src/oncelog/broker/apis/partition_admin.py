@@ -133,6 +133,9 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
     if topic in INTERNAL_TOPICS:
         return refused(ErrorCode.invalid_topic_exception,
                        f"cannot delete records of internal topic {topic}")
+    if partition.replication is not None and not partition.replication.is_leader:
+        return refused(ErrorCode.not_leader_or_follower,
+                       f"broker {broker.broker_id} does not lead it")
     policy = broker.topics.topic_config(broker.topics.get(topic), "cleanup.policy")
     if is_compacted(policy) and "delete" not in policy.split(","):
         return refused(ErrorCode.policy_violation,

@@ -12,7 +12,13 @@ transactional id cannot be verified: INVALID_TXN_STATE, as Kafka answers.
 
 From v13 a topic is named by its id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID for
 each of its partitions. From v10 a partition answered NOT_LEADER_OR_FOLLOWER carries the
-leader and its endpoint (KIP-951); this broker leads every partition it has, so none is.
+leader and the brokers' endpoints (KIP-951).
+
+Cluster mode (broker/replica_manager.py): only the partition's leader takes a produce
+(NOT_LEADER_OR_FOLLOWER elsewhere); acks=all is refused NOT_ENOUGH_REPLICAS before the append
+when the ISR is smaller than min.insync.replicas, and answered once the high watermark passed
+the batch (a retry too), or NOT_ENOUGH_REPLICAS_AFTER_APPEND, or REQUEST_TIMED_OUT after the
+request's timeout (cluster/isr.py's acks rows).
 A transactional v12+ request adds its partitions to the transaction itself only where
 transaction version 2 is finalized (KIP-890 part 2); this broker finalizes no features, so
 clients send AddPartitionsToTxn first, and v12+ batches are verified as v11's are.
@@ -27,6 +33,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster import isr as isr_rules
 from ...protocol import api_versions as apis
 from ...protocol import produce_response
 from ...protocol.messages import Request
@@ -102,7 +109,8 @@ class _ProduceRun:
         else:
             outcome = _produce_partition(self.broker, body.acks, name, pdata.index,
                                          pdata.records, self.request.client_id,
-                                         body.transactional_id, self.inflation, validated)
+                                         body.transactional_id, self.inflation, validated,
+                                         body.timeout_ms)
         if outcome is None:
             return False
         result, durable = outcome
@@ -209,12 +217,23 @@ def _encode(broker, request: Request, topics: list) -> bytes:
     """The answer; KIP-951's leader hint on each partition answered NOT_LEADER_OR_FOLLOWER."""
     nodes: tuple[NodeEndpoint, ...] = ()
     if any(p.error_code == ErrorCode.not_leader_or_follower for _, ps in topics for p in ps):
-        topics = [(key, [p._replace(current_leader=(broker.broker_id, 0))
+        topics = [(key, [p._replace(current_leader=_leader_of(broker, key, p.index))
                          if p.error_code == ErrorCode.not_leader_or_follower else p
                          for p in ps]) for key, ps in topics]
-        nodes = (NodeEndpoint(broker.broker_id, *broker.endpoint(request.session.listener)),)
+        nodes = tuple(NodeEndpoint(node, host, port)
+                      for node, host, port, _ in broker.cluster_brokers(request.session.listener))
     return produce_response.encode(request.api_version, request.correlation_id, topics, nodes,
                                    request.throttle_ms)
+
+
+def _leader_of(broker, key, index: int) -> tuple[int, int]:
+    """(leader, leader epoch) of a partition as this broker knows them (KIP-951's hint)."""
+    topic = broker.topics.get(key) if isinstance(key, str) else broker.topics.by_id(key)
+    replication = None if topic is None or index >= len(topic.partitions) \
+        else topic.partitions[index].replication
+    if replication is None:
+        return broker.broker_id, 0
+    return replication.leader, replication.leader_epoch
 
 
 def _unknown_topic_id(topic_id, index: int, client_id: str | None) -> tuple[PartitionResult,
@@ -233,15 +252,18 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
             result = partitions[i]
             log.error("produce to %s-%d from %s not acknowledged: %s", topic, result.index,
                       log_safe(request.client_id), error)
-            partitions[i] = PartitionResult(result.index, int(ErrorCode.kafka_storage_error),
-                                            -1, result.log_start_offset,
-                                            f"making the records durable failed: {error}")
+            # an acks=all answer (replication.ReplicationError) says its own error
+            code = getattr(error, "error_code", ErrorCode.kafka_storage_error)
+            partitions[i] = PartitionResult(result.index, int(code), -1,
+                                            result.log_start_offset,
+                                            f"not acknowledged: {error}")
     return _encode(broker, request, topics)
 
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None, transactional_id: str | None,
-                       inflation: Inflation, validated: list | InvalidBatch | None
+                       inflation: Inflation, validated: list | InvalidBatch | None,
+                       timeout_ms: int = 30_000
                        ) -> tuple[PartitionResult, asyncio.Future[None] | None] | None:
     """The partition's answer, and what must be done before it is sent (None: nothing); None
     instead when its batches are to be validated off the event loop first."""
@@ -269,6 +291,16 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
                       logging.WARNING)
     if records is None:
         return failed(ErrorCode.corrupt_message, "null record set", logging.WARNING)
+    replication = partition.replication
+    if replication is not None:  # cluster mode (broker/replica_manager.py)
+        if not replication.is_leader:
+            return failed(ErrorCode.not_leader_or_follower,
+                          f"broker {broker.broker_id} does not lead {topic}-{index}")
+        if acks == -1 and isr_rules.acks_all_before(len(replication.isr),
+                                                    replication.min_insync):
+            return failed(ErrorCode.not_enough_replicas,
+                          f"the ISR {list(replication.isr)} is smaller than "
+                          f"min.insync.replicas {replication.min_insync}")
     def verify(producer_id: int, epoch: int) -> ErrorCode:
         if transactional_id is None:
             return ErrorCode.invalid_txn_state
@@ -293,6 +325,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     # Asked with acks=0 too: the flush policy holds whether or not anyone waits for it.
     durable = partition.durable(result)
+    if replication is not None and acks == -1:  # answered once the ISR has it
+        replicated = replication.wait_for(result.last_offset + 1, timeout_ms / 1000)
+        if replicated is not None:
+            durable = replicated if durable is None else asyncio.gather(durable, replicated)
     return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
                            result.log_append_time), durable
 

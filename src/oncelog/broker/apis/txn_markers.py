@@ -7,7 +7,8 @@ transaction coordinator of this broker awaits it in process, and the WriteTxnMar
 one path: Partition.append_marker, all or
 nothing like any append, judged by producer_state's marker rules (M1-M4).
 
-Per-partition errors as Kafka gives them: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
+Per-partition errors as Kafka gives them: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
+(cluster mode, a partition this broker does not lead), INVALID_PRODUCER_EPOCH
 (a marker of an older epoch), TRANSACTION_COORDINATOR_FENCED (of an older coordinator
 epoch), KAFKA_STORAGE_ERROR (the disk failed, or the marker could not be made durable). A
 marker for a producer with no transaction ongoing in a partition (a retry) is written and
@@ -83,6 +84,8 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
         partition = broker.topics.partition(topic, index)
         if partition is None:
             error = ErrorCode.unknown_topic_or_partition
+        elif partition.replication is not None and not partition.replication.is_leader:
+            error = ErrorCode.not_leader_or_follower  # cluster mode: only its leader writes
         else:
             try:
                 result = partition.append_marker(marker)

@@ -1,0 +1,292 @@
+"""A follower's fetchers: one asyncio task per leader broker, for every partition followed
+there, speaking Kafka's protocol to the leader as any Kafka follower does.
+
+1. Truncate: OffsetForLeaderEpoch (v3, replica id = ours, the current leader epoch) asking
+   for the end of our latest epoch; the answer and our own leader epoch cache give the
+   truncation point (cluster/isr.py's T rows); a T3 answer asks again with the epoch we cut
+   back to. ``Partition.truncate_to`` cuts the log and rebuilds producer state.
+2. Fetch (v11, replica id = ours, the current leader epoch) from our log end offset; the
+   batches are appended as they are (``Partition.append_as_follower``); our high watermark
+   is the leader's, never past our log end; our log start follows the leader's (DeleteRecords
+   replicated).
+
+A FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER answer means one of us
+has not yet read the newest state: that partition waits replica.fetch.backoff.ms (at most a
+second) and is asked again; the replica manager moves it when the state moves on.
+OFFSET_OUT_OF_RANGE (our log end is past the leader's) truncates again. A lost connection
+is made again after the backoff. Every wait is bounded. An answer for a partition no longer
+followed at the epoch it was asked for is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import struct
+import time
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster import isr as rules
+from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
+from ..protocol.messages import decode_response, encode_request
+from ..protocol.record_batch import InvalidBatch
+from ..protocol.schema import build, request_module
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+_SIZE = struct.Struct(">i")
+_RETRYABLE = (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+              ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
+              ErrorCode.kafka_storage_error, ErrorCode.leader_not_available)
+MAX_FRAME = 1 << 30
+
+
+class FetchFailed(Exception):
+    pass
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 client_id: str, timeout_s: float) -> None:
+        self.reader, self.writer = reader, writer
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self.correlation = 0
+
+    async def call(self, api_key: int, version: int, body):
+        self.correlation += 1
+        self.writer.write(encode_request(api_key, version, self.correlation, self.client_id,
+                                         body))
+        async with asyncio.timeout(self.timeout_s):
+            await self.writer.drain()
+            (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+            if not 4 <= size <= MAX_FRAME:
+                raise FetchFailed(f"the leader sent a frame of {size} bytes")
+            frame = await self.reader.readexactly(size)
+        correlation, answer = decode_response(api_key, version, frame)
+        if correlation != self.correlation:
+            raise FetchFailed(f"correlation id {correlation} answered {self.correlation}")
+        return answer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Followed:
+    """One partition a LeaderFetcher follows at one leader epoch (a new epoch is a new one)."""
+
+    __slots__ = ("epoch", "partition", "resume_at", "truncated")
+
+    def __init__(self, partition, epoch: int) -> None:
+        self.partition = partition
+        self.epoch = epoch
+        self.truncated = False
+        self.resume_at = 0.0  # after a refusal: not asked again before this (monotonic)
+
+
+class LeaderFetcher:
+    """Every partition this broker follows on one leader, over one connection: one
+    OffsetForLeaderEpoch for those still to truncate, then one Fetch for all (Kafka's
+    ReplicaFetcherThread, one per leader)."""
+
+    def __init__(self, manager, leader: int) -> None:
+        self.manager = manager
+        self.leader = leader
+        config = manager.config
+        self.wait_ms: int = config.get("replica.fetch.wait.max.ms")
+        self.max_bytes: int = config.get("replica.fetch.max.bytes")
+        self.response_max_bytes: int = config.get("replica.fetch.response.max.bytes")
+        self.backoff_s = min(config.get("replica.fetch.backoff.ms"), 1000) / 1000
+        self.followed: dict[tuple[str, int], _Followed] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._conn: _Connection | None = None
+
+    # --- what it follows (the replica manager, on the event loop) --------------------------
+
+    def add(self, partition, epoch: int) -> None:
+        self.followed[(partition.topic, partition.index)] = _Followed(partition, epoch)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"fetcher-{self.leader}")
+
+    def remove(self, partition) -> None:
+        """From now on nothing fetched for it is applied (an answer on its way included)."""
+        self.followed.pop((partition.topic, partition.index), None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _current(self, followed: _Followed) -> bool:
+        key = (followed.partition.topic, followed.partition.index)
+        return self.followed.get(key) is followed
+
+    # --- the work ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if not self.followed:
+                    self._drop()
+                    self._changed.clear()
+                    await self._changed.wait()
+                    continue
+                if self._conn is None:
+                    self._conn = await self._connect()
+                now = time.monotonic()
+                ready = [f for f in self.followed.values() if f.resume_at <= now]
+                if not ready:
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.backoff_s):
+                            await self._changed.wait()
+                    continue
+                to_truncate = [f for f in ready if not f.truncated]
+                if to_truncate:
+                    await self._truncate(to_truncate)
+                else:
+                    await self._fetch(ready)
+            except asyncio.CancelledError:
+                self._drop()
+                raise
+            except (OSError, EOFError, TimeoutError, FetchFailed,
+                    asyncio.IncompleteReadError) as exc:
+                log.info("fetching from broker %d: %r; again in %.1fs", self.leader, exc,
+                         self.backoff_s)
+                self._drop()
+                await asyncio.sleep(self.backoff_s)
+            except Exception:
+                log.exception("fetcher of broker %d failed; again in %.1fs", self.leader,
+                              self.backoff_s)
+                self._drop()
+                await asyncio.sleep(self.backoff_s)
+
+    async def _connect(self) -> _Connection:
+        endpoint = self.manager.endpoint(self.leader)
+        if endpoint is None:
+            raise FetchFailed(f"broker {self.leader} is not registered")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*endpoint),
+                                                timeout=10)
+        return _Connection(reader, writer, f"replica-{self.manager.broker_id}",
+                           self.wait_ms / 1000 + 30)
+
+    def _back_off(self, followed: _Followed) -> None:
+        followed.resume_at = time.monotonic() + self.backoff_s
+
+    async def _truncate(self, todo: list[_Followed]) -> None:
+        """One OffsetForLeaderEpoch round for ``todo``, each asking for the end of its own
+        latest epoch."""
+        mod = request_module(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
+        asked = {}
+        topics: dict[str, list] = {}
+        for f in todo:
+            p = f.partition
+            asked[(p.topic, p.index)] = f
+            topics.setdefault(p.topic, []).append(build(
+                mod.OffsetForLeaderPartition, partition=p.index, current_leader_epoch=f.epoch,
+                leader_epoch=p.leader_epochs.latest_epoch))
+        body = build(mod.OffsetForLeaderEpochRequest, replica_id=self.manager.broker_id,
+                     topics=tuple(build(mod.OffsetForLeaderTopic, topic=t,
+                                        partitions=tuple(ps)) for t, ps in topics.items()))
+        assert self._conn is not None
+        answer = await self._conn.call(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
+        for topic in answer.topics:
+            for result in topic.partitions:
+                f = asked.get((topic.topic, result.partition))
+                if f is None or not self._current(f):
+                    continue  # not asked, or no longer followed at that epoch
+                if result.error_code != ErrorCode.none:
+                    if result.error_code not in _RETRYABLE:
+                        log.warning("%s: OffsetForLeaderEpoch answered %s", f.partition.name,
+                                    result.error_code.name)
+                    self._back_off(f)
+                    continue
+                f.truncated = self._truncate_one(f.partition, result)
+
+    @staticmethod
+    def _truncate_one(partition, result) -> bool:
+        end = partition.log.log_end_offset
+        ours = partition.leader_epochs.end_offset_for(result.leader_epoch, end) \
+            if result.leader_epoch >= 0 else (rules.NO_EPOCH, -1)
+        point, done = rules.truncation_point(result.leader_epoch, result.end_offset, ours,
+                                             end, partition.high_watermark)
+        if point < end:
+            log.info("%s: truncating from %d to %d (leader epoch %d ends at %d there)",
+                     partition.name, end, point, result.leader_epoch, result.end_offset)
+            partition.truncate_to(point)
+        return done
+
+    async def _fetch(self, ready: list[_Followed]) -> None:
+        """One Fetch for every partition ready, each from its log end."""
+        mod = request_module(FETCH, FETCH_VERSION)
+        asked = {}
+        topics: dict[str, list] = {}
+        for f in ready:
+            p = f.partition
+            offset = p.log.log_end_offset
+            asked[(p.topic, p.index)] = (f, offset)
+            topics.setdefault(p.topic, []).append(build(
+                mod.FetchPartition, partition=p.index, current_leader_epoch=f.epoch,
+                fetch_offset=offset, log_start_offset=-1, partition_max_bytes=self.max_bytes))
+        body = build(mod.FetchRequest, replica_id=self.manager.broker_id,
+                     max_wait=datetime.timedelta(milliseconds=self.wait_ms), min_bytes=1,
+                     max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
+                     session_epoch=-1, rack_id="", forgotten_topics_data=(),
+                     topics=tuple(build(mod.FetchTopic, topic=t, partitions=tuple(ps))
+                                  for t, ps in topics.items()))
+        assert self._conn is not None
+        answer = await self._conn.call(FETCH, FETCH_VERSION, body)
+        if answer.error_code != ErrorCode.none:
+            raise FetchFailed(f"Fetch answered {answer.error_code.name}")
+        for topic in answer.responses:
+            for result in topic.partitions:
+                entry = asked.get((topic.topic, result.partition_index))
+                if entry is None or not self._current(entry[0]):
+                    continue
+                f, offset = entry
+                try:
+                    self._apply(f, offset, result)
+                except InvalidBatch as exc:
+                    log.warning("%s: %s; fetching again", f.partition.name, exc)
+                    self._back_off(f)
+
+    def _apply(self, f: _Followed, offset: int, result) -> None:
+        partition = f.partition
+        if result.error_code == ErrorCode.offset_out_of_range:
+            log.warning("%s: our log end %d is out of the leader's range; truncating again",
+                        partition.name, offset)
+            f.truncated = False
+            return
+        if result.error_code != ErrorCode.none:
+            self._back_off(f)
+            return
+        if partition.log.log_end_offset != offset or partition.replication is None:
+            return  # truncated meanwhile: this answer is not ours to use
+        records = result.records or b""
+        if records:
+            partition.append_as_follower(records)
+        replication = partition.replication
+        end = partition.log.log_end_offset
+        new_hw = min(result.high_watermark, end)
+        if new_hw > replication.high_watermark:
+            replication.high_watermark = new_hw
+            partition._wake_waiters()
+        if result.log_start_offset > partition.log.log_start_offset:
+            # DeleteRecords on the leader (or its retention): the log start follows it
+            partition.delete_records(min(result.log_start_offset, end))

@@ -1,0 +1,333 @@
+"""The replica manager (cluster mode only): this broker's part in replicating partitions.
+
+It follows ZooKeeper (cluster/replica_watch.py hands it every topic with a partition assigned
+here, with each partition's state) and, on the event loop:
+
+- creates the local log of every partition assigned here with the topic's configs from
+  /config/topics (and takes their changes), and deletes the local topic once no partition
+  of it is assigned here;
+- makes each partition leader or follower as its state says (cluster/isr.py's role table,
+  the leader epoch fencing stale states): a leader stamps its epoch on the batches it
+  appends and records the epoch's start in the leader epoch cache; a follower fetches from
+  the leader (broker/replica_fetcher.py), after truncating to where it and the leader agree;
+- as leader, keeps what each follower fetched, the high watermark, and the ISR: shrinks it
+  after replica.lag.time.max.ms and grows it when a follower caught up, by a conditional
+  write of the state znode (the controller's writes win);
+- writes each partition's high watermark to its replication-offset-checkpoint every
+  replica.high.watermark.checkpoint.interval.ms and at shutdown.
+
+Before the first view, every replicated partition here has no leader: nothing is produced
+to or read from a partition this broker has not been told it leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster import isr as rules
+from ..cluster import znodes as zn
+from ..cluster.replica_watch import ReplicaWatch, TopicView
+from .partition import Partition
+from .replica_fetcher import LeaderFetcher
+from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
+from .topics import INTERNAL_TOPICS, REPLICA_MARK
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def topic_uuid(name: str, topic_id: str) -> uuid.UUID:
+    """Kafka's topic id (base64 of 16 bytes); a topic written without one gets one made
+    from its name, the same on every broker."""
+    try:
+        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+        if len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+    except (binascii.Error, ValueError):
+        pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog-topic:{name}")
+
+
+class ReplicaManager:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.broker_id: int = broker.broker_id
+        self.topics = broker.topics
+        self.config = broker.config
+        self.lag_max_ms: int = self.config.get("replica.lag.time.max.ms")
+        self.watch = ReplicaWatch(broker.cluster.store, self.broker_id, self._on_view)
+        self.fetchers: dict[int, LeaderFetcher] = {}  # by leader broker
+        self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._checkpointed: dict[str, int] = {}
+        self._closed = False
+        # The local topics that are replicas of ZooKeeper's (ensure_replica_topic marks
+        # them): only those follow the view, and only those go when it drops them. A topic
+        # this broker kept alone before it joined a cluster is never deleted for that.
+        self._replicas: set[str] = set()
+        for topic in list(self.topics.topics.values()):
+            stored, _ = self.topics.store.get(f"topics/{topic.name}")
+            if topic.name not in INTERNAL_TOPICS and stored and stored.get(REPLICA_MARK):
+                self._replicas.add(topic.name)
+                for partition in topic.partitions:
+                    self._no_leader_yet(partition)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [
+            asyncio.create_task(self._every(max(10, self.lag_max_ms // 2), self.check_isr)),
+            asyncio.create_task(self._every(
+                self.config.get("replica.high.watermark.checkpoint.interval.ms"),
+                self.checkpoint_high_watermarks)),
+        ]
+        self.watch.start()
+
+    async def close(self) -> None:
+        self._closed = True  # a view already on its way to the loop changes nothing now
+        self.watch.close()
+        for task in self._tasks:
+            task.cancel()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        self._following.clear()
+        for partition in self._replicated():
+            if partition.replication is not None:
+                partition.replication.fail_waiters(ErrorCode.not_leader_or_follower,
+                                                   "the broker is shutting down")
+        self.checkpoint_high_watermarks()
+
+    async def _every(self, interval_ms: int, duty) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                duty()
+            except Exception:
+                log.exception("replica duty %s failed", duty.__name__)
+
+    def _on_view(self, view: dict[str, TopicView]) -> None:
+        """On the watch's thread: the view goes to the event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.apply_view, view)
+
+    def _replicated(self):
+        for name in list(self._replicas):
+            topic = self.topics.get(name)
+            if topic is not None:
+                yield from topic.partitions
+
+    # --- following ZooKeeper -------------------------------------------------------------
+
+    def apply_view(self, view: dict[str, TopicView]) -> None:
+        if self._closed:
+            return
+        for name, tv in view.items():
+            try:
+                self._apply_topic(tv)
+            except Exception:
+                log.exception("applying the replica assignment of topic %s failed", name)
+        for name in [n for n in self._replicas if n not in view]:
+            self._delete_local(name)
+
+    def _apply_topic(self, tv: TopicView) -> None:
+        count = max(tv.assignment.partitions) + 1
+        topic = self.topics.get(tv.name)
+        fresh = topic is None or topic.topic_id != topic_uuid(tv.name, tv.assignment.topic_id)
+        if fresh:
+            if topic is not None:
+                self._delete_local(tv.name)
+            topic = self.topics.ensure_replica_topic(
+                tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
+            self._replicas.add(tv.name)
+            for partition in topic.partitions:
+                self._no_leader_yet(partition)
+        elif tv.configs != self.topics.override_texts(topic):  # /config/topics changed
+            self.topics.alter_configs(tv.name, tv.configs)
+        if count > len(topic.partitions):  # CreatePartitions: the assignment grew
+            known = len(topic.partitions)
+            self.topics.add_partitions(tv.name, count)
+            for partition in topic.partitions[known:]:
+                self._no_leader_yet(partition)
+        min_insync = self.topics.topic_config(topic, "min.insync.replicas")
+        for index, (state, version) in sorted(tv.states.items()):
+            if index < len(topic.partitions):
+                replicas = tv.assignment.partitions.get(index, ())
+                self.apply_state(topic.partitions[index], state, version, replicas, min_insync)
+
+    def _delete_local(self, name: str) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            return
+        for partition in topic.partitions:
+            self._stop_fetcher(partition)
+            if partition.replication is not None:
+                partition.replication.fail_waiters(ErrorCode.unknown_topic_or_partition,
+                                                   f"topic {name} was deleted")
+        self._replicas.discard(name)
+        try:
+            self.topics.delete(name)
+        except Exception:
+            log.exception("deleting the local replica of topic %s failed", name)
+
+    def _no_leader_yet(self, partition: Partition) -> None:
+        if partition.replication is None:
+            hw = read_hw_checkpoint(partition.disk, partition.dir)
+            partition.replication = ReplicaState(self.broker_id, rules.NO_LEADER, -1, (), (),
+                                                 hw)
+
+    def apply_state(self, partition: Partition, state: zn.PartitionState, version: int,
+                    replicas: tuple[int, ...], min_insync: int) -> rules.Role:
+        """One row of the role table for one partition."""
+        current: ReplicaState = partition.replication
+        our_epoch = None if current is None or current.leader_epoch < 0 \
+            else current.leader_epoch
+        leading = current is not None and current.is_leader
+        role = rules.role_step(our_epoch, leading, state.leader, state.leader_epoch,
+                               self.broker_id)
+        if role is rules.Role.IGNORE:
+            if current is not None and state.leader_epoch == current.leader_epoch:
+                current.isr, current.zk_version = state.isr, version  # shown by Metadata
+            return role
+        if role is rules.Role.ADOPT_ISR:
+            self._adopt_isr(partition, current, state, version, min_insync)
+            return role
+        hw = current.high_watermark if current is not None else \
+            read_hw_checkpoint(partition.disk, partition.dir)
+        if current is not None:
+            current.fail_waiters(ErrorCode.not_leader_or_follower,
+                                 f"{partition.name}: leader epoch {state.leader_epoch} "
+                                 f"went to broker {state.leader}")
+        self._stop_fetcher(partition)
+        new = ReplicaState(self.broker_id, state.leader, state.leader_epoch, state.isr,
+                           tuple(replicas), hw, version, min_insync=min_insync,
+                           controller_epoch=state.controller_epoch)
+        partition.leader_epoch = state.leader_epoch
+        if role is rules.Role.BECOME_LEADER:
+            end = partition.log.log_end_offset
+            partition.leader_epochs.assign(state.leader_epoch, end)
+            new.epoch_start_offset = end
+            now = _now_ms()
+            new.followers = {b: rules.FollowerView(-1, now) for b in state.isr}
+            partition.replication = new
+            new.advance_high_watermark(partition.log.log_end_offset)
+            log.info("%s: leader at epoch %d, ISR %s, high watermark %d", partition.name,
+                     state.leader_epoch, list(state.isr), new.high_watermark)
+        elif role is rules.Role.BECOME_FOLLOWER:
+            partition.replication = new
+            self._start_fetcher(partition, state.leader, state.leader_epoch)
+            log.info("%s: follower of broker %d at epoch %d", partition.name, state.leader,
+                     state.leader_epoch)
+        else:
+            partition.replication = new
+            log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
+        partition._wake_waiters()  # long polls answer the new role's error
+        return role
+
+    def _adopt_isr(self, partition: Partition, current: ReplicaState,
+                   state: zn.PartitionState, version: int, min_insync: int) -> None:
+        now = _now_ms()
+        for broker in state.isr:
+            current.followers.setdefault(broker, rules.FollowerView(-1, now))
+        current.isr, current.zk_version = state.isr, version
+        current.min_insync = min_insync
+        current.advance_high_watermark(partition.log.log_end_offset)
+        current.resolve_waiters()
+
+    # --- as leader -----------------------------------------------------------------------
+
+    def follower_fetched(self, partition: Partition, replica_id: int,
+                         fetch_offset: int) -> None:
+        """A follower's Fetch at ``fetch_offset`` (its log end): the high watermark and the
+        ISR may move."""
+        r: ReplicaState = partition.replication
+        end = partition.log.log_end_offset
+        r.follower_fetched(replica_id, fetch_offset, end, _now_ms())
+        if r.advance_high_watermark(end):
+            partition._wake_waiters()  # consumers waiting for the high watermark
+        if replica_id not in r.isr:
+            self._maybe_write_isr(partition)
+
+    def check_isr(self) -> None:
+        for partition in self._replicated():
+            r = partition.replication
+            if r is not None and r.is_leader:
+                self._maybe_write_isr(partition)
+
+    def _maybe_write_isr(self, partition: Partition) -> None:
+        r: ReplicaState = partition.replication
+        if r.isr_write_pending:
+            return
+        wanted = r.isr_changes(_now_ms(), self.lag_max_ms)
+        if wanted is None:
+            return
+        r.isr_write_pending = True
+        state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch)
+        loop = asyncio.get_running_loop()
+        written = loop.run_in_executor(None, self.watch.write_isr, partition.topic,
+                                       partition.index, state, r.zk_version)
+        old = r.isr
+        written.add_done_callback(
+            lambda fut: self._isr_written(partition, r, old, wanted, fut))
+
+    def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
+                     wanted: tuple[int, ...], fut: asyncio.Future) -> None:
+        r.isr_write_pending = False
+        version = None if fut.cancelled() or fut.exception() else fut.result()
+        if version is None or partition.replication is not r:
+            return  # the state moved on: the next view decides
+        log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(old),
+                 list(wanted), r.leader_epoch)
+        r.isr, r.zk_version = wanted, version
+        if r.advance_high_watermark(partition.log.log_end_offset):
+            partition._wake_waiters()
+        r.resolve_waiters()
+
+    # --- followers -----------------------------------------------------------------------
+
+    def endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        for b in self.broker.cluster.brokers:
+            if b.broker_id == broker_id:
+                return b.host, b.port
+        return None
+
+    def _start_fetcher(self, partition: Partition, leader: int, epoch: int) -> None:
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = LeaderFetcher(self, leader)
+        fetcher.add(partition, epoch)
+        self._following[partition.name] = leader
+
+    def _stop_fetcher(self, partition: Partition) -> None:
+        leader = self._following.pop(partition.name, None)
+        if leader is not None:
+            self.fetchers[leader].remove(partition)
+
+    # --- the high watermark checkpoint ---------------------------------------------------
+
+    def checkpoint_high_watermarks(self) -> None:
+        for partition in self._replicated():
+            r = partition.replication
+            if r is None or not partition.is_open:
+                continue
+            hw = partition.high_watermark
+            if self._checkpointed.get(partition.name) != hw:
+                try:
+                    write_hw_checkpoint(partition.disk, partition.dir, hw)
+                    self._checkpointed[partition.name] = hw
+                except OSError as exc:
+                    log.error("%s: writing the high watermark checkpoint failed: %s",
+                              partition.name, exc)

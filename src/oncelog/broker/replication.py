@@ -1,0 +1,173 @@
+"""One partition's replication state on this broker (cluster mode): its role at a leader
+epoch, and as leader what it knows of each follower, the ISR, the high watermark and the
+produces with acks=all waiting for it.
+
+Every decision is a row of cluster/isr.py's tables; this module only keeps the facts and
+resolves the waiting answers. A partition without it (``Partition.replication is None``) is
+one broker alone: its own leader, ISR {itself}, high watermark = log end offset.
+
+The high watermark is kept in Kafka's ``replication-offset-checkpoint`` (one file per
+partition here, as the log start and cleaner checkpoints are): a replica that restarts and
+leads again serves only what the ISR had, never what only it had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster import isr as rules
+from ..log.disk import OsDisk, read_file, write_atomically
+
+log = logging.getLogger(__name__)
+
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+class ReplicationError(Exception):
+    """An acks=all answer that is an error: the Kafka error it is answered with."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+@dataclass
+class _Waiter:
+    needed: int  # the high watermark that acknowledges it: the batch's last offset + 1
+    future: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class ReplicaState:
+    broker_id: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    high_watermark: int
+    zk_version: int = -1  # of the state znode the role came from (the ISR write's condition)
+    epoch_start_offset: int = 0  # our log end when we became leader at this epoch
+    min_insync: int = 1
+    controller_epoch: int = 0  # of the state read: an ISR write keeps it
+    followers: dict[int, rules.FollowerView] = field(default_factory=dict)
+    # follower -> (the leader's log end, the time) at its last fetch
+    last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
+    waiters: list[_Waiter] = field(default_factory=list)
+    isr_write_pending: bool = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.broker_id
+
+    # --- as leader -----------------------------------------------------------------------
+
+    def follower_fetched(self, replica: int, fetch_offset: int, leader_end: int,
+                         now_ms: int) -> None:
+        old = self.followers.get(replica, rules.FollowerView(-1, 0))
+        last_end, last_fetch_ms = self.last_fetch.get(replica, (leader_end + 1, 0))
+        caught = rules.caught_up_at(fetch_offset, leader_end, last_end, now_ms, last_fetch_ms,
+                                    old.last_caught_up_ms)
+        self.followers[replica] = rules.FollowerView(fetch_offset, caught)
+        self.last_fetch[replica] = (leader_end, now_ms)
+
+    def advance_high_watermark(self, leader_end: int) -> bool:
+        """The ISR's least log end (isr.high_watermark); True when it moved."""
+        ends = [self.followers.get(b, rules.FollowerView(-1, 0)).log_end_offset
+                for b in self.isr if b != self.broker_id]
+        new = rules.high_watermark(self.high_watermark, leader_end, ends)
+        moved = new != self.high_watermark
+        self.high_watermark = new
+        if moved:
+            self.resolve_waiters()
+        return moved
+
+    def isr_changes(self, now_ms: int, lag_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR the rules want (isr.isr_change per follower), None when it is as is."""
+        wanted = [self.broker_id]
+        for broker in self.replicas:
+            if broker == self.broker_id:
+                continue
+            view = self.followers.get(broker, rules.FollowerView(-1, now_ms))
+            change = rules.isr_change(broker in self.isr, view, now_ms, lag_max_ms,
+                                      self.high_watermark, self.epoch_start_offset)
+            if change is rules.IsrChange.EXPAND or \
+                    (change is rules.IsrChange.KEEP and broker in self.isr):
+                wanted.append(broker)
+        ordered = tuple(b for b in self.replicas if b in wanted)
+        return None if set(ordered) == set(self.isr) else ordered
+
+    def wait_for(self, needed: int, timeout_s: float) -> asyncio.Future[None] | None:
+        """acks=all: a future done once the high watermark reaches ``needed`` with enough
+        replicas in sync (isr.acks_all_step); None when that is so already."""
+        step = rules.acks_all_step(self.high_watermark, needed, len(self.isr), self.min_insync)
+        if step is rules.Acks.DONE:
+            return None
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if step is rules.Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            fut.set_exception(self._not_enough_after())
+            return fut
+        waiter = _Waiter(needed, fut)
+        waiter.timer = loop.call_later(timeout_s, self._timed_out, waiter)
+        self.waiters.append(waiter)
+        return fut
+
+    def _not_enough_after(self) -> ReplicationError:
+        return ReplicationError(ErrorCode.not_enough_replicas_after_append,
+                                f"the ISR {list(self.isr)} shrank below min.insync.replicas "
+                                f"{self.min_insync} while the batch waited")
+
+    def _timed_out(self, waiter: _Waiter) -> None:
+        if waiter in self.waiters:
+            self.waiters.remove(waiter)
+        if not waiter.future.done():
+            waiter.future.set_exception(ReplicationError(
+                ErrorCode.request_timed_out, "the ISR did not have the batch in time"))
+
+    def resolve_waiters(self) -> None:
+        keep = []
+        for waiter in self.waiters:
+            step = rules.acks_all_step(self.high_watermark, waiter.needed, len(self.isr),
+                                       self.min_insync)
+            if step is rules.Acks.WAIT:
+                keep.append(waiter)
+                continue
+            _settle(waiter, None if step is rules.Acks.DONE else self._not_enough_after())
+        self.waiters = keep
+
+    def fail_waiters(self, error: ErrorCode, message: str) -> None:
+        for waiter in self.waiters:
+            _settle(waiter, ReplicationError(error, message))
+        self.waiters = []
+
+
+def _settle(waiter: _Waiter, error: BaseException | None) -> None:
+    if waiter.timer is not None:
+        waiter.timer.cancel()
+    if waiter.future.done():
+        return
+    if error is None:
+        waiter.future.set_result(None)
+    else:
+        waiter.future.set_exception(error)
+        waiter.future.exception()  # retrieved: its request may be gone
+
+
+def read_hw_checkpoint(disk: OsDisk, directory: str) -> int:
+    try:
+        return max(0, int(read_file(disk, os.path.join(directory, HW_CHECKPOINT_FILE))))
+    except (OSError, ValueError):
+        return 0
+
+
+def write_hw_checkpoint(disk: OsDisk, directory: str, high_watermark: int) -> None:
+    with contextlib.suppress(FileNotFoundError):  # a partition deleted meanwhile
+        write_atomically(disk, os.path.join(directory, HW_CHECKPOINT_FILE),
+                         b"%d\n" % high_watermark)

@@ -1,0 +1,188 @@
+"""Every replication decision of a partition, as tables: pure functions, no I/O, no clock.
+
+The broker (broker/replica_manager.py, broker/replica_fetcher.py) feeds them what it knows
+and does what they answer; tests/cluster/test_isr_model.py holds them against a model.
+
+Role, decided by ``role_step`` when a partition state is read from ZooKeeper
+(``/brokers/topics/<t>/partitions/<p>/state``), against the leader epoch this replica acts on
+(None before any state):
+
+| row | state read                                         | action                         |
+|-----|----------------------------------------------------|--------------------------------|
+| B1  | leader_epoch below ours                            | IGNORE: a stale state          |
+| B2  | same leader_epoch, we lead it                      | ADOPT_ISR: keep leading, take  |
+|     |                                                    | the ISR written (our own write |
+|     |                                                    | or the controller's)           |
+| B3  | same leader_epoch, we follow or have no leader     | IGNORE: nothing changes        |
+| B4  | newer epoch (or none yet), leader is us            | BECOME_LEADER at that epoch    |
+| B5  | newer epoch, leader another broker                 | BECOME_FOLLOWER of it          |
+| B6  | newer epoch, leader -1 (no ISR member alive)       | NO_LEADER: fetch from nobody,  |
+|     |                                                    | refuse produce and fetch       |
+
+ISR, decided by ``isr_change`` on the leader for each follower (Kafka's Partition
+maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
+
+| row | follower                                             | action                       |
+|-----|------------------------------------------------------|------------------------------|
+| I1  | in the ISR, not caught up for replica.lag.time.max.ms| SHRINK: out of the ISR       |
+| I2  | in the ISR, caught up within it                      | KEEP                         |
+| I3  | out of the ISR, assigned, its log end at or past the | EXPAND: into the ISR         |
+|     | high watermark and past the start of our epoch       |                              |
+| I4  | out of the ISR otherwise                             | KEEP                         |
+
+"Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
+leader's log end offset catches the follower up at its time; one that asks for the log end
+the leader had at the follower's previous fetch, at that previous fetch's time.
+The leader itself never leaves the ISR.
+
+High watermark, ``high_watermark``: the least log end offset over the ISR (the leader's
+included); it only moves forward (a new ISR member is at or past it, I3), and never past the
+leader's log end.
+
+acks=all, ``acks_all_step`` (Kafka's checkEnoughReplicasReachOffset):
+
+| row | when                                              | answer                          |
+|-----|---------------------------------------------------|---------------------------------|
+| K1  | before the append, ISR smaller than min.insync    | NOT_ENOUGH_REPLICAS, not stored |
+| K2  | high watermark reached the batch's end, ISR at or | DONE: acknowledged              |
+|     | above min.insync.replicas                         |                                 |
+| K3  | high watermark reached it, ISR below min.insync   | NOT_ENOUGH_REPLICAS_AFTER_APPEND|
+| K4  | high watermark not there yet                      | WAIT                            |
+
+Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
+OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets
+(leader's epoch L, end offset); it looks L up in its own leader epoch cache (the same
+``end_offset_for``), getting (its epoch F, its end offset):
+
+| row | answers                                        | truncate to                 | done?   |
+|-----|------------------------------------------------|-----------------------------|---------|
+| T1  | the leader's end offset is -1 (it knows no     | our high watermark          | yes     |
+|     | epoch at or below ours)                        |                             |         |
+| T2  | F == L: we have that epoch                     | min(both ends, our log end) | yes     |
+| T3  | F < L: we have an older epoch only             | min(our end of F, log end)  | no: ask |
+|     |                                                |                             | again   |
+| T4  | we have no epoch at or below L                 | min(its end, our log end)   | yes     |
+
+Leader epochs a request names (KIP-320), ``epoch_problem``: -1 checks nothing; below the
+partition's FENCED_LEADER_EPOCH; above it UNKNOWN_LEADER_EPOCH (we have not heard of it yet).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+NO_LEADER = -1
+NO_EPOCH = -1
+
+
+class Role(enum.Enum):
+    IGNORE = "B1/B3"
+    ADOPT_ISR = "B2"
+    BECOME_LEADER = "B4"
+    BECOME_FOLLOWER = "B5"
+    NO_LEADER = "B6"
+
+
+def role_step(our_epoch: int | None, leading: bool, state_leader: int, state_epoch: int,
+              our_id: int) -> Role:
+    """``our_epoch``: the leader epoch this replica acts on (None: none yet); ``leading``:
+    whether it leads at that epoch."""
+    if our_epoch is not None and state_epoch < our_epoch:
+        return Role.IGNORE
+    if our_epoch is not None and state_epoch == our_epoch:
+        return Role.ADOPT_ISR if leading else Role.IGNORE
+    if state_leader == our_id:
+        return Role.BECOME_LEADER
+    if state_leader == NO_LEADER:
+        return Role.NO_LEADER
+    return Role.BECOME_FOLLOWER
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerView:
+    """What the leader knows of one follower since it became leader."""
+
+    log_end_offset: int  # -1: it has not fetched from this leader yet
+    last_caught_up_ms: int  # when it was last caught up (Kafka's lastCaughtUpTime)
+
+
+class IsrChange(enum.Enum):
+    KEEP = "I2/I4"
+    SHRINK = "I1"
+    EXPAND = "I3"
+
+
+def isr_change(in_isr: bool, follower: FollowerView, now_ms: int, lag_max_ms: int,
+               high_watermark: int, epoch_start_offset: int) -> IsrChange:
+    if in_isr:
+        if now_ms - follower.last_caught_up_ms > lag_max_ms:
+            return IsrChange.SHRINK
+        return IsrChange.KEEP
+    if follower.log_end_offset >= 0 and follower.log_end_offset >= high_watermark and \
+            follower.log_end_offset >= epoch_start_offset:
+        return IsrChange.EXPAND
+    return IsrChange.KEEP
+
+
+def caught_up_at(fetch_offset: int, leader_end: int, leader_end_at_last_fetch: int,
+                 now_ms: int, last_fetch_ms: int, last_caught_up_ms: int) -> int:
+    """The follower's lastCaughtUpTime after a fetch at ``fetch_offset`` (Kafka's rule): the
+    leader's log end now reached is this fetch's time; the log end of its previous fetch
+    reached is that fetch's time."""
+    if fetch_offset >= leader_end:
+        return max(last_caught_up_ms, now_ms)
+    if fetch_offset >= leader_end_at_last_fetch:
+        return max(last_caught_up_ms, last_fetch_ms)
+    return last_caught_up_ms
+
+
+def high_watermark(current: int, leader_end: int, isr_ends: list[int]) -> int:
+    """The ISR's least log end offset (the leader's among them), never backwards; a member
+    that has not fetched yet (-1) holds it where it is."""
+    if any(end < 0 for end in isr_ends):
+        return min(current, leader_end)
+    return max(current, min([leader_end, *isr_ends])) if current <= leader_end \
+        else leader_end
+
+
+class Acks(enum.Enum):
+    DONE = "K2"
+    NOT_ENOUGH_REPLICAS = "K1"
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = "K3"
+    WAIT = "K4"
+
+
+def acks_all_before(isr_size: int, min_insync: int) -> Acks | None:
+    """K1 (None: go on and append)."""
+    return Acks.NOT_ENOUGH_REPLICAS if isr_size < min_insync else None
+
+
+def acks_all_step(high_watermark_now: int, needed: int, isr_size: int, min_insync: int) -> Acks:
+    """K2-K4 for a batch whose last offset is ``needed`` - 1."""
+    if high_watermark_now < needed:
+        return Acks.WAIT
+    return Acks.DONE if isr_size >= min_insync else Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def truncation_point(leader_epoch: int, leader_end: int, ours: tuple[int, int], log_end: int,
+                     our_high_watermark: int) -> tuple[int, bool]:
+    """(offset to truncate to, whether truncation is complete). ``ours``: (epoch, end) our
+    own cache answers for ``leader_epoch`` (-1, -1: nothing at or below it)."""
+    our_epoch, our_end = ours
+    if leader_end < 0:
+        return min(our_high_watermark, log_end), True  # T1
+    if our_epoch == NO_EPOCH or our_end < 0:
+        return min(leader_end, log_end), True  # T4
+    if our_epoch == leader_epoch:
+        return min(leader_end, our_end, log_end), True  # T2
+    return min(our_end, log_end), False  # T3
+
+
+def epoch_problem(asked: int, current: int) -> ErrorCode | None:
+    if asked == NO_EPOCH or asked == current:
+        return None
+    return ErrorCode.fenced_leader_epoch if asked < current \
+        else ErrorCode.unknown_leader_epoch

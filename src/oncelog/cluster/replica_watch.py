@@ -1,0 +1,168 @@
+"""ReplicaWatch: what ZooKeeper says this broker's replicas are, for its replica manager.
+
+Reads, and watches, Kafka's znodes (znodes.py): the topics' assignments under
+``/brokers/topics``, the state of every partition assigned to this broker, and those topics'
+configs under ``/config/topics``; it hands the whole view to the broker (``on_view``, called
+on this watch's thread: the broker moves it to its event loop). The view is read again when a
+watch fires, when the session comes back, and at least every third of the session timeout.
+A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the last view,
+and never takes a partial view for the truth (a topic missing from a failed read is not a
+deleted topic).
+
+Writes: ``write_isr``, the leader's ISR change, conditional on the state znode's version as
+the leader read it (Kafka's ZooKeeper mode before AlterPartition): leader and leader epoch
+kept, the controller epoch as it was. A controller write in between wins (BadVersion: the
+leader reads the new state and the role table decides again); a sequential
+``/isr_change_notification/isr_change_`` znode tells the controller which partitions changed.
+
+Must not know: logs, partitions' bytes, the broker's loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from ..metadata.store import MetadataUnavailable
+from ..metadata.zookeeper import ZooKeeperStore
+from . import znodes as zn
+
+log = logging.getLogger(__name__)
+
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    assignment: zn.TopicAssignment
+    configs: dict[str, str]
+    # partition -> (state, znode version), for the partitions assigned to this broker whose
+    # state exists yet
+    states: dict[int, tuple[zn.PartitionState, int]]
+
+
+class ReplicaWatch:
+    def __init__(self, store: ZooKeeperStore, broker_id: int,
+                 on_view: Callable[[dict[str, TopicView]], None]) -> None:
+        self.store = store
+        self.zk = store.client
+        self.broker_id = broker_id
+        self.on_view = on_view
+        self._recheck_s = store.session_timeout_ms / 3000
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        store.add_session_listener(self._on_session)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="replica-watch", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(self.store.session_timeout_ms / 1000 + 5)
+
+    def refresh(self) -> None:
+        """Read the view again soon (a conditional write lost: the state moved on)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self._recheck_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            if self.zk.state != KazooState.CONNECTED:
+                continue
+            try:
+                view = self.read_view()
+            except Exception as exc:  # ZooKeeper away mid-pass: the next pass reads again
+                log.warning("reading the replica assignments from ZooKeeper failed: %r", exc)
+                continue
+            try:
+                self.on_view(view)
+            except Exception:
+                log.exception("handing the replica view to the broker failed")
+
+    def _op(self, call_async, *args, **kwargs):
+        return self.store.op(call_async, *args, **kwargs)
+
+    def read_view(self) -> dict[str, TopicView]:
+        """Every topic with a partition assigned to this broker, watched."""
+        try:
+            names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
+        except NoNodeError:
+            self._op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
+            names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
+        view = {}
+        for name in sorted(names):
+            try:
+                data, _ = self._op(self.zk.get_async, zn.topic_path(name), watch=self._fire)
+            except NoNodeError:
+                continue
+            assignment = zn.TopicAssignment.decode(data)
+            ours = [p for p, replicas in assignment.partitions.items()
+                    if self.broker_id in replicas]
+            if not ours:
+                continue
+            states = {}
+            for p in ours:
+                path = zn.partition_state_path(name, p)
+                try:
+                    # watched even while absent: the controller creates it after the topic
+                    stat = self._op(self.zk.exists_async, path, watch=self._fire)
+                    if stat is None:
+                        continue
+                    data, stat = self._op(self.zk.get_async, path)
+                except NoNodeError:
+                    continue
+                states[p] = (zn.PartitionState.decode(data), stat.version)
+            view[name] = TopicView(name, assignment, self._configs(name), states)
+        return view
+
+    def _configs(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_TOPICS}/{topic}",
+                               watch=self._fire)
+        except NoNodeError:
+            return {}
+        return zn.decode_topic_config(data)
+
+    def write_isr(self, topic: str, partition: int, state: zn.PartitionState,
+                  version: int) -> int | None:
+        """Write ``state`` (ours: the ISR changed) at ``version``; the new version, or None
+        when the znode moved on (or ZooKeeper is away: the next pass decides again)."""
+        try:
+            stat = self._op(self.zk.set_async, zn.partition_state_path(topic, partition),
+                            state.encode(), version=version)
+        except (BadVersionError, NoNodeError):
+            self.refresh()
+            return None
+        except MetadataUnavailable as exc:
+            log.warning("ISR change of %s-%d not written: %s", topic, partition, exc)
+            return None
+        try:
+            self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
+                     json.dumps({"version": 1, "partitions": [
+                         {"topic": topic, "partition": partition}]}).encode(),
+                     sequence=True, makepath=True)
+        except (NodeExistsError, MetadataUnavailable) as exc:
+            log.debug("ISR change notification not written: %r", exc)
+        return stat.version
+
+    def _fire(self, _event) -> None:
+        self._wake.set()
+
+    def _on_session(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._wake.set()

@@ -1,0 +1,222 @@
+"""cluster/isr.py's tables held against models (hypothesis).
+
+- A leader and two followers (broker/replication.ReplicaState, the real one): appends,
+  follower fetches, time passing, ISR checks, acks=all waits. Kafka's safety properties hold
+  after every step: the leader is in the ISR, the high watermark never goes back nor past
+  the leader's log end, every ISR member has everything below it, a follower caught up
+  within replica.lag.time.max.ms stays in the ISR and one behind longer leaves it, and an
+  acks=all produce is acknowledged exactly when the high watermark passed it with
+  min.insync.replicas in the ISR.
+- Truncation: a follower whose log diverged from its leader's after a common prefix (it led
+  an epoch the leader never saw all of) truncates, over OffsetForLeaderEpoch rounds
+  (isr.truncation_point with the real LeaderEpochCache on both sides), to exactly that
+  prefix.
+- The role table, row by row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from kio.schema.errors import ErrorCode
+
+from oncelog.broker.replication import ReplicaState, ReplicationError
+from oncelog.cluster import isr
+from oncelog.log.leader_epoch import LeaderEpochCache
+from oncelog.log.memory_disk import MemoryDisk
+
+LAG_MS = 1000
+LEADER, F1, F2 = 1, 2, 3
+
+
+class LeaderModel(RuleBasedStateMachine):
+    @initialize(min_insync=st.integers(1, 3))
+    def start(self, min_insync):
+        self.loop = asyncio.new_event_loop()
+        self.now = 0
+        self.leo = {LEADER: 0, F1: 0, F2: 0}
+        self.caught_up: dict[int, int] = {F1: 0, F2: 0}  # Kafka's lastCaughtUpTime
+        self.previous: dict[int, tuple[int, int]] = {}  # leader end and time at last fetch
+        self.state = ReplicaState(LEADER, LEADER, 0, (LEADER, F1, F2), (LEADER, F1, F2), 0,
+                                  min_insync=min_insync)
+        self.state.followers = {b: isr.FollowerView(-1, 0) for b in (F1, F2)}
+        self.last_hw = 0
+        self.waiting: list[tuple[int, asyncio.Future]] = []
+
+    def teardown(self):
+        for _, fut in self.waiting:
+            fut.cancel()
+        self.loop.close()
+
+    def _settle(self):
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    @rule(count=st.integers(1, 5), acks_all=st.booleans())
+    def append(self, count, acks_all):
+        if acks_all and isr.acks_all_before(len(self.state.isr), self.state.min_insync):
+            return  # K1: refused before the append
+        self.leo[LEADER] += count
+        self.state.advance_high_watermark(self.leo[LEADER])
+        if acks_all:
+            async def wait(needed=self.leo[LEADER]):
+                return self.state.wait_for(needed, 3600)
+
+            fut = self.loop.run_until_complete(wait())
+            if fut is None:  # K2 at once
+                assert self.state.high_watermark >= self.leo[LEADER]
+                assert len(self.state.isr) >= self.state.min_insync
+            else:
+                self.waiting.append((self.leo[LEADER], fut))
+
+    @rule(follower=st.sampled_from([F1, F2]), data=st.data())
+    def fetch(self, follower, data):
+        # a fetch at the follower's log end, which then takes some of what the leader has
+        offset = self.leo[follower]
+        self.state.follower_fetched(follower, offset, self.leo[LEADER], self.now)
+        if offset >= self.leo[LEADER]:
+            self.caught_up[follower] = self.now
+        elif follower in self.previous and offset >= self.previous[follower][0]:
+            self.caught_up[follower] = max(self.caught_up[follower], self.previous[follower][1])
+        self.previous[follower] = (self.leo[LEADER], self.now)
+        self.state.advance_high_watermark(self.leo[LEADER])
+        self.leo[follower] = data.draw(st.integers(offset, self.leo[LEADER]))
+
+    @rule(ms=st.integers(1, 800))
+    def time_passes(self, ms):
+        self.now += ms
+
+    @rule()
+    def check_isr(self):
+        wanted = self.state.isr_changes(self.now, LAG_MS)
+        s = self.state
+        for broker in (F1, F2):
+            after = broker in (s.isr if wanted is None else wanted)
+            if broker in s.isr:  # I1 / I2
+                assert after == (self.now - self.caught_up[broker] <= LAG_MS)
+            else:  # I3 / I4: it has everything committed (and our epoch began at 0)
+                assert after == (s.followers[broker].log_end_offset >= s.high_watermark)
+        if wanted is None:
+            return
+        self.state.isr = wanted  # the conditional write went through
+        self.state.advance_high_watermark(self.leo[LEADER])
+        self.state.resolve_waiters()
+        self._settle()
+
+    @invariant()
+    def safe(self):
+        if not hasattr(self, "state"):
+            return
+        s = self.state
+        assert LEADER in s.isr
+        assert self.last_hw <= s.high_watermark <= self.leo[LEADER]
+        self.last_hw = s.high_watermark
+        for broker in s.isr:
+            if broker != LEADER:
+                # what the leader knows the member has (its last fetch offset) covers the HW
+                assert s.followers[broker].log_end_offset >= s.high_watermark or \
+                    s.high_watermark == 0
+
+    @invariant()
+    def acks(self):
+        if not hasattr(self, "state"):
+            return
+        self._settle()
+        s = self.state
+        for needed, fut in self.waiting:
+            if not fut.done():
+                assert s.high_watermark < needed
+            elif fut.exception() is None:
+                assert s.high_watermark >= needed
+            else:
+                error = fut.exception()
+                assert isinstance(error, ReplicationError)
+                assert error.error_code == ErrorCode.not_enough_replicas_after_append
+                assert len(s.isr) < s.min_insync
+        self.waiting = [(n, f) for n, f in self.waiting if not f.done()]
+
+
+LeaderModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
+                                         deadline=None)
+TestLeaderModel = LeaderModel.TestCase
+
+
+@st.composite
+def diverged_logs(draw):
+    """(common prefix, the follower's epochs after it, the leader's after it, the leader's
+    epoch): each log an epoch per offset, epochs never falling. After the prefix each epoch
+    is one side's (its leader wrote it, the other never saw it): at most one side goes on
+    with the prefix's last epoch, and the leader's epoch is above all."""
+    prefix = sorted(draw(st.lists(st.integers(0, 3), max_size=10)))
+    low = prefix[-1] if prefix else 0
+    epochs = sorted(draw(st.lists(st.integers(low + 1, low + 8), unique=True, max_size=6)))
+    sides = draw(st.lists(st.booleans(), min_size=len(epochs), max_size=len(epochs)))
+    goes_on = draw(st.sampled_from(["none", "follower", "leader"]))
+    tails: dict[bool, list[int]] = {True: [], False: []}
+    if goes_on != "none":
+        tails[goes_on == "follower"] += [low] * draw(st.integers(1, 3))
+    for epoch, side in zip(epochs, sides, strict=True):
+        tails[side] += [epoch] * draw(st.integers(1, 3))
+    leader_epoch = max([low, *epochs]) + draw(st.integers(1, 2))
+    return prefix, tails[True], tails[False], leader_epoch
+
+
+def cache_of(disk: MemoryDisk, directory: str, epochs: list[int]) -> LeaderEpochCache:
+    disk.makedirs(directory)
+    cache = LeaderEpochCache(directory, disk)
+    for offset, epoch in enumerate(epochs):
+        cache.assign(epoch, offset)
+    return cache
+
+
+@settings(max_examples=150, deadline=None)
+@given(diverged_logs(), st.integers(0, 12))
+def test_a_follower_truncates_to_exactly_the_common_prefix(logs, hw):
+    prefix, follower_tail, leader_tail, leader_epoch = logs
+    disk = MemoryDisk()
+    leader_log = prefix + leader_tail
+    leader = cache_of(disk, "/leader", leader_log)
+    leader.assign(leader_epoch, len(leader_log))  # as it became leader
+    follower_log = prefix + follower_tail
+    follower = cache_of(disk, "/follower", follower_log)
+    high_watermark = min(hw, len(prefix))  # committed: everyone has it
+    for _ in range(20):  # each round cuts the follower back: bounded by its epochs
+        asked = follower.latest_epoch
+        answer = leader.end_offset_for(asked, len(leader_log))
+        ours = follower.end_offset_for(answer[0], len(follower_log)) \
+            if answer[0] >= 0 else (isr.NO_EPOCH, -1)
+        point, done = isr.truncation_point(*answer, ours, len(follower_log),
+                                           high_watermark)
+        follower_log = follower_log[:point]
+        follower.truncate_from_end(point)
+        if done:
+            break
+    else:
+        raise AssertionError("truncation did not finish")
+    # exactly the common prefix: all it had that the leader has not, nothing more
+    assert follower_log == prefix
+
+
+@given(st.one_of(st.none(), st.integers(0, 5)), st.booleans(), st.integers(-1, 3),
+       st.integers(0, 6))
+def test_role_table(our_epoch, leading, leader, epoch):
+    role = isr.role_step(our_epoch, leading, leader, epoch, 1)
+    if our_epoch is not None and epoch < our_epoch:
+        assert role is isr.Role.IGNORE  # B1
+    elif our_epoch is not None and epoch == our_epoch:
+        assert role is (isr.Role.ADOPT_ISR if leading else isr.Role.IGNORE)  # B2, B3
+    elif leader == 1:
+        assert role is isr.Role.BECOME_LEADER  # B4
+    elif leader == -1:
+        assert role is isr.Role.NO_LEADER  # B6
+    else:
+        assert role is isr.Role.BECOME_FOLLOWER  # B5
+
+
+def test_leader_epochs_in_requests():
+    assert isr.epoch_problem(-1, 4) is None
+    assert isr.epoch_problem(4, 4) is None
+    assert isr.epoch_problem(3, 4) == ErrorCode.fenced_leader_epoch
+    assert isr.epoch_problem(5, 4) == ErrorCode.unknown_leader_epoch
