@@ -1,0 +1,109 @@
+"""oncelog.Admin's calls about a partition's records, each asked of the partition's leader:
+ListOffsets, DeleteRecords, and DescribeProducers (KIP-664)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol import api_versions as apis
+from ...protocol.schema import build
+from ..network.connection import KafkaError
+from .base import AdminBase, raise_for
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int = -1  # of the last marker written for this producer; -1: none
+    current_txn_start_offset: int = -1  # of its open transaction in the partition; -1: none
+
+
+class RecordsAdmin(AdminBase):
+    def list_offsets(self, wanted: dict[tuple[str, int], int], read_committed: bool = False
+                     ) -> dict[tuple[str, int], int | KafkaError]:
+        """ListOffsets of many partitions, each asked of its leader: (topic, partition) ->
+        timestamp (calls.EARLIEST, calls.LATEST or milliseconds) in, offset (-1: no record at
+        or after that time) or the partition's error out. ``read_committed``: as a
+        read_committed consumer asks (LATEST is then the last stable offset)."""
+        if not wanted:
+            return {}
+        result: dict[tuple[str, int], int | KafkaError] = {}
+        for leader, asked in self._by_leader(wanted, result).items():
+            response = self._broker(*leader).call(
+                apis.LIST_OFFSETS, _list_offsets_request(asked, int(read_committed)))
+            for t in response.topics:
+                for p in t.partitions:
+                    result[t.name, p.partition_index] = (
+                        p.offset if p.error_code == ErrorCode.none
+                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
+        return result
+
+    def delete_records(self, before: dict[tuple[str, int], int]
+                       ) -> dict[tuple[str, int], int | KafkaError]:
+        """DeleteRecords: move each partition's log start to the offset given (-1: its high
+        watermark), asked of its leader. (topic, partition) -> the log start after it (the
+        low watermark), or the partition's error (OFFSET_OUT_OF_RANGE past the high
+        watermark)."""
+        result: dict[tuple[str, int], int | KafkaError] = {}
+        for leader, asked in self._by_leader(before, result).items():
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for (topic, partition), offset in sorted(asked.items()):
+                by_topic.setdefault(topic, []).append((partition, offset))
+
+            def make(mod, version, by_topic=by_topic):
+                return build(mod.DeleteRecordsRequest, timeout=self._timeout(), topics=tuple(
+                    build(mod.DeleteRecordsTopic, name=topic, partitions=tuple(
+                        build(mod.DeleteRecordsPartition, partition_index=p, offset=o)
+                        for p, o in parts))
+                    for topic, parts in by_topic.items()))
+
+            response = self._broker(*leader).call(apis.DELETE_RECORDS, make)
+            for t in response.topics:
+                for p in t.partitions:
+                    result[t.name, p.partition_index] = (
+                        p.low_watermark if p.error_code == ErrorCode.none
+                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
+        return result
+
+    def describe_producers(self, topic: str,
+                           partitions: list[int]) -> dict[int, list[ProducerInfo]]:
+        """DescribeProducers (KIP-664): the idempotent producers each partition remembers."""
+        def make(mod, version):
+            return build(mod.DescribeProducersRequest, topics=(
+                build(mod.TopicRequest, name=topic, partition_indexes=tuple(partitions)),))
+
+        response = self.conn.call(apis.DESCRIBE_PRODUCERS, make)
+        result = {}
+        for t in response.topics:
+            for p in t.partitions:
+                raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
+                result[p.partition_index] = [
+                    ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
+                                 s.last_timestamp, s.coordinator_epoch,
+                                 s.current_txn_start_offset)
+                    for s in p.active_producers
+                ]
+        return result
+
+
+def _list_offsets_request(wanted: dict[tuple[str, int], int], isolation_level: int = 0):
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), timestamp in sorted(wanted.items()):
+        by_topic.setdefault(topic, []).append((partition, timestamp))
+
+    def make(mod, version):
+        topics = tuple(
+            build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                build(mod.ListOffsetsPartition, partition_index=partition,
+                      current_leader_epoch=-1, timestamp=timestamp)
+                for partition, timestamp in parts))
+            for topic, parts in by_topic.items())
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
+                     topics=topics)
+
+    return make
