@@ -15,10 +15,9 @@ from kio.schema.errors import ErrorCode
 from ...protocol import api_versions as apis
 from ...protocol.consumer_protocol import assigned_partitions
 from ...protocol.schema import build
-from ..consumer.group_membership import SIMPLE_COMMIT
 from ..network import calls
 from ..network.connection import BrokerConnection, KafkaError
-from ..topic_partition import OffsetAndMetadata, TopicPartition
+from ..topic_partition import SIMPLE_COMMIT, OffsetAndMetadata, TopicPartition
 from .base import AdminBase, Coordinator, raise_for
 
 

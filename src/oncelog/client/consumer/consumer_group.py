@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from ...protocol.api_versions import CONSUMER_GROUP_HEARTBEAT
-from ..network import calls
 from ..network.connection import KafkaError
+from . import group_calls
 from .consumer_group_membership import (
     ConsumerHeartbeat,
     ConsumerMembership,
@@ -111,8 +111,8 @@ class ConsumerGroup(GroupIO):
     def _heartbeat(self, beat: ConsumerHeartbeat, coordinator) -> HeartbeatResult:
         try:
             response = self._heartbeat_connection(coordinator).call(
-                CONSUMER_GROUP_HEARTBEAT, calls.consumer_group_heartbeat_request(beat))
-            return calls.consumer_group_heartbeat_result(response)
+                CONSUMER_GROUP_HEARTBEAT, group_calls.consumer_group_heartbeat_request(beat))
+            return group_calls.consumer_group_heartbeat_result(response)
         except Exception as exc:  # an answer we cannot read, of any kind
             if self._heartbeat_conn is not None:
                 self._heartbeat_conn.close()

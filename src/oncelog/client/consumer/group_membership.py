@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..network.connection import KafkaError
-from ..topic_partition import TopicPartition
+from ..topic_partition import SIMPLE_COMMIT, CommitIdentity, TopicPartition
 from .assignors import COOPERATIVE, Assignor, Member, rebalance_protocol
 from .consumer_protocol import (
     Assignment,
@@ -177,16 +177,6 @@ class AssignmentChange:
     assigned: frozenset[TopicPartition]
     added: frozenset[TopicPartition]
     revoked: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class CommitIdentity:
-    generation: int
-    member_id: str
-    instance_id: str | None
-
-
-SIMPLE_COMMIT = CommitIdentity(-1, "", None)  # assign() with a group.id: no membership
 
 
 class ClassicMembership:
