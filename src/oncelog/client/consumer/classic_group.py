@@ -136,24 +136,6 @@ class ClassicGroup(GroupIO):
         if leave is not None:
             self._send_leave_on_heartbeat_connection(leave)
 
-    def heartbeat_if_due(self, wait: bool = True) -> None:
-        """Send a Heartbeat if one is due (from poll(), which does not ``wait`` for the
-        heartbeat thread's heartbeat in flight, or from that thread)."""
-        if not self._heartbeat_lock.acquire(blocking=wait):
-            return
-        try:
-            now = time.monotonic()
-            with self.lock:
-                beat = self.membership.heartbeat_request(now)
-                coordinator = self.membership.coordinator
-            if beat is None:
-                return
-            error = self._heartbeat(beat, coordinator)
-            with self.lock:
-                self.membership.on_heartbeat(beat, error, time.monotonic())
-        finally:
-            self._heartbeat_lock.release()
-
     def _heartbeat(self, beat: Heartbeat, coordinator) -> ErrorCode:
         try:
             return self._heartbeat_connection(coordinator).call(

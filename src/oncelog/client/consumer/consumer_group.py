@@ -91,23 +91,6 @@ class ConsumerGroup(GroupIO):
 
     # --- heartbeats and the poll timeout ---------------------------------------------------
 
-    def heartbeat_if_due(self, wait: bool = True) -> None:
-        """Send a ConsumerGroupHeartbeat if one is due (from poll(), which does not ``wait``
-        for the heartbeat thread's heartbeat in flight, or from that thread)."""
-        if not self._heartbeat_lock.acquire(blocking=wait):
-            return
-        try:
-            with self.lock:
-                beat = self.membership.heartbeat_request(time.monotonic())
-                coordinator = self.membership.coordinator
-            if beat is None:
-                return
-            result = self._heartbeat(beat, coordinator)
-            with self.lock:
-                self.membership.on_heartbeat(beat, result, time.monotonic())
-        finally:
-            self._heartbeat_lock.release()
-
     def _heartbeat(self, beat: ConsumerHeartbeat, coordinator) -> HeartbeatResult:
         try:
             response = self._heartbeat_connection(coordinator).call(
