@@ -61,6 +61,7 @@ import enum
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -177,6 +178,26 @@ class AssignmentChange:
     assigned: frozenset[TopicPartition]
     added: frozenset[TopicPartition]
     revoked: frozenset[TopicPartition]
+
+
+class _Coordinated(Protocol):
+    def coordinator_lost(self, now: float, why: str = "") -> None: ...
+
+
+def shared_commit_error(membership: _Coordinated, identity: CommitIdentity, error: ErrorCode,
+                        now: float) -> bool | None:
+    """What both protocols' memberships do with an OffsetCommit error before their own
+    rules: retry on a loading coordinator or the network, find a moved coordinator again and
+    retry, and fail any other error of a commit made outside a membership; None: the
+    protocol's own rules decide."""
+    if error in (ErrorCode.coordinator_load_in_progress, *_NETWORK):
+        return True
+    if error in _COORDINATOR_MOVED:
+        membership.coordinator_lost(now, error.name)
+        return True
+    if identity == SIMPLE_COMMIT:
+        return False
+    return None
 
 
 class ClassicMembership:
@@ -488,13 +509,9 @@ class ClassicMembership:
 
     def on_commit_error(self, identity: CommitIdentity, error: ErrorCode, now: float) -> bool:
         """An OffsetCommit error's effect on the membership; whether a retry may succeed."""
-        if error in (ErrorCode.coordinator_load_in_progress, *_NETWORK):
-            return True
-        if error in _COORDINATOR_MOVED:
-            self.coordinator_lost(now, error.name)
-            return True
-        if identity == SIMPLE_COMMIT:
-            return False
+        shared = shared_commit_error(self, identity, error, now)
+        if shared is not None:
+            return shared
         if (identity.generation, identity.member_id) != (self.generation, self.member_id):
             return False  # about a membership already left
         if error in _MEMBERSHIP_GONE:
