@@ -34,8 +34,18 @@ class RecordsAdmin(AdminBase):
             return {}
         result: dict[tuple[str, int], int | KafkaError] = {}
         for leader, asked in self._by_leader(wanted, result).items():
-            response = self._broker(*leader).call(
-                apis.LIST_OFFSETS, _list_offsets_request(asked, int(read_committed)))
+            by_topic = _by_topic(asked)
+
+            def make(mod, version, by_topic=by_topic):
+                return build(mod.ListOffsetsRequest, replica_id=-1,
+                             isolation_level=int(read_committed), topics=tuple(
+                                 build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                                     build(mod.ListOffsetsPartition, partition_index=p,
+                                           current_leader_epoch=-1, timestamp=timestamp)
+                                     for p, timestamp in parts))
+                                 for topic, parts in by_topic.items()))
+
+            response = self._broker(*leader).call(apis.LIST_OFFSETS, make)
             for t in response.topics:
                 for p in t.partitions:
                     result[t.name, p.partition_index] = (
@@ -51,9 +61,7 @@ class RecordsAdmin(AdminBase):
         watermark)."""
         result: dict[tuple[str, int], int | KafkaError] = {}
         for leader, asked in self._by_leader(before, result).items():
-            by_topic: dict[str, list[tuple[int, int]]] = {}
-            for (topic, partition), offset in sorted(asked.items()):
-                by_topic.setdefault(topic, []).append((partition, offset))
+            by_topic = _by_topic(asked)
 
             def make(mod, version, by_topic=by_topic):
                 return build(mod.DeleteRecordsRequest, timeout=self._timeout(), topics=tuple(
@@ -91,19 +99,9 @@ class RecordsAdmin(AdminBase):
         return result
 
 
-def _list_offsets_request(wanted: dict[tuple[str, int], int], isolation_level: int = 0):
+def _by_topic(wanted: dict[tuple[str, int], int]) -> dict[str, list[tuple[int, int]]]:
+    """(topic, partition) -> value as each topic's (partition, value) pairs, in order."""
     by_topic: dict[str, list[tuple[int, int]]] = {}
-    for (topic, partition), timestamp in sorted(wanted.items()):
-        by_topic.setdefault(topic, []).append((partition, timestamp))
-
-    def make(mod, version):
-        topics = tuple(
-            build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
-                build(mod.ListOffsetsPartition, partition_index=partition,
-                      current_leader_epoch=-1, timestamp=timestamp)
-                for partition, timestamp in parts))
-            for topic, parts in by_topic.items())
-        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
-                     topics=topics)
-
-    return make
+    for (topic, partition), value in sorted(wanted.items()):
+        by_topic.setdefault(topic, []).append((partition, value))
+    return by_topic
