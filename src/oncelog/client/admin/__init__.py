@@ -15,7 +15,8 @@ Adding a family (ACLs, SCRAM users, client quotas...): a new module here with a 
 ``Admin`` in ``admin.py`` (bases and imports in the order of the modules' names, so that
 families added at the same time merge cleanly); add its result types to ``admin.py``'s
 imports and ``__all__`` where callers import them from there. A family uses only
-``AdminBase``'s methods, never another family's.
+``AdminBase``'s methods, never another family's (tests/client/test_admin_families.py holds
+both).
 
 Must not know: the producer's or consumer's state; it reuses their protocol pieces only.
 """
