@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from _support import wait_for_quiet
+from _support import add_quiet_arguments, wait_if_asked
 
 from oncelog.client.consumer.consumer import ConsumerRecord
 from oncelog.protocol.batches import RecordSetWalk
@@ -119,12 +119,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--against", metavar="DIR",
                         help="another checkout (its root or its src/) to time beside this one")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for other processes to use under "
-                             "5%% of the CPUs (as every module run by make bench takes it)")
+    add_quiet_arguments(parser, repeats=False)
     args = parser.parse_args()
-    if args.wait_quiet:
-        wait_for_quiet(0.05, args.wait_quiet)
+    wait_if_asked(args)
     paths = {"walk": walk}
     if args.against:
         paths["older"] = older(args.against)

@@ -63,10 +63,11 @@ from _support import (
     OncelogBroker,
     add_json_argument,
     add_parts_argument,
+    add_quiet_arguments,
     cpu_seconds_probe,
     machine,
     median,
-    wait_for_quiet,
+    wait_if_asked,
     write_json,
 )
 
@@ -476,8 +477,7 @@ def run_memory(args) -> dict:
 
 def run(args) -> dict:
     results: dict = {"machine": machine(), "repeats": args.repeats}
-    if args.wait_quiet:
-        wait_for_quiet(0.05, args.wait_quiet)
+    wait_if_asked(args)
     meter = LoadMeter()
     parts = set(args.parts.split(","))
     if args.src:
@@ -607,12 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-seconds", type=float, default=3.0)
     parser.add_argument("--messages", type=int, default=3_000_000)
     parser.add_argument("--groups", type=int, default=10_000)
-    parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
-                        help="repetitions in which other processes used more than F of the "
-                             "CPUs are left out of the medians (if 3 others remain)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
-                        help="first wait up to S seconds until other processes use under 5%% "
-                             "of the CPUs")
+    add_quiet_arguments(parser)
     parser.add_argument("--src", type=Path, metavar="DIR",
                         help="another checkout's src/ (or its root) whose broker runs beside "
                              "this tree's in the join and commit parts (an A/B)")
