@@ -3,7 +3,9 @@ ListOffsets, DeleteRecords, and DescribeProducers (KIP-664)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -32,26 +34,20 @@ class RecordsAdmin(AdminBase):
         read_committed consumer asks (LATEST is then the last stable offset)."""
         if not wanted:
             return {}
-        result: dict[tuple[str, int], int | KafkaError] = {}
-        for leader, asked in self._by_leader(wanted, result).items():
-            by_topic = _by_topic(asked)
+        isolation_level = int(read_committed)
 
-            def make(mod, version, by_topic=by_topic):
+        def request(by_topic):
+            def make(mod, version):
                 return build(mod.ListOffsetsRequest, replica_id=-1,
-                             isolation_level=int(read_committed), topics=tuple(
+                             isolation_level=isolation_level, topics=tuple(
                                  build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
                                      build(mod.ListOffsetsPartition, partition_index=p,
                                            current_leader_epoch=-1, timestamp=timestamp)
                                      for p, timestamp in parts))
                                  for topic, parts in by_topic.items()))
+            return make
 
-            response = self._broker(*leader).call(apis.LIST_OFFSETS, make)
-            for t in response.topics:
-                for p in t.partitions:
-                    result[t.name, p.partition_index] = (
-                        p.offset if p.error_code == ErrorCode.none
-                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
-        return result
+        return self._ask_leaders(wanted, apis.LIST_OFFSETS, request, lambda p: p.offset)
 
     def delete_records(self, before: dict[tuple[str, int], int]
                        ) -> dict[tuple[str, int], int | KafkaError]:
@@ -59,22 +55,31 @@ class RecordsAdmin(AdminBase):
         watermark), asked of its leader. (topic, partition) -> the log start after it (the
         low watermark), or the partition's error (OFFSET_OUT_OF_RANGE past the high
         watermark)."""
-        result: dict[tuple[str, int], int | KafkaError] = {}
-        for leader, asked in self._by_leader(before, result).items():
-            by_topic = _by_topic(asked)
-
-            def make(mod, version, by_topic=by_topic):
+        def request(by_topic):
+            def make(mod, version):
                 return build(mod.DeleteRecordsRequest, timeout=self._timeout(), topics=tuple(
                     build(mod.DeleteRecordsTopic, name=topic, partitions=tuple(
                         build(mod.DeleteRecordsPartition, partition_index=p, offset=o)
                         for p, o in parts))
                     for topic, parts in by_topic.items()))
+            return make
 
-            response = self._broker(*leader).call(apis.DELETE_RECORDS, make)
+        return self._ask_leaders(before, apis.DELETE_RECORDS, request,
+                                 lambda p: p.low_watermark)
+
+    def _ask_leaders(self, wanted: dict[tuple[str, int], int], api_key: int,
+                     request: Callable[[dict[str, list[tuple[int, int]]]], Any],
+                     value_of: Callable[[Any], int]) -> dict[tuple[str, int], int | KafkaError]:
+        """One request to each partition's leader, made by ``request`` from its partitions
+        (topic -> [(partition, value)]): (topic, partition) -> ``value_of`` its answer, or
+        its error."""
+        result: dict[tuple[str, int], int | KafkaError] = {}
+        for leader, asked in self._by_leader(wanted, result).items():
+            response = self._broker(*leader).call(api_key, request(_by_topic(asked)))
             for t in response.topics:
                 for p in t.partitions:
                     result[t.name, p.partition_index] = (
-                        p.low_watermark if p.error_code == ErrorCode.none
+                        value_of(p) if p.error_code == ErrorCode.none
                         else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
         return result
 
