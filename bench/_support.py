@@ -316,3 +316,25 @@ def write_json(results: dict, path: str | None) -> None:
     """What ``--json PATH`` asked for: the results, indented, at PATH (nothing without it)."""
     if path:
         Path(path).write_text(json.dumps(results, indent=2))
+
+
+QUIET = 0.05  # --wait-quiet waits until other processes use less than this share of the CPUs
+
+
+def add_quiet_arguments(parser, repeats: bool = True) -> None:
+    """``--wait-quiet S``, which every module takes (make bench passes its ARGS to all): first
+    wait up to S seconds until other processes use under QUIET of the CPUs; and for a module
+    that repeats its runs, ``--max-other-load F``."""
+    if repeats:
+        parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
+                            help="repetitions in which other processes used more than F of "
+                                 "the CPUs are left out of the medians (when at least 3 "
+                                 "remain; default %(default)s)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                        help=f"first wait up to S seconds until other processes use under "
+                             f"{QUIET * 100:.0f}%% of the CPUs")
+
+
+def wait_if_asked(args) -> float | None:
+    """--wait-quiet's wait, when asked: the share of the CPUs others used at its end."""
+    return wait_for_quiet(QUIET, args.wait_quiet) if args.wait_quiet > 0 else None

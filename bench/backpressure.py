@@ -57,13 +57,13 @@ from _support import (
     REPO,
     LoadMeter,
     OncelogBroker,
+    add_quiet_arguments,
     cpu_seconds_probe,
     machine,
-    wait_for_quiet,
+    wait_if_asked,
 )
 from produce_consume import (
     CONSUME_PASS,
-    QUIET,
     SCENARIOS,
     consume_throughput,
     fill_topic,
@@ -258,17 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="fast-path: scale the messages per run (1,000,000 at default "
                              "batching, 300,000 at 16 KiB, 1,000,000 consumed)")
-    parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
-                        help="fast-path: leave out repetitions during which other processes "
-                             "used more than F of the CPUs (default 0.10)")
     parser.add_argument("--parts", default=",".join((*ATTACKS, "fast-path", "overhead")),
                         type=lambda s: s.split(","), help="comma-separated, default: all")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
-                        help="first wait up to S seconds for other processes to go quiet")
+    add_quiet_arguments(parser)
     args, _ = parser.parse_known_args(argv)
     print(f"machine: {machine()}", flush=True)
-    if args.wait_quiet > 0:
-        print(f"other processes: {wait_for_quiet(QUIET, args.wait_quiet):.0%} of the CPUs")
+    if (others := wait_if_asked(args)) is not None:
+        print(f"other processes: {others:.0%} of the CPUs")
     attacks = run_attacks(args)
     if attacks:
         print("\n| attack | RSS before (MiB) | peak RSS (MiB) | peak / before | "

@@ -64,9 +64,10 @@ from _support import (
     LoadMeter,
     OncelogBroker,
     add_json_argument,
+    add_quiet_arguments,
     machine,
     median,
-    wait_for_quiet,
+    wait_if_asked,
     write_json,
 )
 from produce_consume import _client_logger, _hot_spots, _py_spy, _read_collapsed, cpu_probe
@@ -87,7 +88,6 @@ RUN_TIMEOUT = 120.0  # seconds for any one run, set-up included
 CALL_TIMEOUT = 30.0
 CHECK_EVERY = 4095  # the produce loops look at the clock once per 4096 records
 PROFILE_RATE = 200
-QUIET = 0.05
 
 
 class BenchError(RuntimeError):
@@ -809,9 +809,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the comparison (needs --profile)")
     parser.add_argument("--profile-seconds", type=float, default=8.0,
                         help="length of each profiled load (default %(default)s)")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help=f"first wait up to this long for other processes to use under "
-                             f"{QUIET * 100:.0f}%% of the CPUs")
+    add_quiet_arguments(parser, repeats=False)
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made")
     add_json_argument(parser)
@@ -824,8 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--set takes KEY=VALUE")
     if args.profile_only and not args.profile:
         parser.error("--profile-only needs --profile DIR")
-    if args.wait_quiet > 0:
-        wait_for_quiet(QUIET, args.wait_quiet)
+    wait_if_asked(args)
     started = time.monotonic()
     results: dict = {"machine": machine(), "messages": args.messages,
                      "consume_messages": args.consume_messages, "repeats": args.repeats,

@@ -4,23 +4,30 @@ socket: CPU time per record, for 100 B and 1 KiB values in 16 KiB batches (the c
 benchmark's producer batches), CRCs checked.
 
     .venv/bin/python bench/consume_decode.py [--rounds 40]
-    .venv/bin/python bench/consume_decode.py --against /tmp/main_consumer.py
+    .venv/bin/python bench/consume_decode.py --against /tmp/old-904648a
 
-``--against FILE`` also times an older ``client/consumer.py`` whose ``Consumer._decode_into``
-did this work (before the walk existed: ``git show 904648a:src/oncelog/client/consumer.py >
-/tmp/main_consumer.py``), loaded into this tree's package so both run on the same codec, in
-one process, rounds interleaved; it prints the median of the paired ratios.
+``--against DIR`` also times another checkout (its root or its ``src/``), of any layout: its
+``oncelog`` package is loaded beside this tree's under another name, and its consumer's
+decoding runs in the same process, rounds interleaved; it prints the median of the paired
+ratios. An older consumer whose ``Consumer._decode_into`` did this work (before the walk
+existed, e.g. 904648a) is timed through that method, a newer one through its own walk. Build
+its codec first, so that both run compiled:
+
+    git worktree add /tmp/old-904648a 904648a
+    (cd /tmp/old-904648a && "$OLDPWD/.venv/bin/python" setup.py build_ext --inplace)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from _support import wait_for_quiet
+from _support import add_quiet_arguments, wait_if_asked
 
 from oncelog.client.consumer.consumer import ConsumerRecord
 from oncelog.protocol.batches import RecordSetWalk
@@ -42,19 +49,59 @@ def record_set(size: int) -> tuple[bytes, int]:
     return bytes(data), offset
 
 
-def walk(data: bytes) -> list:
+def walk(data: bytes, walk_type=RecordSetWalk, record_type=ConsumerRecord) -> list:
     out: list = []
-    for batch in RecordSetWalk(data, 0, check_crcs=True):
-        batch.append_records(out, ConsumerRecord, "t", 0)
+    for batch in walk_type(data, 0, check_crcs=True):
+        batch.append_records(out, record_type, "t", 0)
     return out
 
 
-def older(path: str):
-    """The ``_decode_into`` of an older consumer.py, as a function of the record set."""
-    spec = importlib.util.spec_from_file_location("oncelog.client._older_consumer", path)
+AGAINST = "oncelog_against"  # the name the other checkout's package is loaded under
+
+
+def load_checkout(path: str):
+    """The ``oncelog`` package of the checkout at ``path`` (its root or its src/), loaded
+    as AGAINST: its own relative imports resolve inside it, whatever its layout."""
+    root = Path(path).resolve()
+    package = next((p for p in (root / "src" / "oncelog", root / "oncelog")
+                    if (p / "__init__.py").is_file()), None)
+    if package is None:
+        raise SystemExit(f"--against {path}: no src/oncelog/__init__.py there (a checkout's "
+                         f"root or its src/)")
+    spec = importlib.util.spec_from_file_location(
+        AGAINST, package / "__init__.py", submodule_search_locations=[str(package)])
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[AGAINST] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def _consumer_module(package):
+    """The checkout's consumer module: client/consumer/consumer.py, or the flat layout's
+    client/consumer.py."""
+    flat = importlib.import_module(f"{package.__name__}.client.consumer")
+    if hasattr(flat, "Consumer"):
+        return flat
+    return importlib.import_module(f"{package.__name__}.client.consumer.consumer")
+
+
+def compiled_codec(records_module) -> bool:
+    return records_module.compiled is not None
+
+
+def older(path: str):
+    """The other checkout's per-record work, as a function of the record set: its
+    ``Consumer._decode_into`` where it has one, else its own walk."""
+    package = load_checkout(path)
+    records = importlib.import_module(f"{AGAINST}.protocol.records")
+    if compiled_codec(records) != compiled_codec(importlib.import_module(
+            "oncelog.protocol.records")):
+        raise SystemExit(f"--against {path}: one checkout runs the compiled codec and the "
+                         f"other does not; build the other's (setup.py build_ext --inplace)")
+    module = _consumer_module(package)
+    if not hasattr(module.Consumer, "_decode_into"):
+        batches = importlib.import_module(f"{AGAINST}.protocol.batches")
+        return lambda data: walk(data, batches.RecordSetWalk, module.ConsumerRecord)
     consumer = object.__new__(module.Consumer)
     consumer.config = {"check.crcs": True}
     tp = module.TopicPartition("t", 0)
@@ -70,20 +117,20 @@ def older(path: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--against", metavar="FILE", help="an older client/consumer.py")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for other processes to use under "
-                             "5%% of the CPUs (as every module run by make bench takes it)")
+    parser.add_argument("--against", metavar="DIR",
+                        help="another checkout (its root or its src/) to time beside this one")
+    add_quiet_arguments(parser, repeats=False)
     args = parser.parse_args()
-    if args.wait_quiet:
-        wait_for_quiet(0.05, args.wait_quiet)
+    wait_if_asked(args)
     paths = {"walk": walk}
     if args.against:
         paths["older"] = older(args.against)
     for size in (100, 1024):
         data, count = record_set(size)
         results = {name: fn(data) for name, fn in paths.items()}
-        assert all(len(r) == count and r == results["walk"] for r in results.values())
+        # Records of two checkouts are of two classes: compared as tuples.
+        assert all(len(r) == count and list(map(tuple, r)) == list(map(tuple, results["walk"]))
+                   for r in results.values())
         times: dict[str, list[float]] = {name: [] for name in paths}
         for r in range(args.rounds):
             order = list(paths.items())

@@ -2,8 +2,14 @@
 
     .venv/bin/python bench/groups.py [--repeats R] [--parts join,commit,consume,memory]
         [--members 10] [--commit-seconds 3] [--messages 3000000] [--groups 10000]
-        [--max-other-load 0.10] [--wait-quiet S] [--json PATH]
+        [--max-other-load 0.10] [--wait-quiet S] [--src DIR] [--json PATH]
     make bench ARGS="--only groups"
+
+``--src DIR`` (another checkout's ``src/``, or its root) adds its broker to the join and
+commit parts as one more target, ``oncelog (--src)``, run beside this tree's and the mock in
+the same repetitions, in turn: an A/B of two commits on the same machine in the same minutes,
+with the median of the per-repetition ratios this tree / the other. Build the other's codec
+first (``setup.py build_ext --inplace`` in it). consume and memory measure this tree only.
 
 Every client is confluent-kafka with its defaults unless said otherwise; the mock cluster is
 librdkafka's (``test.mock.num.brokers=1``), which serves the classic group protocol. oncelog
@@ -44,6 +50,7 @@ out of the medians when at least 3 remain (the report says how many were used).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import sys
 import time
@@ -56,10 +63,11 @@ from _support import (
     OncelogBroker,
     add_json_argument,
     add_parts_argument,
+    add_quiet_arguments,
     cpu_seconds_probe,
     machine,
     median,
-    wait_for_quiet,
+    wait_if_asked,
     write_json,
 )
 
@@ -72,6 +80,7 @@ RUN_TIMEOUT = 120.0
 JOIN_GOAL = 1.0  # oncelog / mock, at most
 COMMIT_GOAL = 0.8  # oncelog / mock, at least
 CONSUME_GOAL = 0.95  # subscribe / assign, at least
+OTHER = "oncelog (--src)"  # the target of another checkout's broker
 NO_DELAY = {"group.initial.rebalance.delay.ms": "0"}
 SHORT_DELAY = {"group.initial.rebalance.delay.ms": "100"}
 # librdkafka 2.x stops fetching for fetch.queue.backoff.ms (1000) once its queue holds
@@ -219,21 +228,31 @@ def round_trips_per_second(bootstrap: str, topic: str, group: str, seconds: floa
         consumer.close()
 
 
-def run_commit(args, targets: dict[str, str], oncelog_pid: int) -> dict:
+def run_commit(args, targets: dict[str, str], pids: dict[str, int]) -> dict:
+    """``pids``: the broker process of each oncelog target, whose CPU per round trip is
+    measured."""
     topic = "commit-topic"
-    broker_cpu = cpu_seconds_probe(oncelog_pid)
+    cpu = {name: cpu_seconds_probe(pid) for name, pid in pids.items()}
+
+    def broker_cpu() -> float:
+        return sum(probe() for probe in cpu.values())
+
     for name, bootstrap in targets.items():
         mock_sized_topic(bootstrap, topic, name == "mock")
         round_trips_per_second(bootstrap, topic, "warm-up", 0.2)
 
     def target(name: str, call: str):
+        probe = cpu.get(name)
+
         def run(rep: int) -> dict:
-            cpu_before = broker_cpu()
+            cpu_before = probe() if probe else 0.0
             rate = round_trips_per_second(targets[name], topic, f"{call}-{rep}",
                                           args.commit_seconds, call)
+            if probe is None:
+                return {"per_s": rate}
             # The broker's CPU per round trip, the consumer's set-up included.
-            cpu = (broker_cpu() - cpu_before) / (rate * args.commit_seconds)
-            return {"per_s": rate, **({"cpu_s": cpu} if name == "oncelog" else {})}
+            return {"per_s": rate,
+                    "cpu_s": (probe() - cpu_before) / (rate * args.commit_seconds)}
         return run
 
     result = {}
@@ -243,7 +262,12 @@ def run_commit(args, targets: dict[str, str], oncelog_pid: int) -> dict:
             _log(call, rep, row, lambda run: f"{run['per_s']:,.0f} round trips/s")
         result[call] = {"runs": reps, **summarize(reps, "per_s", args.max_other_load,
                                                   ("oncelog", "mock")),
-                        "oncelog_cpu_us": median([r["oncelog"]["cpu_s"] for r in reps]) * 1e6}
+                        "cpu_us": {name: median([r[name]["cpu_s"] for r in reps]) * 1e6
+                                   for name in pids}}
+        result[call]["oncelog_cpu_us"] = result[call]["cpu_us"]["oncelog"]
+        if OTHER in targets:
+            result[call]["paired_against_src"] = summarize(
+                reps, "per_s", args.max_other_load, ("oncelog", OTHER))["paired_ratio"]
     return result
 
 
@@ -453,23 +477,32 @@ def run_memory(args) -> dict:
 
 def run(args) -> dict:
     results: dict = {"machine": machine(), "repeats": args.repeats}
-    if args.wait_quiet:
-        wait_for_quiet(0.05, args.wait_quiet)
+    wait_if_asked(args)
     meter = LoadMeter()
     parts = set(args.parts.split(","))
+    if args.src:
+        results["src"] = str(args.src)
     if "join" in parts:
         with OncelogBroker(NO_DELAY) as fast, OncelogBroker(SHORT_DELAY) as short, \
-                OncelogBroker() as default, MockCluster() as mock:
-            probes = [cpu_seconds_probe(b.pid) for b in (fast, short, default)]
+                OncelogBroker() as default, MockCluster() as mock, \
+                _other_broker(args) as other:
+            brokers = [fast, short, default] + ([other] if other else [])
+            probes = [cpu_seconds_probe(b.pid) for b in brokers]
             results["join"] = run_join(args, {"oncelog": fast.bootstrap,
                                               "oncelog, delay 100 ms": short.bootstrap,
                                               "oncelog, delay 3000 ms": default.bootstrap,
+                                              **({OTHER: other.bootstrap} if other else {}),
                                               "mock": mock.bootstrap},
                                        lambda: sum(probe() for probe in probes))
     if "commit" in parts:
-        with OncelogBroker(NO_DELAY) as broker, MockCluster() as mock:
-            results["commit"] = run_commit(args, {"oncelog": broker.bootstrap,
-                                                  "mock": mock.bootstrap}, broker.pid)
+        with OncelogBroker(NO_DELAY) as broker, MockCluster() as mock, \
+                _other_broker(args) as other:
+            ours = {"oncelog": broker, **({OTHER: other} if other else {})}
+            if other:
+                results["src"] = other.package_dir()  # what ran, as Python found it
+            results["commit"] = run_commit(
+                args, {**{name: b.bootstrap for name, b in ours.items()},
+                       "mock": mock.bootstrap}, {name: b.pid for name, b in ours.items()})
     if "consume" in parts:
         with OncelogBroker(NO_DELAY) as broker:
             results["consume"] = run_consume(args, broker.bootstrap,
@@ -478,6 +511,14 @@ def run(args) -> dict:
         results["memory"] = run_memory(args)
     results["other_load"] = meter.others_share()
     return results
+
+
+def _other_broker(args):
+    """The --src checkout's broker (group.initial.rebalance.delay.ms=0), or nothing."""
+    if not args.src:
+        return contextlib.nullcontext()
+    src = args.src / "src" if (args.src / "src" / "oncelog").is_dir() else args.src
+    return OncelogBroker(NO_DELAY, src=src)
 
 
 def _used(summary: dict, limit: float) -> str:
@@ -520,6 +561,18 @@ def report(results: dict, args) -> None:
                     if call == "commit" else " | ")
             print(f"| {what} | {m['oncelog']:,.0f} | {m['mock']:,.0f} | {ratio:.2f} | "
                   f"{c['paired_ratio']:.2f} | {goal} | {c['oncelog_cpu_us']:.0f} us |")
+        if "src" in results:
+            print(f"\nA/B: this tree's broker and the one of --src {results['src']}, same runs")
+            print("\n| round trips | this tree / s | --src / s | this / --src | paired | "
+                  "broker CPU per round trip, this / --src |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for call, what in (("commit", "OffsetCommit (commit)"),
+                               ("fetch", "OffsetFetch (committed)")):
+                c = results["commit"][call]
+                m = c["median"]
+                print(f"| {what} | {m['oncelog']:,.0f} | {m[OTHER]:,.0f} | "
+                      f"{m['oncelog'] / m[OTHER]:.2f} | {c['paired_against_src']:.2f} | "
+                      f"{c['cpu_us']['oncelog']:.0f} / {c['cpu_us'][OTHER]:.0f} us |")
     if "consume" in results:
         c = results["consume"]
         m = c["median"]
@@ -554,12 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-seconds", type=float, default=3.0)
     parser.add_argument("--messages", type=int, default=3_000_000)
     parser.add_argument("--groups", type=int, default=10_000)
-    parser.add_argument("--max-other-load", type=float, default=0.10, metavar="F",
-                        help="repetitions in which other processes used more than F of the "
-                             "CPUs are left out of the medians (if 3 others remain)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
-                        help="first wait up to S seconds until other processes use under 5%% "
-                             "of the CPUs")
+    add_quiet_arguments(parser)
+    parser.add_argument("--src", type=Path, metavar="DIR",
+                        help="another checkout's src/ (or its root) whose broker runs beside "
+                             "this tree's in the join and commit parts (an A/B)")
     add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
     unknown = set(args.parts.split(",")) - set(PARTS)

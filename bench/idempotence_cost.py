@@ -49,13 +49,13 @@ from _support import (
     LoadMeter,
     MockCluster,
     OncelogBroker,
+    add_quiet_arguments,
     cpu_seconds_probe,
     median,
-    wait_for_quiet,
+    wait_if_asked,
 )
 from produce_consume import (
     PAYLOAD,
-    QUIET,
     RUN_TIMEOUT,
     SCENARIOS,
     Throughput,
@@ -280,13 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="messages per run for both batchings (default: "
                              + ", ".join(f"{k} {v:,}" for k, v in MESSAGES.items()) + ")")
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--max-other-load", type=float, default=0.10,
-                        help="repetitions during which other processes used more than this "
-                             "share of the CPUs are left out of the medians (default "
-                             "%(default)s)")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help=f"first wait up to this long for other processes to use under "
-                             f"{QUIET * 100:.0f}%% of the CPUs")
+    add_quiet_arguments(parser)
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made (default: the "
                              "system temp dir); e.g. /dev/shm to take the disk out")
@@ -311,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.producer_client == "oncelog" and args.client_stats:
         parser.error("--client-stats reads librdkafka's statistics: confluent-kafka only")
     messages = {k: args.messages or v for k, v in MESSAGES.items()}
-    if args.wait_quiet > 0:
-        wait_for_quiet(QUIET, args.wait_quiet)
+    wait_if_asked(args)
     batchings = args.batching or list(SCENARIOS)
     results = run(messages, args.repeats, args.data_dir, args.client_stats, args.src, args.mock,
                   batchings, args.producer_client)

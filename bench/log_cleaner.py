@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 
-from _support import wait_for_quiet
+from _support import add_quiet_arguments, wait_if_asked
 
 from oncelog.log import cleaning
 from oncelog.log.compaction import CompactionConfig
@@ -103,12 +103,9 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--codec", choices=sorted(CODECS), default="none")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for other processes to use under "
-                             "5%% of the CPUs (as every module run by make bench takes it)")
+    add_quiet_arguments(parser, repeats=False)
     args = parser.parse_args()
-    if args.wait_quiet:
-        wait_for_quiet(0.05, args.wait_quiet)
+    wait_if_asked(args)
     directory = tempfile.mkdtemp(prefix="oncelog-cleaner-bench-")
     try:
         log = build(os.path.join(directory, "t-0"), args.megabytes, args.keys,

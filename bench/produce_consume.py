@@ -52,12 +52,13 @@ from _support import (
     MockCluster,
     OncelogBroker,
     add_json_argument,
+    add_quiet_arguments,
     filesystem_of,
     machine,
     median,
     other_load,
     percentile,
-    wait_for_quiet,
+    wait_if_asked,
     write_json,
 )
 
@@ -73,7 +74,6 @@ PROFILE_RATE = 250  # py-spy samples per second
 EXCLUDED_FRAMES = ("handle_delete_topics ", "handle_metadata ")
 CONSUME_PASS = 4_000  # 4000 x ~1.1 KB stays under the mock's 5 MiB per-partition log
 RUN_TIMEOUT = 180.0
-QUIET = 0.05  # --wait-quiet waits until other processes use less than this share of the CPUs
 PRODUCE_CONF = {"acks": "all"}  # everything else is librdkafka's default
 SCENARIOS = {
     "default": {},  # librdkafka 2.x: linger.ms=5, batch.size=1000000, batch.num.messages=10000
@@ -724,12 +724,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="length of each profiled load (default %(default)s)")
     parser.add_argument("--profile-only", action="store_true",
                         help="skip the comparison, only profile (needs --profile)")
-    parser.add_argument("--max-other-load", type=float, default=0.10,
-                        help="runs during which other processes used more than this share of "
-                             "the CPUs are left out of the medians (default %(default)s)")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for other processes to use under "
-                             f"{QUIET * 100:.0f}%% of the CPUs")
+    add_quiet_arguments(parser)
     parser.add_argument("--data-dir", type=Path,
                         help="where the broker's temporary log.dirs is made (default: the "
                              "system temp dir); e.g. /dev/shm to take the disk out")
@@ -746,8 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         args.consume_messages = 4 * args.messages
     if args.profile_only and not args.profile:
         parser.error("--profile-only needs --profile DIR")
-    if args.wait_quiet > 0:
-        wait_for_quiet(QUIET, args.wait_quiet)
+    wait_if_asked(args)
     started = time.monotonic()
     if args.profile_only:
         with OncelogBroker(src=args.src, base_dir=args.data_dir) as broker:

@@ -28,10 +28,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from _support import REPO, LoadMeter, OncelogBroker, cpu_seconds_probe, median, wait_for_quiet
+from _support import (
+    REPO,
+    LoadMeter,
+    OncelogBroker,
+    add_quiet_arguments,
+    cpu_seconds_probe,
+    median,
+    wait_if_asked,
+)
 from produce_consume import (
     PAYLOAD,
-    QUIET,
     SCENARIOS,
     _delete_topics,
     produce_throughput,
@@ -147,19 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--batching", action="append", choices=list(SCENARIOS),
                         help="run only this batching (repeatable; default: all)")
-    parser.add_argument("--max-other-load", type=float, default=0.10,
-                        help="repetitions during which other processes used more than this "
-                             "share of the CPUs are left out of the medians (when at least 3 "
-                             "remain)")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help=f"first wait up to this long for other processes to use under "
-                             f"{QUIET * 100:.0f}%% of the CPUs")
+    add_quiet_arguments(parser)
     parser.add_argument("--data-dir", type=Path,
                         help="where the brokers' temporary log.dirs are made")
     args, _ = parser.parse_known_args(argv)
     args.batching = args.batching or list(SCENARIOS)
-    if args.wait_quiet > 0:
-        wait_for_quiet(QUIET, args.wait_quiet)
+    wait_if_asked(args)
     cost = in_process_cost()
     print(f"validate_batches on one 1 MB batch of 1,000 1 KiB records: "
           f"{cost['compiled']:.1f} us compiled, {cost['python']:.0f} us with the Python twin "

@@ -108,6 +108,21 @@ ALLOWED = {
             "spark"},
 }
 
+# Inside a package, the layers of its parts (sub-packages and modules), where they have
+# some: each part imports only those named for it. In client/, the network layer knows no
+# role, and the roles build on one another upward: producer, admin, consumer, the reader.
+INSIDE = {
+    "client": {
+        "topic_partition": set(),
+        "metrics": set(),
+        "network": {"topic_partition"},
+        "producer": {"network", "metrics", "topic_partition"},
+        "admin": {"network", "producer", "topic_partition"},
+        "consumer": {"admin", "network", "producer", "metrics", "topic_partition"},
+        "topic_reader": {"admin", "network", "topic_partition"},
+    },
+}
+
 
 def test_the_graph_is_read():
     graph = import_graph()
@@ -141,3 +156,18 @@ def test_packages_import_only_the_layers_under_them():
     assert not upward, "imports that go up or sideways:\n" + "\n".join(upward)
     assert set(ALLOWED) == {m.split(".")[1] for m in graph
                             if m.count(".") >= 1 and (SRC / "oncelog" / m.split(".")[1]).is_dir()}
+
+
+def test_the_parts_of_a_package_import_only_the_layers_under_them():
+    graph = import_graph()
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items() if module.count(".") >= 2
+        and (package := module.split(".")[1]) in INSIDE
+        for target in targets if target.count(".") >= 2 and target.split(".")[1] == package
+        and (part := module.split(".")[2]) != (other := target.split(".")[2])
+        and other not in INSIDE[package][part])
+    assert not upward, "imports that go up or sideways inside a package:\n" + "\n".join(upward)
+    for package, layers in INSIDE.items():
+        assert set(layers) == {m.split(".")[2] for m in graph
+                               if m.count(".") >= 2 and m.split(".")[1] == package}

@@ -3,6 +3,7 @@ the sequence flows, the transactional flows and the diagram)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -27,3 +28,16 @@ class Outcome:
     verdict: str = ""
     passed: bool = False
     kafka_note: str = ""
+
+
+def describe_log(log: Iterable[tuple[int, str]]) -> str:
+    """A partition's (offset, value) records as runs of one label (a value's text before
+    its ":"): "a at 0-4, b at 5-9"."""
+    runs: list[list] = []
+    for offset, value in log:
+        label = value.split(":")[0]
+        if runs and runs[-1][0] == label and runs[-1][2] == offset - 1:
+            runs[-1][2] = offset
+        else:
+            runs.append([label, offset, offset])
+    return ", ".join(f"{label} at {a}-{b}" for label, a, b in runs) or "empty"

@@ -24,7 +24,7 @@ from ..client.consumer.consumer import Consumer, TopicPartition
 from ..client.network import calls
 from ..client.network.connection import BrokerConnection, connect
 from ..protocol.records import encode_batch
-from .outcome import Outcome, Step
+from .outcome import Outcome, Step, describe_log
 
 SEED_BATCHES = {"A": (114, 120), "B": (121, 124), "C": (125, 132), "D": (133, 142),
                 "E": (143, 150), "F": (151, 155)}
@@ -225,7 +225,7 @@ def run_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome
                          for seq in range(SEED_BATCHES[label][0], SEED_BATCHES[label][1] + 1)]
     outcome.passed, outcome.verdict = judge(outcome.log, outcome.expected)
     outcome.steps.append(Step("broker-note", f"log of {topic}-0: "
-                              + describe_log(outcome.offsets, outcome.log)))
+                              + describe_log(zip(outcome.offsets, outcome.log, strict=True))))
     return outcome
 
 
@@ -255,14 +255,3 @@ def judge(log: list[str], expected: list[str]) -> tuple[bool, str]:
         return False, "FAIL: records stored out of order"
     return True, (f"PASS: no duplicate, no reordering: the {len(log) - earlier} records of "
                   f"batches {batches} (after {earlier} earlier ones) stored once each, in order")
-
-
-def describe_log(offsets: list[int], log: list[str]) -> str:
-    runs: list[list] = []
-    for offset, value in zip(offsets, log, strict=True):
-        label = value.split(":")[0]
-        if runs and runs[-1][0] == label and runs[-1][2] == offset - 1:
-            runs[-1][2] = offset
-        else:
-            runs.append([label, offset, offset])
-    return ", ".join(f"{label} at {a}-{b}" for label, a, b in runs) or "empty"

@@ -24,7 +24,7 @@ from ..protocol import api_versions as apis
 from ..protocol.batches import RecordSetWalk
 from ..protocol.records import encode_batch
 from ..protocol.schema import build
-from .outcome import Outcome, Step
+from .outcome import Outcome, Step, describe_log
 
 FENCED = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
 RECORDS = 5  # per transaction
@@ -228,20 +228,9 @@ def run_txn_scenario(name: str, title: str, bootstrap: str, topic: str | None = 
     outcome.log = [value for _, value in committed]
     outcome.expected = [f"{EXPECTED_LABEL[name]}:{i}" for i in range(RECORDS)]
     outcome.steps.append(Step("broker-note", f"log of {topic}-0: "
-                              + _describe(read_partition(bootstrap, topic, False))
-                              + "; read_committed: " + _describe(committed)))
+                              + describe_log(read_partition(bootstrap, topic, False))
+                              + "; read_committed: " + describe_log(committed)))
     return outcome
-
-
-def _describe(log: list[tuple[int, str]]) -> str:
-    runs: list[list] = []
-    for offset, value in log:
-        label = value.split(":")[0]
-        if runs and runs[-1][0] == label and runs[-1][2] == offset - 1:
-            runs[-1][2] = offset
-        else:
-            runs.append([label, offset, offset])
-    return ", ".join(f"{label} at {a}-{b}" for label, a, b in runs) or "empty"
 
 
 def read_values(bootstrap: str, topic: str, read_committed: bool) -> list[str]:

@@ -21,12 +21,14 @@ class Failed(Exception):
     """Kafka's printErrorAndExit: the message, exit status 1."""
 
 
-def guarded(func: Callable[[argparse.Namespace], int], family: str
+def guarded(func: Callable[[argparse.Namespace], int], family: str | None = None
             ) -> Callable[[argparse.Namespace], int]:
     """``func`` as the command ``oncelog FAMILY <its subcommand>`` (``args.<family>_command``),
-    its errors turned into a message and an exit status."""
+    or without a family ``oncelog <command>``, its errors turned into a message and an exit
+    status."""
     def run(args: argparse.Namespace) -> int:
-        name = f"oncelog {family} {getattr(args, f'{family}_command')}"
+        name = f"oncelog {family} {getattr(args, f'{family}_command')}" if family \
+            else f"oncelog {args.command}"
         try:
             return func(args)
         except UsageError as exc:

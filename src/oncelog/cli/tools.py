@@ -330,16 +330,9 @@ def _with_bootstrap(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _guarded(func):
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except KafkaError as exc:
-            print(f"oncelog {args.command}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
+    from .errors import guarded  # one way to stop on an error for every command
 
-    return run
+    return guarded(func)
 
 
 def add_tool_commands(sub) -> None:

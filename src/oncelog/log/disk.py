@@ -210,19 +210,29 @@ def write_fully(disk: OsDisk, fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def write_atomically(disk: OsDisk, path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that it is durably either the old or the new bytes:
-    a temporary file written and fsynced, renamed over ``path``, the directory fsynced."""
+def replace_file(disk: OsDisk, path: str, data: bytes) -> None:
+    """Write ``data`` to a temporary file, fsync it and rename it over ``path``: the part of
+    an atomic replace whose failure (an OSError) changes nothing, the temporary file
+    removed. The directory's fsync, which makes the rename durable, is the caller's: what
+    its failure means depends on the file."""
     tmp = path + ".tmp"
     fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_fully(disk, fd, data)
         disk.fsync(fd)
-    except BaseException:
         disk.close(fd)
+        fd = -1
+        disk.rename(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            disk.close(fd)
         with contextlib.suppress(OSError):
             disk.unlink(tmp)
         raise
-    disk.close(fd)
-    disk.rename(tmp, path)
+
+
+def write_atomically(disk: OsDisk, path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that it is durably either the old or the new bytes:
+    replace_file, then the directory fsynced."""
+    replace_file(disk, path, data)
     disk.fsync_dir(os.path.dirname(path) or ".")

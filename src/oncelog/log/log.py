@@ -26,8 +26,8 @@ from .disk import (
     OsDisk,
     out_of_descriptors,
     read_file,
+    replace_file,
     write_atomically,
-    write_fully,
 )
 from .segment import LogSegment, segment_files
 from .txn_index import AbortedTxn
@@ -518,24 +518,11 @@ class Log:
             return
         if offset > self.log_end_offset:
             raise ValueError(f"log start {offset} past the log end {self.log_end_offset}")
-        # write_atomically's steps, by hand: a failure before the rename changed nothing,
-        # one after it is undecided, and the two must be told apart.
-        path = os.path.join(self.dir, LOG_START_CHECKPOINT_FILE)
-        tmp = path + ".tmp"
+        # write_atomically's steps apart: a failure before the rename changed nothing, one
+        # after it is undecided, and the two must be told apart.
         disk = self.disk
-        fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            write_fully(disk, fd, b"%d\n" % offset)
-            disk.fsync(fd)
-            disk.close(fd)
-            fd = -1
-            disk.rename(tmp, path)
-        except BaseException:
-            if fd >= 0:
-                disk.close(fd)
-            with contextlib.suppress(OSError):
-                disk.unlink(tmp)
-            raise
+        replace_file(disk, os.path.join(self.dir, LOG_START_CHECKPOINT_FILE),
+                     b"%d\n" % offset)
         self._log_start_checkpoint = offset  # the file says so now, whatever follows
         try:
             disk.fsync_dir(self.dir)

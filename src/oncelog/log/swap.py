@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .disk import LogDirFailure, OsDisk, read_file, write_fully
+from .disk import LogDirFailure, OsDisk, read_file, replace_file
 from .segment import segment_files, segment_name
 
 CLEANED = ".cleaned"
@@ -45,19 +45,7 @@ def commit(disk: OsDisk, directory: str, base_offset: int, end_offset: int,
     ``.cleaned`` files. LogDirFailure: nobody can say (the manifest was renamed into place
     but the directory fsync failed), so nothing may be undone; the next start decides by
     what it finds."""
-    path = manifest_path(directory, base_offset)
-    tmp = path + ".tmp"
-    fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_fully(disk, fd, b"%d\n" % end_offset)
-        disk.fsync(fd)
-    except BaseException:
-        disk.close(fd)
-        with contextlib.suppress(OSError):
-            disk.unlink(tmp)
-        raise
-    disk.close(fd)
-    disk.rename(tmp, path)
+    replace_file(disk, manifest_path(directory, base_offset), b"%d\n" % end_offset)
     try:
         disk.fsync_open_dir(dir_fd)
     except OSError as exc:

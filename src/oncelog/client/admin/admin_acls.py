@@ -11,6 +11,7 @@ from ...protocol import api_versions as apis
 from ...protocol.acl_codes import AclOperation, AclPermissionType, PatternType, ResourceType
 from ...protocol.schema import build
 from ..network.connection import KafkaError
+from .base import AdminBase
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +53,8 @@ def _acl(rtype: int, name: str, ptype: int, e) -> Acl:
                AclOperation(e.operation), AclPermissionType(e.permission_type))
 
 
-class AclAdmin:
-    """Needs ``self.conn`` (a BrokerConnection)."""
+class AclAdmin(AdminBase):
+    """CreateAcls, DescribeAcls, DeleteAcls."""
 
     def create_acls(self, acls: list[Acl]) -> None:
         """KafkaError for the first creation refused (the others are created)."""

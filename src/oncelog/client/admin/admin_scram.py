@@ -16,6 +16,7 @@ from ...protocol import api_versions as apis
 from ...protocol.schema import build
 from ...security import scram
 from ..network.connection import BrokerConnection, KafkaError
+from .base import AdminBase
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +73,18 @@ def alter(conn: BrokerConnection, upsertions: Iterable[ScramUpsertion],
     response = conn.call(apis.ALTER_USER_SCRAM_CREDENTIALS, make)
     return {r.user: None if r.error_code == ErrorCode.none
             else KafkaError(r.error_code, r.error_message) for r in response.results}
+
+
+class ScramAdmin(AdminBase):
+    """DescribeUserScramCredentials and AlterUserScramCredentials."""
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, dict[str, int] | KafkaError]:
+        """user -> {mechanism: iterations} (or the broker's error for that user)."""
+        return describe(self.conn, users)
+
+    def alter_user_scram_credentials(self, upsertions: Iterable[ScramUpsertion] = (),
+                                     deletions: Iterable[tuple[str, str]] = ()
+                                     ) -> dict[str, KafkaError | None]:
+        """Set or delete SCRAM credentials: user -> None when done, else its error."""
+        return alter(self.conn, upsertions, deletions)

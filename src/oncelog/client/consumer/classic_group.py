@@ -18,8 +18,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.api_versions import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
-from ..network import calls
 from ..network.connection import KafkaError
+from . import group_calls
 from .assignors import parse_strategy
 from .group_io import GroupIO, GroupListener, as_kafka_error
 from .group_membership import (
@@ -92,9 +92,9 @@ class ClassicGroup(GroupIO):
                 if error is not None:
                     self.membership.on_join(JoinResult(error.error), now)
                 else:
-                    self.membership.on_join(calls.join_group_result(response), now)
+                    self.membership.on_join(group_calls.join_group_result(response), now)
 
-        self._send(JOIN_GROUP, calls.join_group_request(join), deadline, answered)
+        self._send(JOIN_GROUP, group_calls.join_group_request(join), deadline, answered)
 
     def _assign_and_sync(self) -> None:
         with self.lock:
@@ -112,14 +112,14 @@ class ClassicGroup(GroupIO):
             now = time.monotonic()
             with self.lock:
                 result = (SyncResult(error.error) if error is not None
-                          else calls.sync_group_result(response))
+                          else group_calls.sync_group_result(response))
                 change = self.membership.on_sync(result, now)
             if change is not None:
                 self._change = change
 
         # Members wait for the leader's assignment: up to the rebalance timeout too.
         deadline = time.monotonic() + self.membership.rebalance_timeout_ms / 1000 + 5
-        self._send(SYNC_GROUP, calls.sync_group_request(sync), deadline, answered)
+        self._send(SYNC_GROUP, group_calls.sync_group_request(sync), deadline, answered)
 
     def _apply_change(self) -> None:
         change, self._change = self._change, None
@@ -136,28 +136,10 @@ class ClassicGroup(GroupIO):
         if leave is not None:
             self._send_leave_on_heartbeat_connection(leave)
 
-    def heartbeat_if_due(self, wait: bool = True) -> None:
-        """Send a Heartbeat if one is due (from poll(), which does not ``wait`` for the
-        heartbeat thread's heartbeat in flight, or from that thread)."""
-        if not self._heartbeat_lock.acquire(blocking=wait):
-            return
-        try:
-            now = time.monotonic()
-            with self.lock:
-                beat = self.membership.heartbeat_request(now)
-                coordinator = self.membership.coordinator
-            if beat is None:
-                return
-            error = self._heartbeat(beat, coordinator)
-            with self.lock:
-                self.membership.on_heartbeat(beat, error, time.monotonic())
-        finally:
-            self._heartbeat_lock.release()
-
     def _heartbeat(self, beat: Heartbeat, coordinator) -> ErrorCode:
         try:
             return self._heartbeat_connection(coordinator).call(
-                HEARTBEAT, calls.heartbeat_request(beat)).error_code
+                HEARTBEAT, group_calls.heartbeat_request(beat)).error_code
         except Exception as exc:  # an answer we cannot read, of any kind
             if self._heartbeat_conn is not None:
                 self._heartbeat_conn.close()
@@ -172,9 +154,9 @@ class ClassicGroup(GroupIO):
                 return
             try:
                 response = self._heartbeat_connection(coordinator).call(
-                    LEAVE_GROUP, calls.leave_group_request(leave))
+                    LEAVE_GROUP, group_calls.leave_group_request(leave))
                 log.info("group %s: left (%s): %s", self.group_id, leave.reason,
-                         calls.leave_group_error(response).name)
+                         group_calls.leave_group_error(response).name)
             except Exception as exc:  # best effort: the session ends anyway
                 log.info("group %s: LeaveGroup failed: %s", self.group_id, exc)
                 if self._heartbeat_conn is not None:
@@ -198,8 +180,8 @@ class ClassicGroup(GroupIO):
         if leave is None:
             return
         try:
-            response = self._call(LEAVE_GROUP, calls.leave_group_request(leave))
+            response = self._call(LEAVE_GROUP, group_calls.leave_group_request(leave))
             log.info("group %s: left (%s): %s", self.group_id, reason,
-                     calls.leave_group_error(response).name)
+                     group_calls.leave_group_error(response).name)
         except KafkaError as exc:
             log.info("group %s: LeaveGroup failed: %s", self.group_id, exc)

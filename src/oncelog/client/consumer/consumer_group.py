@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from ...protocol.api_versions import CONSUMER_GROUP_HEARTBEAT
-from ..network import calls
 from ..network.connection import KafkaError
+from . import group_calls
 from .consumer_group_membership import (
     ConsumerHeartbeat,
     ConsumerMembership,
@@ -91,28 +91,11 @@ class ConsumerGroup(GroupIO):
 
     # --- heartbeats and the poll timeout ---------------------------------------------------
 
-    def heartbeat_if_due(self, wait: bool = True) -> None:
-        """Send a ConsumerGroupHeartbeat if one is due (from poll(), which does not ``wait``
-        for the heartbeat thread's heartbeat in flight, or from that thread)."""
-        if not self._heartbeat_lock.acquire(blocking=wait):
-            return
-        try:
-            with self.lock:
-                beat = self.membership.heartbeat_request(time.monotonic())
-                coordinator = self.membership.coordinator
-            if beat is None:
-                return
-            result = self._heartbeat(beat, coordinator)
-            with self.lock:
-                self.membership.on_heartbeat(beat, result, time.monotonic())
-        finally:
-            self._heartbeat_lock.release()
-
     def _heartbeat(self, beat: ConsumerHeartbeat, coordinator) -> HeartbeatResult:
         try:
             response = self._heartbeat_connection(coordinator).call(
-                CONSUMER_GROUP_HEARTBEAT, calls.consumer_group_heartbeat_request(beat))
-            return calls.consumer_group_heartbeat_result(response)
+                CONSUMER_GROUP_HEARTBEAT, group_calls.consumer_group_heartbeat_request(beat))
+            return group_calls.consumer_group_heartbeat_result(response)
         except Exception as exc:  # an answer we cannot read, of any kind
             if self._heartbeat_conn is not None:
                 self._heartbeat_conn.close()

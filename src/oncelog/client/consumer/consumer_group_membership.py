@@ -68,7 +68,7 @@ from kio.schema.errors import ErrorCode
 
 from ..network.connection import KafkaError
 from ..topic_partition import TopicPartition
-from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
+from .group_membership import AssignmentChange, CommitIdentity, Handoff, shared_commit_error
 
 log = logging.getLogger(__name__)
 
@@ -451,13 +451,9 @@ class ConsumerMembership:
 
     def on_commit_error(self, identity: CommitIdentity, error: ErrorCode, now: float) -> bool:
         """An OffsetCommit error's effect on the membership; whether a retry may succeed."""
-        if error in (ErrorCode.coordinator_load_in_progress, *_NETWORK):
-            return True
-        if error in _COORDINATOR_MOVED:
-            self.coordinator_lost(now, error.name)
-            return True
-        if identity == SIMPLE_COMMIT:
-            return False
+        shared = shared_commit_error(self, identity, error, now)
+        if shared is not None:
+            return shared
         # KIP-848: retried with the latest epoch, while the member is in the group.
         return error == ErrorCode.stale_member_epoch and self.phase == Phase.MEMBER
 

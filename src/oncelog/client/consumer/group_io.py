@@ -67,8 +67,8 @@ class _InFlight:
 
 class GroupIO:
     """Subclasses set ``self.membership`` (with its ``STEPS``, the Step enum of its protocol,
-    and ``WAITING_STEPS``) and define _take_step, _stable, heartbeat_if_due,
-    _check_poll_timeout and leave."""
+    and ``WAITING_STEPS``) and define _take_step, _stable, _heartbeat, _check_poll_timeout
+    and leave."""
 
     membership: Any
     STEPS: Any
@@ -144,6 +144,25 @@ class GroupIO:
         raise NotImplementedError
 
     def heartbeat_if_due(self, wait: bool = True) -> None:
+        """Send the protocol's heartbeat if one is due (from poll(), which does not ``wait``
+        for the heartbeat thread's heartbeat in flight, or from that thread)."""
+        if not self._heartbeat_lock.acquire(blocking=wait):
+            return
+        try:
+            with self.lock:
+                beat = self.membership.heartbeat_request(time.monotonic())
+                coordinator = self.membership.coordinator
+            if beat is None:
+                return
+            answer = self._heartbeat(beat, coordinator)
+            with self.lock:
+                self.membership.on_heartbeat(beat, answer, time.monotonic())
+        finally:
+            self._heartbeat_lock.release()
+
+    def _heartbeat(self, beat: Any, coordinator: Any) -> Any:
+        """Send ``beat`` to ``coordinator`` (no lock held); the answer as the membership's
+        on_heartbeat takes it."""
         raise NotImplementedError
 
     def _check_poll_timeout(self) -> None:

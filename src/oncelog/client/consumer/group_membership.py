@@ -61,11 +61,12 @@ import enum
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from ..network.connection import KafkaError
-from ..topic_partition import TopicPartition
+from ..topic_partition import SIMPLE_COMMIT, CommitIdentity, TopicPartition
 from .assignors import COOPERATIVE, Assignor, Member, rebalance_protocol
 from .consumer_protocol import (
     Assignment,
@@ -179,14 +180,24 @@ class AssignmentChange:
     revoked: frozenset[TopicPartition]
 
 
-@dataclass(frozen=True, slots=True)
-class CommitIdentity:
-    generation: int
-    member_id: str
-    instance_id: str | None
+class _Coordinated(Protocol):
+    def coordinator_lost(self, now: float, why: str = "") -> None: ...
 
 
-SIMPLE_COMMIT = CommitIdentity(-1, "", None)  # assign() with a group.id: no membership
+def shared_commit_error(membership: _Coordinated, identity: CommitIdentity, error: ErrorCode,
+                        now: float) -> bool | None:
+    """What both protocols' memberships do with an OffsetCommit error before their own
+    rules: retry on a loading coordinator or the network, find a moved coordinator again and
+    retry, and fail any other error of a commit made outside a membership; None: the
+    protocol's own rules decide."""
+    if error in (ErrorCode.coordinator_load_in_progress, *_NETWORK):
+        return True
+    if error in _COORDINATOR_MOVED:
+        membership.coordinator_lost(now, error.name)
+        return True
+    if identity == SIMPLE_COMMIT:
+        return False
+    return None
 
 
 class ClassicMembership:
@@ -498,13 +509,9 @@ class ClassicMembership:
 
     def on_commit_error(self, identity: CommitIdentity, error: ErrorCode, now: float) -> bool:
         """An OffsetCommit error's effect on the membership; whether a retry may succeed."""
-        if error in (ErrorCode.coordinator_load_in_progress, *_NETWORK):
-            return True
-        if error in _COORDINATOR_MOVED:
-            self.coordinator_lost(now, error.name)
-            return True
-        if identity == SIMPLE_COMMIT:
-            return False
+        shared = shared_commit_error(self, identity, error, now)
+        if shared is not None:
+            return shared
         if (identity.generation, identity.member_id) != (self.generation, self.member_id):
             return False  # about a membership already left
         if error in _MEMBERSHIP_GONE:

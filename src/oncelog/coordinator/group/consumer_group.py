@@ -408,17 +408,15 @@ class ConsumerGroup:
     def commit_error(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:
         if member_epoch < 0 and not self.members:
             return None  # the admin client, or a consumer outside the group
-        member = self.members.get(member_id or "")
-        if member is None:
-            return E.unknown_member_id
-        if member_epoch != member.member_epoch:
-            # A classic member's epoch is its generation (Kafka's validateMemberEpoch).
-            return E.illegal_generation if member.classic else E.stale_member_epoch
-        return None
+        return self._member_epoch_error(member_id, member_epoch)
 
     def fetch_error(self, member_id: str | None, member_epoch: int) -> ErrorCode | None:
         if member_epoch < 0 and member_id is None:
             return None
+        return self._member_epoch_error(member_id, member_epoch)
+
+    def _member_epoch_error(self, member_id: str | None, member_epoch: int
+                            ) -> ErrorCode | None:
         member = self.members.get(member_id or "")
         if member is None:
             return E.unknown_member_id

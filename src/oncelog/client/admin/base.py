@@ -1,0 +1,228 @@
+"""What every family of oncelog.Admin's calls stands on: the connections (the bootstrap
+server, the other brokers by address, each coordinator by key), the cluster's metadata, and
+a call to a coordinator that follows it while it loads or moves.
+
+Must not know: any family's requests beyond Metadata and FindCoordinator.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Self
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol import api_versions as apis
+from ...protocol.schema import build
+from ..network import calls
+from ..network.connection import BrokerConnection, KafkaError, connect, parse_bootstrap
+from ..network.security import ClientSecurity
+
+RETRY_BACKOFF = 0.1
+COORDINATOR_MOVING = frozenset({ErrorCode.coordinator_load_in_progress,
+                                ErrorCode.coordinator_not_available,
+                                ErrorCode.not_coordinator})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    index: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    cluster_id: str | None
+    brokers: dict[int, tuple[str, int]]
+    topics: dict[str, TopicInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+
+
+def raise_for(error: ErrorCode, message: str | None = None) -> None:
+    if error != ErrorCode.none:
+        raise KafkaError(error, message)
+
+
+class AdminBase:
+    def __init__(self, config: dict[str, str]) -> None:
+        self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
+        self.timeout = float(config.get("request.timeout.ms", 30_000)) / 1000
+        self.client_id = config.get("client.id", "oncelog")
+        parse_bootstrap(self.bootstrap)  # a bad address fails here, as a bad config does
+        self.security = ClientSecurity.from_config(config)
+        self._conn: BrokerConnection | None = None
+        self._others: dict[tuple[str, int], BrokerConnection] = {}  # other brokers, by address
+        # (key type, group or transactional id) -> its coordinator
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
+
+    @property
+    def conn(self) -> BrokerConnection:
+        """The connection to a bootstrap server, opened on first use: as with Kafka's clients,
+        making a client does not fail because no broker is up yet."""
+        if self._conn is None:
+            self._conn = connect(self.bootstrap, self.client_id, self.timeout, self.security)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        for conn in self._others.values():
+            conn.close()
+        self._others.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=self.timeout)
+
+    def metadata(self, topics: list[str] | None = None, auto_create: bool = False,
+                 missing_ok: bool = False) -> ClusterInfo:
+        """Brokers and topics; a named topic the broker does not know raises KafkaError,
+        unless ``missing_ok`` (then it is left out)."""
+        def make(mod, version):
+            wanted = None if topics is None else tuple(
+                build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+            if version == 0 and wanted is None:
+                wanted = ()
+            return build(mod.MetadataRequest, topics=wanted, allow_auto_topic_creation=auto_create,
+                         include_topic_authorized_operations=False,
+                         include_cluster_authorized_operations=False)
+
+        response = self.conn.call(apis.METADATA, make)
+        result = {}
+        for t in response.topics:
+            if t.error_code != ErrorCode.none:
+                if topics is not None and not missing_ok:
+                    raise_for(t.error_code, f"topic {t.name!r}")
+                continue
+            result[t.name] = TopicInfo(t.name, tuple(sorted(
+                (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes),
+                               tuple(p.isr_nodes)) for p in t.partitions),
+                key=lambda p: p.index)))
+        return ClusterInfo(getattr(response, "cluster_id", None),
+                           {b.node_id: (b.host, b.port) for b in response.brokers}, result)
+
+    # --- where a request goes: a partition's leader, every broker, a coordinator -------------
+
+    def _by_leader(self, wanted: dict[tuple[str, int], Any],
+                   errors: dict[tuple[str, int], Any]
+                   ) -> dict[tuple[str, int], dict[tuple[str, int], Any]]:
+        """``wanted`` split by the address of each partition's leader; partitions without
+        one get their error in ``errors``."""
+        info = self.metadata(sorted({t for t, _ in wanted}), missing_ok=True)
+        by_leader: dict[tuple[str, int], dict[tuple[str, int], Any]] = {}
+        for (topic, partition), value in wanted.items():
+            known = info.topics.get(topic)
+            leaders = {p.index: p.leader for p in known.partitions} if known else {}
+            if partition not in leaders:
+                errors[topic, partition] = KafkaError(ErrorCode.unknown_topic_or_partition,
+                                                      f"{topic}-{partition}")
+            elif leaders[partition] not in info.brokers:
+                errors[topic, partition] = KafkaError(ErrorCode.leader_not_available,
+                                                      f"{topic}-{partition}")
+            else:
+                address = info.brokers[leaders[partition]]
+                by_leader.setdefault(address, {})[topic, partition] = value
+        return by_leader
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+        info = self.metadata([topic])
+        leaders = {p.index: p.leader for p in info.topics[topic].partitions}
+        if partition not in leaders:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
+        if leaders[partition] < 0 or leaders[partition] not in info.brokers:
+            raise KafkaError(ErrorCode.leader_not_available, f"{topic}-{partition}")
+        return info.brokers[leaders[partition]]
+
+    def _brokers_by_id(self) -> list[tuple[int, BrokerConnection]]:
+        brokers = self.metadata([]).brokers
+        return [(node_id, self._broker(host, port))
+                for node_id, (host, port) in sorted(brokers.items())]
+
+    def _broker(self, host: str, port: int) -> BrokerConnection:
+        if (host, port) == (self.conn.host, self.conn.port):
+            return self.conn
+        conn = self._others.get((host, port))
+        if conn is None:
+            conn = self._others[host, port] = BrokerConnection(host, port, self.client_id,
+                                                               self.timeout, self.security)
+        return conn
+
+    def _controller(self) -> BrokerConnection:
+        """The controller DescribeCluster names: ElectLeaders and the reassignment requests
+        go there, as Kafka's Admin sends them (any other broker of a cluster answers
+        NOT_CONTROLLER); the bootstrap broker while there is none."""
+        response = self.conn.call(apis.DESCRIBE_CLUSTER, lambda mod, version: build(
+            mod.DescribeClusterRequest, include_cluster_authorized_operations=False,
+            endpoint_type=1, include_fenced_brokers=True))
+        raise_for(response.error_code, response.error_message)
+        for b in response.brokers:
+            if b.broker_id == response.controller_id:
+                return self._broker(b.host, b.port)
+        return self.conn
+
+    def _every_broker(self) -> list[BrokerConnection]:
+        brokers = self.metadata([]).brokers.values()
+        return [self._broker(host, port) for host, port in brokers] or [self.conn]
+
+    def _find_coordinator(self, key: str, key_type: int) -> Coordinator:
+        what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
+        deadline = time.monotonic() + self.timeout
+        while True:
+            found = calls.find_coordinator_result(
+                self.conn.call(apis.FIND_COORDINATOR, calls.find_coordinator_request(key,
+                                                                                     key_type)))
+            if found.error == ErrorCode.none:
+                return Coordinator(found.node_id, found.host, found.port)
+            if found.error not in COORDINATOR_MOVING or time.monotonic() >= deadline:
+                raise_for(found.error, found.message or f"{what} {key!r}")
+            time.sleep(RETRY_BACKOFF)
+
+    def _coordinator(self, key: str, key_type: int) -> Coordinator:
+        """The key's coordinator, found once and kept until it moves."""
+        coordinator = self._coordinators.get((key_type, key))
+        if coordinator is None:
+            coordinator = self._coordinators[key_type, key] = self._find_coordinator(
+                key, key_type)
+        return coordinator
+
+    def _coordinator_call(self, key: str, key_type: int, api_key: int,
+                          make: Callable[[ModuleType, int], Any],
+                          error_of: Callable[[Any], ErrorCode],
+                          read: Callable[[int, bytes | bytearray], Any] | None = None) -> Any:
+        """Send to the key's coordinator; look it up again while it loads or moves. With
+        ``read`` the answer's frame is read by it (an answer kio cannot read) instead of
+        decoded."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            coordinator = self._coordinator(key, key_type)
+            conn = self._broker(coordinator.host, coordinator.port)
+            response = read(*conn.call_raw(api_key, make)) if read is not None \
+                else conn.call(api_key, make)
+            if error_of(response) not in COORDINATOR_MOVING or time.monotonic() >= deadline:
+                return response
+            self._coordinators.pop((key_type, key), None)
+            time.sleep(RETRY_BACKOFF)
