@@ -32,6 +32,7 @@ from ..protocol.messages import (
     decode_request,
     encode_response,
 )
+from ..protocol.spliced import SplicedAnswer
 from . import dynamic_config, metrics
 from .announce import metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer
@@ -46,6 +47,7 @@ from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .request_budget import RequestBudget
 from .session import PLAINTEXT_SESSION, Session
+from .splice_sender import SpliceSender, write_answers
 from .topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -326,7 +328,8 @@ class Broker:
             return _CLOSE
         if inspect.iscoroutine(body):
             return self._finish(request, body, peer)
-        if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer)):
+        if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer,
+                                                               SplicedAnswer)):
             return body  # no answer, close, an answer already encoded or one to come
         return _encoded(request, body, peer, self._answer_limit(request))
 
@@ -344,7 +347,7 @@ class Broker:
         finally:
             self.budget.finished(decoded)
             self.budget_released()
-        if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
+        if body is None or body is _CLOSE or isinstance(body, (bytes, SplicedAnswer)):
             return body
         return _encoded(request, body, peer, self._answer_limit(request))
 
@@ -434,6 +437,9 @@ class Connection(asyncio.BufferedProtocol):
         self.turn_frames = self.turn_bytes = 0  # and what it handled in it
         self.pending: asyncio.Future | None = None
         self.session = PLAINTEXT_SESSION  # who the peer is (authentication replaces it)
+        # Writes answers holding file regions (zero-copy Fetch), and every answer while it
+        # holds any: see splice_sender.py.
+        self.splicer: SpliceSender | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -449,6 +455,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.queue.clear()
         self.behind.clear()
+        if self.splicer is not None:
+            self.splicer.drop()
         broker = self.broker
         self.budget.count(-self.counted)
         self.budget.finished(self.ahead_bytes)
@@ -626,9 +634,18 @@ class Connection(asyncio.BufferedProtocol):
             broker.budget_released()  # the count is settled at the end of the pump
         return taken
 
-    def _flush(self, out: list[bytes]) -> None:
+    def _flush(self, out: list) -> None:
         if out and not self.closed:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            splicer = self.splicer
+            if splicer is not None and splicer.busy:
+                splicer.write(out)
+            else:
+                try:
+                    data = b"".join(out)  # one bytes: itself, not a copy
+                except TypeError:  # a SplicedAnswer among them
+                    write_answers(self, out)
+                else:
+                    self.transport.write(data)
         out.clear()
 
     async def _await(self, pending, size: int) -> None:
@@ -650,7 +667,7 @@ class Connection(asyncio.BufferedProtocol):
         elif result is _CLOSE:
             self.close()
         elif result is not None:
-            self.transport.write(result)
+            self._flush([result])
 
     def _answer_ready(self) -> None:
         """Write the answers at the head of ``behind`` that are ready, in order."""
@@ -683,6 +700,8 @@ class Connection(asyncio.BufferedProtocol):
         self._set_reading(False)
 
     def resume_writing(self) -> None:
+        if self.splicer is not None and self.splicer.busy:
+            return  # the transport drained; the splicer has not: it resumes when it has
         self.write_paused = False
         self.pump()
 
@@ -697,7 +716,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
+        if self.splicer is not None and self.splicer.busy:
+            self.splicer.close_when_done = True  # after the answers it holds, as transport's
+        elif self.transport is not None:
             self.transport.close()
 
 

@@ -37,12 +37,13 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from ...log.regions import fetch_records
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ...protocol.messages import Request
-from ...protocol.record_batch import scan_batches
 from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
+from ...protocol.spliced import encode_spliced
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,9 @@ async def handle_fetch(broker, request: Request):
         p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
     nodes = (build(mod.NodeEndpoint, node_id=broker.broker_id, host=broker.advertised_host,
                    port=broker.advertised_port, rack=None),) if hinted else ()
-    return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                 session_id=0, responses=tuple(responses), node_endpoints=nodes)
+    return encode_spliced(FETCH, request.api_version, request.correlation_id, build(
+        mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+        session_id=0, responses=tuple(responses), node_endpoints=nodes))
 
 
 def _read_all(broker, mod, body, version: int):
@@ -118,10 +120,10 @@ def _read_all(broker, mod, body, version: int):
                         error = ErrorCode.offset_out_of_range
                     elif preq.fetch_offset < readable and budget > 0:
                         limit = min(preq.partition_max_bytes, budget)
-                        records = plog.read(preq.fetch_offset, limit,
-                                            min_one_batch=total == 0).records
+                        # bytes, or a region of the segment file sent with sendfile
+                        records, upper = fetch_records(plog, preq.fetch_offset, limit,
+                                                       total == 0, readable)
                         if committed:
-                            records, upper = _below(records, readable)
                             aborted = tuple(
                                 build(mod.AbortedTransaction, producer_id=a.producer_id,
                                       first_offset=a.first_offset)
@@ -156,19 +158,6 @@ def _read_all(broker, mod, body, version: int):
 def _name_of(broker, topic_id) -> str | None:
     topic = broker.topics.by_id(topic_id)
     return None if topic is None else topic.name
-
-
-def _below(records: bytes, end: int) -> tuple[bytes, int]:
-    """The whole batches of ``records`` starting before ``end`` (the last stable offset is a
-    batch boundary), and the offset after the last of them."""
-    upper = -1
-    cut = 0
-    for pos, header in scan_batches(records):
-        if header.base_offset >= end:
-            break
-        cut = pos + header.size
-        upper = header.last_offset + 1
-    return (records if cut == len(records) else records[:cut]), upper
 
 
 def handle_list_offsets(broker, request: Request):
