@@ -211,6 +211,8 @@ _NETWORK = (  # (name, stats key, type, help)
      "Frames left unread because the request budget was full or others waited first."),
     ("oncelog_write_pauses_total", "write_pauses", "counter",
      "Times a connection stopped because its unread answers passed the high-water mark."),
+    ("oncelog_fetch_zero_copy_bytes_total", "zero_copy_bytes", "counter",
+     "Record bytes Fetch answers sent from segment files with sendfile (never read in)."),
 )
 
 

@@ -105,6 +105,7 @@ class Broker:
         self._turn_scheduled = False
         self.handling_now = self.handling_before = 0  # connections handling in this turn
         self.write_pauses = 0  # times a connection stopped because its answers were unread
+        self.zero_copy_bytes = 0  # record bytes sent with sendfile (splice_sender.py)
         self.advertised_host = ""
         self.advertised_port = -1
         self._server: asyncio.base_events.Server | None = None
@@ -298,6 +299,7 @@ class Broker:
             "waiting_request_budget": self.budget.waiting,
             "request_budget_refusals": self.budget.refusals,
             "write_pauses": self.write_pauses,
+            "zero_copy_bytes": self.zero_copy_bytes,
         }
 
     # --- requests ------------------------------------------------------------------------

@@ -117,6 +117,7 @@ class SpliceSender:
                             return
                         piece.offset += sent
                         piece.length -= sent
+                        self.conn.broker.zero_copy_bytes += sent
                         if piece.length:
                             continue
                     piece.close()
