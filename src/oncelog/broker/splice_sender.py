@@ -142,7 +142,14 @@ class SpliceSender:
         if not self.watching:
             loop = asyncio.get_running_loop()
             if self.watch < 0:
-                self.watch = os.dup(self.fd)
+                try:
+                    self.watch = os.dup(self.fd)
+                except OSError as exc:  # out of descriptors: this answer cannot wait
+                    log.error("%s: cannot wait for the reader (%s); closing the connection",
+                              self.conn.peer, exc)
+                    self.drop()
+                    self.conn.close()
+                    return
             loop.add_writer(self.watch, self._send)
             self.watching = True
         conn = self.conn
