@@ -1,6 +1,7 @@
 """A response frame whose record sets are not in memory (zero-copy Fetch).
 
-kio's encoder writes a ``records`` field as its length, then ``buffer.write(records)``.
+kio's encoder (and fast_writer.py, its bytes) writes a ``records`` field as its length, then
+``buffer.write(records)``.
 ``encode_spliced`` gives it a buffer that keeps bytes in one growing bytearray and, when
 handed anything else (a file region: any object with a length), ends the bytes run there and
 keeps the object as the next piece: the frame is the same bytes kio writes, with the records
@@ -15,9 +16,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from kio.serial import entity_writer
-
 from .api_versions import API_VERSIONS_KEY
+from .fast_writer import writer
 
 _SIZE = struct.Struct(">i")
 
@@ -83,7 +83,7 @@ def encode_spliced(api_key: int, api_version: int, correlation_id: int,
     out.buf += _SIZE.pack(correlation_id)
     if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
         out.buf += b"\0"  # response header v1: no tagged fields
-    entity_writer(type(body))(out, body)
+    writer(type(body))(out, body)
     if not out.pieces:
         frame = out.buf
         _SIZE.pack_into(frame, 0, len(frame) - 4)
