@@ -467,7 +467,7 @@ def run(args) -> dict:
                                               "mock": mock.bootstrap},
                                        lambda: sum(probe() for probe in probes))
     if "commit" in parts:
-        with OncelogBroker(NO_DELAY) as broker, MockCluster() as mock:
+        with OncelogBroker(NO_DELAY, src=args.src) as broker, MockCluster() as mock:
             results["commit"] = run_commit(args, {"oncelog": broker.bootstrap,
                                                   "mock": mock.bootstrap}, broker.pid)
     if "consume" in parts:
@@ -550,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     add_parts_argument(parser, PARTS)
+    parser.add_argument("--src", type=Path,
+                        help="the commit part's broker from this source tree (default: the "
+                             "repo's src/), for an A/B against another commit")
     parser.add_argument("--members", type=int, default=10)
     parser.add_argument("--commit-seconds", type=float, default=3.0)
     parser.add_argument("--messages", type=int, default=3_000_000)
