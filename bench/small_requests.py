@@ -7,13 +7,19 @@ consumer-group table of issue 26 names. The broker's on-CPU time (its threads' s
 far better than a rate does. The trees take turns, in alternating order, ``--repeats``
 times, each with a fresh broker; medians (and min..max) are printed.
 
+Then, in process: the cost of encoding typical small answers with kio's writer and with
+protocol/fast_writer.py (best of 5 x 5,000), the part of a request fast_writer changed.
+
     .venv/bin/python bench/small_requests.py [--src /tmp/zc-base/src] [--calls 2000 --repeats 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import io
 import sys
+import timeit
 from pathlib import Path
 
 from _support import REPO, OncelogBroker, cpu_seconds_probe, median
@@ -54,6 +60,54 @@ def measure(src: Path, calls: int) -> dict[str, float]:
     return found
 
 
+def _answers() -> dict[str, object]:
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.protocol.schema import build, response_module
+
+    zero = datetime.timedelta(0)
+    commit = response_module(8, 8)
+    fetch_offsets = response_module(9, 7)
+    fetch = response_module(1, 12)
+    beat = response_module(12, 4)
+    partition = build(fetch.PartitionData, partition_index=0, error_code=ErrorCode.none,
+                      high_watermark=100, last_stable_offset=100, log_start_offset=0,
+                      aborted_transactions=(), preferred_read_replica=-1, records=b"x" * 500)
+    return {
+        "OffsetCommit v8": build(commit.OffsetCommitResponse, throttle_time=zero, topics=(
+            build(commit.OffsetCommitResponseTopic, name="small", partitions=(
+                build(commit.OffsetCommitResponsePartition, partition_index=0,
+                      error_code=ErrorCode.none),)),)),
+        "OffsetFetch v7": build(fetch_offsets.OffsetFetchResponse, throttle_time=zero,
+                                error_code=ErrorCode.none, topics=(
+            build(fetch_offsets.OffsetFetchResponseTopic, name="small", partitions=(
+                build(fetch_offsets.OffsetFetchResponsePartition, partition_index=0,
+                      committed_offset=5, committed_leader_epoch=-1, metadata="",
+                      error_code=ErrorCode.none),)),)),
+        "Heartbeat v4": build(beat.HeartbeatResponse, throttle_time=zero,
+                              error_code=ErrorCode.none),
+        "Fetch v12, 500 B": build(fetch.FetchResponse, throttle_time=zero,
+                                  error_code=ErrorCode.none, session_id=0, responses=(
+            build(fetch.FetchableTopicResponse, topic="small", partitions=(partition,)),)),
+    }
+
+
+def encode_costs() -> None:
+    from kio.serial import entity_writer
+
+    from oncelog.protocol.fast_writer import writer
+
+    print("\nencoding an answer's body, in process (best of 5 x 5,000):")
+    for name, body in _answers().items():
+        costs = []
+        for write in (entity_writer(type(body)), writer(type(body))):
+            def once(write=write, body=body) -> None:
+                write(io.BytesIO(), body)
+            costs.append(min(timeit.repeat(once, number=5000, repeat=5)) / 5000 * 1e6)
+        print(f"  {name:17} kio {costs[0]:5.1f} us, fast_writer {costs[1]:5.1f} us "
+              f"({costs[1] / costs[0]:.2f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, help="another tree's src/ to compare with")
@@ -80,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 median([r[kind] for r in found["other"]])
             line += f"  this/other {ratio:.2f}"
         print(line)
+    encode_costs()
     return 0
 
 
