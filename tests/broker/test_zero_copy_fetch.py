@@ -158,11 +158,11 @@ def test_a_slow_reader_holds_only_its_connection_and_its_answer_survives_retenti
     topic = unique("zc-slow")
     partitions = 6
     _fill(broker, topic, partitions, MiB + 100_000)
-    quiet = round_trips(broker.bootstrap, topic, 50)
+    quiet = round_trips(broker.bootstrap, topic, 200)
     sock = slow_socket(broker.port)
     try:
         size, expected = _pending(sock, broker, topic, partitions)
-        meanwhile = round_trips(broker.bootstrap, topic, 50)
+        meanwhile = round_trips(broker.bootstrap, topic, 200)
         # Retention (DeleteRecords: the same deletion) takes every first segment now.
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         firsts = {p: _segments(broker, topic, p)[0] for p in range(partitions)}
@@ -176,9 +176,10 @@ def test_a_slow_reader_holds_only_its_connection_and_its_answer_survives_retenti
         sock.close()
     assert len(frame) == size
     assert decode_fetch(frame) == expected
-    print(f"50 round trips: {quiet:.4f} s alone, {meanwhile:.4f} s with an answer pending")
-    # A loop blocked on the reader (or spinning on it) would stall every other client.
-    assert meanwhile < 5 * quiet + 0.5
+    print(f"200 round trips: {quiet:.4f} s alone, {meanwhile:.4f} s with an answer pending")
+    # A loop blocked on the reader would stall every other client (until the socket's
+    # timeout); one spinning on it would share the CPU with them.
+    assert meanwhile / quiet < 10
 
 
 def test_a_segment_cut_under_a_pending_answer_closes_the_connection(broker):
