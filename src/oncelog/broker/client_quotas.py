@@ -293,6 +293,10 @@ class ClientQuotas:
             if throttle:
                 rate.record(-size, now)  # Kafka's unrecord: an empty answer costs nothing
         if throttle:
+            for t in body.responses:  # a region left unsent holds a file descriptor
+                for p in t.partitions:
+                    if hasattr(p.records, "close"):
+                        p.records.close()
             body = dataclasses.replace(body, responses=())
         return body, throttle
 

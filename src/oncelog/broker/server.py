@@ -33,6 +33,7 @@ from ..protocol.messages import (
     decode_request,
     encode_response,
 )
+from ..protocol.spliced import SplicedAnswer, encode_spliced
 from ..security.credentials import ScramCredentials
 from . import dynamic_config, metrics
 from .announce import listener_line, metrics_line
@@ -53,6 +54,7 @@ from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
 from .request_budget import RequestBudget
 from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
+from .splice_sender import SpliceSender, write_answers
 from .topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,7 @@ class Broker:
         self._turn_scheduled = False
         self.handling_now = self.handling_before = 0  # connections handling in this turn
         self.write_pauses = 0  # times a connection stopped because its answers were unread
+        self.zero_copy_bytes = 0  # record bytes sent with sendfile (splice_sender.py)
         self.advertised_host = ""  # the first listener's (cluster registration, logs)
         self.advertised_port = -1
         self.advertised: dict[str, tuple[str, int]] = {}  # each listener's, by name
@@ -368,6 +371,7 @@ class Broker:
             "throttled_answers": self.quotas.throttled,
             "connections_throttled": sum(1 for c in conns if c.muted and not c.closed),
             "connections_refused": self.connection_limits.refused,
+            "zero_copy_bytes": self.zero_copy_bytes,
         }
 
     # --- requests ------------------------------------------------------------------------
@@ -421,7 +425,8 @@ class Broker:
             return _CLOSE
         if inspect.iscoroutine(body):
             return self._finish(request, body, peer)
-        if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer)):
+        if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer,
+                                                               SplicedAnswer)):
             return body  # no answer, close, an answer already encoded or one to come
         return _encoded(request, body, peer, self._answer_limit(request))
 
@@ -439,8 +444,8 @@ class Broker:
         finally:
             self.budget.finished(decoded)
             self.budget_released()
-        if body is None or body is _CLOSE or isinstance(body, bytes):  # see handle_frame
-            frame = body
+        if body is None or body is _CLOSE or isinstance(body, (bytes, SplicedAnswer)):
+            frame = body  # see handle_frame
         else:
             if request.api_key == apis.FETCH and self.quotas.active:
                 body, throttle = self.quotas.fetched(request, body)
@@ -468,8 +473,9 @@ def _encoded(request, body, peer: str, limit: int) -> Any:
     if request.throttle_ms:
         body = with_throttle(body, request.throttle_ms)
     try:
-        frame = encode_response(request.api_key, request.api_version, request.correlation_id,
-                                body)
+        # A Fetch answer's records may be regions of segment files, sent with sendfile.
+        encode = encode_spliced if request.api_key == apis.FETCH else encode_response
+        frame = encode(request.api_key, request.api_version, request.correlation_id, body)
     except Exception:
         log.exception("%s: api key %d v%d: the answer could not be encoded; closing the "
                       "connection", peer, request.api_key, request.api_version)
@@ -547,6 +553,9 @@ class Connection(asyncio.BufferedProtocol):
         self._unmute: asyncio.TimerHandle | None = None
         self.last_active = time.monotonic()  # last read or write (connections.max.idle.ms)
         self.ip: str | None = None  # counted in the broker's ConnectionLimits while set
+        # Writes answers holding file regions (zero-copy Fetch), and every answer while it
+        # holds any: see splice_sender.py.
+        self.splicer: SpliceSender | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -603,6 +612,8 @@ class Connection(asyncio.BufferedProtocol):
             self._unmute.cancel()
         self.queue.clear()
         self.behind.clear()
+        if self.splicer is not None:
+            self.splicer.drop()
         broker = self.broker
         self.budget.count(-self.counted)
         self.budget.finished(self.ahead_bytes)
@@ -784,9 +795,18 @@ class Connection(asyncio.BufferedProtocol):
             broker.budget_released()  # the count is settled at the end of the pump
         return taken
 
-    def _flush(self, out: list[bytes]) -> None:
+    def _flush(self, out: list) -> None:
         if out and not self.closed:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            splicer = self.splicer
+            if splicer is not None and splicer.busy:
+                splicer.write(out)
+            else:
+                try:
+                    data = b"".join(out)  # one bytes: itself, not a copy
+                except TypeError:  # a SplicedAnswer among them
+                    write_answers(self, out)
+                else:
+                    self.transport.write(data)
             self.last_active = time.monotonic()
         out.clear()
 
@@ -834,7 +854,7 @@ class Connection(asyncio.BufferedProtocol):
         elif result is _CLOSE:
             self.close()
         elif result is not None:
-            self.transport.write(result)
+            self._flush([result])
 
     def _answer_ready(self) -> None:
         """Write the answers at the head of ``behind`` that are ready, in order."""
@@ -867,6 +887,8 @@ class Connection(asyncio.BufferedProtocol):
         self._set_reading(False)
 
     def resume_writing(self) -> None:
+        if self.splicer is not None and self.splicer.busy:
+            return  # the transport drained; the splicer has not: it resumes when it has
         self.write_paused = False
         self.pump()
 
@@ -881,7 +903,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
+        if self.splicer is not None and self.splicer.busy:
+            self.splicer.close_when_done = True  # after the answers it holds, as transport's
+        elif self.transport is not None:
             self.transport.close()
 
 

@@ -19,9 +19,9 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
-from . import frame_check, produce_request
+from . import fast_writer, frame_check, produce_request
 from .api_versions import API_VERSIONS_KEY, PRODUCE, SUPPORTED_VERSIONS
 from .errors import ProtocolError, UnsupportedVersion
 
@@ -222,7 +222,7 @@ def _reader(cls: type) -> Any:
 
 @functools.cache
 def _writer(cls: type) -> Any:
-    return entity_writer(cls)
+    return fast_writer.writer(cls)  # kio's bytes, without its per-value checks
 
 
 @functools.cache

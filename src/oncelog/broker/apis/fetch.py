@@ -47,10 +47,10 @@ import time
 from kio.schema.errors import ErrorCode
 
 from ...cluster import isr as isr_rules
+from ...log.regions import fetch_records
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ...protocol.messages import Request
-from ...protocol.record_batch import scan_batches
 from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
@@ -163,17 +163,16 @@ def _read_all(broker, mod, body, version: int, allowance: int,
                     if error == ErrorCode.none and preq.fetch_offset < readable and \
                             budget > 0:
                         limit = min(preq.partition_max_bytes, budget)
-                        records = plog.read(preq.fetch_offset, limit,
-                                            min_one_batch=total == 0).records
+                        # bytes, or a region of the segment file sent with sendfile, cut
+                        # at what this reader may see (high watermark, LSO, log end)
+                        records, upper = fetch_records(plog, preq.fetch_offset, limit,
+                                                       total == 0, readable)
                         if committed:
-                            records, upper = _below(records, readable)
                             aborted = tuple(
                                 build(mod.AbortedTransaction, producer_id=a.producer_id,
                                       first_offset=a.first_offset)
                                 for a in partition.aborted_transactions(preq.fetch_offset,
                                                                         upper))
-                        elif readable < end:  # a consumer reads up to the high watermark
-                            records, _ = _below(records, readable)
                         budget -= len(records)
                         total += len(records)
                     partitions.append(partition)
@@ -229,19 +228,6 @@ def _leader_hint(broker, partition) -> dict:
 def _name_of(broker, topic_id) -> str | None:
     topic = broker.topics.by_id(topic_id)
     return None if topic is None else topic.name
-
-
-def _below(records: bytes, end: int) -> tuple[bytes, int]:
-    """The whole batches of ``records`` starting before ``end`` (the last stable offset is a
-    batch boundary), and the offset after the last of them."""
-    upper = -1
-    cut = 0
-    for pos, header in scan_batches(records):
-        if header.base_offset >= end:
-            break
-        cut = pos + header.size
-        upper = header.last_offset + 1
-    return (records if cut == len(records) else records[:cut]), upper
 
 
 def handle_list_offsets(broker, request: Request):
