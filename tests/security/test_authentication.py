@@ -410,3 +410,31 @@ def test_every_sasl_authenticate_version_completes_an_exchange(secured, version)
     answer = raw.token(b"\0bob\0bob-secret", version)
     assert answer.error_code == 0, answer
     assert raw.call(apis.METADATA, 1, topics=None).brokers
+
+
+def test_large_fetches_read_the_same_records_on_every_listener(secured):
+    """A Fetch answer of more than SPLICE_MIN per partition goes out with sendfile on a
+    plaintext socket; on TLS it must be read in and encrypted instead. librdkafka reads the
+    same records over SASL_SSL, SSL, SASL_PLAINTEXT and PLAINTEXT."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from oncelog.log.regions import SPLICE_MIN
+
+    topic = "large-fetch"
+    values = [(b"%06d" % i) * 1000 for i in range(4 * SPLICE_MIN // 6000 + 8)]
+    producer = Producer({**secured.librdkafka("PLAINTEXT"), "linger.ms": 50})
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(TIMEOUT) == 0
+    for listener in ("SASL_SSL", "SSL", "SASL_PLAINTEXT", "PLAINTEXT"):
+        consumer = Consumer({**secured.librdkafka(listener), "group.id": f"large-{listener}",
+                             "fetch.min.bytes": 2 * SPLICE_MIN})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < len(values) and time.monotonic() < deadline:
+            for msg in consumer.consume(100, timeout=0.5):
+                assert msg.error() is None, (listener, msg.error())
+                got.append(msg.value())
+        consumer.close()
+        assert got == values, listener
