@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 from oncelog.broker.announce import wait_for_ports
+from support.broker_forks import ForkedBroker
 
 START_TIMEOUT = 30.0
+# Every broker from a fresh interpreter (support/broker_forks.py says when one is anyway).
+EXEC_BROKERS = os.environ.get("ONCELOG_TEST_EXEC_BROKERS") == "1"
 STOP_TIMEOUT = 30.0
 
 
@@ -26,7 +29,7 @@ class BrokerProcess:
         self.preexec = preexec  # run in the child before the broker (e.g. a setrlimit)
         self.port = 0
         self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedBroker | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
     @property
@@ -43,11 +46,14 @@ class BrokerProcess:
                 "--set", f"log.dirs={self.data_dir}", "--set", "metrics.listener=127.0.0.1:0"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-                                     preexec_fn=self.preexec)
-        log.close()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if self.preexec is None and not self.env and not EXEC_BROKERS:
+            self.proc = ForkedBroker(args[3:], env, str(self.log_path))
+        else:
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
+                                         preexec_fn=self.preexec)
+            log.close()
         ports = wait_for_ports(self.proc, START_TIMEOUT)
         if ports is not None:
             self.port, self.metrics_port = ports
