@@ -6,8 +6,9 @@ workers' time) before doing anything. Here each test process starts one zygote
 (support/broker_zygote.py, single-threaded) that imports the broker once; every broker is a
 fork of it: a real, separate OS process with its own pid, its stderr in its own log file and
 its stdout a pipe to the test, that a test may SIGKILL, SIGSTOP or SIGTERM and whose exit
-code it reads, as with ``subprocess.Popen``. ``ForkedBroker`` is the part of Popen the
-tests use; the zygote reaps each broker and writes its exit code to a pipe the test reads.
+code it reads, as with ``subprocess.Popen``. ``ForkedProcess`` is the part of Popen the
+tests use; run_oncelog is ``subprocess.run`` for the command-line tools, forked the same
+way. The zygote reaps each process and writes its exit code to a pipe the test reads.
 
 What a fork cannot give, BrokerProcess still gets from a fresh interpreter: a ``preexec``
 (it must run before the broker's imports, as a setrlimit does) or an ``env`` of its own
@@ -17,6 +18,7 @@ every broker that way.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
@@ -56,12 +58,11 @@ class _Zygote:
             raise RuntimeError(f"the broker zygote did not answer (exit code {self.proc.poll()})")
         return json.loads(data)
 
-    def fork(self, argv: list[str], env: dict[str, str], log_path: str,
-             stdout_w: int, status_w: int) -> int:
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd(),
-                              "log": log_path}).encode()
+    def fork(self, argv: list[str], env: dict[str, str], status_w: int,
+             stdio: tuple[int, int, int]) -> int:
+        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
         with self.lock:
-            socket.send_fds(self.sock, [request], [stdout_w, status_w])
+            socket.send_fds(self.sock, [request], [status_w, *stdio])
             answer = self._receive(START_TIMEOUT)
         if "pid" not in answer:
             raise RuntimeError(f"the broker zygote could not fork: {answer}")
@@ -80,24 +81,24 @@ def zygote() -> _Zygote:
         return _zygote
 
 
-class ForkedBroker:
-    """The part of ``subprocess.Popen`` the tests use, for a broker forked from the zygote."""
+class ForkedProcess:
+    """The part of ``subprocess.Popen`` the tests use, for an ``oncelog`` process forked from
+    the zygote: ``python -m oncelog ARGV`` with ``env``, the test's working directory and the
+    given stdin, stdout and stderr (file descriptors, still the caller's to close)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: str) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str],
+                 stdio: tuple[int, int, int]) -> None:
         self.args = argv
         self.returncode: int | None = None
-        stdout_r, stdout_w = os.pipe()
+        self.stdout: io.BufferedReader | None = None
         self._status, status_w = os.pipe()
         try:
-            self.pid = zygote().fork(argv, env, log_path, stdout_w, status_w)
+            self.pid = zygote().fork(argv, env, status_w, stdio)
         except BaseException:
-            os.close(stdout_r)
             os.close(self._status)
             raise
         finally:
-            os.close(stdout_w)
             os.close(status_w)
-        self.stdout = os.fdopen(stdout_r, "rb")
 
     def _read_status(self) -> None:
         data = os.read(self._status, _STATUS.size)
@@ -135,3 +136,72 @@ class ForkedBroker:
     def __del__(self) -> None:
         if self.returncode is None and hasattr(self, "_status"):
             os.close(self._status)
+
+
+def forked_broker(argv: list[str], env: dict[str, str], log_path: str) -> ForkedProcess:
+    """A broker as BrokerProcess starts it: stdout a pipe it announces its ports on (the
+    process's ``stdout``), stderr appended to its log."""
+    stdout_r, stdout_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        proc = ForkedProcess(argv, env, (null, stdout_w, log))
+    except BaseException:
+        os.close(stdout_r)
+        raise
+    finally:
+        for fd in (null, stdout_w, log):
+            os.close(fd)
+    proc.stdout = os.fdopen(stdout_r, "rb")
+    return proc
+
+
+def run_oncelog(*args: str, input: str | None = None, timeout: float = 60.0,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run([sys.executable, "-m", "oncelog", *args], input=input,
+    capture_output=True, text=True, timeout=timeout)``, the process forked from the zygote:
+    a command-line tool costs a fork, not an interpreter and oncelog's import."""
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ours = [stdin_w, out_r, err_r]  # still open on this side
+    try:
+        try:
+            proc = ForkedProcess(list(args), {**os.environ, **(env or {})},
+                                 (stdin_r, out_w, err_w))
+        finally:
+            for fd in (stdin_r, out_w, err_w):
+                os.close(fd)
+        pending = (input or "").encode()
+        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+        deadline = time.monotonic() + timeout
+        while out_r in ours or err_r in ours:
+            if stdin_w in ours and not pending:
+                os.close(stdin_w)
+                ours.remove(stdin_w)
+            left = deadline - time.monotonic()
+            readable, writable, _ = select.select(
+                [fd for fd in ours if fd != stdin_w], [fd for fd in ours if fd == stdin_w], [],
+                max(0.0, left))
+            if not readable and not writable and left <= 0:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(["oncelog", *args], timeout)
+            if writable:
+                try:
+                    pending = pending[os.write(stdin_w, pending[:65536]):]
+                except BrokenPipeError:
+                    pending = b""
+            for fd in readable:
+                data = os.read(fd, 65536)
+                chunks[fd].append(data)
+                if not data:
+                    os.close(fd)
+                    ours.remove(fd)
+        code = proc.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        for fd in ours:
+            os.close(fd)
+    return subprocess.CompletedProcess(
+        ["oncelog", *args], code, b"".join(chunks[out_r]).decode(errors="replace"),
+        b"".join(chunks[err_r]).decode(errors="replace"))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from oncelog.broker.announce import wait_for_ports
-from support.broker_forks import ForkedBroker
+from support.broker_forks import ForkedProcess, forked_broker
 
 START_TIMEOUT = 30.0
 # Every broker from a fresh interpreter (support/broker_forks.py says when one is anyway).
@@ -29,7 +29,7 @@ class BrokerProcess:
         self.preexec = preexec  # run in the child before the broker (e.g. a setrlimit)
         self.port = 0
         self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
-        self.proc: subprocess.Popen | ForkedBroker | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
     @property
@@ -48,7 +48,7 @@ class BrokerProcess:
             args += ["--set", f"{key}={value}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         if self.preexec is None and not self.env and not EXEC_BROKERS:
-            self.proc = ForkedBroker(args[3:], env, str(self.log_path))
+            self.proc = forked_broker(args[3:], env, str(self.log_path))
         else:
             log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
