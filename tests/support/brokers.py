@@ -1,4 +1,9 @@
-"""Real oncelog brokers as subprocesses on ephemeral loopback ports, for the tests."""
+"""Real oncelog brokers as processes of their own on ephemeral loopback ports, for the tests.
+
+Each is forked from a zygote that has imported the broker (support/broker_forks.py): a start
+costs a fork, not an interpreter and oncelog's import. A broker with a ``preexec`` or an
+``env`` of its own, or every broker under ``ONCELOG_TEST_EXEC_BROKERS=1``, is
+``python -m oncelog broker`` as before."""
 
 from __future__ import annotations
 
