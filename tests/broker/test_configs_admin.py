@@ -5,8 +5,6 @@ while producers run; compression.type recompression; bad input changes nothing."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
@@ -23,6 +21,7 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ConfigResource as CResource
 from kio.schema.errors import ErrorCode
+from support.broker_forks import run_oncelog
 from support.brokers import batches_on_disk, create_topic, read_to_end, wait_for_log_start
 
 from oncelog import Admin, AlterConfigOp, ConfigResource, Consumer, KafkaError, TopicPartition
@@ -418,9 +417,8 @@ def test_cli_configs(broker):
     create_topic(broker.bootstrap, "cfg-cli")
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "oncelog", "configs", *args,
-                               "--bootstrap-server", broker.bootstrap],
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        return run_oncelog("configs", *args, "--bootstrap-server", broker.bootstrap,
+                           timeout=TIMEOUT)
 
     done = run("alter", "--entity-type", "topics", "--entity-name", "cfg-cli",
                "--add-config", "retention.ms=60000,cleanup.policy=[delete,compact]")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -30,6 +29,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 from kio.schema.errors import ErrorCode
+from support.broker_forks import run_oncelog
 from support.brokers import produce_batches
 
 from oncelog.client.admin.admin import Admin
@@ -408,8 +408,7 @@ def test_elections_and_reassignments_get_a_one_broker_clusters_answers(broker):
 # --- the command line ----------------------------------------------------------------------
 
 def oncelog_cli(broker, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "oncelog", *args, "--bootstrap-server",
-                           broker.bootstrap], capture_output=True, text=True, timeout=TIMEOUT)
+    return run_oncelog(*args, "--bootstrap-server", broker.bootstrap, timeout=TIMEOUT)
 
 
 def test_cli_topics_alter_and_records_delete(broker, tmp_path):

@@ -1,16 +1,14 @@
 """The oncelog command's client tools against a real broker."""
 
 import subprocess
-import sys
+
+from support.broker_forks import run_oncelog
 
 import oncelog as oncelog_package
 
 
 def oncelog(broker, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "oncelog", *args, "--bootstrap-server", broker.bootstrap],
-        input=stdin, capture_output=True, text=True, timeout=60,
-    )
+    return run_oncelog(*args, "--bootstrap-server", broker.bootstrap, input=stdin)
 
 
 def test_topic_lifecycle_produce_and_consume(broker):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
+from support.broker_forks import run_oncelog
 from support.brokers import START_TIMEOUT, create_topic
 
 GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": "0"}
@@ -17,8 +17,7 @@ GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": "0"}
 
 def groups(broker, *args: str) -> subprocess.CompletedProcess:
     bootstrap = ["--bootstrap-server", broker.bootstrap] if broker is not None else []
-    done = subprocess.run([sys.executable, "-m", "oncelog", "groups", *args, *bootstrap],
-                          capture_output=True, text=True, timeout=60)
+    done = run_oncelog("groups", *args, *bootstrap)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -7,11 +7,11 @@ with the broker stopped, as a bug or an old broker would have left it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
+from support.broker_forks import run_oncelog
 from support.brokers import START_TIMEOUT, append_on_disk, create_topic
 
 from oncelog.client.admin.admin import Admin
@@ -23,8 +23,7 @@ HANGING_PRODUCER = 4242
 
 def run(broker, command: str, *args: str) -> subprocess.CompletedProcess:
     bootstrap = ["--bootstrap-server", broker.bootstrap] if broker is not None else []
-    done = subprocess.run([sys.executable, "-m", "oncelog", command, *args, *bootstrap],
-                          capture_output=True, text=True, timeout=60)
+    done = run_oncelog(command, *args, *bootstrap)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
+from support.broker_forks import run_oncelog
 from support.held_sink import held_source
 from support.spark_read_helpers import TIMEOUT, create, produce
 from support.spark_write_exactly_once_helpers import (
@@ -226,8 +226,7 @@ def test_two_queries_writing_one_topic_each_write_every_micro_batch(start_broker
 
 
 def _oncelog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "oncelog", *args], capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    return run_oncelog(*args, timeout=TIMEOUT)
 
 
 @pytest.mark.timeout(600)

@@ -6,7 +6,8 @@ finds every input row exactly once, the last stable offset reaches the end of th
 no transaction is left open.
 
 Drivers that a test kills or starts with settings of their own run tests/support/spark_write_job.py
-in a subprocess; the other tests share the session of tests/support/sparks.py."""
+in a subprocess; the other tests, and the runs after a kill that nobody kills, share the
+session of tests/support/sparks.py (a driver start is most of a run's time)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import spark_write_job
 from support.spark_read_helpers import TIMEOUT, create, produce
 from support.spark_write_exactly_once_helpers import (
     TWO_PHASE,
@@ -137,30 +139,35 @@ def standalone_cluster(work: Path):
     spark_class = [str(home / "bin" / "spark-class")]
     procs: list[subprocess.Popen] = []
 
-    def start(name: str, args: list[str], ready: str, host: str) -> str:
+    def launch(name: str, args: list[str], host: str) -> Path:
         log = work / f"{name}.log"
         with open(log, "wb") as out:
             procs.append(subprocess.Popen(spark_class + args, stdout=out, stderr=out,
                                           start_new_session=True,
                                           env={**env, "SPARK_LOCAL_IP": host}))
+        return log
+
+    def ready(name: str, log: Path, proc: subprocess.Popen, pattern: str) -> str:
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
-            found = re.search(ready, log.read_text(errors="replace"))
+            found = re.search(pattern, log.read_text(errors="replace"))
             if found:
                 return found.group(0)
-            assert procs[-1].poll() is None, log.read_text(errors="replace")[-3000:]
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
             time.sleep(0.2)
         raise AssertionError(f"{name} did not start: {log.read_text()[-3000:]}")
 
     try:
-        url = start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", "0", "--webui-port", "0"],
-                    r"spark://127\.0\.0\.1:\d+", "127.0.0.1")
-        for host in ("127.0.0.2", "127.0.0.3"):
-            start(f"worker-{host}", ["org.apache.spark.deploy.worker.Worker", "--host", host,
-                                     "--cores", "1", "--memory", "1g", "--webui-port", "0",
-                                     "--work-dir", str(work / host), url],
-                  "Successfully registered with master", host)
+        log = launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                "--port", "0", "--webui-port", "0"], "127.0.0.1")
+        url = ready("master", log, procs[0], r"spark://127\.0\.0\.1:\d+")
+        # Both workers at once: each is a JVM of its own, seconds to start.
+        workers = {host: launch(f"worker-{host}", [
+            "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1",
+            "--memory", "1g", "--webui-port", "0", "--work-dir", str(work / host), url], host)
+            for host in ("127.0.0.2", "127.0.0.3")}
+        for (host, log), proc in zip(workers.items(), procs[1:], strict=True):
+            ready(f"worker-{host}", log, proc, "Successfully registered with master")
         yield url
     finally:
         for proc in procs:
@@ -186,7 +193,7 @@ def test_a_speculative_attempt_beside_a_slow_one_writes_once(start_broker, tmp_p
     assert len(states) == 3 and states.count("CompleteCommit") == 2, states
 
 
-def test_a_driver_killed_before_its_commit_then_run_again(start_broker, tmp_path):
+def test_a_driver_killed_before_its_commit_then_run_again(start_broker, spark, tmp_path):
     broker = start_broker(**TWO_PHASE)
     create(broker.bootstrap, "killed", 2)
     held = tmp_path / "held"
@@ -196,12 +203,15 @@ def test_a_driver_killed_before_its_commit_then_run_again(start_broker, tmp_path
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         listed = admin.list_transactions(states=("Ongoing",), pattern="again-.*")
         assert len([t for ts in listed.values() for t in ts]) == 2  # both tasks' prepared
-    _finish(_job("batch", broker.bootstrap, "killed", "100", "again"))
+    # Run again by another driver: the shared session's, not killed, so not a process of its own.
+    spark_write_job.write_batch(spark, "oncelog", broker.bootstrap, "killed", 100, "again",
+                                slow=False)
     assert_once(committed(broker.bootstrap, "killed", 2), [b"%d" % i for i in range(100)])
 
 
 @pytest.mark.timeout(900)  # up to five drivers, each a JVM, on a shared machine
-def test_a_stream_killed_at_random_points_across_20_micro_batches(start_broker, tmp_path):
+def test_a_stream_killed_at_random_points_across_20_micro_batches(start_broker, spark,
+                                                                  tmp_path):
     seed = int(os.environ.get("ONCELOG_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -224,10 +234,10 @@ def test_a_stream_killed_at_random_points_across_20_micro_batches(start_broker, 
         if action == "after-commit":  # between the sink's commit and Spark's checkpoint
             args += ["--hold-after", str(rng.randrange(batches)), str(held)]
         print(f"run {run}: {action} {args[6:]} at {time.monotonic() - began:.0f}s")
-        job = _job(*args)
-        if action == "finish":
-            _finish(job)
+        if action == "finish":  # nobody kills it: the shared session's driver runs it
+            spark_write_job.copy_stream(spark, "oncelog", *args[1:])
             break
+        job = _job(*args)
         if action == "after-commit":
             killed = _wait_for(held, job)
         else:

@@ -1,4 +1,9 @@
-"""Real oncelog brokers as subprocesses on ephemeral loopback ports, for the tests."""
+"""Real oncelog brokers as processes of their own on ephemeral loopback ports, for the tests.
+
+Each is forked from a zygote that has imported the broker (support/broker_forks.py): a start
+costs a fork, not an interpreter and oncelog's import. A broker with a ``preexec`` or an
+``env`` of its own, or every broker under ``ONCELOG_TEST_EXEC_BROKERS=1``, is
+``python -m oncelog broker`` as before."""
 
 from __future__ import annotations
 
@@ -10,8 +15,11 @@ import time
 from pathlib import Path
 
 from oncelog.broker.announce import wait_for_announcement
+from support.broker_forks import ForkedProcess, forked_broker
 
 START_TIMEOUT = 30.0
+# Every broker from a fresh interpreter (support/broker_forks.py says when one is anyway).
+EXEC_BROKERS = os.environ.get("ONCELOG_TEST_EXEC_BROKERS") == "1"
 STOP_TIMEOUT = 30.0
 
 
@@ -27,7 +35,7 @@ class BrokerProcess:
         self.port = 0  # the PLAINTEXT listener's, else the first listener's
         self.ports: dict[str, int] = {}  # every listener's port, by name (SASL_SSL, ...)
         self.metrics_port: int | None = None  # metrics.listener's, 127.0.0.1:0 unless set
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
     @property
@@ -47,11 +55,14 @@ class BrokerProcess:
                 "--set", f"log.dirs={self.data_dir}", "--set", "metrics.listener=127.0.0.1:0"]
         for key, value in self.settings.items():
             args += ["--set", f"{key}={value}"]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-                                     preexec_fn=self.preexec)
-        log.close()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if self.preexec is None and not self.env and not EXEC_BROKERS:
+            self.proc = forked_broker(args[3:], env, str(self.log_path))
+        else:
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
+                                         preexec_fn=self.preexec)
+            log.close()
         found = wait_for_announcement(self.proc, START_TIMEOUT)
         if found is not None:
             first, self.metrics_port, self.ports = found

@@ -24,8 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-import sparks  # its neighbour in tests/support/, the folder the tests put on PYTHONPATH
-from held_sink import held_source  # its neighbour, as sparks is
+try:  # run as a script: its neighbours in tests/support/, which _job puts on PYTHONPATH
+    import sparks
+    from held_sink import held_source
+except ImportError:  # imported by a test (write_batch, copy_stream in the shared session)
+    from support import sparks
+    from support.held_sink import held_source
 
 from oncelog.spark.source import OncelogDataSource
 
@@ -54,10 +58,10 @@ def main() -> None:
         fmt = "oncelog_held"
     if a.mode == "batch":
         bootstrap, topic, rows, prefix = a.args
-        _batch(session, fmt, bootstrap, topic, int(rows), prefix, a.slow_task)
+        write_batch(session, fmt, bootstrap, topic, int(rows), prefix, a.slow_task)
     else:
         bootstrap, source, topic, checkpoint, per_batch = a.args
-        _stream(session, fmt, bootstrap, source, topic, checkpoint, per_batch)
+        copy_stream(session, fmt, bootstrap, source, topic, checkpoint, per_batch)
     sparks.stop()
 
 
@@ -88,7 +92,7 @@ def _speculating():
     return session
 
 
-def _batch(spark, fmt: str, bootstrap: str, topic: str, rows: int, prefix: str,
+def write_batch(spark, fmt: str, bootstrap: str, topic: str, rows: int, prefix: str,
            slow: bool) -> None:
     def stall(i: int) -> int:
         from pyspark import TaskContext
@@ -109,7 +113,7 @@ def _batch(spark, fmt: str, bootstrap: str, topic: str, rows: int, prefix: str,
     write.save()
 
 
-def _stream(spark, fmt: str, bootstrap: str, source: str, topic: str, checkpoint: str,
+def copy_stream(spark, fmt: str, bootstrap: str, source: str, topic: str, checkpoint: str,
             per_batch: str) -> None:
     query = (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)
              .option("subscribe", source).option("startingOffsets", "earliest")
@@ -120,11 +124,11 @@ def _stream(spark, fmt: str, bootstrap: str, source: str, topic: str, checkpoint
              .trigger(availableNow=True).start())
     try:
         if not query.awaitTermination(600):
-            raise SystemExit("the stream did not finish in time")
+            raise RuntimeError("the stream did not finish in time")
     finally:
         query.stop()
     if query.exception() is not None:
-        raise SystemExit(f"the stream failed: {query.exception()}")
+        raise RuntimeError(f"the stream failed: {query.exception()}")
 
 
 if __name__ == "__main__":

@@ -26,15 +26,23 @@ import time
 BATCH = 500
 RUN_LIMIT = 600.0  # seconds; a copier that runs longer is stuck
 CALL_TIMEOUT = 30.0
+# send_offsets_to_transaction's own timeout: a few round trips (FindCoordinator, AddOffsetsToTxn,
+# TxnOffsetCommit), well under a second even on a busy machine. Its watchdog fires 2 s after
+# it: librdkafka hangs in this call after a broker restart (below), and the confluent run of
+# test_txn_copier.py spent 35 s in each such hang, 70 of its 85 s, with the watchdog at
+# CALL_TIMEOUT + 5.
+OFFSETS_TIMEOUT = 8.0
 
 
 @contextlib.contextmanager
 def watchdog(seconds: float):
     """librdkafka's send_offsets_to_transaction() can block past its timeout when the group
     coordinator goes down during the call (confluentinc/librdkafka#5456, open): its
-    coordinator requests never check their timeout. An application guards it as this one
-    does: the process exits (code 3, as for an abortable error) and the next instance's
-    init_transactions fences and aborts what was open."""
+    coordinator requests never check their timeout; seen here after a broker restart, the
+    group coordinator's broker thread left in TRY_CONNECT (debug=eos,broker), as in
+    confluentinc/librdkafka#5511. An application guards it as this one does: the process
+    exits (code 3, as for an abortable error) and the next instance's init_transactions
+    fences and aborts what was open."""
     timer = threading.Timer(seconds, lambda: os._exit(3))
     timer.daemon = True
     timer.start()
@@ -71,11 +79,11 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
                          "linger.ms": 5, "transaction.timeout.ms": 60_000})
 
-    def retrying(call, *args) -> None:
+    def retrying(call, *args, guard: float = CALL_TIMEOUT + 5) -> None:
         deadline = time.monotonic() + CALL_TIMEOUT * 2
         while True:
             try:
-                with watchdog(CALL_TIMEOUT + 5):
+                with watchdog(guard):
                     call(*args)
                 return
             except KafkaException as exc:
@@ -104,7 +112,7 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
                              partition=m.partition())
         positions = [tp for tp in consumer.position(parts) if tp.offset >= 0]
         retrying(producer.send_offsets_to_transaction, positions,
-                 consumer.consumer_group_metadata(), CALL_TIMEOUT)
+                 consumer.consumer_group_metadata(), OFFSETS_TIMEOUT, guard=OFFSETS_TIMEOUT + 2)
         retrying(producer.commit_transaction, CALL_TIMEOUT)
         committed.update({tp.partition: tp.offset for tp in positions})
     return 4
