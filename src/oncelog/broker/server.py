@@ -966,6 +966,13 @@ def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | No
         runner = asyncio.run
 
     async def main() -> None:
+        # The handlers come first: a SIGTERM sent the moment the broker says it listens (or
+        # while it starts) stops it cleanly, never by the signal's default action.
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(signal.SIGUSR1, _log_pending_tasks)
         broker = Broker(config)
         host, port = await broker.start()
         if on_started is not None and broker.metrics_address is not None:
@@ -974,11 +981,6 @@ def run_broker(config: BrokerConfig, on_started: Callable[[str, int], None] | No
             for name, (bound_host, bound_port) in broker.bound.items():
                 print(listener_line(name, bound_host, bound_port), flush=True)
             on_started(host, port)
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stopping.set)
-        loop.add_signal_handler(signal.SIGUSR1, _log_pending_tasks)
         await stopping.wait()
         await broker.stop()
 
