@@ -82,6 +82,13 @@ class LeaderModel(RuleBasedStateMachine):
             self.caught_up[follower] = max(self.caught_up[follower], self.previous[follower][1])
         self.previous[follower] = (self.leo[LEADER], self.now)
         self.state.advance_high_watermark(self.leo[LEADER])
+        s = self.state
+        if follower not in s.isr:  # I3 / I4, asked on its fetch (the periodic check: I4)
+            wanted = s.isr_changes(self.now, LAG_MS, fetching=follower)
+            joined = wanted is not None and follower in wanted
+            assert joined == (offset >= s.high_watermark)
+            if joined:
+                self._written(wanted)
         self.leo[follower] = data.draw(st.integers(offset, self.leo[LEADER]))
 
     @rule(ms=st.integers(1, 800))
@@ -96,10 +103,12 @@ class LeaderModel(RuleBasedStateMachine):
             after = broker in (s.isr if wanted is None else wanted)
             if broker in s.isr:  # I1 / I2
                 assert after == (self.now - self.caught_up[broker] <= LAG_MS)
-            else:  # I3 / I4: it has everything committed (and our epoch began at 0)
-                assert after == (s.followers[broker].log_end_offset >= s.high_watermark)
-        if wanted is None:
-            return
+            else:  # I4: only its own fetch brings it back (I3, in fetch)
+                assert not after
+        if wanted is not None:
+            self._written(wanted)
+
+    def _written(self, wanted):
         self.state.isr = wanted  # the conditional write went through
         self.state.advance_high_watermark(self.leo[LEADER])
         self.state.resolve_waiters()
