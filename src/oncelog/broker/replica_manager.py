@@ -256,6 +256,7 @@ class ReplicaManager:
             current.followers.setdefault(broker, rules.FollowerView(-1, now))
         current.isr, current.zk_version = state.isr, version
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
+        current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
         current.advance_high_watermark(partition.log.log_end_offset)
         current.resolve_waiters()
