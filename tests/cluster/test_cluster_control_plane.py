@@ -327,8 +327,11 @@ def test_controller_killed_its_partitions_get_new_leaders(cluster):
         assert state["leader_epoch"] == before[p]["leader_epoch"] + 1
         assert state["controller_epoch"] == epoch and controller not in state["isr"]
     cluster.brokers[controller].start()
-    wait_for(lambda: str(controller) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
-             f"broker {controller} registered again")
+    # back in every ISR by its leaders' writes, which keep the controller epoch of the
+    # state they read (the new controller's shrink included)
+    wait_for(lambda: all(controller in cluster.state("orphans", p)["isr"] for p in range(3)),
+             TIMEOUT, f"broker {controller} back in every ISR of orphans")
+    assert {cluster.state("orphans", p)["controller_epoch"] for p in range(3)} == {epoch}
 
 
 def test_acknowledged_writes_survive_a_leader_kill_exactly_once(cluster):

@@ -12,7 +12,9 @@ Role, decided by ``role_step`` when a partition state is read from ZooKeeper
 | B1  | leader_epoch below ours                            | IGNORE: a stale state          |
 | B2  | same leader_epoch, we lead it                      | ADOPT_ISR: keep leading, take  |
 |     |                                                    | the ISR written (our own write |
-|     |                                                    | or the controller's) and the   |
+|     |                                                    | or the controller's, with its  |
+|     |                                                    | controller epoch, which our    |
+|     |                                                    | next ISR write keeps) and the  |
 |     |                                                    | assignment's replicas (a       |
 |     |                                                    | reassignment adds and removes  |
 |     |                                                    | them at the same epoch: I3     |
