@@ -229,3 +229,17 @@ def test_leader_epochs_in_requests():
     assert isr.epoch_problem(4, 4) is None
     assert isr.epoch_problem(3, 4) == ErrorCode.fenced_leader_epoch
     assert isr.epoch_problem(5, 4) == ErrorCode.unknown_leader_epoch
+
+
+def test_a_follower_that_stopped_fetching_stays_out_of_the_isr():
+    """I1 then I4: a follower caught up when it died leaves the ISR after the lag; its last
+    fetch is at the high watermark still, yet only a fetch of its own brings it back (I3):
+    the periodic check never re-adds a dead or stopping broker the controller shrank."""
+    state = ReplicaState(LEADER, LEADER, 0, (LEADER, F1), (LEADER, F1), 0)
+    state.followers = {F1: isr.FollowerView(-1, 0)}
+    state.follower_fetched(F1, 0, 0, 0)  # caught up: the log is empty
+    assert state.isr_changes(LAG_MS + 1, LAG_MS) == (LEADER,)  # I1
+    state.isr = (LEADER,)
+    assert state.isr_changes(LAG_MS + 2, LAG_MS) is None  # I4: not on the periodic check
+    state.follower_fetched(F1, 0, 0, LAG_MS + 3)
+    assert state.isr_changes(LAG_MS + 3, LAG_MS, fetching=F1) == (LEADER, F1)  # I3
