@@ -2,9 +2,17 @@
 
 The test plays the controller: it writes Kafka's znodes (the topic's assignment and each
 partition's state) with kazoo, as the controller would, and the brokers' replica managers
-follow them. librdkafka produces idempotently with acks=all; the followers hold the leader's
-batches at the same offsets; the leader is killed with SIGKILL and the test elects another
-ISR member at leader_epoch + 1; the producer goes on; the topic holds every acknowledged
+follow them. The brokers' own controller runs beside it: each election the test writes
+comes at once after the kill (before the dead broker's session expires), so the
+controller's passes find a live leader and keep it (row L2), or shrink an ISR as the
+leader would (L1); deletion goes through DeleteTopics, the controller's one transaction.
+Metadata answers from the ZooKeeper-fed cache, which may name a new leader before that
+leader's replica manager took the state: the test waits on each broker's own role
+(``acts_on``) before it produces.
+
+librdkafka produces idempotently with acks=all; the followers hold the leader's batches
+at the same offsets; the leader is killed with SIGKILL and the test elects another ISR
+member at leader_epoch + 1; the producer goes on; the topic holds every acknowledged
 record exactly once, in order. Seed 004, case 2: a retry of each of the producer's last five
 batches is answered by the new leader with its original offset, because the follower built
 its producer state from the batches it replicated; the old leader comes back, truncates
