@@ -82,6 +82,13 @@ class LeaderModel(RuleBasedStateMachine):
             self.caught_up[follower] = max(self.caught_up[follower], self.previous[follower][1])
         self.previous[follower] = (self.leo[LEADER], self.now)
         self.state.advance_high_watermark(self.leo[LEADER])
+        s = self.state
+        if follower not in s.isr:  # I3 / I4, asked on its fetch (the periodic check: I4)
+            wanted = s.isr_changes(self.now, LAG_MS, fetching=follower)
+            joined = wanted is not None and follower in wanted
+            assert joined == (offset >= s.high_watermark)
+            if joined:
+                self._written(wanted)
         self.leo[follower] = data.draw(st.integers(offset, self.leo[LEADER]))
 
     @rule(ms=st.integers(1, 800))
@@ -96,10 +103,12 @@ class LeaderModel(RuleBasedStateMachine):
             after = broker in (s.isr if wanted is None else wanted)
             if broker in s.isr:  # I1 / I2
                 assert after == (self.now - self.caught_up[broker] <= LAG_MS)
-            else:  # I3 / I4: it has everything committed (and our epoch began at 0)
-                assert after == (s.followers[broker].log_end_offset >= s.high_watermark)
-        if wanted is None:
-            return
+            else:  # I4: only its own fetch brings it back (I3, in fetch)
+                assert not after
+        if wanted is not None:
+            self._written(wanted)
+
+    def _written(self, wanted):
         self.state.isr = wanted  # the conditional write went through
         self.state.advance_high_watermark(self.leo[LEADER])
         self.state.resolve_waiters()
@@ -220,3 +229,17 @@ def test_leader_epochs_in_requests():
     assert isr.epoch_problem(4, 4) is None
     assert isr.epoch_problem(3, 4) == ErrorCode.fenced_leader_epoch
     assert isr.epoch_problem(5, 4) == ErrorCode.unknown_leader_epoch
+
+
+def test_a_follower_that_stopped_fetching_stays_out_of_the_isr():
+    """I1 then I4: a follower caught up when it died leaves the ISR after the lag; its last
+    fetch is at the high watermark still, yet only a fetch of its own brings it back (I3):
+    the periodic check never re-adds a dead or stopping broker the controller shrank."""
+    state = ReplicaState(LEADER, LEADER, 0, (LEADER, F1), (LEADER, F1), 0)
+    state.followers = {F1: isr.FollowerView(-1, 0)}
+    state.follower_fetched(F1, 0, 0, 0)  # caught up: the log is empty
+    assert state.isr_changes(LAG_MS + 1, LAG_MS) == (LEADER,)  # I1
+    state.isr = (LEADER,)
+    assert state.isr_changes(LAG_MS + 2, LAG_MS) is None  # I4: not on the periodic check
+    state.follower_fetched(F1, 0, 0, LAG_MS + 3)
+    assert state.isr_changes(LAG_MS + 3, LAG_MS, fetching=F1) == (LEADER, F1)  # I3

@@ -2,9 +2,17 @@
 
 The test plays the controller: it writes Kafka's znodes (the topic's assignment and each
 partition's state) with kazoo, as the controller would, and the brokers' replica managers
-follow them. librdkafka produces idempotently with acks=all; the followers hold the leader's
-batches at the same offsets; the leader is killed with SIGKILL and the test elects another
-ISR member at leader_epoch + 1; the producer goes on; the topic holds every acknowledged
+follow them. The brokers' own controller runs beside it: each election the test writes
+comes at once after the kill (before the dead broker's session expires), so the
+controller's passes find a live leader and keep it (row L2), or shrink an ISR as the
+leader would (L1); deletion goes through DeleteTopics, the controller's one transaction.
+Metadata answers from the ZooKeeper-fed cache, which may name a new leader before that
+leader's replica manager took the state: the test waits on each broker's own role
+(``acts_on``) before it produces.
+
+librdkafka produces idempotently with acks=all; the followers hold the leader's batches
+at the same offsets; the leader is killed with SIGKILL and the test elects another ISR
+member at leader_epoch + 1; the producer goes on; the topic holds every acknowledged
 record exactly once, in order. Seed 004, case 2: a retry of each of the producer's last five
 batches is answered by the new leader with its original offset, because the follower built
 its producer state from the batches it replicated; the old leader comes back, truncates
@@ -48,7 +56,6 @@ TOPIC = "replicated"
 LONELY = "replicated-lonely"
 STRICT = "replicated-strict"
 MARKER = "replicated-marker"
-ALONE = "replicated-alone"
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2",
@@ -136,13 +143,12 @@ def state_of(zk, topic: str, partition: int = 0) -> zn.PartitionState:
     return zn.PartitionState.decode(zk.get(zn.partition_state_path(topic, partition))[0])
 
 
-def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0,
-                auto_create: bool = False) -> bool:
+def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0) -> bool:
     """Whether ``broker``'s Metadata names ``leader`` of ``partition`` at ``epoch``."""
     def make(mod, version):
         return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic,
                                                         topic_id=None, name=topic),),
-                     allow_auto_topic_creation=auto_create,
+                     allow_auto_topic_creation=False,
                      include_cluster_authorized_operations=False,
                      include_topic_authorized_operations=False)
 
@@ -156,6 +162,33 @@ def leader_seen(broker, topic: str, leader: int, epoch: int, partition: int = 0,
             if t.name == topic and p.partition_index == partition:
                 return p.leader_id == leader and p.leader_epoch == epoch
     return False
+
+
+def acts_on(broker, topic: str, leader: int, epoch: int, partition: int = 0) -> bool:
+    """Whether ``broker``'s own replica acts on ``leader`` at ``epoch``: its local role,
+    which decides NOT_LEADER_OR_FOLLOWER (Metadata answers from the ZooKeeper-fed cache,
+    which may show a new leader before that leader's replica manager took the state). A
+    Fetch v16 naming ``epoch`` answers: nothing wrong on the leader at it; on a follower,
+    NOT_LEADER_OR_FOLLOWER with the leader it follows (KIP-951's hint)."""
+    mod = request_module(apis.FETCH, 16)
+    part = build(mod.FetchPartition, partition=partition, current_leader_epoch=epoch,
+                 fetch_offset=0, log_start_offset=-1, partition_max_bytes=0,
+                 last_fetched_epoch=-1)
+    body = build(mod.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(0),
+                 min_bytes=0, max_bytes=1, isolation_level=0, session_id=0,
+                 session_epoch=-1, rack_id="", forgotten_topics_data=(), cluster_id=None,
+                 replica_state=build(mod.ReplicaState, replica_id=-1, replica_epoch=-1),
+                 topics=(build(mod.FetchTopic, topic=topic, topic_id=topic_id_of(topic),
+                               partitions=(part,)),))
+    try:
+        answer = call(broker, apis.FETCH, 16, body).responses[0].partitions[0]
+    except OSError:
+        return False
+    if answer.error_code == ErrorCode.none:
+        return int(broker.settings["broker.id"]) == leader
+    hint = answer.current_leader
+    return answer.error_code == ErrorCode.not_leader_or_follower and \
+        (hint.leader_id, hint.leader_epoch) == (leader, epoch)
 
 
 def call(broker, api_key: int, version: int, body):
@@ -271,7 +304,7 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     zk, brokers = cluster
     create_topic(zk, TOPIC, (1, 2, 3), leader=1)
     for broker in brokers.values():
-        wait_for(lambda b=broker: leader_seen(b, TOPIC, 1, 0), TIMEOUT, "broker 1 leads")
+        wait_for(lambda b=broker: acts_on(b, TOPIC, 1, 0), TIMEOUT, "broker 1 leads")
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
 
     producer = AckedProducer(bootstrap)
@@ -296,7 +329,9 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
     brokers[1].kill()
     elect(zk, TOPIC, 2, (2, 3))
     producer.send([b"b%04d" % i for i in range(100, 200)])
-    wait_for(lambda: leader_seen(brokers[2], TOPIC, 2, 1), TIMEOUT, "broker 2 leads")
+    wait_for(lambda: acts_on(brokers[2], TOPIC, 2, 1), TIMEOUT, "broker 2 leads")
+    for broker in (brokers[2], brokers[3]):  # and every broker's Metadata says so
+        wait_for(lambda b=broker: leader_seen(b, TOPIC, 2, 1), TIMEOUT, "Metadata")
     with connect(brokers[2].bootstrap, timeout=TIMEOUT) as conn:
         for batch, offset in zip(sent[-5:], offsets[-5:], strict=True):
             assert calls.produce(conn, TOPIC, 0, batch) == offset
@@ -314,8 +349,8 @@ def test_failover_keeps_every_acknowledged_record_once_and_retries_get_their_off
            version=stat.version)
     create_topic(zk, MARKER, (2, 3), leader=3)
     for broker in (brokers[2], brokers[3]):
-        wait_for(lambda b=broker: leader_seen(b, MARKER, 3, 0), TIMEOUT, "the later topic")
-        assert leader_seen(broker, TOPIC, 2, 1)
+        wait_for(lambda b=broker: acts_on(b, MARKER, 3, 0), TIMEOUT, "the later topic")
+        assert acts_on(broker, TOPIC, 2, 1)
     zk.set(zn.partition_state_path(TOPIC, 0), data)  # as the controller had it
 
     # Only the leader is produced to and read from, at its epoch (KIP-320's rules); epoch
@@ -371,7 +406,7 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
     zk, brokers = cluster
     create_topic(zk, LONELY, (1, 2, 3), leader=1)
     for broker in brokers.values():
-        wait_for(lambda b=broker: leader_seen(b, LONELY, 1, 0), TIMEOUT, "broker 1 leads")
+        wait_for(lambda b=broker: acts_on(b, LONELY, 1, 0), TIMEOUT, "broker 1 leads")
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         pid, _ = calls.init_producer_id(conn)
         calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 0, [b"x0", b"x1"]))
@@ -398,7 +433,7 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
     checkpoint = brokers[1].data_dir / f"{LONELY}-0" / "replication-offset-checkpoint"
     assert checkpoint.read_text() == "2\n"
     elect(zk, LONELY, 2, (2, 3))
-    wait_for(lambda: leader_seen(brokers[2], LONELY, 2, 1), TIMEOUT, "broker 2 leads")
+    wait_for(lambda: acts_on(brokers[2], LONELY, 2, 1), TIMEOUT, "broker 2 leads")
     with connect(brokers[2].bootstrap, timeout=TIMEOUT) as conn:
         # x2 is stored at 2 (a duplicate if the follower had it); x3 never reached broker 2
         assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 2, [b"x2"])) == 2
@@ -411,7 +446,7 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
     # answers a retry of y3-y4 with its offset (with x3 still in its state, that retry
     # would straddle x3: OUT_OF_ORDER_SEQUENCE_NUMBER).
     elect(zk, LONELY, 1, (1, 2, 3))
-    wait_for(lambda: leader_seen(brokers[1], LONELY, 1, 2), TIMEOUT, "broker 1 leads again")
+    wait_for(lambda: acts_on(brokers[1], LONELY, 1, 2), TIMEOUT, "broker 1 leads again")
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         assert calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 3, [b"y3", b"y4"])) == 3
 
@@ -422,7 +457,7 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
     try:
         elect(zk, LONELY, 3, (2, 3))
         for broker in (brokers[2], brokers[3]):
-            wait_for(lambda b=broker: leader_seen(b, LONELY, 3, 3), TIMEOUT, "broker 3 leads")
+            wait_for(lambda b=broker: acts_on(b, LONELY, 3, 3), TIMEOUT, "broker 3 leads")
     finally:
         os.kill(brokers[1].proc.pid, signal.SIGCONT)
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
@@ -443,13 +478,10 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     with no replica of the topic holds nothing of it; once the assignment is deleted, every
     replica's local log goes."""
     zk, brokers = cluster
-    # A topic broker 3 keeps alone (auto-created by a Metadata request): not ZooKeeper's,
-    # so the replica manager leaves it be, whatever the views it reads meanwhile.
-    assert leader_seen(brokers[3], ALONE, 3, 0, auto_create=True)
     zk.create(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config(
         {"min.insync.replicas": "3"}), makepath=True)
     create_topic(zk, STRICT, (1, 2), leader=1)
-    wait_for(lambda: leader_seen(brokers[2], STRICT, 1, 0), TIMEOUT, "broker 2 follows")
+    wait_for(lambda: acts_on(brokers[2], STRICT, 1, 0), TIMEOUT, "broker 2 follows")
     plain = encode_batch([(None, b"s", (), int(time.time() * 1000))])
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         with pytest.raises(KafkaError) as refused:
@@ -502,10 +534,13 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     txn.create(zn.partition_state_path(STRICT, 1), zn.PartitionState(2, 0, (2, 1), 1).encode())
     txn.set_data(zn.topic_path(STRICT), grown.encode(), version=stat.version)
     assert not any(isinstance(r, Exception) for r in txn.commit())
-    wait_for(lambda: leader_seen(brokers[1], STRICT, 2, 0, partition=1), TIMEOUT,
+    wait_for(lambda: acts_on(brokers[1], STRICT, 2, 0, partition=1), TIMEOUT,
              "broker 1 follows broker 2 on the new partition")
-    zk.delete(zn.topic_path(STRICT), recursive=True)
+    # DeleteTopics: the controller removes the znodes in one transaction (a recursive
+    # delete here would race its pass, which creates a missing state znode)
+    deleting = AdminClient({"bootstrap.servers": brokers[2].bootstrap})
+    deleting.delete_topics([STRICT], operation_timeout=10)[STRICT].result(TIMEOUT)
+    del deleting
     for broker in (brokers[1], brokers[2]):
         wait_for(lambda b=broker: not (b.data_dir / f"{STRICT}-0").exists(), TIMEOUT,
                  "the local replica deleted")
-    assert leader_seen(brokers[3], ALONE, 3, 0)

@@ -44,6 +44,7 @@ _RETRYABLE = (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
               ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
               ErrorCode.kafka_storage_error, ErrorCode.leader_not_available)
 MAX_FRAME = 1 << 30
+STOP_TIMEOUT_S = 5.0
 
 
 class FetchFailed(Exception):
@@ -121,11 +122,16 @@ class LeaderFetcher:
         self.followed.pop((partition.topic, partition.index), None)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        # Cancelled again until it ends: on Python 3.11 a cancellation arriving as an awaited
+        # step completes can be lost (asyncio.wait_for returns the result instead), and a
+        # fetcher that lived on would hold the broker's shutdown forever.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while task is not None and not task.done() and time.monotonic() < deadline:
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.1)
+        if task is not None and not task.done():
+            log.error("the fetcher of broker %d did not stop", self.leader)
         self._drop()
 
     def _drop(self) -> None:
@@ -181,8 +187,8 @@ class LeaderFetcher:
         endpoint = self.manager.endpoint(self.leader)
         if endpoint is None:
             raise FetchFailed(f"broker {self.leader} is not registered")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*endpoint),
-                                                timeout=10)
+        async with asyncio.timeout(10):  # not wait_for: it can swallow a cancellation
+            reader, writer = await asyncio.open_connection(*endpoint)
         return _Connection(reader, writer, f"replica-{self.manager.broker_id}",
                            self.wait_ms / 1000 + 30)
 

@@ -72,6 +72,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._checkpointed: dict[str, int] = {}
         self._closed = False
+        self._leaving = False  # in controlled shutdown: following nothing
         # The local topics that are replicas of ZooKeeper's (ensure_replica_topic marks
         # them): only those follow the view, and only those go when it drops them. A topic
         # this broker kept alone before it joined a cluster is never deleted for that.
@@ -94,6 +95,15 @@ class ReplicaManager:
                 self.checkpoint_high_watermarks)),
         ]
         self.watch.start()
+
+    async def leave(self) -> None:
+        """Controlled shutdown begins: stop fetching (Kafka's controller sends the broker
+        StopReplica), so no leader puts it back in an ISR the controller shrinks."""
+        self._leaving = True
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        self._following.clear()
 
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
@@ -203,7 +213,7 @@ class ReplicaManager:
                 current.isr, current.zk_version = state.isr, version  # shown by Metadata
             return role
         if role is rules.Role.ADOPT_ISR:
-            self._adopt_isr(partition, current, state, version, min_insync)
+            self._adopt_isr(partition, current, state, version, tuple(replicas), min_insync)
             return role
         hw = current.high_watermark if current is not None else \
             read_hw_checkpoint(partition.disk, partition.dir)
@@ -228,7 +238,8 @@ class ReplicaManager:
                      state.leader_epoch, list(state.isr), new.high_watermark)
         elif role is rules.Role.BECOME_FOLLOWER:
             partition.replication = new
-            self._start_fetcher(partition, state.leader, state.leader_epoch)
+            if not self._leaving:  # B5: a broker in controlled shutdown fetches no more
+                self._start_fetcher(partition, state.leader, state.leader_epoch)
             log.info("%s: follower of broker %d at epoch %d", partition.name, state.leader,
                      state.leader_epoch)
         else:
@@ -238,11 +249,14 @@ class ReplicaManager:
         return role
 
     def _adopt_isr(self, partition: Partition, current: ReplicaState,
-                   state: zn.PartitionState, version: int, min_insync: int) -> None:
+                   state: zn.PartitionState, version: int, replicas: tuple[int, ...],
+                   min_insync: int) -> None:
         now = _now_ms()
         for broker in state.isr:
             current.followers.setdefault(broker, rules.FollowerView(-1, now))
         current.isr, current.zk_version = state.isr, version
+        current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
+        current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
         current.advance_high_watermark(partition.log.log_end_offset)
         current.resolve_waiters()
@@ -259,7 +273,7 @@ class ReplicaManager:
         if r.advance_high_watermark(end):
             partition._wake_waiters()  # consumers waiting for the high watermark
         if replica_id not in r.isr:
-            self._maybe_write_isr(partition)
+            self._maybe_write_isr(partition, replica_id)
 
     def check_isr(self) -> None:
         for partition in self._replicated():
@@ -267,11 +281,11 @@ class ReplicaManager:
             if r is not None and r.is_leader:
                 self._maybe_write_isr(partition)
 
-    def _maybe_write_isr(self, partition: Partition) -> None:
+    def _maybe_write_isr(self, partition: Partition, fetching: int | None = None) -> None:
         r: ReplicaState = partition.replication
         if r.isr_write_pending:
             return
-        wanted = r.isr_changes(_now_ms(), self.lag_max_ms)
+        wanted = r.isr_changes(_now_ms(), self.lag_max_ms, fetching)
         if wanted is None:
             return
         r.isr_write_pending = True

@@ -88,15 +88,18 @@ class ReplicaState:
             self.resolve_waiters()
         return moved
 
-    def isr_changes(self, now_ms: int, lag_max_ms: int) -> tuple[int, ...] | None:
-        """The ISR the rules want (isr.isr_change per follower), None when it is as is."""
+    def isr_changes(self, now_ms: int, lag_max_ms: int,
+                    fetching: int | None = None) -> tuple[int, ...] | None:
+        """The ISR the rules want (isr.isr_change per follower), None when it is as is;
+        ``fetching``: the follower whose fetch asks (None: the periodic check)."""
         wanted = [self.broker_id]
         for broker in self.replicas:
             if broker == self.broker_id:
                 continue
             view = self.followers.get(broker, rules.FollowerView(-1, now_ms))
             change = rules.isr_change(broker in self.isr, view, now_ms, lag_max_ms,
-                                      self.high_watermark, self.epoch_start_offset)
+                                      self.high_watermark, self.epoch_start_offset,
+                                      broker == fetching)
             if change is rules.IsrChange.EXPAND or \
                     (change is rules.IsrChange.KEEP and broker in self.isr):
                 wanted.append(broker)

@@ -302,6 +302,8 @@ class Broker:
 
     async def stop(self) -> None:
         if self.cluster_mode is not None:  # leaderships moved away while still serving
+            if self.replicas is not None:
+                await self.replicas.leave()
             await self.cluster_mode.controlled_shutdown()
         for task in self._tasks:
             task.cancel()

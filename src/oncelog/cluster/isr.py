@@ -12,10 +12,18 @@ Role, decided by ``role_step`` when a partition state is read from ZooKeeper
 | B1  | leader_epoch below ours                            | IGNORE: a stale state          |
 | B2  | same leader_epoch, we lead it                      | ADOPT_ISR: keep leading, take  |
 |     |                                                    | the ISR written (our own write |
-|     |                                                    | or the controller's)           |
+|     |                                                    | or the controller's, with its  |
+|     |                                                    | controller epoch, which our    |
+|     |                                                    | next ISR write keeps) and the  |
+|     |                                                    | assignment's replicas (a       |
+|     |                                                    | reassignment adds and removes  |
+|     |                                                    | them at the same epoch: I3     |
+|     |                                                    | grows the ISR over them)       |
 | B3  | same leader_epoch, we follow or have no leader     | IGNORE: nothing changes        |
 | B4  | newer epoch (or none yet), leader is us            | BECOME_LEADER at that epoch    |
-| B5  | newer epoch, leader another broker                 | BECOME_FOLLOWER of it          |
+| B5  | newer epoch, leader another broker                 | BECOME_FOLLOWER of it (in      |
+|     |                                                    | controlled shutdown: without   |
+|     |                                                    | fetching, it leaves the ISR)   |
 | B6  | newer epoch, leader -1 (no ISR member alive)       | NO_LEADER: fetch from nobody,  |
 |     |                                                    | refuse produce and fetch       |
 
@@ -26,9 +34,11 @@ maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
 |-----|------------------------------------------------------|------------------------------|
 | I1  | in the ISR, not caught up for replica.lag.time.max.ms| SHRINK: out of the ISR       |
 | I2  | in the ISR, caught up within it                      | KEEP                         |
-| I3  | out of the ISR, assigned, its log end at or past the | EXPAND: into the ISR         |
-|     | high watermark and past the start of our epoch       |                              |
-| I4  | out of the ISR otherwise                             | KEEP                         |
+| I3  | out of the ISR, assigned, fetching now, its log end  | EXPAND: into the ISR         |
+|     | at or past the high watermark and past the start of  |                              |
+|     | our epoch                                            |                              |
+| I4  | out of the ISR otherwise (the periodic check: what   | KEEP                         |
+|     | it last fetched may be a dead or stopping broker's)  |                              |
 
 "Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
 leader's log end offset catches the follower up at its time; one that asks for the log end
@@ -116,12 +126,15 @@ class IsrChange(enum.Enum):
 
 
 def isr_change(in_isr: bool, follower: FollowerView, now_ms: int, lag_max_ms: int,
-               high_watermark: int, epoch_start_offset: int) -> IsrChange:
+               high_watermark: int, epoch_start_offset: int, fetching: bool) -> IsrChange:
+    """``fetching``: asked on this follower's fetch (Kafka expands only then), not by the
+    periodic check."""
     if in_isr:
         if now_ms - follower.last_caught_up_ms > lag_max_ms:
             return IsrChange.SHRINK
         return IsrChange.KEEP
-    if follower.log_end_offset >= 0 and follower.log_end_offset >= high_watermark and \
+    if fetching and follower.log_end_offset >= 0 and \
+            follower.log_end_offset >= high_watermark and \
             follower.log_end_offset >= epoch_start_offset:
         return IsrChange.EXPAND
     return IsrChange.KEEP
