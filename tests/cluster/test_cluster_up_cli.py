@@ -19,13 +19,15 @@ TIMEOUT = 60.0
 
 
 def _free_ports(n: int) -> list[int]:
-    """n consecutive free loopback ports (bound and released: the broker binds them next)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
+    """n consecutive free loopback ports, bound and released for the brokers to bind next.
+
+    Taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 on): a port
+    from that range, once released, may be handed to any other process's connect() before
+    ZooKeeper binds it (seen once: ZooKeeper exited at start). Below it only an explicit bind
+    can take the port, and the tests bind port 0."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    start = 10_000 + (os.getpid() * 7919) % max(1, low - 10_000 - 1000)
+    for base in range(start, start + 50 * n, n):
         sockets = []
         try:
             for port in range(base, base + n):
