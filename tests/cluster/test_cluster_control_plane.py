@@ -23,22 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kazoo.client import KazooClient
 from support.brokers import BrokerProcess
+from support.waits import wait_for
 
 # One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SESSION_MS = 2000
 TIMEOUT = 30.0
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 class Cluster:

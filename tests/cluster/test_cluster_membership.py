@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import init_producer_id
+from support.waits import wait_for
 
 from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
@@ -55,16 +56,6 @@ def cluster(zookeeper, start_broker):
     yield start
     zk.stop()
     zk.close()
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def zget(zk, path: str):

@@ -5,10 +5,10 @@ it (describes and enforces it) without being asked."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kazoo.client import KazooClient
+from support.waits import wait_for
 
 from oncelog.client.admin import admin_quotas
 from oncelog.client.network.connection import connect
@@ -22,13 +22,7 @@ FOLLOW_TIMEOUT = 10.0  # each broker looks for notifications every second
 
 
 def _wait_for(condition, what: str):
-    deadline = time.monotonic() + FOLLOW_TIMEOUT
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {FOLLOW_TIMEOUT}s: {what}")
+    return wait_for(condition, FOLLOW_TIMEOUT, what, interval=0.05)
 
 
 def test_a_quota_set_on_one_broker_holds_on_the_other(zookeeper, start_broker):

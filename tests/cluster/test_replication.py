@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 from support.audit_helpers import batch as idempotent_batch
 from support.brokers import BrokerProcess, batches_on_disk, read_to_end
 from support.txn_wire import write_marker
+from support.waits import wait_for
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
@@ -60,16 +61,6 @@ SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100", "min.insync.replicas": "2",
             "replica.high.watermark.checkpoint.interval.ms": "200"}
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,15 @@ from ..cluster.placement import Candidate, PlacementError, assign
 from ..metadata.store import MetadataUnavailable
 from .config import ConfigError
 from .log_limits import log_safe
-from .topics import INTERNAL_TOPICS, MAX_PARTITIONS, Topic, TopicError, _unify, topic_name_problem
+from .topics import (
+    INTERNAL_TOPICS,
+    MAX_PARTITIONS,
+    Topic,
+    TopicError,
+    _unify,
+    check_partition_count,
+    topic_name_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -488,16 +496,7 @@ class ClusterTopics:
         if assignment.adding_replicas or assignment.removing_replicas:
             raise TopicError(ErrorCode.reassignment_in_progress,
                              f"A reassignment of topic {name} is in progress.")
-        if count == current:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"Topic already has {current} partition(s).")
-        if count < current:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"Topic currently has {current} partition(s), which is higher "
-                             f"than the requested {count}.")
-        if count > MAX_PARTITIONS:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"number of partitions must be 1..{MAX_PARTITIONS}")
+        check_partition_count(current, count)
         replication_factor = len(assignment.partitions[0])
         if assignments is not None:
             if len(assignments) != count - current:

@@ -136,6 +136,21 @@ class Topic:
     partitions: list[Partition] = field(default_factory=list)
 
 
+def check_partition_count(current: int, count: int) -> None:
+    """CreatePartitions' rule for the new count (Kafka's messages): more than the topic has,
+    at most MAX_PARTITIONS; one broker's topics and cluster mode's both ask it."""
+    if count == current:
+        raise TopicError(ErrorCode.invalid_partitions,
+                         f"Topic already has {current} partition(s).")
+    if count < current:
+        raise TopicError(ErrorCode.invalid_partitions,
+                         f"Topic currently has {current} partition(s), which is higher "
+                         f"than the requested {count}.")
+    if count > MAX_PARTITIONS:
+        raise TopicError(ErrorCode.invalid_partitions,
+                         f"number of partitions must be 1..{MAX_PARTITIONS}")
+
+
 class TopicManager:
     def __init__(self, config: BrokerConfig, store: MetadataStore,
                  producer_ids: IssuedProducerIds, disk: OsDisk | None = None) -> None:
@@ -622,16 +637,7 @@ class TopicManager:
                              f"topic {name!r} is internal: its partition count maps group "
                              f"and transactional ids to partitions and cannot change")
         current = len(topic.partitions)
-        if count == current:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"Topic already has {current} partition(s).")
-        if count < current:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"Topic currently has {current} partition(s), which is higher "
-                             f"than the requested {count}.")
-        if count > MAX_PARTITIONS:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             f"number of partitions must be 1..{MAX_PARTITIONS}")
+        check_partition_count(current, count)
         self._check_partition_room(count - current)
         if assignments is not None:
             if len(assignments) != count - current:

@@ -36,6 +36,7 @@ from . import znodes as zn
 from .leader_election import Ask, Decision, Facts, decide
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
+from .wakeups import woken
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +94,7 @@ class Controller:
             log.debug("watch on /controller not set: %r", exc)
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait(self._recheck_s)
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
+        for _ in woken(self._stopped, self._wake, self._recheck_s):
             view = self.member.controller
             if not self.member.is_controller or not self.zk.connected:
                 self._acting_epoch = -1

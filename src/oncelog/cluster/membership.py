@@ -63,6 +63,7 @@ from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable
 from . import ClusterStartError
 from . import znodes as zn
+from .wakeups import woken
 
 log = logging.getLogger(__name__)
 
@@ -331,11 +332,7 @@ class ClusterMember:
         return results[1:]
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait(self._recheck_s)
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
+        for _ in woken(self._stopped, self._wake, self._recheck_s):
             if self.zk.state != KazooState.CONNECTED:
                 continue
             try:

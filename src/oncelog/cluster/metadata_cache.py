@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
+from .wakeups import woken
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +147,7 @@ class MetadataCache:
             self._thread.join(5)
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait(self._recheck_s)
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
+        for _ in woken(self._stopped, self._wake, self._recheck_s):
             if not self.zk.connected:
                 continue
             try:

@@ -32,6 +32,7 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
+from .wakeups import woken
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,7 @@ class ReplicaWatch:
         self._wake.set()
 
     def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait(self._recheck_s)
-            self._wake.clear()
-            if self._stopped.is_set():
-                return
+        for _ in woken(self._stopped, self._wake, self._recheck_s):
             if self.zk.state != KazooState.CONNECTED:
                 continue
             try:

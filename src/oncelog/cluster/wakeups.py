@@ -1,0 +1,18 @@
+"""The loop every ZooKeeper follower of cluster/ runs on its own thread: a pass when a watch
+wakes it, or every ``recheck_s`` anyway (a watch lost with a session is re-armed by the next
+pass), until it is stopped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+
+def woken(stopped: threading.Event, wake: threading.Event, recheck_s: float) -> Iterator[None]:
+    """Yields once per wake-up or recheck; ends as soon as ``stopped`` is set."""
+    while not stopped.is_set():
+        wake.wait(recheck_s)
+        wake.clear()
+        if stopped.is_set():
+            return
+        yield
