@@ -26,6 +26,7 @@ from support.consumer_protocol_helpers import (
     wait_consumed,
     wait_shared,
 )
+from support.group_member import kafka_python_subscribe
 
 from oncelog.protocol import api_versions as apis
 
@@ -151,9 +152,10 @@ class KafkaPythonMember:
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.consumer = KafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+            bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
             enable_auto_commit=False, session_timeout_ms=10_000, heartbeat_interval_ms=300,
             partition_assignment_strategy=[RangePartitionAssignor])
+        kafka_python_subscribe(self.consumer, topic, time.monotonic() + WAIT)
         self.read: list[tuple[int, int]] = []
 
     def poll_until(self, condition, what: str) -> None:

@@ -70,6 +70,24 @@ def confluent(bootstrap: str, group: str, topic: str, assignor: str, session_ms:
     consumer.close()
 
 
+def kafka_python_subscribe(consumer, topic: str, deadline: float) -> None:
+    """Subscribe a kafka-python consumer to ``topic`` and return once it knows the topic's
+    partitions, before its first poll (the only place it joins).
+
+    Subscribed and polled at once, it joins before it has the topic's metadata (it asks for it
+    retry_backoff_ms after bootstrap); as leader it then assigns nothing, and the metadata
+    arriving afterwards starts a rebalance that kafka-python 3.0 does not count as pending
+    (Java fixed the same in KAFKA-9815 and checks rejoinNeededOrPending): if a poll times out
+    while that rebalance's SyncGroup is in flight, its answer is never applied and the member
+    sits without partitions and without heartbeats. Against Kafka exactly the same. Knowing
+    the partitions first, the first assignment is complete and the metadata never changes it.
+    Subscribing before waiting matters: the coordinator snapshots metadata for what it is
+    subscribed to, when metadata arrives."""
+    consumer.subscribe([topic])
+    while not consumer.partitions_for_topic(topic):  # blocks on a metadata fetch when unknown
+        assert time.monotonic() < deadline, f"kafka-python: no partitions of {topic}"
+
+
 def kafka_python(bootstrap: str, group: str, topic: str, assignor: str, session_ms: int,
                  deadline: float) -> None:
     from kafka import KafkaConsumer
@@ -77,10 +95,11 @@ def kafka_python(bootstrap: str, group: str, topic: str, assignor: str, session_
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     strategy = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              partition_assignment_strategy=[strategy[assignor]],
                              session_timeout_ms=session_ms, heartbeat_interval_ms=300)
+    kafka_python_subscribe(consumer, topic, deadline)
     held = -1
     while not stopping and time.monotonic() < deadline:
         batches = consumer.poll(timeout_ms=200)
