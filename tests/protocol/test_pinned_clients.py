@@ -11,6 +11,7 @@ import time
 import kafka
 import kafka.admin
 import pytest
+from support.group_member import kafka_python_subscribe
 
 TIMEOUT = 30.0
 PINNED = [(2, 8, 0), (3, 8, 0), (4, 1, 0)]
@@ -61,8 +62,8 @@ def test_pinned_kafka_python_end_to_end(broker, version):
                                    isolation_level="read_committed", **common)
     got: list[bytes] = []
     try:
-        consumer.subscribe([topic])
         deadline = time.monotonic() + TIMEOUT
+        kafka_python_subscribe(consumer, topic, deadline)  # see there: kafka-python's race
         while len(got) < 10 and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():
                 got += [m.value for m in batch]
