@@ -55,6 +55,7 @@ from .topics import (
     Topic,
     TopicError,
     _unify,
+    check_manual_assignment,
     check_partition_count,
     topic_name_problem,
 )
@@ -440,14 +441,7 @@ class ClusterTopics:
 
     def _manual(self, num_partitions: int, replication_factor: int,
                 assignments: dict[int, list[int]]) -> list[tuple[int, ...]]:
-        if num_partitions != -1 or replication_factor != -1:
-            raise TopicError(ErrorCode.invalid_request,
-                             "Both numPartitions or replicationFactor and replicasAssignments "
-                             "were set. Both cannot be used at the same time.")
-        if sorted(assignments) != list(range(len(assignments))):
-            raise TopicError(ErrorCode.invalid_replica_assignment,
-                             f"The manual partition assignment names partitions "
-                             f"{sorted(assignments)}; they must be 0..{len(assignments) - 1}.")
+        check_manual_assignment(num_partitions, replication_factor, assignments)
         placed = [tuple(assignments[p]) for p in range(len(assignments))]
         self._check_lists(placed, 0)
         return placed

@@ -151,6 +151,21 @@ def check_partition_count(current: int, count: int) -> None:
                          f"number of partitions must be 1..{MAX_PARTITIONS}")
 
 
+def check_manual_assignment(num_partitions: int, replication_factor: int,
+                            assignments: dict[int, list[int]]) -> None:
+    """CreateTopics' rule for a manual assignment's shape (Kafka's messages): no partition
+    count or replication factor beside it, partitions numbered 0..n-1; one broker's topics
+    and cluster mode's both ask it."""
+    if num_partitions != -1 or replication_factor != -1:
+        raise TopicError(ErrorCode.invalid_request,
+                         "Both numPartitions or replicationFactor and replicasAssignments "
+                         "were set. Both cannot be used at the same time.")
+    if sorted(assignments) != list(range(len(assignments))):
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         f"The manual partition assignment names partitions "
+                         f"{sorted(assignments)}; they must be 0..{len(assignments) - 1}.")
+
+
 class TopicManager:
     def __init__(self, config: BrokerConfig, store: MetadataStore,
                  producer_ids: IssuedProducerIds, disk: OsDisk | None = None) -> None:
@@ -609,14 +624,7 @@ class TopicManager:
     def _from_assignments(self, num_partitions: int, replication_factor: int,
                           assignments: dict[int, list[int]]) -> tuple[int, int]:
         """(partition count, replication factor) of a CreateTopics with manual assignments."""
-        if num_partitions != -1 or replication_factor != -1:
-            raise TopicError(ErrorCode.invalid_request,
-                             "Both numPartitions or replicationFactor and replicasAssignments "
-                             "were set. Both cannot be used at the same time.")
-        if sorted(assignments) != list(range(len(assignments))):
-            raise TopicError(ErrorCode.invalid_replica_assignment,
-                             f"The manual partition assignment names partitions "
-                             f"{sorted(assignments)}; they must be 0..{len(assignments) - 1}.")
+        check_manual_assignment(num_partitions, replication_factor, assignments)
         for index, broker_ids in sorted(assignments.items()):
             problem = self.replicas_problem(broker_ids, f"partition {index}")
             if problem:
