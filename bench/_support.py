@@ -338,3 +338,19 @@ def add_quiet_arguments(parser, repeats: bool = True) -> None:
 def wait_if_asked(args) -> float | None:
     """--wait-quiet's wait, when asked: the share of the CPUs others used at its end."""
     return wait_for_quiet(QUIET, args.wait_quiet) if args.wait_quiet > 0 else None
+
+
+def produce_all(producer, topic: str, payload: bytes, n: int, deadline: float) -> None:
+    """``n`` records into partition 0 through a confluent-kafka producer, waiting on a full
+    queue for deliveries, never past ``deadline`` (time.monotonic())."""
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, payload, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the producer queue stayed full") from None
+        if i % 10_000 == 0:
+            producer.poll(0)

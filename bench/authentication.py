@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from _support import REPO, OncelogBroker
+from _support import REPO, OncelogBroker, produce_all
 from produce_consume import PAYLOAD
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -49,15 +49,7 @@ def produce(conf: dict, topic: str, n: int) -> float:
     producer.produce(topic, PAYLOAD, partition=0)  # connects, creates the topic: not timed
     producer.flush(TIMEOUT)
     start = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, PAYLOAD, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.001)
-        if i % 10_000 == 0:
-            producer.poll(0)
+    produce_all(producer, topic, PAYLOAD, n, time.monotonic() + TIMEOUT)
     if producer.flush(TIMEOUT):
         raise RuntimeError("undelivered messages")
     return n / (time.perf_counter() - start)

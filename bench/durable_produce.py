@@ -27,7 +27,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _support import OncelogBroker, add_json_argument, filesystem_of, machine, median, write_json
+from _support import (
+    OncelogBroker,
+    add_json_argument,
+    filesystem_of,
+    machine,
+    median,
+    produce_all,
+    write_json,
+)
 
 VALUE_SIZE = 1024
 PAYLOAD = random.Random(20261124).randbytes(VALUE_SIZE)
@@ -52,17 +60,7 @@ def produce(client: str, bootstrap: str, topic: str, n: int, batch_size: int | N
     producer.flush(30)
     deadline = time.monotonic() + RUN_TIMEOUT
     start = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, PAYLOAD, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.001)
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the producer queue stayed full") from None
-        if i % 10_000 == 0:
-            producer.poll(0)
+    produce_all(producer, topic, PAYLOAD, n, deadline)
     while len(producer) and time.monotonic() < deadline:
         producer.flush(1)
     seconds = time.perf_counter() - start
