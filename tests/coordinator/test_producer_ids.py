@@ -78,3 +78,43 @@ def test_compare_and_set_refuses_a_stale_version(tmp_path):
     with pytest.raises(BadVersion):
         store.compare_and_set("k", {"v": 3}, version)
     assert store.get("k") == ({"v": 2}, version + 1)
+
+
+class _AlwaysLoses:
+    """A store where another broker wins every race: each compare-and-set finds a newer version."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def get(self, path):
+        return {"version": 1, "broker": 9, "block_start": "0", "block_end": str(self.attempts)}, \
+            self.attempts
+
+    def compare_and_set(self, path, value, version):
+        self.attempts += 1
+        raise BadVersion(path)
+
+
+def test_a_broker_losing_every_race_backs_off_and_gives_up_by_time_not_count(monkeypatch):
+    """Losing races is bounded by a deadline (a retriable error, as ZooKeeper being away is),
+    never by a count of attempts that a busy cluster can exhaust while it progresses."""
+    from oncelog.coordinator import producer_id_manager as pim
+    from oncelog.metadata.store import MetadataUnavailable
+
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds + 0.01  # each attempt also costs a round trip
+
+    monkeypatch.setattr(pim, "_clock", lambda: now[0])
+    monkeypatch.setattr(pim, "_sleep", sleep)
+    store = _AlwaysLoses()
+    manager = ProducerIdManager(store, broker_id=1)
+    with pytest.raises(pim.ProducerIdBlockContended) as caught:
+        manager.generate()
+    assert isinstance(caught.value, MetadataUnavailable)
+    assert store.attempts > 100  # far more than any fixed count a busy cluster could exhaust
+    assert now[0] >= pim._CLAIM_DEADLINE_S
+    assert all(0 <= p <= pim._BACKOFF_MAX_S for p in pauses) and max(pauses) > pim._BACKOFF_FIRST_S
