@@ -98,8 +98,8 @@ class _AlwaysLoses:
 def test_a_broker_losing_every_race_backs_off_and_gives_up_by_time_not_count(monkeypatch):
     """Losing races is bounded by a deadline (a retriable error, as ZooKeeper being away is),
     never by a count of attempts that a busy cluster can exhaust while it progresses."""
-    from oncelog.coordinator import producer_id_manager as pim
-    from oncelog.metadata.store import MetadataUnavailable
+    from oncelog.metadata import store as races
+    from oncelog.metadata.store import MetadataUnavailable, StillContended
 
     now = [0.0]
     pauses: list[float] = []
@@ -108,13 +108,14 @@ def test_a_broker_losing_every_race_backs_off_and_gives_up_by_time_not_count(mon
         pauses.append(seconds)
         now[0] += seconds + 0.01  # each attempt also costs a round trip
 
-    monkeypatch.setattr(pim, "_clock", lambda: now[0])
-    monkeypatch.setattr(pim, "_sleep", sleep)
+    monkeypatch.setattr(races, "_clock", lambda: now[0])
+    monkeypatch.setattr(races, "_sleep", sleep)
     store = _AlwaysLoses()
     manager = ProducerIdManager(store, broker_id=1)
-    with pytest.raises(pim.ProducerIdBlockContended) as caught:
+    with pytest.raises(StillContended) as caught:
         manager.generate()
     assert isinstance(caught.value, MetadataUnavailable)
     assert store.attempts > 100  # far more than any fixed count a busy cluster could exhaust
-    assert now[0] >= pim._CLAIM_DEADLINE_S
-    assert all(0 <= p <= pim._BACKOFF_MAX_S for p in pauses) and max(pauses) > pim._BACKOFF_FIRST_S
+    assert now[0] >= races.RACE_DEADLINE_S
+    assert all(0 <= p <= races._BACKOFF_MAX_S for p in pauses)
+    assert max(pauses) > races._BACKOFF_FIRST_S  # the pause grows

@@ -10,32 +10,14 @@ of the 64-bit space is an error.
 from __future__ import annotations
 
 import logging
-import random
-import time
-from collections.abc import Callable, Iterator
 
-from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, MetadataUnavailable
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, race_attempts
 
 log = logging.getLogger(__name__)
 
 BLOCK_PATH = "latest_producer_id_block"
 BLOCK_SIZE = 1000
 MAX_PRODUCER_ID = (1 << 63) - 1
-# Every lost race means another broker's claim succeeded, so the cluster always progresses;
-# one broker can still lose many races in a row when blocks are small and claimers many. The
-# bound is therefore time, not a count of attempts, and a lost race backs off a little, with
-# jitter seeded by the broker id (deterministic per broker, different between brokers).
-_CLAIM_DEADLINE_S = 30.0
-_BACKOFF_FIRST_S = 0.001
-_BACKOFF_MAX_S = 0.05
-_clock: Callable[[], float] = time.monotonic  # module seams, so a test can run the clock
-_sleep: Callable[[float], None] = time.sleep
-
-
-class ProducerIdBlockContended(MetadataUnavailable):
-    """No block could be claimed before the deadline: retriable, as ZooKeeper being away is."""
-
-
 class ProducerIdsExhausted(Exception):
     pass
 
@@ -61,7 +43,7 @@ class ProducerIdManager:
         return pid
 
     def _claim_block(self) -> None:
-        for _ in _races(self.broker_id, "claim a producer id block"):
+        for _ in race_attempts("claim a producer id block"):
             value, version = self.store.get(BLOCK_PATH)
             start = 0 if value is None else int(value["block_end"]) + 1
             if start > MAX_PRODUCER_ID - self.block_size + 1:
@@ -101,7 +83,7 @@ def carry_over(source: MetadataStore, target: MetadataStore, broker_id: int) -> 
     if value is None:
         return
     end = int(value["block_end"])
-    for _ in _races(broker_id, "carry producer id blocks over"):
+    for _ in race_attempts("carry producer id blocks over"):
         held, version = target.get(BLOCK_PATH)
         start = 0 if held is None else int(held["block_end"]) + 1
         if start > end:
@@ -115,20 +97,3 @@ def carry_over(source: MetadataStore, target: MetadataStore, broker_id: int) -> 
         log.info("producer ids up to %d of the local store reserved in the cluster's", end)
         return
 
-
-def _races(broker_id: int, what: str, deadline_s: float = _CLAIM_DEADLINE_S) -> Iterator[int]:
-    """Attempts at one conditional write: the caller ``continue``s after a lost race and
-    returns once it won. Between attempts a growing, jittered pause; past the deadline
-    ProducerIdBlockContended."""
-    rng = random.Random(broker_id)
-    deadline = _clock() + deadline_s
-    pause = _BACKOFF_FIRST_S
-    attempt = 0
-    while True:
-        yield attempt
-        attempt += 1
-        if _clock() >= deadline:
-            raise ProducerIdBlockContended(f"could not {what}: lost {attempt} races in "
-                                           f"{deadline_s:.0f} s")
-        _sleep(rng.uniform(0, pause))
-        pause = min(pause * 2, _BACKOFF_MAX_S)

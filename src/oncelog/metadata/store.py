@@ -13,9 +13,11 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import re
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 NO_VERSION = -1  # expected version of a path that must not exist yet
@@ -27,6 +29,39 @@ class BadVersion(Exception):
 
 class MetadataUnavailable(Exception):
     """A store kept elsewhere (ZooKeeper) did not answer in time: try again later."""
+
+
+class StillContended(MetadataUnavailable):
+    """A compare-and-set lost its race until the deadline: retriable, as ZooKeeper away is."""
+
+
+# Every lost race means another writer's compare-and-set succeeded, so the cluster always
+# progresses; one writer can still lose many in a row when several hammer one path. The bound
+# is therefore time, not a count of attempts, and a lost race backs off a little with jitter.
+RACE_DEADLINE_S = 30.0
+_BACKOFF_FIRST_S = 0.001
+_BACKOFF_MAX_S = 0.05
+_clock: Callable[[], float] = time.monotonic  # module seams, so a test can run the clock
+_sleep: Callable[[float], None] = time.sleep
+
+
+def race_attempts(what: str, deadline_s: float = RACE_DEADLINE_S) -> Iterator[int]:
+    """Attempts at one read-then-compare-and-set: the caller ``continue``s after BadVersion
+    and returns once it won. Between attempts a growing, jittered pause (seeded by the
+    process id: it spreads writers in time and decides nothing); past the deadline
+    StillContended."""
+    rng = random.Random(os.getpid())
+    deadline = _clock() + deadline_s
+    pause = _BACKOFF_FIRST_S
+    attempt = 0
+    while True:
+        yield attempt
+        attempt += 1
+        if _clock() >= deadline:
+            raise StillContended(f"could not {what}: lost {attempt} races in "
+                                 f"{deadline_s:.0f} s")
+        _sleep(rng.uniform(0, pause))
+        pause = min(pause * 2, _BACKOFF_MAX_S)
 
 
 class MetadataStore(Protocol):

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, race_attempts
 from .acls import (
     OPERATION_NAMES,
     PERMISSION_NAMES,
@@ -41,15 +41,10 @@ CHANGES = "kafka-acl-changes"
 _ROOTS = {PatternType.LITERAL: LITERAL_ROOT, PatternType.PREFIXED: PREFIXED_ROOT}
 # Compare-and-set rounds before a change gives up: each lost round means another writer
 # succeeded, so this many in a row is a store far busier than ACL changes ever make it.
-_ATTEMPTS = 20
 
 _TYPES_BY_NAME = {name: rtype for rtype, name in RESOURCE_TYPE_NAMES.items()}
 _OPS_BY_NAME = {name: op for op, name in OPERATION_NAMES.items()}
 _PERMS_BY_NAME = {name: perm for perm, name in PERMISSION_NAMES.items()}
-
-
-class AclStoreConflict(Exception):
-    """A change lost its compare-and-set every time it was tried."""
 
 
 def path(pattern: ResourcePattern) -> str:
@@ -117,7 +112,7 @@ class AclStore:
         """``edit(entries) -> entries`` applied to the pattern's stored ACLs by
         compare-and-set; the entries now stored."""
         key = path(pattern)
-        for _ in range(_ATTEMPTS):
+        for _ in race_attempts(f"change the ACLs of {key}"):
             value, version = self.store.get(key)
             before = from_json(value)
             after = edit(set(before))
@@ -132,12 +127,11 @@ class AclStore:
                 continue
             self.index.replace(pattern, after)
             return after
-        raise AclStoreConflict(f"{key}: changed by others {_ATTEMPTS} times in a row")
 
     def _changed(self) -> None:
         if not self.shared:
             return
-        for _ in range(_ATTEMPTS):
+        for _ in race_attempts(f"count a change in {CHANGES}"):
             value, version = self.store.get(CHANGES)
             count = value.get("changes", 0) if isinstance(value, dict) else 0
             try:
@@ -151,7 +145,6 @@ class AclStore:
                 self._seen = NO_VERSION - 1  # others did: read them all again
                 self.refresh()
             return
-        raise AclStoreConflict(f"{CHANGES}: changed by others {_ATTEMPTS} times in a row")
 
     def create(self, bindings: list[AclBinding]) -> None:
         """Stores the (validated) bindings, grouped by pattern."""

@@ -12,11 +12,10 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from ..metadata.store import NO_VERSION, BadVersion, MetadataStore
+from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, race_attempts
 from .scram import MECHANISMS, ScramCredential, ScramError
 
 USERS = "config/users"
-_ATTEMPTS = 20  # compare-and-set races lost in a row before giving up (never in practice)
 
 
 def _path(user: str) -> str:
@@ -66,7 +65,7 @@ class ScramCredentials:
         return found[-1] is not None
 
     def _change(self, user: str, change) -> None:
-        for _ in range(_ATTEMPTS):
+        for _ in race_attempts(f"change {_path(user)}"):
             config, version = self._config(user)
             change(config)
             try:
@@ -78,4 +77,3 @@ class ScramCredentials:
                 return
             except BadVersion:
                 continue
-        raise BadVersion(f"{_path(user)} kept changing under {_ATTEMPTS} attempts")

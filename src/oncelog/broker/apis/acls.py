@@ -38,7 +38,7 @@ from .api_meta import NO_THROTTLE
 log = logging.getLogger(__name__)
 
 # A change the store could not make is answered, never a closed connection: ZooKeeper away
-# (MetadataUnavailable), races lost again and again (AclStoreConflict), and ZooKeeper's own
+# (MetadataUnavailable), races lost until a deadline (StillContended), and ZooKeeper's own
 # refusals (a group or transactional id naming a path it cannot hold, "a/../b").
 _UNAVAILABLE = Exception
 NOT_AUTHORIZED = "Request is not authorized."
