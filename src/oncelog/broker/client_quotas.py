@@ -45,7 +45,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..metadata.store import NO_VERSION, BadVersion, MetadataStore, MetadataUnavailable
+from ..metadata.store import (
+    NO_VERSION,
+    BadVersion,
+    MetadataStore,
+    MetadataUnavailable,
+    race_attempts,
+)
 from ..security import quota_configs as qc
 from ..security import quotas as q
 from .log_limits import log_safe
@@ -57,7 +63,6 @@ log = logging.getLogger(__name__)
 _EXEMPT = frozenset({17, 36, 27})  # SaslHandshake, SaslAuthenticate, WriteTxnMarkers
 _PRODUCE = 0
 _FETCH = 1
-_CAS_TRIES = 10
 MAX_ALTERATIONS_PER_REQUEST = 10_000
 # Rates kept at most (each a few hundred bytes): a client inventing a client id per request
 # under a clients/<default> quota costs this much memory, not more; past it the oldest rate
@@ -201,7 +206,7 @@ class ClientQuotas:
 
     def _write(self, entity: q.Entity, changes: dict[str, float | None]) -> dict[str, float]:
         path = qc.entity_path(entity)
-        for _ in range(_CAS_TRIES):
+        for _ in race_attempts(f"change {path}"):
             stored, version = self.store.get(path)
             values = qc.applied(qc.decode_config(stored), changes)
             try:
@@ -212,8 +217,6 @@ class ClientQuotas:
             except BadVersion:
                 continue
             break
-        else:
-            raise qc.QuotaError("UNKNOWN_SERVER_ERROR", f"{path} kept changing under us")
         if self.in_cluster:
             self.store.create_sequential(_CHANGES + "/" + _CHANGE_PREFIX,  # type: ignore
                                          {"version": 2, "entity_path": path[len("config/"):]})

@@ -23,8 +23,9 @@ version cannot parse is logged and left out at start, as Kafka does.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -75,6 +76,20 @@ class AlterError(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error = error
+
+
+@contextlib.contextmanager
+def storing(what: str) -> Iterator[None]:
+    """One AlterConfigs write to the store: a lost race and a failed disk are the request's
+    errors (the client may try again), never the connection's."""
+    try:
+        yield
+    except BadVersion:
+        raise AlterError(ErrorCode.invalid_request,
+                         f"{what} changed meanwhile; try again") from None
+    except OSError as exc:
+        raise AlterError(ErrorCode.kafka_storage_error,
+                         f"storing the configs failed: {exc}") from None
 
 
 Op = tuple[str, int, "str | None"]  # (key, operation, value)
@@ -197,14 +212,8 @@ def alter_broker(store: MetadataStore, config: BrokerConfig, entity: str,
         setattr(config, layer, before)
     if validate_only:
         return False
-    try:
+    with storing("the broker's configs"):
         store.compare_and_set(_path(entity), texts, version)
-    except BadVersion:
-        raise AlterError(ErrorCode.invalid_request,
-                         "the broker's configs changed meanwhile; try again") from None
-    except OSError as exc:
-        raise AlterError(ErrorCode.kafka_storage_error,
-                         f"storing the configs failed: {exc}") from None
     setattr(config, layer, parsed)
     shown = {k: "[hidden]" if BROKER_CONFIGS[k].kind == "PASSWORD" else v
              for k, v in texts.items()}  # passwords are never logged nor described

@@ -29,9 +29,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..metadata.store import BadVersion, MetadataStore
+from ..metadata.store import MetadataStore
 from .config import BrokerConfig, ConfigError, ConfigKey, _key
-from .dynamic_config import AlterError, parse_all
+from .dynamic_config import AlterError, parse_all, storing
 
 log = logging.getLogger(__name__)
 
@@ -145,17 +145,11 @@ def alter(broker, res, validate_only: bool,
                            for name in GROUP_CONFIGS})
     if validate_only:
         return
-    try:
+    with storing("the group's configs"):
         if texts:
             broker.store.compare_and_set(_PREFIX + group_id, texts, version)
         elif version >= 0:
             broker.store.delete(_PREFIX + group_id, version)
-    except BadVersion:
-        raise AlterError(ErrorCode.invalid_request,
-                         "the group's configs changed meanwhile; try again") from None
-    except OSError as exc:
-        raise AlterError(ErrorCode.kafka_storage_error,
-                         f"storing the configs failed: {exc}") from None
     values = {_HONOURED[name]: value for name, value in parsed.items() if name in _HONOURED}
     broker.groups.consumer_groups.set_overrides(group_id, values)
     log.info("configs of group %s are now %s", group_id, texts)
