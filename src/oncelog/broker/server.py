@@ -48,6 +48,7 @@ from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .counters import Counters
+from .inter_broker_connect import inter_broker_security
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
@@ -86,6 +87,9 @@ class Broker:
         self.config = config
         self.broker_id: int = config.get("broker.id")
         self.listeners = listener_securities(config)  # TLS files read here: ConfigError first
+        # Cluster mode: how this broker reaches the others (inter_broker_connect.py), checked
+        self.inter_broker = inter_broker_security(config) \
+            if config.get("zookeeper.connect") is not None else None
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
