@@ -556,6 +556,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Samples a client quota's rate is measured over.", _parse_int(1, INT_MAX)),
     _key("quota.window.size.seconds", "INT", 1,
          "Length of each client quota sample.", _parse_int(1, INT_MAX)),
+    _key("controller.quota.window.num", "INT", 11,
+         "controller_mutation_rate: a client may make this many windows' worth of mutations "
+         "at once (KIP-599's burst).", _parse_int(1, INT_MAX)),
+    _key("controller.quota.window.size.seconds", "INT", 1,
+         "controller_mutation_rate: the length of each of those windows.",
+         _parse_int(1, INT_MAX)),
     _key("producer.id.expiration.ms", "INT", 86_400_000,
          "Idle time after which a producer's state moves out of memory to a compact record.",
          _parse_int(1, INT_MAX)),

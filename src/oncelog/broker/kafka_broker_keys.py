@@ -198,8 +198,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('alter.log.dirs.replication.quota.window.size.seconds', 'INT', '1', '[1,...]', 'read-only'),
     ('client.quota.callback.class', 'CLASS', None, '', 'read-only'),
     ('controller.quorum.retry.backoff.ms', 'INT', '20', '', 'read-only'),
-    ('controller.quota.window.num', 'INT', '11', '[1,...]', 'read-only'),
-    ('controller.quota.window.size.seconds', 'INT', '1', '[1,...]', 'read-only'),
     ('create.topic.policy.class.name', 'CLASS', None, '', 'read-only'),
     ('delegation.token.expiry.check.interval.ms', 'LONG', '3600000', '[1,...]', 'read-only'),
     ('kafka.metrics.polling.interval.secs', 'INT', '10', '[1,...]', 'read-only'),

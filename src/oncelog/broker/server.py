@@ -417,10 +417,25 @@ class Broker:
             quotas.handled(request, time.perf_counter_ns() - started)
         else:
             result = self._answer(request, peer)
+        mutated = quotas.take_mutation_throttle()  # controller_mutation_rate (in the answer)
+        if mutated and inspect.iscoroutine(result):
+            return self._muted_when_done(result, mutated)
+        throttle = max(throttle, mutated)
         if not throttle or inspect.iscoroutine(result) or result is _CLOSE:
             return result  # a coroutine's answer is throttled when it is done (_finish)
         quotas.throttled += 1
         return Throttled(result, throttle)
+
+    async def _muted_when_done(self, pending, throttle: int) -> Any:
+        """A waiting handler's answer, its connection muted for ``throttle`` ms after it."""
+        frame = await pending
+        if frame is _CLOSE:
+            return frame
+        if isinstance(frame, Throttled):
+            frame.ms = max(frame.ms, throttle)
+            return frame
+        self.quotas.throttled += 1
+        return Throttled(frame, throttle)
 
     def _answer(self, request, peer: str) -> Any:
         try:
