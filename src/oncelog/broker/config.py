@@ -356,7 +356,8 @@ def _listener_key(name: str) -> ConfigKey | None:
     key = found[1]
     if re.fullmatch(r"[a-z0-9-]+\.sasl\.jaas\.config", key):
         return ConfigKey(name, _parse_str, None, "A mechanism's JAAS configuration.", "PASSWORD")
-    if key.startswith(("ssl.", "sasl.")) and key in BROKER_CONFIGS:
+    if (key.startswith(("ssl.", "sasl.")) or key == "max.connection.creation.rate") \
+            and key in BROKER_CONFIGS:
         return BROKER_CONFIGS[key]
     return None
 
@@ -545,6 +546,11 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Connections the broker keeps; one more is closed at once.", _parse_int(0, INT_MAX)),
     _key("max.connections.per.ip", "INT", INT_MAX,
          "Connections one address may have; one more is closed at once.",
+         _parse_int(0, INT_MAX)),
+    _key("max.connection.creation.rate", "INT", INT_MAX,
+         "New connections a second the broker takes on its listeners but the inter-broker "
+         "one (KIP-612); one over it is served only once the rate is back under it. Per "
+         "listener as listener.name.<listener>.max.connection.creation.rate.",
          _parse_int(0, INT_MAX)),
     _key("max.connections.per.ip.overrides", "STRING", "",
          "host:count,... per-address limits in place of max.connections.per.ip.",

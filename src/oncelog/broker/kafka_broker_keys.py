@@ -108,7 +108,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('log.cleaner.io.buffer.size', 'INT', '524288', '[0,...]', 'cluster-wide'),
     ('log.cleaner.io.max.bytes.per.second', 'DOUBLE', '1.7976931348623157E308', '', 'cluster-wide'),
     ('log.cleaner.threads', 'INT', '1', '[0,...]', 'cluster-wide'),
-    ('max.connection.creation.rate', 'INT', '2147483647', '[0,...]', 'cluster-wide'),
     ('max.incremental.fetch.session.cache.slots', 'INT', '1000', '[0,...]', 'read-only'),
     ('max.request.partition.size.limit', 'INT', '2000', '[1,...]', 'read-only'),
     ('principal.builder.class', 'CLASS',

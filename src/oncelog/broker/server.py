@@ -377,6 +377,7 @@ class Broker:
             "throttled_answers": self.quotas.throttled,
             "connections_throttled": sum(1 for c in conns if c.muted and not c.closed),
             "connections_refused": self.connection_limits.refused,
+            "connections_delayed": self.connection_limits.delayed,
             "zero_copy_bytes": self.zero_copy_bytes,
         }
 
@@ -617,6 +618,14 @@ class Connection(asyncio.BufferedProtocol):
             # Kafka's bound on what an unauthenticated client may make the broker hold.
             self.reader._max_size = min(listener.max_receive,
                                         self.broker.config.get("socket.request.max.bytes"))
+        # KIP-612: over a connection creation rate, served only once the throttle ends
+        delay = self.broker.connection_limits.creation_delay(
+            endpoint.name, time.monotonic_ns() // 1_000_000)
+        if delay:
+            _refused.log(logging.INFO, "connection creation rate", "%s: over listener %s's "
+                         "connection creation rate; served in %d ms", self.peer, endpoint.name,
+                         delay)
+            self._mute_after(Throttled(None, delay))
 
     def authenticated(self, principal) -> None:
         """The SASL exchange is done: from the next frame on, the broker's as any other."""
