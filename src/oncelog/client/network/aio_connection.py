@@ -366,8 +366,9 @@ class AsyncBrokerConnection:
         body = decode(version, frame) if decode is not None \
             else decode_response(api_key, version, frame)[1]
         throttle = throttle_seconds(body)
-        if throttle > 0:
-            self.quiet_until = max(self.quiet_until, time.monotonic() + throttle)
+        if throttle > 0:  # bounded: a throttle past the request timeout fails as a timeout
+            self.quiet_until = max(self.quiet_until,
+                                   time.monotonic() + min(throttle, self.timeout))
         if not future.done():
             future.set_result(body)
 

@@ -238,8 +238,9 @@ class BrokerConnection:
         return answer
 
     def _throttled(self, seconds: float) -> None:
-        if seconds > 0:
-            self.quiet_until = max(self.quiet_until, time.monotonic() + seconds)
+        if seconds > 0:  # bounded: a throttle past the request timeout fails as a timeout
+            self.quiet_until = max(self.quiet_until,
+                                   time.monotonic() + min(seconds, self.timeout))
 
     def receive_raw(self, reuse: bool = False) -> tuple[int, bytearray | memoryview]:
         """The oldest pipelined request's answer undecoded, for a reader of its own
