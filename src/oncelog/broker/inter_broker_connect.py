@@ -36,8 +36,10 @@ from ..security.sasl_server import SUPPORTED_MECHANISMS
 from .config import BrokerConfig, ConfigError
 from .listener_security import client_context
 from .listeners import SASL_PROTOCOLS, TLS_PROTOCOLS
+from .log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
+_refused = RateLimitedLog(log)  # a follower retries every replica.fetch.backoff.ms
 
 CONNECT_TIMEOUT_S = 10.0  # TCP and TLS
 AUTHENTICATE_TIMEOUT_S = 30.0  # the SASL exchange, answers delayed after a failure included
@@ -122,9 +124,10 @@ async def open_connection(broker, broker_id: int
             await _authenticate(reader, writer, security, f"broker-{broker.broker_id}")
     except sasl_client.SaslRefused as exc:
         writer.close()
-        log.warning("authenticating to broker %d on listener %s as User:%s with %s failed: "
-                    "%s (%s)", broker_id, security.listener, security.username,
-                    security.mechanism, exc, exc.error.name.upper())
+        _refused.log(logging.WARNING, f"authentication to broker {broker_id}",
+                     "authenticating to broker %d on listener %s as User:%s with %s failed: "
+                     "%s (%s)", broker_id, security.listener, security.username,
+                     security.mechanism, exc, exc.error.name.upper())
         raise InterBrokerConnectFailed(f"broker {broker_id} refused our authentication: "
                                        f"{exc}") from None
     except BaseException:
