@@ -5,7 +5,9 @@ required, SCRAM-SHA-512) behind an authorizer: followers fetch from their leader
 User:broker (a super user: ClusterAction), so acks=all produces and reads back. Broker 3 has
 the wrong password in its JAAS line: it replicates nothing (the ISR of every partition it
 follows shrinks without it), says so in its log, and still leads its own partition, which the
-other two replicate. Kafka's start-up rules for the inter-broker settings are config errors.
+other two replicate. A two-broker cluster on SSL alone replicates with each broker's
+certificate as its principal. Kafka's start-up rules for the inter-broker settings are config
+errors.
 """
 
 from __future__ import annotations
@@ -141,8 +143,54 @@ def test_replication_over_sasl_ssl_and_a_follower_refused(zookeeper, tmp_path: P
             assert "Traceback" not in broker.log_text(), broker.log_text()
 
 
-def _config(**settings: str) -> BrokerConfig:
-    return BrokerConfig({k.replace("_", "."): v for k, v in settings.items()})
+def test_replication_over_mutual_tls(zookeeper, tmp_path: Path):
+    """security.inter.broker.protocol=SSL: each broker's keystore is its client certificate,
+    its principal (the certificate's subject) a super user; a client with a certificate of
+    its own and an ACL produces acks=all to a topic both brokers hold."""
+    connect = zookeeper.chroot("inter-broker-tls")
+    store = ZooKeeperStore(connect, 10_000)
+    try:
+        AclStore(store).create([AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "ib-", PatternType.PREFIXED),
+            AccessControlEntry("User:CN=alice,O=oncelog,C=FR", "*", AclOperation.ALL,
+                               AclPermissionType.ALLOW))])
+    finally:
+        store.close()
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("broker", "localhost", server=True)
+    client = ca.issue("alice", "alice")
+    brokers = {i: BrokerProcess(tmp_path / f"broker{i}", {
+        "broker.id": str(i), "zookeeper.connect": connect,
+        "zookeeper.session.timeout.ms": "4000", "listeners": "SSL://127.0.0.1:0",
+        "security.inter.broker.protocol": "SSL",
+        "ssl.keystore.location": str(server.both), "ssl.truststore.location": str(ca.pem),
+        "ssl.client.auth": "required", "authorizer.class.name": AUTHORIZER,
+        "super.users": "User:CN=localhost,O=oncelog,C=FR", "min.insync.replicas": "2",
+        "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "100"})
+        for i in (1, 2)}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(BrokerProcess.start, brokers.values()))
+    try:
+        conf = {"bootstrap.servers": ",".join(b.bootstrap for b in brokers.values()),
+                "security.protocol": "ssl", "ssl.ca.location": str(ca.pem),
+                "ssl.certificate.location": str(client.cert),
+                "ssl.key.location": str(client.key)}
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("ib-tls", 1, 2)])["ib-tls"].result(TIMEOUT)
+        producer = Producer({**conf, "acks": "all", "message.timeout.ms": "30000"})
+        failed = []
+        for i in range(10):
+            producer.produce("ib-tls", f"v{i}".encode(),
+                             on_delivery=lambda err, _m: err and failed.append(err))
+        assert producer.flush(TIMEOUT) == 0 and not failed, failed
+        (partition,) = admin.list_topics("ib-tls", timeout=TIMEOUT).topics["ib-tls"] \
+            .partitions.values()
+        assert sorted(partition.isrs) == [1, 2]
+    finally:
+        for broker in brokers.values():
+            if broker.alive:
+                assert broker.stop() == 0, broker.log_text()
+            assert "Traceback" not in broker.log_text(), broker.log_text()
 
 
 @pytest.mark.parametrize(("settings", "message"), [
