@@ -7,7 +7,8 @@ endpoint of that listener, with that listener's security:
 |----------------------------------|---------------------------------------------------------|
 | PLAINTEXT                        | TCP                                                     |
 | SSL                              | TLS: the listener's truststore checks the other broker, |
-|                                  | the listener's keystore is this broker's certificate    |
+|                                  | the listener's keystore is this broker's certificate;   |
+|                                  | then ApiVersions (TLS 1.3 refuses a certificate then)   |
 | SASL_PLAINTEXT                   | TCP, then SASL                                          |
 | SASL_SSL                         | TLS as SSL, then SASL                                   |
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from ..protocol import api_versions as apis
 from ..protocol.messages import decode_response, encode_request
-from ..protocol.schema import request_module
+from ..protocol.schema import build, request_module
 from ..security import sasl_client
 from ..security.sasl_server import SUPPORTED_MECHANISMS
 from .config import BrokerConfig, ConfigError
@@ -45,7 +46,7 @@ CONNECT_TIMEOUT_S = 10.0  # TCP and TLS
 AUTHENTICATE_TIMEOUT_S = 30.0  # the SASL exchange, answers delayed after a failure included
 _VERSIONS = {apis.SASL_HANDSHAKE: 1, apis.SASL_AUTHENTICATE: 1}
 _SIZE = struct.Struct(">i")
-_MAX_FRAME = 1 << 20  # a SASL answer; anything larger is not one
+_MAX_FRAME = 1 << 20  # a SASL or ApiVersions answer; anything larger is not one
 _JAAS_VALUE = r'\b{}\s*=\s*"([^"]*)"'
 
 
@@ -110,18 +111,30 @@ async def open_connection(broker, broker_id: int
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to ``broker_id`` on the inter-broker listener, secured and authenticated
     as that listener asks; InterBrokerConnectFailed (an OSError) or TimeoutError when it
-    cannot be, with a log line saying why for a refused authentication."""
+    cannot be, with a (rate-limited) warning saying why when a certificate or credentials
+    were refused."""
     security: InterBrokerSecurity = broker.inter_broker
     host, port = endpoint_of(broker, broker_id, security.listener)
-    async with asyncio.timeout(CONNECT_TIMEOUT_S):  # not wait_for: it can swallow a cancel
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=security.ssl_context,
-            server_hostname=host if security.ssl_context is not None else None)
-    if security.mechanism is None:
-        return reader, writer
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):  # not wait_for: it can swallow a cancel
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=security.ssl_context,
+                server_hostname=host if security.ssl_context is not None else None)
+    except ssl.SSLError as exc:  # a certificate refused, one way or the other: say which
+        _refused.log(logging.WARNING, f"TLS with broker {broker_id}",
+                     "TLS with broker %d at %s:%d on listener %s failed: %s", broker_id, host,
+                     port, security.listener, exc)
+        raise InterBrokerConnectFailed(f"TLS with broker {broker_id} failed: {exc}") from None
+    client_id = f"broker-{broker.broker_id}"
     try:
         async with asyncio.timeout(AUTHENTICATE_TIMEOUT_S):
-            await _authenticate(reader, writer, security, f"broker-{broker.broker_id}")
+            if security.mechanism is not None:
+                await _authenticate(reader, writer, security, client_id)
+            elif security.ssl_context is not None:
+                # TLS 1.3 asks for our certificate after the handshake is done on our side: a
+                # broker refusing it closes the connection now, said here, not at the fetch
+                await _call(reader, writer, client_id, 1, apis.API_VERSIONS_KEY, 0,
+                            lambda mod, _v: build(mod.ApiVersionsRequest))
     except sasl_client.SaslRefused as exc:
         writer.close()
         _refused.log(logging.WARNING, f"authentication to broker {broker_id}",
@@ -130,6 +143,19 @@ async def open_connection(broker, broker_id: int
                      security.mechanism, exc, exc.error.name.upper())
         raise InterBrokerConnectFailed(f"broker {broker_id} refused our authentication: "
                                        f"{exc}") from None
+    except InterBrokerConnectFailed:
+        writer.close()
+        raise
+    except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as exc:
+        writer.close()
+        # Kafka's brokers close without an answer a client whose certificate they refuse
+        # (and oncelog's one failing SASL after SaslHandshake v0)
+        _refused.log(logging.WARNING, f"TLS with broker {broker_id}",
+                     "broker %d at %s:%d closed the connection on listener %s before it was "
+                     "set up (our certificate or credentials refused?): %r", broker_id, host,
+                     port, security.listener, exc)
+        raise InterBrokerConnectFailed(f"broker {broker_id} closed the connection before it "
+                                       f"was set up") from None
     except BaseException:
         writer.close()
         raise
@@ -145,21 +171,23 @@ async def _authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         api_key, make = next(steps)
         while True:
             correlation += 1
-            version = _VERSIONS[api_key]
-            writer.write(encode_request(api_key, version, correlation, client_id,
-                                        make(request_module(api_key, version), version)))
-            await writer.drain()
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            if not 4 <= size <= _MAX_FRAME:
-                raise InterBrokerConnectFailed(f"a SASL answer of {size} bytes")
-            answered, answer = decode_response(api_key, version, await reader.readexactly(size))
-            if answered != correlation:
-                raise InterBrokerConnectFailed(f"correlation id {answered} answered "
-                                               f"{correlation}")
+            answer = await _call(reader, writer, client_id, correlation, api_key,
+                                 _VERSIONS[api_key], make)
             api_key, make = steps.send(answer)
     except StopIteration:
         return
-    except asyncio.IncompleteReadError:
-        # Kafka's brokers (and oncelog's after SaslHandshake v0) may close without an answer
-        raise InterBrokerConnectFailed("the other broker closed the connection while we "
-                                       "authenticated") from None
+
+
+async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str,
+                correlation: int, api_key: int, version: int, make):
+    """One request of the connection's setup, and its answer."""
+    writer.write(encode_request(api_key, version, correlation, client_id,
+                                make(request_module(api_key, version), version)))
+    await writer.drain()
+    (size,) = _SIZE.unpack(await reader.readexactly(4))
+    if not 4 <= size <= _MAX_FRAME:
+        raise InterBrokerConnectFailed(f"an answer of {size} bytes while setting up")
+    answered, answer = decode_response(api_key, version, await reader.readexactly(size))
+    if answered != correlation:
+        raise InterBrokerConnectFailed(f"correlation id {answered} answered {correlation}")
+    return answer
