@@ -100,7 +100,7 @@ ALLOWED = {
     "security": {"protocol", "metadata"},
     "broker": {"protocol", "log", "producer_state", "metadata", "coordinator", "cluster",
                "security"},
-    "client": {"protocol", "security"},  # security.scram only: pure, the broker's own math
+    "client": {"protocol", "security"},  # security.scram and sasl_client only: pure, shared
     "audit": {"protocol", "client"},
     "chaos": {"protocol", "client"},
     "spark": {"protocol", "client", "audit"},

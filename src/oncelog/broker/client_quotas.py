@@ -24,6 +24,13 @@ In a cluster the entities are ZooKeeper's (``/config/users/...``, ``/config/clie
 every broker looks for new notifications every second (``follow_changes``) and reloads the
 entities when there is one, so all enforce the same quotas.
 
+``controller_mutation_rate`` (KIP-599): CreateTopics, CreatePartitions and DeleteTopics ask
+``mutations(request)`` for the request's ``MutationQuota``, ask it whether each topic is
+``refused`` (THROTTLING_QUOTA_EXCEEDED) and tell it each one ``done`` with its partitions, by
+security/quotas.py's mutation table; their
+answer carries its throttle, and the server mutes the connection for it
+(``take_mutation_throttle``, right after the handler's synchronous part).
+
 An ip entity's ``connection_creation_rate`` counts the connections an address opens: one
 over it is held unread for its throttle time (at most one window) and then closed, as
 Kafka's acceptor does, so a client reconnecting in a loop is slowed, not served.
@@ -86,6 +93,10 @@ class ClientQuotas:
         self._by_key: dict[str, dict[q.Entity, float]] = {}
         self._ip_quotas: dict[q.Entity, float] = {}
         self._rates: dict[tuple[str, str, str], q.Rate] = {}
+        self._buckets: dict[tuple[str, str], q.TokenBucket] = {}  # controller mutations
+        self.mutation_window_ms: int = config.get("controller.quota.window.size.seconds") * 1000
+        self.mutation_samples: int = config.get("controller.quota.window.num")
+        self._mutation_throttle = 0  # the last handler's, until the server takes it
         self.active = False
         self.time_measured = False
         self.throttled = 0  # answers that carried a throttle (for operators and tests)
@@ -128,7 +139,8 @@ class ClientQuotas:
             into[_entity_of(path)] = values
 
     def _derive(self) -> None:
-        by_key: dict[str, dict[q.Entity, float]] = {k: {} for k in q.CLIENT_KEYS}
+        by_key: dict[str, dict[q.Entity, float]] = {
+            k: {} for k in (*q.CLIENT_KEYS, q.CONTROLLER_MUTATION_RATE)}
         for entity, values in self.entities.items():
             for key, value in values.items():
                 if key in by_key:
@@ -318,6 +330,30 @@ class ClientQuotas:
         rate.record(1, now)
         return q.throttle_ms(rate, quota, now, self.window_ms)
 
+    def mutations(self, request) -> MutationQuota:
+        """The controller_mutation_rate of a CreateTopics, CreatePartitions or DeleteTopics
+        request's client (UNLIMITED without one)."""
+        if not self.active or not self._by_key[q.CONTROLLER_MUTATION_RATE]:
+            return UNLIMITED
+        tags, rate = q.resolve(self._by_key[q.CONTROLLER_MUTATION_RATE], *_who(request))
+        if rate is None:
+            return UNLIMITED
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            if len(self._buckets) >= MAX_RATES:
+                self.expire()
+                while len(self._buckets) >= MAX_RATES:
+                    del self._buckets[next(iter(self._buckets))]
+            bucket = self._buckets[tags] = q.TokenBucket()
+        strict = request.api_version >= q.STRICT_MUTATION_SINCE[request.api_key]
+        return MutationQuota(self, bucket, rate, strict)
+
+    def take_mutation_throttle(self) -> int:
+        """The throttle the handler just run gave its answer for controller mutations (0):
+        its connection is muted for it."""
+        throttle, self._mutation_throttle = self._mutation_throttle, 0
+        return throttle
+
     def fetch_allowance(self, request) -> int:
         """The most a Fetch may read (Kafka's getMaxValueInQuotaWindow): what its consumer's
         quota allows over the whole span but the current window, so that one answer alone is
@@ -351,9 +387,58 @@ class ClientQuotas:
     def expire(self) -> None:
         """Forget the rates with nothing recorded for the whole span: they measure 0, as a
         new one would."""
-        cutoff = _now_ms() - self.samples * self.window_ms
+        now = _now_ms()
+        cutoff = now - self.samples * self.window_ms
         for key in [k for k, rate in self._rates.items() if rate.idle_since() < cutoff]:
             del self._rates[key]
+        # a bucket untouched this long is full again, as a new one is
+        cutoff = now - self.mutation_samples * self.mutation_window_ms
+        for tags in [t for t, b in self._buckets.items() if b.last_ms < cutoff]:
+            del self._buckets[tags]
+
+
+class MutationQuota:
+    """One request's controller mutations (security/quotas.py's table)."""
+
+    __slots__ = ("_bucket", "_quotas", "burst", "rate", "strict", "throttle_ms")
+
+    def __init__(self, quotas: ClientQuotas | None, bucket: q.TokenBucket | None, rate: float,
+                 strict: bool) -> None:
+        self._quotas = quotas
+        self._bucket = bucket
+        self.rate = rate
+        self.strict = strict
+        self.throttle_ms = 0
+        self.burst = 0.0 if quotas is None else \
+            rate * quotas.mutation_samples * quotas.mutation_window_ms / 1000
+
+    def refused(self) -> bool:
+        """Asked before a topic is done: True when it is refused THROTTLING_QUOTA_EXCEEDED."""
+        if self._bucket is None:
+            return False
+        return self._throttle(q.mutation_refused(self.strict, self._bucket, self.rate,
+                                                 self.burst, _now_ms())) > 0
+
+    def done(self, partitions: int) -> None:
+        """A topic done: its ``partitions`` mutations taken."""
+        if self._bucket is not None:
+            self._throttle(q.mutation_taken(self.strict, self._bucket, partitions, self.rate,
+                                            self.burst, _now_ms()))
+
+    def _throttle(self, throttle: int) -> int:
+        if throttle and self._quotas is not None:
+            self.throttle_ms = max(self.throttle_ms, throttle)
+            self._quotas._mutation_throttle = max(self._quotas._mutation_throttle, throttle)
+        return throttle
+
+    @property
+    def throttle_time(self) -> datetime.timedelta:
+        """For the answer's throttle_time_ms."""
+        return datetime.timedelta(milliseconds=self.throttle_ms)
+
+
+UNLIMITED = MutationQuota(None, None, 0.0, False)
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
 
 def _zookeeper_away(exc: Exception) -> bool:
@@ -384,7 +469,11 @@ def _entity_of(path: str) -> q.Entity:
 
 
 def with_throttle(body, throttle_ms: int):
-    """A kio answer carrying ``throttle_ms`` where its version has the field."""
+    """A kio answer carrying ``throttle_ms`` where its version has the field (or the larger
+    throttle its handler gave it: a controller mutation's)."""
     if "throttle_time" not in getattr(type(body), "__dataclass_fields__", ()):
         return body
-    return dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+    throttle = datetime.timedelta(milliseconds=throttle_ms)
+    if body.throttle_time is not None and body.throttle_time > throttle:
+        return body
+    return dataclasses.replace(body, throttle_time=throttle)

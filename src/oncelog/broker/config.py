@@ -19,7 +19,14 @@ from typing import Any
 from ..metadata.zookeeper import parse_connect
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
 from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
-from .listeners import Endpoint, listener_override, parse_listeners, parse_protocol_map
+from .listeners import (
+    SECURITY_PROTOCOLS,
+    Endpoint,
+    inter_broker_listener,
+    listener_override,
+    parse_listeners,
+    parse_protocol_map,
+)
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -323,6 +330,19 @@ SECURITY_KEYS = (
     _key("ssl.principal.mapping.rules", "STRING", "DEFAULT",
          "A client certificate's principal: DEFAULT, User:<the subject's distinguished "
          "name>.", _mapping_rules),
+    _key("ssl.endpoint.identification.algorithm", "STRING", "https",
+         "A broker reaching another over TLS: https checks that the certificate names the "
+         "host it registered; empty: it need not.", _one_of("https", "HTTPS", "")),
+    # Cluster mode: how brokers reach each other (followers fetching from leaders).
+    _key("inter.broker.listener.name", "STRING", None,
+         "The listener brokers reach each other on (one of advertised.listeners); not with "
+         "security.inter.broker.protocol."),
+    _key("security.inter.broker.protocol", "STRING", "PLAINTEXT",
+         "The listener named as this protocol is the brokers' when inter.broker.listener.name "
+         "is not set.", _one_of(*SECURITY_PROTOCOLS)),
+    _key("sasl.mechanism.inter.broker.protocol", "STRING", "GSSAPI",
+         "The SASL mechanism a broker authenticates with to another, as the username and "
+         "password of listener.name.<listener>.<mechanism>.sasl.jaas.config."),
 )
 
 
@@ -336,7 +356,8 @@ def _listener_key(name: str) -> ConfigKey | None:
     key = found[1]
     if re.fullmatch(r"[a-z0-9-]+\.sasl\.jaas\.config", key):
         return ConfigKey(name, _parse_str, None, "A mechanism's JAAS configuration.", "PASSWORD")
-    if key.startswith(("ssl.", "sasl.")) and key in BROKER_CONFIGS:
+    if (key.startswith(("ssl.", "sasl.")) or key == "max.connection.creation.rate") \
+            and key in BROKER_CONFIGS:
         return BROKER_CONFIGS[key]
     return None
 
@@ -526,6 +547,11 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("max.connections.per.ip", "INT", INT_MAX,
          "Connections one address may have; one more is closed at once.",
          _parse_int(0, INT_MAX)),
+    _key("max.connection.creation.rate", "INT", INT_MAX,
+         "New connections a second the broker takes on its listeners but the inter-broker "
+         "one (KIP-612); one over it is served only once the rate is back under it. Per "
+         "listener as listener.name.<listener>.max.connection.creation.rate.",
+         _parse_int(0, INT_MAX)),
     _key("max.connections.per.ip.overrides", "STRING", "",
          "host:count,... per-address limits in place of max.connections.per.ip.",
          _connection_overrides),
@@ -536,6 +562,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          "Samples a client quota's rate is measured over.", _parse_int(1, INT_MAX)),
     _key("quota.window.size.seconds", "INT", 1,
          "Length of each client quota sample.", _parse_int(1, INT_MAX)),
+    _key("controller.quota.window.num", "INT", 11,
+         "controller_mutation_rate: a client may make this many windows' worth of mutations "
+         "at once (KIP-599's burst).", _parse_int(1, INT_MAX)),
+    _key("controller.quota.window.size.seconds", "INT", 1,
+         "controller_mutation_rate: the length of each of those windows.",
+         _parse_int(1, INT_MAX)),
     _key("producer.id.expiration.ms", "INT", 86_400_000,
          "Idle time after which a producer's state moves out of memory to a compact record.",
          _parse_int(1, INT_MAX)),
@@ -896,6 +928,13 @@ class BrokerConfig:
                 raise ConfigError(f"listener.name.{listener}.{key}: no listener {listener} "
                                   f"in listeners")
         by_name = {e.name: e for e in advertised if self.get("advertised.listeners")}
+        try:
+            self.inter_broker_listener_name = inter_broker_listener(
+                self.get("inter.broker.listener.name"),
+                self.explicit.get("security.inter.broker.protocol"),
+                [e.name for e in advertised], self.get("zookeeper.connect") is not None)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         return bound, by_name
 
     def listener_setting(self, listener: str, key: str) -> Any:

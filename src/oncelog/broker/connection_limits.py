@@ -10,6 +10,16 @@
     | 2 | the broker's connections already at max.connections | closed at once, logged      |
     | 3 | otherwise                                           | served, counted until closed|
 
+Then the connection creation rates (KIP-612): every new connection counts, served or not,
+against ``listener.name.<listener>.max.connection.creation.rate`` (when set) and, on every
+listener but the inter-broker one (Kafka exempts it), ``max.connection.creation.rate``, each
+measured as a client quota is (security/quotas.py's Rate over quota.window.num windows of
+quota.window.size.seconds). Over either, the connection is served only after the throttle
+time (at most one window): Kafka's acceptor waits that long before it accepts the next
+connection; here the connection is accepted and muted, nothing read from it handled, until
+then. An address over its own ``connection_creation_rate`` (client_quotas.py) is closed
+instead, as Kafka does.
+
 Row 2 differs from Kafka, whose acceptor stops accepting (the connection waits in the
 listen backlog) until one closes; here it is closed, and the client reconnects with its
 backoff. The limits are read from the configuration at each accept, so an AlterConfigs of
@@ -26,7 +36,10 @@ import collections
 from collections.abc import Iterable
 from typing import Any
 
-from .config import parse_connection_overrides
+from ..security.quotas import Rate, throttle_ms
+from .config import INT_MAX, parse_connection_overrides
+
+_BROKER = ""  # the broker-wide rate's key among the listeners' rates
 
 
 class ConnectionLimits:
@@ -37,6 +50,8 @@ class ConnectionLimits:
         self.refused = 0
         self._overrides_text: str | None = None
         self._overrides: dict[str, int] = {}
+        self._creations: dict[str, Rate] = {}  # by listener name, and _BROKER
+        self.delayed = 0  # connections served late for a creation rate
         self.idle_ms: int = config.get("connections.max.idle.ms")
         self.idle_check_ms = min(max(self.idle_ms // 10, 10), 30_000) if self.idle_ms >= 0 \
             else 30_000
@@ -60,6 +75,30 @@ class ConnectionLimits:
         self.per_ip[ip] += 1
         self.total += 1
         return None
+
+    def creation_delay(self, listener: str, now_ms: int) -> int:
+        """A new connection on ``listener`` counted against the creation rates: how long
+        (ms) before it is served; 0 at once."""
+        config = self.config
+        limits = [(listener, config.listener_overrides.get(
+            f"listener.name.{listener.lower()}.max.connection.creation.rate"))]
+        if listener != config.inter_broker_listener_name:
+            limits.append((_BROKER, config.get("max.connection.creation.rate")))
+        window_ms = config.get("quota.window.size.seconds") * 1000
+        delay = 0
+        for key, limit in limits:
+            if limit is None or limit >= INT_MAX:
+                continue
+            rate = self._creations.get(key)
+            if rate is None:
+                rate = self._creations[key] = Rate(config.get("quota.window.num"), window_ms)
+            rate.record(1, now_ms)
+            # a limit of 0 takes nothing: each connection waits the longest
+            delay = max(delay, throttle_ms(rate, limit, now_ms, window_ms) if limit
+                        else window_ms)
+        if delay:
+            self.delayed += 1
+        return delay
 
     def release(self, ip: str) -> None:
         self.total -= 1

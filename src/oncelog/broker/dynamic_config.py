@@ -66,6 +66,7 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "producer.id.expiration.ms", "producer.id.tombstone.ms",
     "producer.state.max.producers", "producer.state.batches.to.retain",
     "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
 }) | {name for name, *_, mode in KAFKA_ONLY_BROKER_KEYS if mode != "read-only"}
 assert DYNAMIC_BROKER_KEYS <= BROKER_CONFIGS.keys()
 

@@ -123,6 +123,48 @@ def _server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     return context
 
 
+def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The TLS context a broker reaches another's ``listener`` with: that listener's
+    truststore (the system's CAs without one) checks the other broker, whose name is checked
+    when ssl.endpoint.identification.algorithm is https; the listener's keystore is this
+    broker's certificate, for a listener that asks for one (as Kafka's brokers use one
+    listener's ssl.* settings for both ends)."""
+    def setting(key: str):
+        return config.listener_setting(listener, key)
+
+    def fail(key: str, why: object) -> ConfigError:
+        return ConfigError(f"inter-broker listener {listener}: {key}: {why}")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    versions = [_TLS_VERSIONS[v] for v in setting("ssl.enabled.protocols").split(",")]
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+    context.check_hostname = setting("ssl.endpoint.identification.algorithm").lower() == "https"
+    trust_location, trust_text = (setting("ssl.truststore.location"),
+                                  setting("ssl.truststore.certificates"))
+    try:
+        if trust_location:
+            context.load_verify_locations(cafile=trust_location)
+        elif trust_text:
+            context.load_verify_locations(cadata=trust_text)
+        else:
+            context.load_default_certs()
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise fail("ssl.truststore.location", f"{trust_location or 'certificates'}: "
+                   f"{_reason(exc)}") from None
+    location = setting("ssl.keystore.location")
+    chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
+    password = setting("ssl.key.password") or _no_password
+    try:
+        if location:
+            context.load_cert_chain(location, password=password)
+        elif chain and key:
+            _load_chain_text(context, chain, key, password)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise fail("ssl.keystore.location", f"{location or 'certificate chain'}: "
+                   f"{_reason(exc)}") from None
+    return context
+
+
 def _no_password() -> bytes:
     return b""
 

@@ -80,3 +80,23 @@ def listener_override(name: str) -> tuple[str, str] | None:
     """(listener, key) of a ``listener.name.<listener>.<key>`` config name, else None."""
     match = re.fullmatch(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)", name)
     return (match.group(1), match.group(2)) if match else None
+
+
+def inter_broker_listener(listener_name: str | None, protocol: str | None,
+                          advertised: list[str], required: bool) -> str:
+    """The listener brokers reach each other on, by Kafka's rules: ``inter.broker.listener.name``
+    or ``security.inter.broker.protocol`` (the listener named as the protocol; PLAINTEXT when
+    neither is set), never both; it must be one of the advertised listeners. ``required``:
+    checked only when set or in cluster mode (one broker alone reaches no other)."""
+    if listener_name is not None and protocol is not None:
+        raise ValueError("Only one of inter.broker.listener.name and "
+                         "security.inter.broker.protocol should be set.")
+    key = "inter.broker.listener.name" if listener_name is not None \
+        else "security.inter.broker.protocol"
+    name = (listener_name or protocol or "PLAINTEXT").strip().upper()
+    if (required or listener_name is not None or protocol is not None) \
+            and name not in advertised:
+        raise ValueError(f"{key}: {name} must be a listener name defined in "
+                         f"advertised.listeners. The valid options based on currently "
+                         f"configured listeners are {','.join(advertised)}")
+    return name

@@ -217,6 +217,8 @@ _NETWORK = (  # (name, stats key, type, help)
      "Connections muted for a client quota's throttle time."),
     ("oncelog_connections_refused_total", "connections_refused", "counter",
      "Connections closed at accept for max.connections or max.connections.per.ip."),
+    ("oncelog_connections_delayed_total", "connections_delayed", "counter",
+     "Connections served late for max.connection.creation.rate (broker or listener)."),
     ("oncelog_fetch_zero_copy_bytes_total", "zero_copy_bytes", "counter",
      "Record bytes Fetch answers sent from segment files with sendfile (never read in)."),
 )

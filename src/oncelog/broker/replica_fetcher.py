@@ -34,6 +34,7 @@ from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
+from .inter_broker_connect import open_connection
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +185,8 @@ class LeaderFetcher:
                 await asyncio.sleep(self.backoff_s)
 
     async def _connect(self) -> _Connection:
-        endpoint = self.manager.endpoint(self.leader)
-        if endpoint is None:
-            raise FetchFailed(f"broker {self.leader} is not registered")
-        async with asyncio.timeout(10):  # not wait_for: it can swallow a cancellation
-            reader, writer = await asyncio.open_connection(*endpoint)
+        # on the inter-broker listener, secured and authenticated as it asks
+        reader, writer = await open_connection(self.manager.broker, self.leader)
         return _Connection(reader, writer, f"replica-{self.manager.broker_id}",
                            self.wait_ms / 1000 + 30)
 

@@ -48,6 +48,7 @@ from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .counters import Counters
+from .inter_broker_connect import inter_broker_security
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
@@ -86,6 +87,9 @@ class Broker:
         self.config = config
         self.broker_id: int = config.get("broker.id")
         self.listeners = listener_securities(config)  # TLS files read here: ConfigError first
+        # Cluster mode: how this broker reaches the others (inter_broker_connect.py), checked
+        self.inter_broker = inter_broker_security(config) \
+            if config.get("zookeeper.connect") is not None else None
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
@@ -373,6 +377,7 @@ class Broker:
             "throttled_answers": self.quotas.throttled,
             "connections_throttled": sum(1 for c in conns if c.muted and not c.closed),
             "connections_refused": self.connection_limits.refused,
+            "connections_delayed": self.connection_limits.delayed,
             "zero_copy_bytes": self.zero_copy_bytes,
         }
 
@@ -413,10 +418,25 @@ class Broker:
             quotas.handled(request, time.perf_counter_ns() - started)
         else:
             result = self._answer(request, peer)
+        mutated = quotas.take_mutation_throttle()  # controller_mutation_rate (in the answer)
+        if mutated and inspect.iscoroutine(result):
+            return self._muted_when_done(result, mutated)
+        throttle = max(throttle, mutated)
         if not throttle or inspect.iscoroutine(result) or result is _CLOSE:
             return result  # a coroutine's answer is throttled when it is done (_finish)
         quotas.throttled += 1
         return Throttled(result, throttle)
+
+    async def _muted_when_done(self, pending, throttle: int) -> Any:
+        """A waiting handler's answer, its connection muted for ``throttle`` ms after it."""
+        frame = await pending
+        if frame is _CLOSE:
+            return frame
+        if isinstance(frame, Throttled):
+            frame.ms = max(frame.ms, throttle)
+            return frame
+        self.quotas.throttled += 1
+        return Throttled(frame, throttle)
 
     def _answer(self, request, peer: str) -> Any:
         try:
@@ -598,6 +618,14 @@ class Connection(asyncio.BufferedProtocol):
             # Kafka's bound on what an unauthenticated client may make the broker hold.
             self.reader._max_size = min(listener.max_receive,
                                         self.broker.config.get("socket.request.max.bytes"))
+        # KIP-612: over a connection creation rate, served only once the throttle ends
+        delay = self.broker.connection_limits.creation_delay(
+            endpoint.name, time.monotonic_ns() // 1_000_000)
+        if delay:
+            _refused.log(logging.INFO, "connection creation rate", "%s: over listener %s's "
+                         "connection creation rate; served in %d ms", self.peer, endpoint.name,
+                         delay)
+            self._mute_after(Throttled(None, delay))
 
     def authenticated(self, principal) -> None:
         """The SASL exchange is done: from the next frame on, the broker's as any other."""

@@ -134,6 +134,12 @@ class TopicResult(NamedTuple):
     topic_id: uuid.UUID | None = None  # v13+
 
 
+class Topics(list):
+    """The topics of an answer, and its throttle_time_ms (clients honour it, KIP-219)."""
+
+    throttle_ms = 0
+
+
 def decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicResult]:
     """The topics of a response frame (without its size prefix; it starts with the
     correlation id). Raises ProtocolError when it does not parse."""
@@ -147,7 +153,7 @@ def _decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicRe
     flexible = version >= FLEXIBLE_FROM
     pos = 4 + (1 if flexible else 0)  # correlation id; header v1's (empty) tagged fields
     r = WireReader(frame, pos, "produce response")
-    topics = []
+    topics = Topics()
     by_id = version >= TOPIC_IDS_FROM
     for _ in range(r.count(flexible)):
         topic_id = uuid.UUID(bytes=bytes(r.take(16))) if by_id else None
@@ -170,6 +176,6 @@ def _decode(version: int, frame: bytes | bytearray | memoryview) -> list[TopicRe
                                               log_append_time, tuple(record_errors)))
         r.tags(flexible)
         topics.append(TopicResult(name, partitions, topic_id))
-    r.skip(4)  # throttle time
+    topics.throttle_ms = r.unpack(_I32)[0]
     r.tags(flexible)
     return topics

@@ -54,6 +54,28 @@ millisecond:
 The request quota's bound is Kafka's (ClientRequestQuotaManager): one slow request must not
 silence a client for the whole span. A throttled Fetch is answered empty and its bytes are
 taken back out of the rate (Kafka's unrecord), so a consumer pays only for what it gets.
+
+**Controller mutations** (``controller_mutation_rate``, KIP-599): each partition a
+CreateTopics creates, a CreatePartitions adds or a DeleteTopics deletes is one mutation, taken
+from a ``TokenBucket`` of ``burst = rate x controller.quota.window.num x
+controller.quota.window.size.seconds`` tokens refilled at ``rate`` a second (a client may make
+a burst at once, then ``rate`` a second). Below zero tokens the quota is exceeded, and the
+wait is ``-tokens / rate`` seconds. Each topic of a request is asked ``mutation_refused``
+before it is done and, once done, ``mutation_taken``:
+
+    | # | request version        | tokens before | the topic              | answer's throttle |
+    |---|------------------------|---------------|------------------------|-------------------|
+    | 1 | strict: CreateTopics   | >= 0          | done, its partitions   | 0, unless a later |
+    |   | v6+, CreatePartitions  |               | taken (may go below 0) | topic is refused  |
+    |   | v3+, DeleteTopics v5+  |               |                        |                   |
+    | 2 | strict                 | < 0           | THROTTLING_QUOTA_      | -tokens / rate    |
+    |   |                        |               | EXCEEDED, none taken   | at the refusal    |
+    | 3 | older (permissive)     | any           | done, taken            | -tokens / rate    |
+    |   |                        |               |                        | when below 0      |
+
+A request whose answer carries a throttle also mutes its connection for that long (KIP-219),
+as the other quotas do. A validate-only request, and a topic refused for another reason, takes
+nothing.
 """
 
 from __future__ import annotations
@@ -195,3 +217,55 @@ def throttle_ms(rate: Rate, quota: float, now_ms: int, bound_ms: int = INT32_MAX
         return 0
     # Java's Math.round: halves up (Python's round would go to even)
     return min(math.floor((observed - quota) / quota * window + 0.5), bound_ms, INT32_MAX)
+
+
+# CreateTopics, CreatePartitions, DeleteTopics: the first version refused over the quota
+# (KIP-599's THROTTLING_QUOTA_EXCEEDED); older ones are done and throttled.
+STRICT_MUTATION_SINCE = {19: 6, 37: 3, 20: 5}
+
+
+class TokenBucket:
+    """KIP-599's bucket: ``burst`` tokens at most, refilled at ``rate`` a second; full when
+    first measured."""
+
+    __slots__ = ("last_ms", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None
+        self.last_ms = 0
+
+    def measure(self, rate: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + rate * max(0, now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def take(self, value: float, rate: float, burst: float, now_ms: int) -> float:
+        self.tokens = self.measure(rate, burst, now_ms) - value
+        return self.tokens
+
+
+def mutation_throttle_ms(tokens: float, rate: float) -> int:
+    """How long a client whose bucket holds ``tokens`` waits: 0 at zero or above."""
+    if tokens >= 0:
+        return 0
+    return min(math.floor(-tokens / rate * 1000 + 0.5), INT32_MAX)
+
+
+def mutation_refused(strict: bool, bucket: TokenBucket, rate: float, burst: float,
+                     now_ms: int) -> int:
+    """Asked before a topic is done: the answer's throttle when it is refused (row 2), else 0
+    (rows 1 and 3: it may be done)."""
+    if not strict:
+        return 0
+    return mutation_throttle_ms(bucket.measure(rate, burst, now_ms), rate)
+
+
+def mutation_taken(strict: bool, bucket: TokenBucket, mutations: int, rate: float,
+                   burst: float, now_ms: int) -> int:
+    """A topic done: its mutations taken; the answer's throttle for it (row 3; 0 in row 1,
+    whose tokens may go below zero unthrottled)."""
+    tokens = bucket.take(mutations, rate, burst, now_ms)
+    return 0 if strict else mutation_throttle_ms(tokens, rate)

@@ -13,6 +13,7 @@ from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
+from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import render
 from ..log_limits import log_safe
 from ..topics import TopicError
@@ -33,9 +34,7 @@ def handle_create_topics(broker, request: Request):
     body = request.body
     duplicates = _duplicates(t.name for t in body.topics)
     results = []
-    total = sum(len(t.assignments) if t.assignments else t.num_partitions if
-                t.num_partitions != -1 else broker.config.get("num.partitions")
-                for t in body.topics)
+    total = sum(_partitions_asked(broker, t) for t in body.topics)
     if total > MAX_PARTITIONS_PER_REQUEST:
         log.info("create topics refused: %d partitions in one request, more than %d", total,
                  MAX_PARTITIONS_PER_REQUEST)
@@ -49,15 +48,21 @@ def handle_create_topics(broker, request: Request):
         authorize.allowed_names(broker, request, Op.CREATE, Rt.TOPIC, names)
     shown = authorize.allowed_names(broker, request, Op.DESCRIBE_CONFIGS, Rt.TOPIC,
                                     creatable, quiet=True)
+    quota = broker.quotas.mutations(request)  # controller_mutation_rate (KIP-599)
     for t in body.topics:
         if t.name in duplicates:
             continue
         if t.name not in creatable:
             results.append(_create_refused(mod, t.name, ErrorCode.topic_authorization_failed,
                                            "Authorization failed."))
+        elif not body.validate_only and quota.refused():
+            results.append(_create_refused(mod, t.name, ErrorCode.throttling_quota_exceeded,
+                                           THROTTLING_QUOTA_EXCEEDED_MESSAGE))
         else:
             results.append(_create_topic(broker, mod, t, body.validate_only,
                                          t.name in shown))
+            if not body.validate_only and results[-1].error_code == ErrorCode.none:
+                quota.done(_partitions_asked(broker, t))
     # Kafka refuses every copy of a name given twice and answers for it once: clients match
     # results to topics by name (librdkafka rejects a response naming a topic twice).
     for name in duplicates:
@@ -65,11 +70,18 @@ def handle_create_topics(broker, request: Request):
                  log_safe(name))
         results.append(_create_refused(mod, name, ErrorCode.invalid_request,
                                        "Duplicate topic name."))
-    answer = build(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    answer = build(mod.CreateTopicsResponse, throttle_time=quota.throttle_time,
+                   topics=tuple(results))
     if broker.cluster_mode is not None and not body.validate_only:  # once leaders are elected
         return broker.cluster_mode.answer_when(broker.cluster_mode.created, [
             r.name for r in results if r.error_code == ErrorCode.none], body.timeout, answer)
     return answer
+
+
+def _partitions_asked(broker, t) -> int:
+    if t.assignments:
+        return len(t.assignments)
+    return t.num_partitions if t.num_partitions != -1 else broker.config.get("num.partitions")
 
 
 def _duplicates(names) -> list[str]:
@@ -126,6 +138,7 @@ def handle_delete_topics(broker, request: Request):
     duplicates = set(_duplicates(asked))
     results = []
     topics = broker.cluster_topics or broker.topics
+    quota = broker.quotas.mutations(request)  # controller_mutation_rate (KIP-599)
     for name, topic_id in dict.fromkeys(asked):  # one answer per topic, as for CreateTopics
         error, message = ErrorCode.none, None
         try:
@@ -148,14 +161,19 @@ def handle_delete_topics(broker, request: Request):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             found = topics.get(name)
             topic_id = topic_id or (found.topic_id if found is not None else None)
+            if found is not None and quota.refused():
+                raise TopicError(ErrorCode.throttling_quota_exceeded,
+                                 THROTTLING_QUOTA_EXCEEDED_MESSAGE)
             topics.delete(name)
+            quota.done(len(found.partitions) if found is not None else 0)
             broker.counters.forget_topic(name)
             broker.groups.delete_topic_offsets(name)
         except TopicError as exc:
             error, message = exc.error, str(exc)
         results.append(build(mod.DeletableTopicResult, name=name, topic_id=topic_id,
                              error_code=error, error_message=message))
-    answer = build(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+    answer = build(mod.DeleteTopicsResponse, throttle_time=quota.throttle_time,
+                   responses=tuple(results))
     if broker.cluster_mode is not None:  # once the controller removed them
         return broker.cluster_mode.answer_when(broker.cluster_mode.deleted, [
             r.name for r in results if r.error_code == ErrorCode.none], body.timeout, answer)

@@ -25,6 +25,7 @@ from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
+from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import is_compacted
 from ..log_limits import log_safe
 from ..topics import INTERNAL_TOPICS, TopicError
@@ -55,6 +56,7 @@ def handle_create_partitions(broker, request: Request):
     results = []
     names = {t.name for t in body.topics}
     alterable = authorize.allowed_names(broker, request, Op.ALTER, Rt.TOPIC, names)
+    quota = broker.quotas.mutations(request)  # controller_mutation_rate (KIP-599)
     for t in body.topics:
         if t.name in duplicates:
             continue
@@ -67,8 +69,14 @@ def handle_create_partitions(broker, request: Request):
         assignments = None if t.assignments is None else [list(a.broker_ids)
                                                           for a in t.assignments]
         try:
+            if not body.validate_only and quota.refused():
+                raise TopicError(ErrorCode.throttling_quota_exceeded,
+                                 THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+            added = _added(broker, (t,))
             (broker.cluster_topics or broker.topics).add_partitions(
                 t.name, t.count, assignments, body.validate_only)
+            if not body.validate_only:
+                quota.done(added)
         except TopicError as exc:
             log.info("create partitions of %r refused: %s", log_safe(t.name), log_safe(exc))
             error, message = exc.error, str(exc)
@@ -80,7 +88,7 @@ def handle_create_partitions(broker, request: Request):
         results.append(build(mod.CreatePartitionsTopicResult, name=name,
                              error_code=ErrorCode.invalid_request,
                              error_message="Duplicate topic name."))
-    answer = build(mod.CreatePartitionsResponse, throttle_time=NO_THROTTLE,
+    answer = build(mod.CreatePartitionsResponse, throttle_time=quota.throttle_time,
                    results=tuple(results))
     if broker.cluster_mode is not None and not body.validate_only:  # once leaders are elected
         done = {r.name for r in results if r.error_code == ErrorCode.none}

@@ -34,6 +34,7 @@ from ...protocol.schema import build, request_module
 from . import sasl
 from .connection import KafkaError, KafkaTimeout, choose_versions
 from .security import PLAINTEXT, ClientSecurity
+from .throttle import throttle_seconds
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -56,6 +57,10 @@ class AsyncBrokerConnection:
         self._unsent: collections.deque[memoryview] = collections.deque()  # when the socket is full
         self._received = bytearray()  # bytes of answers not yet complete
         self._correlation = 0
+        # KIP-219: after a throttled answer, frames wait here until quiet_until (monotonic)
+        self.quiet_until = 0.0
+        self._held: list[list] = []
+        self._release: asyncio.TimerHandle | None = None
         # (correlation id, api key, version, future, deadline, the API's own decoder or None)
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future, float, Any]] = \
             collections.deque()
@@ -185,16 +190,35 @@ class AsyncBrokerConnection:
             return future
         self._correlation += 1
         parts = frame(self._correlation)
+        now = time.monotonic()
         if expect_response:
-            # Pending before the write: a write that fails fails it with the rest.
+            # Pending before the write: a write that fails fails it with the rest. Its time
+            # starts when it is sent.
             self._pending.append((self._correlation, api_key, version, future,
-                                  time.monotonic() + self.timeout, decode))
+                                  max(now, self.quiet_until) + self.timeout, decode))
             if self._watchdog is None:
                 self._arm_watchdog()
         else:
             future.set_result(None)
-        self._write(parts)
+        if self._held or now < self.quiet_until:
+            self._held.append(parts)  # the broker throttled us: sent when that ends
+            if self._release is None:
+                self._release = self._loop.call_later(self.quiet_until - now, self._send_held)
+        else:
+            self._write(parts)
         return future
+
+    def _send_held(self) -> None:
+        self._release = None
+        wait = self.quiet_until - time.monotonic()
+        if wait > 0:  # throttled again meanwhile
+            self._release = self._loop.call_later(wait, self._send_held)
+            return
+        held, self._held = self._held, []
+        for parts in held:
+            if self.closed:
+                return
+            self._write(parts)
 
     def _write(self, parts: list) -> None:
         if self._tls is not None:
@@ -341,6 +365,10 @@ class AsyncBrokerConnection:
         _, api_key, version, future, _, decode = self._pending.popleft()
         body = decode(version, frame) if decode is not None \
             else decode_response(api_key, version, frame)[1]
+        throttle = throttle_seconds(body)
+        if throttle > 0:  # bounded: a throttle past the request timeout fails as a timeout
+            self.quiet_until = max(self.quiet_until,
+                                   time.monotonic() + min(throttle, self.timeout))
         if not future.done():
             future.set_result(body)
 
@@ -363,6 +391,10 @@ class AsyncBrokerConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        self._held.clear()
         if self._sock is not None:
             sock, self._sock = self._sock, None
             if not self._loop.is_closed():

@@ -12,6 +12,7 @@ import ssl
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -24,6 +25,7 @@ from ...protocol.messages import decode_response, encode_request
 from ...protocol.schema import build, request_module
 from . import sasl
 from .security import PLAINTEXT, ClientSecurity
+from .throttle import raw_throttle_seconds, throttle_seconds
 
 _SIZE = struct.Struct(">i")
 _REUSE_ABOVE = 256 << 10  # smaller answers get a buffer of their own
@@ -160,6 +162,7 @@ class BrokerConnection:
         if security.ssl_context is not None:
             self._start_tls(security.ssl_context)
         self._correlation = 0
+        self.quiet_until = 0.0  # monotonic: nothing is sent before (KIP-219, throttle.py)
         self._size = bytearray(4)  # a frame's size prefix
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.versions: dict[int, int] = {}
@@ -214,6 +217,9 @@ class BrokerConnection:
         return self._send(api_key, version, make(request_module(api_key, version), version))
 
     def _send(self, api_key: int, version: int, body: Any) -> int:
+        wait = self.quiet_until - time.monotonic()
+        if wait > 0:  # the broker throttled us: it would not read this before then
+            time.sleep(wait)
         self._correlation += 1
         try:
             self.sock.sendall(encode_request(api_key, version, self._correlation,
@@ -227,14 +233,22 @@ class BrokerConnection:
     def receive(self) -> tuple[int, Any]:
         """(correlation id, body) of the oldest pipelined request's answer."""
         api_key, version, frame = self._receive_frame()
-        return decode_response(api_key, version, memoryview(frame).toreadonly())
+        answer = decode_response(api_key, version, memoryview(frame).toreadonly())
+        self._throttled(throttle_seconds(answer[1]))
+        return answer
+
+    def _throttled(self, seconds: float) -> None:
+        if seconds > 0:  # bounded: a throttle past the request timeout fails as a timeout
+            self.quiet_until = max(self.quiet_until,
+                                   time.monotonic() + min(seconds, self.timeout))
 
     def receive_raw(self, reuse: bool = False) -> tuple[int, bytearray | memoryview]:
         """The oldest pipelined request's answer undecoded, for a reader of its own
         (``protocol.fetch_response``): (version, the answer's frame: correlation id, header
         tags if flexible, body). ``reuse``: a large answer may be received into the memory
         of an earlier one nothing refers to any more (``_spare``)."""
-        _, version, frame = self._receive_frame(reuse)
+        api_key, version, frame = self._receive_frame(reuse)
+        self._throttled(raw_throttle_seconds(api_key, version, frame))
         return version, frame
 
     def call_raw(self, api_key: int, make: Callable[[ModuleType, int], Any]

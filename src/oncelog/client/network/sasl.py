@@ -1,75 +1,22 @@
-"""The client's side of SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) over Kafka's SaslHandshake
-v1 and SaslAuthenticate, the same exchange for the blocking and the asyncio connection: each
-drives ``exchange`` with a function that sends one request and returns its answer.
-
-The SCRAM math is security/scram.py's, the broker's own. The server's last message is
-checked too: a broker that does not know the password's ServerKey is refused.
+"""The client's side of SASL for the blocking and the asyncio connection: each drives
+``exchange`` with a function that sends one request and returns its answer. The steps are
+security/sasl_client.py's, shared with a broker reaching another broker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from ...protocol import api_versions as apis
-from ...protocol.schema import build
-from ...security import scram
+from ...security import sasl_client
+from ...security.sasl_client import SaslRefused, Step
 from .security import ClientSecurity
 
-# One step: (api key, build(request module) -> request) sent; its answer comes back.
-Step = tuple[int, Callable[[Any, int], Any]]
+__all__ = ["SaslRefused", "Step", "exchange"]
 
 
 def exchange(security: ClientSecurity) -> Generator[Step, Any, None]:
-    """Yields the requests to send, receives their answers; SaslRefused when the broker
-    refuses or does not prove it knows the credential (the connections raise it as
-    KafkaError with its code)."""
-    mechanism = security.mechanism
-    answer = yield apis.SASL_HANDSHAKE, lambda mod, _v: build(mod.SaslHandshakeRequest,
-                                                              mechanism=mechanism)
-    _check(answer, f"the broker does not offer {mechanism} "
-                   f"(it offers {', '.join(getattr(answer, 'mechanisms', ()) or ())})")
-    password = security.password.encode()
-    if mechanism == "PLAIN":
-        token = b"\0" + security.username.encode() + b"\0" + password
-        _check((yield _authenticate(token)), "PLAIN")
-        return
-    nonce = scram.new_nonce()
-    first = scram.client_first(security.username, nonce)
-    answer = yield _authenticate(first)
-    _check(answer, mechanism)
-    try:
-        server = scram.parse_server_first(bytes(answer.auth_bytes), nonce)
-        final, signature = scram.client_final(mechanism, password,
-                                              first.decode()[len("n,,"):], server)
-    except scram.ScramError as exc:
-        raise SaslRefused(ErrorCode.sasl_authentication_failed, f"{mechanism}: {exc}") \
-            from None
-    answer = yield _authenticate(final)
-    _check(answer, mechanism)
-    try:
-        scram.check_server_final(bytes(answer.auth_bytes), signature)
-    except scram.ScramError as exc:
-        raise SaslRefused(ErrorCode.sasl_authentication_failed, f"{mechanism}: {exc}") \
-            from None
-
-
-def _authenticate(token: bytes) -> Step:
-    return apis.SASL_AUTHENTICATE, lambda mod, _v: build(mod.SaslAuthenticateRequest,
-                                                         auth_bytes=token)
-
-
-class SaslRefused(Exception):
-    """The exchange failed: the broker's error code, or SASL_AUTHENTICATION_FAILED."""
-
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-
-
-def _check(answer: Any, what: str) -> None:
-    if answer.error_code != ErrorCode.none:
-        message = getattr(answer, "error_message", None) or what
-        raise SaslRefused(answer.error_code, message)
+    """security/sasl_client.exchange with the client's mechanism and credentials; SaslRefused
+    (the connections raise it as KafkaError with its code)."""
+    assert security.mechanism is not None
+    return sasl_client.exchange(security.mechanism, security.username, security.password)
