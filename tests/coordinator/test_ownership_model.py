@@ -41,7 +41,8 @@ class Event:
 class OwnershipMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.sut = Ownership()
+        self.named: int | None = None  # the epoch the metadata names this broker at
+        self.sut = Ownership(lambda partition: self.named)
         self.history: list[Event] = []
         self.loads: list[Load] = []  # every load the table started
         self.load_of: dict[int, int] = {}  # ticket -> index in history of its elect
@@ -137,13 +138,21 @@ class OwnershipMachine(RuleBasedStateMachine):
         if install:
             self.installed.add(load.ticket)
 
+    @rule(epoch=st.none() | epochs)
+    def metadata_names(self, epoch: int | None) -> None:
+        self.named = epoch
+
     # --- what requests are answered -----------------------------------------------------
 
     @invariant()
     def answers_follow_the_history(self) -> None:
         if not self._held():
             assert self.sut.status(P) is Status.NOT_OWNED
-            assert self.sut.error(P) == ErrorCode.not_coordinator
+            # A1: named leader at an epoch no event has reached yet: its election is coming
+            top = self._top()
+            coming = self.named is not None and (top is None or self.named > top)
+            assert self.sut.error(P) == (ErrorCode.coordinator_load_in_progress if coming
+                                         else ErrorCode.not_coordinator)
             assert self.sut.epoch(P) == -1 and self.sut.ticket(P) == 0
             return
         assert self.sut.epoch(P) == self._top()

@@ -581,7 +581,7 @@ class TopicManager:
         if topic is not None and topic.topic_id == topic_id:
             return topic
         if topic is not None:
-            self.delete(name)
+            self.delete(name, internal=True)
         value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs,
                  REPLICA_MARK: True}
         try:
@@ -721,11 +721,12 @@ class TopicManager:
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
         return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, internal: bool = False) -> None:
+        """``internal``: the replica manager drops its replica of an internal topic."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        if name in INTERNAL_TOPICS:
+        if name in INTERNAL_TOPICS and not internal:
             raise TopicError(ErrorCode.invalid_topic_exception,
                              f"topic {name!r} is internal: the broker keeps its state there")
         if not self.config.get("delete.topic.enable"):

@@ -36,13 +36,20 @@ O6 at e == seen: losing the lead is believed over keeping it, never the other wa
 resign without an epoch (O8, O9: the partition's replica is deleted) starts the partition
 over, so a recreated topic's epochs, which begin again at 0, are not taken for stale ones.
 
-What a request for a key of the partition is answered (``error``):
+What a request for a key of the partition is answered (``error``; "named": the epoch at
+which the cluster's metadata names this broker the partition's leader, None when it does not):
 
-    | status    | answer                        |
-    |-----------|-------------------------------|
-    | not owned | NOT_COORDINATOR               |
-    | loading   | COORDINATOR_LOAD_IN_PROGRESS  |
-    | owned     | served                        |
+    | # | status                           | answer                        |
+    |---|----------------------------------|-------------------------------|
+    |A1 | not owned, named at e > seen     | COORDINATOR_LOAD_IN_PROGRESS  |
+    |A2 | not owned otherwise              | NOT_COORDINATOR               |
+    |A3 | loading                          | COORDINATOR_LOAD_IN_PROGRESS  |
+    |A4 | owned                            | served                        |
+
+A1: FindCoordinator answers from the metadata cache, which may show a new leader a moment
+before that leader's replica manager makes it one (two watches of the same znodes); a client
+sent here meanwhile is told to wait and retry here, not to look elsewhere, as Kafka's
+leader is told first.
 
 The table is held by tests/coordinator/test_ownership_model.py against a model that reads the
 same answers off the events' history.
@@ -108,8 +115,10 @@ def loaded(held: Held, ticket: int) -> tuple[Held, Action]:
     return held, Action.DISCARD  # O11
 
 
-def error(held: Held) -> ErrorCode | None:
+def error(held: Held, named: int | None = None) -> ErrorCode | None:
     if held.status is Status.NOT_OWNED:
+        if named is not None and named > held.seen:
+            return ErrorCode.coordinator_load_in_progress  # A1
         return ErrorCode.not_coordinator
     if held.status is Status.LOADING:
         return ErrorCode.coordinator_load_in_progress
@@ -128,9 +137,12 @@ class Load:
 class Ownership:
     """The table's state for every partition of one internal topic."""
 
-    def __init__(self) -> None:
+    def __init__(self, named=None) -> None:
         self._held: dict[int, Held] = {}
         self._tickets = itertools.count(1)
+        # partition -> the leader epoch the cluster's metadata names this broker at, or
+        # None (A1); one broker: nobody else is ever named
+        self.named = named or (lambda partition: None)
 
     def held(self, partition: int) -> Held:
         return self._held.get(partition, _NOBODY)
@@ -161,7 +173,8 @@ class Ownership:
         return action is Action.INSTALL
 
     def error(self, partition: int) -> ErrorCode | None:
-        return error(self.held(partition))
+        held = self.held(partition)
+        return error(held, self.named(partition) if held.status is Status.NOT_OWNED else None)
 
     def status(self, partition: int) -> Status:
         return self.held(partition).status
