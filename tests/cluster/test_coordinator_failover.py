@@ -88,12 +88,14 @@ class Cluster:
         return wait_for(found, TIMEOUT, f"a coordinator for {key!r}")
 
     def create(self, topic: str, partitions: int, replicas: list[list[int]] | None = None):
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from oncelog.client.admin.admin import Admin
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap()})
-        new = NewTopic(topic, replica_assignment=replicas) if replicas else \
-            NewTopic(topic, partitions, 3)
-        admin.create_topics([new], operation_timeout=10)[topic].result(TIMEOUT)
+        admin = Admin({"bootstrap.servers": self.bootstrap()})
+        try:
+            admin.create_topic(topic, -1 if replicas else partitions, -1 if replicas else 3,
+                               assignments=dict(enumerate(replicas)) if replicas else None)
+        finally:
+            admin.close()
         wait_for(lambda: all(self.state(topic, p)["leader"] >= 0
                              for p in range(len(replicas) if replicas else partitions)),
                  TIMEOUT, f"leaders of {topic}")
@@ -116,6 +118,17 @@ def _produce(cluster: Cluster, topic: str, count: int) -> None:
         if i % 500 == 499:
             producer.poll(0)
     assert producer.flush(TIMEOUT) == 0
+
+
+def _committed(consumer, offsets) -> bool:
+    from confluent_kafka import KafkaException
+
+    try:
+        return all(tp.error is None for tp in consumer.commit(offsets=offsets,
+                                                              asynchronous=False))
+    except KafkaException:  # the coordinator still moving
+        time.sleep(0.1)
+        return False
 
 
 def _leader_of_group_partition(cluster: Cluster, group: str) -> int:
@@ -166,11 +179,17 @@ def _consume_through_a_coordinator_kill(cluster: Cluster, topic: str, total: int
                 killed_at = time.monotonic()
                 cluster.brokers[first].kill()
         took = time.monotonic() - killed_at
-        # The new coordinator loaded the offsets the old one acknowledged.
+        # The new coordinator loaded the offsets the old one acknowledged...
         after = consumer.committed([TopicPartition(topic, p) for p in last_commit_before_kill],
                                    timeout=TIMEOUT)
         for tp in after:
             assert tp.offset >= last_commit_before_kill[tp.partition], (tp, after)
+        # ...and takes the final commit.
+        final = [TopicPartition(topic, p, offset) for p, offset in position.items()]
+        wait_for(lambda: _committed(consumer, final), TIMEOUT, "the final commit taken")
+        after = consumer.committed([TopicPartition(topic, p) for p in position],
+                                   timeout=TIMEOUT)
+        assert {tp.partition: tp.offset for tp in after} == position
     finally:
         consumer.close()
     assert set(seen) == {str(i) for i in range(total)}
