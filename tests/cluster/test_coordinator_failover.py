@@ -293,3 +293,57 @@ def test_a_transaction_led_by_its_coordinators_broker_commits(cluster):
     finally:
         reader.close()
     assert values == [f"True-{i}" for i in range(10)] * 2
+
+
+def test_oncelogs_own_consumer_finds_the_new_coordinator(cluster):
+    """oncelog's consumer moves on by itself (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE:
+    find it again; COORDINATOR_LOAD_IN_PROGRESS: retry there)."""
+    from oncelog import Consumer, TopicPartition
+    from oncelog.client.network.connection import KafkaError
+
+    cluster.create("moving-own", 2)
+    _produce(cluster, "moving-own", 1500)
+    group = f"own-{uuid.uuid4().hex[:8]}"
+    first = cluster.coordinator(group)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["moving-own"])
+    seen: set[str] = set()
+    position: dict[int, int] = {}
+    killed = False
+    deadline = time.monotonic() + 60
+    try:
+        while len(seen) < 1500:
+            assert time.monotonic() < deadline, f"read {len(seen)} of 1500"
+            for record in consumer.poll(0.2, max_records=100):
+                seen.add(record.key.decode())
+                position[record.partition] = record.offset + 1
+            try:
+                consumer.commit()
+            except KafkaError:
+                pass  # retried at the next commit
+            if not killed and len(seen) >= 500:
+                cluster.brokers[first].kill()
+                killed = True
+        final = {TopicPartition("moving-own", p): o for p, o in position.items()}
+        wait_for(lambda: _own_committed(consumer, final), TIMEOUT, "the final commit taken")
+        committed = consumer.committed(list(final), timeout=TIMEOUT)
+        assert {tp.partition: c.offset for tp, c in committed.items()} == position
+    finally:
+        consumer.close()
+    assert seen == {str(i) for i in range(1500)}
+    assert cluster.coordinator(group, not_on=first) == _leader_of_group_partition(cluster, group)
+    cluster.brokers[first].start()
+    wait_for(lambda: sorted(cluster.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
+             TIMEOUT, "the killed broker back")
+
+
+def _own_committed(consumer, offsets) -> bool:
+    from oncelog.client.network.connection import KafkaError
+
+    try:
+        consumer.commit(offsets)
+        return True
+    except KafkaError:
+        time.sleep(0.1)
+        return False
