@@ -1325,6 +1325,11 @@ class GroupCoordinator:
     def _append_group(self, group: ClassicGroup) -> Awaitable[None] | None:
         """The group's record appended now (WriteFailed: the log did not take it); returns
         what to await for it to be durable."""
+        if self.groups.get(group.group_id) is not group:
+            # Dropped by a resignation (a timer or a continuation of it running late): its
+            # state is no longer this coordinator's to write, even if the partition is led
+            # here again.
+            raise WriteFailed(E.not_coordinator, f"group {group.group_id} is not served here")
         try:
             record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
         except ValueError as exc:  # a string the record cannot hold (refused earlier)
