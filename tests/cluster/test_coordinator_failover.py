@@ -9,6 +9,7 @@ commits."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -347,3 +348,85 @@ def _own_committed(consumer, offsets) -> bool:
     except KafkaError:
         time.sleep(0.1)
         return False
+
+
+def _full_isr(cluster: Cluster, topics: dict[str, int]) -> bool:
+    return all(len(cluster.state(t, p)["isr"]) == 3 for t, n in topics.items() for p in range(n))
+
+
+def test_a_consumer_group_through_a_rolling_restart(cluster):
+    """Each broker stopped (SIGTERM: its leaderships, coordinators included, move first) and
+    started again in turn while records are produced and a group consumes and commits."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    cluster.create("rolling", 2)
+    group = f"rolling-{uuid.uuid4().hex[:8]}"
+    cluster.coordinator(group)
+    acked: set[str] = set()
+    done = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "linger.ms": 5,
+                             "enable.idempotence": True})
+
+        def delivered(err, msg) -> None:
+            if err is None:
+                acked.add(msg.key().decode())
+        i = 0
+        while not done.is_set():
+            producer.produce("rolling", key=str(i).encode(), value=b"v", on_delivery=delivered)
+            producer.poll(0.005)
+            i += 1
+        assert producer.flush(TIMEOUT) == 0
+
+    def roll() -> None:
+        for b in (1, 2, 3):
+            cluster.brokers[b].stop()
+            cluster.brokers[b].start()
+            wait_for(lambda: _full_isr(cluster, {"rolling": 2, "__consumer_offsets": PARTITIONS}),
+                     TIMEOUT, f"broker {b} back in every ISR")
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": "6000"})
+    consumer.subscribe(["rolling"])
+    seen: set[str] = set()
+    committed: dict[int, int] = {}
+    position: dict[int, int] = {}
+    with ThreadPoolExecutor(2) as background:
+        producing = background.submit(produce)
+        rolling = background.submit(roll)
+        deadline = time.monotonic() + 90
+        try:
+            while not (producing.done() and acked <= seen):
+                assert time.monotonic() < deadline, f"read {len(seen)} of {len(acked)}"
+                if rolling.done() and not done.is_set():
+                    rolling.result()
+                    done.set()
+                msg = consumer.poll(0.1)
+                if msg is None or msg.error():
+                    continue
+                p, offset = msg.partition(), msg.offset()
+                assert offset >= committed.get(p, 0) or offset >= position.get(p, 0)
+                position[p] = offset + 1
+                seen.add(msg.key().decode())
+                if len(seen) % 50 == 0:
+                    try:
+                        for tp in consumer.commit(asynchronous=False):
+                            if tp.error is None and tp.offset >= 0:
+                                assert tp.offset >= committed.get(tp.partition, 0)
+                                committed[tp.partition] = tp.offset
+                    except KafkaException:
+                        pass
+            producing.result()
+            final = [TopicPartition("rolling", p, o) for p, o in position.items()]
+            wait_for(lambda: _committed(consumer, final), TIMEOUT, "the final commit taken")
+            after = consumer.committed([TopicPartition("rolling", p) for p in position],
+                                       timeout=TIMEOUT)
+            assert {tp.partition: tp.offset for tp in after} == position
+        finally:
+            done.set()
+            consumer.close()
+    assert acked <= seen and len(acked) > 0
+    print(f"rolling restart: {len(acked)} acknowledged records read, {len(committed)} "
+          f"partitions committed")
