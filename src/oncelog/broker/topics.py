@@ -705,6 +705,11 @@ class TopicManager:
 
     def _internal_topic(self, name: str, partitions_key: str) -> Topic:
         topic = self.topics.get(name)
+        if topic is None and self.config.get("zookeeper.connect") is not None:
+            # Cluster mode: the cluster's topic (ClusterTopics.ensure_internal), of which the
+            # replica manager makes the local replica; never one of this broker's own.
+            raise TopicError(ErrorCode.coordinator_not_available,
+                             f"{name} has no replica on this broker yet")
         if topic is None:
             topic = self.create(name, self.config.get(partitions_key), 1,
                                 self._internal_overrides(name, text=True), internal=True)

@@ -194,6 +194,3 @@ class Ownership:
         """Still owned since the load of ``ticket`` (a step started then may go on)."""
         held = self.held(partition)
         return held.status is Status.OWNED and held.ticket == ticket
-
-    def partitions(self, status: Status) -> list[int]:
-        return [p for p, h in self._held.items() if h.status is status]
