@@ -144,3 +144,32 @@ def test_markers_carry_the_leader_epoch_as_coordinator_epoch():
         assert c.describe("tx")[0] is E.not_coordinator
         c.close()
     run(scenario())
+
+
+class TxnLog(MemoryOffsetsLog):
+    """Records with the producer id of their transaction (key, value, pid, marker, offset)."""
+
+    def append(self, partition, records, producer=None):
+        pid = producer[0] if producer is not None else -1
+        held = self.partitions.setdefault(partition, [])
+        held.extend((k, v, pid, None, len(held) + i) for i, (k, v) in enumerate(records))
+
+    def append_at(self, partition, records, producer=None):
+        return len(self.partitions.get(partition, [])), self.append(partition, records, producer)
+
+
+def test_pending_transactional_offsets_go_with_the_partition_and_come_back_from_the_log():
+    async def scenario():
+        c = group_coordinator(TxnLog())
+        c.elect(0, 0)
+        await settled(lambda: c.not_served("g") is None)
+        assert await c.txn_commit("tx", "g", 5, 0, -1, "", None,
+                                  [OffsetCommitPartition("t", 0, 7, -1, "")]) == [E.none]
+        assert c.unstable("g") == {("t", 0)}
+        c.resign(0, 1)
+        assert not c.unstable("g")  # nothing of the partition stays behind
+        c.elect(0, 2)
+        await settled(lambda: c.not_served("g") is None)
+        assert c.unstable("g") == {("t", 0)}  # read back once, from the log
+        c.close()
+    run(scenario())

@@ -22,8 +22,9 @@ ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR 
 as the log holds it.
 
 The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
-checks are made. Before every row: a partition still loading answers
-COORDINATOR_LOAD_IN_PROGRESS, an empty or too long group id INVALID_GROUP_ID. "gen": the
+checks are made. Before every row: an empty or too long group id INVALID_GROUP_ID; a
+partition this coordinator does not serve answers as ownership.py says (loading:
+COORDINATOR_LOAD_IN_PROGRESS; in a cluster, led by another broker: NOT_COORDINATOR). "gen": the
 request's generation; "cur": the group's; "Completing": CompletingRebalance; "Preparing":
 PreparingRebalance; "rebalance": Empty/Stable/Completing -> Preparing (waiting SyncGroups
 answered REBALANCE_IN_PROGRESS). The tests: test_group_model.py holds the rows against a
@@ -270,8 +271,10 @@ class GroupCoordinator:
             else:
                 self._stop_group(group, E.not_coordinator)
             del self.groups[group.group_id]
-            for tp in list(self.pending_txn.partitions(group.group_id)):
-                self.pending_txn.drop(group.group_id, tp)
+        # Pending transactional offsets too, of groups with or without a group object.
+        for group_id in [g for g in self.pending_txn.groups() if self.partition_of(g) == partition]:
+            for tp in list(self.pending_txn.partitions(group_id)):
+                self.pending_txn.drop(group_id, tp)
         log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
                  partition, epoch, len(dropped))
 
