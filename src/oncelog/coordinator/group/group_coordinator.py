@@ -257,7 +257,7 @@ class GroupCoordinator:
         if load is not None:
             log.info("__consumer_offsets-%d: loading its groups (coordinator epoch %d)",
                      partition, epoch)
-            self._background(self._load(load))
+            self._background(self._load_logged(load))
 
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads ``partition`` (O5-O9): its groups are dropped, their
@@ -294,6 +294,12 @@ class GroupCoordinator:
         except Exception:
             log.exception("loading groups of __consumer_offsets-%d failed", load.partition)
             raise
+
+    async def _load_logged(self, load: Load) -> None:
+        try:
+            await self._load(load)
+        except Exception:  # logged by _load: the partition answers LOAD_IN_PROGRESS
+            pass
 
     async def _read(self, load: Load) -> None:
         partition = load.partition

@@ -147,7 +147,13 @@ class TransactionCoordinator:
         load = self.ownership.elect(partition, epoch)
         if load is not None:
             log.info("__transaction_state-%d: loading (coordinator epoch %d)", partition, epoch)
-            self._background(self._load(load))
+            self._background(self._load_logged(load))
+
+    async def _load_logged(self, load: Load) -> None:
+        try:
+            await self._load(load)
+        except Exception:  # the partition answers COORDINATOR_LOAD_IN_PROGRESS
+            log.exception("loading __transaction_state-%d failed", load.partition)
 
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads ``partition``: its ids are dropped (their steps in
