@@ -440,3 +440,37 @@ def test_a_consumer_group_through_a_rolling_restart(cluster):
     assert acked <= seen and len(acked) > 0
     print(f"rolling restart: {len(acked)} acknowledged records read, {len(committed)} "
           f"partitions committed")
+
+
+def test_a_transactional_id_survives_the_kill_of_its_coordinator(cluster):
+    """__transaction_state is replicated: the new coordinator knows the id's producer id and
+    epoch, and a new producer of the id gets that producer id at the next epoch (a coordinator
+    that had lost the state would hand out a new producer id)."""
+    from confluent_kafka import Producer
+
+    from oncelog.client.admin.admin import Admin
+
+    txn_id = f"survive-{uuid.uuid4().hex[:8]}"
+    first = cluster.coordinator(txn_id, TRANSACTION_KEY)
+    old = Producer({"bootstrap.servers": cluster.bootstrap(), "transactional.id": txn_id})
+    old.init_transactions(TIMEOUT)
+
+    def described():
+        admin = Admin({"bootstrap.servers": cluster.bootstrap()})
+        try:
+            found = admin.describe_transactions([txn_id])[txn_id]
+        finally:
+            admin.close()
+        return found if not isinstance(found, Exception) else None
+    before = wait_for(described, TIMEOUT, "the id described")
+    cluster.brokers[first].kill()
+    try:
+        cluster.coordinator(txn_id, TRANSACTION_KEY, not_on=first)
+        new = Producer({"bootstrap.servers": cluster.bootstrap(), "transactional.id": txn_id})
+        new.init_transactions(TIMEOUT)
+        after = wait_for(described, TIMEOUT, "the id described by the new coordinator")
+        assert after.coordinator_id != first
+        assert (after.producer_id, after.producer_epoch) == \
+            (before.producer_id, before.producer_epoch + 1)
+    finally:
+        cluster.back(first)
