@@ -5,8 +5,9 @@ the controller and the admin writes (cluster/), tied to the broker's requests.
 one broker (the handlers take ``broker.cluster_topics or broker.topics``): topics are read
 from the ZooKeeper-fed metadata cache, so every broker answers for the whole cluster, and
 created, grown, reconfigured and deleted through ZooKeeper, so every broker sees it. The
-internal topics stay each broker's own until the coordinators move across brokers (the next
-issue): they are TopicManager's, in the same answers.
+internal topics are cluster topics too, created by the broker first needing one
+(``ensure_internal``, broker/internal_topics.py says who leads them); a client may not
+create, grow or delete them.
 
 Errors, decided here for cluster mode (TopicManager decides them on one broker):
 
@@ -52,6 +53,7 @@ from .log_limits import log_safe
 from .topics import (
     INTERNAL_TOPICS,
     MAX_PARTITIONS,
+    OFFSETS_TOPIC,
     Topic,
     TopicError,
     _unify,
@@ -375,20 +377,24 @@ class ClusterTopics:
     # --- writes ------------------------------------------------------------------------
 
     def auto_create(self, name: str):
-        if name in INTERNAL_TOPICS:
-            return self.local.auto_create(name)
-        self.create(name, -1, -1, {})
+        self.create(name, -1, -1, {}, internal=name in INTERNAL_TOPICS)
         raise TopicError(ErrorCode.leader_not_available,
                          f"topic {name!r} is being created; its leaders are being elected")
 
     def create(self, name: str, num_partitions: int, replication_factor: int,
                configs: dict[str, str | None], validate_only: bool = False,
-               assignments: dict[int, list[int]] | None = None) -> ClusterTopic:
+               assignments: dict[int, list[int]] | None = None,
+               internal: bool = False) -> ClusterTopic:
+        """``internal``: the broker creates one of INTERNAL_TOPICS (clients may not)."""
         from ..cluster.topic_admin import Conflict, TopicExists
 
-        if name in INTERNAL_TOPICS:  # each broker's own, created on first use
-            return self.local.create(name, num_partitions, replication_factor, configs,
-                                     validate_only=validate_only, assignments=assignments)
+        if name in INTERNAL_TOPICS:
+            if not internal:
+                raise TopicError(ErrorCode.invalid_request,
+                                 f"Creation of internal topic {name} is prohibited: the "
+                                 f"broker creates it on first use")
+            num_partitions, replication_factor, configs = self._internal(name)
+            assignments = None
         problem = topic_name_problem(name)
         if problem:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
@@ -436,6 +442,36 @@ class ClusterTopics:
                  {p: list(r) for p, r in enumerate(placed)} if len(placed) <= 16 else "...")
         return topic
 
+    def ensure_internal(self, name: str) -> ClusterTopic | None:
+        """The internal topic, or None while it is being created (by this call, or by
+        another broker whose write came first)."""
+        found = self.mode.cache.image.get(name)
+        if found is not None:
+            return self._topic(found)
+        try:
+            self.create(name, -1, -1, {}, internal=True)
+        except TopicError as exc:
+            if exc.error != ErrorCode.topic_already_exists:
+                raise
+        return None
+
+    def _internal(self, name: str) -> tuple[int, int, dict[str, str | None]]:
+        """(partitions, replication factor, configs) of an internal topic, Kafka's: its
+        replication factor setting, or the registered brokers when fewer; compacted;
+        min.insync.replicas transaction.state.log.min.isr for __transaction_state, the
+        broker's for __consumer_offsets, at most the replication factor."""
+        offsets = name == OFFSETS_TOPIC
+        partitions = self.config.get("offsets.topic.num.partitions" if offsets
+                                     else "transaction.state.log.num.partitions")
+        wanted = self.config.get("offsets.topic.replication.factor" if offsets
+                                 else "transaction.state.log.replication.factor")
+        factor = max(1, min(wanted, len(self.mode.member.brokers)))
+        min_isr = self.config.get("min.insync.replicas" if offsets
+                                  else "transaction.state.log.min.isr")
+        configs: dict[str, str | None] = dict(self.local._internal_overrides(name, text=True))
+        configs["min.insync.replicas"] = str(min(min_isr, factor))
+        return partitions, factor, configs
+
     def _candidates(self) -> list[Candidate]:
         return [Candidate(b.broker_id, b.rack) for b in self.mode.member.brokers]
 
@@ -478,7 +514,9 @@ class ClusterTopics:
         from ..cluster.topic_admin import Conflict, TopicMissing
 
         if name in INTERNAL_TOPICS:
-            return self.local.add_partitions(name, count, assignments, validate_only)
+            raise TopicError(ErrorCode.invalid_request,
+                             f"topic {name!r} is internal: its partition count maps group "
+                             f"and transactional ids to partitions and cannot change")
         try:
             assignment, version = self.mode.admin.assignment(name)
         except TopicMissing:
@@ -523,8 +561,12 @@ class ClusterTopics:
         return None
 
     def delete(self, name: str) -> None:
-        if name in INTERNAL_TOPICS or self.mode.cache.image.get(name) is None:
-            self.local.delete(name)  # its errors: internal, or no such topic
+        if name in INTERNAL_TOPICS:
+            raise TopicError(ErrorCode.invalid_topic_exception,
+                             f"topic {name!r} is internal: the coordinators keep their state "
+                             f"there")
+        if self.mode.cache.image.get(name) is None:
+            self.local.delete(name)  # its error: no such topic
             return
         if not self.config.get("delete.topic.enable"):
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")

@@ -588,6 +588,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _POSITIVE_INT),
     _key("transaction.state.log.segment.bytes", "INT", 104_857_600,
          "Segment size of __transaction_state.", _parse_int(14, INT_MAX)),
+    _key("transaction.state.log.replication.factor", "SHORT", 3,
+         "Replication factor of __transaction_state when it is created (cluster mode; the "
+         "registered brokers' count when fewer).", _POSITIVE_INT),
+    _key("transaction.state.log.min.isr", "INT", 2,
+         "min.insync.replicas of __transaction_state when it is created (cluster mode; at "
+         "most its replication factor).", _POSITIVE_INT),
     _key("transaction.max.timeout.ms", "INT", 900_000,
          "Longest transaction.timeout.ms a producer may ask for.", _POSITIVE_INT),
     # On, unlike Kafka's default: the Spark sink's exactly-once default needs it (README,
@@ -609,6 +615,12 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
          _POSITIVE_INT),
     _key("offsets.topic.segment.bytes", "INT", 104_857_600,
          "Segment size of __consumer_offsets.", _parse_int(14, INT_MAX)),
+    _key("offsets.topic.replication.factor", "SHORT", 3,
+         "Replication factor of __consumer_offsets when it is created (cluster mode; the "
+         "registered brokers' count when fewer).", _POSITIVE_INT),
+    _key("offsets.commit.timeout.ms", "INT", 5000,
+         "How long a coordinator's write waits for the in-sync replicas (cluster mode) "
+         "before it is answered COORDINATOR_NOT_AVAILABLE.", _POSITIVE_INT),
     _key("offsets.retention.minutes", "INT", 10080,
          "How long the committed offsets of a group without members are kept.",
          _POSITIVE_INT),

@@ -73,13 +73,16 @@ class ReplicaManager:
         self._checkpointed: dict[str, int] = {}
         self._closed = False
         self._leaving = False  # in controlled shutdown: following nothing
+        # (topic, partition, leader?, leader epoch or None: deleted): the coordinators of
+        # the internal topics follow their partitions' leadership (broker/internal_topics.py)
+        self.on_leadership = None
         # The local topics that are replicas of ZooKeeper's (ensure_replica_topic marks
         # them): only those follow the view, and only those go when it drops them. A topic
         # this broker kept alone before it joined a cluster is never deleted for that.
         self._replicas: set[str] = set()
         for topic in list(self.topics.topics.values()):
             stored, _ = self.topics.store.get(f"topics/{topic.name}")
-            if topic.name not in INTERNAL_TOPICS and stored and stored.get(REPLICA_MARK):
+            if stored and stored.get(REPLICA_MARK):
                 self._replicas.add(topic.name)
                 for partition in topic.partitions:
                     self._no_leader_yet(partition)
@@ -187,9 +190,10 @@ class ReplicaManager:
             if partition.replication is not None:
                 partition.replication.fail_waiters(ErrorCode.unknown_topic_or_partition,
                                                    f"topic {name} was deleted")
+            self._leadership(partition, False, None)
         self._replicas.discard(name)
         try:
-            self.topics.delete(name)
+            self.topics.delete(name, internal=name in INTERNAL_TOPICS)
         except Exception:
             log.exception("deleting the local replica of topic %s failed", name)
 
@@ -246,7 +250,16 @@ class ReplicaManager:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
         partition._wake_waiters()  # long polls answer the new role's error
+        self._leadership(partition, role is rules.Role.BECOME_LEADER, state.leader_epoch)
         return role
+
+    def _leadership(self, partition: Partition, leader: bool, epoch: int | None) -> None:
+        if self.on_leadership is not None and partition.topic in INTERNAL_TOPICS:
+            try:
+                self.on_leadership(partition.topic, partition.index, leader, epoch)
+            except Exception:
+                log.exception("%s: the coordinator did not take the change of leadership",
+                              partition.name)
 
     def _adopt_isr(self, partition: Partition, current: ReplicaState,
                    state: zn.PartitionState, version: int, replicas: tuple[int, ...],

@@ -35,7 +35,7 @@ from ..protocol.messages import (
 )
 from ..protocol.spliced import SplicedAnswer, encode_spliced
 from ..security.credentials import ScramCredentials
-from . import dynamic_config, metrics
+from . import dynamic_config, internal_topics, metrics
 from .announce import listener_line, metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer, Throttled
 from .apis.api_meta import unsupported_api_versions_body
@@ -116,8 +116,10 @@ class Broker:
         self.cluster_topics = None if self.cluster_mode is None else self.cluster_mode.topics
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
-        self.groups = make_coordinator(config, self.topics)
+        self.groups = make_coordinator(config, self.topics, self)
         self.transactions = make_transaction_coordinator(self, config, self.topics)
+        if self.replicas is not None:  # coordinators follow their partitions' leadership
+            self.replicas.on_leadership = internal_topics.on_leadership(self)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
         # part 1): the transaction coordinator's word.
         self.txn_verifier: TxnVerifier = self.transactions.verify

@@ -581,7 +581,7 @@ class TopicManager:
         if topic is not None and topic.topic_id == topic_id:
             return topic
         if topic is not None:
-            self.delete(name)
+            self.delete(name, internal=True)
         value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs,
                  REPLICA_MARK: True}
         try:
@@ -705,6 +705,11 @@ class TopicManager:
 
     def _internal_topic(self, name: str, partitions_key: str) -> Topic:
         topic = self.topics.get(name)
+        if topic is None and self.config.get("zookeeper.connect") is not None:
+            # Cluster mode: the cluster's topic (ClusterTopics.ensure_internal), of which the
+            # replica manager makes the local replica; never one of this broker's own.
+            raise TopicError(ErrorCode.coordinator_not_available,
+                             f"{name} has no replica on this broker yet")
         if topic is None:
             topic = self.create(name, self.config.get(partitions_key), 1,
                                 self._internal_overrides(name, text=True), internal=True)
@@ -721,11 +726,12 @@ class TopicManager:
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
         return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, internal: bool = False) -> None:
+        """``internal``: the replica manager drops its replica of an internal topic."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        if name in INTERNAL_TOPICS:
+        if name in INTERNAL_TOPICS and not internal:
             raise TopicError(ErrorCode.invalid_topic_exception,
                              f"topic {name!r} is internal: the broker keeps its state there")
         if not self.config.get("delete.topic.enable"):

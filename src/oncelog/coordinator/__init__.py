@@ -6,7 +6,8 @@ Owns: ``group/`` (the group coordinator of the classic protocol and of KIP-848, 
 coordinator, its rules as a table, the records of ``__transaction_state``),
 ``producer_id_manager`` (blocks of producer ids from the metadata store), and what both
 coordinators share about their internal topic (``internal_log``: a partition's log as a
-coordinator sees it, the partition of a key).
+coordinator sees it, the partition of a key; ``ownership``: which partitions a coordinator
+serves, at which coordinator epoch).
 
 Must not know: sockets, requests' versions or the broker's classes (``broker/apis/`` turns
 requests into calls here and answers into responses); state lives in memory only as a cache of

@@ -34,13 +34,32 @@ class WriteFailed(Exception):
         self.error = error
 
 
+class NotReplicated(OSError):
+    """A write the log took that did not reach the in-sync replicas (cluster mode: the ISR
+    shrank below min.insync.replicas, the wait timed out, or this broker lost the lead
+    meanwhile): never answered as a success. ``error`` is what a coordinator's request
+    answers, Kafka's mapping (NOT_COORDINATOR when the lead was lost, else
+    COORDINATOR_NOT_AVAILABLE)."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def durable_error(exc: OSError) -> ErrorCode:
+    """What a coordinator answers for a write that did not become durable: a failed fsync
+    is KAFKA_STORAGE_ERROR, a write not replicated says its own error."""
+    return exc.error if isinstance(exc, NotReplicated) else ErrorCode.kafka_storage_error
+
+
 class OffsetsLog(Protocol):
     """Where the coordinator's records go: a partition of ``__consumer_offsets``."""
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]]
                ) -> Awaitable[None] | None:
         """Append the records as one batch; raises WriteFailed when the log did not take
-        them; returns what to await for them to be durable (None: they are)."""
+        them; returns what to await for them to be durable (None: they are): in a cluster,
+        replicated to the in-sync replicas too (acks=all), else it raises NotReplicated."""
         ...
 
     def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],

@@ -22,16 +22,17 @@ from ...coordinator.group.group_coordinator import (
     OffsetCommitPartition,
     WriteFailed,
 )
+from ...coordinator.internal_log import partition_for
 from ...protocol import api_versions as apis
 from ...protocol.control import read_marker
 from ...protocol.messages import Request
 from ...protocol.record_batch import InvalidBatch, crc_of, scan_batches
 from ...protocol.records import decode_record_fields, encode_batch, now_ms
 from ...protocol.schema import build, has_field, response_module
-from .. import authorize, group_configs
+from .. import authorize, group_configs, internal_topics
 from ..authorize import Op, Rt
 from ..config import BrokerConfig
-from ..topics import OFFSETS_TOPIC, TopicError, TopicManager
+from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicError, TopicManager
 from . import acl_operations
 from .api_meta import NO_THROTTLE
 from .consumer_groups import TopicImage, consumer_group_config
@@ -152,13 +153,33 @@ class LogRecord(NamedTuple):
     offset: int
 
 
-def make_coordinator(config: BrokerConfig, topics: TopicManager) -> GroupCoordinator:
-    offsets = InternalTopicLog(topics, OFFSETS_TOPIC, topics.offsets_topic)
-    num_partitions = offsets.num_partitions(config.get("offsets.topic.num.partitions"))
+def internal_log(broker, config: BrokerConfig, topics: TopicManager, name: str,
+                 ensure, partitions_key: str):
+    """(the coordinator's log of internal topic ``name``, its partition count): on one
+    broker the local topic, created on first use by ``ensure``; in a cluster this broker's
+    replica, written while it leads (broker/internal_topics.py)."""
+    if broker is None or broker.cluster_mode is None:
+        found = InternalTopicLog(topics, name, ensure)
+        return found, found.num_partitions(config.get(partitions_key))
+    replicated = internal_topics.ReplicatedTopicLog(
+        InternalTopicLog(topics, name, internal_topics.local_replica(topics, name)), topics,
+        name, config.get("offsets.commit.timeout.ms"))
+    return replicated, internal_topics.num_partitions(broker, name, config.get(partitions_key))
+
+
+def make_coordinator(config: BrokerConfig, topics: TopicManager,
+                     broker=None) -> GroupCoordinator:
+    """``broker``: the broker in cluster mode (its coordinator owns the partitions it
+    leads), else one broker's own."""
+    offsets, num_partitions = internal_log(broker, config, topics, OFFSETS_TOPIC,
+                                           topics.offsets_topic, "offsets.topic.num.partitions")
     coordinator = GroupCoordinator(offsets, group_config(config, num_partitions),
                                    lambda t, p: topics.partition(t, p) is not None,
                                    consumer_config=consumer_group_config(config),
-                                   topic_image=TopicImage(topics))
+                                   topic_image=TopicImage(topics),
+                                   owns_all=broker is None or broker.cluster_mode is None)
+    if broker is not None and broker.cluster_mode is not None:
+        coordinator.ownership.named = internal_topics.named_leader(broker, OFFSETS_TOPIC)
     coordinator.consumer_groups.overrides = group_configs.load_all(topics.store)
     return coordinator
 
@@ -195,6 +216,7 @@ def _find(broker, request: Request, key_type: int, key: str):
         if not key:
             return refused(ErrorCode.invalid_request, "the transactional id is empty")
         ensure = broker.topics.transaction_state_topic
+        name, count = TRANSACTION_STATE_TOPIC, broker.transactions.config.num_partitions
     elif key_type == GROUP_KEY:
         if not authorize.allowed(broker, request, Op.DESCRIBE, Rt.GROUP, key):
             return refused(ErrorCode.group_authorization_failed,
@@ -202,8 +224,12 @@ def _find(broker, request: Request, key_type: int, key: str):
         if not key:
             return refused(ErrorCode.invalid_group_id, "the group id is empty")
         ensure = broker.topics.offsets_topic
+        name, count = OFFSETS_TOPIC, broker.groups.config.num_partitions
     else:
         return refused(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    if broker.cluster_topics is not None:  # the leader of the key's partition
+        return internal_topics.find_coordinator(broker, name, partition_for(key, count),
+                                                request.session.listener)
     try:
         ensure()
     except TopicError as exc:

@@ -19,12 +19,12 @@ from ...protocol import api_versions as apis
 from ...protocol.client_regex import InvalidClientRegex
 from ...protocol.messages import Request
 from ...protocol.schema import build, has_field, response_module
-from .. import authorize
+from .. import authorize, internal_topics
 from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
 from .api_meta import NO_THROTTLE
-from .groups import InternalTopicLog, _ms
+from .groups import _ms, internal_log
 from .txn_markers import write_markers as append_markers
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,14 @@ def _for_version(request: Request, error: ErrorCode) -> ErrorCode:
 
 def make_transaction_coordinator(broker, config: BrokerConfig,
                                  topics: TopicManager) -> TransactionCoordinator:
-    txn_log = InternalTopicLog(topics, TRANSACTION_STATE_TOPIC, topics.transaction_state_topic)
+    # In a cluster: this broker's replica of __transaction_state, its partitions owned
+    # while led here (broker/internal_topics.py).
+    cluster = broker.cluster_mode is not None
+    txn_log, num_partitions = internal_log(
+        broker if cluster else None, config, topics, TRANSACTION_STATE_TOPIC,
+        topics.transaction_state_topic, "transaction.state.log.num.partitions")
     txn_config = TxnConfig(
-        num_partitions=txn_log.num_partitions(
-            config.get("transaction.state.log.num.partitions")),
+        num_partitions=num_partitions,
         max_timeout_ms=config.get("transaction.max.timeout.ms"),
         id_expiration_ms=config.get("transactional.id.expiration.ms"),
         two_phase_commit=config.get("transaction.two.phase.commit.enable"),
@@ -59,9 +63,13 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
         return await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
                                     partitions, transaction_version=transaction_version)
 
-    return TransactionCoordinator(txn_log, txn_config, broker.producer_ids.generate,
-                                  lambda t, p: topics.partition(t, p) is not None,
-                                  write_markers)
+    coordinator = TransactionCoordinator(txn_log, txn_config, broker.producer_ids.generate,
+                                         lambda t, p: topics.partition(t, p) is not None,
+                                         write_markers, owns_all=not cluster)
+    if cluster:
+        coordinator.ownership.named = internal_topics.named_leader(broker,
+                                                                   TRANSACTION_STATE_TOPIC)
+    return coordinator
 
 
 async def init_transactional_producer(broker, request: Request, answer):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..internal_log import OffsetsLog, WriteFailed
+from ..internal_log import OffsetsLog, WriteFailed, durable_error
 from . import consumer_group as cg
 from . import consumer_records as cr
 from . import group_migration as migration
@@ -68,7 +68,7 @@ class GroupHost(Protocol):
 
     def partition_of(self, group_id: str) -> int: ...
 
-    def is_loading(self, group_id: str) -> bool: ...
+    def not_served(self, group_id: str) -> ErrorCode | None: ...
 
     def _background(self, work) -> None: ...
 
@@ -105,8 +105,9 @@ class ConsumerGroupCoordinator:
             log.info("group %s: heartbeat of %s refused: %s", req.group_id, req.member_id,
                      exc.message)
             return HeartbeatAnswer(exc.error, exc.message)
-        if coordinator.is_loading(req.group_id):
-            return HeartbeatAnswer(E.coordinator_load_in_progress)
+        unserved = coordinator.not_served(req.group_id)
+        if unserved is not None:
+            return HeartbeatAnswer(unserved)
         existing = coordinator.groups.get(req.group_id)
         converting = upgrade = None
         if existing is not None and not isinstance(existing, ConsumerGroup):
@@ -188,7 +189,7 @@ class ConsumerGroupCoordinator:
             try:
                 await durable
             except OSError as exc:
-                raise _WriteRefused(E.kafka_storage_error, str(exc)) from None
+                raise _WriteRefused(durable_error(exc), str(exc)) from None
 
     def _apply(self, group_id: str, plan: HeartbeatPlan, converting=None) -> ConsumerGroup:
         groups = self.coordinator.groups
@@ -346,8 +347,9 @@ class ConsumerGroupCoordinator:
             if not group_id:
                 out.append(DescribedGroup(group_id, E.invalid_group_id))
                 continue
-            if self.coordinator.is_loading(group_id):
-                out.append(DescribedGroup(group_id, E.coordinator_load_in_progress))
+            unserved = self.coordinator.not_served(group_id)
+            if unserved is not None:
+                out.append(DescribedGroup(group_id, unserved))
                 continue
             group = self.coordinator.groups.get(group_id)
             if group is None or group.is_in(*_DEAD):

@@ -22,8 +22,9 @@ ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR 
 as the log holds it.
 
 The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
-checks are made. Before every row: a partition still loading answers
-COORDINATOR_LOAD_IN_PROGRESS, an empty or too long group id INVALID_GROUP_ID. "gen": the
+checks are made. Before every row: an empty or too long group id INVALID_GROUP_ID; a
+partition this coordinator does not serve answers as ownership.py says (loading:
+COORDINATOR_LOAD_IN_PROGRESS; in a cluster, led by another broker: NOT_COORDINATOR). "gen": the
 request's generation; "cur": the group's; "Completing": CompletingRebalance; "Preparing":
 PreparingRebalance; "rebalance": Empty/Stable/Completing -> Preparing (waiting SyncGroups
 answered REBALANCE_IN_PROGRESS). The tests: test_group_model.py holds the rows against a
@@ -140,7 +141,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..internal_log import OffsetsLog, WriteFailed, partition_for
+from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..ownership import Load, Ownership, Status
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
@@ -212,7 +214,7 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool],
                  now_ms: Callable[[], int] = _now_ms,
                  consumer_config: ConsumerGroupConfig | None = None,
-                 topic_image: TopicImage | None = None) -> None:
+                 topic_image: TopicImage | None = None, owns_all: bool = True) -> None:
         self.log = offsets_log
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
@@ -222,7 +224,12 @@ class GroupCoordinator:
         self.consumer_groups = ConsumerGroupCoordinator(
             self, consumer_config or ConsumerGroupConfig(),
             topic_image if topic_image is not None else {})
-        self.loading: set[int] = set(range(config.num_partitions))
+        # Which partitions of __consumer_offsets this coordinator serves (ownership.py): all
+        # of them on one broker (load_all), those this broker leads in a cluster (elect).
+        self.ownership = Ownership()
+        # One broker (``owns_all``): every partition loading from the start, at epoch 0.
+        self._initial = [self.ownership.elect(p, 0) for p in range(config.num_partitions)] \
+            if owns_all else []
         self.commits = 0  # offsets committed, for /metrics
         # Offsets committed inside transactions not yet decided (TxnOffsetCommit).
         self.pending_txn = offset_rules.PendingTxnOffsets()
@@ -236,21 +243,73 @@ class GroupCoordinator:
     # --- loading --------------------------------------------------------------------------
 
     async def load_all(self) -> None:
-        """Rebuild every group from its partition; a partition answers
-        COORDINATOR_LOAD_IN_PROGRESS until it is read."""
-        for partition in range(self.config.num_partitions):
-            try:
-                await self._load(partition)
-            except Exception:
-                log.exception("loading groups of __consumer_offsets-%d failed", partition)
-                raise
+        """One broker: it owns every partition (at coordinator epoch 0); each answers
+        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        loads, self._initial = self._initial, []
+        for load in loads:
+            if load is not None:
+                await self._load(load)
 
-    async def _load(self, partition: int) -> None:
+    def elect(self, partition: int, epoch: int) -> None:
+        """This broker leads ``partition`` of __consumer_offsets at leader ``epoch``
+        (ownership.py O1-O4): its groups are loaded in the background."""
+        load = self.ownership.elect(partition, epoch)
+        if load is not None:
+            log.info("__consumer_offsets-%d: loading its groups (coordinator epoch %d)",
+                     partition, epoch)
+            self._background(self._load_logged(load))
+
+    def resign(self, partition: int, epoch: int | None) -> None:
+        """This broker no longer leads ``partition`` (O5-O9): its groups are dropped, their
+        waiting requests answered NOT_COORDINATOR, their timers cancelled."""
+        if not self.ownership.resign(partition, epoch):
+            return
+        dropped = [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
+        for group in dropped:
+            if isinstance(group, ConsumerGroup):
+                self.consumer_groups.forget(group)
+            else:
+                self._stop_group(group, E.not_coordinator)
+            del self.groups[group.group_id]
+        # Pending transactional offsets too, of groups with or without a group object.
+        for group_id in [g for g in self.pending_txn.groups() if self.partition_of(g) == partition]:
+            for tp in list(self.pending_txn.partitions(group_id)):
+                self.pending_txn.drop(group_id, tp)
+        log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
+                 partition, epoch, len(dropped))
+
+    def _stop_group(self, group: ClassicGroup, error: ErrorCode) -> None:
+        """A classic group's timers cancelled and its waiting requests answered ``error``."""
+        for timer in (group.join_timer, *group.pending_members.values()):
+            if timer is not None:
+                timer.cancel()
+        for member in group.members.values():
+            if member.session_timer is not None:
+                member.session_timer.cancel()
+            self._answer_waiters(member, error)
+
+    async def _load(self, load: Load) -> None:
+        try:
+            await self._read(load)
+        except Exception:
+            log.exception("loading groups of __consumer_offsets-%d failed", load.partition)
+            raise
+
+    async def _load_logged(self, load: Load) -> None:
+        try:
+            await self._load(load)
+        except Exception:  # logged by _load: the partition answers LOAD_IN_PROGRESS
+            pass
+
+    async def _read(self, load: Load) -> None:
+        partition = load.partition
         now = self.now_ms()
         metadata: dict[str, rec.GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], rec.OffsetValue]] = {}
         modern: list[tuple[bytes, bytes | None]] = []
-        pending = self.pending_txn
+        # Kept apart until installed: a load that loses the partition meanwhile leaves
+        # nothing behind (ownership.py O11).
+        pending = offset_rules.PendingTxnOffsets()
 
         def offsets_of(group_id: str) -> dict[tuple[str, int], rec.OffsetValue]:
             return offsets.setdefault(group_id, {})
@@ -297,6 +356,11 @@ class GroupCoordinator:
                 take(key_bytes, value_bytes, producer_id, at)
             except rec.BadRecord as exc:
                 log.warning("__consumer_offsets-%d: skipping a record: %s", partition, exc)
+        if not self.ownership.loaded(load):
+            log.info("__consumer_offsets-%d: resigned while loading; the load is dropped",
+                     partition)
+            return
+        self.pending_txn.merge(pending)
         consumer = ConsumerGroupCoordinator.rebuild(modern, now, partition)
         for group_id, consumer_group in consumer.items():
             consumer_group.offsets = offsets.pop(group_id, {})
@@ -313,7 +377,6 @@ class GroupCoordinator:
             self.groups[group_id] = group
             for member in group.members.values():
                 self._schedule_session(group, member)
-        self.loading.discard(partition)
         if count:
             log.info("__consumer_offsets-%d: loaded %d records, %d groups", partition, count,
                      sum(1 for g in self.groups if self.partition_of(g) == partition))
@@ -325,12 +388,16 @@ class GroupCoordinator:
         """The error for a group this coordinator cannot serve now, or None."""
         if not group_id or _too_long(group_id):
             return E.invalid_group_id
-        if self.partition_of(group_id) in self.loading:
-            return E.coordinator_load_in_progress
-        return None
+        return self.not_served(group_id)
+
+    def not_served(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a group whose partition this
+        coordinator does not serve now (ownership.py), else None."""
+        return self.ownership.error(self.partition_of(group_id))
 
     def is_loading(self, group_id: str) -> bool:
-        return self.partition_of(group_id) in self.loading
+        """Not served now (loading, or another broker's)."""
+        return self.ownership.status(self.partition_of(group_id)) is not Status.OWNED
 
     # --- JoinGroup ------------------------------------------------------------------------
 
@@ -875,7 +942,7 @@ class GroupCoordinator:
                 await durable
             except OSError as exc:
                 log.error("group %s: offsets not durable: %s", group_id, exc)
-                return [E.kafka_storage_error if e is E.none else e for e in errors]
+                return [durable_error(exc) if e is E.none else e for e in errors]
         return errors
 
     def commit_now(self, group_id: str, generation: int, member_id: str,
@@ -960,16 +1027,17 @@ class GroupCoordinator:
         if durable is not None:
             try:
                 await durable
-            except OSError:
-                return [E.kafka_storage_error if e is E.none else e for e in errors]
+            except OSError as exc:
+                return [durable_error(exc) if e is E.none else e for e in errors]
         return errors
 
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """The marker of the producer's transaction was appended to ``offsets_partition``:
         its offsets for the groups of that partition are decided (offset_rules O4, O5)."""
-        if offsets_partition in self.loading:
-            # The loader reads the partition to its end, this marker included, and replays
-            # it in order; applying it here too would decide on a half-loaded state.
+        if self.ownership.status(offsets_partition) is not Status.OWNED:
+            # Loading: the loader reads the partition to its end, this marker included, and
+            # replays it in order; applying it here too would decide on a half-loaded state.
+            # Not owned: whoever loads the partition next reads it.
             return
         self.commits += offset_rules.replay_marker(
             self.pending_txn, producer_id, commit,
@@ -1111,8 +1179,8 @@ class GroupCoordinator:
         if durable is not None:
             try:
                 await durable
-            except OSError:
-                return E.kafka_storage_error
+            except OSError as exc:
+                return durable_error(exc)
         return E.none
 
     async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
@@ -1153,8 +1221,8 @@ class GroupCoordinator:
             if durable is not None:
                 try:
                     await durable
-                except OSError:
-                    return E.kafka_storage_error, []
+                except OSError as exc:
+                    return durable_error(exc), []
         return E.none, results
 
     def delete_topic_offsets(self, topic: str) -> int:
@@ -1261,11 +1329,16 @@ class GroupCoordinator:
             try:
                 await durable
             except OSError as exc:
-                raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
+                raise WriteFailed(durable_error(exc), str(exc)) from exc
 
     def _append_group(self, group: ClassicGroup) -> Awaitable[None] | None:
         """The group's record appended now (WriteFailed: the log did not take it); returns
         what to await for it to be durable."""
+        if self.groups.get(group.group_id) is not group:
+            # Dropped by a resignation (a timer or a continuation of it running late): its
+            # state is no longer this coordinator's to write, even if the partition is led
+            # here again.
+            raise WriteFailed(E.not_coordinator, f"group {group.group_id} is not served here")
         try:
             record = (rec.group_key(group.group_id), rec.group_value(group.to_value()))
         except ValueError as exc:  # a string the record cannot hold (refused earlier)

@@ -60,6 +60,13 @@ class PendingTxnOffsets:
             if not offsets:
                 self._forget(producer_id, group_id)
 
+    def merge(self, other: PendingTxnOffsets) -> None:
+        """Take a loaded partition's pending offsets (its groups have none here yet)."""
+        for producer_id, groups in other.by_producer.items():
+            for group_id, offsets in groups.items():
+                for tp, value in offsets.items():
+                    self.add(producer_id, group_id, tp, value)
+
     def partitions(self, group_id: str) -> set[TopicPartition]:
         """Partitions of ``group_id`` some undecided transaction holds an offset for."""
         return {tp for producer_id in self.by_group.get(group_id, ())

@@ -26,7 +26,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.client_regex import compile_client_regex
 from ..group.group_records import MAX_STRING_BYTES, BadRecord
-from ..internal_log import OffsetsLog, WriteFailed, partition_for
+from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..ownership import Load, Ownership, Status
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
@@ -35,7 +36,6 @@ from .txn_rules import NEW_ID, Decision, Entry
 log = logging.getLogger(__name__)
 E = ErrorCode
 S = TxnState
-COORDINATOR_EPOCH = 0
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
 
@@ -97,7 +97,7 @@ class TransactionCoordinator:
                  generate_producer_id: Callable[[], int],
                  partition_exists: Callable[[str, int], bool],
                  write_markers: MarkerWriter,
-                 now_ms: Callable[[], int] = _now_ms) -> None:
+                 now_ms: Callable[[], int] = _now_ms, owns_all: bool = True) -> None:
         self.log = txn_log
         self.config = config
         self.generate_producer_id = generate_producer_id
@@ -107,7 +107,12 @@ class TransactionCoordinator:
         self.retry_s = _RETRY_S
         # Every id's Entry; an id whose first record is being written has epoch -1.
         self.txns: dict[str, Entry] = {}
-        self.loading: set[int] = set(range(config.num_partitions))
+        # Which partitions of __transaction_state this coordinator serves, at which
+        # coordinator epoch (ownership.py): all on one broker, those it leads in a cluster.
+        self.ownership = Ownership()
+        # One broker (``owns_all``): every partition loading from the start, at epoch 0.
+        self._initial = [self.ownership.elect(p, 0) for p in range(config.num_partitions)] \
+            if owns_all else []
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._idle_logged: dict[str, int] = {}  # id -> start of the prepared one logged
@@ -128,33 +133,70 @@ class TransactionCoordinator:
     # --- loading --------------------------------------------------------------------------
 
     async def load_all(self) -> None:
-        for partition in range(self.config.num_partitions):
-            values: dict[str, tr.TxnValue | None] = {}
-            for i, (key, value, *_rest) in enumerate(self.log.read(partition)):
-                if i % 2000 == 1999:
-                    await asyncio.sleep(0)
-                if key is None:
-                    continue
-                try:
-                    txn_id = tr.read_txn_key(key)
-                    values[txn_id] = None if value is None else tr.read_txn_value(value)
-                except BadRecord as exc:
-                    log.warning("__transaction_state-%d: skipping a record: %s", partition, exc)
-            for txn_id, value in values.items():
-                if value is None or value.state is S.DEAD:
-                    self.txns.pop(txn_id, None)
-                    continue
-                entry = _entry(value)
-                if value.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                    # L1: decided before the broker stopped: its markers go out now.
-                    self.txns[txn_id] = dataclasses.replace(entry, pending=True)
-                    self._background(self._complete(txn_id))
-                elif value.state is S.PREPARE_EPOCH_FENCE:
-                    self.txns[txn_id] = dataclasses.replace(entry, pending=True)  # L2
-                    self._background(self._abort_fenced(txn_id))
-                else:
-                    self.txns[txn_id] = entry
-            self.loading.discard(partition)
+        """One broker: it owns every partition (at coordinator epoch 0), each answering
+        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        loads, self._initial = self._initial, []
+        for load in loads:
+            if load is not None:
+                await self._load(load)
+
+    def elect(self, partition: int, epoch: int) -> None:
+        """This broker leads ``partition`` of __transaction_state at leader ``epoch``
+        (ownership.py): its transactional ids are loaded in the background, and ``epoch``
+        goes with the markers of their transactions."""
+        load = self.ownership.elect(partition, epoch)
+        if load is not None:
+            log.info("__transaction_state-%d: loading (coordinator epoch %d)", partition, epoch)
+            self._background(self._load_logged(load))
+
+    async def _load_logged(self, load: Load) -> None:
+        try:
+            await self._load(load)
+        except Exception:  # the partition answers COORDINATOR_LOAD_IN_PROGRESS
+            log.exception("loading __transaction_state-%d failed", load.partition)
+
+    def resign(self, partition: int, epoch: int | None) -> None:
+        """This broker no longer leads ``partition``: its ids are dropped (their steps in
+        the background stop at their next write: ``_write`` checks the ownership)."""
+        if not self.ownership.resign(partition, epoch):
+            return
+        gone = [t for t in self.txns if self.partition_of(t) == partition]
+        for txn_id in gone:
+            del self.txns[txn_id]
+        log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
+                 partition, epoch, len(gone))
+
+    async def _load(self, load: Load) -> None:
+        partition = load.partition
+        values: dict[str, tr.TxnValue | None] = {}
+        for i, (key, value, *_rest) in enumerate(self.log.read(partition)):
+            if i % 2000 == 1999:
+                await asyncio.sleep(0)
+            if key is None:
+                continue
+            try:
+                txn_id = tr.read_txn_key(key)
+                values[txn_id] = None if value is None else tr.read_txn_value(value)
+            except BadRecord as exc:
+                log.warning("__transaction_state-%d: skipping a record: %s", partition, exc)
+        if not self.ownership.loaded(load):
+            log.info("__transaction_state-%d: resigned while loading; the load is dropped",
+                     partition)
+            return
+        for txn_id, value in values.items():
+            if value is None or value.state is S.DEAD:
+                self.txns.pop(txn_id, None)
+                continue
+            entry = _entry(value)
+            if value.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                # L1: decided before the broker stopped: its markers go out now.
+                self.txns[txn_id] = dataclasses.replace(entry, pending=True)
+                self._background(self._complete(txn_id))
+            elif value.state is S.PREPARE_EPOCH_FENCE:
+                self.txns[txn_id] = dataclasses.replace(entry, pending=True)  # L2
+                self._background(self._abort_fenced(txn_id))
+            else:
+                self.txns[txn_id] = entry
 
     # --- carrying a decision out ----------------------------------------------------------
 
@@ -164,9 +206,7 @@ class TransactionCoordinator:
         if not transactional_id or (len(transactional_id) > MAX_STRING_BYTES // 4
                                     and len(transactional_id.encode()) > MAX_STRING_BYTES):
             return E.invalid_request
-        if self.partition_of(transactional_id) in self.loading:
-            return E.coordinator_load_in_progress
-        return None
+        return self.ownership.error(self.partition_of(transactional_id))
 
     def _hold(self, txn_id: str) -> Entry | None:
         """Mark the id pending (the caller has decided to change it); None: unknown."""
@@ -187,18 +227,29 @@ class TransactionCoordinator:
     async def _write(self, txn_id: str, entry: Entry) -> None:
         """Write the id's next Entry and take it (still pending) once durable; raises
         WriteFailed and changes nothing when the log does not take it."""
-        durable = self.log.append(self.partition_of(txn_id),
+        partition = self.partition_of(txn_id)
+        ticket = self.ownership.ticket(partition)
+        if not self.ownership.owns(partition, ticket):
+            raise WriteFailed(E.not_coordinator, f"__transaction_state-{partition} is not "
+                                                 f"led here any more")
+        durable = self.log.append(partition,
                                   [(tr.txn_key(txn_id), tr.txn_value(_value(entry)))])
         if durable is not None:
             try:
                 await durable
             except OSError as exc:
-                raise WriteFailed(E.kafka_storage_error, str(exc)) from exc
+                raise WriteFailed(durable_error(exc), str(exc)) from exc
+        if not self.ownership.owns(partition, ticket):  # resigned meanwhile: not ours
+            raise WriteFailed(E.not_coordinator, f"__transaction_state-{partition}: "
+                                                 f"resigned while the write waited")
         self.txns[txn_id] = dataclasses.replace(entry, pending=True)
 
     async def _write_until_taken(self, txn_id: str, entry: Entry) -> bool:
-        """A step nobody waits for: retried until the log takes it (False: closed)."""
-        while not self._closed:
+        """A step nobody waits for: retried until the log takes it (False: closed, or the
+        partition's coordinator is another broker now, which goes on from the log)."""
+        partition = self.partition_of(txn_id)
+        ticket = self.ownership.ticket(partition)
+        while not self._closed and self.ownership.owns(partition, ticket):
             try:
                 await self._write(txn_id, entry)
                 return True
@@ -277,7 +328,9 @@ class TransactionCoordinator:
 
     async def _fence_and_abort(self, txn_id: str) -> None:
         """X1 then X2: the ongoing transaction's producer is fenced, then it is aborted."""
-        entry = self.txns[txn_id]
+        entry = self.txns.get(txn_id)
+        if entry is None:  # resigned before this step began: the next coordinator goes on
+            return
         try:
             await self._write(txn_id, rules.fenced(entry, self.now_ms()))
         except WriteFailed as exc:
@@ -288,8 +341,10 @@ class TransactionCoordinator:
         await self._abort_fenced(txn_id)
 
     async def _abort_fenced(self, txn_id: str) -> None:
-        if await self._write_until_taken(txn_id, rules.abort_fenced(self.txns[txn_id],
-                                                                    self.now_ms())):
+        entry = self.txns.get(txn_id)
+        if entry is None:
+            return
+        if await self._write_until_taken(txn_id, rules.abort_fenced(entry, self.now_ms())):
             await self._complete(txn_id)
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn, verification --------------------------------
@@ -317,9 +372,11 @@ class TransactionCoordinator:
                topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only when its producer really
         has the partition in an ongoing transaction (AddPartitionsToTxn verify_only)."""
-        if transactional_id and self.partition_of(transactional_id) in self.loading:
-            # Not known yet (a restart is reading __transaction_state): a retriable answer,
-            # as Kafka gives a produce whose verification cannot be made now.
+        if transactional_id and \
+                self.ownership.status(self.partition_of(transactional_id)) is not Status.OWNED:
+            # Not known here (a restart or a new leader is reading __transaction_state, or
+            # another broker is its coordinator): a retriable answer, as Kafka gives a
+            # produce whose verification cannot be made now.
             return E.not_enough_replicas
         return rules.verify(self._known(transactional_id), producer_id, epoch,
                             (topic, partition))
@@ -344,14 +401,20 @@ class TransactionCoordinator:
 
     async def _complete(self, txn_id: str) -> None:
         """M1: send the markers of a decided transaction, then write its completion."""
-        entry = self.txns[txn_id]
+        entry = self.txns.get(txn_id)
+        if entry is None:
+            return
         commit = entry.state is S.PREPARE_COMMIT
         partitions = sorted(entry.partitions)
-        while partitions and not self._closed:
+        state_partition = self.partition_of(txn_id)
+        ticket = self.ownership.ticket(state_partition)
+        while partitions and not self._closed and self.ownership.owns(state_partition, ticket):
             try:
+                # Kafka's coordinatorEpoch: the leader epoch of the id's partition, which
+                # fences the markers of a coordinator deposed since.
                 errors = await self.write_markers(entry.producer_id, entry.epoch, commit,
-                                                  COORDINATOR_EPOCH, partitions,
-                                                  entry.transaction_version)
+                                                  self.ownership.epoch(state_partition),
+                                                  partitions, entry.transaction_version)
             except Exception:
                 log.exception("transactional id %s: writing markers failed", txn_id)
                 errors = dict.fromkeys(partitions, E.unknown_server_error)

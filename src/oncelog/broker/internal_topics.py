@@ -1,0 +1,175 @@
+"""The coordinators' internal topics in cluster mode (only with ``zookeeper.connect``).
+
+As in Kafka, ``__consumer_offsets`` and ``__transaction_state`` are cluster topics: created
+in ZooKeeper by the first broker that needs one (FindCoordinator, or a Metadata asking for
+it) through ClusterTopics' conditional write, replicated by the replica manager like any
+topic; the coordinator of a group (a transactional id) is the leader of its partition.
+
+- ``find_coordinator``: FindCoordinator's answer, the current leader of the key's partition
+  from the metadata cache; COORDINATOR_NOT_AVAILABLE while the topic is being created or
+  the partition has no live leader.
+- ``on_leadership``: the replica manager's hook; a change of this broker's role for an
+  internal partition goes to its coordinator (elect at the leader epoch, resign), whose
+  ownership table (coordinator/ownership.py) decides what follows.
+- ``ReplicatedTopicLog``: a coordinator's writes with acks=all: refused NOT_COORDINATOR by a
+  broker that does not lead the partition, COORDINATOR_NOT_AVAILABLE when the ISR is below
+  min.insync.replicas (Kafka maps NOT_ENOUGH_REPLICAS so for coordinator writes), and
+  durable only once the high watermark passes the batch; a lead lost while it waits is
+  NOT_COORDINATOR, never a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster import isr as isr_rules
+from ..cluster import znodes as zn
+from ..coordinator.internal_log import NotReplicated, WriteFailed
+from .replication import ReplicationError
+from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicError
+
+log = logging.getLogger(__name__)
+
+# What a coordinator answers for a write the ISR did not take (Kafka's mapping of append
+# errors for coordinator writes).
+_NOT_REPLICATED = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.not_coordinator,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+}
+
+
+class ReplicatedTopicLog:
+    """An internal topic's log in cluster mode (coordinator.internal_log.OffsetsLog): this
+    broker's replica of it (``inner``, an apis.groups.InternalTopicLog that creates
+    nothing), written only while this broker leads the partition, durable once the ISR has
+    the batch."""
+
+    def __init__(self, inner, topics, name: str, timeout_ms: int) -> None:
+        self.inner = inner
+        self.topics = topics
+        self.name = name
+        self.timeout_s = timeout_ms / 1000
+
+    def read(self, partition: int):
+        return self.inner.read(partition)
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None):
+        return self.append_at(partition, records, producer)[1]
+
+    def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                  producer: tuple[int, int] | None = None):
+        topic = self.topics.get(self.name)
+        target = topic.partitions[partition] \
+            if topic is not None and partition < len(topic.partitions) else None
+        replication = None if target is None else target.replication
+        if replication is None or not replication.is_leader:
+            raise WriteFailed(ErrorCode.not_coordinator,
+                              f"{self.name}-{partition} is not led by this broker")
+        if isr_rules.acks_all_before(len(replication.isr), replication.min_insync):
+            raise WriteFailed(ErrorCode.coordinator_not_available,
+                              f"NOT_ENOUGH_REPLICAS: the ISR {list(replication.isr)} of "
+                              f"{self.name}-{partition} is smaller than min.insync.replicas "
+                              f"{replication.min_insync}")
+        base, durable = self.inner.append_at(partition, records, producer)
+        replicated = replication.wait_for(base + len(records), self.timeout_s)
+        if replicated is None:
+            return base, durable
+        waited = asyncio.ensure_future(_replicated(durable, replicated))
+        waited.add_done_callback(_retrieved)  # some writes are not awaited (expiry)
+        return base, waited
+
+
+def local_replica(topics, name: str):
+    """The ``ensure`` of the inner log: this broker's replica, never created here (the
+    replica manager creates it from ZooKeeper's assignment)."""
+    def ensure():
+        topic = topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.not_coordinator, f"no replica of {name} here")
+        return topic
+    return ensure
+
+
+async def _replicated(durable, replicated) -> None:
+    if durable is not None:
+        await durable
+    try:
+        await replicated
+    except ReplicationError as exc:
+        raise NotReplicated(_NOT_REPLICATED.get(exc.error_code,
+                                                ErrorCode.coordinator_not_available),
+                            str(exc)) from None
+
+
+def _retrieved(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def num_partitions(broker, name: str, default: int) -> int:
+    """The internal topic's partition count: ZooKeeper's when it exists (a broker whose
+    setting differs maps keys as the topic does), else the setting."""
+    from ..cluster.topic_admin import TopicMissing
+    from ..metadata.store import MetadataUnavailable
+
+    try:
+        assignment, _ = broker.cluster_mode.admin.assignment(name)
+    except (TopicMissing, MetadataUnavailable):
+        return default
+    return len(assignment.partitions)
+
+
+def on_leadership(broker):
+    """The replica manager's hook: (topic, partition, leader?, leader epoch or None when the
+    replica is deleted) to the coordinator of that internal topic."""
+    def changed(topic: str, partition: int, leader: bool, epoch: int | None) -> None:
+        coordinator = broker.groups if topic == OFFSETS_TOPIC else \
+            broker.transactions if topic == TRANSACTION_STATE_TOPIC else None
+        if coordinator is None:
+            return
+        if leader and epoch is not None:
+            coordinator.elect(partition, epoch)
+        else:
+            coordinator.resign(partition, epoch)
+    return changed
+
+
+def named_leader(broker, name: str):
+    """partition -> the leader epoch at which this broker's metadata cache names it the
+    leader of ``name``-partition, else None (ownership.py A1)."""
+    me = broker.broker_id
+
+    def named(partition: int) -> int | None:
+        topic = broker.cluster_mode.cache.image.get(name)
+        if topic is None or partition >= len(topic.partitions):
+            return None
+        found = topic.partitions[partition]
+        return found.leader_epoch if found.leader == me else None
+    return named
+
+
+def find_coordinator(broker, name: str, partition: int, listener: str | None
+                     ) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node, host, port): the leader of ``name``-``partition``."""
+    def unavailable(message: str):
+        return ErrorCode.coordinator_not_available, message, -1, "", -1
+
+    try:
+        topic = broker.cluster_topics.ensure_internal(name)
+    except TopicError as exc:
+        log.warning("creating the internal topic %s failed: %s", name, exc)
+        return unavailable(str(exc))
+    if topic is None or partition >= len(topic.partitions):
+        return unavailable(f"{name} is being created")
+    leader = topic.partitions[partition].leader
+    if leader != zn.NO_LEADER:
+        for node, host, port, _rack in broker.cluster_brokers(listener):
+            if node == leader:
+                return ErrorCode.none, None, node, host, port
+    return unavailable(f"{name}-{partition} has no live leader")
