@@ -48,6 +48,7 @@ from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .counters import Counters
+from .inter_broker import InterBrokerChannel
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
@@ -56,6 +57,7 @@ from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
 from .splice_sender import SpliceSender, write_answers
 from .topics import TopicManager
+from .txn_verification import TxnVerification
 
 log = logging.getLogger(__name__)
 # Connections closed for what their client sent: one client reconnecting in a loop must not
@@ -113,10 +115,17 @@ class Broker:
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics)
+        # Cluster mode: requests to the other brokers (markers, verification), and KIP-890
+        # part 1 with the coordinator wherever it is.
+        self.inter_broker = None if self.cluster is None else InterBrokerChannel(
+            self.broker_id, self.replicas.endpoint)
         self.transactions = make_transaction_coordinator(self, config, self.topics)
+        self.txn_verification = None if self.inter_broker is None else TxnVerification(
+            self, self.inter_broker)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
         # part 1): the transaction coordinator's word.
-        self.txn_verifier: TxnVerifier = self.transactions.verify
+        self.txn_verifier: TxnVerifier = self.transactions.verify \
+            if self.txn_verification is None else self.txn_verification
         self.counters = Counters()
         # In a cluster the quotas are the cluster's (ZooKeeper's /config/users, /config/clients)
         self.quotas = ClientQuotas(config, self.store if self.cluster is None
@@ -314,6 +323,8 @@ class Broker:
         for conn in list(self._connections):
             conn.close()
         self.transactions.close()
+        if self.inter_broker is not None:
+            self.inter_broker.close()
         self.groups.close()
         if self.replicas is not None:
             await self.replicas.close()
