@@ -1,0 +1,231 @@
+"""Transactions across the brokers of a three-broker cluster (issue 24): a transaction spans
+partitions led by different brokers, so its coordinator sends the COMMIT / ABORT markers to
+each partition's leader (WriteTxnMarkers over the inter-broker channel), retried through a
+leader's death until the new leader takes them, and each partition leader verifies a
+transactional produce with the coordinator wherever it is (KIP-890 part 1).
+
+Until the coordinators move with their internal partitions (``coordmove``), every broker is
+the coordinator of the transactional ids its clients asked it about; the tests kill only
+brokers that coordinate nothing of theirs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
+from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
+from support.waits import wait_for
+
+import oncelog
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network.connection import KafkaError
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+SPAN = "span"  # three partitions, led by brokers 1, 2, 3
+COPIER = Path(__file__).resolve().parents[1] / "support" / "txn_copier.py"
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = TxnCluster(zookeeper, tmp_path_factory.mktemp("txnremote"), "txnremote")
+    running.create(SPAN, [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    yield running
+    running.close()
+
+
+def confluent_producer(bootstrap: str, txn_id: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def settled(cluster: TxnCluster, topic: str, partitions: int) -> list[int]:
+    """Wait until every partition's last stable offset reached its high watermark (no
+    transaction open anywhere); the high watermarks."""
+    bootstrap = cluster.bootstrap()
+
+    def caught_up():
+        high = end_offsets(bootstrap, topic, partitions, committed=False)
+        return high if end_offsets(bootstrap, topic, partitions, committed=True) == high \
+            else None
+
+    return wait_for(caught_up, TIMEOUT, f"the last stable offsets of {topic}")
+
+
+def coordinator_of(cluster: TxnCluster, txn_id: str) -> int:
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        listed = admin.list_transactions()
+    return next(b for b, txns in listed.items()
+                if any(t.transactional_id == txn_id for t in txns))
+
+
+def find_hanging(cluster: TxnCluster, topic: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
+         "--max-transaction-timeout", "0", "--bootstrap-server", cluster.bootstrap()],
+        capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_transactions_span_partitions_led_by_three_brokers(cluster):
+    """confluent-kafka's and oncelog's transactional producers: each transaction writes to
+    the partitions led by brokers 1, 2 and 3; read_committed readers see the committed ones
+    once, none of the aborted, and every leader's last stable offset reaches its end."""
+    before = settled(cluster, SPAN, 3)
+    earlier = read_committed(cluster.bootstrap(), SPAN, 3)
+    expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    confluent = confluent_producer(cluster.bootstrap(), "span-confluent")
+    for n, commit in ((0, True), (1, False), (2, True)):
+        confluent.begin_transaction()
+        for p in range(3):
+            value = b"c%d-%d" % (n, p)
+            confluent.produce(SPAN, value=value, partition=p)
+            if commit:
+                expected[p].append(value)
+        if commit:
+            confluent.commit_transaction(TIMEOUT)
+        else:
+            confluent.abort_transaction(TIMEOUT)
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(),
+                           "transactional.id": "span-oncelog"}) as own:
+        own.init_transactions(TIMEOUT)
+        for n, commit in ((0, False), (1, True)):
+            own.begin_transaction()
+            for p in range(3):
+                value = b"o%d-%d" % (n, p)
+                own.produce(SPAN, value=value, partition=p)
+                if commit:
+                    expected[p].append(value)
+            if commit:
+                own.commit_transaction(TIMEOUT)
+            else:
+                own.abort_transaction(TIMEOUT)
+    after = settled(cluster, SPAN, 3)
+    assert all(after[p] > before[p] for p in range(3))
+    found = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert {p: found[p][len(earlier[p]):] for p in range(3)} == expected
+    assert cluster.leaders(SPAN) == [1, 2, 3]
+
+
+def test_a_stale_coordinator_epoch_is_fenced(cluster):
+    """WriteTxnMarkers to a partition's leader with a coordinator epoch older than the last
+    marker it took for the producer: TRANSACTION_COORDINATOR_FENCED (producer_state's M3)."""
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(),
+                           "enable.idempotence": True}) as idempotent:
+        idempotent.produce(SPAN, value=b"not in a transaction", partition=1)
+        idempotent.flush(TIMEOUT)
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        producer = next(p for p in admin.describe_producers(SPAN, [1])[1]
+                        if p.current_txn_start_offset < 0 and p.coordinator_epoch < 0)
+        admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch, 7)
+        with pytest.raises(KafkaError) as refused:
+            admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch, 6)
+        assert refused.value.error == ErrorCode.transaction_coordinator_fenced
+        # a follower does not answer for the partition's producers
+        assert [p.coordinator_epoch for p in admin.describe_producers(SPAN, [1])[1]
+                if p.producer_id == producer.producer_id] == [7]
+
+
+def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
+    """The leader of one partition of a transaction is SIGKILLed after the transaction's
+    records are acknowledged and before it commits: the coordinator's marker for that
+    partition is retried until the controller elected a new leader, which takes it; the
+    read_committed output is the committed input once, and nothing hangs."""
+    before = read_committed(cluster.bootstrap(), SPAN, 3)
+    producer = confluent_producer(cluster.bootstrap(), "span-kill")
+    producer.begin_transaction()
+    for p in range(3):
+        producer.produce(SPAN, value=b"k-%d" % p, partition=p)
+    assert producer.flush(TIMEOUT) == 0
+    coordinator = coordinator_of(cluster, "span-kill")
+    victim = next(p for p, leader in enumerate(cluster.leaders(SPAN))
+                  if leader != coordinator)
+    leader = cluster.leaders(SPAN)[victim]
+    cluster.brokers[leader].kill()  # the marker's first attempts find no one there
+    producer.commit_transaction(TIMEOUT)
+    new_leader = wait_for(lambda: (lead := cluster.state(SPAN, victim)["leader"])
+                          not in (leader, -1) and lead, TIMEOUT, "a new leader")
+    assert new_leader != leader
+    settled(cluster, SPAN, 3)
+    after = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert {p: after[p][len(before[p]):] for p in range(3)} == \
+        {p: [b"k-%d" % p] for p in range(3)}
+    assert find_hanging(cluster, SPAN).strip().count("\n") == 0  # the header only
+    cluster.bring_back(leader, [SPAN])
+
+
+def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tmp_path):
+    """Kafka's transactions system test as far as the coordinators stay put: oncelog's
+    client copies an input topic to an output topic in transactions with its consumer
+    offsets, its coordinators on broker 1, while the leaders of the output partitions
+    (brokers 2 and 3) are SIGKILLed in turn; the read_committed output is the input once and
+    in order per partition."""
+    records = 300
+    cluster.create("copy-in", [[1, 2, 3], [1, 3, 2]])
+    cluster.create("copy-out", [[2, 1, 3], [3, 1, 2]])
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap()}) as plain:
+        for i in range(records):
+            for p in range(2):
+                plain.produce("copy-in", value=b"%d-%05d" % (p, i), partition=p)
+        plain.flush(TIMEOUT)
+    gate = tmp_path / "gate"
+
+    def open_gate(limit: int) -> None:
+        tmp = tmp_path / "gate.tmp"
+        tmp.write_text(str(limit))
+        tmp.rename(gate)
+
+    open_gate(records // 2)
+    copier_log = open(tmp_path / "copier.log", "wb")
+
+    def start_copier() -> subprocess.Popen:
+        # bootstrap: broker 1 alone, so the copier's coordinators are broker 1's
+        return subprocess.Popen(
+            [sys.executable, str(COPIER), "oncelog", cluster.bootstrap(1), "copy-in",
+             "copy-out", "copy-group", "copy-txn", f"{records},{records}", str(gate)],
+            stdout=copier_log, stderr=copier_log)
+
+    copier = start_copier()
+    deadline = time.monotonic() + 120
+
+    def step(done) -> None:
+        """Restart the copier when it stopped for an abortable error; until ``done``."""
+        nonlocal copier
+        while not done() and time.monotonic() < deadline:
+            code = copier.poll()
+            if code == 3:
+                copier = start_copier()
+            else:
+                assert code is None, f"the copier exited {code}"
+            time.sleep(0.05)
+
+    def committed_sum() -> int:
+        with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+            try:
+                offsets = admin.list_group_offsets("copy-group")
+            except KafkaError:
+                return 0
+        return sum(max(0, o.offset) for o in offsets.values())
+
+    step(lambda: committed_sum() >= records // 2)
+    # KILL-COORDINATOR: once coordmove lands, the transaction coordinator (broker 1) is
+    # killed here too, in turn with the output leaders.
+    for victim, p, limit in ((2, 0, records), (3, 1, 2 * records)):
+        cluster.kill(victim, "copy-out", p)
+        open_gate(limit)
+        step(lambda limit=limit: committed_sum() >= min(limit, 2 * records) - 50)
+        cluster.bring_back(victim, ["copy-out", SPAN])
+    open_gate(10 * records)
+    step(lambda: copier.poll() is not None)
+    assert copier.wait(TIMEOUT) == 0, (tmp_path / "copier.log").read_text()
+    settled(cluster, "copy-out", 2)
+    out = read_committed(cluster.bootstrap(), "copy-out", 2)
+    assert out == {p: [b"copied:%d-%05d" % (p, i) for i in range(records)] for p in range(2)}
