@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
 from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
@@ -52,9 +52,12 @@ def settled(cluster: TxnCluster, topic: str, partitions: int) -> list[int]:
     bootstrap = cluster.bootstrap()
 
     def caught_up():
-        high = end_offsets(bootstrap, topic, partitions, committed=False)
-        return high if end_offsets(bootstrap, topic, partitions, committed=True) == high \
-            else None
+        try:
+            high = end_offsets(bootstrap, topic, partitions, committed=False)
+            stable = end_offsets(bootstrap, topic, partitions, committed=True)
+        except KafkaException:  # a leader moving: asked again
+            return None
+        return high if stable == high else None
 
     return wait_for(caught_up, TIMEOUT, f"the last stable offsets of {topic}")
 
