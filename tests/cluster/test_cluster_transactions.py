@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
+from support.acl_wire import AUTHORIZER
 from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
 
 import oncelog
 from oncelog.client.admin.admin import Admin
-from oncelog.client.network.connection import KafkaError
+from oncelog.client.network.connection import BrokerConnection, KafkaError
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -232,3 +235,29 @@ def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tm
     settled(cluster, "copy-out", 2)
     out = read_committed(cluster.bootstrap(), "copy-out", 2)
     assert out == {p: [b"copied:%d-%05d" % (p, i) for i in range(records)] for p in range(2)}
+
+
+def test_write_txn_markers_from_a_client_is_refused_under_an_authorizer(zookeeper,
+                                                                       start_broker):
+    """WriteTxnMarkers is a broker's request: on a cluster with an authorizer, a client
+    without ClusterAction gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the
+    partition's producers are left as they were."""
+    broker = start_broker(**{"broker.id": "1", "zookeeper.connect":
+                             zookeeper.chroot("txnremote-acl"),
+                             "authorizer.class.name": AUTHORIZER})
+
+    def make(mod, version):
+        return build(mod.WriteTxnMarkersRequest, markers=(build(
+            mod.WritableTxnMarker, producer_id=1, producer_epoch=0, transaction_result=False,
+            coordinator_epoch=0, transaction_version=0,
+            topics=(build(mod.WritableTxnMarkerTopic, name="t", partition_indexes=(0, 1)),)),))
+
+    conn = BrokerConnection("127.0.0.1", broker.port, client_id="not-a-broker", timeout=30)
+    try:
+        answer = conn.call(apis.WRITE_TXN_MARKERS, make)
+    finally:
+        conn.close()
+    assert [(t.name, p.partition_index, p.error_code) for m in answer.markers
+            for t in m.topics for p in t.partitions] == [
+        ("t", 0, ErrorCode.cluster_authorization_failed),
+        ("t", 1, ErrorCode.cluster_authorization_failed)]
