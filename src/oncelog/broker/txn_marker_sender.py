@@ -94,34 +94,61 @@ class MarkerSender:
             else:
                 todo[(tp, None)] = E.none
         deadline = time.monotonic() + ROUNDS_FOR_S
-        delay = BACKOFF_S
         marker = (producer_id, epoch, commit, coordinator_epoch, transaction_version)
-        while todo:
-            answers = await self._round(marker, list(todo))
-            for key, error in answers.items():
-                tp, dest = key
-                # a broker asked for its own internal partition may not have it: S2 there
-                verdict = outcome(error, dest is None and self._topic_known(tp[0]))
-                if verdict == "again":
-                    todo[key] = error
-                    continue
-                del todo[key]
-                if verdict == "given up":
-                    log.warning("%s marker of producer %d epoch %d for %s-%d refused: %s; "
-                                "not sent again", "COMMIT" if commit else "ABORT",
-                                producer_id, epoch, tp[0], tp[1], error.name)
-                if errors.get(tp, E.none) is E.none:
-                    errors[tp] = E.none if verdict == "skipped" and dest is not None \
-                        else error
-            if not todo or time.monotonic() >= deadline or not self.running():
-                break
-            await asyncio.sleep(delay)
-            delay = min(BACKOFF_MAX_S, delay * 2)
+        # Each group of partitions is retried on its own: one leader slow to answer (its
+        # acks=all waiting for a dead follower to leave the ISR) holds no other back.
+        first: dict[int | None, list] = {}
+        for key in todo:
+            first.setdefault(key[1] if key[1] is not None else self._leader(key[0]),
+                             []).append(key)
+        rounds = {asyncio.ensure_future(self._round(marker, keys)): BACKOFF_S
+                  for keys in first.values()}
+        try:
+            while rounds:
+                left = deadline - time.monotonic()
+                done, _ = await asyncio.wait(rounds, timeout=max(left, 0),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for finished in done:
+                    delay = rounds.pop(finished)
+                    again = self._take(finished.result(), todo, errors, marker)
+                    if again and time.monotonic() < deadline and self.running():
+                        rounds[asyncio.ensure_future(
+                            self._later(delay, marker, again))] = min(BACKOFF_MAX_S, delay * 2)
+        finally:
+            for unfinished in rounds:
+                unfinished.cancel()
         for (tp, _dest), error in todo.items():
             errors[tp] = error if error is not E.none else E.request_timed_out
         for tp in partitions:
             errors.setdefault(tp, E.none)
         return errors
+
+    def _take(self, answers, todo, errors, marker) -> list:
+        """Record one round's answers (rows S1-S4); the keys to ask again."""
+        producer_id, epoch, commit = marker[:3]
+        again = []
+        for key, error in answers.items():
+            tp, dest = key
+            # a broker asked for its own internal partition may not have it: S2 there
+            verdict = outcome(error, dest is None and self._topic_known(tp[0]))
+            if verdict == "again":
+                todo[key] = error
+                again.append(key)
+                continue
+            del todo[key]
+            if verdict == "given up":
+                log.warning("%s marker of producer %d epoch %d for %s-%d refused: %s; "
+                            "not sent again", "COMMIT" if commit else "ABORT",
+                            producer_id, epoch, tp[0], tp[1], error.name)
+            if errors.get(tp, E.none) is E.none:
+                errors[tp] = E.none if verdict == "skipped" and dest is not None else error
+        return again
+
+    async def _later(self, delay: float, marker, keys):
+        await asyncio.sleep(delay)
+        return await self._round(marker, keys)
 
     def interim_every_broker(self) -> list[int]:
         """The live brokers (this one too): until coordmove, where an internal partition is."""
