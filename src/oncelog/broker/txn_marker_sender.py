@@ -29,7 +29,8 @@ Until the coordinators move with the leadership of their internal partitions (is
 ``coordmove``), the internal topics are each broker's own and not in the cluster's metadata:
 a marker for one of their partitions (``__consumer_offsets``, where TxnOffsetCommit's offsets
 wait for it) goes to every live broker (``interim_every_broker``), where it is harmless when
-that broker's partition holds nothing of the producer.
+that broker's partition holds nothing of the producer, and skipped on a broker no longer
+registered.
 """
 
 from __future__ import annotations
@@ -170,10 +171,13 @@ class MarkerSender:
                      ) -> dict[tuple[TopicPartition, int | None], ErrorCode]:
         answers: dict[tuple[TopicPartition, int | None], ErrorCode] = {}
         by_broker: dict[int, list[tuple[TopicPartition, int | None]]] = {}
+        live = self.interim_every_broker()
         for key in keys:
             tp, dest = key
             leader = dest if dest is not None else self._leader(tp)
-            if leader == DELETED:
+            if dest is not None and dest not in live:
+                answers[key] = E.unknown_topic_or_partition  # INTERIM: gone, nothing to end
+            elif leader == DELETED:
                 answers[key] = E.unknown_topic_or_partition
             elif leader == zn.NO_LEADER:
                 answers[key] = E.leader_not_available
