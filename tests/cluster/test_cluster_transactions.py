@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from kio.schema.errors import ErrorCode
+from support import txn_wire
 from support.acl_wire import AUTHORIZER
 from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
@@ -117,6 +118,45 @@ def test_transactions_span_partitions_led_by_three_brokers(cluster):
     found = read_committed(cluster.bootstrap(), SPAN, 3)
     assert {p: found[p][len(earlier[p]):] for p in range(3)} == expected
     assert cluster.leaders(SPAN) == [1, 2, 3]
+
+
+def test_a_transactional_write_is_verified_with_the_coordinator_on_another_broker(cluster):
+    """KIP-890 part 1 across brokers: a partition's leader asks the transaction's
+    coordinator (broker 1) whether the partition is in the transaction: a write to one added
+    is appended, a write to one never added is refused INVALID_TXN_STATE and stores nothing;
+    DescribeProducers is answered by the leader alone."""
+    leaders = cluster.leaders(SPAN)
+    added, stray = (p for p, leader in enumerate(leaders) if leader != 1)
+    conns = {b: BrokerConnection("127.0.0.1", cluster.brokers[b].port, client_id="t",
+                                 timeout=30) for b in (1, 2, 3)}
+    try:
+        error, pid, epoch = txn_wire.init_producer_id(conns[1], "verified-remotely")
+        assert error is ErrorCode.none
+        assert txn_wire.add_partitions(conns[1], "verified-remotely", pid, epoch,
+                                       [(SPAN, added)]) == {(SPAN, added): ErrorCode.none}
+        high = end_offsets(cluster.bootstrap(), SPAN, 3, committed=False)
+        assert txn_wire.produce_txn(conns[leaders[stray]], "verified-remotely", SPAN, stray,
+                                    pid, epoch, 0, [b"stray"]) is ErrorCode.invalid_txn_state
+        assert txn_wire.produce_txn(conns[leaders[added]], "verified-remotely", SPAN, added,
+                                    pid, epoch, 0, [b"added"]) is ErrorCode.none
+        assert end_offsets(cluster.bootstrap(), SPAN, 3, committed=False)[stray] == high[stray]
+        follower = next(b for b in (1, 2, 3) if b != leaders[added])
+        assert describe_producers_error(conns[follower], SPAN, added) \
+            is ErrorCode.not_leader_or_follower
+        assert describe_producers_error(conns[leaders[added]], SPAN, added) is ErrorCode.none
+        assert txn_wire.end_txn(conns[1], "verified-remotely", pid, epoch, False)[0] \
+            is ErrorCode.none
+    finally:
+        for conn in conns.values():
+            conn.close()
+    settled(cluster, SPAN, 3)
+
+
+def describe_producers_error(conn: BrokerConnection, topic: str, partition: int) -> ErrorCode:
+    answer = conn.call(apis.DESCRIBE_PRODUCERS, lambda mod, v: build(
+        mod.DescribeProducersRequest, topics=(build(mod.TopicRequest, name=topic,
+                                                    partition_indexes=(partition,)),)))
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
 
 
 def test_a_stale_coordinator_epoch_is_fenced(cluster):
