@@ -198,6 +198,30 @@ def _abort_error(admin: Admin, producer, coordinator_epoch: int) -> ErrorCode | 
     return ErrorCode.none
 
 
+def test_a_partition_deleted_before_its_marker_is_skipped(cluster):
+    """A topic of the transaction deleted between its records and the commit: the
+    coordinator finds no leader for it (the cluster's metadata has it no more), skips its
+    marker as Kafka does, writes the others and completes the transaction."""
+    cluster.create("doomed", [[2, 3, 1]])
+    before = read_committed(cluster.bootstrap(), SPAN, 3)
+    with pinned_producer(cluster, "doomed-txn") as producer:
+        producer.begin_transaction()
+        producer.produce("doomed", value=b"lost with its topic", partition=0)
+        producer.produce(SPAN, value=b"kept", partition=2)
+        producer.flush(TIMEOUT)
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+            admin.delete_topic("doomed")
+        wait_for(lambda: not cluster.zk.exists("/brokers/topics/doomed"), TIMEOUT,
+                 "the topic deleted")
+        producer.commit_transaction(TIMEOUT)
+    with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+        wait_for(lambda: admin.describe_transactions(["doomed-txn"])["doomed-txn"].state
+                 == "CompleteCommit", TIMEOUT, "the transaction completed")
+    settled(cluster, SPAN, 3)
+    after = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert after[2][len(before[2]):] == [b"kept"]
+
+
 def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     """The leader of one partition of a transaction is SIGKILLed after the transaction's
     records are acknowledged and before it commits: the coordinator's marker for that
