@@ -35,7 +35,7 @@ def _connecting(secured, settings: dict[str, str]):
     secured broker's listeners."""
     registration = BrokerRegistration(1, "127.0.0.1", secured.broker.port, None, tuple(
         (name, "127.0.0.1", port, name) for name, port in secured.broker.ports.items()))
-    return SimpleNamespace(broker_id=9, inter_broker=inter_broker_security(BrokerConfig({
+    return SimpleNamespace(broker_id=9, inter_broker_security=inter_broker_security(BrokerConfig({
         "ssl.truststore.location": str(secured.ca.pem), **settings})),
         cluster=SimpleNamespace(brokers=(registration,)))
 

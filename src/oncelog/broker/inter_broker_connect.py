@@ -113,7 +113,7 @@ async def open_connection(broker, broker_id: int
     as that listener asks; InterBrokerConnectFailed (an OSError) or TimeoutError when it
     cannot be, with a (rate-limited) warning saying why when a certificate or credentials
     were refused."""
-    security: InterBrokerSecurity = broker.inter_broker
+    security: InterBrokerSecurity = broker.inter_broker_security
     host, port = endpoint_of(broker, broker_id, security.listener)
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):  # not wait_for: it can swallow a cancel

@@ -24,59 +24,28 @@ import asyncio
 import contextlib
 import datetime
 import logging
-import struct
 import time
 
 from kio.schema.errors import ErrorCode
 
 from ..cluster import isr as rules
 from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
-from ..protocol.messages import decode_response, encode_request
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
-from .inter_broker_connect import open_connection
+from .inter_broker import BrokerConnection, InterBrokerError, connect, opener
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
-_SIZE = struct.Struct(">i")
 _RETRYABLE = (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
               ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
               ErrorCode.kafka_storage_error, ErrorCode.leader_not_available)
-MAX_FRAME = 1 << 30
 STOP_TIMEOUT_S = 5.0
 
 
 class FetchFailed(Exception):
     pass
-
-
-class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: str, timeout_s: float) -> None:
-        self.reader, self.writer = reader, writer
-        self.client_id = client_id
-        self.timeout_s = timeout_s
-        self.correlation = 0
-
-    async def call(self, api_key: int, version: int, body):
-        self.correlation += 1
-        self.writer.write(encode_request(api_key, version, self.correlation, self.client_id,
-                                         body))
-        async with asyncio.timeout(self.timeout_s):
-            await self.writer.drain()
-            (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-            if not 4 <= size <= MAX_FRAME:
-                raise FetchFailed(f"the leader sent a frame of {size} bytes")
-            frame = await self.reader.readexactly(size)
-        correlation, answer = decode_response(api_key, version, frame)
-        if correlation != self.correlation:
-            raise FetchFailed(f"correlation id {correlation} answered {self.correlation}")
-        return answer
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class _Followed:
@@ -107,7 +76,7 @@ class LeaderFetcher:
         self.followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._conn: _Connection | None = None
+        self._conn: BrokerConnection | None = None
 
     # --- what it follows (the replica manager, on the event loop) --------------------------
 
@@ -172,7 +141,7 @@ class LeaderFetcher:
             except asyncio.CancelledError:
                 self._drop()
                 raise
-            except (OSError, EOFError, TimeoutError, FetchFailed,
+            except (OSError, EOFError, TimeoutError, FetchFailed, InterBrokerError,
                     asyncio.IncompleteReadError) as exc:
                 log.info("fetching from broker %d: %r; again in %.1fs", self.leader, exc,
                          self.backoff_s)
@@ -184,11 +153,10 @@ class LeaderFetcher:
                 self._drop()
                 await asyncio.sleep(self.backoff_s)
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> BrokerConnection:
         # on the inter-broker listener, secured and authenticated as it asks
-        reader, writer = await open_connection(self.manager.broker, self.leader)
-        return _Connection(reader, writer, f"replica-{self.manager.broker_id}",
-                           self.wait_ms / 1000 + 30)
+        return await connect(opener(self.manager.broker), self.leader,
+                             f"replica-{self.manager.broker_id}", self.wait_ms / 1000 + 30)
 
     def _back_off(self, followed: _Followed) -> None:
         followed.resume_at = time.monotonic() + self.backoff_s

@@ -325,12 +325,6 @@ class ReplicaManager:
 
     # --- followers -----------------------------------------------------------------------
 
-    def endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        for b in self.broker.cluster.brokers:
-            if b.broker_id == broker_id:
-                return b.host, b.port
-        return None
-
     def _start_fetcher(self, partition: Partition, leader: int, epoch: int) -> None:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:

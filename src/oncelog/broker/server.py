@@ -35,7 +35,7 @@ from ..protocol.messages import (
 )
 from ..protocol.spliced import SplicedAnswer, encode_spliced
 from ..security.credentials import ScramCredentials
-from . import dynamic_config, internal_topics, metrics
+from . import dynamic_config, inter_broker, internal_topics, metrics
 from .announce import listener_line, metrics_line
 from .answers import CLOSE_CONNECTION, LaterAnswer, Throttled
 from .apis.api_meta import unsupported_api_versions_body
@@ -48,6 +48,7 @@ from .client_quotas import ClientQuotas, with_throttle
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .counters import Counters
+from .inter_broker import InterBrokerChannel
 from .inter_broker_connect import inter_broker_security
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
@@ -57,6 +58,7 @@ from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
 from .splice_sender import SpliceSender, write_answers
 from .topics import TopicManager
+from .txn_verification import TxnVerification
 
 log = logging.getLogger(__name__)
 # Connections closed for what their client sent: one client reconnecting in a loop must not
@@ -88,7 +90,7 @@ class Broker:
         self.broker_id: int = config.get("broker.id")
         self.listeners = listener_securities(config)  # TLS files read here: ConfigError first
         # Cluster mode: how this broker reaches the others (inter_broker_connect.py), checked
-        self.inter_broker = inter_broker_security(config) \
+        self.inter_broker_security = inter_broker_security(config) \
             if config.get("zookeeper.connect") is not None else None
         os.makedirs(config.log_dir, exist_ok=True)
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
@@ -117,12 +119,19 @@ class Broker:
         self.log_cleaner = LogCleaner(self.topics, config)
         self.topics.moves.cleaning = lambda: self.log_cleaner.cleaning_now
         self.groups = make_coordinator(config, self.topics, self)
+        # Cluster mode: requests to the other brokers (markers, verification), and KIP-890
+        # part 1 with the coordinator wherever it is.
+        self.inter_broker = None if self.cluster is None else InterBrokerChannel(
+            self.broker_id, inter_broker.opener(self))
         self.transactions = make_transaction_coordinator(self, config, self.topics)
+        self.txn_verification = None if self.inter_broker is None else TxnVerification(
+            self, self.inter_broker)
         if self.replicas is not None:  # coordinators follow their partitions' leadership
             self.replicas.on_leadership = internal_topics.on_leadership(self)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
         # part 1): the transaction coordinator's word.
-        self.txn_verifier: TxnVerifier = self.transactions.verify
+        self.txn_verifier: TxnVerifier = self.transactions.verify \
+            if self.txn_verification is None else self.txn_verification
         self.counters = Counters()
         # In a cluster the quotas are the cluster's (ZooKeeper's /config/users, /config/clients)
         self.quotas = ClientQuotas(config, self.store if self.cluster is None
@@ -320,6 +329,8 @@ class Broker:
         for conn in list(self._connections):
             conn.close()
         self.transactions.close()
+        if self.inter_broker is not None:
+            self.inter_broker.close()
         self.groups.close()
         if self.replicas is not None:
             await self.replicas.close()

@@ -66,7 +66,34 @@ def handle_produce(broker, request: Request):
     """The whole response frame (written by produce_response, not kio), or a LaterAnswer
     giving it once what must be durable is; with acks=0 None, or CLOSE_CONNECTION when a
     partition was refused. A coroutine giving one of those when a partition's batches
-    decompress to more than the event loop may take on (validation.InflateOffLoop)."""
+    decompress to more than the event loop may take on (validation.InflateOffLoop), or
+    when the transaction coordinator is on another broker (txn_verification.py)."""
+    remote = broker.txn_verification
+    ahead = None if remote is None else remote.ahead(request)
+    if ahead is not None:
+        return _verified_first(broker, request, ahead)
+    return _produce(broker, request)
+
+
+async def _verified_first(broker, request: Request, ahead):
+    """KIP-890 part 1 with a coordinator elsewhere: its answers first, then the produce."""
+    keys = await ahead
+    try:
+        answer = _produce(broker, request)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if isinstance(answer, LaterAnswer):
+            if not answer.ready:
+                ready = asyncio.get_running_loop().create_future()
+                answer.on_ready(lambda: ready.done() or ready.set_result(None))
+                await ready
+            answer = answer.answer
+        return answer
+    finally:
+        broker.txn_verification.forget(keys)
+
+
+def _produce(broker, request: Request):
     run = _ProduceRun(broker, request)
     if broker.authorizer is not None:
         run.refused = _refusals(broker, request)

@@ -81,10 +81,14 @@ def handle_describe_producers(broker, request: Request):
                                         error_message=None, active_producers=()))
                 continue
             partition = broker.topics.partition(topic_req.name, index)
-            if partition is None:
+            if partition is None or (partition.replication is not None
+                                     and not partition.replication.is_leader):
+                # cluster mode: only the leader knows the producers as they are now
+                error = ErrorCode.unknown_topic_or_partition if partition is None \
+                    else ErrorCode.not_leader_or_follower
                 partitions.append(build(mod.PartitionResponse, partition_index=index,
-                                        error_code=ErrorCode.unknown_topic_or_partition,
-                                        error_message=None, active_producers=()))
+                                        error_code=error, error_message=None,
+                                        active_producers=()))
                 continue
             try:
                 entries = list(partition.state.entries())

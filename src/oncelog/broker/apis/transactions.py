@@ -23,6 +23,7 @@ from .. import authorize, internal_topics
 from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
+from ..txn_marker_sender import MarkerSender
 from .api_meta import NO_THROTTLE
 from .groups import _ms, internal_log
 from .txn_markers import write_markers as append_markers
@@ -56,16 +57,27 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
         two_phase_commit=config.get("transaction.two.phase.commit.enable"),
     )
 
+    # In cluster mode each marker goes to its partition's leader, wherever it is.
+    sender = None if broker.inter_broker is None else MarkerSender(
+        broker, broker.inter_broker, running=lambda: not coordinator._closed)
+
     async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: list[tuple[str, int]], transaction_version: int):
         # The markers in __consumer_offsets decide their offsets as they are appended
         # (txn_markers.append_markers).
+        if sender is not None:
+            return await sender.write(producer_id, epoch, commit, coordinator_epoch,
+                                      partitions, transaction_version)
         return await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
                                     partitions, transaction_version=transaction_version)
 
+    def partition_exists(topic: str, index: int) -> bool:
+        # in cluster mode the cluster's topics, not only the replicas kept here
+        known = (broker.cluster_topics or topics).get(topic)
+        return known is not None and 0 <= index < len(known.partitions)
+
     coordinator = TransactionCoordinator(txn_log, txn_config, broker.producer_ids.generate,
-                                         lambda t, p: topics.partition(t, p) is not None,
-                                         write_markers, owns_all=not cluster)
+                                         partition_exists, write_markers, owns_all=not cluster)
     if cluster:
         coordinator.ownership.named = internal_topics.named_leader(broker,
                                                                    TRANSACTION_STATE_TOPIC)
@@ -211,10 +223,15 @@ async def handle_txn_offset_commit(broker, request: Request):
     denied = names - authorize.allowed_names(broker, request, Op.READ, Rt.TOPIC, names) \
         if refusal is ErrorCode.none else names
     allowed = [p for p in partitions if p.topic not in denied]
-    verified = broker.transactions.verify(body.transactional_id, body.producer_id,
-                                          body.producer_epoch, OFFSETS_TOPIC,
-                                          broker.groups.partition_of(body.group_id)
-                                          if body.group_id else 0)
+    offsets_partition = (OFFSETS_TOPIC, broker.groups.partition_of(body.group_id)
+                         if body.group_id else 0)
+    if broker.txn_verification is None:
+        verified = broker.transactions.verify(body.transactional_id, body.producer_id,
+                                              body.producer_epoch, *offsets_partition)
+    else:  # cluster mode: the transaction's coordinator may be on another broker
+        verified = (await broker.txn_verification.verify(
+            body.transactional_id, body.producer_id, body.producer_epoch,
+            [offsets_partition]))[offsets_partition]
     if refusal is not ErrorCode.none:
         errors = [refusal] * len(partitions)
     elif verified is not ErrorCode.none:

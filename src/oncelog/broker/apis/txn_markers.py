@@ -7,6 +7,13 @@ transaction coordinator of this broker awaits it in process, and the WriteTxnMar
 one path: Partition.append_marker, all or
 nothing like any append, judged by producer_state's marker rules (M1-M4).
 
+In cluster mode a marker is written only by its partition's leader and counts once the ISR
+has it, as Kafka appends markers with acks=all: NOT_ENOUGH_REPLICAS before the append when
+the ISR is smaller than min.insync.replicas, and the answer waits for the high watermark to
+pass the marker (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT after
+``MARKER_TIMEOUT_S``, NOT_LEADER_OR_FOLLOWER when the leadership moves meanwhile): the
+coordinator completes a transaction only once no failover can lose one of its markers.
+
 Per-partition errors as Kafka gives them: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
 (cluster mode, a partition this broker does not lead), INVALID_PRODUCER_EPOCH
 (a marker of an older epoch), TRANSACTION_COORDINATOR_FENCED (of an older coordinator
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ...cluster import isr as isr_rules
 from ...producer_state.rules import MarkerIdentity
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import WRITE_TXN_MARKERS
@@ -33,9 +41,12 @@ from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op
+from ..replication import ReplicationError
 from ..topics import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
+
+MARKER_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms, which bounds its markers' acks=all
 
 TopicPartition = tuple[str, int]
 
@@ -43,20 +54,28 @@ TopicPartition = tuple[str, int]
 @dataclass
 class MarkersWritten:
     """What ``write_markers`` did: an error per partition (NONE: written), and for the
-    partitions whose flush policy wants the marker on disk before it counts, the fsync."""
+    partitions whose flush policy wants the marker on disk before it counts, the fsync, and
+    in cluster mode the wait for the ISR."""
 
     errors: dict[TopicPartition, ErrorCode]
-    pending: dict[TopicPartition, asyncio.Future[None]] = field(default_factory=dict)
+    pending: dict[TopicPartition, list[asyncio.Future[None]]] = field(default_factory=dict)
 
     async def durable(self) -> dict[TopicPartition, ErrorCode]:
-        """The errors once every marker written is as durable as the flush policy wants;
-        a failed fsync turns its partition's answer into KAFKA_STORAGE_ERROR."""
-        for tp, future in self.pending.items():
-            try:
-                await future
-            except OSError as exc:
-                log.error("transaction marker in %s-%d not durable: %s", tp[0], tp[1], exc)
-                self.errors[tp] = ErrorCode.kafka_storage_error
+        """The errors once every marker written is as durable as the flush policy wants
+        and replicated as acks=all wants; a failed fsync turns its partition's answer into
+        KAFKA_STORAGE_ERROR, a failed replication into its acks=all error."""
+        for tp, futures in self.pending.items():
+            for future in futures:
+                try:
+                    await future
+                except OSError as exc:
+                    log.error("transaction marker in %s-%d not durable: %s", tp[0], tp[1],
+                              exc)
+                    self.errors[tp] = ErrorCode.kafka_storage_error
+                except ReplicationError as exc:
+                    log.info("transaction marker in %s-%d not replicated: %s (%s)", tp[0],
+                             tp[1], exc, exc.error_code.name)
+                    self.errors[tp] = exc.error_code
         self.pending.clear()
         return self.errors
 
@@ -86,6 +105,9 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
             error = ErrorCode.unknown_topic_or_partition
         elif partition.replication is not None and not partition.replication.is_leader:
             error = ErrorCode.not_leader_or_follower  # cluster mode: only its leader writes
+        elif partition.replication is not None and isr_rules.acks_all_before(
+                len(partition.replication.isr), partition.replication.min_insync):
+            error = ErrorCode.not_enough_replicas
         else:
             try:
                 result = partition.append_marker(marker)
@@ -103,9 +125,13 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
                     # The group coordinator replays the marker as the log now holds it,
                     # whoever sent it (its transaction's offsets are decided).
                     broker.groups.complete_txn(index, producer_id, commit)
-                durable = partition.durable(result)
-                if durable is not None:
-                    written.pending[(topic, index)] = durable
+                waits = [partition.durable(result)]
+                if partition.replication is not None:
+                    waits.append(partition.replication.wait_for(result.last_offset + 1,
+                                                                MARKER_TIMEOUT_S))
+                waits = [w for w in waits if w is not None]
+                if waits:
+                    written.pending[(topic, index)] = waits
         written.errors[(topic, index)] = error
     return written
 

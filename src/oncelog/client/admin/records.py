@@ -85,22 +85,30 @@ class RecordsAdmin(AdminBase):
 
     def describe_producers(self, topic: str,
                            partitions: list[int]) -> dict[int, list[ProducerInfo]]:
-        """DescribeProducers (KIP-664): the idempotent producers each partition remembers."""
-        def make(mod, version):
-            return build(mod.DescribeProducersRequest, topics=(
-                build(mod.TopicRequest, name=topic, partition_indexes=tuple(partitions)),))
-
-        response = self.conn.call(apis.DESCRIBE_PRODUCERS, make)
+        """DescribeProducers (KIP-664): the idempotent producers each partition remembers,
+        asked of each partition's leader (the one that knows them), as Kafka's admin does."""
+        errors: dict[tuple[str, int], KafkaError] = {}
+        by_leader = self._by_leader({(topic, p): p for p in partitions}, errors)
+        for error in errors.values():
+            raise error
         result = {}
-        for t in response.topics:
-            for p in t.partitions:
-                raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
-                result[p.partition_index] = [
-                    ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
-                                 s.last_timestamp, s.coordinator_epoch,
-                                 s.current_txn_start_offset)
-                    for s in p.active_producers
-                ]
+        for (host, port), wanted in by_leader.items():
+            led = sorted(wanted.values())
+
+            def make(mod, version, led=led):
+                return build(mod.DescribeProducersRequest, topics=(
+                    build(mod.TopicRequest, name=topic, partition_indexes=tuple(led)),))
+
+            response = self._broker(host, port).call(apis.DESCRIBE_PRODUCERS, make)
+            for t in response.topics:
+                for p in t.partitions:
+                    raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
+                    result[p.partition_index] = [
+                        ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
+                                     s.last_timestamp, s.coordinator_epoch,
+                                     s.current_txn_start_offset)
+                        for s in p.active_producers
+                    ]
         return result
 
 

@@ -1,0 +1,223 @@
+"""KIP-890 part 1 in cluster mode: a partition leader asks the transactional id's
+coordinator, on whichever broker it is, whether a transactional batch's partition is in the
+producer's ongoing transaction, before the batch begins a transaction there (Kafka's
+AddPartitionsToTxnManager).
+
+The coordinator is the leader of ``__transaction_state-<partition_for(id)>`` in the cluster's
+metadata (``coordinator_of``). On this broker it is asked in process
+(TransactionCoordinator.verify); elsewhere with AddPartitionsToTxn v4 ``verify_only`` over
+the inter-broker channel, once per produce request for all its partitions that need it,
+before any of them is appended (``ahead``; the produce's own ``verify`` then reads the
+answers, ``__call__``). TxnOffsetCommit asks the same way (``verify``).
+
+The coordinator's answers, as the producer is answered (``for_producer``, Kafka's mapping):
+
+    | # | the coordinator's answer                              | the produce is answered   |
+    |---|-------------------------------------------------------|---------------------------|
+    |V1 | NONE                                                  | appended                  |
+    |V2 | no coordinator now (no leader), no answer (connection | NOT_ENOUGH_REPLICAS       |
+    |   | lost, timed out: NETWORK_EXCEPTION), NOT_COORDINATOR, | (retriable, and no        |
+    |   | COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROG., | metadata refresh)         |
+    |   | CONCURRENT_TRANSACTIONS                               |                           |
+    |V3 | PRODUCER_FENCED                                       | INVALID_PRODUCER_EPOCH    |
+    |V4 | the request refused as a whole: CLUSTER_AUTHORIZATION | INVALID_TXN_STATE         |
+    |   | _FAILED                                               |                           |
+    |V5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
+    |   | _MAPPING, INVALID_PRODUCER_EPOCH, ...)                |                           |
+
+Until the coordinators move with the leadership of their internal partitions (issue 24's
+``coordmove``), ``__transaction_state`` is each broker's own and not in the cluster's
+metadata, and every broker is the coordinator of the ids its clients asked it about: the
+coordinator is then the broker whose coordinator knows the producer
+(``interim_ask_every_broker``): this one when it does, else the first other broker whose
+answer is not INVALID_PRODUCER_ID_MAPPING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster import znodes as zn
+from ..coordinator.internal_log import partition_for
+from ..protocol.api_versions import ADD_PARTITIONS_TO_TXN
+from ..protocol.messages import Request
+from ..protocol.schema import build, request_module
+from .inter_broker import InterBrokerChannel, InterBrokerError
+from .topics import TRANSACTION_STATE_TOPIC
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+TopicPartition = tuple[str, int]
+VERIFY_VERSION = 4
+_RETRIABLE = (E.network_exception, E.not_coordinator, E.coordinator_not_available,
+              E.coordinator_load_in_progress, E.concurrent_transactions)
+_Key = tuple[str, int, int, str, int]  # transactional id, producer id, epoch, topic, partition
+
+
+def for_producer(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
+    """Rows V1-V5."""
+    if whole_request and error is E.cluster_authorization_failed:
+        return E.invalid_txn_state
+    if error in _RETRIABLE:
+        return E.not_enough_replicas
+    if error is E.producer_fenced:
+        return E.invalid_producer_epoch
+    return error
+
+
+def _transactional_batch(records) -> tuple[int, int] | None:
+    """(producer id, epoch) of a RecordBatch v2 whose attributes say transactional."""
+    if records is None or len(records) < 61 or records[16] != 2 or not records[22] & 0x10:
+        return None
+    return (int.from_bytes(records[43:51], "big", signed=True),
+            int.from_bytes(records[51:53], "big", signed=True))
+
+
+class TxnVerification:
+    def __init__(self, broker, channel: InterBrokerChannel) -> None:
+        self.broker = broker
+        self.channel = channel
+        self._answers: dict[_Key, ErrorCode] = {}
+
+    # --- the produce path ----------------------------------------------------------------
+
+    def __call__(self, txn_id: str | None, producer_id: int, epoch: int, topic: str,
+                 partition: int) -> ErrorCode:
+        """The produce's verify (produce.TxnVerifier): the answer ``ahead`` fetched, else
+        the coordinator on this broker's."""
+        answer = self._answers.get((txn_id or "", producer_id, epoch, topic, partition))
+        if answer is not None:
+            return answer
+        return self.broker.transactions.verify(txn_id, producer_id, epoch, topic, partition)
+
+    def ahead(self, request: Request) -> Coroutine[Any, Any, list[_Key]] | None:
+        """For a transactional produce whose coordinator is elsewhere: the verification of
+        every partition it would begin a transaction in, to await before the appends
+        (its keys, to ``forget`` after); None when nothing is to be asked away."""
+        body = request.body
+        txn_id = body.transactional_id
+        if not txn_id:
+            return None
+        wanted: dict[tuple[int, int], list[TopicPartition]] = {}
+        for topic_data in body.topic_data:
+            name = topic_data.name
+            if name is None:
+                topic = self.broker.topics.by_id(topic_data.topic_id)
+                name = None if topic is None else topic.name
+            for pdata in topic_data.partition_data:
+                identity = _transactional_batch(pdata.records)
+                partition = None if identity is None or name is None \
+                    else self.broker.topics.partition(name, pdata.index)
+                if partition is None or partition.replication is None \
+                        or not partition.replication.is_leader:
+                    continue
+                try:
+                    if partition.state.in_transaction(identity[0]):
+                        continue  # T3: verified when its transaction began here
+                except OSError:
+                    continue  # the append answers the disk's error
+                wanted.setdefault(identity, []).append((name, pdata.index))
+        if not wanted:
+            return None
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator == self.broker.broker_id:
+            return None
+        if coordinator is None and all(
+                self.broker.transactions.verify(txn_id, pid, epoch, *tps[0])
+                is not E.invalid_producer_id_mapping for (pid, epoch), tps in wanted.items()):
+            return None  # INTERIM: the producer's coordinator is this broker's
+        return self._fetch(txn_id, coordinator, wanted)
+
+    async def _fetch(self, txn_id: str, coordinator: int | None,
+                     wanted: dict[tuple[int, int], list[TopicPartition]]) -> list[_Key]:
+        keys = []
+        for (pid, epoch), tps in wanted.items():
+            answers = await self.verify(txn_id, pid, epoch, tps, coordinator)
+            for tp, error in answers.items():
+                key = (txn_id, pid, epoch, *tp)
+                self._answers[key] = error
+                keys.append(key)
+        return keys
+
+    def forget(self, keys: list[_Key]) -> None:
+        for key in keys:
+            self._answers.pop(key, None)
+
+    # --- asking the coordinator ----------------------------------------------------------
+
+    def coordinator_of(self, txn_id: str) -> int | None:
+        """The leader of the id's ``__transaction_state`` partition (zn.NO_LEADER: none now);
+        None when the cluster's metadata has no such topic (INTERIM: before coordmove)."""
+        image = self.broker.cluster_mode.cache.image.get(TRANSACTION_STATE_TOPIC)
+        if image is None or not image.partitions:
+            return None
+        return image.partitions[partition_for(txn_id, len(image.partitions))].leader
+
+    async def verify(self, txn_id: str, producer_id: int, epoch: int,
+                     partitions: list[TopicPartition], coordinator: int | None = -1
+                     ) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` -1: look
+        it up."""
+        if coordinator == -1:
+            coordinator = self.coordinator_of(txn_id)
+        if coordinator == self.broker.broker_id:
+            local = self.broker.transactions.verify
+            return {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+        if coordinator is None:
+            return await self.interim_ask_every_broker(txn_id, producer_id, epoch, partitions)
+        if coordinator == zn.NO_LEADER:
+            return dict.fromkeys(partitions, for_producer(E.coordinator_not_available))
+        return await self._ask(coordinator, txn_id, producer_id, epoch, partitions)
+
+    async def interim_ask_every_broker(
+            self, txn_id: str, producer_id: int, epoch: int,
+            partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        local = self.broker.transactions.verify
+        mine = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+        if any(e is not E.invalid_producer_id_mapping for e in mine.values()):
+            return mine
+        others = sorted(b.broker_id for b in self.broker.cluster.brokers
+                        if b.broker_id != self.broker.broker_id)
+        answers = await asyncio.gather(*(self._ask(b, txn_id, producer_id, epoch, partitions)
+                                         for b in others))
+        for answer in answers:
+            if any(e not in (E.invalid_producer_id_mapping, E.not_enough_replicas)
+                   for e in answer.values()):
+                return answer
+        for answer in answers:  # nobody knows it, or someone could not be asked
+            if any(e is E.not_enough_replicas for e in answer.values()):
+                return answer
+        return mine
+
+    async def _ask(self, coordinator: int, txn_id: str, producer_id: int, epoch: int,
+                   partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        mod = request_module(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            by_topic.setdefault(topic, []).append(index)
+        body = build(mod.AddPartitionsToTxnRequest, transactions=(build(
+            mod.AddPartitionsToTxnTransaction, transactional_id=txn_id,
+            producer_id=producer_id, producer_epoch=epoch, verify_only=True,
+            topics=tuple(build(mod.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())),))
+        try:
+            answer = await self.channel.call(coordinator, ADD_PARTITIONS_TO_TXN,
+                                             VERIFY_VERSION, body)
+        except InterBrokerError as exc:
+            log.info("verifying transactional id %s with broker %d: %s", txn_id,
+                     coordinator, exc)
+            return dict.fromkeys(partitions, for_producer(E.network_exception))
+        if answer.error_code != E.none:
+            log.error("verifying transactional id %s: broker %d answered %s", txn_id,
+                      coordinator, E(answer.error_code).name)
+            return dict.fromkeys(partitions, for_producer(E(answer.error_code), True))
+        got = {(t.name, p.partition_index): E(p.partition_error_code)
+               for r in answer.results_by_transaction for t in r.topic_results
+               for p in t.results_by_partition}
+        return {tp: for_producer(got.get(tp, E.none)) for tp in partitions}

@@ -1,0 +1,139 @@
+"""The inter-broker channel (broker/inter_broker.py) against a real broker and against a
+peer that never answers, and the decision tables of the markers sent across brokers
+(broker/txn_marker_sender.py, rows S1-S4) and of KIP-890 verification with a remote
+coordinator (broker/txn_verification.py, rows V1-V5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from oncelog.broker.inter_broker import InterBrokerChannel, InterBrokerError
+from oncelog.broker.txn_marker_sender import outcome
+from oncelog.broker.txn_verification import for_producer
+from oncelog.protocol.api_versions import API_VERSIONS_KEY, METADATA
+from oncelog.protocol.schema import build, request_module
+
+E = ErrorCode
+
+
+def _plain(endpoint_of):
+    """An opener of plain TCP connections to ``endpoint_of(broker id)`` (None: unregistered,
+    refused as inter_broker_connect.endpoint_of refuses it)."""
+    async def open_to(broker_id: int):
+        endpoint = endpoint_of(broker_id)
+        if endpoint is None:
+            raise ConnectionError(f"broker {broker_id} is not registered")
+        return await asyncio.open_connection(*endpoint)
+    return open_to
+
+
+def _api_versions():
+    mod = request_module(API_VERSIONS_KEY, 3)
+    return build(mod.ApiVersionsRequest, client_software_name="oncelog-test",
+                 client_software_version="1")
+
+
+def _metadata():
+    mod = request_module(METADATA, 12)
+    return build(mod.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                 include_topic_authorized_operations=False,
+                 include_cluster_authorized_operations=False)
+
+
+def test_overlapping_calls_on_one_connection_each_get_their_answer(broker):
+    async def run():
+        channel = InterBrokerChannel(
+            7, _plain(lambda b: ("127.0.0.1", broker.port) if b == 1 else None))
+        try:
+            answers = await asyncio.gather(*(
+                channel.call(1, API_VERSIONS_KEY, 3, _api_versions()) if i % 2 else
+                channel.call(1, METADATA, 12, _metadata()) for i in range(20)))
+            assert len(channel._connections) == 1  # one connection, pipelined
+            for i, answer in enumerate(answers):
+                assert hasattr(answer, "api_keys") == bool(i % 2)
+                assert answer.error_code == E.none if i % 2 else answer.brokers
+            with pytest.raises(InterBrokerError, match="not registered"):
+                await channel.call(2, API_VERSIONS_KEY, 3, _api_versions())
+        finally:
+            channel.close()
+        with pytest.raises(InterBrokerError, match="shutting down"):
+            await channel.call(1, API_VERSIONS_KEY, 3, _api_versions())
+
+    asyncio.run(run())
+
+
+def test_a_peer_that_never_answers_times_out_and_is_connected_again():
+    async def run():
+        accepted = []
+
+        async def silent(reader, writer):
+            accepted.append(writer)
+            await reader.read()  # reads everything, answers nothing
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        channel = InterBrokerChannel(7, _plain(lambda b: ("127.0.0.1", port)), timeout_s=0.2)
+        try:
+            for attempt in (1, 2):
+                with pytest.raises(InterBrokerError):
+                    await channel.call(3, API_VERSIONS_KEY, 3, _api_versions())
+                assert len(accepted) == attempt  # the timed-out connection was dropped
+            # after a loss the next attempt waits reconnect.backoff.ms, doubling
+            assert channel._backoff[3][1] == 0.05
+        finally:
+            channel.close()
+            for writer in accepted:
+                writer.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_connecting_nowhere_backs_off_doubling_to_a_bound():
+    async def run():
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()  # nothing listens there now
+        channel = InterBrokerChannel(7, _plain(lambda b: ("127.0.0.1", port)))
+        delays = []
+        for _ in range(6):
+            with pytest.raises(InterBrokerError):
+                await channel.call(2, API_VERSIONS_KEY, 3, _api_versions())
+            delays.append(channel._backoff[2][1])
+            channel._backoff[2] = (0.0, channel._backoff[2][1])  # no need to wait it out
+        channel.close()
+        assert delays == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+
+    asyncio.run(run())
+
+
+def test_each_marker_answer_is_one_row():
+    """Rows S1-S4 of txn_marker_sender: written, skipped (a deleted topic), given up
+    (fenced), or asked again."""
+    for error in ErrorCode:
+        known, gone = outcome(error, True), outcome(error, False)
+        if error is E.none:
+            assert known == gone == "written"
+        elif error is E.unknown_topic_or_partition:
+            assert (known, gone) == ("again", "skipped")
+        elif error in (E.invalid_producer_epoch, E.transaction_coordinator_fenced):
+            assert known == gone == "given up"
+        else:
+            assert known == gone == "again", error
+
+
+def test_each_verification_answer_is_one_row():
+    """Rows V1-V5 of txn_verification, as Kafka answers the producer."""
+    retriable = {E.network_exception, E.not_coordinator, E.coordinator_not_available,
+                 E.coordinator_load_in_progress, E.concurrent_transactions}
+    for error in ErrorCode:
+        expected = E.not_enough_replicas if error in retriable \
+            else E.invalid_producer_epoch if error is E.producer_fenced else error
+        assert for_producer(error) is expected
+        whole = E.invalid_txn_state if error is E.cluster_authorization_failed else expected
+        assert for_producer(error, whole_request=True) is whole

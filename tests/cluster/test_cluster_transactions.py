@@ -1,0 +1,345 @@
+"""Transactions across the brokers of a three-broker cluster (issue 24): a transaction spans
+partitions led by different brokers, so its coordinator sends the COMMIT / ABORT markers to
+each partition's leader (WriteTxnMarkers over the inter-broker channel), retried through a
+leader's death until the new leader takes them, and each partition leader verifies a
+transactional produce with the coordinator wherever it is (KIP-890 part 1).
+
+Until the coordinators move with their internal partitions (``coordmove``), every broker is
+the coordinator of the transactional ids its clients asked it about; the tests kill only
+brokers that coordinate nothing of theirs."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from kio.schema.errors import ErrorCode
+from support import txn_wire
+from support.acl_wire import AUTHORIZER
+from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
+from support.waits import wait_for
+
+import oncelog
+from oncelog.client.admin.admin import Admin
+from oncelog.client.network.connection import BrokerConnection, KafkaError
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+SPAN = "span"  # three partitions, led by brokers 1, 2, 3
+COPIER = Path(__file__).resolve().parents[1] / "support" / "txn_copier.py"
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = TxnCluster(zookeeper, tmp_path_factory.mktemp("txnremote"), "txnremote")
+    running.create(SPAN, [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    yield running
+    running.close()
+
+
+@contextlib.contextmanager
+def pinned_producer(cluster: TxnCluster, txn_id: str):
+    """oncelog's transactional producer bootstrapped at broker 1 alone: it asks broker 1
+    for its coordinator, and (until coordmove) broker 1 names itself."""
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(1),
+                           "transactional.id": txn_id, "linger.ms": 5}) as producer:
+        producer.init_transactions(TIMEOUT)
+        yield producer
+
+
+def settled(cluster: TxnCluster, topic: str, partitions: int) -> list[int]:
+    """Wait until every partition's last stable offset reached its high watermark (no
+    transaction open anywhere); the high watermarks."""
+    bootstrap = cluster.bootstrap()
+
+    def caught_up():
+        try:
+            high = end_offsets(bootstrap, topic, partitions, committed=False)
+            stable = end_offsets(bootstrap, topic, partitions, committed=True)
+        except KafkaException:  # a leader moving: asked again
+            return None
+        return high if stable == high else None
+
+    return wait_for(caught_up, TIMEOUT, f"the last stable offsets of {topic}")
+
+
+def coordinator_of(cluster: TxnCluster, txn_id: str) -> int:
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        listed = admin.list_transactions()
+    return next(b for b, txns in listed.items()
+                if any(t.transactional_id == txn_id for t in txns))
+
+
+def find_hanging(cluster: TxnCluster, topic: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
+         "--max-transaction-timeout", "0", "--bootstrap-server", cluster.bootstrap()],
+        capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_transactions_span_partitions_led_by_three_brokers(cluster):
+    """oncelog's transactional producer, its coordinator on broker 1: each transaction
+    writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's read_committed
+    reader sees the committed ones once and none of the aborted, and every leader's last
+    stable offset reaches its end.
+
+    CONFLUENT-PRODUCER: once coordmove lands (FindCoordinator names the leader of the id's
+    ``__transaction_state`` partition), confluent-kafka's producer writes these transactions
+    too; until then every broker answers FindCoordinator with itself, and librdkafka, which
+    asks again from time to time whichever broker it likes, moves its transactional id to a
+    broker that never saw it (INVALID_PRODUCER_ID_MAPPING)."""
+    before = settled(cluster, SPAN, 3)
+    earlier = read_committed(cluster.bootstrap(), SPAN, 3)
+    expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    with pinned_producer(cluster, "span-oncelog") as own:
+        for n, commit in ((0, True), (1, False), (2, True), (3, False)):
+            own.begin_transaction()
+            for p in range(3):
+                value = b"o%d-%d" % (n, p)
+                own.produce(SPAN, value=value, partition=p)
+                if commit:
+                    expected[p].append(value)
+            if commit:
+                own.commit_transaction(TIMEOUT)
+            else:
+                own.abort_transaction(TIMEOUT)
+    assert coordinator_of(cluster, "span-oncelog") == 1
+    after = settled(cluster, SPAN, 3)
+    assert all(after[p] > before[p] for p in range(3))
+    found = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert {p: found[p][len(earlier[p]):] for p in range(3)} == expected
+    assert cluster.leaders(SPAN) == [1, 2, 3]
+
+
+def test_a_transactional_write_is_verified_with_the_coordinator_on_another_broker(cluster):
+    """KIP-890 part 1 across brokers: a partition's leader asks the transaction's
+    coordinator (broker 1) whether the partition is in the transaction: a write to one added
+    is appended, a write to one never added is refused INVALID_TXN_STATE and stores nothing;
+    DescribeProducers is answered by the leader alone."""
+    leaders = cluster.leaders(SPAN)
+    added, stray = (p for p, leader in enumerate(leaders) if leader != 1)
+    conns = {b: BrokerConnection("127.0.0.1", cluster.brokers[b].port, client_id="t",
+                                 timeout=30) for b in (1, 2, 3)}
+    try:
+        error, pid, epoch = txn_wire.init_producer_id(conns[1], "verified-remotely")
+        assert error is ErrorCode.none
+        assert txn_wire.add_partitions(conns[1], "verified-remotely", pid, epoch,
+                                       [(SPAN, added)]) == {(SPAN, added): ErrorCode.none}
+        high = end_offsets(cluster.bootstrap(), SPAN, 3, committed=False)
+        assert txn_wire.produce_txn(conns[leaders[stray]], "verified-remotely", SPAN, stray,
+                                    pid, epoch, 0, [b"stray"]) is ErrorCode.invalid_txn_state
+        assert txn_wire.produce_txn(conns[leaders[added]], "verified-remotely", SPAN, added,
+                                    pid, epoch, 0, [b"added"]) is ErrorCode.none
+        assert end_offsets(cluster.bootstrap(), SPAN, 3, committed=False)[stray] == high[stray]
+        follower = next(b for b in (1, 2, 3) if b != leaders[added])
+        assert describe_producers_error(conns[follower], SPAN, added) \
+            is ErrorCode.not_leader_or_follower
+        assert describe_producers_error(conns[leaders[added]], SPAN, added) is ErrorCode.none
+        assert txn_wire.end_txn(conns[1], "verified-remotely", pid, epoch, False)[0] \
+            is ErrorCode.none
+    finally:
+        for conn in conns.values():
+            conn.close()
+    settled(cluster, SPAN, 3)
+
+
+def describe_producers_error(conn: BrokerConnection, topic: str, partition: int) -> ErrorCode:
+    answer = conn.call(apis.DESCRIBE_PRODUCERS, lambda mod, v: build(
+        mod.DescribeProducersRequest, topics=(build(mod.TopicRequest, name=topic,
+                                                    partition_indexes=(partition,)),)))
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+
+def test_a_stale_coordinator_epoch_is_fenced(cluster):
+    """WriteTxnMarkers to a partition's leader with a coordinator epoch older than the last
+    marker it took for the producer: TRANSACTION_COORDINATOR_FENCED (producer_state's M3)."""
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(),
+                           "enable.idempotence": True}) as idempotent:
+        idempotent.produce(SPAN, value=b"not in a transaction", partition=1)
+        idempotent.flush(TIMEOUT)
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        producer = next(p for p in admin.describe_producers(SPAN, [1])[1]
+                        if p.current_txn_start_offset < 0 and p.coordinator_epoch < 0)
+        admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch, 7)
+        with pytest.raises(KafkaError) as refused:
+            admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch, 6)
+        assert refused.value.error == ErrorCode.transaction_coordinator_fenced
+        # a follower does not answer for the partition's producers
+        assert [p.coordinator_epoch for p in admin.describe_producers(SPAN, [1])[1]
+                if p.producer_id == producer.producer_id] == [7]
+    # the followers replayed the marker: its new leader fences the stale epoch as well
+    leader = cluster.leaders(SPAN)[1]
+    cluster.kill(leader, SPAN, 1)
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        refused = wait_for(lambda: _abort_error(admin, producer, 6), TIMEOUT,
+                           "an answer from the new leader")
+        assert refused == ErrorCode.transaction_coordinator_fenced
+    cluster.bring_back(leader, [SPAN])
+
+
+def _abort_error(admin: Admin, producer, coordinator_epoch: int) -> ErrorCode | None:
+    """WriteTxnMarkers' answer for span-1 (None: the leadership still moving)."""
+    try:
+        admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch,
+                                coordinator_epoch)
+    except KafkaError as exc:
+        if exc.error in (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available):
+            return None
+        return exc.error
+    return ErrorCode.none
+
+
+def test_a_partition_deleted_before_its_marker_is_skipped(cluster):
+    """A topic of the transaction deleted between its records and the commit: the
+    coordinator finds no leader for it (the cluster's metadata has it no more), skips its
+    marker as Kafka does, writes the others and completes the transaction."""
+    cluster.create("doomed", [[2, 3, 1]])
+    before = read_committed(cluster.bootstrap(), SPAN, 3)
+    with pinned_producer(cluster, "doomed-txn") as producer:
+        producer.begin_transaction()
+        producer.produce("doomed", value=b"lost with its topic", partition=0)
+        producer.produce(SPAN, value=b"kept", partition=2)
+        producer.flush(TIMEOUT)
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+            admin.delete_topic("doomed")
+        wait_for(lambda: not cluster.zk.exists("/brokers/topics/doomed"), TIMEOUT,
+                 "the topic deleted")
+        producer.commit_transaction(TIMEOUT)
+    with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+        wait_for(lambda: admin.describe_transactions(["doomed-txn"])["doomed-txn"].state
+                 == "CompleteCommit", TIMEOUT, "the transaction completed")
+    settled(cluster, SPAN, 3)
+    after = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert after[2][len(before[2]):] == [b"kept"]
+
+
+def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
+    """The leader of one partition of a transaction is SIGKILLed after the transaction's
+    records are acknowledged and before it commits: the coordinator's marker for that
+    partition is retried until the controller elected a new leader, which takes it; the
+    read_committed output is the committed input once, and nothing hangs."""
+    before = read_committed(cluster.bootstrap(), SPAN, 3)
+    with pinned_producer(cluster, "span-kill") as producer:
+        producer.begin_transaction()
+        for p in range(3):
+            producer.produce(SPAN, value=b"k-%d" % p, partition=p)
+        producer.flush(TIMEOUT)
+        assert coordinator_of(cluster, "span-kill") == 1
+        victim = next(p for p, leader in enumerate(cluster.leaders(SPAN)) if leader != 1)
+        leader = cluster.leaders(SPAN)[victim]
+        cluster.brokers[leader].kill()  # the marker's first attempts find no one there
+        producer.commit_transaction(TIMEOUT)
+    new_leader = wait_for(lambda: (lead := cluster.state(SPAN, victim)["leader"])
+                          not in (leader, -1) and lead, TIMEOUT, "a new leader")
+    assert new_leader != leader
+    settled(cluster, SPAN, 3)
+    after = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert {p: after[p][len(before[p]):] for p in range(3)} == \
+        {p: [b"k-%d" % p] for p in range(3)}
+    assert find_hanging(cluster, SPAN).strip().count("\n") == 0  # the header only
+    cluster.bring_back(leader, [SPAN])
+
+
+def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tmp_path):
+    """Kafka's transactions system test as far as the coordinators stay put: oncelog's
+    client copies an input topic to an output topic in transactions with its consumer
+    offsets, its coordinators on broker 1, while the leaders of the output partitions
+    (brokers 2 and 3) are SIGKILLed in turn; the read_committed output is the input once and
+    in order per partition."""
+    records = 600
+    cluster.create("copy-in", [[1, 2, 3], [1, 3, 2]])
+    cluster.create("copy-out", [[2, 1, 3], [3, 1, 2]])
+    with oncelog.Producer({"bootstrap.servers": cluster.bootstrap()}) as plain:
+        for i in range(records):
+            for p in range(2):
+                plain.produce("copy-in", value=b"%d-%05d" % (p, i), partition=p)
+        plain.flush(TIMEOUT)
+    gate = tmp_path / "gate"
+
+    def open_gate(limit: int) -> None:
+        tmp = tmp_path / "gate.tmp"
+        tmp.write_text(str(limit))
+        tmp.rename(gate)
+
+    open_gate(records // 2)
+    copier_log = open(tmp_path / "copier.log", "wb")
+
+    def start_copier() -> subprocess.Popen:
+        # bootstrap: broker 1 alone, so the copier's coordinators are broker 1's
+        return subprocess.Popen(
+            [sys.executable, str(COPIER), "oncelog", cluster.bootstrap(1), "copy-in",
+             "copy-out", "copy-group", "copy-txn", f"{records},{records}", str(gate)],
+            stdout=copier_log, stderr=copier_log)
+
+    copier = start_copier()
+    deadline = time.monotonic() + 120
+
+    def step(done) -> None:
+        """Restart the copier when it stopped for an abortable error; until ``done``."""
+        nonlocal copier
+        while not done() and time.monotonic() < deadline:
+            code = copier.poll()
+            if code == 3:
+                copier = start_copier()
+            else:
+                assert code is None, f"the copier exited {code}"
+            time.sleep(0.05)
+
+    def committed_sum() -> int:
+        with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+            try:
+                offsets = admin.list_group_offsets("copy-group")
+            except KafkaError:
+                return 0
+        return sum(max(0, o.offset) for o in offsets.values())
+
+    step(lambda: committed_sum() >= records // 2)
+    # Each kill lands as the copier starts its next transactions (the gate just opened).
+    # KILL-COORDINATOR: once coordmove lands, the transaction coordinator (broker 1) is
+    # killed here too, in turn with the output leaders.
+    for victim, p, limit in ((2, 0, records), (3, 1, 3 * records // 2)):
+        open_gate(limit)
+        cluster.kill(victim, "copy-out", p)
+        step(lambda limit=limit: committed_sum() >= limit)
+        cluster.bring_back(victim, ["copy-out", SPAN])
+    open_gate(10 * records)
+    step(lambda: copier.poll() is not None)
+    assert copier.wait(TIMEOUT) == 0, (tmp_path / "copier.log").read_text()
+    settled(cluster, "copy-out", 2)
+    out = read_committed(cluster.bootstrap(), "copy-out", 2)
+    assert out == {p: [b"copied:%d-%05d" % (p, i) for i in range(records)] for p in range(2)}
+
+
+def test_write_txn_markers_from_a_client_is_refused_under_an_authorizer(zookeeper,
+                                                                       start_broker):
+    """WriteTxnMarkers is a broker's request: on a cluster with an authorizer, a client
+    without ClusterAction gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the
+    partition's producers are left as they were."""
+    broker = start_broker(**{"broker.id": "1", "zookeeper.connect":
+                             zookeeper.chroot("txnremote-acl"),
+                             "authorizer.class.name": AUTHORIZER})
+
+    def make(mod, version):
+        return build(mod.WriteTxnMarkersRequest, markers=(build(
+            mod.WritableTxnMarker, producer_id=1, producer_epoch=0, transaction_result=False,
+            coordinator_epoch=0, transaction_version=0,
+            topics=(build(mod.WritableTxnMarkerTopic, name="t", partition_indexes=(0, 1)),)),))
+
+    conn = BrokerConnection("127.0.0.1", broker.port, client_id="not-a-broker", timeout=30)
+    try:
+        answer = conn.call(apis.WRITE_TXN_MARKERS, make)
+    finally:
+        conn.close()
+    assert [(t.name, p.partition_index, p.error_code) for m in answer.markers
+            for t in m.topics for p in t.partitions] == [
+        ("t", 0, ErrorCode.cluster_authorization_failed),
+        ("t", 1, ErrorCode.cluster_authorization_failed)]
