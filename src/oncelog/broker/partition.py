@@ -495,7 +495,13 @@ class Partition:
                 plog.append([batch], [header])
             except LogDirFailure as exc:
                 raise self.log_dir.fail(exc) from exc
-            epochs.assign(header.partition_leader_epoch, header.base_offset)
+            try:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
+            except OSError as exc:
+                # The batch is in the log, where its epoch starts is not on disk: a restart
+                # would truncate by epochs that do not say so (Kafka: the directory goes
+                # offline when a checkpoint cannot be written).
+                raise self.log_dir.fail(exc) from exc
             if header.has_producer_id:
                 self._replay(plog, state, header, now)
             taken = position + header.size
