@@ -2,6 +2,7 @@
 as ``oncelog cluster up`` starts them (its helpers), on free ports, with data in a temporary
 directory (or ``--data-dir``, kept); the scenario may kill, pause, resume and start each
 broker (chaos/failover.py's ``Cluster``). Everything is stopped when it ends, however it ends.
+bench/replication.py measures on it too.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def _free_port() -> int:
 
 
 class LocalCluster:
-    def __init__(self, data_dir: str | None, brokers: int = 3) -> None:
+    def __init__(self, data_dir: str | None, brokers: int = 3,
+                 settings: list[str] | None = None) -> None:
         self.keep = data_dir is not None
+        self.settings = SETTINGS if settings is None else settings
         self.data = Path(data_dir or tempfile.mkdtemp(prefix="oncelog-failover-")).resolve()
         self.data.mkdir(parents=True, exist_ok=True)
         self.ids = list(range(1, brokers + 1))
@@ -53,7 +56,7 @@ class LocalCluster:
         return self
 
     def _spawn(self, broker_id: int, port: int) -> subprocess.Popen:
-        return _start_broker(broker_id, port, self.data, self.connect, SETTINGS)
+        return _start_broker(broker_id, port, self.data, self.connect, self.settings)
 
     def _announced(self, broker_id: int) -> None:
         found = wait_for_ports(self.procs[broker_id], START_TIMEOUT_S)
@@ -69,6 +72,10 @@ class LocalCluster:
         proc = self.procs[broker_id]
         proc.kill()
         proc.wait(START_TIMEOUT_S)
+
+    def stop(self, broker_id: int) -> None:
+        """SIGTERM: a controlled shutdown (its leaderships handed over first)."""
+        _stop([(f"broker {broker_id}", self.procs[broker_id])])
 
     def pause(self, broker_id: int) -> None:
         os.kill(self.procs[broker_id].pid, signal.SIGSTOP)
