@@ -8,7 +8,9 @@ ZooKeeper); the controller elects a new leader from the ISR once the old leader'
 expires; librdkafka's idempotent producer (acks=all) moves on to it; healed, the old leader
 registers again, truncates what only it had and follows. A broker cut off from ZooKeeper
 only leaves every ISR and leads nothing, and, still fetching, is not put back into an ISR
-while it is not registered (KIP-841); healed, it comes back. Read back, every partition holds
+while it is not registered (KIP-841); healed, it comes back. A follower cut off from its
+leader alone leaves the ISR after replica.lag.time.max.ms, acks=all goes on with the two in
+sync, and healed it catches up and is back. Read back, every partition holds
 every acknowledged record once, in order, at the offset its acknowledgement named.
 """
 
@@ -276,3 +278,34 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
     send(50)
     producer.flush()
     check_exactly_once(net, producer, counts)
+
+
+def test_follower_cut_off_from_its_leader_only_leaves_the_isr_and_comes_back(net):
+    """A partition between two brokers: the follower still reaches ZooKeeper, the other
+    follower and the clients, not its leader. It stays registered; the leader takes it out of
+    the ISR after replica.lag.time.max.ms and acks=all goes on with the two left
+    (min.insync.replicas 2); healed, it catches up and the leader puts it back."""
+    topic = "cut-link"
+    net.create(topic, 1)
+    state = net.state(topic, 0)
+    leader = state["leader"]
+    follower = next(b for b in state["isr"] if b != leader)
+    producer = Acked(net.bootstrap(), topic)
+    producer.send(0, range(0, 200))
+    producer.flush()
+    heal = net.topology.isolate(f"b{leader}", [f"b{follower}"])
+    try:
+        producer.send(0, range(200, 400))
+        wait_for(lambda: follower not in net.state(topic, 0)["isr"], TIMEOUT,
+                 f"broker {follower} out of the ISR")
+        producer.send(0, range(400, 600))
+        producer.flush()  # acknowledged by the two in sync
+        after = net.state(topic, 0)
+        assert after["leader"] == leader and after["leader_epoch"] == state["leader_epoch"]
+        assert follower in net.registered()  # its ZooKeeper session never went
+    finally:
+        heal()
+    wait_for(lambda: follower in net.state(topic, 0)["isr"], TIMEOUT,
+             f"broker {follower} caught up, back in the ISR")
+    assert net.log_of(follower, topic, 0) == net.log_of(leader, topic, 0)
+    check_exactly_once(net, producer, {0: 600})
