@@ -5,8 +5,9 @@ producer writes with acks=all (a server of this module's own: the session's is s
 then a broker, the leader of the partition written, paused with SIGSTOP past
 ``zookeeper.session.timeout.ms`` while the producer writes: its session expires, the
 controller elects another leader, and after SIGCONT the broker registers again on a new
-session and rejoins as a follower. Through both, every acknowledged record is read back
-once, in order, at the offset its acknowledgement named.
+session and rejoins as a follower; resumed, it acknowledges nothing more. Through both,
+every acknowledged record is read back once, in order, at the offset its acknowledgement
+named.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,6 +23,10 @@ from kazoo.client import KazooClient
 from support.brokers import BrokerProcess, read_to_end
 from support.waits import wait_for
 from support.zookeepers import ZooKeeperServer
+
+from oncelog.client.network import calls
+from oncelog.client.network.connection import KafkaError, connect
+from oncelog.protocol.records import encode_batch
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -165,6 +171,14 @@ def test_leader_session_expired_rejoins_as_follower(cluster):
         producer.flush()  # on the new leader, while the old one is still paused
     finally:
         os.kill(pid, signal.SIGCONT)
+    # Resumed, the old leader acknowledges nothing: whether it has yet learnt of its expired
+    # session and the new leader or not, nobody fetches from it any more.
+    with connect(cluster.brokers[stopped].bootstrap, timeout=TIMEOUT) as conn:
+        with pytest.raises(KafkaError) as refused:
+            calls.produce(conn, topic, 0, encode_batch(
+                [(None, b"zombie", (), int(time.time() * 1000))]), timeout_ms=2000)
+    assert refused.value.code().name in ("not_leader_or_follower", "request_timed_out",
+                                         "not_enough_replicas")
     wait_for(lambda: stopped in cluster.registered(), TIMEOUT, f"broker {stopped} registered")
     assert cluster.zk.exists(f"/brokers/ids/{stopped}").ephemeralOwner != owner  # a new session
     wait_for(lambda: stopped in cluster.state(topic)["isr"], TIMEOUT,
