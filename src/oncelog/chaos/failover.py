@@ -155,8 +155,9 @@ def run_failover(cluster: Cluster, topic: str | None = None) -> Outcome:
             cluster.pause(b)
         try:
             # a fetch each follower had waiting is answered (empty) within its max wait,
-            # into the paused follower's socket: after that, nothing carries X to it
-            time.sleep(FETCH_WAIT_S * 3)
+            # into the paused follower's socket: after that, nothing carries X to it (ten
+            # times the wait: a loaded leader answers late)
+            time.sleep(FETCH_WAIT_S * 10)
             x = producer.batch("X", 151, 154)
             error, _ = producer.send(x, " - followers paused", timeout_ms=500)
             note(Step("broker-note", f"broker {leader} stored X alone: {error.name.upper()}, "
