@@ -150,7 +150,8 @@ def test_partition_filter_counts_only_that_partition(broker, proxy):
 
 # --- the seeds' flows -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+# failover kills brokers of a cluster of its own: tests/cluster/test_failover_scenario.py
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n != "failover"])
 def test_seed_flow(broker, name, tmp_path):
     outcome = run_scenario(name, broker.bootstrap)
     assert outcome.passed, outcome.verdict

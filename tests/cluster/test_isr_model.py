@@ -6,7 +6,8 @@
   the leader's log end, every ISR member has everything below it, a follower caught up
   within replica.lag.time.max.ms stays in the ISR and one behind longer leaves it, and an
   acks=all produce is acknowledged exactly when the high watermark passed it with
-  min.insync.replicas in the ISR.
+  min.insync.replicas in the ISR; a follower whose registration is gone (its ZooKeeper
+  session lost) never joins the ISR, however caught up it fetches (KIP-841).
 - Truncation: a follower whose log diverged from its leader's after a common prefix (it led
   an epoch the leader never saw all of) truncates, over OffsetForLeaderEpoch rounds
   (isr.truncation_point with the real LeaderEpochCache on both sides), to exactly that
@@ -45,6 +46,7 @@ class LeaderModel(RuleBasedStateMachine):
         self.state.followers = {b: isr.FollowerView(-1, 0) for b in (F1, F2)}
         self.last_hw = 0
         self.waiting: list[tuple[int, asyncio.Future]] = []
+        self.registered = {LEADER, F1, F2}  # /brokers/ids as the leader last read it
 
     def teardown(self):
         for _, fut in self.waiting:
@@ -71,6 +73,10 @@ class LeaderModel(RuleBasedStateMachine):
             else:
                 self.waiting.append((self.leo[LEADER], fut))
 
+    @rule(follower=st.sampled_from([F1, F2]))
+    def session_lost_or_registered_again(self, follower):
+        self.registered ^= {follower}
+
     @rule(follower=st.sampled_from([F1, F2]), data=st.data())
     def fetch(self, follower, data):
         # a fetch at the follower's log end, which then takes some of what the leader has
@@ -84,9 +90,10 @@ class LeaderModel(RuleBasedStateMachine):
         self.state.advance_high_watermark(self.leo[LEADER])
         s = self.state
         if follower not in s.isr:  # I3 / I4, asked on its fetch (the periodic check: I4)
-            wanted = s.isr_changes(self.now, LAG_MS, fetching=follower)
+            wanted = s.isr_changes(self.now, LAG_MS, fetching=follower,
+                                   registered=self.registered)
             joined = wanted is not None and follower in wanted
-            assert joined == (offset >= s.high_watermark)
+            assert joined == (offset >= s.high_watermark and follower in self.registered)
             if joined:
                 self._written(wanted)
         self.leo[follower] = data.draw(st.integers(offset, self.leo[LEADER]))
@@ -97,7 +104,7 @@ class LeaderModel(RuleBasedStateMachine):
 
     @rule()
     def check_isr(self):
-        wanted = self.state.isr_changes(self.now, LAG_MS)
+        wanted = self.state.isr_changes(self.now, LAG_MS, registered=self.registered)
         s = self.state
         for broker in (F1, F2):
             after = broker in (s.isr if wanted is None else wanted)
@@ -243,3 +250,16 @@ def test_a_follower_that_stopped_fetching_stays_out_of_the_isr():
     assert state.isr_changes(LAG_MS + 2, LAG_MS) is None  # I4: not on the periodic check
     state.follower_fetched(F1, 0, 0, LAG_MS + 3)
     assert state.isr_changes(LAG_MS + 3, LAG_MS, fetching=F1) == (LEADER, F1)  # I3
+
+
+def test_an_unregistered_follower_is_not_put_back_into_the_isr():
+    """KIP-841 (row I3's "registered"): a follower cut off from ZooKeeper only keeps fetching
+    and is caught up, yet while it is not in /brokers/ids its leader does not put it back
+    (the controller took it out); registered again, its next fetch does."""
+    state = ReplicaState(LEADER, LEADER, 0, (LEADER,), (LEADER, F1), 0)
+    state.followers = {F1: isr.FollowerView(-1, 0)}
+    state.follower_fetched(F1, 0, 0, 10)
+    assert state.isr_changes(10, LAG_MS, fetching=F1, registered={LEADER}) is None
+    assert isr.isr_change(False, isr.FollowerView(0, 10), 10, LAG_MS, 0, 0, True,
+                          registered=False) is isr.IsrChange.KEEP
+    assert state.isr_changes(11, LAG_MS, fetching=F1, registered={LEADER, F1}) == (LEADER, F1)

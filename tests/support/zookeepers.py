@@ -44,8 +44,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def four_letter_word(port: int, word: bytes, timeout: float = 1.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def four_letter_word(port: int, word: bytes, timeout: float = 1.0,
+                     host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -57,12 +58,13 @@ class ZooKeeperServer:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="oncelog-zk-"))
         self.port = 0
+        self.host = "127.0.0.1"  # another for a server in a test's network namespace
         self.proc: subprocess.Popen | None = None
         self._chroots = itertools.count()
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def chroot(self, name: str = "t") -> str:
         """A fresh connect string of its own: ``127.0.0.1:port/<unique chroot>``."""
@@ -86,7 +88,7 @@ class ZooKeeperServer:
             f"tickTime={TICK_MS}\n"
             f"dataDir={data}\n"
             f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={self.host}\n"
             f"minSessionTimeout={2 * TICK_MS}\n"
             "maxSessionTimeout=60000\n"
             "admin.enableServer=false\n"
@@ -108,7 +110,7 @@ class ZooKeeperServer:
                 self.proc = None
                 return False
             try:
-                if four_letter_word(self.port, b"ruok") == b"imok":
+                if four_letter_word(self.port, b"ruok", host=self.host) == b"imok":
                     return True
             except OSError:
                 pass

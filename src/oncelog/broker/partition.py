@@ -378,6 +378,7 @@ class Partition:
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, now,
                         headers[0].base_offset)
+        self._leader_appended(plog.log_end_offset)
         self._wake_waiters()
         stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
@@ -412,6 +413,7 @@ class Partition:
         completed = state.apply_marker(decision, offset, now, now)
         if completed is not None and completed.aborted:
             plog.add_aborted(_aborted_entry(completed))
+        self._leader_appended(plog.log_end_offset)
         self._wake_waiters()  # the last stable offset may have moved
         return AppendResult(offset, offset, plog.log_start_offset,
                             must_flush=plog.unflushed_messages >= self.config.flush_messages)
@@ -456,6 +458,13 @@ class Partition:
 
     # --- replication (cluster mode) --------------------------------------------------------
 
+    def _leader_appended(self, log_end: int) -> None:
+        """The high watermark after a leader's append, as Kafka's leader moves it: an ISR of
+        the leader alone has the batch now (no follower fetch would move it)."""
+        replication = self.replication
+        if replication is not None and replication.is_leader:
+            replication.advance_high_watermark(log_end)
+
     @property
     def leader_epochs(self) -> LeaderEpochCache:
         """Kafka's leader-epoch-checkpoint of this partition (read on first use: a broker
@@ -495,7 +504,13 @@ class Partition:
                 plog.append([batch], [header])
             except LogDirFailure as exc:
                 raise self.log_dir.fail(exc) from exc
-            epochs.assign(header.partition_leader_epoch, header.base_offset)
+            try:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
+            except OSError as exc:
+                # The batch is in the log, where its epoch starts is not on disk: a restart
+                # would truncate by epochs that do not say so (Kafka: the directory goes
+                # offline when a checkpoint cannot be written).
+                raise self.log_dir.fail(exc) from exc
             if header.has_producer_id:
                 self._replay(plog, state, header, now)
             taken = position + header.size

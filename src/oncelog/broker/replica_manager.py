@@ -298,7 +298,8 @@ class ReplicaManager:
         r: ReplicaState = partition.replication
         if r.isr_write_pending:
             return
-        wanted = r.isr_changes(_now_ms(), self.lag_max_ms, fetching)
+        wanted = r.isr_changes(_now_ms(), self.lag_max_ms, fetching,
+                               {b.broker_id for b in self.broker.cluster.brokers})
         if wanted is None:
             return
         r.isr_write_pending = True

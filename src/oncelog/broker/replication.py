@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -88,10 +89,11 @@ class ReplicaState:
             self.resolve_waiters()
         return moved
 
-    def isr_changes(self, now_ms: int, lag_max_ms: int,
-                    fetching: int | None = None) -> tuple[int, ...] | None:
+    def isr_changes(self, now_ms: int, lag_max_ms: int, fetching: int | None = None,
+                    registered: Collection[int] | None = None) -> tuple[int, ...] | None:
         """The ISR the rules want (isr.isr_change per follower), None when it is as is;
-        ``fetching``: the follower whose fetch asks (None: the periodic check)."""
+        ``fetching``: the follower whose fetch asks (None: the periodic check);
+        ``registered``: the brokers in /brokers/ids (None: every one, as on one broker)."""
         wanted = [self.broker_id]
         for broker in self.replicas:
             if broker == self.broker_id:
@@ -99,7 +101,8 @@ class ReplicaState:
             view = self.followers.get(broker, rules.FollowerView(-1, now_ms))
             change = rules.isr_change(broker in self.isr, view, now_ms, lag_max_ms,
                                       self.high_watermark, self.epoch_start_offset,
-                                      broker == fetching)
+                                      broker == fetching,
+                                      registered is None or broker in registered)
             if change is rules.IsrChange.EXPAND or \
                     (change is rules.IsrChange.KEEP and broker in self.isr):
                 wanted.append(broker)

@@ -199,11 +199,17 @@ SCENARIOS.update({
                                "transactional.id (seed 004, KIP-98)", "", None),
     "abort-then-commit": Scenario("abort-then-commit", "Abort, then commit: one "
                                   "transactional producer (seed 004, KIP-98)", "", None),
+    # failover.py's, on a cluster of its own (``oncelog scenario failover`` starts it)
+    "failover": Scenario("failover", "Failover: the leader dies, its successor knows the last "
+                         "five batches (seed 004, case 2)", "", None),
 })
 
 
 def run_scenario(name: str, bootstrap: str, topic: str | None = None) -> Outcome:
     scenario = SCENARIOS[name]
+    if name == "failover":
+        raise ValueError("failover runs on a cluster whose brokers it may kill: "
+                         "chaos.failover.run_failover (oncelog scenario failover starts one)")
     if scenario.run is None:
         from .txn_scenarios import run_txn_scenario
 

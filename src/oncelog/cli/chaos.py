@@ -59,8 +59,15 @@ def _scenario(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        outcome = run_scenario(args.name, args.bootstrap_server, args.topic)
-    except (KafkaError, OSError) as exc:
+        if args.name == "failover":  # on a cluster of its own, whose brokers it kills
+            from .scenario_cluster import run_failover_locally
+
+            outcome = run_failover_locally(args.data_dir, args.topic)
+            for step in outcome.steps:
+                print(f"  {step.kind:<14} {step.text}")
+        else:
+            outcome = run_scenario(args.name, args.bootstrap_server, args.topic)
+    except (KafkaError, OSError, TimeoutError) as exc:
         print(f"oncelog scenario: {exc}", file=sys.stderr)
         return 1
     if args.out:
@@ -78,13 +85,16 @@ def add_chaos_commands(sub) -> None:
                     "missing-records, cache-missed) with a low-level producer that controls "
                     "sequence numbers and in-flight order exactly, or one of seed 004's "
                     "transactional flows (zombie-fencing, abort-then-commit) with raw "
-                    "transactional producers; print a one-line verdict and write a sequence "
-                    "diagram.")
+                    "transactional producers, or seed 004's failover (ZooKeeper and three "
+                    "brokers of its own, the leader killed); print a one-line verdict and "
+                    "write a sequence diagram.")
     scenario.add_argument("name", nargs="?", metavar="NAME", help="the flow to run")
     scenario.add_argument("--list", action="store_true", help="list the flows")
     scenario.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT")
     scenario.add_argument("--out", metavar="FILE", help="write the diagram here (HTML)")
     scenario.add_argument("--topic", help="topic to create (default: a fresh one)")
+    scenario.add_argument("--data-dir", help="failover: keep its cluster's data and logs here "
+                                             "(default: a temporary directory, removed)")
     scenario.set_defaults(func=_scenario)
 
     chaos = sub.add_parser("chaos", help="fault injection: a Kafka-aware proxy",

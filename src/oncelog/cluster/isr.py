@@ -34,11 +34,16 @@ maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
 |-----|------------------------------------------------------|------------------------------|
 | I1  | in the ISR, not caught up for replica.lag.time.max.ms| SHRINK: out of the ISR       |
 | I2  | in the ISR, caught up within it                      | KEEP                         |
-| I3  | out of the ISR, assigned, fetching now, its log end  | EXPAND: into the ISR         |
-|     | at or past the high watermark and past the start of  |                              |
-|     | our epoch                                            |                              |
+| I3  | out of the ISR, assigned, registered (/brokers/ids), | EXPAND: into the ISR         |
+|     | fetching now, its log end at or past the high        |                              |
+|     | watermark and past the start of our epoch            |                              |
 | I4  | out of the ISR otherwise (the periodic check: what   | KEEP                         |
-|     | it last fetched may be a dead or stopping broker's)  |                              |
+|     | it last fetched may be a dead or stopping broker's;  |                              |
+|     | not registered: KIP-841, below)                      |                              |
+
+KIP-841: only a registered broker joins an ISR. One that lost its ZooKeeper session (cut off
+from ZooKeeper, or paused past the session timeout) but still fetches would otherwise flap:
+the controller takes it out of every ISR, its leaders put it back on its next fetch.
 
 "Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
 leader's log end offset catches the follower up at its time; one that asks for the log end
@@ -126,14 +131,16 @@ class IsrChange(enum.Enum):
 
 
 def isr_change(in_isr: bool, follower: FollowerView, now_ms: int, lag_max_ms: int,
-               high_watermark: int, epoch_start_offset: int, fetching: bool) -> IsrChange:
+               high_watermark: int, epoch_start_offset: int, fetching: bool,
+               registered: bool = True) -> IsrChange:
     """``fetching``: asked on this follower's fetch (Kafka expands only then), not by the
-    periodic check."""
+    periodic check; ``registered``: the follower is in /brokers/ids as the leader last read
+    it (KIP-841)."""
     if in_isr:
         if now_ms - follower.last_caught_up_ms > lag_max_ms:
             return IsrChange.SHRINK
         return IsrChange.KEEP
-    if fetching and follower.log_end_offset >= 0 and \
+    if fetching and registered and follower.log_end_offset >= 0 and \
             follower.log_end_offset >= high_watermark and \
             follower.log_end_offset >= epoch_start_offset:
         return IsrChange.EXPAND

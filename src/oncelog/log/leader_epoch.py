@@ -49,6 +49,7 @@ class LeaderEpochCache:
         self.path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
         self._disk = disk
         self.entries: list[tuple[int, int]] = self._read()
+        self._written = list(self.entries)
 
     def _read(self) -> list[tuple[int, int]]:
         try:
@@ -99,7 +100,14 @@ class LeaderEpochCache:
             self._write()
 
     def _write(self) -> None:
-        write_atomically(self._disk, self.path, render(self.entries))
+        """An OSError leaves the entries in memory as they were (the file holds them, or
+        after a failed fsync of the directory possibly the new ones): never ahead of it."""
+        try:
+            write_atomically(self._disk, self.path, render(self.entries))
+        except OSError:
+            self.entries = self._written
+            raise
+        self._written = list(self.entries)
 
 
 def render(entries: list[tuple[int, int]]) -> bytes:

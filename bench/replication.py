@@ -1,0 +1,234 @@
+"""Replication (issue 23): what replication factor 3 costs, how long a failover takes, and how
+long a broker holding many partitions takes to come back.
+
+A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` starts them
+(``oncelog.cli.scenario_cluster.LocalCluster``, ``zookeeper.session.timeout.ms`` 3000).
+
+* ``throughput``: confluent-kafka writes N records of 1 KiB (idempotent, acks=all,
+  librdkafka's default batching) to a topic with replication factor 3 and
+  ``min.insync.replicas`` 2, and to a topic with replication factor 1 on the same cluster
+  (one broker holds it: no follower fetches), in alternating order; the ratio rf3 / rf1 of
+  each pair, in one run (issue goal: at least 0.6 on 2 cores).
+* ``failover``: a producer writes a record every millisecond (acks=all) to a partition; its
+  leader is killed with ``kill -9``; the time from the kill to the first acknowledgement
+  after it (the new leader's), against the session timeout (goal: under it + 1 s): once for
+  a leader that is not the controller (the controller elects when the dead broker's session
+  expires), once for the controller itself (its session expires, another broker becomes
+  controller, then elects). Then the same with a controlled shutdown (SIGTERM) of the leader
+  (goal: under 1 s).
+* ``restart``: a topic of P partitions (default 1,000) with replication factor 3 (every
+  broker holds P replicas), a record in each; one broker is stopped (SIGTERM) and started
+  again: the time until it is registered, until it is back in every ISR, and, after a
+  preferred-leader election, until it leads its preferred partitions again (reported).
+
+    .venv/bin/python bench/replication.py [--messages N] [--repeats R] [--partitions P]
+                                          [--parts throughput,failover,restart]
+    make bench ARGS="--only replication"
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import threading
+import time
+
+from _support import LoadMeter, add_parts_argument, machine, produce_all
+
+from oncelog.cli.scenario_cluster import SETTINGS, LocalCluster
+from oncelog.client.admin.admin import Admin
+
+PARTS = ("throughput", "failover", "restart")
+PAYLOAD = random.Random(20261128).randbytes(1024)
+SESSION_MS = 3000
+TIMEOUT = 120.0
+
+
+def _wait(condition, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise RuntimeError(f"not within {timeout:.0f}s: {what}")
+
+
+def _partitions(bootstrap: str, topic: str):
+    try:
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            return admin.metadata([topic]).topics[topic].partitions
+    except Exception:  # a broker going away answers nothing: ask again
+        return ()
+
+
+def _create(bootstrap: str, topic: str, partitions: int, rf: int, **configs: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(topic, partitions, rf, configs=configs or None)
+    _wait(lambda: (ps := _partitions(bootstrap, topic)) and len(ps) == partitions and all(
+        p.leader >= 0 and len(p.isr) == rf for p in ps), f"{topic} led, ISR full")
+
+
+def _producer(bootstrap: str, **extra):
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     **extra})
+
+
+def throughput(cluster: LocalCluster, messages: int, repeats: int) -> None:
+    bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
+    rates: dict[int, list[float]] = {3: [], 1: []}
+    for repeat in range(repeats):
+        for rf in (3, 1) if repeat % 2 == 0 else (1, 3):
+            topic = f"bench-rf{rf}-{repeat}"
+            _create(bootstrap, topic, 1, rf, **({"min.insync.replicas": "2"} if rf == 3 else {}))
+            producer = _producer(bootstrap)
+            producer.produce(topic, PAYLOAD, partition=0)
+            producer.flush(TIMEOUT)
+            start = time.perf_counter()
+            produce_all(producer, topic, PAYLOAD, messages, time.monotonic() + TIMEOUT)
+            assert producer.flush(TIMEOUT) == 0
+            rates[rf].append(messages / (time.perf_counter() - start))
+    ratios = [a / b for a, b in zip(rates[3], rates[1], strict=True)]
+    print(f"throughput, {messages:,} x 1 KiB, acks=all: rf3 {statistics.median(rates[3]):,.0f} "
+          f"msgs/s, rf1 {statistics.median(rates[1]):,.0f} msgs/s, ratio rf3/rf1 "
+          f"{statistics.median(ratios):.2f} (pairs: {', '.join(f'{r:.2f}' for r in ratios)})",
+          flush=True)
+
+
+def _first_ack_after(cluster: LocalCluster, topic: str, partition: int, fault) -> float:
+    """Seconds from ``fault(leader)`` to the first acknowledgement of a record produced
+    after it (an answer the old leader sent just before dying does not count)."""
+    bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
+    leader = _partitions(bootstrap, topic)[partition].leader
+    acked: list[tuple[float, int]] = []  # (when, the record's CreateTime in ms)
+    failed: list[str] = []
+    producer = _producer(bootstrap, **{"linger.ms": 0, "message.timeout.ms": 60_000})
+    stop = threading.Event()
+
+    def report(err, _msg) -> None:
+        if err is None:
+            acked.append((time.time(), _msg.timestamp()[1]))
+        else:
+            failed.append(str(err))
+
+    def write() -> None:
+        while not stop.is_set():
+            producer.produce(topic, PAYLOAD[:100], partition=partition, on_delivery=report)
+            producer.poll(0.001)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    _wait(lambda: len(acked) > 100, "the producer going")
+    at = time.time()
+    fault(leader)
+    first = _wait(lambda: next((t for t, created in acked if created >= at * 1000), None),
+                  "an ack of a record produced after the fault")
+    stop.set()
+    writer.join(TIMEOUT)
+    producer.flush(TIMEOUT)
+    assert not failed, failed[:3]
+    return first - at
+
+
+def failover(cluster: LocalCluster) -> None:
+    bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
+    topic = "bench-failover"
+    _create(bootstrap, topic, 3, 3, **{"min.insync.replicas": "2"})  # a leader on each
+    for case in ("a broker that is not the controller", "the controller"):
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            controller = admin.describe_cluster().controller_id
+        led = {p.leader: p.index for p in _partitions(bootstrap, topic)}
+        leader = controller if case == "the controller" else \
+            next(b for b in led if b != controller)
+        took = _first_ack_after(cluster, topic, led[leader], cluster.kill)
+        print(f"failover, kill -9 of the leader, {case} (broker {leader}): first ack "
+              f"{took * 1000:,.0f} ms after the kill (session timeout {SESSION_MS} ms; goal < "
+              f"{SESSION_MS + 1000} ms)", flush=True)
+        cluster.start(leader)
+        _wait(lambda leader=leader: all(leader in p.isr for p in _partitions(bootstrap, topic)),
+              "back in every ISR")
+    led = {p.leader: p.index for p in _partitions(bootstrap, topic)}
+    leader = next(iter(led))
+
+    def stop_in_the_background(broker: int) -> None:
+        threading.Thread(target=cluster.stop, args=(broker,), daemon=True).start()
+
+    took = _first_ack_after(cluster, topic, led[leader], stop_in_the_background)
+    print(f"failover, controlled shutdown (SIGTERM) of the leader (broker {leader}): first ack "
+          f"{took * 1000:,.0f} ms after the signal (goal < 1000 ms)", flush=True)
+    _wait(lambda: cluster.procs[leader].poll() is not None, "the broker stopped")
+    cluster.start(leader)
+    _wait(lambda: all(leader in p.isr for p in _partitions(bootstrap, topic)), "back in the ISR")
+
+
+def restart(cluster: LocalCluster, partitions: int) -> None:
+    bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
+    topic = "bench-many"
+    started = time.monotonic()
+    _create(bootstrap, topic, partitions, 3)
+    print(f"restart: {partitions:,} partitions x 3 replicas created and in sync in "
+          f"{time.monotonic() - started:.1f} s", flush=True)
+    producer = _producer(bootstrap)
+    for p in range(partitions):
+        producer.produce(topic, PAYLOAD[:100], partition=p)
+        producer.poll(0)
+    assert producer.flush(TIMEOUT) == 0
+    broker = cluster.ids[-1]
+    others = ",".join(cluster.bootstrap(b) for b in cluster.ids if b != broker)
+    preferred = {p.index for p in _partitions(bootstrap, topic) if p.replicas[0] == broker}
+    at = time.monotonic()
+    cluster.stop(broker)
+    print(f"restart: controlled shutdown of broker {broker} ({len(preferred)} of its "
+          f"{partitions:,} replicas led) {time.monotonic() - at:.1f} s", flush=True)
+    at = time.monotonic()
+    cluster.start(broker)
+    up = time.monotonic() - at
+    slow = {"bootstrap.servers": others, "request.timeout.ms": str(int(TIMEOUT * 1000))}
+    with Admin(slow) as admin:
+        _wait(lambda: broker in admin.metadata([topic]).brokers, "registered")
+        registered = time.monotonic() - at
+        _wait(lambda: all(broker in p.isr for p in admin.metadata([topic]).topics[topic]
+                          .partitions), "back in every ISR")
+        print(f"restart: after the start, listening {up:.1f} s, registered "
+              f"{registered:.1f} s, back in every ISR {time.monotonic() - at:.1f} s",
+              flush=True)
+        at = time.monotonic()
+        admin.elect_leaders([(topic, p) for p in sorted(preferred)])
+        answered = time.monotonic() - at
+        _wait(lambda: all(p.leader == broker for p in admin.metadata([topic]).topics[topic]
+                          .partitions if p.index in preferred), "leading its partitions again")
+        print(f"restart: preferred-leader election of its {len(preferred)} partitions "
+              f"answered in {answered:.1f} s, all leaders back {time.monotonic() - at:.1f} s",
+              flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=1000)
+    add_parts_argument(parser, PARTS)
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    print(machine(), flush=True)
+    settings = [s for s in SETTINGS if not s.startswith("zookeeper.session.timeout.ms")]
+    meter = LoadMeter()
+    with LocalCluster(None, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
+            as cluster:
+        if "throughput" in parts:
+            throughput(cluster, args.messages, args.repeats)
+        if "failover" in parts:
+            failover(cluster)
+        if "restart" in parts:
+            restart(cluster, args.partitions)
+    print(f"other processes used {meter.others_share():.0%} of the CPUs meanwhile",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

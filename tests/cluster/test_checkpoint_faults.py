@@ -1,0 +1,155 @@
+"""Disk faults on the replication checkpoints (issue 23), on a MemoryDisk that fails on demand.
+
+- ``leader-epoch-checkpoint``, written as a follower appends the leader's batches
+  (``Partition.append_as_follower``): a write running out of space (ENOSPC), an I/O error
+  (EIO), a failed fsync, a failed rename or a failed fsync of the directory. Kafka takes the
+  log directory offline when a checkpoint cannot be written (the epochs on disk would no
+  longer say where each epoch of the log starts, and a restart would truncate by them), and
+  so does oncelog: the append answers the directory's offline error, the partition answers
+  KAFKA_STORAGE_ERROR until a restart, the file holds what it held before (or, after a
+  failed fsync of the directory, possibly the new entries: never a torn file), the cache in
+  memory is never ahead of it, and a restart recovers from what is on disk.
+- ``replication-offset-checkpoint`` (the high watermark): the write fails with the file as it
+  was, and the next checkpoint writes it again (the replica manager retries each interval; an
+  older high watermark on disk is safe, a restart only truncates more and fetches it again).
+- Whatever fault and whatever a power cut keeps afterwards, each checkpoint parses as its
+  old or its new content.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog.broker.log_dirs import LogDir, LogDirOffline
+from oncelog.broker.partition import Partition
+from oncelog.broker.replication import (
+    HW_CHECKPOINT_FILE,
+    read_hw_checkpoint,
+    write_hw_checkpoint,
+)
+from oncelog.log.disk import read_file
+from oncelog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, parse
+from oncelog.log.log import LogConfig
+from oncelog.log.memory_disk import MemoryDisk
+from oncelog.producer_state.manager import StateLimits
+from oncelog.protocol.record_batch import scan_batches
+from oncelog.protocol.records import encode_batch
+
+DIR = "/data/t-0"
+NOW = int(time.time() * 1000)
+# (operation, errno, bytes a failing write takes first): each way writing a checkpoint fails
+FAULTS = [("write", errno.ENOSPC, 7), ("write", errno.EIO, 0), ("fsync", errno.EIO, 0),
+          ("rename", errno.EIO, 0), ("fsync_dir", errno.EIO, 0)]
+
+
+class Issued:
+    def is_issued(self, producer_id: int) -> bool:
+        return 0 <= producer_id < 1000
+
+    def highest_claimed(self) -> int:
+        return 999
+
+
+def open_partition(disk: MemoryDisk) -> Partition:
+    return Partition("t", 0, DIR, LogConfig(), 1 << 20, StateLimits(), Issued(),
+                     log_dir=LogDir("/data"), disk=disk)
+
+
+def leader_batches(epochs: list[int]) -> bytes:
+    """What a leader's Fetch answer carries: one idempotent batch of two records per entry,
+    at offsets 0, 2, 4, ..., stamped with that leader epoch."""
+    leader_disk = MemoryDisk()
+    leader = Partition("t", 0, "/leader/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                       log_dir=LogDir("/leader"), disk=leader_disk)
+    for i, epoch in enumerate(epochs):
+        leader.leader_epoch = epoch
+        leader.append_records(encode_batch([(None, b"r%d" % j, (), NOW) for j in (2 * i,
+                                                                                 2 * i + 1)],
+                                           producer_id=7, producer_epoch=0,
+                                           base_sequence=2 * i))
+    return bytes(leader.log.read(0, 1 << 30).records)
+
+
+def epochs_on_disk(disk: MemoryDisk) -> list[tuple[int, int]]:
+    return parse(read_file(disk, f"{DIR}/{LEADER_EPOCH_CHECKPOINT_FILE}").decode())
+
+
+@pytest.mark.parametrize(("op", "error", "partial"), FAULTS)
+def test_a_failed_leader_epoch_checkpoint_takes_the_log_dir_offline(op, error, partial):
+    records = leader_batches([0, 0, 1, 1])
+    first_epoch_1 = next(p for p, h in scan_batches(records) if h.partition_leader_epoch == 1)
+    disk = MemoryDisk()
+    follower = open_partition(disk)
+    assert follower.append_as_follower(records[:first_epoch_1]) == first_epoch_1
+    assert epochs_on_disk(disk) == [(0, 0)]
+    suffix = LEADER_EPOCH_CHECKPOINT_FILE + ("" if op == "fsync_dir" else ".tmp")
+    disk.fail(op, error, partial, path_suffix="" if op == "fsync_dir" else suffix)
+    with pytest.raises(LogDirOffline):
+        follower.append_as_follower(records[first_epoch_1:])
+    assert follower.log_dir.offline
+    on_disk = epochs_on_disk(disk)
+    if op == "fsync_dir":  # renamed, not known durable: old or new, whole
+        assert on_disk in ([(0, 0)], [(0, 0), (1, 4)])
+    else:
+        assert on_disk == [(0, 0)]  # as before the fault
+    assert follower.leader_epochs.entries == on_disk[:len(follower.leader_epochs.entries)]
+    assert not disk.exists(f"{DIR}/{LEADER_EPOCH_CHECKPOINT_FILE}.tmp")
+    # a restart recovers from the disk: the log and the epochs it recorded agree, and the
+    # follower takes the rest of the leader's log
+    disk.crash()
+    disk.clear_faults()
+    again = open_partition(disk)
+    kept = again.log.log_end_offset
+    assert [e for e, start in again.leader_epochs.entries if start < kept] == \
+        [e for e, _ in again.leader_epochs.entries]
+    rest = b"".join(bytes(records[p:p + h.size]) for p, h in scan_batches(records)
+                    if h.base_offset >= kept)
+    if again.leader_epochs.latest_epoch == 0 and kept > 4:
+        again.truncate_to(4)  # as OffsetForLeaderEpoch would: epoch 0 ends at 4
+        rest = records[first_epoch_1:]
+    again.append_as_follower(rest)
+    assert again.log.log_end_offset == 8
+    assert again.leader_epochs.entries == [(0, 0), (1, 4)]
+
+
+@pytest.mark.parametrize(("op", "error", "partial"), FAULTS)
+def test_a_failed_high_watermark_checkpoint_is_written_again(op, error, partial):
+    disk = MemoryDisk()
+    disk.makedirs(DIR)
+    write_hw_checkpoint(disk, DIR, 10)
+    disk.fail(op, error, partial,
+              path_suffix="" if op == "fsync_dir" else HW_CHECKPOINT_FILE + ".tmp")
+    with pytest.raises(OSError):
+        write_hw_checkpoint(disk, DIR, 20)
+    assert read_hw_checkpoint(disk, DIR) in ((10, 20) if op == "fsync_dir" else (10,))
+    assert not disk.exists(f"{DIR}/{HW_CHECKPOINT_FILE}.tmp")
+    write_hw_checkpoint(disk, DIR, 20)  # the next interval's checkpoint
+    disk.power_loss(random.Random(0))
+    assert read_hw_checkpoint(disk, DIR) == 20
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(FAULTS), st.integers(0, 2**32 - 1))
+def test_no_fault_and_no_power_cut_tears_a_checkpoint(fault, seed):
+    op, error, partial = fault
+    disk = MemoryDisk()
+    disk.makedirs(DIR)
+    cache = LeaderEpochCache(DIR, disk)
+    cache.assign(0, 0)
+    write_hw_checkpoint(disk, DIR, 3)
+    disk.fsync_dir(DIR)
+    for name in (LEADER_EPOCH_CHECKPOINT_FILE, HW_CHECKPOINT_FILE):
+        disk.fail(op, error, partial, path_suffix="" if op == "fsync_dir" else name + ".tmp")
+    with pytest.raises(OSError):
+        cache.assign(1, 5)
+    with pytest.raises(OSError):
+        write_hw_checkpoint(disk, DIR, 9)
+    disk.power_loss(random.Random(seed))
+    assert LeaderEpochCache(DIR, disk).entries in ([(0, 0)], [(0, 0), (1, 5)])
+    assert read_hw_checkpoint(disk, DIR) in (3, 9)

@@ -1,0 +1,311 @@
+"""Real network partitions in a three-broker cluster (issue 23): each broker, ZooKeeper and the
+test's clients in a network namespace of their own (tests/support/netns.py), links cut with
+``ip link set ... down`` and healed.
+
+A leader cut off from ZooKeeper and from the other brokers, still reachable by its producer,
+acknowledges nothing (its followers cannot fetch, and its ISR cannot shrink without
+ZooKeeper); the controller elects a new leader from the ISR once the old leader's session
+expires; librdkafka's idempotent producer (acks=all) moves on to it; healed, the old leader
+registers again, truncates what only it had and follows. A broker cut off from ZooKeeper
+only leaves every ISR and leads nothing, and, still fetching, is not put back into an ISR
+while it is not registered (KIP-841); healed, it comes back. A follower cut off from its
+leader alone leaves the ISR after replica.lag.time.max.ms, acks=all goes on with the two in
+sync, and healed it catches up and is back. Read back, every partition holds
+every acknowledged record once, in order, at the offset its acknowledgement named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kazoo.client import KazooClient
+from support.brokers import batches_on_disk, read_to_end
+from support.netns import NetnsBroker, NetnsZooKeeper, Topology
+from support.waits import wait_for
+
+from oncelog.client.network import calls
+from oncelog.client.network.connection import KafkaError, connect
+from oncelog.protocol.records import encode_batch
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+SESSION_MS = 2000
+TIMEOUT = 30.0
+SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
+            "zookeeper.connection.timeout.ms": "10000",
+            "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
+            "replica.fetch.backoff.ms": "100", "default.replication.factor": "3",
+            "min.insync.replicas": "2", "replica.high.watermark.checkpoint.interval.ms": "200"}
+BROKERS = (1, 2, 3)
+
+
+class Net:
+    def __init__(self, topology: Topology, zookeeper: NetnsZooKeeper,
+                 brokers: dict[int, NetnsBroker], zk: KazooClient) -> None:
+        self.topology, self.zookeeper, self.brokers, self.zk = topology, zookeeper, brokers, zk
+        self.admins: dict = {}
+
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def create(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = self.admins.setdefault(topic, AdminClient({"bootstrap.servers": self.bootstrap()}))
+        admin.create_topics([NewTopic(topic, partitions, 3)], operation_timeout=10)[topic] \
+            .result(TIMEOUT)
+        for p in range(partitions):
+            wait_for(lambda p=p: len(self.state(topic, p)["isr"]) == 3, TIMEOUT,
+                     f"{topic}-{p}'s ISR of three")
+
+    def state(self, topic: str, p: int) -> dict:
+        return json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+
+    def controller(self) -> int:
+        return json.loads(self.zk.get("/controller")[0])["brokerid"]
+
+    def registered(self) -> set[int]:
+        return {int(b) for b in self.zk.get_children("/brokers/ids")}
+
+    def log_of(self, broker: int, topic: str, p: int) -> list[tuple[int, int, int]]:
+        b = self.brokers[broker]
+        if not (b.data_dir / f"{topic}-{p}").exists():
+            return []
+        return [(h.base_offset, h.last_offset, h.crc) for h in batches_on_disk(b, topic, p)]
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    """ZooKeeper, three brokers and the test's clients, five namespaces joined pairwise;
+    the test runs inside ``client``. Everything is removed at the end, whatever happened."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2's ip")
+    base = tmp_path_factory.mktemp("netns")
+    topology = Topology(["zk", "b1", "b2", "b3", "client"])
+    zookeeper = brokers = zk = None
+    try:
+        zookeeper = NetnsZooKeeper(topology, "zk").start()
+        brokers = {i: NetnsBroker(topology, f"b{i}", base / f"b{i}", {
+            "broker.id": str(i), "zookeeper.connect": zookeeper.connect, **SETTINGS})
+            for i in BROKERS}
+        with ThreadPoolExecutor(3) as starting:  # each is a fresh interpreter: in parallel
+            list(starting.map(NetnsBroker.start, brokers.values()))
+        with topology.inside("client"):
+            zk = KazooClient(hosts=zookeeper.connect, timeout=10)
+            zk.start(timeout=TIMEOUT)
+            running = Net(topology, zookeeper, brokers, zk)
+            wait_for(lambda: running.registered() == set(BROKERS), TIMEOUT, "three registered")
+            yield running
+            running.admins.clear()
+            zk.stop()
+            zk.close()
+            zk = None
+        for broker in brokers.values():
+            assert "Traceback" not in broker.log_text(), broker.log_text()
+    finally:
+        for broker in (brokers or {}).values():
+            broker.kill()
+        if zk is not None:
+            zk.stop()
+        if zookeeper is not None:
+            zookeeper.close()
+        topology.close()
+
+
+class Acked:
+    """librdkafka, idempotent, acks=all, short request timeouts (a produce to a leader that
+    cannot replicate times out in seconds and is retried): what it acknowledged, where."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.acked: dict[tuple[int, bytes], int] = {}  # (partition, value) -> offset
+        self.failed: list[str] = []
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 60_000,
+            # an answer lost on a cut link is given up on in seconds, not socket.timeout.ms'
+            # default minute (librdkafka's in-flight timeout; request.timeout.ms is the
+            # broker's acks=all wait)
+            "request.timeout.ms": 3000, "socket.timeout.ms": 5000,
+            "topic.metadata.refresh.interval.ms": 500, "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 300})
+
+    def _report(self, err, msg) -> None:
+        if err is None:
+            self.acked[(msg.partition(), msg.value())] = msg.offset()
+        else:
+            self.failed.append(str(err))
+
+    def send(self, partition: int, values: range) -> None:
+        for i in values:
+            self.producer.produce(self.topic, b"%06d" % i, partition=partition,
+                                  on_delivery=self._report)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 60.0) -> None:
+        assert self.producer.flush(timeout) == 0, "records left unacknowledged"
+        assert not self.failed, self.failed[:5]
+
+
+def check_exactly_once(net: Net, producer: Acked, partitions: dict[int, int]) -> None:
+    """Each partition p holds values 0..partitions[p]-1 once, in order, each at the offset
+    its acknowledgement named, read with librdkafka from the whole cluster."""
+    records = read_to_end(net.bootstrap(), producer.topic, max(partitions) + 1)
+    for p, count in partitions.items():
+        values = [v for _, v in records[p]]
+        assert values == [b"%06d" % i for i in range(count)], \
+            f"partition {p}: lost, duplicated or reordered records"
+        assert {(p, v): o for o, v in records[p]} == \
+            {k: o for k, o in producer.acked.items() if k[0] == p}
+
+
+def test_leader_cut_off_acknowledges_nothing_and_follows_after_healing(net):
+    topic = "cut-leader"
+    net.create(topic, 3)
+    controller = net.controller()
+    # a partition led by a broker that is not the controller (the controller elects at once)
+    p, before = next((p, s) for p in range(3)
+                     if (s := net.state(topic, p))["leader"] != controller)
+    old = before["leader"]
+    others = [b for b in BROKERS if b != old]
+    producer = Acked(net.bootstrap(), topic)
+    producer.send(p, range(0, 300))
+    producer.flush()
+
+    heal = net.topology.isolate(f"b{old}", ["zk", *(f"b{b}" for b in others)])
+    try:
+        producer.send(p, range(300, 600))
+        # The old leader, still reachable by clients, acknowledges nothing with acks=all: no
+        # follower fetches from it and its ISR cannot shrink without ZooKeeper.
+        with connect(net.brokers[old].bootstrap, timeout=TIMEOUT) as conn:
+            with pytest.raises(KafkaError) as refused:
+                calls.produce(conn, topic, p, encode_batch(
+                    [(None, b"zombie", (), int(time.time() * 1000))]), timeout_ms=2500)
+        assert refused.value.code().name in ("request_timed_out", "not_leader_or_follower")
+        new = wait_for(lambda: (s := net.state(topic, p))["leader"] != old and s,
+                       SESSION_MS / 1000 + TIMEOUT, "a new leader elected without the old one")
+        assert new["leader_epoch"] == before["leader_epoch"] + 1
+        assert old not in new["isr"] and new["leader"] in before["isr"]
+        assert old not in net.registered()  # its session expired
+        # librdkafka asks the brokers it is connected to for Metadata: the old leader's,
+        # from a ZooKeeper it no longer hears, still names itself (as a ZooKeeper-mode
+        # Kafka broker's would); the producer moves on once it cannot reach it either.
+        heal_client = net.topology.isolate(f"b{old}", ["client"])
+        try:
+            producer.send(p, range(600, 900))
+            producer.flush()  # moved on to the new leader
+        finally:
+            heal_client()
+    finally:
+        heal()
+    wait_for(lambda: old in net.registered(), TIMEOUT, f"broker {old} registered again")
+    leader = net.state(topic, p)["leader"]
+    wait_for(lambda: net.log_of(old, topic, p) == net.log_of(leader, topic, p), TIMEOUT,
+             f"broker {old} truncated and followed broker {leader}")
+    wait_for(lambda: old in net.state(topic, p)["isr"], TIMEOUT, f"broker {old} back in the ISR")
+    check_exactly_once(net, producer, {p: 900})
+
+
+def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
+    """Still reaching every broker and client, the broker loses its ZooKeeper session: the
+    controller moves its leaderships away and takes it out of every ISR; it keeps fetching
+    (its link to each leader is up) and catches up, yet no leader puts it back while it is
+    not registered (KIP-841: the ISR would flap, the controller removing it, its leader
+    adding it). Healed, it registers again and is back in every ISR."""
+    topic = "cut-zookeeper"
+    net.create(topic, 3)
+    controller = net.controller()
+    cut = next(b for b in BROKERS if b != controller)
+    states: dict[int, list[dict]] = {p: [] for p in range(3)}
+
+    def record(p: int):
+        return lambda data, _stat, _event=None: data and states[p].append(json.loads(data))
+
+    for p in range(3):  # every state each partition goes through
+        net.zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state", record(p))
+    led = [p for p in range(3) if net.state(topic, p)["leader"] == cut]
+    # Produced to: the partitions it follows. It answers Metadata from the picture it had
+    # when it lost ZooKeeper (as a ZooKeeper-mode Kafka broker does), so a client asking it
+    # would keep producing to it the partition it led (nothing acknowledged, nothing lost).
+    followed = [p for p in range(3) if p not in led]
+    producer = Acked(net.bootstrap(), topic)
+    counts = dict.fromkeys(followed, 0)
+
+    def send(n: int) -> None:
+        for p in followed:
+            producer.send(p, range(counts[p], counts[p] + n))
+            counts[p] += n
+
+    send(100)
+    producer.flush()
+    heal = net.topology.isolate(f"b{cut}", ["zk"])
+    try:
+        wait_for(lambda: cut not in net.registered(), SESSION_MS / 1000 + TIMEOUT,
+                 f"broker {cut}'s session expired")
+        wait_for(lambda: all(cut not in (s := net.state(topic, p))["isr"] and
+                             s["leader"] != cut for p in range(3)), TIMEOUT,
+                 f"broker {cut} out of every ISR, leading nothing")
+        send(100)
+        producer.flush()
+        # it is still a follower that fetches: it catches up with every partition
+        for p in range(3):
+            leader = net.state(topic, p)["leader"]
+            wait_for(lambda p=p, leader=leader: net.log_of(cut, topic, p) ==
+                     net.log_of(leader, topic, p), TIMEOUT, f"broker {cut} caught up on {p}")
+        send(50)  # and fetches again after being caught up: its leaders see it in sync
+        producer.flush()
+        for p in range(3):
+            leader = net.state(topic, p)["leader"]
+            wait_for(lambda p=p, leader=leader: net.log_of(cut, topic, p) ==
+                     net.log_of(leader, topic, p), TIMEOUT, f"broker {cut} caught up on {p}")
+        assert cut not in net.registered()
+        for p, seen in states.items():
+            out = next(i for i, s in enumerate(seen) if cut not in s["isr"])
+            assert all(cut not in s["isr"] for s in seen[out:]), \
+                f"{topic}-{p}: broker {cut} put back into the ISR unregistered: {seen}"
+    finally:
+        heal()
+    wait_for(lambda: cut in net.registered(), TIMEOUT, f"broker {cut} registered again")
+    wait_for(lambda: all(cut in net.state(topic, p)["isr"] for p in range(3)), TIMEOUT,
+             f"broker {cut} back in every ISR")
+    send(50)
+    producer.flush()
+    check_exactly_once(net, producer, counts)
+
+
+def test_follower_cut_off_from_its_leader_only_leaves_the_isr_and_comes_back(net):
+    """A partition between two brokers: the follower still reaches ZooKeeper, the other
+    follower and the clients, not its leader. It stays registered; the leader takes it out of
+    the ISR after replica.lag.time.max.ms and acks=all goes on with the two left
+    (min.insync.replicas 2); healed, it catches up and the leader puts it back."""
+    topic = "cut-link"
+    net.create(topic, 1)
+    state = net.state(topic, 0)
+    leader = state["leader"]
+    follower = next(b for b in state["isr"] if b != leader)
+    producer = Acked(net.bootstrap(), topic)
+    producer.send(0, range(0, 200))
+    producer.flush()
+    heal = net.topology.isolate(f"b{leader}", [f"b{follower}"])
+    try:
+        producer.send(0, range(200, 400))
+        wait_for(lambda: follower not in net.state(topic, 0)["isr"], TIMEOUT,
+                 f"broker {follower} out of the ISR")
+        producer.send(0, range(400, 600))
+        producer.flush()  # acknowledged by the two in sync
+        after = net.state(topic, 0)
+        assert after["leader"] == leader and after["leader_epoch"] == state["leader_epoch"]
+        assert follower in net.registered()  # its ZooKeeper session never went
+    finally:
+        heal()
+    wait_for(lambda: follower in net.state(topic, 0)["isr"], TIMEOUT,
+             f"broker {follower} caught up, back in the ISR")
+    assert net.log_of(follower, topic, 0) == net.log_of(leader, topic, 0)
+    check_exactly_once(net, producer, {0: 600})
