@@ -34,13 +34,15 @@ cluster: $(STAMP) system-deps
 	$(PY) -m pip install --quiet -e '.[fast,cluster]'
 	$(PY) -m oncelog cluster up --brokers 3 $(ARGS)
 
-# kcat (a real Kafka client binary), a Java runtime (for PySpark) and ZooKeeper (the cluster
-# tests' coordinator, run from its jar by tests/support/zookeepers.py) come from Debian.
+# kcat (a real Kafka client binary), a Java runtime (for PySpark), ZooKeeper (the cluster
+# tests' coordinator, run from its jar by tests/support/zookeepers.py) and iproute2 (the network
+# namespaces of tests/support/netns.py) come from Debian.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
