@@ -41,19 +41,33 @@ from kio.serial._introspect import (
 from kio.serial._parse import get_reader
 
 from .api_versions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    CONSUMER_GROUP_HEARTBEAT,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
 )
 from .varint import read_uvarint
 
-# Produce has its own reader (produce_request.py), which leaves the records in the frame.
+# What consumers and producers send over and over: a consumer's fetches, commits and
+# heartbeats (classic and KIP-848), and a transactional producer's requests of every
+# transaction. Produce has its own reader (produce_request.py), which leaves the records in
+# the frame; the rest (admin, inter-broker) is decoded the general way.
 HOT = frozenset({FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
-                 FIND_COORDINATOR, HEARTBEAT})
+                 FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, SYNC_GROUP, LEAVE_GROUP,
+                 CONSUMER_GROUP_HEARTBEAT, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN,
+                 ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
 
 
 class Fallback(Exception):
