@@ -41,8 +41,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -94,8 +93,9 @@ class IssuedProducerIds(Protocol):
     def highest_claimed(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    # A NamedTuple: one per append, and a frozen dataclass's __init__ cost a one-record
+    # append (a coordinator's commit) more than its offsets' arithmetic.
     base_offset: int
     last_offset: int
     log_start_offset: int
@@ -342,7 +342,8 @@ class Partition:
             headers = validated
         plog, state = self._writable()
         decision = None
-        if any(h.has_producer_id for h in headers):
+        if headers[0].producer_id >= 0 if len(headers) == 1 else \
+                any(h.has_producer_id for h in headers):
             header = self._single_idempotent_batch(headers, verify is None)
             if header.base_sequence < 0:  # the broker's own transactional write
                 decision = state.validate_unsequenced(_identity(header))

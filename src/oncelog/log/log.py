@@ -234,20 +234,23 @@ class Log:
         against the segment's creation when the first batch has no timestamp; or an offset
         would not fit the segment's 32-bit relative offsets.
         """
-        active = self.active
+        active = self.segments[-1]
         if active.size == 0:
             return False
-        if active.size + sum(h.size for h in headers) > self.config.segment_bytes:
+        if len(headers) == 1:  # what a produce and a coordinator's record bring: no loops
+            header = headers[0]
+            size, newest, count = header.size, header.max_timestamp, header.last_offset_delta + 1
+        else:
+            size = sum(h.size for h in headers)
+            newest = max(h.max_timestamp for h in headers)
+            count = sum(h.last_offset_delta + 1 for h in headers)
+        if active.size + size > self.config.segment_bytes:
             return True
         first = active.first_batch_timestamp
-        if first >= 0:
-            waited = max(h.max_timestamp for h in headers) - first
-        else:
-            waited = now_ms - active.created_at_ms
+        waited = newest - first if first >= 0 else now_ms - active.created_at_ms
         if waited > self.config.segment_ms:
             return True
-        last_offset = self.log_end_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
-        return not active.fits(last_offset)
+        return not active.fits(active.next_offset + count - 1)
 
     def append(self, parts: list, headers: list[BatchHeader]) -> None:
         """Append batches whose offsets start at log_end_offset (see assign_offsets).

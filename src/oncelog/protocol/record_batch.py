@@ -167,6 +167,9 @@ def split_batches(
     return headers
 
 
+_NEW_TUPLE = tuple.__new__
+
+
 def assign_offsets(buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
                    first_offset: int, leader_epoch: int) -> tuple[list[BatchHeader], list]:
     """The batches with their base offset and leader epoch set, ready for writev.
@@ -182,8 +185,9 @@ def assign_offsets(buf: bytes | bytearray | memoryview, headers: list[BatchHeade
     patched = []
     parts: list = []
     for header in headers:
-        header = header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
-        parts.append(pack_header(header))
+        # the two fields replaced by hand: _replace costs three times this, per batch
+        header = _NEW_TUPLE(BatchHeader, (offset, header[1], leader_epoch, *header[3:]))
+        parts.append(HEADER_STRUCT.pack(*header))
         parts.append(view[pos + HEADER_SIZE:pos + header.size])
         patched.append(header)
         offset += header.last_offset_delta + 1

@@ -21,12 +21,13 @@ import crc32c
 from .record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
+    CRC_OFFSET,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     BatchHeader,
-    pack_header,
     read_header,
 )
 from .sequences import NO_SEQUENCE
@@ -219,6 +220,7 @@ def _decompress_into_at_most(codec: Any, data: bytes, limit: int) -> memoryview:
 # --- a batch being filled (the producer's) --------------------------------------------------
 
 _NULL = varint_bytes(-1)
+_CRC = struct.Struct(">I")
 _ATTRIBUTES = b"\x00"
 
 
@@ -330,19 +332,26 @@ def encode_batch(
     if not records:
         raise ValueError("a batch needs at least one record")
     base_ts = records[0][3]
-    max_ts = max(r[3] for r in records)
-    body = bytearray()
-    for delta, (key, value, headers, ts) in enumerate(records):
-        body += encode_record(delta, ts - base_ts, key, value,
-                              [(name.encode(), hvalue) for name, hvalue in headers])
-    payload = compress(compression, bytes(body))
+    if len(records) == 1:  # a coordinator's record, most often: no loop, no copy
+        key, value, headers, max_ts = records[0]
+        body: bytes | bytearray = encode_record(
+            0, 0, key, value, [(name.encode(), hvalue) for name, hvalue in headers])
+    else:
+        max_ts = max(r[3] for r in records)
+        body = bytearray()
+        for delta, (key, value, headers, ts) in enumerate(records):
+            body += encode_record(delta, ts - base_ts, key, value,
+                                  [(name.encode(), hvalue) for name, hvalue in headers])
+    payload = body if compression == NONE else compress(compression, bytes(body))
     attributes = compression | (0x10 if transactional else 0)
-    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    header = BatchHeader(base_offset, length, -1, 2, 0, attributes, len(records) - 1, base_ts,
-                         max_ts, producer_id, producer_epoch, base_sequence, len(records))
-    unsigned = pack_header(header)
-    crc = crc32c.crc32c(payload, crc32c.crc32c(unsigned[ATTRIBUTES_OFFSET:]))
-    return pack_header(header._replace(crc=crc)) + payload
+    batch = bytearray(HEADER_STRUCT.pack(
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), -1, 2, 0, attributes,
+        len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+        len(records)))
+    batch += payload
+    # The CRC covers everything from the attributes on, header and records.
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
 
 
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
