@@ -154,9 +154,9 @@ class TxnVerification:
     async def verify(self, txn_id: str, producer_id: int, epoch: int,
                      partitions: list[TopicPartition], coordinator: int | None = None
                      ) -> dict[TopicPartition, ErrorCode]:
-        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` -1: look
+        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` None: look
         it up."""
-        if coordinator == -1:
+        if coordinator is None:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
