@@ -27,6 +27,7 @@ from support.waits import wait_for
 import oncelog
 from oncelog.client.admin.admin import Admin
 from oncelog.client.network.connection import BrokerConnection, KafkaError
+from oncelog.coordinator.internal_log import partition_for
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
@@ -249,19 +250,30 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     cluster.bring_back(leader, [SPAN])
 
 
-def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tmp_path):
-    """Kafka's transactions system test as far as the coordinators stay put: oncelog's
-    client copies an input topic to an output topic in transactions with its consumer
-    offsets, its coordinators on broker 1, while the leaders of the output partitions
-    (brokers 2 and 3) are SIGKILLed in turn; the read_committed output is the input once and
-    in order per partition."""
-    records = 600
-    cluster.create("copy-in", [[1, 2, 3], [1, 3, 2]])
-    cluster.create("copy-out", [[2, 1, 3], [3, 1, 2]])
+def txn_coordinator(cluster: TxnCluster, txn_id: str) -> tuple[int, int]:
+    """(the id's __transaction_state partition, its leader: the id's coordinator)."""
+    p = partition_for(txn_id, len(cluster.zk.get_children(
+        "/brokers/topics/__transaction_state/partitions")))
+    return p, cluster.state("__transaction_state", p)["leader"]
+
+
+@pytest.mark.parametrize("client", ["oncelog", "confluent"])
+def test_copier_exactly_once_through_hard_bounces(cluster, tmp_path, client):
+    """Kafka's transactions system test: a copier (``client``) copies an input topic to an
+    output topic in transactions with its consumer offsets (send_offsets_to_transaction)
+    while the leader of an output partition, then the transaction coordinator's broker, are
+    hard-bounced (SIGKILL, then started again), and then the copier itself is SIGKILLed and
+    started again; the read_committed output is the input once and in order per partition,
+    and no transaction is left hanging."""
+    records = 150  # per partition
+    source, target = f"bounce-in-{client}", f"bounce-out-{client}"
+    group, txn_id = f"bounce-group-{client}", f"bounce-txn-{client}"
+    cluster.create(source, [[1, 2, 3], [1, 3, 2]])
+    cluster.create(target, [[2, 1, 3], [3, 1, 2]])
     with oncelog.Producer({"bootstrap.servers": cluster.bootstrap()}) as plain:
         for i in range(records):
             for p in range(2):
-                plain.produce("copy-in", value=b"%d-%05d" % (p, i), partition=p)
+                plain.produce(source, value=b"%d-%05d" % (p, i), partition=p)
         plain.flush(TIMEOUT)
     gate = tmp_path / "gate"
 
@@ -270,23 +282,23 @@ def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tm
         tmp.write_text(str(limit))
         tmp.rename(gate)
 
-    open_gate(records // 2)
     copier_log = open(tmp_path / "copier.log", "wb")
+    bootstrap = cluster.bootstrap()  # all three: each comes back on its own port
 
     def start_copier() -> subprocess.Popen:
-        # bootstrap: broker 1 alone, so the copier's coordinators are broker 1's
         return subprocess.Popen(
-            [sys.executable, str(COPIER), "oncelog", cluster.bootstrap(1), "copy-in",
-             "copy-out", "copy-group", "copy-txn", f"{records},{records}", str(gate)],
-            stdout=copier_log, stderr=copier_log)
+            [sys.executable, str(COPIER), client, bootstrap, source, target, group, txn_id,
+             f"{records},{records}", str(gate)], stdout=copier_log, stderr=copier_log)
 
+    open_gate(records // 2)
     copier = start_copier()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 150
 
     def step(done) -> None:
         """Restart the copier when it stopped for an abortable error; until ``done``."""
         nonlocal copier
-        while not done() and time.monotonic() < deadline:
+        while not done():
+            assert time.monotonic() < deadline, (tmp_path / "copier.log").read_text()
             code = copier.poll()
             if code == 3:
                 copier = start_copier()
@@ -295,28 +307,36 @@ def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tm
             time.sleep(0.05)
 
     def committed_sum() -> int:
-        with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
             try:
-                offsets = admin.list_group_offsets("copy-group")
+                offsets = admin.list_group_offsets(group)
             except KafkaError:
                 return 0
         return sum(max(0, o.offset) for o in offsets.values())
 
     step(lambda: committed_sum() >= records // 2)
-    # Each kill lands as the copier starts its next transactions (the gate just opened).
-    # KILL-COORDINATOR: once coordmove lands, the transaction coordinator (broker 1) is
-    # killed here too, in turn with the output leaders.
-    for victim, p, limit in ((2, 0, records), (3, 1, 3 * records // 2)):
-        open_gate(limit)
-        cluster.kill(victim, "copy-out", p)
-        step(lambda limit=limit: committed_sum() >= limit)
-        cluster.bring_back(victim, ["copy-out", SPAN])
+    # Each fault lands as the copier starts its next transactions (the gate just opened).
+    open_gate(records)
+    output_leader = cluster.leaders(target)[0]
+    cluster.kill(output_leader, target, 0)
+    cluster.bring_back(output_leader, [target])
+    step(lambda: committed_sum() >= records)
+    open_gate(3 * records // 2)
+    state_partition, coordinator = txn_coordinator(cluster, txn_id)
+    cluster.kill(coordinator, "__transaction_state", state_partition)
+    cluster.bring_back(coordinator, [target, "__transaction_state"])
+    step(lambda: committed_sum() >= 3 * records // 2)
     open_gate(10 * records)
+    time.sleep(0.2)  # into its next transactions
+    copier.kill()
+    copier.wait(TIMEOUT)
+    copier = start_copier()
     step(lambda: copier.poll() is not None)
     assert copier.wait(TIMEOUT) == 0, (tmp_path / "copier.log").read_text()
-    settled(cluster, "copy-out", 2)
-    out = read_committed(cluster.bootstrap(), "copy-out", 2)
+    settled(cluster, target, 2)
+    out = read_committed(cluster.bootstrap(), target, 2)
     assert out == {p: [b"copied:%d-%05d" % (p, i) for i in range(records)] for p in range(2)}
+    assert find_hanging(cluster, target).strip().count("\n") == 0  # the header only
 
 
 def test_write_txn_markers_from_a_client_is_refused_under_an_authorizer(zookeeper,
