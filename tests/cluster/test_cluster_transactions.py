@@ -108,8 +108,8 @@ def find_hanging(cluster: TxnCluster, topic: str) -> str:
 
 def test_transactions_span_partitions_led_by_three_brokers(cluster):
     """oncelog's transactional producer, its coordinator wherever FindCoordinator says:
-    each transaction writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's read_committed
-    reader sees the committed ones once and none of the aborted, and every leader's last
+    each transaction writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's
+    read_committed reader sees the committed ones once and none of the aborted, and every leader's last
     stable offset reaches its end."""
     before = settled(cluster, SPAN, 3)
     earlier = read_committed(cluster.bootstrap(), SPAN, 3)
@@ -416,6 +416,7 @@ def test_add_offsets_to_txn_creates_the_offsets_topic(zookeeper, start_broker):
     COORDINATOR_NOT_AVAILABLE (retriable) only while it is being created."""
     broker = start_broker(**{"broker.id": "1", "zookeeper.connect":
                              zookeeper.chroot("txninteg-offsets"),
+                             "zookeeper.session.timeout.ms": "2000",
                              "offsets.topic.num.partitions": "1",
                              "transaction.state.log.num.partitions": "1"})
     conn = BrokerConnection("127.0.0.1", broker.port, client_id="t", timeout=TIMEOUT)
@@ -426,7 +427,7 @@ def test_add_offsets_to_txn_creates_the_offsets_topic(zookeeper, start_broker):
             return answer.error == ErrorCode.none
 
         wait_for(found, TIMEOUT, "a transaction coordinator")
-        error, pid, epoch = wait_for(
+        _, pid, epoch = wait_for(
             lambda: (got := txn_wire.init_producer_id(conn, "adds-offsets"))[0]
             is ErrorCode.none and got, TIMEOUT, "a producer id")
         answers = []
