@@ -109,8 +109,8 @@ def find_hanging(cluster: TxnCluster, topic: str) -> str:
 def test_transactions_span_partitions_led_by_three_brokers(cluster):
     """oncelog's transactional producer, its coordinator wherever FindCoordinator says:
     each transaction writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's
-    read_committed reader sees the committed ones once and none of the aborted, and every leader's last
-    stable offset reaches its end."""
+    read_committed reader sees the committed ones once and none of the aborted, and every
+    leader's last stable offset reaches its end."""
     before = settled(cluster, SPAN, 3)
     earlier = read_committed(cluster.bootstrap(), SPAN, 3)
     expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
