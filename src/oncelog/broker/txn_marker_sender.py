@@ -21,9 +21,9 @@ a round's outcome per partition is a row of this table (``outcome``):
     |   | answer (NETWORK_EXCEPTION)                            |                            |
 
 Rounds follow each other after a backoff of 50 ms doubling to 1 s, for at most
-``ROUNDS_FOR_S``; what is still not written then is answered with its last error, and the
-coordinator (transaction_coordinator.TransactionCoordinator._complete) asks again as long as
-it is the transaction's coordinator and runs.
+``ROUNDS_FOR_S``; what is still not written then is answered with its last error. What the
+coordinator does with the answers (complete, stop for good on S3, send again) is its table's
+rows M1-M3 (coordinator/transaction/txn_rules.py ``after_markers``).
 
 ``running`` (given with each ``write``) says whether this broker is still the transaction's
 coordinator at the coordinator epoch the markers carry (coordinator/ownership.py); once it
