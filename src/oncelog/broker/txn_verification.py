@@ -15,8 +15,9 @@ The coordinator's answers, as the producer is answered (``for_producer``, Kafka'
     | # | the coordinator's answer                              | the produce is answered   |
     |---|-------------------------------------------------------|---------------------------|
     |V1 | NONE                                                  | appended                  |
-    |V2 | no coordinator now (no leader), no answer (connection | NOT_ENOUGH_REPLICAS       |
-    |   | lost, timed out: NETWORK_EXCEPTION), NOT_COORDINATOR, | (retriable, and no        |
+    |V2 | no coordinator now (no leader, or no __transaction_   | NOT_ENOUGH_REPLICAS       |
+    |   | state yet), no answer (connection lost, timed out:    | (retriable, and no        |
+    |   | NETWORK_EXCEPTION), NOT_COORDINATOR,                  |                           |
     |   | COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROG., | metadata refresh)         |
     |   | CONCURRENT_TRANSACTIONS                               |                           |
     |V3 | PRODUCER_FENCED                                       | INVALID_PRODUCER_EPOCH    |
