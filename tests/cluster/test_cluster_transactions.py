@@ -2,11 +2,9 @@
 partitions led by different brokers, so its coordinator sends the COMMIT / ABORT markers to
 each partition's leader (WriteTxnMarkers over the inter-broker channel), retried through a
 leader's death until the new leader takes them, and each partition leader verifies a
-transactional produce with the coordinator wherever it is (KIP-890 part 1).
-
-Until the coordinators move with their internal partitions (``coordmove``), every broker is
-the coordinator of the transactional ids its clients asked it about; the tests kill only
-brokers that coordinate nothing of theirs."""
+transactional produce with the coordinator wherever it is (KIP-890 part 1). The coordinator
+of a transactional id is the leader of its ``__transaction_state`` partition, which every
+broker names alike (FindCoordinator), and it moves when that leader dies."""
 
 from __future__ import annotations
 
@@ -26,7 +24,9 @@ from support.waits import wait_for
 
 import oncelog
 from oncelog.client.admin.admin import Admin
+from oncelog.client.network import calls
 from oncelog.client.network.connection import BrokerConnection, KafkaError
+from oncelog.coordinator.internal_log import partition_for
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
@@ -46,8 +46,8 @@ def cluster(zookeeper, tmp_path_factory):
 
 @contextlib.contextmanager
 def pinned_producer(cluster: TxnCluster, txn_id: str):
-    """oncelog's transactional producer bootstrapped at broker 1 alone: it asks broker 1
-    for its coordinator, and (until coordmove) broker 1 names itself."""
+    """oncelog's transactional producer bootstrapped at broker 1 alone (it finds its
+    coordinator, wherever it is, through broker 1)."""
     with oncelog.Producer({"bootstrap.servers": cluster.bootstrap(1),
                            "transactional.id": txn_id, "linger.ms": 5}) as producer:
         producer.init_transactions(TIMEOUT)
@@ -77,6 +77,26 @@ def coordinator_of(cluster: TxnCluster, txn_id: str) -> int:
                 if any(t.transactional_id == txn_id for t in txns))
 
 
+def txn_coordinator(cluster: TxnCluster, txn_id: str) -> tuple[int, int]:
+    """(the id's __transaction_state partition, its leader: the id's coordinator), once
+    FindCoordinator names one (the topic is created by the first that asks)."""
+    def named():
+        broker = next(b for b in cluster.brokers.values() if b.alive)
+        conn = BrokerConnection("127.0.0.1", broker.port, timeout=TIMEOUT)
+        try:
+            found = calls.find_coordinator_result(conn.call(
+                apis.FIND_COORDINATOR, calls.find_coordinator_request(txn_id, 1)))
+        finally:
+            conn.close()
+        return found.node_id if found.error == ErrorCode.none else None
+
+    node = wait_for(named, TIMEOUT, f"the coordinator of {txn_id}")
+    p = partition_for(txn_id, len(cluster.zk.get_children(
+        "/brokers/topics/__transaction_state/partitions")))
+    assert cluster.state("__transaction_state", p)["leader"] == node
+    return p, node
+
+
 def find_hanging(cluster: TxnCluster, topic: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
@@ -87,16 +107,10 @@ def find_hanging(cluster: TxnCluster, topic: str) -> str:
 
 
 def test_transactions_span_partitions_led_by_three_brokers(cluster):
-    """oncelog's transactional producer, its coordinator on broker 1: each transaction
-    writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's read_committed
-    reader sees the committed ones once and none of the aborted, and every leader's last
-    stable offset reaches its end.
-
-    CONFLUENT-PRODUCER: once coordmove lands (FindCoordinator names the leader of the id's
-    ``__transaction_state`` partition), confluent-kafka's producer writes these transactions
-    too; until then every broker answers FindCoordinator with itself, and librdkafka, which
-    asks again from time to time whichever broker it likes, moves its transactional id to a
-    broker that never saw it (INVALID_PRODUCER_ID_MAPPING)."""
+    """oncelog's transactional producer, its coordinator wherever FindCoordinator says:
+    each transaction writes to the partitions led by brokers 1, 2 and 3; confluent-kafka's
+    read_committed reader sees the committed ones once and none of the aborted, and every
+    leader's last stable offset reaches its end."""
     before = settled(cluster, SPAN, 3)
     earlier = read_committed(cluster.bootstrap(), SPAN, 3)
     expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
@@ -112,7 +126,41 @@ def test_transactions_span_partitions_led_by_three_brokers(cluster):
                 own.commit_transaction(TIMEOUT)
             else:
                 own.abort_transaction(TIMEOUT)
-    assert coordinator_of(cluster, "span-oncelog") == 1
+    assert coordinator_of(cluster, "span-oncelog") == txn_coordinator(cluster, "span-oncelog")[1]
+    after = settled(cluster, SPAN, 3)
+    assert all(after[p] > before[p] for p in range(3))
+    found = read_committed(cluster.bootstrap(), SPAN, 3)
+    assert {p: found[p][len(earlier[p]):] for p in range(3)} == expected
+    assert cluster.leaders(SPAN) == [1, 2, 3]
+
+
+def test_confluent_transactions_span_partitions_led_by_three_brokers(cluster):
+    """confluent-kafka's transactional producer, bootstrapped at every broker (librdkafka
+    asks FindCoordinator again of whichever broker it likes: each names the same leader):
+    transactions over the partitions led by brokers 1, 2 and 3, committed and aborted in
+    turn, are read back committed once and aborted never."""
+    from confluent_kafka import Producer
+
+    txn_id = "span-confluent"
+    before = settled(cluster, SPAN, 3)
+    earlier = read_committed(cluster.bootstrap(), SPAN, 3)
+    expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "transactional.id": txn_id,
+                         "linger.ms": 5})
+    producer.init_transactions(TIMEOUT)
+    for n, commit in ((0, True), (1, False), (2, True), (3, True), (4, False)):
+        producer.begin_transaction()
+        for p in range(3):
+            value = b"c%d-%d" % (n, p)
+            producer.produce(SPAN, value=value, partition=p)
+            if commit:
+                expected[p].append(value)
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+    assert producer.flush(TIMEOUT) == 0
+    assert coordinator_of(cluster, txn_id) == txn_coordinator(cluster, txn_id)[1]
     after = settled(cluster, SPAN, 3)
     assert all(after[p] > before[p] for p in range(3))
     found = read_committed(cluster.bootstrap(), SPAN, 3)
@@ -122,17 +170,18 @@ def test_transactions_span_partitions_led_by_three_brokers(cluster):
 
 def test_a_transactional_write_is_verified_with_the_coordinator_on_another_broker(cluster):
     """KIP-890 part 1 across brokers: a partition's leader asks the transaction's
-    coordinator (broker 1) whether the partition is in the transaction: a write to one added
-    is appended, a write to one never added is refused INVALID_TXN_STATE and stores nothing;
-    DescribeProducers is answered by the leader alone."""
+    coordinator (on another broker) whether the partition is in the transaction: a write to
+    one added is appended, a write to one never added is refused INVALID_TXN_STATE and stores
+    nothing; DescribeProducers is answered by the leader alone."""
+    coordinator = txn_coordinator(cluster, "verified-remotely")[1]
     leaders = cluster.leaders(SPAN)
-    added, stray = (p for p, leader in enumerate(leaders) if leader != 1)
+    added, stray = (p for p, leader in enumerate(leaders) if leader != coordinator)
     conns = {b: BrokerConnection("127.0.0.1", cluster.brokers[b].port, client_id="t",
                                  timeout=30) for b in (1, 2, 3)}
     try:
-        error, pid, epoch = txn_wire.init_producer_id(conns[1], "verified-remotely")
+        error, pid, epoch = txn_wire.init_producer_id(conns[coordinator], "verified-remotely")
         assert error is ErrorCode.none
-        assert txn_wire.add_partitions(conns[1], "verified-remotely", pid, epoch,
+        assert txn_wire.add_partitions(conns[coordinator], "verified-remotely", pid, epoch,
                                        [(SPAN, added)]) == {(SPAN, added): ErrorCode.none}
         high = end_offsets(cluster.bootstrap(), SPAN, 3, committed=False)
         assert txn_wire.produce_txn(conns[leaders[stray]], "verified-remotely", SPAN, stray,
@@ -144,7 +193,8 @@ def test_a_transactional_write_is_verified_with_the_coordinator_on_another_broke
         assert describe_producers_error(conns[follower], SPAN, added) \
             is ErrorCode.not_leader_or_follower
         assert describe_producers_error(conns[leaders[added]], SPAN, added) is ErrorCode.none
-        assert txn_wire.end_txn(conns[1], "verified-remotely", pid, epoch, False)[0] \
+        assert txn_wire.end_txn(conns[coordinator], "verified-remotely", pid, epoch,
+                                False)[0] \
             is ErrorCode.none
     finally:
         for conn in conns.values():
@@ -233,8 +283,10 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
         for p in range(3):
             producer.produce(SPAN, value=b"k-%d" % p, partition=p)
         producer.flush(TIMEOUT)
-        assert coordinator_of(cluster, "span-kill") == 1
-        victim = next(p for p, leader in enumerate(cluster.leaders(SPAN)) if leader != 1)
+        coordinator = txn_coordinator(cluster, "span-kill")[1]
+        assert coordinator_of(cluster, "span-kill") == coordinator
+        victim = next(p for p, leader in enumerate(cluster.leaders(SPAN))
+                      if leader != coordinator)
         leader = cluster.leaders(SPAN)[victim]
         cluster.brokers[leader].kill()  # the marker's first attempts find no one there
         producer.commit_transaction(TIMEOUT)
@@ -249,19 +301,23 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     cluster.bring_back(leader, [SPAN])
 
 
-def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tmp_path):
-    """Kafka's transactions system test as far as the coordinators stay put: oncelog's
-    client copies an input topic to an output topic in transactions with its consumer
-    offsets, its coordinators on broker 1, while the leaders of the output partitions
-    (brokers 2 and 3) are SIGKILLed in turn; the read_committed output is the input once and
-    in order per partition."""
-    records = 600
-    cluster.create("copy-in", [[1, 2, 3], [1, 3, 2]])
-    cluster.create("copy-out", [[2, 1, 3], [3, 1, 2]])
+@pytest.mark.parametrize("client", ["oncelog", "confluent"])
+def test_copier_exactly_once_through_hard_bounces(cluster, tmp_path, client):
+    """Kafka's transactions system test: a copier (``client``) copies an input topic to an
+    output topic in transactions with its consumer offsets (send_offsets_to_transaction)
+    while the leader of an output partition, then the transaction coordinator's broker, are
+    hard-bounced (SIGKILL, then started again), and then the copier itself is SIGKILLed and
+    started again; the read_committed output is the input once and in order per partition,
+    and no transaction is left hanging."""
+    records = 150  # per partition
+    source, target = f"bounce-in-{client}", f"bounce-out-{client}"
+    group, txn_id = f"bounce-group-{client}", f"bounce-txn-{client}"
+    cluster.create(source, [[1, 2, 3], [1, 3, 2]])
+    cluster.create(target, [[2, 1, 3], [3, 1, 2]])
     with oncelog.Producer({"bootstrap.servers": cluster.bootstrap()}) as plain:
         for i in range(records):
             for p in range(2):
-                plain.produce("copy-in", value=b"%d-%05d" % (p, i), partition=p)
+                plain.produce(source, value=b"%d-%05d" % (p, i), partition=p)
         plain.flush(TIMEOUT)
     gate = tmp_path / "gate"
 
@@ -270,23 +326,23 @@ def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tm
         tmp.write_text(str(limit))
         tmp.rename(gate)
 
-    open_gate(records // 2)
     copier_log = open(tmp_path / "copier.log", "wb")
+    bootstrap = cluster.bootstrap()  # all three: each comes back on its own port
 
     def start_copier() -> subprocess.Popen:
-        # bootstrap: broker 1 alone, so the copier's coordinators are broker 1's
         return subprocess.Popen(
-            [sys.executable, str(COPIER), "oncelog", cluster.bootstrap(1), "copy-in",
-             "copy-out", "copy-group", "copy-txn", f"{records},{records}", str(gate)],
-            stdout=copier_log, stderr=copier_log)
+            [sys.executable, str(COPIER), client, bootstrap, source, target, group, txn_id,
+             f"{records},{records}", str(gate)], stdout=copier_log, stderr=copier_log)
 
+    open_gate(records // 2)
     copier = start_copier()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 150
 
     def step(done) -> None:
         """Restart the copier when it stopped for an abortable error; until ``done``."""
         nonlocal copier
-        while not done() and time.monotonic() < deadline:
+        while not done():
+            assert time.monotonic() < deadline, (tmp_path / "copier.log").read_text()
             code = copier.poll()
             if code == 3:
                 copier = start_copier()
@@ -295,28 +351,36 @@ def test_copier_exactly_once_while_output_leaders_are_killed_in_turn(cluster, tm
             time.sleep(0.05)
 
     def committed_sum() -> int:
-        with Admin({"bootstrap.servers": cluster.bootstrap(1)}) as admin:
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
             try:
-                offsets = admin.list_group_offsets("copy-group")
+                offsets = admin.list_group_offsets(group)
             except KafkaError:
                 return 0
         return sum(max(0, o.offset) for o in offsets.values())
 
     step(lambda: committed_sum() >= records // 2)
-    # Each kill lands as the copier starts its next transactions (the gate just opened).
-    # KILL-COORDINATOR: once coordmove lands, the transaction coordinator (broker 1) is
-    # killed here too, in turn with the output leaders.
-    for victim, p, limit in ((2, 0, records), (3, 1, 3 * records // 2)):
-        open_gate(limit)
-        cluster.kill(victim, "copy-out", p)
-        step(lambda limit=limit: committed_sum() >= limit)
-        cluster.bring_back(victim, ["copy-out", SPAN])
+    # Each fault lands as the copier starts its next transactions (the gate just opened).
+    open_gate(records)
+    output_leader = cluster.leaders(target)[0]
+    cluster.kill(output_leader, target, 0)
+    cluster.bring_back(output_leader, [target])
+    step(lambda: committed_sum() >= records)
+    open_gate(3 * records // 2)
+    state_partition, coordinator = txn_coordinator(cluster, txn_id)
+    cluster.kill(coordinator, "__transaction_state", state_partition)
+    cluster.bring_back(coordinator, [target, "__transaction_state"])
+    step(lambda: committed_sum() >= 3 * records // 2)
     open_gate(10 * records)
+    time.sleep(0.2)  # into its next transactions
+    copier.kill()
+    copier.wait(TIMEOUT)
+    copier = start_copier()
     step(lambda: copier.poll() is not None)
     assert copier.wait(TIMEOUT) == 0, (tmp_path / "copier.log").read_text()
-    settled(cluster, "copy-out", 2)
-    out = read_committed(cluster.bootstrap(), "copy-out", 2)
+    settled(cluster, target, 2)
+    out = read_committed(cluster.bootstrap(), target, 2)
     assert out == {p: [b"copied:%d-%05d" % (p, i) for i in range(records)] for p in range(2)}
+    assert find_hanging(cluster, target).strip().count("\n") == 0  # the header only
 
 
 def test_write_txn_markers_from_a_client_is_refused_under_an_authorizer(zookeeper,
@@ -343,3 +407,37 @@ def test_write_txn_markers_from_a_client_is_refused_under_an_authorizer(zookeepe
             for t in m.topics for p in t.partitions] == [
         ("t", 0, ErrorCode.cluster_authorization_failed),
         ("t", 1, ErrorCode.cluster_authorization_failed)]
+
+
+def test_add_offsets_to_txn_creates_the_offsets_topic(zookeeper, start_broker):
+    """AddOffsetsToTxn on a cluster where no group's coordinator was ever asked for:
+    ``__consumer_offsets`` does not exist yet, and the request creates it (as Kafka's
+    coordinator needs no FindCoordinator first): answered NONE once the topic is there,
+    COORDINATOR_NOT_AVAILABLE (retriable) only while it is being created."""
+    broker = start_broker(**{"broker.id": "1", "zookeeper.connect":
+                             zookeeper.chroot("txninteg-offsets"),
+                             "zookeeper.session.timeout.ms": "2000",
+                             "offsets.topic.num.partitions": "1",
+                             "transaction.state.log.num.partitions": "1"})
+    conn = BrokerConnection("127.0.0.1", broker.port, client_id="t", timeout=TIMEOUT)
+    try:
+        def found():
+            answer = calls.find_coordinator_result(conn.call(
+                apis.FIND_COORDINATOR, calls.find_coordinator_request("adds-offsets", 1)))
+            return answer.error == ErrorCode.none
+
+        wait_for(found, TIMEOUT, "a transaction coordinator")
+        _, pid, epoch = wait_for(
+            lambda: (got := txn_wire.init_producer_id(conn, "adds-offsets"))[0]
+            is ErrorCode.none and got, TIMEOUT, "a producer id")
+        answers = []
+
+        def added():
+            answers.append(txn_wire.add_offsets(conn, "adds-offsets", pid, epoch, "g"))
+            return answers[-1] is ErrorCode.none
+
+        wait_for(added, TIMEOUT, "AddOffsetsToTxn taken")
+        assert set(answers) <= {ErrorCode.none, ErrorCode.coordinator_not_available}
+        assert txn_wire.end_txn(conn, "adds-offsets", pid, epoch, False)[0] is ErrorCode.none
+    finally:
+        conn.close()

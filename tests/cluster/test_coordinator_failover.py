@@ -9,10 +9,13 @@ commits."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -474,3 +477,55 @@ def test_a_transactional_id_survives_the_kill_of_its_coordinator(cluster):
             (before.producer_id, before.producer_epoch + 1)
     finally:
         cluster.back(first)
+
+
+GROUP_MEMBER = Path(__file__).resolve().parents[1] / "support" / "group_member.py"
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_a_python_clients_group_keeps_consuming_through_its_coordinators_kill(cluster,
+                                                                              client):
+    """kafka-python's and aiokafka's group consumers (tests/support/group_member.py, which
+    commits after every batch) through the SIGKILL of their group coordinator's broker:
+    every record is read, the committed offsets never go backwards, and the last commit of
+    each partition is its end."""
+    topic = f"moving-{client}"
+    cluster.create(topic, 2)
+    _produce(cluster, topic, 1000)
+    group = f"{client}-{uuid.uuid4().hex[:8]}"
+    first = cluster.coordinator(group)
+    member = subprocess.Popen(
+        [sys.executable, str(GROUP_MEMBER), client, cluster.bootstrap(), group, topic, "range",
+         "6000", "90"], stdout=subprocess.PIPE, text=True)
+    lines: list[list[str]] = []
+    reader = threading.Thread(target=lambda: lines.extend(
+        line.split() for line in member.stdout), daemon=True)
+    reader.start()
+
+    def read() -> set[tuple[int, int]]:
+        return {(int(f[1]), int(f[2])) for f in list(lines) if f[0] == "R"}
+
+    def commits() -> dict[int, list[int]]:
+        found: dict[int, list[int]] = {}
+        for f in list(lines):
+            if f[0] == "C":
+                found.setdefault(int(f[1]), []).append(int(f[2]))
+        return found
+
+    try:
+        wait_for(lambda: len(read()) >= 300 and commits(), 60, f"{client} consuming")
+        cluster.brokers[first].kill()
+        killed = time.monotonic()
+        wait_for(lambda: len(read()) >= 1000, 60, f"{client} reading everything")
+        ends = {p: max(o for q, o in read() if q == p) + 1 for p in (0, 1)}
+        wait_for(lambda: {p: c[-1] for p, c in commits().items()} == ends, 60,
+                 f"{client}'s last commits")
+        print(f"{client}: read all 1000 through the kill of coordinator {first} "
+              f"({time.monotonic() - killed:.2f}s to the last commit)")
+    finally:
+        member.terminate()
+        member.wait(TIMEOUT)
+    assert read() == {(p, o) for p, end in ends.items() for o in range(end)}
+    for p, offsets in commits().items():
+        assert offsets == sorted(offsets), f"a committed offset of {p} went backwards"
+    cluster.back(first)

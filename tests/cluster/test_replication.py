@@ -472,6 +472,7 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     zk.create(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config(
         {"min.insync.replicas": "3"}), makepath=True)
     create_topic(zk, STRICT, (1, 2), leader=1)
+    wait_for(lambda: acts_on(brokers[1], STRICT, 1, 0), TIMEOUT, "broker 1 leads")
     wait_for(lambda: acts_on(brokers[2], STRICT, 1, 0), TIMEOUT, "broker 2 follows")
     plain = encode_batch([(None, b"s", (), int(time.time() * 1000))])
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
@@ -535,3 +536,20 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     for broker in (brokers[1], brokers[2]):
         wait_for(lambda b=broker: not (b.data_dir / f"{STRICT}-0").exists(), TIMEOUT,
                  "the local replica deleted")
+
+
+def test_a_leader_alone_in_its_isr_commits_its_own_appends(cluster):
+    """A partition whose ISR is its leader alone (a single replica here): nothing but the
+    leader's own append can move its high watermark (no follower fetches), so the append
+    does, as Kafka's leader does after every append: the record is visible (ListOffsets
+    latest, the high watermark) as soon as the produce is answered. Before, it waited for
+    some later event, and an acks=all write (a coordinator's, on a one-broker cluster) for
+    its timeout."""
+    zk, brokers = cluster
+    create_topic(zk, "replicated-single", (1,), leader=1)
+    wait_for(lambda: acts_on(brokers[1], "replicated-single", 1, 0), TIMEOUT, "broker 1 leads")
+    with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
+        for n in range(1, 4):
+            calls.produce(conn, "replicated-single", 0,
+                          idempotent_batch(-1, -1, -1, [b"v%d" % n]), acks=1)
+            assert calls.list_offset(conn, "replicated-single", 0, -1) == n

@@ -123,7 +123,8 @@ def test_markers_carry_the_leader_epoch_as_coordinator_epoch():
     async def scenario():
         sent = []
 
-        async def write_markers(pid, epoch, commit, coordinator_epoch, partitions, version):
+        async def write_markers(pid, epoch, commit, coordinator_epoch, partitions, version,
+                                current):
             sent.append(coordinator_epoch)
             return dict.fromkeys(partitions, E.none)
 

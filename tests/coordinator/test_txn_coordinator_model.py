@@ -58,7 +58,7 @@ class Partitions:
             self.open.add((pid, tp))
 
     async def __call__(self, pid, epoch, commit, coordinator_epoch, partitions,
-                       transaction_version=0):
+                       transaction_version=0, current=None):
         errors = {}
         for tp in partitions:
             last = self.epochs.get((pid, tp), -1)

@@ -19,7 +19,7 @@ class Markers:
         self.written: list[tuple[int, int, bool, list]] = []
 
     async def __call__(self, producer_id, epoch, commit, coordinator_epoch, partitions,
-                       transaction_version=0):
+                       transaction_version=0, current=None):
         self.written.append((producer_id, epoch, commit, sorted(partitions)))
         return dict.fromkeys(partitions, E.none)
 

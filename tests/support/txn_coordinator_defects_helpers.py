@@ -72,7 +72,7 @@ class Markers:
         self.data_epochs: dict[int, int] = {}  # producer id -> epoch of its data
 
     async def __call__(self, producer_id, epoch, commit, coordinator_epoch, partitions,
-                       transaction_version=0):
+                       transaction_version=0, current=None):
         data = self.data_epochs.get(producer_id, -1)
         if epoch < data or (transaction_version >= 2 and epoch == data):
             return dict.fromkeys(partitions, E.invalid_producer_epoch)

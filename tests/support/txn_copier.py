@@ -88,6 +88,7 @@ def copy_with_confluent(bootstrap: str, source: str, target: str, group: str, tx
                 return
             except KafkaException as exc:
                 error = exc.args[0]
+                print(f"{getattr(call, '__name__', call)}: {error}", file=sys.stderr, flush=True)
                 if error.fatal():
                     raise SystemExit(2) from exc
                 if error.txn_requires_abort():
@@ -128,6 +129,7 @@ def copy_with_oncelog(bootstrap: str, source: str, target: str, group: str, txn_
             try:
                 return call(*args)
             except KafkaError as exc:
+                print(f"{getattr(call, '__name__', call)}: {exc!r}", file=sys.stderr, flush=True)
                 if exc.is_fatal():
                     raise SystemExit(2) from exc
                 if exc.txn_requires_abort():

@@ -379,8 +379,7 @@ class Partition:
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, now,
                         headers[0].base_offset)
-        self._leader_appended(plog.log_end_offset)
-        self._wake_waiters()
+        self._leader_appended()
         stamped = headers[0].max_timestamp if self.record_rules.log_append_time else -1
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
                             plog.log_start_offset, log_append_time=stamped,
@@ -414,8 +413,7 @@ class Partition:
         completed = state.apply_marker(decision, offset, now, now)
         if completed is not None and completed.aborted:
             plog.add_aborted(_aborted_entry(completed))
-        self._leader_appended(plog.log_end_offset)
-        self._wake_waiters()  # the last stable offset may have moved
+        self._leader_appended()  # the last stable offset may have moved
         return AppendResult(offset, offset, plog.log_start_offset,
                             must_flush=plog.unflushed_messages >= self.config.flush_messages)
 
@@ -458,13 +456,6 @@ class Partition:
         return min(replication.high_watermark, self.log.log_end_offset)
 
     # --- replication (cluster mode) --------------------------------------------------------
-
-    def _leader_appended(self, log_end: int) -> None:
-        """The high watermark after a leader's append, as Kafka's leader moves it: an ISR of
-        the leader alone has the batch now (no follower fetch would move it)."""
-        replication = self.replication
-        if replication is not None and replication.is_leader:
-            replication.advance_high_watermark(log_end)
 
     @property
     def leader_epochs(self) -> LeaderEpochCache:
@@ -740,6 +731,14 @@ class Partition:
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         return fut
+
+    def _leader_appended(self) -> None:
+        # Kafka's leader moves its high watermark after every append: with the ISR down to
+        # the leader alone no follower fetch ever would.
+        replication = self.replication
+        if replication is not None and replication.is_leader:
+            replication.advance_high_watermark(self.log.log_end_offset)
+        self._wake_waiters()
 
     def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -21,16 +21,15 @@ a round's outcome per partition is a row of this table (``outcome``):
     |   | answer (NETWORK_EXCEPTION)                            |                            |
 
 Rounds follow each other after a backoff of 50 ms doubling to 1 s, for at most
-``ROUNDS_FOR_S``; what is still not written then is answered with its last error, and the
-coordinator (transaction_coordinator.TransactionCoordinator._complete) asks again as long as
-it is the transaction's coordinator and runs.
+``ROUNDS_FOR_S``; what is still not written then is answered with its last error. What the
+coordinator does with the answers (complete, stop for good on S3, send again) is its table's
+rows M1-M3 (coordinator/transaction/txn_rules.py ``after_markers``).
 
-Until the coordinators move with the leadership of their internal partitions (issue 24's
-``coordmove``), the internal topics are each broker's own and not in the cluster's metadata:
-a marker for one of their partitions (``__consumer_offsets``, where TxnOffsetCommit's offsets
-wait for it) goes to every live broker (``interim_every_broker``), where it is harmless when
-that broker's partition holds nothing of the producer, and skipped on a broker no longer
-registered.
+``running`` (given with each ``write``) says whether this broker is still the transaction's
+coordinator at the coordinator epoch the markers carry (coordinator/ownership.py); once it
+is not, no round starts again: a deposed coordinator's markers would be fenced anyway, and
+its successor sends them from the log. Markers for ``__consumer_offsets`` partitions (where
+TxnOffsetCommit's offsets wait for them) go to their leader like any other.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from ..protocol.api_versions import WRITE_TXN_MARKERS
 from ..protocol.schema import build, request_module
 from .apis.txn_markers import MARKER_TIMEOUT_S, write_markers
 from .inter_broker import InterBrokerChannel, InterBrokerError
-from .topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -75,35 +73,26 @@ def outcome(error: ErrorCode, topic_known: bool) -> str:
 
 
 class MarkerSender:
-    def __init__(self, broker, channel: InterBrokerChannel,
-                 running: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, broker, channel: InterBrokerChannel) -> None:
         self.broker = broker
         self.channel = channel
-        self.running = running
 
     async def write(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
-                    partitions: list[TopicPartition], transaction_version: int
+                    partitions: list[TopicPartition], transaction_version: int,
+                    running: Callable[[], bool] = lambda: True
                     ) -> dict[TopicPartition, ErrorCode]:
         """Each partition's final error (NONE: written)."""
         errors: dict[TopicPartition, ErrorCode] = {}
-        # (partition, broker) pairs still to write: broker None is "its leader, now"
-        todo: dict[tuple[TopicPartition, int | None], ErrorCode] = {}
-        for tp in partitions:
-            if tp[0] in INTERNAL_TOPICS and self._topic_known(tp[0]) is False:
-                for b in self.interim_every_broker():
-                    todo[(tp, b)] = E.none
-            else:
-                todo[(tp, None)] = E.none
+        todo: dict[TopicPartition, ErrorCode] = dict.fromkeys(partitions, E.none)
         deadline = time.monotonic() + ROUNDS_FOR_S
         marker = (producer_id, epoch, commit, coordinator_epoch, transaction_version)
         # Each group of partitions is retried on its own: one leader slow to answer (its
         # acks=all waiting for a dead follower to leave the ISR) holds no other back.
-        first: dict[int | None, list] = {}
-        for key in todo:
-            first.setdefault(key[1] if key[1] is not None else self._leader(key[0]),
-                             []).append(key)
-        rounds = {asyncio.ensure_future(self._round(marker, keys)): BACKOFF_S
-                  for keys in first.values()}
+        first: dict[int, list[TopicPartition]] = {}
+        for tp in todo:
+            first.setdefault(self._leader(tp), []).append(tp)
+        rounds = {asyncio.ensure_future(self._round(marker, tps)): BACKOFF_S
+                  for tps in first.values()}
         try:
             while rounds:
                 left = deadline - time.monotonic()
@@ -114,47 +103,37 @@ class MarkerSender:
                 for finished in done:
                     delay = rounds.pop(finished)
                     again = self._take(finished.result(), todo, errors, marker)
-                    if again and time.monotonic() < deadline and self.running():
+                    if again and time.monotonic() < deadline and running():
                         rounds[asyncio.ensure_future(
                             self._later(delay, marker, again))] = min(BACKOFF_MAX_S, delay * 2)
         finally:
             for unfinished in rounds:
                 unfinished.cancel()
-        for (tp, _dest), error in todo.items():
+        for tp, error in todo.items():
             errors[tp] = error if error is not E.none else E.request_timed_out
-        for tp in partitions:
-            errors.setdefault(tp, E.none)
         return errors
 
-    def _take(self, answers, todo, errors, marker) -> list:
-        """Record one round's answers (rows S1-S4); the keys to ask again."""
+    def _take(self, answers, todo, errors, marker) -> list[TopicPartition]:
+        """Record one round's answers (rows S1-S4); the partitions to ask again."""
         producer_id, epoch, commit = marker[:3]
         again = []
-        for key, error in answers.items():
-            tp, dest = key
-            # a broker asked for its own internal partition may not have it: S2 there
-            verdict = outcome(error, dest is None and self._topic_known(tp[0]))
+        for tp, error in answers.items():
+            verdict = outcome(error, self._topic_known(tp[0]))
             if verdict == "again":
-                todo[key] = error
-                again.append(key)
+                todo[tp] = error
+                again.append(tp)
                 continue
-            del todo[key]
+            del todo[tp]
             if verdict == "given up":
                 log.warning("%s marker of producer %d epoch %d for %s-%d refused: %s; "
                             "not sent again", "COMMIT" if commit else "ABORT",
                             producer_id, epoch, tp[0], tp[1], error.name)
-            if errors.get(tp, E.none) is E.none:
-                errors[tp] = E.none if verdict == "skipped" and dest is not None else error
+            errors[tp] = error
         return again
 
-    async def _later(self, delay: float, marker, keys):
+    async def _later(self, delay: float, marker, tps: list[TopicPartition]):
         await asyncio.sleep(delay)
-        return await self._round(marker, keys)
-
-    def interim_every_broker(self) -> list[int]:
-        """The live brokers (this one too): until coordmove, where an internal partition is."""
-        return sorted({b.broker_id for b in self.broker.cluster.brokers} |
-                      {self.broker.broker_id})
+        return await self._round(marker, tps)
 
     def _topic_known(self, topic: str) -> bool:
         return self.broker.cluster_mode.cache.image.get(topic) is not None
@@ -167,36 +146,31 @@ class MarkerSender:
             return DELETED
         return image.partitions[tp[1]].leader
 
-    async def _round(self, marker, keys: list[tuple[TopicPartition, int | None]]
-                     ) -> dict[tuple[TopicPartition, int | None], ErrorCode]:
-        answers: dict[tuple[TopicPartition, int | None], ErrorCode] = {}
-        by_broker: dict[int, list[tuple[TopicPartition, int | None]]] = {}
-        live = self.interim_every_broker()
-        for key in keys:
-            tp, dest = key
-            leader = dest if dest is not None else self._leader(tp)
-            if dest is not None and dest not in live:
-                answers[key] = E.unknown_topic_or_partition  # INTERIM: gone, nothing to end
-            elif leader == DELETED:
-                answers[key] = E.unknown_topic_or_partition
+    async def _round(self, marker, tps: list[TopicPartition]
+                     ) -> dict[TopicPartition, ErrorCode]:
+        answers: dict[TopicPartition, ErrorCode] = {}
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            leader = self._leader(tp)
+            if leader == DELETED:
+                answers[tp] = E.unknown_topic_or_partition
             elif leader == zn.NO_LEADER:
-                answers[key] = E.leader_not_available
+                answers[tp] = E.leader_not_available
             else:
-                by_broker.setdefault(leader, []).append(key)
-        results = await asyncio.gather(*(self._send(b, marker, ks)
-                                         for b, ks in by_broker.items()))
+                by_broker.setdefault(leader, []).append(tp)
+        results = await asyncio.gather(*(self._send(b, marker, ps)
+                                         for b, ps in by_broker.items()))
         for result in results:
             answers.update(result)
         return answers
 
-    async def _send(self, dest: int, marker, keys: list[tuple[TopicPartition, int | None]]
-                    ) -> dict[tuple[TopicPartition, int | None], ErrorCode]:
+    async def _send(self, dest: int, marker, tps: list[TopicPartition]
+                    ) -> dict[TopicPartition, ErrorCode]:
         producer_id, epoch, commit, coordinator_epoch, tv = marker
-        tps = [tp for tp, _ in keys]
         if dest == self.broker.broker_id:
             errors = await write_markers(self.broker, producer_id, epoch, commit,
                                          coordinator_epoch, tps, tv)
-            return {key: errors[key[0]] for key in keys}
+            return {tp: errors[tp] for tp in tps}
         mod = request_module(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
         by_topic: dict[str, list[int]] = {}
         for topic, index in tps:
@@ -212,7 +186,7 @@ class MarkerSender:
                                              WRITE_TXN_MARKERS_VERSION, body, CALL_TIMEOUT_S)
         except InterBrokerError as exc:
             log.info("WriteTxnMarkers to broker %d: %s", dest, exc)
-            return dict.fromkeys(keys, E.network_exception)
+            return dict.fromkeys(tps, E.network_exception)
         got = {(t.name, p.partition_index): ErrorCode(p.error_code)
                for m in answer.markers for t in m.topics for p in t.partitions}
-        return {key: got.get(key[0], E.unknown_server_error) for key in keys}
+        return {tp: got.get(tp, E.unknown_server_error) for tp in tps}

@@ -15,8 +15,9 @@ The coordinator's answers, as the producer is answered (``for_producer``, Kafka'
     | # | the coordinator's answer                              | the produce is answered   |
     |---|-------------------------------------------------------|---------------------------|
     |V1 | NONE                                                  | appended                  |
-    |V2 | no coordinator now (no leader), no answer (connection | NOT_ENOUGH_REPLICAS       |
-    |   | lost, timed out: NETWORK_EXCEPTION), NOT_COORDINATOR, | (retriable, and no        |
+    |V2 | no coordinator now (no leader, or no __transaction_   | NOT_ENOUGH_REPLICAS       |
+    |   | state yet), no answer (connection lost, timed out:    | (retriable, and no        |
+    |   | NETWORK_EXCEPTION), NOT_COORDINATOR,                  |                           |
     |   | COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROG., | metadata refresh)         |
     |   | CONCURRENT_TRANSACTIONS                               |                           |
     |V3 | PRODUCER_FENCED                                       | INVALID_PRODUCER_EPOCH    |
@@ -25,17 +26,13 @@ The coordinator's answers, as the producer is answered (``for_producer``, Kafka'
     |V5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
     |   | _MAPPING, INVALID_PRODUCER_EPOCH, ...)                |                           |
 
-Until the coordinators move with the leadership of their internal partitions (issue 24's
-``coordmove``), ``__transaction_state`` is each broker's own and not in the cluster's
-metadata, and every broker is the coordinator of the ids its clients asked it about: the
-coordinator is then the broker whose coordinator knows the producer
-(``interim_ask_every_broker``): this one when it does, else the first other broker whose
-answer is not INVALID_PRODUCER_ID_MAPPING.
+Before anyone asked for a coordinator ``__transaction_state`` may not exist yet: no
+coordinator to ask, answered as V2 (Kafka's COORDINATOR_NOT_AVAILABLE, retriable), as is a
+partition with no leader now.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -128,13 +125,9 @@ class TxnVerification:
         coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             return None
-        if coordinator is None and all(
-                self.broker.transactions.verify(txn_id, pid, epoch, *tps[0])
-                is not E.invalid_producer_id_mapping for (pid, epoch), tps in wanted.items()):
-            return None  # INTERIM: the producer's coordinator is this broker's
         return self._fetch(txn_id, coordinator, wanted)
 
-    async def _fetch(self, txn_id: str, coordinator: int | None,
+    async def _fetch(self, txn_id: str, coordinator: int,
                      wanted: dict[tuple[int, int], list[TopicPartition]]) -> list[_Key]:
         keys = []
         for (pid, epoch), tps in wanted.items():
@@ -152,48 +145,26 @@ class TxnVerification:
     # --- asking the coordinator ----------------------------------------------------------
 
     def coordinator_of(self, txn_id: str) -> int | None:
-        """The leader of the id's ``__transaction_state`` partition (zn.NO_LEADER: none now);
-        None when the cluster's metadata has no such topic (INTERIM: before coordmove)."""
+        """The leader of the id's ``__transaction_state`` partition (zn.NO_LEADER: none now,
+        or no such topic yet)."""
         image = self.broker.cluster_mode.cache.image.get(TRANSACTION_STATE_TOPIC)
         if image is None or not image.partitions:
-            return None
+            return zn.NO_LEADER
         return image.partitions[partition_for(txn_id, len(image.partitions))].leader
 
     async def verify(self, txn_id: str, producer_id: int, epoch: int,
-                     partitions: list[TopicPartition], coordinator: int | None = -1
+                     partitions: list[TopicPartition], coordinator: int | None = None
                      ) -> dict[TopicPartition, ErrorCode]:
-        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` -1: look
+        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` None: look
         it up."""
-        if coordinator == -1:
+        if coordinator is None:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
             return {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
-        if coordinator is None:
-            return await self.interim_ask_every_broker(txn_id, producer_id, epoch, partitions)
         if coordinator == zn.NO_LEADER:
             return dict.fromkeys(partitions, for_producer(E.coordinator_not_available))
         return await self._ask(coordinator, txn_id, producer_id, epoch, partitions)
-
-    async def interim_ask_every_broker(
-            self, txn_id: str, producer_id: int, epoch: int,
-            partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
-        local = self.broker.transactions.verify
-        mine = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
-        if any(e is not E.invalid_producer_id_mapping for e in mine.values()):
-            return mine
-        others = sorted(b.broker_id for b in self.broker.cluster.brokers
-                        if b.broker_id != self.broker.broker_id)
-        answers = await asyncio.gather(*(self._ask(b, txn_id, producer_id, epoch, partitions)
-                                         for b in others))
-        for answer in answers:
-            if any(e not in (E.invalid_producer_id_mapping, E.not_enough_replicas)
-                   for e in answer.values()):
-                return answer
-        for answer in answers:  # nobody knows it, or someone could not be asked
-            if any(e is E.not_enough_replicas for e in answer.values()):
-                return answer
-        return mine
 
     async def _ask(self, coordinator: int, txn_id: str, producer_id: int, epoch: int,
                    partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:

@@ -22,7 +22,7 @@ from ...protocol.schema import build, has_field, response_module
 from .. import authorize, internal_topics
 from ..authorize import Op, Rt
 from ..config import BrokerConfig
-from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicManager
+from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicError, TopicManager
 from ..txn_marker_sender import MarkerSender
 from .api_meta import NO_THROTTLE
 from .groups import _ms, internal_log
@@ -58,16 +58,17 @@ def make_transaction_coordinator(broker, config: BrokerConfig,
     )
 
     # In cluster mode each marker goes to its partition's leader, wherever it is.
-    sender = None if broker.inter_broker is None else MarkerSender(
-        broker, broker.inter_broker, running=lambda: not coordinator._closed)
+    sender = None if broker.inter_broker is None else MarkerSender(broker, broker.inter_broker)
 
     async def write_markers(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]], transaction_version: int):
+                            partitions: list[tuple[str, int]], transaction_version: int,
+                            current=lambda: True):
         # The markers in __consumer_offsets decide their offsets as they are appended
-        # (txn_markers.append_markers).
+        # (txn_markers.append_markers). ``current``: still the transaction's coordinator
+        # at ``coordinator_epoch`` (a deposed one stops sending).
         if sender is not None:
             return await sender.write(producer_id, epoch, commit, coordinator_epoch,
-                                      partitions, transaction_version)
+                                      partitions, transaction_version, running=current)
         return await append_markers(broker, producer_id, epoch, commit, coordinator_epoch,
                                     partitions, transaction_version=transaction_version)
 
@@ -181,7 +182,13 @@ async def handle_add_offsets_to_txn(broker, request: Request):
         # The group's partition of __consumer_offsets joins the transaction: its marker is
         # what makes the offsets of TxnOffsetCommit count.
         try:
-            broker.topics.offsets_topic()
+            if broker.cluster_topics is not None:
+                # a cluster's topic: created here when no FindCoordinator has yet
+                if broker.cluster_topics.ensure_internal(OFFSETS_TOPIC) is None:
+                    raise TopicError(ErrorCode.coordinator_not_available,
+                                     f"{OFFSETS_TOPIC} is being created")
+            else:
+                broker.topics.offsets_topic()
         except Exception as exc:
             log.warning("AddOffsetsToTxn: %s", exc)
             error = ErrorCode.coordinator_not_available

@@ -39,9 +39,10 @@ S = TxnState
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
 
-# (producer id, epoch, commit, coordinator epoch, partitions, transaction version)
+# (producer id, epoch, commit, coordinator epoch, partitions, transaction version, current:
+# whether this coordinator still is the transaction's at that coordinator epoch)
 #   -> per-partition errors
-MarkerWriter = Callable[[int, int, bool, int, list[tuple[str, int]], int],
+MarkerWriter = Callable[[int, int, bool, int, list[tuple[str, int]], int, Callable[[], bool]],
                         Awaitable[dict[tuple[str, int], ErrorCode]]]
 
 
@@ -400,7 +401,7 @@ class TransactionCoordinator:
         return E.none, decision.producer_id, decision.epoch
 
     async def _complete(self, txn_id: str) -> None:
-        """M1: send the markers of a decided transaction, then write its completion."""
+        """M1-M3: send the markers of a decided transaction, then write its completion."""
         entry = self.txns.get(txn_id)
         if entry is None:
             return
@@ -409,18 +410,27 @@ class TransactionCoordinator:
         state_partition = self.partition_of(txn_id)
         ticket = self.ownership.ticket(state_partition)
         while partitions and not self._closed and self.ownership.owns(state_partition, ticket):
+            # Kafka's coordinatorEpoch: the leader epoch of the id's partition, which
+            # fences the markers of a coordinator deposed since.
+            coordinator_epoch = self.ownership.epoch(state_partition)
+
+            def current(epoch=coordinator_epoch) -> bool:
+                return not self._closed and self.ownership.owns(state_partition, ticket) \
+                    and self.ownership.epoch(state_partition) == epoch
             try:
-                # Kafka's coordinatorEpoch: the leader epoch of the id's partition, which
-                # fences the markers of a coordinator deposed since.
                 errors = await self.write_markers(entry.producer_id, entry.epoch, commit,
-                                                  self.ownership.epoch(state_partition),
-                                                  partitions, entry.transaction_version)
+                                                  coordinator_epoch, partitions,
+                                                  entry.transaction_version, current)
             except Exception:
                 log.exception("transactional id %s: writing markers failed", txn_id)
                 errors = dict.fromkeys(partitions, E.unknown_server_error)
-            # A partition whose topic is gone needs no marker any more.
-            partitions = [tp for tp in partitions
-                          if errors.get(tp, E.none) not in (E.none, E.unknown_topic_or_partition)]
+            verdict, partitions = rules.after_markers(
+                {tp: errors.get(tp, E.none) for tp in partitions})
+            if verdict == rules.STOP:
+                log.warning("transactional id %s: markers for %s refused as fenced (%s); "
+                            "not sent again (M2)", txn_id, partitions,
+                            {tp: errors[tp].name for tp in partitions})
+                return
             if partitions:
                 log.warning("transactional id %s: markers for %s failed (%s); retrying",
                             txn_id, partitions, errors)

@@ -108,8 +108,22 @@ failed write is retried until it is taken, so nothing is left half done without 
     | M1  | markers of Prepare*: (pid, e, TV) to every      | Complete*, no partitions; with  |
     |     | partition (e is 32767 after F8), until each     | next set: pid = next, e = 0,    |
     |     | partition took it or is gone                    | prev = pid, next = -1           |
+    | M2  | a round of M1: a partition refused its marker   | nothing; no marker is sent      |
+    |     | as fenced (INVALID_PRODUCER_EPOCH,              | again and the id stays pending: |
+    |     | TRANSACTION_COORDINATOR_FENCED)                 | a newer coordinator (or         |
+    |     |                                                 | producer epoch) has moved on    |
+    | M3  | a round of M1: otherwise, a partition neither   | nothing; those partitions again |
+    |     | took it nor is gone                             | a second later, while this      |
+    |     |                                                 | broker is still the id's        |
+    |     |                                                 | coordinator at the coordinator  |
+    |     |                                                 | epoch the markers carry         |
     | L1  | loaded Prepare*                                 | pending; M1 resumes             |
     | L2  | loaded PrepareEpochFence                        | pending; X2 resumes             |
+
+M2 is Kafka's (its TransactionMarkerRequestCompletionHandler stops sending then): a deposed
+coordinator's markers carry an older coordinator epoch than its successor's, and resending
+them forever would only be refused forever; its successor completes the transaction from the
+log (L1). ``after_markers`` decides M1-M3 for one round's answers.
 
 Produce-time verification (KIP-890 part 1, ``verify``) reads the same Entry:
 V1 unknown id or P != pid: INVALID_PRODUCER_ID_MAPPING; V2 E < e: INVALID_PRODUCER_EPOCH;
@@ -349,6 +363,22 @@ def completed(entry: Entry, now_ms: int) -> Entry:
                         previous_producer_id=entry.producer_id, next_producer_id=-1,
                         partitions=frozenset(), last_update_ms=now_ms)
     return entry.to(done, partitions=frozenset(), last_update_ms=now_ms)
+
+
+MARKER_FENCED = (E.invalid_producer_epoch, E.transaction_coordinator_fenced)
+MARKER_DONE = (E.none, E.unknown_topic_or_partition)  # taken, or its topic is gone
+COMPLETE, STOP, AGAIN = "complete", "stop", "again"
+
+
+def after_markers(errors: dict[TopicPartition, ErrorCode]
+                  ) -> tuple[str, list[TopicPartition]]:
+    """M1-M3 for a round's answer per partition: (COMPLETE, []), (STOP, the partitions
+    refused as fenced) or (AGAIN, the partitions to send to again)."""
+    fenced_out = sorted(tp for tp, e in errors.items() if e in MARKER_FENCED)
+    if fenced_out:
+        return STOP, fenced_out  # M2
+    left = sorted(tp for tp, e in errors.items() if e not in MARKER_DONE)
+    return (AGAIN, left) if left else (COMPLETE, [])  # M3, M1
 
 
 def verify(entry: Entry | None, producer_id: int, epoch: int,
