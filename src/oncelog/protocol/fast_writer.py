@@ -17,13 +17,16 @@ kio's OutOfBoundValue: both are exceptions the caller turns into a closed connec
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import struct
 from dataclasses import MISSING, fields
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer as kio_entity_writer
+from kio.serial import writers as kio_writers
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
@@ -103,7 +106,33 @@ def _legacy_bytes_required(buffer, value) -> None:
     _legacy_bytes(buffer, value)
 
 
+# Every answer has an error code and most a throttle time (zero): kio's writers read the
+# code's ``.value`` (an enum property) and convert the timedelta each time.
+_ERROR_CODES = {code: _I16(code.value) for code in ErrorCode}
+_ZERO_MS = b"\0\0\0\0"
+_ZERO = datetime.timedelta(0)
+
+
+def _error_code(buffer, value) -> None:
+    data = _ERROR_CODES.get(value) if type(value) is ErrorCode else None
+    if data is None:
+        kio_writers.write_error_code(buffer, value)  # (what kio does with anything else)
+        return
+    buffer.write(data)
+
+
+def _timedelta_i32(buffer, value) -> None:
+    if type(value) is datetime.timedelta and value == _ZERO:
+        buffer.write(_ZERO_MS)
+        return
+    kio_writers.write_timedelta_i32(buffer, value)
+
+
 _FAST = {  # (kafka type, flexible, optional) -> writer; the rest are kio's own
+    ("error_code", True, False): _error_code,
+    ("error_code", False, False): _error_code,
+    ("timedelta_i32", True, False): _timedelta_i32,
+    ("timedelta_i32", False, False): _timedelta_i32,
     ("string", True, False): _compact_bytes_required,
     ("string", True, True): _compact_bytes,
     ("string", False, False): _legacy_string_required,
