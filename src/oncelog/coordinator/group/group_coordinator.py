@@ -733,15 +733,27 @@ class GroupCoordinator:
     # --- sessions ---------------------------------------------------------------------------
 
     def _schedule_session(self, group: ClassicGroup, member: Member) -> None:
-        if member.session_timer is not None:
-            member.session_timer.cancel()
+        """The member's session now ends ``timeout`` from now. Every Heartbeat moves it, so
+        a timer that fires no later than the new end is kept (when it fires before the end,
+        it is set again for the end) rather than cancelled and made anew each time."""
         timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
                    else member.session_timeout_ms)
-        member.session_timer = asyncio.get_running_loop().call_later(
-            timeout / 1000, self._session_expired, group, member)
+        loop = asyncio.get_running_loop()
+        member.session_ends = ends = loop.time() + timeout / 1000
+        timer = member.session_timer
+        if timer is not None:
+            if timer.when() <= ends:
+                return
+            timer.cancel()
+        member.session_timer = loop.call_at(ends, self._session_expired, group, member)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
         member.session_timer = None
+        loop = asyncio.get_running_loop()
+        if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
+            member.session_timer = loop.call_at(member.session_ends, self._session_expired,
+                                                group, member)
+            return
         if group.members.get(member.member_id) is not member:
             return
         if member.join_waiter is not None or member.sync_waiter is not None:
