@@ -150,7 +150,15 @@ def offset_value(value: OffsetValue) -> bytes:
 def offset_value_of(offset: int, leader_epoch: int, metadata: str | None, commit_timestamp: int,
                     expire_timestamp: int = -1) -> bytes:
     """``offset_value`` of the OffsetValue these fields make, without making it."""
-    m_len, m = _string_bytes(metadata)
+    try:
+        m_len, m = _string_bytes(metadata)
+    except ValueError:
+        # The fields before the metadata are written first: one out of range is the error.
+        if expire_timestamp >= 0:
+            _VALUE1_HEAD.pack(1, offset, 0)
+        else:
+            _VALUE3_HEAD.pack(OFFSET_VALUE_VERSION, offset, leader_epoch, 0)
+        raise
     if expire_timestamp >= 0:  # version 1 carries the explicit expiry
         return b"".join((_VALUE1_HEAD.pack(1, offset, m_len), m,
                          _TIMES.pack(commit_timestamp, expire_timestamp)))
