@@ -497,3 +497,31 @@ def test_a_repeated_leader_sync_waits_for_the_assignment_being_written():
         assert c.groups["g"].state is GroupState.STABLE
         c.close()
     run(scenario())
+
+
+def test_heartbeats_move_the_session_end_on_one_timer():
+    """A member that heartbeats stays past its first session end, its timer set again when
+    it fires (about once a session timeout), not made anew by each Heartbeat; once silent,
+    the session still ends."""
+    async def scenario():
+        c = await loaded(coordinator())
+        a = await join_new(c, session=400)
+        await c.sync("g", 1, a.member_id, None, None, None, [])
+        member = c.groups["g"].members[a.member_id]
+        loop = asyncio.get_running_loop()
+        timers, beats, until = [member.session_timer], 0, loop.time() + 0.6
+        # Past the first session end, with at least 8 heartbeats (each made a timer before).
+        while (loop.time() < until or beats < 8) and beats < 40:
+            await asyncio.sleep(0.05)
+            assert c.heartbeat("g", 1, a.member_id, None) is E.none
+            beats += 1
+            if member.session_timer is not timers[-1]:
+                timers.append(member.session_timer)
+        assert len(timers) < beats, (beats, timers)
+        deadline = loop.time() + 5
+        while c.groups["g"].state is not GroupState.EMPTY and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        assert c.groups["g"].state is GroupState.EMPTY
+        assert c.heartbeat("g", 1, a.member_id, None) is E.unknown_member_id
+        c.close()
+    run(scenario())

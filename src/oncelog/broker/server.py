@@ -458,7 +458,7 @@ class Broker:
             log.exception("%s: api key %d v%d failed; closing the connection", peer,
                           request.api_key, request.api_version)
             return _CLOSE
-        if inspect.iscoroutine(body):
+        if isinstance(body, CoroutineType):  # (inspect.iscoroutine, without a call)
             return self._finish(request, body, peer)
         if body is None or body is _CLOSE or isinstance(body, (bytes, LaterAnswer,
                                                                SplicedAnswer)):

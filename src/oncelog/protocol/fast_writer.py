@@ -5,9 +5,10 @@ kio builds each length and count it writes as a bounds-checked phantom type (``u
 fields per entity, and opens a BytesIO for the tagged fields of every flexible entity even
 when it has none. For the small answers the broker gives most often (OffsetCommit, Heartbeat,
 a Fetch of a few records) that was most of the encoding, about a quarter of the request
-(issue 26). ``writer(cls)`` compiles an entity class once into a tuple of (field name,
-writer) with the lengths and counts written directly, and the tagged fields' buffer opened
-only when a tagged field differs from its default; the primitives are kio's own writers.
+(issue 26). ``writer(cls)`` compiles an entity class once into one function of straight-line
+Python (each field read as an attribute, integers packed inline) with the lengths and counts
+written directly, and the tagged fields' buffer opened only when a tagged field differs from
+its default; the other primitives are kio's own writers.
 
 The output is kio's byte for byte: tests/protocol/test_fast_writer.py encodes random
 entities of every request and response version the broker supports both ways. What kio
@@ -17,13 +18,16 @@ kio's OutOfBoundValue: both are exceptions the caller turns into a closed connec
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import struct
 from dataclasses import MISSING, fields
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer as kio_entity_writer
+from kio.serial import writers as kio_writers
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
@@ -103,7 +107,33 @@ def _legacy_bytes_required(buffer, value) -> None:
     _legacy_bytes(buffer, value)
 
 
+# Every answer has an error code and most a throttle time (zero): kio's writers read the
+# code's ``.value`` (an enum property) and convert the timedelta each time.
+_ERROR_CODES = {code: _I16(code.value) for code in ErrorCode}
+_ZERO_MS = b"\0\0\0\0"
+_ZERO = datetime.timedelta(0)
+
+
+def _error_code(buffer, value) -> None:
+    data = _ERROR_CODES.get(value) if type(value) is ErrorCode else None
+    if data is None:
+        kio_writers.write_error_code(buffer, value)  # (what kio does with anything else)
+        return
+    buffer.write(data)
+
+
+def _timedelta_i32(buffer, value) -> None:
+    if type(value) is datetime.timedelta and value == _ZERO:
+        buffer.write(_ZERO_MS)
+        return
+    kio_writers.write_timedelta_i32(buffer, value)
+
+
 _FAST = {  # (kafka type, flexible, optional) -> writer; the rest are kio's own
+    ("error_code", True, False): _error_code,
+    ("error_code", False, False): _error_code,
+    ("timedelta_i32", True, False): _timedelta_i32,
+    ("timedelta_i32", False, False): _timedelta_i32,
     ("string", True, False): _compact_bytes_required,
     ("string", True, True): _compact_bytes,
     ("string", False, False): _legacy_string_required,
@@ -188,33 +218,57 @@ def writer(cls: type) -> Any:
                 get_tagged_field_default(field)
             tagged.append((tag, field.name, write, default))
     tagged.sort()
-    plain_t = tuple(plain)
-    tagged_t = tuple(tagged)
+    return _compiled(cls, tuple(plain), tuple(tagged), flexible)
 
-    if not flexible:
-        def write_entity(buffer, entity) -> None:
-            for name, write in plain_t:
-                write(buffer, getattr(entity, name))
-        return write_entity
 
-    def write_flexible(buffer, entity) -> None:
-        for name, write in plain_t:
-            write(buffer, getattr(entity, name))
-        written = []
-        for tag, name, write, default in tagged_t:
-            value = getattr(entity, name)
-            if value is not default and value != default:
-                written.append((tag, write, value))
-        if not written:
-            buffer.write(_NO_TAGS)
-            return
-        buffer.write(_uvarint(len(written)))
-        for tag, write, value in written:
-            scratch = io.BytesIO()
-            write(scratch, value)
-            data = scratch.getvalue()
-            buffer.write(_uvarint(tag))
-            buffer.write(_uvarint(len(data)))
-            buffer.write(data)
-    return write_flexible
+# kio's integer writers, packed inline by the compiled writers (the same struct formats).
+_INLINE = {kio_writers.write_int8: struct.Struct(">b").pack,
+           kio_writers.write_int16: struct.Struct(">h").pack,
+           kio_writers.write_int32: struct.Struct(">i").pack,
+           kio_writers.write_int64: struct.Struct(">q").pack}
+
+
+def _compiled(cls: type, plain: tuple, tagged: tuple, flexible: bool) -> Any:
+    """The entity's writer as one function of straight-line Python (compiled once per
+    class): each field read as an attribute and written in turn, integers packed inline;
+    what a loop over (name, writer) pairs did with a getattr and a call per field."""
+    scope: dict[str, Any] = {"_tagged": tagged, "_write_tags": _write_tags, "_NO_TAGS": _NO_TAGS}
+    lines = ["def write_entity(buffer, entity):", "    write = buffer.write"]
+    for i, (name, write) in enumerate(plain):
+        pack = _INLINE.get(write)
+        if pack is not None:
+            scope[f"_p{i}"] = pack
+            lines.append(f"    write(_p{i}(entity.{name}))")
+        else:
+            scope[f"_w{i}"] = write
+            lines.append(f"    _w{i}(buffer, entity.{name})")
+    if flexible:
+        lines.append("    _write_tags(buffer, entity, _tagged)" if tagged else
+                     "    write(_NO_TAGS)")
+    if len(lines) == 2:
+        lines.append("    pass")
+    code = compile("\n".join(lines), f"<fast_writer {cls.__module__}.{cls.__qualname__}>",
+                   "exec")
+    exec(code, scope)  # (the source is made above from the class's field names only)
+    return scope["write_entity"]
+
+
+def _write_tags(buffer, entity, tagged: tuple) -> None:
+    """A flexible entity's tagged fields: those that differ from their default."""
+    written = []
+    for tag, name, write, default in tagged:
+        value = getattr(entity, name)
+        if value is not default and value != default:
+            written.append((tag, write, value))
+    if not written:
+        buffer.write(_NO_TAGS)
+        return
+    buffer.write(_uvarint(len(written)))
+    for tag, write, value in written:
+        scratch = io.BytesIO()
+        write(scratch, value)
+        data = scratch.getvalue()
+        buffer.write(_uvarint(tag))
+        buffer.write(_uvarint(len(data)))
+        buffer.write(data)
 

@@ -36,6 +36,8 @@ def build(cls: type, **values: Any) -> Any:
     names = _field_names(cls)
     if "error_message" in values and _is_response(cls):
         values["error_message"] = without_paths(values["error_message"])
+    if names.issuperset(values):  # the usual case: no field this version lacks
+        return cls(**values)
     return cls(**{k: v for k, v in values.items() if k in names})
 
 

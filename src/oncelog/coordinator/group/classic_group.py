@@ -52,6 +52,7 @@ class Member:
     sync_waiter: Any = None
     is_new: bool = False  # joined during the current rebalance
     session_timer: Any = None
+    session_ends: float = 0.0  # the event loop's time the session ends at
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, metadata in self.protocols:

@@ -178,7 +178,10 @@ def _as_log_record(record: tuple, index: int
 
 def _too_long(*texts: str) -> bool:
     """Longer than the records' strings can hold (Kafka's STRING: 32767 bytes)."""
-    return any(len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES for t in texts)
+    for t in texts:  # (a loop, not any(): this is on the path of every group request)
+        if len(t) > 8191 and len(t.encode()) > rec.MAX_STRING_BYTES:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -730,15 +733,27 @@ class GroupCoordinator:
     # --- sessions ---------------------------------------------------------------------------
 
     def _schedule_session(self, group: ClassicGroup, member: Member) -> None:
-        if member.session_timer is not None:
-            member.session_timer.cancel()
+        """The member's session now ends ``timeout`` from now. Every Heartbeat moves it, so
+        a timer that fires no later than the new end is kept (when it fires before the end,
+        it is set again for the end) rather than cancelled and made anew each time."""
         timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
                    else member.session_timeout_ms)
-        member.session_timer = asyncio.get_running_loop().call_later(
-            timeout / 1000, self._session_expired, group, member)
+        loop = asyncio.get_running_loop()
+        member.session_ends = ends = loop.time() + timeout / 1000
+        timer = member.session_timer
+        if timer is not None:
+            if timer.when() <= ends:
+                return
+            timer.cancel()
+        member.session_timer = loop.call_at(ends, self._session_expired, group, member)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
         member.session_timer = None
+        loop = asyncio.get_running_loop()
+        if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
+            member.session_timer = loop.call_at(member.session_ends, self._session_expired,
+                                                group, member)
+            return
         if group.members.get(member.member_id) is not member:
             return
         if member.join_waiter is not None or member.sync_waiter is not None:
@@ -959,19 +974,21 @@ class GroupCoordinator:
         if error is not None:
             return [error] * len(partitions), None
         now = self.now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else -1
         errors: list[ErrorCode] = []
         records: list[tuple[bytes, bytes | None]] = []
-        values: dict[tuple[str, int], rec.OffsetValue] = {}
+        # (offset, leader epoch, metadata) by partition: the OffsetValues are made once their
+        # records' offsets are known (no copy of each to set record_offset).
+        values: dict[tuple[str, int], tuple[int, int, str]] = {}
         for p in partitions:
             error = self._partition_commit_error(p)
             errors.append(error)
             if error is not E.none:
                 continue
-            expire = now + retention_ms if retention_ms >= 0 else -1
-            value = rec.OffsetValue(p.offset, p.leader_epoch, p.metadata or "", now, expire)
-            values[p.topic, p.partition] = value
+            metadata = p.metadata or ""
+            values[p.topic, p.partition] = (p.offset, p.leader_epoch, metadata)
             records.append((rec.offset_key(group_id, p.topic, p.partition),
-                            rec.offset_value(value)))
+                            rec.offset_value_of(p.offset, p.leader_epoch, metadata, now, expire)))
         if not records:
             return errors, None
         try:
@@ -982,8 +999,9 @@ class GroupCoordinator:
                     else exc.error)
             return [code if e is E.none else e for e in errors], None
         offsets = self._offsets_of(group_id)
-        for at, (tp, value) in enumerate(values.items(), base):
-            offset_rules.replay_commit(offsets, tp, dataclasses.replace(value, record_offset=at))
+        for at, (tp, (offset, epoch, metadata)) in enumerate(values.items(), base):
+            offset_rules.replay_commit(
+                offsets, tp, rec.OffsetValue(offset, epoch, metadata, now, expire, at))
         self.commits += len(values)
         group = self.groups[group_id]
         if isinstance(group, ClassicGroup) and member_id in group.members:

@@ -110,9 +110,32 @@ class _Writer:
         return b"".join(self.parts)
 
 
+# An offset commit's key and value are written once per committed partition, on the path
+# of every OffsetCommit: packed with precompiled layouts, the same bytes _Writer would give
+# (tests/coordinator/test_group_records_layout.py holds them to it).
+_INT16 = struct.Struct(">h")
+_KEY_HEAD = struct.Struct(">hh")  # version, the group's length
+_INT32 = struct.Struct(">i")
+_VALUE3_HEAD = struct.Struct(">hqih")  # version 3, offset, leader epoch, metadata's length
+_VALUE1_HEAD = struct.Struct(">hqh")  # version 1, offset, metadata's length
+_INT64 = struct.Struct(">q")
+_TIMES = struct.Struct(">qq")  # commit and expire timestamps (version 1)
+
+
+def _string_bytes(v: str | None) -> tuple[int, bytes]:
+    """A STRING's length field (-1: null) and its bytes."""
+    if v is None:
+        return -1, b""
+    data = v.encode()
+    if len(data) > MAX_STRING_BYTES:
+        raise ValueError(f"string of {len(data)} bytes does not fit a Kafka STRING")
+    return len(data), data
+
+
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return (_Writer().int16(OFFSET_KEY_VERSION).string(group).string(topic).int32(partition)
-            .done())
+    (g_len, g), (t_len, t) = _string_bytes(group), _string_bytes(topic)
+    return b"".join((_KEY_HEAD.pack(OFFSET_KEY_VERSION, g_len), g, _INT16.pack(t_len), t,
+                     _INT32.pack(partition)))
 
 
 def group_key(group: str) -> bytes:
@@ -120,11 +143,27 @@ def group_key(group: str) -> bytes:
 
 
 def offset_value(value: OffsetValue) -> bytes:
-    if value.expire_timestamp >= 0:  # version 1 carries the explicit expiry
-        return (_Writer().int16(1).int64(value.offset).string(value.metadata)
-                .int64(value.commit_timestamp).int64(value.expire_timestamp).done())
-    return (_Writer().int16(OFFSET_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
-            .string(value.metadata).int64(value.commit_timestamp).done())
+    return offset_value_of(value.offset, value.leader_epoch, value.metadata,
+                           value.commit_timestamp, value.expire_timestamp)
+
+
+def offset_value_of(offset: int, leader_epoch: int, metadata: str | None, commit_timestamp: int,
+                    expire_timestamp: int = -1) -> bytes:
+    """``offset_value`` of the OffsetValue these fields make, without making it."""
+    try:
+        m_len, m = _string_bytes(metadata)
+    except ValueError:
+        # The fields before the metadata are written first: one out of range is the error.
+        if expire_timestamp >= 0:
+            _VALUE1_HEAD.pack(1, offset, 0)
+        else:
+            _VALUE3_HEAD.pack(OFFSET_VALUE_VERSION, offset, leader_epoch, 0)
+        raise
+    if expire_timestamp >= 0:  # version 1 carries the explicit expiry
+        return b"".join((_VALUE1_HEAD.pack(1, offset, m_len), m,
+                         _TIMES.pack(commit_timestamp, expire_timestamp)))
+    return b"".join((_VALUE3_HEAD.pack(OFFSET_VALUE_VERSION, offset, leader_epoch, m_len), m,
+                     _INT64.pack(commit_timestamp)))
 
 
 def group_value(value: GroupValue) -> bytes:
