@@ -5,7 +5,6 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode as E
 
 from oncelog.client.network.connection import BrokerConnection
-from oncelog.coordinator.transaction.transaction_coordinator import COORDINATOR_EPOCH
 from support.audit_helpers import produce
 from support.brokers import create_topic
 from support.txn_wire import (
@@ -54,6 +53,7 @@ def torn_topic(bootstrap: str, topic: str) -> None:
     broker that lost its coordinator's decision would write them; then a clean one."""
     create_topic(bootstrap, topic, PARTITIONS)
     parts = [(topic, p) for p in range(PARTITIONS)]
+    coordinator_epoch = 0  # a single broker's coordinator: __transaction_state led at epoch 0
     with BrokerConnection("127.0.0.1", int(bootstrap.rsplit(":", 1)[1]),
                           client_id="torn", timeout=TIMEOUT) as conn:
         _, pid, epoch = init_producer_id(conn, f"{topic}-tx")
@@ -61,6 +61,6 @@ def torn_topic(bootstrap: str, topic: str) -> None:
         for p in range(PARTITIONS):
             assert produce_txn(conn, f"{topic}-tx", topic, p, pid, epoch, 0,
                                [b"torn-%d-%d" % (p, i) for i in range(p + 1)]) is E.none
-        assert write_marker(conn, pid, epoch, True, COORDINATOR_EPOCH, parts[:2]) == [E.none] * 2
-        assert write_marker(conn, pid, epoch, False, COORDINATOR_EPOCH, parts[2:]) == [E.none]
+        assert write_marker(conn, pid, epoch, True, coordinator_epoch, parts[:2]) == [E.none] * 2
+        assert write_marker(conn, pid, epoch, False, coordinator_epoch, parts[2:]) == [E.none]
         wait_settled(conn, topic, PARTITIONS)
