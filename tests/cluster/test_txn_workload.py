@@ -52,7 +52,7 @@ TOPICS = ("wl-a", "wl-b")
 PARTITIONS = 3  # of each topic
 BROKERS = (1, 2, 3)
 PRODUCERS = ("own0", "cfk0", "own1", "cfk1")  # own: oncelog's client; cfk: confluent-kafka
-FAULTS = 3
+FAULTS = 4
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),
             "zookeeper.connection.timeout.ms": "10000",
             "replica.lag.time.max.ms": "2000", "replica.fetch.wait.max.ms": "200",
@@ -265,6 +265,10 @@ class Worker:
         return UNKNOWN
 
     def _abort(self, producer) -> None:
+        """An abort that fails leaves the producer in doubt: it is replaced. librdkafka's can
+        fail fatally with INVALID_TXN_STATE when it aborts while its first AddPartitionsToTxn
+        is in flight (its EndTxn reaches the coordinator first, which has no transaction
+        then, as Kafka's would: confluentinc/librdkafka#4849)."""
         try:
             producer.abort_transaction(CALL_TIMEOUT)
         except self._errors() as exc:
