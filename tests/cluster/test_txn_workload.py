@@ -6,12 +6,13 @@ Four transactional producers (two of oncelog's own client, two of confluent-kafk
 unique values, each transaction to 2-4 partitions of both topics, and commit or abort at
 random; each records what it attempted and what its client said (support/txn_history.py).
 Meanwhile a few faults, chosen by the seed, each bounded: the SIGKILL and restart of a broker
-(the coordinator of a producer's transactional id, the leader of a partition, or any), and a
-network partition cutting a broker off from the others and ZooKeeper (its clients still reach
-it), healed after its session expired. Healed and settled, read_committed readers (both
-clients) read every partition from the start, and the checker finds no aborted read, no lost
-committed write, no torn transaction, no duplicate and no producer's values out of its order;
-``oncelog transactions find-hanging`` finds no hanging transaction.
+(the coordinator of a producer's transactional id, the leader of a partition, or any), and
+network partitions cutting a broker off (its clients still reach it) from the others and
+ZooKeeper, from ZooKeeper only, or from the other brokers only, each held longer than the
+ZooKeeper session and replica.lag.time.max.ms. Healed and settled, read_committed readers
+(both clients) read every partition from the start, and the checker finds no aborted read, no
+lost committed write, no torn transaction, no duplicate and no producer's values out of its
+order; ``oncelog transactions find-hanging`` finds no hanging transaction.
 
 The seed is printed; ONCELOG_TXN_WORKLOAD_SEED replays one.
 """
@@ -278,9 +279,15 @@ class Worker:
 
 # --- the faults -----------------------------------------------------------------------------
 
+KINDS = ("kill", "partition", "cut-zookeeper", "cut-brokers")
+
+
 def plan(rng: random.Random) -> list[tuple[str, str, float, float]]:
-    """(kind, target, pause before, duration) of each fault."""
-    return [(rng.choice(("kill", "partition")), rng.choice(("coordinator", "leader", "any")),
+    """(kind, target, pause before, duration) of each fault: a SIGKILL and restart; a
+    partition cutting the broker off from ZooKeeper and the other brokers, from ZooKeeper
+    only (its session expires, it still reaches the others: a deposed coordinator or leader
+    that can still send), or from the other brokers only (it stays registered)."""
+    return [(rng.choice(KINDS), rng.choice(("coordinator", "leader", "any")),
              rng.uniform(0.5, 2.0), rng.uniform(0.5, 2.0) + SESSION_MS / 1000)
             for _ in range(FAULTS)]
 
@@ -303,7 +310,9 @@ def inject(cluster: Cluster, kind: str, broker: int, duration: float) -> None:
         time.sleep(duration)
         cluster.brokers[broker].start()
     else:
-        others = ["zk", *(f"b{b}" for b in BROKERS if b != broker)]
+        brokers = [f"b{b}" for b in BROKERS if b != broker]
+        others = {"partition": ["zk", *brokers], "cut-zookeeper": ["zk"],
+                  "cut-brokers": brokers}[kind]
         heal = cluster.topology.isolate(f"b{broker}", others)
         try:
             time.sleep(duration)
