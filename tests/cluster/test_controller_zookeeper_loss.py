@@ -1,8 +1,12 @@
-"""The controller's reads cut short by a lost ZooKeeper connection (found by
-test_txn_workload.py, seed 4: the controller's broker cut off from ZooKeeper mid-pass logged
-"controller pass failed" with kazoo's ConnectionLoss and a traceback, where every other pass
-says "cut short by ZooKeeper"): a read in flight when the connection drops is
-MetadataUnavailable, as one ZooKeeper does not answer in time already is."""
+"""ZooKeeper requests in flight when the connection drops (kazoo fails them with
+ConnectionLoss), found by test_txn_workload.py:
+
+- seed 4: the controller's broker cut off from ZooKeeper mid-pass logged "controller pass
+  failed" with a traceback, where every other pass says "cut short by ZooKeeper": the
+  controller's read is MetadataUnavailable, as one ZooKeeper does not answer in time is;
+- seed 7: a leader's ISR write (or its change notification after it) raised ConnectionLoss
+  out of ReplicaWatch.write_isr: it answers None (not written, or not known to be; the
+  leader counts the ISR asked for until it reads the state, test_leader_high_watermark)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ import pytest
 from support.waits import wait_for
 from support.zookeepers import ZooKeeperServer
 
+from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.membership import ClusterMember
+from oncelog.cluster.replica_watch import ReplicaWatch
 from oncelog.metadata.store import MetadataUnavailable
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
@@ -24,29 +30,50 @@ pytestmark = pytest.mark.xdist_group("zookeeper")
 SESSION_MS = 10_000  # kazoo does not give up on a silent server before the test kills it
 
 
-def test_a_read_in_flight_when_the_connection_drops_is_metadata_unavailable():
+def dropped_under(call) -> list:
+    """``call(store)`` on a ZooKeeper of its own, stopped before and killed once the
+    request is sent: what it returned or raised."""
     server = ZooKeeperServer().start()  # of its own: it is stopped and killed
-    store = ZooKeeperStore(server.chroot("controller-loss"), SESSION_MS)
+    store = ZooKeeperStore(server.chroot("connection-loss"), SESSION_MS)
     try:
-        controller = Controller(ClusterMember(store, 1, None), lambda: False)
-        assert controller.read_topics(["absent"]) == []
-        os.killpg(server.proc.pid, signal.SIGSTOP)  # the reads below go unanswered
-        raised: list[BaseException] = []
+        prepared = call(store)
+        os.killpg(server.proc.pid, signal.SIGSTOP)  # what it sends goes unanswered
+        outcome: list = []
 
-        def read() -> None:
+        def run() -> None:
             try:
-                controller.read_topics(["absent"])
+                outcome.append(prepared())
             except BaseException as exc:
-                raised.append(exc)
+                outcome.append(exc)
 
-        reader = threading.Thread(target=read)
-        reader.start()
+        caller = threading.Thread(target=run)
+        caller.start()
         # kazoo's requests sent and not answered yet: what it fails when the connection drops
-        wait_for(lambda: len(store.client._pending) > 0, 5, "the read sent, unanswered")
-        server.stop()  # SIGKILL: the connection drops under the read
-        reader.join(SESSION_MS / 1000 + 5)
-        assert not reader.is_alive()
-        assert len(raised) == 1 and isinstance(raised[0], MetadataUnavailable), raised
+        wait_for(lambda: len(store.client._pending) > 0, 5, "the request sent, unanswered")
+        server.stop()  # SIGKILL: the connection drops under the request
+        caller.join(SESSION_MS / 1000 + 5)
+        assert not caller.is_alive()
+        return outcome
     finally:
         store.close()
         server.close()
+
+
+def test_a_controller_read_in_flight_when_the_connection_drops_is_metadata_unavailable():
+    def read(store):
+        controller = Controller(ClusterMember(store, 1, None), lambda: False)
+        assert controller.read_topics(["absent"]) == []
+        return lambda: controller.read_topics(["absent"])
+
+    outcome = dropped_under(read)
+    assert len(outcome) == 1 and isinstance(outcome[0], MetadataUnavailable), outcome
+
+
+def test_an_isr_write_in_flight_when_the_connection_drops_answers_none():
+    def write(store):
+        watch = ReplicaWatch(store, 1, lambda view: None)
+        path = zn.partition_state_path("t", 0)
+        store.client.create(path, zn.PartitionState(1, 0, (1, 2), 0).encode(), makepath=True)
+        return lambda: watch.write_isr("t", 0, zn.PartitionState(1, 0, (1, 2, 3), 0), 0)
+
+    assert dropped_under(write) == [None]
