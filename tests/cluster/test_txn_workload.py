@@ -14,7 +14,14 @@ ZooKeeper session and replica.lag.time.max.ms. Healed and settled, read_committe
 lost committed write, no torn transaction, no duplicate and no producer's values out of its
 order; ``oncelog transactions find-hanging`` finds no hanging transaction.
 
-The seed is printed; ONCELOG_TXN_WORKLOAD_SEED replays one.
+The seed is printed; ONCELOG_TXN_WORKLOAD_SEED replays one: the same faults (kind, whose
+broker: a coordinator's, a leader's or any, pause and duration) and the same transactions
+and decisions; which broker that is, and how the run interleaves, depends on the run.
+
+What it found: seed 7, a committed transaction torn (records a leader acknowledged were gone
+after the follower it had just added to the ISR was elected: test_leader_high_watermark,
+test_controller_zookeeper_loss); seed 4, a controller pass cut short by ZooKeeper logged as
+an unexpected failure with a traceback (test_controller_zookeeper_loss).
 """
 
 from __future__ import annotations
