@@ -58,3 +58,41 @@ def test_followers_in_the_isr_hold_the_high_watermark():
     replicated = leader((1, 2))
     replicated.append_records(encode_batch([(None, b"a", (), NOW)]))
     assert replicated.high_watermark == 0
+
+
+def test_an_isr_expansion_whose_write_is_unanswered_holds_the_high_watermark():
+    """Found by test_txn_workload.py (seed 7): a leader wrote an ISR expansion to ZooKeeper,
+    the write landed but its answer was lost (the leader cut off from ZooKeeper), so the
+    leader went on counting the ISR without the follower it had added and acknowledged
+    records that follower did not have; the controller then elected that follower and the
+    records of a committed transaction were gone. Until ZooKeeper says what the ISR is, the
+    high watermark counts the ISR asked for too (Kafka's maximal ISR)."""
+    p = leader((1, 2))
+    r = p.replication
+    p.append_records(encode_batch([(None, b"a", (), NOW), (None, b"b", (), NOW)]))
+    r.follower_fetched(2, 2, 2, NOW)
+    r.follower_fetched(3, 2, 2, NOW)  # caught up: the leader asks for ISR [1, 2, 3]
+    r.advance_high_watermark(2)
+    assert r.high_watermark == 2
+    wanted = r.isr_changes(NOW, 10_000, fetching=3)
+    assert wanted == (1, 2, 3)
+    r.isr_write_started(wanted)
+    r.isr_write_ended(wanted, None)  # no answer: it may have landed
+    p.append_records(encode_batch([(None, b"c", (), NOW), (None, b"d", (), NOW)]))
+    r.follower_fetched(2, 4, 4, NOW)  # broker 2 has them, broker 3 not yet
+    r.advance_high_watermark(4)
+    assert r.high_watermark == 2, "acknowledged what a replica ZooKeeper may count lacks"
+    r.isr_read((1, 2), 5)  # ZooKeeper's state read: the write had not landed
+    r.advance_high_watermark(4)
+    assert r.high_watermark == 4
+    assert r.maximal_isr == (1, 2)
+
+
+def test_an_isr_read_while_a_write_is_in_flight_keeps_the_isr_asked_for():
+    p = leader((1, 2))
+    r = p.replication
+    r.isr_write_started((1, 2, 3))
+    r.isr_read((1, 2), 5)  # read before the write landed
+    assert r.maximal_isr == (1, 2, 3)
+    r.isr_write_ended((1, 2, 3), 6)
+    assert r.isr == (1, 2, 3) and r.maximal_isr == (1, 2, 3) and r.zk_version == 6

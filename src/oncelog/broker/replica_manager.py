@@ -267,7 +267,7 @@ class ReplicaManager:
         now = _now_ms()
         for broker in state.isr:
             current.followers.setdefault(broker, rules.FollowerView(-1, now))
-        current.isr, current.zk_version = state.isr, version
+        current.isr_read(state.isr, version)
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
@@ -302,7 +302,7 @@ class ReplicaManager:
                                {b.broker_id for b in self.broker.cluster.brokers})
         if wanted is None:
             return
-        r.isr_write_pending = True
+        r.isr_write_started(wanted)
         state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch)
         loop = asyncio.get_running_loop()
         written = loop.run_in_executor(None, self.watch.write_isr, partition.topic,
@@ -313,13 +313,12 @@ class ReplicaManager:
 
     def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
                      wanted: tuple[int, ...], fut: asyncio.Future) -> None:
-        r.isr_write_pending = False
         version = None if fut.cancelled() or fut.exception() else fut.result()
+        r.isr_write_ended(wanted, version)
         if version is None or partition.replication is not r:
-            return  # the state moved on: the next view decides
+            return  # the state moved on, or is unknown: the next view decides
         log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(old),
                  list(wanted), r.leader_epoch)
-        r.isr, r.zk_version = wanted, version
         if r.advance_high_watermark(partition.log.log_end_offset):
             partition._wake_waiters()
         r.resolve_waiters()

@@ -62,6 +62,11 @@ class ReplicaState:
     last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
     waiters: list[_Waiter] = field(default_factory=list)
     isr_write_pending: bool = False
+    # The ISR a write to ZooKeeper asked for, until ZooKeeper's answer or its state read
+    # says what the ISR is: a write whose answer was lost may have landed, and the
+    # controller may then elect a follower it added. Until then the high watermark counts
+    # the maximal ISR (ours and the one asked for), as Kafka's leader does.
+    pending_isr: tuple[int, ...] = ()
 
     @property
     def is_leader(self) -> bool:
@@ -78,10 +83,31 @@ class ReplicaState:
         self.followers[replica] = rules.FollowerView(fetch_offset, caught)
         self.last_fetch[replica] = (leader_end, now_ms)
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        return self.isr + tuple(b for b in self.pending_isr if b not in self.isr)
+
+    def isr_write_started(self, wanted: tuple[int, ...]) -> None:
+        self.isr_write_pending, self.pending_isr = True, wanted
+
+    def isr_write_ended(self, wanted: tuple[int, ...], version: int | None) -> None:
+        """The write answered at ``version``, or None: refused or its outcome unknown, the
+        asked ISR stays counted until a state read from ZooKeeper (``isr_read``)."""
+        self.isr_write_pending = False
+        if version is not None:
+            self.isr, self.zk_version, self.pending_isr = wanted, version, ()
+
+    def isr_read(self, isr: tuple[int, ...], version: int) -> None:
+        """The ISR ZooKeeper holds at ``version``: what a write in flight asked for stays
+        counted until it answers."""
+        self.isr, self.zk_version = isr, version
+        if not self.isr_write_pending:
+            self.pending_isr = ()
+
     def advance_high_watermark(self, leader_end: int) -> bool:
-        """The ISR's least log end (isr.high_watermark); True when it moved."""
+        """The maximal ISR's least log end (isr.high_watermark); True when it moved."""
         ends = [self.followers.get(b, rules.FollowerView(-1, 0)).log_end_offset
-                for b in self.isr if b != self.broker_id]
+                for b in self.maximal_isr if b != self.broker_id]
         new = rules.high_watermark(self.high_watermark, leader_end, ends)
         moved = new != self.high_watermark
         self.high_watermark = new

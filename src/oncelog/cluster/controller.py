@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
@@ -110,7 +111,8 @@ class Controller:
             except ControllerMoved as exc:
                 log.warning("controller writes refused: %s", exc)
                 self.member._wake.set()  # read who the controller is now
-            except (MetadataUnavailable, ConnectionError) as exc:
+            except (MetadataUnavailable, ConnectionError, ConnectionLoss,
+                    SessionExpiredError) as exc:
                 log.warning("controller pass cut short by ZooKeeper: %r", exc)
             except Exception:
                 log.exception("controller pass failed; retrying")
@@ -132,6 +134,9 @@ class Controller:
                 out.append(result.get(timeout=self.store.session_timeout_ms / 1000))
             except self.zk.handler.timeout_exception:
                 raise MetadataUnavailable("ZooKeeper did not answer in time") from None
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                # the connection dropped under the read: ZooKeeper is away, as above
+                raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
             except Exception as exc:
                 out.append(exc)
         return out

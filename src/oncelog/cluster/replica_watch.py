@@ -26,7 +26,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import KazooState
 
 from ..metadata.store import MetadataUnavailable
@@ -145,15 +151,18 @@ class ReplicaWatch:
         except (BadVersionError, NoNodeError):
             self.refresh()
             return None
-        except MetadataUnavailable as exc:
-            log.warning("ISR change of %s-%d not written: %s", topic, partition, exc)
+        except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
+            # perhaps written: the leader counts the ISR asked for until it reads the state
+            log.warning("ISR change of %s-%d not written: %r", topic, partition, exc)
             return None
         try:
             self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
                      json.dumps({"version": 1, "partitions": [
                          {"topic": topic, "partition": partition}]}).encode(),
                      sequence=True, makepath=True)
-        except (NodeExistsError, MetadataUnavailable) as exc:
+        except (NodeExistsError, MetadataUnavailable, ConnectionLoss,
+                SessionExpiredError) as exc:
+            # the state is written: a lost notification must not say it was not
             log.debug("ISR change notification not written: %r", exc)
         return stat.version
 
