@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster import isr as rules
 from ..cluster import znodes as zn
 from ..cluster.replica_watch import ReplicaWatch, TopicView
+from .log_dirs import LogDirOffline
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
 from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
@@ -231,8 +232,18 @@ class ReplicaManager:
                            controller_epoch=state.controller_epoch)
         partition.leader_epoch = state.leader_epoch
         if role is rules.Role.BECOME_LEADER:
-            end = partition.log.log_end_offset
-            partition.leader_epochs.assign(state.leader_epoch, end)
+            try:
+                end = partition.become_leader(state.leader_epoch)
+            except LogDirOffline as exc:
+                # Its directory is offline (now, or before): the controller moves the
+                # leadership away; until then it leads nothing.
+                new.leader = rules.NO_LEADER
+                partition.replication = new
+                log.error("%s: cannot lead at epoch %d: %s", partition.name,
+                          state.leader_epoch, exc)
+                partition._wake_waiters()
+                self._leadership(partition, False, state.leader_epoch)
+                return role
             new.epoch_start_offset = end
             now = _now_ms()
             new.followers = {b: rules.FollowerView(-1, now) for b in state.isr}
@@ -291,7 +302,7 @@ class ReplicaManager:
     def check_isr(self) -> None:
         for partition in self._replicated():
             r = partition.replication
-            if r is not None and r.is_leader:
+            if r is not None and r.is_leader and not partition.log_dir.offline:
                 self._maybe_write_isr(partition)
 
     def _maybe_write_isr(self, partition: Partition, fetching: int | None = None) -> None:
