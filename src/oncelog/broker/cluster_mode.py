@@ -181,8 +181,15 @@ class ClusterMode:
         return self._live
 
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:
+        """A broker that cannot vouch for its ZooKeeper session (membership.py's standing
+        table) names itself leader of nothing (DescribeTopicPartitions; Metadata it refuses
+        altogether): LEADER_NOT_AVAILABLE, where naming itself would send a client's every
+        retry back to it until its link to ZooKeeper heals."""
         live = self.live()
         leader = partition.leader
+        replicas = self.broker.replicas
+        if leader == self.member.broker_id and replicas is not None and replicas.fenced:
+            leader = zn.NO_LEADER
         return {"error_code": ErrorCode.leader_not_available if leader == zn.NO_LEADER
                 else ErrorCode.none,
                 "partition_index": partition.index, "leader_id": leader,

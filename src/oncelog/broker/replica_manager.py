@@ -66,7 +66,15 @@ class ReplicaManager:
         self.topics = broker.topics
         self.config = broker.config
         self.lag_max_ms: int = self.config.get("replica.lag.time.max.ms")
-        self.watch = ReplicaWatch(broker.cluster.store, self.broker_id, self._on_view)
+        member = broker.cluster
+        self.watch = ReplicaWatch(member.store, self.broker_id, self._on_view,
+                                  lambda: member.vouches)
+        member.on_registered = self.watch.refresh  # registered again: B7 on a fresh read
+        member.store.add_session_listener(self._on_session)
+        self._last_view: dict[str, TopicView] | None = None
+        # Since this broker stopped vouching for its session until a view read once it
+        # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
+        self.fenced = False
         self.fetchers: dict[int, LeaderFetcher] = {}  # by leader broker
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,11 +140,33 @@ class ReplicaManager:
             except Exception:
                 log.exception("replica duty %s failed", duty.__name__)
 
-    def _on_view(self, view: dict[str, TopicView]) -> None:
+    def _on_view(self, view: dict[str, TopicView], vouched: bool) -> None:
         """On the watch's thread: the view goes to the event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.apply_view, view)
+            loop.call_soon_threadsafe(self.apply_view, view, vouched)
+
+    def _on_session(self, state: str) -> None:
+        """On kazoo's thread: ZooKeeper away ("SUSPENDED") fences this broker's leaderships
+        once the session timeout has passed (the standing table's V3), an expired session
+        ("LOST") at once (V4), unless it is back by then."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if state == "SUSPENDED":
+            after_s = self.broker.cluster.store.session_timeout_ms / 1000 + 0.01
+            loop.call_soon_threadsafe(loop.call_later, after_s, self._fence_if_unvouched)
+        elif state == "LOST":
+            loop.call_soon_threadsafe(self._fence_if_unvouched)
+
+    def _fence_if_unvouched(self) -> None:
+        if self._closed or self._last_view is None or self.broker.cluster.vouches:
+            return
+        log.warning("broker %d cannot vouch for its ZooKeeper session (%s): it leads "
+                    "nothing until it has registered again and read the partition states",
+                    self.broker_id, self.broker.cluster.standing().value)
+        self.fenced = True
+        self.apply_view(self._last_view, False)
 
     def _replicated(self):
         for name in list(self._replicas):
@@ -146,18 +176,25 @@ class ReplicaManager:
 
     # --- following ZooKeeper -------------------------------------------------------------
 
-    def apply_view(self, view: dict[str, TopicView]) -> None:
+    def apply_view(self, view: dict[str, TopicView], vouched: bool = True) -> None:
+        """``vouched``: the broker vouched for its session when the view was read (and
+        still does: the standing table)."""
         if self._closed:
             return
+        vouched = vouched and self.broker.cluster.vouches
+        self._last_view = view
+        if vouched and self.fenced:
+            log.info("broker %d vouches for its ZooKeeper session again", self.broker_id)
+            self.fenced = False
         for name, tv in view.items():
             try:
-                self._apply_topic(tv)
+                self._apply_topic(tv, vouched)
             except Exception:
                 log.exception("applying the replica assignment of topic %s failed", name)
         for name in [n for n in self._replicas if n not in view]:
             self._delete_local(name)
 
-    def _apply_topic(self, tv: TopicView) -> None:
+    def _apply_topic(self, tv: TopicView, vouched: bool) -> None:
         count = max(tv.assignment.partitions) + 1
         topic = self.topics.get(tv.name)
         fresh = topic is None or topic.topic_id != topic_uuid(tv.name, tv.assignment.topic_id)
@@ -180,7 +217,8 @@ class ReplicaManager:
         for index, (state, version) in sorted(tv.states.items()):
             if index < len(topic.partitions):
                 replicas = tv.assignment.partitions.get(index, ())
-                self.apply_state(topic.partitions[index], state, version, replicas, min_insync)
+                self.apply_state(topic.partitions[index], state, version, replicas, min_insync,
+                                 vouched)
 
     def _delete_local(self, name: str) -> None:
         topic = self.topics.get(name)
@@ -205,14 +243,15 @@ class ReplicaManager:
                                                  hw)
 
     def apply_state(self, partition: Partition, state: zn.PartitionState, version: int,
-                    replicas: tuple[int, ...], min_insync: int) -> rules.Role:
+                    replicas: tuple[int, ...], min_insync: int,
+                    vouched: bool = True) -> rules.Role:
         """One row of the role table for one partition."""
         current: ReplicaState = partition.replication
         our_epoch = None if current is None or current.leader_epoch < 0 \
             else current.leader_epoch
         leading = current is not None and current.is_leader
         role = rules.role_step(our_epoch, leading, state.leader, state.leader_epoch,
-                               self.broker_id)
+                               self.broker_id, vouched)
         if role is rules.Role.IGNORE:
             if current is not None and state.leader_epoch == current.leader_epoch:
                 current.isr, current.zk_version = state.isr, version  # shown by Metadata
@@ -222,12 +261,15 @@ class ReplicaManager:
             return role
         hw = current.high_watermark if current is not None else \
             read_hw_checkpoint(partition.disk, partition.dir)
+        leader = rules.NO_LEADER if role is rules.Role.FENCE else state.leader
         if current is not None:
             current.fail_waiters(ErrorCode.not_leader_or_follower,
-                                 f"{partition.name}: leader epoch {state.leader_epoch} "
+                                 f"{partition.name}: broker {self.broker_id} cannot vouch "
+                                 f"for its ZooKeeper session" if role is rules.Role.FENCE
+                                 else f"{partition.name}: leader epoch {state.leader_epoch} "
                                  f"went to broker {state.leader}")
         self._stop_fetcher(partition)
-        new = ReplicaState(self.broker_id, state.leader, state.leader_epoch, state.isr,
+        new = ReplicaState(self.broker_id, leader, state.leader_epoch, state.isr,
                            tuple(replicas), hw, version, min_insync=min_insync,
                            controller_epoch=state.controller_epoch)
         partition.leader_epoch = state.leader_epoch
@@ -257,6 +299,10 @@ class ReplicaManager:
                 self._start_fetcher(partition, state.leader, state.leader_epoch)
             log.info("%s: follower of broker %d at epoch %d", partition.name, state.leader,
                      state.leader_epoch)
+        elif role is rules.Role.FENCE:
+            partition.replication = new
+            log.warning("%s: fenced at leader epoch %d (ZooKeeper session not vouched for)",
+                        partition.name, state.leader_epoch)
         else:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
