@@ -132,7 +132,7 @@ def replica_manager(zookeeper):
     """Broker 1's replica manager (never started: apply_state is called directly) on a real
     ZooKeeper session; the broker around it holds only what apply_state reads."""
     store = ZooKeeperStore(zookeeper.chroot(), 10_000)
-    broker = SimpleNamespace(broker_id=1, topics=SimpleNamespace(topics={}),
+    broker = SimpleNamespace(broker_id=1, topics=SimpleNamespace(topics={}, log_dirs={}),
                              config=BrokerConfig(), cluster=SimpleNamespace(store=store))
     yield ReplicaManager(broker)
     store.close()

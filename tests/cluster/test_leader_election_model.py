@@ -1,7 +1,8 @@
-"""The decision table of cluster/leader_election.py (rows N1-L2, P1-P3, U1-U4) held by a
+"""The decision table of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4) held by a
 model-based test of the table alone (no ZooKeeper, so thousands of steps cost a second;
 test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back, begin controlled shutdowns, leaders add caught-up replicas back
+brokers die and come back (a restart recovers its failed log directories), begin controlled
+shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
 to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
 controller's pass is applied after each step until nothing is left to write. Checked after
 every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
@@ -29,6 +30,7 @@ class Table(RuleBasedStateMachine):
     def cluster(self, data):
         self.live = set(BROKERS)
         self.shutting: set[int] = set()
+        self.offline: set[tuple[int, int]] = set()  # (broker, partition) on a failed dir
         self.replicas = {p: tuple(data.draw(st.permutations(BROKERS))[:data.draw(
             st.integers(1, 3))]) for p in range(PARTITIONS)}
         self.unclean = {p: data.draw(st.booleans()) for p in range(PARTITIONS)}
@@ -40,7 +42,8 @@ class Table(RuleBasedStateMachine):
 
     def facts(self, p: int) -> Facts:
         return Facts(self.replicas[p], self.states[p], frozenset(self.live),
-                     frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p))
+                     frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p),
+                     frozenset(b for b, q in self.offline if q == p))
 
     def apply(self, p: int, ask: Ask):
         decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
@@ -61,7 +64,8 @@ class Table(RuleBasedStateMachine):
                 raise AssertionError(f"partition {p} did not settle")
         self.check()
         for p, state in self.states.items():
-            eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting]
+            eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting
+                        and (b, p) not in self.offline]
             if state is None:
                 assert not eligible
                 continue
@@ -73,7 +77,9 @@ class Table(RuleBasedStateMachine):
                 if state.leader in self.shutting:
                     assert not [b for b in clean if b != state.leader]
                 else:
-                    assert all(b in self.live and b not in self.shutting for b in state.isr)
+                    assert (state.leader, p) not in self.offline  # D1, F3
+                    assert all(b in self.live and b not in self.shutting and
+                               (b, p) not in self.offline for b in state.isr)
 
     @rule(broker=st.sampled_from(BROKERS))
     def dies(self, broker):
@@ -83,7 +89,15 @@ class Table(RuleBasedStateMachine):
 
     @rule(broker=st.sampled_from(BROKERS))
     def comes_back(self, broker):
+        if broker not in self.live:  # restarted: its failed directories recovered
+            self.offline = {(b, p) for b, p in self.offline if b != broker}
         self.live.add(broker)
+        self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS), p=st.integers(0, PARTITIONS - 1))
+    def log_dir_fails(self, broker, p):
+        if broker in self.live:
+            self.offline.add((broker, p))
         self.settle()
 
     @rule(broker=st.sampled_from(BROKERS))

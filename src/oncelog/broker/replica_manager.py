@@ -14,7 +14,11 @@ here, with each partition's state) and, on the event loop:
   after replica.lag.time.max.ms and grows it when a follower caught up, by a conditional
   write of the state znode (the controller's writes win);
 - writes each partition's high watermark to its replication-offset-checkpoint every
-  replica.high.watermark.checkpoint.interval.ms and at shutdown.
+  replica.high.watermark.checkpoint.interval.ms and at shutdown;
+- reports its replicas on failed log directories (broker/log_dirs.py) to the controller
+  (cluster/replica_watch.py's report_offline), which moves their leaderships and takes them
+  out of the ISRs; reported again whenever the set changes or a report failed, and at start
+  (a restart recovers the directories: the report empties).
 
 Before the first view, every replicated partition here has no leader: nothing is produced
 to or read from a partition this broker has not been told it leads.
@@ -38,7 +42,7 @@ from .log_dirs import LogDirOffline
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
 from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
-from .topics import INTERNAL_TOPICS, REPLICA_MARK
+from .topics import INTERNAL_TOPICS, REPLICA_MARK, TopicError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,10 @@ class ReplicaManager:
         # Since this broker stopped vouching for its session until a view read once it
         # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
         self.fenced = False
+        self._offline_reported: tuple[tuple[str, int], ...] | None = None  # None: unknown
+        self._offline_pending = False
+        for log_dir in self.topics.log_dirs.values():
+            log_dir.when_offline(self._log_dir_failed)
         self.fetchers: dict[int, LeaderFetcher] = {}  # by leader broker
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,11 +110,14 @@ class ReplicaManager:
         self._loop = asyncio.get_running_loop()
         self._tasks = [
             asyncio.create_task(self._every(max(10, self.lag_max_ms // 2), self.check_isr)),
+            asyncio.create_task(self._every(max(10, self.lag_max_ms // 2),
+                                            self.report_offline)),
             asyncio.create_task(self._every(
                 self.config.get("replica.high.watermark.checkpoint.interval.ms"),
                 self.checkpoint_high_watermarks)),
         ]
         self.watch.start()
+        self.report_offline()
 
     async def leave(self) -> None:
         """Controlled shutdown begins: stop fetching (Kafka's controller sends the broker
@@ -189,6 +200,9 @@ class ReplicaManager:
         for name, tv in view.items():
             try:
                 self._apply_topic(tv, vouched)
+            except TopicError as exc:  # e.g. every log directory offline: no place for it
+                log.error("the replica assignment of topic %s cannot be applied: %s", name,
+                          exc)
             except Exception:
                 log.exception("applying the replica assignment of topic %s failed", name)
         for name in [n for n in self._replicas if n not in view]:
@@ -295,7 +309,9 @@ class ReplicaManager:
                      state.leader_epoch, list(state.isr), new.high_watermark)
         elif role is rules.Role.BECOME_FOLLOWER:
             partition.replication = new
-            if not self._leaving:  # B5: a broker in controlled shutdown fetches no more
+            # B5: a broker in controlled shutdown fetches no more, nor a replica whose log
+            # directory failed
+            if not self._leaving and not partition.log_dir.offline:
                 self._start_fetcher(partition, state.leader, state.leader_epoch)
             log.info("%s: follower of broker %d at epoch %d", partition.name, state.leader,
                      state.leader_epoch)
@@ -328,8 +344,9 @@ class ReplicaManager:
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
-        current.advance_high_watermark(partition.log.log_end_offset)
-        current.resolve_waiters()
+        if not partition.log_dir.offline:  # else nothing moves until its leadership goes
+            current.advance_high_watermark(partition.log.log_end_offset)
+            current.resolve_waiters()
 
     # --- as leader -----------------------------------------------------------------------
 
@@ -380,6 +397,38 @@ class ReplicaManager:
         if r.advance_high_watermark(partition.log.log_end_offset):
             partition._wake_waiters()
         r.resolve_waiters()
+
+    # --- failed log directories ----------------------------------------------------------
+
+    def _log_dir_failed(self) -> None:
+        """LogDir.fail's callback, on whatever thread failed it."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.report_offline)
+
+    def report_offline(self) -> None:
+        """The replicas on failed log directories to ZooKeeper, when they changed since the
+        last report that landed (one report at a time, off the event loop)."""
+        offline = tuple(sorted((p.topic, p.index) for p in self._replicated()
+                               if p.log_dir.offline))
+        if self._closed or self._offline_pending or offline == self._offline_reported:
+            return
+        self._offline_pending = True
+        if offline:
+            log.error("reporting %d replicas on failed log directories to the controller",
+                      len(offline))
+        written = asyncio.get_running_loop().run_in_executor(
+            None, self.watch.report_offline, list(offline))
+
+        def done(fut: asyncio.Future) -> None:
+            self._offline_pending = False
+            if fut.cancelled() or fut.exception() is not None:
+                log.warning("reporting the offline replicas failed (again soon): %r",
+                            None if fut.cancelled() else fut.exception())
+                return
+            self._offline_reported = offline
+
+        written.add_done_callback(done)
 
     # --- followers -----------------------------------------------------------------------
 

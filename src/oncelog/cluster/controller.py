@@ -10,6 +10,12 @@ leader's ISR change in between fails the transaction; the next pass reads it aga
 /controller_epoch at the version its election left (a deposed controller's writes never
 land: ControllerMoved, and it stops acting).
 
+A broker whose log directory failed writes the replicas it lost under
+``/oncelog/offline_replicas/<id>`` and announces it with Kafka's
+``/log_dir_event_notification/log_dir_event_<seq>``: a pass reads every broker's offline
+replicas (those replicas are not eligible: leader_election.py's D1, L1) and deletes the
+notifications it has read, as Kafka's controller does once it has handled them.
+
 A deletion removes the topic's state, partition and assignment znodes, its config and the
 deletion request, in one such transaction; each broker's replica manager drops its local
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
@@ -17,7 +23,8 @@ StopReplica first; here the brokers follow the znodes).
 
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
 delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
-reassigned, whose ISR growing completes them), by a new controllership, by an ElectLeaders
+reassigned, whose ISR growing completes them, the log directory events), by a new
+controllership, by an ElectLeaders
 request, and at least every third of the session timeout. Reads are pipelined (one round
 trip for all state znodes), so a pass costs a few round trips plus one per topic written.
 """
@@ -144,6 +151,31 @@ class Controller:
         return frozenset(int(b) for b in self._op(
             self.zk.get_children_async, zn.CONTROLLED_SHUTDOWN, watch=self.wake))
 
+    def offline_replicas(self) -> tuple[dict[tuple[str, int], frozenset[int]], list[str]]:
+        """(partition -> the brokers whose replica of it is on a failed log directory, the
+        log directory events seen before reading them)."""
+        from kazoo.exceptions import NoNodeError
+
+        events, brokers = self._gather([
+            lambda: self.zk.get_children_async(zn.LOG_DIR_EVENT_NOTIFICATION, watch=self.wake),
+            lambda: self.zk.get_children_async(zn.OFFLINE_REPLICAS, watch=self.wake)])
+        for got in (events, brokers):
+            if isinstance(got, Exception) and not isinstance(got, NoNodeError):
+                raise got
+        if isinstance(events, Exception):  # absent: none yet, watched until it is made
+            self._op(self.zk.exists_async, zn.LOG_DIR_EVENT_NOTIFICATION, watch=self.wake)
+            events = []
+        brokers = [] if isinstance(brokers, Exception) else brokers
+        found: dict[tuple[str, int], set[int]] = {}
+        for broker, got in zip(brokers, self._gather(
+                [lambda b=b: self.zk.get_async(f"{zn.OFFLINE_REPLICAS}/{b}")
+                 for b in brokers]), strict=True):
+            if isinstance(got, Exception):
+                continue  # deleted since listed: its broker restarted
+            for key in zn.decode_offline_replicas(got[0]):
+                found.setdefault(key, set()).add(int(broker))
+        return {k: frozenset(v) for k, v in found.items()}, events
+
     def read_topics(self, names: list[str] | None = None) -> list[TopicRead]:
         from kazoo.exceptions import NoNodeError
 
@@ -190,6 +222,7 @@ class Controller:
         live = self.live_brokers()
         shutting = self.shutting_down() & live
         deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
+        offline, events = self.offline_replicas()
         again = False
         topics = self.read_topics()
         for topic in topics:
@@ -199,7 +232,7 @@ class Controller:
                 continue
             decisions = {}
             for p in sorted(topic.assignment.partitions):
-                facts = self.facts(topic, p, live, shutting)
+                facts = self.facts(topic, p, live, shutting, offline)
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
                 if decision.state is not None:
                     decisions[p] = decision
@@ -214,6 +247,9 @@ class Controller:
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
         self._purge_config_changes()
+        if events and not again:  # handled: every decision they called for is written
+            self._gather([lambda e=e: self.zk.delete_async(
+                f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
 
     def _purge_config_changes(self) -> None:
@@ -222,7 +258,8 @@ class Controller:
                       for c in changes[:-CONFIG_CHANGES_KEPT]])
 
     def facts(self, topic: TopicRead, p: int, live: frozenset[int],
-              shutting: frozenset[int]) -> Facts:
+              shutting: frozenset[int],
+              offline: dict[tuple[str, int], frozenset[int]] | None = None) -> Facts:
         found = topic.states.get(p)
         unclean = topic.configs.get("unclean.leader.election.enable")
         return Facts(replicas=topic.assignment.partitions[p],
@@ -230,7 +267,8 @@ class Controller:
                      shutting_down=shutting,
                      unclean=self.unclean_default() if unclean is None
                      else unclean.strip().lower() == "true",
-                     target=reassignment_target(topic.assignment, p))
+                     target=reassignment_target(topic.assignment, p),
+                     offline=(offline or {}).get((topic.name, p), frozenset()))
 
     def _write(self, topic: TopicRead, decisions: dict[int, Decision]) -> bool:
         """One transaction for the topic's decisions; False when it lost a race (a znode
@@ -314,6 +352,7 @@ class Controller:
         whose preferred replica does not lead, answering only those elected or failed)."""
         live = self.live_brokers()
         shutting = self.shutting_down() & live
+        offline, _ = self.offline_replicas()
         names = None if wanted is None else sorted({t for t, _ in wanted})
         topics = {t.name: t for t in self.read_topics(names)}
         if wanted is None:
@@ -325,7 +364,7 @@ class Controller:
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")
                 continue
-            decision = decide(self.facts(topic, p, live, shutting), ask,
+            decision = decide(self.facts(topic, p, live, shutting, offline), ask,
                               self.member.controller.epoch)
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))

@@ -7,7 +7,9 @@ Decision: the row taken, the state (and replica list) to write, or an ElectLeade
 It writes nothing: the controller (controller.py) writes the answer in one conditional
 ZooKeeper transaction fenced by its epoch, and reads again when that fails.
 
-Words: *eligible*: live and not shutting down; *first ... in assignment order*: the
+Words: *eligible*: live, not shutting down, and its replica of this partition not on a log
+directory its broker reported failed (``/oncelog/offline_replicas/<id>``, announced by
+Kafka's ``/log_dir_event_notification``: rows D1, F3, L1); *first ... in assignment order*: the
 assignment's replica order (its first replica is the preferred leader). The leader's replica
 manager adds a replica that caught up back to the ISR (never the controller).
 
@@ -21,12 +23,14 @@ A controller pass (``Ask.PASS``), rows in the order they are tried:
 | N2  | no state znode, no eligible replica                | WAIT: written once one is             |
 | F1  | leader -1, dead or shutting down; an eligible      | ELECT it: first eligible ISR member,  |
 |     | ISR member                                         | ISR = eligible ISR members, epoch + 1 |
+| D1  | the leader's replica on a failed log directory, an | as F1 (Kafka: the replica goes        |
+|     | eligible ISR member                                | offline, another in-sync one leads)   |
 | F2  | as F1 but no eligible ISR member, unclean election | ELECT the first eligible replica      |
 |     | enabled, an eligible replica                       | (unclean), ISR = [it], epoch + 1      |
-| F3  | leader dead or shutting down, nothing eligible to  | leader -1 (OFFLINE); ISR = its live   |
-|     | lead (a shutting-down leader that is still alive:  | members, or as it was when none is    |
-|     | S1 instead)                                        | (so the last in-sync replicas stay    |
-|     |                                                    | electable when they return), epoch + 1|
+| F3  | leader dead, shutting down or its replica on a     | leader -1 (OFFLINE); ISR = its live   |
+|     | failed log directory, nothing eligible to lead (a  | members, or as it was when none is    |
+|     | shutting-down leader that is still alive: S1       | (so the last in-sync replicas stay    |
+|     | instead)                                           | electable when they return), epoch + 1|
 | S1  | leader alive but shutting down, no other eligible  | KEEP it (controlled shutdown cannot   |
 |     | ISR member                                         | move it; it goes offline when it dies)|
 | F4  | leader -1, nothing eligible                        | KEEP (offline until an ISR member     |
@@ -81,6 +85,7 @@ class Facts:
     shutting_down: frozenset[int] = frozenset()
     unclean: bool = False  # unclean.leader.election.enable of its topic
     target: tuple[int, ...] | None = None  # an ongoing reassignment's target replicas
+    offline: frozenset[int] = frozenset()  # brokers whose replica is on a failed log dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +97,8 @@ class Decision:
 
 
 def _eligible(facts: Facts, broker: int) -> bool:
-    return broker in facts.live and broker not in facts.shutting_down
+    return broker in facts.live and broker not in facts.shutting_down and \
+        broker not in facts.offline
 
 
 def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
@@ -131,13 +137,14 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
 
     if not leader_ok:
         if isr_eligible:
-            return elect("F1", isr_eligible[0], isr_eligible)
+            return elect("D1" if state.leader in facts.offline else "F1", isr_eligible[0],
+                         isr_eligible)
         if facts.unclean and eligible:
             return elect("F2", eligible[0], eligible[:1])
         if state.leader == NO_LEADER:
             return Decision("F4")
-        if state.leader in facts.live:  # shutting down, nobody to hand over to
-            return Decision("S1")
+        if state.leader in facts.live and state.leader not in facts.offline:
+            return Decision("S1")  # shutting down, nobody to hand over to
         live_isr = [b for b in state.isr if b in facts.live]
         return elect("F3", NO_LEADER, live_isr or state.isr)
     target = facts.target

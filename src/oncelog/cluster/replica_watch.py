@@ -162,6 +162,26 @@ class ReplicaWatch:
             log.debug("ISR change notification not written: %r", exc)
         return stat.version
 
+    def report_offline(self, partitions: list[tuple[str, int]]) -> None:
+        """This broker's replicas on failed log directories (none: the znode goes), then
+        Kafka's log directory event, which wakes the controller (controller.py moves their
+        leaderships and takes them out of the ISRs: leader_election.py's D1, L1)."""
+        path = f"{zn.OFFLINE_REPLICAS}/{self.broker_id}"
+        if not partitions:
+            try:
+                self._op(self.zk.delete_async, path)
+            except NoNodeError:
+                return
+        else:
+            data = zn.encode_offline_replicas(partitions)
+            try:
+                self._op(self.zk.set_async, path, data)
+            except NoNodeError:
+                self._op(self.zk.create_async, path, data, makepath=True)
+        self._op(self.zk.create_async,
+                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{zn.LOG_DIR_EVENT_PREFIX}",
+                 zn.encode_log_dir_event(self.broker_id), sequence=True, makepath=True)
+
     def _fire(self, _event) -> None:
         self._wake.set()
 
