@@ -1,5 +1,6 @@
-"""The decision table of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4) held by a
-model-based test of the table alone (no ZooKeeper, so thousands of steps cost a second;
+"""The decision tables of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4; RB1-RB3
+below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps
+cost a second;
 test_controller_model.py runs the same table through the real controller on ZooKeeper):
 brokers die and come back (a restart recovers its failed log directories), begin controlled
 shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
@@ -13,11 +14,11 @@ leader has one, which is live and not shutting down when another could lead.
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from oncelog.cluster.leader_election import Ask, Facts, decide
+from oncelog.cluster.leader_election import Ask, Facts, decide, rebalance
 from oncelog.cluster.znodes import NO_LEADER, PartitionState
 
 BROKERS = (1, 2, 3, 4)
@@ -166,3 +167,18 @@ def test_leader_election_table():
     run = Table.TestCase
     run.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
     run().runTest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(BROKERS), st.sampled_from(BROKERS)), max_size=12),
+       st.booleans(), st.integers(0, 100))
+def test_auto_leader_rebalance_table(partitions, enabled, percentage):
+    asked = rebalance(partitions, enabled, percentage)
+    if not enabled:
+        assert asked == []  # RB1
+        return
+    for broker in BROKERS:
+        mine = [i for i, (preferred, _) in enumerate(partitions) if preferred == broker]
+        away = [i for i in mine if partitions[i][1] != broker]
+        expected = away if mine and len(away) / len(mine) > percentage / 100 else []
+        assert [i for i in asked if i in mine] == expected  # RB2, RB3

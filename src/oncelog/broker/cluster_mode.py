@@ -84,8 +84,12 @@ class ClusterMode:
         self.member = broker.cluster
         self.cache = MetadataCache(self.member.store)
         self.admin = TopicAdmin(self.member.store)
+        config = broker.config
         self.controller = Controller(
-            self.member, lambda: broker.config.get("unclean.leader.election.enable"))
+            self.member, lambda: config.get("unclean.leader.election.enable"),
+            lambda: (config.get("auto.leader.rebalance.enable"),
+                     config.get("leader.imbalance.check.interval.seconds"),
+                     config.get("leader.imbalance.per.broker.percentage")))
         self.topics = ClusterTopics(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()

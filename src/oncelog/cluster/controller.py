@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
-from .leader_election import Ask, Decision, Facts, decide
+from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .wakeups import woken
@@ -65,8 +66,13 @@ class TopicRead:
 
 
 class Controller:
-    def __init__(self, member: ClusterMember, unclean_default: Callable[[], bool]) -> None:
+    def __init__(self, member: ClusterMember, unclean_default: Callable[[], bool],
+                 rebalance: Callable[[], tuple[bool, float, int]] | None = None) -> None:
+        """``rebalance``: (auto.leader.rebalance.enable, leader.imbalance.check.interval
+        .seconds, leader.imbalance.per.broker.percentage), read at each check."""
         self.member = member
+        self.rebalance_configs = rebalance
+        self._next_rebalance: float | None = None  # monotonic; None: not acting yet
         self.zk = member.zk
         self.store = member.store
         self.unclean_default = unclean_default
@@ -111,6 +117,7 @@ class Controller:
                 log.info("broker %d acts as controller (epoch %d)", self.member.broker_id,
                          view.epoch)
                 self._acting_epoch = view.epoch
+                self._next_rebalance = None
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -247,10 +254,47 @@ class Controller:
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
         self._purge_config_changes()
+        if not again and self._rebalance_due():
+            again = self.rebalance(topics, live, shutting, offline)
         if events and not again:  # handled: every decision they called for is written
             self._gather([lambda e=e: self.zk.delete_async(
                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
+
+    def _rebalance_due(self) -> bool:
+        if self.rebalance_configs is None:
+            return False
+        enabled, interval_s, _ = self.rebalance_configs()
+        now = time.monotonic()
+        if self._next_rebalance is None:  # a new controller looks one interval later
+            self._next_rebalance = now + interval_s
+        if not enabled or now < self._next_rebalance:
+            return False
+        self._next_rebalance = now + interval_s
+        return True
+
+    def rebalance(self, topics: list[TopicRead], live: frozenset[int],
+                  shutting: frozenset[int],
+                  offline: dict[tuple[str, int], frozenset[int]]) -> bool:
+        """Kafka's auto leader rebalance (leader_election.py's RB rows): a preferred
+        election for each partition of a broker leading too few of those it is preferred
+        for; True when something was written."""
+        assert self.rebalance_configs is not None
+        enabled, _, percentage = self.rebalance_configs()
+        keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
+                if t.states.get(p) is not None and t.assignment.partitions[p]]
+        asked = rebalance([(t.assignment.partitions[p][0], t.states[p][0].leader)
+                           for t, p in keys], enabled, percentage)
+        decisions: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
+        for i in asked:
+            topic, p = keys[i]
+            decision = decide(self.facts(topic, p, live, shutting, offline), Ask.PREFERRED,
+                              self.member.controller.epoch)
+            if decision.state is not None:  # P2; P3 (not live, not in sync) waits
+                decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
+        for topic, chosen in decisions.values():
+            self._write(topic, chosen)
+        return bool(decisions)
 
     def _purge_config_changes(self) -> None:
         changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))

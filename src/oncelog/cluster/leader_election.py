@@ -55,6 +55,17 @@ ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a st
 | U3  | unclean, an eligible replica                       | as F2, whatever the topic's config    |
 | U4  | unclean, none                                      | ELIGIBLE_LEADERS_NOT_AVAILABLE        |
 
+Auto leader rebalance (``rebalance``, Kafka's auto.leader.rebalance.enable): every
+leader.imbalance.check.interval.seconds the controller looks, for each broker, at the
+partitions whose preferred replica (the assignment's first) it is:
+
+| row | the broker's partitions                            | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| RB1 | auto.leader.rebalance.enable false                 | nothing                               |
+| RB2 | the share it does not lead is above                | a preferred election (P1-P3) for each |
+|     | leader.imbalance.per.broker.percentage             | it does not lead                      |
+| RB3 | at or below it                                     | nothing                               |
+
 Every leader change raises leader_epoch by one and nothing lowers it; the leader is always
 a member of the ISR it is written with, or -1; an out-of-sync replica leads only by F2/U3.
 """
@@ -160,3 +171,19 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
                                              tuple(b for b in state.isr if _eligible(facts, b)),
                                              controller_epoch))
     return Decision("L2")
+
+
+def rebalance(preferred_leaders: list[tuple[int, int]], enabled: bool,
+              percentage: int) -> list[int]:
+    """``preferred_leaders``: (preferred replica, leader) of each partition with a state;
+    the indexes of those a preferred election is asked for (RB1-RB3)."""
+    if not enabled:
+        return []  # RB1
+    total: dict[int, int] = {}
+    elsewhere: dict[int, list[int]] = {}
+    for i, (preferred, leader) in enumerate(preferred_leaders):
+        total[preferred] = total.get(preferred, 0) + 1
+        if leader != preferred:
+            elsewhere.setdefault(preferred, []).append(i)
+    return sorted(i for broker, indexes in elsewhere.items()
+                  if len(indexes) * 100 > percentage * total[broker] for i in indexes)  # RB2
