@@ -282,7 +282,8 @@ class Controller:
         assert self.rebalance_configs is not None
         enabled, _, percentage = self.rebalance_configs()
         keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
-                if t.states.get(p) is not None and t.assignment.partitions[p]]
+                if t.states.get(p) is not None and t.assignment.partitions[p]
+                and reassignment_target(t.assignment, p) is None]  # as Kafka: not those
         asked = rebalance([(t.assignment.partitions[p][0], t.states[p][0].leader)
                            for t, p in keys], enabled, percentage)
         decisions: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}

@@ -57,7 +57,8 @@ ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a st
 
 Auto leader rebalance (``rebalance``, Kafka's auto.leader.rebalance.enable): every
 leader.imbalance.check.interval.seconds the controller looks, for each broker, at the
-partitions whose preferred replica (the assignment's first) it is:
+partitions whose preferred replica (the assignment's first) it is (those being reassigned
+left out, as Kafka does):
 
 | row | the broker's partitions                            | decision                              |
 |-----|----------------------------------------------------|---------------------------------------|
