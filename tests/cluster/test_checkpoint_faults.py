@@ -9,6 +9,9 @@
   KAFKA_STORAGE_ERROR until a restart, the file holds what it held before (or, after a
   failed fsync of the directory, possibly the new entries: never a torn file), the cache in
   memory is never ahead of it, and a restart recovers from what is on disk.
+- The same checkpoint written by a replica made leader (ReplicaManager.apply_state, row B4):
+  the same one function takes the directory offline; the view's apply goes on (the error does
+  not escape it), and the replica leads nothing.
 - ``replication-offset-checkpoint`` (the high watermark): the write fails with the file as it
   was, and the next checkpoint writes it again (the replica manager retries each interval; an
   older high watermark on disk is safe, a restart only truncates more and fetches it again).
@@ -21,22 +24,28 @@ from __future__ import annotations
 import errno
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.broker.config import BrokerConfig
 from oncelog.broker.log_dirs import LogDir, LogDirOffline
 from oncelog.broker.partition import Partition
+from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.replication import (
     HW_CHECKPOINT_FILE,
     read_hw_checkpoint,
     write_hw_checkpoint,
 )
+from oncelog.cluster.isr import Role
+from oncelog.cluster.znodes import PartitionState
 from oncelog.log.disk import read_file
 from oncelog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, parse
 from oncelog.log.log import LogConfig
 from oncelog.log.memory_disk import MemoryDisk
+from oncelog.metadata.zookeeper import ZooKeeperStore
 from oncelog.producer_state.manager import StateLimits
 from oncelog.protocol.record_batch import scan_batches
 from oncelog.protocol.records import encode_batch
@@ -116,6 +125,37 @@ def test_a_failed_leader_epoch_checkpoint_takes_the_log_dir_offline(op, error, p
     again.append_as_follower(rest)
     assert again.log.log_end_offset == 8
     assert again.leader_epochs.entries == [(0, 0), (1, 4)]
+
+
+@pytest.fixture(scope="module")
+def replica_manager(zookeeper):
+    """Broker 1's replica manager (never started: apply_state is called directly) on a real
+    ZooKeeper session; the broker around it holds only what apply_state reads."""
+    store = ZooKeeperStore(zookeeper.chroot(), 10_000)
+    broker = SimpleNamespace(broker_id=1, topics=SimpleNamespace(topics={}, log_dirs={}),
+                             config=BrokerConfig(), cluster=SimpleNamespace(store=store))
+    yield ReplicaManager(broker)
+    store.close()
+
+
+@pytest.mark.parametrize(("op", "error", "partial"), FAULTS)
+def test_a_failed_leader_epoch_checkpoint_of_a_new_leader_takes_the_log_dir_offline(
+        replica_manager, op, error, partial):
+    disk = MemoryDisk()
+    partition = open_partition(disk)
+    assert partition.append_as_follower(leader_batches([0, 0])) > 0
+    disk.fail(op, error, partial,
+              path_suffix="" if op == "fsync_dir" else LEADER_EPOCH_CHECKPOINT_FILE + ".tmp")
+    role = replica_manager.apply_state(partition, PartitionState(1, 1, (1, 2), 1), 3, (1, 2),
+                                       1)
+    assert role is Role.BECOME_LEADER
+    assert partition.log_dir.offline
+    # it leads nothing (Produce: NOT_LEADER_OR_FOLLOWER) until the controller moves the
+    # leadership away; a later state of epoch 1 is no news
+    assert not partition.replication.is_leader
+    assert partition.replication.leader_epoch == 1
+    on_disk = epochs_on_disk(disk)
+    assert on_disk in ([(0, 0)], [(0, 0), (1, 4)]) if op == "fsync_dir" else on_disk == [(0, 0)]
 
 
 @pytest.mark.parametrize(("op", "error", "partial"), FAULTS)

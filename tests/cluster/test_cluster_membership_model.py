@@ -1,4 +1,4 @@
-"""The membership tables of cluster/membership.py (R1-R3, E1-E3) held by a model-based test:
+"""The membership tables of cluster/membership.py (R1-R3, E1-E3, V1-V4) held by a model-based test:
 brokers (ClusterMembers in this process, each with its own session on the real ZooKeeper)
 join, make passes, die, and have their sessions expired by ZooKeeper itself, in any order;
 after every step ZooKeeper and each broker's view agree with a model of who is registered,
@@ -9,14 +9,20 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from oncelog.cluster import znodes as zn
-from oncelog.cluster.membership import NO_CONTROLLER, ClusterMember, ControllerMoved
+from oncelog.cluster.membership import (
+    NO_CONTROLLER,
+    ClusterMember,
+    ControllerMoved,
+    Standing,
+    standing_step,
+)
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
 # One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
@@ -140,6 +146,13 @@ class Membership(RuleBasedStateMachine):
         assert epoch == self.epoch
 
     @invariant()
+    def a_broker_vouches_while_registered_by_its_session(self):
+        """The standing table on a connected session: V1 once registered, V4 from an
+        expiry until the pass that registers it again."""
+        for broker_id, member in self.members.items():
+            assert member.vouches == (broker_id in self.registered), broker_id
+
+    @invariant()
     def one_broker_believes_it_is_controller(self):
         if not hasattr(self, "zk"):
             return
@@ -190,3 +203,16 @@ def test_a_deposed_controller_that_does_not_know_it_is_fenced(zookeeper):
     finally:
         for store in (one.store, two.store, observer):
             store.close()
+
+
+@given(st.one_of(st.none(), st.integers(1, 3)), st.one_of(st.none(), st.integers(1, 3)),
+       st.one_of(st.none(), st.integers(0, 5000)), st.integers(1000, 4000))
+def test_standing_table(registered_session, our_session, disconnected_ms, timeout_ms):
+    """``our_session`` None: disconnected, kazoo names no session then."""
+    standing = standing_step(registered_session, our_session, disconnected_ms, timeout_ms)
+    if registered_session is None or our_session not in (None, registered_session):
+        assert standing is Standing.FENCED  # V4: expired, or not registered again yet
+    elif disconnected_ms is not None and disconnected_ms > timeout_ms:
+        assert standing is Standing.FENCED  # V3
+    else:
+        assert standing is Standing.VOUCH  # V1, V2

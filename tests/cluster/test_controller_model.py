@@ -320,3 +320,39 @@ def test_config_change_notifications_are_purged(zookeeper):
         assert sorted(member.zk.get_children(zn.CONFIG_CHANGES)) == newest
     finally:
         member.close()
+
+
+def test_auto_leader_rebalance(zookeeper):
+    """Rows RB1-RB3 through the controller: broker 1 is the preferred replica of two
+    partitions and leads neither (after a failover); with auto.leader.rebalance.enable and
+    leader.imbalance.per.broker.percentage 10 the controller's check elects it back (P2,
+    leader_epoch + 1); disabled, or at a percentage the imbalance does not pass, nothing
+    moves."""
+    connect = zookeeper.chroot("rebalance")
+    member = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 1, None)
+    two = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 2, None)
+    try:
+        member.start("127.0.0.1", 9001, background=False)
+        two.start("127.0.0.1", 9002, background=False)
+        client = member.zk
+        admin = TopicAdmin(member.store)
+        admin.ensure_paths()
+        admin.create_topic("t", zn.TopicAssignment("AAAAAAAAAAAAAAAAAAAAAA",
+                                                   {0: (1, 2), 1: (1, 2)}, {}, {}), {})
+        Controller(member, lambda: False).pass_once()  # N1: broker 1 leads both
+        for p in (0, 1):  # a failover to broker 2 (as F1 would write it), back in the ISR
+            client.set(zn.partition_state_path("t", p),
+                       zn.PartitionState(2, 1, (2, 1), 1).encode())
+
+        def leaders() -> list[tuple[int, int]]:
+            return [(s.leader, s.leader_epoch) for s in (zn.PartitionState.decode(
+                client.get(zn.partition_state_path("t", p))[0]) for p in (0, 1))]
+
+        for configs in ((False, 0, 10), (True, 0, 100), (True, 3600, 10)):
+            Controller(member, lambda: False, lambda c=configs: c).pass_once()
+            assert leaders() == [(2, 1), (2, 1)], configs  # RB1, RB3, not due yet
+        Controller(member, lambda: False, lambda: (True, 0, 10)).pass_once()
+        assert leaders() == [(1, 2), (1, 2)]  # RB2: a preferred election each
+    finally:
+        two.close()
+        member.close()

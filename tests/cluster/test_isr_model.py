@@ -216,11 +216,17 @@ def test_a_follower_truncates_to_exactly_the_common_prefix(logs, hw):
 
 
 @given(st.one_of(st.none(), st.integers(0, 5)), st.booleans(), st.integers(-1, 3),
-       st.integers(0, 6))
-def test_role_table(our_epoch, leading, leader, epoch):
-    role = isr.role_step(our_epoch, leading, leader, epoch, 1)
+       st.integers(0, 6), st.booleans())
+def test_role_table(our_epoch, leading, leader, epoch, vouched):
+    role = isr.role_step(our_epoch, leading, leader, epoch, 1, vouched)
     if our_epoch is not None and epoch < our_epoch:
         assert role is isr.Role.IGNORE  # B1
+    elif not vouched and ((leading and epoch == our_epoch) or
+                          (leader == 1 and epoch != our_epoch)):
+        assert role is isr.Role.FENCE  # B0
+    elif our_epoch is not None and epoch == our_epoch and not leading and leader == 1 \
+            and vouched:
+        assert role is isr.Role.BECOME_LEADER  # B7
     elif our_epoch is not None and epoch == our_epoch:
         assert role is (isr.Role.ADOPT_ISR if leading else isr.Role.IGNORE)  # B2, B3
     elif leader == 1:

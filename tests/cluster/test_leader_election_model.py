@@ -1,7 +1,9 @@
-"""The decision table of cluster/leader_election.py (rows N1-L2, P1-P3, U1-U4) held by a
-model-based test of the table alone (no ZooKeeper, so thousands of steps cost a second;
+"""The decision tables of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4; RB1-RB3
+below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps
+cost a second;
 test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back, begin controlled shutdowns, leaders add caught-up replicas back
+brokers die and come back (a restart recovers its failed log directories), begin controlled
+shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
 to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
 controller's pass is applied after each step until nothing is left to write. Checked after
 every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
@@ -12,11 +14,11 @@ leader has one, which is live and not shutting down when another could lead.
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from oncelog.cluster.leader_election import Ask, Facts, decide
+from oncelog.cluster.leader_election import Ask, Facts, decide, rebalance
 from oncelog.cluster.znodes import NO_LEADER, PartitionState
 
 BROKERS = (1, 2, 3, 4)
@@ -29,6 +31,7 @@ class Table(RuleBasedStateMachine):
     def cluster(self, data):
         self.live = set(BROKERS)
         self.shutting: set[int] = set()
+        self.offline: set[tuple[int, int]] = set()  # (broker, partition) on a failed dir
         self.replicas = {p: tuple(data.draw(st.permutations(BROKERS))[:data.draw(
             st.integers(1, 3))]) for p in range(PARTITIONS)}
         self.unclean = {p: data.draw(st.booleans()) for p in range(PARTITIONS)}
@@ -40,7 +43,8 @@ class Table(RuleBasedStateMachine):
 
     def facts(self, p: int) -> Facts:
         return Facts(self.replicas[p], self.states[p], frozenset(self.live),
-                     frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p))
+                     frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p),
+                     frozenset(b for b, q in self.offline if q == p))
 
     def apply(self, p: int, ask: Ask):
         decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
@@ -61,7 +65,8 @@ class Table(RuleBasedStateMachine):
                 raise AssertionError(f"partition {p} did not settle")
         self.check()
         for p, state in self.states.items():
-            eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting]
+            eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting
+                        and (b, p) not in self.offline]
             if state is None:
                 assert not eligible
                 continue
@@ -73,7 +78,9 @@ class Table(RuleBasedStateMachine):
                 if state.leader in self.shutting:
                     assert not [b for b in clean if b != state.leader]
                 else:
-                    assert all(b in self.live and b not in self.shutting for b in state.isr)
+                    assert (state.leader, p) not in self.offline  # D1, F3
+                    assert all(b in self.live and b not in self.shutting and
+                               (b, p) not in self.offline for b in state.isr)
 
     @rule(broker=st.sampled_from(BROKERS))
     def dies(self, broker):
@@ -83,7 +90,15 @@ class Table(RuleBasedStateMachine):
 
     @rule(broker=st.sampled_from(BROKERS))
     def comes_back(self, broker):
+        if broker not in self.live:  # restarted: its failed directories recovered
+            self.offline = {(b, p) for b, p in self.offline if b != broker}
         self.live.add(broker)
+        self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS), p=st.integers(0, PARTITIONS - 1))
+    def log_dir_fails(self, broker, p):
+        if broker in self.live:
+            self.offline.add((broker, p))
         self.settle()
 
     @rule(broker=st.sampled_from(BROKERS))
@@ -152,3 +167,18 @@ def test_leader_election_table():
     run = Table.TestCase
     run.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
     run().runTest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(BROKERS), st.sampled_from(BROKERS)), max_size=12),
+       st.booleans(), st.integers(0, 100))
+def test_auto_leader_rebalance_table(partitions, enabled, percentage):
+    asked = rebalance(partitions, enabled, percentage)
+    if not enabled:
+        assert asked == []  # RB1
+        return
+    for broker in BROKERS:
+        mine = [i for i, (preferred, _) in enumerate(partitions) if preferred == broker]
+        away = [i for i in mine if partitions[i][1] != broker]
+        expected = away if mine and len(away) / len(mine) > percentage / 100 else []
+        assert [i for i in asked if i in mine] == expected  # RB2, RB3

@@ -8,7 +8,9 @@ ZooKeeper); the controller elects a new leader from the ISR once the old leader'
 expires; librdkafka's idempotent producer (acks=all) moves on to it; healed, the old leader
 registers again, truncates what only it had and follows. A broker cut off from ZooKeeper
 only leaves every ISR and leads nothing, and, still fetching, is not put back into an ISR
-while it is not registered (KIP-841); healed, it comes back. A follower cut off from its
+while it is not registered (KIP-841); past its session timeout it refuses Produce for what it
+led and refuses Metadata (cluster/membership.py's standing table), so a producer that still
+reaches it moves on; healed, it comes back. A follower cut off from its
 leader alone leaves the ISR after replica.lag.time.max.ms, acks=all goes on with the two in
 sync, and healed it catches up and is back. Read back, every partition holds
 every acknowledged record once, in order, at the offset its acknowledgement named.
@@ -30,7 +32,9 @@ from support.waits import wait_for
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
+from oncelog.protocol import api_versions as apis
 from oncelog.protocol.records import encode_batch
+from oncelog.protocol.schema import build
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -156,6 +160,23 @@ class Acked:
         assert not self.failed, self.failed[:5]
 
 
+def metadata_refused(bootstrap: str, topic: str) -> bool:
+    """Whether one broker closes the connection on a Metadata request for ``topic``."""
+    def make(mod, _version):
+        return build(mod.MetadataRequest, topics=(build(mod.MetadataRequestTopic,
+                                                        topic_id=None, name=topic),),
+                     allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+
+    with connect(bootstrap, timeout=TIMEOUT) as conn:
+        try:
+            conn.call(apis.METADATA, make)
+        except (OSError, EOFError, KafkaError):
+            return True
+    return False
+
+
 def check_exactly_once(net: Net, producer: Acked, partitions: dict[int, int]) -> None:
     """Each partition p holds values 0..partitions[p]-1 once, in order, each at the offset
     its acknowledgement named, read with librdkafka from the whole cluster."""
@@ -196,15 +217,12 @@ def test_leader_cut_off_acknowledges_nothing_and_follows_after_healing(net):
         assert new["leader_epoch"] == before["leader_epoch"] + 1
         assert old not in new["isr"] and new["leader"] in before["isr"]
         assert old not in net.registered()  # its session expired
-        # librdkafka asks the brokers it is connected to for Metadata: the old leader's,
-        # from a ZooKeeper it no longer hears, still names itself (as a ZooKeeper-mode
-        # Kafka broker's would); the producer moves on once it cannot reach it either.
-        heal_client = net.topology.isolate(f"b{old}", ["client"])
-        try:
-            producer.send(p, range(600, 900))
-            producer.flush()  # moved on to the new leader
-        finally:
-            heal_client()
+        # librdkafka asks the brokers it is connected to for Metadata: the old leader,
+        # still reachable, away from ZooKeeper past its session timeout, refuses it and
+        # closes the connection, and librdkafka asks another broker (a ZooKeeper-mode Kafka
+        # broker would name itself from its frozen picture)
+        producer.send(p, range(600, 900))
+        producer.flush()  # moved on to the new leader
     finally:
         heal()
     wait_for(lambda: old in net.registered(), TIMEOUT, f"broker {old} registered again")
@@ -233,15 +251,15 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
     for p in range(3):  # every state each partition goes through
         net.zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state", record(p))
     led = [p for p in range(3) if net.state(topic, p)["leader"] == cut]
-    # Produced to: the partitions it follows. It answers Metadata from the picture it had
-    # when it lost ZooKeeper (as a ZooKeeper-mode Kafka broker does), so a client asking it
-    # would keep producing to it the partition it led (nothing acknowledged, nothing lost).
-    followed = [p for p in range(3) if p not in led]
+    assert led, f"broker {cut} leads none of {topic}'s partitions"
+    # Produced to: every partition, those it led too. Past its session timeout it refuses
+    # Metadata and Produce (a ZooKeeper-mode Kafka broker would go on answering from its
+    # frozen picture, and a producer asking it would stall there).
     producer = Acked(net.bootstrap(), topic)
-    counts = dict.fromkeys(followed, 0)
+    counts = dict.fromkeys(range(3), 0)
 
     def send(n: int) -> None:
-        for p in followed:
+        for p in range(3):
             producer.send(p, range(counts[p], counts[p] + n))
             counts[p] += n
 
@@ -254,16 +272,29 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
         wait_for(lambda: all(cut not in (s := net.state(topic, p))["isr"] and
                              s["leader"] != cut for p in range(3)), TIMEOUT,
                  f"broker {cut} out of every ISR, leading nothing")
+        bootstrap = net.brokers[cut].bootstrap
+        # away past its session timeout, it vouches for nothing it read: no Metadata (a
+        # client asks another broker), no Produce to what it led
+        wait_for(lambda: metadata_refused(bootstrap, topic), SESSION_MS / 1000 + TIMEOUT,
+                 f"broker {cut} refusing Metadata")
+        for p in led:
+            with connect(bootstrap, timeout=TIMEOUT) as conn:
+                with pytest.raises(KafkaError) as refused:
+                    calls.produce(conn, topic, p, encode_batch(
+                        [(None, b"zombie", (), int(time.time() * 1000))]), timeout_ms=2500)
+            assert refused.value.code().name == "not_leader_or_follower"
         send(100)
         producer.flush()
-        # it is still a follower that fetches: it catches up with every partition
-        for p in range(3):
+        # it is still a follower that fetches: it catches up with every partition it
+        # followed (the new leaders of those it led it learns of once healed)
+        followed = [p for p in range(3) if p not in led]
+        for p in followed:
             leader = net.state(topic, p)["leader"]
             wait_for(lambda p=p, leader=leader: net.log_of(cut, topic, p) ==
                      net.log_of(leader, topic, p), TIMEOUT, f"broker {cut} caught up on {p}")
         send(50)  # and fetches again after being caught up: its leaders see it in sync
         producer.flush()
-        for p in range(3):
+        for p in followed:
             leader = net.state(topic, p)["leader"]
             wait_for(lambda p=p, leader=leader: net.log_of(cut, topic, p) ==
                      net.log_of(leader, topic, p), TIMEOUT, f"broker {cut} caught up on {p}")

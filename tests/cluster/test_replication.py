@@ -264,9 +264,10 @@ def log_of(broker, topic: str) -> list[tuple[int, int, int]]:
 class AckedProducer:
     """librdkafka, idempotent, acks=all: what it was told was acknowledged, and where."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, topic: str = TOPIC) -> None:
         from confluent_kafka import Producer
 
+        self.topic = topic
         self.acked: list[tuple[int, bytes]] = []
         self.failed: list = []
         self.producer = Producer({
@@ -283,7 +284,7 @@ class AckedProducer:
 
     def send(self, values: list[bytes]) -> None:
         for value in values:
-            self.producer.produce(TOPIC, value, partition=0, on_delivery=self._report)
+            self.producer.produce(self.topic, value, partition=0, on_delivery=self._report)
             self.producer.poll(0)
 
     def flush(self) -> None:
@@ -472,8 +473,8 @@ def test_topic_configs_min_insync_replicas_and_deletion(cluster):
     zk.create(f"{zn.CONFIG_TOPICS}/{STRICT}", zn.encode_topic_config(
         {"min.insync.replicas": "3"}), makepath=True)
     create_topic(zk, STRICT, (1, 2), leader=1)
-    wait_for(lambda: acts_on(brokers[1], STRICT, 1, 0), TIMEOUT, "broker 1 leads")
-    wait_for(lambda: acts_on(brokers[2], STRICT, 1, 0), TIMEOUT, "broker 2 follows")
+    for broker in (brokers[1], brokers[2]):  # a leader not there yet: UNKNOWN_TOPIC...
+        wait_for(lambda b=broker: acts_on(b, STRICT, 1, 0), TIMEOUT, "the state read")
     plain = encode_batch([(None, b"s", (), int(time.time() * 1000))])
     with connect(brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         with pytest.raises(KafkaError) as refused:
@@ -553,3 +554,47 @@ def test_a_leader_alone_in_its_isr_commits_its_own_appends(cluster):
             calls.produce(conn, "replicated-single", 0,
                           idempotent_batch(-1, -1, -1, [b"v%d" % n]), acks=1)
             assert calls.list_offset(conn, "replicated-single", 0, -1) == n
+
+
+def test_a_failed_log_dir_moves_leadership_away_and_nothing_acknowledged_is_lost(cluster):
+    """Broker 1 leads; its fsync of the partition's segment fails (EIO, injected: see
+    log/disk.py) and its log directory goes offline. It reports the replica under
+    /oncelog/offline_replicas with Kafka's /log_dir_event_notification; the controller
+    elects another in-sync replica (leader_election.py's D1) without broker 1 in the ISR;
+    librdkafka (idempotent, acks=all) goes on there, and every acknowledged record is read
+    back once, at its offset. Restarted without the fault, broker 1 recovers the directory
+    and its report empties."""
+    zk, brokers = cluster
+    topic = "replicated-failed-dir"
+    one = brokers[1]
+    one.stop()
+    one.env = {"ONCELOG_DISK_FAULTS": f"fsync:{topic}-0/{0:020d}.log:10:EIO"}
+    one.settings["log.flush.interval.messages"] = "1"
+    one.start()
+    try:
+        create_topic(zk, topic, (1, 2, 3), leader=1)
+        for broker in brokers.values():
+            wait_for(lambda b=broker: acts_on(b, topic, 1, 0), TIMEOUT, "broker 1 leads")
+        producer = AckedProducer(",".join(b.bootstrap for b in brokers.values()), topic)
+        for i in range(0, 300, 10):  # batches of ten, each fsynced on broker 1 by itself
+            producer.send([b"v%04d" % j for j in range(i, i + 10)])
+            producer.flush()
+        assert "is now OFFLINE" in one.log_text()
+        state = state_of(zk, topic)
+        assert state.leader in (2, 3) and state.leader_epoch >= 1 and 1 not in state.isr
+        # every replica in that directory: the other topics' too
+        assert (topic, 0) in zn.decode_offline_replicas(
+            zk.get(f"{zn.OFFLINE_REPLICAS}/1")[0])
+        wait_for(lambda: not zk.get_children(zn.LOG_DIR_EVENT_NOTIFICATION), TIMEOUT,
+                 "the controller handled the log directory event")
+        records = read_to_end(",".join(b.bootstrap for b in (brokers[2], brokers[3])),
+                              topic)[0]
+        assert [v for _, v in records] == [b"v%04d" % i for i in range(300)]
+        assert sorted(producer.acked) == records
+    finally:
+        one.stop()
+        one.env = {}
+        del one.settings["log.flush.interval.messages"]
+        one.start()
+    wait_for(lambda: not zk.exists(f"{zn.OFFLINE_REPLICAS}/1"), TIMEOUT,
+             "broker 1 recovered its directory")

@@ -32,3 +32,12 @@ def test_partition_state_reads_kafkas_json():
 def test_topic_config_round_trips():
     config = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
     assert zn.decode_topic_config(zn.encode_topic_config(config)) == config
+
+
+def test_log_dir_event_and_offline_replicas():
+    """Kafka's log directory event, byte for byte as its brokers write it (event 1: a log
+    directory failure), and the offline replicas beside it, which round-trip."""
+    assert json.loads(zn.encode_log_dir_event(3)) == {"version": 1, "broker": 3, "event": 1}
+    offline = [("t", 0), ("__consumer_offsets", 17)]
+    assert zn.decode_offline_replicas(zn.encode_offline_replicas(offline)) == set(offline)
+    assert zn.decode_offline_replicas(b"{not json") == set()

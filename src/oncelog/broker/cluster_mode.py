@@ -84,8 +84,12 @@ class ClusterMode:
         self.member = broker.cluster
         self.cache = MetadataCache(self.member.store)
         self.admin = TopicAdmin(self.member.store)
+        config = broker.config
         self.controller = Controller(
-            self.member, lambda: broker.config.get("unclean.leader.election.enable"))
+            self.member, lambda: config.get("unclean.leader.election.enable"),
+            lambda: (config.get("auto.leader.rebalance.enable"),
+                     config.get("leader.imbalance.check.interval.seconds"),
+                     config.get("leader.imbalance.per.broker.percentage")))
         self.topics = ClusterTopics(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
@@ -181,8 +185,15 @@ class ClusterMode:
         return self._live
 
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:
+        """A broker that cannot vouch for its ZooKeeper session (membership.py's standing
+        table) names itself leader of nothing (DescribeTopicPartitions; Metadata it refuses
+        altogether): LEADER_NOT_AVAILABLE, where naming itself would send a client's every
+        retry back to it until its link to ZooKeeper heals."""
         live = self.live()
         leader = partition.leader
+        replicas = self.broker.replicas
+        if leader == self.member.broker_id and replicas is not None and replicas.fenced:
+            leader = zn.NO_LEADER
         return {"error_code": ErrorCode.leader_not_available if leader == zn.NO_LEADER
                 else ErrorCode.none,
                 "partition_index": partition.index, "leader_id": leader,

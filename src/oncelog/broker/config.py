@@ -505,6 +505,14 @@ BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in (
     _key("unclean.leader.election.enable", "BOOLEAN", False,
          "Whether a replica outside the in-sync set may become leader (stored; used once "
          "replication comes)."),
+    _key("auto.leader.rebalance.enable", "BOOLEAN", True,
+         "Cluster mode: the controller moves leadership back to each partition's preferred "
+         "replica when a broker leads too few of the partitions it is preferred for."),
+    _key("leader.imbalance.check.interval.seconds", "LONG", 300,
+         "How often the controller checks the leader balance.", _parse_int(1, LONG_MAX)),
+    _key("leader.imbalance.per.broker.percentage", "INT", 10,
+         "The share of a broker's preferred partitions it may lead elsewhere before the "
+         "controller rebalances them.", _parse_int(0, 100)),
     _key("log.segment.delete.delay.ms", "LONG", 60_000,
          "Kafka's wait before a deleted segment's files go (accepted; oncelog deletes them "
          "at once).", _NON_NEGATIVE_LONG),

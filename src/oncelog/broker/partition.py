@@ -496,19 +496,31 @@ class Partition:
                 plog.append([batch], [header])
             except LogDirFailure as exc:
                 raise self.log_dir.fail(exc) from exc
-            try:
-                epochs.assign(header.partition_leader_epoch, header.base_offset)
-            except OSError as exc:
-                # The batch is in the log, where its epoch starts is not on disk: a restart
-                # would truncate by epochs that do not say so (Kafka: the directory goes
-                # offline when a checkpoint cannot be written).
-                raise self.log_dir.fail(exc) from exc
+            self._assign_epoch(epochs, header.partition_leader_epoch, header.base_offset)
             if header.has_producer_id:
                 self._replay(plog, state, header, now)
             taken = position + header.size
         if taken:
             self._wake_waiters()
         return taken
+
+    def become_leader(self, epoch: int) -> int:
+        """Record that ``epoch`` starts at the log end (a replica made leader); returns that
+        log end. Raises LogDirOffline, the directory taken offline, when the checkpoint
+        cannot be written (``_assign_epoch``)."""
+        end = self.log.log_end_offset
+        self._assign_epoch(self.leader_epochs, epoch, end)
+        return end
+
+    def _assign_epoch(self, epochs: LeaderEpochCache, epoch: int, start_offset: int) -> None:
+        """The one place a replica writes where an epoch starts, as follower and as leader.
+        A checkpoint that cannot be written takes the log directory offline: the log and
+        the epochs on disk would no longer agree, and a restart truncates by the epochs
+        (Kafka's LogDirFailureChannel does the same)."""
+        try:
+            epochs.assign(epoch, start_offset)
+        except OSError as exc:
+            raise self.log_dir.fail(exc) from exc
 
     def truncate_to(self, offset: int) -> None:
         """Cut the log back to ``offset`` (a follower diverged from its leader), then rebuild

@@ -126,7 +126,8 @@ class LeaderFetcher:
                 if self._conn is None:
                     self._conn = await self._connect()
                 now = time.monotonic()
-                ready = [f for f in self.followed.values() if f.resume_at <= now]
+                ready = [f for f in self.followed.values() if f.resume_at <= now
+                         and not f.partition.log_dir.offline]  # it fetches no more
                 if not ready:
                     self._changed.clear()
                     with contextlib.suppress(TimeoutError):

@@ -14,7 +14,11 @@ here, with each partition's state) and, on the event loop:
   after replica.lag.time.max.ms and grows it when a follower caught up, by a conditional
   write of the state znode (the controller's writes win);
 - writes each partition's high watermark to its replication-offset-checkpoint every
-  replica.high.watermark.checkpoint.interval.ms and at shutdown.
+  replica.high.watermark.checkpoint.interval.ms and at shutdown;
+- reports its replicas on failed log directories (broker/log_dirs.py) to the controller
+  (cluster/replica_watch.py's report_offline), which moves their leaderships and takes them
+  out of the ISRs; reported again whenever the set changes or a report failed, and at start
+  (a restart recovers the directories: the report empties).
 
 Before the first view, every replicated partition here has no leader: nothing is produced
 to or read from a partition this broker has not been told it leads.
@@ -34,10 +38,11 @@ from kio.schema.errors import ErrorCode
 from ..cluster import isr as rules
 from ..cluster import znodes as zn
 from ..cluster.replica_watch import ReplicaWatch, TopicView
+from .log_dirs import LogDirOffline
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
 from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
-from .topics import INTERNAL_TOPICS, REPLICA_MARK
+from .topics import INTERNAL_TOPICS, REPLICA_MARK, TopicError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,19 @@ class ReplicaManager:
         self.topics = broker.topics
         self.config = broker.config
         self.lag_max_ms: int = self.config.get("replica.lag.time.max.ms")
-        self.watch = ReplicaWatch(broker.cluster.store, self.broker_id, self._on_view)
+        member = broker.cluster
+        self.watch = ReplicaWatch(member.store, self.broker_id, self._on_view,
+                                  lambda: member.vouches)
+        member.on_registered = self.watch.refresh  # registered again: B7 on a fresh read
+        member.store.add_session_listener(self._on_session)
+        self._last_view: dict[str, TopicView] | None = None
+        # Since this broker stopped vouching for its session until a view read once it
+        # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
+        self.fenced = False
+        self._offline_reported: tuple[tuple[str, int], ...] | None = None  # None: unknown
+        self._offline_pending = False
+        for log_dir in self.topics.log_dirs.values():
+            log_dir.when_offline(self._log_dir_failed)
         self.fetchers: dict[int, LeaderFetcher] = {}  # by leader broker
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,11 +110,14 @@ class ReplicaManager:
         self._loop = asyncio.get_running_loop()
         self._tasks = [
             asyncio.create_task(self._every(max(10, self.lag_max_ms // 2), self.check_isr)),
+            asyncio.create_task(self._every(max(10, self.lag_max_ms // 2),
+                                            self.report_offline)),
             asyncio.create_task(self._every(
                 self.config.get("replica.high.watermark.checkpoint.interval.ms"),
                 self.checkpoint_high_watermarks)),
         ]
         self.watch.start()
+        self.report_offline()
 
     async def leave(self) -> None:
         """Controlled shutdown begins: stop fetching (Kafka's controller sends the broker
@@ -131,11 +151,33 @@ class ReplicaManager:
             except Exception:
                 log.exception("replica duty %s failed", duty.__name__)
 
-    def _on_view(self, view: dict[str, TopicView]) -> None:
+    def _on_view(self, view: dict[str, TopicView], vouched: bool) -> None:
         """On the watch's thread: the view goes to the event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.apply_view, view)
+            loop.call_soon_threadsafe(self.apply_view, view, vouched)
+
+    def _on_session(self, state: str) -> None:
+        """On kazoo's thread: ZooKeeper away ("SUSPENDED") fences this broker's leaderships
+        once the session timeout has passed (the standing table's V3), an expired session
+        ("LOST") at once (V4), unless it is back by then."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if state == "SUSPENDED":
+            after_s = self.broker.cluster.store.session_timeout_ms / 1000 + 0.01
+            loop.call_soon_threadsafe(loop.call_later, after_s, self._fence_if_unvouched)
+        elif state == "LOST":
+            loop.call_soon_threadsafe(self._fence_if_unvouched)
+
+    def _fence_if_unvouched(self) -> None:
+        if self._closed or self._last_view is None or self.broker.cluster.vouches:
+            return
+        log.warning("broker %d cannot vouch for its ZooKeeper session (%s): it leads "
+                    "nothing until it has registered again and read the partition states",
+                    self.broker_id, self.broker.cluster.standing().value)
+        self.fenced = True
+        self.apply_view(self._last_view, False)
 
     def _replicated(self):
         for name in list(self._replicas):
@@ -145,18 +187,28 @@ class ReplicaManager:
 
     # --- following ZooKeeper -------------------------------------------------------------
 
-    def apply_view(self, view: dict[str, TopicView]) -> None:
+    def apply_view(self, view: dict[str, TopicView], vouched: bool = True) -> None:
+        """``vouched``: the broker vouched for its session when the view was read (and
+        still does: the standing table)."""
         if self._closed:
             return
+        vouched = vouched and self.broker.cluster.vouches
+        self._last_view = view
+        if vouched and self.fenced:
+            log.info("broker %d vouches for its ZooKeeper session again", self.broker_id)
+            self.fenced = False
         for name, tv in view.items():
             try:
-                self._apply_topic(tv)
+                self._apply_topic(tv, vouched)
+            except TopicError as exc:  # e.g. every log directory offline: no place for it
+                log.error("the replica assignment of topic %s cannot be applied: %s", name,
+                          exc)
             except Exception:
                 log.exception("applying the replica assignment of topic %s failed", name)
         for name in [n for n in self._replicas if n not in view]:
             self._delete_local(name)
 
-    def _apply_topic(self, tv: TopicView) -> None:
+    def _apply_topic(self, tv: TopicView, vouched: bool) -> None:
         count = max(tv.assignment.partitions) + 1
         topic = self.topics.get(tv.name)
         fresh = topic is None or topic.topic_id != topic_uuid(tv.name, tv.assignment.topic_id)
@@ -179,7 +231,8 @@ class ReplicaManager:
         for index, (state, version) in sorted(tv.states.items()):
             if index < len(topic.partitions):
                 replicas = tv.assignment.partitions.get(index, ())
-                self.apply_state(topic.partitions[index], state, version, replicas, min_insync)
+                self.apply_state(topic.partitions[index], state, version, replicas, min_insync,
+                                 vouched)
 
     def _delete_local(self, name: str) -> None:
         topic = self.topics.get(name)
@@ -204,14 +257,15 @@ class ReplicaManager:
                                                  hw)
 
     def apply_state(self, partition: Partition, state: zn.PartitionState, version: int,
-                    replicas: tuple[int, ...], min_insync: int) -> rules.Role:
+                    replicas: tuple[int, ...], min_insync: int,
+                    vouched: bool = True) -> rules.Role:
         """One row of the role table for one partition."""
         current: ReplicaState = partition.replication
         our_epoch = None if current is None or current.leader_epoch < 0 \
             else current.leader_epoch
         leading = current is not None and current.is_leader
         role = rules.role_step(our_epoch, leading, state.leader, state.leader_epoch,
-                               self.broker_id)
+                               self.broker_id, vouched)
         if role is rules.Role.IGNORE:
             if current is not None and state.leader_epoch == current.leader_epoch:
                 current.isr, current.zk_version = state.isr, version  # shown by Metadata
@@ -221,18 +275,31 @@ class ReplicaManager:
             return role
         hw = current.high_watermark if current is not None else \
             read_hw_checkpoint(partition.disk, partition.dir)
+        leader = rules.NO_LEADER if role is rules.Role.FENCE else state.leader
         if current is not None:
             current.fail_waiters(ErrorCode.not_leader_or_follower,
-                                 f"{partition.name}: leader epoch {state.leader_epoch} "
+                                 f"{partition.name}: broker {self.broker_id} cannot vouch "
+                                 f"for its ZooKeeper session" if role is rules.Role.FENCE
+                                 else f"{partition.name}: leader epoch {state.leader_epoch} "
                                  f"went to broker {state.leader}")
         self._stop_fetcher(partition)
-        new = ReplicaState(self.broker_id, state.leader, state.leader_epoch, state.isr,
+        new = ReplicaState(self.broker_id, leader, state.leader_epoch, state.isr,
                            tuple(replicas), hw, version, min_insync=min_insync,
                            controller_epoch=state.controller_epoch)
         partition.leader_epoch = state.leader_epoch
         if role is rules.Role.BECOME_LEADER:
-            end = partition.log.log_end_offset
-            partition.leader_epochs.assign(state.leader_epoch, end)
+            try:
+                end = partition.become_leader(state.leader_epoch)
+            except LogDirOffline as exc:
+                # Its directory is offline (now, or before): the controller moves the
+                # leadership away; until then it leads nothing.
+                new.leader = rules.NO_LEADER
+                partition.replication = new
+                log.error("%s: cannot lead at epoch %d: %s", partition.name,
+                          state.leader_epoch, exc)
+                partition._wake_waiters()
+                self._leadership(partition, False, state.leader_epoch)
+                return role
             new.epoch_start_offset = end
             now = _now_ms()
             new.followers = {b: rules.FollowerView(-1, now) for b in state.isr}
@@ -242,10 +309,16 @@ class ReplicaManager:
                      state.leader_epoch, list(state.isr), new.high_watermark)
         elif role is rules.Role.BECOME_FOLLOWER:
             partition.replication = new
-            if not self._leaving:  # B5: a broker in controlled shutdown fetches no more
+            # B5: a broker in controlled shutdown fetches no more, nor a replica whose log
+            # directory failed
+            if not self._leaving and not partition.log_dir.offline:
                 self._start_fetcher(partition, state.leader, state.leader_epoch)
             log.info("%s: follower of broker %d at epoch %d", partition.name, state.leader,
                      state.leader_epoch)
+        elif role is rules.Role.FENCE:
+            partition.replication = new
+            log.warning("%s: fenced at leader epoch %d (ZooKeeper session not vouched for)",
+                        partition.name, state.leader_epoch)
         else:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
@@ -271,8 +344,9 @@ class ReplicaManager:
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
-        current.advance_high_watermark(partition.log.log_end_offset)
-        current.resolve_waiters()
+        if not partition.log_dir.offline:  # else nothing moves until its leadership goes
+            current.advance_high_watermark(partition.log.log_end_offset)
+            current.resolve_waiters()
 
     # --- as leader -----------------------------------------------------------------------
 
@@ -291,7 +365,7 @@ class ReplicaManager:
     def check_isr(self) -> None:
         for partition in self._replicated():
             r = partition.replication
-            if r is not None and r.is_leader:
+            if r is not None and r.is_leader and not partition.log_dir.offline:
                 self._maybe_write_isr(partition)
 
     def _maybe_write_isr(self, partition: Partition, fetching: int | None = None) -> None:
@@ -322,6 +396,38 @@ class ReplicaManager:
         if r.advance_high_watermark(partition.log.log_end_offset):
             partition._wake_waiters()
         r.resolve_waiters()
+
+    # --- failed log directories ----------------------------------------------------------
+
+    def _log_dir_failed(self) -> None:
+        """LogDir.fail's callback, on whatever thread failed it."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.report_offline)
+
+    def report_offline(self) -> None:
+        """The replicas on failed log directories to ZooKeeper, when they changed since the
+        last report that landed (one report at a time, off the event loop)."""
+        offline = tuple(sorted((p.topic, p.index) for p in self._replicated()
+                               if p.log_dir.offline))
+        if self._closed or self._offline_pending or offline == self._offline_reported:
+            return
+        self._offline_pending = True
+        if offline:
+            log.error("reporting %d replicas on failed log directories to the controller",
+                      len(offline))
+        written = asyncio.get_running_loop().run_in_executor(
+            None, self.watch.report_offline, list(offline))
+
+        def done(fut: asyncio.Future) -> None:
+            self._offline_pending = False
+            if fut.cancelled() or fut.exception() is not None:
+                log.warning("reporting the offline replicas failed (again soon): %r",
+                            None if fut.cancelled() else fut.exception())
+                return
+            self._offline_reported = offline
+
+        written.add_done_callback(done)
 
     # --- followers -----------------------------------------------------------------------
 

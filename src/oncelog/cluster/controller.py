@@ -10,6 +10,12 @@ leader's ISR change in between fails the transaction; the next pass reads it aga
 /controller_epoch at the version its election left (a deposed controller's writes never
 land: ControllerMoved, and it stops acting).
 
+A broker whose log directory failed writes the replicas it lost under
+``/oncelog/offline_replicas/<id>`` and announces it with Kafka's
+``/log_dir_event_notification/log_dir_event_<seq>``: a pass reads every broker's offline
+replicas (those replicas are not eligible: leader_election.py's D1, L1) and deletes the
+notifications it has read, as Kafka's controller does once it has handled them.
+
 A deletion removes the topic's state, partition and assignment znodes, its config and the
 deletion request, in one such transaction; each broker's replica manager drops its local
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
@@ -17,7 +23,8 @@ StopReplica first; here the brokers follow the znodes).
 
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
 delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
-reassigned, whose ISR growing completes them), by a new controllership, by an ElectLeaders
+reassigned, whose ISR growing completes them, the log directory events), by a new
+controllership, by an ElectLeaders
 request, and at least every third of the session timeout. Reads are pipelined (one round
 trip for all state znodes), so a pass costs a few round trips plus one per topic written.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
-from .leader_election import Ask, Decision, Facts, decide
+from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .wakeups import woken
@@ -59,8 +67,13 @@ class TopicRead:
 
 
 class Controller:
-    def __init__(self, member: ClusterMember, unclean_default: Callable[[], bool]) -> None:
+    def __init__(self, member: ClusterMember, unclean_default: Callable[[], bool],
+                 rebalance: Callable[[], tuple[bool, float, int]] | None = None) -> None:
+        """``rebalance``: (auto.leader.rebalance.enable, leader.imbalance.check.interval
+        .seconds, leader.imbalance.per.broker.percentage), read at each check."""
         self.member = member
+        self.rebalance_configs = rebalance
+        self._next_rebalance: float | None = None  # monotonic; None: not acting yet
         self.zk = member.zk
         self.store = member.store
         self.unclean_default = unclean_default
@@ -105,6 +118,7 @@ class Controller:
                 log.info("broker %d acts as controller (epoch %d)", self.member.broker_id,
                          view.epoch)
                 self._acting_epoch = view.epoch
+                self._next_rebalance = None
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -148,6 +162,31 @@ class Controller:
     def shutting_down(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(
             self.zk.get_children_async, zn.CONTROLLED_SHUTDOWN, watch=self.wake))
+
+    def offline_replicas(self) -> tuple[dict[tuple[str, int], frozenset[int]], list[str]]:
+        """(partition -> the brokers whose replica of it is on a failed log directory, the
+        log directory events seen before reading them)."""
+        from kazoo.exceptions import NoNodeError
+
+        events, brokers = self._gather([
+            lambda: self.zk.get_children_async(zn.LOG_DIR_EVENT_NOTIFICATION, watch=self.wake),
+            lambda: self.zk.get_children_async(zn.OFFLINE_REPLICAS, watch=self.wake)])
+        for got in (events, brokers):
+            if isinstance(got, Exception) and not isinstance(got, NoNodeError):
+                raise got
+        if isinstance(events, Exception):  # absent: none yet, watched until it is made
+            self._op(self.zk.exists_async, zn.LOG_DIR_EVENT_NOTIFICATION, watch=self.wake)
+            events = []
+        brokers = [] if isinstance(brokers, Exception) else brokers
+        found: dict[tuple[str, int], set[int]] = {}
+        for broker, got in zip(brokers, self._gather(
+                [lambda b=b: self.zk.get_async(f"{zn.OFFLINE_REPLICAS}/{b}")
+                 for b in brokers]), strict=True):
+            if isinstance(got, Exception):
+                continue  # deleted since listed: its broker restarted
+            for key in zn.decode_offline_replicas(got[0]):
+                found.setdefault(key, set()).add(int(broker))
+        return {k: frozenset(v) for k, v in found.items()}, events
 
     def read_topics(self, names: list[str] | None = None) -> list[TopicRead]:
         from kazoo.exceptions import NoNodeError
@@ -195,6 +234,7 @@ class Controller:
         live = self.live_brokers()
         shutting = self.shutting_down() & live
         deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
+        offline, events = self.offline_replicas()
         again = False
         topics = self.read_topics()
         for topic in topics:
@@ -204,7 +244,7 @@ class Controller:
                 continue
             decisions = {}
             for p in sorted(topic.assignment.partitions):
-                facts = self.facts(topic, p, live, shutting)
+                facts = self.facts(topic, p, live, shutting, offline)
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
                 if decision.state is not None:
                     decisions[p] = decision
@@ -219,7 +259,48 @@ class Controller:
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
         self._purge_config_changes()
+        if not again and self._rebalance_due():
+            again = self.rebalance(topics, live, shutting, offline)
+        if events and not again:  # handled: every decision they called for is written
+            self._gather([lambda e=e: self.zk.delete_async(
+                f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
+
+    def _rebalance_due(self) -> bool:
+        if self.rebalance_configs is None:
+            return False
+        enabled, interval_s, _ = self.rebalance_configs()
+        now = time.monotonic()
+        if self._next_rebalance is None:  # a new controller looks one interval later
+            self._next_rebalance = now + interval_s
+        if not enabled or now < self._next_rebalance:
+            return False
+        self._next_rebalance = now + interval_s
+        return True
+
+    def rebalance(self, topics: list[TopicRead], live: frozenset[int],
+                  shutting: frozenset[int],
+                  offline: dict[tuple[str, int], frozenset[int]]) -> bool:
+        """Kafka's auto leader rebalance (leader_election.py's RB rows): a preferred
+        election for each partition of a broker leading too few of those it is preferred
+        for; True when something was written."""
+        assert self.rebalance_configs is not None
+        enabled, _, percentage = self.rebalance_configs()
+        keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
+                if t.states.get(p) is not None and t.assignment.partitions[p]
+                and reassignment_target(t.assignment, p) is None]  # as Kafka: not those
+        asked = rebalance([(t.assignment.partitions[p][0], t.states[p][0].leader)
+                           for t, p in keys], enabled, percentage)
+        decisions: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
+        for i in asked:
+            topic, p = keys[i]
+            decision = decide(self.facts(topic, p, live, shutting, offline), Ask.PREFERRED,
+                              self.member.controller.epoch)
+            if decision.state is not None:  # P2; P3 (not live, not in sync) waits
+                decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
+        for topic, chosen in decisions.values():
+            self._write(topic, chosen)
+        return bool(decisions)
 
     def _purge_config_changes(self) -> None:
         changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))
@@ -227,7 +308,8 @@ class Controller:
                       for c in changes[:-CONFIG_CHANGES_KEPT]])
 
     def facts(self, topic: TopicRead, p: int, live: frozenset[int],
-              shutting: frozenset[int]) -> Facts:
+              shutting: frozenset[int],
+              offline: dict[tuple[str, int], frozenset[int]] | None = None) -> Facts:
         found = topic.states.get(p)
         unclean = topic.configs.get("unclean.leader.election.enable")
         return Facts(replicas=topic.assignment.partitions[p],
@@ -235,7 +317,8 @@ class Controller:
                      shutting_down=shutting,
                      unclean=self.unclean_default() if unclean is None
                      else unclean.strip().lower() == "true",
-                     target=reassignment_target(topic.assignment, p))
+                     target=reassignment_target(topic.assignment, p),
+                     offline=(offline or {}).get((topic.name, p), frozenset()))
 
     def _write(self, topic: TopicRead, decisions: dict[int, Decision]) -> bool:
         """One transaction for the topic's decisions; False when it lost a race (a znode
@@ -319,6 +402,7 @@ class Controller:
         whose preferred replica does not lead, answering only those elected or failed)."""
         live = self.live_brokers()
         shutting = self.shutting_down() & live
+        offline, _ = self.offline_replicas()
         names = None if wanted is None else sorted({t for t, _ in wanted})
         topics = {t.name: t for t in self.read_topics(names)}
         if wanted is None:
@@ -330,7 +414,7 @@ class Controller:
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")
                 continue
-            decision = decide(self.facts(topic, p, live, shutting), ask,
+            decision = decide(self.facts(topic, p, live, shutting, offline), ask,
                               self.member.controller.epoch)
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))

@@ -5,11 +5,18 @@ and does what they answer; tests/cluster/test_isr_model.py holds them against a 
 
 Role, decided by ``role_step`` when a partition state is read from ZooKeeper
 (``/brokers/topics/<t>/partitions/<p>/state``), against the leader epoch this replica acts on
-(None before any state):
+(None before any state), and whether this broker vouches for its ZooKeeper session
+(cluster/membership.py's standing table: V1/V2 vouch; V3/V4, the session expired or
+ZooKeeper away past the session timeout, do not; the replica manager applies its last view
+again when that happens, and a view read before it registered again vouches for nothing):
 
 | row | state read                                         | action                         |
 |-----|----------------------------------------------------|--------------------------------|
 | B1  | leader_epoch below ours                            | IGNORE: a stale state          |
+| B0  | not vouched; our leader_epoch while we lead it, or | FENCE: lead nothing at that    |
+|     | a newer one naming us                              | epoch (as B6), until B7        |
+| B7  | vouched; same leader_epoch naming us, we do not    | BECOME_LEADER at it again (only|
+|     | lead (B0 fenced us)                                | we were ever its leader)       |
 | B2  | same leader_epoch, we lead it                      | ADOPT_ISR: keep leading, take  |
 |     |                                                    | the ISR written (our own write |
 |     |                                                    | or the controller's, with its  |
@@ -99,18 +106,21 @@ class Role(enum.Enum):
     BECOME_LEADER = "B4"
     BECOME_FOLLOWER = "B5"
     NO_LEADER = "B6"
+    FENCE = "B0"
 
 
 def role_step(our_epoch: int | None, leading: bool, state_leader: int, state_epoch: int,
-              our_id: int) -> Role:
+              our_id: int, vouched: bool = True) -> Role:
     """``our_epoch``: the leader epoch this replica acts on (None: none yet); ``leading``:
-    whether it leads at that epoch."""
+    whether it leads at that epoch; ``vouched``: the standing table's VOUCH."""
     if our_epoch is not None and state_epoch < our_epoch:
         return Role.IGNORE
     if our_epoch is not None and state_epoch == our_epoch:
-        return Role.ADOPT_ISR if leading else Role.IGNORE
+        if leading:
+            return Role.ADOPT_ISR if vouched else Role.FENCE
+        return Role.BECOME_LEADER if vouched and state_leader == our_id else Role.IGNORE
     if state_leader == our_id:
-        return Role.BECOME_LEADER
+        return Role.BECOME_LEADER if vouched else Role.FENCE
     if state_leader == NO_LEADER:
         return Role.NO_LEADER
     return Role.BECOME_FOLLOWER

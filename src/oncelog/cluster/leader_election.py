@@ -7,7 +7,9 @@ Decision: the row taken, the state (and replica list) to write, or an ElectLeade
 It writes nothing: the controller (controller.py) writes the answer in one conditional
 ZooKeeper transaction fenced by its epoch, and reads again when that fails.
 
-Words: *eligible*: live and not shutting down; *first ... in assignment order*: the
+Words: *eligible*: live, not shutting down, and its replica of this partition not on a log
+directory its broker reported failed (``/oncelog/offline_replicas/<id>``, announced by
+Kafka's ``/log_dir_event_notification``: rows D1, F3, L1); *first ... in assignment order*: the
 assignment's replica order (its first replica is the preferred leader). The leader's replica
 manager adds a replica that caught up back to the ISR (never the controller).
 
@@ -21,12 +23,14 @@ A controller pass (``Ask.PASS``), rows in the order they are tried:
 | N2  | no state znode, no eligible replica                | WAIT: written once one is             |
 | F1  | leader -1, dead or shutting down; an eligible      | ELECT it: first eligible ISR member,  |
 |     | ISR member                                         | ISR = eligible ISR members, epoch + 1 |
+| D1  | the leader's replica on a failed log directory, an | as F1 (Kafka: the replica goes        |
+|     | eligible ISR member                                | offline, another in-sync one leads)   |
 | F2  | as F1 but no eligible ISR member, unclean election | ELECT the first eligible replica      |
 |     | enabled, an eligible replica                       | (unclean), ISR = [it], epoch + 1      |
-| F3  | leader dead or shutting down, nothing eligible to  | leader -1 (OFFLINE); ISR = its live   |
-|     | lead (a shutting-down leader that is still alive:  | members, or as it was when none is    |
-|     | S1 instead)                                        | (so the last in-sync replicas stay    |
-|     |                                                    | electable when they return), epoch + 1|
+| F3  | leader dead, shutting down or its replica on a     | leader -1 (OFFLINE); ISR = its live   |
+|     | failed log directory, nothing eligible to lead (a  | members, or as it was when none is    |
+|     | shutting-down leader that is still alive: S1       | (so the last in-sync replicas stay    |
+|     | instead)                                           | electable when they return), epoch + 1|
 | S1  | leader alive but shutting down, no other eligible  | KEEP it (controlled shutdown cannot   |
 |     | ISR member                                         | move it; it goes offline when it dies)|
 | F4  | leader -1, nothing eligible                        | KEEP (offline until an ISR member     |
@@ -50,6 +54,18 @@ ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a st
 | U2  | unclean, an eligible ISR member                    | as F1                                 |
 | U3  | unclean, an eligible replica                       | as F2, whatever the topic's config    |
 | U4  | unclean, none                                      | ELIGIBLE_LEADERS_NOT_AVAILABLE        |
+
+Auto leader rebalance (``rebalance``, Kafka's auto.leader.rebalance.enable): every
+leader.imbalance.check.interval.seconds the controller looks, for each broker, at the
+partitions whose preferred replica (the assignment's first) it is (those being reassigned
+left out, as Kafka does):
+
+| row | the broker's partitions                            | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| RB1 | auto.leader.rebalance.enable false                 | nothing                               |
+| RB2 | the share it does not lead is above                | a preferred election (P1-P3) for each |
+|     | leader.imbalance.per.broker.percentage             | it does not lead                      |
+| RB3 | at or below it                                     | nothing                               |
 
 Every leader change raises leader_epoch by one and nothing lowers it; the leader is always
 a member of the ISR it is written with, or -1; an out-of-sync replica leads only by F2/U3.
@@ -81,6 +97,7 @@ class Facts:
     shutting_down: frozenset[int] = frozenset()
     unclean: bool = False  # unclean.leader.election.enable of its topic
     target: tuple[int, ...] | None = None  # an ongoing reassignment's target replicas
+    offline: frozenset[int] = frozenset()  # brokers whose replica is on a failed log dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +109,8 @@ class Decision:
 
 
 def _eligible(facts: Facts, broker: int) -> bool:
-    return broker in facts.live and broker not in facts.shutting_down
+    return broker in facts.live and broker not in facts.shutting_down and \
+        broker not in facts.offline
 
 
 def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
@@ -131,13 +149,14 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
 
     if not leader_ok:
         if isr_eligible:
-            return elect("F1", isr_eligible[0], isr_eligible)
+            return elect("D1" if state.leader in facts.offline else "F1", isr_eligible[0],
+                         isr_eligible)
         if facts.unclean and eligible:
             return elect("F2", eligible[0], eligible[:1])
         if state.leader == NO_LEADER:
             return Decision("F4")
-        if state.leader in facts.live:  # shutting down, nobody to hand over to
-            return Decision("S1")
+        if state.leader in facts.live and state.leader not in facts.offline:
+            return Decision("S1")  # shutting down, nobody to hand over to
         live_isr = [b for b in state.isr if b in facts.live]
         return elect("F3", NO_LEADER, live_isr or state.isr)
     target = facts.target
@@ -153,3 +172,19 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
                                              tuple(b for b in state.isr if _eligible(facts, b)),
                                              controller_epoch))
     return Decision("L2")
+
+
+def rebalance(preferred_leaders: list[tuple[int, int]], enabled: bool,
+              percentage: int) -> list[int]:
+    """``preferred_leaders``: (preferred replica, leader) of each partition with a state;
+    the indexes of those a preferred election is asked for (RB1-RB3)."""
+    if not enabled:
+        return []  # RB1
+    total: dict[int, int] = {}
+    elsewhere: dict[int, list[int]] = {}
+    for i, (preferred, leader) in enumerate(preferred_leaders):
+        total[preferred] = total.get(preferred, 0) + 1
+        if leader != preferred:
+            elsewhere.setdefault(preferred, []).append(i)
+    return sorted(i for broker, indexes in elsewhere.items()
+                  if len(indexes) * 100 > percentage * total[broker] for i in indexes)  # RB2

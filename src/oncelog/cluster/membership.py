@@ -27,6 +27,31 @@ Controller election, decided by ``election_step`` (``/controller`` as found):
 | E3  | owned by another session (another broker,| FOLLOW: note who and the epoch, watch    |
 |     | or an earlier session of ours)           | /controller and claim when it is deleted |
 
+Standing, decided by ``standing_step``: whether this broker may vouch for what it last read
+from ZooKeeper, above all that it leads a partition (cluster/isr.py's B0 and B7 act on it; so
+does Metadata, broker/cluster_mode.py):
+
+| row | session                                  | standing                                 |
+|-----|------------------------------------------|------------------------------------------|
+| V1  | connected, /brokers/ids/<id> created or  | VOUCH                                    |
+|     | found ours by the current session (R1/R2)|                                          |
+| V2  | disconnected for at most                 | VOUCH: the session may still live, and   |
+|     | zookeeper.session.timeout.ms             | no other leader is elected while it does |
+| V3  | disconnected for longer                  | FENCED: it cannot know until it is back, |
+|     |                                          | but ZooKeeper has likely expired the     |
+|     |                                          | session and the controller moved its     |
+|     |                                          | leaderships                              |
+| V4  | expired ("LOST"), or a session not       | FENCED until R1 registers it (and the    |
+|     | registered yet                           | replica manager reads the states again)  |
+
+Kafka in ZooKeeper mode keeps acting on its last picture in V3 and V4: a producer that still
+reaches the broker stalls on its partitions until the partition heals. Here a fenced broker
+refuses Produce and Fetch for them (NOT_LEADER_OR_FOLLOWER) and answers Metadata by closing
+the connection (broker/apis/api_meta.py): librdkafka asks Metadata only of the brokers it is
+connected to, and would ask an answer naming no leader (LEADER_NOT_AVAILABLE) again of the
+same broker until it heals; with the connection gone it connects to another broker (one
+it never connected to first) and learns the new leader there.
+
 The epoch write in E1 is conditional on the version read, so two brokers that both saw
 /controller absent cannot both raise the epoch: exactly one transaction commits, and every
 controller's epoch is higher than any before it. That is the fence for a deposed controller's
@@ -107,6 +132,23 @@ def election_step(controller: int | None, owner_session: int | None, our_id: int
     return Election.FOLLOW
 
 
+class Standing(enum.Enum):
+    VOUCH = "V1/V2"
+    FENCED = "V3/V4"
+
+
+def standing_step(registered_session: int | None, our_session: int | None,
+                  disconnected_ms: int | None, session_timeout_ms: int) -> Standing:
+    """``registered_session``: the session that last registered us (R1/R2), None after
+    "LOST"; ``our_session``: the client's session (None while disconnected: kazoo names
+    none then); ``disconnected_ms``: how long ZooKeeper has been away (None: connected)."""
+    if registered_session is None or our_session not in (None, registered_session):
+        return Standing.FENCED  # V4
+    if disconnected_ms is not None and disconnected_ms > session_timeout_ms:
+        return Standing.FENCED  # V3
+    return Standing.VOUCH  # V1, V2
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerView:
     controller_id: int
@@ -123,6 +165,11 @@ class ClusterMember:
         self._view = ControllerView(NO_CONTROLLER, zn.INITIAL_CONTROLLER_EPOCH)
         self._brokers: tuple[zn.BrokerRegistration, ...] = ()
         self._epoch_version = -1  # of /controller_epoch, as our winning claim left it
+        self._registered_session: int | None = None  # the session R1/R2 last found ours
+        self._disconnected_at: float | None = None  # monotonic, since "SUSPENDED"
+        # Told (on this member's thread) when a session registered us (R1): the replica
+        # manager reads the partition states again, and may vouch for them (B7).
+        self.on_registered: Callable[[], None] | None = None
         self._recheck_s = store.session_timeout_ms / 3000
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -150,6 +197,17 @@ class ClusterMember:
     @property
     def is_controller(self) -> bool:
         return self._view.controller_id == self.broker_id
+
+    def standing(self) -> Standing:
+        """The standing table's row now (no ZooKeeper round trip: safe on the event loop)."""
+        away = self._disconnected_at
+        return standing_step(self._registered_session, self._session() or None,
+                             None if away is None else int((time.monotonic() - away) * 1000),
+                             self.store.session_timeout_ms)
+
+    @property
+    def vouches(self) -> bool:
+        return self.standing() is Standing.VOUCH
 
     @property
     def brokers(self) -> tuple[zn.BrokerRegistration, ...]:
@@ -254,8 +312,14 @@ class ClusterMember:
                 return False  # created by another session since we looked: R3 next pass
             log.info("registered as broker %d at %s:%d in ZooKeeper", self.broker_id,
                      self.registration.host, self.registration.port)
+            self._registered_session = self._session()
+            if self.on_registered is not None:
+                self.on_registered()
             return True
-        return step is Registration.REGISTERED
+        if step is Registration.REGISTERED:
+            self._registered_session = self._session()
+            return True
+        return False
 
     def _wait_gone(self, path: str, deadline: float) -> None:
         gone = threading.Event()
@@ -356,5 +420,10 @@ class ClusterMember:
             log.warning("ZooKeeper session of broker %d expired: re-registering",
                         self.broker_id)
             self._view = ControllerView(NO_CONTROLLER, self._view.epoch)
+            self._registered_session = None  # V4 until R1
+        elif state == KazooState.SUSPENDED:
+            if self._disconnected_at is None:
+                self._disconnected_at = time.monotonic()
         elif state == KazooState.CONNECTED:
+            self._disconnected_at = None
             self._wake.set()

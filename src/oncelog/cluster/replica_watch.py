@@ -3,7 +3,9 @@
 Reads, and watches, Kafka's znodes (znodes.py): the topics' assignments under
 ``/brokers/topics``, the state of every partition assigned to this broker, and those topics'
 configs under ``/config/topics``; it hands the whole view to the broker (``on_view``, called
-on this watch's thread: the broker moves it to its event loop). The view is read again when a
+on this watch's thread: the broker moves it to its event loop), with whether the broker
+vouched for its session (membership.py's standing table) when the read began: a view read
+before the broker registered again is no ground to lead (isr.py's B0). The view is read again when a
 watch fires, when the session comes back, and at least every third of the session timeout.
 A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the last view,
 and never takes a partial view for the truth (a topic missing from a failed read is not a
@@ -57,8 +59,10 @@ class TopicView:
 
 class ReplicaWatch:
     def __init__(self, store: ZooKeeperStore, broker_id: int,
-                 on_view: Callable[[dict[str, TopicView]], None]) -> None:
+                 on_view: Callable[[dict[str, TopicView], bool], None],
+                 vouches: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        self.vouches = vouches
         self.zk = store.client
         self.broker_id = broker_id
         self.on_view = on_view
@@ -87,13 +91,14 @@ class ReplicaWatch:
         for _ in woken(self._stopped, self._wake, self._recheck_s):
             if self.zk.state != KazooState.CONNECTED:
                 continue
+            vouched = self.vouches()
             try:
                 view = self.read_view()
             except Exception as exc:  # ZooKeeper away mid-pass: the next pass reads again
                 log.warning("reading the replica assignments from ZooKeeper failed: %r", exc)
                 continue
             try:
-                self.on_view(view)
+                self.on_view(view, vouched)
             except Exception:
                 log.exception("handing the replica view to the broker failed")
 
@@ -165,6 +170,26 @@ class ReplicaWatch:
             # the state is written: a lost notification must not say it was not
             log.debug("ISR change notification not written: %r", exc)
         return stat.version
+
+    def report_offline(self, partitions: list[tuple[str, int]]) -> None:
+        """This broker's replicas on failed log directories (none: the znode goes), then
+        Kafka's log directory event, which wakes the controller (controller.py moves their
+        leaderships and takes them out of the ISRs: leader_election.py's D1, L1)."""
+        path = f"{zn.OFFLINE_REPLICAS}/{self.broker_id}"
+        if not partitions:
+            try:
+                self._op(self.zk.delete_async, path)
+            except NoNodeError:
+                return
+        else:
+            data = zn.encode_offline_replicas(partitions)
+            try:
+                self._op(self.zk.set_async, path, data)
+            except NoNodeError:
+                self._op(self.zk.create_async, path, data, makepath=True)
+        self._op(self.zk.create_async,
+                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{zn.LOG_DIR_EVENT_PREFIX}",
+                 zn.encode_log_dir_event(self.broker_id), sequence=True, makepath=True)
 
     def _fire(self, _event) -> None:
         self._wake.set()

@@ -49,7 +49,8 @@ class TopicAdmin:
 
     def ensure_paths(self) -> None:
         for path in (zn.BROKER_TOPICS, zn.CONFIG_TOPICS, zn.CONFIG_CHANGES, zn.DELETE_TOPICS,
-                     zn.CONTROLLED_SHUTDOWN):
+                     zn.CONTROLLED_SHUTDOWN, zn.OFFLINE_REPLICAS,
+                     zn.LOG_DIR_EVENT_NOTIFICATION):
             self._op(self.zk.ensure_path_async, path)
 
     def assignment(self, topic: str) -> tuple[zn.TopicAssignment, int]:

@@ -236,3 +236,34 @@ def topic_config_path(topic: str) -> str:
 # controller moves its leaderships away (cluster/controller.py); the znode goes with the
 # broker's session, so a broker that dies meanwhile leaves nothing behind.
 CONTROLLED_SHUTDOWN = "/oncelog/controlled_shutdown"
+
+# Kafka's: a broker whose log directory failed creates a sequential
+# ``log_dir_event_<seq>`` here with ``{"version":1,"broker":<id>,"event":1}`` (1: a log
+# directory failure); the controller reads which replicas went offline and deletes it.
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
+# Not Kafka's (its controller asks the broker with LeaderAndIsr which replicas are offline):
+# the broker writes them here, ``{"version":1,"partitions":[{"topic":..,"partition":..}]}``,
+# persistent (a session expiring does not bring a failed directory back; the broker's next
+# start, which recovers it, writes it again).
+OFFLINE_REPLICAS = "/oncelog/offline_replicas"
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def encode_offline_replicas(partitions: list[tuple[str, int]]) -> bytes:
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                for t, p in partitions]})
+
+
+def decode_offline_replicas(data: bytes) -> set[tuple[str, int]]:
+    """The replicas a broker reported offline; nothing for what does not parse (a write of
+    another version: the broker writes it again at its next failure or start)."""
+    try:
+        return {(str(e["topic"]), int(e["partition"]))
+                for e in json.loads(data)["partitions"]}
+    except (ValueError, KeyError, TypeError):
+        return set()

@@ -15,6 +15,7 @@ from ...protocol.messages import Request
 from ...protocol.schema import build, response_module
 from ...security.acls import CLUSTER_NAME, all_operations_field
 from .. import authorize
+from ..answers import CLOSE_CONNECTION
 from ..authorize import Op, Rt
 from ..log_limits import RateLimitedLog, log_safe
 from ..topics import INTERNAL_TOPICS, TopicError, topic_name_problem
@@ -22,6 +23,7 @@ from . import acl_operations
 
 log = logging.getLogger(__name__)
 _invalid_names = RateLimitedLog(log)  # librdkafka's suite asks for them thousands of times
+_not_vouched = RateLimitedLog(log)
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -47,6 +49,16 @@ def unsupported_api_versions_body():
 
 
 def handle_metadata(broker, request: Request):
+    if broker.replicas is not None and broker.replicas.fenced:
+        # Away from ZooKeeper past its session timeout, or its session expired (the standing
+        # table, cluster/membership.py), its leaderships fenced (cluster/isr.py's B0), and
+        # until it reads the states again: no source of metadata. librdkafka asks Metadata
+        # only of brokers it is connected to, so an answer naming no leader would be asked
+        # again of this broker alone; a closed connection makes it connect to another.
+        _not_vouched.log(logging.WARNING, "not vouched", "%s: Metadata refused: broker %d "
+                         "cannot vouch for its ZooKeeper session; closing the connection",
+                         request.peer, broker.broker_id)
+        return CLOSE_CONNECTION
     mod = response_module(METADATA, request.api_version)
     body = request.body
     topics = broker.cluster_topics or broker.topics
