@@ -1,0 +1,187 @@
+"""Spark's exactly-once sink (spark/two_phase.py) on a three-broker cluster (issue 24): a batch
+write and a stream, each through the SIGKILL of the broker leading an output partition and
+then of the broker hosting the transaction coordinator, while the tasks' transactions are
+open with rows in the log (tests/support/paused_sink.py holds them there). The killed broker
+comes back; the write goes on (the stream's micro-batch ids keep each batch once), and a
+read_committed reader finds every input row exactly once, nothing left open.
+
+The cluster's internal topics have one partition each, so that one broker is the
+coordinator of every transactional id (the tasks' and the driver's) and of the decisions'
+group: killing it moves all of them. The jobs run in the shared Spark session: a killed
+broker needs no killed driver."""
+
+from __future__ import annotations
+
+import collections
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer as CProducer
+from support.paused_sink import paused_source
+from support.txn_cluster import TxnCluster, end_offsets, read_committed
+from support.waits import wait_for
+
+from oncelog import Admin
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+TIMEOUT = 60.0
+HOLD = 120.0  # a paused task's bound: the test releases it long before
+ROWS = 120  # per run
+ARROW_BATCH = "10"  # rows per Arrow batch: a task pauses after its first
+STATE = "__transaction_state"
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = TxnCluster(zookeeper, tmp_path_factory.mktemp("sparkcluster"), "sparkcluster",
+                         **{"transaction.two.phase.commit.enable": "true",
+                            "transaction.state.log.num.partitions": "1",
+                            "offsets.topic.num.partitions": "1"})
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def small_batches(spark):
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", ARROW_BATCH)
+    yield spark
+    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def _coordinator(cluster: TxnCluster) -> int:
+    """The broker of every transactional id's coordinator (one partition of the state log;
+    FindCoordinator creates it)."""
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        found = admin.find_transaction_coordinator("spark-on-cluster").node_id
+    assert found == cluster.state(STATE, 0)["leader"]
+    return found
+
+
+class Pauses:
+    """The test's side of paused_source: which tasks are holding, and their release."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir()
+
+    def source(self, *keys: str):
+        return paused_source(self.folder, frozenset(keys), HOLD)
+
+    def wait_held(self, key: str, tasks: int, cluster: TxnCluster, topic: str,
+                  rows: int, job) -> None:
+        """Until ``tasks`` tasks hold at ``key`` and the log of ``topic`` has ``rows`` rows
+        (the transactions are open with rows in the log); ``job()`` raises when the job
+        failed meanwhile."""
+        def held() -> bool:
+            job()
+            return len(list(self.folder.glob(f"entered-{key}-*"))) >= tasks
+
+        wait_for(held, TIMEOUT, f"{tasks} tasks holding at {key}")
+        wait_for(lambda: sum(end_offsets(cluster.bootstrap(), topic, 2, False)) >= rows,
+                 TIMEOUT, f"{rows} rows of open transactions in {topic}")
+
+    def kill_when_held(self, key: str, tasks: int, cluster: TxnCluster, topic: str,
+                       rows: int, victim: int, moved: tuple[str, int]) -> None:
+        """In a thread beside the job: once held, SIGKILL ``victim`` (until ``moved`` has
+        another leader), then release the tasks (always: a failed wait must not leave
+        them holding)."""
+        try:
+            self.wait_held(key, tasks, cluster, topic, rows, lambda: None)
+            cluster.kill(victim, *moved)
+        finally:
+            self.release(key)
+
+    def release(self, key: str) -> None:
+        (self.folder / f"release-{key}").touch()
+
+
+def _once(cluster: TxnCluster, topic: str, expected: list[bytes]) -> None:
+    bootstrap = cluster.bootstrap()
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        listed = admin.list_transactions(states=("Ongoing", "PrepareCommit", "PrepareAbort"))
+    assert [t for ts in listed.values() for t in ts] == []
+    assert end_offsets(bootstrap, topic, 2, True) == end_offsets(bootstrap, topic, 2, False)
+    found = collections.Counter(v for vs in read_committed(bootstrap, topic, 2).values()
+                                for v in vs)
+    assert sorted(found) == sorted(expected)
+    assert [v for v, n in found.items() if n > 1] == []
+
+
+def test_a_batch_write_is_exactly_once_through_the_kills_of_its_leader_and_coordinator(
+        cluster, small_batches, tmp_path):
+    spark = small_batches
+    coordinator = _coordinator(cluster)
+    leader, other = [b for b in (1, 2, 3) if b != coordinator]
+    topic = "spark-batch"
+    # partition 0 led by a broker that is not the coordinator, partition 1 by the coordinator
+    cluster.create(topic, [[leader, other, coordinator], [coordinator, leader, other]])
+    expected = []
+    with ThreadPoolExecutor(1) as killer:
+        for run, (victim, moved) in enumerate([(leader, (topic, 0)),
+                                               (coordinator, (STATE, 0))]):
+            pauses = Pauses(tmp_path / f"run{run}")
+            spark.dataSource.register(pauses.source("batch"))
+            df = spark.range(0, ROWS, numPartitions=2).selectExpr(
+                f"concat('{run}-', cast(id as string)) as value",
+                "cast(id % 2 as int) as partition")
+            expected += [f"{run}-{i}".encode() for i in range(ROWS)]
+            already = sum(end_offsets(cluster.bootstrap(), topic, 2, False))
+            kill = killer.submit(pauses.kill_when_held, "batch", 2, cluster, topic,
+                                 already + 2 * int(ARROW_BATCH), victim, moved)
+            # (in this thread: Spark finds the registered source through the session
+            # active in the thread that saves)
+            df.write.format("oncelog_paused").mode("append") \
+                .option("bootstrap.servers", cluster.bootstrap()).option("topic", topic) \
+                .option("transactionalIdPrefix", f"spark-batch-{run}").save()
+            kill.result(TIMEOUT)
+            cluster.bring_back(victim, [topic, STATE])
+    _once(cluster, topic, expected)
+
+
+def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinator(
+        cluster, small_batches, tmp_path):
+    spark = small_batches
+    coordinator = _coordinator(cluster)
+    leader, other = [b for b in (1, 2, 3) if b != coordinator]
+    source, topic = "spark-stream-in", "spark-stream-out"
+    cluster.create(source, [[other, leader, coordinator]])  # led by a broker never killed
+    cluster.create(topic, [[leader, other, coordinator], [coordinator, leader, other]])
+    producer = CProducer({"bootstrap.servers": cluster.bootstrap(),
+                          "enable.idempotence": True, "linger.ms": 5})
+    expected = [str(i).encode() for i in range(ROWS)]
+    for value in expected:
+        producer.produce(source, value=value)
+    assert producer.flush(TIMEOUT) == 0
+    pauses = Pauses(tmp_path / "holds")
+    spark.dataSource.register(pauses.source("1", "2"))
+    per_batch = ROWS // 4
+    query = (spark.readStream.format("oncelog").option("bootstrap.servers", cluster.bootstrap())
+             .option("subscribe", source).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(per_batch)).load()
+             .selectExpr("value", "cast(cast(cast(value as string) as int) % 2 as int) "
+                         "as partition")
+             .writeStream.format("oncelog_paused")
+             .option("bootstrap.servers", cluster.bootstrap()).option("topic", topic)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    def failed() -> None:
+        if query.exception() is not None:
+            raise AssertionError(f"the stream failed: {query.exception()}")
+
+    try:
+        # micro-batch 1: the output's leader dies; micro-batch 2: the coordinator
+        pauses.wait_held("1", 1, cluster, topic, per_batch + int(ARROW_BATCH), failed)
+        cluster.kill(leader, topic, 0)
+        pauses.release("1")
+        cluster.bring_back(leader, [topic, STATE])
+        pauses.wait_held("2", 1, cluster, topic, 2 * per_batch + int(ARROW_BATCH), failed)
+        cluster.kill(coordinator, STATE, 0)
+        pauses.release("2")
+        assert query.awaitTermination(TIMEOUT), "the stream did not finish"
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    cluster.bring_back(coordinator, [topic, STATE])
+    _once(cluster, topic, expected)

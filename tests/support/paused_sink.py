@@ -1,0 +1,54 @@
+"""``format("oncelog_paused")``: oncelog's sink whose tasks stop halfway through their rows,
+their transactions open with rows in the log, until the test has killed a broker
+(tests/spark/test_spark_on_cluster.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oncelog.spark.source import OncelogDataSource
+
+BATCH = "batch"  # the hold key of a batch write (a stream's is its micro-batch id)
+
+
+def paused_source(folder: Path, holds: frozenset[str], wait: float):
+    """Each task of a batch write (key ``batch``) or of a micro-batch whose id is in
+    ``holds`` passes its first Arrow batch to the sink, touches ``folder/entered-KEY-P``
+    and waits (bounded by ``wait`` seconds) for ``folder/release-KEY``. Made in a function,
+    so that Spark pickles it by value to its Python workers (as tests/support/held_sink.py)."""
+
+    def _paused(batches):
+        import time
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        key = context.getLocalProperty("streaming.sql.batchId") or "batch"
+        held = key not in holds or context.attemptNumber() > 0
+        for batch in batches:
+            yield batch
+            if not held:
+                held = True
+                (folder / f"entered-{key}-{context.partitionId()}").touch()
+                deadline = time.monotonic() + wait
+                while not (folder / f"release-{key}").exists() and \
+                        time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+    def _pausing(writer):
+        real = writer.write
+        writer.write = lambda iterator: real(_paused(iterator))
+        return writer
+
+    class Paused(OncelogDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "oncelog_paused"
+
+        def writer(self, schema, overwrite):
+            return _pausing(super().writer(schema, overwrite))
+
+        def streamWriter(self, schema, overwrite):
+            return _pausing(super().streamWriter(schema, overwrite))
+
+    return Paused
