@@ -23,6 +23,8 @@ from support.txn_cluster import TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
 
 from oncelog import Admin
+from oncelog.spark import two_phase
+from oncelog.spark.options import write_options
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -183,5 +185,38 @@ def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinato
         assert query.exception() is None, query.exception()
     finally:
         query.stop()
+    cluster.bring_back(coordinator, [topic, STATE])
+    _once(cluster, topic, expected)
+
+
+def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_kill(cluster):
+    """KIP-939 across a coordinator move, without Spark (the sink's own calls): two tasks
+    prepare, the broker of their coordinator (and of the driver's) is SIGKILLed, and the
+    driver's commit (commit_run: open P, decide, end each prepared transaction at the epoch
+    it was prepared with) goes to the coordinator elected in its place, which loaded the
+    prepared transactions from the replicated ``__transaction_state``. The bootstrap list
+    still names the dead broker."""
+    coordinator = _coordinator(cluster)
+    leader, other = [b for b in (1, 2, 3) if b != coordinator]
+    topic, prefix = "prepared-move", "prepared-move"
+    cluster.create(topic, [[leader, other, coordinator], [other, leader, coordinator]])
+    options = write_options({"bootstrap.servers": cluster.bootstrap(), "topic": topic,
+                             "transactionalIdPrefix": prefix})
+    two_phase.recover(options)
+    run = two_phase.new_run()
+    winners, expected = {}, []
+    for p in (0, 1):
+        rows = [f"{p}-{i}".encode() for i in range(ROWS // 2)]
+        expected += rows
+
+        def produce(producer, rows=rows, p=p) -> int:
+            for value in rows:
+                producer.produce(topic, value, None, p)
+            return len(rows)
+
+        task = two_phase.task_transactional_id(prefix, run, p, p)
+        winners[task] = two_phase.run_task(options, prefix, run, task, produce)
+    cluster.kill(coordinator, STATE, 0)
+    two_phase.commit_run(options, run, winners, {topic})
     cluster.bring_back(coordinator, [topic, STATE])
     _once(cluster, topic, expected)
