@@ -189,7 +189,9 @@ def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinato
     _once(cluster, topic, expected)
 
 
-def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_kill(cluster):
+@pytest.mark.parametrize("step", ["prepared", "decided"])
+def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_kill(
+        cluster, step):
     """KIP-939 across a coordinator move, without Spark (the sink's own calls): two tasks
     prepare, the broker of their coordinator (and of the driver's) is SIGKILLed, and the
     driver's commit (commit_run: open P, decide, end each prepared transaction at the epoch
@@ -198,7 +200,7 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
     still names the dead broker."""
     coordinator = _coordinator(cluster)
     leader, other = [b for b in (1, 2, 3) if b != coordinator]
-    topic, prefix = "prepared-move", "prepared-move"
+    topic = prefix = f"prepared-move-{step}"
     cluster.create(topic, [[leader, other, coordinator], [other, leader, coordinator]])
     options = write_options({"bootstrap.servers": cluster.bootstrap(), "topic": topic,
                              "transactionalIdPrefix": prefix})
@@ -216,7 +218,16 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
 
         task = two_phase.task_transactional_id(prefix, run, p, p)
         winners[task] = two_phase.run_task(options, prefix, run, task, produce)
-    cluster.kill(coordinator, STATE, 0)
-    two_phase.commit_run(options, run, winners, {topic})
+    if step == "prepared":
+        cluster.kill(coordinator, STATE, 0)
+        two_phase.commit_run(options, run, winners, {topic})
+    else:  # commit_run's steps, the kill between the decision and the commits
+        with two_phase.Driver(options, decides=True) as driver:
+            driver.check_prepared(run, winners)
+            driver.decide(two_phase.Decision(run, two_phase.NO_BATCH, frozenset(winners)),
+                          topic)
+            cluster.kill(coordinator, STATE, 0)
+            driver.finish(frozenset(winners), winners)
+            driver.abort_open(run, keep=frozenset(winners))
     cluster.bring_back(coordinator, [topic, STATE])
     _once(cluster, topic, expected)
