@@ -199,8 +199,9 @@ class AdminBase:
         what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
         deadline = time.monotonic() + self.timeout
         while True:
+            conn = self.conn  # no bootstrap server reachable: that fails at once
             try:
-                found = calls.find_coordinator_result(self.conn.call(
+                found = calls.find_coordinator_result(conn.call(
                     apis.FIND_COORDINATOR, calls.find_coordinator_request(key, key_type)))
             except KafkaError as exc:  # the bootstrap connection's broker died: another
                 if not connection_lost(exc) or time.monotonic() >= deadline:
