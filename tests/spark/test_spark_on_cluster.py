@@ -33,6 +33,7 @@ HOLD = 120.0  # a paused task's bound: the test releases it long before
 ROWS = 120  # per run
 ARROW_BATCH = "10"  # rows per Arrow batch: a task pauses after its first
 STATE = "__transaction_state"
+OFFSETS = "__consumer_offsets"
 
 
 @pytest.fixture(scope="module")
@@ -189,15 +190,17 @@ def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinato
     _once(cluster, topic, expected)
 
 
-@pytest.mark.parametrize("step", ["prepared", "decided"])
+@pytest.mark.parametrize("step", ["prepared", "decided", "group"])
 def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_kill(
         cluster, step):
     """KIP-939 across a coordinator move, without Spark (the sink's own calls): two tasks
     prepare, the broker of their coordinator (and of the driver's) is SIGKILLed, and the
     driver's commit (commit_run: open P, decide, end each prepared transaction at the epoch
     it was prepared with) goes to the coordinator elected in its place, which loaded the
-    prepared transactions from the replicated ``__transaction_state``. The bootstrap list
-    still names the dead broker."""
+    prepared transactions from the replicated ``__transaction_state``; or the kill comes
+    between the decision and the commits (``decided``: the driver's admin knew the dead
+    coordinator); or it is the group coordinator's (``group``: the decisions' group, read
+    before the kill and after). The bootstrap list still names the dead broker."""
     coordinator = _coordinator(cluster)
     leader, other = [b for b in (1, 2, 3) if b != coordinator]
     topic = prefix = f"prepared-move-{step}"
@@ -221,13 +224,19 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
     if step == "prepared":
         cluster.kill(coordinator, STATE, 0)
         two_phase.commit_run(options, run, winners, {topic})
-    else:  # commit_run's steps, the kill between the decision and the commits
+    else:  # commit_run's steps, the kill within them
+        decision = two_phase.Decision(run, two_phase.NO_BATCH, frozenset(winners))
         with two_phase.Driver(options, decides=True) as driver:
+            if step == "group":
+                coordinator = cluster.state(OFFSETS, 0)["leader"]
+                assert driver.decisions() == []
+                cluster.kill(coordinator, OFFSETS, 0)
             driver.check_prepared(run, winners)
-            driver.decide(two_phase.Decision(run, two_phase.NO_BATCH, frozenset(winners)),
-                          topic)
-            cluster.kill(coordinator, STATE, 0)
+            driver.decide(decision, topic)
+            if step == "decided":
+                cluster.kill(coordinator, STATE, 0)
             driver.finish(frozenset(winners), winners)
             driver.abort_open(run, keep=frozenset(winners))
-    cluster.bring_back(coordinator, [topic, STATE])
+            assert driver.decisions() == [decision]
+    cluster.bring_back(coordinator, [topic, STATE, OFFSETS])
     _once(cluster, topic, expected)
