@@ -13,16 +13,16 @@ broker needs no killed driver."""
 from __future__ import annotations
 
 import collections
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer as CProducer
 from support.paused_sink import paused_source
 from support.txn_cluster import TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
 
-from oncelog import Admin
+from oncelog import Admin, Producer
 from oncelog.spark import two_phase
 from oncelog.spark.options import write_options
 
@@ -68,36 +68,44 @@ class Pauses:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir()
+        self.ended = threading.Event()  # set when the job returns or raises
 
-    def source(self, *keys: str):
-        return paused_source(self.folder, frozenset(keys), HOLD)
+    def source(self, *holds: str):
+        return paused_source(self.folder, frozenset(holds), HOLD)
 
-    def wait_held(self, key: str, tasks: int, cluster: TxnCluster, topic: str,
-                  rows: int, job) -> None:
-        """Until ``tasks`` tasks hold at ``key`` and the log of ``topic`` has ``rows`` rows
-        (the transactions are open with rows in the log); ``job()`` raises when the job
-        failed meanwhile."""
+    def wait_held(self, hold: str, tasks: int, cluster: TxnCluster, topic: str,
+                  rows: int) -> None:
+        """Until ``tasks`` tasks pause at ``hold`` and the log of ``topic`` has ``rows``
+        rows (the transactions are open with rows in the log)."""
+        # (bounded by a task's own hold: a Spark job's start is slow on a busy machine)
         def held() -> bool:
-            job()
-            return len(list(self.folder.glob(f"entered-{key}-*"))) >= tasks
+            assert not self.ended.is_set(), f"the job ended before {hold}"
+            return len(list(self.folder.glob(f"entered-{hold}-*"))) >= tasks
 
-        wait_for(held, TIMEOUT, f"{tasks} tasks holding at {key}")
+        wait_for(held, HOLD, f"{tasks} tasks holding at {hold}")
         wait_for(lambda: sum(end_offsets(cluster.bootstrap(), topic, 2, False)) >= rows,
                  TIMEOUT, f"{rows} rows of open transactions in {topic}")
 
-    def kill_when_held(self, key: str, tasks: int, cluster: TxnCluster, topic: str,
-                       rows: int, victim: int, moved: tuple[str, int]) -> None:
-        """In a thread beside the job: once held, SIGKILL ``victim`` (until ``moved`` has
-        another leader), then release the tasks (always: a failed wait must not leave
-        them holding)."""
-        try:
-            self.wait_held(key, tasks, cluster, topic, rows, lambda: None)
-            cluster.kill(victim, *moved)
-        finally:
-            self.release(key)
+    def release(self, hold: str) -> None:
+        (self.folder / f"release-{hold}").touch()
 
-    def release(self, key: str) -> None:
-        (self.folder / f"release-{key}").touch()
+    def kill_in_turn(self, cluster: TxnCluster, topic: str, tasks: int,
+                     kills: list[tuple[str, int, int, tuple[str, int]]]) -> None:
+        """In a thread beside the job: at each (hold, rows in the log, broker, partition it
+        leads), SIGKILL the broker once the tasks pause (until the partition has another
+        leader), release them, and start the broker again before the next (the last one
+        stays dead: the test brings it back after the job). A failed wait releases
+        everything: no task is left holding."""
+        try:
+            for n, (hold, rows, victim, moved) in enumerate(kills):
+                self.wait_held(hold, tasks, cluster, topic, rows)
+                cluster.kill(victim, *moved)
+                self.release(hold)
+                if n + 1 < len(kills):
+                    cluster.bring_back(victim, [topic, STATE])
+        finally:
+            for hold, *_ in kills:
+                self.release(hold)
 
 
 def _once(cluster: TxnCluster, topic: str, expected: list[bytes]) -> None:
@@ -114,52 +122,55 @@ def _once(cluster: TxnCluster, topic: str, expected: list[bytes]) -> None:
 
 def test_a_batch_write_is_exactly_once_through_the_kills_of_its_leader_and_coordinator(
         cluster, small_batches, tmp_path):
+    """Each task pauses after its first Arrow batch (the output's leader is killed) and
+    after its second (the coordinator's broker is killed)."""
     spark = small_batches
     coordinator = _coordinator(cluster)
     leader, other = [b for b in (1, 2, 3) if b != coordinator]
     topic = "spark-batch"
     # partition 0 led by a broker that is not the coordinator, partition 1 by the coordinator
     cluster.create(topic, [[leader, other, coordinator], [coordinator, leader, other]])
-    expected = []
+    pauses = Pauses(tmp_path / "holds")
+    spark.dataSource.register(pauses.source("batch.0", "batch.1"))
+    batch = int(ARROW_BATCH)
     with ThreadPoolExecutor(1) as killer:
-        for run, (victim, moved) in enumerate([(leader, (topic, 0)),
-                                               (coordinator, (STATE, 0))]):
-            pauses = Pauses(tmp_path / f"run{run}")
-            spark.dataSource.register(pauses.source("batch"))
-            df = spark.range(0, ROWS, numPartitions=2).selectExpr(
-                f"concat('{run}-', cast(id as string)) as value",
-                "cast(id % 2 as int) as partition")
-            expected += [f"{run}-{i}".encode() for i in range(ROWS)]
-            already = sum(end_offsets(cluster.bootstrap(), topic, 2, False))
-            kill = killer.submit(pauses.kill_when_held, "batch", 2, cluster, topic,
-                                 already + 2 * int(ARROW_BATCH), victim, moved)
-            # (in this thread: Spark finds the registered source through the session
-            # active in the thread that saves)
-            df.write.format("oncelog_paused").mode("append") \
+        kills = killer.submit(pauses.kill_in_turn, cluster, topic, 2, [
+            ("batch.0", 2 * batch, leader, (topic, 0)),
+            ("batch.1", 4 * batch, coordinator, (STATE, 0))])
+        # (in this thread: Spark finds the registered source through the session active in
+        # the thread that saves)
+        try:
+            spark.range(0, ROWS, numPartitions=2) \
+                .selectExpr("cast(id as string) as value", "cast(id % 2 as int) as partition") \
+                .write.format("oncelog_paused").mode("append") \
                 .option("bootstrap.servers", cluster.bootstrap()).option("topic", topic) \
-                .option("transactionalIdPrefix", f"spark-batch-{run}").save()
-            kill.result(TIMEOUT)
-            cluster.bring_back(victim, [topic, STATE])
-    _once(cluster, topic, expected)
+                .option("transactionalIdPrefix", "spark-batch").save()
+        finally:
+            pauses.ended.set()
+        kills.result(TIMEOUT)
+    cluster.bring_back(coordinator, [topic, STATE])
+    _once(cluster, topic, [str(i).encode() for i in range(ROWS)])
 
 
 def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinator(
         cluster, small_batches, tmp_path):
+    """Two micro-batches: the output's leader is killed in the first, the coordinator's
+    broker in the second, each while its task pauses after its first Arrow batch."""
     spark = small_batches
     coordinator = _coordinator(cluster)
     leader, other = [b for b in (1, 2, 3) if b != coordinator]
     source, topic = "spark-stream-in", "spark-stream-out"
     cluster.create(source, [[other, leader, coordinator]])  # led by a broker never killed
     cluster.create(topic, [[leader, other, coordinator], [coordinator, leader, other]])
-    producer = CProducer({"bootstrap.servers": cluster.bootstrap(),
-                          "enable.idempotence": True, "linger.ms": 5})
     expected = [str(i).encode() for i in range(ROWS)]
-    for value in expected:
-        producer.produce(source, value=value)
-    assert producer.flush(TIMEOUT) == 0
+    with Producer({"bootstrap.servers": cluster.bootstrap()}) as producer:
+        for value in expected:
+            producer.produce(source, value, None, 0)
+        producer.flush(TIMEOUT)
     pauses = Pauses(tmp_path / "holds")
-    spark.dataSource.register(pauses.source("1", "2"))
-    per_batch = ROWS // 4
+    spark.dataSource.register(pauses.source("0.0", "1.0"))
+    per_batch = ROWS // 2
+    batch = int(ARROW_BATCH)
     query = (spark.readStream.format("oncelog").option("bootstrap.servers", cluster.bootstrap())
              .option("subscribe", source).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", str(per_batch)).load()
@@ -169,20 +180,17 @@ def test_a_stream_is_exactly_once_through_the_kills_of_its_leader_and_coordinato
              .option("bootstrap.servers", cluster.bootstrap()).option("topic", topic)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
-    def failed() -> None:
-        if query.exception() is not None:
-            raise AssertionError(f"the stream failed: {query.exception()}")
-
     try:
-        # micro-batch 1: the output's leader dies; micro-batch 2: the coordinator
-        pauses.wait_held("1", 1, cluster, topic, per_batch + int(ARROW_BATCH), failed)
-        cluster.kill(leader, topic, 0)
-        pauses.release("1")
-        cluster.bring_back(leader, [topic, STATE])
-        pauses.wait_held("2", 1, cluster, topic, 2 * per_batch + int(ARROW_BATCH), failed)
-        cluster.kill(coordinator, STATE, 0)
-        pauses.release("2")
-        assert query.awaitTermination(TIMEOUT), "the stream did not finish"
+        with ThreadPoolExecutor(1) as killer:
+            kills = killer.submit(pauses.kill_in_turn, cluster, topic, 1, [
+                ("0.0", batch, leader, (topic, 0)),
+                ("1.0", per_batch + batch, coordinator, (STATE, 0))])
+            try:
+                finished = query.awaitTermination(HOLD)
+            finally:
+                pauses.ended.set()
+            kills.result(TIMEOUT)
+        assert finished, "the stream did not finish"
         assert query.exception() is None, query.exception()
     finally:
         query.stop()

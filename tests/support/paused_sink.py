@@ -8,14 +8,13 @@ from pathlib import Path
 
 from oncelog.spark.source import OncelogDataSource
 
-BATCH = "batch"  # the hold key of a batch write (a stream's is its micro-batch id)
-
 
 def paused_source(folder: Path, holds: frozenset[str], wait: float):
-    """Each task of a batch write (key ``batch``) or of a micro-batch whose id is in
-    ``holds`` passes its first Arrow batch to the sink, touches ``folder/entered-KEY-P``
-    and waits (bounded by ``wait`` seconds) for ``folder/release-KEY``. Made in a function,
-    so that Spark pickles it by value to its Python workers (as tests/support/held_sink.py)."""
+    """Each task pauses after its N-th Arrow batch (from 0) of a batch write (hold
+    ``batch.N``) or of micro-batch B (hold ``B.N``) when the hold is in ``holds``: it
+    touches ``folder/entered-HOLD-P`` (P its partition) and waits (bounded by ``wait``
+    seconds) for ``folder/release-HOLD``. Made in a function, so that Spark pickles it by
+    value to its Python workers (as tests/support/held_sink.py)."""
 
     def _paused(batches):
         import time
@@ -24,16 +23,15 @@ def paused_source(folder: Path, holds: frozenset[str], wait: float):
 
         context = TaskContext.get()
         key = context.getLocalProperty("streaming.sql.batchId") or "batch"
-        held = key not in holds or context.attemptNumber() > 0
-        for batch in batches:
+        for n, batch in enumerate(batches):
             yield batch
-            if not held:
-                held = True
-                (folder / f"entered-{key}-{context.partitionId()}").touch()
-                deadline = time.monotonic() + wait
-                while not (folder / f"release-{key}").exists() and \
-                        time.monotonic() < deadline:
-                    time.sleep(0.05)
+            hold = f"{key}.{n}"
+            if hold not in holds or context.attemptNumber() > 0:
+                continue
+            (folder / f"entered-{hold}-{context.partitionId()}").touch()
+            deadline = time.monotonic() + wait
+            while not (folder / f"release-{hold}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     def _pausing(writer):
         real = writer.write
