@@ -26,8 +26,6 @@ from oncelog import Admin, Producer
 from oncelog.spark import two_phase
 from oncelog.spark.options import write_options
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 TIMEOUT = 60.0
 HOLD = 120.0  # a paused task's bound: the test releases it long before
 ROWS = 120  # per run
