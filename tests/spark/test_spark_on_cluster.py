@@ -108,9 +108,14 @@ class Pauses:
 
 def _once(cluster: TxnCluster, topic: str, expected: list[bytes]) -> None:
     bootstrap = cluster.bootstrap()
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        listed = admin.list_transactions(states=("Ongoing", "PrepareCommit", "PrepareAbort"))
-    assert [t for ts in listed.values() for t in ts] == []
+
+    def ended() -> bool:  # the markers of a commit decided may still be on their way
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            listed = admin.list_transactions(
+                states=("Ongoing", "PrepareCommit", "PrepareAbort"))
+        return not [t for ts in listed.values() for t in ts]
+
+    wait_for(ended, TIMEOUT, "every transaction ended", interval=0.2)
     assert end_offsets(bootstrap, topic, 2, True) == end_offsets(bootstrap, topic, 2, False)
     found = collections.Counter(v for vs in read_committed(bootstrap, topic, 2).values()
                                 for v in vs)
@@ -211,8 +216,13 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
     leader, other = [b for b in (1, 2, 3) if b != coordinator]
     topic = prefix = f"prepared-move-{step}"
     cluster.create(topic, [[leader, other, coordinator], [other, leader, coordinator]])
-    options = write_options({"bootstrap.servers": cluster.bootstrap(), "topic": topic,
-                             "transactionalIdPrefix": prefix})
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:  # (creates the topic)
+        group_coordinator = admin.find_group_coordinator(prefix).node_id
+    victim = group_coordinator if step == "group" else coordinator
+    # the broker to be killed first in the bootstrap list: the admin's first connection
+    options = write_options({"bootstrap.servers": cluster.bootstrap(
+        victim, *(b for b in (1, 2, 3) if b != victim)), "topic": topic,
+        "transactionalIdPrefix": prefix})
     two_phase.recover(options)
     run = two_phase.new_run()
     winners, expected = {}, []
@@ -233,10 +243,10 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
     else:  # commit_run's steps, the kill within them
         decision = two_phase.Decision(run, two_phase.NO_BATCH, frozenset(winners))
         with two_phase.Driver(options, decides=True) as driver:
-            if step == "group":
-                coordinator = cluster.state(OFFSETS, 0)["leader"]
+            if step == "group":  # as commit_micro_batch: the decisions, then recover
                 assert driver.decisions() == []
-                cluster.kill(coordinator, OFFSETS, 0)
+                cluster.kill(group_coordinator, OFFSETS, 0)
+                assert driver.recover(keep=frozenset(winners)) == ([], [])
             driver.check_prepared(run, winners)
             driver.decide(decision, topic)
             if step == "decided":
@@ -244,5 +254,5 @@ def test_prepared_transactions_are_committed_by_the_coordinator_elected_after_a_
             driver.finish(frozenset(winners), winners)
             driver.abort_open(run, keep=frozenset(winners))
             assert driver.decisions() == [decision]
-    cluster.bring_back(coordinator, [topic, STATE, OFFSETS])
+    cluster.bring_back(victim, [topic, STATE, OFFSETS])
     _once(cluster, topic, expected)

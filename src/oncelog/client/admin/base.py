@@ -88,6 +88,17 @@ class AdminBase:
             self._conn = connect(self.bootstrap, self.client_id, self.timeout, self.security)
         return self._conn
 
+    def _bootstrap_call(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+        """A call any broker answers (Metadata, FindCoordinator), on the bootstrap
+        connection; when that fails (its broker died), asked once more of the next bootstrap
+        server that answers. None reachable fails at once."""
+        try:
+            return self.conn.call(api_key, make)
+        except KafkaError as exc:
+            if not connection_lost(exc):
+                raise
+        return self.conn.call(api_key, make)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -118,7 +129,7 @@ class AdminBase:
                          include_topic_authorized_operations=False,
                          include_cluster_authorized_operations=False)
 
-        response = self.conn.call(apis.METADATA, make)
+        response = self._bootstrap_call(apis.METADATA, make)
         result = {}
         for t in response.topics:
             if t.error_code != ErrorCode.none:
@@ -199,15 +210,8 @@ class AdminBase:
         what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
         deadline = time.monotonic() + self.timeout
         while True:
-            conn = self.conn  # no bootstrap server reachable: that fails at once
-            try:
-                found = calls.find_coordinator_result(conn.call(
-                    apis.FIND_COORDINATOR, calls.find_coordinator_request(key, key_type)))
-            except KafkaError as exc:  # the bootstrap connection's broker died: another
-                if not connection_lost(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(RETRY_BACKOFF)
-                continue
+            found = calls.find_coordinator_result(self._bootstrap_call(
+                apis.FIND_COORDINATOR, calls.find_coordinator_request(key, key_type)))
             if found.error == ErrorCode.none:
                 return Coordinator(found.node_id, found.host, found.port)
             if found.error not in COORDINATOR_MOVING or time.monotonic() >= deadline:
