@@ -2,13 +2,16 @@
 write and a stream, each through the SIGKILL of the broker leading an output partition and
 then of the broker hosting the transaction coordinator, while the tasks' transactions are
 open with rows in the log (tests/support/paused_sink.py holds them there). The killed broker
-comes back; the write goes on (the stream's micro-batch ids keep each batch once), and a
-read_committed reader finds every input row exactly once, nothing left open.
+comes back; the write goes on (each micro-batch decided once, under its batch id), and a
+read_committed reader finds every input row exactly once, nothing left open. Without Spark
+(the sink's own calls, cheaper): KIP-939 prepared transactions committed by the coordinator
+elected after the kill of theirs, at each step of the driver's commit.
 
 The cluster's internal topics have one partition each, so that one broker is the
-coordinator of every transactional id (the tasks' and the driver's) and of the decisions'
-group: killing it moves all of them. The jobs run in the shared Spark session: a killed
-broker needs no killed driver."""
+coordinator of every transactional id (the tasks' and the driver's): killing it moves all
+of them; the decisions' group coordinator is the leader of the one ``__consumer_offsets``
+partition. The jobs run in the shared Spark session: a killed broker needs no killed
+driver."""
 
 from __future__ import annotations
 
