@@ -61,6 +61,13 @@ def raise_for(error: ErrorCode, message: str | None = None) -> None:
         raise KafkaError(error, message)
 
 
+def connection_lost(exc: KafkaError) -> bool:
+    """A broker that failed to answer (a dead coordinator's connection): the connection is
+    closed, and the request is asked again of the key's coordinator, found anew, as Kafka's
+    admin client does on a disconnection."""
+    return exc.error == ErrorCode.network_exception
+
+
 class AdminBase:
     def __init__(self, config: dict[str, str]) -> None:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
@@ -77,9 +84,20 @@ class AdminBase:
     def conn(self) -> BrokerConnection:
         """The connection to a bootstrap server, opened on first use: as with Kafka's clients,
         making a client does not fail because no broker is up yet."""
-        if self._conn is None:
+        if self._conn is None or self._conn.closed:  # closed: its broker failed, say died
             self._conn = connect(self.bootstrap, self.client_id, self.timeout, self.security)
         return self._conn
+
+    def _bootstrap_call(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+        """A call any broker answers (Metadata, FindCoordinator), on the bootstrap
+        connection; when that fails (its broker died), asked once more of the next bootstrap
+        server that answers. None reachable fails at once."""
+        try:
+            return self.conn.call(api_key, make)
+        except KafkaError as exc:
+            if not connection_lost(exc):
+                raise
+        return self.conn.call(api_key, make)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -111,7 +129,7 @@ class AdminBase:
                          include_topic_authorized_operations=False,
                          include_cluster_authorized_operations=False)
 
-        response = self.conn.call(apis.METADATA, make)
+        response = self._bootstrap_call(apis.METADATA, make)
         result = {}
         for t in response.topics:
             if t.error_code != ErrorCode.none:
@@ -166,7 +184,7 @@ class AdminBase:
         if (host, port) == (self.conn.host, self.conn.port):
             return self.conn
         conn = self._others.get((host, port))
-        if conn is None:
+        if conn is None or conn.closed:
             conn = self._others[host, port] = BrokerConnection(host, port, self.client_id,
                                                                self.timeout, self.security)
         return conn
@@ -192,9 +210,8 @@ class AdminBase:
         what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
         deadline = time.monotonic() + self.timeout
         while True:
-            found = calls.find_coordinator_result(
-                self.conn.call(apis.FIND_COORDINATOR, calls.find_coordinator_request(key,
-                                                                                     key_type)))
+            found = calls.find_coordinator_result(self._bootstrap_call(
+                apis.FIND_COORDINATOR, calls.find_coordinator_request(key, key_type)))
             if found.error == ErrorCode.none:
                 return Coordinator(found.node_id, found.host, found.port)
             if found.error not in COORDINATOR_MOVING or time.monotonic() >= deadline:
@@ -219,10 +236,16 @@ class AdminBase:
         deadline = time.monotonic() + self.timeout
         while True:
             coordinator = self._coordinator(key, key_type)
-            conn = self._broker(coordinator.host, coordinator.port)
-            response = read(*conn.call_raw(api_key, make)) if read is not None \
-                else conn.call(api_key, make)
-            if error_of(response) not in COORDINATOR_MOVING or time.monotonic() >= deadline:
-                return response
+            try:
+                conn = self._broker(coordinator.host, coordinator.port)
+                response = read(*conn.call_raw(api_key, make)) if read is not None \
+                    else conn.call(api_key, make)
+            except KafkaError as exc:  # its broker died: the coordinator moves
+                if not connection_lost(exc) or time.monotonic() >= deadline:
+                    raise
+            else:
+                if error_of(response) not in COORDINATOR_MOVING or \
+                        time.monotonic() >= deadline:
+                    return response
             self._coordinators.pop((key_type, key), None)
             time.sleep(RETRY_BACKOFF)

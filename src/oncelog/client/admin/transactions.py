@@ -23,7 +23,7 @@ from ...protocol.schema import build
 from ..network import calls
 from ..network.connection import KafkaError
 from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
-from .base import RETRY_BACKOFF, AdminBase, Coordinator, raise_for
+from .base import RETRY_BACKOFF, AdminBase, Coordinator, connection_lost, raise_for
 
 COORDINATOR_TRANSACTION = 1  # FindCoordinator key type
 # Required in InitProducerId; two-phase commit transactions have none (the broker ignores it).
@@ -217,11 +217,23 @@ class TransactionsAdmin(AdminBase):
                                           []).append(txn_id)
             again = []
             for (host, port), txn_ids in by_coordinator.items():
-                conn = self._broker(host, port)
-                for txn_id in txn_ids:
-                    conn.send_only(api_key, make(txn_id))
-                for txn_id in txn_ids:
-                    response = conn.receive()[1]
+                try:
+                    conn = self._broker(host, port)
+                    for txn_id in txn_ids:
+                        conn.send_only(api_key, make(txn_id))
+                except KafkaError as exc:  # its broker died: the coordinators move
+                    if not connection_lost(exc) or time.monotonic() >= deadline:
+                        raise
+                    self._lost(txn_ids, again)
+                    continue
+                for n, txn_id in enumerate(txn_ids):
+                    try:
+                        response = conn.receive()[1]
+                    except KafkaError as exc:
+                        if not connection_lost(exc) or time.monotonic() >= deadline:
+                            raise
+                        self._lost(txn_ids[n:], again)
+                        break
                     error = ErrorCode(error_of(response))
                     action = judge(api, error)
                     if action in (Action.RETRY, Action.FIND_COORDINATOR) and \
@@ -235,6 +247,13 @@ class TransactionsAdmin(AdminBase):
             if left:
                 time.sleep(RETRY_BACKOFF)
         return result
+
+    def _lost(self, txn_ids: list[str], again: list[str]) -> None:
+        """Ids whose coordinator's connection failed: asked again of a coordinator found
+        anew (a request that reached the dead one is answered by the next as a retry)."""
+        for txn_id in txn_ids:
+            self._coordinators.pop((COORDINATOR_TRANSACTION, txn_id), None)
+        again.extend(txn_ids)
 
 
 class _Reader:

@@ -302,6 +302,11 @@ class BrokerConnection:
         self._read_into(memoryview(frame))
         return frame
 
+    @property
+    def closed(self) -> bool:
+        """Closed by close() or by a failure (which closes it): to be opened anew."""
+        return self.sock.fileno() < 0
+
     def close(self) -> None:
         try:
             self.sock.close()
