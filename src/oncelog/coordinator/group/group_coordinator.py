@@ -184,6 +184,15 @@ def _too_long(*texts: str) -> bool:
     return False
 
 
+def _cancel_timers(group: ClassicGroup) -> None:
+    for timer in (group.join_timer, *group.pending_members.values()):
+        if timer is not None:
+            timer.cancel()
+    for member in group.members.values():
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+
+
 @dataclass(frozen=True)
 class GroupConfig:
     num_partitions: int = 50
@@ -283,12 +292,8 @@ class GroupCoordinator:
 
     def _stop_group(self, group: ClassicGroup, error: ErrorCode) -> None:
         """A classic group's timers cancelled and its waiting requests answered ``error``."""
-        for timer in (group.join_timer, *group.pending_members.values()):
-            if timer is not None:
-                timer.cancel()
+        _cancel_timers(group)
         for member in group.members.values():
-            if member.session_timer is not None:
-                member.session_timer.cancel()
             self._answer_waiters(member, error)
 
     async def _load(self, load: Load) -> None:
@@ -1375,9 +1380,4 @@ class GroupCoordinator:
         for group in self.groups.values():
             if isinstance(group, ConsumerGroup):
                 continue
-            for timer in (group.join_timer, *group.pending_members.values()):
-                if timer is not None:
-                    timer.cancel()
-            for member in group.members.values():
-                if member.session_timer is not None:
-                    member.session_timer.cancel()
+            _cancel_timers(group)
