@@ -18,44 +18,21 @@ import json
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from kazoo.client import KazooClient
-from support.brokers import BrokerProcess
+from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
 # One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
-SESSION_MS = 2000
-TIMEOUT = 30.0
 
 
-class Cluster:
+class Cluster(ThreeBrokers):
     def __init__(self, zookeeper, root) -> None:
-        self.connect = zookeeper.chroot("control")
-        chroot = self.connect[len(zookeeper.connect):]
-        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-        self.zk.start(timeout=TIMEOUT)
-        self.zk.ensure_path(chroot)
-        self.zk.chroot = chroot
         self._admins = {}
-        self.brokers = {
-            i: BrokerProcess(root / f"b{i}", {
-                "broker.id": str(i), "zookeeper.connect": self.connect,
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "default.replication.factor": "3", "num.partitions": "2"}) for i in (1, 2, 3)}
-        with ThreadPoolExecutor(3) as starting:  # each takes seconds to import: in parallel
-            list(starting.map(BrokerProcess.start, self.brokers.values()))
-        wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
-                 TIMEOUT, "three brokers registered")
-
-    def close(self) -> None:
-        for broker in self.brokers.values():
-            broker.kill()
-        self.zk.stop()
-        self.zk.close()
+        super().__init__(zookeeper, root, "control",
+                         {"default.replication.factor": "3", "num.partitions": "2"})
 
     def admin(self, broker_id: int):
         """librdkafka's admin client of one broker, kept (a future outlives no client)."""

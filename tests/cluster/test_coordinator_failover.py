@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 from support.brokers import BrokerProcess
+from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
 from oncelog.client.network import calls
@@ -30,38 +30,17 @@ from oncelog.protocol import api_versions as apis
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
-SESSION_MS = 2000
-TIMEOUT = 30.0
 PARTITIONS = 3  # of each internal topic: small, so a broker loads little
 TRANSACTION_KEY = 1  # FindCoordinator key type
 
 
-class Cluster:
+class Cluster(ThreeBrokers):
     def __init__(self, zookeeper, root) -> None:
-        self.connect = zookeeper.chroot("coordmove")
-        chroot = self.connect[len(zookeeper.connect):]
-        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-        self.zk.start(timeout=TIMEOUT)
-        self.zk.ensure_path(chroot)
-        self.zk.chroot = chroot
-        self.brokers = {
-            i: BrokerProcess(root / f"b{i}", {
-                "broker.id": str(i), "zookeeper.connect": self.connect,
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "default.replication.factor": "3", "num.partitions": "2",
-                "offsets.topic.num.partitions": str(PARTITIONS),
-                "transaction.state.log.num.partitions": str(PARTITIONS),
-                "group.initial.rebalance.delay.ms": "0"}) for i in (1, 2, 3)}
-        with ThreadPoolExecutor(3) as starting:
-            list(starting.map(BrokerProcess.start, self.brokers.values()))
-        wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
-                 TIMEOUT, "three brokers registered")
-
-    def close(self) -> None:
-        for broker in self.brokers.values():
-            broker.kill()
-        self.zk.stop()
-        self.zk.close()
+        super().__init__(zookeeper, root, "coordmove", {
+            "default.replication.factor": "3", "num.partitions": "2",
+            "offsets.topic.num.partitions": str(PARTITIONS),
+            "transaction.state.log.num.partitions": str(PARTITIONS),
+            "group.initial.rebalance.delay.ms": "0"})
 
     def back(self, broker_id: int) -> None:
         """Start a stopped broker again; once every broker's Metadata names all three (a

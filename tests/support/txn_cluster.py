@@ -6,45 +6,21 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as CTopicPartition
-from kazoo.client import KazooClient
 
-from support.brokers import BrokerProcess
+from support.three_brokers import TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
-SESSION_MS = 2000
-TIMEOUT = 30.0
 
-
-class TxnCluster:
+class TxnCluster(ThreeBrokers):
     def __init__(self, zookeeper, root, name: str, **settings: str) -> None:
-        self.connect = zookeeper.chroot(name)
-        chroot = self.connect[len(zookeeper.connect):]
-        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-        self.zk.start(timeout=TIMEOUT)
-        self.zk.ensure_path(chroot)
-        self.zk.chroot = chroot
         self._admins: dict = {}
-        self.brokers = {
-            i: BrokerProcess(root / f"b{i}", {
-                "broker.id": str(i), "zookeeper.connect": self.connect,
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "default.replication.factor": "3", "num.partitions": "3",
-                "offsets.topic.num.partitions": "2",
-                "transaction.state.log.num.partitions": "2", **settings}) for i in (1, 2, 3)}
-        with ThreadPoolExecutor(3) as starting:
-            list(starting.map(BrokerProcess.start, self.brokers.values()))
-        wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
-                 TIMEOUT, "three brokers registered")
-
-    def close(self) -> None:
-        for broker in self.brokers.values():
-            broker.kill()
-        self.zk.stop()
-        self.zk.close()
+        super().__init__(zookeeper, root, name, {
+            "default.replication.factor": "3", "num.partitions": "3",
+            "offsets.topic.num.partitions": "2",
+            "transaction.state.log.num.partitions": "2", **settings})
 
     def bootstrap(self, *ids: int) -> str:
         return ",".join(self.brokers[i].bootstrap for i in (ids or sorted(self.brokers))

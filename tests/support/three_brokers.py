@@ -1,0 +1,40 @@
+"""Three brokers (ids 1-3) in a chroot of the session ZooKeeper, with a kazoo client on that
+chroot: the cluster the tests of tests/cluster/ and the Spark-on-a-cluster tests start, each
+adding what it asks of it."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from kazoo.client import KazooClient
+
+from support.brokers import BrokerProcess
+from support.waits import wait_for
+
+SESSION_MS = 2000
+TIMEOUT = 30.0
+
+
+class ThreeBrokers:
+    def __init__(self, zookeeper, root, name: str, settings: dict[str, str]) -> None:
+        self.connect = zookeeper.chroot(name)
+        chroot = self.connect[len(zookeeper.connect):]
+        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
+        self.zk.start(timeout=TIMEOUT)
+        self.zk.ensure_path(chroot)
+        self.zk.chroot = chroot
+        self.brokers = {
+            i: BrokerProcess(root / f"b{i}", {
+                "broker.id": str(i), "zookeeper.connect": self.connect,
+                "zookeeper.session.timeout.ms": str(SESSION_MS), **settings})
+            for i in (1, 2, 3)}
+        with ThreadPoolExecutor(3) as starting:  # each takes a moment to start: in parallel
+            list(starting.map(BrokerProcess.start, self.brokers.values()))
+        wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
+                 TIMEOUT, "three brokers registered")
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        self.zk.stop()
+        self.zk.close()
