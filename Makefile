@@ -50,7 +50,7 @@ system-deps:
 
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
-	$(PY) -m pytest -n 2 --dist loadgroup $(ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=30 $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check src tests bench examples
