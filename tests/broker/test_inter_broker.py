@@ -65,6 +65,30 @@ def test_overlapping_calls_on_one_connection_each_get_their_answer(broker):
     asyncio.run(run())
 
 
+def test_a_call_given_up_leaves_the_connection_to_the_others(broker):
+    """A call cancelled before its answer came (its client went away, or a marker round was
+    given up): the answer, when it comes, is dropped; the other calls on the connection go
+    on (before, its correlation id was taken for a stray answer, which failed them all)."""
+    async def run():
+        channel = InterBrokerChannel(
+            7, _plain(lambda b: ("127.0.0.1", broker.port) if b == 1 else None))
+        try:
+            await channel.call(1, API_VERSIONS_KEY, 3, _api_versions())  # connected
+            conn = channel._connections[1]
+            given_up = asyncio.ensure_future(channel.call(1, METADATA, 12, _metadata()))
+            await asyncio.sleep(0)  # sent, not yet answered
+            given_up.cancel()
+            answers = await asyncio.gather(*(
+                channel.call(1, API_VERSIONS_KEY, 3, _api_versions()) for _ in range(5)))
+            assert all(a.error_code == E.none for a in answers)
+            assert channel._connections[1] is conn and not conn.closed
+            assert not conn._abandoned  # the given-up answer came and was dropped
+        finally:
+            channel.close()
+
+    asyncio.run(run())
+
+
 def test_a_peer_that_never_answers_times_out_and_is_connected_again():
     async def run():
         accepted = []

@@ -96,3 +96,23 @@ def test_an_isr_read_while_a_write_is_in_flight_keeps_the_isr_asked_for():
     assert r.maximal_isr == (1, 2, 3)
     r.isr_write_ended((1, 2, 3), 6)
     assert r.isr == (1, 2, 3) and r.maximal_isr == (1, 2, 3) and r.zk_version == 6
+
+
+def test_a_second_isr_write_keeps_counting_the_first_one_whose_outcome_is_unknown():
+    """Found in review: ISR [1], a write for [1, 2] unanswered (it may have landed), then a
+    write for [1, 3] (broker 2 fell behind, broker 3 caught up): broker 2 stays counted until
+    ZooKeeper says which ISR holds, or the controller could elect it without records the
+    high watermark let through."""
+    p = leader((1,))
+    r = p.replication
+    r.isr_write_started((1, 2))
+    r.isr_write_ended((1, 2), None)
+    r.isr_write_started((1, 3))
+    assert set(r.maximal_isr) == {1, 2, 3}
+    r.isr_write_ended((1, 3), None)  # refused (BadVersion: the first one landed)
+    p.append_records(encode_batch([(None, b"a", (), NOW)]))
+    r.follower_fetched(3, 1, 1, NOW)
+    r.advance_high_watermark(1)
+    assert r.high_watermark == 0  # broker 2 has nothing yet
+    r.isr_read((1, 2), 7)  # ZooKeeper: the first write had landed
+    assert r.maximal_isr == (1, 2)

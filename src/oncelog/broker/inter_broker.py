@@ -76,6 +76,8 @@ class BrokerConnection:
         self.correlation = 0
         self.closed = False
         self._waiting: dict[int, tuple[int, int, asyncio.Future]] = {}
+        # Calls given up whose answers may still come (at most one per call sent since).
+        self._abandoned: set[int] = set()
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def call(self, api_key: int, version: int, body, timeout_s: float | None = None):
@@ -99,6 +101,12 @@ class BrokerConnection:
         except (OSError, EOFError) as exc:
             self._fail(InterBrokerError(repr(exc)))
             raise InterBrokerError(repr(exc)) from exc
+        except asyncio.CancelledError:
+            # The answer may still come: dropped then, as the answer of a call given up (a
+            # stray correlation id would fail every other call on the connection).
+            if not self.closed:
+                self._abandoned.add(correlation)
+            raise
         finally:
             self._waiting.pop(correlation, None)
 
@@ -111,6 +119,9 @@ class BrokerConnection:
                 frame = await self.reader.readexactly(size)
                 (correlation,) = _CORRELATION.unpack_from(frame)
                 waiting = self._waiting.get(correlation)
+                if waiting is None and correlation in self._abandoned:
+                    self._abandoned.discard(correlation)
+                    continue
                 if waiting is None:
                     raise InterBrokerError(f"an answer to correlation id {correlation}, "
                                            f"which no request waits for")

@@ -323,7 +323,10 @@ class ReplicaManager:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
         partition._wake_waiters()  # long polls answer the new role's error
-        self._leadership(partition, role is rules.Role.BECOME_LEADER, state.leader_epoch)
+        # A fence resigns without an epoch (ownership.py O8: the partition starts over), since
+        # B7 makes this broker leader again at the same epoch, which O1 would ignore.
+        self._leadership(partition, role is rules.Role.BECOME_LEADER,
+                         None if role is rules.Role.FENCE else state.leader_epoch)
         return role
 
     def _leadership(self, partition: Partition, leader: bool, epoch: int | None) -> None:

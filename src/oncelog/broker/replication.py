@@ -88,7 +88,11 @@ class ReplicaState:
         return self.isr + tuple(b for b in self.pending_isr if b not in self.isr)
 
     def isr_write_started(self, wanted: tuple[int, ...]) -> None:
-        self.isr_write_pending, self.pending_isr = True, wanted
+        # An earlier write whose outcome is unknown may have landed: its ISR stays counted
+        # too until ZooKeeper's answer or state read says which one holds.
+        self.isr_write_pending = True
+        self.pending_isr = self.pending_isr + tuple(
+            b for b in wanted if b not in self.pending_isr)
 
     def isr_write_ended(self, wanted: tuple[int, ...], version: int | None) -> None:
         """The write answered at ``version``, or None: refused or its outcome unknown, the

@@ -189,6 +189,7 @@ class TxnVerification:
                       coordinator, E(answer.error_code).name)
             return dict.fromkeys(partitions, for_producer(E(answer.error_code), True))
         got = {(t.name, p.partition_index): E(p.partition_error_code)
-               for r in answer.results_by_transaction for t in r.topic_results
-               for p in t.results_by_partition}
-        return {tp: for_producer(got.get(tp, E.none)) for tp in partitions}
+               for r in answer.results_by_transaction if r.transactional_id == txn_id
+               for t in r.topic_results for p in t.results_by_partition}
+        # A partition the answer leaves out was not verified: as no answer (V2), never NONE.
+        return {tp: for_producer(got.get(tp, E.network_exception)) for tp in partitions}
