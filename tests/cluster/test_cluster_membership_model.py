@@ -206,13 +206,45 @@ def test_a_deposed_controller_that_does_not_know_it_is_fenced(zookeeper):
 
 
 @given(st.one_of(st.none(), st.integers(1, 3)), st.one_of(st.none(), st.integers(1, 3)),
-       st.one_of(st.none(), st.integers(0, 5000)), st.integers(1000, 4000))
-def test_standing_table(registered_session, our_session, disconnected_ms, timeout_ms):
-    """``our_session`` None: disconnected, kazoo names no session then."""
-    standing = standing_step(registered_session, our_session, disconnected_ms, timeout_ms)
+       st.integers(0, 5000), st.integers(1000, 4000))
+def test_standing_table(registered_session, our_session, silent_ms, timeout_ms):
+    """``our_session`` None: disconnected, kazoo names no session then; ``silent_ms``: since
+    the latest request ZooKeeper answered was sent."""
+    standing = standing_step(registered_session, our_session, silent_ms, timeout_ms)
     if registered_session is None or our_session not in (None, registered_session):
         assert standing is Standing.FENCED  # V4: expired, or not registered again yet
-    elif disconnected_ms is not None and disconnected_ms > timeout_ms:
-        assert standing is Standing.FENCED  # V3
+    elif 2 * silent_ms > timeout_ms:
+        # V3: ZooKeeper may expire the session at a full timeout of silence; fenced with
+        # at least half of it to spare, connected as kazoo believes or not
+        assert standing is Standing.FENCED
     else:
         assert standing is Standing.VOUCH  # V1, V2
+
+
+def test_a_broker_zookeeper_does_not_answer_stops_vouching_while_kazoo_is_connected(zookeeper):
+    """V3 counts from the latest answered request, not from kazoo noticing a lost connection:
+    with its heartbeat stopped and no pass made, a registered broker stops vouching once half
+    its session timeout has gone by, though kazoo still says connected (its own pings are
+    answered); a pass answered vouches again. A broker whose heartbeat runs never stops."""
+    session_ms = 1000
+    connect = zookeeper.chroot("silent")
+    quiet = ClusterMember(ZooKeeperStore(connect, session_ms), 1, None)
+    beating = ClusterMember(ZooKeeperStore(connect, session_ms), 2, None)
+    try:
+        quiet.start("127.0.0.1", 9001, background=False)
+        beating.start("127.0.0.1", 9002, background=False)
+        quiet.heartbeat.close()
+        assert quiet.vouches and beating.vouches
+        deadline = time.monotonic() + 10 * session_ms / 1000
+        while quiet.vouches:
+            assert time.monotonic() < deadline, "still vouching with nothing answered"
+            assert beating.vouches  # its heartbeat keeps it in V1
+            time.sleep(0.01)
+        assert quiet.standing() is Standing.FENCED and quiet.vouch_left_s() == 0
+        assert quiet.zk.connected
+        assert beating.vouches
+        quiet.pass_once()
+        assert quiet.vouches
+    finally:
+        quiet.close()
+        beating.close()

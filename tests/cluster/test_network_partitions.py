@@ -342,3 +342,60 @@ def test_follower_cut_off_from_its_leader_only_leaves_the_isr_and_comes_back(net
              f"broker {follower} caught up, back in the ISR")
     assert net.log_of(follower, topic, 0) == net.log_of(leader, topic, 0)
     check_exactly_once(net, producer, {0: 600})
+
+
+def test_leader_cut_off_refuses_acks_1_before_a_new_leader_is_elected(net):
+    """A leader cut off from ZooKeeper and its followers, still reached by a producer with
+    acks=1: kazoo notices the lost connection late, yet the broker stops leading once
+    ZooKeeper has not answered it for half the session timeout (membership.py's standing
+    table, V3), before ZooKeeper can expire its session and the controller elect another
+    leader. Measured as an order of two moments, not a duration: the first refusal
+    (NOT_LEADER_OR_FOLLOWER) comes before the controller's state write naming a new leader."""
+    topic = "cut-acks-1"
+    net.create(topic, 3)
+    controller = net.controller()
+    # a partition led by a broker that is not the controller (the controller elects at once)
+    p = next(p for p in range(3) if net.state(topic, p)["leader"] != controller)
+    old = net.state(topic, p)["leader"]
+    elected: list[float] = []
+
+    def watch(data, _stat, _event=None):
+        if data and not elected and json.loads(data)["leader"] != old:
+            elected.append(time.monotonic())
+
+    net.zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state", watch)
+    others = [b for b in BROKERS if b != old]
+    refused_at = None
+    acked = 0
+    with connect(net.brokers[old].bootstrap, timeout=TIMEOUT) as conn:
+        def leads() -> bool:
+            try:
+                calls.produce(conn, topic, p, encode_batch(
+                    [(None, b"acks-1", (), int(time.time() * 1000))]), acks=1)
+            except KafkaError:
+                return False  # the state is in ZooKeeper, not yet read by the broker
+            return True
+
+        wait_for(leads, TIMEOUT, f"broker {old} leading {topic}-{p}")
+        heal = net.topology.isolate(f"b{old}", ["zk", *(f"b{b}" for b in others)])
+        try:
+            deadline = time.monotonic() + SESSION_MS / 1000 + TIMEOUT
+            while refused_at is None:
+                assert time.monotonic() < deadline, "the cut leader never refused acks=1"
+                try:
+                    calls.produce(conn, topic, p, encode_batch(
+                        [(None, b"acks-1", (), int(time.time() * 1000))]), acks=1)
+                    acked += 1
+                except KafkaError as exc:
+                    assert exc.code().name == "not_leader_or_follower", exc
+                    refused_at = time.monotonic()
+            wait_for(lambda: elected, SESSION_MS / 1000 + TIMEOUT, "a new leader elected")
+        finally:
+            heal()
+    assert acked > 0  # it led, answering acks=1, until it could no longer vouch
+    print(f"broker {old} refused acks=1 {elected[0] - refused_at:.3f}s before the new leader")
+    assert refused_at < elected[0], \
+        f"broker {old} refused acks=1 only {refused_at - elected[0]:.3f}s after broker " \
+        f"{net.state(topic, p)['leader']} was elected leader"
+    wait_for(lambda: old in net.registered(), TIMEOUT, f"broker {old} registered again")
+    wait_for(lambda: old in net.state(topic, p)["isr"], TIMEOUT, f"broker {old} back in the ISR")

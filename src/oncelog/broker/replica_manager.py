@@ -115,6 +115,7 @@ class ReplicaManager:
             asyncio.create_task(self._every(
                 self.config.get("replica.high.watermark.checkpoint.interval.ms"),
                 self.checkpoint_high_watermarks)),
+            asyncio.create_task(self._follow_standing()),
         ]
         self.watch.start()
         self.report_offline()
@@ -158,20 +159,32 @@ class ReplicaManager:
             loop.call_soon_threadsafe(self.apply_view, view, vouched)
 
     def _on_session(self, state: str) -> None:
-        """On kazoo's thread: ZooKeeper away ("SUSPENDED") fences this broker's leaderships
-        once the session timeout has passed (the standing table's V3), an expired session
-        ("LOST") at once (V4), unless it is back by then."""
+        """On kazoo's thread: an expired session ("LOST") fences at once (V4)."""
         loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        if state == "SUSPENDED":
-            after_s = self.broker.cluster.store.session_timeout_ms / 1000 + 0.01
-            loop.call_soon_threadsafe(loop.call_later, after_s, self._fence_if_unvouched)
-        elif state == "LOST":
+        if loop is not None and not loop.is_closed() and state == "LOST":
             loop.call_soon_threadsafe(self._fence_if_unvouched)
 
+    async def _follow_standing(self) -> None:
+        """Fences this broker's leaderships the moment ZooKeeper has been silent too long
+        (the standing table's V3: kazoo may still believe it is connected), and, fenced,
+        asks for a fresh view once it vouches again (B7 leads on it)."""
+        member = self.broker.cluster
+        recheck_s = member.heartbeat.interval_s
+        while True:
+            try:
+                left_s = member.vouch_left_s()
+                if left_s <= 0:
+                    self._fence_if_unvouched()
+                elif self.fenced:
+                    self.watch.refresh()
+            except Exception:
+                log.exception("following the ZooKeeper standing failed")
+                left_s = recheck_s
+            await asyncio.sleep(min(recheck_s, left_s) + 0.001)
+
     def _fence_if_unvouched(self) -> None:
-        if self._closed or self._last_view is None or self.broker.cluster.vouches:
+        if self._closed or self._last_view is None or self.fenced or \
+                self.broker.cluster.vouches:
             return
         log.warning("broker %d cannot vouch for its ZooKeeper session (%s): it leads "
                     "nothing until it has registered again and read the partition states",

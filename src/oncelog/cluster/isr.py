@@ -7,7 +7,7 @@ Role, decided by ``role_step`` when a partition state is read from ZooKeeper
 (``/brokers/topics/<t>/partitions/<p>/state``), against the leader epoch this replica acts on
 (None before any state), and whether this broker vouches for its ZooKeeper session
 (cluster/membership.py's standing table: V1/V2 vouch; V3/V4, the session expired or
-ZooKeeper away past the session timeout, do not; the replica manager applies its last view
+ZooKeeper silent for half the session timeout, do not; the replica manager applies its last view
 again when that happens, and a view read before it registered again vouches for nothing):
 
 | row | state read                                         | action                         |

@@ -35,14 +35,30 @@ does Metadata, broker/cluster_mode.py):
 |-----|------------------------------------------|------------------------------------------|
 | V1  | connected, /brokers/ids/<id> created or  | VOUCH                                    |
 |     | found ours by the current session (R1/R2)|                                          |
-| V2  | disconnected for at most                 | VOUCH: the session may still live, and   |
-|     | zookeeper.session.timeout.ms             | no other leader is elected while it does |
-| V3  | disconnected for longer                  | FENCED: it cannot know until it is back, |
-|     |                                          | but ZooKeeper has likely expired the     |
-|     |                                          | session and the controller moved its     |
-|     |                                          | leaderships                              |
+|     | and ZooKeeper answered a request sent at |                                          |
+|     | most half zookeeper.session.timeout.ms   |                                          |
+|     | ago                                      |                                          |
+| V2  | as V1, disconnected (kazoo noticed)      | VOUCH: the session lives at least until  |
+|     |                                          | a session timeout after that request,    |
+|     |                                          | and no other leader is elected before    |
+| V3  | registered, but no request sent within   | FENCED: ZooKeeper may expire the session |
+|     | the last half session timeout answered,  | at a full session timeout after it last  |
+|     | connected as kazoo believes or not       | heard from us, and the controller then   |
+|     |                                          | moves its leaderships; we stop first     |
 | V4  | expired ("LOST"), or a session not       | FENCED until R1 registers it (and the    |
 |     | registered yet                           | replica manager reads the states again)  |
+
+V3 counts from the send time of the latest request ZooKeeper answered (a heartbeat every
+tenth of the session timeout, cluster/zookeeper_heartbeat.py, and every other request), not
+from the moment kazoo notices a lost connection: that comes only after a ping has gone
+unanswered for about two thirds of the session timeout, and fencing a session timeout after
+it would leave an old leader answering acks=1 produce and fetches long after the controller
+elected a new one (as a ZooKeeper-mode Kafka broker does). The server cannot expire the
+session before it has been silent for its session timeout, which starts no earlier than that
+send time, so half of it leaves the other half for a request that passed the check to
+finish, and for the fence to reach every partition on the event loop. (kazoo does not say
+which timeout the server negotiated: a zookeeper.session.timeout.ms above the server's
+maxSessionTimeout is cut to it there, and the half counted here may then be too long.)
 
 Kafka in ZooKeeper mode keeps acting on its last picture in V3 and V4: a producer that still
 reaches the broker stalls on its partitions until the partition heals. Here a fenced broker
@@ -89,6 +105,7 @@ from ..metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable
 from . import ClusterStartError
 from . import znodes as zn
 from .wakeups import woken
+from .zookeeper_heartbeat import ZooKeeperHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +154,18 @@ class Standing(enum.Enum):
     FENCED = "V3/V4"
 
 
+# V3: the share of the session timeout this broker may go unanswered and still vouch
+SILENCE_FRACTION = 0.5
+
+
 def standing_step(registered_session: int | None, our_session: int | None,
-                  disconnected_ms: int | None, session_timeout_ms: int) -> Standing:
+                  silent_ms: int, session_timeout_ms: int) -> Standing:
     """``registered_session``: the session that last registered us (R1/R2), None after
     "LOST"; ``our_session``: the client's session (None while disconnected: kazoo names
-    none then); ``disconnected_ms``: how long ZooKeeper has been away (None: connected)."""
+    none then); ``silent_ms``: how long ago the latest request ZooKeeper answered was sent."""
     if registered_session is None or our_session not in (None, registered_session):
         return Standing.FENCED  # V4
-    if disconnected_ms is not None and disconnected_ms > session_timeout_ms:
+    if silent_ms > session_timeout_ms * SILENCE_FRACTION:
         return Standing.FENCED  # V3
     return Standing.VOUCH  # V1, V2
 
@@ -166,7 +187,7 @@ class ClusterMember:
         self._brokers: tuple[zn.BrokerRegistration, ...] = ()
         self._epoch_version = -1  # of /controller_epoch, as our winning claim left it
         self._registered_session: int | None = None  # the session R1/R2 last found ours
-        self._disconnected_at: float | None = None  # monotonic, since "SUSPENDED"
+        self.heartbeat = ZooKeeperHeartbeat(store)  # V3 counts from its answers
         # Told (on this member's thread) when a session registered us (R1): the replica
         # manager reads the partition states again, and may vouch for them (B7).
         self.on_registered: Callable[[], None] | None = None
@@ -200,10 +221,17 @@ class ClusterMember:
 
     def standing(self) -> Standing:
         """The standing table's row now (no ZooKeeper round trip: safe on the event loop)."""
-        away = self._disconnected_at
         return standing_step(self._registered_session, self._session() or None,
-                             None if away is None else int((time.monotonic() - away) * 1000),
+                             int((time.monotonic() - self.store.heard_at) * 1000),
                              self.store.session_timeout_ms)
+
+    def vouch_left_s(self) -> float:
+        """How long this broker still vouches if ZooKeeper answers nothing more (0: it does
+        not vouch now): when the replica manager must look again."""
+        if self.standing() is not Standing.VOUCH:
+            return 0.0
+        limit_s = self.store.session_timeout_ms * SILENCE_FRACTION / 1000
+        return max(0.0, self.store.heard_at + limit_s - time.monotonic())
 
     @property
     def vouches(self) -> bool:
@@ -244,6 +272,7 @@ class ClusterMember:
         """Register (waiting up to the session timeout for an earlier run's registration to
         expire, R3), then elect; later passes on this member's thread (``background``, or
         the caller's ``pass_once``)."""
+        self.heartbeat.start()
         try:
             self._join(host, port, endpoints)
         except MetadataUnavailable as exc:
@@ -273,6 +302,7 @@ class ClusterMember:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(self.store.session_timeout_ms / 1000 + 5)
+        self.heartbeat.close()
         self.store.close()  # our ephemeral znodes go now, not a session timeout later
 
     # --- the work ----------------------------------------------------------------------
@@ -421,9 +451,5 @@ class ClusterMember:
                         self.broker_id)
             self._view = ControllerView(NO_CONTROLLER, self._view.epoch)
             self._registered_session = None  # V4 until R1
-        elif state == KazooState.SUSPENDED:
-            if self._disconnected_at is None:
-                self._disconnected_at = time.monotonic()
         elif state == KazooState.CONNECTED:
-            self._disconnected_at = None
             self._wake.set()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,9 @@ class ZooKeeperStore:
                                         max_delay=_RECONNECT_MAX_DELAY_S))
         self._listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
+        # Monotonic send time of the latest request ZooKeeper answered (``heard``): the
+        # server cannot expire the session before a full session timeout after it.
+        self.heard_at = time.monotonic()
         try:
             self.client.start(timeout=timeout_s)
         except KazooTimeoutError:
@@ -157,13 +161,22 @@ class ZooKeeperStore:
         disconnected until it reconnects, however long ZooKeeper is away."""
         if not self.client.connected:
             raise MetadataUnavailable(f"not connected to ZooKeeper at {self.connect}")
+        sent = time.monotonic()
         try:
-            return call_async(*args, **kwargs).get(timeout=self.session_timeout_ms / 1000)
+            result = call_async(*args, **kwargs).get(timeout=self.session_timeout_ms / 1000)
+            self.heard(sent)
+            return result
         except self.client.handler.timeout_exception:
             raise MetadataUnavailable(f"ZooKeeper at {self.connect} did not answer within "
                                       f"{self.session_timeout_ms} ms") from None
 
     # --- the session -------------------------------------------------------------------
+
+    def heard(self, sent: float) -> None:
+        """A request sent at ``sent`` (time.monotonic) was answered: ZooKeeper heard from
+        this session no earlier than then."""
+        if sent > self.heard_at:
+            self.heard_at = sent
 
     def add_session_listener(self, listener: Callable[[str], None]) -> None:
         """``listener(state)`` on each change: "LOST" (the session expired: its ephemeral

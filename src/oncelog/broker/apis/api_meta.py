@@ -50,7 +50,7 @@ def unsupported_api_versions_body():
 
 def handle_metadata(broker, request: Request):
     if broker.replicas is not None and broker.replicas.fenced:
-        # Away from ZooKeeper past its session timeout, or its session expired (the standing
+        # ZooKeeper silent for half its session timeout, or its session expired (the standing
         # table, cluster/membership.py), its leaderships fenced (cluster/isr.py's B0), and
         # until it reads the states again: no source of metadata. librdkafka asks Metadata
         # only of brokers it is connected to, so an answer naming no leader would be asked
