@@ -14,8 +14,9 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
   after it (the new leader's), against the session timeout (goal: under it + 1 s): once for
   a leader that is not the controller (the controller elects when the dead broker's session
   expires), once for the controller itself (its session expires, another broker becomes
-  controller, then elects). Then the same with a controlled shutdown (SIGTERM) of the leader
-  (goal: under 1 s).
+  controller, then elects), each R times (``--repeats``), with the brokers' side from their
+  logs (when the new controller and the new leader logged taking over). Then the same with a
+  controlled shutdown (SIGTERM) of the leader (goal: under 1 s).
 * ``restart``: a topic of P partitions (default 1,000) with replication factor 3 (every
   broker holds P replicas), a record in each; one broker is stopped (SIGTERM) and started
   again: the time until it is registered, until it is back in every ISR, and, after a
@@ -29,7 +30,9 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 from __future__ import annotations
 
 import argparse
+import datetime
 import random
+import re
 import statistics
 import sys
 import threading
@@ -134,18 +137,48 @@ def _first_ack_after(cluster: LocalCluster, topic: str, partition: int, fault) -
     return first - at
 
 
-def failover(cluster: LocalCluster) -> None:
+def _logged_after(cluster: LocalCluster, pattern: str, after: float) -> float | None:
+    """The first moment (time.time()) a broker logged a line matching ``pattern`` at or
+    after ``after``: the brokers' side of a failover, from their own timestamps."""
+    found = []
+    for broker in cluster.ids:
+        for line in cluster.log_text(broker).splitlines():
+            if re.search(pattern, line):
+                try:
+                    at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                except ValueError:
+                    continue
+                if at.timestamp() >= after:
+                    found.append(at.timestamp())
+    return min(found, default=None)
+
+
+def failover(cluster: LocalCluster, repeats: int) -> None:
     bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
     topic = "bench-failover"
     _create(bootstrap, topic, 3, 3, **{"min.insync.replicas": "2"})  # a leader on each
-    for case in ("a broker that is not the controller", "the controller"):
+    for case in ("a broker that is not the controller", "the controller") * repeats:
         with Admin({"bootstrap.servers": bootstrap}) as admin:
             controller = admin.describe_cluster().controller_id
         led = {p.leader: p.index for p in _partitions(bootstrap, topic)}
         leader = controller if case == "the controller" else \
             next(b for b in led if b != controller)
-        took = _first_ack_after(cluster, topic, led[leader], cluster.kill)
-        print(f"failover, kill -9 of the leader, {case} (broker {leader}): first ack "
+        killed: list[float] = []
+
+        def kill(broker: int, killed: list[float] = killed) -> None:
+            killed.append(time.time())
+            cluster.kill(broker)
+
+        took = _first_ack_after(cluster, topic, led[leader], kill)
+        # where the time went: ZooKeeper expiring the session, the (new) controller's
+        # election, the new leader acting on it; the rest is the client finding it
+        elected = _logged_after(cluster, "is now the controller", killed[0]) \
+            if case == "the controller" else None
+        leads = _logged_after(cluster, rf"{topic}-{led[leader]}: leader at epoch", killed[0])
+        steps = "" if leads is None else (
+            (f"new controller +{(elected - killed[0]) * 1000:,.0f} ms, " if elected else "")
+            + f"new leader +{(leads - killed[0]) * 1000:,.0f} ms, ")
+        print(f"failover, kill -9 of the leader, {case} (broker {leader}): {steps}first ack "
               f"{took * 1000:,.0f} ms after the kill (session timeout {SESSION_MS} ms; goal < "
               f"{SESSION_MS + 1000} ms)", flush=True)
         cluster.start(leader)
@@ -222,7 +255,7 @@ def main() -> int:
         if "throughput" in parts:
             throughput(cluster, args.messages, args.repeats)
         if "failover" in parts:
-            failover(cluster)
+            failover(cluster, args.repeats)
         if "restart" in parts:
             restart(cluster, args.partitions)
     print(f"other processes used {meter.others_share():.0%} of the CPUs meanwhile",

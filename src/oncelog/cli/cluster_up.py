@@ -48,8 +48,11 @@ def _start_zookeeper(data: Path, port: int) -> subprocess.Popen:
         raise SystemExit("oncelog cluster up: no java on PATH (make system-deps)")
     (data / "data").mkdir(parents=True, exist_ok=True)
     cfg = data / "zoo.cfg"
-    cfg.write_text(f"tickTime=500\ndataDir={data / 'data'}\nclientPort={port}\n"
-                   "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+    # ZooKeeper expires a session at the first tick past its timeout: a short tick keeps a
+    # dead broker's failover within the timeout + 0.1 s. The default maxSessionTimeout is
+    # 20 ticks: raised, or zookeeper.session.timeout.ms would be cut to 2 s behind our back.
+    cfg.write_text(f"tickTime=100\nmaxSessionTimeout=60000\ndataDir={data / 'data'}\n"
+                   f"clientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
                    "4lw.commands.whitelist=ruok,srvr\n")
     with open(data / "zookeeper.log", "ab") as log:
         proc = subprocess.Popen(
