@@ -116,3 +116,51 @@ def test_a_second_isr_write_keeps_counting_the_first_one_whose_outcome_is_unknow
     assert r.high_watermark == 0  # broker 2 has nothing yet
     r.isr_read((1, 2), 7)  # ZooKeeper: the first write had landed
     assert r.maximal_isr == (1, 2)
+
+
+def test_an_isr_write_whose_outcome_is_unknown_owes_the_read_that_ends_acks_all_waiting():
+    """How long acks=all waits after an ISR write whose outcome is unknown, as an order: the
+    state read that began while the write was in flight (kazoo's reconnection wakes the
+    watch before the write's ConnectionLoss reaches the event loop) keeps the follower asked
+    for; the outcome then owes a read that begins after it (the replica manager asks the
+    watch at once), and that read, not the watch's periodic pass a third of the session
+    timeout later, answers the waiting produce. Before, nothing was owed: the produce
+    waited for the periodic pass (or timed out) for a follower never in the ISR."""
+
+    async def run() -> None:
+        p = leader((1, 2))
+        r = p.replication
+        r.min_insync = 2
+        p.append_records(encode_batch([(None, b"a", (), NOW)]))
+        r.follower_fetched(2, 1, 1, NOW)
+        r.follower_fetched(3, 0, 1, NOW)  # broker 3 fetching, behind
+        r.advance_high_watermark(1)
+        assert r.high_watermark == 1
+        r.isr_write_started((1, 2, 3))  # broker 3 had caught up a moment before
+        p.append_records(encode_batch([(None, b"b", (), NOW)]))
+        r.follower_fetched(2, 2, 2, NOW)  # broker 2 has it, broker 3 (dead now) never will
+        r.advance_high_watermark(2)
+        waiting = r.wait_for(2, 30.0)
+        assert waiting is not None and not waiting.done()
+        r.isr_read((1, 2), 5)  # the reconnection's read, while the write is in flight
+        r.advance_high_watermark(2)
+        r.resolve_waiters()
+        assert not waiting.done() and 3 in r.maximal_isr
+        owed = r.isr_write_ended((1, 2, 3), None)  # ConnectionLoss: perhaps written
+        assert owed, "no state read owed: acks=all waits for the periodic pass"
+        assert not waiting.done()
+        r.isr_read((1, 2), 5)  # the owed read: the write had not landed
+        r.advance_high_watermark(2)
+        r.resolve_waiters()
+        await asyncio.wait_for(waiting, 1.0)
+        assert r.high_watermark == 2 and r.maximal_isr == (1, 2)
+
+    asyncio.run(run())
+
+
+def test_an_isr_write_answered_owes_no_read():
+    p = leader((1, 2))
+    r = p.replication
+    r.isr_write_started((1, 2, 3))
+    assert r.isr_write_ended((1, 2, 3), 6) is False
+    assert r.isr == (1, 2, 3) and r.zk_version == 6

@@ -404,7 +404,8 @@ class ReplicaManager:
     def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
                      wanted: tuple[int, ...], fut: asyncio.Future) -> None:
         version = None if fut.cancelled() or fut.exception() else fut.result()
-        r.isr_write_ended(wanted, version)
+        if r.isr_write_ended(wanted, version):
+            self.watch.refresh()  # a read from now on: bounded, not the periodic pass
         if version is None or partition.replication is not r:
             return  # the state moved on, or is unknown: the next view decides
         log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(old),

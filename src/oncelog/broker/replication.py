@@ -94,12 +94,18 @@ class ReplicaState:
         self.pending_isr = self.pending_isr + tuple(
             b for b in wanted if b not in self.pending_isr)
 
-    def isr_write_ended(self, wanted: tuple[int, ...], version: int | None) -> None:
+    def isr_write_ended(self, wanted: tuple[int, ...], version: int | None) -> bool:
         """The write answered at ``version``, or None: refused or its outcome unknown, the
-        asked ISR stays counted until a state read from ZooKeeper (``isr_read``)."""
+        asked ISR stays counted until a state read from ZooKeeper (``isr_read``). True: that
+        read is owed now, and must begin after this call: one that began while the write
+        was in flight (a reconnection's, or the refusal's own) kept the ISR asked for, and
+        nothing else would read before the watch's periodic pass, acks=all waiting meanwhile
+        for a follower that may not be in the ISR at all."""
         self.isr_write_pending = False
         if version is not None:
             self.isr, self.zk_version, self.pending_isr = wanted, version, ()
+            return False
+        return bool(self.pending_isr)
 
     def isr_read(self, isr: tuple[int, ...], version: int) -> None:
         """The ISR ZooKeeper holds at ``version``: what a write in flight asked for stays
