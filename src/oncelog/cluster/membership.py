@@ -59,6 +59,10 @@ send time, so half of it leaves the other half for a request that passed the che
 finish, and for the fence to reach every partition on the event loop. (kazoo does not say
 which timeout the server negotiated: a zookeeper.session.timeout.ms above the server's
 maxSessionTimeout is cut to it there, and the half counted here may then be too long.)
+The price: a broker cannot tell ZooKeeper away from being cut off from it, so while ZooKeeper
+itself is down (restarted) for more than half the session timeout every broker fences, and
+leads again once its heartbeat is answered (B7), where V2 used to let them go on for the
+whole timeout; no session expires while the server is down, but none of them can know that.
 
 Kafka in ZooKeeper mode keeps acting on its last picture in V3 and V4: a producer that still
 reaches the broker stalls on its partitions until the partition heals. Here a fenced broker
