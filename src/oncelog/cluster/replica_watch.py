@@ -6,7 +6,11 @@ configs under ``/config/topics``; it hands the whole view to the broker (``on_vi
 on this watch's thread: the broker moves it to its event loop), with whether the broker
 vouched for its session (membership.py's standing table) when the read began: a view read
 before the broker registered again is no ground to lead (isr.py's B0). The view is read again when a
-watch fires, when the session comes back, and at least every third of the session timeout.
+watch fires, when the session comes back, when the broker asks (``refresh``: an ISR write
+refused, or its outcome unknown), and at least every third of the session timeout; a read
+that fails is retried by the next of these, and a broker ZooKeeper does not answer stops
+leading within half the session timeout (membership.py's V3), which bounds how long an
+acks=all produce can wait on an ISR the leader does not know.
 A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the last view,
 and never takes a partial view for the truth (a topic missing from a failed read is not a
 deleted topic).

@@ -19,7 +19,6 @@ import threading
 import time
 
 from ..metadata.zookeeper import ZooKeeperStore
-from .wakeups import woken
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,10 @@ class ZooKeeperHeartbeat:
     def close(self) -> None:
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join(self.interval_s + 5)
+            self._thread.join(5)
 
     def _run(self) -> None:
-        never = threading.Event()  # woken by time alone
-        for _ in woken(self._stopped, never, self.interval_s):
+        while not self._stopped.wait(self.interval_s):  # close() ends the wait at once
             self.beat()
 
     def beat(self) -> None:
