@@ -171,16 +171,18 @@ class ReplicaManager:
         member = self.broker.cluster
         recheck_s = member.heartbeat.interval_s
         while True:
+            wait_s = recheck_s
             try:
                 left_s = member.vouch_left_s()
                 if left_s <= 0:
                     self._fence_if_unvouched()
-                elif self.fenced:
-                    self.watch.refresh()
+                else:
+                    if self.fenced:
+                        self.watch.refresh()
+                    wait_s = min(recheck_s, left_s + 0.001)  # wake as the standing turns
             except Exception:
                 log.exception("following the ZooKeeper standing failed")
-                left_s = recheck_s
-            await asyncio.sleep(min(recheck_s, left_s) + 0.001)
+            await asyncio.sleep(wait_s)
 
     def _fence_if_unvouched(self) -> None:
         if self._closed or self._last_view is None or self.fenced or \
