@@ -151,6 +151,9 @@ class Membership(RuleBasedStateMachine):
         expiry until the pass that registers it again."""
         for broker_id, member in self.members.items():
             assert member.vouches == (broker_id in self.registered), broker_id
+            # V3 never turns on a member whose heartbeat ZooKeeper answers, however long
+            # the steps between its passes take
+            assert (member.vouch_left_s() > 0) == member.vouches, broker_id
 
     @invariant()
     def one_broker_believes_it_is_controller(self):
