@@ -119,13 +119,14 @@ def test_a_second_isr_write_keeps_counting_the_first_one_whose_outcome_is_unknow
 
 
 def test_an_isr_write_whose_outcome_is_unknown_owes_the_read_that_ends_acks_all_waiting():
-    """How long acks=all waits after an ISR write whose outcome is unknown, as an order: the
-    state read that began while the write was in flight (kazoo's reconnection wakes the
-    watch before the write's ConnectionLoss reaches the event loop) keeps the follower asked
-    for; the outcome then owes a read that begins after it (the replica manager asks the
-    watch at once), and that read, not the watch's periodic pass a third of the session
-    timeout later, answers the waiting produce. Before, nothing was owed: the produce
-    waited for the periodic pass (or timed out) for a follower never in the ISR."""
+    """How long acks=all waits after an ISR write whose outcome is unknown, as an order: a
+    state read that began while the write was in flight (woken by kazoo's reconnection, a
+    watch or the periodic pass, its view applied before the write's ConnectionLoss reaches
+    the event loop) keeps the follower asked for; the outcome then owes a read that begins
+    after it (the replica manager asks the watch at once), and that read, not the watch's
+    next periodic pass a third of the session timeout later, answers the waiting produce.
+    Before, nothing was owed: the produce waited for that pass (or timed out) for a follower
+    never in the ISR."""
 
     async def run() -> None:
         p = leader((1, 2))
