@@ -5,9 +5,10 @@ kazoo's own pings are not enough: kazoo declares a connection lost only after a 
 unanswered for about two thirds of the session timeout, and tells nobody when the last
 answer came. The heartbeat is an ``exists`` of the root, sent without waiting for it: its
 answer records its send time (``ZooKeeperStore.heard``): the server heard from the session
-no earlier than then, so it cannot expire it before a session timeout after that. One is outstanding at most (a request
-kazoo holds on a dead connection is answered or failed when it reconnects or the session
-ends; a new one goes after a session timeout anyway), so a long outage queues nothing.
+no earlier than then, so it cannot expire it before a session timeout after that. One is
+outstanding at most (a request kazoo holds on a dead connection is answered or failed when
+it reconnects or the session ends; a new one goes after a session timeout anyway), so a
+long outage queues nothing.
 
 Must not know: partitions, the broker's loop.
 """
