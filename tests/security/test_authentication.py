@@ -202,8 +202,11 @@ def test_a_wrong_password_is_refused_and_the_broker_serves_the_others(secured):
         producer.poll(0.1)
     assert errors and errors[0].code() == CKError._AUTHENTICATION, errors
     assert "Authentication failed" in errors[0].str()
+    # Closed now: left open, librdkafka would go on reconnecting with the wrong password
+    # (backoff from reconnect.backoff.ms) for the rest of the test, each attempt refused and
+    # logged; the slower the machine, the more attempts.
     producer.purge()
-    producer.flush(0)
+    producer.close(0)
     # ours: the broker's error, SASL_AUTHENTICATION_FAILED, not retriable, at once
     from oncelog import Consumer, Producer
 
@@ -229,6 +232,30 @@ def test_a_wrong_password_is_refused_and_the_broker_serves_the_others(secured):
         assert apis.METADATA in conn.versions
 
 
+def test_a_flood_of_wrong_passwords_on_one_listener_hides_no_other_listeners_refusals(
+        secured):
+    """The log's rate limit on refusals is per listener: wrong passwords past the limit on
+    SASL_SSL (counted, summed up later) leave the next SASL_PLAINTEXT refusal logged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oncelog.broker.sasl_gate import _failures
+
+    def refused_over_tls(_attempt: int) -> int:
+        context = ssl.create_default_context(cafile=str(secured.ca.pem))
+        raw = Raw(secured, "SASL_SSL", context)
+        assert raw.handshake("PLAIN").error_code == 0
+        assert raw.token(b"\0alice\0not-alices").error_code == 58
+        return raw.closed()
+
+    with ThreadPoolExecutor(4) as pool:  # bounded: one burst's worth
+        assert all(pool.map(refused_over_tls, range(_failures.burst)))
+    raw = Raw(secured)
+    port = raw.sock.getsockname()[1]
+    assert raw.handshake("PLAIN").error_code == 0
+    assert raw.token(b"\0alice\0not-alices").error_code == 58
+    _wait_log(secured, f"127.0.0.1:{port}: authentication failed on listener SASL_PLAINTEXT")
+
+
 def test_an_untrusted_certificate_is_refused(secured):
     context = ssl.create_default_context(cafile=str(secured.ca.pem))
     context.load_cert_chain(str(secured.stranger.cert), str(secured.stranger.key))
@@ -246,11 +273,15 @@ def test_an_untrusted_certificate_is_refused(secured):
 # --- the protocol by hand: what a hostile client may try -------------------------------------
 
 class Raw:
-    """A bare Kafka connection to the SASL_PLAINTEXT listener: requests as we choose them."""
+    """A bare Kafka connection (to the SASL_PLAINTEXT listener unless told): requests as we
+    choose them."""
 
-    def __init__(self, secured) -> None:
-        self.sock = socket.create_connection(("127.0.0.1",
-                                              secured.broker.ports["SASL_PLAINTEXT"]), TIMEOUT)
+    def __init__(self, secured, listener: str = "SASL_PLAINTEXT",
+                 context: ssl.SSLContext | None = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", secured.broker.ports[listener]),
+                                             TIMEOUT)
+        if context is not None:
+            self.sock = context.wrap_socket(self.sock, server_hostname="localhost")
         self.correlation = 0
 
     def call(self, api_key: int, version: int, **fields):

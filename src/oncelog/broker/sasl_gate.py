@@ -17,6 +17,9 @@ until the client has proven who it is (Kafka's SaslServerAuthenticator).
 exchange's tokens come bare, without Kafka's request framing (each frame one token, each
 answer one token), and a failure closes without an answer.
 
+Each refusal is logged, rate-limited per listener (sites named by it, a fixed set): wrong
+passwords flooding one listener are counted and summed up, and hide no other listener's.
+
 "Delayed": the answer is written ``connection.failed.authentication.delay.ms`` after the
 failure, then the connection closes; nothing more is read from it meanwhile. Once
 authenticated the connection's session is ``User:<name>`` on its listener and every frame goes
@@ -89,7 +92,7 @@ class SaslGate:
         return self._authenticate(request, peer)
 
     def _refuse(self, peer: str, why: str):
-        _failures.log(logging.WARNING, "unauthenticated request",
+        _failures.log(logging.WARNING, f"unauthenticated request on {self.listener.name}",
                       "%s: listener %s: %s; closing the connection", peer, self.listener.name,
                       why)
         return CLOSE_CONNECTION
@@ -155,7 +158,7 @@ class SaslGate:
     def _fail(self, request, body, peer: str, reason: str):
         """Answer after the delay, then close; nothing else is handled meanwhile."""
         mechanism = self.server.mechanism if self.server is not None else "-"
-        _failures.log(logging.WARNING, "authentication failed",
+        _failures.log(logging.WARNING, f"authentication failed on {self.listener.name}",
                       "%s: authentication failed on listener %s (%s): %s; closing the "
                       "connection", peer, self.listener.name, mechanism, log_safe(reason))
         frame = None if request is None else encode_response(
