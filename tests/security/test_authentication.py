@@ -8,20 +8,19 @@ One broker for the session (``secured`` in tests/conftest.py); each test its own
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import struct
 import subprocess
 import time
 
 import pytest
+from support.raw_kafka import Raw
 from support.secured import CLIENT_DN
 
 from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.client.network.security import ClientSecurity
 from oncelog.protocol import api_versions as apis
-from oncelog.protocol.messages import decode_response, encode_request
-from oncelog.protocol.schema import build, request_module
+from oncelog.protocol.schema import build
 from oncelog.security import scram
 
 TIMEOUT = 30.0
@@ -271,49 +270,6 @@ def test_an_untrusted_certificate_is_refused(secured):
 
 
 # --- the protocol by hand: what a hostile client may try -------------------------------------
-
-class Raw:
-    """A bare Kafka connection (to the SASL_PLAINTEXT listener unless told): requests as we
-    choose them."""
-
-    def __init__(self, secured, listener: str = "SASL_PLAINTEXT",
-                 context: ssl.SSLContext | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", secured.broker.ports[listener]),
-                                             TIMEOUT)
-        if context is not None:
-            self.sock = context.wrap_socket(self.sock, server_hostname="localhost")
-        self.correlation = 0
-
-    def call(self, api_key: int, version: int, **fields):
-        self.correlation += 1
-        mod = request_module(api_key, version)
-        name = next(n for n in vars(mod) if n.endswith("Request") and n != "Request")
-        self.sock.sendall(encode_request(api_key, version, self.correlation, "hostile",
-                                         build(getattr(mod, name), **fields)))
-        size = struct.unpack(">i", self._read(4))[0]
-        return decode_response(api_key, version, self._read(size))[1]
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    def closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionError:
-            return True
-
-    def handshake(self, mechanism: str = "SCRAM-SHA-256"):
-        return self.call(apis.SASL_HANDSHAKE, 1, mechanism=mechanism)
-
-    def token(self, data: bytes, version: int = 2):
-        return self.call(apis.SASL_AUTHENTICATE, version, auth_bytes=data)
-
 
 def test_a_request_before_authentication_closes_the_connection(secured):
     raw = Raw(secured)

@@ -308,6 +308,12 @@ SECURITY_KEYS = (
     _key("connection.failed.authentication.delay.ms", "INT", 100,
          "How long a failed authentication waits before it is answered and the connection "
          "closed (ms).", _parse_int(0, INT_MAX)),
+    _key("connections.max.reauth.ms", "LONG", 0,
+         "KIP-368: a SASL session's lifetime (ms), told to the client, which re-authenticates "
+         "on the same connection before it ends or has the connection closed at its next "
+         "request; 0: sessions never end. Per listener and mechanism as "
+         "listener.name.<listener>.<mechanism>.connections.max.reauth.ms.",
+         _parse_int(0, LONG_MAX)),
     _key("ssl.keystore.type", "STRING", "PEM", "PEM only.", _pem_only),
     _key("ssl.keystore.location", "STRING", None,
          "A PEM file with the listener's certificate chain and private key."),
@@ -356,6 +362,8 @@ def _listener_key(name: str) -> ConfigKey | None:
     key = found[1]
     if re.fullmatch(r"[a-z0-9-]+\.sasl\.jaas\.config", key):
         return ConfigKey(name, _parse_str, None, "A mechanism's JAAS configuration.", "PASSWORD")
+    if re.fullmatch(r"([a-z0-9-]+\.)?connections\.max\.reauth\.ms", key):  # KIP-368
+        return BROKER_CONFIGS["connections.max.reauth.ms"]
     if (key.startswith(("ssl.", "sasl.")) or key == "max.connection.creation.rate") \
             and key in BROKER_CONFIGS:
         return BROKER_CONFIGS[key]

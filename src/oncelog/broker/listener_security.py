@@ -15,7 +15,8 @@ import re
 import ssl
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..security.principal import ANONYMOUS, KafkaPrincipal
 from ..security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
@@ -41,6 +42,8 @@ class ListenerSecurity:
     plain_users: Mapping[str, str] | None  # PLAIN's static users, from its JAAS config
     failed_delay_s: float  # connection.failed.authentication.delay.ms
     max_receive: int  # sasl.server.max.receive.size: a frame before authentication
+    # KIP-368's connections.max.reauth.ms by enabled mechanism (0: sessions never end)
+    reauth_ms: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -68,7 +71,17 @@ def _one(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecurity:
     return ListenerSecurity(
         endpoint, _server_context(config, name) if endpoint.tls else None, mechanisms,
         plain_users, config.get("connection.failed.authentication.delay.ms") / 1000,
-        config.get("sasl.server.max.receive.size"))
+        config.get("sasl.server.max.receive.size"), _reauth_ms(config, name, mechanisms))
+
+
+def _reauth_ms(config: BrokerConfig, listener: str,
+               mechanisms: tuple[str, ...]) -> Mapping[str, int]:
+    """Each mechanism's session lifetime: listener.name.<l>.<mechanism>.connections.max.
+    reauth.ms, else the listener's, else the broker's (Kafka's prefix overrides)."""
+    key = "connections.max.reauth.ms"
+    return MappingProxyType({m: config.listener_overrides.get(
+        f"listener.name.{listener.lower()}.{m.lower()}.{key}",
+        config.listener_setting(listener, key)) for m in mechanisms})
 
 
 def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str] | None:
