@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..security.principal import ANONYMOUS, KafkaPrincipal
+from ..security.principal_mapping import Rule, parse_rules, principal_name
 from ..security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
 from .config import BrokerConfig, ConfigError
 from .listeners import Endpoint
@@ -44,6 +45,8 @@ class ListenerSecurity:
     max_receive: int  # sasl.server.max.receive.size: a frame before authentication
     # KIP-368's connections.max.reauth.ms by enabled mechanism (0: sessions never end)
     reauth_ms: Mapping[str, int] = field(default_factory=dict)
+    # ssl.principal.mapping.rules: a client certificate's subject -> the principal's name
+    principal_rules: tuple[Rule, ...] = (Rule(None),)
 
     @property
     def name(self) -> str:
@@ -71,7 +74,8 @@ def _one(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecurity:
     return ListenerSecurity(
         endpoint, _server_context(config, name) if endpoint.tls else None, mechanisms,
         plain_users, config.get("connection.failed.authentication.delay.ms") / 1000,
-        config.get("sasl.server.max.receive.size"), _reauth_ms(config, name, mechanisms))
+        config.get("sasl.server.max.receive.size"), _reauth_ms(config, name, mechanisms),
+        parse_rules(config.listener_setting(name, "ssl.principal.mapping.rules")))
 
 
 def _reauth_ms(config: BrokerConfig, listener: str,
@@ -204,16 +208,19 @@ def _reason(exc: Exception) -> str:
     return str(exc.args[-1] if exc.args else exc)
 
 
-def certificate_principal(peercert: Mapping | None) -> KafkaPrincipal:
-    """ssl.principal.mapping.rules=DEFAULT: User:<the subject's distinguished name> as Java's
-    X500Principal.getName() writes it (RFC 2253: the last RDN first, short attribute names);
-    User:ANONYMOUS without a certificate."""
+def certificate_principal(peercert: Mapping | None,
+                          rules: tuple[Rule, ...] = (Rule(None),)) -> KafkaPrincipal | None:
+    """User:<the name ssl.principal.mapping.rules give the subject's distinguished name as
+    Java's X500Principal.getName() writes it (RFC 2253: the last RDN first, short attribute
+    names)>; DEFAULT gives the name itself. User:ANONYMOUS without a certificate; None when
+    no rule applies (Kafka refuses the connection)."""
     subject = (peercert or {}).get("subject")
     if not subject:
         return ANONYMOUS
     rdns = ["+".join(f"{_SHORT_NAMES.get(attr, attr)}={_escape(value)}" for attr, value in rdn)
             for rdn in reversed(subject)]
-    return KafkaPrincipal("User", ",".join(rdns))
+    name = principal_name(rules, ",".join(rdns))
+    return None if name is None else KafkaPrincipal("User", name)
 
 
 def _escape(value: str) -> str:
