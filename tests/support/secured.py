@@ -20,7 +20,7 @@ USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
 # connections.max.reauth.ms on the REAUTH listener: librdkafka's SCRAM-SHA-512 re-authenticates
 # every 90% of it; PLAIN's ends before a test's next request; SCRAM-SHA-256's outlasts a test.
-REAUTH_MS = {"SCRAM-SHA-512": 1500, "PLAIN": 300, "SCRAM-SHA-256": 60_000}
+REAUTH_MS = {"SCRAM-SHA-512": 2000, "PLAIN": 300, "SCRAM-SHA-256": 60_000}
 CLIENT_DN = "CN=carol,OU=test,O=oncelog,C=FR"  # the client certificate's, as Kafka writes it
 
 

@@ -48,7 +48,7 @@ from ..security.principal import KafkaPrincipal
 from ..security.sasl_server import AuthenticationFailed, SaslServer, new_server
 from .answers import CLOSE_CONNECTION
 from .log_limits import RateLimitedLog, log_safe
-from .sasl_reauth import Session, SessionExpiry
+from .sasl_reauth import SaslSession, SessionExpiry
 
 log = logging.getLogger(__name__)
 _failures = RateLimitedLog(log)
@@ -58,7 +58,7 @@ _ALLOWED = (apis.API_VERSIONS_KEY, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE)
 
 
 class SaslGate:
-    def __init__(self, conn, listener, credentials, previous: Session | None = None) -> None:
+    def __init__(self, conn, listener, credentials, previous: SaslSession | None = None) -> None:
         self.conn = conn  # the broker's Connection (server.py)
         self.listener = listener  # its ListenerSecurity
         self.credentials = credentials
@@ -186,14 +186,14 @@ class SaslGate:
                  f" for {lifetime_ms} ms" if lifetime_ms else "")
         self.conn.authenticated(principal)
         if lifetime_ms:
-            session = Session(principal, server.mechanism,
+            session = SaslSession(principal, server.mechanism,
                               time.monotonic() + lifetime_ms / 1000,
                               previous.last_start if previous is not None else None)
             self.conn.handle = SessionExpiry(self.conn, session, self.listener.name,
                                              self._begin).handle
         return lifetime_ms
 
-    def _begin(self, session: Session):
+    def _begin(self, session: SaslSession):
         """Row R1: a new gate's handler re-authenticates ``session``."""
         return SaslGate(self.conn, self.listener, self.credentials, session).handle
 

@@ -65,7 +65,7 @@ def decide(api_key: int | None, now: float, ends_at: float,
 
 
 @dataclass
-class Session:
+class SaslSession:
     """What an authenticated SASL connection keeps of its session for re-authentication."""
 
     principal: KafkaPrincipal
@@ -80,8 +80,8 @@ class SessionExpiry:
     re-authentication (passed in: the gate builds this object, so neither imports the
     other)."""
 
-    def __init__(self, conn, session: Session, listener: str,
-                 begin: Callable[[Session], Callable]) -> None:
+    def __init__(self, conn, session: SaslSession, listener: str,
+                 begin: Callable[[SaslSession], Callable]) -> None:
         self.conn = conn
         self.session = session
         self.listener = listener
