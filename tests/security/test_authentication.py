@@ -8,20 +8,19 @@ One broker for the session (``secured`` in tests/conftest.py); each test its own
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import struct
 import subprocess
 import time
 
 import pytest
+from support.raw_kafka import Raw
 from support.secured import CLIENT_DN
 
 from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.client.network.security import ClientSecurity
 from oncelog.protocol import api_versions as apis
-from oncelog.protocol.messages import decode_response, encode_request
-from oncelog.protocol.schema import build, request_module
+from oncelog.protocol.schema import build
 from oncelog.security import scram
 
 TIMEOUT = 30.0
@@ -202,8 +201,11 @@ def test_a_wrong_password_is_refused_and_the_broker_serves_the_others(secured):
         producer.poll(0.1)
     assert errors and errors[0].code() == CKError._AUTHENTICATION, errors
     assert "Authentication failed" in errors[0].str()
+    # Closed now: left open, librdkafka would go on reconnecting with the wrong password
+    # (backoff from reconnect.backoff.ms) for the rest of the test, each attempt refused and
+    # logged; the slower the machine, the more attempts.
     producer.purge()
-    producer.flush(0)
+    producer.close(0)
     # ours: the broker's error, SASL_AUTHENTICATION_FAILED, not retriable, at once
     from oncelog import Consumer, Producer
 
@@ -229,6 +231,30 @@ def test_a_wrong_password_is_refused_and_the_broker_serves_the_others(secured):
         assert apis.METADATA in conn.versions
 
 
+def test_a_flood_of_wrong_passwords_on_one_listener_hides_no_other_listeners_refusals(
+        secured):
+    """The log's rate limit on refusals is per listener: wrong passwords past the limit on
+    SASL_SSL (counted, summed up later) leave the next SASL_PLAINTEXT refusal logged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oncelog.broker.sasl_gate import _failures
+
+    def refused_over_tls(_attempt: int) -> int:
+        context = ssl.create_default_context(cafile=str(secured.ca.pem))
+        raw = Raw(secured, "SASL_SSL", context)
+        assert raw.handshake("PLAIN").error_code == 0
+        assert raw.token(b"\0alice\0not-alices").error_code == 58
+        return raw.closed()
+
+    with ThreadPoolExecutor(4) as pool:  # bounded: one burst's worth
+        assert all(pool.map(refused_over_tls, range(_failures.burst)))
+    raw = Raw(secured)
+    port = raw.sock.getsockname()[1]
+    assert raw.handshake("PLAIN").error_code == 0
+    assert raw.token(b"\0alice\0not-alices").error_code == 58
+    _wait_log(secured, f"127.0.0.1:{port}: authentication failed on listener SASL_PLAINTEXT")
+
+
 def test_an_untrusted_certificate_is_refused(secured):
     context = ssl.create_default_context(cafile=str(secured.ca.pem))
     context.load_cert_chain(str(secured.stranger.cert), str(secured.stranger.key))
@@ -244,45 +270,6 @@ def test_an_untrusted_certificate_is_refused(secured):
 
 
 # --- the protocol by hand: what a hostile client may try -------------------------------------
-
-class Raw:
-    """A bare Kafka connection to the SASL_PLAINTEXT listener: requests as we choose them."""
-
-    def __init__(self, secured) -> None:
-        self.sock = socket.create_connection(("127.0.0.1",
-                                              secured.broker.ports["SASL_PLAINTEXT"]), TIMEOUT)
-        self.correlation = 0
-
-    def call(self, api_key: int, version: int, **fields):
-        self.correlation += 1
-        mod = request_module(api_key, version)
-        name = next(n for n in vars(mod) if n.endswith("Request") and n != "Request")
-        self.sock.sendall(encode_request(api_key, version, self.correlation, "hostile",
-                                         build(getattr(mod, name), **fields)))
-        size = struct.unpack(">i", self._read(4))[0]
-        return decode_response(api_key, version, self._read(size))[1]
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    def closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionError:
-            return True
-
-    def handshake(self, mechanism: str = "SCRAM-SHA-256"):
-        return self.call(apis.SASL_HANDSHAKE, 1, mechanism=mechanism)
-
-    def token(self, data: bytes, version: int = 2):
-        return self.call(apis.SASL_AUTHENTICATE, version, auth_bytes=data)
-
 
 def test_a_request_before_authentication_closes_the_connection(secured):
     raw = Raw(secured)

@@ -40,7 +40,7 @@ def test_named_listeners_map_to_their_security_protocols():
     ({"listener.name.ssl.ssl.client.auth": "required"}, "no listener ssl"),
     ({"listener.name.plaintext.log.dirs": "x"}, "unknown config key"),
     ({"ssl.keystore.type": "JKS"}, "PEM files only"),
-    ({"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/"}, "only DEFAULT"),
+    ({"ssl.principal.mapping.rules": "RULE:^CN=(.*)\\1$/$1/"}, "not one RE2 accepts"),
 ])
 def test_listener_mistakes_name_the_key(settings, message):
     with pytest.raises(ConfigError, match=message):

@@ -1,6 +1,7 @@
 """A broker with every kind of listener, for the security tests: SASL_SSL (SCRAM-SHA-512,
 SCRAM-SHA-256, PLAIN), SSL with mutual TLS required, SASL_PLAINTEXT (SCRAM, for the tests
-that speak the protocol by hand) and PLAINTEXT; certificates made by the test; the first users
+that speak the protocol by hand), PLAINTEXT, and REAUTH, a SASL_PLAINTEXT listener whose
+sessions end (KIP-368: REAUTH_MS per mechanism); certificates made by the test; the first users
 added with ``oncelog users add --data-dir`` before the broker starts, as an operator would."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from support.certs import CertificateAuthority, Pem
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
+# connections.max.reauth.ms on the REAUTH listener: librdkafka's SCRAM-SHA-512 re-authenticates
+# every 90% of it; PLAIN's ends before a test's next request; SCRAM-SHA-256's outlasts a test.
+REAUTH_MS = {"SCRAM-SHA-512": 2000, "PLAIN": 300, "SCRAM-SHA-256": 60_000}
 CLIENT_DN = "CN=carol,OU=test,O=oncelog,C=FR"  # the client certificate's, as Kafka writes it
 
 
@@ -69,7 +73,14 @@ def start_secured(directory: Path) -> Secured:
             store.put(user, mechanism, make_credential(mechanism, password.encode()))
     broker = BrokerProcess(data, {
         "listeners": "SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
-                     "PLAINTEXT://127.0.0.1:0",
+                     "PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:"
+                                          "SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        # the listener's, then one mechanism's own (Kafka's prefix overrides)
+        "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS["SCRAM-SHA-512"]),
+        "listener.name.reauth.plain.connections.max.reauth.ms": str(REAUTH_MS["PLAIN"]),
+        "listener.name.reauth.scram-sha-256.connections.max.reauth.ms":
+            str(REAUTH_MS["SCRAM-SHA-256"]),
         "sasl.enabled.mechanisms": MECHANISMS,
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(server.both),

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..metadata.zookeeper import parse_connect
 from ..protocol.validation import DEFAULT_AFTER_MAX_MS, DEFAULT_BEFORE_MAX_MS
+from ..security.principal_mapping import parse_rules
 from .kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
 from .listeners import (
     SECURITY_PROTOCOLS,
@@ -282,9 +283,11 @@ def _pem_only(text: str) -> str:
 
 
 def _mapping_rules(text: str) -> str:
-    if text.strip() != "DEFAULT":
-        raise ConfigError("only DEFAULT (the certificate's subject as it is) is supported")
-    return "DEFAULT"
+    try:
+        parse_rules(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text
 
 
 def _tls_versions(text: str) -> str:
@@ -308,6 +311,12 @@ SECURITY_KEYS = (
     _key("connection.failed.authentication.delay.ms", "INT", 100,
          "How long a failed authentication waits before it is answered and the connection "
          "closed (ms).", _parse_int(0, INT_MAX)),
+    _key("connections.max.reauth.ms", "LONG", 0,
+         "KIP-368: a SASL session's lifetime (ms), told to the client, which re-authenticates "
+         "on the same connection before it ends or has the connection closed at its next "
+         "request; 0: sessions never end. Per listener and mechanism as "
+         "listener.name.<listener>.<mechanism>.connections.max.reauth.ms.",
+         _parse_int(0, LONG_MAX)),
     _key("ssl.keystore.type", "STRING", "PEM", "PEM only.", _pem_only),
     _key("ssl.keystore.location", "STRING", None,
          "A PEM file with the listener's certificate chain and private key."),
@@ -328,8 +337,9 @@ SECURITY_KEYS = (
     _key("ssl.enabled.protocols", "LIST", "TLSv1.2,TLSv1.3", "TLS versions accepted.",
          _tls_versions),
     _key("ssl.principal.mapping.rules", "STRING", "DEFAULT",
-         "A client certificate's principal: DEFAULT, User:<the subject's distinguished "
-         "name>.", _mapping_rules),
+         "A client certificate's principal: rules RULE:pattern/replacement/[LU] and DEFAULT "
+         "(User:<the subject's distinguished name>), the first whose pattern matches the "
+         "whole subject applies; none: the connection is refused.", _mapping_rules),
     _key("ssl.endpoint.identification.algorithm", "STRING", "https",
          "A broker reaching another over TLS: https checks that the certificate names the "
          "host it registered; empty: it need not.", _one_of("https", "HTTPS", "")),
@@ -356,6 +366,8 @@ def _listener_key(name: str) -> ConfigKey | None:
     key = found[1]
     if re.fullmatch(r"[a-z0-9-]+\.sasl\.jaas\.config", key):
         return ConfigKey(name, _parse_str, None, "A mechanism's JAAS configuration.", "PASSWORD")
+    if re.fullmatch(r"([a-z0-9-]+\.)?connections\.max\.reauth\.ms", key):  # KIP-368
+        return BROKER_CONFIGS["connections.max.reauth.ms"]
     if (key.startswith(("ssl.", "sasl.")) or key == "max.connection.creation.rate") \
             and key in BROKER_CONFIGS:
         return BROKER_CONFIGS[key]

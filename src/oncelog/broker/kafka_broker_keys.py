@@ -67,7 +67,6 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str], ...] = (
     ('broker.heartbeat.interval.ms', 'INT', '2000', '', 'read-only'),
     ('broker.rack', 'STRING', None, '', 'read-only'),
     ('broker.session.timeout.ms', 'INT', '9000', '', 'read-only'),
-    ('connections.max.reauth.ms', 'LONG', '0', '', 'read-only'),
     ('controlled.shutdown.enable', 'BOOLEAN', 'true', '', 'read-only'),
     ('controller.quorum.append.linger.ms', 'INT', '25', '', 'read-only'),
     ('controller.quorum.request.timeout.ms', 'INT', '2000', '', 'read-only'),

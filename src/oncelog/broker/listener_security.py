@@ -15,9 +15,11 @@ import re
 import ssl
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..security.principal import ANONYMOUS, KafkaPrincipal
+from ..security.principal_mapping import Rule, parse_rules, principal_name
 from ..security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
 from .config import BrokerConfig, ConfigError
 from .listeners import Endpoint
@@ -41,6 +43,10 @@ class ListenerSecurity:
     plain_users: Mapping[str, str] | None  # PLAIN's static users, from its JAAS config
     failed_delay_s: float  # connection.failed.authentication.delay.ms
     max_receive: int  # sasl.server.max.receive.size: a frame before authentication
+    # KIP-368's connections.max.reauth.ms by enabled mechanism (0: sessions never end)
+    reauth_ms: Mapping[str, int] = field(default_factory=dict)
+    # ssl.principal.mapping.rules: a client certificate's subject -> the principal's name
+    principal_rules: tuple[Rule, ...] = (Rule(None),)
 
     @property
     def name(self) -> str:
@@ -68,7 +74,18 @@ def _one(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecurity:
     return ListenerSecurity(
         endpoint, _server_context(config, name) if endpoint.tls else None, mechanisms,
         plain_users, config.get("connection.failed.authentication.delay.ms") / 1000,
-        config.get("sasl.server.max.receive.size"))
+        config.get("sasl.server.max.receive.size"), _reauth_ms(config, name, mechanisms),
+        parse_rules(config.listener_setting(name, "ssl.principal.mapping.rules")))
+
+
+def _reauth_ms(config: BrokerConfig, listener: str,
+               mechanisms: tuple[str, ...]) -> Mapping[str, int]:
+    """Each mechanism's session lifetime: listener.name.<l>.<mechanism>.connections.max.
+    reauth.ms, else the listener's, else the broker's (Kafka's prefix overrides)."""
+    key = "connections.max.reauth.ms"
+    return MappingProxyType({m: config.listener_overrides.get(
+        f"listener.name.{listener.lower()}.{m.lower()}.{key}",
+        config.listener_setting(listener, key)) for m in mechanisms})
 
 
 def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str] | None:
@@ -191,16 +208,19 @@ def _reason(exc: Exception) -> str:
     return str(exc.args[-1] if exc.args else exc)
 
 
-def certificate_principal(peercert: Mapping | None) -> KafkaPrincipal:
-    """ssl.principal.mapping.rules=DEFAULT: User:<the subject's distinguished name> as Java's
-    X500Principal.getName() writes it (RFC 2253: the last RDN first, short attribute names);
-    User:ANONYMOUS without a certificate."""
+def certificate_principal(peercert: Mapping | None,
+                          rules: tuple[Rule, ...] = (Rule(None),)) -> KafkaPrincipal | None:
+    """User:<the name ssl.principal.mapping.rules give the subject's distinguished name as
+    Java's X500Principal.getName() writes it (RFC 2253: the last RDN first, short attribute
+    names)>; DEFAULT gives the name itself. User:ANONYMOUS without a certificate; None when
+    no rule applies (Kafka refuses the connection)."""
     subject = (peercert or {}).get("subject")
     if not subject:
         return ANONYMOUS
     rdns = ["+".join(f"{_SHORT_NAMES.get(attr, attr)}={_escape(value)}" for attr, value in rdn)
             for rdn in reversed(subject)]
-    return KafkaPrincipal("User", ",".join(rdns))
+    name = principal_name(rules, ",".join(rdns))
+    return None if name is None else KafkaPrincipal("User", name)
 
 
 def _escape(value: str) -> str:

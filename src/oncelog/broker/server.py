@@ -620,8 +620,15 @@ class Connection(asyncio.BufferedProtocol):
         listener = self.listener
         endpoint = listener.endpoint
         # TLS is done by now: a client certificate names the principal (SSL listeners).
-        principal = certificate_principal(transport.get_extra_info("peercert")) \
-            if endpoint.tls else PLAINTEXT_SESSION.principal
+        principal = certificate_principal(transport.get_extra_info("peercert"),
+                                          listener.principal_rules) \
+            if endpoint.tls and not endpoint.sasl else PLAINTEXT_SESSION.principal
+        if principal is None:
+            _refused.log(logging.WARNING, "no principal mapping rule", "%s: listener %s: no "
+                         "ssl.principal.mapping.rules rule applies to the client certificate's "
+                         "subject; closing the connection", self.peer, endpoint.name)
+            self.close()
+            return
         self.session = Session(principal, endpoint.name, endpoint.security_protocol)
         if principal is not PLAINTEXT_SESSION.principal and not endpoint.sasl:
             log.info("%s: authenticated as %s by its certificate on listener %s", self.peer,
