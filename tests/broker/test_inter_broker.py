@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.broker.inter_broker import InterBrokerChannel, InterBrokerError
 from oncelog.broker.txn_marker_sender import outcome
-from oncelog.broker.txn_verification import TxnVerification, for_producer
+from oncelog.broker.txn_verification import TxnVerification, for_offset_commit, for_producer
 from oncelog.protocol.api_versions import ADD_PARTITIONS_TO_TXN, API_VERSIONS_KEY, METADATA
 from oncelog.protocol.messages import encode_response, peek_header
 from oncelog.protocol.schema import build, request_module, response_module
@@ -207,3 +207,18 @@ def test_a_partition_the_coordinators_answer_leaves_out_is_not_verified():
             await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(run(), 10))
+
+
+def test_each_offset_commit_verification_answer_is_one_row():
+    """Rows W1-W5 of txn_verification: what TxnOffsetCommit answers for the coordinator's
+    verification, only errors a Kafka client's TxnOffsetCommit handler retries or knows."""
+    retriable = {E.network_exception, E.not_coordinator, E.coordinator_not_available,
+                 E.coordinator_load_in_progress, E.concurrent_transactions,
+                 E.not_enough_replicas}
+    for error in ErrorCode:
+        expected = E.coordinator_not_available if error in retriable \
+            else E.producer_fenced if error in (E.producer_fenced, E.invalid_producer_epoch) \
+            else error
+        assert for_offset_commit(error) is expected
+        whole = E.invalid_txn_state if error is E.cluster_authorization_failed else expected
+        assert for_offset_commit(error, whole_request=True) is whole

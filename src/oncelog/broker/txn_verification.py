@@ -26,6 +26,20 @@ The coordinator's answers, as the producer is answered (``for_producer``, Kafka'
     |V5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
     |   | _MAPPING, INVALID_PRODUCER_EPOCH, ...)                |                           |
 
+TxnOffsetCommit reads the same answers (``for_offset_commit``, Kafka's mapping of its group
+coordinator's errors): a Kafka client's TxnOffsetCommit handler retries only the coordinator
+errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and
+takes anything it does not expect, NOT_ENOUGH_REPLICAS included, as fatal:
+
+    | # | the coordinator's answer                              | TxnOffsetCommit answers   |
+    |---|-------------------------------------------------------|---------------------------|
+    |W1 | NONE                                                  | the offsets are written   |
+    |W2 | V2's, or NOT_ENOUGH_REPLICAS (the coordinator on this | COORDINATOR_NOT_AVAILABLE |
+    |   | broker not serving the id now)                        | (retried by every client) |
+    |W3 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH               | PRODUCER_FENCED           |
+    |W4 | V4's                                                  | INVALID_TXN_STATE         |
+    |W5 | anything else                                         | that error                |
+
 Before anyone asked for a coordinator ``__transaction_state`` may not exist yet: no
 coordinator to ask, answered as V2 (Kafka's COORDINATOR_NOT_AVAILABLE, retriable), as is a
 partition with no leader now.
@@ -65,6 +79,17 @@ def for_producer(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
         return E.not_enough_replicas
     if error is E.producer_fenced:
         return E.invalid_producer_epoch
+    return error
+
+
+def for_offset_commit(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
+    """Rows W1-W5."""
+    if whole_request and error is E.cluster_authorization_failed:
+        return E.invalid_txn_state
+    if error in _RETRIABLE or error is E.not_enough_replicas:
+        return E.coordinator_not_available
+    if error in (E.producer_fenced, E.invalid_producer_epoch):
+        return E.producer_fenced
     return error
 
 
@@ -153,21 +178,24 @@ class TxnVerification:
         return image.partitions[partition_for(txn_id, len(image.partitions))].leader
 
     async def verify(self, txn_id: str, producer_id: int, epoch: int,
-                     partitions: list[TopicPartition], coordinator: int | None = None
-                     ) -> dict[TopicPartition, ErrorCode]:
-        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` None: look
-        it up."""
+                     partitions: list[TopicPartition], coordinator: int | None = None,
+                     answer_for=for_producer) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's answer for the producer (rows V1-V5; ``answer_for``
+        for_offset_commit: for TxnOffsetCommit, W1-W5). ``coordinator`` None: look it up."""
         if coordinator is None:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
-            return {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+            verified = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+            return verified if answer_for is for_producer else \
+                {tp: answer_for(error) for tp, error in verified.items()}
         if coordinator == zn.NO_LEADER:
-            return dict.fromkeys(partitions, for_producer(E.coordinator_not_available))
-        return await self._ask(coordinator, txn_id, producer_id, epoch, partitions)
+            return dict.fromkeys(partitions, answer_for(E.coordinator_not_available))
+        return await self._ask(coordinator, txn_id, producer_id, epoch, partitions, answer_for)
 
     async def _ask(self, coordinator: int, txn_id: str, producer_id: int, epoch: int,
-                   partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                   partitions: list[TopicPartition], answer_for=for_producer
+                   ) -> dict[TopicPartition, ErrorCode]:
         mod = request_module(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
@@ -183,13 +211,13 @@ class TxnVerification:
         except InterBrokerError as exc:
             log.info("verifying transactional id %s with broker %d: %s", txn_id,
                      coordinator, exc)
-            return dict.fromkeys(partitions, for_producer(E.network_exception))
+            return dict.fromkeys(partitions, answer_for(E.network_exception))
         if answer.error_code != E.none:
             log.error("verifying transactional id %s: broker %d answered %s", txn_id,
                       coordinator, E(answer.error_code).name)
-            return dict.fromkeys(partitions, for_producer(E(answer.error_code), True))
+            return dict.fromkeys(partitions, answer_for(E(answer.error_code), True))
         got = {(t.name, p.partition_index): E(p.partition_error_code)
                for r in answer.results_by_transaction if r.transactional_id == txn_id
                for t in r.topic_results for p in t.results_by_partition}
         # A partition the answer leaves out was not verified: as no answer (V2), never NONE.
-        return {tp: for_producer(got.get(tp, E.network_exception)) for tp in partitions}
+        return {tp: answer_for(got.get(tp, E.network_exception)) for tp in partitions}
