@@ -112,6 +112,25 @@ def produce_txn(conn: BrokerConnection, txn_id: str | None, topic: str, partitio
     return E(answer.responses[0].partition_responses[0].error_code)
 
 
+def produce_txn_batches(conn: BrokerConnection, txn_id: str, topic: str,
+                        producers: dict[int, tuple[int, int]]) -> dict[int, E]:
+    """One produce of a transactional batch (sequence 0) to each partition of ``producers``
+    (partition -> (producer id, epoch)); each partition's error."""
+    batches = {p: encode_batch([(None, b"v", (), NOW_MS)], producer_id=pid,
+                               producer_epoch=epoch, base_sequence=0, transactional=True)
+               for p, (pid, epoch) in producers.items()}
+
+    def make(mod, version):
+        return build(mod.ProduceRequest, transactional_id=txn_id, acks=-1,
+                     timeout=datetime.timedelta(seconds=30), topic_data=(build(
+                         mod.TopicProduceData, name=topic, partition_data=tuple(
+                             build(mod.PartitionProduceData, index=p, records=batch)
+                             for p, batch in batches.items())),))
+
+    answer = conn.call(apis.PRODUCE, make)
+    return {r.index: E(r.error_code) for r in answer.responses[0].partition_responses}
+
+
 def write_marker(conn: BrokerConnection, pid: int, epoch: int, commit: bool,
                  coordinator_epoch: int, parts: list[tuple[str, int]]) -> list[E]:
     def make(mod, version):

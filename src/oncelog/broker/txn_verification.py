@@ -10,6 +10,12 @@ the inter-broker channel, once per produce request for all its partitions that n
 before any of them is appended (``ahead``; the produce's own ``verify`` then reads the
 answers, ``__call__``). TxnOffsetCommit asks the same way (``verify``).
 
+One produce verifies one producer: as Kafka, transactional batches of more than one
+(producer id, epoch) needing verification in one produce request are refused
+INVALID_PRODUCER_ID_MAPPING unasked, so a request costs at most one call to the coordinator
+however many producers it names (asked one after the other, a thousand would each wait up
+to request.timeout.ms while the coordinator is away).
+
 The coordinator's answers, as the producer is answered (``for_producer``, Kafka's mapping):
 
     | # | the coordinator's answer                              | the produce is answered   |
@@ -147,6 +153,8 @@ class TxnVerification:
                 wanted.setdefault(identity, []).append((name, pdata.index))
         if not wanted:
             return None
+        if len(wanted) > 1:
+            return self._refuse(txn_id, wanted)
         coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             return None
@@ -161,6 +169,14 @@ class TxnVerification:
                 key = (txn_id, pid, epoch, *tp)
                 self._answers[key] = error
                 keys.append(key)
+        return keys
+
+    async def _refuse(self, txn_id: str,
+                      wanted: dict[tuple[int, int], list[TopicPartition]]) -> list[_Key]:
+        keys = [(txn_id, pid, epoch, *tp) for (pid, epoch), tps in wanted.items()
+                for tp in tps]
+        for key in keys:
+            self._answers[key] = E.invalid_producer_id_mapping
         return keys
 
     def forget(self, keys: list[_Key]) -> None:
