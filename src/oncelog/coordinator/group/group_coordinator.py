@@ -141,7 +141,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..internal_log import (
+    KeysByPartition,
+    OffsetsLog,
+    WriteFailed,
+    durable_error,
+    partition_for,
+)
 from ..ownership import Load, Ownership, Status
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
@@ -231,7 +237,8 @@ class GroupCoordinator:
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
         self.now_ms = now_ms
-        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = \
+            KeysByPartition(self.partition_of)
         # Groups of the consumer protocol (KIP-848) share ``groups`` and the offsets log.
         self.consumer_groups = ConsumerGroupCoordinator(
             self, consumer_config or ConsumerGroupConfig(),
@@ -276,7 +283,7 @@ class GroupCoordinator:
         waiting requests answered NOT_COORDINATOR, their timers cancelled."""
         if not self.ownership.resign(partition, epoch):
             return
-        dropped = [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
+        dropped = [self.groups[g] for g in self.groups.keys_of(partition)]
         for group in dropped:
             if isinstance(group, ConsumerGroup):
                 self.consumer_groups.forget(group)
@@ -387,7 +394,7 @@ class GroupCoordinator:
                 self._schedule_session(group, member)
         if count:
             log.info("__consumer_offsets-%d: loaded %d records, %d groups", partition, count,
-                     sum(1 for g in self.groups if self.partition_of(g) == partition))
+                     self.groups.count_of(partition))
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)

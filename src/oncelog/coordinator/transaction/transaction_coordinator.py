@@ -34,7 +34,13 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.client_regex import compile_client_regex
 from ..group.group_records import MAX_STRING_BYTES, BadRecord
-from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..internal_log import (
+    KeysByPartition,
+    OffsetsLog,
+    WriteFailed,
+    durable_error,
+    partition_for,
+)
 from ..ownership import Load, Ownership, Status
 from . import txn_records as tr
 from . import txn_rules as rules
@@ -115,7 +121,7 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.retry_s = _RETRY_S
         # Every id's Entry; an id whose first record is being written has epoch -1.
-        self.txns: dict[str, Entry] = {}
+        self.txns: dict[str, Entry] = KeysByPartition(self.partition_of)
         # Which partitions of __transaction_state this coordinator serves, at which
         # coordinator epoch (ownership.py): all on one broker, those it leads in a cluster.
         self.ownership = Ownership()
@@ -169,7 +175,7 @@ class TransactionCoordinator:
         the background stop at their next write: ``_write`` checks the ownership)."""
         if not self.ownership.resign(partition, epoch):
             return
-        gone = [t for t in self.txns if self.partition_of(t) == partition]
+        gone = self.txns.keys_of(partition)
         for txn_id in gone:
             del self.txns[txn_id]
         log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
