@@ -39,9 +39,11 @@ class HandAnswered:
 
     def __init__(self) -> None:
         self.rounds: list[tuple[int, list, asyncio.Future]] = []
+        self.markers: list[tuple[int, int, bool]] = []  # (producer id, epoch, commit)
 
     async def __call__(self, pid, epoch, commit, coordinator_epoch, partitions, version,
                        current):
+        self.markers.append((pid, epoch, commit))
         answer = asyncio.get_running_loop().create_future()
         self.rounds.append((coordinator_epoch, sorted(partitions), answer))
         return await answer
@@ -154,5 +156,37 @@ def test_a_write_of_the_old_lead_failing_late_does_not_release_the_new_leads_ste
         await settled(lambda: markers.rounds)
         assert c.txns["tx"].state is S.PREPARE_ABORT
         assert S.PREPARE_COMMIT not in states_written(log)
+        c.close()
+    run(scenario())
+
+
+def test_an_exhausted_epochs_new_producer_id_survives_the_coordinator_moving_mid_commit():
+    """KIP-890 part 2 at epoch 32766: the end moves the transaction to a new producer id
+    (F8: PrepareCommit at 32767 with the next id written). The lead is lost before the
+    markers are taken; the new lead loads PrepareCommit, sends the markers at 32767 under
+    the old id and its own coordinator epoch, and completes with the new id at epoch 0,
+    which a retry of the end (old id, 32766) is answered (F3)."""
+    async def scenario():
+        log, markers = MemoryOffsetsLog(), HandAnswered()
+        log.partitions[0] = [(tr.txn_key("tx"), tr.txn_value(tr.TxnValue(
+            500, 32766, 60_000, S.ONGOING, (("t", (0, 1)),), 0, 0)))]
+        c = coordinator(log, markers)
+        c.elect(0, 1)
+        await settled(lambda: c.ownership.error(0) is None)
+        error, new_id, new_epoch = await c.end_txn("tx", 500, 32766, True, True)
+        assert (error, new_epoch) == (E.none, 0) and new_id != 500
+        await settled(lambda: len(markers.rounds) == 1)
+        c.resign(0, 2)
+        markers.rounds[0][2].set_result(dict.fromkeys(PARTS, E.network_exception))
+        c.elect(0, 3)
+        await settled(lambda: len(markers.rounds) == 2)
+        assert markers.rounds[1][0] == 3
+        assert markers.markers == [(500, 32767, True)] * 2
+        markers.rounds[1][2].set_result(dict.fromkeys(PARTS, E.none))
+        await settled(lambda: not c.txns["tx"].pending)
+        done = c.txns["tx"]
+        assert (done.state, done.producer_id, done.epoch, done.previous_producer_id) == (
+            S.COMPLETE_COMMIT, new_id, 0, 500)
+        assert await c.end_txn("tx", 500, 32766, True, True) == (E.none, new_id, 0)
         c.close()
     run(scenario())
