@@ -190,3 +190,23 @@ def test_an_exhausted_epochs_new_producer_id_survives_the_coordinator_moving_mid
         assert await c.end_txn("tx", 500, 32766, True, True) == (E.none, new_id, 0)
         c.close()
     run(scenario())
+
+
+def test_a_state_write_the_disk_failed_sends_the_producer_to_find_its_coordinator():
+    """A write to __transaction_state whose fsync fails (its log directory failing: the
+    controller moves the partition's leadership off it) is answered NOT_COORDINATOR, as
+    Kafka maps KAFKA_STORAGE_ERROR for coordinator writes: a Java producer takes
+    KAFKA_STORAGE_ERROR in InitProducerId, AddPartitionsToTxn or EndTxn as fatal ("Unexpected
+    error"), NOT_COORDINATOR makes it find the coordinator again and retry."""
+    async def scenario():
+        log = HeldLog()
+        c = coordinator(log, HandAnswered())
+        c.elect(0, 1)
+        await settled(lambda: c.ownership.error(0) is None)
+        log.holding = True
+        init = asyncio.ensure_future(c.init("tx", 10_000, -1, -1))
+        await settled(lambda: log.held)
+        log.held[0].set_exception(OSError(5, "injected fsync failure"))
+        assert (await init)[0] is E.not_coordinator
+        c.close()
+    run(scenario())

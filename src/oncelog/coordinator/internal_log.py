@@ -47,9 +47,13 @@ class NotReplicated(OSError):
 
 
 def durable_error(exc: OSError) -> ErrorCode:
-    """What a coordinator answers for a write that did not become durable: a failed fsync
-    is KAFKA_STORAGE_ERROR, a write not replicated says its own error."""
-    return exc.error if isinstance(exc, NotReplicated) else ErrorCode.kafka_storage_error
+    """What a coordinator answers for a write that did not become durable: a write not
+    replicated says its own error; a failed fsync (its log directory failing, which moves
+    the partition's leadership away) NOT_COORDINATOR, Kafka's mapping of
+    KAFKA_STORAGE_ERROR for coordinator writes: a client finds the coordinator again and
+    retries, where KAFKA_STORAGE_ERROR is fatal to the Java clients' OffsetCommit,
+    JoinGroup, InitProducerId, AddPartitionsToTxn and EndTxn ("Unexpected error")."""
+    return exc.error if isinstance(exc, NotReplicated) else ErrorCode.not_coordinator
 
 
 class OffsetsLog(Protocol):

@@ -18,7 +18,8 @@ write left, never on the state before it (Kafka's coordinator runtime does the s
 its timeline), and nothing is decided twice on one state. The one decision taken after an
 await is S11's, as in Kafka, and only if the group is still where it was (state and
 generation). An append the log refuses changes nothing (or is undone before anything else
-ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR and stays,
+ran); a write that fails to become durable is answered as internal_log.durable_error says
+(NOT_COORDINATOR for a failed fsync, as Kafka answers it) and stays,
 as the log holds it.
 
 The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
@@ -449,8 +450,9 @@ class GroupCoordinator:
             converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
             converted.offsets = group.offsets
             self.groups[group_id] = converted
-            if await self.when_durable(group_id, [E.none], durable) != [E.none]:
-                return JoinResult(E.kafka_storage_error, member_id)
+            (stored,) = await self.when_durable(group_id, [E.none], durable)
+            if stored is not E.none:
+                return JoinResult(stored, member_id)
             group = self.groups.get(group_id)
             if not isinstance(group, ClassicGroup):
                 return JoinResult(E.coordinator_not_available, member_id)
