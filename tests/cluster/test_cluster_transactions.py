@@ -12,6 +12,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -485,3 +486,33 @@ def test_a_produce_naming_two_transactional_producers_is_refused_unasked(cluster
     finally:
         for conn in conns.values():
             conn.close()
+
+
+def test_every_marker_of_a_write_txn_markers_is_written_at_once(cluster):
+    """WriteTxnMarkers of two markers, the first to a partition whose follower was just
+    killed (in its ISR until its ZooKeeper session expires: the marker's acks=all waits),
+    the second to a partition whose ISR is alive: the second is appended and replicated
+    while the first still waits, as Kafka appends every marker of a request before waiting.
+    Before, each marker was appended only once the one before it was replicated, so a
+    request of K markers could wait K times the markers' timeout."""
+    leader, follower, other = 1, 2, 3
+    cluster.create("markerwait", [[leader, follower], [leader, other]])
+    marking = BrokerConnection("127.0.0.1", cluster.brokers[leader].port, timeout=TIMEOUT)
+    polling = BrokerConnection("127.0.0.1", cluster.brokers[leader].port, timeout=TIMEOUT)
+    try:
+        before = wait_for(lambda: txn_wire.high_watermarks(polling, "markerwait", 2),
+                          TIMEOUT, "the leader of markerwait")
+        cluster.brokers[follower].kill()
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(txn_wire.write_markers, marking, [
+                (4242, 0, False, 0, [("markerwait", 0)]),
+                (4243, 0, False, 0, [("markerwait", 1)])])
+            moved = wait_for(lambda: (now := txn_wire.high_watermarks(
+                polling, "markerwait", 2)) is not None and now[1] > before[1] and now,
+                TIMEOUT, "the second marker replicated")
+            assert moved[0] == before[0], "the first marker stopped waiting first"
+            assert answer.result(TIMEOUT) == [[ErrorCode.none], [ErrorCode.none]]
+    finally:
+        marking.close()
+        polling.close()
+    cluster.bring_back(follower, ["markerwait"])

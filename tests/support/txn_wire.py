@@ -144,6 +144,23 @@ def write_marker(conn: BrokerConnection, pid: int, epoch: int, commit: bool,
     return [E(p.error_code) for t in answer.markers[0].topics for p in t.partitions]
 
 
+def write_markers(conn: BrokerConnection,
+                  markers: list[tuple[int, int, bool, int, list[tuple[str, int]]]]
+                  ) -> list[list[E]]:
+    """One WriteTxnMarkers of several markers, each (producer id, epoch, commit, coordinator
+    epoch, partitions); each marker's errors."""
+    def make(mod, version):
+        return build(mod.WriteTxnMarkersRequest, markers=tuple(build(
+            mod.WritableTxnMarker, producer_id=pid, producer_epoch=epoch,
+            transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            topics=tuple(build(mod.WritableTxnMarkerTopic, name=t, partition_indexes=(p,))
+                         for t, p in parts)) for pid, epoch, commit, coordinator_epoch, parts
+            in markers))
+
+    answer = conn.call(apis.WRITE_TXN_MARKERS, make)
+    return [[E(p.error_code) for t in m.topics for p in t.partitions] for m in answer.markers]
+
+
 def list_txns(conn: BrokerConnection) -> dict[str, str]:
     """Every transactional id the coordinator knows, with its state (ListTransactions)."""
     def make(mod, version):
@@ -171,6 +188,22 @@ def latest_offsets(conn: BrokerConnection, topic: str, partitions: int,
 
     answer = conn.call(apis.LIST_OFFSETS, make)
     return {p.partition_index: p.offset for p in answer.topics[0].partitions}
+
+
+def high_watermarks(conn: BrokerConnection, topic: str, partitions: int) -> dict | None:
+    """``latest_offsets``' high watermarks, None when a partition was answered an error."""
+    def make(mod, version):
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+                     topics=(build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                         build(mod.ListOffsetsPartition, partition_index=p, timestamp=-1,
+                               current_leader_epoch=-1, max_num_offsets=1)
+                         for p in range(partitions))),))
+
+    answer = conn.call(apis.LIST_OFFSETS, make)
+    found = answer.topics[0].partitions
+    if any(p.error_code != E.none for p in found):
+        return None
+    return {p.partition_index: p.offset for p in found}
 
 
 def wait_settled(conn: BrokerConnection, topic: str, partitions: int) -> dict[int, int]:
