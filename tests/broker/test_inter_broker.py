@@ -222,3 +222,52 @@ def test_each_offset_commit_verification_answer_is_one_row():
         assert for_offset_commit(error) is expected
         whole = E.invalid_txn_state if error is E.cluster_authorization_failed else expected
         assert for_offset_commit(error, whole_request=True) is whole
+
+
+def test_a_produce_ending_leaves_another_ones_verification_in_place():
+    """Two produce requests verifying the same producer's batch (a retry racing its first
+    attempt): the first to end forgets only its own hold on the answer, the other still
+    reads the coordinator's NONE (before, it fell back to the coordinator on this broker,
+    which does not serve the id: a needless NOT_ENOUGH_REPLICAS); once both ended, nothing
+    is kept."""
+    mod = response_module(ADD_PARTITIONS_TO_TXN, 4)
+    answer = build(mod.AddPartitionsToTxnResponse, throttle_time=datetime.timedelta(0),
+                   error_code=E.none, results_by_transaction=(build(
+                       mod.AddPartitionsToTxnResult, transactional_id="tx", topic_results=(
+                           build(mod.AddPartitionsToTxnTopicResult, name="t",
+                                 results_by_partition=(build(
+                                     mod.AddPartitionsToTxnPartitionResult, partition_index=0,
+                                     partition_error_code=E.none),)),)),))
+
+    async def run():
+        async def coordinator(reader, writer):
+            while True:
+                try:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                except asyncio.IncompleteReadError:
+                    return
+                _, _, correlation = peek_header(await reader.readexactly(size))
+                writer.write(encode_response(ADD_PARTITIONS_TO_TXN, 4, correlation, answer))
+                await writer.drain()
+
+        server = await asyncio.start_server(coordinator, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        channel = InterBrokerChannel(7, _plain(lambda b: ("127.0.0.1", port)))
+        not_here = SimpleNamespace(verify=lambda *asked: E.not_enough_replicas)
+        try:
+            verification = TxnVerification(SimpleNamespace(broker_id=7,
+                                                           transactions=not_here), channel)
+            wanted = {(1000, 0): [("t", 0)]}
+            first = await verification._fetch("tx", 1, wanted)
+            second = await verification._fetch("tx", 1, wanted)
+            verification.forget(first)
+            assert verification("tx", 1000, 0, "t", 0) is E.none
+            verification.forget(second)
+            assert verification("tx", 1000, 0, "t", 0) is E.not_enough_replicas
+            assert not verification._answers
+        finally:
+            channel.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(run(), 10))

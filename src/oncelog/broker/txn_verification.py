@@ -111,7 +111,10 @@ class TxnVerification:
     def __init__(self, broker, channel: InterBrokerChannel) -> None:
         self.broker = broker
         self.channel = channel
-        self._answers: dict[_Key, ErrorCode] = {}
+        # key -> (the newest answer, how many produce requests under way hold it): two
+        # requests may ask the same (a producer's retry racing its first attempt), and the
+        # first to end must not take the other's answer away
+        self._answers: dict[_Key, tuple[ErrorCode, int]] = {}
 
     # --- the produce path ----------------------------------------------------------------
 
@@ -121,7 +124,7 @@ class TxnVerification:
         the coordinator on this broker's."""
         answer = self._answers.get((txn_id or "", producer_id, epoch, topic, partition))
         if answer is not None:
-            return answer
+            return answer[0]
         return self.broker.transactions.verify(txn_id, producer_id, epoch, topic, partition)
 
     def ahead(self, request: Request) -> Coroutine[Any, Any, list[_Key]] | None:
@@ -167,7 +170,7 @@ class TxnVerification:
             answers = await self.verify(txn_id, pid, epoch, tps, coordinator)
             for tp, error in answers.items():
                 key = (txn_id, pid, epoch, *tp)
-                self._answers[key] = error
+                self._hold(key, error)
                 keys.append(key)
         return keys
 
@@ -176,12 +179,22 @@ class TxnVerification:
         keys = [(txn_id, pid, epoch, *tp) for (pid, epoch), tps in wanted.items()
                 for tp in tps]
         for key in keys:
-            self._answers[key] = E.invalid_producer_id_mapping
+            self._hold(key, E.invalid_producer_id_mapping)
         return keys
+
+    def _hold(self, key: _Key, error: ErrorCode) -> None:
+        held = self._answers.get(key)
+        self._answers[key] = (error, 1 if held is None else held[1] + 1)
 
     def forget(self, keys: list[_Key]) -> None:
         for key in keys:
-            self._answers.pop(key, None)
+            held = self._answers.get(key)
+            if held is None:
+                continue
+            if held[1] > 1:
+                self._answers[key] = (held[0], held[1] - 1)
+            else:
+                del self._answers[key]
 
     # --- asking the coordinator ----------------------------------------------------------
 
