@@ -6,15 +6,19 @@ coordinator (broker/txn_verification.py, rows V1-V5)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import struct
+from types import SimpleNamespace
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.inter_broker import InterBrokerChannel, InterBrokerError
 from oncelog.broker.txn_marker_sender import outcome
-from oncelog.broker.txn_verification import for_producer
-from oncelog.protocol.api_versions import API_VERSIONS_KEY, METADATA
-from oncelog.protocol.schema import build, request_module
+from oncelog.broker.txn_verification import TxnVerification, for_offset_commit, for_producer
+from oncelog.protocol.api_versions import ADD_PARTITIONS_TO_TXN, API_VERSIONS_KEY, METADATA
+from oncelog.protocol.messages import encode_response, peek_header
+from oncelog.protocol.schema import build, request_module, response_module
 
 E = ErrorCode
 
@@ -161,3 +165,109 @@ def test_each_verification_answer_is_one_row():
         assert for_producer(error) is expected
         whole = E.invalid_txn_state if error is E.cluster_authorization_failed else expected
         assert for_producer(error, whole_request=True) is whole
+
+
+def test_a_partition_the_coordinators_answer_leaves_out_is_not_verified():
+    """V2: the remote coordinator's AddPartitionsToTxn v4 ``verify_only`` answer names one
+    of the two partitions asked, and names the other only under another transactional id:
+    the first is verified, the other answered as no answer (NOT_ENOUGH_REPLICAS, retried),
+    never NONE (before: a partition missing from the answer was taken as verified, and its
+    batch began a transaction the coordinator does not know)."""
+    mod = response_module(ADD_PARTITIONS_TO_TXN, 4)
+
+    def result(txn_id, topic, index):
+        return build(mod.AddPartitionsToTxnResult, transactional_id=txn_id, topic_results=(
+            build(mod.AddPartitionsToTxnTopicResult, name=topic, results_by_partition=(
+                build(mod.AddPartitionsToTxnPartitionResult, partition_index=index,
+                      partition_error_code=E.none),)),))
+
+    answer = build(mod.AddPartitionsToTxnResponse, throttle_time=datetime.timedelta(0),
+                   error_code=E.none,
+                   results_by_transaction=(result("another-id", "t", 1),
+                                           result("tx", "t", 0)))
+
+    async def run():
+        async def coordinator(reader, writer):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            _, _, correlation = peek_header(await reader.readexactly(size))
+            writer.write(encode_response(ADD_PARTITIONS_TO_TXN, 4, correlation, answer))
+            await writer.drain()
+            await reader.read()
+
+        server = await asyncio.start_server(coordinator, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        channel = InterBrokerChannel(7, _plain(lambda b: ("127.0.0.1", port)))
+        try:
+            verification = TxnVerification(SimpleNamespace(broker_id=7), channel)
+            got = await verification.verify("tx", 1000, 0, [("t", 0), ("t", 1)], 1)
+            assert got == {("t", 0): E.none, ("t", 1): E.not_enough_replicas}
+        finally:
+            channel.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+
+
+def test_each_offset_commit_verification_answer_is_one_row():
+    """Rows W1-W5 of txn_verification: what TxnOffsetCommit answers for the coordinator's
+    verification, only errors a Kafka client's TxnOffsetCommit handler retries or knows."""
+    retriable = {E.network_exception, E.not_coordinator, E.coordinator_not_available,
+                 E.coordinator_load_in_progress, E.concurrent_transactions,
+                 E.not_enough_replicas}
+    for error in ErrorCode:
+        expected = E.coordinator_not_available if error in retriable \
+            else E.producer_fenced if error in (E.producer_fenced, E.invalid_producer_epoch) \
+            else error
+        assert for_offset_commit(error) is expected
+        whole = E.invalid_txn_state if error is E.cluster_authorization_failed else expected
+        assert for_offset_commit(error, whole_request=True) is whole
+
+
+def test_a_produce_ending_leaves_another_ones_verification_in_place():
+    """Two produce requests verifying the same producer's batch (a retry racing its first
+    attempt): the first to end forgets only its own hold on the answer, the other still
+    reads the coordinator's NONE (before, it fell back to the coordinator on this broker,
+    which does not serve the id: a needless NOT_ENOUGH_REPLICAS); once both ended, nothing
+    is kept."""
+    mod = response_module(ADD_PARTITIONS_TO_TXN, 4)
+    answer = build(mod.AddPartitionsToTxnResponse, throttle_time=datetime.timedelta(0),
+                   error_code=E.none, results_by_transaction=(build(
+                       mod.AddPartitionsToTxnResult, transactional_id="tx", topic_results=(
+                           build(mod.AddPartitionsToTxnTopicResult, name="t",
+                                 results_by_partition=(build(
+                                     mod.AddPartitionsToTxnPartitionResult, partition_index=0,
+                                     partition_error_code=E.none),)),)),))
+
+    async def run():
+        async def coordinator(reader, writer):
+            while True:
+                try:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                except asyncio.IncompleteReadError:
+                    return
+                _, _, correlation = peek_header(await reader.readexactly(size))
+                writer.write(encode_response(ADD_PARTITIONS_TO_TXN, 4, correlation, answer))
+                await writer.drain()
+
+        server = await asyncio.start_server(coordinator, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        channel = InterBrokerChannel(7, _plain(lambda b: ("127.0.0.1", port)))
+        not_here = SimpleNamespace(verify=lambda *asked: E.not_enough_replicas)
+        try:
+            verification = TxnVerification(SimpleNamespace(broker_id=7,
+                                                           transactions=not_here), channel)
+            wanted = {(1000, 0): [("t", 0)]}
+            first = await verification._fetch("tx", 1, wanted)
+            second = await verification._fetch("tx", 1, wanted)
+            verification.forget(first)
+            assert verification("tx", 1000, 0, "t", 0) is E.none
+            verification.forget(second)
+            assert verification("tx", 1000, 0, "t", 0) is E.not_enough_replicas
+            assert not verification._answers
+        finally:
+            channel.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(run(), 10))

@@ -12,6 +12,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -441,3 +442,77 @@ def test_add_offsets_to_txn_creates_the_offsets_topic(zookeeper, start_broker):
         assert txn_wire.end_txn(conn, "adds-offsets", pid, epoch, False)[0] is ErrorCode.none
     finally:
         conn.close()
+
+
+def test_a_produce_naming_two_transactional_producers_is_refused_unasked(cluster):
+    """KIP-890 part 1 verifies one producer per produce request: as Kafka, transactional
+    batches of more than one (producer id, epoch) in one produce are refused
+    INVALID_PRODUCER_ID_MAPPING, the coordinator not asked. Before, each producer named was
+    asked of the coordinator in turn, so a produce naming a thousand producers waited for a
+    thousand round trips (each up to request.timeout.ms while the coordinator is away), and
+    a batch of the transaction's own producer beside a stray one was appended."""
+    coordinator = txn_coordinator(cluster, "two-producers")[1]
+    leader = next(b for b in (1, 2, 3) if b != coordinator)
+    others = [b for b in (1, 2, 3) if b != leader]
+    cluster.create("twopids", [[leader, *others], [leader, *others]])
+    conns = {b: BrokerConnection("127.0.0.1", cluster.brokers[b].port, client_id="t",
+                                 timeout=30) for b in (coordinator, leader)}
+    try:
+        error, pid, epoch = txn_wire.init_producer_id(conns[coordinator], "two-producers")
+        assert error is ErrorCode.none
+        both = [("twopids", 0), ("twopids", 1)]
+        assert txn_wire.add_partitions(conns[coordinator], "two-producers", pid, epoch,
+                                       both) == dict.fromkeys(both, ErrorCode.none)
+        # another transactional id's producer, issued as well
+        error, stray, stray_epoch = txn_wire.init_producer_id(conns[leader], "two-producers-b")
+        assert error in (ErrorCode.none, ErrorCode.not_coordinator)
+        if error is ErrorCode.not_coordinator:
+            stray_at = txn_coordinator(cluster, "two-producers-b")[1]
+            with contextlib.closing(BrokerConnection(
+                    "127.0.0.1", cluster.brokers[stray_at].port, timeout=30)) as conn:
+                error, stray, stray_epoch = txn_wire.init_producer_id(conn, "two-producers-b")
+        assert error is ErrorCode.none
+        not_yet = {ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower}
+        answers = wait_for(  # until the leader acts on its new partitions
+            lambda: not_yet.isdisjoint((got := txn_wire.produce_txn_batches(
+                conns[leader], "two-producers", "twopids",
+                {0: (pid, epoch), 1: (stray, stray_epoch)})).values()) and got,
+            TIMEOUT, "the leader of twopids")
+        assert answers == {0: ErrorCode.invalid_producer_id_mapping,
+                           1: ErrorCode.invalid_producer_id_mapping}
+        assert end_offsets(cluster.bootstrap(), "twopids", 2, committed=False) == [0, 0]
+        assert txn_wire.end_txn(conns[coordinator], "two-producers", pid, epoch,
+                                False)[0] is ErrorCode.none
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def test_every_marker_of_a_write_txn_markers_is_written_at_once(cluster):
+    """WriteTxnMarkers of two markers, the first to a partition whose follower was just
+    killed (in its ISR until its ZooKeeper session expires: the marker's acks=all waits),
+    the second to a partition whose ISR is alive: the second is appended and replicated
+    while the first still waits, as Kafka appends every marker of a request before waiting.
+    Before, each marker was appended only once the one before it was replicated, so a
+    request of K markers could wait K times the markers' timeout."""
+    leader, follower, other = 1, 2, 3
+    cluster.create("markerwait", [[leader, follower], [leader, other]])
+    marking = BrokerConnection("127.0.0.1", cluster.brokers[leader].port, timeout=TIMEOUT)
+    polling = BrokerConnection("127.0.0.1", cluster.brokers[leader].port, timeout=TIMEOUT)
+    try:
+        before = wait_for(lambda: txn_wire.high_watermarks(polling, "markerwait", 2),
+                          TIMEOUT, "the leader of markerwait")
+        cluster.brokers[follower].kill()
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(txn_wire.write_markers, marking, [
+                (4242, 0, False, 0, [("markerwait", 0)]),
+                (4243, 0, False, 0, [("markerwait", 1)])])
+            moved = wait_for(lambda: (now := txn_wire.high_watermarks(
+                polling, "markerwait", 2)) is not None and now[1] > before[1] and now,
+                TIMEOUT, "the second marker replicated")
+            assert moved[0] == before[0], "the first marker stopped waiting first"
+            assert answer.result(TIMEOUT) == [[ErrorCode.none], [ErrorCode.none]]
+    finally:
+        marking.close()
+        polling.close()
+    cluster.bring_back(follower, ["markerwait"])

@@ -397,10 +397,10 @@ class GroupMachine(RuleBasedStateMachine):
         m = self.m
         for w in self.waiting:
             if w.what == "commit" and w.expect is None:
-                w.expect = [E.kafka_storage_error if fail else E.none]
+                w.expect = [E.not_coordinator if fail else E.none]
         writes, m.assignment_writes = m.assignment_writes, []
         for generation in writes:
-            self._stabilize(generation, E.kafka_storage_error if fail else E.none)
+            self._stabilize(generation, E.not_coordinator if fail else E.none)
         self.settle()
 
     @precondition(lambda self: self.steps % 4 == 0)  # rarer: they wipe what others built

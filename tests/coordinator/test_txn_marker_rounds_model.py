@@ -6,7 +6,9 @@ TransactionMarkerRequestCompletionHandler); partitions that took it or whose top
 done; the others go again, each round with the coordinator epoch the coordinator holds then,
 and only while it is still the id's coordinator at that epoch (``current``). A coordinator
 deposed (resign) sends nothing more; elected again it loads the Prepare* record and sends
-every marker again (L1)."""
+every marker again (L1). A round of an ownership that ended may be answered only after the
+partition is led here again (``stale``): whatever it says, it changes nothing, the new lead's
+round alone decides (each step goes on only under the ownership it began in)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class MarkerRounds(RuleBasedStateMachine):
         self.log = MemoryOffsetsLog()
         self.ids = itertools.count(1000)
         self.rounds: list[Round] = []
+        self.stale: list[Round] = []  # out when their ownership ended, not answered yet
         self.c = self._start()
         self.epoch = 0  # the coordinator epoch (the partition's leader epoch)
         self._on_loop(self.c.elect, 0, self.epoch)
@@ -104,17 +107,32 @@ class MarkerRounds(RuleBasedStateMachine):
         self.owned = True
 
     @precondition(lambda self: self.owned)
-    @rule()
-    def resign(self) -> None:
+    @rule(answered=st.booleans())
+    def resign(self, answered) -> None:
+        """What it had sent is answered now (nothing follows), or left out, to be answered
+        at any later time (``answer_stale``)."""
         self.epoch += 1
         self._on_loop(self.c.resign, 0, self.epoch)
         self.owned = False
         self.expected = None
-        for sent in self.rounds:  # what it had sent is answered: nothing follows
-            if not sent.answer.done():
-                assert not sent.current()
+        for sent in self._waiting():
+            assert not sent.current()
+            if answered:
                 sent.answer.set_result([E.network_exception] * len(sent.partitions))
+            else:
+                self.stale.append(sent)
         self._spin()
+
+    @precondition(lambda self: any(not r.answer.done() for r in self.stale))
+    @rule(data=st.data())
+    def answer_stale(self, data) -> None:
+        """A round of an ended ownership comes back, whatever it says: nothing changes."""
+        sent = next(r for r in self.stale if not r.answer.done())
+        sent.answer.set_result([data.draw(st.sampled_from(ANSWERS)) for _ in sent.partitions])
+        self._spin()
+
+    def _waiting(self) -> list[Round]:
+        return [r for r in self.rounds if not r.answer.done() and r not in self.stale]
 
     @precondition(lambda self: self.owned and self.c.ownership.error(0) is None
                   and self.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT))
@@ -133,10 +151,10 @@ class MarkerRounds(RuleBasedStateMachine):
         self.state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         self.expected = self.partitions
 
-    @precondition(lambda self: any(not r.answer.done() for r in self.rounds))
+    @precondition(lambda self: self._waiting())
     @rule(data=st.data())
     def answer(self, data) -> None:
-        sent = next(r for r in self.rounds if not r.answer.done())
+        sent = self._waiting()[0]
         errors = [data.draw(st.sampled_from(ANSWERS)) for _ in sent.partitions]
         sent.answer.set_result(errors)
         self._spin()
@@ -152,7 +170,8 @@ class MarkerRounds(RuleBasedStateMachine):
 
     @invariant()
     def rounds_as_the_model_says(self) -> None:
-        waiting = [r for r in self.rounds if not r.answer.done()]
+        assert not any(r.current() for r in self.stale)
+        waiting = self._waiting()
         assert len(waiting) <= 1
         if self.expected is None:
             assert not waiting or not waiting[0].current()
@@ -190,6 +209,29 @@ def test_a_fenced_marker_stops_the_rounds_for_good():
         sent.answer.set_result([E.none, E.invalid_producer_epoch, E.network_exception])
         machine._spin()
         assert len(machine.rounds) == 1
+        entry = machine.c.txns[ID]
+        assert entry.state is S.PREPARE_COMMIT and entry.pending
+    finally:
+        machine.teardown()
+
+
+def test_a_round_of_an_ended_ownership_answered_late_changes_nothing():
+    """The lead goes with a round out and comes back (L1: a new round at the new epoch);
+    the old round then comes back, every marker taken: the old lead's step ends without
+    completing the transaction, which stays PrepareCommit and pending until the new lead's
+    round is answered (before, it was completed and released under the new lead)."""
+    machine = MarkerRounds()
+    try:
+        machine.elect()
+        machine.transaction(PARTS, True)
+        machine.resign(answered=False)
+        machine.elect()
+        old, new = machine.stale[0], machine._waiting()[0]
+        assert new.coordinator_epoch == machine.epoch > old.coordinator_epoch
+        old.answer.set_result([E.none] * len(old.partitions))
+        machine._spin()
+        machine.state_as_the_model_says()
+        machine.rounds_as_the_model_says()
         entry = machine.c.txns[ID]
         assert entry.state is S.PREPARE_COMMIT and entry.pending
     finally:

@@ -112,6 +112,25 @@ def produce_txn(conn: BrokerConnection, txn_id: str | None, topic: str, partitio
     return E(answer.responses[0].partition_responses[0].error_code)
 
 
+def produce_txn_batches(conn: BrokerConnection, txn_id: str, topic: str,
+                        producers: dict[int, tuple[int, int]]) -> dict[int, E]:
+    """One produce of a transactional batch (sequence 0) to each partition of ``producers``
+    (partition -> (producer id, epoch)); each partition's error."""
+    batches = {p: encode_batch([(None, b"v", (), NOW_MS)], producer_id=pid,
+                               producer_epoch=epoch, base_sequence=0, transactional=True)
+               for p, (pid, epoch) in producers.items()}
+
+    def make(mod, version):
+        return build(mod.ProduceRequest, transactional_id=txn_id, acks=-1,
+                     timeout=datetime.timedelta(seconds=30), topic_data=(build(
+                         mod.TopicProduceData, name=topic, partition_data=tuple(
+                             build(mod.PartitionProduceData, index=p, records=batch)
+                             for p, batch in batches.items())),))
+
+    answer = conn.call(apis.PRODUCE, make)
+    return {r.index: E(r.error_code) for r in answer.responses[0].partition_responses}
+
+
 def write_marker(conn: BrokerConnection, pid: int, epoch: int, commit: bool,
                  coordinator_epoch: int, parts: list[tuple[str, int]]) -> list[E]:
     def make(mod, version):
@@ -123,6 +142,23 @@ def write_marker(conn: BrokerConnection, pid: int, epoch: int, commit: bool,
 
     answer = conn.call(apis.WRITE_TXN_MARKERS, make)
     return [E(p.error_code) for t in answer.markers[0].topics for p in t.partitions]
+
+
+def write_markers(conn: BrokerConnection,
+                  markers: list[tuple[int, int, bool, int, list[tuple[str, int]]]]
+                  ) -> list[list[E]]:
+    """One WriteTxnMarkers of several markers, each (producer id, epoch, commit, coordinator
+    epoch, partitions); each marker's errors."""
+    def make(mod, version):
+        return build(mod.WriteTxnMarkersRequest, markers=tuple(build(
+            mod.WritableTxnMarker, producer_id=pid, producer_epoch=epoch,
+            transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            topics=tuple(build(mod.WritableTxnMarkerTopic, name=t, partition_indexes=(p,))
+                         for t, p in parts)) for pid, epoch, commit, coordinator_epoch, parts
+            in markers))
+
+    answer = conn.call(apis.WRITE_TXN_MARKERS, make)
+    return [[E(p.error_code) for t in m.topics for p in t.partitions] for m in answer.markers]
 
 
 def list_txns(conn: BrokerConnection) -> dict[str, str]:
@@ -152,6 +188,22 @@ def latest_offsets(conn: BrokerConnection, topic: str, partitions: int,
 
     answer = conn.call(apis.LIST_OFFSETS, make)
     return {p.partition_index: p.offset for p in answer.topics[0].partitions}
+
+
+def high_watermarks(conn: BrokerConnection, topic: str, partitions: int) -> dict | None:
+    """``latest_offsets``' high watermarks, None when a partition was answered an error."""
+    def make(mod, version):
+        return build(mod.ListOffsetsRequest, replica_id=-1, isolation_level=0,
+                     topics=(build(mod.ListOffsetsTopic, name=topic, partitions=tuple(
+                         build(mod.ListOffsetsPartition, partition_index=p, timestamp=-1,
+                               current_leader_epoch=-1, max_num_offsets=1)
+                         for p in range(partitions))),))
+
+    answer = conn.call(apis.LIST_OFFSETS, make)
+    found = answer.topics[0].partitions
+    if any(p.error_code != E.none for p in found):
+        return None
+    return {p.partition_index: p.offset for p in found}
 
 
 def wait_settled(conn: BrokerConnection, topic: str, partitions: int) -> dict[int, int]:

@@ -10,6 +10,12 @@ the inter-broker channel, once per produce request for all its partitions that n
 before any of them is appended (``ahead``; the produce's own ``verify`` then reads the
 answers, ``__call__``). TxnOffsetCommit asks the same way (``verify``).
 
+One produce verifies one producer: as Kafka, transactional batches of more than one
+(producer id, epoch) needing verification in one produce request are refused
+INVALID_PRODUCER_ID_MAPPING unasked, so a request costs at most one call to the coordinator
+however many producers it names (asked one after the other, a thousand would each wait up
+to request.timeout.ms while the coordinator is away).
+
 The coordinator's answers, as the producer is answered (``for_producer``, Kafka's mapping):
 
     | # | the coordinator's answer                              | the produce is answered   |
@@ -25,6 +31,20 @@ The coordinator's answers, as the producer is answered (``for_producer``, Kafka'
     |   | _FAILED                                               |                           |
     |V5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
     |   | _MAPPING, INVALID_PRODUCER_EPOCH, ...)                |                           |
+
+TxnOffsetCommit reads the same answers (``for_offset_commit``, Kafka's mapping of its group
+coordinator's errors): a Kafka client's TxnOffsetCommit handler retries only the coordinator
+errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) and
+takes anything it does not expect, NOT_ENOUGH_REPLICAS included, as fatal:
+
+    | # | the coordinator's answer                              | TxnOffsetCommit answers   |
+    |---|-------------------------------------------------------|---------------------------|
+    |W1 | NONE                                                  | the offsets are written   |
+    |W2 | V2's, or NOT_ENOUGH_REPLICAS (the coordinator on this | COORDINATOR_NOT_AVAILABLE |
+    |   | broker not serving the id now)                        | (retried by every client) |
+    |W3 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH               | PRODUCER_FENCED           |
+    |W4 | V4's                                                  | INVALID_TXN_STATE         |
+    |W5 | anything else                                         | that error                |
 
 Before anyone asked for a coordinator ``__transaction_state`` may not exist yet: no
 coordinator to ask, answered as V2 (Kafka's COORDINATOR_NOT_AVAILABLE, retriable), as is a
@@ -68,6 +88,17 @@ def for_producer(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
     return error
 
 
+def for_offset_commit(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
+    """Rows W1-W5."""
+    if whole_request and error is E.cluster_authorization_failed:
+        return E.invalid_txn_state
+    if error in _RETRIABLE or error is E.not_enough_replicas:
+        return E.coordinator_not_available
+    if error in (E.producer_fenced, E.invalid_producer_epoch):
+        return E.producer_fenced
+    return error
+
+
 def _transactional_batch(records) -> tuple[int, int] | None:
     """(producer id, epoch) of a RecordBatch v2 whose attributes say transactional."""
     if records is None or len(records) < 61 or records[16] != 2 or not records[22] & 0x10:
@@ -80,7 +111,10 @@ class TxnVerification:
     def __init__(self, broker, channel: InterBrokerChannel) -> None:
         self.broker = broker
         self.channel = channel
-        self._answers: dict[_Key, ErrorCode] = {}
+        # key -> (the newest answer, how many produce requests under way hold it): two
+        # requests may ask the same (a producer's retry racing its first attempt), and the
+        # first to end must not take the other's answer away
+        self._answers: dict[_Key, tuple[ErrorCode, int]] = {}
 
     # --- the produce path ----------------------------------------------------------------
 
@@ -90,7 +124,7 @@ class TxnVerification:
         the coordinator on this broker's."""
         answer = self._answers.get((txn_id or "", producer_id, epoch, topic, partition))
         if answer is not None:
-            return answer
+            return answer[0]
         return self.broker.transactions.verify(txn_id, producer_id, epoch, topic, partition)
 
     def ahead(self, request: Request) -> Coroutine[Any, Any, list[_Key]] | None:
@@ -122,6 +156,8 @@ class TxnVerification:
                 wanted.setdefault(identity, []).append((name, pdata.index))
         if not wanted:
             return None
+        if len(wanted) > 1:
+            return self._refuse(txn_id, wanted)
         coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             return None
@@ -134,13 +170,31 @@ class TxnVerification:
             answers = await self.verify(txn_id, pid, epoch, tps, coordinator)
             for tp, error in answers.items():
                 key = (txn_id, pid, epoch, *tp)
-                self._answers[key] = error
+                self._hold(key, error)
                 keys.append(key)
         return keys
 
+    async def _refuse(self, txn_id: str,
+                      wanted: dict[tuple[int, int], list[TopicPartition]]) -> list[_Key]:
+        keys = [(txn_id, pid, epoch, *tp) for (pid, epoch), tps in wanted.items()
+                for tp in tps]
+        for key in keys:
+            self._hold(key, E.invalid_producer_id_mapping)
+        return keys
+
+    def _hold(self, key: _Key, error: ErrorCode) -> None:
+        held = self._answers.get(key)
+        self._answers[key] = (error, 1 if held is None else held[1] + 1)
+
     def forget(self, keys: list[_Key]) -> None:
         for key in keys:
-            self._answers.pop(key, None)
+            held = self._answers.get(key)
+            if held is None:
+                continue
+            if held[1] > 1:
+                self._answers[key] = (held[0], held[1] - 1)
+            else:
+                del self._answers[key]
 
     # --- asking the coordinator ----------------------------------------------------------
 
@@ -153,21 +207,24 @@ class TxnVerification:
         return image.partitions[partition_for(txn_id, len(image.partitions))].leader
 
     async def verify(self, txn_id: str, producer_id: int, epoch: int,
-                     partitions: list[TopicPartition], coordinator: int | None = None
-                     ) -> dict[TopicPartition, ErrorCode]:
-        """Each partition's answer for the producer (rows V1-V5). ``coordinator`` None: look
-        it up."""
+                     partitions: list[TopicPartition], coordinator: int | None = None,
+                     answer_for=for_producer) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's answer for the producer (rows V1-V5; ``answer_for``
+        for_offset_commit: for TxnOffsetCommit, W1-W5). ``coordinator`` None: look it up."""
         if coordinator is None:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
-            return {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+            verified = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
+            return verified if answer_for is for_producer else \
+                {tp: answer_for(error) for tp, error in verified.items()}
         if coordinator == zn.NO_LEADER:
-            return dict.fromkeys(partitions, for_producer(E.coordinator_not_available))
-        return await self._ask(coordinator, txn_id, producer_id, epoch, partitions)
+            return dict.fromkeys(partitions, answer_for(E.coordinator_not_available))
+        return await self._ask(coordinator, txn_id, producer_id, epoch, partitions, answer_for)
 
     async def _ask(self, coordinator: int, txn_id: str, producer_id: int, epoch: int,
-                   partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                   partitions: list[TopicPartition], answer_for=for_producer
+                   ) -> dict[TopicPartition, ErrorCode]:
         mod = request_module(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION)
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
@@ -183,13 +240,13 @@ class TxnVerification:
         except InterBrokerError as exc:
             log.info("verifying transactional id %s with broker %d: %s", txn_id,
                      coordinator, exc)
-            return dict.fromkeys(partitions, for_producer(E.network_exception))
+            return dict.fromkeys(partitions, answer_for(E.network_exception))
         if answer.error_code != E.none:
             log.error("verifying transactional id %s: broker %d answered %s", txn_id,
                       coordinator, E(answer.error_code).name)
-            return dict.fromkeys(partitions, for_producer(E(answer.error_code), True))
+            return dict.fromkeys(partitions, answer_for(E(answer.error_code), True))
         got = {(t.name, p.partition_index): E(p.partition_error_code)
                for r in answer.results_by_transaction if r.transactional_id == txn_id
                for t in r.topic_results for p in t.results_by_partition}
         # A partition the answer leaves out was not verified: as no answer (V2), never NONE.
-        return {tp: for_producer(got.get(tp, E.network_exception)) for tp in partitions}
+        return {tp: answer_for(got.get(tp, E.network_exception)) for tp in partitions}

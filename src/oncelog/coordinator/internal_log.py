@@ -47,9 +47,13 @@ class NotReplicated(OSError):
 
 
 def durable_error(exc: OSError) -> ErrorCode:
-    """What a coordinator answers for a write that did not become durable: a failed fsync
-    is KAFKA_STORAGE_ERROR, a write not replicated says its own error."""
-    return exc.error if isinstance(exc, NotReplicated) else ErrorCode.kafka_storage_error
+    """What a coordinator answers for a write that did not become durable: a write not
+    replicated says its own error; a failed fsync (its log directory failing, which moves
+    the partition's leadership away) NOT_COORDINATOR, Kafka's mapping of
+    KAFKA_STORAGE_ERROR for coordinator writes: a client finds the coordinator again and
+    retries, where KAFKA_STORAGE_ERROR is fatal to the Java clients' OffsetCommit,
+    JoinGroup, InitProducerId, AddPartitionsToTxn and EndTxn ("Unexpected error")."""
+    return exc.error if isinstance(exc, NotReplicated) else ErrorCode.not_coordinator
 
 
 class OffsetsLog(Protocol):
@@ -73,3 +77,49 @@ class OffsetsLog(Protocol):
         """Every record of the partition, oldest first: (key, value) or (key, value,
         producer id or -1, marker or None, offset)."""
         ...
+
+
+class KeysByPartition(dict):
+    """A coordinator's keys (group ids, transactional ids) and their state, which also knows
+    the keys of each partition of its internal topic: a partition that moves (resigned,
+    loaded) costs time in its own keys, never in every key the coordinator holds in its
+    other partitions. Only item assignment, ``del`` and ``pop`` change it."""
+
+    def __init__(self, partition_of) -> None:
+        super().__init__()
+        self.partition_of = partition_of
+        self._of: dict[int, set] = {}
+
+    def __setitem__(self, key, value) -> None:
+        if key not in self:
+            self._of.setdefault(self.partition_of(key), set()).add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self._forget(key)
+
+    def pop(self, key, *default):
+        if key in self:
+            self._forget(key)
+        return super().pop(key, *default)
+
+    def _forget(self, key) -> None:
+        partition = self.partition_of(key)
+        held = self._of.get(partition)
+        if held is not None:
+            held.discard(key)
+            if not held:
+                del self._of[partition]
+
+    def keys_of(self, partition: int) -> list:
+        """The keys held of ``partition`` (a list: the caller may change the dict)."""
+        return list(self._of.get(partition, ()))
+
+    def count_of(self, partition: int) -> int:
+        return len(self._of.get(partition, ()))
+
+    def _refused(self, *args, **kwargs):
+        raise TypeError("KeysByPartition changes by assignment, del and pop only")
+
+    setdefault = update = popitem = clear = _refused

@@ -24,6 +24,7 @@ from ..authorize import Op, Rt
 from ..config import BrokerConfig
 from ..topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicError, TopicManager
 from ..txn_marker_sender import MarkerSender
+from ..txn_verification import for_offset_commit
 from .api_meta import NO_THROTTLE
 from .groups import _ms, internal_log
 from .txn_markers import write_markers as append_markers
@@ -233,19 +234,18 @@ async def handle_txn_offset_commit(broker, request: Request):
     offsets_partition = (OFFSETS_TOPIC, broker.groups.partition_of(body.group_id)
                          if body.group_id else 0)
     if broker.txn_verification is None:
-        verified = broker.transactions.verify(body.transactional_id, body.producer_id,
-                                              body.producer_epoch, *offsets_partition)
+        verified = for_offset_commit(broker.transactions.verify(
+            body.transactional_id, body.producer_id, body.producer_epoch, *offsets_partition))
     else:  # cluster mode: the transaction's coordinator may be on another broker
         verified = (await broker.txn_verification.verify(
             body.transactional_id, body.producer_id, body.producer_epoch,
-            [offsets_partition]))[offsets_partition]
+            [offsets_partition], answer_for=for_offset_commit))[offsets_partition]
     if refusal is not ErrorCode.none:
         errors = [refusal] * len(partitions)
     elif verified is not ErrorCode.none:
         # AddOffsetsToTxn must come first; a zombie's epoch is fenced here too.
-        errors = [ErrorCode.topic_authorization_failed if p.topic in denied
-                  else ErrorCode.producer_fenced if verified is ErrorCode.invalid_producer_epoch
-                  else verified for p in partitions]
+        errors = [ErrorCode.topic_authorization_failed if p.topic in denied else verified
+                  for p in partitions]
     else:
         # a topic not allowed is answered TOPIC_AUTHORIZATION_FAILED, the others committed
         committed = iter(await broker.groups.txn_commit(

@@ -142,12 +142,17 @@ async def handle_write_txn_markers(broker, request: Request):
     # a broker's request: Cluster Alter or ClusterAction, else every partition refused
     permitted = authorize.cluster(broker, request, Op.ALTER, quiet=True) or \
         authorize.cluster(broker, request, Op.CLUSTER_ACTION)
+    # Every marker appended before any is waited for (as Kafka): waited for one after the
+    # other, a request of K markers could take K times the acks=all wait of each.
+    written = []
     for marker in request.body.markers:
         wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        errors = await write_markers(broker, marker.producer_id, marker.producer_epoch,
-                                     marker.transaction_result, marker.coordinator_epoch,
-                                     wanted, getattr(marker, "transaction_version", 0)) \
-            if permitted else dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed)
+        written.append(append_markers(
+            broker, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+            marker.coordinator_epoch, wanted, getattr(marker, "transaction_version", 0))
+            if permitted else dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed))
+    for marker, appended in zip(request.body.markers, written, strict=True):
+        errors = appended if isinstance(appended, dict) else await appended.durable()
         topics = []
         for topic in marker.topics:
             topics.append(build(mod.WritableTxnMarkerTopicResult, name=topic.name, partitions=tuple(

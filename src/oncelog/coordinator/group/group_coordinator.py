@@ -18,7 +18,8 @@ write left, never on the state before it (Kafka's coordinator runtime does the s
 its timeline), and nothing is decided twice on one state. The one decision taken after an
 await is S11's, as in Kafka, and only if the group is still where it was (state and
 generation). An append the log refuses changes nothing (or is undone before anything else
-ran); a write that fails to become durable is answered with KAFKA_STORAGE_ERROR and stays,
+ran); a write that fails to become durable is answered as internal_log.durable_error says
+(NOT_COORDINATOR for a failed fsync, as Kafka answers it) and stays,
 as the log holds it.
 
 The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
@@ -141,7 +142,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..internal_log import (
+    KeysByPartition,
+    OffsetsLog,
+    WriteFailed,
+    durable_error,
+    partition_for,
+)
 from ..ownership import Load, Ownership, Status
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
@@ -231,7 +238,8 @@ class GroupCoordinator:
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
         self.now_ms = now_ms
-        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = \
+            KeysByPartition(self.partition_of)
         # Groups of the consumer protocol (KIP-848) share ``groups`` and the offsets log.
         self.consumer_groups = ConsumerGroupCoordinator(
             self, consumer_config or ConsumerGroupConfig(),
@@ -276,7 +284,7 @@ class GroupCoordinator:
         waiting requests answered NOT_COORDINATOR, their timers cancelled."""
         if not self.ownership.resign(partition, epoch):
             return
-        dropped = [g for g in self.groups.values() if self.partition_of(g.group_id) == partition]
+        dropped = [self.groups[g] for g in self.groups.keys_of(partition)]
         for group in dropped:
             if isinstance(group, ConsumerGroup):
                 self.consumer_groups.forget(group)
@@ -387,7 +395,7 @@ class GroupCoordinator:
                 self._schedule_session(group, member)
         if count:
             log.info("__consumer_offsets-%d: loaded %d records, %d groups", partition, count,
-                     sum(1 for g in self.groups if self.partition_of(g) == partition))
+                     self.groups.count_of(partition))
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
@@ -442,8 +450,9 @@ class GroupCoordinator:
             converted = ClassicGroup(group_id, state_timestamp=self.now_ms())
             converted.offsets = group.offsets
             self.groups[group_id] = converted
-            if await self.when_durable(group_id, [E.none], durable) != [E.none]:
-                return JoinResult(E.kafka_storage_error, member_id)
+            (stored,) = await self.when_durable(group_id, [E.none], durable)
+            if stored is not E.none:
+                return JoinResult(stored, member_id)
             group = self.groups.get(group_id)
             if not isinstance(group, ClassicGroup):
                 return JoinResult(E.coordinator_not_available, member_id)

@@ -11,6 +11,14 @@ same state. A change is written before it is answered or acted on; a write that 
 changes nothing in memory. The steps no client waits for (the fence and abort of a timed-out
 or replaced transaction, the markers and the completion) retry a failed write until it is
 taken, so nothing is left half done until a restart.
+
+In a cluster the coordinator may lose an id's partition of ``__transaction_state`` and lead
+it again while a step of the old lead still runs (a marker round can take 30 s). Every step
+carries the ticket of the ownership it began under (ownership.py ``owns``) and reads, writes
+or releases the id only while that ownership lasts: the new lead loaded the id back from the
+log and runs its own steps on it, so an old step that went on would decide a second time on
+the same state (complete a transaction whose markers the new lead is still sending, or
+release an id the new lead holds pending).
 """
 
 from __future__ import annotations
@@ -26,7 +34,13 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.client_regex import compile_client_regex
 from ..group.group_records import MAX_STRING_BYTES, BadRecord
-from ..internal_log import OffsetsLog, WriteFailed, durable_error, partition_for
+from ..internal_log import (
+    KeysByPartition,
+    OffsetsLog,
+    WriteFailed,
+    durable_error,
+    partition_for,
+)
 from ..ownership import Load, Ownership, Status
 from . import txn_records as tr
 from . import txn_rules as rules
@@ -107,7 +121,7 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.retry_s = _RETRY_S
         # Every id's Entry; an id whose first record is being written has epoch -1.
-        self.txns: dict[str, Entry] = {}
+        self.txns: dict[str, Entry] = KeysByPartition(self.partition_of)
         # Which partitions of __transaction_state this coordinator serves, at which
         # coordinator epoch (ownership.py): all on one broker, those it leads in a cluster.
         self.ownership = Ownership()
@@ -161,7 +175,7 @@ class TransactionCoordinator:
         the background stop at their next write: ``_write`` checks the ownership)."""
         if not self.ownership.resign(partition, epoch):
             return
-        gone = [t for t in self.txns if self.partition_of(t) == partition]
+        gone = self.txns.keys_of(partition)
         for txn_id in gone:
             del self.txns[txn_id]
         log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
@@ -192,10 +206,10 @@ class TransactionCoordinator:
             if value.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 # L1: decided before the broker stopped: its markers go out now.
                 self.txns[txn_id] = dataclasses.replace(entry, pending=True)
-                self._background(self._complete(txn_id))
+                self._background(self._complete(txn_id, load.ticket))
             elif value.state is S.PREPARE_EPOCH_FENCE:
                 self.txns[txn_id] = dataclasses.replace(entry, pending=True)  # L2
-                self._background(self._abort_fenced(txn_id))
+                self._background(self._abort_fenced(txn_id, load.ticket))
             else:
                 self.txns[txn_id] = entry
 
@@ -216,20 +230,20 @@ class TransactionCoordinator:
             self.txns[txn_id] = dataclasses.replace(entry, pending=True)
         return entry
 
-    def _release(self, txn_id: str) -> None:
+    def _release(self, txn_id: str, ticket: int) -> None:
         entry = self.txns.get(txn_id)
-        if entry is None:
-            return
+        if entry is None or not self.ownership.owns(self.partition_of(txn_id), ticket):
+            return  # another lead's (or nobody's) now: not this step's to release
         if entry.epoch < 0:
             del self.txns[txn_id]  # its first record was never written
         else:
             self.txns[txn_id] = dataclasses.replace(entry, pending=False)
 
-    async def _write(self, txn_id: str, entry: Entry) -> None:
-        """Write the id's next Entry and take it (still pending) once durable; raises
-        WriteFailed and changes nothing when the log does not take it."""
+    async def _write(self, txn_id: str, entry: Entry, ticket: int) -> None:
+        """Write the id's next Entry and take it (still pending) once durable, while the
+        partition is still owned since ``ticket`` (the step's own); raises WriteFailed and
+        changes nothing when the log does not take it."""
         partition = self.partition_of(txn_id)
-        ticket = self.ownership.ticket(partition)
         if not self.ownership.owns(partition, ticket):
             raise WriteFailed(E.not_coordinator, f"__transaction_state-{partition} is not "
                                                  f"led here any more")
@@ -245,14 +259,13 @@ class TransactionCoordinator:
                                                  f"resigned while the write waited")
         self.txns[txn_id] = dataclasses.replace(entry, pending=True)
 
-    async def _write_until_taken(self, txn_id: str, entry: Entry) -> bool:
+    async def _write_until_taken(self, txn_id: str, entry: Entry, ticket: int) -> bool:
         """A step nobody waits for: retried until the log takes it (False: closed, or the
-        partition's coordinator is another broker now, which goes on from the log)."""
+        ownership ``ticket`` is over: another lead goes on from the log)."""
         partition = self.partition_of(txn_id)
-        ticket = self.ownership.ticket(partition)
         while not self._closed and self.ownership.owns(partition, ticket):
             try:
-                await self._write(txn_id, entry)
+                await self._write(txn_id, entry, ticket)
                 return True
             except WriteFailed as exc:
                 log.warning("transactional id %s: writing %s failed: %s; retrying", txn_id,
@@ -263,9 +276,10 @@ class TransactionCoordinator:
     async def _carry_out(self, txn_id: str, decision: Decision) -> Decision:
         """Write what ``decision`` writes (the id pending meanwhile), start what follows it;
         the decision once written, with any new producer id filled in."""
+        ticket = self.ownership.ticket(self.partition_of(txn_id))  # owned: asked only then
         if decision.then == rules.FENCE:
             self._hold(txn_id)
-            self._background(self._fence_and_abort(txn_id))
+            self._background(self._fence_and_abort(txn_id, ticket))
             return decision
         if decision.write is None:
             return decision
@@ -281,14 +295,14 @@ class TransactionCoordinator:
             # meanwhile is answered CONCURRENT_TRANSACTIONS, not given an id of its own.
             self.txns[txn_id] = dataclasses.replace(entry, epoch=-1, pending=True)
         try:
-            await self._write(txn_id, entry)
+            await self._write(txn_id, entry, ticket)
         except WriteFailed as exc:
-            self._release(txn_id)
+            self._release(txn_id, ticket)
             raise RequestFailed(exc.error) from exc
         if decision.then == rules.MARKERS:
-            self._background(self._complete(txn_id))
+            self._background(self._complete(txn_id, ticket))
         else:
-            self._release(txn_id)
+            self._release(txn_id, ticket)
         if decision.producer_id == NEW_ID:
             decision = dataclasses.replace(decision, producer_id=new_id)
         return decision
@@ -327,26 +341,34 @@ class TransactionCoordinator:
                      decision.producer_id, decision.epoch, decision.row)
         return decision.error, decision.producer_id, decision.epoch, *decision.kept
 
-    async def _fence_and_abort(self, txn_id: str) -> None:
+    def _step_entry(self, txn_id: str, ticket: int) -> Entry | None:
+        """The id's Entry for a step begun under ``ticket``; None once that ownership is
+        over (resigned before the step ran: the next lead goes on from the log)."""
+        if not self.ownership.owns(self.partition_of(txn_id), ticket):
+            return None
+        return self.txns.get(txn_id)
+
+    async def _fence_and_abort(self, txn_id: str, ticket: int) -> None:
         """X1 then X2: the ongoing transaction's producer is fenced, then it is aborted."""
-        entry = self.txns.get(txn_id)
-        if entry is None:  # resigned before this step began: the next coordinator goes on
+        entry = self._step_entry(txn_id, ticket)
+        if entry is None:
             return
         try:
-            await self._write(txn_id, rules.fenced(entry, self.now_ms()))
+            await self._write(txn_id, rules.fenced(entry, self.now_ms()), ticket)
         except WriteFailed as exc:
             # Still Ongoing, nothing answered: the next InitProducerId or timeout fences.
             log.warning("transactional id %s: fencing failed: %s", txn_id, exc)
-            self._release(txn_id)
+            self._release(txn_id, ticket)
             return
-        await self._abort_fenced(txn_id)
+        await self._abort_fenced(txn_id, ticket)
 
-    async def _abort_fenced(self, txn_id: str) -> None:
-        entry = self.txns.get(txn_id)
+    async def _abort_fenced(self, txn_id: str, ticket: int) -> None:
+        entry = self._step_entry(txn_id, ticket)
         if entry is None:
             return
-        if await self._write_until_taken(txn_id, rules.abort_fenced(entry, self.now_ms())):
-            await self._complete(txn_id)
+        if await self._write_until_taken(txn_id, rules.abort_fenced(entry, self.now_ms()),
+                                         ticket):
+            await self._complete(txn_id, ticket)
 
     # --- AddPartitionsToTxn, AddOffsetsToTxn, verification --------------------------------
 
@@ -400,15 +422,14 @@ class TransactionCoordinator:
             return decision.error, -1, -1
         return E.none, decision.producer_id, decision.epoch
 
-    async def _complete(self, txn_id: str) -> None:
+    async def _complete(self, txn_id: str, ticket: int) -> None:
         """M1-M3: send the markers of a decided transaction, then write its completion."""
-        entry = self.txns.get(txn_id)
+        entry = self._step_entry(txn_id, ticket)
         if entry is None:
             return
         commit = entry.state is S.PREPARE_COMMIT
         partitions = sorted(entry.partitions)
         state_partition = self.partition_of(txn_id)
-        ticket = self.ownership.ticket(state_partition)
         while partitions and not self._closed and self.ownership.owns(state_partition, ticket):
             # Kafka's coordinatorEpoch: the leader epoch of the id's partition, which
             # fences the markers of a coordinator deposed since.
@@ -435,9 +456,12 @@ class TransactionCoordinator:
                 log.warning("transactional id %s: markers for %s failed (%s); retrying",
                             txn_id, partitions, errors)
                 await asyncio.sleep(self.retry_s)
-        if not await self._write_until_taken(txn_id, rules.completed(entry, self.now_ms())):
+        if partitions:  # the ownership ended (or closed) with markers unsent: not ours now
             return
-        self._release(txn_id)
+        if not await self._write_until_taken(txn_id, rules.completed(entry, self.now_ms()),
+                                             ticket):
+            return
+        self._release(txn_id, ticket)
         done = self.txns[txn_id]
         log.info("transactional id %s: %s (producer id %d, epoch %d)", txn_id,
                  done.state.label, done.producer_id, done.epoch)
@@ -460,7 +484,8 @@ class TransactionCoordinator:
                 log.info("transactional id %s: timed out after %d ms; aborting", txn_id,
                          entry.timeout_ms)
                 self._hold(txn_id)
-                self._background(self._fence_and_abort(txn_id))
+                self._background(self._fence_and_abort(
+                    txn_id, self.ownership.ticket(self.partition_of(txn_id))))
                 count += 1
         return count
 
