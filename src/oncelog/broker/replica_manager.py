@@ -90,6 +90,9 @@ class ReplicaManager:
         self._checkpointed: dict[str, int] = {}
         self._closed = False
         self._leaving = False  # in controlled shutdown: following nothing
+        # Kafka's IsrShrinksPerSec / IsrExpandsPerSec counts (broker/replication_metrics.py)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         # (topic, partition, leader?, leader epoch or None: deleted): the coordinators of
         # the internal topics follow their partitions' leadership (broker/internal_topics.py)
         self.on_leadership = None
@@ -343,6 +346,8 @@ class ReplicaManager:
         now = _now_ms()
         for broker in state.isr:
             current.followers.setdefault(broker, rules.FollowerView(-1, now))
+        if version > current.zk_version:  # a newer write (the controller's): counted
+            self._count_isr(current.isr, state.isr)
         current.isr_read(state.isr, version)
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
@@ -391,6 +396,8 @@ class ReplicaManager:
     def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
                      wanted: tuple[int, ...], fut: asyncio.Future) -> None:
         version = None if fut.cancelled() or fut.exception() else fut.result()
+        if version is not None and version > r.zk_version:
+            self._count_isr(r.isr, wanted)
         r.isr_write_ended(wanted, version)
         if version is None or partition.replication is not r:
             return  # the state moved on, or is unknown: the next view decides
@@ -399,6 +406,15 @@ class ReplicaManager:
         if r.advance_high_watermark(partition.log.log_end_offset):
             partition._wake_waiters()
         r.resolve_waiters()
+
+    def _count_isr(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        self.isr_shrinks += bool(set(old) - set(new))
+        self.isr_expands += bool(set(new) - set(old))
+
+    def max_lag(self) -> int:
+        """Kafka's ReplicaFetcherManager MaxLag over every partition followed."""
+        return max((f.lag for fetcher in list(self.fetchers.values())
+                    for f in list(fetcher.followed.values())), default=0)
 
     # --- failed log directories ----------------------------------------------------------
 
