@@ -12,10 +12,12 @@ import sys
 import urllib.request
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.three_brokers import TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
 from oncelog.client.admin.admin import Admin
+from oncelog.client.network.connection import KafkaError as OncelogError
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -107,3 +109,45 @@ def test_replication_metrics_and_status_follow_a_follower_killed_and_restarted(c
     code, status = _status(cluster)
     assert code == 0 and "Under-replicated partitions: 0" in status, status
 
+
+def test_new_topics_avoid_a_broker_whose_log_directories_all_failed(cluster):
+    """A broker's only log directory fails (an injected EIO on an fsync, see log/disk.py):
+    it reports it with its offline replicas; replicas of new topics go to the other two, and
+    a replication factor of 3 is refused with Kafka's INVALID_REPLICATION_FACTOR answer for
+    too few brokers. Restarted without the fault, it is placed on again."""
+    from confluent_kafka import Producer
+
+    victim = next(b for b in (1, 2, 3) if b != cluster.controller())
+    broker = cluster.brokers[victim]
+    broker.stop()
+    broker.env = {"ONCELOG_DISK_FAULTS": "fsync:doomed-0/00000000000000000000.log:0:EIO"}
+    broker.settings["log.flush.interval.messages"] = "1"
+    broker.start()
+    try:
+        cluster.create("doomed", 1, 1, assignments={0: [victim]})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1,
+                             "message.timeout.ms": 5000})
+        producer.produce("doomed", b"x", partition=0)  # its fsync fails: EIO
+        producer.flush(10)
+        del producer  # not left to reach for the broker once it is killed below
+        path = f"/oncelog/offline_replicas/{victim}"
+        wait_for(lambda: cluster.zk.exists(path) and json.loads(
+            cluster.zk.get(path)[0]).get("all_log_dirs_offline"), TIMEOUT,
+            "the broker reports every log directory failed")
+        cluster.create("placed", 6, 2)
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+            replicas = [p.replicas for p in admin.metadata(["placed"]).topics["placed"]
+                        .partitions]
+            assert len(replicas) == 6 and all(victim not in r for r in replicas), replicas
+            with pytest.raises(OncelogError) as refused:
+                admin.create_topic("too-wide", 1, 3)
+        assert refused.value.error == ErrorCode.invalid_replication_factor, refused.value
+        assert "larger than available brokers: 2" in str(refused.value)
+    finally:
+        broker.kill()
+        broker.env = {}
+        broker.settings.pop("log.flush.interval.messages")
+        broker.start()
+    wait_for(lambda: not cluster.zk.exists(f"/oncelog/offline_replicas/{victim}"), TIMEOUT,
+             "the restarted broker's directory is back")
+    cluster.create("wide", 1, 3)

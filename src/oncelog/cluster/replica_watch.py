@@ -11,11 +11,13 @@ A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the
 and never takes a partial view for the truth (a topic missing from a failed read is not a
 deleted topic).
 
-Writes: ``write_isr``, the leader's ISR change, conditional on the state znode's version as
-the leader read it (Kafka's ZooKeeper mode before AlterPartition): leader and leader epoch
-kept, the controller epoch as it was. A controller write in between wins (BadVersion: the
-leader reads the new state and the role table decides again); a sequential
-``/isr_change_notification/isr_change_`` znode tells the controller which partitions changed.
+Writes: ``write_isrs``, the leader's ISR changes (many partitions in one transaction:
+batches.py), each conditional on the state znode's version as the leader read it (Kafka's
+ZooKeeper mode before AlterPartition): leader and leader epoch kept, the controller epoch as
+it was. A controller write in between wins for that partition (BadVersion: the leader reads
+the new state and the role table decides again; the others of the batch are written); a
+sequential ``/isr_change_notification/isr_change_`` znode tells the controller which
+partitions changed.
 
 Must not know: logs, partitions' bytes, the broker's loop.
 """
@@ -29,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import (
-    BadVersionError,
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
@@ -40,6 +41,7 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
+from .batches import settle
 from .wakeups import woken
 
 log = logging.getLogger(__name__)
@@ -146,43 +148,57 @@ class ReplicaWatch:
             return {}
         return zn.decode_topic_config(data)
 
-    def write_isr(self, topic: str, partition: int, state: zn.PartitionState,
-                  version: int) -> int | None:
-        """Write ``state`` (ours: the ISR changed) at ``version``; the new version, or None
-        when the znode moved on (or ZooKeeper is away: the next pass decides again)."""
+    def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
+                   ) -> list[int | None]:
+        """Write each (topic, partition, state, version): the leader's ISR changes, each at
+        the version it read, in transactions of many (batches.py); each one's new version,
+        or None when its znode moved on (or ZooKeeper is away: the next pass decides
+        again). One change notification names every partition written."""
         try:
-            stat = self._op(self.zk.set_async, zn.partition_state_path(topic, partition),
-                            state.encode(), version=version)
-        except (BadVersionError, NoNodeError):
-            self.refresh()
-            return None
+            fates = settle(changes, self._commit_isrs)
         except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
             # perhaps written: the leader counts the ISR asked for until it reads the state
-            log.warning("ISR change of %s-%d not written: %r", topic, partition, exc)
-            return None
+            log.warning("ISR changes of %d partitions not written: %r", len(changes), exc)
+            return [None] * len(changes)
+        versions = [None if isinstance(f, Exception) else f.version for f in fates]
+        if any(v is None for v in versions):
+            self.refresh()
+        written = [{"topic": t, "partition": p}
+                   for (t, p, _, _), v in zip(changes, versions, strict=True) if v is not None]
+        if not written:
+            return versions
         try:
             self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
-                     json.dumps({"version": 1, "partitions": [
-                         {"topic": topic, "partition": partition}]}).encode(),
+                     json.dumps({"version": 1, "partitions": written}).encode(),
                      sequence=True, makepath=True)
         except (NodeExistsError, MetadataUnavailable, ConnectionLoss,
                 SessionExpiredError) as exc:
-            # the state is written: a lost notification must not say it was not
+            # the states are written: a lost notification must not say they were not
             log.debug("ISR change notification not written: %r", exc)
-        return stat.version
+        return versions
 
-    def report_offline(self, partitions: list[tuple[str, int]]) -> None:
-        """This broker's replicas on failed log directories (none: the znode goes), then
-        Kafka's log directory event, which wakes the controller (controller.py moves their
-        leaderships and takes them out of the ISRs: leader_election.py's D1, L1)."""
+    def _commit_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
+                     ) -> list[object]:
+        txn = self.zk.transaction()
+        for topic, partition, state, version in changes:
+            txn.set_data(zn.partition_state_path(topic, partition), state.encode(),
+                         version=version)
+        return self._op(txn.commit_async)
+
+    def report_offline(self, partitions: list[tuple[str, int]],
+                       all_log_dirs: bool = False) -> None:
+        """This broker's replicas on failed log directories, and whether every one of its
+        log directories failed (neither: the znode goes), then Kafka's log directory event,
+        which wakes the controller (controller.py moves their leaderships and takes them
+        out of the ISRs: leader_election.py's D1, L1)."""
         path = f"{zn.OFFLINE_REPLICAS}/{self.broker_id}"
-        if not partitions:
+        if not partitions and not all_log_dirs:
             try:
                 self._op(self.zk.delete_async, path)
             except NoNodeError:
                 return
         else:
-            data = zn.encode_offline_replicas(partitions)
+            data = zn.encode_offline_replicas(partitions, all_log_dirs)
             try:
                 self._op(self.zk.set_async, path, data)
             except NoNodeError:
