@@ -23,6 +23,7 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 
     .venv/bin/python bench/replication.py [--messages N] [--repeats R] [--partitions P]
                                           [--parts throughput,failover,restart]
+                                          [--set KEY=VALUE ...]
     make bench ARGS="--only replication"
 """
 
@@ -211,11 +212,14 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting more (repeatable)")
     add_parts_argument(parser, PARTS)
     args = parser.parse_args()
     parts = args.parts.split(",")
     print(machine(), flush=True)
     settings = [s for s in SETTINGS if not s.startswith("zookeeper.session.timeout.ms")]
+    settings += args.set
     meter = LoadMeter()
     with LocalCluster(None, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
             as cluster:

@@ -11,6 +11,8 @@ after it) are written again without the items that failed; those keep their erro
 znode moved on: the writer reads it again and decides anew). Each retry holds fewer items, so
 an item is written at most as many times as its transaction had items that failed.
 
+Reads go the same way: ``gather`` sends many reads before waiting for the first answer.
+
 Decisions stay where they are (isr.py, leader_election.py): this is only how their writes
 travel.
 """
@@ -20,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from kazoo.exceptions import RolledBackError, RuntimeInconsistency
+from kazoo.exceptions import (
+    ConnectionLoss,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+
+from ..metadata.store import MetadataUnavailable
 
 T = TypeVar("T")
 
@@ -60,3 +69,21 @@ def settle(items: Sequence[T], commit: Callable[[list[T]], list[object]],
                 break
             pending = retry
     return fates
+
+
+def gather(store, calls: Sequence[Callable[[], object]]) -> list[object]:
+    """Issue every call (a kazoo ``*_async``), then wait for each: one round trip for all of
+    them. Each answer is the value or the exception; ZooKeeper not answering in time, or the
+    connection lost under the reads: MetadataUnavailable."""
+    pending = [call() for call in calls]
+    out: list[object] = []
+    for result in pending:
+        try:
+            out.append(result.get(timeout=store.session_timeout_ms / 1000))
+        except store.client.handler.timeout_exception:
+            raise MetadataUnavailable("ZooKeeper did not answer in time") from None
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
+        except Exception as exc:
+            out.append(exc)
+    return out

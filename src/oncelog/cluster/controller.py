@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
-from .batches import outcome, settle
+from .batches import gather, outcome, settle
 from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
@@ -140,21 +140,8 @@ class Controller:
         return self.store.op(call_async, *args, **kwargs)
 
     def _gather(self, calls):
-        """Issue every call, then wait for each: one round trip for all of them. Results
-        are the value or the exception."""
-        pending = [call() for call in calls]
-        out = []
-        for result in pending:
-            try:
-                out.append(result.get(timeout=self.store.session_timeout_ms / 1000))
-            except self.zk.handler.timeout_exception:
-                raise MetadataUnavailable("ZooKeeper did not answer in time") from None
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                # the connection dropped under the read: ZooKeeper is away, as above
-                raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
-            except Exception as exc:
-                out.append(exc)
-        return out
+        """One round trip for all of them (batches.gather)."""
+        return gather(self.store, calls)
 
     def live_brokers(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(self.zk.get_children_async, zn.BROKER_IDS,

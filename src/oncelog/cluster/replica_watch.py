@@ -41,7 +41,7 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
-from .batches import settle
+from .batches import gather, settle
 from .wakeups import woken
 
 log = logging.getLogger(__name__)
@@ -108,45 +108,59 @@ class ReplicaWatch:
         return self.store.op(call_async, *args, **kwargs)
 
     def read_view(self) -> dict[str, TopicView]:
-        """Every topic with a partition assigned to this broker, watched."""
+        """Every topic with a partition assigned to this broker, watched. Reads are
+        pipelined (batches.gather): a few round trips, whatever the partition count."""
         try:
             names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
         except NoNodeError:
             self._op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
             names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
-        view = {}
-        for name in sorted(names):
-            try:
-                data, _ = self._op(self.zk.get_async, zn.topic_path(name), watch=self._fire)
-            except NoNodeError:
+        names = sorted(names)
+        assigned: dict[str, tuple[zn.TopicAssignment, list[int]]] = {}
+        for name, got in zip(names, gather(self.store, [
+                lambda n=n: self.zk.get_async(zn.topic_path(n), watch=self._fire)
+                for n in names]), strict=True):
+            if isinstance(got, NoNodeError):
                 continue
-            assignment = zn.TopicAssignment.decode(data)
+            if isinstance(got, Exception):
+                raise got
+            assignment = zn.TopicAssignment.decode(got[0])
             ours = [p for p, replicas in assignment.partitions.items()
                     if self.broker_id in replicas]
-            if not ours:
+            if ours:
+                assigned[name] = (assignment, ours)
+        keys = [(name, p) for name, (_, ours) in assigned.items() for p in ours]
+        # watched even while absent: the controller creates a state after the topic
+        found = gather(self.store, [
+            lambda n=n, p=p: self.zk.exists_async(zn.partition_state_path(n, p),
+                                                  watch=self._fire) for n, p in keys])
+        present = []
+        for key, stat in zip(keys, found, strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                present.append(key)
+        states: dict[str, dict[int, tuple[zn.PartitionState, int]]] = {}
+        for (name, p), got in zip(present, gather(self.store, [
+                lambda n=n, p=p: self.zk.get_async(zn.partition_state_path(n, p))
+                for n, p in present]), strict=True):
+            if isinstance(got, NoNodeError):
                 continue
-            states = {}
-            for p in ours:
-                path = zn.partition_state_path(name, p)
-                try:
-                    # watched even while absent: the controller creates it after the topic
-                    stat = self._op(self.zk.exists_async, path, watch=self._fire)
-                    if stat is None:
-                        continue
-                    data, stat = self._op(self.zk.get_async, path)
-                except NoNodeError:
-                    continue
-                states[p] = (zn.PartitionState.decode(data), stat.version)
-            view[name] = TopicView(name, assignment, self._configs(name), states)
+            if isinstance(got, Exception):
+                raise got
+            states.setdefault(name, {})[p] = (zn.PartitionState.decode(got[0]),
+                                              got[1].version)
+        configs = gather(self.store, [
+            lambda n=n: self.zk.get_async(f"{zn.CONFIG_TOPICS}/{n}", watch=self._fire)
+            for n in assigned])
+        view = {}
+        for (name, (assignment, _)), config in zip(assigned.items(), configs, strict=True):
+            if isinstance(config, Exception) and not isinstance(config, NoNodeError):
+                raise config
+            view[name] = TopicView(name, assignment, {} if isinstance(config, Exception)
+                                   else zn.decode_topic_config(config[0]),
+                                   states.get(name, {}))
         return view
-
-    def _configs(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_TOPICS}/{topic}",
-                               watch=self._fire)
-        except NoNodeError:
-            return {}
-        return zn.decode_topic_config(data)
 
     def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
                    ) -> list[int | None]:
