@@ -407,7 +407,10 @@ class ReplicaManager:
 
         def done(fut: asyncio.Future) -> None:
             self._isr_writing = False
-            versions = [None] * len(queued) if fut.cancelled() or fut.exception() \
+            failed = None if fut.cancelled() else fut.exception()
+            if failed is not None:
+                log.error("writing %d ISR changes failed: %r", len(queued), failed)
+            versions = [None] * len(queued) if fut.cancelled() or failed is not None \
                 else fut.result()
             for (partition, r, old, wanted, _, _), version in zip(queued, versions,
                                                                   strict=True):
