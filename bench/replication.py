@@ -24,6 +24,7 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 
     .venv/bin/python bench/replication.py [--messages N] [--repeats R] [--partitions P]
                                           [--parts throughput,failover,restart]
+                                          [--set KEY=VALUE ...] [--data-dir D]
     make bench ARGS="--only replication"
 """
 
@@ -68,7 +69,9 @@ def _partitions(bootstrap: str, topic: str):
 
 
 def _create(bootstrap: str, topic: str, partitions: int, rf: int, **configs: str) -> None:
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
+    # a loaded machine sets up 1,000 partitions in more than the default 30 s
+    with Admin({"bootstrap.servers": bootstrap,
+                "request.timeout.ms": str(int(TIMEOUT * 1000))}) as admin:
         admin.create_topic(topic, partitions, rf, configs=configs or None)
     _wait(lambda: (ps := _partitions(bootstrap, topic)) and len(ps) == partitions and all(
         p.leader >= 0 and len(p.isr) == rf for p in ps), f"{topic} led, ISR full")
@@ -244,13 +247,17 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting more (repeatable)")
+    parser.add_argument("--data-dir", help="kept afterwards, with the brokers' logs")
     add_parts_argument(parser, PARTS)
     args = parser.parse_args()
     parts = args.parts.split(",")
     print(machine(), flush=True)
     settings = [s for s in SETTINGS if not s.startswith("zookeeper.session.timeout.ms")]
+    settings += args.set
     meter = LoadMeter()
-    with LocalCluster(None, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
+    with LocalCluster(args.data_dir, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
             as cluster:
         if "throughput" in parts:
             throughput(cluster, args.messages, args.repeats)

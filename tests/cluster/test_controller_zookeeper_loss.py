@@ -5,7 +5,7 @@ ConnectionLoss), found by test_txn_workload.py:
   failed" with a traceback, where every other pass says "cut short by ZooKeeper": the
   controller's read is MetadataUnavailable, as one ZooKeeper does not answer in time is;
 - seed 7: a leader's ISR write (or its change notification after it) raised ConnectionLoss
-  out of ReplicaWatch.write_isr: it answers None (not written, or not known to be; the
+  out of ReplicaWatch.write_isrs: it answers None (not written, or not known to be; the
   leader counts the ISR asked for until it reads the state, test_leader_high_watermark)."""
 
 from __future__ import annotations
@@ -74,6 +74,6 @@ def test_an_isr_write_in_flight_when_the_connection_drops_answers_none():
         watch = ReplicaWatch(store, 1, lambda view: None)
         path = zn.partition_state_path("t", 0)
         store.client.create(path, zn.PartitionState(1, 0, (1, 2), 0).encode(), makepath=True)
-        return lambda: watch.write_isr("t", 0, zn.PartitionState(1, 0, (1, 2, 3), 0), 0)
+        return lambda: watch.write_isrs([("t", 0, zn.PartitionState(1, 0, (1, 2, 3), 0), 0)])
 
-    assert dropped_under(write) == [None]
+    assert dropped_under(write) == [[None]]

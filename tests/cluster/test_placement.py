@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.cluster.placement import Candidate, PlacementError, assign, rack_alternated
+from oncelog.cluster.placement import (
+    Candidate,
+    PlacementError,
+    assign,
+    rack_alternated,
+    usable,
+)
 
 BROKERS = st.lists(st.integers(0, 20), min_size=1, max_size=8, unique=True)
 
@@ -59,3 +65,20 @@ def test_replication_factor_above_the_brokers():
         assign([Candidate(b) for b in (1, 2, 3)], 1, 4)
     with pytest.raises(PlacementError, match="must be larger than 0"):
         assign([Candidate(1)], 1, 0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(ids=st.sets(st.integers(0, 20), min_size=1, max_size=8), data=st.data(),
+       partitions=st.integers(1, 12), factor=st.integers(1, 4))
+def test_no_replica_goes_to_a_broker_without_log_directories(ids, data, partitions, factor):
+    """A broker whose log directories all failed gets no new replica; with too few left,
+    Kafka's INVALID_REPLICATION_FACTOR message counts only the others."""
+    failed = data.draw(st.sets(st.sampled_from(sorted(ids))))
+    brokers = usable([Candidate(b) for b in sorted(ids)], failed)
+    assert [b.broker_id for b in brokers] == sorted(ids - failed)
+    if factor > len(brokers):
+        with pytest.raises(PlacementError, match=f"available brokers: {len(brokers)}"):
+            assign(brokers, partitions, factor)
+        return
+    placed = assign(brokers, partitions, factor)
+    assert all(not set(replicas) & failed for replicas in placed)

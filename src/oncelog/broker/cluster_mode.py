@@ -46,7 +46,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster import znodes as zn
 from ..cluster.leader_election import Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
-from ..cluster.placement import Candidate, PlacementError, assign
+from ..cluster.placement import Candidate, PlacementError, assign, usable
 from ..metadata.store import MetadataUnavailable
 from .config import ConfigError
 from .log_limits import log_safe
@@ -484,7 +484,12 @@ class ClusterTopics:
         return partitions, factor, configs
 
     def _candidates(self) -> list[Candidate]:
-        return [Candidate(b.broker_id, b.rack) for b in self.mode.member.brokers]
+        try:
+            failed = self.mode.admin.brokers_without_log_dirs()
+        except MetadataUnavailable as exc:
+            raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
+        return usable([Candidate(b.broker_id, b.rack) for b in self.mode.member.brokers],
+                      failed)
 
     def _manual(self, num_partitions: int, replication_factor: int,
                 assignments: dict[int, list[int]]) -> list[tuple[int, ...]]:

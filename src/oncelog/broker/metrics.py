@@ -26,6 +26,7 @@ from collections import Counter
 
 from ..coordinator.transaction.txn_records import TxnState
 from .log_limits import RateLimitedLog
+from .replication_metrics import lines as replication_lines
 
 log = logging.getLogger(__name__)
 _refused = RateLimitedLog(log)
@@ -78,7 +79,8 @@ def render(broker) -> str:
     log_dirs += [f'oncelog_log_dir_offline{{path="{_label(path)}"}} {int(state.offline)}'
                  for path, state in list(broker.topics.log_dirs.items())]
     return "\n".join(lines + tombstones + log_dirs + _cleaner(broker) + _network(broker)
-                     + _groups(broker) + _transactions(broker)) + "\n"
+                     + _groups(broker) + _transactions(broker)
+                     + replication_lines(broker)) + "\n"
 
 
 def _open_partitions(broker):

@@ -51,13 +51,14 @@ class FetchFailed(Exception):
 class _Followed:
     """One partition a LeaderFetcher follows at one leader epoch (a new epoch is a new one)."""
 
-    __slots__ = ("epoch", "partition", "resume_at", "truncated")
+    __slots__ = ("epoch", "lag", "partition", "resume_at", "truncated")
 
     def __init__(self, partition, epoch: int) -> None:
         self.partition = partition
         self.epoch = epoch
         self.truncated = False
         self.resume_at = 0.0  # after a refusal: not asked again before this (monotonic)
+        self.lag = 0  # the leader's high watermark at its last answer - our log end
 
 
 class LeaderFetcher:
@@ -256,6 +257,7 @@ class LeaderFetcher:
             partition.append_as_follower(records)
         replication = partition.replication
         end = partition.log.log_end_offset
+        f.lag = max(0, result.high_watermark - end)
         new_hw = min(result.high_watermark, end)
         if new_hw > replication.high_watermark:
             replication.high_watermark = new_hw

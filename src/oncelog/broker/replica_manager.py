@@ -12,7 +12,8 @@ here, with each partition's state) and, on the event loop:
   the leader (broker/replica_fetcher.py), after truncating to where it and the leader agree;
 - as leader, keeps what each follower fetched, the high watermark, and the ISR: shrinks it
   after replica.lag.time.max.ms and grows it when a follower caught up, by a conditional
-  write of the state znode (the controller's writes win);
+  write of the state znode (the controller's writes win); the changes of many partitions go
+  together (one write in flight at a time, ZooKeeper transactions of many);
 - writes each partition's high watermark to its replication-offset-checkpoint every
   replica.high.watermark.checkpoint.interval.ms and at shutdown;
 - reports its replicas on failed log directories (broker/log_dirs.py) to the controller
@@ -79,7 +80,8 @@ class ReplicaManager:
         # Since this broker stopped vouching for its session until a view read once it
         # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
         self.fenced = False
-        self._offline_reported: tuple[tuple[str, int], ...] | None = None  # None: unknown
+        # (replicas offline, every log directory failed) as last reported; None: unknown
+        self._offline_reported: tuple[tuple[tuple[str, int], ...], bool] | None = None
         self._offline_pending = False
         for log_dir in self.topics.log_dirs.values():
             log_dir.when_offline(self._log_dir_failed)
@@ -90,6 +92,13 @@ class ReplicaManager:
         self._checkpointed: dict[str, int] = {}
         self._closed = False
         self._leaving = False  # in controlled shutdown: following nothing
+        # ISR changes waiting for the write in flight: (partition, its replication, ISR
+        # before, ISR wanted, state to write, version read)
+        self._isr_queue: list[tuple] = []
+        self._isr_writing = False
+        # Kafka's IsrShrinksPerSec / IsrExpandsPerSec counts (broker/replication_metrics.py)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         # (topic, partition, leader?, leader epoch or None: deleted): the coordinators of
         # the internal topics follow their partitions' leadership (broker/internal_topics.py)
         self.on_leadership = None
@@ -358,6 +367,8 @@ class ReplicaManager:
         now = _now_ms()
         for broker in state.isr:
             current.followers.setdefault(broker, rules.FollowerView(-1, now))
+        if version > current.zk_version:  # a newer write (the controller's): counted
+            self._count_isr(current.isr, state.isr)
         current.isr_read(state.isr, version)
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
@@ -396,16 +407,38 @@ class ReplicaManager:
             return
         r.isr_write_started(wanted)
         state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch)
-        loop = asyncio.get_running_loop()
-        written = loop.run_in_executor(None, self.watch.write_isr, partition.topic,
-                                       partition.index, state, r.zk_version)
-        old = r.isr
-        written.add_done_callback(
-            lambda fut: self._isr_written(partition, r, old, wanted, fut))
+        self._isr_queue.append((partition, r, r.isr, wanted, state, r.zk_version))
+        if not self._isr_writing:
+            self._write_isrs()
+
+    def _write_isrs(self) -> None:
+        """Every ISR change queued, in one call off the loop (ZooKeeper transactions of
+        many: cluster/batches.py); those queued meanwhile go in the next call."""
+        queued, self._isr_queue = self._isr_queue, []
+        self._isr_writing = True
+        written = asyncio.get_running_loop().run_in_executor(
+            None, self.watch.write_isrs,
+            [(p.topic, p.index, state, version) for p, _, _, _, state, version in queued])
+
+        def done(fut: asyncio.Future) -> None:
+            self._isr_writing = False
+            failed = None if fut.cancelled() else fut.exception()
+            if failed is not None:
+                log.error("writing %d ISR changes failed: %r", len(queued), failed)
+            versions = [None] * len(queued) if fut.cancelled() or failed is not None \
+                else fut.result()
+            for (partition, r, old, wanted, _, _), version in zip(queued, versions,
+                                                                  strict=True):
+                self._isr_written(partition, r, old, wanted, version)
+            if self._isr_queue and not self._closed:
+                self._write_isrs()
+
+        written.add_done_callback(done)
 
     def _isr_written(self, partition: Partition, r: ReplicaState, old: tuple[int, ...],
-                     wanted: tuple[int, ...], fut: asyncio.Future) -> None:
-        version = None if fut.cancelled() or fut.exception() else fut.result()
+                     wanted: tuple[int, ...], version: int | None) -> None:
+        if version is not None and version > r.zk_version:
+            self._count_isr(r.isr, wanted)
         if r.isr_write_ended(wanted, version):
             self.watch.refresh()  # a read from now on: bounded, not the periodic pass
         if version is None or partition.replication is not r:
@@ -415,6 +448,15 @@ class ReplicaManager:
         if r.advance_high_watermark(partition.log.log_end_offset):
             partition._wake_waiters()
         r.resolve_waiters()
+
+    def _count_isr(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        self.isr_shrinks += bool(set(old) - set(new))
+        self.isr_expands += bool(set(new) - set(old))
+
+    def max_lag(self) -> int:
+        """Kafka's ReplicaFetcherManager MaxLag over every partition followed."""
+        return max((f.lag for fetcher in list(self.fetchers.values())
+                    for f in list(fetcher.followed.values())), default=0)
 
     # --- failed log directories ----------------------------------------------------------
 
@@ -427,16 +469,20 @@ class ReplicaManager:
     def report_offline(self) -> None:
         """The replicas on failed log directories to ZooKeeper, when they changed since the
         last report that landed (one report at a time, off the event loop)."""
-        offline = tuple(sorted((p.topic, p.index) for p in self._replicated()
-                               if p.log_dir.offline))
+        partitions = tuple(sorted((p.topic, p.index) for p in self._replicated()
+                                  if p.log_dir.offline))
+        # every directory failed: no new replica goes here (cluster/placement.py's usable)
+        dirs = list(self.topics.log_dirs.values())
+        all_dirs = bool(dirs) and all(d.offline for d in dirs)
+        offline = (partitions, all_dirs)
         if self._closed or self._offline_pending or offline == self._offline_reported:
             return
         self._offline_pending = True
-        if offline:
-            log.error("reporting %d replicas on failed log directories to the controller",
-                      len(offline))
+        if partitions or all_dirs:
+            log.error("reporting %d replicas on failed log directories to the controller%s",
+                      len(partitions), " (every log directory failed)" if all_dirs else "")
         written = asyncio.get_running_loop().run_in_executor(
-            None, self.watch.report_offline, list(offline))
+            None, self.watch.report_offline, list(partitions), all_dirs)
 
         def done(fut: asyncio.Future) -> None:
             self._offline_pending = False

@@ -42,6 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
+from .batches import gather, outcome, settle
 from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
@@ -139,21 +140,8 @@ class Controller:
         return self.store.op(call_async, *args, **kwargs)
 
     def _gather(self, calls):
-        """Issue every call, then wait for each: one round trip for all of them. Results
-        are the value or the exception."""
-        pending = [call() for call in calls]
-        out = []
-        for result in pending:
-            try:
-                out.append(result.get(timeout=self.store.session_timeout_ms / 1000))
-            except self.zk.handler.timeout_exception:
-                raise MetadataUnavailable("ZooKeeper did not answer in time") from None
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                # the connection dropped under the read: ZooKeeper is away, as above
-                raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
-            except Exception as exc:
-                out.append(exc)
-        return out
+        """One round trip for all of them (batches.gather)."""
+        return gather(self.store, calls)
 
     def live_brokers(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(self.zk.get_children_async, zn.BROKER_IDS,
@@ -237,6 +225,7 @@ class Controller:
         offline, events = self.offline_replicas()
         again = False
         topics = self.read_topics()
+        chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
         for topic in topics:
             if topic.name in deleting:
                 self._delete(topic)
@@ -253,8 +242,9 @@ class Controller:
                     self._op(self.zk.exists_async, zn.partition_state_path(topic.name, p),
                              watch=self.wake)
             if decisions:
-                self._write(topic, decisions)
+                chosen.append((topic, decisions))
                 again = True  # landed: look again; lost a race: read again
+        self.write(chosen)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
@@ -298,8 +288,7 @@ class Controller:
                               self.member.controller.epoch)
             if decision.state is not None:  # P2; P3 (not live, not in sync) waits
                 decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
-        for topic, chosen in decisions.values():
-            self._write(topic, chosen)
+        self.write(list(decisions.values()))
         return bool(decisions)
 
     def _purge_config_changes(self) -> None:
@@ -319,6 +308,76 @@ class Controller:
                      else unclean.strip().lower() == "true",
                      target=reassignment_target(topic.assignment, p),
                      offline=(offline or {}).get((topic.name, p), frozenset()))
+
+    def write(self, chosen: list[tuple[TopicRead, dict[int, Decision]]]
+              ) -> dict[tuple[str, int], bool]:
+        """Every topic's decisions in transactions of at most ``batches.BATCH_ITEMS``
+        partitions (batches.py), each op conditional as one topic's transaction was: each
+        topic's assignment znode at its version, each state znode at its version, and the
+        controller epoch. Whether each partition's decision landed (False: its znode, or
+        its topic's, changed since it was read; the next pass reads it again)."""
+        landed: dict[tuple[str, int], bool] = {}
+        items = []
+        for topic, decisions in chosen:
+            if any(d.replicas is not None for d in decisions.values()):
+                # A1 rewrites the assignment: the topic's decisions go in one transaction
+                ok = self._write(topic, decisions)
+                landed.update({(topic.name, p): ok for p in decisions})
+            else:
+                items += [(topic, p, decisions[p]) for p in sorted(decisions)]
+        fates = settle(items, self._commit_states)
+        lost = set()
+        for (topic, p, decision), fate in zip(items, fates, strict=True):
+            landed[(topic.name, p)] = not isinstance(fate, Exception)
+            if isinstance(fate, Exception):
+                lost.add(topic.name)
+                continue
+            state = decision.state
+            log.info("partition %s-%d: %s leader %d epoch %d isr %s", topic.name, p,
+                     decision.row, state.leader, state.leader_epoch, list(state.isr))
+        if lost:
+            log.info("controller writes for %d partitions of %s lost to concurrent changes; "
+                     "reading again", sum(not ok for ok in landed.values()), sorted(lost))
+            self._stopped.wait(_RETRY_PAUSE_S)
+        return landed
+
+    def _commit_states(self, items: list[tuple[TopicRead, int, Decision]]) -> list[object]:
+        """One transaction for ``items`` (grouped by topic): each one's outcome."""
+        spans: list[tuple[range, range]] = []  # per item: its topic's ops, its own ops
+
+        def build(txn) -> None:
+            n = 0
+            topic_ops: dict[str, range] = {}
+            for topic, p, decision in items:
+                if topic.name not in topic_ops:
+                    first = n
+                    txn.check(zn.topic_path(topic.name), topic.version)
+                    n += 1
+                    if not topic.has_partitions_node and any(
+                            t is topic and t.states.get(q) is None for t, q, _ in items):
+                        txn.create(zn.partitions_path(topic.name), b"")
+                        n += 1
+                    topic_ops[topic.name] = range(first, n)
+                first = n
+                path = zn.partition_state_path(topic.name, p)
+                found = topic.states.get(p)
+                if found is None:
+                    if p not in topic.partition_nodes:
+                        txn.create(f"{zn.partitions_path(topic.name)}/{p}", b"")
+                        n += 1
+                    txn.create(path, decision.state.encode())
+                else:
+                    txn.set_data(path, decision.state.encode(), version=found[1])
+                n += 1
+                spans.append((topic_ops[topic.name], range(first, n)))
+
+        results = self.member.controller_transaction(build, partial=True)
+        answers = [outcome([results[i] for i in (*shared, *own)]) for shared, own in spans]
+        for (topic, p, _), answer in zip(items, answers, strict=True):
+            if not isinstance(answer, Exception):  # later transactions build on it
+                topic.has_partitions_node = True
+                topic.partition_nodes.add(p)
+        return answers
 
     def _write(self, topic: TopicRead, decisions: dict[int, Decision]) -> bool:
         """One transaction for the topic's decisions; False when it lost a race (a znode
@@ -408,6 +467,7 @@ class Controller:
         if wanted is None:
             wanted = [(t.name, p) for t in topics.values() for p in t.assignment.partitions]
         answers: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for name, p in wanted:
             topic = topics.get(name)
             if topic is None or p not in topic.assignment.partitions:
@@ -419,11 +479,11 @@ class Controller:
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))
                 continue
-            if self._write(topic, {p: decision}):
-                answers[(name, p)] = (ErrorCode.none, None)
-            else:
-                answers[(name, p)] = (ErrorCode.eligible_leaders_not_available,
-                                      "the partition changed meanwhile; try again")
+            chosen.setdefault(name, (topic, {}))[1][p] = decision
+        for key, ok in self.write(list(chosen.values())).items():
+            answers[key] = (ErrorCode.none, None) if ok else (
+                ErrorCode.eligible_leaders_not_available,
+                "the partition changed meanwhile; try again")
         return answers
 
 

@@ -408,12 +408,14 @@ class ClusterMember:
         if self.on_elected is not None:
             self.on_elected()
 
-    def controller_transaction(self, build: Callable[[TransactionRequest], None]) -> list:
+    def controller_transaction(self, build: Callable[[TransactionRequest], None],
+                               partial: bool = False) -> list:
         """The controller's writes, all or none, and only while the epoch it won is still
         the cluster's: ``build`` adds the operations to a ZooKeeper transaction that also
         checks /controller_epoch at the version our claim left it. A deposed controller
         that does not know it yet (paused past its session timeout) is refused by ZooKeeper
-        itself: ControllerMoved. Returns the operations' results."""
+        itself: ControllerMoved. Returns the operations' results (``partial``: a failed
+        transaction's too, each op's exception, instead of raising the one that failed)."""
         if not self.is_controller:
             raise ControllerMoved(f"broker {self.broker_id} is not the controller "
                                   f"(broker {self._view.controller_id} is)")
@@ -425,7 +427,8 @@ class ClusterMember:
             raise ControllerMoved(f"broker {self.broker_id}'s controller epoch "
                                   f"{self._view.epoch} is over")
         for result in results[1:]:
-            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError) \
+                    and not partial:
                 raise result
         return results[1:]
 

@@ -13,6 +13,11 @@ sit in different racks; a follower is taken only from a rack without a replica o
 partition yet (unless every rack has one) and only a broker without one (unless every
 broker has one).
 
+Only brokers that can hold a replica are placed on (``usable``): a registered broker whose
+log directories have all failed (its report under ``/oncelog/offline_replicas/<id>``, see
+znodes.py) is left out, as a Kafka broker in that state has shut down and is no longer
+registered; with too few left, INVALID_REPLICATION_FACTOR names the brokers available.
+
 ``start`` and ``shift`` are random for a new topic (Kafka's choice: topics created one after
 another do not all lead from the same broker); CreatePartitions passes both as the position
 of partition 0's leader, so the new partitions continue the topic's own round.
@@ -21,7 +26,7 @@ of partition 0's leader, so the new partitions continue the topic's own round.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -33,6 +38,12 @@ class PlacementError(Exception):
 class Candidate:
     broker_id: int
     rack: str | None = None
+
+
+def usable(brokers: Sequence[Candidate], without_log_dirs: Collection[int]
+           ) -> list[Candidate]:
+    """The brokers new replicas may go to: those with a log directory left."""
+    return [b for b in brokers if b.broker_id not in without_log_dirs]
 
 
 def replication_factor_problem(replication_factor: int, brokers: int) -> str | None:

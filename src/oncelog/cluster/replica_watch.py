@@ -15,11 +15,13 @@ A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the
 and never takes a partial view for the truth (a topic missing from a failed read is not a
 deleted topic).
 
-Writes: ``write_isr``, the leader's ISR change, conditional on the state znode's version as
-the leader read it (Kafka's ZooKeeper mode before AlterPartition): leader and leader epoch
-kept, the controller epoch as it was. A controller write in between wins (BadVersion: the
-leader reads the new state and the role table decides again); a sequential
-``/isr_change_notification/isr_change_`` znode tells the controller which partitions changed.
+Writes: ``write_isrs``, the leader's ISR changes (many partitions in one transaction:
+batches.py), each conditional on the state znode's version as the leader read it (Kafka's
+ZooKeeper mode before AlterPartition): leader and leader epoch kept, the controller epoch as
+it was. A controller write in between wins for that partition (BadVersion: the leader reads
+the new state and the role table decides again; the others of the batch are written); a
+sequential ``/isr_change_notification/isr_change_`` znode tells the controller which
+partitions changed.
 
 Must not know: logs, partitions' bytes, the broker's loop.
 """
@@ -33,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import (
-    BadVersionError,
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
@@ -44,6 +45,7 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
+from .batches import gather, settle
 from .wakeups import woken
 
 log = logging.getLogger(__name__)
@@ -110,83 +112,111 @@ class ReplicaWatch:
         return self.store.op(call_async, *args, **kwargs)
 
     def read_view(self) -> dict[str, TopicView]:
-        """Every topic with a partition assigned to this broker, watched."""
+        """Every topic with a partition assigned to this broker, watched. Reads are
+        pipelined (batches.gather): a few round trips, whatever the partition count."""
         try:
             names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
         except NoNodeError:
             self._op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
             names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
-        view = {}
-        for name in sorted(names):
-            try:
-                data, _ = self._op(self.zk.get_async, zn.topic_path(name), watch=self._fire)
-            except NoNodeError:
+        names = sorted(names)
+        assigned: dict[str, tuple[zn.TopicAssignment, list[int]]] = {}
+        for name, got in zip(names, gather(self.store, [
+                lambda n=n: self.zk.get_async(zn.topic_path(n), watch=self._fire)
+                for n in names]), strict=True):
+            if isinstance(got, NoNodeError):
                 continue
-            assignment = zn.TopicAssignment.decode(data)
+            if isinstance(got, Exception):
+                raise got
+            assignment = zn.TopicAssignment.decode(got[0])
             ours = [p for p, replicas in assignment.partitions.items()
                     if self.broker_id in replicas]
-            if not ours:
+            if ours:
+                assigned[name] = (assignment, ours)
+        keys = [(name, p) for name, (_, ours) in assigned.items() for p in ours]
+        # watched even while absent: the controller creates a state after the topic
+        found = gather(self.store, [
+            lambda n=n, p=p: self.zk.exists_async(zn.partition_state_path(n, p),
+                                                  watch=self._fire) for n, p in keys])
+        present = []
+        for key, stat in zip(keys, found, strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                present.append(key)
+        states: dict[str, dict[int, tuple[zn.PartitionState, int]]] = {}
+        for (name, p), got in zip(present, gather(self.store, [
+                lambda n=n, p=p: self.zk.get_async(zn.partition_state_path(n, p))
+                for n, p in present]), strict=True):
+            if isinstance(got, NoNodeError):
                 continue
-            states = {}
-            for p in ours:
-                path = zn.partition_state_path(name, p)
-                try:
-                    # watched even while absent: the controller creates it after the topic
-                    stat = self._op(self.zk.exists_async, path, watch=self._fire)
-                    if stat is None:
-                        continue
-                    data, stat = self._op(self.zk.get_async, path)
-                except NoNodeError:
-                    continue
-                states[p] = (zn.PartitionState.decode(data), stat.version)
-            view[name] = TopicView(name, assignment, self._configs(name), states)
+            if isinstance(got, Exception):
+                raise got
+            states.setdefault(name, {})[p] = (zn.PartitionState.decode(got[0]),
+                                              got[1].version)
+        configs = gather(self.store, [
+            lambda n=n: self.zk.get_async(f"{zn.CONFIG_TOPICS}/{n}", watch=self._fire)
+            for n in assigned])
+        view = {}
+        for (name, (assignment, _)), config in zip(assigned.items(), configs, strict=True):
+            if isinstance(config, Exception) and not isinstance(config, NoNodeError):
+                raise config
+            view[name] = TopicView(name, assignment, {} if isinstance(config, Exception)
+                                   else zn.decode_topic_config(config[0]),
+                                   states.get(name, {}))
         return view
 
-    def _configs(self, topic: str) -> dict[str, str]:
+    def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
+                   ) -> list[int | None]:
+        """Write each (topic, partition, state, version): the leader's ISR changes, each at
+        the version it read, in transactions of many (batches.py); each one's new version,
+        or None when its znode moved on (or ZooKeeper is away: the next pass decides
+        again). One change notification names every partition written."""
         try:
-            data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_TOPICS}/{topic}",
-                               watch=self._fire)
-        except NoNodeError:
-            return {}
-        return zn.decode_topic_config(data)
-
-    def write_isr(self, topic: str, partition: int, state: zn.PartitionState,
-                  version: int) -> int | None:
-        """Write ``state`` (ours: the ISR changed) at ``version``; the new version, or None
-        when the znode moved on (or ZooKeeper is away: the next pass decides again)."""
-        try:
-            stat = self._op(self.zk.set_async, zn.partition_state_path(topic, partition),
-                            state.encode(), version=version)
-        except (BadVersionError, NoNodeError):
-            self.refresh()
-            return None
+            fates = settle(changes, self._commit_isrs)
         except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
             # perhaps written: the leader counts the ISR asked for until it reads the state
-            log.warning("ISR change of %s-%d not written: %r", topic, partition, exc)
-            return None
+            log.warning("ISR changes of %d partitions not written: %r", len(changes), exc)
+            return [None] * len(changes)
+        versions = [None if isinstance(f, Exception) else f.version for f in fates]
+        if any(v is None for v in versions):
+            self.refresh()
+        written = [{"topic": t, "partition": p}
+                   for (t, p, _, _), v in zip(changes, versions, strict=True) if v is not None]
+        if not written:
+            return versions
         try:
             self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
-                     json.dumps({"version": 1, "partitions": [
-                         {"topic": topic, "partition": partition}]}).encode(),
+                     json.dumps({"version": 1, "partitions": written}).encode(),
                      sequence=True, makepath=True)
         except (NodeExistsError, MetadataUnavailable, ConnectionLoss,
                 SessionExpiredError) as exc:
-            # the state is written: a lost notification must not say it was not
+            # the states are written: a lost notification must not say they were not
             log.debug("ISR change notification not written: %r", exc)
-        return stat.version
+        return versions
 
-    def report_offline(self, partitions: list[tuple[str, int]]) -> None:
-        """This broker's replicas on failed log directories (none: the znode goes), then
-        Kafka's log directory event, which wakes the controller (controller.py moves their
-        leaderships and takes them out of the ISRs: leader_election.py's D1, L1)."""
+    def _commit_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
+                     ) -> list[object]:
+        txn = self.zk.transaction()
+        for topic, partition, state, version in changes:
+            txn.set_data(zn.partition_state_path(topic, partition), state.encode(),
+                         version=version)
+        return self._op(txn.commit_async)
+
+    def report_offline(self, partitions: list[tuple[str, int]],
+                       all_log_dirs: bool = False) -> None:
+        """This broker's replicas on failed log directories, and whether every one of its
+        log directories failed (neither: the znode goes), then Kafka's log directory event,
+        which wakes the controller (controller.py moves their leaderships and takes them
+        out of the ISRs: leader_election.py's D1, L1)."""
         path = f"{zn.OFFLINE_REPLICAS}/{self.broker_id}"
-        if not partitions:
+        if not partitions and not all_log_dirs:
             try:
                 self._op(self.zk.delete_async, path)
             except NoNodeError:
                 return
         else:
-            data = zn.encode_offline_replicas(partitions)
+            data = zn.encode_offline_replicas(partitions, all_log_dirs)
             try:
                 self._op(self.zk.set_async, path, data)
             except NoNodeError:

@@ -53,6 +53,26 @@ class TopicAdmin:
                      zn.LOG_DIR_EVENT_NOTIFICATION):
             self._op(self.zk.ensure_path_async, path)
 
+    def brokers_without_log_dirs(self) -> frozenset[int]:
+        """The brokers whose report under /oncelog/offline_replicas says every log
+        directory of theirs failed (placement.py leaves them out)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            ids = self._op(self.zk.get_children_async, zn.OFFLINE_REPLICAS)
+        except NoNodeError:
+            return frozenset()
+        pending = [(b, self.zk.get_async(f"{zn.OFFLINE_REPLICAS}/{b}")) for b in ids]
+        found = set()
+        for broker, answer in pending:  # one round trip for all of them
+            try:
+                data, _ = self._op(lambda a=answer: a)
+            except NoNodeError:
+                continue  # its broker restarted meanwhile: its directories are back
+            if zn.decode_all_log_dirs_offline(data):
+                found.add(int(broker))
+        return frozenset(found)
+
     def assignment(self, topic: str) -> tuple[zn.TopicAssignment, int]:
         """The assignment and its znode version; TopicMissing."""
         from kazoo.exceptions import NoNodeError

@@ -245,8 +245,10 @@ LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
 # Not Kafka's (its controller asks the broker with LeaderAndIsr which replicas are offline):
 # the broker writes them here, ``{"version":1,"partitions":[{"topic":..,"partition":..}]}``,
-# persistent (a session expiring does not bring a failed directory back; the broker's next
-# start, which recovers it, writes it again).
+# with ``"all_log_dirs_offline":true`` once every log directory of the broker failed (new
+# replicas are not placed there: placement.py), persistent (a session expiring does not
+# bring a failed directory back; the broker's next start, which recovers it, writes it
+# again).
 OFFLINE_REPLICAS = "/oncelog/offline_replicas"
 
 
@@ -254,9 +256,19 @@ def encode_log_dir_event(broker_id: int) -> bytes:
     return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
 
 
-def encode_offline_replicas(partitions: list[tuple[str, int]]) -> bytes:
+def encode_offline_replicas(partitions: list[tuple[str, int]],
+                            all_log_dirs_offline: bool = False) -> bytes:
     return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p}
-                                                for t, p in partitions]})
+                                                for t, p in partitions],
+                   **({"all_log_dirs_offline": True} if all_log_dirs_offline else {})})
+
+
+def decode_all_log_dirs_offline(data: bytes) -> bool:
+    """Whether the broker's report says every one of its log directories failed."""
+    try:
+        return json.loads(data).get("all_log_dirs_offline") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 def decode_offline_replicas(data: bytes) -> set[tuple[str, int]]:

@@ -1,0 +1,119 @@
+"""Partition state writes travel in batches (cluster/batches.py): many partitions in one
+ZooKeeper transaction, each still conditional on its znode's version (and the controller's
+on its epoch). On a real ZooKeeper: a partition whose znode moved on underneath fails alone
+(its writer reads it again) and every other partition of the batch is written; a deposed
+controller's batch writes nothing; a batch larger than a transaction's bound is split and
+written whole."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from oncelog.cluster import batches
+from oncelog.cluster import znodes as zn
+from oncelog.cluster.controller import Controller
+from oncelog.cluster.leader_election import Decision
+from oncelog.cluster.membership import ClusterMember, ControllerMoved
+from oncelog.cluster.replica_watch import ReplicaWatch
+from oncelog.metadata.zookeeper import ZooKeeperStore
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+TOPIC = "batched"
+PARTITIONS = 7
+
+
+@pytest.fixture
+def store(zookeeper):
+    opened = ZooKeeperStore(zookeeper.chroot("batches"), 5000)
+    yield opened
+    opened.close()
+
+
+def _topic(store: ZooKeeperStore, partitions: int = PARTITIONS) -> None:
+    zk = store.client
+    zk.create(zn.topic_path(TOPIC), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAA", {p: (1, 2, 3) for p in range(partitions)}, {}, {}).encode(),
+        makepath=True)
+    for p in range(partitions):
+        zk.create(zn.partition_state_path(TOPIC, p),
+                  zn.PartitionState(1, 0, (1, 2, 3), 1).encode(), makepath=True)
+
+
+def _state(store: ZooKeeperStore, p: int) -> dict:
+    return json.loads(store.client.get(zn.partition_state_path(TOPIC, p))[0])
+
+
+def _controller(store: ZooKeeperStore) -> Controller:
+    member = ClusterMember(store, 1, None)
+    member.start("127.0.0.1", 9092, background=False)  # registers, wins the election
+    assert member.is_controller
+    return Controller(member, lambda: False)
+
+
+def test_a_controller_batch_loses_only_the_partition_that_moved_on(store):
+    _topic(store)
+    controller = _controller(store)
+    [topic] = controller.read_topics()
+    epoch = controller.member.controller.epoch
+    decisions = {p: Decision("L1", zn.PartitionState(1, 0, (1, 2), epoch))
+                 for p in range(PARTITIONS)}
+    # a leader's ISR write lands on partition 3 after the controller read it
+    store.client.set(zn.partition_state_path(TOPIC, 3),
+                     zn.PartitionState(1, 0, (1, 3), 1).encode())
+    landed = controller.write([(topic, decisions)])
+    assert landed == {(TOPIC, p): p != 3 for p in range(PARTITIONS)}
+    for p in range(PARTITIONS):
+        assert _state(store, p)["isr"] == ([1, 3] if p == 3 else [1, 2]), p
+    # the next pass reads partition 3 again and its decision lands
+    [topic] = controller.read_topics()
+    assert controller.write([(topic, {3: decisions[3]})]) == {(TOPIC, 3): True}
+    assert _state(store, 3)["isr"] == [1, 2]
+
+
+def test_a_deposed_controllers_batch_writes_nothing(store):
+    _topic(store)
+    controller = _controller(store)
+    [topic] = controller.read_topics()
+    epoch = controller.member.controller.epoch
+    # another broker's claim raised the controller epoch meanwhile
+    store.client.set(zn.CONTROLLER_EPOCH, zn.encode_epoch(epoch + 1))
+    with pytest.raises(ControllerMoved):
+        controller.write([(topic, {p: Decision("F1", zn.PartitionState(2, 1, (2, 3), epoch))
+                                   for p in range(PARTITIONS)})])
+    assert all(_state(store, p)["leader"] == 1 for p in range(PARTITIONS))
+
+
+def test_a_batch_beyond_the_bound_is_split_and_written_whole(store, monkeypatch):
+    monkeypatch.setattr(batches, "BATCH_ITEMS", 3)  # 7 partitions: three transactions
+    zk = store.client
+    zk.create(zn.topic_path(TOPIC), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAA", {p: (1, 2) for p in range(PARTITIONS)}, {}, {}).encode(),
+        makepath=True)
+    controller = _controller(store)
+    [topic] = controller.read_topics()  # no state yet: N1 creates them
+    epoch = controller.member.controller.epoch
+    landed = controller.write([(topic, {p: Decision("N1", zn.PartitionState(1, 0, (1, 2),
+                                                                            epoch))
+                                        for p in range(PARTITIONS)})])
+    assert all(landed.values()) and len(landed) == PARTITIONS
+    assert all(_state(store, p)["isr"] == [1, 2] for p in range(PARTITIONS))
+
+
+def test_a_leaders_isr_batch_loses_only_the_partition_that_moved_on(store):
+    _topic(store)
+    watch = ReplicaWatch(store, 1, lambda view, vouched: None)
+    # the controller moved partition 5 on since the leader read it (version 0)
+    store.client.set(zn.partition_state_path(TOPIC, 5),
+                     zn.PartitionState(2, 1, (2, 3), 1).encode())
+    wanted = zn.PartitionState(1, 0, (1, 2), 1)
+    versions = watch.write_isrs([(TOPIC, p, wanted, 0) for p in range(PARTITIONS)])
+    assert versions == [None if p == 5 else 1 for p in range(PARTITIONS)]
+    for p in range(PARTITIONS):
+        assert _state(store, p)["isr"] == ([2, 3] if p == 5 else [1, 2]), p
+    # Kafka's change notification names every partition written, in one znode
+    [note] = store.client.get_children("/isr_change_notification")
+    named = json.loads(store.client.get(f"/isr_change_notification/{note}")[0])["partitions"]
+    assert sorted(n["partition"] for n in named) == [p for p in range(PARTITIONS) if p != 5]
