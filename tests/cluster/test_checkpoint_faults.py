@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import random
 import time
@@ -34,14 +35,11 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.log_dirs import LogDir, LogDirOffline
 from oncelog.broker.partition import Partition
 from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.broker.replication import (
-    HW_CHECKPOINT_FILE,
-    read_hw_checkpoint,
-    write_hw_checkpoint,
-)
+from oncelog.broker.replication import HW_CHECKPOINT_FILE
 from oncelog.cluster.isr import Role
 from oncelog.cluster.znodes import PartitionState
-from oncelog.log.disk import read_file
+from oncelog.log import offset_checkpoint
+from oncelog.log.disk import read_file, replace_file
 from oncelog.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, parse
 from oncelog.log.log import LogConfig
 from oncelog.log.memory_disk import MemoryDisk
@@ -51,6 +49,19 @@ from oncelog.protocol.record_batch import scan_batches
 from oncelog.protocol.records import encode_batch
 
 DIR = "/data/t-0"
+HW_FILE = f"/data/{HW_CHECKPOINT_FILE}"  # one per log directory
+
+
+def write_hw_checkpoint(disk, high_watermark):
+    offset_checkpoint.write(disk, HW_FILE, {("t", 0): high_watermark, ("u", 3): 7})
+
+
+def read_hw_checkpoint(disk):
+    entries = offset_checkpoint.read(disk, HW_FILE)
+    assert entries.get(("u", 3), 7) == 7  # the other partitions of the directory stay whole
+    return entries.get(("t", 0), 0)
+
+
 NOW = int(time.time() * 1000)
 # (operation, errno, bytes a failing write takes first): each way writing a checkpoint fails
 FAULTS = [("write", errno.ENOSPC, 7), ("write", errno.EIO, 0), ("fsync", errno.EIO, 0),
@@ -162,16 +173,16 @@ def test_a_failed_leader_epoch_checkpoint_of_a_new_leader_takes_the_log_dir_offl
 def test_a_failed_high_watermark_checkpoint_is_written_again(op, error, partial):
     disk = MemoryDisk()
     disk.makedirs(DIR)
-    write_hw_checkpoint(disk, DIR, 10)
+    write_hw_checkpoint(disk, 10)
     disk.fail(op, error, partial,
               path_suffix="" if op == "fsync_dir" else HW_CHECKPOINT_FILE + ".tmp")
     with pytest.raises(OSError):
-        write_hw_checkpoint(disk, DIR, 20)
-    assert read_hw_checkpoint(disk, DIR) in ((10, 20) if op == "fsync_dir" else (10,))
-    assert not disk.exists(f"{DIR}/{HW_CHECKPOINT_FILE}.tmp")
-    write_hw_checkpoint(disk, DIR, 20)  # the next interval's checkpoint
+        write_hw_checkpoint(disk, 20)
+    assert read_hw_checkpoint(disk) in ((10, 20) if op == "fsync_dir" else (10,))
+    assert not disk.exists(f"{HW_FILE}.tmp")
+    write_hw_checkpoint(disk, 20)  # the next interval's checkpoint
     disk.power_loss(random.Random(0))
-    assert read_hw_checkpoint(disk, DIR) == 20
+    assert read_hw_checkpoint(disk) == 20
 
 
 @settings(max_examples=40, deadline=None)
@@ -182,14 +193,69 @@ def test_no_fault_and_no_power_cut_tears_a_checkpoint(fault, seed):
     disk.makedirs(DIR)
     cache = LeaderEpochCache(DIR, disk)
     cache.assign(0, 0)
-    write_hw_checkpoint(disk, DIR, 3)
+    write_hw_checkpoint(disk, 3)
     disk.fsync_dir(DIR)
     for name in (LEADER_EPOCH_CHECKPOINT_FILE, HW_CHECKPOINT_FILE):
         disk.fail(op, error, partial, path_suffix="" if op == "fsync_dir" else name + ".tmp")
     with pytest.raises(OSError):
         cache.assign(1, 5)
     with pytest.raises(OSError):
-        write_hw_checkpoint(disk, DIR, 9)
+        write_hw_checkpoint(disk, 9)
     disk.power_loss(random.Random(seed))
     assert LeaderEpochCache(DIR, disk).entries in ([(0, 0)], [(0, 0), (1, 5)])
-    assert read_hw_checkpoint(disk, DIR) in (3, 9)
+    assert read_hw_checkpoint(disk) in (3, 9)
+
+
+def test_high_watermarks_are_one_file_per_log_directory_read_back_once(zookeeper):
+    """Every partition of a directory in one checkpoint file (a file and its fsyncs per
+    directory per interval, not per partition), read back by the next start; an entry is
+    taken once, so a topic deleted and made again under the same name starts from 0."""
+    disk = MemoryDisk()
+    partitions = [Partition("t", i, f"/data/t-{i}", LogConfig(), 1 << 20, StateLimits(),
+                            Issued(), log_dir=LogDir("/data"), disk=disk) for i in range(3)]
+    records = leader_batches([0, 0])
+    store = ZooKeeperStore(zookeeper.chroot(), 10_000)
+
+    def replica_manager() -> ReplicaManager:
+        topics = SimpleNamespace(topics={}, log_dirs={},
+                                 get={"t": SimpleNamespace(partitions=partitions)}.get)
+        manager = ReplicaManager(SimpleNamespace(
+            broker_id=1, topics=topics, config=BrokerConfig(),
+            cluster=SimpleNamespace(store=store)))
+        manager._replicas.add("t")
+        return manager
+
+    async def checkpoint(manager: ReplicaManager) -> None:
+        manager.checkpoint_high_watermarks()
+        await manager._hw_writing
+
+    try:
+        first = replica_manager()
+        for partition in partitions:
+            partition.append_as_follower(records)
+            first.apply_state(partition, PartitionState(1, 0, (1,), 1), 0, (1,), 1)
+        for i, partition in enumerate(partitions):
+            partition.replication.high_watermark = i + 1
+        asyncio.run(checkpoint(first))
+        path = f"/data/{HW_CHECKPOINT_FILE}"
+        assert offset_checkpoint.read(disk, path) == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
+        assert not any(disk.exists(f"/data/t-{i}/{HW_CHECKPOINT_FILE}") for i in range(3))
+
+        second = replica_manager()
+        assert [second._hw_checkpointed(p) for p in partitions] == [1, 2, 3]
+        assert second._hw_checkpointed(partitions[0]) == 0  # taken once
+    finally:
+        store.close()
+
+
+def test_an_offset_checkpoint_that_does_not_parse_is_read_as_empty():
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    path = "/data/replication-offset-checkpoint"
+    offset_checkpoint.write(disk, path, {("a.b-c", 0): 5, ("t", 12): 0})
+    assert offset_checkpoint.read(disk, path) == {("a.b-c", 0): 5, ("t", 12): 0}
+    whole = read_file(disk, path)
+    for broken in (whole[:-1], whole[:len(whole) // 2], b"1\n0\n", b"0\n3\nt 0 1\n", b"x"):
+        offset_checkpoint.write(disk, path, {})
+        replace_file(disk, path, broken)
+        assert offset_checkpoint.read(disk, path) == {}

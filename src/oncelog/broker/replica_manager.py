@@ -31,6 +31,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import os
 import time
 import uuid
 
@@ -39,10 +40,12 @@ from kio.schema.errors import ErrorCode
 from ..cluster import isr as rules
 from ..cluster import znodes as zn
 from ..cluster.replica_watch import ReplicaWatch, TopicView
+from ..log import offset_checkpoint
+from ..log.disk import OsDisk
 from .log_dirs import LogDirOffline
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
-from .replication import ReplicaState, read_hw_checkpoint, write_hw_checkpoint
+from .replication import HW_CHECKPOINT_FILE, ReplicaState
 from .topics import INTERNAL_TOPICS, REPLICA_MARK, TopicError
 
 log = logging.getLogger(__name__)
@@ -89,7 +92,12 @@ class ReplicaManager:
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
-        self._checkpointed: dict[str, int] = {}
+        # the high watermarks as last written, one checkpoint file per log directory
+        self._hw_written: dict[str, offset_checkpoint.Entries] = {}
+        self._hw_writing: asyncio.Future | None = None
+        # as the files were at start: each entry is taken once, by its partition's first
+        # replication state (a topic deleted and made again starts from 0)
+        self._hw_at_start: dict[str, offset_checkpoint.Entries] = {}
         self._closed = False
         self._leaving = False  # in controlled shutdown: following nothing
         # ISR changes waiting for the write in flight: (partition, its replication, ISR
@@ -151,7 +159,16 @@ class ReplicaManager:
             if partition.replication is not None:
                 partition.replication.fail_waiters(ErrorCode.not_leader_or_follower,
                                                    "the broker is shutting down")
-        self.checkpoint_high_watermarks()
+        # the write in flight first (two writers would share the temporary file), then the
+        # last one; each bounded, so a hung disk does not keep the broker from stopping
+        for _ in range(2):
+            if self._hw_writing is not None:
+                await asyncio.wait({self._hw_writing}, timeout=10)
+                if not self._hw_writing.done():
+                    log.error("the high watermark checkpoint did not finish in 10 s")
+                    return
+            self._hw_writing = None
+            self.checkpoint_high_watermarks()
 
     async def _every(self, interval_ms: int, duty) -> None:
         while True:
@@ -276,7 +293,7 @@ class ReplicaManager:
 
     def _no_leader_yet(self, partition: Partition) -> None:
         if partition.replication is None:
-            hw = read_hw_checkpoint(partition.disk, partition.dir)
+            hw = self._hw_checkpointed(partition)
             partition.replication = ReplicaState(self.broker_id, rules.NO_LEADER, -1, (), (),
                                                  hw)
 
@@ -298,7 +315,7 @@ class ReplicaManager:
             self._adopt_isr(partition, current, state, version, tuple(replicas), min_insync)
             return role
         hw = current.high_watermark if current is not None else \
-            read_hw_checkpoint(partition.disk, partition.dir)
+            self._hw_checkpointed(partition)
         leader = rules.NO_LEADER if role is rules.Role.FENCE else state.leader
         if current is not None:
             current.fail_waiters(ErrorCode.not_leader_or_follower,
@@ -511,15 +528,43 @@ class ReplicaManager:
     # --- the high watermark checkpoint ---------------------------------------------------
 
     def checkpoint_high_watermarks(self) -> None:
+        """Every interval: each log directory whose high watermarks moved gets its checkpoint
+        file written again, off the event loop (a file and its fsyncs per directory, not per
+        partition). One write at a time; a failed one is written again the next interval."""
+        if self._hw_writing is not None and not self._hw_writing.done():
+            return
+        due = self._hw_due()
+        if due:
+            self._hw_writing = asyncio.get_running_loop().run_in_executor(
+                None, self._write_hw_files, due)
+
+    def _hw_due(self) -> dict[str, tuple[OsDisk, offset_checkpoint.Entries]]:
+        by_dir: dict[str, tuple[OsDisk, offset_checkpoint.Entries]] = {}
         for partition in self._replicated():
-            r = partition.replication
-            if r is None or not partition.is_open:
+            if partition.replication is None or not partition.is_open or \
+                    partition.log_dir.offline:
                 continue
-            hw = partition.high_watermark
-            if self._checkpointed.get(partition.name) != hw:
-                try:
-                    write_hw_checkpoint(partition.disk, partition.dir, hw)
-                    self._checkpointed[partition.name] = hw
-                except OSError as exc:
-                    log.error("%s: writing the high watermark checkpoint failed: %s",
-                              partition.name, exc)
+            _, entries = by_dir.setdefault(partition.log_dir.path, (partition.disk, {}))
+            entries[(partition.topic, partition.index)] = partition.high_watermark
+        return {path: (disk, entries) for path, (disk, entries) in by_dir.items()
+                if self._hw_written.get(path) != entries}
+
+    def _write_hw_files(self, due: dict[str, tuple[OsDisk, offset_checkpoint.Entries]]) -> None:
+        for path, (disk, entries) in due.items():
+            try:
+                offset_checkpoint.write(disk, os.path.join(path, HW_CHECKPOINT_FILE), entries)
+            except FileNotFoundError:
+                continue  # the directory went meanwhile
+            except OSError as exc:
+                log.error("%s: writing the high watermark checkpoint failed (written again "
+                          "next interval): %s", path, exc)
+                continue
+            self._hw_written[path] = entries
+
+    def _hw_checkpointed(self, partition: Partition) -> int:
+        path = partition.log_dir.path
+        entries = self._hw_at_start.get(path)
+        if entries is None:
+            entries = self._hw_at_start[path] = offset_checkpoint.read(
+                partition.disk, os.path.join(path, HW_CHECKPOINT_FILE))
+        return max(0, entries.pop((partition.topic, partition.index), 0))

@@ -14,16 +14,13 @@ leads again serves only what the ISR had, never what only it had.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from ..cluster import isr as rules
-from ..log.disk import OsDisk, read_file, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -200,16 +197,3 @@ def _settle(waiter: _Waiter, error: BaseException | None) -> None:
     else:
         waiter.future.set_exception(error)
         waiter.future.exception()  # retrieved: its request may be gone
-
-
-def read_hw_checkpoint(disk: OsDisk, directory: str) -> int:
-    try:
-        return max(0, int(read_file(disk, os.path.join(directory, HW_CHECKPOINT_FILE))))
-    except (OSError, ValueError):
-        return 0
-
-
-def write_hw_checkpoint(disk: OsDisk, directory: str, high_watermark: int) -> None:
-    with contextlib.suppress(FileNotFoundError):  # a partition deleted meanwhile
-        write_atomically(disk, os.path.join(directory, HW_CHECKPOINT_FILE),
-                         b"%d\n" % high_watermark)
