@@ -379,6 +379,7 @@ class Curves:
         self.mock: MockCluster | None = None
         self.topic_no = 0
         self.live: set[int] = set()  # the running broker's pid, for the load meter
+        self.findings: list[str] = []
 
     def brokers_cpu(self) -> float:
         total = 0.0
@@ -395,13 +396,22 @@ class Curves:
 
     @contextlib.contextmanager
     def broker(self, settings: dict | None = None):
-        with OncelogBroker(settings, base_dir=self.args.data_dir,
-                           start_timeout=BROKER_START_TIMEOUT) as broker:
-            self.live.add(broker.pid)
-            try:
-                yield broker
-            finally:
-                self.live.discard(broker.pid)
+        broker = OncelogBroker(settings, base_dir=self.args.data_dir,
+                               start_timeout=BROKER_START_TIMEOUT)
+        try:
+            with broker:
+                self.live.add(broker.pid)
+                try:
+                    yield broker
+                finally:
+                    self.live.discard(broker.pid)
+        except RuntimeError as exc:
+            if "did not stop" not in str(exc):
+                raise
+            # Killed after STOP_TIMEOUT: a finding for the report, not a reason to lose the
+            # points already measured.
+            self.findings.append(str(exc))
+            print(f"warning: {exc}", file=sys.stderr, flush=True)
 
     def size(self) -> dict:
         rows = []
@@ -618,6 +628,10 @@ def run(args) -> dict:
             began = time.monotonic()
             curve_meter = LoadMeter(curves.brokers_cpu)
             results["curves"][name] = getattr(curves, name)()
+            if curves.findings:
+                results["curves"][name]["note"] += " The broker " + "; ".join(
+                    f.removeprefix("oncelog broker ") for f in curves.findings) + "."
+                curves.findings.clear()
             results["curves"][name]["others_share"] = curve_meter.others_share()
             print(f"{name}: {time.monotonic() - began:.0f} s, other processes used "
                   f"{results['curves'][name]['others_share']:.0%} of the CPUs", flush=True)
