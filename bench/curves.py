@@ -595,7 +595,7 @@ class Curves:
                         row["rss_mib"] = rss_mib(broker.pid)
                 rows.append(row)
                 self.progress("latency", row)
-        return {"kind": "latency", "x_scale": "linear",
+        return {"kind": "latency", "x_scale": "linear", "y_scale": "log",
                 "title": "Produce latency against offered load (1 KiB records)",
                 "x_label": "offered load (messages/s)", "y_label": "latency (ms)",
                 "note": f"confluent-kafka, acks=all, default batching (linger.ms=5), paced at "
