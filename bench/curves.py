@@ -3,7 +3,8 @@ librdkafka's mock cluster where the mock can run, with the broker's RSS at every
 
     .venv/bin/python bench/curves.py [--quick] [--out docs/curves] [--json PATH]
     .venv/bin/python bench/curves.py --plot-only docs/curves/curves.json
-    make bench ARGS="--only curves"            # the full curves, about 6 minutes
+    make bench ARGS="--only curves"            # the full curves, about 7 minutes
+    make bench ARGS="--only curves --quick"    # 2 minutes, into a temp dir (not docs/)
 
 * ``size``: produce throughput against record size (100 B .. 1 MiB), one confluent-kafka
   producer, librdkafka's default batching, one partition;
@@ -30,7 +31,8 @@ points of the same curve left behind (the producer-state curve counts every prod
 The mock runs inside this process, so its memory cannot be told apart and is not drawn.
 
 Everything is on 127.0.0.1 and every wait has a deadline. Every point is printed as a
-Markdown table too; the SVGs go to ``--out`` (default docs/curves).
+Markdown table too; the SVGs go to ``--out`` (default docs/curves; a --quick run's to a temp
+dir, so that it does not replace the documented curves).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import json
 import random
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,6 +100,8 @@ RAW_CONNECTIONS = 4  # of the producers curve
 RAW_DEPTH = 32  # requests in flight per connection, producers curve
 CONN_RECORDS = 16  # 1 KiB records per produce request, connections curve
 SEED = 20240917
+DOCS_OUT = REPO / "docs" / "curves"
+QUICK_OUT = Path(tempfile.gettempdir()) / "oncelog-curves-quick"
 NOW_MS = 1_700_000_000_000
 # The same protocol versions against both: the mock answers Produce 0..10 and
 # InitProducerId 0..4, oncelog more; v7 and v1 are the last before flexible encodings.
@@ -654,12 +659,14 @@ def _loadavg() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="fewer points, 1 s each (about a minute)")
+                        help="fewer points, 1 s each (about 2 minutes)")
     parser.add_argument("--seconds", type=float, help="seconds per throughput point")
     parser.add_argument("--parts", default=",".join(CURVES),
                         help=f"comma-separated, of {', '.join(CURVES)}")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "curves",
-                        help="where the SVGs and curves.json go (default %(default)s)")
+    parser.add_argument("--out", type=Path,
+                        help=f"where the SVGs and curves.json go (default {DOCS_OUT}; with "
+                             f"--quick {QUICK_OUT}, so that a quick run does not replace the "
+                             f"documented curves)")
     parser.add_argument("--plot-only", metavar="JSON", type=Path,
                         help="redraw the SVGs and tables from a results file; measure nothing")
     parser.add_argument("--data-dir", type=Path,
@@ -669,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.parts.split(",")) - set(CURVES)
     if unknown:
         parser.error(f"unknown curves: {', '.join(sorted(unknown))}")
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else DOCS_OUT
     if args.plot_only:
         results = json.loads(args.plot_only.read_text())
     else:
