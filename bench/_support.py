@@ -33,8 +33,9 @@ class OncelogBroker:
     """``python -m oncelog broker`` on an ephemeral loopback port, with its own data dir."""
 
     def __init__(self, settings: dict[str, str] | None = None, src: Path | None = None,
-                 base_dir: Path | None = None) -> None:
+                 base_dir: Path | None = None, start_timeout: float = START_TIMEOUT) -> None:
         self.settings = dict(settings or {})
+        self.start_timeout = start_timeout  # longer on a machine too loaded to start in 30 s
         self.src = Path(src or REPO / "src").resolve()
         self._tmp = tempfile.TemporaryDirectory(prefix="oncelog-bench-", dir=base_dir)
         self.data_dir = Path(self._tmp.name) / "data"
@@ -67,7 +68,7 @@ class OncelogBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
                                          cwd=self._tmp.name)
-        found = wait_for_announcement(self.proc, START_TIMEOUT)
+        found = wait_for_announcement(self.proc, self.start_timeout)
         if found is not None:
             self.port, self.metrics_port, self.ports = found
             return self
