@@ -356,3 +356,53 @@ def test_auto_leader_rebalance(zookeeper):
     finally:
         two.close()
         member.close()
+
+
+def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zookeeper):
+    """Broker 3 killed and started again between two passes (its registration's czxid is
+    newer: it may be back with a wiped disk): the next pass counts it dead, as Kafka's
+    controller its bounced brokers, so it leaves every ISR (L1) and its leadership moves
+    (F1); the pass after leaves it be, and once its leader has put it back in the ISR (as a
+    replica manager does when it caught up) the controller keeps it there."""
+    connect = zookeeper.chroot("bounce")
+    members = {b: ClusterMember(ZooKeeperStore(connect, SESSION_MS), b, None) for b in (1, 2, 3)}
+    try:
+        for b, member in members.items():
+            member.start("127.0.0.1", 9000 + b, background=False)
+        client = members[1].zk
+        admin = TopicAdmin(members[1].store)
+        admin.ensure_paths()
+        admin.create_topic("t", zn.TopicAssignment("AAAAAAAAAAAAAAAAAAAAAA",
+                                                   {0: (1, 2, 3), 1: (3, 1, 2)}, {}, {}), {})
+        controller = Controller(members[1], lambda: False)
+
+        def states() -> list[tuple[int, int, tuple[int, ...]]]:
+            return [(s.leader, s.leader_epoch, s.isr) for s in (zn.PartitionState.decode(
+                client.get(zn.partition_state_path("t", p))[0]) for p in (0, 1))]
+
+        controller.pass_once()  # N1
+        assert states() == [(1, 0, (1, 2, 3)), (3, 0, (3, 1, 2))]
+        members[3].close()  # killed, and registered again before the next pass
+        members[3] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 3, None)
+        members[3].start("127.0.0.1", 9003, background=False)
+        controller.pass_once()
+        assert states() == [(1, 0, (1, 2)), (1, 1, (1, 2))]  # L1, F1
+        controller.pass_once()
+        assert states() == [(1, 0, (1, 2)), (1, 1, (1, 2))]
+        client.set(zn.partition_state_path("t", 0), zn.PartitionState(1, 0, (1, 2, 3), 1)
+                   .encode())  # caught up: its leader adds it back
+        controller.pass_once()
+        assert states() == [(1, 0, (1, 2, 3)), (1, 1, (1, 2))]
+        # a broker seen dead by a pass and then back is no bounce: it stays as it is
+        members[2].close()
+        controller.pass_once()
+        assert states() == [(1, 0, (1, 3)), (1, 1, (1,))]
+        members[2] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 2, None)
+        members[2].start("127.0.0.1", 9002, background=False)
+        client.set(zn.partition_state_path("t", 0), zn.PartitionState(1, 0, (1, 3, 2), 1)
+                   .encode())
+        controller.pass_once()
+        assert states()[0] == (1, 0, (1, 3, 2))
+    finally:
+        for member in members.values():
+            member.close()

@@ -598,3 +598,47 @@ def test_a_failed_log_dir_moves_leadership_away_and_nothing_acknowledged_is_lost
         one.start()
     wait_for(lambda: not zk.exists(f"{zn.OFFLINE_REPLICAS}/1"), TIMEOUT,
              "broker 1 recovered its directory")
+
+
+def test_a_broker_whose_disk_was_wiped_replicates_everything_again(cluster):
+    """Broker 3 is killed (kill -9) and its data directory wiped while librdkafka produces
+    (idempotent, acks=all); started again, it comes back empty, fetches the whole log from the
+    leader again and rejoins the ISR. Then brokers 1 and 2 are killed: broker 3 alone leads
+    and serves every acknowledged record once, at its offset, none lost."""
+    import shutil
+
+    zk, brokers = cluster
+    topic = "replicated-wiped"
+    create_topic(zk, topic, (1, 2, 3), leader=1)
+    for broker in brokers.values():
+        wait_for(lambda b=broker: acts_on(b, topic, 1, 0), TIMEOUT, "broker 1 leads")
+    producer = AckedProducer(",".join(b.bootstrap for b in brokers.values()), topic)
+    three = brokers[3]
+    try:
+        producer.send([b"v%04d" % i for i in range(200)])
+        producer.flush()
+        three.kill()
+        shutil.rmtree(three.data_dir)
+        producer.send([b"v%04d" % i for i in range(200, 300)])  # while it is down
+        three.start()
+        producer.send([b"v%04d" % i for i in range(300, 400)])  # while it catches up
+        producer.flush()
+
+        def records_on_three() -> int:
+            if not (three.data_dir / f"{topic}-0").exists():
+                return 0  # not made again yet
+            return sum(h.last_offset_delta + 1 for h in batches_on_disk(three, topic, 0))
+
+        wait_for(lambda: records_on_three() == 400, TIMEOUT,
+                 "broker 3 fetched the whole log again")
+        wait_for(lambda: 3 in state_of(zk, topic).isr, TIMEOUT, "broker 3 back in the ISR")
+        brokers[1].kill()
+        brokers[2].kill()
+        wait_for(lambda: state_of(zk, topic).leader == 3, TIMEOUT, "broker 3 leads")
+        records = read_to_end(three.bootstrap, topic)[0]
+        assert [v for _, v in records] == [b"v%04d" % i for i in range(400)]
+        assert sorted(producer.acked) == records
+    finally:
+        for broker in (brokers[1], brokers[2]):
+            if not broker.alive:
+                broker.start()

@@ -21,6 +21,14 @@ deletion request, in one such transaction; each broker's replica manager drops i
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
 StopReplica first; here the brokers follow the znodes).
 
+A broker that bounced (killed and started again, or its session expired and it registered
+again) between two passes may have come back with less than it had: a wiped disk, a power
+loss. As Kafka's controller treats its bounced brokers (a newer broker epoch: failure, then
+startup), a pass counts a broker whose registration is newer than the one this controller
+last saw (the ephemeral znode's czxid) as dead until a pass has landed every decision: L1
+and F1/F3 take it out of the ISR and move its leaderships, and its leader adds it back once
+it has caught up. Otherwise it would stay in the ISR with an empty log, electable.
+
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
 delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
 reassigned, whose ISR growing completes them, the log directory events), by a new
@@ -84,6 +92,11 @@ class Controller:
         self._recheck_s = self.store.session_timeout_ms / 3000
         self._acting_epoch = -1
         self.passes = 0
+        # broker id -> czxid of the registration last seen; those counted dead since they
+        # bounced, until a pass lands every decision (the pass thread and ElectLeaders read)
+        self._registrations: dict[int, int] = {}
+        self._bounced: set[int] = set()
+        self._registrations_lock = threading.Lock()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -120,6 +133,9 @@ class Controller:
                          view.epoch)
                 self._acting_epoch = view.epoch
                 self._next_rebalance = None
+                with self._registrations_lock:  # a new controllership starts from what is
+                    self._registrations.clear()
+                    self._bounced.clear()
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -144,8 +160,23 @@ class Controller:
         return gather(self.store, calls)
 
     def live_brokers(self) -> frozenset[int]:
-        return frozenset(int(b) for b in self._op(self.zk.get_children_async, zn.BROKER_IDS,
-                                                  watch=self.wake))
+        """The registered brokers, less those that bounced since this controller last saw
+        them (counted dead until a pass lands every decision)."""
+        ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self.wake)
+        stats = self._gather([lambda b=b: self.zk.exists_async(f"{zn.BROKER_IDS}/{b}")
+                              for b in ids])
+        found = {int(b): stat.czxid for b, stat in zip(ids, stats, strict=True)
+                 if stat is not None and not isinstance(stat, Exception)}  # gone meanwhile
+        with self._registrations_lock:
+            for broker, czxid in found.items():
+                if czxid > self._registrations.get(broker, czxid):
+                    log.info("broker %d registered again (it bounced): out of every ISR "
+                             "until it has caught up", broker)
+                    self._bounced.add(broker)
+                self._registrations[broker] = czxid
+            for broker in self._registrations.keys() - found.keys():
+                del self._registrations[broker]  # seen dead: its return is no bounce
+            return frozenset(found) - self._bounced
 
     def shutting_down(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(
@@ -244,7 +275,10 @@ class Controller:
             if decisions:
                 chosen.append((topic, decisions))
                 again = True  # landed: look again; lost a race: read again
-        self.write(chosen)
+        landed = self.write(chosen)
+        if all(landed.values()):
+            with self._registrations_lock:
+                self._bounced.clear()  # out of every ISR now (or the last one of one)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
