@@ -7,8 +7,11 @@ offsets are committed plain (by members, at the current or an old generation, or
 transactions, whose markers commit or abort; the topic, the group and its offsets are
 deleted. After each step the coordinator's answers (also those that arrive later, when a
 rebalance completes or a write becomes durable), its group's state, generation and members,
-and its committed and pending offsets are the model's. The model is the table of
-classic_group.py and offset_rules.py, written again from Kafka's rules.
+and its committed, in-flight and pending offsets are the model's. The model is the table of
+classic_group.py and offset_rules.py, written again from Kafka's rules. Committed offsets
+are what OffsetFetch serves: a commit whose write is held is in flight until it is durable
+(then committed, unless a newer record's offset is) or failed (then dropped); the log still
+holds a failed write's record, so a restart reads back what the log holds (``logged``).
 """
 
 from __future__ import annotations
@@ -59,7 +62,15 @@ class Model:
     stored: tuple[int, tuple[str, ...], str | None] | None = None  # the last group record
     assignment_writes: list[int] = field(default_factory=list)  # generations, held
     committed: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Plain commits whose writes are held, in log order; what a reload of the log gives.
+    in_flight: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)
+    logged: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     pending: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+    # Transactional offsets whose writes are held (producer, partition, value), and the
+    # pending offsets a reload of the log gives.
+    txn_held: list[tuple[int, tuple[str, int], tuple[int, int]]] = field(default_factory=list)
+    pending_logged: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(
+        default_factory=dict)
     clock: int = 0  # order of offset records in the log
 
 
@@ -183,9 +194,12 @@ class GroupMachine(RuleBasedStateMachine):
 
     def _tombstone(self, tp) -> None:  # O2
         self.m.committed.pop(tp, None)
-        for offsets in self.m.pending.values():
+        self.m.logged.pop(tp, None)
+        self.m.in_flight.pop(tp, None)
+        for offsets in (*self.m.pending.values(), *self.m.pending_logged.values()):
             offsets.pop(tp, None)
         self.m.pending = {p: o for p, o in self.m.pending.items() if o}
+        self.m.pending_logged = {p: o for p, o in self.m.pending_logged.items() if o}
 
     # --- rules ----------------------------------------------------------------------------
 
@@ -303,28 +317,43 @@ class GroupMachine(RuleBasedStateMachine):
             w.expect = [error]
         else:
             m.clock += 1
-            m.committed["t", partition] = (offset, m.clock)
+            m.logged["t", partition] = (offset, m.clock)
+            if hold:  # O7
+                m.in_flight.setdefault(("t", partition), []).append((offset, m.clock))
+            else:
+                m.committed["t", partition] = (offset, m.clock)
+                w.expect = [E.none]
             if not m.exists:
                 m.exists, m.state, m.generation = True, "Empty", 0
-            if not hold:
-                w.expect = [E.none]
         self.settle()
         self.log.fail = self.log.hold = False
 
-    @rule(pid=st.integers(1, 2), partition=PARTITION, offset=st.integers(0, 100))
-    def offsets_are_committed_in_a_transaction(self, pid, partition, offset):
+    @rule(pid=st.integers(1, 2), partition=PARTITION, offset=st.integers(0, 100),
+          fail=RARELY, hold=RARELY)
+    def offsets_are_committed_in_a_transaction(self, pid, partition, offset, fail, hold):
         m = self.m
-        w = self.call(self.c.txn_commit("tx", G, pid, 0, -1, "", None,
-                                        [OffsetCommitPartition("t", partition, offset, -1,
-                                                               "")]))
+        self.log.fail, self.log.hold = fail, hold
+        w = self.start("commit", self.c.txn_commit(
+            "tx", G, pid, 0, -1, "", None, [OffsetCommitPartition("t", partition, offset, -1,
+                                                                  "")]))
         error = self._commit_error(None, -1, True)
         if error is None and not self.topic_exists:
             error = E.unknown_topic_or_partition
-        assert w.expect == [error or E.none], (w.expect, error)
-        if error is None:
+        if error is None and fail:
+            error = E.not_coordinator
+        if error is not None:
+            w.expect = [error]
+        else:
             m.clock += 1
-            m.pending.setdefault(pid, {})["t", partition] = (offset, m.clock)
-        self.waiting.remove(w)
+            tp, value = ("t", partition), (offset, m.clock)
+            m.pending.setdefault(pid, {})[tp] = value  # O3
+            m.pending_logged.setdefault(pid, {})[tp] = value
+            if hold:
+                m.txn_held.append((pid, tp, value))
+            else:
+                w.expect = [E.none]
+        self.settle()
+        self.log.fail = self.log.hold = False
 
     @rule(pid=st.integers(1, 2), commit=st.booleans())
     def a_marker_lands(self, pid, commit):
@@ -332,7 +361,11 @@ class GroupMachine(RuleBasedStateMachine):
         self.now(lambda: self.c.complete_txn(0, pid, commit))
         m = self.m
         offsets = m.pending.pop(pid, {})
+        logged = m.pending_logged.pop(pid, {})
         if commit:
+            for tp, (offset, at) in logged.items():
+                if tp not in m.logged or m.logged[tp][1] < at:
+                    m.logged[tp] = (offset, at)
             if offsets and not m.exists:
                 m.exists, m.state, m.generation = True, "Empty", 0
             for tp, (offset, at) in offsets.items():
@@ -344,7 +377,8 @@ class GroupMachine(RuleBasedStateMachine):
     def the_topic_is_deleted(self):
         self.topic_exists = False
         self.now(lambda: self.c.delete_topic_offsets("t"))
-        for tp in [*self.m.committed, *(tp for o in self.m.pending.values() for tp in o)]:
+        for tp in [*self.m.committed, *self.m.in_flight,
+                   *(tp for o in self.m.pending.values() for tp in o)]:
             self._tombstone(tp)
 
     @precondition(lambda self: not self.topic_exists)
@@ -363,7 +397,8 @@ class GroupMachine(RuleBasedStateMachine):
             assert w.expect is E.non_empty_group
         else:
             assert w.expect is E.none
-            for tp in [*m.committed, *(tp for o in m.pending.values() for tp in o)]:
+            for tp in [*m.committed, *m.in_flight,
+                       *(tp for o in m.pending.values() for tp in o)]:
                 self._tombstone(tp)
             m.exists, m.stored, m.generation = False, None, 0
         self.waiting.remove(w)
@@ -382,7 +417,9 @@ class GroupMachine(RuleBasedStateMachine):
             assert w.expect == (E.none, [("t", partition, E.unknown_topic_or_partition)])
         else:
             assert w.expect == (E.none, [("t", partition, E.none)])
-            self._tombstone(("t", partition))
+            tp = ("t", partition)
+            if tp in m.committed or tp in m.in_flight or any(tp in o for o in m.pending.values()):
+                self._tombstone(tp)  # else no tombstone: a failed write's record stays
         self.waiting.remove(w)
 
     @precondition(lambda self: self.log.held)
@@ -395,6 +432,16 @@ class GroupMachine(RuleBasedStateMachine):
             else:
                 future.set_result(None)
         m = self.m
+        in_flight, m.in_flight = m.in_flight, {}
+        txn_held, m.txn_held = m.txn_held, []
+        for pid, tp, value in txn_held if fail else ():  # O9: dropped if still pending
+            if m.pending.get(pid, {}).get(tp) == value:
+                del m.pending[pid][tp]
+        m.pending = {p: o for p, o in m.pending.items() if o}
+        for tp, values in in_flight.items():
+            for offset, at in values if not fail else ():  # O8; O9 drops them
+                if tp not in m.committed or m.committed[tp][1] < at:
+                    m.committed[tp] = (offset, at)
         for w in self.waiting:
             if w.what == "commit" and w.expect is None:
                 w.expect = [E.not_coordinator if fail else E.none]
@@ -415,6 +462,9 @@ class GroupMachine(RuleBasedStateMachine):
         self.c = self._start()
         m = self.m
         generation, members, leader = m.stored if m.stored is not None else (0, (), None)
+        m.committed, m.in_flight = dict(m.logged), {}
+        m.pending = {p: dict(o) for p, o in m.pending_logged.items()}
+        m.txn_held.clear()
         m.exists = m.stored is not None or bool(m.committed)
         m.generation = generation
         m.members = list(members)
@@ -442,6 +492,9 @@ class GroupMachine(RuleBasedStateMachine):
         offsets = group.offsets if group is not None else {}
         assert {tp: v.offset for tp, v in offsets.items()} == {
             tp: o for tp, (o, _) in m.committed.items()}
+        assert {tp: [v.offset for v in values]
+                for tp, values in self.c.in_flight.by_group.get(G, {}).items()} == {
+            tp: [o for o, _ in values] for tp, values in m.in_flight.items()}
         assert {p: {tp: v.offset for tp, v in gs.get(G, {}).items()}
                 for p, gs in self.c.pending_txn.by_producer.items()} == {
             p: {tp: o for tp, (o, _) in offsets.items()} for p, offsets in m.pending.items()}

@@ -19,8 +19,9 @@ its timeline), and nothing is decided twice on one state. The one decision taken
 await is S11's, as in Kafka, and only if the group is still where it was (state and
 generation). An append the log refuses changes nothing (or is undone before anything else
 ran); a write that fails to become durable is answered as internal_log.durable_error says
-(NOT_COORDINATOR for a failed fsync, as Kafka answers it) and stays,
-as the log holds it.
+(NOT_COORDINATOR for a failed fsync, as Kafka answers it). Offsets are served only once
+durable: a commit waits aside until its write is (offset_rules O7-O9), and a failed write's
+offsets are dropped, never answered to an OffsetFetch.
 
 The classic protocol (Kafka's ClassicGroup and GroupMetadataManager), in the order the
 checks are made. Before every row: an empty or too long group id INVALID_GROUP_ID; a
@@ -112,7 +113,8 @@ model, test_group_coordinator.py the flows.
     |   |                                               | TOPIC_OR_PARTITION, metadata too long|
     |   |                                               | OFFSET_METADATA_TOO_LARGE; the rest  |
     |   |                                               | appended and replayed (offset_rules  |
-    |   |                                               | O1 / O3), answered once durable      |
+    |   |                                               | O1, or O7-O9 while its write is not  |
+    |   |                                               | durable / O3), answered once durable |
 
     Deleting (each writes tombstones for the committed and the pending transactional
     offsets it removes, offset_rules O2)
@@ -181,6 +183,22 @@ def _as_log_record(record: tuple, index: int
     if len(record) == 4:
         return record[0], record[1], record[2], record[3], index
     return record[0], record[1], record[2], record[3], record[4]
+
+
+def _when_written(durable: Awaitable[None], ended: Callable[[bool], None]) -> asyncio.Future:
+    """What to await for ``durable``, with ``ended(whether it became durable)`` run first,
+    before anyone awaiting it resumes: the answer of a commit finds its offsets committed,
+    and a commit whose answer is never awaited (its connection gone) still ends."""
+    future = asyncio.ensure_future(durable)
+
+    def done(f: asyncio.Future) -> None:
+        ended(not f.cancelled() and f.exception() is None)
+
+    if future.done():  # awaiting it would not yield: ended runs now
+        done(future)
+    else:
+        future.add_done_callback(done)
+    return future
 
 
 def _too_long(*texts: str) -> bool:
@@ -253,6 +271,8 @@ class GroupCoordinator:
         self.commits = 0  # offsets committed, for /metrics
         # Offsets committed inside transactions not yet decided (TxnOffsetCommit).
         self.pending_txn = offset_rules.PendingTxnOffsets()
+        # Plain commits whose writes are not durable yet (O7), served once they are.
+        self.in_flight = offset_rules.InFlightCommits()
         self._tasks: set[asyncio.Task] = set()
 
     def _background(self, work) -> None:
@@ -295,6 +315,8 @@ class GroupCoordinator:
         for group_id in [g for g in self.pending_txn.groups() if self.partition_of(g) == partition]:
             for tp in list(self.pending_txn.partitions(group_id)):
                 self.pending_txn.drop(group_id, tp)
+        for group_id in [g for g in self.in_flight.groups() if self.partition_of(g) == partition]:
+            self.in_flight.forget(group_id)
         log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
                  partition, epoch, len(dropped))
 
@@ -1012,11 +1034,22 @@ class GroupCoordinator:
             code = (E.invalid_commit_offset_size if exc.error is E.message_too_large
                     else exc.error)
             return [code if e is E.none else e for e in errors], None
-        offsets = self._offsets_of(group_id)
-        for at, (tp, (offset, epoch, metadata)) in enumerate(values.items(), base):
-            offset_rules.replay_commit(
-                offsets, tp, rec.OffsetValue(offset, epoch, metadata, now, expire, at))
-        self.commits += len(values)
+        offsets = self._offsets_of(group_id)  # the group exists from the append on
+        written = [(tp, rec.OffsetValue(offset, epoch, metadata, now, expire, at))
+                   for at, (tp, (offset, epoch, metadata)) in enumerate(values.items(), base)]
+        if durable is None:
+            for tp, value in written:
+                offset_rules.replay_commit(offsets, tp, value)  # O1
+            self.commits += len(written)
+        else:
+            for tp, value in written:
+                self.in_flight.add(group_id, tp, value)  # O7
+
+            def ended(ok: bool) -> None:  # O8, O9
+                for tp, value in written:
+                    self.commits += offset_rules.replay_durable(
+                        self.in_flight, group_id, tp, value, ok, self._offsets_of)
+            durable = _when_written(durable, ended)
         group = self.groups[group_id]
         if isinstance(group, ClassicGroup) and member_id in group.members:
             self._schedule_session(group, group.members[member_id])
@@ -1053,10 +1086,16 @@ class GroupCoordinator:
             log.warning("group %s: storing offsets of transaction %s failed: %s", group_id,
                         transactional_id, exc)
             return [exc.error if e is E.none else e for e in errors]
-        for at, (tp, value) in enumerate(values.items(), base):
-            self.pending_txn.add(producer_id, group_id, tp,
-                                 dataclasses.replace(value, record_offset=at))
+        written = [(tp, dataclasses.replace(value, record_offset=at))
+                   for at, (tp, value) in enumerate(values.items(), base)]
+        for tp, value in written:
+            self.pending_txn.add(producer_id, group_id, tp, value)
         if durable is not None:
+            def ended(ok: bool) -> None:
+                if not ok:  # O9: a marker must not make visible what was never written
+                    for tp, value in written:
+                        self.pending_txn.discard(producer_id, group_id, tp, value)
+            durable = _when_written(durable, ended)
             try:
                 await durable
             except OSError as exc:
@@ -1093,7 +1132,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         offsets = group.offsets if group is not None else None
         for tp in tps:
-            offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp)
+            offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp,
+                                          self.in_flight)
+
+    def _held(self, group: ClassicGroup | ConsumerGroup) -> set[tuple[str, int]]:
+        """Partitions a deletion tombstones: committed, pending or in flight (O2)."""
+        return (set(group.offsets) | self.pending_txn.partitions(group.group_id)
+                | self.in_flight.partitions(group.group_id))
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with offsets of a transaction not yet decided (require_stable)."""
@@ -1198,7 +1243,7 @@ class GroupCoordinator:
             return E.group_id_not_found
         if not group.is_in(_EMPTY):
             return E.non_empty_group
-        gone = set(group.offsets) | self.pending_txn.partitions(group_id)
+        gone = self._held(group)
         records = self._tombstones(group_id, gone) + self._group_tombstones(group)
         try:
             durable = self.log.append(self.partition_of(group_id), records)
@@ -1230,7 +1275,7 @@ class GroupCoordinator:
                 return E.non_empty_group, []
             subscribed = topics_in_use
         results = []
-        held = set(group.offsets) | self.pending_txn.partitions(group_id)
+        held = self._held(group)
         gone: list[tuple[str, int]] = []
         for topic, parts in topics:
             for p in parts:
@@ -1268,6 +1313,9 @@ class GroupCoordinator:
         for group_id in self.pending_txn.groups():
             held.setdefault(group_id, set()).update(
                 tp for tp in self.pending_txn.partitions(group_id) if tp[0] == topic)
+        for group_id in self.in_flight.groups():
+            held.setdefault(group_id, set()).update(
+                tp for tp in self.in_flight.partitions(group_id) if tp[0] == topic)
         for group_id, gone in held.items():
             if gone:
                 by_partition.setdefault(self.partition_of(group_id), []).append(
@@ -1301,9 +1349,10 @@ class GroupCoordinator:
             if not group.is_in(_EMPTY) or self.is_loading(group.group_id):
                 continue
             gone = []
-            # An offset a transaction is about to replace does not expire, nor its group
-            # (Kafka's rule: the tombstone would drop the pending offset too, O2).
-            pending = self.pending_txn.partitions(group.group_id)
+            # An offset a transaction or a write in flight is about to replace does not
+            # expire, nor its group (Kafka's rule: the tombstone would drop it too, O2).
+            pending = (self.pending_txn.partitions(group.group_id)
+                       | self.in_flight.partitions(group.group_id))
             for tp, value in group.offsets.items():
                 if tp in pending:
                     continue

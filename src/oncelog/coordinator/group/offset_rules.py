@@ -4,7 +4,11 @@ A group's committed offsets and the offsets of transactions not yet decided (Txn
 change only by replaying records of ``__consumer_offsets`` in log order: the coordinator
 replays each record it has just appended, and ``load`` replays the partition after a
 restart, through the same functions, so memory and a reload cannot disagree. Each offset
-remembers the log offset of its record (``OffsetValue.record_offset``).
+remembers the log offset of its record (``OffsetValue.record_offset``). OffsetFetch answers
+the committed offsets only: a plain commit whose record is appended but not yet durable
+(fsynced, or replicated in a cluster) waits aside (O7) and is committed once it is (O8); a
+write that fails drops it (O9), so no client ever reads an offset a failover can take back
+(Kafka's GroupMetadata keeps pendingOffsetCommits the same way).
 
     | # | record replayed                          | effect                                  |
     |---|------------------------------------------|-----------------------------------------|
@@ -20,6 +24,17 @@ remembers the log offset of its record (``OffsetValue.record_offset``).
     |O5 | ABORT marker of P in partition n         | pending[P][g] gone, for g in n          |
     |O6 | a marker while n is still loading        | left to the loader, which reads it in   |
     |   | (GroupCoordinator.complete_txn)          | its place in the log                    |
+    |O7 | plain offset commit of (g, tp) appended  | in_flight[g][tp] += value@r; committed  |
+    |   | at r, its write not durable yet          | unchanged (OffsetFetch answers it)      |
+    |O8 | that write durable                       | if value@r still in flight: out of it,  |
+    |   |                                          | and as O1 if nothing is committed or    |
+    |   |                                          | committed.r < r (an older write made    |
+    |   |                                          | durable later loses)                    |
+    |O9 | that write failed (fsync, replication)   | value@r out of in_flight (plain) or out |
+    |   |                                          | of pending[P][g] (transactional, O3),   |
+    |   |                                          | if still there; committed unchanged     |
+    |   | (O2 also empties in_flight[g][tp]; a     |                                         |
+    |   | resignation empties in_flight of n)      |                                         |
 
 Kafka's OffsetMetadataManager decides the same (replayEndTransactionMarker compares record
 offsets; a tombstone replayed removes the open transactions' offsets of that partition).
@@ -27,7 +42,12 @@ O4 compares positions in the log, not the order markers arrive, so a plain commi
 after a TxnOffsetCommit but before its marker stays, and a clean of ``__consumer_offsets``
 (which keeps each key's newest record at its offset) cannot flip the answer after a restart.
 O2 covers the pending offsets a deletion must also remove: a deletion writes a tombstone for
-every partition with a committed or a pending offset.
+every partition with a committed, a pending or an in-flight offset. The write of a
+transaction's offsets is awaited by its TxnOffsetCommit, which a producer answered an error
+sends again before it ends the transaction; O9 keeps a marker from making visible what was
+never written. A write's outcome is the log's answer, not a decision: O7-O9 decide nothing
+a request saw, and a request arriving meanwhile decides on the state the write left
+(in_flight counts as held: a deletion tombstones it, expiry leaves its group alone).
 """
 
 from __future__ import annotations
@@ -98,15 +118,78 @@ class PendingTxnOffsets:
             del self.by_group[group_id]
 
 
+    def discard(self, producer_id: int, group_id: str, tp: TopicPartition,
+                value: OffsetValue) -> None:  # O9, transactional
+        offsets = self.by_producer.get(producer_id, {}).get(group_id)
+        if offsets is not None and offsets.get(tp) is value:
+            del offsets[tp]
+            if not offsets:
+                self._forget(producer_id, group_id)
+
+
+class InFlightCommits:
+    """Plain commits appended whose writes are not durable yet: group -> partition -> values
+    in log order (usually one). Kept by the coordinator, not its groups: a group with no
+    write in flight costs nothing here."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[str, dict[TopicPartition, list[OffsetValue]]] = {}
+
+    def add(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> None:  # O7
+        self.by_group.setdefault(group_id, {}).setdefault(tp, []).append(value)
+
+    def partitions(self, group_id: str) -> set[TopicPartition]:
+        return set(self.by_group.get(group_id, ()))
+
+    def groups(self) -> Iterator[str]:
+        return iter(list(self.by_group))
+
+    def drop(self, group_id: str, tp: TopicPartition) -> None:  # O2's in-flight part
+        offsets = self.by_group.get(group_id)
+        if offsets is not None and offsets.pop(tp, None) is not None and not offsets:
+            del self.by_group[group_id]
+
+    def forget(self, group_id: str) -> None:  # a resignation
+        self.by_group.pop(group_id, None)
+
+    def take(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> bool:
+        """Remove ``value`` (this very object) from the flight; False: it was not in it."""
+        offsets = self.by_group.get(group_id)
+        values = offsets.get(tp) if offsets is not None else None
+        if values is None or not any(v is value for v in values):
+            return False
+        values[:] = [v for v in values if v is not value]
+        if not values:
+            self.drop(group_id, tp)
+        return True
+
+
+def replay_durable(in_flight: InFlightCommits, group_id: str, tp: TopicPartition,
+                   value: OffsetValue, durable: bool,
+                   offsets_of: Callable[[str], Offsets]) -> bool:  # O8, O9
+    """The write of a plain commit ended; returns whether ``value`` took effect."""
+    if not in_flight.take(group_id, tp, value) or not durable:
+        return False
+    offsets = offsets_of(group_id)
+    current = offsets.get(tp)
+    if current is not None and current.record_offset >= value.record_offset:
+        return False
+    replay_commit(offsets, tp, value)
+    return True
+
+
 def replay_commit(offsets: Offsets, tp: TopicPartition, value: OffsetValue) -> None:  # O1
     offsets[tp] = value
 
 
 def replay_tombstone(offsets: Offsets | None, pending: PendingTxnOffsets, group_id: str,
-                     tp: TopicPartition) -> None:  # O2
+                     tp: TopicPartition, in_flight: InFlightCommits | None = None
+                     ) -> None:  # O2 (a load has nothing in flight)
     if offsets is not None:
         offsets.pop(tp, None)
     pending.drop(group_id, tp)
+    if in_flight is not None:
+        in_flight.drop(group_id, tp)
 
 
 def replay_marker(pending: PendingTxnOffsets, producer_id: int, commit: bool,
