@@ -38,9 +38,10 @@ import errno
 import functools
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -146,6 +147,11 @@ class Partition:
         self.replication: Any = None
         self.leader_epoch = 0  # stamped on every batch appended as leader
         self._epochs: LeaderEpochCache | None = None
+        # Opening creates files and fsyncs (tens of ms): the request paths do it in a worker
+        # thread (open_off_loop), all waiting on one future; the lock keeps a synchronous
+        # opener on the loop (rare: a path not taught to wait) from opening a second Log.
+        self._open_lock = threading.Lock()
+        self._opening: asyncio.Future[None] | None = None
 
     @property
     def name(self) -> str:
@@ -208,7 +214,38 @@ class Partition:
         except FileNotFoundError:
             return False
 
+    @property
+    def needs_open(self) -> bool:
+        """Whether a read would open files: the partition has a directory (written before,
+        here or before a restart) but no open log yet."""
+        return self._log is None and not self._absent()
+
+    async def open_off_loop(self) -> None:
+        """Open (create, on the first write) the log in a worker thread: the directory and
+        segment creation, partition.metadata and recovery's fsyncs never stall the event
+        loop. Every caller waits on the same opening; a caller cancelled (its request timed
+        out) leaves it running for the others. Raises what opening raised (OSError,
+        LogDirOffline); the partition is then as unopened as before (``_open`` is all or
+        nothing)."""
+        if self._log is not None:
+            return
+        if self._opening is None:
+            opening = asyncio.get_running_loop().run_in_executor(None, self._open)
+            self._opening = opening
+            opening.add_done_callback(self._opened)
+        await asyncio.shield(self._opening)
+
+    def _opened(self, opening: asyncio.Future[None]) -> None:
+        self._opening = None
+        if not opening.cancelled():
+            opening.exception()  # retrieved: every waiter may have given up on it
+
     def _open(self) -> None:
+        with self._open_lock:
+            if self._log is None:
+                self._open_locked()
+
+    def _open_locked(self) -> None:
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
@@ -791,13 +828,19 @@ class Partition:
     def flush_running(self) -> bool:
         return self._this_flush is not None
 
+    @property
+    def opening(self) -> bool:
+        """An open_off_loop under way in a worker thread."""
+        return self._opening is not None
+
     def relocate(self, directory: str, log_dir: LogDir) -> None:
         """Use the partition's files at ``directory`` from now on (a move between log
         directories, see log_dir_moves.py); the partition must be closed."""
-        assert self._log is None, "relocating an open partition"
-        self.dir = directory
-        self.log_dir = log_dir
-        self._snapshots = SnapshotFiles(directory, self.disk)
+        with self._open_lock:  # an opening under way finishes in the old directory first
+            assert self._log is None, "relocating an open partition"
+            self.dir = directory
+            self.log_dir = log_dir
+            self._snapshots = SnapshotFiles(directory, self.disk)
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
@@ -811,7 +854,8 @@ class Partition:
 
     def delete(self) -> None:
         """Let go of the files for good (the caller moves the directory aside)."""
-        self._deleted = True
+        with self._open_lock:  # an opening under way finishes first, then is let go of
+            self._deleted = True
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
@@ -819,6 +863,15 @@ class Partition:
         if self._this_flush is not None or self._next_flush is not None:
             self._fail_flushes(self._this_flush, FileNotFoundError(
                 errno.ENOENT, f"partition {self.name} was deleted"))
+
+
+async def open_for_reading(partitions: Iterable[Partition | None]) -> None:
+    """Open in worker threads the partitions a read would open (a directory but no log yet:
+    written before a restart, whose recovery fsyncs). A failure is left to the read, which
+    answers it as it answers any (KAFKA_STORAGE_ERROR, the directory offline)."""
+    waiting = [p.open_off_loop() for p in partitions if p is not None and p.needs_open]
+    if waiting:
+        await asyncio.gather(*waiting, return_exceptions=True)
 
 
 def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
