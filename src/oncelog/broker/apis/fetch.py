@@ -55,7 +55,7 @@ from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
-from ..partition import open_for_reading
+from ..partition import open_for_reading, opened_first
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -247,14 +247,7 @@ def handle_list_offsets(broker, request: Request):
     worker thread: a log written before a restart is recovered, with fsyncs)."""
     named = [broker.topics.partition(t.name, p.partition_index)
              for t in request.body.topics for p in t.partitions]
-    if any(p is not None and p.needs_open for p in named):
-        return _list_offsets_opened(broker, request, named)
-    return _list_offsets(broker, request)
-
-
-async def _list_offsets_opened(broker, request: Request, named: list):
-    await open_for_reading(named)
-    return _list_offsets(broker, request)
+    return opened_first(named, lambda: _list_offsets(broker, request))
 
 
 def _list_offsets(broker, request: Request):
