@@ -225,8 +225,10 @@ class Partition:
     @property
     def needs_open(self) -> bool:
         """Whether a read would open files: the partition has a directory (written before,
-        here or before a restart) but no open log yet."""
-        return self._log is None and not self._absent()
+        here or before a restart) but no open log yet. (Deleted, or its directory offline:
+        the read's own opening refuses at once, with nothing to do off the loop.)"""
+        return self._log is None and not self._deleted and not self.log_dir.offline and \
+            self.disk.isdir(self.dir)
 
     async def open_off_loop(self) -> None:
         """Open (create, on the first write) the log in a worker thread: the directory and
