@@ -157,8 +157,9 @@ class Partition:
         self._epochs: LeaderEpochCache | None = None
         # Opening creates files and fsyncs (tens of ms): the request paths do it in a worker
         # thread (open_off_loop), all waiting on one future; the lock keeps a synchronous
-        # opener on the loop (rare: a path not taught to wait) from opening a second Log.
-        self._open_lock = threading.Lock()
+        # opener on the loop (rare: a path not taught to wait) from opening a second Log,
+        # and closing, abandoning, deleting or moving it from racing an opening under way.
+        self._open_lock = threading.RLock()
         self._opening: asyncio.Future[None] | None = None
 
     @property
@@ -824,6 +825,10 @@ class Partition:
     def close(self) -> None:
         """Clean shutdown: a snapshot at the log end, the log sealed and marked clean. Not
         for a partition whose directory failed: that one must be recovered (``abandon``)."""
+        with self._open_lock:  # an opening under way is closed once it is done
+            self._close()
+
+    def _close(self) -> None:
         if self._log is None:
             return
         if self.log_dir.offline:
@@ -868,6 +873,10 @@ class Partition:
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
+        with self._open_lock:  # an opening under way is let go of once it is done
+            self._abandon()
+
+    def _abandon(self) -> None:
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
