@@ -43,8 +43,8 @@ WRITERS = 3  # connections, each one Produce writing to its share of the partiti
 IDLE_PROBES = 100
 SLOW_OPEN_MS = 20
 # Each open on the loop stalled the probe, and a request writing to 100 fresh partitions
-# 100 opens in a row: the worst stall was 2-4 s against an idle round trip under 1 ms, a
-# ratio of thousands. Off the loop the ratio is 30-150, up to 450 on a loaded 2-core
+# 100 opens in a row: the worst stall was 4.8-7.5 s against an idle round trip under 1 ms,
+# a ratio of 10,000-20,000. Off the loop the ratio is 30-150, up to 450 on a loaded 2-core
 # machine (its worst stalls of 75-150 ms are the scheduler's: the same with 1, 2 or 6
 # opening threads).
 MAX_STALL_RATIO = 1000
