@@ -48,8 +48,12 @@ system-deps:
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# Before pytest: the class-data-sharing archive the Spark tests' JVMs map (half of a driver
+# start's JVM CPU), made once per virtualenv, pyspark and Java by tests/support/spark_cds.py in
+# at most 5 minutes. Without it (the reason is printed) the suite runs as well, only slower.
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
+	$(PY) tests/support/spark_cds.py make || true
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=30 $(ARGS)
 
 lint: $(TEST_STAMP)
