@@ -1,6 +1,7 @@
 import itertools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from support.brokers import BrokerProcess
@@ -14,6 +15,22 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 _names = itertools.count()
+
+# kio imports hypothesis whenever it can (to register strategies for its types), and every
+# process that imports a client or the broker imports kio: 0.2 s of CPU for each broker started
+# from a fresh interpreter, command-line tool, Spark Python worker and planner, helper script.
+# A package named hypothesis that fails to import, first on their PYTHONPATH, makes kio go
+# without it (kio/static/_phantom.py: ``except ImportError: hypothesis = None``); none of them
+# uses hypothesis. Not for the test processes themselves: this one imported hypothesis already,
+# and under xdist the controller's environment is the workers', which run property tests.
+WITHOUT_HYPOTHESIS = str(Path(__file__).parent / "support" / "without_hypothesis")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: it starts the test workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [WITHOUT_HYPOTHESIS, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 @pytest.fixture

@@ -47,7 +47,8 @@ class Member:
             [sys.executable, str(MEMBER), client, bootstrap, group, topic, assignor,
              str(session_ms), "120"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            env={**os.environ,  # tests/conftest.py's PYTHONPATH first
+                 "PYTHONPATH": os.pathsep.join([os.environ["PYTHONPATH"], *sys.path])})
         self.lines: list[list[str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
