@@ -51,6 +51,10 @@ system-deps:
 # Before pytest: the class-data-sharing archive the Spark tests' JVMs map (half of a driver
 # start's JVM CPU), made once per virtualenv, pyspark and Java by tests/support/spark_cds.py in
 # at most 5 minutes. Without it (the reason is printed) the suite runs as well, only slower.
+# --dist loadgroup with no test in a group (under pytest 9 xdist's groups do nothing: xdist
+# renames item._nodeid, which pytest no longer reads) makes each test a unit of its own, handed
+# out in tests/conftest.py's order as a worker runs low; --dist load would send each worker a
+# first chunk of a quarter of its share, all the Spark tests in the first one's.
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
 	$(PY) tests/support/spark_cds.py make || true

@@ -23,10 +23,6 @@ import pytest
 from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
-
 
 class Cluster(ThreeBrokers):
     def __init__(self, zookeeper, root) -> None:

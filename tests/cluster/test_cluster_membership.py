@@ -26,9 +26,6 @@ from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 2000  # the server's tick (tests/support/zookeepers.py) allows sessions this short
 # A dead broker's session ends SESSION_MS after its last heartbeat; the survivor then needs a
 # watch event and one transaction: bounded well inside this.

@@ -30,8 +30,6 @@ from oncelog.coordinator.internal_log import partition_for
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SPAN = "span"  # three partitions, led by brokers 1, 2, 3
 COPIER = Path(__file__).resolve().parents[1] / "support" / "txn_copier.py"
 

@@ -48,8 +48,6 @@ from support.waits import wait_for
 
 from oncelog.coordinator.internal_log import partition_for
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SEED = int(os.environ.get("ONCELOG_TXN_WORKLOAD_SEED", "24"))
 SESSION_MS = 2000
 TIMEOUT = 30.0

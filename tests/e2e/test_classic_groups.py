@@ -24,8 +24,6 @@ from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
-pytestmark = pytest.mark.xdist_group("groups")
-
 MEMBER = Path(__file__).parents[1] / "support" / "group_member.py"
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "500"}
 WAIT = 60.0
