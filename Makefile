@@ -53,10 +53,10 @@ system-deps:
 # at most 5 minutes. Without it (the reason is printed) the suite runs as well, only slower.
 # The tests' temporary directories, every broker's log.dirs among them, go to /dev/shm when it
 # has SHM_MIN_KB free and is not noexec: a broker fsyncs what it acknowledges, and on a shared
-# virtual disk each fsync took milliseconds (test_descriptors: 35 s on disk, 12 s on tmpfs). A kill -9 keeps the
-# page cache either way, so the crash tests test the same; the faults of power cuts, failed
-# fsyncs and full disks are the tests' own (fault injection, their own small tmpfs). Only the
-# failed tests' directories are kept there (they live in memory).
+# virtual disk each fsync took milliseconds (test_descriptors: 35 s on disk, 12 s on tmpfs).
+# A kill -9 keeps the page cache either way, so the crash tests test the same; the faults of
+# power cuts, failed fsyncs and full disks are the tests' own (fault injection, their own small
+# tmpfs). Only the failed tests' directories are kept there (they live in memory).
 SHM_MIN_KB := 4000000
 # --dist loadgroup with no test in a group (under pytest 9 xdist's groups do nothing: xdist
 # renames item._nodeid, which pytest no longer reads) makes each test a unit of its own, handed
