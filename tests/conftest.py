@@ -1,6 +1,7 @@
 import itertools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from support.brokers import BrokerProcess
@@ -14,6 +15,22 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 _names = itertools.count()
+
+# kio imports hypothesis whenever it can (to register strategies for its types), and every
+# process that imports a client or the broker imports kio: 0.2 s of CPU for each broker started
+# from a fresh interpreter, command-line tool, Spark Python worker and planner, helper script.
+# A package named hypothesis that fails to import, first on their PYTHONPATH, makes kio go
+# without it (kio/static/_phantom.py: ``except ImportError: hypothesis = None``); none of them
+# uses hypothesis. Not for the test processes themselves: this one imported hypothesis already,
+# and under xdist the controller's environment is the workers', which run property tests.
+WITHOUT_HYPOTHESIS = str(Path(__file__).parent / "support" / "without_hypothesis")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: it starts the test workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [WITHOUT_HYPOTHESIS, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 @pytest.fixture
@@ -78,8 +95,23 @@ def zookeeper():
     server.close()
 
 
+# The files with a test of 15 s or more on the suite's 2 cores (``make test`` prints the
+# slowest): started right after the Spark tests. A name missing here costs balance, not a test.
+LONG = {
+    "test_client_model.py", "test_producer_state.py", "test_compaction_crash.py",
+    "test_linear_time.py", "test_copy_job.py", "test_txn_copier.py", "test_txn_storage.py",
+    "test_group_migration.py", "test_compaction_transactions.py", "test_frame_check.py",
+    "test_storage_faults.py", "test_descriptors.py", "test_frame_reader.py",
+    "test_idempotent_clients.py", "test_resource_bounds.py", "test_txn_workload.py",
+    "test_failover_scenario.py", "test_server_assignors.py", "test_produce_request.py",
+    "test_fuzz_frames.py", "test_txn_history.py",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The Spark tests first (stable otherwise): each starts JVMs and several take minutes,
-    and ``-n 2`` hands tests out in this order, so that run last they left one worker on
-    them alone while the other had finished."""
-    items.sort(key=lambda item: not item.path.name.startswith("test_spark"))
+    """The Spark tests first, then those of the LONG files, then the rest (stable within
+    each): ``-n 2 --dist loadgroup`` hands tests out one at a time in this order as workers
+    free up (see the Makefile). Collected late (protocol/, producer_state/), a long one left
+    one worker running for a minute after the other had finished."""
+    items.sort(key=lambda item: (not item.path.name.startswith("test_spark"),
+                                 item.path.name not in LONG))

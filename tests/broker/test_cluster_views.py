@@ -10,8 +10,6 @@ Without an authorizer Kafka answers every operation a resource type supports; th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
@@ -19,6 +17,7 @@ from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
+from support.broker_forks import run_oncelog
 from support.brokers import START_TIMEOUT, BrokerProcess, create_topic
 
 from oncelog.client.admin.admin import Admin
@@ -275,9 +274,8 @@ def test_describe_log_dirs_from_three_clients(jbod, kafka_python, confluent):
     assert {d.path: {(r.topic, r.partition) for r in d.replicas} for d in dirs} == {
         str(a): {("gamma", 1), ("gamma", 3)}, str(b): {("gamma", 0), ("gamma", 2)}}
 
-    described = subprocess.run(
-        [sys.executable, "-m", "oncelog", "log-dirs", "describe", "--bootstrap-server",
-         broker.bootstrap, "--topic-list", "beta"], capture_output=True, text=True, timeout=60)
+    described = run_oncelog("log-dirs", "describe", "--bootstrap-server", broker.bootstrap,
+                            "--topic-list", "beta", timeout=60)
     assert described.returncode == 0, described.stderr
     first, second, body = described.stdout.splitlines()
     assert first == "Querying brokers for log directories information"
@@ -289,9 +287,8 @@ def test_describe_log_dirs_from_three_clients(jbod, kafka_python, confluent):
 
 
 def test_cluster_describe_command(jbod):
-    described = subprocess.run(
-        [sys.executable, "-m", "oncelog", "cluster", "describe", "--bootstrap-server",
-         jbod[0].bootstrap], capture_output=True, text=True, timeout=60)
+    described = run_oncelog("cluster", "describe", "--bootstrap-server", jbod[0].bootstrap,
+                            timeout=60)
     assert described.returncode == 0, described.stderr
     assert "Controller: 0" in described.stdout
     assert f"Broker: 0\tEndpoint: 127.0.0.1:{jbod[0].port}" in described.stdout

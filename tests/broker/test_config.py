@@ -1,9 +1,9 @@
 """Broker configuration: .properties parsing, Kafka key names, clear errors."""
 
 import subprocess
-import sys
 
 import pytest
+from support.broker_forks import run_oncelog
 
 from oncelog.broker.config import (
     BrokerConfig,
@@ -86,8 +86,7 @@ def test_bad_values_name_the_key(values, message):
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "oncelog", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return run_oncelog(*args, timeout=timeout)
 
 
 def test_broker_refuses_an_unknown_key_before_starting(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
+from support.broker_forks import run_oncelog
 from support.brokers import START_TIMEOUT, BrokerProcess, create_topic, read_to_end
 from support.full_disk_helpers import fill_up, small_tmpfs
 
@@ -160,12 +161,8 @@ def test_a_full_directory_refuses_what_it_cannot_hold_and_the_other_serves(tmp_p
 
 @pytest.mark.parametrize("dirs", ["{a},{a}", "{a},,{b}"])
 def test_bad_log_dirs_are_refused_before_starting(tmp_path, dirs):
-    import subprocess
-    import sys
-
     value = dirs.format(a=tmp_path / "a", b=tmp_path / "b")
-    result = subprocess.run([sys.executable, "-m", "oncelog", "broker", "--set",
-                             f"log.dirs={value}"], capture_output=True, text=True, timeout=60)
+    result = run_oncelog("broker", "--set", f"log.dirs={value}", timeout=60)
     assert result.returncode == 2 and "log.dirs:" in result.stderr
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from support.broker_forks import run_oncelog
 from support.brokers import create_topic
 
 import oncelog
@@ -168,14 +169,12 @@ def test_seed_flow(broker, name, tmp_path):
 
 def test_scenario_command(broker, tmp_path):
     out = tmp_path / "flow.html"
-    result = subprocess.run(
-        [sys.executable, "-m", "oncelog", "scenario", "cache-missed", "--bootstrap-server",
-         broker.bootstrap, "--out", str(out)], capture_output=True, text=True, timeout=60)
+    result = run_oncelog("scenario", "cache-missed", "--bootstrap-server", broker.bootstrap,
+                         "--out", str(out), timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("cache-missed: PASS: no duplicate, no reordering")
     assert "<svg" in out.read_text()
-    listed = subprocess.run([sys.executable, "-m", "oncelog", "scenario", "--list"],
-                            capture_output=True, text=True, timeout=60)
+    listed = run_oncelog("scenario", "--list", timeout=60)
     assert listed.stdout.split()[::1][0] == "success"
     assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == list(SCENARIOS)
 

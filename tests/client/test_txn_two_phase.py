@@ -14,8 +14,6 @@ from support.brokers import BrokerProcess, create_topic
 
 import oncelog
 
-pytestmark = pytest.mark.xdist_group("groups")
-
 
 def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     """What a read_committed reader gets: polled until ``expected`` records came, then for

@@ -15,17 +15,12 @@ A replica is put back into the ISR by its leader's replica manager once it has c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from support.broker_forks import run_oncelog
 from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
 from support.waits import wait_for
-
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 
 
 class Cluster(ThreeBrokers):
@@ -106,10 +101,8 @@ def test_topic_created_on_one_broker_is_known_to_all(cluster):
                                    list(p["isr_nodes"]))
             for p in described["partitions"]} == expected
 
-    described = subprocess.run(
-        [sys.executable, "-m", "oncelog", "topics", "describe", "--topic", "rf3",
-         "--bootstrap-server", cluster.brokers[2].bootstrap],
-        capture_output=True, text=True, timeout=TIMEOUT)
+    described = run_oncelog("topics", "describe", "--topic", "rf3", "--bootstrap-server",
+                            cluster.brokers[2].bootstrap, timeout=TIMEOUT)
     assert described.returncode == 0, described.stderr
     assert "ReplicationFactor: 3" in described.stdout
     for p, r in replicas.items():

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -20,14 +19,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import init_producer_id
+from support.broker_forks import run_oncelog
 from support.waits import wait_for
 
 from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
-
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SESSION_MS = 2000  # the server's tick (tests/support/zookeepers.py) allows sessions this short
 # A dead broker's session ends SESSION_MS after its last heartbeat; the survivor then needs a
@@ -183,11 +180,11 @@ def test_expired_session_registers_again_and_follows(cluster):
 
 
 def _broker_exit(tmp_path, *settings: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "oncelog", "broker", "--set", f"log.dirs={tmp_path}/data",
+    args = ["broker", "--set", f"log.dirs={tmp_path}/data",
             "--set", "listeners=PLAINTEXT://127.0.0.1:0"]
     for setting in settings:
         args += ["--set", setting]
-    return subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT)
+    return run_oncelog(*args, timeout=TIMEOUT)
 
 
 def test_unreachable_zookeeper_exits_with_a_clear_error(tmp_path):

@@ -25,9 +25,6 @@ from oncelog.cluster.membership import (
 )
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 4000
 BROKER_IDS = st.integers(1, 3)
 RECONNECT_TIMEOUT = 15.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from kazoo.client import KazooClient
 from support.waits import wait_for
 
@@ -14,8 +13,6 @@ from oncelog.client.admin import admin_quotas
 from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
-
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 TIMEOUT = 30.0
 FOLLOW_TIMEOUT = 10.0  # each broker looks for notifications every second

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 from kio.schema.errors import ErrorCode
 from support import txn_wire
 from support.acl_wire import AUTHORIZER
+from support.broker_forks import run_oncelog
 from support.txn_cluster import TIMEOUT, TxnCluster, end_offsets, read_committed
 from support.waits import wait_for
 
@@ -30,8 +31,6 @@ from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.coordinator.internal_log import partition_for
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
-
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SPAN = "span"  # three partitions, led by brokers 1, 2, 3
 COPIER = Path(__file__).resolve().parents[1] / "support" / "txn_copier.py"
@@ -99,10 +98,9 @@ def txn_coordinator(cluster: TxnCluster, txn_id: str) -> tuple[int, int]:
 
 
 def find_hanging(cluster: TxnCluster, topic: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
-         "--max-transaction-timeout", "0", "--bootstrap-server", cluster.bootstrap()],
-        capture_output=True, text=True, timeout=TIMEOUT)
+    out = run_oncelog("transactions", "find-hanging", "--topic", topic,
+                      "--max-transaction-timeout", "0", "--bootstrap-server",
+                      cluster.bootstrap(), timeout=TIMEOUT)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 TIMEOUT = 60.0
 
 

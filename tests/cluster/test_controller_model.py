@@ -29,8 +29,6 @@ from oncelog.cluster.placement import Candidate, assign
 from oncelog.cluster.topic_admin import TopicAdmin
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 4000
 BROKER_IDS = st.integers(1, 4)
 PASSES = 8  # a pass that wrote is followed by another; the table settles well within this

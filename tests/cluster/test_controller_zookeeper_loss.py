@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 
-import pytest
 from support.waits import wait_for
 from support.zookeepers import ZooKeeperServer
 
@@ -24,8 +23,6 @@ from oncelog.cluster.membership import ClusterMember
 from oncelog.cluster.replica_watch import ReplicaWatch
 from oncelog.metadata.store import MetadataUnavailable
 from oncelog.metadata.zookeeper import ZooKeeperStore
-
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SESSION_MS = 10_000  # kazoo does not give up on a silent server before the test kills it
 

@@ -28,8 +28,6 @@ from oncelog.client.network.connection import BrokerConnection
 from oncelog.coordinator.internal_log import partition_for
 from oncelog.protocol import api_versions as apis
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 PARTITIONS = 3  # of each internal topic: small, so a broker loads little
 TRANSACTION_KEY = 1  # FindCoordinator key type
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from support.broker_forks import run_oncelog
-
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 
 def test_failover_scenario_tells_seed_004_case_2(tmp_path):

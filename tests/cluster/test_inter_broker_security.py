@@ -41,8 +41,6 @@ from oncelog.security.acls import (
 from oncelog.security.credentials import ScramCredentials
 from oncelog.security.scram import make_credential
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 TIMEOUT = 30.0
 MECHANISM = "SCRAM-SHA-512"
 PASSWORDS = {"broker": "broker-secret", "alice": "alice-secret"}

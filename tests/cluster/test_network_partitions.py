@@ -36,8 +36,6 @@ from oncelog.protocol import api_versions as apis
 from oncelog.protocol.records import encode_batch
 from oncelog.protocol.schema import build
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 2000
 TIMEOUT = 30.0
 SETTINGS = {"zookeeper.session.timeout.ms": str(SESSION_MS),

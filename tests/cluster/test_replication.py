@@ -49,8 +49,6 @@ from oncelog.protocol.messages import decode_response, encode_request
 from oncelog.protocol.records import encode_batch
 from oncelog.protocol.schema import build, request_module
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 2000
 TIMEOUT = 30.0
 TOPIC = "replicated"

@@ -30,8 +30,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -40,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kazoo.client import KazooClient
+from support.broker_forks import run_oncelog
 from support.netns import NetnsBroker, NetnsZooKeeper, Topology
 from support.txn_cluster import end_offsets
 from support.txn_cluster import read_committed as confluent_read_committed
@@ -47,8 +46,6 @@ from support.txn_history import ABORTED, COMMITTED, UNKNOWN, Txn, check
 from support.waits import wait_for
 
 from oncelog.coordinator.internal_log import partition_for
-
-pytestmark = pytest.mark.xdist_group("zookeeper")
 
 SEED = int(os.environ.get("ONCELOG_TXN_WORKLOAD_SEED", "24"))
 SESSION_MS = 2000
@@ -369,10 +366,9 @@ def wait_stable(cluster: Cluster) -> None:
 
 
 def find_hanging(cluster: Cluster, topic: str) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
-         "--max-transaction-timeout", "0", "--bootstrap-server", cluster.bootstrap()],
-        capture_output=True, text=True, timeout=TIMEOUT)
+    out = run_oncelog("transactions", "find-hanging", "--topic", topic,
+                      "--max-transaction-timeout", "0", "--bootstrap-server",
+                      cluster.bootstrap(), timeout=TIMEOUT)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()[1:]  # below the header
 

@@ -28,8 +28,6 @@ from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
 from oncelog.protocol.records import encode_batch
 
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 2000
 TIMEOUT = 30.0
 BROKERS = (1, 2, 3)

@@ -24,8 +24,6 @@ from oncelog.client.network.connection import BrokerConnection, KafkaError
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
-pytestmark = pytest.mark.xdist_group("groups")
-
 MEMBER = Path(__file__).parents[1] / "support" / "group_member.py"
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "500"}
 WAIT = 60.0
@@ -47,7 +45,8 @@ class Member:
             [sys.executable, str(MEMBER), client, bootstrap, group, topic, assignor,
              str(session_ms), "120"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            env={**os.environ,  # tests/conftest.py's PYTHONPATH first
+                 "PYTHONPATH": os.pathsep.join([os.environ["PYTHONPATH"], *sys.path])})
         self.lines: list[list[str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

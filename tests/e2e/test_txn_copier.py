@@ -49,7 +49,9 @@ class Copier:
     def start(self) -> None:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                                     env={**os.environ,  # tests/conftest.py's first
+                                          "PYTHONPATH": os.pathsep.join(
+                                              [os.environ["PYTHONPATH"], *sys.path])})
 
     def hold_at(self, fraction: float) -> None:
         """The copier starts no transaction past this fraction of the input, so the next

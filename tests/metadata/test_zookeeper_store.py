@@ -12,9 +12,6 @@ from oncelog.coordinator.producer_id_manager import BLOCK_PATH, ProducerIdManage
 from oncelog.metadata.store import NO_VERSION, BadVersion, LocalFileStore
 from oncelog.metadata.zookeeper import ZooKeeperStore, ZooKeeperUnreachable, parse_connect
 
-# One ZooKeeper server (tests/support/zookeepers.py) per worker: the cluster tests share a worker.
-pytestmark = pytest.mark.xdist_group("zookeeper")
-
 SESSION_MS = 4000
 
 
