@@ -48,9 +48,6 @@ system-deps:
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-# Before pytest: the class-data-sharing archive the Spark tests' JVMs map (half of a driver
-# start's JVM CPU), made once per virtualenv, pyspark and Java by tests/support/spark_cds.py in
-# at most 5 minutes. Without it (the reason is printed) the suite runs as well, only slower.
 # The tests' temporary directories, every broker's log.dirs among them, go to /dev/shm when it
 # has SHM_MIN_KB free and is not noexec: a broker fsyncs what it acknowledges, and on a shared
 # virtual disk each fsync took milliseconds (test_descriptors: 35 s on disk, 12 s on tmpfs).
@@ -64,7 +61,6 @@ SHM_MIN_KB := 4000000
 # first chunk of a quarter of its share, all the Spark tests in the first one's.
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
-	$(PY) tests/support/spark_cds.py make || true
 	@if [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')" -ge $(SHM_MIN_KB) ] \
 			2>/dev/null && ! awk '$$2 == "/dev/shm" && $$4 ~ /noexec/ {f = 1} END {exit !f}' \
 			/proc/mounts; then \

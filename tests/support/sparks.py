@@ -13,21 +13,13 @@ from __future__ import annotations
 import os
 import sys
 
-try:  # a script's neighbour (tests/support/spark_write_job.py) or imported as `support`
-    import spark_cds
-except ImportError:
-    from support import spark_cds
-
 _current: dict[str, object] = {}
 
 # For every JVM the tests start (this session's, a driver's of tests/support/spark_write_job.py, a
 # standalone cluster's): the JIT's first tier only and one GC thread. These JVMs live for
 # seconds to minutes on two shared cores, where C2's compiler threads and the parallel GC
 # took half of their CPU (a session and three small jobs: 33 s of CPU, 15 s with these).
-# And the class-data-sharing archive that `make test` made (tests/support/spark_cds.py):
-# half of a driver start's JVM CPU.
-JAVA_ENV = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-            + spark_cds.java_options()}
+JAVA_ENV = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 def spark_session(master: str = "local[2]"):
