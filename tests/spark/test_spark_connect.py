@@ -15,8 +15,6 @@ from support.spark_read_helpers import TIMEOUT, create, produce
 
 from oncelog import Consumer, TopicPartition
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 pytest.importorskip("grpc", reason="Spark Connect's client needs pyspark[connect]")
 
 

@@ -4,13 +4,10 @@ exactly once, with nothing but the example's own options."""
 
 from __future__ import annotations
 
-import pytest
 from support.spark_read_helpers import TIMEOUT, create, produce
 
 from oncelog import Consumer, TopicPartition
 from oncelog.audit import audit_topic
-
-pytestmark = pytest.mark.xdist_group("spark")
 
 
 def committed(bootstrap: str, topic: str, partitions: int) -> list:

@@ -17,8 +17,6 @@ from support.spark_read_helpers import TIMEOUT, create, produce
 
 import oncelog
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 T0 = 1_700_000_000_000
 
 

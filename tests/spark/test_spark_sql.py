@@ -11,8 +11,6 @@ from support.spark_read_helpers import create, produce
 
 from oncelog import Consumer, TopicPartition
 
-pytestmark = pytest.mark.xdist_group("spark")
-
 
 def test_sql_views_select_and_insert_and_the_table_limit(spark, start_broker):
     bootstrap = start_broker().bootstrap

@@ -16,11 +16,14 @@ import os
 import socket
 import sys
 
+import sparks  # its neighbour in tests/support/ (Python puts a script's folder on sys.path)
+
 
 def main() -> None:
     bootstrap, source, topic = sys.argv[1:4]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYTHONPATH"] = sparks.worker_path()  # the JVM's, which its workers inherit
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -32,7 +35,8 @@ def main() -> None:
             .set("spark.connect.grpc.binding.port", str(port))
             .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
             .set("spark.driver.bindAddress", "127.0.0.1")
-            .set("spark.sql.shuffle.partitions", "2"))
+            .set("spark.sql.shuffle.partitions", "2")
+            .setAll(sparks.worker_config().items()))
     context = SparkContext(conf=conf)
     context.setLogLevel("ERROR")
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession

@@ -76,7 +76,6 @@ def _speculating():
     master = os.environ["SPARK_MASTER_URL"]
     session = (SparkSession.builder.master(master).appName("oncelog-speculation")
                .config("spark.executor.memory", "512m")
-               .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1")
@@ -86,6 +85,7 @@ def _speculating():
                .config("spark.speculation.multiplier", "1.1")
                .config("spark.speculation.quantile", "0.5")
                .config("spark.speculation.minTaskRuntime", "1s")
+               .config(map=sparks.worker_config())  # (the executors' PYTHONPATH with it)
                .getOrCreate())
     session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     sparks._current.update(session=session, master=master)

@@ -5,7 +5,8 @@ pytest-xdist 3.8 ``xdist_group`` does nothing anyway: xdist renames ``item._node
 pytest no longer reads.)
 
 local[2], the UI off, 2 shuffle partitions, everything bound to 127.0.0.1, and the workers
-running this interpreter (``PYSPARK_PYTHON``), which has pyarrow and oncelog.
+running this interpreter (``PYSPARK_PYTHON``), which has pyarrow and oncelog, forked from the
+daemon of tests/support/spark_daemon.py (oncelog imported once, not by every fork).
 """
 
 from __future__ import annotations
@@ -22,6 +23,33 @@ _current: dict[str, object] = {}
 JAVA_ENV = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
+# The settings of every local-mode session the tests make (the shared one, a killed driver's).
+SESSION_CONFIG = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stopTimeout": "30s",
+}
+
+
+def worker_path() -> str:
+    """A Python path on which Spark's Python workers find tests/support/spark_daemon.py."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+
+
+def worker_config() -> dict[str, str]:
+    """The Python workers' settings of every driver the tests start, local or not: forked
+    from tests/support/spark_daemon.py. (A local driver's workers take their Python path from
+    the JVM's environment, see spark_session; an executor's from spark.executorEnv.)"""
+    return {"spark.python.daemon.module": "spark_daemon",
+            "spark.executorEnv.PYTHONPATH": worker_path()}
+
+
 def spark_session(master: str = "local[2]"):
     """The shared session, restarted with ``master`` if it runs another one (the task-retry
     test wants ``local[2,3]``: three attempts per task)."""
@@ -35,16 +63,20 @@ def spark_session(master: str = "local[2]"):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.update(JAVA_ENV)
-    session = (SparkSession.builder.master(master).appName("oncelog-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.stopTimeout", "30s")
-               .getOrCreate())
+    builder = SparkSession.builder.master(master).appName("oncelog-tests")
+    for key, value in {**SESSION_CONFIG, **worker_config()}.items():
+        builder = builder.config(key, value)
+    # The JVM's environment, which its Python workers inherit, not this process's for good
+    # (the brokers and tools the tests start after it).
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = worker_path()
+    try:
+        session = builder.getOrCreate()
+    finally:
+        if path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path
     session.sparkContext.setLogLevel("ERROR")
     _current.update(session=session, master=master)
     return session
