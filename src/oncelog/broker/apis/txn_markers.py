@@ -85,8 +85,7 @@ async def write_markers(broker, producer_id: int, producer_epoch: int, commit: b
                         coordinator_epoch: int, partitions: Iterable[TopicPartition],
                         transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
     """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition
-    (any log not open yet is opened first, off the loop; then all of them are appended
-    before the next await), then wait until they are as durable as the flush
+    (all of them before the first await), then wait until they are as durable as the flush
     policy wants; returns each partition's error (NONE: written)."""
     partitions = list(partitions)
     # A log not open yet (never written, or not since a restart) is opened off the loop.
