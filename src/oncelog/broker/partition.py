@@ -34,15 +34,13 @@ every use of the partition then raises LogDirOffline until a restart.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import errno
 import functools
 import logging
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -81,13 +79,6 @@ from .log_dirs import LogDir
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
-
-# Logs are opened (created, recovered) here, off the event loop: mostly fsyncs, which let go
-# of the GIL. A pool of their own: a burst of first writes does not queue the group commits'
-# fsyncs (the default executor) behind it; a few threads, as opens of one disk gain little
-# beyond that (300 first writes: 1 thread 9 s, 2 5.5 s, 6 4 s on a loaded 2-core machine).
-_OPENERS = concurrent.futures.ThreadPoolExecutor(max_workers=4,
-                                                 thread_name_prefix="oncelog-open")
 
 # Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
 # to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
@@ -155,12 +146,6 @@ class Partition:
         self.replication: Any = None
         self.leader_epoch = 0  # stamped on every batch appended as leader
         self._epochs: LeaderEpochCache | None = None
-        # Opening creates files and fsyncs (tens of ms): the request paths do it in a worker
-        # thread (open_off_loop), all waiting on one future; the lock keeps a synchronous
-        # opener on the loop (rare: a path not taught to wait) from opening a second Log,
-        # and closing, abandoning, deleting or moving it from racing an opening under way.
-        self._open_lock = threading.RLock()
-        self._opening: asyncio.Future[None] | None = None
 
     @property
     def name(self) -> str:
@@ -223,59 +208,15 @@ class Partition:
         except FileNotFoundError:
             return False
 
-    @property
-    def needs_open(self) -> bool:
-        """Whether a read would open files: the partition has a directory (written before,
-        here or before a restart) but no open log yet. (Deleted, or its directory offline:
-        the read's own opening refuses at once, with nothing to do off the loop.)"""
-        return self._log is None and not self._deleted and not self.log_dir.offline and \
-            self.disk.isdir(self.dir)
-
-    async def open_off_loop(self) -> None:
-        """Open (create, on the first write) the log in a worker thread: the directory and
-        segment creation, partition.metadata and recovery's fsyncs never stall the event
-        loop. Every caller waits on the same opening; a caller cancelled (its request timed
-        out) leaves it running for the others. Raises what opening raised (OSError,
-        LogDirOffline); the partition is then as unopened as before (``_open`` is all or
-        nothing)."""
-        if self._log is not None:
-            return
-        if self._opening is None:
-            opening = asyncio.get_running_loop().run_in_executor(_OPENERS, self._open_any)
-            self._opening = opening
-            opening.add_done_callback(self._opened)
-        try:
-            await asyncio.shield(self._opening)
-        except LogDirFailure as exc:
-            raise self.log_dir.fail(exc) from exc
-
-    def _opened(self, opening: asyncio.Future[None]) -> None:
-        # On the loop, waited for or not: the directory's failure (its callbacks abandon
-        # partitions, fail futures) is declared here, never in the worker thread.
-        self._opening = None
-        error = None if opening.cancelled() else opening.exception()
-        if isinstance(error, LogDirFailure):
-            self.log_dir.fail(error)
-
     def _open(self) -> None:
-        try:
-            self._open_any()
-        except LogDirFailure as exc:
-            raise self.log_dir.fail(exc) from exc
-
-    def _open_any(self) -> None:
-        """On the loop or in a worker thread: raises LogDirFailure for the caller to take
-        the directory offline where that may be done."""
-        with self._open_lock:
-            if self._log is None:
-                self._open_locked()
-
-    def _open_locked(self) -> None:
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
             raise self.log_dir.error()
-        plog = Log(self.dir, self.config, self.disk)
+        try:
+            plog = Log(self.dir, self.config, self.disk)
+        except LogDirFailure as exc:
+            raise self.log_dir.fail(exc) from exc
         if self.topic_id is not None and partition_metadata.read(self.disk, self.dir) is None:
             try:
                 partition_metadata.write(self.disk, self.dir, self.topic_id)
@@ -299,12 +240,9 @@ class Partition:
             # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
             # page cache; a power cut after it does not).
             plog.flush()
-            # Deleted, or the directory failed, while this ran in a worker thread: the log
-            # is not to be used.
-            if self._deleted:
-                raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
-            if self.log_dir.offline:
-                raise self.log_dir.error()
+        except LogDirFailure as exc:
+            plog.abandon()
+            raise self.log_dir.fail(exc) from exc
         except BaseException:
             plog.abandon()
             raise
@@ -825,10 +763,6 @@ class Partition:
     def close(self) -> None:
         """Clean shutdown: a snapshot at the log end, the log sealed and marked clean. Not
         for a partition whose directory failed: that one must be recovered (``abandon``)."""
-        with self._open_lock:  # an opening under way is closed once it is done
-            self._close()
-
-    def _close(self) -> None:
         if self._log is None:
             return
         if self.log_dir.offline:
@@ -857,26 +791,16 @@ class Partition:
     def flush_running(self) -> bool:
         return self._this_flush is not None
 
-    @property
-    def opening(self) -> bool:
-        """An open_off_loop under way in a worker thread."""
-        return self._opening is not None
-
     def relocate(self, directory: str, log_dir: LogDir) -> None:
         """Use the partition's files at ``directory`` from now on (a move between log
         directories, see log_dir_moves.py); the partition must be closed."""
-        with self._open_lock:  # an opening under way finishes in the old directory first
-            assert self._log is None, "relocating an open partition"
-            self.dir = directory
-            self.log_dir = log_dir
-            self._snapshots = SnapshotFiles(directory, self.disk)
+        assert self._log is None, "relocating an open partition"
+        self.dir = directory
+        self.log_dir = log_dir
+        self._snapshots = SnapshotFiles(directory, self.disk)
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
-        with self._open_lock:  # an opening under way is let go of once it is done
-            self._abandon()
-
-    def _abandon(self) -> None:
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
@@ -887,8 +811,7 @@ class Partition:
 
     def delete(self) -> None:
         """Let go of the files for good (the caller moves the directory aside)."""
-        with self._open_lock:  # an opening under way finishes first, then is let go of
-            self._deleted = True
+        self._deleted = True
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
@@ -896,37 +819,6 @@ class Partition:
         if self._this_flush is not None or self._next_flush is not None:
             self._fail_flushes(self._this_flush, FileNotFoundError(
                 errno.ENOENT, f"partition {self.name} was deleted"))
-
-
-async def open_for_reading(partitions: Iterable[Partition | None]) -> None:
-    """Open in worker threads the partitions a read would open (a directory but no log yet:
-    written before a restart, whose recovery fsyncs). A failure is left to the read, which
-    answers it as it answers any (KAFKA_STORAGE_ERROR, the directory offline)."""
-    waiting = [p.open_off_loop() for p in partitions if p is not None and p.needs_open]
-    if waiting:
-        await asyncio.gather(*waiting, return_exceptions=True)
-
-
-async def open_for_writing(partitions: Iterable[Partition | None]) -> None:
-    """Open (create) in worker threads the logs of ``partitions`` not open yet, before
-    appends that would open them on the loop; a failure is left to the append, which answers
-    it (KAFKA_STORAGE_ERROR)."""
-    waiting = [p.open_off_loop() for p in partitions if p is not None and not p.is_open]
-    if waiting:
-        await asyncio.gather(*waiting, return_exceptions=True)
-
-
-def opened_first(partitions: list[Partition | None], answer: Callable[[], Any]) -> Any:
-    """A handler's ``answer()``: at once when it opens no log, else a coroutine giving it
-    once the logs it would open were opened off the loop (open_for_reading)."""
-    if not any(p is not None and p.needs_open for p in partitions):
-        return answer()
-
-    async def opened() -> Any:
-        await open_for_reading(partitions)
-        return answer()
-
-    return opened()
 
 
 def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:

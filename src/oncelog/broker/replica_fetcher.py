@@ -33,7 +33,6 @@ from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
 from .inter_broker import BrokerConnection, InterBrokerError, connect, opener
-from .partition import open_for_writing
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +166,6 @@ class LeaderFetcher:
     async def _truncate(self, todo: list[_Followed]) -> None:
         """One OffsetForLeaderEpoch round for ``todo``, each asking for the end of its own
         latest epoch."""
-        # A replica's first log (or its first since a restart) is opened off the loop.
-        await open_for_writing(f.partition for f in todo)
         mod = request_module(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
         asked = {}
         topics: dict[str, list] = {}

@@ -55,7 +55,6 @@ from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
-from ..partition import open_for_reading, opened_first
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,6 @@ async def handle_fetch(broker, request: Request):
     deadline = time.monotonic() + max_wait
     allowance = broker.quotas.fetch_allowance(request)  # a consumer quota's window
     denied = _fetch_denied(broker, request)
-    await open_for_reading(_named(broker, body, request.api_version))
     while True:
         responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version,
                                                          allowance, denied)
@@ -99,16 +97,6 @@ async def handle_fetch(broker, request: Request):
                   ) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
-
-
-def _named(broker, body, version: int):
-    """The partitions a Fetch names that exist here."""
-    for topic_req in body.topics:
-        name = _name_of(broker, getattr(topic_req, "topic_id", None)) if version >= 13 \
-            else topic_req.topic
-        if name is not None:
-            for preq in topic_req.partitions:
-                yield broker.topics.partition(name, preq.partition)
 
 
 def _fetch_denied(broker, request: Request) -> set[str] | None:
@@ -243,14 +231,6 @@ def _name_of(broker, topic_id) -> str | None:
 
 
 def handle_list_offsets(broker, request: Request):
-    """The answer; a coroutine giving it when a partition named must be opened first (in a
-    worker thread: a log written before a restart is recovered, with fsyncs)."""
-    named = [broker.topics.partition(t.name, p.partition_index)
-             for t in request.body.topics for p in t.partitions]
-    return opened_first(named, lambda: _list_offsets(broker, request))
-
-
-def _list_offsets(broker, request: Request):
     mod = response_module(LIST_OFFSETS, request.api_version)
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []

@@ -121,8 +121,7 @@ class _ProduceRun:
         # topic -> what it is answered instead of being appended (authorization)
         self.refused: Callable[[str], ErrorCode | None] | None = None
 
-    def one(self, topic_data, pdata,
-            validated: list | InvalidBatch | OSError | None = None) -> bool:
+    def one(self, topic_data, pdata, validated: list | InvalidBatch | None = None) -> bool:
         """Append one partition's batches; False when they are to be validated off the
         event loop first (nothing was done)."""
         body = self.request.body
@@ -178,15 +177,13 @@ class _ProduceRun:
         while True:
             name = _topic_name(self.broker, topic_data)
             partition = self.broker.topics.partition(name, pdata.index) if name else None
-            validated: list | InvalidBatch | OSError | None = None
+            validated: list | InvalidBatch | None = None
             if partition is not None:
                 try:
                     records, validated = await loop.run_in_executor(
                         _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
                     pdata = pdata._replace(records=records)  # recompressed, maybe
-                    # A first write creates the log: files and fsyncs, never on the loop.
-                    await partition.open_off_loop()
-                except (InvalidBatch, OSError) as exc:
+                except InvalidBatch as exc:
                     validated = exc
             self.one(topic_data, pdata, validated)
             for topic_data, pdata in partitions:
@@ -292,7 +289,7 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None, transactional_id: str | None,
-                       inflation: Inflation, validated: list | InvalidBatch | OSError | None,
+                       inflation: Inflation, validated: list | InvalidBatch | None,
                        timeout_ms: int = 30_000
                        ) -> tuple[PartitionResult, asyncio.Future[None] | None] | None:
     """The partition's answer, and what must be done before it is sent (None: nothing); None
@@ -336,10 +333,8 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
             return ErrorCode.invalid_txn_state
         return broker.txn_verifier(transactional_id, producer_id, epoch, topic, index)
 
-    if validated is None and not partition.is_open:
-        return None  # opened in a worker thread first (rest_off_loop)
     try:
-        if isinstance(validated, InvalidBatch | OSError):
+        if isinstance(validated, InvalidBatch):
             raise validated
         result = partition.append_records(records, verify, inflation, validated)
     except InflateOffLoop:

@@ -41,7 +41,6 @@ from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op
-from ..partition import open_for_writing
 from ..replication import ReplicationError
 from ..topics import OFFSETS_TOPIC
 
@@ -87,9 +86,6 @@ async def write_markers(broker, producer_id: int, producer_epoch: int, commit: b
     """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition
     (all of them before the first await), then wait until they are as durable as the flush
     policy wants; returns each partition's error (NONE: written)."""
-    partitions = list(partitions)
-    # A log not open yet (never written, or not since a restart) is opened off the loop.
-    await open_for_writing(broker.topics.partition(t, i) for t, i in partitions)
     written = append_markers(broker, producer_id, producer_epoch, commit, coordinator_epoch,
                              partitions, transaction_version)
     return await written.durable()
