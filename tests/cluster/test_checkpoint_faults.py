@@ -241,9 +241,21 @@ def test_high_watermarks_are_one_file_per_log_directory_read_back_once(zookeeper
         assert offset_checkpoint.read(disk, path) == {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}
         assert not any(disk.exists(f"/data/t-{i}/{HW_CHECKPOINT_FILE}") for i in range(3))
 
+        # A restart: partitions 1 and 2 stay closed (leaderless, say); the file, written
+        # whole, keeps their high watermarks when only partition 0 moves.
+        for partition in partitions:
+            partition.replication = None
+        for partition in partitions[1:]:
+            partition.close()
         second = replica_manager()
-        assert [second._hw_checkpointed(p) for p in partitions] == [1, 2, 3]
+        for partition in partitions:
+            second._no_leader_yet(partition)
+        assert [p.replication.high_watermark for p in partitions] == [1, 2, 3]
         assert second._hw_checkpointed(partitions[0]) == 0  # taken once
+        partitions[0].replication.high_watermark = 4
+        asyncio.run(checkpoint(second))
+        assert offset_checkpoint.read(disk, path) == {("t", 0): 4, ("t", 1): 2, ("t", 2): 3}
+        assert not partitions[1].is_open and not partitions[2].is_open
     finally:
         store.close()
 

@@ -404,3 +404,46 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
     finally:
         for member in members.values():
             member.close()
+
+
+def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zookeeper):
+    """Broker 3 bounces while a pass is under way, and an ElectLeaders request (on another
+    thread) reads the brokers first and finds it: the pass's decisions, taken before, all
+    land, yet the next pass still counts broker 3 dead and takes it out of the ISR."""
+    connect = zookeeper.chroot("bounce-race")
+    members = {b: ClusterMember(ZooKeeperStore(connect, SESSION_MS), b, None) for b in (1, 2, 3)}
+    try:
+        for b, member in members.items():
+            member.start("127.0.0.1", 9000 + b, background=False)
+        client = members[1].zk
+        admin = TopicAdmin(members[1].store)
+        admin.ensure_paths()
+        admin.create_topic("t", zn.TopicAssignment("AAAAAAAAAAAAAAAAAAAAAA",
+                                                   {0: (1, 2, 3)}, {}, {}), {})
+
+        class Interleaved(Controller):
+            bounce_during_write = False
+
+            def write(self, chosen):
+                if self.bounce_during_write:
+                    self.bounce_during_write = False
+                    members[3].close()
+                    members[3] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 3, None)
+                    members[3].start("127.0.0.1", 9003, background=False)
+                    self.live_brokers()  # what elect() reads first, on its own thread
+                return super().write(chosen)
+
+        controller = Interleaved(members[1], lambda: False)
+        controller.pass_once()  # N1
+        controller.bounce_during_write = True
+        controller.pass_once()  # nothing to decide; broker 3 bounces meanwhile
+
+        def isr() -> tuple[int, ...]:
+            return zn.PartitionState.decode(client.get(zn.partition_state_path("t", 0))[0]).isr
+
+        assert isr() == (1, 2, 3)
+        controller.pass_once()
+        assert isr() == (1, 2)  # L1: counted dead by the pass after the one it bounced in
+    finally:
+        for member in members.values():
+            member.close()

@@ -541,11 +541,14 @@ class ReplicaManager:
     def _hw_due(self) -> dict[str, tuple[OsDisk, offset_checkpoint.Entries]]:
         by_dir: dict[str, tuple[OsDisk, offset_checkpoint.Entries]] = {}
         for partition in self._replicated():
-            if partition.replication is None or not partition.is_open or \
-                    partition.log_dir.offline:
+            r = partition.replication
+            if r is None or partition.log_dir.offline:
                 continue
+            # The directory's file is written whole: a partition not open (since the start,
+            # or leaderless) keeps the high watermark it was read with, never drops to 0.
+            hw = partition.high_watermark if partition.is_open else r.high_watermark
             _, entries = by_dir.setdefault(partition.log_dir.path, (partition.disk, {}))
-            entries[(partition.topic, partition.index)] = partition.high_watermark
+            entries[(partition.topic, partition.index)] = hw
         return {path: (disk, entries) for path, (disk, entries) in by_dir.items()
                 if self._hw_written.get(path) != entries}
 

@@ -251,6 +251,8 @@ class Controller:
         self.passes += 1
         self._watch_controller()
         live = self.live_brokers()
+        with self._registrations_lock:  # those this pass counts dead (an ElectLeaders on
+            counted_dead = set(self._bounced)  # another thread may find more meanwhile)
         shutting = self.shutting_down() & live
         deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
         offline, events = self.offline_replicas()
@@ -278,7 +280,7 @@ class Controller:
         landed = self.write(chosen)
         if all(landed.values()):
             with self._registrations_lock:
-                self._bounced.clear()  # out of every ISR now (or the last one of one)
+                self._bounced -= counted_dead  # out of every ISR now (or the last of one)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
