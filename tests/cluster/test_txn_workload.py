@@ -30,6 +30,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -38,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kazoo.client import KazooClient
-from support.broker_forks import run_oncelog
 from support.netns import NetnsBroker, NetnsZooKeeper, Topology
 from support.txn_cluster import end_offsets
 from support.txn_cluster import read_committed as confluent_read_committed
@@ -366,9 +367,13 @@ def wait_stable(cluster: Cluster) -> None:
 
 
 def find_hanging(cluster: Cluster, topic: str) -> list[str]:
-    out = run_oncelog("transactions", "find-hanging", "--topic", topic,
-                      "--max-transaction-timeout", "0", "--bootstrap-server",
-                      cluster.bootstrap(), timeout=TIMEOUT)
+    # A process of its own, started from this thread (inside the client's namespace), not
+    # forked from the broker zygote: the zygote lives in the machine's namespace, where the
+    # cluster's addresses do not exist (support/netns.py).
+    out = subprocess.run(
+        [sys.executable, "-m", "oncelog", "transactions", "find-hanging", "--topic", topic,
+         "--max-transaction-timeout", "0", "--bootstrap-server", cluster.bootstrap()],
+        capture_output=True, text=True, timeout=TIMEOUT)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()[1:]  # below the header
 
