@@ -165,3 +165,24 @@ def test_an_isr_write_answered_owes_no_read():
     r.isr_write_started((1, 2, 3))
     assert r.isr_write_ended((1, 2, 3), 6) is False
     assert r.isr == (1, 2, 3) and r.zk_version == 6
+
+
+def test_an_isr_write_answered_after_its_partition_was_deleted_ends_quietly():
+    """A topic deleted while its leader's ISR write was out (writes go in batches, queued):
+    the answer finds the partition deleted and does nothing more. Before, it opened the log
+    to move the high watermark, and the deleted partition raised in the event loop's
+    callback (a Traceback in the broker's log, and the rest of the batch's partitions left
+    without their answer)."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.replica_manager import ReplicaManager
+
+    p = leader((1,))
+    r = p.replication
+    p.append_records(encode_batch([(None, b"a", (), NOW)]))
+    r.isr_write_started((1, 2))
+    p.delete()
+    manager = SimpleNamespace(_count_isr=lambda old, new: None,
+                              watch=SimpleNamespace(refresh=lambda: None))
+    ReplicaManager._isr_written(manager, p, r, (1,), (1, 2), 7)
+    assert r.isr == (1, 2)

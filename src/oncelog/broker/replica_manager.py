@@ -446,7 +446,10 @@ class ReplicaManager:
                 else fut.result()
             for (partition, r, old, wanted, _, _), version in zip(queued, versions,
                                                                   strict=True):
-                self._isr_written(partition, r, old, wanted, version)
+                try:
+                    self._isr_written(partition, r, old, wanted, version)
+                except Exception:  # one partition's end does not keep the others' from theirs
+                    log.exception("%s: after its ISR write", partition.name)
             if self._isr_queue and not self._closed:
                 self._write_isrs()
 
@@ -460,6 +463,8 @@ class ReplicaManager:
             self.watch.refresh()  # a read from now on: bounded, not the periodic pass
         if version is None or partition.replication is not r:
             return  # the state moved on, or is unknown: the next view decides
+        if not partition.is_open:
+            return  # deleted (or closed) while the write was out: nothing waits on its log
         log.info("%s: ISR %s -> %s at leader epoch %d", partition.name, list(old),
                  list(wanted), r.leader_epoch)
         if r.advance_high_watermark(partition.log.log_end_offset):
