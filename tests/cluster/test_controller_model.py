@@ -356,6 +356,13 @@ def test_auto_leader_rebalance(zookeeper):
         member.close()
 
 
+def _registered(connect: str, broker_id: int) -> ClusterMember:
+    """Broker ``broker_id`` registered in ZooKeeper on a session of its own."""
+    member = ClusterMember(ZooKeeperStore(connect, SESSION_MS), broker_id, None)
+    member.start("127.0.0.1", 9000 + broker_id, background=False)
+    return member
+
+
 def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zookeeper):
     """Broker 3 killed and started again between two passes (its registration's czxid is
     newer: it may be back with a wiped disk): the next pass counts it dead, as Kafka's
@@ -363,10 +370,10 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
     (F1); the pass after leaves it be, and once its leader has put it back in the ISR (as a
     replica manager does when it caught up) the controller keeps it there."""
     connect = zookeeper.chroot("bounce")
-    members = {b: ClusterMember(ZooKeeperStore(connect, SESSION_MS), b, None) for b in (1, 2, 3)}
+    members = {}
     try:
-        for b, member in members.items():
-            member.start("127.0.0.1", 9000 + b, background=False)
+        for b in (1, 2, 3):
+            members[b] = _registered(connect, b)
         client = members[1].zk
         admin = TopicAdmin(members[1].store)
         admin.ensure_paths()
@@ -381,8 +388,7 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
         controller.pass_once()  # N1
         assert states() == [(1, 0, (1, 2, 3)), (3, 0, (3, 1, 2))]
         members[3].close()  # killed, and registered again before the next pass
-        members[3] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 3, None)
-        members[3].start("127.0.0.1", 9003, background=False)
+        members[3] = _registered(connect, 3)
         controller.pass_once()
         assert states() == [(1, 0, (1, 2)), (1, 1, (1, 2))]  # L1, F1
         controller.pass_once()
@@ -395,8 +401,7 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
         members[2].close()
         controller.pass_once()
         assert states() == [(1, 0, (1, 3)), (1, 1, (1,))]
-        members[2] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 2, None)
-        members[2].start("127.0.0.1", 9002, background=False)
+        members[2] = _registered(connect, 2)
         client.set(zn.partition_state_path("t", 0), zn.PartitionState(1, 0, (1, 3, 2), 1)
                    .encode())
         controller.pass_once()
@@ -411,10 +416,10 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
     thread) reads the brokers first and finds it: the pass's decisions, taken before, all
     land, yet the next pass still counts broker 3 dead and takes it out of the ISR."""
     connect = zookeeper.chroot("bounce-race")
-    members = {b: ClusterMember(ZooKeeperStore(connect, SESSION_MS), b, None) for b in (1, 2, 3)}
+    members = {}
     try:
-        for b, member in members.items():
-            member.start("127.0.0.1", 9000 + b, background=False)
+        for b in (1, 2, 3):
+            members[b] = _registered(connect, b)
         client = members[1].zk
         admin = TopicAdmin(members[1].store)
         admin.ensure_paths()
@@ -428,8 +433,7 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
                 if self.bounce_during_write:
                     self.bounce_during_write = False
                     members[3].close()
-                    members[3] = ClusterMember(ZooKeeperStore(connect, SESSION_MS), 3, None)
-                    members[3].start("127.0.0.1", 9003, background=False)
+                    members[3] = _registered(connect, 3)
                     self.live_brokers()  # what elect() reads first, on its own thread
                 return super().write(chosen)
 
