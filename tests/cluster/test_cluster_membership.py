@@ -15,12 +15,12 @@ import subprocess
 import time
 
 import pytest
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import init_producer_id
 from support.broker_forks import run_oncelog
 from support.waits import wait_for
+from support.zookeepers import observer
 
 from oncelog.client.network.connection import connect
 from oncelog.protocol import api_versions as apis
@@ -38,10 +38,7 @@ def cluster(zookeeper, start_broker):
     """start(broker_id) -> a broker of one fresh cluster (its own chroot); ``zk`` watches it."""
     connect_string = zookeeper.chroot("cluster")
     chroot = connect_string[len(zookeeper.connect):]
-    zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-    zk.start(timeout=TIMEOUT)
-    zk.ensure_path(chroot)
-    zk.chroot = chroot
+    zk = observer(zookeeper.connect, chroot)
 
     def start(broker_id: int, **settings: str):
         return start_broker(**{"broker.id": str(broker_id), "broker.rack": f"rack-{broker_id}",
@@ -238,8 +235,7 @@ def test_zookeeper_restarted_the_broker_comes_back(start_broker):
         server.restart()
         wait_for(lambda: broker.log_text().count("ZooKeeper session state: CONNECTED") >= 2,
                  TIMEOUT, "the broker connected to the restarted ZooKeeper")
-        zk = KazooClient(hosts=connect_string, timeout=10)
-        zk.start(timeout=TIMEOUT)
+        zk = observer(connect_string)
         view = wait_for(lambda: controller(zk), TAKEOVER_TIMEOUT, "a controller")
         assert view in ((1, 1), (1, 2))  # the same session, or broker 1 again on a new one
         assert registered(zk, 1)["port"] == broker.port

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from kazoo.client import KazooClient
 from support.waits import wait_for
+from support.zookeepers import observer
 
 from oncelog.client.admin import admin_quotas
 from oncelog.client.network.connection import connect
@@ -27,8 +27,7 @@ def test_a_quota_set_on_one_broker_holds_on_the_other(zookeeper, start_broker):
     chroot = connect_string[len(zookeeper.connect):]
     brokers = [start_broker(**{"broker.id": str(i), "zookeeper.connect": connect_string})
                for i in (1, 2)]
-    zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-    zk.start(timeout=TIMEOUT)
+    zk = observer(zookeeper.connect)
     one = connect(brokers[0].bootstrap, client_id="quota-admin")
     two = connect(brokers[1].bootstrap, client_id="chatty")
     try:

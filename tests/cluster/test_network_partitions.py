@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 from support.brokers import batches_on_disk, read_to_end
 from support.netns import NetnsBroker, NetnsZooKeeper, Topology
 from support.waits import wait_for
+from support.zookeepers import observer
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
@@ -100,8 +101,7 @@ def net(tmp_path_factory):
         with ThreadPoolExecutor(3) as starting:  # each is a fresh interpreter: in parallel
             list(starting.map(NetnsBroker.start, brokers.values()))
         with topology.inside("client"):
-            zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-            zk.start(timeout=TIMEOUT)
+            zk = observer(zookeeper.connect)
             running = Net(topology, zookeeper, brokers, zk)
             wait_for(lambda: running.registered() == set(BROKERS), TIMEOUT, "three registered")
             yield running

@@ -33,13 +33,13 @@ import time
 import uuid
 
 import pytest
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import batch as idempotent_batch
 from support.brokers import BrokerProcess, batches_on_disk, read_to_end
 from support.txn_wire import write_marker
 from support.waits import wait_for
+from support.zookeepers import observer
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
@@ -68,10 +68,7 @@ def three(zookeeper, tmp_path_factory):
     that kills a broker starts it again)."""
     connect_string = zookeeper.chroot("replication")
     chroot = connect_string[len(zookeeper.connect):]
-    zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-    zk.start(timeout=TIMEOUT)
-    zk.ensure_path(chroot)
-    zk.chroot = chroot
+    zk = observer(zookeeper.connect, chroot)
     base = tmp_path_factory.mktemp("replication")
     brokers = {i: BrokerProcess(base / f"broker{i}", {
         "broker.id": str(i), "zookeeper.connect": connect_string, **SETTINGS})

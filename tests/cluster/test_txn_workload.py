@@ -45,6 +45,7 @@ from support.txn_cluster import end_offsets
 from support.txn_cluster import read_committed as confluent_read_committed
 from support.txn_history import ABORTED, COMMITTED, UNKNOWN, Txn, check
 from support.waits import wait_for
+from support.zookeepers import observer
 
 from oncelog.coordinator.internal_log import partition_for
 
@@ -109,8 +110,7 @@ def cluster(tmp_path_factory):
         with ThreadPoolExecutor(3) as starting:
             list(starting.map(NetnsBroker.start, brokers.values()))
         with topology.inside("client"):
-            zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-            zk.start(timeout=TIMEOUT)
+            zk = observer(zookeeper.connect)
             running = Cluster(topology, zookeeper, brokers, zk)
             wait_for(lambda: running.registered() == set(BROKERS), TIMEOUT, "three registered")
             yield running

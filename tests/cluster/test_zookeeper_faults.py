@@ -22,7 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 from support.brokers import BrokerProcess, read_to_end
 from support.waits import wait_for
-from support.zookeepers import ZooKeeperServer
+from support.zookeepers import ZooKeeperServer, observer
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError, connect
@@ -47,10 +47,11 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def state(self, topic: str, p: int = 0) -> dict:
-        return json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+        path = f"/brokers/topics/{topic}/partitions/{p}/state"
+        return json.loads(self.zk.retry(self.zk.get, path)[0])
 
     def registered(self) -> set[int]:
-        return {int(b) for b in self.zk.get_children("/brokers/ids")}
+        return {int(b) for b in self.zk.retry(self.zk.get_children, "/brokers/ids")}
 
     def create(self, topic: str) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -73,8 +74,7 @@ def cluster(tmp_path_factory):
             "broker.id": str(i), "zookeeper.connect": connect, **SETTINGS}) for i in BROKERS}
         with ThreadPoolExecutor(3) as starting:
             list(starting.map(BrokerProcess.start, brokers.values()))
-        zk = KazooClient(hosts=connect, timeout=10)
-        zk.start(timeout=TIMEOUT)
+        zk = observer(connect)
         running = Cluster(server, brokers, zk)
         wait_for(lambda: running.registered() == set(BROKERS), TIMEOUT, "three registered")
         yield running

@@ -128,7 +128,7 @@ def test_oncelog_users_through_a_broker_with_a_kafka_command_config(broker, tmp_
 def test_users_added_to_zookeeper_log_in_to_a_cluster_broker(zookeeper, start_broker):
     """In cluster mode the users are ZooKeeper's (/config/users/<user>, Kafka's format): one
     added there before the broker starts logs in; one added through the broker is there."""
-    from kazoo.client import KazooClient
+    from support.zookeepers import observer
 
     connect = zookeeper.chroot("users")
     added = _oncelog("users", "add", "zed", "--password", "zed-pw", "--zookeeper", connect)
@@ -141,8 +141,7 @@ def test_users_added_to_zookeeper_log_in_to_a_cluster_broker(zookeeper, start_br
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "yan", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"yan-pw")]
     )["yan"].result(TIMEOUT)
-    zk = KazooClient(hosts=connect, timeout=10)
-    zk.start(timeout=TIMEOUT)
+    zk = observer(connect)
     try:
         data, _ = zk.get("/config/users/yan")
     finally:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from kazoo.client import KazooClient
-
 from support.brokers import BrokerProcess
 from support.waits import wait_for
+from support.zookeepers import observer
 
 SESSION_MS = 2000
 TIMEOUT = 30.0
@@ -19,10 +18,7 @@ class ThreeBrokers:
     def __init__(self, zookeeper, root, name: str, settings: dict[str, str]) -> None:
         self.connect = zookeeper.chroot(name)
         chroot = self.connect[len(zookeeper.connect):]
-        self.zk = KazooClient(hosts=zookeeper.connect, timeout=10)
-        self.zk.start(timeout=TIMEOUT)
-        self.zk.ensure_path(chroot)
-        self.zk.chroot = chroot
+        self.zk = observer(zookeeper.connect, chroot)
         self.brokers = {
             i: BrokerProcess(root / f"b{i}", {
                 "broker.id": str(i), "zookeeper.connect": self.connect,

@@ -54,6 +54,28 @@ def four_letter_word(port: int, word: bytes, timeout: float = 1.0,
     return b"".join(chunks)
 
 
+def observer(connect: str, chroot: str | None = None):
+    """A started KazooClient through which a test reads (or writes) what the brokers keep in
+    ZooKeeper. It reconnects as a broker does, backing off to at most a second: kazoo's
+    default backoff grows towards an hour, and a client still asleep when a restarted server
+    has been up a session timeout has lost its session. ``observer.retry(read, ...)`` runs a
+    read again through a lost connection or an expired session (kazoo opens a new one), for
+    at most START_TIMEOUT seconds."""
+    from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
+
+    client = KazooClient(
+        hosts=connect, timeout=10,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
+        command_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0,
+                       "deadline": START_TIMEOUT})
+    client.start(timeout=START_TIMEOUT)
+    if chroot:
+        client.ensure_path(chroot)
+        client.chroot = chroot
+    return client
+
+
 class ZooKeeperServer:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="oncelog-zk-"))
