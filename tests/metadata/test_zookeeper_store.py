@@ -149,3 +149,19 @@ def test_joining_a_cluster_never_reissues_a_local_producer_id(tmp_path, zk_store
     value, version = cluster.get(BLOCK_PATH)
     carry_over(local, cluster, broker_id=5)  # again (a restart): nothing to do
     assert cluster.get(BLOCK_PATH) == (value, version)
+
+
+@pytest.mark.parametrize("requested_ms, negotiated_ms", [(200, 500), (100_000, 60_000)])
+def test_the_session_timeout_is_the_one_zookeeper_negotiated(zookeeper, requested_ms,
+                                                             negotiated_ms, caplog):
+    """The test server allows sessions of 500 ms to 60 s (two ticks to its
+    maxSessionTimeout): a broker asking outside that gets the server's bound, and everything
+    timed by the session (the half-timeout fence, the heartbeats) must follow what ZooKeeper
+    will enforce, not what was asked, or a leader fences itself after its session is gone."""
+    store = ZooKeeperStore(zookeeper.chroot(), requested_ms, connection_timeout_ms=SESSION_MS)
+    try:
+        assert store.requested_session_timeout_ms == requested_ms
+        assert store.session_timeout_ms == negotiated_ms
+        assert f"negotiated a session timeout of {negotiated_ms} ms" in caplog.text
+    finally:
+        store.close()

@@ -31,7 +31,6 @@ HEARTBEAT_FRACTION = 0.1
 class ZooKeeperHeartbeat:
     def __init__(self, store: ZooKeeperStore) -> None:
         self.store = store
-        self.interval_s = store.session_timeout_ms * HEARTBEAT_FRACTION / 1000
         self._outstanding_since: float | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -41,6 +40,11 @@ class ZooKeeperHeartbeat:
             self._thread = threading.Thread(target=self._run, name="zookeeper-heartbeat",
                                             daemon=True)
             self._thread.start()
+
+    @property
+    def interval_s(self) -> float:
+        """Follows the negotiated session timeout, which a new session may change."""
+        return self.store.session_timeout_ms * HEARTBEAT_FRACTION / 1000
 
     def close(self) -> None:
         self._stopped.set()

@@ -10,8 +10,11 @@ callers keep one level under a prefix, where both stores agree).
 
 The ZooKeeper session is owned here: connecting is bounded by
 ``zookeeper.connection.timeout.ms`` (``ZooKeeperUnreachable`` after it, never a hang), the
-session timeout is ``zookeeper.session.timeout.ms``, and kazoo reconnects after a lost
-session by itself; what must be redone on a new session (ephemeral znodes) is the cluster
+session timeout asked for is ``zookeeper.session.timeout.ms``, and kazoo reconnects after a
+lost session by itself. The server clamps the timeout to its ``minSessionTimeout`` ..
+``maxSessionTimeout``; ``session_timeout_ms`` is what it negotiated, which everything timed by
+the session follows (a fence timed by a longer one than ZooKeeper enforces comes after the
+session is gone); what must be redone on a new session (ephemeral znodes) is the cluster
 package's business, told through ``add_session_listener``.
 
 kazoo is imported on first use: a broker without ``zookeeper.connect`` (``make run``) does
@@ -40,6 +43,29 @@ _CONNECT = re.compile(r"(?P<hosts>[^,/:\s]+:\d{1,5}(?:,[^,/:\s]+:\d{1,5})*)"
 
 
 _RECONNECT_MAX_DELAY_S = 1.0
+
+
+_NEGOTIATED = re.compile(r"negotiated session timeout: (\d+)")
+
+
+class _SessionLog(logging.LoggerAdapter):
+    """kazoo's logger, given to it so that the store learns the negotiated session timeout:
+    kazoo keeps it in no attribute and only logs it (at its BLATHER level) when a session is
+    created or resumed."""
+
+    def __init__(self, negotiated: Callable[[int], None]) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self._negotiated = negotiated
+
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith("Session created"):
+            try:
+                found = _NEGOTIATED.search(msg % args)
+            except (TypeError, ValueError):
+                found = None
+            if found:
+                self._negotiated(int(found.group(1)))
+        super().log(level, msg, *args, **kwargs)
 
 
 class ZooKeeperUnreachable(Exception):
@@ -71,7 +97,8 @@ class ZooKeeperStore:
 
         hosts, chroot = parse_connect(connect)
         self.connect = connect
-        self.session_timeout_ms = session_timeout_ms
+        self.requested_session_timeout_ms = session_timeout_ms
+        self.session_timeout_ms = session_timeout_ms  # until the server negotiates
         timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
         # Without the chroot first: Kafka creates a missing chroot, and kazoo cannot create
         # the node it is rooted at.
@@ -79,7 +106,7 @@ class ZooKeeperStore:
         # grows to an hour: a broker would stay out of its cluster long after ZooKeeper is
         # back).
         self.client: KazooClient = KazooClient(
-            hosts=hosts, timeout=session_timeout_ms / 1000,
+            hosts=hosts, timeout=session_timeout_ms / 1000, logger=_SessionLog(self._negotiated),
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2,
                                         max_delay=_RECONNECT_MAX_DELAY_S))
         self._listeners: list[Callable[[str], None]] = []
@@ -98,7 +125,7 @@ class ZooKeeperStore:
             self.client.ensure_path(chroot)
             self.client.chroot = chroot
         log.info("connected to ZooKeeper at %s (session 0x%x, timeout %d ms)", connect,
-                 self.client.client_id[0], session_timeout_ms)
+                 self.client.client_id[0], self.session_timeout_ms)
 
     # --- the MetadataStore interface ---------------------------------------------------
 
@@ -171,6 +198,18 @@ class ZooKeeperStore:
                                       f"{self.session_timeout_ms} ms") from None
 
     # --- the session -------------------------------------------------------------------
+
+    def _negotiated(self, timeout_ms: int) -> None:
+        """On kazoo's thread, at each session created or resumed."""
+        if timeout_ms <= 0 or timeout_ms == self.session_timeout_ms:
+            return
+        self.session_timeout_ms = timeout_ms
+        if timeout_ms != self.requested_session_timeout_ms:
+            log.warning("ZooKeeper at %s negotiated a session timeout of %d ms, not the %d ms "
+                        "of zookeeper.session.timeout.ms (its minSessionTimeout and "
+                        "maxSessionTimeout bound it): the broker's fence and heartbeats follow "
+                        "%d ms", self.connect, timeout_ms, self.requested_session_timeout_ms,
+                        timeout_ms)
 
     def heard(self, sent: float) -> None:
         """A request sent at ``sent`` (time.monotonic) was answered: ZooKeeper heard from
