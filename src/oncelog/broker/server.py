@@ -272,16 +272,9 @@ class Broker:
                 log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
-        try:
-            await self.groups.load_all()
-        except Exception:
-            log.exception("loading the consumer groups failed; their partitions answer "
-                          "COORDINATOR_LOAD_IN_PROGRESS")
-        try:
-            await self.transactions.load_all()
-        except Exception:
-            log.exception("loading the transactions failed; their partitions answer "
-                          "COORDINATOR_LOAD_IN_PROGRESS")
+        # Never raise: a load that fails is logged and retried (coordinator/ownership.py O12).
+        await self.groups.load_all()
+        await self.transactions.load_all()
 
     def apply_retention(self) -> None:
         now = int(time.time() * 1000)

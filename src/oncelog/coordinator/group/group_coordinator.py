@@ -151,7 +151,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status
+from ..ownership import Load, Ownership, Status, load_retrying
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
@@ -284,11 +284,12 @@ class GroupCoordinator:
 
     async def load_all(self) -> None:
         """One broker: it owns every partition (at coordinator epoch 0); each answers
-        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
+        In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
         for load in loads:
             if load is not None:
-                await self._load(load)
+                await self._load_logged(load)
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __consumer_offsets at leader ``epoch``
@@ -304,6 +305,12 @@ class GroupCoordinator:
         waiting requests answered NOT_COORDINATOR, their timers cancelled."""
         if not self.ownership.resign(partition, epoch):
             return
+        dropped = self._drop(partition)
+        log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
+                 partition, epoch, dropped)
+
+    def _drop(self, partition: int) -> int:
+        """Everything held of ``partition``'s groups dropped; how many groups."""
         dropped = [self.groups[g] for g in self.groups.keys_of(partition)]
         for group in dropped:
             if isinstance(group, ConsumerGroup):
@@ -317,8 +324,7 @@ class GroupCoordinator:
                 self.pending_txn.drop(group_id, tp)
         for group_id in [g for g in self.in_flight.groups() if self.partition_of(g) == partition]:
             self.in_flight.forget(group_id)
-        log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
-                 partition, epoch, len(dropped))
+        return len(dropped)
 
     def _stop_group(self, group: ClassicGroup, error: ErrorCode) -> None:
         """A classic group's timers cancelled and its waiting requests answered ``error``."""
@@ -326,18 +332,10 @@ class GroupCoordinator:
         for member in group.members.values():
             self._answer_waiters(member, error)
 
-    async def _load(self, load: Load) -> None:
-        try:
-            await self._read(load)
-        except Exception:
-            log.exception("loading groups of __consumer_offsets-%d failed", load.partition)
-            raise
-
     async def _load_logged(self, load: Load) -> None:
-        try:
-            await self._load(load)
-        except Exception:  # logged by _load: the partition answers LOAD_IN_PROGRESS
-            pass
+        """The load, and its retries while it fails (ownership.py O12-O16)."""
+        await load_retrying(self.ownership, load, self._read, self._drop, self._background,
+                            "__consumer_offsets")
 
     async def _read(self, load: Load) -> None:
         partition = load.partition

@@ -41,7 +41,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status
+from ..ownership import Load, Ownership, Status, load_retrying
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
@@ -149,11 +149,12 @@ class TransactionCoordinator:
 
     async def load_all(self) -> None:
         """One broker: it owns every partition (at coordinator epoch 0), each answering
-        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
+        In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
         for load in loads:
             if load is not None:
-                await self._load(load)
+                await self._load_logged(load)
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __transaction_state at leader ``epoch``
@@ -165,21 +166,25 @@ class TransactionCoordinator:
             self._background(self._load_logged(load))
 
     async def _load_logged(self, load: Load) -> None:
-        try:
-            await self._load(load)
-        except Exception:  # the partition answers COORDINATOR_LOAD_IN_PROGRESS
-            log.exception("loading __transaction_state-%d failed", load.partition)
+        """The load, and its retries while it fails (ownership.py O12-O16)."""
+        await load_retrying(self.ownership, load, self._load, self._drop, self._background,
+                            "__transaction_state")
 
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads ``partition``: its ids are dropped (their steps in
         the background stop at their next write: ``_write`` checks the ownership)."""
         if not self.ownership.resign(partition, epoch):
             return
+        log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
+                 partition, epoch, self._drop(partition))
+
+    def _drop(self, partition: int) -> int:
+        """The partition's ids dropped (their steps in the background stop at their next
+        write); how many."""
         gone = self.txns.keys_of(partition)
         for txn_id in gone:
             del self.txns[txn_id]
-        log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
-                 partition, epoch, len(gone))
+        return len(gone)
 
     async def _load(self, load: Load) -> None:
         partition = load.partition

@@ -1,0 +1,99 @@
+"""A coordinator whose load raises retries it (coordinator/ownership.py rows O12-O16, A5):
+a real broker whose ``__consumer_offsets`` and ``__transaction_state`` segments cannot be
+opened at its start (each replaced by a directory of the same name: EISDIR, for root too)
+answers NOT_COORDINATOR meanwhile, Kafka's answer for a failed load, and serves the groups
+and transactions it had once the segments are back, without a restart. Before, the failed
+load left the partitions COORDINATOR_LOAD_IN_PROGRESS until the broker restarted.
+
+The remote KIP-890 verification (AddPartitionsToTxn v4 ``verify_only``, what a partition
+leader sends the transaction's coordinator) is answered by the coordinator as Kafka's
+coordinator answers it, NOT_COORDINATOR here, never NOT_ENOUGH_REPLICAS (the produce's own
+mapping, broker/txn_verification.py V2)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode as E
+from support.brokers import BrokerProcess, create_topic
+from support.txn_wire import add_partitions, init_producer_id, list_txns
+from support.waits import wait_for
+
+from oncelog.client.network import calls
+from oncelog.client.network.connection import connect
+from oncelog.client.topic_partition import SIMPLE_COMMIT, OffsetAndMetadata, TopicPartition
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
+
+SEGMENT = "00000000000000000000.log"
+TP = TopicPartition("t", 0)
+
+
+def _committed(conn) -> tuple[E, int | None]:
+    error, offsets = calls.offset_fetch_result(
+        conn.call(apis.OFFSET_FETCH, calls.offset_fetch_request("g", [TP])))
+    found = offsets.get(TP)
+    return E(error), None if found is None or found[1] is None else found[1].offset
+
+
+def _verify_only(conn, pid: int, epoch: int) -> E:
+    """As a partition leader asks the coordinator (v4, a broker's version)."""
+    conn.versions[apis.ADD_PARTITIONS_TO_TXN] = 4
+
+    def make(mod, version):
+        return build(mod.AddPartitionsToTxnRequest, transactions=(build(
+            mod.AddPartitionsToTxnTransaction, transactional_id="tx", producer_id=pid,
+            producer_epoch=epoch, verify_only=True, topics=(build(
+                mod.AddPartitionsToTxnTopic, name="t", partitions=(0,)),)),))
+
+    answer = conn.call(apis.ADD_PARTITIONS_TO_TXN, make)
+    assert E(answer.error_code) is E.none
+    (result,) = answer.results_by_transaction
+    return E(result.topic_results[0].results_by_partition[0].partition_error_code)
+
+
+def _break(segment: Path, aside: Path) -> None:
+    os.rename(segment, aside)
+    segment.mkdir()
+
+
+def _repair(segment: Path, aside: Path) -> None:
+    segment.rmdir()
+    os.rename(aside, segment)
+
+
+def test_a_failed_coordinator_load_is_retried_until_the_disk_gives_its_segment(tmp_path):
+    broker = BrokerProcess(tmp_path / "broker", {
+        "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0"}).start()
+    try:
+        create_topic(broker.bootstrap, "t")
+        with connect(broker.bootstrap) as conn:
+            answer = conn.call(apis.OFFSET_COMMIT, calls.offset_commit_request(
+                "g", SIMPLE_COMMIT, {TP: OffsetAndMetadata(5, "")}))
+            assert calls.offset_commit_errors(answer) == {TP: E.none}
+            error, pid, epoch = init_producer_id(conn, "tx")
+            assert error is E.none
+            assert add_partitions(conn, "tx", pid, epoch, [("t", 0)]) == {("t", 0): E.none}
+        broker.stop()
+        broken = [(broker.data_dir / name / SEGMENT, tmp_path / f"{name}.aside")
+                  for name in ("__consumer_offsets-0", "__transaction_state-0")]
+        for segment, aside in broken:
+            _break(segment, aside)
+        broker.start()
+        with connect(broker.bootstrap) as conn:
+            # A5 once the load failed (before: COORDINATOR_LOAD_IN_PROGRESS for good)
+            wait_for(lambda: _committed(conn) == (E.not_coordinator, None), 10,
+                     "OffsetFetch answered NOT_COORDINATOR")
+            wait_for(lambda: init_producer_id(conn, "tx", retry_busy=False)[0]
+                     is E.not_coordinator, 10, "InitProducerId answered NOT_COORDINATOR")
+            for segment, aside in broken:
+                _repair(segment, aside)
+            wait_for(lambda: _committed(conn) == (E.none, 5), 30, "the offset served again")
+            assert list_txns(conn) == {"tx": "Ongoing"}
+    finally:
+        broker.stop()
+    text = broker.log_text()
+    assert "__consumer_offsets-0: loading again (attempt 2)" in text, text[-3000:]
+    assert "__transaction_state-0: loading again (attempt 2)" in text, text[-3000:]
