@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode as E
 from support.brokers import BrokerProcess, create_topic
-from support.txn_wire import add_partitions, init_producer_id, list_txns
+from support.txn_wire import add_partitions, init_producer_id, list_txns, produce_txn
 from support.waits import wait_for
 
 from oncelog.client.network import calls
@@ -88,10 +88,16 @@ def test_a_failed_coordinator_load_is_retried_until_the_disk_gives_its_segment(t
                      "OffsetFetch answered NOT_COORDINATOR")
             wait_for(lambda: init_producer_id(conn, "tx", retry_busy=False)[0]
                      is E.not_coordinator, 10, "InitProducerId answered NOT_COORDINATOR")
+            # the coordinator's own answer (before: NOT_ENOUGH_REPLICAS), and the produce's
+            assert _verify_only(conn, pid, epoch) is E.not_coordinator
+            assert produce_txn(conn, "tx", "t", 0, pid, epoch, 0, [b"a"]) \
+                is E.not_enough_replicas  # txn_verification.py V2
             for segment, aside in broken:
                 _repair(segment, aside)
             wait_for(lambda: _committed(conn) == (E.none, 5), 30, "the offset served again")
             assert list_txns(conn) == {"tx": "Ongoing"}
+            assert _verify_only(conn, pid, epoch) is E.none
+            assert produce_txn(conn, "tx", "t", 0, pid, epoch, 0, [b"a"]) is E.none
     finally:
         broker.stop()
     text = broker.log_text()

@@ -16,7 +16,9 @@ INVALID_PRODUCER_ID_MAPPING unasked, so a request costs at most one call to the 
 however many producers it names (asked one after the other, a thousand would each wait up
 to request.timeout.ms while the coordinator is away).
 
-The coordinator's answers, as the producer is answered (``for_producer``, Kafka's mapping):
+The coordinator answers as Kafka's does (TransactionCoordinator.verify, txn_rules V0-V3,
+the same on the wire to a leader elsewhere); this file alone says how each answer is
+answered to the producer (``for_producer``, Kafka's mapping), whichever broker it came from:
 
     | # | the coordinator's answer                              | the produce is answered   |
     |---|-------------------------------------------------------|---------------------------|
@@ -40,8 +42,8 @@ takes anything it does not expect, NOT_ENOUGH_REPLICAS included, as fatal:
     | # | the coordinator's answer                              | TxnOffsetCommit answers   |
     |---|-------------------------------------------------------|---------------------------|
     |W1 | NONE                                                  | the offsets are written   |
-    |W2 | V2's, or NOT_ENOUGH_REPLICAS (the coordinator on this | COORDINATOR_NOT_AVAILABLE |
-    |   | broker not serving the id now)                        | (retried by every client) |
+    |W2 | V2's, or NOT_ENOUGH_REPLICAS (what an older oncelog    | COORDINATOR_NOT_AVAILABLE |
+    |   | coordinator answered for an id it did not serve)      | (retried by every client) |
     |W3 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH               | PRODUCER_FENCED           |
     |W4 | V4's                                                  | INVALID_TXN_STATE         |
     |W5 | anything else                                         | that error                |
@@ -99,6 +101,15 @@ def for_offset_commit(error: ErrorCode, whole_request: bool = False) -> ErrorCod
     return error
 
 
+def local_verifier(coordinator):
+    """The produce's verify (produce.TxnVerifier) with the coordinator on this broker, one
+    broker alone: its answer as the producer is answered (V1-V5)."""
+    def verify(txn_id: str | None, producer_id: int, epoch: int, topic: str,
+               partition: int) -> ErrorCode:
+        return for_producer(coordinator.verify(txn_id, producer_id, epoch, topic, partition))
+    return verify
+
+
 def _transactional_batch(records) -> tuple[int, int] | None:
     """(producer id, epoch) of a RecordBatch v2 whose attributes say transactional."""
     if records is None or len(records) < 61 or records[16] != 2 or not records[22] & 0x10:
@@ -125,7 +136,8 @@ class TxnVerification:
         answer = self._answers.get((txn_id or "", producer_id, epoch, topic, partition))
         if answer is not None:
             return answer[0]
-        return self.broker.transactions.verify(txn_id, producer_id, epoch, topic, partition)
+        return for_producer(self.broker.transactions.verify(txn_id, producer_id, epoch, topic,
+                                                            partition))
 
     def ahead(self, request: Request) -> Coroutine[Any, Any, list[_Key]] | None:
         """For a transactional produce whose coordinator is elsewhere: the verification of
@@ -215,9 +227,7 @@ class TxnVerification:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
-            verified = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
-            return verified if answer_for is for_producer else \
-                {tp: answer_for(error) for tp, error in verified.items()}
+            return {tp: answer_for(local(txn_id, producer_id, epoch, *tp)) for tp in partitions}
         if coordinator == zn.NO_LEADER:
             return dict.fromkeys(partitions, answer_for(E.coordinator_not_available))
         return await self._ask(coordinator, txn_id, producer_id, epoch, partitions, answer_for)

@@ -41,7 +41,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status, load_retrying
+from ..ownership import Load, Ownership, load_retrying
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
@@ -399,13 +399,13 @@ class TransactionCoordinator:
     def verify(self, transactional_id: str | None, producer_id: int, epoch: int,
                topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only when its producer really
-        has the partition in an ongoing transaction (AddPartitionsToTxn verify_only)."""
-        if transactional_id and \
-                self.ownership.status(self.partition_of(transactional_id)) is not Status.OWNED:
-            # Not known here (a restart or a new leader is reading __transaction_state, or
-            # another broker is its coordinator): a retriable answer, as Kafka gives a
-            # produce whose verification cannot be made now.
-            return E.not_enough_replicas
+        has the partition in an ongoing transaction (AddPartitionsToTxn verify_only). The
+        coordinator's answer, as Kafka's gives it (txn_rules V0-V3); how a produce or a
+        TxnOffsetCommit is answered for it is broker/txn_verification.py's (V1-V5, W1-W5)."""
+        if transactional_id:
+            not_served = self.ownership.error(self.partition_of(transactional_id))
+            if not_served is not None:
+                return not_served  # V0
         return rules.verify(self._known(transactional_id), producer_id, epoch,
                             (topic, partition))
 
