@@ -188,7 +188,9 @@ def _as_log_record(record: tuple, index: int
 def _when_written(durable: Awaitable[None], ended: Callable[[bool], None]) -> asyncio.Future:
     """What to await for ``durable``, with ``ended(whether it became durable)`` run first,
     before anyone awaiting it resumes: the answer of a commit finds its offsets committed,
-    and a commit whose answer is never awaited (its connection gone) still ends."""
+    and a commit whose answer is never awaited (its connection gone), or whose wait is
+    cancelled (its task, at a stop), still ends as its write does: shielded, the wait's
+    cancelling never cancels the write's future."""
     future = asyncio.ensure_future(durable)
 
     def done(f: asyncio.Future) -> None:
@@ -196,9 +198,9 @@ def _when_written(durable: Awaitable[None], ended: Callable[[bool], None]) -> as
 
     if future.done():  # awaiting it would not yield: ended runs now
         done(future)
-    else:
-        future.add_done_callback(done)
-    return future
+        return future
+    future.add_done_callback(done)  # before shield's own: ended runs first
+    return asyncio.shield(future)
 
 
 def _too_long(*texts: str) -> bool:
