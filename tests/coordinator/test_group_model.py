@@ -65,6 +65,8 @@ class Model:
     # Plain commits whose writes are held, in log order; what a reload of the log gives.
     in_flight: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)
     logged: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Partitions whose offset write failed yet is in the log (O9): a deletion tombstones them.
+    unsure: set[tuple[str, int]] = field(default_factory=set)
     pending: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
     # Transactional offsets whose writes are held (producer, partition, value), and the
     # pending offsets a reload of the log gives.
@@ -196,6 +198,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.m.committed.pop(tp, None)
         self.m.logged.pop(tp, None)
         self.m.in_flight.pop(tp, None)
+        self.m.unsure.discard(tp)
         for offsets in (*self.m.pending.values(), *self.m.pending_logged.values()):
             offsets.pop(tp, None)
         self.m.pending = {p: o for p, o in self.m.pending.items() if o}
@@ -377,7 +380,7 @@ class GroupMachine(RuleBasedStateMachine):
     def the_topic_is_deleted(self):
         self.topic_exists = False
         self.now(lambda: self.c.delete_topic_offsets("t"))
-        for tp in [*self.m.committed, *self.m.in_flight,
+        for tp in [*self.m.committed, *self.m.in_flight, *self.m.unsure,
                    *(tp for o in self.m.pending.values() for tp in o)]:
             self._tombstone(tp)
 
@@ -397,7 +400,7 @@ class GroupMachine(RuleBasedStateMachine):
             assert w.expect is E.non_empty_group
         else:
             assert w.expect is E.none
-            for tp in [*m.committed, *m.in_flight,
+            for tp in [*m.committed, *m.in_flight, *m.unsure,
                        *(tp for o in m.pending.values() for tp in o)]:
                 self._tombstone(tp)
             m.exists, m.stored, m.generation = False, None, 0
@@ -418,8 +421,9 @@ class GroupMachine(RuleBasedStateMachine):
         else:
             assert w.expect == (E.none, [("t", partition, E.none)])
             tp = ("t", partition)
-            if tp in m.committed or tp in m.in_flight or any(tp in o for o in m.pending.values()):
-                self._tombstone(tp)  # else no tombstone: a failed write's record stays
+            if tp in m.committed or tp in m.in_flight or tp in m.unsure or \
+                    any(tp in o for o in m.pending.values()):
+                self._tombstone(tp)
         self.waiting.remove(w)
 
     @precondition(lambda self: self.log.held)
@@ -435,8 +439,11 @@ class GroupMachine(RuleBasedStateMachine):
         in_flight, m.in_flight = m.in_flight, {}
         txn_held, m.txn_held = m.txn_held, []
         for pid, tp, value in txn_held if fail else ():  # O9: dropped if still pending
+            m.unsure.add(tp)
             if m.pending.get(pid, {}).get(tp) == value:
                 del m.pending[pid][tp]
+        if fail:
+            m.unsure.update(in_flight)  # O9: in the log all the same
         m.pending = {p: o for p, o in m.pending.items() if o}
         for tp, values in in_flight.items():
             for offset, at in values if not fail else ():  # O8; O9 drops them
@@ -462,7 +469,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.c = self._start()
         m = self.m
         generation, members, leader = m.stored if m.stored is not None else (0, (), None)
-        m.committed, m.in_flight = dict(m.logged), {}
+        m.committed, m.in_flight, m.unsure = dict(m.logged), {}, set()
         m.pending = {p: dict(o) for p, o in m.pending_logged.items()}
         m.txn_held.clear()
         m.exists = m.stored is not None or bool(m.committed)
@@ -495,6 +502,7 @@ class GroupMachine(RuleBasedStateMachine):
         assert {tp: [v.offset for v in values]
                 for tp, values in self.c.in_flight.by_group.get(G, {}).items()} == {
             tp: [o for o, _ in values] for tp, values in m.in_flight.items()}
+        assert self.c.in_flight.unsure_of(G) == m.unsure
         assert {p: {tp: v.offset for tp, v in gs.get(G, {}).items()}
                 for p, gs in self.c.pending_txn.by_producer.items()} == {
             p: {tp: o for tp, (o, _) in offsets.items()} for p, offsets in m.pending.items()}

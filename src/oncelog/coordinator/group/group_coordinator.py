@@ -1095,6 +1095,7 @@ class GroupCoordinator:
                 if not ok:  # O9: a marker must not make visible what was never written
                     for tp, value in written:
                         self.pending_txn.discard(producer_id, group_id, tp, value)
+                        self.in_flight.failed(group_id, tp)
             durable = _when_written(durable, ended)
             try:
                 await durable
@@ -1136,9 +1137,10 @@ class GroupCoordinator:
                                           self.in_flight)
 
     def _held(self, group: ClassicGroup | ConsumerGroup) -> set[tuple[str, int]]:
-        """Partitions a deletion tombstones: committed, pending or in flight (O2)."""
+        """Partitions a deletion tombstones: committed, pending, in flight or unsure (O2)."""
         return (set(group.offsets) | self.pending_txn.partitions(group.group_id)
-                | self.in_flight.partitions(group.group_id))
+                | self.in_flight.partitions(group.group_id)
+                | self.in_flight.unsure_of(group.group_id))
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with offsets of a transaction not yet decided (require_stable)."""
@@ -1315,7 +1317,8 @@ class GroupCoordinator:
                 tp for tp in self.pending_txn.partitions(group_id) if tp[0] == topic)
         for group_id in self.in_flight.groups():
             held.setdefault(group_id, set()).update(
-                tp for tp in self.in_flight.partitions(group_id) if tp[0] == topic)
+                tp for tp in self.in_flight.partitions(group_id) | self.in_flight.unsure_of(
+                    group_id) if tp[0] == topic)
         for group_id, gone in held.items():
             if gone:
                 by_partition.setdefault(self.partition_of(group_id), []).append(
@@ -1367,7 +1370,9 @@ class GroupCoordinator:
             dead = len(gone) == len(group.offsets) and not pending
             if not gone and not dead:
                 continue
-            records = self._tombstones(group.group_id, gone)
+            unsure = self.in_flight.unsure_of(group.group_id) - set(group.offsets) \
+                if dead else set()
+            records = self._tombstones(group.group_id, [*gone, *unsure])
             if dead:
                 records += self._group_tombstones(group)
             try:
@@ -1377,6 +1382,7 @@ class GroupCoordinator:
                 continue
             for tp in gone:
                 del group.offsets[tp]
+            self._forget_offsets(group.group_id, unsure)
             expired += len(gone)
             if dead:
                 self._forget(group)
