@@ -3,7 +3,7 @@ broker's stop, a background step cancelled at the coordinator's close) must not 
 other waiters' answers with it: the writes of one pass share one flush future
 (broker/partition.py ``durable``), and a task awaiting a future cancels that very future
 when it is cancelled. Each coordinator write's durability is a future of its own
-(coordinator/internal_log.py ``own_future``).
+(coordinator/internal_log.py ``own_future``), and so is each transaction marker's.
 
 The coordinator runs over the broker's own log of ``__consumer_offsets`` (a TopicManager on a
 real directory, fsync after every message), in process."""
@@ -83,3 +83,33 @@ def test_a_cancelled_group_deletion_leaves_a_commit_sharing_its_fsync_answered(t
         assert _offset(coordinator, "kept") == 5
 
     _run(tmp_path, scenario)
+
+
+def test_a_cancelled_marker_write_leaves_the_markers_sharing_its_fsync_answered(tmp_path):
+    """The transaction coordinator's markers (apis/txn_markers.py, awaited by its completion
+    step, which its close cancels) share a data partition's flush with every produce and
+    marker of that pass: their waits are their own too."""
+    from oncelog.broker.apis.txn_markers import write_markers
+    from oncelog.broker.server import Broker
+
+    async def main() -> None:
+        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0",
+                                      "log.flush.interval.messages": "1"}))
+        await broker.start()
+        try:
+            broker.topics.create("t", 1, 1, {})
+
+            def markers(producer_id: int) -> asyncio.Future:
+                return asyncio.ensure_future(write_markers(broker, producer_id, 0, True, 0,
+                                                           [("t", 0)]))
+
+            gone, kept = markers(7), markers(8)  # one pass: one fsync for both
+            await asyncio.sleep(0)
+            assert not gone.done() and not kept.done()
+            gone.cancel()
+            assert await asyncio.wait_for(kept, 10) == {("t", 0): E.none}
+        finally:
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
