@@ -56,13 +56,14 @@ partition with no leader now.
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
 from ..coordinator.internal_log import partition_for
+from ..coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from ..protocol.api_versions import ADD_PARTITIONS_TO_TXN
 from ..protocol.messages import Request
 from ..protocol.schema import build, request_module
@@ -101,7 +102,8 @@ def for_offset_commit(error: ErrorCode, whole_request: bool = False) -> ErrorCod
     return error
 
 
-def local_verifier(coordinator):
+def local_verifier(coordinator: TransactionCoordinator
+                   ) -> Callable[[str | None, int, int, str, int], ErrorCode]:
     """The produce's verify (produce.TxnVerifier) with the coordinator on this broker, one
     broker alone: its answer as the producer is answered (V1-V5)."""
     def verify(txn_id: str | None, producer_id: int, epoch: int, topic: str,
