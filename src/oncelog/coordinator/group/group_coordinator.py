@@ -1370,9 +1370,10 @@ class GroupCoordinator:
             dead = len(gone) == len(group.offsets) and not pending
             if not gone and not dead:
                 continue
-            unsure = self.in_flight.unsure_of(group.group_id) - set(group.offsets) \
-                if dead else set()
-            records = self._tombstones(group.group_id, [*gone, *unsure])
+            # A dead group leaves nothing behind: its unsure partitions are tombstoned too.
+            unsure = self.in_flight.unsure_of(group.group_id) - set(gone) if dead else set()
+            forgotten = [*gone, *unsure]
+            records = self._tombstones(group.group_id, forgotten)
             if dead:
                 records += self._group_tombstones(group)
             try:
@@ -1380,9 +1381,7 @@ class GroupCoordinator:
             except WriteFailed as exc:
                 log.warning("group %s: expiring offsets failed: %s", group.group_id, exc)
                 continue
-            for tp in gone:
-                del group.offsets[tp]
-            self._forget_offsets(group.group_id, unsure)
+            self._forget_offsets(group.group_id, forgotten)  # O2: committed and unsure
             expired += len(gone)
             if dead:
                 self._forget(group)
