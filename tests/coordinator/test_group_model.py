@@ -461,9 +461,9 @@ class GroupMachine(RuleBasedStateMachine):
         in_flight, m.in_flight = m.in_flight, {}
         txn_held, m.txn_held = m.txn_held, []
         for pid, tp, value in txn_held if fail else ():  # O9: dropped if still pending
-            m.unsure.add(tp)
             if m.pending.get(pid, {}).get(tp) == value:
                 del m.pending[pid][tp]
+                m.unsure.add(tp)
         if fail:
             m.unsure.update(in_flight)  # O9: in the log all the same
         m.pending = {p: o for p, o in m.pending.items() if o}
@@ -579,5 +579,37 @@ def test_an_expired_group_leaves_nothing_unsure():
         machine.offsets_expire()
         machine.the_group_is_the_models()
         assert G not in machine.c.groups and not machine.c.in_flight.unsure
+    finally:
+        machine.teardown()
+
+
+def _failed_txn_write(machine: GroupMachine, between) -> None:
+    """A TxnOffsetCommit whose write waits, ``between`` run, then the write fails."""
+    machine.offsets_are_committed_in_a_transaction(1, 0, 7, fail=False, hold=True)
+    between()
+    machine.held_writes_complete(fail=True)
+
+
+def test_a_txn_write_failing_after_its_group_is_deleted_leaves_nothing_unsure():
+    """DeleteGroups tombstones the pending offset and forgets the group; the write failing
+    afterwards finds its value no longer pending and marks nothing (O9)."""
+    machine = GroupMachine()
+    try:  # the group exists from its first commit on
+        machine.offsets_are_committed(_Drawn(None), "none", 1, 5, fail=False, hold=False)
+        _failed_txn_write(machine, machine.the_group_is_deleted)
+        machine.the_group_is_the_models()
+        assert not machine.c.in_flight.unsure
+    finally:
+        machine.teardown()
+
+
+def test_a_txn_write_failing_after_a_resignation_leaves_nothing_unsure():
+    """The coordinator resigned the partition (its groups' state dropped); the write
+    failing afterwards marks nothing of a partition this broker no longer leads."""
+    machine = GroupMachine()
+    try:
+        _failed_txn_write(machine, lambda: machine.c.resign(0, 1))
+        assert not machine.c.pending_txn.by_producer
+        assert not machine.c.in_flight.unsure
     finally:
         machine.teardown()

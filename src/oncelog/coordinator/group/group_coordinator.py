@@ -1093,9 +1093,8 @@ class GroupCoordinator:
         if durable is not None:
             def ended(ok: bool) -> None:
                 if not ok:  # O9: a marker must not make visible what was never written
-                    for tp, value in written:
-                        self.pending_txn.discard(producer_id, group_id, tp, value)
-                        self.in_flight.failed(group_id, tp)
+                    offset_rules.replay_txn_failed(self.pending_txn, self.in_flight,
+                                                   producer_id, group_id, written)
             durable = _when_written(durable, ended)
             try:
                 await durable

@@ -32,9 +32,9 @@ write that fails drops it (O9), so no client ever reads an offset a failover can
     |   |                                          | durable later loses)                    |
     |O9 | that write failed (fsync, replication)   | value@r out of in_flight (plain) or out |
     |   |                                          | of pending[P][g] (transactional, O3),   |
-    |   |                                          | if still there; committed unchanged;    |
-    |   |                                          | (g, tp) unsure: its record may be in the|
-    |   |                                          | log all the same                        |
+    |   |                                          | if still there, and then (g, tp) unsure:|
+    |   |                                          | its record may be in the log all the    |
+    |   |                                          | same; committed unchanged               |
     |   | (O2 also empties in_flight[g][tp] and    |                                         |
     |   | unsure (g, tp); a resignation empties    |                                         |
     |   | in_flight and unsure of n)               |                                         |
@@ -126,12 +126,15 @@ class PendingTxnOffsets:
 
 
     def discard(self, producer_id: int, group_id: str, tp: TopicPartition,
-                value: OffsetValue) -> None:  # O9, transactional
+                value: OffsetValue) -> bool:  # O9, transactional
+        """Remove ``value`` (this very object); False: it was not pending."""
         offsets = self.by_producer.get(producer_id, {}).get(group_id)
-        if offsets is not None and offsets.get(tp) is value:
-            del offsets[tp]
-            if not offsets:
-                self._forget(producer_id, group_id)
+        if offsets is None or offsets.get(tp) is not value:
+            return False
+        del offsets[tp]
+        if not offsets:
+            self._forget(producer_id, group_id)
+        return True
 
 
 class InFlightCommits:
@@ -203,6 +206,17 @@ def replay_durable(in_flight: InFlightCommits, group_id: str, tp: TopicPartition
         return False
     replay_commit(offsets, tp, value)
     return True
+
+
+def replay_txn_failed(pending: PendingTxnOffsets, in_flight: InFlightCommits,
+                      producer_id: int, group_id: str,
+                      written: list[tuple[TopicPartition, OffsetValue]]) -> None:  # O9
+    """The write of a transaction's offsets failed: each value still pending leaves it,
+    its partition unsure. One no longer pending was decided since (a tombstone, a marker,
+    a resignation, a newer offset of the producer): nothing of it is held any more."""
+    for tp, value in written:
+        if pending.discard(producer_id, group_id, tp, value):
+            in_flight.failed(group_id, tp)
 
 
 def replay_commit(offsets: Offsets, tp: TopicPartition, value: OffsetValue) -> None:  # O1
