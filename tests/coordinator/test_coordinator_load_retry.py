@@ -12,17 +12,22 @@ mapping, broker/txn_verification.py V2)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode as E
 from support.brokers import BrokerProcess, create_topic
+from support.group_model_helpers import ModelLog
 from support.txn_wire import add_partitions, init_producer_id, list_txns, produce_txn
 from support.waits import wait_for
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import connect
 from oncelog.client.topic_partition import SIMPLE_COMMIT, OffsetAndMetadata, TopicPartition
+from oncelog.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from oncelog.coordinator.ownership import Status
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
@@ -105,3 +110,41 @@ def test_a_failed_coordinator_load_is_retried_until_the_disk_gives_its_segment(t
     text = broker.log_text()
     assert "__consumer_offsets-0: loading again (attempt 2)" in text, text[-3000:]
     assert "__transaction_state-0: loading again (attempt 2)" in text, text[-3000:]
+
+
+class _UnreadableLog(ModelLog):
+    """__consumer_offsets whose every read raises ``fault``, reads counted."""
+
+    def __init__(self, fault: Exception) -> None:
+        super().__init__()
+        self.fault = fault
+        self.reads = 0
+
+    def read(self, partition):
+        self.reads += 1
+        raise self.fault
+
+
+@pytest.mark.parametrize("fault, retried", [(OSError("EIO"), True),
+                                            (RuntimeError("a bug"), False)])
+def test_only_an_io_fault_of_a_load_is_retried(fault, retried):
+    """O12 against O17: a load failing by anything but an OSError would fail the same at
+    every read, the whole partition read each time: it is not retried (before: every 30 s,
+    for ever), the partition failed (NOT_COORDINATOR) until it is elected again."""
+    log = _UnreadableLog(fault)
+
+    async def load() -> GroupCoordinator:
+        c = GroupCoordinator(log, GroupConfig(num_partitions=1), lambda t, p: True)
+        await c.load_all()
+        return c
+
+    loop = asyncio.new_event_loop()
+    try:
+        c = loop.run_until_complete(load())
+        assert (log.reads, c.ownership.status(0), c.not_served("g")) == \
+            (1, Status.FAILED, E.not_coordinator)
+        assert bool(c._tasks) is retried  # the retry's timer, waiting its delay
+        c.close()
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()

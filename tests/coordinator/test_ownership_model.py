@@ -57,7 +57,8 @@ class OwnershipMachine(RuleBasedStateMachine):
         self.loads: list[Load] = []  # every load the table started
         self.load_of: dict[int, int] = {}  # ticket -> index in history of its elect
         self.installed: set[int] = set()
-        self.failed: set[int] = set()  # tickets whose failure was taken (O12, O13)
+        self.failed: set[int] = set()  # tickets whose failure was taken (O12, O13, O17)
+        self.broken: set[int] = set()  # of those, failed by no I/O fault: never retried
         self.installs: list[int] = []  # history indexes of the loaded() that installed
         self.failures: list[int] = []  # history indexes of the failures taken
 
@@ -166,30 +167,33 @@ class OwnershipMachine(RuleBasedStateMachine):
             self.installed.add(load.ticket)
             self.installs.append(len(self.history) - 1)
 
-    @rule(data=st.data())
-    def fail_a_load(self, data) -> None:
+    @rule(data=st.data(), io=st.booleans())
+    def fail_a_load(self, data, io: bool) -> None:
         if not self.loads:
             return
         load = data.draw(st.sampled_from(self.loads))
         taken = self._held() and self._current_ticket() == load.ticket and \
             load.ticket not in self.failed
         installed = load.ticket in self.installed
-        unload, delay = self.sut.failed(load)
+        answer = self.sut.failed(load, io)
         self.history.append(Event("failed", ticket=load.ticket))
         if not taken:
-            assert (unload, delay) == (False, None)  # O14
+            assert answer == (False, False, None)  # O14
             return
         self.failed.add(load.ticket)
+        if not io:
+            self.broken.add(load.ticket)
         self.failures.append(len(self.history) - 1)
-        assert unload == installed  # O13, O12
-        assert delay == retry_delay(self._attempts())
+        assert answer == (True, installed,  # O13, O12, O17
+                          retry_delay(self._attempts()) if io else None)
 
     @rule(data=st.data())
     def retry_a_load(self, data) -> None:
         if not self.loads:
             return
         load = data.draw(st.sampled_from(self.loads))
-        due = self._failed() and self._current_ticket() == load.ticket
+        due = self._failed() and self._current_ticket() == load.ticket and \
+            load.ticket not in self.broken
         again = self.sut.retry(load)
         self.history.append(Event("retry", ticket=load.ticket))
         assert (again is not None) == due  # O15, O16
@@ -245,3 +249,8 @@ def test_a_load_of_an_older_epoch_after_a_newer_one_does_not_win() -> None:
     assert owner.error(P) == ErrorCode.coordinator_load_in_progress
     assert owner.loaded(second) and owner.error(P) is None and owner.epoch(P) == 3
     assert owner.elect(P, 2) is None and owner.epoch(P) == 3  # a stale elect changes nothing
+
+
+def test_retry_delay_doubles_from_half_a_second_up_to_30() -> None:
+    assert [retry_delay(n) for n in (1, 2, 3, 4, 5, 6, 7, 8, 100)] == \
+        [0.5, 1, 2, 4, 8, 16, 30, 30, 30]

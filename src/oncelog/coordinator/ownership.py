@@ -11,7 +11,7 @@ deposed coordinator's markers are fenced. On one broker every partition is elect
 when the coordinator starts, and none ever resigns.
 
 The partition's facts: its status (not owned, loading with a load ticket, owned, failed: its
-last load raised and another is due), its epoch, the failed attempts of its current streak,
+last load raised), its epoch, the failed attempts of its current streak,
 and ``seen``, the highest leader epoch any event carried (-1: none since the partition was
 dropped). A load runs outside this table (it awaits while it reads the log); the ticket it was
 started with says, when it is done, whether its result may be installed.
@@ -28,28 +28,37 @@ started with says, when it is done, whether its result may be installed.
     |O7 | resign(e)        | not owned, e >= seen           | not owned, seen = e   | NONE    |
     |O8 | resign(gone)     | held                           | not owned, seen = -1  | UNLOAD  |
     |O9 | resign(gone)     | not owned                      | not owned, seen = -1  | NONE    |
-    |O10| loaded(t)        | loading with ticket t          | owned(its epoch)      | INSTALL |
+    |O10| loaded(t)        | loading with ticket t          | owned(its epoch),     | INSTALL |
+    |   |                  |                                | attempts = 0          |         |
     |O11| loaded(t)        | otherwise (an unload or a newer| unchanged             | DISCARD |
     |   |                  | load came first)               |                       |         |
-    |O12| failed(t)        | loading with ticket t (the     | failed, attempts + 1  | RETRY   |
-    |   |                  | load raised)                   |                       |         |
-    |O13| failed(t)        | owned with ticket t (its       | failed, attempts + 1  | UNLOAD, |
-    |   |                  | install raised part way)       |                       | RETRY   |
-    |O14| failed(t)        | otherwise                      | unchanged             | DISCARD |
-    |O15| retry(t)         | failed with ticket t           | loading(its epoch,    | LOAD    |
+    |O12| failed(t, io)    | loading with ticket t (the     | failed, attempts + 1, | RETRY   |
+    |   |                  | load raised OSError)           | retry due             |         |
+    |O13| failed(t, io)    | owned with ticket t (its       | failed, attempts + 1, | UNLOAD, |
+    |   |                  | install raised OSError)        | retry due             | RETRY   |
+    |O14| failed(t, any)   | not loading or owned with t    | unchanged             | DISCARD |
+    |O15| retry(t)         | failed with ticket t, retry due| loading(its epoch,    | LOAD    |
     |   |                  |                                | new ticket)           |         |
-    |O16| retry(t)         | otherwise (resigned, or        | unchanged             | IGNORE  |
-    |   |                  | elected again: O2 loaded it)   |                       |         |
+    |O16| retry(t)         | otherwise (resigned, elected   | unchanged             | IGNORE  |
+    |   |                  | again: O2 loaded it, no retry) |                       |         |
+    |O17| failed(t, other) | loading or owned with ticket t,| failed, attempts + 1, | UNLOAD  |
+    |   |                  | not an I/O fault (it raises the| no retry due          | if owned|
+    |   |                  | same at every read)            |                       |         |
 
-O12-O16, a load that raises (the log unreadable now: a segment the disk cannot give, no file
-descriptor left). Kafka's coordinator runtime moves the partition to FAILED, answers
-NOT_COORDINATOR and loads it again only when the partition is elected again at a higher
-epoch (O2 here too); a client then finds the same leader and is refused again, for as long as
-that leader leads, and a single broker is never elected again. Here the load is also retried
-(RETRY: ``retry(t)`` after ``retry_delay(attempts)``, 0.5 s doubling up to 30 s, each failure
-logged) for as long as this broker holds the partition, so a passing fault (the disk back,
-descriptors freed) ends without a restart or a leader change, and one that lasts is said in
-the broker's log at every attempt, never held silently.
+O2 from failed carries the streak's attempts over (a retry after it waits as long as the
+next one would have). O12-O16, a load that raises OSError (the log unreadable now: a segment
+the disk cannot give, no file descriptor left). Kafka's coordinator runtime moves the
+partition to FAILED, answers NOT_COORDINATOR and loads it again only when the partition is
+elected again at a higher epoch (O2 here too); a client then finds the same leader and is
+refused again, for as long as that leader leads, and a single broker is never elected
+again. Here the load is also retried (RETRY: ``retry(t)`` after ``retry_delay(attempts)``,
+0.5 s doubling up to 30 s, each failure logged) for as long as this broker holds the
+partition, so a passing fault (the disk back, descriptors freed) ends without a restart or
+a leader change, and one that lasts is said in the broker's log at every attempt, never
+held silently. O17: any other exception (a bug, a
+record it cannot decode) would be raised again by every read of the same log, each reading
+the whole partition: the partition stays failed, as Kafka's, until it is elected again, its
+traceback logged once.
 
 O3 and O4 follow Kafka's coordinator runtime: leading again at a higher epoch without having
 stopped in between keeps what is loaded (the log is the same log) and takes the new epoch.
@@ -66,7 +75,7 @@ which the cluster's metadata names this broker the partition's leader, None when
     |A2 | not owned otherwise              | NOT_COORDINATOR               |
     |A3 | loading                          | COORDINATOR_LOAD_IN_PROGRESS  |
     |A4 | owned                            | served                        |
-    |A5 | failed (its retry due)           | NOT_COORDINATOR               |
+    |A5 | failed (retried or not)          | NOT_COORDINATOR               |
 
 A5 is Kafka's answer for a FAILED partition: retriable everywhere (a client finds the
 coordinator again and retries), where LOAD_IN_PROGRESS would promise a load under way.
@@ -121,7 +130,8 @@ class Held:
     epoch: int = -1  # the coordinator epoch while loading or owned
     ticket: int = 0  # the load under way (loading), installed (owned) or failed (failed)
     seen: int = -1
-    attempts: int = 0  # loads of this streak that failed (O12, O13)
+    attempts: int = 0  # loads of this streak that failed (O12, O13, O17)
+    retry_due: bool = False  # failed by an I/O fault: a retry(ticket) is coming (O12, O13)
 
 
 _NOBODY = Held()
@@ -150,17 +160,18 @@ def loaded(held: Held, ticket: int) -> tuple[Held, Action]:
     return held, Action.DISCARD  # O11
 
 
-def failed(held: Held, ticket: int) -> tuple[Held, tuple[Action, ...]]:
-    if held.status in (Status.LOADING, Status.OWNED) and held.ticket == ticket:
-        after = Held(Status.FAILED, held.epoch, ticket, held.seen, held.attempts + 1)
-        if held.status is Status.LOADING:
-            return after, (Action.RETRY,)  # O12
-        return after, (Action.UNLOAD, Action.RETRY)  # O13
-    return held, (Action.DISCARD,)  # O14
+def failed(held: Held, ticket: int, io: bool) -> tuple[Held, tuple[Action, ...]]:
+    if held.status not in (Status.LOADING, Status.OWNED) or held.ticket != ticket:
+        return held, (Action.DISCARD,)  # O14
+    after = Held(Status.FAILED, held.epoch, ticket, held.seen, held.attempts + 1, io)
+    unload = (Action.UNLOAD,) if held.status is Status.OWNED else ()
+    if not io:
+        return after, unload  # O17
+    return after, (*unload, Action.RETRY)  # O12, O13
 
 
 def retry(held: Held, ticket: int, new_ticket: int) -> tuple[Held, Action]:
-    if held.status is Status.FAILED and held.ticket == ticket:
+    if held.status is Status.FAILED and held.ticket == ticket and held.retry_due:
         return Held(Status.LOADING, held.epoch, new_ticket, held.seen,
                     held.attempts), Action.LOAD  # O15
     return held, Action.IGNORE  # O16
@@ -230,14 +241,14 @@ class Ownership:
         self._set(load.partition, held)
         return action is Action.INSTALL
 
-    def failed(self, load: Load) -> tuple[bool, float | None]:
-        """The load raised (O12-O14): (whether what it installed must be dropped, seconds
-        before ``retry``, None: not to be retried, another load or nobody holds it now)."""
-        held, actions = failed(self.held(load.partition), load.ticket)
+    def failed(self, load: Load, io: bool) -> tuple[bool, bool, float | None]:
+        """The load raised, an OSError (``io``) or not (O12-O14, O17): (whether it was this
+        partition's load, whether what it installed must be dropped, seconds before
+        ``retry``: None, not to be retried)."""
+        held, actions = failed(self.held(load.partition), load.ticket, io)
         self._set(load.partition, held)
-        if Action.RETRY not in actions:
-            return False, None
-        return Action.UNLOAD in actions, retry_delay(held.attempts)
+        return (Action.DISCARD not in actions, Action.UNLOAD in actions,
+                retry_delay(held.attempts) if Action.RETRY in actions else None)
 
     def retry(self, load: Load) -> Load | None:
         """The retry of the failed ``load`` is due (O15, O16): the load to start, if any."""
@@ -260,7 +271,8 @@ class Ownership:
 
     def ticket(self, partition: int) -> int:
         """The ticket of the partition's ownership (0: not owned): the same from its load
-        on, across higher epochs (O3, O4), until it resigns or a load is retried (O15)."""
+        on, across higher epochs (O3, O4), until it resigns, a load is retried (O15) or a
+        failed partition is elected again (O2)."""
         held = self.held(partition)
         return 0 if held.status is Status.NOT_OWNED else held.ticket
 
@@ -273,18 +285,24 @@ class Ownership:
 async def load_retrying(ownership: Ownership, load: Load,
                         read: Callable[[Load], Awaitable[None]], drop: Callable[[int], None],
                         background: Callable[[Awaitable[None]], None], topic: str) -> None:
-    """Carry ``load`` out with ``read``; when it raises, O12-O14: ``drop`` what it installed
-    (O13), log, and ``retry`` it in the ``background`` after the table's delay, as long as
-    the partition is still held by this load's streak. Never raises."""
+    """Carry ``load`` out with ``read``; when it raises, O12-O14, O17: ``drop`` what it
+    installed, log, and, for an OSError, ``retry`` it in the ``background`` after the
+    table's delay, as long as the partition is still held by this load's streak. Never
+    raises."""
     try:
         await read(load)
     except Exception as exc:
-        unload, delay = ownership.failed(load)
+        taken, unload, delay = ownership.failed(load, isinstance(exc, OSError))
         if unload:
             drop(load.partition)
-        if delay is None:
+        if not taken:
             log.warning("%s-%d: a load no longer wanted failed: %s", topic, load.partition,
                         exc)
+            return
+        if delay is None:
+            log.exception("%s-%d: loading failed, not an I/O fault: it answers "
+                          "NOT_COORDINATOR until the partition is elected again (a restart "
+                          "of a single broker)", topic, load.partition)
             return
         attempts = ownership.held(load.partition).attempts
         log.error("%s-%d: loading failed (attempt %d): %s; it answers NOT_COORDINATOR "
