@@ -2,8 +2,8 @@
 broker's stop, a background step cancelled at the coordinator's close) must not take the
 other waiters' answers with it: the writes of one pass share one flush future
 (broker/partition.py ``durable``), and a task awaiting a future cancels that very future
-when it is cancelled. Each coordinator write's durability is a future of its own
-(coordinator/internal_log.py ``own_future``), and so is each transaction marker's.
+when it is cancelled. ``durable`` hands each caller a future of its own: each coordinator
+write, each transaction marker, each produce.
 
 The coordinator runs over the broker's own log of ``__consumer_offsets`` (a TopicManager on a
 real directory, fsync after every message), in process."""
@@ -109,6 +109,46 @@ def test_a_cancelled_marker_write_leaves_the_markers_sharing_its_fsync_answered(
             assert not gone.done() and not kept.done()
             gone.cancel()
             assert await asyncio.wait_for(kept, 10) == {("t", 0): E.none}
+        finally:
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_cancelled_produce_wait_leaves_the_produce_and_marker_sharing_its_fsync_answered(
+        tmp_path):
+    """Every caller of a data partition's ``durable`` gets a future of its own
+    (broker/partition.py): a produce whose wait is cancelled (its task, a gather around it)
+    cancels neither another produce's wait of that pass nor a transaction marker's, whose
+    coordinator would otherwise get CancelledError and leave the transaction pending."""
+    from oncelog.broker.apis.produce import _produce_partition
+    from oncelog.broker.apis.txn_markers import write_markers
+    from oncelog.broker.server import Broker
+    from oncelog.protocol.records import encode_batch
+    from oncelog.protocol.validation import Inflation
+
+    async def main() -> None:
+        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0",
+                                      "log.flush.interval.messages": "1"}))
+        await broker.start()
+        try:
+            broker.topics.create("t", 1, 1, {})
+
+            def produce() -> asyncio.Future:
+                batch = encode_batch([(None, b"v", (), 0)])
+                _, durable = _produce_partition(broker, -1, "t", 0, batch, None, None,
+                                                Inflation(), None)
+                assert durable is not None
+                return durable
+
+            gone, kept = produce(), produce()  # one pass: one fsync for both, and the marker
+            marker = asyncio.ensure_future(write_markers(broker, 7, 0, True, 0, [("t", 0)]))
+            await asyncio.sleep(0)
+            assert not gone.done() and not kept.done() and not marker.done()
+            gone.cancel()
+            await asyncio.wait_for(kept, 10)
+            assert await asyncio.wait_for(marker, 10) == {("t", 0): E.none}
         finally:
             await broker.stop()
 

@@ -4,7 +4,6 @@ partition as a coordinator sees it (``OffsetsLog``), with the one error its writ
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Iterable
 from typing import Protocol
@@ -57,22 +56,6 @@ def durable_error(exc: OSError) -> ErrorCode:
     return exc.error if isinstance(exc, NotReplicated) else ErrorCode.not_coordinator
 
 
-def own_future(durable: asyncio.Future[None]) -> asyncio.Future[None]:
-    """A future of one write's own that follows ``durable``, the flush every write of the
-    pass shares: a task awaiting a future cancels it when the task is cancelled (a request's
-    at a stop, a coordinator's step at its close), and this one's cancelling cancels no
-    other write's wait. A failure nobody awaits (a commit whose connection went) is not
-    reported as never retrieved."""
-    own = asyncio.shield(durable)
-    own.add_done_callback(_retrieved)
-    return own
-
-
-def _retrieved(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 class OffsetsLog(Protocol):
     """Where the coordinator's records go: a partition of ``__consumer_offsets``."""
 
@@ -81,7 +64,8 @@ class OffsetsLog(Protocol):
         """Append the records as one batch; raises WriteFailed when the log did not take
         them; returns what to await for them to be durable (None: they are): in a cluster,
         replicated to the in-sync replicas too (acks=all), else it raises NotReplicated.
-        It is this write's own (``own_future``): cancelling it cancels nothing else."""
+        It is this write's own (broker/partition.py ``durable``): cancelling it cancels
+        nothing else."""
         ...
 
     def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],

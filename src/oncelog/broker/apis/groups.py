@@ -22,7 +22,7 @@ from ...coordinator.group.group_coordinator import (
     OffsetCommitPartition,
     WriteFailed,
 )
-from ...coordinator.internal_log import own_future, partition_for
+from ...coordinator.internal_log import partition_for
 from ...protocol import api_versions as apis
 from ...protocol.control import read_marker
 from ...protocol.messages import Request
@@ -100,8 +100,7 @@ class InternalTopicLog:
         except OSError as exc:
             raise WriteFailed(ErrorCode.not_coordinator, f"writing {target.name}: {exc}") \
                 from None
-        durable = target.durable(result)
-        return result.base_offset, None if durable is None else own_future(durable)
+        return result.base_offset, target.durable(result)
 
     def read(self, partition: int) -> Iterable[LogRecord]:
         """Every record of the partition, oldest first, control records included."""

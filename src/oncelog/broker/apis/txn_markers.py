@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from ...cluster import isr as isr_rules
-from ...coordinator.internal_log import own_future
 from ...producer_state.rules import MarkerIdentity
 from ...protocol import api_versions as apis
 from ...protocol.api_versions import WRITE_TXN_MARKERS
@@ -126,9 +125,7 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
                     # The group coordinator replays the marker as the log now holds it,
                     # whoever sent it (its transaction's offsets are decided).
                     broker.groups.complete_txn(index, producer_id, commit)
-                flushed = partition.durable(result)
-                # its own: the coordinator's step awaiting it may be cancelled (its close)
-                waits = [None if flushed is None else own_future(flushed)]
+                waits = [partition.durable(result)]
                 if partition.replication is not None:
                     waits.append(partition.replication.wait_for(result.last_offset + 1,
                                                                 MARKER_TIMEOUT_S))
