@@ -148,3 +148,30 @@ def test_only_an_io_fault_of_a_load_is_retried(fault, retried):
         loop.run_until_complete(asyncio.sleep(0))
     finally:
         loop.close()
+
+
+def test_a_coordinator_whose_load_all_raises_leaves_the_others_load_running(tmp_path, caplog):
+    """The broker starts both coordinators' loads each on its own guard: the group
+    coordinator's load_all raising (past load_retrying's own guard: a bug) is logged, and
+    the transaction coordinator still loads (before: every __transaction_state partition
+    stayed COORDINATOR_LOAD_IN_PROGRESS)."""
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.server import Broker
+
+    async def main() -> None:
+        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0",
+                                      "transaction.state.log.num.partitions": "1"}))
+
+        async def broken() -> None:
+            raise RuntimeError("a bug past the load's own guard")
+
+        broker.groups.load_all = broken
+        try:
+            await broker._load_groups()
+            assert broker.transactions.ownership.status(0) is Status.OWNED
+        finally:
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+    assert "a bug past the load's own guard" in caplog.text

@@ -272,9 +272,14 @@ class Broker:
                 log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
-        # Never raise: a load that fails is logged and retried (coordinator/ownership.py O12).
-        await self.groups.load_all()
-        await self.transactions.load_all()
+        # A load that fails is logged and retried (coordinator/ownership.py O12); each
+        # guarded all the same, so that one coordinator's bug never stops the other's load.
+        for coordinator in (self.groups, self.transactions):
+            try:
+                await coordinator.load_all()
+            except Exception:
+                log.exception("loading %s failed; its partitions answer NOT_COORDINATOR or "
+                              "COORDINATOR_LOAD_IN_PROGRESS", type(coordinator).__name__)
 
     def apply_retention(self) -> None:
         now = int(time.time() * 1000)
