@@ -1,7 +1,7 @@
 """A coordinator write that failed to become durable while its log stayed online (the fsync
 could not get a descriptor, EMFILE; in a cluster, a write not replicated in time) is still in
-the log: the append itself is all or nothing (log/segment.py cuts a failed append back), but
-this one was appended. Its offsets are never served (offset_rules O9), and a deletion must
+the log: the append itself is all or nothing (log/segment.py cuts a failed append back, held
+by tests/log/test_log.py's model, faults and crashes included), but this one was appended. Its offsets are never served (offset_rules O9), and a deletion must
 write their tombstones all the same, or a restart reads the record back and a deleted group's
 offset comes back (O9's "unsure" partitions, tombstoned by O2 like the ones held).
 
@@ -12,7 +12,6 @@ cache keeps what was written)."""
 from __future__ import annotations
 
 import asyncio
-import errno
 
 from kio.schema.errors import ErrorCode as E
 from support.compaction_config_helpers import NoProducers
@@ -48,33 +47,6 @@ def _starter(tmp_path, disk: MemoryDisk):
         await coordinator.load_all()
         return topics, coordinator
     return start
-
-
-def test_a_commit_whose_append_failed_half_written_is_never_read_back(tmp_path):
-    """The append itself: a write that took 30 bytes and failed (EIO) is cut back, so the
-    reload after a kill -9 reads the commits before it and the one after it, nothing of it."""
-    disk = MemoryDisk()
-    start = _starter(tmp_path, disk)
-
-    async def scenario() -> None:
-        topics, coordinator = await start()
-        assert await coordinator.commit("g", -1, "", None, -1, _at(1)) == [E.none]
-        disk.fail("write", errno.EIO, partial=30, path_suffix=".log")
-        assert await coordinator.commit("g", -1, "", None, -1, _at(7)) == [E.not_coordinator]
-        assert disk.faults_hit == 1
-        assert await coordinator.commit("h", -1, "", None, -1, _at(2)) == [E.none]
-        coordinator.close()
-        topics.close()
-        disk.crash()
-
-        topics, coordinator = await start()
-        try:
-            assert (_offset(coordinator, "g"), _offset(coordinator, "h")) == (1, 2)
-        finally:
-            coordinator.close()
-            topics.close()
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
 def test_a_deleted_group_does_not_get_back_the_offset_of_a_failed_commit(tmp_path):
