@@ -1,9 +1,10 @@
 """A coordinator write that failed to become durable while its log stayed online (the fsync
 could not get a descriptor, EMFILE; in a cluster, a write not replicated in time) is still in
 the log: the append itself is all or nothing (log/segment.py cuts a failed append back, held
-by tests/log/test_log.py's model, faults and crashes included), but this one was appended. Its offsets are never served (offset_rules O9), and a deletion must
-write their tombstones all the same, or a restart reads the record back and a deleted group's
-offset comes back (O9's "unsure" partitions, tombstoned by O2 like the ones held).
+by tests/log/test_log.py's model, faults and crashes included), but this one was appended.
+Its offsets are never served (offset_rules O9), and a deletion must write their tombstones
+all the same, or a restart reads the record back and a deleted group's offset comes back
+(O9's "unsure" partitions, tombstoned by O2 like the ones held).
 
 The coordinator runs in process over the broker's own log of ``__consumer_offsets`` (a
 TopicManager on a MemoryDisk, fsync after every message); the restart is a kill -9 (the page
