@@ -8,7 +8,7 @@ load left the partitions COORDINATOR_LOAD_IN_PROGRESS until the broker restarted
 The remote KIP-890 verification (AddPartitionsToTxn v4 ``verify_only``, what a partition
 leader sends the transaction's coordinator) is answered by the coordinator as Kafka's
 coordinator answers it, NOT_COORDINATOR here, never NOT_ENOUGH_REPLICAS (the produce's own
-mapping, broker/txn_verification.py V2)."""
+mapping, broker/txn_verification.py P2)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_a_failed_coordinator_load_is_retried_until_the_disk_gives_its_segment(t
             # the coordinator's own answer (before: NOT_ENOUGH_REPLICAS), and the produce's
             assert _verify_only(conn, pid, epoch) is E.not_coordinator
             assert produce_txn(conn, "tx", "t", 0, pid, epoch, 0, [b"a"]) \
-                is E.not_enough_replicas  # txn_verification.py V2
+                is E.not_enough_replicas  # txn_verification.py P2
             for segment, aside in broken:
                 _repair(segment, aside)
             # each partition's retry is its own timer: they need not end together

@@ -434,7 +434,7 @@ class GroupCoordinator:
         return self.ownership.error(self.partition_of(group_id))
 
     def is_loading(self, group_id: str) -> bool:
-        """Not served now (loading, or another broker's)."""
+        """Not served now (loading, its load failed, or another broker's)."""
         return self.ownership.status(self.partition_of(group_id)) is not Status.OWNED
 
     # --- JoinGroup ------------------------------------------------------------------------

@@ -401,12 +401,10 @@ class TransactionCoordinator:
         """KIP-890 part 1: a transactional batch is appended only when its producer really
         has the partition in an ongoing transaction (AddPartitionsToTxn verify_only). The
         coordinator's answer, as Kafka's gives it (txn_rules V0-V3); how a produce or a
-        TxnOffsetCommit is answered for it is broker/txn_verification.py's (V1-V5, W1-W5)."""
-        if transactional_id:
-            not_served = self.ownership.error(self.partition_of(transactional_id))
-            if not_served is not None:
-                return not_served  # V0
-        return rules.verify(self._known(transactional_id), producer_id, epoch,
+        TxnOffsetCommit is answered for it is broker/txn_verification.py's (P1-P5, W1-W5)."""
+        not_served = self.ownership.error(self.partition_of(transactional_id)) \
+            if transactional_id else None
+        return rules.verify(not_served, self._known(transactional_id), producer_id, epoch,
                             (topic, partition))
 
     # --- EndTxn ---------------------------------------------------------------------------
