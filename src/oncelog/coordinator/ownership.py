@@ -12,9 +12,10 @@ when the coordinator starts, and none ever resigns.
 
 The partition's facts: its status (not owned, loading with a load ticket, owned, failed: its
 last load raised), its epoch, the failed attempts of its current streak, whether a retry is
-due (the failure was an I/O fault), and ``seen``, the highest leader epoch any event carried (-1: none since the partition was
-dropped). A load runs outside this table (it awaits while it reads the log); the ticket it was
-started with says, when it is done, whether its result may be installed.
+due (the failure was an I/O fault), and ``seen``, the highest leader epoch any event carried
+(-1: none since the partition was dropped). A load runs outside this table (it awaits while
+it reads the log); the ticket it was started with says, when it is done, whether its result
+may be installed.
 
     | # | event            | when                           | next                  | action  |
     |---|------------------|--------------------------------|-----------------------|---------|
