@@ -27,7 +27,7 @@ from oncelog.client.network import calls
 from oncelog.client.network.connection import connect
 from oncelog.client.topic_partition import SIMPLE_COMMIT, OffsetAndMetadata, TopicPartition
 from oncelog.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
-from oncelog.coordinator.ownership import Status
+from oncelog.coordinator.ownership import Ownership, Status, load_retrying
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
 
@@ -126,6 +126,7 @@ class _UnreadableLog(ModelLog):
 
 
 @pytest.mark.parametrize("fault, retried", [(OSError("EIO"), True),
+                                            (MemoryError(), True),
                                             (RuntimeError("a bug"), False)])
 def test_only_an_io_fault_of_a_load_is_retried(fault, retried):
     """O12 against O17: a load failing by anything but an OSError would fail the same at
@@ -175,3 +176,56 @@ def test_a_coordinator_whose_load_all_raises_leaves_the_others_load_running(tmp_
 
     asyncio.run(asyncio.wait_for(main(), 20))
     assert "a bug past the load's own guard" in caplog.text
+
+
+def test_one_partition_load_raising_past_its_guard_leaves_the_others_loading(caplog):
+    """load_all's loads each on their own guard: partition 1's load raising past
+    load_retrying's guard (a bug, simulated) fails that partition (O17) and partitions 2
+    and 3 still load (before: they stayed COORDINATOR_LOAD_IN_PROGRESS for good)."""
+
+    async def load() -> GroupCoordinator:
+        c = GroupCoordinator(ModelLog(), GroupConfig(num_partitions=4), lambda t, p: True)
+        loaded = c._load_logged
+
+        async def buggy(one) -> None:
+            if one.partition == 1:
+                raise RuntimeError("a bug past the load's guard")
+            await loaded(one)
+
+        c._load_logged = buggy
+        await c.load_all()
+        return c
+
+    c = asyncio.run(load())
+    assert [c.ownership.status(p) for p in range(4)] == \
+        [Status.OWNED, Status.FAILED, Status.OWNED, Status.OWNED]
+    assert "a bug past the load's guard" in caplog.text
+
+
+@pytest.mark.parametrize("broken", ["drop", "background"])
+def test_a_failed_load_whose_cleanup_raises_ends_failed_and_logged(broken, caplog):
+    """load_retrying never raises: a ``drop`` (O13's UNLOAD) or ``background`` (O12's
+    RETRY) raising is logged and the partition stays failed, not retried (O17)."""
+    ownership = Ownership()
+    first = ownership.elect(0, 0)
+    assert ownership.loaded(first)  # owned: a failed install unloads it (O13)
+
+    async def read(load) -> None:
+        raise OSError("EIO")
+
+    def drop(partition: int) -> None:
+        if broken == "drop":
+            raise RuntimeError("drop broke")
+
+    retries = []
+
+    def background(work) -> None:
+        retries.append(work)
+        work.close()
+        if broken == "background":
+            raise RuntimeError("background broke")
+
+    asyncio.run(load_retrying(ownership, first, read, drop, background, "t"))
+    assert ownership.status(0) is Status.FAILED
+    assert len(retries) == (broken == "background")  # none after a drop that raised
+    assert f"{broken} broke" in caplog.text

@@ -33,22 +33,23 @@ may be installed.
     |   |                  |                                | attempts = 0          |         |
     |O11| loaded(t)        | otherwise (an unload or a newer| unchanged             | DISCARD |
     |   |                  | load came first)               |                       |         |
-    |O12| failed(t, io)    | loading with ticket t (the     | failed, attempts + 1, | RETRY   |
-    |   |                  | load raised OSError)           | retry due             |         |
+    |O12| failed(t, io)    | loading with ticket t (the load| failed, attempts + 1, | RETRY   |
+    |   |                  | raised OSError or MemoryError) | retry due             |         |
     |O13| failed(t, io)    | owned with ticket t (its       | failed, attempts + 1, | UNLOAD, |
-    |   |                  | install raised OSError)        | retry due             | RETRY   |
+    |   |                  | install raised either of them) | retry due             | RETRY   |
     |O14| failed(t, any)   | not loading or owned with t    | unchanged             | DISCARD |
     |O15| retry(t)         | failed with ticket t, retry due| loading(its epoch,    | LOAD    |
     |   |                  |                                | new ticket)           |         |
     |O16| retry(t)         | otherwise (resigned, elected   | unchanged             | IGNORE  |
     |   |                  | again: O2 loaded it, no retry) |                       |         |
     |O17| failed(t, other) | loading or owned with ticket t,| failed, attempts + 1, | UNLOAD  |
-    |   |                  | not an I/O fault (it raises the| no retry due          | if owned|
+    |   |                  | neither (it raises the         | no retry due          | if owned|
     |   |                  | same at every read)            |                       |         |
 
 O2 from failed carries the streak's attempts over (a retry after it waits as long as the
 next one would have). O12-O16, a load that raises OSError (the log unreadable now: a segment
-the disk cannot give, no file descriptor left). Kafka's coordinator runtime moves the
+the disk cannot give, no file descriptor left) or MemoryError (the broker short of memory for
+a moment: ``retriable``). Kafka's coordinator runtime moves the
 partition to FAILED, answers NOT_COORDINATOR and loads it again only when the partition is
 elected again at a higher epoch (O2 here too); a client then finds the same leader and is
 refused again, for as long as that leader leads, and a single broker is never elected
@@ -243,9 +244,9 @@ class Ownership:
         return action is Action.INSTALL
 
     def failed(self, load: Load, io: bool) -> tuple[bool, bool, float | None]:
-        """The load raised, an OSError (``io``) or not (O12-O14, O17): (whether it was this
-        partition's load, whether what it installed must be dropped, seconds before
-        ``retry``: None, not to be retried)."""
+        """The load raised, a passing fault (``io``: ``retriable``) or not (O12-O14,
+        O17): (whether it was this partition's load, whether what it installed must be
+        dropped, seconds before ``retry``: None, not to be retried)."""
         held, actions = failed(self.held(load.partition), load.ticket, io)
         self._set(load.partition, held)
         return (Action.DISCARD not in actions, Action.UNLOAD in actions,
@@ -287,15 +288,24 @@ async def load_retrying(ownership: Ownership, load: Load,
                         read: Callable[[Load], Awaitable[None]], drop: Callable[[int], None],
                         background: Callable[[Awaitable[None]], None], topic: str) -> None:
     """Carry ``load`` out with ``read``; when it raises, O12-O14, O17: ``drop`` what it
-    installed, log, and, for an OSError, ``retry`` it in the ``background`` after the
-    table's delay, as long as the partition is still held by this load's streak. Never
-    raises."""
+    installed, log, and, for a passing fault (``retriable``), ``retry`` it in the
+    ``background`` after the table's delay, as long as the partition is still held by this
+    load's streak. Never raises: a ``drop`` or ``background`` that raises (a bug) is logged
+    and the partition stays failed without a retry, as O17."""
     try:
         await read(load)
     except Exception as exc:
-        taken, unload, delay = ownership.failed(load, isinstance(exc, OSError))
-        if unload:
-            drop(load.partition)
+        taken, unload, delay = ownership.failed(load, retriable(exc))
+        try:
+            if unload:
+                drop(load.partition)
+            if taken and delay is not None:
+                _retry_later(ownership, load, read, drop, background, topic, exc, delay)
+        except Exception:
+            log.exception("%s-%d: cleaning up after a failed load raised: it answers "
+                          "NOT_COORDINATOR until the partition is elected again", topic,
+                          load.partition)
+            return
         if not taken:
             log.warning("%s-%d: a load no longer wanted failed: %s", topic, load.partition,
                         exc)
@@ -305,16 +315,49 @@ async def load_retrying(ownership: Ownership, load: Load,
                           "NOT_COORDINATOR until the partition is elected again (a restart "
                           "of a single broker)", topic, load.partition)
             return
-        attempts = ownership.held(load.partition).attempts
-        log.error("%s-%d: loading failed (attempt %d): %s; it answers NOT_COORDINATOR "
-                  "until a load succeeds, retried in %.1f s", topic, load.partition,
-                  attempts, exc, delay, exc_info=attempts == 1)
 
-        async def later() -> None:
-            await asyncio.sleep(delay)
-            again = ownership.retry(load)
-            if again is not None:
-                log.info("%s-%d: loading again (attempt %d)", topic, load.partition,
-                         attempts + 1)
-                await load_retrying(ownership, again, read, drop, background, topic)
-        background(later())
+
+def _retry_later(ownership: Ownership, load: Load, read: Callable[[Load], Awaitable[None]],
+                 drop: Callable[[int], None],
+                 background: Callable[[Awaitable[None]], None], topic: str,
+                 exc: Exception, delay: float) -> None:
+    attempts = ownership.held(load.partition).attempts
+    log.error("%s-%d: loading failed (attempt %d): %s; it answers NOT_COORDINATOR "
+              "until a load succeeds, retried in %.1f s", topic, load.partition,
+              attempts, exc, delay, exc_info=attempts == 1)
+
+    async def later() -> None:
+        await asyncio.sleep(delay)
+        again = ownership.retry(load)
+        if again is not None:
+            log.info("%s-%d: loading again (attempt %d)", topic, load.partition,
+                     attempts + 1)
+            await load_retrying(ownership, again, read, drop, background, topic)
+    work = later()
+    try:
+        background(work)
+    except BaseException:
+        work.close()  # never started: no "never awaited" warning
+        raise
+
+
+def retriable(exc: BaseException) -> bool:
+    """O12/O13's "io": a fault that may pass (the disk, descriptors, memory), so the load
+    is retried; anything else would raise again at every read (O17)."""
+    return isinstance(exc, (OSError, MemoryError))
+
+
+async def load_each(ownership: Ownership, loads: list[Load | None],
+                    load_logged: Callable[[Load], Awaitable[None]], topic: str) -> None:
+    """Every load carried out in turn, each on its own guard: one raising past
+    ``load_retrying``'s (a bug) is logged and its partition failed (O17), and the loads
+    after it still run (before, they stayed LOAD_IN_PROGRESS for good)."""
+    for load in loads:
+        if load is None:
+            continue
+        try:
+            await load_logged(load)
+        except Exception:
+            ownership.failed(load, False)
+            log.exception("%s-%d: loading raised: it answers NOT_COORDINATOR until the "
+                          "partition is elected again", topic, load.partition)

@@ -151,7 +151,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status, load_retrying
+from ..ownership import Load, Ownership, Status, load_each, load_retrying
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
@@ -289,9 +289,7 @@ class GroupCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
         In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
-        for load in loads:
-            if load is not None:
-                await self._load_logged(load)
+        await load_each(self.ownership, loads, self._load_logged, "__consumer_offsets")
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __consumer_offsets at leader ``epoch``

@@ -41,7 +41,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, load_retrying
+from ..ownership import Load, Ownership, load_each, load_retrying
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
@@ -152,9 +152,7 @@ class TransactionCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
         In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
-        for load in loads:
-            if load is not None:
-                await self._load_logged(load)
+        await load_each(self.ownership, loads, self._load_logged, "__transaction_state")
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __transaction_state at leader ``epoch``
