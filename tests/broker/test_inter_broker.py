@@ -1,7 +1,7 @@
 """The inter-broker channel (broker/inter_broker.py) against a real broker and against a
 peer that never answers, and the decision tables of the markers sent across brokers
 (broker/txn_marker_sender.py, rows S1-S4) and of KIP-890 verification with a remote
-coordinator (broker/txn_verification.py, rows V1-V5)."""
+coordinator (broker/txn_verification.py, rows P1-P5)."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def test_each_marker_answer_is_one_row():
 
 
 def test_each_verification_answer_is_one_row():
-    """Rows V1-V5 of txn_verification, as Kafka answers the producer."""
+    """Rows P1-P5 of txn_verification, as Kafka answers the producer."""
     retriable = {E.network_exception, E.not_coordinator, E.coordinator_not_available,
                  E.coordinator_load_in_progress, E.concurrent_transactions}
     for error in ErrorCode:
@@ -168,7 +168,7 @@ def test_each_verification_answer_is_one_row():
 
 
 def test_a_partition_the_coordinators_answer_leaves_out_is_not_verified():
-    """V2: the remote coordinator's AddPartitionsToTxn v4 ``verify_only`` answer names one
+    """P2: the remote coordinator's AddPartitionsToTxn v4 ``verify_only`` answer names one
     of the two partitions asked, and names the other only under another transactional id:
     the first is verified, the other answered as no answer (NOT_ENOUGH_REPLICAS, retried),
     never NONE (before: a partition missing from the answer was taken as verified, and its

@@ -19,7 +19,7 @@ from oncelog.protocol import api_versions as apis
 def test_txn_offset_commit_without_a_transaction_coordinator_is_retriable(zookeeper,
                                                                            start_broker):
     """``__transaction_state`` not created yet (nobody asked for a transaction coordinator):
-    no coordinator to verify with (V2). The group's coordinator answers
+    no coordinator to verify with (txn_verification.py P2). The group's coordinator answers
     COORDINATOR_NOT_AVAILABLE, not NOT_ENOUGH_REPLICAS."""
     broker = start_broker(**{"broker.id": "1", "zookeeper.connect":
                              zookeeper.chroot("txn-offsets-verify"),

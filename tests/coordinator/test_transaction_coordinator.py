@@ -203,9 +203,11 @@ def test_two_phase_commit_keeps_a_prepared_transaction_for_the_next_instance():
 
 
 def test_verification_while_loading_is_retriable():
+    """The coordinator answers as Kafka's (txn_rules V0); the produce's mapping of it to
+    NOT_ENOUGH_REPLICAS is broker/txn_verification.py's."""
     async def scenario():
         c = coordinator()
-        assert c.verify("tx", 1, 0, "t", 0) is E.not_enough_replicas
+        assert c.verify("tx", 1, 0, "t", 0) is E.coordinator_load_in_progress
         await c.load_all()
         assert c.verify("tx", 1, 0, "t", 0) is E.invalid_producer_id_mapping
         c.close()

@@ -562,13 +562,16 @@ class Partition:
     def durable(self, result: AppendResult) -> asyncio.Future[None] | None:
         """A future done once ``result``'s batch is on disk, or None when the answer need not
         wait: it is on disk already, or neither the flush policy nor a flush under way makes
-        a promise about it."""
+        a promise about it. The caller's own: the flush is shared by every write of the
+        pass, and a task awaiting a future cancels that future when it is cancelled (a
+        request's at a stop, a coordinator's step at its close, a gather around it); this
+        one's cancelling cancels no other write's wait."""
         if result.last_offset < self.flushed_offset:
             return None
         if self._this_flush is not None and result.last_offset < self._flushing_to:
-            return self._this_flush
+            return _own(self._this_flush)
         if result.must_flush or self._this_flush is not None or self._next_flush is not None:
-            return self._request_flush()
+            return _own(self._request_flush())
         return None
 
     def _request_flush(self) -> asyncio.Future[None]:
@@ -824,3 +827,17 @@ class Partition:
 def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
     return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
                       completed.last_stable_offset)
+
+
+def _own(flush: asyncio.Future[None]) -> asyncio.Future[None]:
+    """A future of one caller's that follows the shared ``flush`` (Partition.durable). A
+    failure nobody awaits (a commit whose connection went, acks=0) is not reported as
+    never retrieved."""
+    own = asyncio.shield(flush)
+    own.add_done_callback(_retrieved)
+    return own
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -58,7 +58,7 @@ from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
 from .splice_sender import SpliceSender, write_answers
 from .topics import TopicManager
-from .txn_verification import TxnVerification
+from .txn_verification import TxnVerification, local_verifier
 
 log = logging.getLogger(__name__)
 # Connections closed for what their client sent: one client reconnecting in a loop must not
@@ -130,7 +130,7 @@ class Broker:
             self.replicas.on_leadership = internal_topics.on_leadership(self)
         # Asked before a transactional batch begins a transaction in a partition (KIP-890
         # part 1): the transaction coordinator's word.
-        self.txn_verifier: TxnVerifier = self.transactions.verify \
+        self.txn_verifier: TxnVerifier = local_verifier(self.transactions) \
             if self.txn_verification is None else self.txn_verification
         self.counters = Counters()
         # In a cluster the quotas are the cluster's (ZooKeeper's /config/users, /config/clients)
@@ -272,16 +272,14 @@ class Broker:
                 log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
-        try:
-            await self.groups.load_all()
-        except Exception:
-            log.exception("loading the consumer groups failed; their partitions answer "
-                          "COORDINATOR_LOAD_IN_PROGRESS")
-        try:
-            await self.transactions.load_all()
-        except Exception:
-            log.exception("loading the transactions failed; their partitions answer "
-                          "COORDINATOR_LOAD_IN_PROGRESS")
+        # A load that fails is logged and retried (coordinator/ownership.py O12); each
+        # guarded all the same, so that one coordinator's bug never stops the other's load.
+        for coordinator in (self.groups, self.transactions):
+            try:
+                await coordinator.load_all()
+            except Exception:
+                log.exception("loading %s failed; its partitions answer NOT_COORDINATOR or "
+                              "COORDINATOR_LOAD_IN_PROGRESS", type(coordinator).__name__)
 
     def apply_retention(self) -> None:
         now = int(time.time() * 1000)

@@ -16,20 +16,23 @@ INVALID_PRODUCER_ID_MAPPING unasked, so a request costs at most one call to the 
 however many producers it names (asked one after the other, a thousand would each wait up
 to request.timeout.ms while the coordinator is away).
 
-The coordinator's answers, as the producer is answered (``for_producer``, Kafka's mapping):
+The coordinator answers as Kafka's does (TransactionCoordinator.verify, txn_rules V0-V3,
+the same on the wire to a leader elsewhere); this file alone says how each answer is
+answered to the producer (``for_producer``, Kafka's mapping; rows P: what the producer is
+told), whichever broker it came from:
 
     | # | the coordinator's answer                              | the produce is answered   |
     |---|-------------------------------------------------------|---------------------------|
-    |V1 | NONE                                                  | appended                  |
-    |V2 | no coordinator now (no leader, or no __transaction_   | NOT_ENOUGH_REPLICAS       |
+    |P1 | NONE                                                  | appended                  |
+    |P2 | no coordinator now (no leader, or no __transaction_   | NOT_ENOUGH_REPLICAS       |
     |   | state yet), no answer (connection lost, timed out:    | (retriable, and no        |
     |   | NETWORK_EXCEPTION), NOT_COORDINATOR,                  |                           |
     |   | COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROG., | metadata refresh)         |
     |   | CONCURRENT_TRANSACTIONS                               |                           |
-    |V3 | PRODUCER_FENCED                                       | INVALID_PRODUCER_EPOCH    |
-    |V4 | the request refused as a whole: CLUSTER_AUTHORIZATION | INVALID_TXN_STATE         |
+    |P3 | PRODUCER_FENCED                                       | INVALID_PRODUCER_EPOCH    |
+    |P4 | the request refused as a whole: CLUSTER_AUTHORIZATION | INVALID_TXN_STATE         |
     |   | _FAILED                                               |                           |
-    |V5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
+    |P5 | anything else (INVALID_TXN_STATE, INVALID_PRODUCER_ID | that error                |
     |   | _MAPPING, INVALID_PRODUCER_EPOCH, ...)                |                           |
 
 TxnOffsetCommit reads the same answers (``for_offset_commit``, Kafka's mapping of its group
@@ -40,27 +43,28 @@ takes anything it does not expect, NOT_ENOUGH_REPLICAS included, as fatal:
     | # | the coordinator's answer                              | TxnOffsetCommit answers   |
     |---|-------------------------------------------------------|---------------------------|
     |W1 | NONE                                                  | the offsets are written   |
-    |W2 | V2's, or NOT_ENOUGH_REPLICAS (the coordinator on this | COORDINATOR_NOT_AVAILABLE |
-    |   | broker not serving the id now)                        | (retried by every client) |
+    |W2 | P2's, or NOT_ENOUGH_REPLICAS (what an older oncelog    | COORDINATOR_NOT_AVAILABLE |
+    |   | coordinator answered for an id it did not serve)      | (retried by every client) |
     |W3 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH               | PRODUCER_FENCED           |
-    |W4 | V4's                                                  | INVALID_TXN_STATE         |
+    |W4 | P4's                                                  | INVALID_TXN_STATE         |
     |W5 | anything else                                         | that error                |
 
 Before anyone asked for a coordinator ``__transaction_state`` may not exist yet: no
-coordinator to ask, answered as V2 (Kafka's COORDINATOR_NOT_AVAILABLE, retriable), as is a
+coordinator to ask, answered as P2 (Kafka's COORDINATOR_NOT_AVAILABLE, retriable), as is a
 partition with no leader now.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
 from ..coordinator.internal_log import partition_for
+from ..coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from ..protocol.api_versions import ADD_PARTITIONS_TO_TXN
 from ..protocol.messages import Request
 from ..protocol.schema import build, request_module
@@ -78,7 +82,7 @@ _Key = tuple[str, int, int, str, int]  # transactional id, producer id, epoch, t
 
 
 def for_producer(error: ErrorCode, whole_request: bool = False) -> ErrorCode:
-    """Rows V1-V5."""
+    """Rows P1-P5."""
     if whole_request and error is E.cluster_authorization_failed:
         return E.invalid_txn_state
     if error in _RETRIABLE:
@@ -97,6 +101,16 @@ def for_offset_commit(error: ErrorCode, whole_request: bool = False) -> ErrorCod
     if error in (E.producer_fenced, E.invalid_producer_epoch):
         return E.producer_fenced
     return error
+
+
+def local_verifier(coordinator: TransactionCoordinator
+                   ) -> Callable[[str | None, int, int, str, int], ErrorCode]:
+    """The produce's verify (produce.TxnVerifier) with the coordinator on this broker, one
+    broker alone: its answer as the producer is answered (P1-P5)."""
+    def verify(txn_id: str | None, producer_id: int, epoch: int, topic: str,
+               partition: int) -> ErrorCode:
+        return for_producer(coordinator.verify(txn_id, producer_id, epoch, topic, partition))
+    return verify
 
 
 def _transactional_batch(records) -> tuple[int, int] | None:
@@ -125,7 +139,8 @@ class TxnVerification:
         answer = self._answers.get((txn_id or "", producer_id, epoch, topic, partition))
         if answer is not None:
             return answer[0]
-        return self.broker.transactions.verify(txn_id, producer_id, epoch, topic, partition)
+        return for_producer(self.broker.transactions.verify(txn_id, producer_id, epoch, topic,
+                                                            partition))
 
     def ahead(self, request: Request) -> Coroutine[Any, Any, list[_Key]] | None:
         """For a transactional produce whose coordinator is elsewhere: the verification of
@@ -209,15 +224,13 @@ class TxnVerification:
     async def verify(self, txn_id: str, producer_id: int, epoch: int,
                      partitions: list[TopicPartition], coordinator: int | None = None,
                      answer_for=for_producer) -> dict[TopicPartition, ErrorCode]:
-        """Each partition's answer for the producer (rows V1-V5; ``answer_for``
+        """Each partition's answer for the producer (rows P1-P5; ``answer_for``
         for_offset_commit: for TxnOffsetCommit, W1-W5). ``coordinator`` None: look it up."""
         if coordinator is None:
             coordinator = self.coordinator_of(txn_id)
         if coordinator == self.broker.broker_id:
             local = self.broker.transactions.verify
-            verified = {tp: local(txn_id, producer_id, epoch, *tp) for tp in partitions}
-            return verified if answer_for is for_producer else \
-                {tp: answer_for(error) for tp, error in verified.items()}
+            return {tp: answer_for(local(txn_id, producer_id, epoch, *tp)) for tp in partitions}
         if coordinator == zn.NO_LEADER:
             return dict.fromkeys(partitions, answer_for(E.coordinator_not_available))
         return await self._ask(coordinator, txn_id, producer_id, epoch, partitions, answer_for)
@@ -248,5 +261,5 @@ class TxnVerification:
         got = {(t.name, p.partition_index): E(p.partition_error_code)
                for r in answer.results_by_transaction if r.transactional_id == txn_id
                for t in r.topic_results for p in t.results_by_partition}
-        # A partition the answer leaves out was not verified: as no answer (V2), never NONE.
+        # A partition the answer leaves out was not verified: as no answer (P2), never NONE.
         return {tp: answer_for(got.get(tp, E.network_exception)) for tp in partitions}

@@ -63,7 +63,9 @@ class OffsetsLog(Protocol):
                ) -> Awaitable[None] | None:
         """Append the records as one batch; raises WriteFailed when the log did not take
         them; returns what to await for them to be durable (None: they are): in a cluster,
-        replicated to the in-sync replicas too (acks=all), else it raises NotReplicated."""
+        replicated to the in-sync replicas too (acks=all), else it raises NotReplicated.
+        It is this write's own (broker/partition.py ``durable``): cancelling it cancels
+        nothing else."""
         ...
 
     def append_at(self, partition: int, records: list[tuple[bytes, bytes | None]],

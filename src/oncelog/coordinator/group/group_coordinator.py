@@ -151,7 +151,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status
+from ..ownership import Load, Ownership, Status, load_each, load_retrying
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
@@ -188,7 +188,9 @@ def _as_log_record(record: tuple, index: int
 def _when_written(durable: Awaitable[None], ended: Callable[[bool], None]) -> asyncio.Future:
     """What to await for ``durable``, with ``ended(whether it became durable)`` run first,
     before anyone awaiting it resumes: the answer of a commit finds its offsets committed,
-    and a commit whose answer is never awaited (its connection gone) still ends."""
+    and a commit whose answer is never awaited (its connection gone), or whose wait is
+    cancelled (its task, at a stop), still ends as its write does: shielded, the wait's
+    cancelling never cancels the write's future."""
     future = asyncio.ensure_future(durable)
 
     def done(f: asyncio.Future) -> None:
@@ -196,9 +198,9 @@ def _when_written(durable: Awaitable[None], ended: Callable[[bool], None]) -> as
 
     if future.done():  # awaiting it would not yield: ended runs now
         done(future)
-    else:
-        future.add_done_callback(done)
-    return future
+        return future
+    future.add_done_callback(done)  # before shield's own: ended runs first
+    return asyncio.shield(future)
 
 
 def _too_long(*texts: str) -> bool:
@@ -284,11 +286,10 @@ class GroupCoordinator:
 
     async def load_all(self) -> None:
         """One broker: it owns every partition (at coordinator epoch 0); each answers
-        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
+        In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
-        for load in loads:
-            if load is not None:
-                await self._load(load)
+        await load_each(self.ownership, loads, self._load_logged, "__consumer_offsets")
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __consumer_offsets at leader ``epoch``
@@ -304,6 +305,12 @@ class GroupCoordinator:
         waiting requests answered NOT_COORDINATOR, their timers cancelled."""
         if not self.ownership.resign(partition, epoch):
             return
+        dropped = self._drop(partition)
+        log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
+                 partition, epoch, dropped)
+
+    def _drop(self, partition: int) -> int:
+        """Everything held of ``partition``'s groups dropped; how many groups."""
         dropped = [self.groups[g] for g in self.groups.keys_of(partition)]
         for group in dropped:
             if isinstance(group, ConsumerGroup):
@@ -317,8 +324,7 @@ class GroupCoordinator:
                 self.pending_txn.drop(group_id, tp)
         for group_id in [g for g in self.in_flight.groups() if self.partition_of(g) == partition]:
             self.in_flight.forget(group_id)
-        log.info("__consumer_offsets-%d: resigned at leader epoch %s, %d groups dropped",
-                 partition, epoch, len(dropped))
+        return len(dropped)
 
     def _stop_group(self, group: ClassicGroup, error: ErrorCode) -> None:
         """A classic group's timers cancelled and its waiting requests answered ``error``."""
@@ -326,18 +332,10 @@ class GroupCoordinator:
         for member in group.members.values():
             self._answer_waiters(member, error)
 
-    async def _load(self, load: Load) -> None:
-        try:
-            await self._read(load)
-        except Exception:
-            log.exception("loading groups of __consumer_offsets-%d failed", load.partition)
-            raise
-
     async def _load_logged(self, load: Load) -> None:
-        try:
-            await self._load(load)
-        except Exception:  # logged by _load: the partition answers LOAD_IN_PROGRESS
-            pass
+        """The load, and its retries while it fails (ownership.py O12-O16)."""
+        await load_retrying(self.ownership, load, self._read, self._drop, self._background,
+                            "__consumer_offsets")
 
     async def _read(self, load: Load) -> None:
         partition = load.partition
@@ -434,7 +432,7 @@ class GroupCoordinator:
         return self.ownership.error(self.partition_of(group_id))
 
     def is_loading(self, group_id: str) -> bool:
-        """Not served now (loading, or another broker's)."""
+        """Not served now (loading, its load failed, or another broker's)."""
         return self.ownership.status(self.partition_of(group_id)) is not Status.OWNED
 
     # --- JoinGroup ------------------------------------------------------------------------
@@ -1093,8 +1091,8 @@ class GroupCoordinator:
         if durable is not None:
             def ended(ok: bool) -> None:
                 if not ok:  # O9: a marker must not make visible what was never written
-                    for tp, value in written:
-                        self.pending_txn.discard(producer_id, group_id, tp, value)
+                    offset_rules.replay_txn_failed(self.pending_txn, self.in_flight,
+                                                   producer_id, group_id, written)
             durable = _when_written(durable, ended)
             try:
                 await durable
@@ -1136,9 +1134,10 @@ class GroupCoordinator:
                                           self.in_flight)
 
     def _held(self, group: ClassicGroup | ConsumerGroup) -> set[tuple[str, int]]:
-        """Partitions a deletion tombstones: committed, pending or in flight (O2)."""
+        """Partitions a deletion tombstones: committed, pending, in flight or unsure (O2)."""
         return (set(group.offsets) | self.pending_txn.partitions(group.group_id)
-                | self.in_flight.partitions(group.group_id))
+                | self.in_flight.partitions(group.group_id)
+                | self.in_flight.unsure_of(group.group_id))
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with offsets of a transaction not yet decided (require_stable)."""
@@ -1315,7 +1314,8 @@ class GroupCoordinator:
                 tp for tp in self.pending_txn.partitions(group_id) if tp[0] == topic)
         for group_id in self.in_flight.groups():
             held.setdefault(group_id, set()).update(
-                tp for tp in self.in_flight.partitions(group_id) if tp[0] == topic)
+                tp for tp in self.in_flight.partitions(group_id) | self.in_flight.unsure_of(
+                    group_id) if tp[0] == topic)
         for group_id, gone in held.items():
             if gone:
                 by_partition.setdefault(self.partition_of(group_id), []).append(
@@ -1367,7 +1367,10 @@ class GroupCoordinator:
             dead = len(gone) == len(group.offsets) and not pending
             if not gone and not dead:
                 continue
-            records = self._tombstones(group.group_id, gone)
+            # A dead group leaves nothing behind: its unsure partitions are tombstoned too.
+            unsure = self.in_flight.unsure_of(group.group_id) - set(gone) if dead else set()
+            forgotten = [*gone, *unsure]
+            records = self._tombstones(group.group_id, forgotten)
             if dead:
                 records += self._group_tombstones(group)
             try:
@@ -1375,8 +1378,7 @@ class GroupCoordinator:
             except WriteFailed as exc:
                 log.warning("group %s: expiring offsets failed: %s", group.group_id, exc)
                 continue
-            for tp in gone:
-                del group.offsets[tp]
+            self._forget_offsets(group.group_id, forgotten)  # O2: committed and unsure
             expired += len(gone)
             if dead:
                 self._forget(group)

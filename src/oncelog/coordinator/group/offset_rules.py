@@ -32,9 +32,12 @@ write that fails drops it (O9), so no client ever reads an offset a failover can
     |   |                                          | durable later loses)                    |
     |O9 | that write failed (fsync, replication)   | value@r out of in_flight (plain) or out |
     |   |                                          | of pending[P][g] (transactional, O3),   |
-    |   |                                          | if still there; committed unchanged     |
-    |   | (O2 also empties in_flight[g][tp]; a     |                                         |
-    |   | resignation empties in_flight of n)      |                                         |
+    |   |                                          | if still there, and then (g, tp) unsure:|
+    |   |                                          | its record may be in the log all the    |
+    |   |                                          | same; committed unchanged               |
+    |   | (O2 also empties in_flight[g][tp] and    |                                         |
+    |   | unsure (g, tp); a resignation empties    |                                         |
+    |   | in_flight and unsure of n)               |                                         |
 
 Kafka's OffsetMetadataManager decides the same (replayEndTransactionMarker compares record
 offsets; a tombstone replayed removes the open transactions' offsets of that partition).
@@ -42,7 +45,11 @@ O4 compares positions in the log, not the order markers arrive, so a plain commi
 after a TxnOffsetCommit but before its marker stays, and a clean of ``__consumer_offsets``
 (which keeps each key's newest record at its offset) cannot flip the answer after a restart.
 O2 covers the pending offsets a deletion must also remove: a deletion writes a tombstone for
-every partition with a committed, a pending or an in-flight offset. The write of a
+every partition with a committed, a pending, an in-flight or an unsure offset. Unsure: a write
+that failed to become durable while its log went on (no descriptor for the fsync; in a
+cluster, not replicated in time) was appended all the same (an append is all or nothing,
+log/segment.py), so a restart, or the next leader once it is replicated, reads it back; a
+deletion that left it untombstoned would give a deleted group that offset back. The write of a
 transaction's offsets is awaited by its TxnOffsetCommit, which a producer answered an error
 sends again before it ends the transaction; O9 keeps a marker from making visible what was
 never written. A write's outcome is the log's answer, not a decision: O7-O9 decide nothing
@@ -119,12 +126,15 @@ class PendingTxnOffsets:
 
 
     def discard(self, producer_id: int, group_id: str, tp: TopicPartition,
-                value: OffsetValue) -> None:  # O9, transactional
+                value: OffsetValue) -> bool:  # O9, transactional
+        """Remove ``value`` (this very object); False: it was not pending."""
         offsets = self.by_producer.get(producer_id, {}).get(group_id)
-        if offsets is not None and offsets.get(tp) is value:
-            del offsets[tp]
-            if not offsets:
-                self._forget(producer_id, group_id)
+        if offsets is None or offsets.get(tp) is not value:
+            return False
+        del offsets[tp]
+        if not offsets:
+            self._forget(producer_id, group_id)
+        return True
 
 
 class InFlightCommits:
@@ -134,6 +144,8 @@ class InFlightCommits:
 
     def __init__(self) -> None:
         self.by_group: dict[str, dict[TopicPartition, list[OffsetValue]]] = {}
+        # group -> partitions whose failed write may be in the log all the same (O9)
+        self.unsure: dict[str, set[TopicPartition]] = {}
 
     def add(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> None:  # O7
         self.by_group.setdefault(group_id, {}).setdefault(tp, []).append(value)
@@ -141,16 +153,29 @@ class InFlightCommits:
     def partitions(self, group_id: str) -> set[TopicPartition]:
         return set(self.by_group.get(group_id, ()))
 
+    def unsure_of(self, group_id: str) -> set[TopicPartition]:
+        return set(self.unsure.get(group_id, ()))
+
+    def failed(self, group_id: str, tp: TopicPartition) -> None:  # O9: maybe in the log
+        self.unsure.setdefault(group_id, set()).add(tp)
+
     def groups(self) -> Iterator[str]:
-        return iter(list(self.by_group))
+        """Groups with a write in flight or an unsure partition."""
+        return iter(list(self.by_group.keys() | self.unsure.keys()))
 
     def drop(self, group_id: str, tp: TopicPartition) -> None:  # O2's in-flight part
         offsets = self.by_group.get(group_id)
         if offsets is not None and offsets.pop(tp, None) is not None and not offsets:
             del self.by_group[group_id]
+        unsure = self.unsure.get(group_id)
+        if unsure is not None:
+            unsure.discard(tp)
+            if not unsure:
+                del self.unsure[group_id]
 
     def forget(self, group_id: str) -> None:  # a resignation
         self.by_group.pop(group_id, None)
+        self.unsure.pop(group_id, None)
 
     def take(self, group_id: str, tp: TopicPartition, value: OffsetValue) -> bool:
         """Remove ``value`` (this very object) from the flight; False: it was not in it."""
@@ -160,7 +185,9 @@ class InFlightCommits:
             return False
         values[:] = [v for v in values if v is not value]
         if not values:
-            self.drop(group_id, tp)
+            del offsets[tp]
+            if not offsets:
+                del self.by_group[group_id]
         return True
 
 
@@ -168,7 +195,10 @@ def replay_durable(in_flight: InFlightCommits, group_id: str, tp: TopicPartition
                    value: OffsetValue, durable: bool,
                    offsets_of: Callable[[str], Offsets]) -> bool:  # O8, O9
     """The write of a plain commit ended; returns whether ``value`` took effect."""
-    if not in_flight.take(group_id, tp, value) or not durable:
+    if not in_flight.take(group_id, tp, value):
+        return False  # a tombstone written since decided it (O2)
+    if not durable:
+        in_flight.failed(group_id, tp)
         return False
     offsets = offsets_of(group_id)
     current = offsets.get(tp)
@@ -176,6 +206,17 @@ def replay_durable(in_flight: InFlightCommits, group_id: str, tp: TopicPartition
         return False
     replay_commit(offsets, tp, value)
     return True
+
+
+def replay_txn_failed(pending: PendingTxnOffsets, in_flight: InFlightCommits,
+                      producer_id: int, group_id: str,
+                      written: list[tuple[TopicPartition, OffsetValue]]) -> None:  # O9
+    """The write of a transaction's offsets failed: each value still pending leaves it,
+    its partition unsure. One no longer pending was decided since (a tombstone, a marker,
+    a resignation, a newer offset of the producer): nothing of it is held any more."""
+    for tp, value in written:
+        if pending.discard(producer_id, group_id, tp, value):
+            in_flight.failed(group_id, tp)
 
 
 def replay_commit(offsets: Offsets, tp: TopicPartition, value: OffsetValue) -> None:  # O1

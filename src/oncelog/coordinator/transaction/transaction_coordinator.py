@@ -41,7 +41,7 @@ from ..internal_log import (
     durable_error,
     partition_for,
 )
-from ..ownership import Load, Ownership, Status
+from ..ownership import Load, Ownership, load_each, load_retrying
 from . import txn_records as tr
 from . import txn_rules as rules
 from .txn_records import TxnState
@@ -149,11 +149,10 @@ class TransactionCoordinator:
 
     async def load_all(self) -> None:
         """One broker: it owns every partition (at coordinator epoch 0), each answering
-        COORDINATOR_LOAD_IN_PROGRESS until it is read. In a cluster: nothing (``elect``)."""
+        COORDINATOR_LOAD_IN_PROGRESS until it is read (a failed load: ownership.py O12).
+        In a cluster: nothing (``elect``)."""
         loads, self._initial = self._initial, []
-        for load in loads:
-            if load is not None:
-                await self._load(load)
+        await load_each(self.ownership, loads, self._load_logged, "__transaction_state")
 
     def elect(self, partition: int, epoch: int) -> None:
         """This broker leads ``partition`` of __transaction_state at leader ``epoch``
@@ -165,21 +164,25 @@ class TransactionCoordinator:
             self._background(self._load_logged(load))
 
     async def _load_logged(self, load: Load) -> None:
-        try:
-            await self._load(load)
-        except Exception:  # the partition answers COORDINATOR_LOAD_IN_PROGRESS
-            log.exception("loading __transaction_state-%d failed", load.partition)
+        """The load, and its retries while it fails (ownership.py O12-O16)."""
+        await load_retrying(self.ownership, load, self._load, self._drop, self._background,
+                            "__transaction_state")
 
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads ``partition``: its ids are dropped (their steps in
         the background stop at their next write: ``_write`` checks the ownership)."""
         if not self.ownership.resign(partition, epoch):
             return
+        log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
+                 partition, epoch, self._drop(partition))
+
+    def _drop(self, partition: int) -> int:
+        """The partition's ids dropped (their steps in the background stop at their next
+        write); how many."""
         gone = self.txns.keys_of(partition)
         for txn_id in gone:
             del self.txns[txn_id]
-        log.info("__transaction_state-%d: resigned at leader epoch %s, %d ids dropped",
-                 partition, epoch, len(gone))
+        return len(gone)
 
     async def _load(self, load: Load) -> None:
         partition = load.partition
@@ -394,14 +397,12 @@ class TransactionCoordinator:
     def verify(self, transactional_id: str | None, producer_id: int, epoch: int,
                topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only when its producer really
-        has the partition in an ongoing transaction (AddPartitionsToTxn verify_only)."""
-        if transactional_id and \
-                self.ownership.status(self.partition_of(transactional_id)) is not Status.OWNED:
-            # Not known here (a restart or a new leader is reading __transaction_state, or
-            # another broker is its coordinator): a retriable answer, as Kafka gives a
-            # produce whose verification cannot be made now.
-            return E.not_enough_replicas
-        return rules.verify(self._known(transactional_id), producer_id, epoch,
+        has the partition in an ongoing transaction (AddPartitionsToTxn verify_only). The
+        coordinator's answer, as Kafka's gives it (txn_rules V0-V3); how a produce or a
+        TxnOffsetCommit is answered for it is broker/txn_verification.py's (P1-P5, W1-W5)."""
+        not_served = self.ownership.error(self.partition_of(transactional_id)) \
+            if transactional_id else None
+        return rules.verify(not_served, self._known(transactional_id), producer_id, epoch,
                             (topic, partition))
 
     # --- EndTxn ---------------------------------------------------------------------------

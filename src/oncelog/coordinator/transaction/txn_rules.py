@@ -125,7 +125,9 @@ coordinator's markers carry an older coordinator epoch than its successor's, and
 them forever would only be refused forever; its successor completes the transaction from the
 log (L1). ``after_markers`` decides M1-M3 for one round's answers.
 
-Produce-time verification (KIP-890 part 1, ``verify``) reads the same Entry:
+Produce-time verification (KIP-890 part 1, ``verify``) reads the same Entry: V0 the id's
+partition not served here: ownership.py's answer (NOT_COORDINATOR or
+COORDINATOR_LOAD_IN_PROGRESS, as Kafka's coordinator answers a verification it cannot make);
 V1 unknown id or P != pid: INVALID_PRODUCER_ID_MAPPING; V2 E < e: INVALID_PRODUCER_EPOCH;
 V3 not Ongoing, E != e or the partition not in the transaction: INVALID_TXN_STATE; else NONE.
 """
@@ -381,9 +383,11 @@ def after_markers(errors: dict[TopicPartition, ErrorCode]
     return (AGAIN, left) if left else (COMPLETE, [])  # M3, M1
 
 
-def verify(entry: Entry | None, producer_id: int, epoch: int,
+def verify(not_served: ErrorCode | None, entry: Entry | None, producer_id: int, epoch: int,
            partition: TopicPartition) -> ErrorCode:
-    """V1-V3."""
+    """V0-V3; ``not_served``: ownership.py's error for the id's partition."""
+    if not_served is not None:
+        return not_served  # V0
     if entry is None or entry.producer_id != producer_id:
         return E.invalid_producer_id_mapping
     if epoch < entry.epoch:
