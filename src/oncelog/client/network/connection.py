@@ -165,10 +165,14 @@ class BrokerConnection:
         self.quiet_until = 0.0  # monotonic: nothing is sent before (KIP-219, throttle.py)
         self._size = bytearray(4)  # a frame's size prefix
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
+        # answers of requests in flight when a re-authentication began, read before it
+        self._kept: collections.deque[tuple[int, int, bytearray | memoryview]] = \
+            collections.deque()
         self.versions: dict[int, int] = {}
+        self.reauth = sasl.reauthentication(security)  # KIP-368: None without SASL
         self._negotiate()
-        if security.sasl:
-            self._authenticate(security)
+        if self.reauth is not None:
+            self._authenticate(self.reauth)
 
     def _start_tls(self, context: ssl.SSLContext) -> None:
         try:
@@ -178,17 +182,28 @@ class BrokerConnection:
             raise KafkaError(ErrorCode.sasl_authentication_failed,
                              f"TLS handshake with {self.host}:{self.port} failed: {exc}") from None
 
-    def _authenticate(self, security: ClientSecurity) -> None:
-        steps = sasl.exchange(security)
+    def _authenticate(self, reauth: sasl.Reauthentication, again: bool = False) -> None:
+        def step(api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+            version = self.version(api_key)
+            self._send(api_key, version, make(request_module(api_key, version), version),
+                       exchange=True)
+            return self.receive()[1]
+
         try:
-            step = next(steps)
-            while True:
-                step = steps.send(self.call(*step))
-        except StopIteration:
-            return
+            reauth.authenticate(step, again)
         except sasl.SaslRefused as exc:
             self.close()
             raise KafkaError(exc.error, str(exc)) from None
+
+    def _reauthenticate(self, reauth: sasl.Reauthentication) -> None:
+        """Row C3 of security/sasl_reauth_client.py: the answers of the requests in flight
+        come first, kept for their ``receive``; then the exchange, before the next request."""
+        while len(self._kept) < len(self._in_flight):
+            self._kept.append(self._read_answer(self._in_flight[len(self._kept)]))
+        kept, self._kept = self._kept, collections.deque()
+        in_flight, self._in_flight = self._in_flight, collections.deque()
+        self._authenticate(reauth, again=True)
+        self._kept, self._in_flight = kept, in_flight
 
     def _negotiate(self) -> None:
         _, response = self._call(API_VERSIONS_KEY, 0, build(
@@ -216,7 +231,11 @@ class BrokerConnection:
         version = self.version(api_key)
         return self._send(api_key, version, make(request_module(api_key, version), version))
 
-    def _send(self, api_key: int, version: int, body: Any) -> int:
+    def _send(self, api_key: int, version: int, body: Any, exchange: bool = False) -> int:
+        reauth = self.reauth
+        if reauth is not None and not exchange and \
+                reauth.decide(time.monotonic()) is sasl.Action.REAUTHENTICATE:
+            self._reauthenticate(reauth)
         wait = self.quiet_until - time.monotonic()
         if wait > 0:  # the broker throttled us: it would not read this before then
             time.sleep(wait)
@@ -261,7 +280,14 @@ class BrokerConnection:
     def _receive_frame(self, reuse: bool = False) -> tuple[int, int, bytearray | memoryview]:
         """(api key, version, frame) of the oldest pipelined request's answer, its
         correlation id checked."""
-        correlation, api_key, version = self._in_flight.popleft()
+        if self._kept:  # read while re-authenticating (_reauthenticate)
+            self._in_flight.popleft()
+            return self._kept.popleft()
+        return self._read_answer(self._in_flight.popleft(), reuse)
+
+    def _read_answer(self, asked: tuple[int, int, int], reuse: bool = False
+                     ) -> tuple[int, int, bytearray | memoryview]:
+        correlation, api_key, version = asked
         try:
             frame = self._read_frame(reuse)
         except TimeoutError:

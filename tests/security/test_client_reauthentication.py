@@ -1,0 +1,242 @@
+"""KIP-368 on oncelog's own clients (security/sasl_reauth_client.py): told a session lifetime,
+a connection authenticates again on the same connection before it ends, between its requests,
+with every mechanism over SASL_PLAINTEXT and SASL_SSL; an idempotent producer and a consumer
+go on across several lifetimes without an error, a new connection, a lost or a repeated record.
+
+On the session's secured broker (tests/support/secured.py): listeners SHORT (SASL_PLAINTEXT) and
+SHORT_SSL (SASL_SSL), whose sessions last SHORT_MS. Connections are counted in the broker's log,
+which names each connection's address at its first authentication and at each re-authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import threading
+import time
+
+import pytest
+from support.secured import SHORT_MS
+
+from oncelog.client.network.aio_connection import AsyncBrokerConnection
+from oncelog.client.network.connection import BrokerConnection
+from oncelog.client.network.security import ClientSecurity
+from oncelog.protocol import api_versions as apis
+from oncelog.protocol.schema import build
+from oncelog.security.sasl_reauth_client import WINDOW, Action, Reauthentication, decide
+
+TIMEOUT = 30.0
+LISTENERS = ("SHORT", "SHORT_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@pytest.mark.parametrize(("row", "now", "due_at", "running", "action"), [
+    ("C1", 50.0, None, False, Action.SEND),
+    ("C2", 9.9, 10.0, False, Action.SEND),
+    ("C3 at the point", 10.0, 10.0, False, Action.REAUTHENTICATE),
+    ("C3 past the end", 99.0, 10.0, False, Action.REAUTHENTICATE),
+    ("C4", 10.0, 10.0, True, Action.WAIT),
+    ("C4 before the point", 1.0, 10.0, True, Action.WAIT),
+])
+def test_the_rows(row, now, due_at, running, action):
+    assert decide(now, due_at, running) is action, row
+
+
+def test_the_point_is_drawn_within_javas_window_and_a_lifetime_of_0_never_ends():
+    seed = 25
+    reauth = Reauthentication("PLAIN", "alice", "x", random.Random(seed))
+    points = []
+    for _ in range(200):
+        reauth.begin()
+        reauth.authenticated(100.0, 1000, again=True)  # row C5
+        points.append(reauth.due_at - 100.0)
+    assert all(WINDOW[0] <= p <= WINDOW[1] for p in points), seed
+    assert max(points) - min(points) > 0.05, seed  # spread: not all at once
+    assert reauth.count == 200
+    reauth.authenticated(100.0, 0, again=True)
+    assert reauth.decide(1e9) is Action.SEND  # C1
+    reauth.begin()
+    reauth.failed()  # C6
+    assert (reauth.running, reauth.due_at) == (False, None)
+
+
+def _port(line_peer: str) -> int:
+    return int(line_peer.rsplit(":", 1)[1])
+
+
+def _auth_lines(secured, ports: set[int]) -> tuple[dict[int, int], dict[int, int], list[str]]:
+    """For each local port of ours: first authentications, re-authentications; and the
+    broker's lines closing one of them for an ended session."""
+    first = dict.fromkeys(ports, 0)
+    again = dict.fromkeys(ports, 0)
+    ended = []
+    for line in secured.broker.log_text().splitlines():
+        found = re.search(r"127\.0\.0\.1:(\d+): (re-)?authenticated as ", line)
+        if found and int(found[1]) in ports:
+            (again if found[2] else first)[int(found[1])] += 1
+        found = re.search(r"127\.0\.0\.1:(\d+): listener \S+: the session of", line)
+        if found and int(found[1]) in ports:
+            ended.append(line)
+    return first, again, ended
+
+
+def _established(remote_port: int) -> set[int]:
+    """The local ports of this machine's TCP connections to ``remote_port`` that are open
+    (Linux's /proc/net/tcp: addresses in hex, state 01 is ESTABLISHED)."""
+    ports = set()
+    with open("/proc/net/tcp") as table:
+        for line in list(table)[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _metadata(mod, _version):
+    return build(mod.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                 include_topic_authorized_operations=False,
+                 include_cluster_authorized_operations=False)
+
+
+def _blocking(conns: list[BrokerConnection], stop: threading.Event, errors: list) -> None:
+    """Two pipelined Metadata requests at a time on each connection: the second goes out
+    past the point with the first in flight, whose answer is kept for its receive."""
+    try:
+        while not stop.is_set():
+            for conn in conns:
+                conn.send_only(apis.METADATA, _metadata)
+                conn.send_only(apis.METADATA, _metadata)
+                conn.receive()
+                conn.receive()
+            time.sleep(0.01)
+    except Exception as exc:
+        errors.append(exc)
+
+
+async def _asyncio(secured, stop: threading.Event, conns: list) -> None:
+    """Five requests at a time on each connection: those sent while it re-authenticates
+    wait for it, those in flight are answered first."""
+    conns.extend([await AsyncBrokerConnection.open(
+        "127.0.0.1", secured.broker.ports[listener], "reauth-aio", TIMEOUT,
+        ClientSecurity.from_config(secured.librdkafka(listener, mechanism=mechanism)))
+        for listener in LISTENERS for mechanism in MECHANISMS])
+    while not stop.is_set():
+        await asyncio.gather(*(conn.request(apis.METADATA, _metadata)
+                               for conn in conns for _ in range(5)))
+        await asyncio.sleep(0.01)
+
+
+def test_every_mechanism_over_both_protocols_reauthenticates_on_its_connection(secured):
+    blocking = [BrokerConnection("127.0.0.1", secured.broker.ports[listener], "reauth-sync",
+                                 TIMEOUT, ClientSecurity.from_config(
+                                     secured.librdkafka(listener, mechanism=mechanism)))
+                for listener in LISTENERS for mechanism in MECHANISMS]
+    stop = threading.Event()
+    errors: list = []
+    thread = threading.Thread(target=_blocking, args=(blocking, stop, errors))
+    thread.start()
+    conns: list[AsyncBrokerConnection] = []
+
+    async def run() -> set[int]:
+        task = asyncio.get_running_loop().create_task(_asyncio(secured, stop, conns))
+        deadline = time.monotonic() + TIMEOUT
+        # bounded: until every connection re-authenticated twice (three sessions each)
+        while not conns or not all(c.reauth.count >= 2 for c in [*blocking, *conns]):
+            assert time.monotonic() < deadline, [c.reauth.count for c in [*blocking, *conns]]
+            assert errors == []
+            if task.done():
+                task.result()  # what stopped it
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        ports = {c._sock.getsockname()[1] for c in conns if c._sock is not None}
+        for conn in conns:
+            assert not conn.closed
+            conn.close()
+        return ports
+
+    try:
+        ports = asyncio.run(run())
+    finally:
+        stop.set()
+        thread.join(TIMEOUT)
+    assert errors == []
+    assert len(ports) == len(conns) == 6
+    ports |= {c.sock.getsockname()[1] for c in blocking}
+    for conn in blocking:
+        assert not conn.closed
+        conn.close()
+    first, again, ended = _auth_lines(secured, ports)
+    assert ended == []
+    assert set(first.values()) == {1}, first  # one connection each, never opened again
+    assert min(again.values()) >= 2, again
+
+
+def test_an_idempotent_producer_and_a_consumer_across_three_lifetimes(secured):
+    """oncelog.Producer (idempotent, acks=all) and oncelog.Consumer (in a group) on SASL_SSL
+    with SCRAM-SHA-256 while three sessions end: every record delivered once, in order, read
+    back once; no error, no connection opened after the first records went through (an
+    idle one, as the group coordinator's between heartbeats, re-authenticates at its next
+    request, past its end), none closed by the broker or replaced."""
+    from oncelog import Consumer, Producer
+
+    topic = "reauth-ours"
+    conf = secured.librdkafka("SHORT_SSL", mechanism="SCRAM-SHA-256")
+    baseline = len(secured.broker.log_text())
+
+    def connections() -> tuple[dict[int, int], dict[int, int], list[str]]:
+        text = secured.broker.log_text()[baseline:]
+        ports = {int(p) for p in re.findall(
+            r"127\.0\.0\.1:(\d+): authenticated as User:alice with SCRAM-SHA-256 on listener "
+            r"SHORT_SSL", text)}
+        return _auth_lines(secured, ports)
+
+    producer = Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    got: list[bytes] = []
+    stop = threading.Event()
+    errors: list = []
+
+    def consume() -> None:
+        try:
+            with Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"}) as c:
+                c.subscribe([topic])
+                while not stop.is_set():
+                    got.extend(r.value for r in c.poll(0.2))
+                    c.commit()
+        except Exception as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    delivered: list = []
+    try:
+        sent = 0
+        deadline = time.monotonic() + TIMEOUT
+        warmed_at = None
+        while warmed_at is None or time.monotonic() < warmed_at + 3 * SHORT_MS / 1000:
+            assert time.monotonic() < deadline and errors == [], errors
+            producer.produce(topic, b"v%d" % sent,
+                             on_delivery=lambda err, meta: delivered.append((err, meta)))
+            sent += 1
+            time.sleep(0.01)
+            if warmed_at is None and got and delivered:
+                warmed_at = time.monotonic()
+        producer.flush(TIMEOUT)  # raises the first delivery error
+        while len(got) < sent and time.monotonic() < deadline and errors == []:
+            time.sleep(0.05)
+        still_open = _established(secured.broker.ports["SHORT_SSL"])
+    finally:
+        stop.set()
+        reader.join(TIMEOUT)
+        producer.close()
+    assert errors == []
+    assert [err for err, _ in delivered] == [None] * sent
+    assert sorted(meta.offset for _, meta in delivered) == list(range(sent))
+    assert got == [b"v%d" % i for i in range(sent)]
+    first, again, ended = connections()
+    assert ended == []
+    # every connection the clients opened was open still at the end: none lost or replaced
+    assert set(first) <= still_open and set(first.values()) == {1}, (first, still_open)
+    # the producer's connection to the leader and the consumer's fetching one, at least
+    assert sorted(again.values())[-2:] >= [3, 3], again
