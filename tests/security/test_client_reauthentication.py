@@ -240,3 +240,41 @@ def test_an_idempotent_producer_and_a_consumer_across_three_lifetimes(secured):
     assert set(first) <= still_open and set(first.values()) == {1}, (first, still_open)
     # the producer's connection to the leader and the consumer's fetching one, at least
     assert sorted(again.values())[-2:] >= [3, 3], again
+
+
+def test_a_refused_reauthentication_closes_the_connection_and_fails_its_requests(secured):
+    """Row C6: the user's password changed since the connection authenticated, so its
+    re-authentication is refused: the request that began it (blocking), and every request
+    waiting on it (asyncio), fail with SASL_AUTHENTICATION_FAILED, the connection closed."""
+    from oncelog import Admin
+    from oncelog.client.admin.admin_scram import ScramUpsertion
+    from oncelog.client.network.connection import KafkaError
+
+    user, mechanism = "reauth-dave", "SCRAM-SHA-256"
+    conf = {"bootstrap.servers": secured.bootstrap("SHORT"), "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": "first"}
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        assert admin.alter_user_scram_credentials([ScramUpsertion(user, mechanism, "first")]) \
+            == {user: None}
+        security = ClientSecurity.from_config(conf)
+        blocking = BrokerConnection("127.0.0.1", secured.broker.ports["SHORT"], "dave",
+                                    TIMEOUT, security)
+
+        async def run() -> list:
+            conn = await AsyncBrokerConnection.open("127.0.0.1", secured.broker.ports["SHORT"],
+                                                    "dave", TIMEOUT, security)
+            assert admin.alter_user_scram_credentials([ScramUpsertion(user, mechanism,
+                                                                      "second")]) == {user: None}
+            due = max(conn.reauth.due_at, blocking.reauth.due_at)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))  # to the point, not a guess
+            with pytest.raises(KafkaError) as refused:
+                blocking.call(apis.METADATA, _metadata)
+            results = await asyncio.gather(*(conn.request(apis.METADATA, _metadata)
+                                             for _ in range(3)), return_exceptions=True)
+            assert conn.closed
+            return [refused.value, *results]
+
+        errors = asyncio.run(run())
+        assert blocking.closed
+        assert [e.name() for e in errors] == ["SASL_AUTHENTICATION_FAILED"] * 4, errors
+        admin.alter_user_scram_credentials(deletions=[(user, mechanism)])

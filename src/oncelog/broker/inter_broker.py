@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import request_module
-from ..security.sasl_client import SaslRefused
 from ..security.sasl_reauth_client import Action, Reauthentication
 from .inter_broker_connect import SASL_VERSIONS, open_connection
 
@@ -98,8 +97,10 @@ class BrokerConnection:
                 reauth.begin()
                 self._reauthenticating = asyncio.get_running_loop().create_task(
                     self._reauthenticate(reauth))
-            if self._reauthenticating is not None:  # not shield: its cancel is not ours
-                await asyncio.wait({self._reauthenticating})
+            task = self._reauthenticating
+            if task is None:  # running without its task: only once closed
+                break
+            await asyncio.wait({task})  # not shield: its cancellation is not this call's
         return await self._call(api_key, version, body, timeout_s)
 
     async def _reauthenticate(self, reauth: Reauthentication) -> None:
@@ -109,7 +110,7 @@ class BrokerConnection:
                                                            version))
         try:
             await reauth.authenticate_async(step, again=True)
-        except (SaslRefused, InterBrokerError) as exc:  # row C6
+        except Exception as exc:  # row C6: refused, lost, or an answer that does not decode
             log.warning("re-authenticating to another broker failed: %s; closing the "
                         "connection", exc)
             self._fail(InterBrokerError(f"re-authentication failed: {exc}"))

@@ -156,10 +156,11 @@ class AsyncBrokerConnection:
         connection (C6)."""
         try:
             await self._authenticate(reauth, again=True)
-        except KafkaError as exc:
+        except Exception as exc:  # refused, lost, or an answer that does not decode
             log.warning("closing connection to %s:%d: re-authentication failed: %s",
                         self.host, self.port, exc)
-            self._fail(exc)
+            self._fail(exc if isinstance(exc, KafkaError) else KafkaError(
+                ErrorCode.network_exception, f"re-authentication failed: {exc!r}"))
             return
         finally:
             self._reauthenticating = None
