@@ -17,6 +17,9 @@ import threading
 import time
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 from support.secured import SHORT_MS
 
 from oncelog.client.network.aio_connection import AsyncBrokerConnection
@@ -61,8 +64,59 @@ def test_the_point_is_drawn_within_javas_window_and_a_lifetime_of_0_never_ends()
     assert (reauth.running, reauth.due_at) == (False, None)
 
 
-def _port(line_peer: str) -> int:
-    return int(line_peer.rsplit(":", 1)[1])
+class ReauthModel(RuleBasedStateMachine):
+    """A connection's requests against the broker's rules (broker/sasl_reauth.py): a request
+    goes out only while the session is on and no exchange runs, never past the point the
+    client drew; an exchange begins only for a request past it; the point always lies in
+    Java's window of the lifetime told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reauth = Reauthentication("PLAIN", "alice", "x", random.Random(0))
+        self.now = 0.0
+        self.ends_at = None  # the broker's end of the session (None: no lifetime)
+        self.began = None
+
+    @rule(lifetime=st.sampled_from([0, 1200, 1500, 60_000]))
+    def authenticated(self, lifetime):
+        if self.reauth.running or self.began is None:
+            self.reauth.begin()
+            self.began = self.now
+        self.reauth.authenticated(self.began, lifetime, again=True)
+        self.ends_at = None if lifetime == 0 else self.began + lifetime / 1000
+        if lifetime:
+            assert WINDOW[0] <= (self.reauth.due_at - self.began) / (lifetime / 1000) \
+                <= WINDOW[1]
+        self.began = None
+
+    @rule(seconds=st.floats(0, 2))
+    def time_passes(self, seconds):
+        self.now += seconds
+
+    @rule()
+    def a_request(self):
+        action = self.reauth.decide(self.now)
+        if action is Action.SEND:
+            assert not self.reauth.running
+            assert self.ends_at is None or self.now < self.ends_at  # R3 never met
+        elif action is Action.REAUTHENTICATE:
+            assert self.reauth.due_at is not None and self.now >= self.reauth.due_at
+            self.reauth.begin()
+            self.began = self.now
+        else:
+            assert self.reauth.running
+
+    @rule()
+    def refused(self):
+        if self.reauth.running:
+            self.reauth.failed()
+            self.reauth = Reauthentication("PLAIN", "alice", "x", random.Random(0))
+            self.ends_at = self.began = None  # a new connection
+
+
+TestReauthModel = ReauthModel.TestCase
+TestReauthModel.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                                    derandomize=True)
 
 
 def _auth_lines(secured, ports: set[int]) -> tuple[dict[int, int], dict[int, int], list[str]]:
