@@ -202,8 +202,10 @@ class BrokerConnection:
             self._kept.append(self._read_answer(self._in_flight[len(self._kept)]))
         kept, self._kept = self._kept, collections.deque()
         in_flight, self._in_flight = self._in_flight, collections.deque()
-        self._authenticate(reauth, again=True)
-        self._kept, self._in_flight = kept, in_flight
+        try:
+            self._authenticate(reauth, again=True)
+        finally:  # their answers are theirs even when it failed (and closed the connection)
+            self._kept, self._in_flight = kept, in_flight
 
     def _negotiate(self) -> None:
         _, response = self._call(API_VERSIONS_KEY, 0, build(
