@@ -11,6 +11,7 @@ which names each connection's address at its first authentication and at each re
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 import re
 import threading
@@ -332,3 +333,66 @@ def test_a_refused_reauthentication_closes_the_connection_and_fails_its_requests
         assert blocking.closed
         assert [e.name() for e in errors] == ["SASL_AUTHENTICATION_FAILED"] * 4, errors
         admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
+
+
+def _long_poll(topic: str, wait_ms: int):
+    def make(mod, _version):
+        return build(mod.FetchRequest, replica_id=-1,
+                     max_wait=datetime.timedelta(milliseconds=wait_ms), min_bytes=1,
+                     max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                     topics=(build(mod.FetchTopic, topic=topic, partitions=(build(
+                         mod.FetchPartition, partition=0, current_leader_epoch=-1,
+                         fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                         partition_max_bytes=1 << 20),)),),
+                     forgotten_topics_data=(), rack_id="")
+    return make
+
+
+def test_a_request_in_flight_when_it_begins_is_answered_first(secured):
+    """Row C3 with a request in flight: a long-polling Fetch goes out before the point and
+    the broker holds it; a Metadata request after the point begins the re-authentication
+    behind it. The Fetch is answered first (the blocking connection keeps its answer for
+    its receive), then the exchange, then the Metadata: all on the one connection."""
+    from oncelog import Admin
+
+    topic, hold_ms, early = "reauth-long-poll", 800, 0.3
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    security = ClientSecurity.from_config(secured.librdkafka("SHORT"))
+    port = secured.broker.ports["SHORT"]
+
+    def until(moment: float) -> None:  # to a point the connection drew, not a guess
+        time.sleep(max(0.0, moment - time.monotonic()))
+
+    def blocking() -> BrokerConnection:
+        conn = BrokerConnection("127.0.0.1", port, "in-flight", TIMEOUT, security)
+        until(conn.reauth.due_at - early)
+        fetch = conn.send_only(apis.FETCH, _long_poll(topic, hold_ms))
+        assert conn.reauth.count == 0  # sent before the point
+        until(conn.reauth.due_at)
+        metadata = conn.send_only(apis.METADATA, _metadata)  # re-authenticates first
+        assert conn.reauth.count == 1
+        assert [conn.receive()[0] for _ in range(2)] == [fetch, metadata]
+        return conn
+
+    async def run() -> tuple[AsyncBrokerConnection, BrokerConnection]:
+        other = asyncio.get_running_loop().run_in_executor(None, blocking)
+        conn = await AsyncBrokerConnection.open("127.0.0.1", port, "in-flight", TIMEOUT,
+                                                security)
+        await asyncio.sleep(max(0.0, conn.reauth.due_at - early - time.monotonic()))
+        fetch = conn.request(apis.FETCH, _long_poll(topic, hold_ms))
+        assert not conn.reauth.running  # sent before the point
+        await asyncio.sleep(max(0.0, conn.reauth.due_at - time.monotonic()))
+        metadata = conn.request(apis.METADATA, _metadata)
+        assert conn.reauth.running and not fetch.done()  # waits behind the Fetch in flight
+        answers = await asyncio.gather(fetch, metadata)
+        assert answers[0].error_code == 0 and answers[1].brokers
+        assert conn.reauth.count == 1 and not conn.closed
+        return conn, await other
+
+    conn, sync = asyncio.run(run())
+    ports = {conn._sock.getsockname()[1], sync.sock.getsockname()[1]}
+    conn.close()
+    sync.close()
+    first, again, ended = _auth_lines(secured, ports)
+    assert (first, again, ended) == (dict.fromkeys(ports, 1), dict.fromkeys(ports, 1), [])
