@@ -114,6 +114,8 @@ def test_replication_and_markers_go_on_across_three_lifetimes(zookeeper, tmp_pat
             assert ended == []
             # none closed and opened again: every one ever authenticated is open still
             assert set(again) <= ports[i], (i, again, ports[i])
+            # the other's fetcher and its channel (markers or verification) both did
+            assert sum(1 for n in again.values() if n) >= 2, (i, again)
         with oncelog.Consumer({"bootstrap.servers": bootstrap, "group.id": "ib-check",
                                "isolation.level": "read_committed",
                                "auto.offset.reset": "earliest"}) as consumer:
