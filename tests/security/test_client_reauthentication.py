@@ -396,3 +396,75 @@ def test_a_request_in_flight_when_it_begins_is_answered_first(secured):
     sync.close()
     first, again, ended = _auth_lines(secured, ports)
     assert (first, again, ended) == (dict.fromkeys(ports, 1), dict.fromkeys(ports, 1), [])
+
+
+def _until(moment: float) -> None:  # to a point a connection drew, not a guess
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def test_an_answer_kept_during_a_reauthentication_reaches_the_groups_handler(secured):
+    """The consumer group's coordinator IO: request A is answered before the point, request
+    B past it re-authenticates, reading A's answer on the way, and the broker holds B. A's
+    answer is in memory, not on the socket: a pump that waits on the socket alone does not
+    see it (A would fail at its deadline, the coordinator lost)."""
+    from oncelog import Admin, Consumer
+
+    topic = "reauth-kept-group"
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    with Consumer({**secured.librdkafka("SHORT"), "group.id": topic}) as consumer:
+        group = consumer._require_group()
+        group.find_coordinator()
+        conn = group._coordinator_connection()
+        answers: list = []
+        _until(conn.reauth.due_at - 0.3)
+        group._send(apis.METADATA, _metadata, time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("A", response, error)))
+        _until(conn.reauth.due_at)
+        group._send(apis.FETCH, _long_poll(topic, 5000), time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("B", response, error)))
+        assert conn.reauth.count == 1
+        group._pump(0)  # no waiting: A's answer is there already
+        assert [(name, error) for name, _, error in answers] == [("A", None)], answers
+        assert answers[0][1].brokers and not conn.closed
+        conn.close()  # B is held still: the consumer need not wait for it
+
+
+def test_a_blocking_drain_waits_for_each_request_until_its_own_deadline(secured):
+    """Row C7: a request in flight whose answer the broker holds longer than the
+    connection's timeout (a JoinGroup during a rebalance) is read within its own deadline
+    when a re-authentication begins behind it, not failed at the socket's timeout."""
+    from oncelog import Admin
+
+    topic, timeout, hold_ms = "reauth-own-deadline", 1.5, 2500
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    conn = BrokerConnection("127.0.0.1", secured.broker.ports["SHORT"], "own-deadline",
+                            timeout, ClientSecurity.from_config(secured.librdkafka("SHORT")))
+    try:
+        _until(conn.reauth.due_at - 0.3)
+        fetch = conn.send_only(apis.FETCH, _long_poll(topic, hold_ms),
+                               deadline=time.monotonic() + TIMEOUT)
+        _until(conn.reauth.due_at)
+        metadata = conn.send_only(apis.METADATA, _metadata)
+        assert conn.reauth.count == 1 and not conn.closed
+        assert [conn.receive()[0] for _ in range(2)] == [fetch, metadata]
+    finally:
+        conn.close()
+
+
+def test_acks_0_is_not_waited_for(secured):
+    """A Produce with acks=0 gets no answer: the next request's answer is its own."""
+    from oncelog import Admin
+    from oncelog.client.network import calls
+    from oncelog.protocol.records import encode_batch
+
+    topic = "reauth-acks-0"
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    with BrokerConnection("127.0.0.1", secured.broker.ports["SHORT"], "acks-0", 2.0,
+                          ClientSecurity.from_config(secured.librdkafka("SHORT"))) as conn:
+        batch = encode_batch([(None, b"v", (), int(time.time() * 1000))])
+        assert calls.produce(conn, topic, 0, batch, acks=0) == -1
+        assert conn.call(apis.METADATA, _metadata).brokers
+        assert not conn.closed

@@ -2,11 +2,11 @@
 SaslAuthenticate (``session_lifetime_ms`` > 0) authenticates again on the same connection
 before the session ends, between its requests. Sans-IO: oncelog's blocking and asyncio
 connections (client/network/) and a broker's connection to another (broker/inter_broker.py)
-each ask ``decide`` before a request goes out and drive ``Reauthentication.exchange`` over
-their own I/O.
+each ask ``decide`` before a request goes out and drive ``Reauthentication.authenticate``
+(``authenticate_async``) over their own I/O.
 
 What becomes of a request about to go out (``decide``; rows C5-C6 are what the connection
-does when a re-authentication ends):
+does when a re-authentication ends, C7 what the blocking one does before one begins):
 
 | # | session | re-authentication | the request |
 |---|---|---|---|
@@ -16,6 +16,7 @@ does when a re-authentication ends):
 | C4 | any | running | waits, in order, until it ends |
 | C5 | re-authenticated | ends | waiting requests sent in order; a new point (C1 if 0) |
 | C6 | refused, or the connection lost | ends | connection closed; waiting requests fail |
+| C7 | at or past the point, in flight | blocking conn. | their answers read, kept; then C3 |
 
 The re-authentication point is ``lifetime * f`` after the SaslHandshake of the last exchange
 went out (before the broker's clock started, so never after the broker's end), ``f`` drawn
@@ -33,6 +34,15 @@ callers), the exchange does not wait for them; a blocking connection, which cann
 ahead for its caller, keeps their answers for it. Re-authentication happens only when a request
 is to be sent (Java's too): an idle connection re-authenticates at its next request, with a
 SaslHandshake the broker accepts even after the end.
+
+Why C7 drains rather than sending on: the broker closes a connection at any request other than
+SaslHandshake that arrives after its session ended (R3), so a request must never go out past
+the point with no exchange first; the blocking connection therefore reads the answers in flight
+before the exchange, and reads each within the deadline its caller gave (``send_only``'s;
+else the connection's timeout): a JoinGroup the coordinator holds through a rebalance is not
+failed at the socket's timeout. They would arrive before the next request's answer anyway (in
+order). Its caller learns of answers read so from ``has_buffered_answer`` (the socket will not
+signal them). A Produce with acks=0 is never answered: it is not in flight.
 """
 
 from __future__ import annotations

@@ -223,8 +223,9 @@ class GroupIO:
         ``handler(None, error)`` runs when it is answered or fails (in _pump)."""
         try:
             conn = self._coordinator_connection()
-            conn.send_only(api_key, make)
+            conn.send_only(api_key, make, deadline)
         except KafkaError as exc:
+            self._deliver_kept()  # answers read before the failure are theirs
             self._connection_failed(exc)
             handler(None, exc)
             return
@@ -235,26 +236,38 @@ class GroupIO:
         handler; an answer late past its deadline fails the connection and all in flight."""
         until = time.monotonic() + wait
         while self._inflight and self._conn is not None:
-            now = time.monotonic()
-            first = self._inflight[0]
-            if now >= first.deadline:
-                self._connection_failed(KafkaTimeout(
-                    f"group {self.group_id}: no answer from the coordinator in time"))
-                return
-            timeout = max(0.0, min(until, first.deadline) - now)
-            try:
-                ready, _, _ = select.select([self._conn.sock], [], [], timeout)
-            except (OSError, ValueError) as exc:
-                self._connection_failed(KafkaError(ErrorCode.network_exception, str(exc)))
-                return
-            if not ready:
-                if time.monotonic() >= until:
+            if not self._conn.has_buffered_answer():  # one read during a re-authentication
+                now = time.monotonic()
+                first = self._inflight[0]
+                if now >= first.deadline:
+                    self._connection_failed(KafkaTimeout(
+                        f"group {self.group_id}: no answer from the coordinator in time"))
                     return
-                continue
+                timeout = max(0.0, min(until, first.deadline) - now)
+                try:
+                    ready, _, _ = select.select([self._conn.sock], [], [], timeout)
+                except (OSError, ValueError) as exc:
+                    self._connection_failed(KafkaError(ErrorCode.network_exception, str(exc)))
+                    return
+                if not ready:
+                    if time.monotonic() >= until:
+                        return
+                    continue
             try:
                 _, response = self._conn.receive()
             except Exception as exc:  # an answer we cannot read, of any kind
                 self._connection_failed(as_kafka_error(exc))
+                return
+            self._inflight.popleft().handler(response, None)
+
+    def _deliver_kept(self) -> None:
+        """The answers the coordinator connection read during a re-authentication, each to
+        its handler (the connection may have closed since)."""
+        conn = self._conn
+        while conn is not None and self._inflight and conn.has_buffered_answer():
+            try:
+                _, response = conn.receive()
+            except Exception:  # unreadable: it fails with the rest
                 return
             self._inflight.popleft().handler(response, None)
 

@@ -164,7 +164,9 @@ class BrokerConnection:
         self._correlation = 0
         self.quiet_until = 0.0  # monotonic: nothing is sent before (KIP-219, throttle.py)
         self._size = bytearray(4)  # a frame's size prefix
-        self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
+        # (correlation id, api key, version, deadline: monotonic, None for ``timeout``)
+        self._in_flight: collections.deque[tuple[int, int, int, float | None]] = \
+            collections.deque()
         # answers of requests in flight when a re-authentication began, read before it
         self._kept: collections.deque[tuple[int, int, bytearray | memoryview]] = \
             collections.deque()
@@ -196,10 +198,12 @@ class BrokerConnection:
             raise KafkaError(exc.error, str(exc)) from None
 
     def _reauthenticate(self, reauth: sasl.Reauthentication) -> None:
-        """Row C3 of security/sasl_reauth_client.py: the answers of the requests in flight
-        come first, kept for their ``receive``; then the exchange, before the next request."""
+        """Rows C3 and C7 of security/sasl_reauth_client.py: the answers of the requests in
+        flight come first, each read within its own deadline and kept for its ``receive``;
+        then the exchange, before the next request."""
         while len(self._kept) < len(self._in_flight):
-            self._kept.append(self._read_answer(self._in_flight[len(self._kept)]))
+            asked = self._in_flight[len(self._kept)]
+            self._kept.append(self._read_answer(asked, deadline=asked[3]))
         kept, self._kept = self._kept, collections.deque()
         in_flight, self._in_flight = self._in_flight, collections.deque()
         try:
@@ -225,15 +229,24 @@ class BrokerConnection:
         _, response = self._call(api_key, version, make(request_module(api_key, version), version))
         return response
 
-    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> int:
+    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any],
+                  deadline: float | None = None) -> int:
         """Send without waiting: for acks=0, or to pipeline (then ``receive`` in order).
+        ``deadline`` (monotonic): by when its answer is due, if not within ``timeout``.
 
         Returns the correlation id.
         """
         version = self.version(api_key)
-        return self._send(api_key, version, make(request_module(api_key, version), version))
+        return self._send(api_key, version, make(request_module(api_key, version), version),
+                          deadline=deadline)
 
-    def _send(self, api_key: int, version: int, body: Any, exchange: bool = False) -> int:
+    def has_buffered_answer(self) -> bool:
+        """An answer already read (during a re-authentication) waits for ``receive``: the
+        socket will not signal it."""
+        return bool(self._kept)
+
+    def _send(self, api_key: int, version: int, body: Any, exchange: bool = False,
+              deadline: float | None = None) -> int:
         reauth = self.reauth
         if reauth is not None and not exchange and \
                 reauth.decide(time.monotonic()) is sasl.Action.REAUTHENTICATE:
@@ -248,7 +261,8 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
-        self._in_flight.append((self._correlation, api_key, version))
+        if not (api_key == apis.PRODUCE and body.acks == 0):  # acks=0 is never answered
+            self._in_flight.append((self._correlation, api_key, version, deadline))
         return self._correlation
 
     def receive(self) -> tuple[int, Any]:
@@ -287,18 +301,27 @@ class BrokerConnection:
             return self._kept.popleft()
         return self._read_answer(self._in_flight.popleft(), reuse)
 
-    def _read_answer(self, asked: tuple[int, int, int], reuse: bool = False
-                     ) -> tuple[int, int, bytearray | memoryview]:
-        correlation, api_key, version = asked
+    def _read_answer(self, asked: tuple[int, int, int, float | None], reuse: bool = False,
+                     deadline: float | None = None) -> tuple[int, int, bytearray | memoryview]:
+        """The answer to ``asked``, within ``deadline`` if given, else each read within the
+        connection's timeout."""
+        correlation, api_key, version, _ = asked
         try:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
             frame = self._read_frame(reuse)
         except TimeoutError:
             self.close()
-            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
-                from None
+            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in time") from None
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
+        finally:
+            if deadline is not None and not self.closed:
+                self.sock.settimeout(self.timeout)
         (got,) = _SIZE.unpack_from(frame, 0) if len(frame) >= 4 else (None,)
         if got != correlation:
             self.close()
