@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 from support.secured import SHORT_MS
 
 from oncelog.client.network.aio_connection import AsyncBrokerConnection
-from oncelog.client.network.connection import BrokerConnection
+from oncelog.client.network.connection import BrokerConnection, RequestNotSent
 from oncelog.client.network.security import ClientSecurity
 from oncelog.protocol import api_versions as apis
 from oncelog.protocol.schema import build
@@ -332,6 +332,8 @@ def test_a_refused_reauthentication_closes_the_connection_and_fails_its_requests
         errors = asyncio.run(run())
         assert blocking.closed
         assert [e.name() for e in errors] == ["SASL_AUTHENTICATION_FAILED"] * 4, errors
+        # the asyncio ones waited behind the exchange: never written, the broker never saw them
+        assert [isinstance(e, RequestNotSent) for e in errors] == [False, True, True, True]
         admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
 
 
@@ -468,3 +470,70 @@ def test_acks_0_is_not_waited_for(secured):
         assert calls.produce(conn, topic, 0, batch, acks=0) == -1
         assert conn.call(apis.METADATA, _metadata).brokers
         assert not conn.closed
+
+
+def test_what_waited_behind_the_exchange_goes_out_whatever_became_of_the_others(secured):
+    """Row C5 on the asyncio connection: a waiting request cancelled meanwhile is not sent,
+    one whose encoder fails gets that error; the request behind them goes out all the same."""
+
+    async def run() -> list:
+        conn = await AsyncBrokerConnection.open(
+            "127.0.0.1", secured.broker.ports["SHORT"], "dispatch", TIMEOUT,
+            ClientSecurity.from_config(secured.librdkafka("SHORT")))
+        await asyncio.sleep(max(0.0, conn.reauth.due_at - time.monotonic()))
+        first = conn.request(apis.METADATA, _metadata)  # begins the exchange
+        assert conn.reauth.running
+        conn.request(apis.METADATA, _metadata, expect_response=False).cancel()
+
+        def broken(_version, _correlation, _client_id):
+            raise ValueError("cannot encode")
+
+        bad = conn.request_encoded(apis.METADATA, broken, lambda _version, _frame: None)
+        last = conn.request(apis.METADATA, _metadata)
+        try:  # bounded: stranded, they would never resolve
+            return [*await asyncio.wait_for(asyncio.gather(
+                first, bad, last, return_exceptions=True), 5), conn.closed]
+        finally:
+            conn.close()
+
+    first, bad, last, closed = asyncio.run(run())
+    assert first.brokers and last.brokers and not closed
+    assert isinstance(bad, ValueError), bad
+
+
+def test_an_idempotent_producers_batch_behind_a_refused_exchange_was_not_sent(secured):
+    """A Produce that waited behind a re-authentication the broker refused was never written:
+    the idempotent producer treats it as not sent (it may be sent again under a new
+    sequence), not as maybe stored: when it then fails, it fails with the reason, not as
+    OutcomeUnknown."""
+    from oncelog import Admin, Producer
+    from oncelog.client.admin.admin_scram import ScramUpsertion
+    from oncelog.client.network.connection import OutcomeUnknown
+
+    user, mechanism, topic = "reauth-erin", "SCRAM-SHA-256", "reauth-not-sent"
+    conf = {"bootstrap.servers": secured.bootstrap("SHORT"), "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": "first"}
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+        assert admin.alter_user_scram_credentials([ScramUpsertion(user, mechanism, "first")]) \
+            == {user: None}
+        producer = Producer({**conf, "enable.idempotence": True, "acks": "all",
+                             "delivery.timeout.ms": 3000, "request.timeout.ms": 2000})
+        delivered: list = []
+        try:
+            producer.produce(topic, b"warm", on_delivery=lambda e, m: delivered.append(e))
+            producer.flush(TIMEOUT)
+            assert delivered == [None]
+            conns = list(producer._core.sender.connections.values())
+            assert admin.alter_user_scram_credentials([ScramUpsertion(user, mechanism,
+                                                                      "second")]) == {user: None}
+            _until(max(conn.reauth.due_at for conn in conns))
+            producer.produce(topic, b"late", on_delivery=lambda e, m: delivered.append(e))
+            producer.flush(TIMEOUT)
+        except Exception as exc:  # flush raises the first delivery error
+            delivered.append(exc)
+        finally:
+            producer.close()
+            admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
+    assert len(delivered) >= 2 and delivered[1] is not None, delivered
+    assert not any(isinstance(e, OutcomeUnknown) for e in delivered), delivered

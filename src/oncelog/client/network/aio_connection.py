@@ -32,7 +32,7 @@ from ...protocol.api_versions import API_VERSIONS_KEY
 from ...protocol.messages import decode_response, encode_request
 from ...protocol.schema import build, request_module
 from . import sasl
-from .connection import KafkaError, KafkaTimeout, choose_versions
+from .connection import KafkaError, KafkaTimeout, RequestNotSent, choose_versions
 from .security import PLAINTEXT, ClientSecurity
 from .throttle import throttle_seconds
 
@@ -166,7 +166,14 @@ class AsyncBrokerConnection:
             self._reauthenticating = None
         waiting, self._waiting = self._waiting, collections.deque()
         for item in waiting:
-            self._dispatch(*item)
+            future = item[5]
+            if future.done():  # cancelled while it waited: not sent
+                continue
+            try:
+                self._dispatch(*item)
+            except Exception as exc:  # its own (an encoder's error): the rest go on
+                if not future.done():
+                    future.set_exception(exc)
 
     async def _negotiate(self) -> None:
         self.versions = {API_VERSIONS_KEY: 0}
@@ -227,8 +234,10 @@ class AsyncBrokerConnection:
                   future: asyncio.Future) -> None:
         """Number the request and write it (or hold it while throttled)."""
         if self.closed or self._sock is None:
-            future.set_exception(KafkaError(ErrorCode.network_exception,
-                                            f"connection to {self.host}:{self.port} is closed"))
+            if not future.done():
+                future.set_exception(RequestNotSent(
+                    ErrorCode.network_exception,
+                    f"connection to {self.host}:{self.port} is closed"))
             return
         self._correlation += 1
         parts = frame(self._correlation)
@@ -240,7 +249,7 @@ class AsyncBrokerConnection:
                                   max(now, self.quiet_until) + self.timeout, decode))
             if self._watchdog is None:
                 self._arm_watchdog()
-        else:
+        elif not future.done():
             future.set_result(None)
         if self._held or now < self.quiet_until:
             self._held.append(parts)  # the broker throttled us: sent when that ends
@@ -421,9 +430,13 @@ class AsyncBrokerConnection:
     def _fail(self, error: KafkaError) -> None:
         pending, self._pending = self._pending, collections.deque()
         waiting, self._waiting = self._waiting, collections.deque()
-        for future in [entry[3] for entry in pending] + [entry[5] for entry in waiting]:
+        for future in [entry[3] for entry in pending]:
             if not future.done():
                 future.set_exception(error)
+        unsent = RequestNotSent(error.error, f"not sent: {error}")
+        for future in [entry[5] for entry in waiting]:  # never written: the broker never saw it
+            if not future.done():
+                future.set_exception(unsent)
         self.close()
 
     def close(self) -> None:

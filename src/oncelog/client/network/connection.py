@@ -88,6 +88,11 @@ class KafkaTimeout(KafkaError):
         super().__init__(ErrorCode.request_timed_out, message)
 
 
+class RequestNotSent(KafkaError):
+    """A request failed before a byte of it was written (it waited behind a re-authentication
+    that failed, or its connection had closed): the broker never saw it."""
+
+
 class OutcomeUnknown(KafkaError):
     """A record failed whose fate the producer could not learn: the broker may have stored
     it (once: it is never sent again where it could be stored twice) or may not. The message
