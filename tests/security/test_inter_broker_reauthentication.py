@@ -11,6 +11,7 @@ committed record is read back once.
 from __future__ import annotations
 
 import concurrent.futures
+import random
 import re
 import time
 from pathlib import Path
@@ -129,3 +130,45 @@ def test_replication_and_markers_go_on_across_three_lifetimes(zookeeper, tmp_pat
             if broker.alive:
                 assert broker.stop() == 0, broker.log_text()[-3000:]
             assert "Traceback" not in broker.log_text(), broker.log_text()[-3000:]
+
+
+class _AtOnce(random.Random):
+    """Draws every point at the start of its exchange: as if each exchange took longer
+    than the window (the point has passed when it ends)."""
+
+    def uniform(self, a, b):
+        return 0.0
+
+
+def test_a_call_waits_for_one_exchange_then_goes_out(secured):
+    """Row C5 (a): a call past the point waits for its re-authentication, then goes out
+    although the new point has passed too; it does not begin another (the broker refuses a
+    second SaslHandshake within a second, R2, and would close the connection)."""
+    import asyncio
+
+    from support.secured import USERS
+
+    from oncelog.broker import inter_broker
+    from oncelog.broker.inter_broker_connect import _authenticate
+    from oncelog.protocol import api_versions as apis
+    from oncelog.protocol.schema import build, request_module
+    from oncelog.security.sasl_reauth_client import Reauthentication
+
+    async def run():
+        reader, writer = await asyncio.open_connection("127.0.0.1",
+                                                       secured.broker.ports["SHORT"])
+        reauth = Reauthentication("PLAIN", "alice", USERS["alice"], _AtOnce())
+        await _authenticate(reader, writer, reauth, "broker-9")
+        conn = inter_broker.BrokerConnection(reader, writer, "broker-9", TIMEOUT, reauth)
+        try:
+            mod = request_module(apis.METADATA, 9)
+            answer = await conn.call(apis.METADATA, 9, build(
+                mod.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False))
+            return answer, reauth.count, conn.closed
+        finally:
+            conn.close()
+
+    answer, count, closed = asyncio.run(run())
+    assert answer.brokers and count == 1 and not closed

@@ -90,18 +90,32 @@ class BrokerConnection:
 
     async def call(self, api_key: int, version: int, body, timeout_s: float | None = None):
         """The answer to one request; raises InterBrokerError when there is none."""
-        reauth = self.reauth
-        while reauth is not None and not self.closed and \
-                (action := reauth.decide(time.monotonic())) is not Action.SEND:
+        if self.reauth is not None:
+            try:
+                async with asyncio.timeout(timeout_s or self.timeout_s):
+                    await self._reauthenticated(self.reauth)
+            except TimeoutError as exc:
+                raise InterBrokerError("timed out waiting for a re-authentication") from exc
+        return await self._call(api_key, version, body, timeout_s)
+
+    async def _reauthenticated(self, reauth: Reauthentication) -> None:
+        """Rows C3-C5 before a call: it begins the exchange past the point, waits for the one
+        running, and once an exchange it waited for ended goes out even if the new point has
+        passed too (an exchange longer than the window would begin another, and another)."""
+        waited = False
+        while not self.closed:
+            action = reauth.decide(time.monotonic())
+            if action is Action.SEND or (action is Action.REAUTHENTICATE and waited):
+                return
             if action is Action.REAUTHENTICATE:  # row C3; the calls behind wait (C4)
                 reauth.begin()
                 self._reauthenticating = asyncio.get_running_loop().create_task(
                     self._reauthenticate(reauth))
             task = self._reauthenticating
             if task is None:  # running without its task: only once closed
-                break
+                return
             await asyncio.wait({task})  # not shield: its cancellation is not this call's
-        return await self._call(api_key, version, body, timeout_s)
+            waited = True
 
     async def _reauthenticate(self, reauth: Reauthentication) -> None:
         async def step(api_key: int, make):
