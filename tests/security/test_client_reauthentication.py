@@ -14,6 +14,7 @@ import asyncio
 import datetime
 import random
 import re
+import socket
 import threading
 import time
 
@@ -21,6 +22,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
+from kio.schema.errors import ErrorCode
 from support.secured import SHORT_MS
 
 from oncelog.client.network.aio_connection import AsyncBrokerConnection
@@ -205,7 +207,7 @@ def test_every_mechanism_over_both_protocols_reauthenticates_on_its_connection(s
             await asyncio.sleep(0.05)
         stop.set()
         await task
-        ports = {c._sock.getsockname()[1] for c in conns if c._sock is not None}
+        ports = {c.local_port for c in conns} - {None}
         for conn in conns:
             assert not conn.closed
             conn.close()
@@ -393,7 +395,7 @@ def test_a_request_in_flight_when_it_begins_is_answered_first(secured):
         return conn, await other
 
     conn, sync = asyncio.run(run())
-    ports = {conn._sock.getsockname()[1], sync.sock.getsockname()[1]}
+    ports = {conn.local_port, sync.sock.getsockname()[1]}
     conn.close()
     sync.close()
     first, again, ended = _auth_lines(secured, ports)
@@ -537,3 +539,75 @@ def test_an_idempotent_producers_batch_behind_a_refused_exchange_was_not_sent(se
             admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
     assert len(delivered) >= 2 and delivered[1] is not None, delivered
     assert not any(isinstance(e, OutcomeUnknown) for e in delivered), delivered
+
+
+_SENTINEL_MS = 1_234_567  # replaced on the wire by a lifetime no timedelta can hold
+
+
+def _hostile_broker(server: socket.socket) -> None:
+    """One connection: ApiVersions answered as oncelog's broker does, SASL PLAIN accepted,
+    with a session lifetime of 2**62 ms (kio cannot decode it into a timedelta)."""
+    from oncelog.broker.apis.api_meta import api_versions_body
+    from oncelog.protocol.messages import encode_response, peek_header
+    from oncelog.protocol.schema import response_module
+
+    conn, _ = server.accept()
+    conn.settimeout(TIMEOUT)
+    with conn:
+        while (head := conn.recv(4, socket.MSG_WAITALL)) and len(head) == 4:
+            frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
+            api_key, version, correlation = peek_header(frame)
+            mod = response_module(api_key, version)
+            if api_key == apis.API_VERSIONS_KEY:
+                body = api_versions_body(version)
+            elif api_key == apis.SASL_HANDSHAKE:
+                body = build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
+                             mechanisms=("PLAIN",))
+            else:
+                body = build(mod.SaslAuthenticateResponse, error_code=ErrorCode.none,
+                             error_message=None, auth_bytes=b"",
+                             session_lifetime=datetime.timedelta(milliseconds=_SENTINEL_MS))
+            answer = encode_response(api_key, version, correlation, body)
+            conn.sendall(answer.replace(_SENTINEL_MS.to_bytes(8, "big"),
+                                        (1 << 62).to_bytes(8, "big")))
+
+
+def test_a_lifetime_too_large_to_decode_fails_as_a_kafka_error():
+    """A broker telling a session lifetime of 2**62 ms: the answer does not decode, which the
+    blocking connection and a broker's inter-broker connection report as their own errors
+    (KafkaError, InterBrokerConnectFailed), the connection closed, not as a ValueError."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.inter_broker_connect import (
+        InterBrokerConnectFailed,
+        InterBrokerSecurity,
+        open_connection,
+    )
+    from oncelog.client.network.connection import KafkaError
+    from oncelog.cluster.znodes import BrokerRegistration
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(TIMEOUT)
+        port = server.getsockname()[1]
+        hostile = threading.Thread(target=_hostile_broker, args=(server,))
+        hostile.start()
+        with pytest.raises(KafkaError) as failed:
+            BrokerConnection("127.0.0.1", port, "hostile", TIMEOUT, ClientSecurity.from_config(
+                {"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN",
+                 "sasl.username": "alice", "sasl.password": "x"}))
+        hostile.join(TIMEOUT)
+        assert failed.value.name() == "NETWORK_EXCEPTION"
+        assert not hostile.is_alive()  # the connection was closed
+
+        hostile = threading.Thread(target=_hostile_broker, args=(server,))
+        hostile.start()
+        broker = SimpleNamespace(
+            broker_id=9,
+            inter_broker_security=InterBrokerSecurity("SASL", "SASL_PLAINTEXT", None, "PLAIN",
+                                                      "alice", "x"),
+            cluster=SimpleNamespace(brokers=(BrokerRegistration(
+                1, "127.0.0.1", port, None, (("SASL", "127.0.0.1", port, "SASL_PLAINTEXT"),)),)))
+        with pytest.raises(InterBrokerConnectFailed):
+            asyncio.run(open_connection(broker, 1))
+        hostile.join(TIMEOUT)
+        assert not hostile.is_alive()

@@ -191,7 +191,12 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, clie
     (size,) = _SIZE.unpack(await reader.readexactly(4))
     if not 4 <= size <= _MAX_FRAME:
         raise InterBrokerConnectFailed(f"an answer of {size} bytes while setting up")
-    answered, answer = decode_response(api_key, version, await reader.readexactly(size))
+    frame = await reader.readexactly(size)
+    try:
+        answered, answer = decode_response(api_key, version, frame)
+    except Exception as exc:  # a value kio cannot hold (a lifetime of 2**62 ms), ...
+        raise InterBrokerConnectFailed(f"an answer that does not decode while setting up: "
+                                       f"{exc!r}") from None
     if answered != correlation:
         raise InterBrokerConnectFailed(f"correlation id {answered} answered {correlation}")
     return answer

@@ -182,6 +182,14 @@ class AsyncBrokerConnection:
         self.versions = choose_versions(response)
 
     @property
+    def local_port(self) -> int | None:
+        """This end's port (None unless open): how a broker's log names the connection."""
+        try:
+            return self._sock.getsockname()[1] if self._sock is not None else None
+        except OSError:  # closed
+            return None
+
+    @property
     def in_flight(self) -> int:
         return len(self._pending) + len(self._waiting)
 

@@ -273,7 +273,12 @@ class BrokerConnection:
     def receive(self) -> tuple[int, Any]:
         """(correlation id, body) of the oldest pipelined request's answer."""
         api_key, version, frame = self._receive_frame()
-        answer = decode_response(api_key, version, memoryview(frame).toreadonly())
+        try:
+            answer = decode_response(api_key, version, memoryview(frame).toreadonly())
+        except Exception as exc:  # a value kio cannot hold (a lifetime of 2**62 ms), ...
+            self.close()
+            raise KafkaError(ErrorCode.network_exception, f"{self.host}:{self.port} sent an "
+                             f"answer that does not decode: {exc!r}") from None
         self._throttled(throttle_seconds(answer[1]))
         return answer
 
