@@ -611,3 +611,37 @@ def test_a_lifetime_too_large_to_decode_fails_as_a_kafka_error():
             asyncio.run(open_connection(broker, 1))
         hostile.join(TIMEOUT)
         assert not hostile.is_alive()
+
+
+def test_a_refused_reauthentication_still_delivers_the_answers_it_read(secured):
+    """The consumer group's coordinator IO: request A is answered before the point; B, past
+    it, re-authenticates, reading A's answer on the way, and is refused (the password
+    changed). A's answer reaches A's handler; B alone fails."""
+    from oncelog import Admin, Consumer
+    from oncelog.client.admin.admin_scram import ScramUpsertion
+
+    user, mechanism = "reauth-frank", "SCRAM-SHA-256"
+    conf = {"bootstrap.servers": secured.bootstrap("SHORT"), "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": "first"}
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        assert admin.alter_user_scram_credentials([ScramUpsertion(user, mechanism, "first")]) \
+            == {user: None}
+        try:
+            with Consumer({**conf, "group.id": user}) as consumer:
+                group = consumer._require_group()
+                group.find_coordinator()
+                conn = group._coordinator_connection()
+                answers: list = []
+                _until(conn.reauth.due_at - 0.3)
+                group._send(apis.METADATA, _metadata, time.monotonic() + TIMEOUT,
+                            lambda response, error: answers.append(("A", response, error)))
+                assert admin.alter_user_scram_credentials([ScramUpsertion(
+                    user, mechanism, "second")]) == {user: None}
+                _until(conn.reauth.due_at)
+                group._send(apis.METADATA, _metadata, time.monotonic() + TIMEOUT,
+                            lambda response, error: answers.append(("B", response, error)))
+                assert conn.closed
+        finally:
+            admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
+    assert [(name, error is None) for name, _, error in answers] == [("A", True), ("B", False)]
+    assert answers[0][1].brokers and answers[1][2].name() == "SASL_AUTHENTICATION_FAILED"
