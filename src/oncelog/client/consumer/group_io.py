@@ -236,23 +236,25 @@ class GroupIO:
         handler; an answer late past its deadline fails the connection and all in flight."""
         until = time.monotonic() + wait
         while self._inflight and self._conn is not None:
-            if not self._conn.has_buffered_answer():  # one read during a re-authentication
-                now = time.monotonic()
-                first = self._inflight[0]
-                if now >= first.deadline:
-                    self._connection_failed(KafkaTimeout(
-                        f"group {self.group_id}: no answer from the coordinator in time"))
+            if self._conn.has_buffered_answer():  # read during a re-authentication: no select
+                self._deliver_kept()
+                continue
+            now = time.monotonic()
+            first = self._inflight[0]
+            if now >= first.deadline:
+                self._connection_failed(KafkaTimeout(
+                    f"group {self.group_id}: no answer from the coordinator in time"))
+                return
+            timeout = max(0.0, min(until, first.deadline) - now)
+            try:
+                ready, _, _ = select.select([self._conn.sock], [], [], timeout)
+            except (OSError, ValueError) as exc:
+                self._connection_failed(KafkaError(ErrorCode.network_exception, str(exc)))
+                return
+            if not ready:
+                if time.monotonic() >= until:
                     return
-                timeout = max(0.0, min(until, first.deadline) - now)
-                try:
-                    ready, _, _ = select.select([self._conn.sock], [], [], timeout)
-                except (OSError, ValueError) as exc:
-                    self._connection_failed(KafkaError(ErrorCode.network_exception, str(exc)))
-                    return
-                if not ready:
-                    if time.monotonic() >= until:
-                        return
-                    continue
+                continue
             try:
                 _, response = self._conn.receive()
             except Exception as exc:  # an answer we cannot read, of any kind
@@ -267,7 +269,8 @@ class GroupIO:
         while conn is not None and self._inflight and conn.has_buffered_answer():
             try:
                 _, response = conn.receive()
-            except Exception:  # unreadable: it fails with the rest
+            except Exception as exc:  # unreadable: the connection fails, and all in flight
+                self._connection_failed(as_kafka_error(exc))
                 return
             self._inflight.popleft().handler(response, None)
 
