@@ -645,3 +645,37 @@ def test_a_refused_reauthentication_still_delivers_the_answers_it_read(secured):
             admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
     assert [(name, error is None) for name, _, error in answers] == [("A", True), ("B", False)]
     assert answers[0][1].brokers and answers[1][2].name() == "SASL_AUTHENTICATION_FAILED"
+
+
+def test_an_answer_kept_during_a_reauthentication_survives_the_coordinator_moving(secured):
+    """A is answered before the point; B, past it, re-authenticates, reading A's answer on
+    the way, and the broker holds B. The coordinator then moves: the next send closes the
+    old connection, and A, whose answer was read, gets it (before: A was told failed, a
+    commit that did commit reported failed); B alone fails."""
+    from oncelog import Admin, Consumer
+
+    topic = "reauth-kept-moved"
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    with Consumer({**secured.librdkafka("SHORT"), "group.id": topic}) as consumer:
+        group = consumer._require_group()
+        group.find_coordinator()
+        conn = group._coordinator_connection()
+        answers: list = []
+        _until(conn.reauth.due_at - 0.3)
+        group._send(apis.METADATA, _metadata, time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("A", response, error)))
+        _until(conn.reauth.due_at)
+        group._send(apis.FETCH, _long_poll(topic, 5000), time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("B", response, error)))
+        assert conn.reauth.count == 1 and conn.has_buffered_answer()
+        with group.lock:  # the same broker under another node id: a move for the IO
+            node, host, port = group.membership.coordinator
+            group.membership.on_coordinator(node + 1000, host, port)
+        group._send(apis.METADATA, _metadata, time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("C", response, error)))
+        assert conn.closed
+        group._pump(TIMEOUT)
+    assert [(name, error is None) for name, _, error in answers] == \
+        [("A", True), ("B", False), ("C", True)], answers
+    assert answers[0][1].brokers

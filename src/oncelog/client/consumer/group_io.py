@@ -89,6 +89,7 @@ class GroupIO:
         self._conn: BrokerConnection | None = None
         self._conn_to: tuple[int, str, int] | None = None
         self._inflight: collections.deque[_InFlight] = collections.deque()
+        self._failing = False  # in _connection_failed: its _deliver_kept may call it again
         self._callbacks: list[Callable[[], None]] = []  # async commit callbacks to run
         self._heartbeat_lock = threading.Lock()
         self._heartbeat_conn: BrokerConnection | None = None
@@ -225,7 +226,6 @@ class GroupIO:
             conn = self._coordinator_connection()
             conn.send_only(api_key, make, deadline)
         except KafkaError as exc:
-            self._deliver_kept()  # answers read before the failure are theirs
             self._connection_failed(exc)
             handler(None, exc)
             return
@@ -264,9 +264,10 @@ class GroupIO:
 
     def _deliver_kept(self) -> None:
         """The answers the coordinator connection read during a re-authentication, each to
-        its handler (the connection may have closed since)."""
+        its handler (the connection may have closed since, or a handler replaced it)."""
         conn = self._conn
-        while conn is not None and self._inflight and conn.has_buffered_answer():
+        while conn is not None and self._conn is conn and self._inflight and \
+                conn.has_buffered_answer():
             try:
                 _, response = conn.receive()
             except Exception as exc:  # unreadable: the connection fails, and all in flight
@@ -288,7 +289,15 @@ class GroupIO:
         return response
 
     def _connection_failed(self, error: KafkaError, lose_coordinator: bool = True) -> None:
-        """Close the coordinator connection; what was in flight on it fails with ``error``."""
+        """Close the coordinator connection; what was in flight on it fails with ``error``,
+        but for the answers it read already (during a re-authentication): theirs, whatever
+        path closes it (a send that failed, the coordinator moved, a timeout)."""
+        if not self._failing:
+            self._failing = True  # _deliver_kept fails the connection on an unreadable one
+            try:
+                self._deliver_kept()
+            finally:
+                self._failing = False
         if self._conn is not None:
             self._conn.close()
             self._conn = None
