@@ -449,8 +449,9 @@ def test_a_blocking_drain_waits_for_each_request_until_its_own_deadline(secured)
         _until(conn.reauth.due_at - 0.3)
         fetch = conn.send_only(apis.FETCH, _long_poll(topic, hold_ms),
                                deadline=time.monotonic() + TIMEOUT)
-        _until(conn.reauth.due_at)
-        metadata = conn.send_only(apis.METADATA, _metadata)
+        _until(conn.reauth.due_at)  # the new request's deadline is past the held answer
+        metadata = conn.send_only(apis.METADATA, _metadata,
+                                  deadline=time.monotonic() + TIMEOUT)
         assert conn.reauth.count == 1 and not conn.closed
         assert [conn.receive()[0] for _ in range(2)] == [fetch, metadata]
     finally:
@@ -679,3 +680,31 @@ def test_an_answer_kept_during_a_reauthentication_survives_the_coordinator_movin
     assert [(name, error is None) for name, _, error in answers] == \
         [("A", True), ("B", False), ("C", True)], answers
     assert answers[0][1].brokers
+
+
+def test_a_blocking_drain_gives_up_at_the_new_requests_deadline(secured):
+    """Row C7 (b): a request in flight the broker holds (a long poll, as a JoinGroup through
+    a rebalance) does not hold a new request past the new one's own deadline: that one
+    fails not sent, the held request and the connection go on, and the next send drains on
+    (before: the new request waited for the held answer, whatever its deadline)."""
+    from oncelog import Admin
+    from oncelog.client.network.connection import RequestNotSent
+
+    topic, hold_ms = "reauth-new-deadline", 1500
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    conn = BrokerConnection("127.0.0.1", secured.broker.ports["SHORT"], "new-deadline",
+                            TIMEOUT, ClientSecurity.from_config(secured.librdkafka("SHORT")))
+    try:
+        _until(conn.reauth.due_at - 0.3)
+        fetch = conn.send_only(apis.FETCH, _long_poll(topic, hold_ms),
+                               deadline=time.monotonic() + TIMEOUT)
+        _until(conn.reauth.due_at)
+        with pytest.raises(RequestNotSent):
+            conn.send_only(apis.METADATA, _metadata, deadline=time.monotonic() + 0.2)
+        assert conn.reauth.count == 0 and not conn.closed
+        metadata = conn.send_only(apis.METADATA, _metadata)  # drains the fetch, then C3
+        assert conn.reauth.count == 1 and not conn.closed
+        assert [conn.receive()[0] for _ in range(2)] == [fetch, metadata]
+    finally:
+        conn.close()

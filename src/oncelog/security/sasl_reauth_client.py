@@ -16,10 +16,13 @@ does when a re-authentication ends, C7 what the blocking one does before one beg
 | C4 | any | running | waits, in order, until it ends |
 | C5 | re-authenticated | ends | waiting requests sent in order (a), a new point (C1 if 0) |
 | C6 | refused, or the connection lost | ends | closed; waiting requests fail, not sent |
-| C7 | at or past the point, in flight | blocking conn. | their answers read, kept; then C3 |
+| C7 | at or past the point, in flight | blocking conn. | their answers read, kept; then C3 (b) |
 
 (a) even when the new point has passed too (an exchange longer than the window): a request
 waits for at most one exchange to end, or it could wait for one after another.
+(b) each answer read within its own deadline; one that has not begun to arrive by the new
+request's deadline fails the new request, not sent (its caller may retry), and leaves the
+requests in flight and the connection as they were: the next request drains on.
 
 The re-authentication point is ``lifetime * f`` after the SaslHandshake of the last exchange
 went out (before the broker's clock started, so never after the broker's end), ``f`` drawn

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.api_versions import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
 from ..network import calls
-from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, connect
+from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, RequestNotSent, connect
 from ..network.security import ClientSecurity
 from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
@@ -222,11 +222,14 @@ class GroupIO:
               handler: Callable[[Any, KafkaError | None], None]) -> None:
         """Pipeline a request on the coordinator connection; ``handler(response, None)`` or
         ``handler(None, error)`` runs when it is answered or fails (in _pump)."""
+        conn = None
         try:
             conn = self._coordinator_connection()
             conn.send_only(api_key, make, deadline)
         except KafkaError as exc:
-            self._connection_failed(exc)
+            # not sent within its deadline behind the answers in flight (row C7): those go on
+            if not (isinstance(exc, RequestNotSent) and conn is not None and not conn.closed):
+                self._connection_failed(exc)
             handler(None, exc)
             return
         self._inflight.append(_InFlight(api_key, deadline, handler))

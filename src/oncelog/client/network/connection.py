@@ -7,6 +7,7 @@ answer in time raises KafkaTimeout and the connection is closed.
 from __future__ import annotations
 
 import collections
+import select
 import socket
 import ssl
 import struct
@@ -202,12 +203,19 @@ class BrokerConnection:
             self.close()
             raise KafkaError(exc.error, str(exc)) from None
 
-    def _reauthenticate(self, reauth: sasl.Reauthentication) -> None:
+    def _reauthenticate(self, reauth: sasl.Reauthentication, due: float) -> None:
         """Rows C3 and C7 of security/sasl_reauth_client.py: the answers of the requests in
         flight come first, each read within its own deadline and kept for its ``receive``;
-        then the exchange, before the next request."""
+        then the exchange, before the next request. An answer not begun by ``due`` (the
+        next request's deadline) fails that request, not sent, and leaves the rest as they
+        are: the next send drains on."""
         while len(self._kept) < len(self._in_flight):
             asked = self._in_flight[len(self._kept)]
+            own = time.monotonic() + self.timeout if asked[3] is None else asked[3]
+            if due < own and not self._readable_by(due):
+                raise RequestNotSent(ErrorCode.request_timed_out, f"not sent: the answers "
+                                     f"in flight on {self.host}:{self.port} (read before a "
+                                     f"re-authentication) did not come before its deadline")
             self._kept.append(self._read_answer(asked, deadline=asked[3]))
         kept, self._kept = self._kept, collections.deque()
         in_flight, self._in_flight = self._in_flight, collections.deque()
@@ -255,7 +263,8 @@ class BrokerConnection:
         reauth = self.reauth
         if reauth is not None and not exchange and \
                 reauth.decide(time.monotonic()) is sasl.Action.REAUTHENTICATE:
-            self._reauthenticate(reauth)
+            self._reauthenticate(reauth, time.monotonic() + self.timeout if deadline is None
+                                 else deadline)
         wait = self.quiet_until - time.monotonic()
         if wait > 0:  # the broker throttled us: it would not read this before then
             time.sleep(wait)
@@ -317,12 +326,7 @@ class BrokerConnection:
         connection's timeout."""
         correlation, api_key, version, _ = asked
         try:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                self.sock.settimeout(left)
-            frame = self._read_frame(reuse)
+            frame = self._read_frame(reuse, deadline)
         except TimeoutError:
             self.close()
             raise KafkaTimeout(f"no answer from {self.host}:{self.port} in time") from None
@@ -343,24 +347,41 @@ class BrokerConnection:
         self._send(api_key, version, body)
         return self.receive()
 
-    def _read_into(self, view: memoryview) -> None:
-        """Fill ``view`` from the socket (each recv bounded by the socket's timeout)."""
+    def _readable_by(self, due: float) -> bool:
+        """Whether the socket has something to read before ``due`` (monotonic)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True  # decrypted already: select would not see it
+        try:
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, due - time.monotonic()))
+        except (OSError, ValueError):
+            return True  # the read says what became of the socket
+        return bool(ready)
+
+    def _read_into(self, view: memoryview, deadline: float | None = None) -> None:
+        """Fill ``view`` from the socket, each recv bounded by the socket's timeout, or by
+        what is left before ``deadline`` (a broker trickling bytes does not overrun it)."""
         got = 0
         while got < len(view):
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
             n = self.sock.recv_into(view[got:])
             if not n:
                 raise ConnectionError("the broker closed the connection")
             got += n
 
-    def _read_frame(self, reuse: bool = False) -> bytearray | memoryview:
+    def _read_frame(self, reuse: bool = False,
+                    deadline: float | None = None) -> bytearray | memoryview:
         # Received straight into one buffer of the frame's size: a Fetch answer of megabytes
         # is not received in chunks and joined (a second copy of every byte).
-        self._read_into(memoryview(self._size))
+        self._read_into(memoryview(self._size), deadline)
         (size,) = _SIZE.unpack(self._size)
         if size < 0:
             raise ConnectionError(f"the broker sent a frame of size {size}")
         frame = _spare(size) if reuse and size > _REUSE_ABOVE else bytearray(size)
-        self._read_into(memoryview(frame))
+        self._read_into(memoryview(frame), deadline)
         return frame
 
     @property
