@@ -247,8 +247,12 @@ class AsyncBrokerConnection:
                     ErrorCode.network_exception,
                     f"connection to {self.host}:{self.port} is closed"))
             return
+        try:
+            parts = frame(self._correlation + 1)
+        except Exception as exc:  # an encoder's error: nothing of it was written
+            raise RequestNotSent(ErrorCode.unknown_server_error,
+                                 f"not sent: the request could not be encoded: {exc!r}") from exc
         self._correlation += 1
-        parts = frame(self._correlation)
         now = time.monotonic()
         if expect_response:
             # Pending before the write: a write that fails fails it with the rest. Its time
