@@ -55,8 +55,8 @@ def test_the_point_is_drawn_within_javas_window_and_a_lifetime_of_0_never_ends()
     points = []
     for _ in range(200):
         reauth.begin()
-        reauth.authenticated(100.0, 1000, again=True)  # row C5
-        points.append(reauth.due_at - 100.0)
+        reauth.authenticated(100.0, 10_000, again=True)  # row C5
+        points.append((reauth.due_at - 100.0) / 10)
     assert all(WINDOW[0] <= p <= WINDOW[1] for p in points), seed
     assert max(points) - min(points) > 0.05, seed  # spread: not all at once
     assert reauth.count == 200
@@ -65,6 +65,16 @@ def test_the_point_is_drawn_within_javas_window_and_a_lifetime_of_0_never_ends()
     reauth.begin()
     reauth.failed()  # C6
     assert (reauth.running, reauth.due_at) == (False, None)
+
+
+def test_the_point_is_never_within_the_brokers_gap_after_the_exchange_ended():
+    """C5 (a): a short lifetime, or an exchange longer than the window, still puts the next
+    point a second after the exchange ended (the broker refuses one sooner, R2)."""
+    reauth = Reauthentication("PLAIN", "alice", "x", random.Random(0))
+    reauth.begin()
+    reauth.authenticated(100.0, 1000, again=True, ended=100.5)
+    assert reauth.due_at == 101.5
+    assert reauth.decide(101.4) is Action.SEND
 
 
 class ReauthModel(RuleBasedStateMachine):

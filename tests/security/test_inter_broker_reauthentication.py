@@ -142,8 +142,10 @@ class _AtOnce(random.Random):
 
 def test_a_call_waits_for_one_exchange_then_goes_out(secured):
     """Row C5 (a): a call past the point waits for its re-authentication, then goes out
-    although the new point has passed too; it does not begin another (the broker refuses a
-    second SaslHandshake within a second, R2, and would close the connection)."""
+    although the drawn point has passed too, and so does a call right after it: the point
+    is never within the broker's gap after an exchange (before: the second call began
+    another exchange, which the broker refuses within a second, R2, closing the
+    connection)."""
     import asyncio
 
     from support.secured import USERS
@@ -160,15 +162,17 @@ def test_a_call_waits_for_one_exchange_then_goes_out(secured):
         reauth = Reauthentication("PLAIN", "alice", USERS["alice"], _AtOnce())
         await _authenticate(reader, writer, reauth, "broker-9")
         conn = inter_broker.BrokerConnection(reader, writer, "broker-9", TIMEOUT, reauth)
+        mod = request_module(apis.METADATA, 9)
+        body = build(mod.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                     include_topic_authorized_operations=False,
+                     include_cluster_authorized_operations=False)
         try:
-            mod = request_module(apis.METADATA, 9)
-            answer = await conn.call(apis.METADATA, 9, build(
-                mod.MetadataRequest, topics=(), allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-                include_cluster_authorized_operations=False))
-            return answer, reauth.count, conn.closed
+            await asyncio.sleep(max(0.0, reauth.due_at - time.monotonic()))  # the point
+            first = await conn.call(apis.METADATA, 9, body)
+            second = await conn.call(apis.METADATA, 9, body)
+            return first, second, reauth.count, conn.closed
         finally:
             conn.close()
 
-    answer, count, closed = asyncio.run(run())
-    assert answer.brokers and count == 1 and not closed
+    first, second, count, closed = asyncio.run(run())
+    assert first.brokers and second.brokers and count == 1 and not closed

@@ -89,23 +89,28 @@ class BrokerConnection:
         self._reauthenticating: asyncio.Task | None = None
 
     async def call(self, api_key: int, version: int, body, timeout_s: float | None = None):
-        """The answer to one request; raises InterBrokerError when there is none."""
+        """The answer to one request within ``timeout_s`` in all (a re-authentication it
+        waits for included); raises InterBrokerError when there is none."""
+        timeout_s = timeout_s or self.timeout_s
         if self.reauth is not None:
+            began = time.monotonic()
             try:
-                async with asyncio.timeout(timeout_s or self.timeout_s):
+                async with asyncio.timeout(timeout_s):
                     await self._reauthenticated(self.reauth)
             except TimeoutError as exc:
                 raise InterBrokerError("timed out waiting for a re-authentication") from exc
+            timeout_s -= time.monotonic() - began
+            if timeout_s <= 0:
+                raise InterBrokerError("timed out waiting for a re-authentication")
         return await self._call(api_key, version, body, timeout_s)
 
     async def _reauthenticated(self, reauth: Reauthentication) -> None:
-        """Rows C3-C5 before a call: it begins the exchange past the point, waits for the one
-        running, and once an exchange it waited for ended goes out even if the new point has
-        passed too (an exchange longer than the window would begin another, and another)."""
-        waited = False
+        """Rows C3-C5 before a call: it begins the exchange past the point and waits for the
+        one running; the point after an exchange is at least the broker's minimum gap
+        later (C5 (a)), so the call then goes out rather than beginning another."""
         while not self.closed:
             action = reauth.decide(time.monotonic())
-            if action is Action.SEND or (action is Action.REAUTHENTICATE and waited):
+            if action is Action.SEND:
                 return
             if action is Action.REAUTHENTICATE:  # row C3; the calls behind wait (C4)
                 reauth.begin()
@@ -115,7 +120,6 @@ class BrokerConnection:
             if task is None:  # running without its task: only once closed
                 return
             await asyncio.wait({task})  # not shield: its cancellation is not this call's
-            waited = True
 
     async def _reauthenticate(self, reauth: Reauthentication) -> None:
         async def step(api_key: int, make):

@@ -19,7 +19,10 @@ does when a re-authentication ends, C7 what the blocking one does before one beg
 | C7 | at or past the point, in flight | blocking conn. | their answers read, kept; then C3 (b) |
 
 (a) even when the new point has passed too (an exchange longer than the window): a request
-waits for at most one exchange to end, or it could wait for one after another.
+waits for at most one exchange to end, or it could wait for one after another. The new point
+is never earlier than ``MIN_REAUTH_GAP_S`` after the exchange ended: the broker refuses a
+SaslHandshake within a second of the last one (broker/sasl_reauth.py R2) and would close the
+connection, so a request right after an exchange goes out (C2) rather than beginning one.
 (b) each answer read within its own deadline; one that has not begun to arrive by the new
 request's deadline fails the new request, not sent (its caller may retry), and leaves the
 requests in flight and the connection as they were: the next request drains on.
@@ -62,6 +65,7 @@ from typing import Any
 from . import sasl_client
 
 WINDOW = (0.85, 0.95)  # Java's: the point is drawn uniformly between these parts of a lifetime
+MIN_REAUTH_GAP_S = 1.0  # Kafka's broker: at most one re-authentication a second (R2)
 _RNG = random.Random()
 
 
@@ -102,7 +106,7 @@ class Reauthentication:
             while True:
                 step = steps.send(call(*step))
         except StopIteration as done:
-            self.authenticated(began, done.value, again)
+            self.authenticated(began, done.value, again, time.monotonic())
         except BaseException:
             self.failed()
             raise
@@ -118,7 +122,7 @@ class Reauthentication:
             while True:
                 step = steps.send(await call(*step))
         except StopIteration as done:
-            self.authenticated(began, done.value, again)
+            self.authenticated(began, done.value, again, time.monotonic())
         except BaseException:
             self.failed()
             raise
@@ -130,12 +134,16 @@ class Reauthentication:
         """Row C3: the connection starts an exchange (also for the first authentication)."""
         self.running = True
 
-    def authenticated(self, began: float, lifetime: int, again: bool) -> None:
-        """Row C5: the exchange whose SaslHandshake went out at ``began`` is done."""
+    def authenticated(self, began: float, lifetime: int, again: bool,
+                      ended: float | None = None) -> None:
+        """Row C5: the exchange whose SaslHandshake went out at ``began`` is done (at
+        ``ended``, ``began`` if not given); the next point no earlier than the broker's
+        minimum gap after it, (a)."""
         self.running = False
         self.count += again
-        self.due_at = None if lifetime <= 0 else \
-            began + lifetime / 1000 * self.rng.uniform(*WINDOW)
+        self.due_at = None if lifetime <= 0 else max(
+            began + lifetime / 1000 * self.rng.uniform(*WINDOW),
+            (began if ended is None else ended) + MIN_REAUTH_GAP_S)
 
     def failed(self) -> None:
         """Row C6 (the connection closes it)."""
