@@ -721,3 +721,31 @@ def test_a_blocking_drain_gives_up_at_the_new_requests_deadline(secured):
         assert [conn.receive()[0] for _ in range(2)] == [fetch, metadata]
     finally:
         conn.close()
+
+
+def test_the_groups_request_not_sent_behind_a_held_answer_leaves_the_connection(secured):
+    """Row C7 (b) in the consumer group's coordinator IO: A, held by the broker (a JoinGroup
+    through a rebalance, a long poll here), is in flight when B, past the point with a short
+    deadline, cannot wait for A's answer: B fails not sent, A and the connection go on
+    (before: the connection was failed, A with it)."""
+    from oncelog import Admin, Consumer
+    from oncelog.client.network.connection import RequestNotSent
+
+    topic = "reauth-group-not-sent"
+    with Admin({"bootstrap.servers": secured.bootstrap("PLAINTEXT")}) as admin:
+        admin.create_topic(topic, 1, 1)
+    with Consumer({**secured.librdkafka("SHORT"), "group.id": topic}) as consumer:
+        group = consumer._require_group()
+        group.find_coordinator()
+        conn = group._coordinator_connection()
+        answers: list = []
+        _until(conn.reauth.due_at - 0.3)
+        group._send(apis.FETCH, _long_poll(topic, 1500), time.monotonic() + TIMEOUT,
+                    lambda response, error: answers.append(("A", response, error)))
+        _until(conn.reauth.due_at)
+        group._send(apis.METADATA, _metadata, time.monotonic() + 0.2,
+                    lambda response, error: answers.append(("B", response, error)))
+        assert [(name, type(error)) for name, _, error in answers] == [("B", RequestNotSent)]
+        assert group._conn is conn and not conn.closed
+        group._pump(TIMEOUT)
+        assert [(name, error) for name, _, error in answers[1:]] == [("A", None)], answers
