@@ -10,7 +10,9 @@ confluent-kafka producer as bench/produce_consume.py (1 KiB incompressible value
 librdkafka's default batching) writes ``--messages`` records through each listener in turn,
 the order alternating between repetitions; a consumer then reads them back through the same
 listener. Printed: the median throughput of each, and the median of the paired ratios
-SASL_SSL / PLAINTEXT (the issue's goal: >= 0.7 at 1 KiB records, default batching).
+SASL_SSL / PLAINTEXT (the issue's goal: >= 0.7 at 1 KiB records, default batching), and the
+broker's CPU time per record (user + system, from /proc): on a machine other work loads, the
+throughputs swing with it, the broker's CPU per record much less.
 
 Handshakes: for ``--seconds``, four threads each open connections to the SASL_SSL listener
 with oncelog's client (TCP, TLS 1.3, ApiVersions, SaslHandshake, SCRAM-SHA-512 with 4096
@@ -21,6 +23,7 @@ The client's PBKDF2 runs on the same two cores as the broker's side.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -72,6 +75,13 @@ def consume(conf: dict, topic: str, n: int) -> float:
     return n / seconds
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def handshakes(port: int, security: ClientSecurity, seconds: float, threads: int = 4) -> float:
     done = [0] * threads
     stop = time.monotonic() + seconds
@@ -116,18 +126,26 @@ def main() -> int:
             results: dict[str, dict[str, list[float]]] = {
                 "produce": {"PLAINTEXT": [], "SASL_SSL": []},
                 "consume": {"PLAINTEXT": [], "SASL_SSL": []}}
+            cpu: dict[str, dict[str, list[float]]] = {
+                what: {"PLAINTEXT": [], "SASL_SSL": []} for what in results}
             for repeat in range(args.repeats):
                 order = [("PLAINTEXT", plain), ("SASL_SSL", secured)]
                 for name, conf in order if repeat % 2 == 0 else order[::-1]:
                     topic = f"bench-{name.lower()}-{repeat}"
-                    results["produce"][name].append(produce(conf, topic, args.messages))
-                    results["consume"][name].append(consume(conf, topic, args.messages))
+                    for what, run in (("produce", produce), ("consume", consume)):
+                        before = cpu_seconds(broker.pid)
+                        results[what][name].append(run(conf, topic, args.messages))
+                        cpu[what][name].append(
+                            (cpu_seconds(broker.pid) - before) / args.messages * 1e6)
             for what, by in results.items():
                 ratios = [s / p for s, p in zip(by["SASL_SSL"], by["PLAINTEXT"], strict=True)]
+                us = {name: statistics.median(cpu[what][name]) for name in by}
                 print(f"{what}: PLAINTEXT {statistics.median(by['PLAINTEXT']):,.0f} msgs/s, "
                       f"SASL_SSL {statistics.median(by['SASL_SSL']):,.0f} msgs/s, "
                       f"ratio {statistics.median(ratios):.2f} "
-                      f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)})")
+                      f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)}); broker CPU per "
+                      f"record: PLAINTEXT {us['PLAINTEXT']:.1f} us, SASL_SSL "
+                      f"{us['SASL_SSL']:.1f} us")
             security = ClientSecurity.from_config({**secured, "bootstrap.servers": ""})
             rate = handshakes(ports["SASL_SSL"], security, args.seconds)
             print(f"handshakes (TLS + SCRAM-SHA-512, 4 client threads): {rate:,.0f}/s")

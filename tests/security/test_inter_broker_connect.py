@@ -58,7 +58,7 @@ def _ssl(keystore) -> dict[str, str]:
 
 async def _metadata(broker) -> int:
     """Open a connection to broker 1 and ask it Metadata: how many brokers it names."""
-    reader, writer = await open_connection(broker, 1)
+    reader, writer, _session = await open_connection(broker, 1)
     try:
         mod = request_module(apis.METADATA, 9)
         writer.write(encode_request(apis.METADATA, 9, 1, "replica-9", build(

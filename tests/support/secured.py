@@ -1,7 +1,9 @@
 """A broker with every kind of listener, for the security tests: SASL_SSL (SCRAM-SHA-512,
 SCRAM-SHA-256, PLAIN), SSL with mutual TLS required, SASL_PLAINTEXT (SCRAM, for the tests
 that speak the protocol by hand), PLAINTEXT, and REAUTH, a SASL_PLAINTEXT listener whose
-sessions end (KIP-368: REAUTH_MS per mechanism); certificates made by the test; the first users
+sessions end (KIP-368: REAUTH_MS per mechanism), SHORT and SHORT_SSL, SASL_PLAINTEXT and
+SASL_SSL whose sessions of every mechanism last SHORT_MS (for the clients that re-authenticate);
+certificates made by the test; the first users
 added with ``oncelog users add --data-dir`` before the broker starts, as an operator would."""
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ MECHANISMS = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
 # connections.max.reauth.ms on the REAUTH listener: librdkafka's SCRAM-SHA-512 re-authenticates
 # every 90% of it; PLAIN's ends before a test's next request; SCRAM-SHA-256's outlasts a test.
 REAUTH_MS = {"SCRAM-SHA-512": 2000, "PLAIN": 300, "SCRAM-SHA-256": 60_000}
+PROTOCOLS = {"REAUTH": "SASL_PLAINTEXT", "SHORT": "SASL_PLAINTEXT", "SHORT_SSL": "SASL_SSL"}
+SHORT_MS = 1500  # re-authenticated at 85-95% of it: more than the broker's second apart
 CLIENT_DN = "CN=carol,OU=test,O=oncelog,C=FR"  # the client certificate's, as Kafka writes it
 
 
@@ -37,11 +41,12 @@ class Secured:
     def librdkafka(self, listener: str, user: str = "alice", mechanism: str = "SCRAM-SHA-512",
                    password: str | None = None) -> dict[str, str]:
         """librdkafka's settings (confluent-kafka, kcat, oncelog's clients) for ``listener``."""
+        protocol = PROTOCOLS.get(listener, listener)
         conf = {"bootstrap.servers": self.bootstrap(listener),
-                "security.protocol": listener.lower()}
-        if listener.endswith("SSL"):
+                "security.protocol": protocol.lower()}
+        if protocol.endswith("SSL"):
             conf["ssl.ca.location"] = str(self.ca.pem)
-        if listener.startswith("SASL"):
+        if protocol.startswith("SASL"):
             conf.update({"sasl.mechanism": mechanism, "sasl.username": user,
                          "sasl.password": USERS[user] if password is None else password})
         if listener == "SSL":
@@ -73,9 +78,13 @@ def start_secured(directory: Path) -> Secured:
             store.put(user, mechanism, make_credential(mechanism, password.encode()))
     broker = BrokerProcess(data, {
         "listeners": "SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
-                     "PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0",
+                     "PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0,SHORT://127.0.0.1:0,"
+                     "SHORT_SSL://127.0.0.1:0",
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:"
-                                          "SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+                                          "SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,REAUTH:SASL_PLAINTEXT,"
+                                          "SHORT:SASL_PLAINTEXT,SHORT_SSL:SASL_SSL",
+        "listener.name.short.connections.max.reauth.ms": str(SHORT_MS),
+        "listener.name.short_ssl.connections.max.reauth.ms": str(SHORT_MS),
         # the listener's, then one mechanism's own (Kafka's prefix overrides)
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS["SCRAM-SHA-512"]),
         "listener.name.reauth.plain.connections.max.reauth.ms": str(REAUTH_MS["PLAIN"]),

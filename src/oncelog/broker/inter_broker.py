@@ -8,7 +8,9 @@ SASL; the replica fetcher and the channel both use it.
 correlation ids and may overlap; one reader matches each answer to its request by the
 correlation id. Each call is bounded by a timeout; a call that times out, a frame that makes
 no sense and a lost connection fail every call waiting on the connection, which is then
-closed (Kafka's NetworkClient disconnects on a request timeout too).
+closed (Kafka's NetworkClient disconnects on a request timeout too). A SASL session with a
+lifetime is authenticated again before it ends, between calls, as oncelog's clients do
+(security/sasl_reauth_client.py, rows C1-C6: calls made meanwhile wait for it).
 
 ``InterBrokerChannel`` keeps one connection per destination broker for the requests brokers
 send each other besides replication (WriteTxnMarkers to partition leaders, AddPartitionsToTxn
@@ -29,7 +31,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ..protocol.messages import decode_response, encode_request
-from .inter_broker_connect import open_connection
+from ..protocol.schema import request_module
+from ..security.sasl_reauth_client import Action, Reauthentication
+from .inter_broker_connect import SASL_VERSIONS, open_connection
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +45,9 @@ REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 RECONNECT_BACKOFF_S = 0.05  # reconnect.backoff.ms
 RECONNECT_BACKOFF_MAX_S = 1.0  # reconnect.backoff.max.ms
 
-# broker id -> an open (and, as the listener asks, authenticated) connection to it
-Opener = Callable[[int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+# broker id -> an open (and, as the listener asks, authenticated) connection to it, and its
+# SASL session to re-authenticate when it has one
+Opener = Callable[[int], Awaitable[tuple]]
 
 
 class InterBrokerError(Exception):
@@ -55,10 +60,10 @@ async def connect(open_to: Opener, destination: int, client_id: str,
     """A connection to broker ``destination`` made by ``open_to`` (``opener``'s: the one
     place a broker opens one, secured as the inter-broker listener asks)."""
     try:
-        reader, writer = await open_to(destination)
+        reader, writer, *reauth = await open_to(destination)
     except (OSError, TimeoutError) as exc:
         raise InterBrokerError(f"connecting to broker {destination}: {exc!r}") from exc
-    return BrokerConnection(reader, writer, client_id, timeout_s)
+    return BrokerConnection(reader, writer, client_id, timeout_s, *reauth)
 
 
 def opener(broker) -> Opener:
@@ -69,7 +74,8 @@ def opener(broker) -> Opener:
 
 class BrokerConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: str, timeout_s: float) -> None:
+                 client_id: str, timeout_s: float, reauth: Reauthentication | None = None
+                 ) -> None:
         self.reader, self.writer = reader, writer
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -79,9 +85,57 @@ class BrokerConnection:
         # Calls given up whose answers may still come (at most one per call sent since).
         self._abandoned: set[int] = set()
         self._reader = asyncio.get_running_loop().create_task(self._read())
+        self.reauth = reauth
+        self._reauthenticating: asyncio.Task | None = None
 
     async def call(self, api_key: int, version: int, body, timeout_s: float | None = None):
-        """The answer to one request; raises InterBrokerError when there is none."""
+        """The answer to one request within ``timeout_s`` in all (a re-authentication it
+        waits for included); raises InterBrokerError when there is none."""
+        timeout_s = timeout_s or self.timeout_s
+        if self.reauth is not None:
+            began = time.monotonic()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._reauthenticated(self.reauth)
+            except TimeoutError as exc:
+                raise InterBrokerError("timed out waiting for a re-authentication") from exc
+            timeout_s -= time.monotonic() - began
+            if timeout_s <= 0:
+                raise InterBrokerError("timed out waiting for a re-authentication")
+        return await self._call(api_key, version, body, timeout_s)
+
+    async def _reauthenticated(self, reauth: Reauthentication) -> None:
+        """Rows C3-C5 before a call: it begins the exchange past the point and waits for the
+        one running; the point after an exchange is at least the broker's minimum gap
+        later (C5 (a)), so the call then goes out rather than beginning another."""
+        while not self.closed:
+            action = reauth.decide(time.monotonic())
+            if action is Action.SEND:
+                return
+            if action is Action.REAUTHENTICATE:  # row C3; the calls behind wait (C4)
+                reauth.begin()
+                self._reauthenticating = asyncio.get_running_loop().create_task(
+                    self._reauthenticate(reauth))
+            task = self._reauthenticating
+            if task is None:  # running without its task: only once closed
+                return
+            await asyncio.wait({task})  # not shield: its cancellation is not this call's
+
+    async def _reauthenticate(self, reauth: Reauthentication) -> None:
+        async def step(api_key: int, make):
+            version = SASL_VERSIONS[api_key]
+            return await self._call(api_key, version, make(request_module(api_key, version),
+                                                           version))
+        try:
+            await reauth.authenticate_async(step, again=True)
+        except Exception as exc:  # row C6: refused, lost, or an answer that does not decode
+            log.warning("re-authenticating to another broker failed: %s; closing the "
+                        "connection", exc)
+            self._fail(InterBrokerError(f"re-authentication failed: {exc}"))
+        finally:
+            self._reauthenticating = None
+
+    async def _call(self, api_key: int, version: int, body, timeout_s: float | None = None):
         if self.closed:
             raise InterBrokerError("the connection is closed")
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
@@ -144,6 +198,9 @@ class BrokerConnection:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            task, self._reauthenticating = self._reauthenticating, None
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
             self.writer.close()
             if self._reader is not asyncio.current_task():
                 self._reader.cancel()

@@ -17,7 +17,9 @@ SASL is ``sasl.mechanism.inter.broker.protocol`` (enabled on that listener) with
 Kafka's brokers take them; the steps are security/sasl_client.py's, the clients' own. Every
 setting is read and checked when the broker starts (ConfigError), never at the first fetch.
 The other broker authorizes what comes next (the replication Fetch needs ClusterAction) for
-the principal authenticated here.
+the principal authenticated here. With a session lifetime (its ``connections.max.reauth.ms``),
+the connection re-authenticates before it ends as oncelog's clients do
+(security/sasl_reauth_client.py, driven by inter_broker.py's BrokerConnection).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..protocol import api_versions as apis
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import build, request_module
 from ..security import sasl_client
+from ..security.sasl_reauth_client import Reauthentication
 from ..security.sasl_server import SUPPORTED_MECHANISMS
 from .config import BrokerConfig, ConfigError
 from .listener_security import client_context
@@ -44,7 +47,7 @@ _refused = RateLimitedLog(log)  # a follower retries every replica.fetch.backoff
 
 CONNECT_TIMEOUT_S = 10.0  # TCP and TLS
 AUTHENTICATE_TIMEOUT_S = 30.0  # the SASL exchange, answers delayed after a failure included
-_VERSIONS = {apis.SASL_HANDSHAKE: 1, apis.SASL_AUTHENTICATE: 1}
+SASL_VERSIONS = {apis.SASL_HANDSHAKE: 1, apis.SASL_AUTHENTICATE: 1}  # v1: the lifetime told
 _SIZE = struct.Struct(">i")
 _MAX_FRAME = 1 << 20  # a SASL or ApiVersions answer; anything larger is not one
 _JAAS_VALUE = r'\b{}\s*=\s*"([^"]*)"'
@@ -108,11 +111,12 @@ def endpoint_of(broker, broker_id: int, listener: str) -> tuple[str, int]:
 
 
 async def open_connection(broker, broker_id: int
-                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
+                                     Reauthentication | None]:
     """A connection to ``broker_id`` on the inter-broker listener, secured and authenticated
-    as that listener asks; InterBrokerConnectFailed (an OSError) or TimeoutError when it
-    cannot be, with a (rate-limited) warning saying why when a certificate or credentials
-    were refused."""
+    as that listener asks, and its SASL session to re-authenticate (None without SASL);
+    InterBrokerConnectFailed (an OSError) or TimeoutError when it cannot be, with a
+    (rate-limited) warning saying why when a certificate or credentials were refused."""
     security: InterBrokerSecurity = broker.inter_broker_security
     host, port = endpoint_of(broker, broker_id, security.listener)
     try:
@@ -126,10 +130,13 @@ async def open_connection(broker, broker_id: int
                      port, security.listener, exc)
         raise InterBrokerConnectFailed(f"TLS with broker {broker_id} failed: {exc}") from None
     client_id = f"broker-{broker.broker_id}"
+    reauth = None
     try:
         async with asyncio.timeout(AUTHENTICATE_TIMEOUT_S):
             if security.mechanism is not None:
-                await _authenticate(reader, writer, security, client_id)
+                reauth = Reauthentication(security.mechanism, security.username,
+                                          security.password)
+                await _authenticate(reader, writer, reauth, client_id)
             elif security.ssl_context is not None:
                 # TLS 1.3 asks for our certificate after the handshake is done on our side: a
                 # broker refusing it closes the connection now, said here, not at the fetch
@@ -159,23 +166,20 @@ async def open_connection(broker, broker_id: int
     except BaseException:
         writer.close()
         raise
-    return reader, writer
+    return reader, writer, reauth
 
 
 async def _authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        security: InterBrokerSecurity, client_id: str) -> None:
-    assert security.mechanism is not None
-    steps = sasl_client.exchange(security.mechanism, security.username, security.password)
+                        reauth: Reauthentication, client_id: str) -> None:
     correlation = 0
-    try:
-        api_key, make = next(steps)
-        while True:
-            correlation += 1
-            answer = await _call(reader, writer, client_id, correlation, api_key,
-                                 _VERSIONS[api_key], make)
-            api_key, make = steps.send(answer)
-    except StopIteration:
-        return
+
+    async def step(api_key: int, make):
+        nonlocal correlation
+        correlation += 1
+        return await _call(reader, writer, client_id, correlation, api_key,
+                           SASL_VERSIONS[api_key], make)
+
+    await reauth.authenticate_async(step)
 
 
 async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str,
@@ -187,7 +191,12 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, clie
     (size,) = _SIZE.unpack(await reader.readexactly(4))
     if not 4 <= size <= _MAX_FRAME:
         raise InterBrokerConnectFailed(f"an answer of {size} bytes while setting up")
-    answered, answer = decode_response(api_key, version, await reader.readexactly(size))
+    frame = await reader.readexactly(size)
+    try:
+        answered, answer = decode_response(api_key, version, frame)
+    except Exception as exc:  # a value kio cannot hold (a lifetime of 2**62 ms), ...
+        raise InterBrokerConnectFailed(f"an answer that does not decode while setting up: "
+                                       f"{exc!r}") from None
     if answered != correlation:
         raise InterBrokerConnectFailed(f"correlation id {answered} answered {correlation}")
     return answer

@@ -9,6 +9,7 @@ broker that does not know the password's ServerKey is refused.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -31,9 +32,10 @@ class SaslRefused(Exception):
 
 
 def exchange(mechanism: str, username: str, password_text: str
-             ) -> Generator[Step, Any, None]:
+             ) -> Generator[Step, Any, int]:
     """Yields the requests to send, receives their answers; SaslRefused when the broker
-    refuses or does not prove it knows the credential."""
+    refuses or does not prove it knows the credential. Returns the session's lifetime in ms
+    the broker told (KIP-368; 0: it never ends, see sasl_reauth_client.py)."""
     answer = yield apis.SASL_HANDSHAKE, lambda mod, _v: build(mod.SaslHandshakeRequest,
                                                               mechanism=mechanism)
     _check(answer, f"the broker does not offer {mechanism} "
@@ -41,8 +43,9 @@ def exchange(mechanism: str, username: str, password_text: str
     password = password_text.encode()
     if mechanism == "PLAIN":
         token = b"\0" + username.encode() + b"\0" + password
-        _check((yield _authenticate(token)), "PLAIN")
-        return
+        answer = yield _authenticate(token)
+        _check(answer, "PLAIN")
+        return lifetime_ms(answer)
     nonce = scram.new_nonce()
     first = scram.client_first(username, nonce)
     answer = yield _authenticate(first)
@@ -61,6 +64,15 @@ def exchange(mechanism: str, username: str, password_text: str
     except scram.ScramError as exc:
         raise SaslRefused(ErrorCode.sasl_authentication_failed, f"{mechanism}: {exc}") \
             from None
+    return lifetime_ms(answer)
+
+
+def lifetime_ms(answer: Any) -> int:
+    """The session lifetime a SaslAuthenticate answer tells (0 in v0, which has no field)."""
+    lifetime = getattr(answer, "session_lifetime", None)
+    if isinstance(lifetime, datetime.timedelta):
+        return max(0, round(lifetime.total_seconds() * 1000))
+    return max(0, int(lifetime or 0))
 
 
 def _authenticate(token: bytes) -> Step:

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.api_versions import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
 from ..network import calls
-from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, connect
+from ..network.connection import BrokerConnection, KafkaError, KafkaTimeout, RequestNotSent, connect
 from ..network.security import ClientSecurity
 from ..topic_partition import OffsetAndMetadata, TopicPartition
 from .group_membership import SIMPLE_COMMIT, AssignmentChange, CommitIdentity, Handoff
@@ -89,6 +89,7 @@ class GroupIO:
         self._conn: BrokerConnection | None = None
         self._conn_to: tuple[int, str, int] | None = None
         self._inflight: collections.deque[_InFlight] = collections.deque()
+        self._failing = False  # in _connection_failed: its _deliver_kept may call it again
         self._callbacks: list[Callable[[], None]] = []  # async commit callbacks to run
         self._heartbeat_lock = threading.Lock()
         self._heartbeat_conn: BrokerConnection | None = None
@@ -221,11 +222,14 @@ class GroupIO:
               handler: Callable[[Any, KafkaError | None], None]) -> None:
         """Pipeline a request on the coordinator connection; ``handler(response, None)`` or
         ``handler(None, error)`` runs when it is answered or fails (in _pump)."""
+        conn = None
         try:
             conn = self._coordinator_connection()
-            conn.send_only(api_key, make)
+            conn.send_only(api_key, make, deadline)
         except KafkaError as exc:
-            self._connection_failed(exc)
+            # not sent within its deadline behind the answers in flight (row C7): those go on
+            if not (isinstance(exc, RequestNotSent) and conn is not None and not conn.closed):
+                self._connection_failed(exc)
             handler(None, exc)
             return
         self._inflight.append(_InFlight(api_key, deadline, handler))
@@ -235,6 +239,9 @@ class GroupIO:
         handler; an answer late past its deadline fails the connection and all in flight."""
         until = time.monotonic() + wait
         while self._inflight and self._conn is not None:
+            if self._conn.has_buffered_answer():  # read during a re-authentication: no select
+                self._deliver_kept()
+                continue
             now = time.monotonic()
             first = self._inflight[0]
             if now >= first.deadline:
@@ -258,6 +265,19 @@ class GroupIO:
                 return
             self._inflight.popleft().handler(response, None)
 
+    def _deliver_kept(self) -> None:
+        """The answers the coordinator connection read during a re-authentication, each to
+        its handler (the connection may have closed since, or a handler replaced it)."""
+        conn = self._conn
+        while conn is not None and self._conn is conn and self._inflight and \
+                conn.has_buffered_answer():
+            try:
+                _, response = conn.receive()
+            except Exception as exc:  # unreadable: the connection fails, and all in flight
+                self._connection_failed(as_kafka_error(exc))
+                return
+            self._inflight.popleft().handler(response, None)
+
     def _call(self, api_key: int, make, timeout: float | None = None):
         """A request on the coordinator connection and its answer (after every answer
         pipelined before it)."""
@@ -272,7 +292,15 @@ class GroupIO:
         return response
 
     def _connection_failed(self, error: KafkaError, lose_coordinator: bool = True) -> None:
-        """Close the coordinator connection; what was in flight on it fails with ``error``."""
+        """Close the coordinator connection; what was in flight on it fails with ``error``,
+        but for the answers it read already (during a re-authentication): theirs, whatever
+        path closes it (a send that failed, the coordinator moved, a timeout)."""
+        if not self._failing:
+            self._failing = True  # _deliver_kept fails the connection on an unreadable one
+            try:
+                self._deliver_kept()
+            finally:
+                self._failing = False
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -32,7 +32,7 @@ from ...protocol.api_versions import API_VERSIONS_KEY
 from ...protocol.messages import decode_response, encode_request
 from ...protocol.schema import build, request_module
 from . import sasl
-from .connection import KafkaError, KafkaTimeout, choose_versions
+from .connection import KafkaError, KafkaTimeout, RequestNotSent, choose_versions
 from .security import PLAINTEXT, ClientSecurity
 from .throttle import throttle_seconds
 
@@ -65,6 +65,11 @@ class AsyncBrokerConnection:
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future, float, Any]] = \
             collections.deque()
         self._watchdog: asyncio.TimerHandle | None = None
+        # KIP-368 (security/sasl_reauth_client.py): None without SASL; while it re-authenticates,
+        # requests wait here, unnumbered, as _send was given them (row C4)
+        self.reauth = sasl.reauthentication(security)
+        self._reauthenticating: asyncio.Task | None = None
+        self._waiting: collections.deque[tuple] = collections.deque()
         self.closed = False
         self.on_close: Callable[[AsyncBrokerConnection], None] | None = None
 
@@ -84,8 +89,8 @@ class AsyncBrokerConnection:
                              f"cannot connect to {host}:{port}: {exc}") from None
         try:
             await conn._negotiate()
-            if security.sasl:
-                await conn._authenticate()
+            if conn.reauth is not None:
+                await conn._authenticate(conn.reauth)
         except BaseException:
             conn.close()
             raise
@@ -133,16 +138,42 @@ class AsyncBrokerConnection:
             await self._loop.sock_sendall(sock, self._tls_out.read())
         self._tls = tls
 
-    async def _authenticate(self) -> None:
-        steps = sasl.exchange(self.security)
+    async def _authenticate(self, reauth: sasl.Reauthentication, again: bool = False) -> None:
+        def step(api_key: int, make: Callable[[ModuleType, int], Any]) -> asyncio.Future:
+            version = self._version(api_key)
+            body = make(request_module(api_key, version), version)
+            return self._send(api_key, version, lambda correlation: [encode_request(
+                api_key, version, correlation, self.client_id, body)], None, exchange=True)
+
         try:
-            step = next(steps)
-            while True:
-                step = steps.send(await self.request(*step))
-        except StopIteration:
-            return
+            await reauth.authenticate_async(step, again)
         except sasl.SaslRefused as exc:
             raise KafkaError(exc.error, str(exc)) from None
+
+    async def _reauthenticate(self, reauth: sasl.Reauthentication) -> None:
+        """Row C3: the exchange goes out behind the requests in flight (answered first, in
+        order); the requests waiting meanwhile go out once it is done (C5), or fail with the
+        connection (C6)."""
+        try:
+            await self._authenticate(reauth, again=True)
+        except Exception as exc:  # refused, lost, or an answer that does not decode
+            log.warning("closing connection to %s:%d: re-authentication failed: %s",
+                        self.host, self.port, exc)
+            self._fail(exc if isinstance(exc, KafkaError) else KafkaError(
+                ErrorCode.network_exception, f"re-authentication failed: {exc!r}"))
+            return
+        finally:
+            self._reauthenticating = None
+        waiting, self._waiting = self._waiting, collections.deque()
+        for item in waiting:
+            future = item[5]
+            if future.done():  # cancelled while it waited: not sent
+                continue
+            try:
+                self._dispatch(*item)
+            except Exception as exc:  # its own (an encoder's error): the rest go on
+                if not future.done():
+                    future.set_exception(exc)
 
     async def _negotiate(self) -> None:
         self.versions = {API_VERSIONS_KEY: 0}
@@ -151,8 +182,16 @@ class AsyncBrokerConnection:
         self.versions = choose_versions(response)
 
     @property
+    def local_port(self) -> int | None:
+        """This end's port (None unless open): how a broker's log names the connection."""
+        try:
+            return self._sock.getsockname()[1] if self._sock is not None else None
+        except OSError:  # closed
+            return None
+
+    @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._waiting)
 
     def request(self, api_key: int, make: Callable[[ModuleType, int], Any],
                 expect_response: bool = True) -> asyncio.Future:
@@ -182,14 +221,38 @@ class AsyncBrokerConnection:
 
     def _send(self, api_key: int, version: int, frame: Callable[[int], list],
               decode: Callable[[int, bytes], Any] | None,
-              expect_response: bool = True) -> asyncio.Future:
+              expect_response: bool = True, exchange: bool = False) -> asyncio.Future:
         future = self._loop.create_future()
+        reauth = self.reauth
+        if reauth is not None and not exchange and not self.closed:
+            action = reauth.decide(time.monotonic())
+            if action is not sasl.Action.SEND:
+                if action is sasl.Action.REAUTHENTICATE:
+                    reauth.begin()
+                    self._reauthenticating = self._loop.create_task(
+                        self._reauthenticate(reauth))
+                self._waiting.append((api_key, version, frame, decode, expect_response,
+                                      future))
+                return future
+        self._dispatch(api_key, version, frame, decode, expect_response, future)
+        return future
+
+    def _dispatch(self, api_key: int, version: int, frame: Callable[[int], list],
+                  decode: Callable[[int, bytes], Any] | None, expect_response: bool,
+                  future: asyncio.Future) -> None:
+        """Number the request and write it (or hold it while throttled)."""
         if self.closed or self._sock is None:
-            future.set_exception(KafkaError(ErrorCode.network_exception,
-                                            f"connection to {self.host}:{self.port} is closed"))
-            return future
+            if not future.done():
+                future.set_exception(RequestNotSent(
+                    ErrorCode.network_exception,
+                    f"connection to {self.host}:{self.port} is closed"))
+            return
+        try:
+            parts = frame(self._correlation + 1)
+        except Exception as exc:  # an encoder's error: nothing of it was written
+            raise RequestNotSent(ErrorCode.unknown_server_error,
+                                 f"not sent: the request could not be encoded: {exc!r}") from exc
         self._correlation += 1
-        parts = frame(self._correlation)
         now = time.monotonic()
         if expect_response:
             # Pending before the write: a write that fails fails it with the rest. Its time
@@ -198,7 +261,7 @@ class AsyncBrokerConnection:
                                   max(now, self.quiet_until) + self.timeout, decode))
             if self._watchdog is None:
                 self._arm_watchdog()
-        else:
+        elif not future.done():
             future.set_result(None)
         if self._held or now < self.quiet_until:
             self._held.append(parts)  # the broker throttled us: sent when that ends
@@ -206,7 +269,6 @@ class AsyncBrokerConnection:
                 self._release = self._loop.call_later(self.quiet_until - now, self._send_held)
         else:
             self._write(parts)
-        return future
 
     def _send_held(self) -> None:
         self._release = None
@@ -379,9 +441,14 @@ class AsyncBrokerConnection:
 
     def _fail(self, error: KafkaError) -> None:
         pending, self._pending = self._pending, collections.deque()
-        for _, _, _, future, _, _ in pending:
+        waiting, self._waiting = self._waiting, collections.deque()
+        for future in [entry[3] for entry in pending]:
             if not future.done():
                 future.set_exception(error)
+        unsent = RequestNotSent(error.error, f"not sent: {error}")
+        for future in [entry[5] for entry in waiting]:  # never written: the broker never saw it
+            if not future.done():
+                future.set_exception(unsent)
         self.close()
 
     def close(self) -> None:
@@ -402,7 +469,10 @@ class AsyncBrokerConnection:
                 self._loop.remove_writer(sock.fileno())
             self._unsent.clear()
             sock.close()
-        if self._pending:
+        task, self._reauthenticating = self._reauthenticating, None
+        if task is not None and task is not asyncio.current_task(self._loop):
+            task.cancel()
+        if self._pending or self._waiting:
             self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
         if self.on_close is not None:
             self.on_close(self)

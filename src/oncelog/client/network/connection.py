@@ -7,6 +7,7 @@ answer in time raises KafkaTimeout and the connection is closed.
 from __future__ import annotations
 
 import collections
+import select
 import socket
 import ssl
 import struct
@@ -88,6 +89,11 @@ class KafkaTimeout(KafkaError):
         super().__init__(ErrorCode.request_timed_out, message)
 
 
+class RequestNotSent(KafkaError):
+    """A request failed before a byte of it was written (it waited behind a re-authentication
+    that failed, or its connection had closed): the broker never saw it."""
+
+
 class OutcomeUnknown(KafkaError):
     """A record failed whose fate the producer could not learn: the broker may have stored
     it (once: it is never sent again where it could be stored twice) or may not. The message
@@ -164,11 +170,17 @@ class BrokerConnection:
         self._correlation = 0
         self.quiet_until = 0.0  # monotonic: nothing is sent before (KIP-219, throttle.py)
         self._size = bytearray(4)  # a frame's size prefix
-        self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
+        # (correlation id, api key, version, deadline: monotonic, None for ``timeout``)
+        self._in_flight: collections.deque[tuple[int, int, int, float | None]] = \
+            collections.deque()
+        # answers of requests in flight when a re-authentication began, read before it
+        self._kept: collections.deque[tuple[int, int, bytearray | memoryview]] = \
+            collections.deque()
         self.versions: dict[int, int] = {}
+        self.reauth = sasl.reauthentication(security)  # KIP-368: None without SASL
         self._negotiate()
-        if security.sasl:
-            self._authenticate(security)
+        if self.reauth is not None:
+            self._authenticate(self.reauth)
 
     def _start_tls(self, context: ssl.SSLContext) -> None:
         try:
@@ -178,17 +190,39 @@ class BrokerConnection:
             raise KafkaError(ErrorCode.sasl_authentication_failed,
                              f"TLS handshake with {self.host}:{self.port} failed: {exc}") from None
 
-    def _authenticate(self, security: ClientSecurity) -> None:
-        steps = sasl.exchange(security)
+    def _authenticate(self, reauth: sasl.Reauthentication, again: bool = False) -> None:
+        def step(api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+            version = self.version(api_key)
+            self._send(api_key, version, make(request_module(api_key, version), version),
+                       exchange=True)
+            return self.receive()[1]
+
         try:
-            step = next(steps)
-            while True:
-                step = steps.send(self.call(*step))
-        except StopIteration:
-            return
+            reauth.authenticate(step, again)
         except sasl.SaslRefused as exc:
             self.close()
             raise KafkaError(exc.error, str(exc)) from None
+
+    def _reauthenticate(self, reauth: sasl.Reauthentication, due: float) -> None:
+        """Rows C3 and C7 of security/sasl_reauth_client.py: the answers of the requests in
+        flight come first, each read within its own deadline and kept for its ``receive``;
+        then the exchange, before the next request. An answer not begun by ``due`` (the
+        next request's deadline) fails that request, not sent, and leaves the rest as they
+        are: the next send drains on."""
+        while len(self._kept) < len(self._in_flight):
+            asked = self._in_flight[len(self._kept)]
+            own = time.monotonic() + self.timeout if asked[3] is None else asked[3]
+            if due < own and not self._readable_by(due):
+                raise RequestNotSent(ErrorCode.request_timed_out, f"not sent: the answers "
+                                     f"in flight on {self.host}:{self.port} (read before a "
+                                     f"re-authentication) did not come before its deadline")
+            self._kept.append(self._read_answer(asked, deadline=asked[3]))
+        kept, self._kept = self._kept, collections.deque()
+        in_flight, self._in_flight = self._in_flight, collections.deque()
+        try:
+            self._authenticate(reauth, again=True)
+        finally:  # their answers are theirs even when it failed (and closed the connection)
+            self._kept, self._in_flight = kept, in_flight
 
     def _negotiate(self) -> None:
         _, response = self._call(API_VERSIONS_KEY, 0, build(
@@ -208,15 +242,29 @@ class BrokerConnection:
         _, response = self._call(api_key, version, make(request_module(api_key, version), version))
         return response
 
-    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> int:
+    def send_only(self, api_key: int, make: Callable[[ModuleType, int], Any],
+                  deadline: float | None = None) -> int:
         """Send without waiting: for acks=0, or to pipeline (then ``receive`` in order).
+        ``deadline`` (monotonic): by when its answer is due, if not within ``timeout``.
 
         Returns the correlation id.
         """
         version = self.version(api_key)
-        return self._send(api_key, version, make(request_module(api_key, version), version))
+        return self._send(api_key, version, make(request_module(api_key, version), version),
+                          deadline=deadline)
 
-    def _send(self, api_key: int, version: int, body: Any) -> int:
+    def has_buffered_answer(self) -> bool:
+        """An answer already read (during a re-authentication) waits for ``receive``: the
+        socket will not signal it."""
+        return bool(self._kept)
+
+    def _send(self, api_key: int, version: int, body: Any, exchange: bool = False,
+              deadline: float | None = None) -> int:
+        reauth = self.reauth
+        if reauth is not None and not exchange and \
+                reauth.decide(time.monotonic()) is sasl.Action.REAUTHENTICATE:
+            self._reauthenticate(reauth, time.monotonic() + self.timeout if deadline is None
+                                 else deadline)
         wait = self.quiet_until - time.monotonic()
         if wait > 0:  # the broker throttled us: it would not read this before then
             time.sleep(wait)
@@ -227,13 +275,19 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
-        self._in_flight.append((self._correlation, api_key, version))
+        if not (api_key == apis.PRODUCE and body.acks == 0):  # acks=0 is never answered
+            self._in_flight.append((self._correlation, api_key, version, deadline))
         return self._correlation
 
     def receive(self) -> tuple[int, Any]:
         """(correlation id, body) of the oldest pipelined request's answer."""
         api_key, version, frame = self._receive_frame()
-        answer = decode_response(api_key, version, memoryview(frame).toreadonly())
+        try:
+            answer = decode_response(api_key, version, memoryview(frame).toreadonly())
+        except Exception as exc:  # a value kio cannot hold (a lifetime of 2**62 ms), ...
+            self.close()
+            raise KafkaError(ErrorCode.network_exception, f"{self.host}:{self.port} sent an "
+                             f"answer that does not decode: {exc!r}") from None
         self._throttled(throttle_seconds(answer[1]))
         return answer
 
@@ -261,16 +315,27 @@ class BrokerConnection:
     def _receive_frame(self, reuse: bool = False) -> tuple[int, int, bytearray | memoryview]:
         """(api key, version, frame) of the oldest pipelined request's answer, its
         correlation id checked."""
-        correlation, api_key, version = self._in_flight.popleft()
+        if self._kept:  # read while re-authenticating (_reauthenticate)
+            self._in_flight.popleft()
+            return self._kept.popleft()
+        return self._read_answer(self._in_flight.popleft(), reuse)
+
+    def _read_answer(self, asked: tuple[int, int, int, float | None], reuse: bool = False,
+                     deadline: float | None = None) -> tuple[int, int, bytearray | memoryview]:
+        """The answer to ``asked``, within ``deadline`` if given, else each read within the
+        connection's timeout."""
+        correlation, api_key, version, _ = asked
         try:
-            frame = self._read_frame(reuse)
+            frame = self._read_frame(reuse, deadline)
         except TimeoutError:
             self.close()
-            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in {self.timeout}s") \
-                from None
+            raise KafkaTimeout(f"no answer from {self.host}:{self.port} in time") from None
         except OSError as exc:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
+        finally:
+            if deadline is not None and not self.closed:
+                self.sock.settimeout(self.timeout)
         (got,) = _SIZE.unpack_from(frame, 0) if len(frame) >= 4 else (None,)
         if got != correlation:
             self.close()
@@ -282,24 +347,41 @@ class BrokerConnection:
         self._send(api_key, version, body)
         return self.receive()
 
-    def _read_into(self, view: memoryview) -> None:
-        """Fill ``view`` from the socket (each recv bounded by the socket's timeout)."""
+    def _readable_by(self, due: float) -> bool:
+        """Whether the socket has something to read before ``due`` (monotonic)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True  # decrypted already: select would not see it
+        try:
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, due - time.monotonic()))
+        except (OSError, ValueError):
+            return True  # the read says what became of the socket
+        return bool(ready)
+
+    def _read_into(self, view: memoryview, deadline: float | None = None) -> None:
+        """Fill ``view`` from the socket, each recv bounded by the socket's timeout, or by
+        what is left before ``deadline`` (a broker trickling bytes does not overrun it)."""
         got = 0
         while got < len(view):
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
             n = self.sock.recv_into(view[got:])
             if not n:
                 raise ConnectionError("the broker closed the connection")
             got += n
 
-    def _read_frame(self, reuse: bool = False) -> bytearray | memoryview:
+    def _read_frame(self, reuse: bool = False,
+                    deadline: float | None = None) -> bytearray | memoryview:
         # Received straight into one buffer of the frame's size: a Fetch answer of megabytes
         # is not received in chunks and joined (a second copy of every byte).
-        self._read_into(memoryview(self._size))
+        self._read_into(memoryview(self._size), deadline)
         (size,) = _SIZE.unpack(self._size)
         if size < 0:
             raise ConnectionError(f"the broker sent a frame of size {size}")
         frame = _spare(size) if reuse and size > _REUSE_ABOVE else bytearray(size)
-        self._read_into(memoryview(frame))
+        self._read_into(memoryview(frame), deadline)
         return frame
 
     @property

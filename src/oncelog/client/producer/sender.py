@@ -21,7 +21,7 @@ from ...protocol.schema import build
 from ..metrics import StatsTimer
 from ..network import calls
 from ..network.aio_connection import AsyncBrokerConnection
-from ..network.connection import KafkaError, ProducerFatalError, parse_bootstrap
+from ..network.connection import KafkaError, ProducerFatalError, RequestNotSent, parse_bootstrap
 from ..topic_partition import TopicPartition
 from .accumulator import RecordAccumulator
 from .delivery import Delivery
@@ -397,8 +397,8 @@ class Sender:
         self._wake()
         exc = future.exception()
         if exc is not None:
-            for batch in batches:
-                self.delivery.lost(batch, exc)
+            for batch in batches:  # one never written is refused, in effect: not maybe-stored
+                self.delivery.lost(batch, exc, sent=not isinstance(exc, RequestNotSent))
             return
         self.metrics.request_answered(self.clock() - sent_at)
         response = future.result()
