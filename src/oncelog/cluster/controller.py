@@ -30,11 +30,14 @@ and F1/F3 take it out of the ISR and move its leaderships, and its leader adds i
 it has caught up. Otherwise it would stay in the ISR with an empty log, electable.
 
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
-delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
-reassigned, whose ISR growing completes them, the log directory events), by a new
-controllership, by an ElectLeaders
-request, and at least every third of the session timeout. Reads are pipelined (one round
-trip for all state znodes), so a pass costs a few round trips plus one per topic written.
+delete_topics``, the controlled-shutdown requests, every topic's assignment and config and
+every state znode, through controller_context.py: a reassignment completes when its ISR
+grows, the log directory events), by a new controllership, by an ElectLeaders request, and
+at least every third of the session timeout. The topics and states are kept between passes
+(controller_context.py) and read again only where a watch says they changed, pipelined, so
+a pass costs a few requests plus one per state that changed and one transaction per 200
+partitions written (a request each was 7-10 s a pass over 1,000 partitions in a loaded
+broker: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kio.schema.errors import ErrorCode
@@ -51,6 +53,7 @@ from kio.schema.errors import ErrorCode
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
 from .batches import gather, outcome, settle
+from .controller_context import ControllerContext, TopicRead
 from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
@@ -64,15 +67,7 @@ _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read ag
 CONFIG_CHANGES_KEPT = 100
 
 
-@dataclass(slots=True)
-class TopicRead:
-    name: str
-    assignment: zn.TopicAssignment
-    version: int
-    configs: dict[str, str]
-    states: dict[int, tuple[zn.PartitionState, int] | None]  # (state, znode version)
-    partition_nodes: set[int]  # partitions/<p> znodes that exist
-    has_partitions_node: bool
+__all__ = ["Controller", "TopicRead"]
 
 
 class Controller:
@@ -97,6 +92,9 @@ class Controller:
         self._registrations: dict[int, int] = {}
         self._bounced: set[int] = set()
         self._registrations_lock = threading.Lock()
+        # what the passes read, kept between them and read again where watches say it
+        # changed (controller_context.py)
+        self.context = ControllerContext(self.store, self.wake)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -136,6 +134,7 @@ class Controller:
                 with self._registrations_lock:  # a new controllership starts from what is
                     self._registrations.clear()
                     self._bounced.clear()
+                self.context.reset()
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -257,7 +256,7 @@ class Controller:
         deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
         offline, events = self.offline_replicas()
         again = False
-        topics = self.read_topics()
+        topics = self.context.read()  # after the requests above: caught up with them
         chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
         for topic in topics:
             if topic.name in deleting:
@@ -270,10 +269,8 @@ class Controller:
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
                 if decision.state is not None:
                     decisions[p] = decision
-                if facts.target is not None:
-                    # its ISR growing (the leader's write) is what completes it
-                    self._op(self.zk.exists_async, zn.partition_state_path(topic.name, p),
-                             watch=self.wake)
+                # a reassignment completes when its ISR grows (the leader's write): the
+                # context's watch on every state znode wakes the pass
             if decisions:
                 chosen.append((topic, decisions))
                 again = True  # landed: look again; lost a race: read again
@@ -359,6 +356,10 @@ class Controller:
                 # A1 rewrites the assignment: the topic's decisions go in one transaction
                 ok = self._write(topic, decisions)
                 landed.update({(topic.name, p): ok for p in decisions})
+                if not ok:
+                    self.context.mark(topic.name)
+                    for p in decisions:
+                        self.context.mark(topic.name, p)
             else:
                 items += [(topic, p, decisions[p]) for p in sorted(decisions)]
         fates = settle(items, self._commit_states)
@@ -367,6 +368,8 @@ class Controller:
             landed[(topic.name, p)] = not isinstance(fate, Exception)
             if isinstance(fate, Exception):
                 lost.add(topic.name)
+                self.context.mark(topic.name)  # its assignment, or this state, moved on
+                self.context.mark(topic.name, p)
                 continue
             state = decision.state
             log.info("partition %s-%d: %s leader %d epoch %d isr %s", topic.name, p,
@@ -487,6 +490,7 @@ class Controller:
             self._op(self.zk.delete_async, zn.topic_config_path(topic.name))
         except NoNodeError:
             pass
+        self.context.forget(topic.name)
         log.info("deleted topic %s", topic.name)
 
     # --- ElectLeaders --------------------------------------------------------------------
