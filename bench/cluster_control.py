@@ -30,16 +30,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
+import os
 import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _support import LoadMeter, add_parts_argument, cpu_seconds_probe, machine
+from _support import LoadMeter, add_parts_argument, machine
 
 from oncelog.cli.cluster_up import _start_zookeeper, _stop
 from oncelog.cli.scenario_cluster import LocalCluster, _free_port
@@ -175,12 +177,19 @@ def _logged(cluster: LocalCluster, broker: int, pattern: str, after: float) -> f
     return None
 
 
-def shutdown(partitions: int) -> None:
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (threads that ended included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def shutdown(partitions: int, data_dir: str | None, profile: str | None) -> None:
     from confluent_kafka import Producer
 
     from oncelog.client.admin.admin import Admin
 
-    with LocalCluster(None, 3) as cluster:
+    with LocalCluster(data_dir, 3) as cluster:
         bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
         with Admin({"bootstrap.servers": bootstrap, "request.timeout.ms": "120000"}) as admin:
             admin.create_topic(TOPIC, partitions, 3)
@@ -203,15 +212,20 @@ def shutdown(partitions: int) -> None:
         assert producer.flush(120) == 0
         broker = 3
         pid = cluster.procs[broker].pid
-        cpu = cpu_seconds_probe(pid)
-        cpu_before = cpu()
+        spy = None
+        if profile:  # py-spy (pip install py-spy) samples the broker until it exits
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
+                                    "-p", str(pid), "-o", profile, "-r", "50", "--threads"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(2)
+        cpu_before = _cpu_seconds(pid)
         at = time.time()
         cluster.procs[broker].send_signal(signal.SIGTERM)
         cpu_at_exit = cpu_before
         while cluster.procs[broker].poll() is None and time.time() - at < 60:
             try:
-                cpu_at_exit = cpu()
-            except OSError:
+                cpu_at_exit = _cpu_seconds(pid)
+            except (OSError, IndexError):
                 break
             time.sleep(0.05)
         if cluster.procs[broker].poll() is None:
@@ -226,13 +240,17 @@ def shutdown(partitions: int) -> None:
         print(f"shutdown: SIGTERM to exit of broker {broker} holding {partitions:,} replicas "
               f"(led {partitions // 3:,}): {took:.1f} s ({steps}; its CPU meanwhile "
               f"{cpu_at_exit - cpu_before:.1f} s)", flush=True)
+        if spy is not None:
+            spy.wait(60)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--profile", help="write a cProfile of the timed passes here")
+    parser.add_argument("--profile", help="write a cProfile of the timed passes here, and "
+                        "a py-spy flame graph of the stopping broker to PROFILE.svg")
+    parser.add_argument("--data-dir", help="shutdown: the cluster's data and logs, kept")
     add_parts_argument(parser, PARTS)
     args = parser.parse_args()
     parts = args.parts.split(",")
@@ -244,7 +262,8 @@ def main() -> int:
         if profile is not None:
             profile.dump_stats(args.profile)
     if "shutdown" in parts:
-        shutdown(args.partitions)
+        shutdown(args.partitions, args.data_dir,
+                 args.profile and f"{args.profile}.svg")
     print(f"other processes used {meter.others_share():.0%} of the CPUs meanwhile",
           file=sys.stderr)
     return 0
