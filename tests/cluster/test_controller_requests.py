@@ -1,5 +1,5 @@
 """The controller's pass costs ZooKeeper requests in proportion to what changed, not to the
-partitions there are (controller_context.py): a pass over a steady cluster makes a few
+partitions there are (watched_topics.py): a pass over a steady cluster makes a few
 requests whatever the partition count, and a pass after k partitions changed reads about k
 states. Yet it decides on what ZooKeeper holds: a change another client made just before the
 pass (a leader's ISR write, a config) is what the pass decides on. Requests are counted at
@@ -128,3 +128,22 @@ def test_a_topic_config_written_after_the_first_read_is_decided_on(cluster):
               zn.encode_topic_config({"unclean.leader.election.enable": "true"}), makepath=True)
     settle(controller)
     assert state(zk, 3).leader == 1
+
+
+def test_a_replica_watch_reads_again_only_what_changed(cluster):
+    """A broker's replica watch (replica_watch.py) keeps its view the same way: a second
+    read costs a few requests, not two per partition, and still holds a change made just
+    before it."""
+    from oncelog.cluster.replica_watch import ReplicaWatch
+
+    controller, zk = cluster
+    watch = ReplicaWatch(controller.store, 2, lambda view, vouched: None)
+    first = watch.read_view()
+    assert len(first[TOPIC].states) == PARTITIONS
+    zk.set(zn.partition_state_path(TOPIC, 11), zn.PartitionState(2, 1, (2, 1), 1).encode())
+    sent = counted(controller)
+    again = watch.read_view()
+    assert sent[0] <= 5, sent[0]
+    assert again[TOPIC].states[11] == (zn.PartitionState(2, 1, (2, 1), 1), 1)
+    assert {p: s for p, s in again[TOPIC].states.items() if p != 11} == \
+        {p: s for p, s in first[TOPIC].states.items() if p != 11}

@@ -31,10 +31,10 @@ it has caught up. Otherwise it would stay in the ISR with an empty log, electabl
 
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
 delete_topics``, the controlled-shutdown requests, every topic's assignment and config and
-every state znode, through controller_context.py: a reassignment completes when its ISR
+every state znode, through watched_topics.py: a reassignment completes when its ISR
 grows, the log directory events), by a new controllership, by an ElectLeaders request, and
 at least every third of the session timeout. The topics and states are kept between passes
-(controller_context.py) and read again only where a watch says they changed, pipelined, so
+(watched_topics.py) and read again only where a watch says they changed, pipelined, so
 a pass costs a few requests plus one per state that changed and one transaction per 200
 partitions written (a request each was 7-10 s a pass over 1,000 partitions in a loaded
 broker: docs/benchmarks.md).
@@ -53,11 +53,11 @@ from kio.schema.errors import ErrorCode
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
 from .batches import gather, outcome, settle
-from .controller_context import ControllerContext, TopicRead
 from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .wakeups import woken
+from .watched_topics import TopicRead, WatchedTopics
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,8 @@ class Controller:
         self._bounced: set[int] = set()
         self._registrations_lock = threading.Lock()
         # what the passes read, kept between them and read again where watches say it
-        # changed (controller_context.py)
-        self.context = ControllerContext(self.store, self.wake)
+        # changed (watched_topics.py)
+        self.context = WatchedTopics(self.store, self.wake)
 
     # --- lifecycle -----------------------------------------------------------------------
 

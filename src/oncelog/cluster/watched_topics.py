@@ -1,10 +1,13 @@
-"""ControllerContext: the controller's picture of every topic, kept between its passes.
+"""WatchedTopics: a picture of every topic and partition state in ZooKeeper, kept between
+reads and read again only where watches say it changed: the controller's (controller.py,
+Kafka's ControllerContext) and each broker's replica watch's (replica_watch.py, the states
+of the partitions assigned to the broker only).
 
-A pass used to read every topic's assignment, config and partitions and every partition's
+A controller pass used to read every topic's assignment, config and partitions and every partition's
 state znode: one ZooKeeper request per partition, each a hand-off to kazoo's connection
 thread, so a pass over 1,000 partitions cost a second of CPU on a quiet machine and 7-10 s
 in a loaded broker whose event loop holds the GIL (docs/benchmarks.md). As Kafka's
-controller keeps its ControllerContext, the picture is kept here and only what changed is
+controller keeps its WatchedTopics, the picture is kept here and only what changed is
 read again: every read sets a watch (the topic list's children, each topic's assignment and
 config, each state znode; an ``exists`` watch while a config or state is absent) and a watch
 only marks what it names; ``read`` reads the marked znodes (pipelined) and answers the whole
@@ -15,25 +18,24 @@ Why the picture is never older than a fresh read would be, where a decision depe
 
 - ZooKeeper sends a session a watch's event before the answer to any request of that
   session processed after the change; kazoo runs the watch callbacks on its callback thread,
-  so ``read`` first puts a marker on that thread's queue behind them and waits for it
-  (``_caught_up``): every change ZooKeeper applied before the caller's latest request was
-  answered is marked by then. The controller makes its pass's first requests (the live
-  brokers) before calling ``read``.
-- Every write the controller makes is conditional on the version it read, so a stale entry
-  can only lose a write (BadVersion), never overwrite a newer state; ``mark`` makes the next
-  read take the partition again.
-- A new controllership (``reset``) and a new or resumed ZooKeeper session (watches may be
+  so ``read`` makes one request, then puts a marker on that thread's queue behind the
+  callbacks and waits for it (``_caught_up``): every change ZooKeeper applied before that
+  request was answered is marked by then.
+- Every write made from the picture (the controller's decisions, a leader's ISR change) is
+  conditional on the version read, so a stale entry can only lose a write (BadVersion),
+  never overwrite a newer state; its writer ``mark``s it and the next read takes it again.
+- ``reset`` (a new controllership) and a new or resumed ZooKeeper session (watches may be
   lost with it) read everything again.
 
-Only the controller's pass thread calls ``read``, ``mark``, ``forget`` and ``reset``; watch
-and session callbacks only mark, under a lock.
+One thread calls ``read``, ``forget`` and ``reset``; ``mark`` and the watch and session
+callbacks only mark, under a lock.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kazoo.exceptions import NoNodeError
@@ -59,11 +61,16 @@ class TopicRead:
     has_partitions_node: bool
 
 
-class ControllerContext:
-    def __init__(self, store, wake: Callable[[], None]) -> None:
+class WatchedTopics:
+    def __init__(self, store, wake: Callable[[], None],
+                 states_of: Callable[[zn.TopicAssignment], Iterable[int]] | None = None
+                 ) -> None:
+        """``wake``: called after a watch marked something; ``states_of``: the partitions of
+        a topic whose states are read and watched (None: every one)."""
         self.store = store
         self.zk = store.client
         self._wake = wake
+        self._states_of = states_of
         self._topics: dict[str, TopicRead] = {}
         self._lock = threading.Lock()
         self._everything = True  # read it all: no picture yet, or it may have missed changes
@@ -100,16 +107,18 @@ class ControllerContext:
 
     def _topic_changed(self, event) -> None:
         # /brokers/topics/<t> or /config/topics/<t>: either way the topic is read again
-        self.mark(event.path.rsplit("/", 1)[1])
+        if event.path is None:  # the session's end, told to every watch
+            self.reset()
+        else:
+            self.mark(event.path.rsplit("/", 1)[1])
         self._wake()
 
     def _state_changed(self, event) -> None:
         # /brokers/topics/<t>/partitions/<p>/state
-        parts = event.path[:-len(_STATE_SUFFIX)].split("/")
+        parts = (event.path or "")[:-len(_STATE_SUFFIX)].split("/")
         try:
             self.mark(parts[-3], int(parts[-1]))
-        except (IndexError, ValueError):
-            log.warning("a state watch fired for an unexpected path %s", event.path)
+        except (IndexError, ValueError):  # the session's end, told to every watch
             self.reset()
         self._wake()
 
@@ -120,7 +129,8 @@ class ControllerContext:
 
     def read(self) -> list[TopicRead]:
         """Every topic as ZooKeeper holds it, reading only what changed since the last
-        read; the caller has made a request of its own since its last call (see above)."""
+        read."""
+        self.store.op(self.zk.exists_async, zn.BROKER_TOPICS)
         self._caught_up()
         with self._lock:
             everything, self._everything = self._everything, False
@@ -150,8 +160,13 @@ class ControllerContext:
         if everything:
             self._topics.clear()
         if listed:
-            names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
-                                      watch=self._list_changed))
+            try:
+                names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
+                                          watch=self._list_changed))
+            except NoNodeError:  # no topic was ever made
+                self.store.op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
+                names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
+                                          watch=self._list_changed))
             for gone in set(self._topics) - names:
                 del self._topics[gone]
             topics = (topics | (names - set(self._topics))) & names
@@ -163,13 +178,19 @@ class ControllerContext:
             old = self._topics.get(name)
             self._topics[name] = topic
             # a new topic, or a new partition: every state of it is read; the others stay
-            for p in topic.assignment.partitions:
+            for p in self._wanted(topic.assignment):
                 if old is not None and p in old.states:
                     topic.states[p] = old.states[p]
                 else:
                     states.add((name, p))
-        self._read_states(sorted(k for k in states if k[0] in self._topics
-                                 and k[1] in self._topics[k[0]].assignment.partitions))
+        wanted = {name: self._wanted(self._topics[name].assignment)
+                  for name in {t for t, _ in states} if name in self._topics}
+        self._read_states(sorted(k for k in states if k[1] in wanted.get(k[0], ())))
+
+    def _wanted(self, assignment: zn.TopicAssignment) -> set[int]:
+        if self._states_of is None:
+            return set(assignment.partitions)
+        return set(self._states_of(assignment))
 
     def _read_topics(self, names: list[str]) -> dict[str, TopicRead]:
         answers = gather(self.store, [
