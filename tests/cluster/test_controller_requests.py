@@ -147,3 +147,17 @@ def test_a_replica_watch_reads_again_only_what_changed(cluster):
     assert again[TOPIC].states[11] == (zn.PartitionState(2, 1, (2, 1), 1), 1)
     assert {p: s for p, s in again[TOPIC].states.items() if p != 11} == \
         {p: s for p, s in first[TOPIC].states.items() if p != 11}
+
+
+def test_a_broker_shutting_down_is_told_once_its_moves_landed(cluster):
+    """The controller writes into the broker's controlled-shutdown znode once a pass has
+    landed every move (cluster_mode.py stops on that word, not on reading every state)."""
+    controller, zk = cluster
+    settle(controller)
+    path = f"{zn.CONTROLLED_SHUTDOWN}/1"
+    zk.create(path, b"", ephemeral=True, makepath=True)
+    zk.create(f"{zn.CONTROLLED_SHUTDOWN}/3", b"", ephemeral=True)  # not registered: ignored
+    assert controller.pass_once() is True
+    assert all(state(zk, p).leader == 2 for p in range(PARTITIONS))  # F1 for every one
+    assert zk.get(path)[0] == zn.CONTROLLED_SHUTDOWN_MOVED
+    assert zk.get(f"{zn.CONTROLLED_SHUTDOWN}/3")[0] == b""

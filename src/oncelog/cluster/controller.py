@@ -21,6 +21,10 @@ deletion request, in one such transaction; each broker's replica manager drops i
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
 StopReplica first; here the brokers follow the znodes).
 
+A broker shutting down (its ``/oncelog/controlled_shutdown/<id>``) is told, in that znode,
+once a pass has landed every decision (``_tell_moved``): it leads nothing another eligible
+ISR member could lead, and stops without reading the states written.
+
 A broker that bounced (killed and started again, or its session expired and it registered
 again) between two passes may have come back with less than it had: a wiped disk, a power
 loss. As Kafka's controller treats its bounced brokers (a newer broker epoch: failure, then
@@ -92,6 +96,7 @@ class Controller:
         self._registrations: dict[int, int] = {}
         self._bounced: set[int] = set()
         self._registrations_lock = threading.Lock()
+        self._told: set[int] = set()  # brokers shutting down told their moves landed
         # what the passes read, kept between them and read again where watches say it
         # changed (watched_topics.py)
         self.context = WatchedTopics(self.store, self.wake)
@@ -135,6 +140,7 @@ class Controller:
                     self._registrations.clear()
                     self._bounced.clear()
                 self.context.reset()
+                self._told.clear()
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -278,6 +284,7 @@ class Controller:
         if all(landed.values()):
             with self._registrations_lock:
                 self._bounced -= counted_dead  # out of every ISR now (or the last of one)
+            self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
@@ -288,6 +295,20 @@ class Controller:
             self._gather([lambda e=e: self.zk.delete_async(
                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
+
+    def _tell_moved(self, shutting: frozenset[int]) -> None:
+        """Every decision of this pass landed: each broker shutting down leads nothing
+        another eligible ISR member could (F1 moved it, S1 keeps it), which its
+        controlled-shutdown znode now says; once per request (a new znode is a new one)."""
+        self._told &= shutting
+        todo = sorted(shutting - self._told)
+        answers = self._gather([lambda b=b: self.zk.set_async(
+            f"{zn.CONTROLLED_SHUTDOWN}/{b}", zn.CONTROLLED_SHUTDOWN_MOVED) for b in todo])
+        for broker, answer in zip(todo, answers, strict=True):
+            if isinstance(answer, Exception):  # gone: it stopped, or its session ended
+                log.debug("controlled shutdown of broker %d not told: %r", broker, answer)
+            else:
+                self._told.add(broker)
 
     def _rebalance_due(self) -> bool:
         if self.rebalance_configs is None:
