@@ -34,7 +34,6 @@ import logging
 import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 from kio.schema.errors import ErrorCode
 
@@ -50,10 +49,6 @@ from .replication import HW_CHECKPOINT_FILE, ReplicaState
 from .topics import INTERNAL_TOPICS, REPLICA_MARK, TopicError
 
 log = logging.getLogger(__name__)
-
-# Closing logs is mostly fsyncs, which the disk takes several at a time (4 threads closed
-# files four times as fast as one here)
-CLOSE_THREADS = 8
 
 
 def _now_ms() -> int:
@@ -174,29 +169,6 @@ class ReplicaManager:
                     return
             self._hw_writing = None
             self.checkpoint_high_watermarks()
-        await self._close_logs()
-
-    async def _close_logs(self) -> None:
-        """The replicas' logs closed (producer snapshot written, segments sealed, each an
-        fsync or a few) on CLOSE_THREADS threads at once: one after another on the loop,
-        1,000 replicas took 25 s of a controlled shutdown (docs/benchmarks.md). Left to the
-        topics' close on the loop: a partition with a flush in flight (its waiters are the
-        loop's futures) or one being moved between log directories."""
-        moving = self.topics.moves.moving
-        partitions = [p for p in self._replicated()
-                      if p.is_open and not p.flush_running and p not in moving]
-        if not partitions:
-            return
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        with ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="close-replica") as pool:
-            closed = await asyncio.gather(*(loop.run_in_executor(pool, p.close)
-                                            for p in partitions), return_exceptions=True)
-        for partition, outcome in zip(partitions, closed, strict=True):
-            if isinstance(outcome, BaseException):
-                log.error("%s: closing its log failed: %r", partition.name, outcome)
-        log.info("closed %d replica logs on %d threads in %.2fs", len(partitions),
-                 CLOSE_THREADS, time.monotonic() - started)
 
     async def _every(self, interval_ms: int, duty) -> None:
         while True:
