@@ -114,6 +114,11 @@ class ClusterMode:
     async def controlled_shutdown(self) -> None:
         if self._started and self.member.registration is not None:
             await asyncio.to_thread(self._controlled_shutdown, CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            self._step_down()  # moved or not, it stops now: it acknowledges nothing more
+
+    def _step_down(self) -> None:
+        if self.broker.replicas is not None:
+            self.broker.replicas.step_down()
 
     def _controlled_shutdown(self, timeout_s: float) -> None:
         from kazoo.exceptions import NodeExistsError
@@ -160,6 +165,8 @@ class ClusterMode:
             if told.wait(min(_CACHE_POLL_S, left)):  # our znode changed: read it again
                 told.clear()
                 is_told = controller_told()
+        if is_told and self._loop is not None:  # before the thread's answer reaches the loop
+            self._loop.call_soon_threadsafe(self._step_down)
         log.info("controlled shutdown: broker %d leads no partition another in-sync "
                  "replica could lead (%.2fs)", me, time.monotonic() - started)
 
