@@ -138,11 +138,15 @@ def test_a_replica_watch_reads_again_only_what_changed(cluster):
 
     controller, zk = cluster
     watch = ReplicaWatch(controller.store, 2, lambda view, vouched: None)
-    first = watch.read_view()
-    assert len(first[TOPIC].states) == PARTITIONS
-    zk.set(zn.partition_state_path(TOPIC, 11), zn.PartitionState(2, 1, (2, 1), 1).encode())
-    sent = counted(controller)
-    again = watch.read_view()
+    try:
+        first = watch.read_view()
+        assert len(first[TOPIC].states) == PARTITIONS
+        zk.set(zn.partition_state_path(TOPIC, 11),
+               zn.PartitionState(2, 1, (2, 1), 1).encode())
+        sent = counted(controller)
+        again = watch.read_view()
+    finally:
+        watch.close()
     assert sent[0] <= 5, sent[0]
     assert again[TOPIC].states[11] == (zn.PartitionState(2, 1, (2, 1), 1), 1)
     assert {p: s for p, s in again[TOPIC].states.items() if p != 11} == \
@@ -161,3 +165,34 @@ def test_a_broker_shutting_down_is_told_once_its_moves_landed(cluster):
     assert all(state(zk, p).leader == 2 for p in range(PARTITIONS))  # F1 for every one
     assert zk.get(path)[0] == zn.CONTROLLED_SHUTDOWN_MOVED
     assert zk.get(f"{zn.CONTROLLED_SHUTDOWN}/3")[0] == b""
+
+
+def _small_topic(controller: Controller, zk, name: str) -> None:
+    zk.create(zn.topic_path(name), zn.TopicAssignment(
+        "BBBBBBBBBBBBBBBBBBBBBB", {0: (1, 2), 1: (1, 2)}, {}, {}).encode())
+    settle(controller)
+    assert all(zk.exists(zn.partition_state_path(name, p)) for p in (0, 1))
+
+
+def test_a_partition_znode_made_after_the_read_does_not_stall_a_deletion(cluster):
+    """The partitions' children are watched like the rest: a partition znode made after the
+    picture was read is in the first deletion's transaction, which otherwise fails
+    NotEmpty."""
+    controller, zk = cluster
+    _small_topic(controller, zk, "late-node")
+    zk.create(f"{zn.partitions_path('late-node')}/7", b"")
+    zk.create(zn.delete_topic_path("late-node"), b"", makepath=True)
+    controller.pass_once()  # deleted by the first pass: no NotEmpty, no second read
+    assert zk.exists(zn.topic_path("late-node")) is None
+
+
+def test_a_deletion_from_a_stale_picture_is_read_again_not_retried_forever(cluster):
+    """A transaction whose answer was lost may have made a partition znode the picture does
+    not hold (modelled by dropping it from the picture): the deletion fails NotEmpty, marks
+    the topic, and the next pass reads it again and deletes it."""
+    controller, zk = cluster
+    _small_topic(controller, zk, "stale-node")
+    controller.context._topics["stale-node"].partition_nodes.discard(1)
+    zk.create(zn.delete_topic_path("stale-node"), b"", makepath=True)
+    settle(controller)
+    assert zk.exists(zn.topic_path("stale-node")) is None

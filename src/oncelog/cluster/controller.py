@@ -65,6 +65,10 @@ from .watched_topics import TopicRead, WatchedTopics
 
 log = logging.getLogger(__name__)
 
+# The whole picture is read again this often whatever the watches say: a safety net against
+# a change no watch or mark caught (a bug), costing one full read (about 1,000 requests,
+# 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
+_FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
 # Config change notifications kept (Kafka purges them after 15 minutes): a broker that
 # missed more than these (its session expired) reads every topic's config again anyway.
@@ -90,6 +94,7 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._recheck_s = self.store.session_timeout_ms / 3000
         self._acting_epoch = -1
+        self._next_full_read = 0.0
         self.passes = 0
         # broker id -> czxid of the registration last seen; those counted dead since they
         # bounced, until a pass lands every decision (the pass thread and ElectLeaders read)
@@ -141,6 +146,10 @@ class Controller:
                     self._bounced.clear()
                 self.context.reset()
                 self._told.clear()
+                self._next_full_read = time.monotonic() + _FULL_READ_S
+            elif time.monotonic() >= self._next_full_read:
+                self.context.reset()
+                self._next_full_read = time.monotonic() + _FULL_READ_S
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -151,7 +160,8 @@ class Controller:
                     SessionExpiredError) as exc:
                 log.warning("controller pass cut short by ZooKeeper: %r", exc)
             except Exception:
-                log.exception("controller pass failed; retrying")
+                log.exception("controller pass failed; retrying from a fresh read")
+                self.context.reset()  # the same picture might fail the same way forever
                 self._stopped.wait(_RETRY_PAUSE_S)
                 self._wake.set()
 
@@ -280,7 +290,14 @@ class Controller:
             if decisions:
                 chosen.append((topic, decisions))
                 again = True  # landed: look again; lost a race: read again
-        landed = self.write(chosen)
+        try:
+            landed = self.write(chosen)
+        except BaseException:  # an answer lost: the write may have landed all the same
+            for topic, decisions in chosen:
+                self.context.mark(topic.name)
+                for p in decisions:
+                    self.context.mark(topic.name, p)
+            raise
         if all(landed.values()):
             with self._registrations_lock:
                 self._bounced -= counted_dead  # out of every ISR now (or the last of one)
@@ -487,7 +504,7 @@ class Controller:
         return True
 
     def _delete(self, topic: TopicRead) -> None:
-        from kazoo.exceptions import BadVersionError, NoNodeError
+        from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
         def build(txn) -> None:
             for p in sorted(topic.partition_nodes):
@@ -501,9 +518,11 @@ class Controller:
 
         try:
             self.member.controller_transaction(build)
-        except (BadVersionError, NoNodeError) as exc:
+        except (BadVersionError, NoNodeError, NotEmptyError) as exc:
+            # NotEmpty: a partition znode the picture does not hold (made meanwhile)
             log.info("deleting topic %s lost to a concurrent change (%r); reading again",
                      topic.name, exc)
+            self.context.mark(topic.name)
             self._stopped.wait(_RETRY_PAUSE_S)
             return
         # Its config goes after it: a topic re-created meanwhile writes its own.

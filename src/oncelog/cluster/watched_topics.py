@@ -8,8 +8,9 @@ state znode: one ZooKeeper request per partition, each a hand-off to kazoo's con
 thread, so a pass over 1,000 partitions cost a second of CPU on a quiet machine and 7-10 s
 in a loaded broker whose event loop holds the GIL (docs/benchmarks.md). As Kafka's
 controller keeps its WatchedTopics, the picture is kept here and only what changed is
-read again: every read sets a watch (the topic list's children, each topic's assignment and
-config, each state znode; an ``exists`` watch while a config or state is absent) and a watch
+read again: every read sets a watch (the topic list's children, each topic's assignment,
+config and partitions' children, each state znode; an ``exists`` watch while a config, the
+partitions znode or a state is absent) and a watch
 only marks what it names; ``read`` reads the marked znodes (pipelined) and answers the whole
 picture. A steady pass then costs a few requests, whatever the partition count; a pass
 after N state changes reads N states.
@@ -27,8 +28,8 @@ Why the picture is never older than a fresh read would be, where a decision depe
 - ``reset`` (a new controllership) and a new or resumed ZooKeeper session (watches may be
   lost with it) read everything again.
 
-One thread calls ``read``, ``forget`` and ``reset``; ``mark`` and the watch and session
-callbacks only mark, under a lock.
+One thread calls ``read`` and ``forget``; ``reset``, ``mark`` and the watch and session
+callbacks (kazoo's threads among them) only mark, under a lock.
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ class WatchedTopics:
             self.reset()
         else:
             self.mark(event.path.rsplit("/", 1)[1])
+        self._wake()
+
+    def _partitions_changed(self, event) -> None:
+        # /brokers/topics/<t>/partitions: a partition znode made or deleted
+        parts = (event.path or "").split("/")
+        if event.path is None or len(parts) < 2:  # the session's end, told to every watch
+            self.reset()
+        else:
+            self.mark(parts[-2])
         self._wake()
 
     def _state_changed(self, event) -> None:
@@ -198,10 +208,12 @@ class WatchedTopics:
             for n in names]
             + [lambda n=n: self.zk.get_async(zn.topic_config_path(n),
                                              watch=self._topic_changed) for n in names]
-            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n)) for n in names])
+            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n),
+                                                      watch=self._partitions_changed)
+               for n in names])
         k = len(names)
         out: dict[str, TopicRead] = {}
-        no_config = []
+        no_config, no_partitions = [], []
         for i, name in enumerate(names):
             got = answers[i]
             if isinstance(got, NoNodeError):
@@ -219,6 +231,8 @@ class WatchedTopics:
             if isinstance(children, Exception) and not isinstance(children, NoNodeError):
                 raise children
             has_node = not isinstance(children, Exception)
+            if not has_node:
+                no_partitions.append(name)
             nodes = {int(c) for c in children} if has_node else set()
             out[name] = TopicRead(name, zn.TopicAssignment.decode(data), stat.version,
                                   configs, {}, nodes, has_node)
@@ -231,6 +245,16 @@ class WatchedTopics:
                 raise stat
             if stat is not None:
                 self.mark(name)  # written since: read it next time
+                self._wake()
+        # and when its partitions znode is made, so that its children get their watch
+        for name, stat in zip(no_partitions, gather(self.store, [
+                lambda n=n: self.zk.exists_async(zn.partitions_path(n),
+                                                 watch=self._partitions_changed)
+                for n in no_partitions]), strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                self.mark(name)
                 self._wake()
         return out
 
