@@ -141,3 +141,21 @@ def test_pipelined_reads_go_a_chunk_at_a_time_and_each_answer_is_heard(store):
     assert isinstance(answers[-1], NoNodeError)  # an answer: kept, not raised
     assert max(in_hand) < batches.GATHER_CHUNK, max(in_hand)
     assert store.heard_at >= started > before
+
+
+def test_answers_kazoo_makes_itself_are_not_heard_from_zookeeper(store):
+    """A client whose authentication failed gets AuthFailedError from kazoo itself, no
+    request sent (kazoo's AUTH_FAILED state, set here as kazoo sets it): such a chunk tells
+    the store nothing about when ZooKeeper last heard from the session."""
+    from kazoo.exceptions import AuthFailedError
+    from kazoo.protocol.states import KeeperState
+
+    client = store.client
+    before = store.heard_at
+    client._state = KeeperState.AUTH_FAILED
+    try:
+        answers = batches.gather(store, [lambda: client.get_async("/")] * 3)
+    finally:
+        client._state = KeeperState.CONNECTED
+    assert all(isinstance(a, AuthFailedError) for a in answers)
+    assert store.heard_at == before

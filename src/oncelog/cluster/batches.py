@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionLoss,
     RolledBackError,
     RuntimeInconsistency,
@@ -89,6 +90,7 @@ def gather(store, calls: Sequence[Callable[[], object]]) -> list[object]:
     for start in range(0, len(calls), GATHER_CHUNK):
         sent = time.monotonic()
         pending = [call() for call in calls[start:start + GATHER_CHUNK]]
+        answered = len(out)
         for result in pending:
             try:
                 out.append(result.get(timeout=store.session_timeout_ms / 1000))
@@ -98,5 +100,7 @@ def gather(store, calls: Sequence[Callable[[], object]]) -> list[object]:
                 raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
             except Exception as exc:  # an answer all the same (NoNode, ...)
                 out.append(exc)
-        store.heard(sent)
+        # kazoo answers AuthFailedError itself, without a request: not word from ZooKeeper
+        if any(not isinstance(a, AuthFailedError) for a in out[answered:]):
+            store.heard(sent)
     return out
