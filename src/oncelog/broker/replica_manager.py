@@ -372,8 +372,10 @@ class ReplicaManager:
                      state.leader_epoch)
         elif role is rules.Role.FENCE:
             partition.replication = new
-            log.warning("%s: fenced at leader epoch %d (ZooKeeper session not vouched for)",
-                        partition.name, state.leader_epoch)
+            log.log(logging.INFO if self._moved_away else logging.WARNING,
+                    "%s: fenced at leader epoch %d (%s)", partition.name, state.leader_epoch,
+                    "moved in controlled shutdown" if self._moved_away
+                    else "ZooKeeper session not vouched for")
         else:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)
