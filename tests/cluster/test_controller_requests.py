@@ -196,3 +196,18 @@ def test_a_deletion_from_a_stale_picture_is_read_again_not_retried_forever(clust
     zk.create(zn.delete_topic_path("stale-node"), b"", makepath=True)
     settle(controller)
     assert zk.exists(zn.topic_path("stale-node")) is None
+
+
+def test_a_deposed_controller_tells_no_broker_its_moves_landed(cluster):
+    """'moved' is written as the decisions are, under the controller epoch's check: a
+    controller deposed without knowing it yet is refused, and the broker waits on."""
+    from oncelog.cluster.membership import ControllerMoved
+
+    controller, zk = cluster
+    settle(controller)
+    path = f"{zn.CONTROLLED_SHUTDOWN}/2"
+    zk.create(path, b"", ephemeral=True, makepath=True)
+    zk.set(zn.CONTROLLER_EPOCH, zk.get(zn.CONTROLLER_EPOCH)[0])  # another's claim
+    with pytest.raises(ControllerMoved):
+        controller._tell_moved(frozenset({2}))
+    assert zk.get(path)[0] == b""

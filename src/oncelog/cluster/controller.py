@@ -316,12 +316,20 @@ class Controller:
     def _tell_moved(self, shutting: frozenset[int]) -> None:
         """Every decision of this pass landed: each broker shutting down leads nothing
         another eligible ISR member could (F1 moved it, S1 keeps it), which its
-        controlled-shutdown znode now says; once per request (a new znode is a new one)."""
+        controlled-shutdown znode now says; once per request (a new znode is a new one).
+        Written as the decisions were, only while this controller's epoch holds: a deposed
+        one's word could stop a broker whose moves nobody made."""
         self._told &= shutting
         todo = sorted(shutting - self._told)
-        answers = self._gather([lambda b=b: self.zk.set_async(
-            f"{zn.CONTROLLED_SHUTDOWN}/{b}", zn.CONTROLLED_SHUTDOWN_MOVED) for b in todo])
-        for broker, answer in zip(todo, answers, strict=True):
+        if not todo:
+            return
+
+        def commit(brokers: list[int]) -> list[object]:
+            return self.member.controller_transaction(lambda txn: [txn.set_data(
+                f"{zn.CONTROLLED_SHUTDOWN}/{b}", zn.CONTROLLED_SHUTDOWN_MOVED)
+                for b in brokers], partial=True)
+
+        for broker, answer in zip(todo, settle(todo, commit), strict=True):
             if isinstance(answer, Exception):  # gone: it stopped, or its session ended
                 log.debug("controlled shutdown of broker %d not told: %r", broker, answer)
             else:
