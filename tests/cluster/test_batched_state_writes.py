@@ -8,8 +8,10 @@ written whole."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from oncelog.cluster import batches
 from oncelog.cluster import znodes as zn
@@ -117,3 +119,43 @@ def test_a_leaders_isr_batch_loses_only_the_partition_that_moved_on(store):
     [note] = store.client.get_children("/isr_change_notification")
     named = json.loads(store.client.get(f"/isr_change_notification/{note}")[0])["partitions"]
     assert sorted(n["partition"] for n in named) == [p for p in range(PARTITIONS) if p != 5]
+
+
+def test_pipelined_reads_go_a_chunk_at_a_time_and_each_answer_is_heard(store):
+    """batches.gather keeps at most GATHER_CHUNK reads in kazoo's hands at once (a heartbeat
+    queued meanwhile waits behind one chunk, not thousands of reads) and tells the store
+    when ZooKeeper last heard from the session (membership.py's V3 counts from it)."""
+    _topic(store, 250)
+    client = store.client
+    in_hand: list[int] = []
+
+    def read(p: int):
+        in_hand.append(len(client._queue) + len(client._pending))
+        return client.get_async(zn.partition_state_path(TOPIC, p))
+
+    before = store.heard_at
+    started = time.monotonic()
+    answers = batches.gather(store, [lambda p=p: read(p) for p in range(250)]
+                             + [lambda: client.get_async("/absent")])
+    assert [zn.PartitionState.decode(a[0]).leader for a in answers[:250]] == [1] * 250
+    assert isinstance(answers[-1], NoNodeError)  # an answer: kept, not raised
+    assert max(in_hand) < batches.GATHER_CHUNK, max(in_hand)
+    assert store.heard_at >= started > before
+
+
+def test_answers_kazoo_makes_itself_are_not_heard_from_zookeeper(store):
+    """A client whose authentication failed gets AuthFailedError from kazoo itself, no
+    request sent (kazoo's AUTH_FAILED state, set here as kazoo sets it): such a chunk tells
+    the store nothing about when ZooKeeper last heard from the session."""
+    from kazoo.exceptions import AuthFailedError
+    from kazoo.protocol.states import KeeperState
+
+    client = store.client
+    before = store.heard_at
+    client._state = KeeperState.AUTH_FAILED
+    try:
+        answers = batches.gather(store, [lambda: client.get_async("/")] * 3)
+    finally:
+        client._state = KeeperState.CONNECTED
+    assert all(isinstance(a, AuthFailedError) for a in answers)
+    assert store.heard_at == before

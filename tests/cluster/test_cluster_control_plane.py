@@ -207,6 +207,9 @@ def test_controlled_shutdown_moves_leadership_first(cluster):
     assert broker.stop() == 0
     log = broker.log_text()
     assert f"controlled shutdown: broker {stopping} leads no partition" in log
+    # and, told so, it led nothing more (no acks=1 produce acknowledged into a log the new
+    # leader has it truncate) before its replica manager read the moves
+    assert f"broker {stopping} leads nothing from now on" in log
     for p in led:
         state = cluster.state("handover", p)
         assert state["leader"] != stopping and state["leader_epoch"] == before[p] + 1

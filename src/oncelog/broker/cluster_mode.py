@@ -28,7 +28,8 @@ Controlled shutdown goes through ZooKeeper, not the ControlledShutdown request (
 protocol has none): the stopping broker creates ``/oncelog/controlled_shutdown/<id>``
 (ephemeral), the controller moves every leadership it can to another in-sync replica
 (leader_election.py, F1 with the broker not eligible), and the broker waits, bounded, until
-its metadata cache shows it leads nothing another in-sync replica could lead.
+the controller writes into that znode that every move of its pass landed, or (whichever
+comes first) its metadata cache shows it leads nothing another in-sync replica could lead.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -65,6 +67,7 @@ from .topics import (
 log = logging.getLogger(__name__)
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
+_CACHE_POLL_S = 0.1  # how often the cache's picture is looked at while no word comes
 
 
 @dataclass
@@ -111,6 +114,11 @@ class ClusterMode:
     async def controlled_shutdown(self) -> None:
         if self._started and self.member.registration is not None:
             await asyncio.to_thread(self._controlled_shutdown, CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            self._step_down()  # moved or not, it stops now: it acknowledges nothing more
+
+    def _step_down(self) -> None:
+        if self.broker.replicas is not None:
+            self.broker.replicas.step_down()
 
     def _controlled_shutdown(self, timeout_s: float) -> None:
         from kazoo.exceptions import NodeExistsError
@@ -132,12 +140,35 @@ class ClusterMode:
             return not any(p.leader == me and any(b != me and b in live for b in p.isr)
                            for t in image.topics.values() for p in t.partitions)
 
-        if self.cache.wait_for(moved, timeout_s):
-            log.info("controlled shutdown: broker %d leads no partition another in-sync "
-                     "replica could lead (%.2fs)", me, time.monotonic() - started)
-        else:
-            log.warning("controlled shutdown: leaderships not all moved within %.0fs; "
-                        "stopping anyway", timeout_s)
+        # The controller's word (it writes into our znode once its moves landed) comes
+        # before this broker's cache has read every state it wrote; either will do.
+        told = threading.Event()
+
+        def controller_told() -> bool:
+            try:
+                data, _ = self.member.store.op(self.member.zk.get_async,
+                                               f"{zn.CONTROLLED_SHUTDOWN}/{me}",
+                                               watch=lambda _event: told.set())
+            except Exception as exc:  # ZooKeeper away: the cache's picture decides
+                log.debug("controlled shutdown: our znode not read: %r", exc)
+                return False
+            return data == zn.CONTROLLED_SHUTDOWN_MOVED
+
+        deadline = started + timeout_s
+        is_told = controller_told()  # and watched from now on
+        while not (is_told or moved(self.cache.image)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("controlled shutdown: leaderships not all moved within %.0fs; "
+                            "stopping anyway", timeout_s)
+                return
+            if told.wait(min(_CACHE_POLL_S, left)):  # our znode changed: read it again
+                told.clear()
+                is_told = controller_told()
+        if is_told and self._loop is not None:  # before the thread's answer reaches the loop
+            self._loop.call_soon_threadsafe(self._step_down)
+        log.info("controlled shutdown: broker %d leads no partition another in-sync "
+                 "replica could lead (%.2fs)", me, time.monotonic() - started)
 
     def close(self) -> None:
         self.controller.close()

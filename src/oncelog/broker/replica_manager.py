@@ -100,6 +100,7 @@ class ReplicaManager:
         self._hw_at_start: dict[str, offset_checkpoint.Entries] = {}
         self._closed = False
         self._leaving = False  # in controlled shutdown: following nothing
+        self._moved_away = False  # in controlled shutdown: told its leaderships moved
         # ISR changes waiting for the write in flight: (partition, its replication, ISR
         # before, ISR wanted, state to write, version read)
         self._isr_queue: list[tuple] = []
@@ -145,6 +146,19 @@ class ReplicaManager:
             await fetcher.stop()
         self.fetchers.clear()
         self._following.clear()
+
+    def step_down(self) -> None:
+        """Controlled shutdown: the controller wrote that this broker's leaderships moved,
+        which its view may not show yet; from now on it leads nothing (B0's fence, for
+        good), so no acks=0/1 produce is acknowledged into a log the new leader will have
+        this broker truncate."""
+        if self._moved_away:
+            return
+        self._moved_away = True
+        log.info("broker %d leads nothing from now on: its leaderships moved (controlled "
+                 "shutdown)", self.broker_id)
+        if self._last_view is not None and not self._closed:
+            self.apply_view(self._last_view, False)
 
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
@@ -233,7 +247,7 @@ class ReplicaManager:
         still does: the standing table)."""
         if self._closed:
             return
-        vouched = vouched and self.broker.cluster.vouches
+        vouched = vouched and self.broker.cluster.vouches and not self._moved_away
         self._last_view = view
         if vouched and self.fenced:
             log.info("broker %d vouches for its ZooKeeper session again", self.broker_id)
@@ -358,8 +372,10 @@ class ReplicaManager:
                      state.leader_epoch)
         elif role is rules.Role.FENCE:
             partition.replication = new
-            log.warning("%s: fenced at leader epoch %d (ZooKeeper session not vouched for)",
-                        partition.name, state.leader_epoch)
+            log.log(logging.INFO if self._moved_away else logging.WARNING,
+                    "%s: fenced at leader epoch %d (%s)", partition.name, state.leader_epoch,
+                    "moved in controlled shutdown" if self._moved_away
+                    else "ZooKeeper session not vouched for")
         else:
             partition.replication = new
             log.warning("%s: no leader at epoch %d", partition.name, state.leader_epoch)

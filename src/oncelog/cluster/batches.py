@@ -11,7 +11,14 @@ after it) are written again without the items that failed; those keep their erro
 znode moved on: the writer reads it again and decides anew). Each retry holds fewer items, so
 an item is written at most as many times as its transaction had items that failed.
 
-Reads go the same way: ``gather`` sends many reads before waiting for the first answer.
+Reads go the same way: ``gather`` sends many reads before waiting for the first answer, at
+most GATHER_CHUNK at a time. kazoo sends a session's requests in order, one by one from its
+connection thread, so 3,000 reads queued at once (a replica watch's, a metadata cache's
+after a controller wrote 1,000 states) held the heartbeat behind them for seconds in a
+loaded broker, and the broker, hearing nothing from ZooKeeper for half its session timeout,
+fenced its own leaderships (membership.py's V3; seen in bench/cluster_control.py's 1,000
+partitions). In chunks the heartbeat waits behind one chunk per reader, and every chunk
+answered tells the store when ZooKeeper last heard from the session.
 
 Decisions stay where they are (isr.py, leader_election.py): this is only how their writes
 travel.
@@ -19,10 +26,12 @@ travel.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionLoss,
     RolledBackError,
     RuntimeInconsistency,
@@ -34,6 +43,7 @@ from ..metadata.store import MetadataUnavailable
 T = TypeVar("T")
 
 BATCH_ITEMS = 200  # partitions per transaction: well under ZooKeeper's 1 MB request bound
+GATHER_CHUNK = 100  # reads in flight at once: a round trip per 100 reads, little queued
 
 
 def rolled_back(result: object) -> bool:
@@ -72,18 +82,25 @@ def settle(items: Sequence[T], commit: Callable[[list[T]], list[object]],
 
 
 def gather(store, calls: Sequence[Callable[[], object]]) -> list[object]:
-    """Issue every call (a kazoo ``*_async``), then wait for each: one round trip for all of
-    them. Each answer is the value or the exception; ZooKeeper not answering in time, or the
-    connection lost under the reads: MetadataUnavailable."""
-    pending = [call() for call in calls]
+    """Issue the calls (each a kazoo ``*_async``) GATHER_CHUNK at a time, waiting for each
+    chunk's answers: a round trip per chunk. Each answer is the value or the exception;
+    ZooKeeper not answering in time, or the connection lost under the reads:
+    MetadataUnavailable."""
     out: list[object] = []
-    for result in pending:
-        try:
-            out.append(result.get(timeout=store.session_timeout_ms / 1000))
-        except store.client.handler.timeout_exception:
-            raise MetadataUnavailable("ZooKeeper did not answer in time") from None
-        except (ConnectionLoss, SessionExpiredError) as exc:
-            raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
-        except Exception as exc:
-            out.append(exc)
+    for start in range(0, len(calls), GATHER_CHUNK):
+        sent = time.monotonic()
+        pending = [call() for call in calls[start:start + GATHER_CHUNK]]
+        answered = len(out)
+        for result in pending:
+            try:
+                out.append(result.get(timeout=store.session_timeout_ms / 1000))
+            except store.client.handler.timeout_exception:
+                raise MetadataUnavailable("ZooKeeper did not answer in time") from None
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                raise MetadataUnavailable(f"ZooKeeper connection lost: {exc!r}") from None
+            except Exception as exc:  # an answer all the same (NoNode, ...)
+                out.append(exc)
+        # kazoo answers AuthFailedError itself, without a request: not word from ZooKeeper
+        if any(not isinstance(a, AuthFailedError) for a in out[answered:]):
+            store.heard(sent)
     return out

@@ -21,6 +21,10 @@ deletion request, in one such transaction; each broker's replica manager drops i
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
 StopReplica first; here the brokers follow the znodes).
 
+A broker shutting down (its ``/oncelog/controlled_shutdown/<id>``) is told, in that znode,
+once a pass has landed every decision (``_tell_moved``): it leads nothing another eligible
+ISR member could lead, and stops without reading the states written.
+
 A broker that bounced (killed and started again, or its session expired and it registered
 again) between two passes may have come back with less than it had: a wiped disk, a power
 loss. As Kafka's controller treats its bounced brokers (a newer broker epoch: failure, then
@@ -30,11 +34,14 @@ and F1/F3 take it out of the ISR and move its leaderships, and its leader adds i
 it has caught up. Otherwise it would stay in the ISR with an empty log, electable.
 
 Passes are woken by watches (``/brokers/ids``, ``/brokers/topics``, ``/admin/
-delete_topics``, the controlled-shutdown requests, and the state znodes of partitions being
-reassigned, whose ISR growing completes them, the log directory events), by a new
-controllership, by an ElectLeaders
-request, and at least every third of the session timeout. Reads are pipelined (one round
-trip for all state znodes), so a pass costs a few round trips plus one per topic written.
+delete_topics``, the controlled-shutdown requests, every topic's assignment and config and
+every state znode, through watched_topics.py: a reassignment completes when its ISR
+grows, the log directory events), by a new controllership, by an ElectLeaders request, and
+at least every third of the session timeout. The topics and states are kept between passes
+(watched_topics.py) and read again only where a watch says they changed, pipelined, so
+a pass costs a few requests plus one per state that changed and one transaction per 200
+partitions written (a request each was 7-10 s a pass over 1,000 partitions in a loaded
+broker: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -43,7 +50,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kio.schema.errors import ErrorCode
@@ -55,24 +61,21 @@ from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .wakeups import woken
+from .watched_topics import TopicRead, WatchedTopics
 
 log = logging.getLogger(__name__)
 
+# The whole picture is read again this often whatever the watches say: a safety net against
+# a change no watch or mark caught (a bug), costing one full read (about 1,000 requests,
+# 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
+_FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
 # Config change notifications kept (Kafka purges them after 15 minutes): a broker that
 # missed more than these (its session expired) reads every topic's config again anyway.
 CONFIG_CHANGES_KEPT = 100
 
 
-@dataclass(slots=True)
-class TopicRead:
-    name: str
-    assignment: zn.TopicAssignment
-    version: int
-    configs: dict[str, str]
-    states: dict[int, tuple[zn.PartitionState, int] | None]  # (state, znode version)
-    partition_nodes: set[int]  # partitions/<p> znodes that exist
-    has_partitions_node: bool
+__all__ = ["Controller", "TopicRead"]
 
 
 class Controller:
@@ -91,12 +94,17 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._recheck_s = self.store.session_timeout_ms / 3000
         self._acting_epoch = -1
+        self._next_full_read = 0.0
         self.passes = 0
         # broker id -> czxid of the registration last seen; those counted dead since they
         # bounced, until a pass lands every decision (the pass thread and ElectLeaders read)
         self._registrations: dict[int, int] = {}
         self._bounced: set[int] = set()
         self._registrations_lock = threading.Lock()
+        self._told: set[int] = set()  # brokers shutting down told their moves landed
+        # what the passes read, kept between them and read again where watches say it
+        # changed (watched_topics.py)
+        self.context = WatchedTopics(self.store, self.wake)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -136,6 +144,12 @@ class Controller:
                 with self._registrations_lock:  # a new controllership starts from what is
                     self._registrations.clear()
                     self._bounced.clear()
+                self.context.reset()
+                self._told.clear()
+                self._next_full_read = time.monotonic() + _FULL_READ_S
+            elif time.monotonic() >= self._next_full_read:
+                self.context.reset()
+                self._next_full_read = time.monotonic() + _FULL_READ_S
             try:
                 if self.pass_once():
                     self._wake.set()
@@ -146,7 +160,8 @@ class Controller:
                     SessionExpiredError) as exc:
                 log.warning("controller pass cut short by ZooKeeper: %r", exc)
             except Exception:
-                log.exception("controller pass failed; retrying")
+                log.exception("controller pass failed; retrying from a fresh read")
+                self.context.reset()  # the same picture might fail the same way forever
                 self._stopped.wait(_RETRY_PAUSE_S)
                 self._wake.set()
 
@@ -257,7 +272,7 @@ class Controller:
         deleting = set(self._op(self.zk.get_children_async, zn.DELETE_TOPICS, watch=self.wake))
         offline, events = self.offline_replicas()
         again = False
-        topics = self.read_topics()
+        topics = self.context.read()  # after the requests above: caught up with them
         chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
         for topic in topics:
             if topic.name in deleting:
@@ -270,17 +285,23 @@ class Controller:
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
                 if decision.state is not None:
                     decisions[p] = decision
-                if facts.target is not None:
-                    # its ISR growing (the leader's write) is what completes it
-                    self._op(self.zk.exists_async, zn.partition_state_path(topic.name, p),
-                             watch=self.wake)
+                # a reassignment completes when its ISR grows (the leader's write): the
+                # context's watch on every state znode wakes the pass
             if decisions:
                 chosen.append((topic, decisions))
                 again = True  # landed: look again; lost a race: read again
-        landed = self.write(chosen)
+        try:
+            landed = self.write(chosen)
+        except BaseException:  # an answer lost: the write may have landed all the same
+            for topic, decisions in chosen:
+                self.context.mark(topic.name)
+                for p in decisions:
+                    self.context.mark(topic.name, p)
+            raise
         if all(landed.values()):
             with self._registrations_lock:
                 self._bounced -= counted_dead  # out of every ISR now (or the last of one)
+            self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
@@ -291,6 +312,28 @@ class Controller:
             self._gather([lambda e=e: self.zk.delete_async(
                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
+
+    def _tell_moved(self, shutting: frozenset[int]) -> None:
+        """Every decision of this pass landed: each broker shutting down leads nothing
+        another eligible ISR member could (F1 moved it, S1 keeps it), which its
+        controlled-shutdown znode now says; once per request (a new znode is a new one).
+        Written as the decisions were, only while this controller's epoch holds: a deposed
+        one's word could stop a broker whose moves nobody made."""
+        self._told &= shutting
+        todo = sorted(shutting - self._told)
+        if not todo:
+            return
+
+        def commit(brokers: list[int]) -> list[object]:
+            return self.member.controller_transaction(lambda txn: [txn.set_data(
+                f"{zn.CONTROLLED_SHUTDOWN}/{b}", zn.CONTROLLED_SHUTDOWN_MOVED)
+                for b in brokers], partial=True)
+
+        for broker, answer in zip(todo, settle(todo, commit), strict=True):
+            if isinstance(answer, Exception):  # gone: it stopped, or its session ended
+                log.debug("controlled shutdown of broker %d not told: %r", broker, answer)
+            else:
+                self._told.add(broker)
 
     def _rebalance_due(self) -> bool:
         if self.rebalance_configs is None:
@@ -359,6 +402,10 @@ class Controller:
                 # A1 rewrites the assignment: the topic's decisions go in one transaction
                 ok = self._write(topic, decisions)
                 landed.update({(topic.name, p): ok for p in decisions})
+                if not ok:
+                    self.context.mark(topic.name)
+                    for p in decisions:
+                        self.context.mark(topic.name, p)
             else:
                 items += [(topic, p, decisions[p]) for p in sorted(decisions)]
         fates = settle(items, self._commit_states)
@@ -367,6 +414,8 @@ class Controller:
             landed[(topic.name, p)] = not isinstance(fate, Exception)
             if isinstance(fate, Exception):
                 lost.add(topic.name)
+                self.context.mark(topic.name)  # its assignment, or this state, moved on
+                self.context.mark(topic.name, p)
                 continue
             state = decision.state
             log.info("partition %s-%d: %s leader %d epoch %d isr %s", topic.name, p,
@@ -463,7 +512,7 @@ class Controller:
         return True
 
     def _delete(self, topic: TopicRead) -> None:
-        from kazoo.exceptions import BadVersionError, NoNodeError
+        from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
         def build(txn) -> None:
             for p in sorted(topic.partition_nodes):
@@ -477,9 +526,11 @@ class Controller:
 
         try:
             self.member.controller_transaction(build)
-        except (BadVersionError, NoNodeError) as exc:
+        except (BadVersionError, NoNodeError, NotEmptyError) as exc:
+            # NotEmpty: a partition znode the picture does not hold (made meanwhile)
             log.info("deleting topic %s lost to a concurrent change (%r); reading again",
                      topic.name, exc)
+            self.context.mark(topic.name)
             self._stopped.wait(_RETRY_PAUSE_S)
             return
         # Its config goes after it: a topic re-created meanwhile writes its own.
@@ -487,6 +538,7 @@ class Controller:
             self._op(self.zk.delete_async, zn.topic_config_path(topic.name))
         except NoNodeError:
             pass
+        self.context.forget(topic.name)
         log.info("deleted topic %s", topic.name)
 
     # --- ElectLeaders --------------------------------------------------------------------

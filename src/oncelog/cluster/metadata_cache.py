@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
+from .batches import gather
 from .wakeups import woken
 
 log = logging.getLogger(__name__)
@@ -241,19 +242,20 @@ class MetadataCache:
             for p in known - set(assignment.partitions):
                 self._states.pop((name, p), None)
             changed.add(name)
-        # Pipelined: one round trip for all the states marked, not one each.
-        pending = [(key, self.zk.get_async(zn.partition_state_path(*key),
-                                           watch=self._mark("state", key)))
-                   for key in states if key[0] in self._assignments]
+        # Pipelined (batches.gather): a round trip per hundred states marked, not one each.
+        keys = [key for key in states if key[0] in self._assignments]
         missing = []
-        for key, result in pending:
-            try:
-                data, _ = result.get(timeout=self.store.session_timeout_ms / 1000)
-            except NoNodeError:
+        for key, got in zip(keys, gather(self.store, [
+                lambda k=k: self.zk.get_async(zn.partition_state_path(*k),
+                                              watch=self._mark("state", k)) for k in keys]),
+                strict=True):
+            if isinstance(got, NoNodeError):
                 self._states.pop(key, None)
                 missing.append(key)
                 continue
-            self._states[key] = zn.PartitionState.decode(data)
+            if isinstance(got, Exception):
+                raise got
+            self._states[key] = zn.PartitionState.decode(got[0])
             changed.add(key[0])
         for key in missing:  # told when the controller writes it
             if self._op(self.zk.exists_async, zn.partition_state_path(*key),

@@ -5,9 +5,11 @@ Reads, and watches, Kafka's znodes (znodes.py): the topics' assignments under
 configs under ``/config/topics``; it hands the whole view to the broker (``on_view``, called
 on this watch's thread: the broker moves it to its event loop), with whether the broker
 vouched for its session (membership.py's standing table) when the read began: a view read
-before the broker registered again is no ground to lead (isr.py's B0). The view is read again when a
-watch fires, when the session comes back, when the broker asks (``refresh``: an ISR write
-refused, or its outcome unknown), and at least every third of the session timeout; a read
+before the broker registered again is no ground to lead (isr.py's B0). The picture is kept
+between reads (watched_topics.py) and only what a watch says changed is read again. The view
+is read again when a watch fires, when the session comes back, when the broker asks
+(``refresh``: an ISR write refused, or its outcome unknown: that partition is read again),
+and at least every third of the session timeout; a read
 that fails is retried by the next of these, and a broker ZooKeeper does not answer stops
 leading within half the session timeout (membership.py's V3), which bounds how long an
 acks=all produce can wait on an ISR the leader does not know.
@@ -45,8 +47,9 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
-from .batches import gather, settle
+from .batches import settle
 from .wakeups import woken
+from .watched_topics import WatchedTopics
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,10 @@ class ReplicaWatch:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # the assignments, configs and this broker's partitions' states, read again only
+        # where a watch says they changed: each view read cost two requests per partition
+        self.topics = WatchedTopics(store, self._wake.set, lambda assignment: [
+            p for p, replicas in assignment.partitions.items() if broker_id in replicas])
         store.add_session_listener(self._on_session)
 
     def start(self) -> None:
@@ -112,58 +119,16 @@ class ReplicaWatch:
         return self.store.op(call_async, *args, **kwargs)
 
     def read_view(self) -> dict[str, TopicView]:
-        """Every topic with a partition assigned to this broker, watched. Reads are
-        pipelined (batches.gather): a few round trips, whatever the partition count."""
-        try:
-            names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
-        except NoNodeError:
-            self._op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
-            names = self._op(self.zk.get_children_async, zn.BROKER_TOPICS, watch=self._fire)
-        names = sorted(names)
-        assigned: dict[str, tuple[zn.TopicAssignment, list[int]]] = {}
-        for name, got in zip(names, gather(self.store, [
-                lambda n=n: self.zk.get_async(zn.topic_path(n), watch=self._fire)
-                for n in names]), strict=True):
-            if isinstance(got, NoNodeError):
-                continue
-            if isinstance(got, Exception):
-                raise got
-            assignment = zn.TopicAssignment.decode(got[0])
-            ours = [p for p, replicas in assignment.partitions.items()
+        """Every topic with a partition assigned to this broker, watched. The picture is
+        kept between reads (watched_topics.py): only what changed is read again."""
+        view = {}
+        for topic in self.topics.read():
+            ours = [p for p, replicas in topic.assignment.partitions.items()
                     if self.broker_id in replicas]
             if ours:
-                assigned[name] = (assignment, ours)
-        keys = [(name, p) for name, (_, ours) in assigned.items() for p in ours]
-        # watched even while absent: the controller creates a state after the topic
-        found = gather(self.store, [
-            lambda n=n, p=p: self.zk.exists_async(zn.partition_state_path(n, p),
-                                                  watch=self._fire) for n, p in keys])
-        present = []
-        for key, stat in zip(keys, found, strict=True):
-            if isinstance(stat, Exception):
-                raise stat
-            if stat is not None:
-                present.append(key)
-        states: dict[str, dict[int, tuple[zn.PartitionState, int]]] = {}
-        for (name, p), got in zip(present, gather(self.store, [
-                lambda n=n, p=p: self.zk.get_async(zn.partition_state_path(n, p))
-                for n, p in present]), strict=True):
-            if isinstance(got, NoNodeError):
-                continue
-            if isinstance(got, Exception):
-                raise got
-            states.setdefault(name, {})[p] = (zn.PartitionState.decode(got[0]),
-                                              got[1].version)
-        configs = gather(self.store, [
-            lambda n=n: self.zk.get_async(f"{zn.CONFIG_TOPICS}/{n}", watch=self._fire)
-            for n in assigned])
-        view = {}
-        for (name, (assignment, _)), config in zip(assigned.items(), configs, strict=True):
-            if isinstance(config, Exception) and not isinstance(config, NoNodeError):
-                raise config
-            view[name] = TopicView(name, assignment, {} if isinstance(config, Exception)
-                                   else zn.decode_topic_config(config[0]),
-                                   states.get(name, {}))
+                view[topic.name] = TopicView(
+                    topic.name, topic.assignment, topic.configs,
+                    {p: found for p in ours if (found := topic.states.get(p)) is not None})
         return view
 
     def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
@@ -177,8 +142,14 @@ class ReplicaWatch:
         except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
             # perhaps written: the leader counts the ISR asked for until it reads the state
             log.warning("ISR changes of %d partitions not written: %r", len(changes), exc)
+            for topic, partition, _, _ in changes:
+                self.topics.mark(topic, partition)
+            self.refresh()
             return [None] * len(changes)
         versions = [None if isinstance(f, Exception) else f.version for f in fates]
+        for (topic, partition, _, _), version in zip(changes, versions, strict=True):
+            if version is None:  # its state moved on: read it again
+                self.topics.mark(topic, partition)
         if any(v is None for v in versions):
             self.refresh()
         written = [{"topic": t, "partition": p}
@@ -224,9 +195,6 @@ class ReplicaWatch:
         self._op(self.zk.create_async,
                  f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{zn.LOG_DIR_EVENT_PREFIX}",
                  zn.encode_log_dir_event(self.broker_id), sequence=True, makepath=True)
-
-    def _fire(self, _event) -> None:
-        self._wake.set()
 
     def _on_session(self, state: str) -> None:
         if state == KazooState.CONNECTED:

@@ -234,8 +234,11 @@ def topic_config_path(topic: str) -> str:
 # Not Kafka's (its brokers ask the controller with the ControlledShutdown request, which
 # Kafka 4's protocol no longer has): a broker stopping creates this ephemeral znode and the
 # controller moves its leaderships away (cluster/controller.py); the znode goes with the
-# broker's session, so a broker that dies meanwhile leaves nothing behind.
+# broker's session, so a broker that dies meanwhile leaves nothing behind. The controller
+# writes CONTROLLED_SHUTDOWN_MOVED into it once a pass has landed every move it decided
+# (the broker need not read every partition's state to know it may stop).
 CONTROLLED_SHUTDOWN = "/oncelog/controlled_shutdown"
+CONTROLLED_SHUTDOWN_MOVED = b"moved"
 
 # Kafka's: a broker whose log directory failed creates a sequential
 # ``log_dir_event_<seq>`` here with ``{"version":1,"broker":<id>,"event":1}`` (1: a log

@@ -1,0 +1,283 @@
+"""WatchedTopics: a picture of every topic and partition state in ZooKeeper, kept between
+reads and read again only where watches say it changed: the controller's (controller.py,
+Kafka's ControllerContext) and each broker's replica watch's (replica_watch.py, the states
+of the partitions assigned to the broker only).
+
+A controller pass used to read every topic's assignment, config and partitions and every partition's
+state znode: one ZooKeeper request per partition, each a hand-off to kazoo's connection
+thread, so a pass over 1,000 partitions cost a second of CPU on a quiet machine and 7-10 s
+in a loaded broker whose event loop holds the GIL (docs/benchmarks.md). As Kafka's
+controller keeps its WatchedTopics, the picture is kept here and only what changed is
+read again: every read sets a watch (the topic list's children, each topic's assignment,
+config and partitions' children, each state znode; an ``exists`` watch while a config, the
+partitions znode or a state is absent) and a watch
+only marks what it names; ``read`` reads the marked znodes (pipelined) and answers the whole
+picture. A steady pass then costs a few requests, whatever the partition count; a pass
+after N state changes reads N states.
+
+Why the picture is never older than a fresh read would be, where a decision depends on it:
+
+- ZooKeeper sends a session a watch's event before the answer to any request of that
+  session processed after the change; kazoo runs the watch callbacks on its callback thread,
+  so ``read`` makes one request, then puts a marker on that thread's queue behind the
+  callbacks and waits for it (``_caught_up``): every change ZooKeeper applied before that
+  request was answered is marked by then.
+- Every write made from the picture (the controller's decisions, a leader's ISR change) is
+  conditional on the version read, so a stale entry can only lose a write (BadVersion),
+  never overwrite a newer state; its writer ``mark``s it and the next read takes it again.
+- ``reset`` (a new controllership) and a new or resumed ZooKeeper session (watches may be
+  lost with it) read everything again.
+
+One thread calls ``read`` and ``forget``; ``reset``, ``mark`` and the watch and session
+callbacks (kazoo's threads among them) only mark, under a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import Callback, KazooState
+
+from ..metadata.store import MetadataUnavailable
+from . import znodes as zn
+from .batches import gather
+
+log = logging.getLogger(__name__)
+
+_STATE_SUFFIX = "/state"
+
+
+@dataclass(slots=True)
+class TopicRead:
+    name: str
+    assignment: zn.TopicAssignment
+    version: int
+    configs: dict[str, str]
+    states: dict[int, tuple[zn.PartitionState, int] | None]  # (state, znode version)
+    partition_nodes: set[int]  # partitions/<p> znodes that exist
+    has_partitions_node: bool
+
+
+class WatchedTopics:
+    def __init__(self, store, wake: Callable[[], None],
+                 states_of: Callable[[zn.TopicAssignment], Iterable[int]] | None = None
+                 ) -> None:
+        """``wake``: called after a watch marked something; ``states_of``: the partitions of
+        a topic whose states are read and watched (None: every one)."""
+        self.store = store
+        self.zk = store.client
+        self._wake = wake
+        self._states_of = states_of
+        self._topics: dict[str, TopicRead] = {}
+        self._lock = threading.Lock()
+        self._everything = True  # read it all: no picture yet, or it may have missed changes
+        self._list = True
+        self._dirty_topics: set[str] = set()
+        self._dirty_states: set[tuple[str, int]] = set()
+        store.add_session_listener(self._on_session)
+
+    # --- marks (any thread) ----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Read everything at the next ``read`` (a new controllership)."""
+        with self._lock:
+            self._everything = True
+
+    def mark(self, topic: str, partition: int | None = None) -> None:
+        """Read this topic (its assignment, config and partitions), or this partition's
+        state, again at the next ``read``: a write to it was lost."""
+        with self._lock:
+            if partition is None:
+                self._dirty_topics.add(topic)
+            else:
+                self._dirty_states.add((topic, partition))
+
+    def _on_session(self, state: str) -> None:
+        if state in (KazooState.CONNECTED, KazooState.LOST):
+            self.reset()
+            self._wake()
+
+    def _list_changed(self, _event) -> None:
+        with self._lock:
+            self._list = True
+        self._wake()
+
+    def _topic_changed(self, event) -> None:
+        # /brokers/topics/<t> or /config/topics/<t>: either way the topic is read again
+        if event.path is None:  # the session's end, told to every watch
+            self.reset()
+        else:
+            self.mark(event.path.rsplit("/", 1)[1])
+        self._wake()
+
+    def _partitions_changed(self, event) -> None:
+        # /brokers/topics/<t>/partitions: a partition znode made or deleted
+        parts = (event.path or "").split("/")
+        if event.path is None or len(parts) < 2:  # the session's end, told to every watch
+            self.reset()
+        else:
+            self.mark(parts[-2])
+        self._wake()
+
+    def _state_changed(self, event) -> None:
+        # /brokers/topics/<t>/partitions/<p>/state
+        parts = (event.path or "")[:-len(_STATE_SUFFIX)].split("/")
+        try:
+            self.mark(parts[-3], int(parts[-1]))
+        except (IndexError, ValueError):  # the session's end, told to every watch
+            self.reset()
+        self._wake()
+
+    # --- the picture (the pass thread) -----------------------------------------------------
+
+    def forget(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+
+    def read(self) -> list[TopicRead]:
+        """Every topic as ZooKeeper holds it, reading only what changed since the last
+        read."""
+        self.store.op(self.zk.exists_async, zn.BROKER_TOPICS)
+        self._caught_up()
+        with self._lock:
+            everything, self._everything = self._everything, False
+            listed, self._list = self._list or everything, False
+            topics, self._dirty_topics = self._dirty_topics, set()
+            states, self._dirty_states = self._dirty_states, set()
+        try:
+            self._read(everything, listed, topics, states)
+        except BaseException:
+            with self._lock:  # read them again next time
+                self._everything |= everything
+                self._list |= listed
+                self._dirty_topics |= topics
+                self._dirty_states |= states
+            raise
+        return [self._topics[name] for name in sorted(self._topics)]
+
+    def _caught_up(self) -> None:
+        """Every watch callback kazoo had queued has run."""
+        done = threading.Event()
+        self.zk.handler.dispatch_callback(Callback("controller", done.set, ()))
+        if not done.wait(self.store.session_timeout_ms / 1000):
+            raise MetadataUnavailable("kazoo's callbacks did not run in time")
+
+    def _read(self, everything: bool, listed: bool, topics: set[str],
+              states: set[tuple[str, int]]) -> None:
+        if everything:
+            self._topics.clear()
+        if listed:
+            try:
+                names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
+                                          watch=self._list_changed))
+            except NoNodeError:  # no topic was ever made
+                self.store.op(self.zk.ensure_path_async, zn.BROKER_TOPICS)
+                names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
+                                          watch=self._list_changed))
+            for gone in set(self._topics) - names:
+                del self._topics[gone]
+            topics = (topics | (names - set(self._topics))) & names
+        read = self._read_topics(sorted(topics))
+        for name in topics:
+            if name not in read:
+                self._topics.pop(name, None)  # gone meanwhile: the list's watch fires too
+        for name, topic in read.items():
+            old = self._topics.get(name)
+            self._topics[name] = topic
+            # a new topic, or a new partition: every state of it is read; the others stay
+            for p in self._wanted(topic.assignment):
+                if old is not None and p in old.states:
+                    topic.states[p] = old.states[p]
+                else:
+                    states.add((name, p))
+        wanted = {name: self._wanted(self._topics[name].assignment)
+                  for name in {t for t, _ in states} if name in self._topics}
+        self._read_states(sorted(k for k in states if k[1] in wanted.get(k[0], ())))
+
+    def _wanted(self, assignment: zn.TopicAssignment) -> set[int]:
+        if self._states_of is None:
+            return set(assignment.partitions)
+        return set(self._states_of(assignment))
+
+    def _read_topics(self, names: list[str]) -> dict[str, TopicRead]:
+        answers = gather(self.store, [
+            lambda n=n: self.zk.get_async(zn.topic_path(n), watch=self._topic_changed)
+            for n in names]
+            + [lambda n=n: self.zk.get_async(zn.topic_config_path(n),
+                                             watch=self._topic_changed) for n in names]
+            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n),
+                                                      watch=self._partitions_changed)
+               for n in names])
+        k = len(names)
+        out: dict[str, TopicRead] = {}
+        no_config, no_partitions = [], []
+        for i, name in enumerate(names):
+            got = answers[i]
+            if isinstance(got, NoNodeError):
+                continue
+            if isinstance(got, Exception):
+                raise got
+            data, stat = got
+            config = answers[k + i]
+            if isinstance(config, NoNodeError):
+                no_config.append(name)
+            elif isinstance(config, Exception):
+                raise config
+            configs = {} if isinstance(config, Exception) else zn.decode_topic_config(config[0])
+            children = answers[2 * k + i]
+            if isinstance(children, Exception) and not isinstance(children, NoNodeError):
+                raise children
+            has_node = not isinstance(children, Exception)
+            if not has_node:
+                no_partitions.append(name)
+            nodes = {int(c) for c in children} if has_node else set()
+            out[name] = TopicRead(name, zn.TopicAssignment.decode(data), stat.version,
+                                  configs, {}, nodes, has_node)
+        # told when a config is written for the first time
+        for name, stat in zip(no_config, gather(self.store, [
+                lambda n=n: self.zk.exists_async(zn.topic_config_path(n),
+                                                 watch=self._topic_changed)
+                for n in no_config]), strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                self.mark(name)  # written since: read it next time
+                self._wake()
+        # and when its partitions znode is made, so that its children get their watch
+        for name, stat in zip(no_partitions, gather(self.store, [
+                lambda n=n: self.zk.exists_async(zn.partitions_path(n),
+                                                 watch=self._partitions_changed)
+                for n in no_partitions]), strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                self.mark(name)
+                self._wake()
+        return out
+
+    def _read_states(self, keys: list[tuple[str, int]]) -> None:
+        answers = gather(self.store, [lambda t=t, p=p: self.zk.get_async(
+            zn.partition_state_path(t, p), watch=self._state_changed) for t, p in keys])
+        missing = []
+        for (t, p), got in zip(keys, answers, strict=True):
+            topic = self._topics[t]
+            if isinstance(got, NoNodeError):
+                topic.states.pop(p, None)
+                missing.append((t, p))
+                continue
+            if isinstance(got, Exception):
+                raise got
+            topic.states[p] = (zn.PartitionState.decode(got[0]), got[1].version)
+        # told when the state is created (by this controller, or one before it)
+        for key, stat in zip(missing, gather(self.store, [
+                lambda t=t, p=p: self.zk.exists_async(zn.partition_state_path(t, p),
+                                                      watch=self._state_changed)
+                for t, p in missing]), strict=True):
+            if isinstance(stat, Exception):
+                raise stat
+            if stat is not None:
+                self.mark(*key)
+                self._wake()
