@@ -114,4 +114,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     free up (see the Makefile). Collected late (protocol/, producer_state/), a long one left
     one worker running for a minute after the other had finished."""
     items.sort(key=lambda item: (not item.path.name.startswith("test_spark"),
-                                 item.path.name not in LONG))
+                                 item.path.name not in LONG, _own_spark_master(item)))
+
+
+def _own_spark_master(item: pytest.Item) -> bool:
+    """A test that asks the shared session for a master of its own (local[2,3]: task retries)
+    through ``_spark_sessions`` rather than ``spark``: run after the other Spark tests, each
+    switch of the shared session's master is a JVM start (10-20 s of CPU), and after them
+    nothing switches it back."""
+    names = getattr(item, "fixturenames", ())
+    return "_spark_sessions" in names and "spark" not in names
