@@ -23,15 +23,13 @@ stored" is not stored by that process; once the faults stop, every record gets i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
-
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
 )
 from kio.schema.errors import ErrorCode
@@ -53,69 +51,15 @@ BROKER_ERRORS = [ErrorCode.not_leader_or_follower, ErrorCode.invalid_timestamp,
                  ErrorCode.not_enough_replicas_after_append]
 
 
-class Action(NamedTuple):
-    """One kind of step: what it runs, when it may run (None: always), its arguments."""
-    name: str
-    run: Callable[..., None]
-    when: Callable[[ClientModel], object] | None
-    arguments: dict[str, st.SearchStrategy]
-
-
-class Step(NamedTuple):
-    """An action and its arguments, shown as the call it makes."""
-    action: Action
-    arguments: dict[str, object]
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={value!r}" for name, value in self.arguments.items())
-        return f"{self.action.name}({shown})"
-
-
-ACTIONS: list[Action] = []
-# One strategy per number of actions to choose from, made once (a strategy made per step
-# recomputes its label every time).
-CHOICE = [st.integers(0, n - 1) if n else st.nothing() for n in range(32)]
-RUNNER = st.runner()  # the machine, in a state machine's test
-
-
-def action(when: Callable[[ClientModel], object] | None = None, **arguments):
-    """An action of the model, one per step, chosen among those whose ``when`` holds (see
-    ``steps``)."""
-    def record(function: Callable[..., None]) -> Callable[..., None]:
-        ACTIONS.append(Action(function.__name__, function, when, arguments))
-        return function
-    return record
-
-
-@st.composite
-def steps(draw) -> Step:
-    """The next step of the machine (hypothesis's runner): one of the actions that may run
-    now and that this run has not left out (any that may run, if it left them all out), with
-    its arguments. As rules of hypothesis's own, with preconditions, the test took a fifth more
-    CPU (60.6 s, not 50.7 s): per step hypothesis drew a swarm flag and checked the
-    preconditions of each candidate rule, choices its engine then records and mutates."""
-    machine = draw(RUNNER)
-    ready = [a for a in ACTIONS if a.when is None or a.when(machine)]
-    chosen = [a for a in ready if a.name not in machine.off] or ready
-    act = chosen[draw(CHOICE[len(chosen)])]
-    return Step(act, {name: draw(strategy) for name, strategy in act.arguments.items()})
-
-
 class ClientModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.world = World()
-        self.off: frozenset[str] = frozenset()
 
     @initialize(applications=st.integers(1, 3), partitions=st.integers(1, 2),
-                max_producers=st.sampled_from([1, 2, 100_000]), wrap=st.booleans(),
-                off=st.deferred(lambda: st.lists(st.booleans(), min_size=len(ACTIONS),
-                                                 max_size=len(ACTIONS))))
+                max_producers=st.sampled_from([1, 2, 100_000]), wrap=st.booleans())
     def start(self, applications: int, partitions: int, max_producers: int,
-              wrap: bool, off: list[bool]) -> None:
-        # Swarm testing, as hypothesis does for rules: each run leaves some actions out (it
-        # shrinks to none left out), so that runs differ in more than their order.
-        self.off = frozenset(a.name for a, out in zip(ACTIONS, off, strict=True) if out)
+              wrap: bool) -> None:
         self.world = world = World(partitions, StateLimits(
             max_producers=max_producers, expiration_ms=EXPIRATION, tombstone_ms=TOMBSTONE))
         for number in range(applications):
@@ -131,79 +75,83 @@ class ClientModel(RuleBasedStateMachine):
             else:
                 world.start_lineage()
 
-    @rule(step=steps())
-    def step(self, step: Step) -> None:
-        step.action.run(self, **step.arguments)
-
     def _pick(self, items: list, pick: int):
         return items[pick % len(items)]
 
     # --- the applications -------------------------------------------------------------------
 
-    @action(pick=PICK, count=st.integers(1, 5))
+    @rule(pick=PICK, count=st.integers(1, 5))
     def produce(self, pick: int, count: int) -> None:
         lineage = self._pick(self.world.lineages, pick)
         if lineage.process.delivery.fatal is None:
             self.world.produce(lineage, count)
 
-    @action(pick=PICK)
+    @rule(pick=PICK)
     def sender_turn(self, pick: int) -> None:
         self._pick(self.world.live(), pick).step()
 
-    @action(when=lambda self: any(self.world.can_checkpoint(x) for x in self.world.lineages),
-            pick=PICK)
+    @precondition(lambda self: any(self.world.can_checkpoint(x) for x in self.world.lineages))
+    @rule(pick=PICK)
     def checkpoint(self, pick: int) -> None:
         ready = [x for x in self.world.lineages if self.world.can_checkpoint(x)]
         self.world.checkpoint(self._pick(ready, pick))
 
-    @action(when=lambda self: any(self.world.can_resume(x) for x in self.world.lineages),
-            pick=PICK)
+    @precondition(lambda self: any(self.world.can_resume(x) for x in self.world.lineages))
+    @rule(pick=PICK)
     def crash_and_resume(self, pick: int) -> None:
         ready = [x for x in self.world.lineages if self.world.can_resume(x)]
         self.world.crash_and_resume(self._pick(ready, pick))
 
     # --- the network ------------------------------------------------------------------------
 
-    @action(when=lambda self: self.world.wire, pick=PICK)
+    @precondition(lambda self: self.world.wire)
+    @rule(pick=PICK)
     def broker_takes_a_request(self, pick: int) -> None:
         self.world.process_copy(self._pick(self.world.wire, pick))
 
-    @action(when=lambda self: self.world.wire)
+    @precondition(lambda self: self.world.wire)
+    @rule()
     def broker_takes_every_request_in_order(self) -> None:
         while self.world.wire:
             self.world.process_copy(self.world.wire[0])
 
-    @action(when=lambda self: self.world.wire, pick=PICK, error=st.sampled_from(BROKER_ERRORS))
+    @precondition(lambda self: self.world.wire)
+    @rule(pick=PICK, error=st.sampled_from(BROKER_ERRORS))
     def broker_answers_an_error(self, pick: int, error: ErrorCode) -> None:
         self.world.broker_fails(self._pick(self.world.wire, pick), error)
 
-    @action(when=lambda self: self.world.answers, pick=PICK)
+    @precondition(lambda self: self.world.answers)
+    @rule(pick=PICK)
     def client_reads_an_answer(self, pick: int) -> None:
         self.world.read_answer(pick % len(self.world.answers))
 
-    @action(when=lambda self: self.world.wire, pick=PICK)
+    @precondition(lambda self: self.world.wire)
+    @rule(pick=PICK)
     def lose_a_request(self, pick: int) -> None:
         self.world.wire.pop(pick % len(self.world.wire))
 
-    @action(when=lambda self: self.world.answers, pick=PICK)
+    @precondition(lambda self: self.world.answers)
+    @rule(pick=PICK)
     def lose_an_answer(self, pick: int) -> None:
         self.world.answers.pop(pick % len(self.world.answers))
 
-    @action(when=lambda self: self.world.wire, pick=PICK)
+    @precondition(lambda self: self.world.wire)
+    @rule(pick=PICK)
     def a_request_arrives_twice(self, pick: int) -> None:
         self.world.duplicate(self._pick(self.world.wire, pick))
 
-    @action(pick=PICK)
+    @rule(pick=PICK)
     def connection_cut(self, pick: int) -> None:
         self._pick(self.world.live(), pick).cut()
 
-    @action(when=lambda self: any(p.lookups for p in self.world.live()), pick=PICK)
+    @precondition(lambda self: any(p.lookups for p in self.world.live()))
+    @rule(pick=PICK)
     def broker_describes_producers(self, pick: int) -> None:
         process = self._pick([p for p in self.world.live() if p.lookups], pick)
         process.answer_lookup(process.lookups[0])
         event("DescribeProducers answered")
 
-    @action(backwards=st.booleans(), fault=st.sampled_from([None, *BROKER_ERRORS]))
+    @rule(backwards=st.booleans(), fault=st.sampled_from([None, *BROKER_ERRORS]))
     def a_calm_spell(self, backwards: bool, fault: ErrorCode | None) -> None:
         """Every process sends what it may; the broker takes every request, in order or
         last first, and may answer the first an error; every answer and lookup is read."""
@@ -220,11 +168,11 @@ class ClientModel(RuleBasedStateMachine):
             while process.lookups:
                 process.answer_lookup(process.lookups[0])
 
-    @action(ms=st.sampled_from([10, 10, 50, 50, 200, 1000]))
+    @rule(ms=st.sampled_from([10, 10, 50, 50, 200, 1000]))
     def time_passes(self, ms: int) -> None:
         self.world.advance(ms)
 
-    @action()
+    @rule()
     def the_broker_forgets_idle_producers(self) -> None:
         """Long enough for idle producers to become compact records, then for those to go."""
         self.world.advance(EXPIRATION + 1000)
@@ -232,11 +180,11 @@ class ClientModel(RuleBasedStateMachine):
 
     # --- the broker -------------------------------------------------------------------------
 
-    @action(pick=PICK)
+    @rule(pick=PICK)
     def take_snapshot(self, pick: int) -> None:
         self._pick(self.world.broker, pick).take_snapshot()
 
-    @action(how=st.sampled_from(["clean", "snapshot+log", "log"]))
+    @rule(how=st.sampled_from(["clean", "snapshot+log", "log"]))
     def restart_broker(self, how: str) -> None:
         self.world.restart_broker(how)
 
