@@ -95,16 +95,19 @@ def zookeeper():
     server.close()
 
 
-# The files with a test of 15 s or more on the suite's 2 cores (``make test`` prints the
-# slowest): started right after the Spark tests. A name missing here costs balance, not a test.
+# The files with a test of 15 s or more, or 30 s of tests, on a busy machine (``make test``
+# prints the slowest): started right after the Spark tests. A name missing here costs
+# balance, not a test. Measured again for issue 22 (the candidates in one process, load 4-5):
+# test_compaction_kill came in (24 s); out went test_group_migration, _compaction_transactions,
+# _frame_reader, _produce_request, _txn_history (longest 6-11 s) and test_server_assignors
+# (its strategies made once: 2-4 s a test).
 LONG = {
-    "test_client_model.py", "test_producer_state.py", "test_compaction_crash.py",
-    "test_linear_time.py", "test_copy_job.py", "test_txn_copier.py", "test_txn_storage.py",
-    "test_group_migration.py", "test_compaction_transactions.py", "test_frame_check.py",
-    "test_storage_faults.py", "test_descriptors.py", "test_frame_reader.py",
-    "test_idempotent_clients.py", "test_resource_bounds.py", "test_txn_workload.py",
-    "test_failover_scenario.py", "test_server_assignors.py", "test_produce_request.py",
-    "test_fuzz_frames.py", "test_txn_history.py",
+    "test_client_model.py", "test_txn_workload.py", "test_frame_check.py",
+    "test_compaction_kill.py", "test_producer_state.py", "test_linear_time.py",
+    "test_txn_copier.py", "test_storage_faults.py", "test_failover_scenario.py",
+    "test_compaction_crash.py", "test_copy_job.py", "test_fuzz_frames.py",
+    "test_resource_bounds.py", "test_txn_storage.py", "test_idempotent_clients.py",
+    "test_descriptors.py",
 }
 
 
@@ -114,4 +117,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     free up (see the Makefile). Collected late (protocol/, producer_state/), a long one left
     one worker running for a minute after the other had finished."""
     items.sort(key=lambda item: (not item.path.name.startswith("test_spark"),
-                                 item.path.name not in LONG))
+                                 item.path.name not in LONG, _own_spark_master(item)))
+
+
+def _own_spark_master(item: pytest.Item) -> bool:
+    """A test that asks the shared session for a master of its own (local[2,3]: task retries)
+    through ``_spark_sessions`` rather than ``spark``: run after the other Spark tests, each
+    switch of the shared session's master is a JVM start (10-20 s of CPU), and after them
+    nothing switches it back."""
+    names = getattr(item, "fixturenames", ())
+    return "_spark_sessions" in names and "spark" not in names

@@ -27,17 +27,25 @@ SETTINGS = settings(derandomize=True, database=None, max_examples=300, deadline=
 counts_st = st.dictionaries(st.sampled_from(TOPICS), st.integers(0, 12), min_size=1)
 
 
+# What groups() and sticky_rounds() draw from, made once: made per draw, each strategy was
+# built, validated and looked up in hypothesis's cache again, most of the tests' CPU.
+_MEMBER_COUNT = st.integers(1, 7)
+_TOPIC_SET = st.sets(st.sampled_from(TOPICS), min_size=1)
+_STATIC = st.booleans()
+_MEMBER_NUMBER = st.integers(0, 10**6)
+_ONE_OF = [st.sampled_from(range(n)) for n in range(10)]  # _ONE_OF[n]: an index below n
+
+
 @st.composite
 def groups(draw, same_topics: bool = False):
     counts = draw(counts_st)
-    n = draw(st.integers(1, 7))
-    shared = frozenset(draw(st.sets(st.sampled_from(TOPICS), min_size=1)))
+    n = draw(_MEMBER_COUNT)
+    shared = frozenset(draw(_TOPIC_SET))
     members = []
     for i in range(n):
-        topics = shared if same_topics else frozenset(
-            draw(st.sets(st.sampled_from(TOPICS), min_size=1)))
-        static = draw(st.booleans())
-        members.append(Member(f"m-{draw(st.integers(0, 10**6))}-{i}", topics,
+        topics = shared if same_topics else frozenset(draw(_TOPIC_SET))
+        static = draw(_STATIC)
+        members.append(Member(f"m-{draw(_MEMBER_NUMBER)}-{i}", topics,
                               f"i-{i}" if static else None))
     return members, counts
 
@@ -97,7 +105,8 @@ def sticky_rounds(draw):
     members, counts = draw(groups(same_topics=True))
     partitions = sorted(all_partitions(members, counts))
     ids = [*(m.member_id for m in members), "gone"]
-    owner = {tp: draw(st.sampled_from([*ids, None])) for tp in partitions}
+    choices = [*ids, None]
+    owner = {tp: choices[draw(_ONE_OF[len(choices)])] for tp in partitions}
     return [Member(m.member_id, m.topics, m.instance_id,
                    tuple(tp for tp in partitions if owner[tp] == m.member_id), 3)
             for m in members], counts

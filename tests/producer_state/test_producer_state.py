@@ -306,34 +306,48 @@ _cached_batches = st.lists(st.tuples(_sequences, _sequences, st.integers(0, 1 <<
                            min_size=1, max_size=7)
 
 
+# What _state_and_batch draws from, made once: made inside it, the strategies were built,
+# validated and cached again on every draw (a quarter of the test's CPU).
+_RETAIN = st.integers(1, 6)
+_EPOCH = st.integers(0, 32767)
+_KIND = st.sampled_from(["entry", "entry", "entry", "tombstone", "nothing"])
+_TXN_FIRST = st.sampled_from([-1, -1, 7])  # a transaction ongoing or not
+_FORGOTTEN_UP_TO = st.sampled_from([-1, PID])
+_EPOCH_STEP = st.sampled_from([0, 0, 0, -1, 1])  # the batch's epoch: the entry's, or next to it
+_HOW = st.sampled_from(["next", "next", "cached", "any"])
+_INDEX = [st.sampled_from(range(n)) for n in range(1, 8)]  # _INDEX[n - 1]: one of n
+# The batch's last sequence: up to 30 past its first, or any.
+_LAST = st.one_of(st.integers(0, 30).map(lambda n: (True, n)),
+                  _sequences.map(lambda seq: (False, seq)))
+
+
 @st.composite
 def _state_and_batch(draw):
     """A partition's memory of one producer (a live entry with any cached batches, even
     ones no append could leave, a compact record, or nothing) and a batch aimed at it: mostly
     the next sequence or a cached batch, in the same epoch or next to it."""
-    limits = StateLimits(batches_to_retain=draw(st.integers(1, 6)))
+    limits = StateLimits(batches_to_retain=draw(_RETAIN))
     state = ProducerStateManager(limits)
-    epoch = draw(st.integers(0, 32767))
+    epoch = draw(_EPOCH)
     start = draw(_sequences)
     cached = draw(_cached_batches)
-    kind = draw(st.sampled_from(["entry", "entry", "entry", "tombstone", "nothing"]))
-    txn_first = draw(st.sampled_from([-1, -1, 7]))  # a transaction ongoing or not
+    kind = draw(_KIND)
+    txn_first = draw(_TXN_FIRST)
     head = ProducerStateManager.PACKED_HEAD.pack(epoch, start, txn_first, 3, NOW, NOW // 1000)
     entries = [(PID, head + b"".join(ProducerStateManager.PACKED_BATCH.pack(*b)
                                      for b in cached))] if kind == "entry" else []
     tombstones = [(PID, ProducerStateManager.PACKED_TOMBSTONE.pack(
         epoch, start, cached[-1][1], cached[-1][2], NOW))] if kind == "tombstone" else []
-    state.load(entries, tombstones, draw(st.sampled_from([-1, PID])))
+    state.load(entries, tombstones, draw(_FORGOTTEN_UP_TO))
 
-    batch_epoch = draw(st.sampled_from([epoch, epoch, epoch, max(epoch - 1, 0),
-                                        min(epoch + 1, 32767)]))
-    how = draw(st.sampled_from(["next", "next", "cached", "any"]))
+    batch_epoch = min(max(epoch + draw(_EPOCH_STEP), 0), 32767)
+    how = draw(_HOW)
     if how == "cached":
-        first, last, _ = draw(st.sampled_from(cached))
+        first, last, _ = cached[draw(_INDEX[len(cached) - 1])]
     else:
         first = (cached[-1][1] + 1) % SEQUENCE_SPACE if how == "next" else draw(_sequences)
-        last = draw(st.one_of(st.integers(0, 30).map(lambda n: (first + n) % SEQUENCE_SPACE),
-                              _sequences))
+        near, n = draw(_LAST)
+        last = (first + n) % SEQUENCE_SPACE if near else n
     return state, BatchIdentity(PID, batch_epoch, first, last, draw(st.booleans()))
 
 

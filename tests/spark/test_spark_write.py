@@ -97,18 +97,17 @@ def test_a_retried_task_writes_its_rows_again(broker, _spark_sessions):
     delivered: nothing can take them back); the second attempt writes all 100 again with a new
     producer. Each producer's sequences are clean; the values show 99 extra records: what
     option("guarantee", "at-least-once") gives."""
+    # Kept running after the test: tests/conftest.py runs the local[2,3] tests after the
+    # other Spark tests, so that a worker starts this session once and never local[2] again.
     spark = _spark_sessions.spark_session("local[2,3]")
-    try:
-        create(broker.bootstrap, "retried", 2)
-        # Row 99 names partition 7 (which does not exist) on the first attempt only.
-        spark.udf.register("bad_on_first_attempt", lambda i: 7 if i == 99 and
-                           __import__("pyspark").TaskContext.get().attemptNumber() == 0
-                           else int(i % 2), "int")
-        df = spark.range(0, 100, numPartitions=1).selectExpr(
-            "cast(id as string) as value", "bad_on_first_attempt(id) as partition")
-        writer(df, broker.bootstrap, topic="retried", guarantee="at-least-once").save()
-    finally:
-        _spark_sessions.stop()
+    create(broker.bootstrap, "retried", 2)
+    # Row 99 names partition 7 (which does not exist) on the first attempt only.
+    spark.udf.register("bad_on_first_attempt", lambda i: 7 if i == 99 and
+                       __import__("pyspark").TaskContext.get().attemptNumber() == 0
+                       else int(i % 2), "int")
+    df = spark.range(0, 100, numPartitions=1).selectExpr(
+        "cast(id as string) as value", "bad_on_first_attempt(id) as partition")
+    writer(df, broker.bootstrap, topic="retried", guarantee="at-least-once").save()
 
     records = read_back(broker.bootstrap, "retried", 2)
     copies = collections.Counter(r.value for r in records)

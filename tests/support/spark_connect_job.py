@@ -23,6 +23,7 @@ def main() -> None:
     bootstrap, source, topic = sys.argv[1:4]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.update(sparks.JAVA_ENV)  # C1 only and one GC thread, as every test JVM
     os.environ["PYTHONPATH"] = sparks.worker_path()  # the JVM's, which its workers inherit
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
