@@ -266,9 +266,12 @@ def test_auto_created_topic_gets_default_replication(cluster):
     with connect(cluster.brokers[1].bootstrap, timeout=TIMEOUT) as conn:
         answer = conn.call(apis.METADATA, make)
     assert answer.topics[0].error_code.name == "leader_not_available"  # being created
-    replicas = wait_for(lambda: cluster.metadata(3, "auto") if all(
-        leader >= 0 for leader, _, _ in cluster.metadata(3, "auto").values()) else None,
-        TIMEOUT, "auto's leaders in broker 3's Metadata")
+
+    def led():  # one read, judged and returned: no partitions (not yet known) is not led
+        shown = cluster.metadata(3, "auto")
+        return shown if shown and all(leader >= 0 for leader, _, _ in shown.values()) else None
+
+    replicas = wait_for(led, TIMEOUT, "auto's leaders in broker 3's Metadata")
     assert len(replicas) == 2 and all(len(r) == 3 for _, r, _ in replicas.values())
 
 

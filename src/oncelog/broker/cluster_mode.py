@@ -388,10 +388,10 @@ class ClusterTopics:
 
     @property
     def topics(self) -> dict[str, Any]:
-        """Every topic by name: the cluster's, and this broker's own internal ones."""
+        """Every topic by name: the cluster's, and those this broker kept alone."""
         image = self.mode.cache.image
         merged: dict[str, Any] = {n: t for n, t in self.local.topics.items()
-                                  if n not in image.topics}
+                                  if n not in image.topics and self._kept_alone(t) is not None}
         merged.update(image.topics)
         return merged
 
@@ -399,13 +399,23 @@ class ClusterTopics:
         found = self.mode.cache.image.get(name)
         if found is not None:
             return self._topic(found)
-        return self.local.get(name)
+        return self._kept_alone(self.local.get(name))
 
     def by_id(self, topic_id: uuid.UUID | None):
         found = self.mode.cache.image.by_id(topic_id)
         if found is not None:
             return self._topic(found)
-        return self.local.by_id(topic_id)
+        return self._kept_alone(self.local.by_id(topic_id))
+
+    def _kept_alone(self, topic):
+        """``topic`` when this broker kept it alone before it joined a cluster, else None: the
+        replica manager's local copy of a cluster topic is never answered as the cluster's,
+        as it may be made before the cache publishes the topic (replica_watch.py and the
+        cache read ZooKeeper apart) and it knows no leader nor replicas."""
+        replicas = self.mode.broker.replicas
+        if topic is None or (replicas is not None and replicas.holds_copy(topic.name)):
+            return None
+        return topic
 
     def topic_config(self, topic, key: str) -> Any:
         return self.local.topic_config(topic, key)
@@ -419,7 +429,14 @@ class ClusterTopics:
     # --- writes ------------------------------------------------------------------------
 
     def auto_create(self, name: str):
-        self.create(name, -1, -1, {}, internal=name in INTERNAL_TOPICS)
+        """Always LEADER_NOT_AVAILABLE, as Kafka answers: also when another broker's creation
+        came first (this broker's cache has not published it yet), never TOPIC_ALREADY_EXISTS,
+        an error no client looks for in Metadata."""
+        try:
+            self.create(name, -1, -1, {}, internal=name in INTERNAL_TOPICS)
+        except TopicError as exc:
+            if exc.error != ErrorCode.topic_already_exists:
+                raise
         raise TopicError(ErrorCode.leader_not_available,
                          f"topic {name!r} is being created; its leaders are being elected")
 

@@ -305,6 +305,10 @@ class ReplicaManager:
         except Exception:
             log.exception("deleting the local replica of topic %s failed", name)
 
+    def holds_copy(self, name: str) -> bool:
+        """Whether the local topic ``name`` is this broker's copy of a cluster topic."""
+        return name in self._replicas
+
     def _no_leader_yet(self, partition: Partition) -> None:
         if partition.replication is None:
             hw = self._hw_checkpointed(partition)
