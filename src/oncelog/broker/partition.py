@@ -575,7 +575,7 @@ class Partition:
         return None
 
     def _request_flush(self) -> asyncio.Future[None]:
-        if self._next_flush is None:
+        if self._next_flush is None or self._next_flush.done():  # done: answered by a close
             loop = asyncio.get_running_loop()
             self._next_flush = loop.create_future()
             if self._this_flush is None:
@@ -786,7 +786,10 @@ class Partition:
             return
         self._log = self._state = None
         self.flushed_offset = plog.log_end_offset  # sealing fsynced it all
-        waiting = self._next_flush
+        # Answered and forgotten: left here done, a write after a reopening within this
+        # turn (before the queued round start clears it) would be handed it, acknowledged
+        # before its own fsync.
+        waiting, self._next_flush = self._next_flush, None
         if waiting is not None and not waiting.done():
             waiting.set_result(None)
 
