@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from ..cluster import isr as isr_rules
 from ..cluster import znodes as zn
 from ..coordinator.internal_log import NotReplicated, WriteFailed
+from .partition import mark_retrieved
 from .replication import ReplicationError
 from .topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicError
 
@@ -81,7 +82,7 @@ class ReplicatedTopicLog:
         if replicated is None:
             return base, durable
         waited = asyncio.ensure_future(_replicated(durable, replicated))
-        waited.add_done_callback(_retrieved)  # some writes are not awaited (expiry)
+        waited.add_done_callback(mark_retrieved)  # some writes are not awaited (expiry)
         return base, waited
 
 
@@ -105,11 +106,6 @@ async def _replicated(durable, replicated) -> None:
         raise NotReplicated(_NOT_REPLICATED.get(exc.error_code,
                                                 ErrorCode.coordinator_not_available),
                             str(exc)) from None
-
-
-def _retrieved(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 def num_partitions(broker, name: str, default: int) -> int:

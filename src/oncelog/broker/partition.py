@@ -837,10 +837,12 @@ def _own(flush: asyncio.Future[None]) -> asyncio.Future[None]:
     failure nobody awaits (a commit whose connection went, acks=0) is not reported as
     never retrieved."""
     own = asyncio.shield(flush)
-    own.add_done_callback(_retrieved)
+    own.add_done_callback(mark_retrieved)
     return own
 
 
-def _retrieved(future: asyncio.Future) -> None:
+def mark_retrieved(future: asyncio.Future) -> None:
+    """A done callback: the future's exception counts as retrieved (some writes are not
+    awaited), without hiding it from whoever does await it."""
     if not future.cancelled():
         future.exception()
