@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from collections.abc import Sequence
 
 
@@ -89,7 +90,12 @@ class InstrumentedDisk(OsDisk):
     ONCELOG_FSYNC_JOURNAL=<path>: after each successful fsync of a file, append "size path" to
     that journal. A test kills the broker (the page cache survives a kill, so a kill alone
     proves nothing about fsync), then cuts every file back to its journalled size
-    (``cut_to_journal``), which is what a power cut may leave.
+    (``cut_to_journal``), which is what a power cut may leave. The last line of a path is
+    what is durable of it: the size an fsync made durable is read before it starts, and a
+    line is written only when it is larger than the path's last one, under a lock (fsyncs
+    run in worker threads too: a stale line landing after a newer one would cut away what
+    the newer fsync made durable, and had been acknowledged); a truncation, unlink or
+    rename writes its own line.
 
     ONCELOG_DISK_FAULTS=<op>:<path suffix>:<after>:<errno name>[;...]: the operation ``op``
     (write, fsync, ftruncate) on a path ending in the suffix fails with that errno once it
@@ -100,6 +106,8 @@ class InstrumentedDisk(OsDisk):
         self._journal = None if journal is None else os.open(
             journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._paths: dict[int, str] = {}
+        self._durable: dict[str, int] = {}  # path -> its journal's last size
+        self._journal_lock = threading.Lock()
         self._faults: list[list] = []  # [op, suffix, successes left, errno]
         for spec in filter(None, (faults or "").split(";")):
             op, suffix, after, name = spec.split(":")
@@ -108,6 +116,8 @@ class InstrumentedDisk(OsDisk):
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
         fd = os.open(path, flags, mode)
         self._paths[fd] = os.path.abspath(path)
+        if flags & os.O_TRUNC:
+            self._set_durable(self._paths[fd], 0, grow=False)
         return fd
 
     def close(self, fd: int) -> None:  # type: ignore[override]
@@ -127,10 +137,27 @@ class InstrumentedDisk(OsDisk):
                     raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
                 fault[2] -= 1
 
-    def _noted(self, fd: int) -> None:
+    def _synced(self, fd: int, sync) -> None:
         path = self._paths.get(fd)
-        if path and self._journal is not None:
-            os.write(self._journal, f"{os.fstat(fd).st_size} {path}\n".encode())
+        if not path or self._journal is None:
+            sync(fd)
+            return
+        size = os.fstat(fd).st_size  # written before the fsync: what it makes durable
+        sync(fd)
+        self._set_durable(path, size, grow=True)
+
+    def _set_durable(self, path: str, size: int, grow: bool) -> None:
+        """Journal ``size`` as what is durable of ``path``: the larger of it and the last
+        one after an fsync (``grow``), at most it after a cut."""
+        if self._journal is None:
+            return
+        with self._journal_lock:
+            last = self._durable.get(path, 0)
+            size = max(last, size) if grow else min(last, size)
+            if size == last and path in self._durable:
+                return
+            self._durable[path] = size
+            os.write(self._journal, f"{size} {path}\n".encode())
 
     def write(self, fd: int, data) -> int:  # type: ignore[override]
         self._check("write", fd)
@@ -143,16 +170,30 @@ class InstrumentedDisk(OsDisk):
     def ftruncate(self, fd: int, length: int) -> None:  # type: ignore[override]
         self._check("ftruncate", fd)
         os.ftruncate(fd, length)
+        path = self._paths.get(fd)
+        if path:
+            self._set_durable(path, length, grow=False)
 
     def fsync(self, fd: int) -> None:  # type: ignore[override]
         self._check("fsync", fd)
-        os.fsync(fd)
-        self._noted(fd)
+        self._synced(fd, os.fsync)
 
     def fdatasync(self, fd: int) -> None:  # type: ignore[override]
         self._check("fsync", fd)
-        os.fdatasync(fd)
-        self._noted(fd)
+        self._synced(fd, os.fdatasync)
+
+    def unlink(self, path: str) -> None:  # type: ignore[override]
+        os.unlink(path)
+        self._set_durable(os.path.abspath(path), 0, grow=False)
+
+    def rename(self, src: str, dst: str) -> None:  # type: ignore[override]
+        os.replace(src, dst)
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        with self._journal_lock:
+            moved = self._durable.get(src, 0)
+        self._set_durable(dst, 0, grow=False)
+        self._set_durable(dst, moved, grow=True)
+        self._set_durable(src, 0, grow=False)
 
 
 def cut_to_journal(journal: str, directory: str,
