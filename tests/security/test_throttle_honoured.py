@@ -86,7 +86,7 @@ def throttling(tmp_path_factory):
     with connect(broker.bootstrap, "quota-admin", TIMEOUT) as conn:
         assert alter_client_quotas(conn, [
             ({"client-id": name}, {"controller_mutation_rate": RATE})
-            for name in ("sync-client", "async-client")]) == [None, None]
+            for name in ("sync-client", "async-client", "held-client")]) == [None] * 3
     yield broker
     assert broker.stop() == 0
     assert "Traceback" not in broker.log_text(), broker.log_text()
@@ -159,6 +159,30 @@ def test_the_asyncio_connection_holds_its_requests_until_the_throttle_ends(throt
         assert waited >= throttle - 0.001, (throttle, waited)
     finally:
         relay.close()
+
+
+def test_requests_held_by_a_throttle_and_failed_were_not_sent(throttling):
+    """A request held back by a throttle was never written: when its connection fails (here:
+    closed) meanwhile, it fails as RequestNotSent, which a caller may retry safely, and one
+    expecting no answer is not reported done (before: a plain KafkaError, as for a request
+    the broker may have seen, and None at once for the other)."""
+    from oncelog.client.network.connection import RequestNotSent
+
+    async def run() -> list:
+        conn = await AsyncBrokerConnection.open("127.0.0.1", throttling.port, "held-client",
+                                                TIMEOUT)
+        try:
+            first = await conn.request(apis.CREATE_TOPICS, _create("held-a", FIRST))
+            assert first.topics[0].error_code == ErrorCode.none
+            _throttled_answer(await conn.request(apis.CREATE_TOPICS, _create("held-b", 1)))
+            held = [conn.request(apis.METADATA, _metadata),
+                    conn.request(apis.METADATA, _metadata, expect_response=False)]
+            assert not any(future.done() for future in held)
+        finally:
+            conn.close()
+        return await asyncio.gather(*held, return_exceptions=True)
+
+    assert [type(outcome) for outcome in asyncio.run(run())] == [RequestNotSent] * 2
 
 
 @pytest.mark.parametrize("version", [3, 9, 11])

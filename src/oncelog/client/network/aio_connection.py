@@ -57,9 +57,11 @@ class AsyncBrokerConnection:
         self._unsent: collections.deque[memoryview] = collections.deque()  # when the socket is full
         self._received = bytearray()  # bytes of answers not yet complete
         self._correlation = 0
-        # KIP-219: after a throttled answer, frames wait here until quiet_until (monotonic)
+        # KIP-219: after a throttled answer, frames wait here until quiet_until (monotonic):
+        # (correlation id, frame's parts, the future of one that expects no answer, or None)
         self.quiet_until = 0.0
-        self._held: list[list] = []
+        self._held: collections.deque[tuple[int, list, asyncio.Future | None]] = \
+            collections.deque()
         self._release: asyncio.TimerHandle | None = None
         # (correlation id, api key, version, future, deadline, the API's own decoder or None)
         self._pending: collections.deque[tuple[int, int, int, asyncio.Future, float, Any]] = \
@@ -261,14 +263,17 @@ class AsyncBrokerConnection:
                                   max(now, self.quiet_until) + self.timeout, decode))
             if self._watchdog is None:
                 self._arm_watchdog()
-        elif not future.done():
-            future.set_result(None)
         if self._held or now < self.quiet_until:
-            self._held.append(parts)  # the broker throttled us: sent when that ends
+            # the broker throttled us: sent when that ends; one expecting no answer is done
+            # only then (failed meanwhile, it was not sent: _fail)
+            self._held.append((self._correlation, parts,
+                               None if expect_response else future))
             if self._release is None:
                 self._release = self._loop.call_later(self.quiet_until - now, self._send_held)
-        else:
-            self._write(parts)
+            return
+        if not expect_response and not future.done():
+            future.set_result(None)
+        self._write(parts)
 
     def _send_held(self) -> None:
         self._release = None
@@ -276,10 +281,10 @@ class AsyncBrokerConnection:
         if wait > 0:  # throttled again meanwhile
             self._release = self._loop.call_later(wait, self._send_held)
             return
-        held, self._held = self._held, []
-        for parts in held:
-            if self.closed:
-                return
+        while self._held and not self.closed:
+            _, parts, unanswered = self._held.popleft()
+            if unanswered is not None and not unanswered.done():
+                unanswered.set_result(None)
             self._write(parts)
 
     def _write(self, parts: list) -> None:
@@ -442,12 +447,17 @@ class AsyncBrokerConnection:
     def _fail(self, error: KafkaError) -> None:
         pending, self._pending = self._pending, collections.deque()
         waiting, self._waiting = self._waiting, collections.deque()
-        for future in [entry[3] for entry in pending]:
-            if not future.done():
-                future.set_exception(error)
+        held, self._held = self._held, collections.deque()
+        # Held behind a throttle (from the first held on, all are) or waiting behind a
+        # re-authentication: never written, the broker never saw them, a retry is safe.
         unsent = RequestNotSent(error.error, f"not sent: {error}")
-        for future in [entry[5] for entry in waiting]:  # never written: the broker never saw it
+        first_held = held[0][0] if held else None
+        for correlation, _, _, future, _, _ in pending:
             if not future.done():
+                future.set_exception(error if first_held is None or correlation < first_held
+                                     else unsent)
+        for future in [entry[2] for entry in held] + [entry[5] for entry in waiting]:
+            if future is not None and not future.done():
                 future.set_exception(unsent)
         self.close()
 
@@ -461,7 +471,6 @@ class AsyncBrokerConnection:
         if self._release is not None:
             self._release.cancel()
             self._release = None
-        self._held.clear()
         if self._sock is not None:
             sock, self._sock = self._sock, None
             if not self._loop.is_closed():
@@ -472,7 +481,7 @@ class AsyncBrokerConnection:
         task, self._reauthenticating = self._reauthenticating, None
         if task is not None and task is not asyncio.current_task(self._loop):
             task.cancel()
-        if self._pending or self._waiting:
+        if self._pending or self._waiting or self._held:
             self._fail(KafkaError(ErrorCode.network_exception, "connection closed"))
         if self.on_close is not None:
             self.on_close(self)
