@@ -749,3 +749,80 @@ def test_the_groups_request_not_sent_behind_a_held_answer_leaves_the_connection(
         assert group._conn is conn and not conn.closed
         group._pump(TIMEOUT)
         assert [(name, error) for name, _, error in answers[1:]] == [("A", None)], answers
+
+
+def _trickling_broker(server: socket.socket, stop: threading.Event, connections: int) -> None:
+    """ApiVersions and SASL PLAIN answered (a session lifetime of 2 s), then every other
+    request answered by a frame of 1 MiB whose bytes come one per 50 ms, until ``stop``: each
+    recv of the client's gets a byte within its socket timeout, the frame never ends."""
+    from oncelog.broker.apis.api_meta import api_versions_body
+    from oncelog.protocol.messages import encode_response, peek_header
+    from oncelog.protocol.schema import response_module
+
+    for _ in range(connections):
+        conn, _ = server.accept()
+        conn.settimeout(TIMEOUT)
+        with conn:
+            while (head := conn.recv(4, socket.MSG_WAITALL)) and len(head) == 4:
+                frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
+                api_key, version, correlation = peek_header(frame)
+                mod = response_module(api_key, version)
+                if api_key == apis.API_VERSIONS_KEY:
+                    body = api_versions_body(version)
+                elif api_key == apis.SASL_HANDSHAKE:
+                    body = build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
+                                 mechanisms=("PLAIN",))
+                elif api_key == apis.SASL_AUTHENTICATE:
+                    body = build(mod.SaslAuthenticateResponse, error_code=ErrorCode.none,
+                                 error_message=None, auth_bytes=b"",
+                                 session_lifetime=datetime.timedelta(seconds=2))
+                else:
+                    conn.sendall((1 << 20).to_bytes(4, "big") + correlation.to_bytes(4, "big"))
+                    try:
+                        while not stop.wait(0.05):
+                            conn.sendall(b"\0")
+                    except OSError:
+                        pass  # the client gave up and closed
+                    break
+                conn.sendall(encode_response(api_key, version, correlation, body))
+
+
+def test_a_trickled_answer_holds_no_read_past_its_timeout():
+    """A broker that trickles an answer (a byte well within each recv's timeout, the frame
+    never complete) holds neither a call nor the drain before a re-authentication (row C7)
+    past the connection's timeout: the call fails with a timeout, the new request behind the
+    drain fails not sent, each with its connection closed (before: both read on for as long
+    as the bytes came)."""
+    from oncelog.client.network.connection import KafkaTimeout
+
+    timeout, stop = 1.5, threading.Event()
+    security = ClientSecurity.from_config({"security.protocol": "sasl_plaintext",
+                                           "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                           "sasl.password": "x"})
+    outcomes: list = []
+
+    def client(port: int) -> None:
+        with BrokerConnection("127.0.0.1", port, "trickled", timeout, security) as conn:
+            try:
+                conn.call(apis.METADATA, _metadata)
+            except Exception as exc:
+                outcomes.append((type(exc), conn.closed))
+        with BrokerConnection("127.0.0.1", port, "trickled", timeout, security) as conn:
+            conn.send_only(apis.METADATA, _metadata)  # within the timeout: no deadline
+            _until(conn.reauth.due_at)
+            try:
+                conn.send_only(apis.METADATA, _metadata, deadline=time.monotonic() + 0.5)
+            except Exception as exc:
+                outcomes.append((type(exc), conn.closed))
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(TIMEOUT)
+        broker = threading.Thread(target=_trickling_broker, args=(server, stop, 2))
+        broker.start()
+        caller = threading.Thread(target=client, args=(server.getsockname()[1],))
+        caller.start()
+        caller.join(10 * timeout)  # bounded: a client still reading then never stops
+        stop.set()
+        caller.join(TIMEOUT)
+        broker.join(TIMEOUT)
+    assert outcomes == [(KafkaTimeout, True), (RequestNotSent, True)]

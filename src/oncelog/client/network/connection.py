@@ -216,7 +216,10 @@ class BrokerConnection:
                 raise RequestNotSent(ErrorCode.request_timed_out, f"not sent: the answers "
                                      f"in flight on {self.host}:{self.port} (read before a "
                                      f"re-authentication) did not come before its deadline")
-            self._kept.append(self._read_answer(asked, deadline=asked[3]))
+            try:
+                self._kept.append(self._read_answer(asked, deadline=own))
+            except KafkaError as exc:  # the connection is closed: the new request never left
+                raise RequestNotSent(exc.error, f"not sent: {exc}") from exc
         kept, self._kept = self._kept, collections.deque()
         in_flight, self._in_flight = self._in_flight, collections.deque()
         try:
@@ -322,11 +325,13 @@ class BrokerConnection:
 
     def _read_answer(self, asked: tuple[int, int, int, float | None], reuse: bool = False,
                      deadline: float | None = None) -> tuple[int, int, bytearray | memoryview]:
-        """The answer to ``asked``, within ``deadline`` if given, else each read within the
-        connection's timeout."""
+        """The answer to ``asked``, whole within ``deadline`` if given, else within the
+        connection's timeout from now: a broker trickling a byte per recv holds it no
+        longer."""
         correlation, api_key, version, _ = asked
         try:
-            frame = self._read_frame(reuse, deadline)
+            frame = self._read_frame(reuse, time.monotonic() + self.timeout if deadline is None
+                                     else deadline)
         except TimeoutError:
             self.close()
             raise KafkaTimeout(f"no answer from {self.host}:{self.port} in time") from None
@@ -334,7 +339,7 @@ class BrokerConnection:
             self.close()
             raise KafkaError(ErrorCode.network_exception, str(exc)) from None
         finally:
-            if deadline is not None and not self.closed:
+            if not self.closed:
                 self.sock.settimeout(self.timeout)
         (got,) = _SIZE.unpack_from(frame, 0) if len(frame) >= 4 else (None,)
         if got != correlation:
