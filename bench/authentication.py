@@ -3,6 +3,7 @@
 per second.
 
     .venv/bin/python bench/authentication.py [--messages 200000] [--repeats 5] [--seconds 5]
+                                             [--baseline COMMIT]
 
 One broker with a PLAINTEXT and a SASL_SSL listener (certificates made here with the
 ``cryptography`` package, one SCRAM user added with ``oncelog users add --data-dir``). The same
@@ -14,6 +15,12 @@ SASL_SSL / PLAINTEXT (the issue's goal: >= 0.7 at 1 KiB records, default batchin
 broker's CPU time per record (user + system, from /proc): on a machine other work loads, the
 throughputs swing with it, the broker's CPU per record much less.
 
+With ``--baseline COMMIT``, the same runs against a broker of that commit's ``src/`` too
+(built in a temporary directory), the two brokers side by side and the order alternating, so
+that a change is measured against what it changed under the same load. Printed per broker
+beside the broker's CPU per record: its event loop thread's (the rest is other threads:
+fsync rounds, validation off the loop).
+
 Handshakes: for ``--seconds``, four threads each open connections to the SASL_SSL listener
 with oncelog's client (TCP, TLS 1.3, ApiVersions, SaslHandshake, SCRAM-SHA-512 with 4096
 iterations, two SaslAuthenticate) and close them; printed: completed handshakes per second.
@@ -23,6 +30,7 @@ The client's PBKDF2 runs on the same two cores as the broker's side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -33,6 +41,7 @@ from pathlib import Path
 
 from _support import REPO, OncelogBroker, produce_all
 from produce_consume import PAYLOAD
+from validation_cost import baseline_tree
 
 sys.path.insert(0, str(REPO / "tests"))
 from support.certs import CertificateAuthority
@@ -75,9 +84,10 @@ def consume(conf: dict, topic: str, n: int) -> float:
     return n / seconds
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux)."""
-    with open(f"/proc/{pid}/stat") as stat:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux), or of its ``thread``."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    with open(path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -105,50 +115,71 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--baseline", help="a commit to measure side by side")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="oncelog-bench-auth-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-auth-") as tmp, \
+            contextlib.ExitStack() as stack:
         ca = CertificateAuthority(Path(tmp) / "ca")
         server = ca.issue("broker", "localhost", server=True)
         settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
                     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
                     "ssl.keystore.location": str(server.both)}
-        with OncelogBroker(settings) as broker:
+        trees = {"this tree": None}
+        if args.baseline:
+            base = Path(tmp) / "baseline"
+            base.mkdir()
+            trees = {args.baseline: baseline_tree(args.baseline, base), **trees}
+        brokers = {name: stack.enter_context(OncelogBroker(settings, src=src))
+                   for name, src in trees.items()}
+        confs = {}
+        for name, broker in brokers.items():
             # the user goes straight into the running broker's store (locked per change)
             assert oncelog_main(["users", "add", USER, "--password", PASSWORD,
                                  "--mechanism", "SCRAM-SHA-512",
                                  "--data-dir", str(broker.data_dir)]) == 0
             ports = broker.ports
-            plain = {"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"}
-            secured = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}",
-                       "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                       "sasl.username": USER, "sasl.password": PASSWORD,
-                       "ssl.ca.location": str(ca.pem)}
-            results: dict[str, dict[str, list[float]]] = {
-                "produce": {"PLAINTEXT": [], "SASL_SSL": []},
-                "consume": {"PLAINTEXT": [], "SASL_SSL": []}}
-            cpu: dict[str, dict[str, list[float]]] = {
-                what: {"PLAINTEXT": [], "SASL_SSL": []} for what in results}
-            for repeat in range(args.repeats):
-                order = [("PLAINTEXT", plain), ("SASL_SSL", secured)]
-                for name, conf in order if repeat % 2 == 0 else order[::-1]:
-                    topic = f"bench-{name.lower()}-{repeat}"
+            confs[name] = {
+                "PLAINTEXT": {"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"},
+                "SASL_SSL": {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}",
+                             "security.protocol": "SASL_SSL",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+                             "sasl.password": PASSWORD, "ssl.ca.location": str(ca.pem)}}
+        # [tree][what][listener] -> (msgs/s, broker CPU us/record, its loop thread's) per run
+        runs: dict = {name: {what: {"PLAINTEXT": [], "SASL_SSL": []}
+                             for what in ("produce", "consume")} for name in brokers}
+        for repeat in range(args.repeats):
+            names = list(brokers) if repeat % 2 == 0 else list(brokers)[::-1]
+            for name in names:
+                broker = brokers[name]
+                order = ["PLAINTEXT", "SASL_SSL"]
+                for listener in order if repeat % 2 == 0 else order[::-1]:
+                    topic = f"bench-{listener.lower()}-{repeat}"
                     for what, run in (("produce", produce), ("consume", consume)):
-                        before = cpu_seconds(broker.pid)
-                        results[what][name].append(run(conf, topic, args.messages))
-                        cpu[what][name].append(
-                            (cpu_seconds(broker.pid) - before) / args.messages * 1e6)
-            for what, by in results.items():
-                ratios = [s / p for s, p in zip(by["SASL_SSL"], by["PLAINTEXT"], strict=True)]
-                us = {name: statistics.median(cpu[what][name]) for name in by}
-                print(f"{what}: PLAINTEXT {statistics.median(by['PLAINTEXT']):,.0f} msgs/s, "
-                      f"SASL_SSL {statistics.median(by['SASL_SSL']):,.0f} msgs/s, "
+                        before = cpu_seconds(broker.pid), cpu_seconds(broker.pid, broker.pid)
+                        rate = run(confs[name][listener], topic, args.messages)
+                        after = cpu_seconds(broker.pid), cpu_seconds(broker.pid, broker.pid)
+                        runs[name][what][listener].append(
+                            (rate, *((a - b) / args.messages * 1e6
+                                     for a, b in zip(after, before, strict=True))))
+        for name, by_what in runs.items():
+            print(f"{name}:")
+            for what, by in by_what.items():
+                ratios = [s[0] / p[0] for s, p in zip(by["SASL_SSL"], by["PLAINTEXT"],
+                                                      strict=True)]
+                med = {listener: [statistics.median(r[i] for r in by[listener])
+                                  for i in range(3)] for listener in by}
+                print(f"  {what}: PLAINTEXT {med['PLAINTEXT'][0]:,.0f} msgs/s, "
+                      f"SASL_SSL {med['SASL_SSL'][0]:,.0f} msgs/s, "
                       f"ratio {statistics.median(ratios):.2f} "
                       f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)}); broker CPU per "
-                      f"record: PLAINTEXT {us['PLAINTEXT']:.1f} us, SASL_SSL "
-                      f"{us['SASL_SSL']:.1f} us")
-            security = ClientSecurity.from_config({**secured, "bootstrap.servers": ""})
-            rate = handshakes(ports["SASL_SSL"], security, args.seconds)
-            print(f"handshakes (TLS + SCRAM-SHA-512, 4 client threads): {rate:,.0f}/s")
+                      f"record (its event loop's): PLAINTEXT {med['PLAINTEXT'][1]:.1f} us "
+                      f"({med['PLAINTEXT'][2]:.1f}), SASL_SSL {med['SASL_SSL'][1]:.1f} us "
+                      f"({med['SASL_SSL'][2]:.1f})")
+        for name, broker in brokers.items():
+            security = ClientSecurity.from_config({**confs[name]["SASL_SSL"],
+                                                   "bootstrap.servers": ""})
+            rate = handshakes(broker.ports["SASL_SSL"], security, args.seconds)
+            print(f"{name}: handshakes (TLS + SCRAM-SHA-512, 4 client threads): {rate:,.0f}/s")
     return 0
 
 
