@@ -212,6 +212,11 @@ class BrokerConnection:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
             self.writer.close()
+            # no answer can come now: the calls waiting fail at once (those _fail failed
+            # keep their own error)
+            for *_, answer in self._waiting.values():
+                if not answer.done():
+                    answer.set_exception(InterBrokerError("the connection is closed"))
 
 
 class InterBrokerChannel:
