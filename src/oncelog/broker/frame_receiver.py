@@ -43,6 +43,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # None: reading a size prefix into _head
         self._filled = 0
         self._lost = False
+        self._transport: asyncio.BaseTransport | None = None
 
     @classmethod
     def take_over(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -51,6 +52,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """Reads the connection of ``reader``/``writer`` from now on."""
         transport = writer.transport
         receiver = cls(transport.get_protocol(), max_frame, on_frame, on_lost)
+        receiver._transport = transport
         # What the StreamReader holds already (nothing, between requests: a broker only
         # answers) comes first. Its buffer has no public accessor.
         pending = bytes(getattr(reader, "_buffer", b""))
@@ -77,6 +79,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
     # --- the transport's calls ----------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._lost:  # what still comes before the transport closes is dropped
+            return memoryview(bytearray(4096))
         if self._frame is None:
             return memoryview(self._head)[self._filled:]
         return memoryview(self._frame)[self._filled:]
@@ -91,6 +95,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
             (size,) = _SIZE.unpack(self._head)
             if not 4 <= size <= self._max_frame:
                 self._lose(FrameTooLarge(f"the other broker sent a frame of {size} bytes"))
+                if self._transport is not None:
+                    self._transport.close()  # nothing after it can be read as frames
                 return
             self._frame, self._filled = bytearray(size), 0
             return
