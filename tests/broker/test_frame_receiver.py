@@ -11,10 +11,11 @@ import asyncio
 import datetime
 import random
 import struct
+import tracemalloc
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.broker.frame_receiver import FrameReceiver, FrameTooLarge
+from oncelog.broker.frame_receiver import FrameReceiver, FrameSizeInvalid
 from oncelog.broker.replica_fetcher import FETCH_VERSION, _decode_fetch
 from oncelog.protocol.api_versions import FETCH
 from oncelog.protocol.messages import encode_response
@@ -23,9 +24,11 @@ from oncelog.protocol.schema import build, response_module
 SEED = 20261128
 
 
-async def _pair(send: bytes, chunk_sizes, before_take_over: int = 0, max_frame=1 << 30):
+async def _pair(send: bytes, chunk_sizes, before_take_over: int = 0, max_frame=1 << 30,
+                after_eof: bool = False):
     """A loopback server writing ``send`` in chunks; the client's streams taken over once
-    ``before_take_over`` bytes reached its StreamReader. (frames, lost)"""
+    ``before_take_over`` bytes reached its StreamReader (and, ``after_eof``, once it saw the
+    end of the connection too). (frames, lost)"""
     sent = asyncio.Event()
 
     async def serve(_reader, writer):
@@ -46,7 +49,8 @@ async def _pair(send: bytes, chunk_sizes, before_take_over: int = 0, max_frame=1
             "127.0.0.1", server.sockets[0].getsockname()[1])
         if before_take_over:
             async with asyncio.timeout(10):
-                while len(reader._buffer) < before_take_over:
+                while len(reader._buffer) < before_take_over or (after_eof
+                                                                 and not reader._eof):
                     await asyncio.sleep(0.001)
         frames, lost = [], asyncio.get_running_loop().create_future()
         FrameReceiver.take_over(reader, writer, max_frame, lambda f: frames.append(bytes(f)),
@@ -78,9 +82,37 @@ def test_a_size_out_of_bounds_ends_the_connection_unread():
     data = _framed([b"good"]) + struct.pack(">i", 0x7FFFFFFF) + b"tail"
     frames, exc = asyncio.run(_pair(data, [len(data)], max_frame=1 << 20))
     assert frames == [b"good"]
-    assert isinstance(exc, FrameTooLarge)
+    assert isinstance(exc, FrameSizeInvalid)
     frames, exc = asyncio.run(_pair(struct.pack(">i", 3) + b"abc", [7]))
-    assert frames == [] and isinstance(exc, FrameTooLarge)  # below a correlation id's size
+    assert frames == [] and isinstance(exc, FrameSizeInvalid)  # below a correlation id's size
+
+
+def test_an_end_of_connection_the_stream_reader_held_is_not_missed():
+    # The server closes after a frame and a half; the StreamReader holds both the bytes and
+    # the end of the connection (at_eof() is False while bytes are buffered, and plain
+    # asyncio keeps the transport half-open): the frame comes, then the loss.
+    data = _framed([b"whole", b"half of it"])[:-4]
+    frames, exc = asyncio.run(_pair(data, [len(data)], before_take_over=len(data),
+                                    after_eof=True))
+    assert frames == [b"whole"]
+    assert isinstance(exc, EOFError)
+
+
+def test_a_huge_size_allocates_only_what_has_arrived():
+    # A size of 256 MiB followed by a few bytes and the end of the connection: what is
+    # allocated follows the bytes received, not the size announced.
+    async def run():
+        tracemalloc.start()
+        try:
+            data = struct.pack(">i", 256 << 20) + bytes(5000)
+            frames, exc = await _pair(data, [len(data)])
+            return frames, exc, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    frames, exc, peak = asyncio.run(run())
+    assert frames == [] and isinstance(exc, EOFError)
+    assert peak < 16 << 20, peak
 
 
 def test_the_writer_still_drains_under_flow_control():

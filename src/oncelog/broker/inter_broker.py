@@ -34,7 +34,7 @@ from typing import Any
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import request_module
 from ..security.sasl_reauth_client import Action, Reauthentication
-from .frame_receiver import FrameReceiver
+from .frame_receiver import AT_ONCE, FrameReceiver
 from .inter_broker_connect import SASL_VERSIONS, open_connection
 
 log = logging.getLogger(__name__)
@@ -57,14 +57,18 @@ class InterBrokerError(Exception):
 
 
 async def connect(open_to: Opener, destination: int, client_id: str,
-                  timeout_s: float = REQUEST_TIMEOUT_S) -> BrokerConnection:
+                  timeout_s: float = REQUEST_TIMEOUT_S, frame_at_once: int = AT_ONCE
+                  ) -> BrokerConnection:
     """A connection to broker ``destination`` made by ``open_to`` (``opener``'s: the one
-    place a broker opens one, secured as the inter-broker listener asks)."""
+    place a broker opens one, secured as the inter-broker listener asks). Answers up to
+    ``frame_at_once`` bytes are allocated whole on their size, larger ones as they arrive
+    (frame_receiver.py): the largest legitimate answer on the connection."""
     try:
         reader, writer, *reauth = await open_to(destination)
     except (OSError, TimeoutError) as exc:
         raise InterBrokerError(f"connecting to broker {destination}: {exc!r}") from exc
-    return BrokerConnection(reader, writer, client_id, timeout_s, *reauth)
+    return BrokerConnection(reader, writer, client_id, timeout_s, *reauth,
+                            frame_at_once=frame_at_once)
 
 
 def opener(broker) -> Opener:
@@ -75,8 +79,8 @@ def opener(broker) -> Opener:
 
 class BrokerConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: str, timeout_s: float, reauth: Reauthentication | None = None
-                 ) -> None:
+                 client_id: str, timeout_s: float, reauth: Reauthentication | None = None,
+                 frame_at_once: int = AT_ONCE) -> None:
         self.reader, self.writer = reader, writer
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -90,7 +94,8 @@ class BrokerConnection:
         self._reauthenticating: asyncio.Task | None = None
         # the answers read straight into their frames from now on (last: it may find the
         # connection lost already)
-        FrameReceiver.take_over(reader, writer, MAX_FRAME, self._answered, self._lost)
+        FrameReceiver.take_over(reader, writer, MAX_FRAME, self._answered, self._lost,
+                                frame_at_once)
 
     async def call(self, api_key: int, version: int, body, timeout_s: float | None = None,
                    decode: Callable[[memoryview], Any] | None = None):

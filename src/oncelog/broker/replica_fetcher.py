@@ -87,6 +87,9 @@ class LeaderFetcher:
         self.wait_ms: int = config.get("replica.fetch.wait.max.ms")
         self.max_bytes: int = config.get("replica.fetch.max.bytes")
         self.response_max_bytes: int = config.get("replica.fetch.response.max.bytes")
+        # the largest answer: the limit, exceeded by at most one batch (KIP-74), and headers
+        self.answer_max_bytes = (self.response_max_bytes + config.get("message.max.bytes")
+                                 + (64 << 10))
         self.backoff_s = min(config.get("replica.fetch.backoff.ms"), 1000) / 1000
         self.followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
@@ -172,7 +175,8 @@ class LeaderFetcher:
     async def _connect(self) -> BrokerConnection:
         # on the inter-broker listener, secured and authenticated as it asks
         return await connect(opener(self.manager.broker), self.leader,
-                             f"replica-{self.manager.broker_id}", self.wait_ms / 1000 + 30)
+                             f"replica-{self.manager.broker_id}", self.wait_ms / 1000 + 30,
+                             self.answer_max_bytes)
 
     def _back_off(self, followed: _Followed) -> None:
         followed.resume_at = time.monotonic() + self.backoff_s
