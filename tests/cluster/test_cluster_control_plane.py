@@ -363,7 +363,7 @@ def test_acknowledged_writes_survive_a_leader_kill_exactly_once(cluster):
 def test_acks_one_acknowledged_through_a_controlled_shutdown_is_never_lost(cluster):
     """librdkafka produces with acks=1 (not idempotent) to the partitions one broker leads
     while that broker stops with SIGTERM. From the moment its controlled shutdown begins, a
-    leader answers acks=1 only once the ISR has the batch (isr.py's row K5), and asks the
+    leader answers acks=1 only once the ISR has the batch (isr.py's row K6), and asks the
     controller to move its leaderships only once the ISR has what it had acknowledged: the
     new leader, elected from the ISR, holds every record an acknowledgement named."""
     import threading
@@ -423,3 +423,62 @@ def test_acks_one_acknowledged_through_a_controlled_shutdown_is_never_lost(clust
     cluster.brokers[stopping].start()  # the module's cluster whole again
     wait_for(lambda: str(stopping) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
              f"broker {stopping} registered again")
+
+
+def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(cluster):
+    """`make cluster`'s Ctrl-C: every broker gets SIGTERM at once while acks=1 records are
+    coming in; all stop cleanly, well within cluster_up's bound. Each leaving leader waits
+    for its ISRs to have what it appended before it stops following the others, so the
+    high watermarks still advance and no broker waits out replica_manager.py's
+    LEAVE_TIMEOUT_S (it would log that it moved partitions anyway). Last in the module: it
+    restarts all three."""
+    import signal
+    import threading
+
+    from confluent_kafka import Producer
+
+    partitions = 3
+    cluster.create("allstop", partitions, 3)
+    wait_for(lambda: all(len(cluster.state("allstop", p)["isr"]) == 3
+                         for p in range(partitions)), TIMEOUT, "every ISR of three")
+    acked: list[int] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 1,
+                         "message.timeout.ms": 5000})
+    done = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not done.is_set():
+            try:
+                producer.produce("allstop", b"%d" % i, partition=i % partitions,
+                                 on_delivery=lambda err, msg: err or acked.append(1))
+            except BufferError:
+                producer.poll(0.01)
+            i += 1
+            producer.poll(0)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    sizes = {}
+    try:
+        wait_for(lambda: len(acked) >= 2000, TIMEOUT, "2,000 records acknowledged")
+        for broker in cluster.brokers.values():
+            sizes[broker] = len(broker.log_text())
+        began = time.monotonic()
+        for broker in cluster.brokers.values():
+            broker.proc.send_signal(signal.SIGTERM)  # to all three at once
+        for broker in cluster.brokers.values():
+            assert broker.proc.wait(TIMEOUT) == 0  # cluster_up's STOP_TIMEOUT_S is 30 s
+            broker.proc = None
+        print(f"the whole cluster stopped in {time.monotonic() - began:.2f}s")
+    finally:
+        done.set()
+        writer.join(TIMEOUT)
+    for broker, size in sizes.items():
+        text = broker.log_text()[size:]
+        assert "their ISR lacks" not in text, text[-3000:]
+    for broker in cluster.brokers.values():
+        broker.start()
+    wait_for(lambda: sorted(cluster.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
+             TIMEOUT, "three brokers registered again")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -64,7 +65,9 @@ class LeaderModel(RuleBasedStateMachine):
             return  # K1: refused before the append
         self.leo[LEADER] += count
         self.state.advance_high_watermark(self.leo[LEADER])
-        if acks == "all" or (acks == "1 leaving" and isr.acks_one_waits(True)):
+        if acks == "1 leaving":
+            assert isr.acks_one_waits(True)  # K6: it waits for the ISR, K5 no longer
+        if acks in ("all", "1 leaving"):
             minimum = None if acks == "all" else 1
 
             async def wait(needed=self.leo[LEADER]):
@@ -75,6 +78,8 @@ class LeaderModel(RuleBasedStateMachine):
                 assert self.state.high_watermark >= self.leo[LEADER]
                 assert len(self.state.isr) >= (minimum or self.state.min_insync)
             else:
+                if self.state.high_watermark < self.leo[LEADER]:
+                    assert not fut.done()  # K4: not acknowledged before the ISR has it
                 self.waiting.append((self.leo[LEADER], minimum, fut))
         else:
             assert not isr.acks_one_waits(False)  # K5: answered on the append
@@ -275,3 +280,14 @@ def test_an_unregistered_follower_is_not_put_back_into_the_isr():
     assert isr.isr_change(False, isr.FollowerView(0, 10), 10, LAG_MS, 0, 0, True,
                           registered=False) is isr.IsrChange.KEEP
     assert state.isr_changes(11, LAG_MS, fetching=F1, registered={LEADER, F1}) == (LEADER, F1)
+
+
+@pytest.mark.parametrize(("finished", "error", "lacks"), [
+    (True, None, False),  # L1: the high watermark reached it
+    (True, ErrorCode.not_leader_or_follower, False),  # L2: the leadership moved first
+    (True, ErrorCode.unknown_topic_or_partition, False),  # L2: deleted meanwhile
+    (True, ErrorCode.request_timed_out, True),  # L3: its own timer
+    (False, None, True),  # L3: still waiting at the bound
+])
+def test_leave_rows(finished, error, lacks):
+    assert isr.leave_lacks(finished, error) is lacks

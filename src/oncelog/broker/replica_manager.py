@@ -149,20 +149,22 @@ class ReplicaManager:
 
     async def leave(self, timeout_s: float = LEAVE_TIMEOUT_S) -> None:
         """Controlled shutdown begins: from now on an acks=1 answer waits for the ISR (row
-        K6); stop fetching (Kafka's controller sends the broker StopReplica), so no leader
-        puts it back in an ISR the controller shrinks; and, before the controller is asked
-        to move anything, wait (bounded) until the ISR of every partition led here has what
-        was appended before: acks=1 answers already sent named it, and the new leader will
-        be one of the ISR."""
+        K6) and no fetcher starts; before the controller is asked to move anything, wait
+        (bounded, isr.py's row L1) until the ISR of every partition led here has what was
+        appended before: acks=1 answers already sent named it, and the new leader will be
+        one of the ISR. Only then stop fetching (Kafka's controller sends the broker
+        StopReplica), so no leader puts it back in an ISR the controller shrinks: while
+        it waits it still follows, as the other leaders stopping with it (a whole cluster
+        stopped at once) need it to advance their high watermarks."""
         self._leaving = True
-        for fetcher in list(self.fetchers.values()):
-            await fetcher.stop()
-        self.fetchers.clear()
-        self._following.clear()
         lacking = await until_replicated(self._replicated(), timeout_s)
         if lacking:
             log.warning("controlled shutdown: %d partitions led here still have records "
                         "their ISR lacks after %.0fs; moving them anyway", lacking, timeout_s)
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        self._following.clear()
 
     def step_down(self) -> None:
         """Controlled shutdown: the controller wrote that this broker's leaderships moved,

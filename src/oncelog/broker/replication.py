@@ -1,6 +1,7 @@
 """One partition's replication state on this broker (cluster mode): its role at a leader
-epoch, and as leader what it knows of each follower, the ISR, the high watermark and the
-produces with acks=all waiting for it.
+epoch, and as leader what it knows of each follower, the ISR, the high watermark and what
+waits for it: produces with acks=all, acks=1 ones once a controlled shutdown began (row K6),
+and that shutdown's own wait before it asks for its leaderships to move (rows L1-L3).
 
 Every decision is a row of cluster/isr.py's tables; this module only keeps the facts and
 resolves the waiting answers. A partition without it (``Partition.replication is None``) is
@@ -209,7 +210,7 @@ async def until_replicated(partitions, timeout_s: float) -> int:
     high watermark at the log end offset of this call), at most ``timeout_s``: a leader
     about to hand its leaderships over (controlled shutdown) makes sure the new one, elected
     from the ISR, has every record it acknowledged. A leadership that moves meanwhile ends
-    its wait. How many partitions were still waited for at the end."""
+    its wait. How many partitions ended lacking (isr.py's rows L1-L3)."""
     waits = []
     for partition in partitions:
         r = partition.replication
@@ -223,7 +224,12 @@ async def until_replicated(partitions, timeout_s: float) -> int:
     done, pending = await asyncio.wait(waits, timeout=timeout_s)
     for fut in pending:  # each times out on its own timer next
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-    # a leadership moved away is as good as replicated; a wait timed out (its own timer may
-    # come first) is not
-    return len(pending) + sum(isinstance(e := fut.exception(), ReplicationError) and
-                              e.error_code == ErrorCode.request_timed_out for fut in done)
+    return sum(rules.leave_lacks(False, None) for _ in pending) + \
+        sum(rules.leave_lacks(True, _error(fut)) for fut in done)
+
+
+def _error(fut: asyncio.Future) -> ErrorCode | None:
+    exc = fut.exception()
+    if exc is None:
+        return None
+    return exc.error_code if isinstance(exc, ReplicationError) else ErrorCode.unknown_server_error
