@@ -425,6 +425,31 @@ def test_acks_one_acknowledged_through_a_controlled_shutdown_is_never_lost(clust
              f"broker {stopping} registered again")
 
 
+def test_an_election_zookeeper_refuses_is_answered_with_an_error(cluster):
+    """ElectLeaders on the controller, for a topic whose config znode the brokers may not
+    read (a NoAuth, not an absence: the read raises): the partition is answered with an
+    error and the connection stays up, where the failure used to close it."""
+    from confluent_kafka import ElectionType, KafkaError, TopicPartition
+    from kazoo.security import make_digest_acl
+
+    from oncelog.cluster import znodes as zn
+
+    name = "locked"
+    cluster.zk.create(zn.topic_config_path(name), b'{"version":1,"config":{}}',
+                      acl=[make_digest_acl("someone-else", "secret", all=True)])
+    cluster.zk.create(zn.topic_path(name), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAA", {0: (1, 2)}, {}, {}).encode(), makepath=True)
+    try:
+        admin = cluster.admin(cluster.controller())
+        future = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)])
+        [(partition, error)] = future.result(TIMEOUT).items()
+        assert (partition.topic, partition.partition) == (name, 0)
+        assert error is not None and error.code() == KafkaError.UNKNOWN, error
+    finally:
+        cluster.zk.delete(zn.topic_path(name), recursive=True)
+        cluster.zk.delete(zn.topic_config_path(name))
+
+
 def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(cluster):
     """`make cluster`'s Ctrl-C: every broker gets SIGTERM at once while acks=1 records are
     coming in; all stop cleanly, well within cluster_up's bound. Each leaving leader waits
