@@ -305,13 +305,14 @@ def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
     return out, no_config, no_partitions
 
 
-def read_states(store, keys: list[tuple[str, int]], watch=None
+def read_states(store, keys: list[tuple[str, int]], watch=None, watch_of=None
                 ) -> dict[tuple[str, int], tuple[zn.PartitionState, int] | None]:
     """Each (topic, partition)'s state znode and its version, pipelined, watched when
-    ``watch`` is given; None where it is absent."""
+    ``watch`` is given (or ``watch_of(key)``, a watch per key); None where it is absent."""
     zk = store.client
-    answers = gather(store, [lambda t=t, p=p: zk.get_async(
-        zn.partition_state_path(t, p), watch=watch) for t, p in keys])
+    answers = gather(store, [lambda k=k: zk.get_async(
+        zn.partition_state_path(*k), watch=watch if watch_of is None else watch_of(k))
+        for k in keys])
     out: dict[tuple[str, int], tuple[zn.PartitionState, int] | None] = {}
     for key, got in zip(keys, answers, strict=True):
         if isinstance(got, NoNodeError):
