@@ -66,7 +66,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         # answers) comes first, then the end of the connection if it saw it. Neither has a
         # public accessor (at_eof() is False while bytes are buffered), so their names are
         # checked rather than guessed around.
-        assert hasattr(reader, "_buffer") and hasattr(reader, "_eof"), "asyncio changed"
+        if not (hasattr(reader, "_buffer") and hasattr(reader, "_eof")):
+            raise RuntimeError("asyncio.StreamReader no longer has _buffer and _eof")
         pending, ended = bytes(reader._buffer), reader._eof or reader.exception() is not None
         transport.set_protocol(receiver)
         if pending:
