@@ -17,13 +17,19 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
   controller, then elects), each R times (``--repeats``), with the brokers' side from their
   logs (when the new controller and the new leader logged taking over). Then the same with a
   controlled shutdown (SIGTERM) of the leader (goal: under 1 s).
+* ``shutdown``: a producer writes a record every millisecond with acks=1 (not idempotent)
+  to the partitions one broker leads, and that broker is stopped (SIGTERM): the time from
+  the signal to the broker's log line saying its leaderships moved (its wait for the ISRs,
+  row L1-L3, then the controller's moves), and the acks=1 latency (librdkafka's, produce to
+  acknowledgement) of the records acknowledged before the signal and of those sent after it
+  (row K6: answered once the ISR has them, or by the new leader) (reported).
 * ``restart``: a topic of P partitions (default 1,000) with replication factor 3 (every
   broker holds P replicas), a record in each; one broker is stopped (SIGTERM) and started
   again: the time until it is registered, until it is back in every ISR, and, after a
   preferred-leader election, until it leads its preferred partitions again (reported).
 
     .venv/bin/python bench/replication.py [--messages N] [--repeats R] [--partitions P]
-                                          [--parts throughput,failover,restart]
+                                          [--parts throughput,failover,shutdown,restart]
                                           [--set KEY=VALUE ...] [--data-dir D]
     make bench ARGS="--only replication"
 """
@@ -44,7 +50,7 @@ from _support import LoadMeter, add_parts_argument, machine, produce_all
 from oncelog.cli.scenario_cluster import SETTINGS, LocalCluster
 from oncelog.client.admin.admin import Admin
 
-PARTS = ("throughput", "failover", "restart")
+PARTS = ("throughput", "failover", "shutdown", "restart")
 PAYLOAD = random.Random(20261128).randbytes(1024)
 SESSION_MS = 3000
 TIMEOUT = 120.0
@@ -201,6 +207,80 @@ def failover(cluster: LocalCluster, repeats: int) -> None:
     _wait(lambda: all(leader in p.isr for p in _partitions(bootstrap, topic)), "back in the ISR")
 
 
+def shutdown(cluster: LocalCluster, repeats: int) -> None:
+    bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
+    topic = "bench-shutdown"
+    _create(bootstrap, topic, 6, 3)
+    for _ in range(repeats):
+        _shutdown_once(cluster, bootstrap, topic)
+
+
+def _shutdown_once(cluster: LocalCluster, bootstrap: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        controller = admin.describe_cluster().controller_id
+
+    def ready() -> tuple[int, list[int]] | None:  # (): no answer, not no partition
+        found = _partitions(bootstrap, topic)
+        if len(found) != 6 or not all(len(p.isr) == 3 for p in found):
+            return None
+        leaders = sorted({p.leader for p in found} - {controller})
+        return (leaders[0], [p.index for p in found if p.leader == leaders[0]]) \
+            if leaders else None
+
+    stopping, led = _wait(ready, "every ISR of three, and a leader not the controller")
+    acked: list[tuple[float, float]] = []  # (CreateTime in s, latency in s)
+    failed: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 0,
+                         "message.timeout.ms": 60_000})
+
+    def report(err, msg) -> None:
+        if err is None:
+            acked.append((msg.timestamp()[1] / 1000, msg.latency()))
+        else:
+            failed.append(str(err))
+
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            for p in led:
+                producer.produce(topic, PAYLOAD[:100], partition=p, on_delivery=report)
+            producer.poll(0.001)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    _wait(lambda: len(acked) > 500 or failed, "the producer going")
+    assert not failed, failed[:3]
+    at = time.time()
+    threading.Thread(target=cluster.stop, args=(stopping,), daemon=True).start()
+    _wait(lambda: cluster.procs[stopping].poll() is not None, "the broker stopped")
+    moved = _logged_after(cluster, f"broker {stopping} leads no partition|leaderships not "
+                          "all moved", at)
+    _wait(lambda: any(created >= moved + 0.5 for created, _ in acked), "acks after it")
+    stop.set()
+    writer.join(TIMEOUT)
+    producer.flush(TIMEOUT)
+    assert not failed, failed[:3]
+
+    def ms(values: list[float], q: float) -> str:
+        values = sorted(values)
+        return f"{values[min(len(values) - 1, int(q * len(values)))] * 1000:,.1f}"
+
+    before = [lat for created, lat in acked if created < at]
+    during = [lat for created, lat in acked if at <= created < moved]
+    print(f"controlled shutdown (SIGTERM) of broker {stopping} leading {len(led)} of 6 "
+          f"partitions under acks=1: leaderships moved {(moved - at) * 1000:,.0f} ms "
+          f"after the signal; acks=1 latency p50/p99/max before it {ms(before, 0.5)}/"
+          f"{ms(before, 0.99)}/{ms(before, 1)} ms ({len(before):,} records), sent from "
+          f"the signal to the move {ms(during, 0.5) if during else '-'}/"
+          f"{ms(during, 0.99) if during else '-'}/{ms(during, 1) if during else '-'} ms "
+          f"({len(during):,} records)", flush=True)
+    cluster.start(stopping)
+
+
 def restart(cluster: LocalCluster, partitions: int) -> None:
     bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
     topic = "bench-many"
@@ -263,6 +343,8 @@ def main() -> int:
             throughput(cluster, args.messages, args.repeats)
         if "failover" in parts:
             failover(cluster, args.repeats)
+        if "shutdown" in parts:
+            shutdown(cluster, args.repeats)
         if "restart" in parts:
             restart(cluster, args.partitions)
     print(f"other processes used {meter.others_share():.0%} of the CPUs meanwhile",

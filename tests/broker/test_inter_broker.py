@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncelog.broker.inter_broker import InterBrokerChannel, InterBrokerError
+from oncelog.broker.inter_broker import InterBrokerChannel, InterBrokerError, connect
 from oncelog.broker.txn_marker_sender import outcome
 from oncelog.broker.txn_verification import TxnVerification, for_offset_commit, for_producer
 from oncelog.protocol.api_versions import ADD_PARTITIONS_TO_TXN, API_VERSIONS_KEY, METADATA
@@ -113,6 +113,36 @@ def test_a_peer_that_never_answers_times_out_and_is_connected_again():
             assert channel._backoff[3][1] == 0.05
         finally:
             channel.close()
+            for writer in accepted:
+                writer.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_a_call_waiting_when_its_connection_is_closed_fails_at_once():
+    """A fetcher dropping its connection (a leader change) fails the Fetch waiting on it
+    then, not after its 30 s timeout (found in review when the answers moved to
+    frame_receiver.py: closing no longer cancelled a reader task that failed them)."""
+    async def run():
+        accepted = []
+
+        async def silent(reader, writer):
+            accepted.append(writer)
+            await reader.read()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = await connect(_plain(lambda b: ("127.0.0.1", port)), 3, "t", timeout_s=30)
+        try:
+            waiting = asyncio.ensure_future(conn.call(API_VERSIONS_KEY, 3, _api_versions()))
+            await asyncio.sleep(0.05)
+            conn.close()
+            async with asyncio.timeout(5):
+                with pytest.raises(InterBrokerError):
+                    await waiting
+        finally:
             for writer in accepted:
                 writer.close()
             server.close()

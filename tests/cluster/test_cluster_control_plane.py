@@ -4,7 +4,8 @@ Metadata from its ZooKeeper-fed cache (librdkafka and kafka-python read it); a r
 factor above the broker count and min.insync.replicas above the replication factor are
 refused with Kafka's errors; configs set on one broker are seen on another; a leader killed
 with SIGKILL is replaced from the ISR with leader_epoch + 1 within the session timeout and a
-second; a broker stopped with SIGTERM hands its leaderships over before it exits;
+second; a broker stopped with SIGTERM hands its leaderships over before it exits, losing
+no record it acknowledged with acks=1;
 preferred-leader election and a reassignment are carried out by the controller; and, the
 control plane and the replica managers together, librdkafka's idempotent producer with
 acks=all loses nothing and stores nothing twice when the leader is killed mid-stream.
@@ -357,3 +358,161 @@ def test_acknowledged_writes_survive_a_leader_kill_exactly_once(cluster):
     cluster.brokers[leader].start()  # the module's cluster is whole again for the next test
     wait_for(lambda: leader in cluster.state("exactly", 0)["isr"], TIMEOUT,
              f"broker {leader} caught up and back in the ISR")
+
+
+def test_acks_one_acknowledged_through_a_controlled_shutdown_is_never_lost(cluster):
+    """librdkafka produces with acks=1 (not idempotent) to the partitions one broker leads
+    while that broker stops with SIGTERM. From the moment its controlled shutdown begins, a
+    leader answers acks=1 only once the ISR has the batch (isr.py's row K6), and asks the
+    controller to move its leaderships only once the ISR has what it had acknowledged: the
+    new leader, elected from the ISR, holds every record an acknowledgement named."""
+    import threading
+
+    from confluent_kafka import Producer
+    from support.brokers import read_to_end
+
+    partitions = 6
+    cluster.create("acks1", partitions, 3)
+    wait_for(lambda: all(len(cluster.state("acks1", p)["isr"]) == 3
+                         for p in range(partitions)), TIMEOUT, "every ISR of three")
+    controller = cluster.controller()
+    stopping = next(b for b in (1, 2, 3) if b != controller)
+    led = [p for p in range(partitions) if cluster.state("acks1", p)["leader"] == stopping]
+    assert led
+    acked: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
+
+    def delivered(err, msg):
+        if err is None:
+            acked[msg.value()] = (msg.partition(), msg.offset())
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 1,
+                         "retry.backoff.ms": 20, "message.timeout.ms": 60_000})
+    done = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not done.is_set():
+            for p in led:
+                try:
+                    producer.produce("acks1", b"%d" % i, partition=p, on_delivery=delivered)
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.01)
+                i += 1
+            producer.poll(0.001)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    try:
+        wait_for(lambda: len(acked) >= 2000, TIMEOUT, "2,000 records acknowledged")
+        before = len(acked)
+        assert cluster.brokers[stopping].stop() == 0  # controlled shutdown, mid-stream
+        wait_for(lambda: len(acked) >= before + 2000, TIMEOUT,
+                 "2,000 more acknowledged by the new leaders")
+    finally:
+        done.set()
+        writer.join(TIMEOUT)
+    assert producer.flush(TIMEOUT) == 0
+    assert all(cluster.state("acks1", p)["leader"] != stopping for p in led)
+    survivor = next(b for b in (1, 2, 3) if b != stopping)
+    found = read_to_end(cluster.brokers[survivor].bootstrap, "acks1", partitions)
+    stored = {(p, offset): value for p, records in found.items() for offset, value in records}
+    lost = sorted((where, value) for value, where in acked.items()
+                  if stored.get(where) != value)
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records lost: {lost[:5]}"
+    cluster.brokers[stopping].start()  # the module's cluster whole again
+    wait_for(lambda: str(stopping) in cluster.zk.get_children("/brokers/ids"), TIMEOUT,
+             f"broker {stopping} registered again")
+
+
+def test_an_election_zookeeper_refuses_is_answered_with_an_error(cluster):
+    """ElectLeaders on the controller, for a topic whose config znode the brokers may not
+    read (a NoAuth, not an absence: the read raises): the partition is answered with an
+    error and the connection stays up, where the failure used to close it."""
+    from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kazoo.security import make_digest_acl
+
+    from oncelog.cluster import znodes as zn
+
+    name = "locked"
+    cluster.zk.create(zn.topic_config_path(name), b'{"version":1,"config":{}}',
+                      acl=[make_digest_acl("someone-else", "secret", all=True)])
+    cluster.zk.create(zn.topic_path(name), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAA", {0: (1, 2)}, {}, {}).encode(), makepath=True)
+    try:
+        def answered():  # by the controller of now (an earlier test moved it)
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+            try:
+                return admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)]
+                                           ).result(TIMEOUT)
+            except KafkaException as exc:
+                assert exc.args[0].code() == KafkaError.NOT_CONTROLLER, exc
+                return None
+
+        found = wait_for(answered, TIMEOUT, "an answer from the controller", 0.2)
+        [(partition, error)] = found.items()
+        assert (partition.topic, partition.partition) == (name, 0)
+        assert error is not None and error.code() == KafkaError.UNKNOWN, error
+    finally:
+        cluster.zk.delete(zn.topic_path(name), recursive=True)
+        cluster.zk.delete(zn.topic_config_path(name))
+
+
+def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(cluster):
+    """`make cluster`'s Ctrl-C: every broker gets SIGTERM at once while acks=1 records are
+    coming in; all stop cleanly, well within cluster_up's bound. Each leaving leader waits
+    for its ISRs to have what it appended before it stops following the others, so the
+    high watermarks still advance and no broker waits out replica_manager.py's
+    LEAVE_TIMEOUT_S (it would log that it moved partitions anyway). Last in the module: it
+    restarts all three."""
+    import signal
+    import threading
+
+    from confluent_kafka import Producer
+
+    partitions = 3
+    cluster.create("allstop", partitions, 3)
+    wait_for(lambda: all(len(cluster.state("allstop", p)["isr"]) == 3
+                         for p in range(partitions)), TIMEOUT, "every ISR of three")
+    acked: list[int] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 1,
+                         "message.timeout.ms": 5000})
+    done = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not done.is_set():
+            try:
+                producer.produce("allstop", b"%d" % i, partition=i % partitions,
+                                 on_delivery=lambda err, msg: err or acked.append(1))
+            except BufferError:
+                producer.poll(0.01)
+            i += 1
+            producer.poll(0)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    sizes = {}
+    try:
+        wait_for(lambda: len(acked) >= 2000, TIMEOUT, "2,000 records acknowledged")
+        for broker in cluster.brokers.values():
+            sizes[broker] = len(broker.log_text())
+        began = time.monotonic()
+        for broker in cluster.brokers.values():
+            broker.proc.send_signal(signal.SIGTERM)  # to all three at once
+        for broker in cluster.brokers.values():
+            assert broker.proc.wait(TIMEOUT) == 0  # cluster_up's STOP_TIMEOUT_S is 30 s
+            broker.proc = None
+        print(f"the whole cluster stopped in {time.monotonic() - began:.2f}s")
+    finally:
+        done.set()
+        writer.join(TIMEOUT)
+    for broker, size in sizes.items():
+        text = broker.log_text()[size:]
+        assert "their ISR lacks" not in text, text[-3000:]
+    for broker in cluster.brokers.values():
+        broker.start()
+    wait_for(lambda: sorted(cluster.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
+             TIMEOUT, "three brokers registered again")

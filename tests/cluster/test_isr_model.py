@@ -6,8 +6,10 @@
   the leader's log end, every ISR member has everything below it, a follower caught up
   within replica.lag.time.max.ms stays in the ISR and one behind longer leaves it, and an
   acks=all produce is acknowledged exactly when the high watermark passed it with
-  min.insync.replicas in the ISR; a follower whose registration is gone (its ZooKeeper
-  session lost) never joins the ISR, however caught up it fetches (KIP-841).
+  min.insync.replicas in the ISR, an acks=1 one in controlled shutdown (row K6) exactly when
+  the high watermark passed it, whatever the ISR's size; a follower whose registration is
+  gone (its ZooKeeper session lost) never joins the ISR, however caught up it fetches
+  (KIP-841).
 - Truncation: a follower whose log diverged from its leader's after a common prefix (it led
   an epoch the leader never saw all of) truncates, over OffsetForLeaderEpoch rounds
   (isr.truncation_point with the real LeaderEpochCache on both sides), to exactly that
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -49,29 +52,37 @@ class LeaderModel(RuleBasedStateMachine):
         self.registered = {LEADER, F1, F2}  # /brokers/ids as the leader last read it
 
     def teardown(self):
-        for _, fut in self.waiting:
+        for _, _, fut in self.waiting:
             fut.cancel()
         self.loop.close()
 
     def _settle(self):
         self.loop.run_until_complete(asyncio.sleep(0))
 
-    @rule(count=st.integers(1, 5), acks_all=st.booleans())
-    def append(self, count, acks_all):
-        if acks_all and isr.acks_all_before(len(self.state.isr), self.state.min_insync):
+    @rule(count=st.integers(1, 5), acks=st.sampled_from(["1", "all", "1 leaving"]))
+    def append(self, count, acks):
+        if acks == "all" and isr.acks_all_before(len(self.state.isr), self.state.min_insync):
             return  # K1: refused before the append
         self.leo[LEADER] += count
         self.state.advance_high_watermark(self.leo[LEADER])
-        if acks_all:
+        if acks == "1 leaving":
+            assert isr.acks_one_waits(True)  # K6: it waits for the ISR, K5 no longer
+        if acks in ("all", "1 leaving"):
+            minimum = None if acks == "all" else 1
+
             async def wait(needed=self.leo[LEADER]):
-                return self.state.wait_for(needed, 3600)
+                return self.state.wait_for(needed, 3600, minimum)
 
             fut = self.loop.run_until_complete(wait())
             if fut is None:  # K2 at once
                 assert self.state.high_watermark >= self.leo[LEADER]
-                assert len(self.state.isr) >= self.state.min_insync
+                assert len(self.state.isr) >= (minimum or self.state.min_insync)
             else:
-                self.waiting.append((self.leo[LEADER], fut))
+                if self.state.high_watermark < self.leo[LEADER]:
+                    assert not fut.done()  # K4: not acknowledged before the ISR has it
+                self.waiting.append((self.leo[LEADER], minimum, fut))
+        else:
+            assert not isr.acks_one_waits(False)  # K5: answered on the append
 
     @rule(follower=st.sampled_from([F1, F2]))
     def session_lost_or_registered_again(self, follower):
@@ -141,7 +152,7 @@ class LeaderModel(RuleBasedStateMachine):
             return
         self._settle()
         s = self.state
-        for needed, fut in self.waiting:
+        for needed, minimum, fut in self.waiting:
             if not fut.done():
                 assert s.high_watermark < needed
             elif fut.exception() is None:
@@ -150,8 +161,8 @@ class LeaderModel(RuleBasedStateMachine):
                 error = fut.exception()
                 assert isinstance(error, ReplicationError)
                 assert error.error_code == ErrorCode.not_enough_replicas_after_append
-                assert len(s.isr) < s.min_insync
-        self.waiting = [(n, f) for n, f in self.waiting if not f.done()]
+                assert minimum is None and len(s.isr) < s.min_insync
+        self.waiting = [(n, m, f) for n, m, f in self.waiting if not f.done()]
 
 
 LeaderModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
@@ -269,3 +280,14 @@ def test_an_unregistered_follower_is_not_put_back_into_the_isr():
     assert isr.isr_change(False, isr.FollowerView(0, 10), 10, LAG_MS, 0, 0, True,
                           registered=False) is isr.IsrChange.KEEP
     assert state.isr_changes(11, LAG_MS, fetching=F1, registered={LEADER, F1}) == (LEADER, F1)
+
+
+@pytest.mark.parametrize(("finished", "error", "lacks"), [
+    (True, None, False),  # L1: the high watermark reached it
+    (True, ErrorCode.not_leader_or_follower, False),  # L2: the leadership moved first
+    (True, ErrorCode.unknown_topic_or_partition, False),  # L2: deleted meanwhile
+    (True, ErrorCode.request_timed_out, True),  # L3: its own timer
+    (False, None, True),  # L3: still waiting at the bound
+])
+def test_leave_rows(finished, error, lacks):
+    assert isr.leave_lacks(finished, error) is lacks

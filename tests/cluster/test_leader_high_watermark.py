@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kio.schema.errors import ErrorCode
+
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
-from oncelog.broker.replication import ReplicaState
+from oncelog.broker.replication import ReplicaState, ReplicationError, until_replicated
 from oncelog.log.log import LogConfig
 from oncelog.log.memory_disk import MemoryDisk
 from oncelog.producer_state.manager import StateLimits
@@ -186,3 +188,50 @@ def test_an_isr_write_answered_after_its_partition_was_deleted_ends_quietly():
                               watch=SimpleNamespace(refresh=lambda: None))
     ReplicaManager._isr_written(manager, p, r, (1,), (1, 2), 7)
     assert r.isr == (1, 2)
+
+
+def test_acks_one_in_controlled_shutdown_waits_for_the_isr_with_no_minimum():
+    """Row K6: in controlled shutdown an acks=1 answer waits as acks=all does, but the ISR
+    shrinking below min.insync.replicas acknowledges it (it asked for no minimum) where
+    acks=all's is NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    p = leader((1, 2))
+    r = p.replication
+    r.min_insync = 2
+    p.append_records(encode_batch([(None, b"a", (), NOW)]))
+
+    async def run():
+        acks_all, acks_one = r.wait_for(1, 30), r.wait_for(1, 30, 1)
+        assert not acks_all.done() and not acks_one.done()
+        r.isr_read((1,), 3)  # the follower out: the leader's ISR alone
+        r.advance_high_watermark(1)
+        await asyncio.wait([acks_all, acks_one])
+        return acks_all.exception(), acks_one.exception()
+
+    all_error, one_error = asyncio.run(run())
+    assert isinstance(all_error, ReplicationError)
+    assert all_error.error_code == ErrorCode.not_enough_replicas_after_append
+    assert one_error is None
+
+
+def test_a_leader_leaving_waits_until_its_isr_has_what_it_appended():
+    """Before a stopping broker asks the controller to move its leaderships, the ISR of
+    each partition it leads holds what it appended (and so acknowledged with acks=1): the
+    new leader comes from that ISR. A leadership moved meanwhile ends the wait too; one
+    never caught up is given up on after the bound."""
+    followed, alone, moved, stuck = leader((1, 2)), leader((1,)), leader((1, 3)), \
+        leader((1, 2))
+    for p in (followed, alone, moved, stuck):
+        p.append_records(encode_batch([(None, b"a", (), NOW), (None, b"b", (), NOW)]))
+
+    async def run():
+        waiting = asyncio.ensure_future(until_replicated([followed, alone, moved], 30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        r = followed.replication
+        r.follower_fetched(2, 2, 2, NOW)
+        r.advance_high_watermark(2)
+        moved.replication.fail_waiters(ErrorCode.not_leader_or_follower, "moved")
+        lacking = await asyncio.wait_for(waiting, 5)
+        return lacking, await until_replicated([stuck], 0.01)
+
+    assert asyncio.run(run()) == (0, 1)

@@ -29,15 +29,16 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..protocol.messages import decode_response, encode_request
 from ..protocol.schema import request_module
 from ..security.sasl_reauth_client import Action, Reauthentication
+from .frame_receiver import AT_ONCE, FrameReceiver
 from .inter_broker_connect import SASL_VERSIONS, open_connection
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 MAX_FRAME = 1 << 30
 CONNECT_TIMEOUT_S = 10.0  # Kafka's socket.connection.setup.timeout.ms
@@ -56,14 +57,18 @@ class InterBrokerError(Exception):
 
 
 async def connect(open_to: Opener, destination: int, client_id: str,
-                  timeout_s: float = REQUEST_TIMEOUT_S) -> BrokerConnection:
+                  timeout_s: float = REQUEST_TIMEOUT_S, frame_at_once: int = AT_ONCE
+                  ) -> BrokerConnection:
     """A connection to broker ``destination`` made by ``open_to`` (``opener``'s: the one
-    place a broker opens one, secured as the inter-broker listener asks)."""
+    place a broker opens one, secured as the inter-broker listener asks). Answers up to
+    ``frame_at_once`` bytes are allocated whole on their size, larger ones as they arrive
+    (frame_receiver.py): the largest legitimate answer on the connection."""
     try:
         reader, writer, *reauth = await open_to(destination)
     except (OSError, TimeoutError) as exc:
         raise InterBrokerError(f"connecting to broker {destination}: {exc!r}") from exc
-    return BrokerConnection(reader, writer, client_id, timeout_s, *reauth)
+    return BrokerConnection(reader, writer, client_id, timeout_s, *reauth,
+                            frame_at_once=frame_at_once)
 
 
 def opener(broker) -> Opener:
@@ -74,23 +79,30 @@ def opener(broker) -> Opener:
 
 class BrokerConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client_id: str, timeout_s: float, reauth: Reauthentication | None = None
-                 ) -> None:
+                 client_id: str, timeout_s: float, reauth: Reauthentication | None = None,
+                 frame_at_once: int = AT_ONCE) -> None:
         self.reader, self.writer = reader, writer
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.correlation = 0
         self.closed = False
-        self._waiting: dict[int, tuple[int, int, asyncio.Future]] = {}
+        # correlation id -> (api key, version, its decoder or None: kio's, the answer)
+        self._waiting: dict[int, tuple[int, int, Callable | None, asyncio.Future]] = {}
         # Calls given up whose answers may still come (at most one per call sent since).
         self._abandoned: set[int] = set()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
         self.reauth = reauth
         self._reauthenticating: asyncio.Task | None = None
+        # the answers read straight into their frames from now on (last: it may find the
+        # connection lost already)
+        FrameReceiver.take_over(reader, writer, MAX_FRAME, self._answered, self._lost,
+                                frame_at_once)
 
-    async def call(self, api_key: int, version: int, body, timeout_s: float | None = None):
+    async def call(self, api_key: int, version: int, body, timeout_s: float | None = None,
+                   decode: Callable[[memoryview], Any] | None = None):
         """The answer to one request within ``timeout_s`` in all (a re-authentication it
-        waits for included); raises InterBrokerError when there is none."""
+        waits for included); raises InterBrokerError when there is none. ``decode``: reads
+        the answer's frame (without its size) instead of kio's entity (a follower's Fetch:
+        protocol/fetch_response.py, the records left in the frame)."""
         timeout_s = timeout_s or self.timeout_s
         if self.reauth is not None:
             began = time.monotonic()
@@ -102,7 +114,7 @@ class BrokerConnection:
             timeout_s -= time.monotonic() - began
             if timeout_s <= 0:
                 raise InterBrokerError("timed out waiting for a re-authentication")
-        return await self._call(api_key, version, body, timeout_s)
+        return await self._call(api_key, version, body, timeout_s, decode)
 
     async def _reauthenticated(self, reauth: Reauthentication) -> None:
         """Rows C3-C5 before a call: it begins the exchange past the point and waits for the
@@ -135,13 +147,14 @@ class BrokerConnection:
         finally:
             self._reauthenticating = None
 
-    async def _call(self, api_key: int, version: int, body, timeout_s: float | None = None):
+    async def _call(self, api_key: int, version: int, body, timeout_s: float | None = None,
+                    decode: Callable[[memoryview], Any] | None = None):
         if self.closed:
             raise InterBrokerError("the connection is closed")
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
         correlation = self.correlation
         answer = asyncio.get_running_loop().create_future()
-        self._waiting[correlation] = (api_key, version, answer)
+        self._waiting[correlation] = (api_key, version, decode, answer)
         try:
             self.writer.write(encode_request(api_key, version, correlation, self.client_id,
                                              body))
@@ -164,33 +177,35 @@ class BrokerConnection:
         finally:
             self._waiting.pop(correlation, None)
 
-    async def _read(self) -> None:
+    def _answered(self, frame: memoryview) -> None:
+        """One answer, whole (FrameReceiver's call): to the call waiting for it."""
+        if self.closed:
+            return
         try:
-            while True:
-                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-                if not 4 <= size <= MAX_FRAME:
-                    raise InterBrokerError(f"the other broker sent a frame of {size} bytes")
-                frame = await self.reader.readexactly(size)
-                (correlation,) = _CORRELATION.unpack_from(frame)
-                waiting = self._waiting.get(correlation)
-                if waiting is None and correlation in self._abandoned:
-                    self._abandoned.discard(correlation)
-                    continue
-                if waiting is None:
-                    raise InterBrokerError(f"an answer to correlation id {correlation}, "
-                                           f"which no request waits for")
-                api_key, version, answer = waiting
-                _, decoded = decode_response(api_key, version, frame)
-                if not answer.done():
-                    answer.set_result(decoded)
-        except asyncio.CancelledError:
-            self._fail(InterBrokerError("the connection is closed"))
-            raise
-        except Exception as exc:  # lost, or an answer that cannot be read: every call fails
+            (correlation,) = _CORRELATION.unpack_from(frame)
+            waiting = self._waiting.get(correlation)
+            if waiting is None and correlation in self._abandoned:
+                self._abandoned.discard(correlation)
+                return
+            if waiting is None:
+                raise InterBrokerError(f"an answer to correlation id {correlation}, which "
+                                       f"no request waits for")
+            api_key, version, decode, answer = waiting
+            decoded = decode_response(api_key, version, frame)[1] if decode is None \
+                else decode(frame)
+        except Exception as exc:  # an answer that cannot be read: every call fails
             self._fail(exc if isinstance(exc, InterBrokerError) else InterBrokerError(repr(exc)))
+            return
+        if not answer.done():
+            answer.set_result(decoded)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        """The connection ended, or sent a frame size out of bounds: every call fails."""
+        if not self.closed:
+            self._fail(InterBrokerError(repr(exc)))
 
     def _fail(self, error: InterBrokerError) -> None:
-        for _, _, answer in self._waiting.values():
+        for *_, answer in self._waiting.values():
             if not answer.done():
                 answer.set_exception(error)
         self.close()
@@ -202,8 +217,11 @@ class BrokerConnection:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
             self.writer.close()
-            if self._reader is not asyncio.current_task():
-                self._reader.cancel()
+            # no answer can come now: the calls waiting fail at once (those _fail failed
+            # keep their own error)
+            for *_, answer in self._waiting.values():
+                if not answer.done():
+                    answer.set_exception(InterBrokerError("the connection is closed"))
 
 
 class InterBrokerChannel:

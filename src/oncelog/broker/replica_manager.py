@@ -45,10 +45,14 @@ from ..log.disk import OsDisk
 from .log_dirs import LogDirOffline
 from .partition import Partition
 from .replica_fetcher import LeaderFetcher
-from .replication import HW_CHECKPOINT_FILE, ReplicaState
+from .replication import HW_CHECKPOINT_FILE, ReplicaState, until_replicated
 from .topics import INTERNAL_TOPICS, REPLICA_MARK, TopicError
 
 log = logging.getLogger(__name__)
+
+# How long a controlled shutdown waits for the ISRs of its leaderships to have what it
+# appended (an ISR member that stopped fetching holds them until the ISR shrinks)
+LEAVE_TIMEOUT_S = 10.0
 
 
 def _now_ms() -> int:
@@ -138,10 +142,25 @@ class ReplicaManager:
         self.watch.start()
         self.report_offline()
 
-    async def leave(self) -> None:
-        """Controlled shutdown begins: stop fetching (Kafka's controller sends the broker
-        StopReplica), so no leader puts it back in an ISR the controller shrinks."""
+    @property
+    def leaving(self) -> bool:
+        """In controlled shutdown: its leaderships are about to move (isr.py's row K6)."""
+        return self._leaving
+
+    async def leave(self, timeout_s: float = LEAVE_TIMEOUT_S) -> None:
+        """Controlled shutdown begins: from now on an acks=1 answer waits for the ISR (row
+        K6) and no fetcher starts; before the controller is asked to move anything, wait
+        (bounded, isr.py's row L1) until the ISR of every partition led here has what was
+        appended before: acks=1 answers already sent named it, and the new leader will be
+        one of the ISR. Only then stop fetching (Kafka's controller sends the broker
+        StopReplica), so no leader puts it back in an ISR the controller shrinks: while
+        it waits it still follows, as the other leaders stopping with it (a whole cluster
+        stopped at once) need it to advance their high watermarks."""
         self._leaving = True
+        lacking = await until_replicated(self._replicated(), timeout_s)
+        if lacking:
+            log.warning("controlled shutdown: %d partitions led here still have records "
+                        "their ISR lacks after %.0fs; moving them anyway", lacking, timeout_s)
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()

@@ -1,6 +1,7 @@
 """One partition's replication state on this broker (cluster mode): its role at a leader
-epoch, and as leader what it knows of each follower, the ISR, the high watermark and the
-produces with acks=all waiting for it.
+epoch, and as leader what it knows of each follower, the ISR, the high watermark and what
+waits for it: produces with acks=all, acks=1 ones once a controlled shutdown began (row K6),
+and that shutdown's own wait before it asks for its leaderships to move (rows L1-L3).
 
 Every decision is a row of cluster/isr.py's tables; this module only keeps the facts and
 resolves the waiting answers. A partition without it (``Partition.replication is None``) is
@@ -39,6 +40,7 @@ class ReplicationError(Exception):
 class _Waiter:
     needed: int  # the high watermark that acknowledges it: the batch's last offset + 1
     future: asyncio.Future[None]
+    min_insync: int | None  # None: the partition's min.insync.replicas (acks=all)
     timer: asyncio.TimerHandle | None = None
 
 
@@ -142,10 +144,13 @@ class ReplicaState:
         ordered = tuple(b for b in self.replicas if b in wanted)
         return None if set(ordered) == set(self.isr) else ordered
 
-    def wait_for(self, needed: int, timeout_s: float) -> asyncio.Future[None] | None:
+    def wait_for(self, needed: int, timeout_s: float,
+                 min_insync: int | None = None) -> asyncio.Future[None] | None:
         """acks=all: a future done once the high watermark reaches ``needed`` with enough
-        replicas in sync (isr.acks_all_step); None when that is so already."""
-        step = rules.acks_all_step(self.high_watermark, needed, len(self.isr), self.min_insync)
+        replicas in sync (isr.acks_all_step); None when that is so already. ``min_insync``:
+        in place of the partition's (1: an acks=1 answer in controlled shutdown, row K6)."""
+        step = rules.acks_all_step(self.high_watermark, needed, len(self.isr),
+                                   self.min_insync if min_insync is None else min_insync)
         if step is rules.Acks.DONE:
             return None
         loop = asyncio.get_running_loop()
@@ -153,7 +158,7 @@ class ReplicaState:
         if step is rules.Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             fut.set_exception(self._not_enough_after())
             return fut
-        waiter = _Waiter(needed, fut)
+        waiter = _Waiter(needed, fut, min_insync)
         waiter.timer = loop.call_later(timeout_s, self._timed_out, waiter)
         self.waiters.append(waiter)
         return fut
@@ -174,7 +179,8 @@ class ReplicaState:
         keep = []
         for waiter in self.waiters:
             step = rules.acks_all_step(self.high_watermark, waiter.needed, len(self.isr),
-                                       self.min_insync)
+                                       self.min_insync if waiter.min_insync is None
+                                       else waiter.min_insync)
             if step is rules.Acks.WAIT:
                 keep.append(waiter)
                 continue
@@ -197,3 +203,33 @@ def _settle(waiter: _Waiter, error: BaseException | None) -> None:
     else:
         waiter.future.set_exception(error)
         waiter.future.exception()  # retrieved: its request may be gone
+
+
+async def until_replicated(partitions, timeout_s: float) -> int:
+    """Waits until the ISR of each partition led here holds what its log holds now (the
+    high watermark at the log end offset of this call), at most ``timeout_s``: a leader
+    about to hand its leaderships over (controlled shutdown) makes sure the new one, elected
+    from the ISR, has every record it acknowledged. A leadership that moves meanwhile ends
+    its wait. How many partitions ended lacking (isr.py's rows L1-L3)."""
+    waits = []
+    for partition in partitions:
+        r = partition.replication
+        if r is not None and r.is_leader and partition.is_open and \
+                not partition.log_dir.offline:
+            waiting = r.wait_for(partition.log.log_end_offset, timeout_s, 1)
+            if waiting is not None:
+                waits.append(waiting)
+    if not waits:
+        return 0
+    done, pending = await asyncio.wait(waits, timeout=timeout_s)
+    for fut in pending:  # each times out on its own timer next
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return sum(rules.leave_lacks(False, None) for _ in pending) + \
+        sum(rules.leave_lacks(True, _error(fut)) for fut in done)
+
+
+def _error(fut: asyncio.Future) -> ErrorCode | None:
+    exc = fut.exception()
+    if exc is None:
+        return None
+    return exc.error_code if isinstance(exc, ReplicationError) else ErrorCode.unknown_server_error

@@ -61,7 +61,7 @@ from .leader_election import Ask, Decision, Facts, decide, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .wakeups import woken
-from .watched_topics import TopicRead, WatchedTopics
+from .watched_topics import TopicRead, WatchedTopics, read_states, read_topics
 
 log = logging.getLogger(__name__)
 
@@ -223,41 +223,19 @@ class Controller:
         return {k: frozenset(v) for k, v in found.items()}, events
 
     def read_topics(self, names: list[str] | None = None) -> list[TopicRead]:
-        from kazoo.exceptions import NoNodeError
-
+        """The named topics (None: every one) read afresh, unwatched, as the picture reads
+        them (watched_topics.read_topics: only absence is read as absence)."""
         if names is None:
             names = sorted(self._op(self.zk.get_children_async, zn.BROKER_TOPICS,
                                     watch=self.wake))
-        answers = self._gather(
-            [lambda n=n: self.zk.get_async(zn.topic_path(n)) for n in names]
-            + [lambda n=n: self.zk.get_async(zn.topic_config_path(n)) for n in names]
-            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n)) for n in names])
-        k = len(names)
-        topics = []
-        for i, name in enumerate(names):
-            got = answers[i]
-            if isinstance(got, NoNodeError):
-                continue
-            if isinstance(got, Exception):
-                raise got
-            data, stat = got
-            config = answers[k + i]
-            configs = {} if isinstance(config, Exception) else zn.decode_topic_config(config[0])
-            children = answers[2 * k + i]
-            has_node = not isinstance(children, Exception)
-            nodes = {int(c) for c in children} if has_node else set()
-            topics.append(TopicRead(name, zn.TopicAssignment.decode(data), stat.version,
-                                    configs, {}, nodes, has_node))
-        keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
+        read, _, _ = read_topics(self.store, names)
+        topics = [read[n] for n in names if n in read]
+        keys = [(t.name, p) for t in topics for p in sorted(t.assignment.partitions)
                 if p in t.partition_nodes]
-        states = self._gather([lambda t=t, p=p: self.zk.get_async(
-            zn.partition_state_path(t.name, p)) for t, p in keys])
-        for (t, p), got in zip(keys, states, strict=True):
-            if isinstance(got, Exception):
-                if not isinstance(got, NoNodeError):
-                    raise got
-                continue
-            t.states[p] = (zn.PartitionState.decode(got[0]), got[1].version)
+        by_name = {t.name: t for t in topics}
+        for (name, p), got in read_states(self.store, keys).items():
+            if got is not None:
+                by_name[name].states[p] = got
         return topics
 
     def pass_once(self) -> bool:

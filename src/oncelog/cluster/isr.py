@@ -71,6 +71,38 @@ acks=all, ``acks_all_step`` (Kafka's checkEnoughReplicasReachOffset):
 | K3  | high watermark reached it, ISR below min.insync   | NOT_ENOUGH_REPLICAS_AFTER_APPEND|
 | K4  | high watermark not there yet                      | WAIT                            |
 
+acks=1, ``acks_one_waits`` (acks=0 is never answered, so nothing is acknowledged):
+
+| row | when                                              | answer                          |
+|-----|---------------------------------------------------|---------------------------------|
+| K5  | the broker is not in controlled shutdown          | on the append (Kafka's acks=1)  |
+| K6  | its controlled shutdown began: its leaderships    | K2/K4 with min.insync.replicas  |
+|     | are about to move                                 | 1: once the high watermark      |
+|     |                                                   | passed the batch, or            |
+|     |                                                   | NOT_LEADER_OR_FOLLOWER when the |
+|     |                                                   | leadership moved first          |
+
+A controlled shutdown's wait before it asks the controller to move the leaderships
+(broker/replica_manager.py's leave, ``leave_lacks`` for each partition led there; its
+fetchers keep following meanwhile), waiting for the high watermark at the log end offset the
+leader had when the shutdown began, at most 10 s (``LEAVE_TIMEOUT_S``):
+
+| row | the wait ended                                    | counts as                       |
+|-----|---------------------------------------------------|---------------------------------|
+| L1  | the high watermark reached it                     | replicated                      |
+| L2  | the leadership moved away first (any error but a  | replicated: the new leader is   |
+|     | timeout: NOT_LEADER_OR_FOLLOWER, the partition    | the controller's pick from the  |
+|     | deleted, its log directory offline)               | ISR, or no leader is left here  |
+| L3  | not within the 10 s (its own timer, or still      | lacking: logged, and the        |
+|     | waiting at the bound)                             | leaderships are moved anyway    |
+
+K6 is stricter than Kafka, whose old leader acknowledges acks=1 until it hears of the move
+and then truncates what the new leader lacks: the controller elects the new leader from the
+ISR, and every ISR member holds what is below the high watermark, so nothing the stopping
+leader acknowledged is lost by its own shutdown. (What it acknowledged before the shutdown
+began is replicated before it asks the controller to move, unless the ISR has not caught up
+within 10 s (L3, logged): broker/replica_manager.py's leave.)
+
 Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
 OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets
 (leader's epoch L, end offset); it looks L up in its own leader epoch cache (the same
@@ -195,6 +227,19 @@ def acks_all_step(high_watermark_now: int, needed: int, isr_size: int, min_insyn
     if high_watermark_now < needed:
         return Acks.WAIT
     return Acks.DONE if isr_size >= min_insync else Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def acks_one_waits(leaving: bool) -> bool:
+    """K5/K6: whether an acks=1 answer waits for the ISR (with min.insync.replicas 1)."""
+    return leaving
+
+
+def leave_lacks(finished: bool, error: ErrorCode | None) -> bool:
+    """L1-L3: whether a partition's controlled-shutdown wait ended lacking. ``finished``:
+    it ended within the bound; ``error``: how (None: the high watermark reached it)."""
+    if not finished:
+        return True  # L3
+    return error == ErrorCode.request_timed_out  # L3 by its own timer, else L1 / L2
 
 
 def truncation_point(leader_epoch: int, leader_end: int, ours: tuple[int, int], log_end: int,

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
-from .batches import gather
 from .wakeups import woken
+from .watched_topics import read_states
 
 log = logging.getLogger(__name__)
 
@@ -242,20 +242,17 @@ class MetadataCache:
             for p in known - set(assignment.partitions):
                 self._states.pop((name, p), None)
             changed.add(name)
-        # Pipelined (batches.gather): a round trip per hundred states marked, not one each.
+        # Pipelined: a round trip per hundred states marked, not one each (the controller's
+        # one reading: only an absence is read as absence, anything else raises).
         keys = [key for key in states if key[0] in self._assignments]
         missing = []
-        for key, got in zip(keys, gather(self.store, [
-                lambda k=k: self.zk.get_async(zn.partition_state_path(*k),
-                                              watch=self._mark("state", k)) for k in keys]),
-                strict=True):
-            if isinstance(got, NoNodeError):
+        for key, got in read_states(self.store, keys,
+                                    watch_of=lambda k: self._mark("state", k)).items():
+            if got is None:
                 self._states.pop(key, None)
                 missing.append(key)
                 continue
-            if isinstance(got, Exception):
-                raise got
-            self._states[key] = zn.PartitionState.decode(got[0])
+            self._states[key] = got[0]
             changed.add(key[0])
         for key in missing:  # told when the controller writes it
             if self._op(self.zk.exists_async, zn.partition_state_path(*key),

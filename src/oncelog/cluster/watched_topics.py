@@ -203,39 +203,8 @@ class WatchedTopics:
         return set(self._states_of(assignment))
 
     def _read_topics(self, names: list[str]) -> dict[str, TopicRead]:
-        answers = gather(self.store, [
-            lambda n=n: self.zk.get_async(zn.topic_path(n), watch=self._topic_changed)
-            for n in names]
-            + [lambda n=n: self.zk.get_async(zn.topic_config_path(n),
-                                             watch=self._topic_changed) for n in names]
-            + [lambda n=n: self.zk.get_children_async(zn.partitions_path(n),
-                                                      watch=self._partitions_changed)
-               for n in names])
-        k = len(names)
-        out: dict[str, TopicRead] = {}
-        no_config, no_partitions = [], []
-        for i, name in enumerate(names):
-            got = answers[i]
-            if isinstance(got, NoNodeError):
-                continue
-            if isinstance(got, Exception):
-                raise got
-            data, stat = got
-            config = answers[k + i]
-            if isinstance(config, NoNodeError):
-                no_config.append(name)
-            elif isinstance(config, Exception):
-                raise config
-            configs = {} if isinstance(config, Exception) else zn.decode_topic_config(config[0])
-            children = answers[2 * k + i]
-            if isinstance(children, Exception) and not isinstance(children, NoNodeError):
-                raise children
-            has_node = not isinstance(children, Exception)
-            if not has_node:
-                no_partitions.append(name)
-            nodes = {int(c) for c in children} if has_node else set()
-            out[name] = TopicRead(name, zn.TopicAssignment.decode(data), stat.version,
-                                  configs, {}, nodes, has_node)
+        out, no_config, no_partitions = read_topics(
+            self.store, names, self._topic_changed, self._partitions_changed)
         # told when a config is written for the first time
         for name, stat in zip(no_config, gather(self.store, [
                 lambda n=n: self.zk.exists_async(zn.topic_config_path(n),
@@ -259,18 +228,14 @@ class WatchedTopics:
         return out
 
     def _read_states(self, keys: list[tuple[str, int]]) -> None:
-        answers = gather(self.store, [lambda t=t, p=p: self.zk.get_async(
-            zn.partition_state_path(t, p), watch=self._state_changed) for t, p in keys])
         missing = []
-        for (t, p), got in zip(keys, answers, strict=True):
+        for (t, p), got in read_states(self.store, keys, self._state_changed).items():
             topic = self._topics[t]
-            if isinstance(got, NoNodeError):
+            if got is None:
                 topic.states.pop(p, None)
                 missing.append((t, p))
-                continue
-            if isinstance(got, Exception):
-                raise got
-            topic.states[p] = (zn.PartitionState.decode(got[0]), got[1].version)
+            else:
+                topic.states[p] = got
         # told when the state is created (by this controller, or one before it)
         for key, stat in zip(missing, gather(self.store, [
                 lambda t=t, p=p: self.zk.exists_async(zn.partition_state_path(t, p),
@@ -281,3 +246,79 @@ class WatchedTopics:
             if stat is not None:
                 self.mark(*key)
                 self._wake()
+
+
+# --- the one reading of topics and states (the picture's, and the controller's unwatched
+# one for ElectLeaders and its tests) ----------------------------------------------------
+#
+# Only an absent znode (NoNodeError) is read as absence; any other failure (a lost
+# connection, a timeout) raises, and the pass or request that read is tried again. Read as
+# absence, a config read that failed would hand the controller a topic without its overrides
+# (unclean.leader.election.enable among them), and a partitions list that failed one without
+# its partition znodes, which the controller would then try to create: a decision on a
+# picture ZooKeeper never held.
+
+
+def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
+                ) -> tuple[dict[str, TopicRead], list[str], list[str]]:
+    """Each named topic's assignment, config and partition znodes, pipelined (``batches.
+    gather``), with watches when given (``topic_watch`` on the assignment and config,
+    ``partitions_watch`` on the partitions' children); a topic whose assignment is absent
+    is left out. Also the topics read without a config znode, and without a partitions
+    znode (a watch for their creation is the caller's). States are not read."""
+    zk = store.client
+    answers = gather(store, [
+        lambda n=n: zk.get_async(zn.topic_path(n), watch=topic_watch) for n in names]
+        + [lambda n=n: zk.get_async(zn.topic_config_path(n), watch=topic_watch)
+           for n in names]
+        + [lambda n=n: zk.get_children_async(zn.partitions_path(n), watch=partitions_watch)
+           for n in names])
+    k = len(names)
+    out: dict[str, TopicRead] = {}
+    no_config: list[str] = []
+    no_partitions: list[str] = []
+    for i, name in enumerate(names):
+        got = answers[i]
+        if isinstance(got, NoNodeError):
+            continue
+        if isinstance(got, Exception):
+            raise got
+        data, stat = got
+        config = answers[k + i]
+        if isinstance(config, NoNodeError):
+            no_config.append(name)
+            configs: dict[str, str] = {}
+        elif isinstance(config, Exception):
+            raise config
+        else:
+            configs = zn.decode_topic_config(config[0])
+        children = answers[2 * k + i]
+        if isinstance(children, NoNodeError):
+            no_partitions.append(name)
+            nodes: set[int] = set()
+        elif isinstance(children, Exception):
+            raise children
+        else:
+            nodes = {int(c) for c in children}
+        out[name] = TopicRead(name, zn.TopicAssignment.decode(data), stat.version, configs,
+                              {}, nodes, not isinstance(children, Exception))
+    return out, no_config, no_partitions
+
+
+def read_states(store, keys: list[tuple[str, int]], watch=None, watch_of=None
+                ) -> dict[tuple[str, int], tuple[zn.PartitionState, int] | None]:
+    """Each (topic, partition)'s state znode and its version, pipelined, watched when
+    ``watch`` is given (or ``watch_of(key)``, a watch per key); None where it is absent."""
+    zk = store.client
+    answers = gather(store, [lambda k=k: zk.get_async(
+        zn.partition_state_path(*k), watch=watch if watch_of is None else watch_of(k))
+        for k in keys])
+    out: dict[tuple[str, int], tuple[zn.PartitionState, int] | None] = {}
+    for key, got in zip(keys, answers, strict=True):
+        if isinstance(got, NoNodeError):
+            out[key] = None
+        elif isinstance(got, Exception):
+            raise got
+        else:
+            out[key] = (zn.PartitionState.decode(got[0]), got[1].version)
+    return out

@@ -36,7 +36,16 @@ async def elect_leaders(broker, request: Request):
                      error_code=ErrorCode.invalid_request, replica_election_results=())
     wanted = None if body.topic_partitions is None else [
         (t.topic, p) for t in body.topic_partitions for p in t.partitions]
-    answers = await broker.cluster_mode.elect(wanted, election == UNCLEAN_ELECTION)
+    try:
+        answers = await broker.cluster_mode.elect(wanted, election == UNCLEAN_ELECTION)
+    except Exception as exc:  # ZooKeeper failed a read or write: nothing was elected
+        # Kafka answers a failed election with the error of its failure, unknown to clients
+        log.warning("elect leaders failed: %r", exc)
+        message = f"the election failed: {exc!r}"
+        if wanted is None:
+            return _elect_answer(mod, {}, ErrorCode.unknown_server_error)
+        return _elect_answer(mod, dict.fromkeys(wanted, (ErrorCode.unknown_server_error,
+                                                         message)), ErrorCode.none)
     if answers is None:
         controller = broker.cluster_mode.member.controller.controller_id
         message = f"broker {broker.broker_id} is not the controller (broker {controller} is)"

@@ -18,7 +18,8 @@ Cluster mode (broker/replica_manager.py): only the partition's leader takes a pr
 (NOT_LEADER_OR_FOLLOWER elsewhere); acks=all is refused NOT_ENOUGH_REPLICAS before the append
 when the ISR is smaller than min.insync.replicas, and answered once the high watermark passed
 the batch (a retry too), or NOT_ENOUGH_REPLICAS_AFTER_APPEND, or REQUEST_TIMED_OUT after the
-request's timeout (cluster/isr.py's acks rows).
+request's timeout (cluster/isr.py's acks rows); acks=1 waits so too, with no minimum, once
+the broker's controlled shutdown began (row K6).
 A transactional v12+ request adds its partitions to the transaction itself only where
 transaction version 2 is finalized (KIP-890 part 2); this broker finalizes no features, so
 clients send AddPartitionsToTxn first, and v12+ batches are verified as v11's are.
@@ -352,8 +353,11 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     broker.counters.inc(topic, index, "duplicate" if result.duplicate else "appended")
     # Asked with acks=0 too: the flush policy holds whether or not anyone waits for it.
     durable = partition.durable(result)
-    if replication is not None and acks == -1:  # answered once the ISR has it
-        replicated = replication.wait_for(result.last_offset + 1, timeout_ms / 1000)
+    if replication is not None and (acks == -1 or (acks == 1 and isr_rules.acks_one_waits(
+            broker.replicas is not None and broker.replicas.leaving))):
+        # answered once the ISR has it (acks=1 with no minimum: row K6)
+        replicated = replication.wait_for(result.last_offset + 1, timeout_ms / 1000,
+                                          None if acks == -1 else 1)
         if replicated is not None:
             durable = replicated if durable is None else asyncio.gather(durable, replicated)
     return PartitionResult(index, 0, result.base_offset, result.log_start_offset, None,
