@@ -22,7 +22,8 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from ...protocol.consumer_protocol import subscription_topics
 from .group_records import GroupValue, MemberValue, OffsetValue
@@ -36,7 +37,29 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-@dataclass(eq=False)
+# Most groups never have a static or a pending member: their two maps start as this shared
+# empty one, which cannot be written (a write raises, it never reaches another group), and
+# a group gets dicts of its own with its first entry (ClassicGroup.own_static_members /
+# own_pending_members). 128 bytes a group (issue 26).
+NO_ENTRIES = cast(dict, MappingProxyType({}))
+
+# A few names every member repeats (protocol type and names, client id and host) are kept
+# once, however many requests bring them: a member holds them as long as it lives. Bounded,
+# as any client may send any name: past the bound a name is kept as it came.
+_NAMES: dict[str, str] = {}
+MAX_SHARED_NAMES = 1024
+
+
+def shared_name(name: str) -> str:
+    known = _NAMES.get(name)
+    if known is not None:
+        return known
+    if len(_NAMES) < MAX_SHARED_NAMES:
+        _NAMES[name] = name
+    return name
+
+
+@dataclass(eq=False, slots=True)
 class Member:
     member_id: str
     group_instance_id: str | None
@@ -67,7 +90,7 @@ class Member:
         return self.protocols == protocols
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ClassicGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -76,8 +99,10 @@ class ClassicGroup:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: dict[str, Any] = field(default_factory=dict)  # member id -> its timer
+    # instance id -> member id; NO_ENTRIES until the first (own_static_members)
+    static_members: dict[str, str] = field(default_factory=lambda: NO_ENTRIES)
+    # member id -> its timer; NO_ENTRIES until the first (own_pending_members)
+    pending_members: dict[str, Any] = field(default_factory=lambda: NO_ENTRIES)
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
     state_timestamp: int = -1  # when the group last changed state (ms)
     join_timer: Any = None
@@ -85,6 +110,27 @@ class ClassicGroup:
     new_member_joined: bool = False  # during the initial delay
     # The generation whose assignment is being written (SyncGroup of the leader), or None.
     assignment_write: int | None = None
+
+    def own_static_members(self) -> dict[str, str]:
+        """``static_members``, to write into."""
+        if self.static_members is NO_ENTRIES:
+            self.static_members = {}
+        return self.static_members
+
+    def own_pending_members(self) -> dict[str, Any]:
+        """``pending_members``, to write into."""
+        if self.pending_members is NO_ENTRIES:
+            self.pending_members = {}
+        return self.pending_members
+
+    def pop_pending(self, member_id: str) -> Any:
+        """A pending member's timer, the member no longer pending; the last one gone, the
+        group's map is the shared empty one again (a one-member group had one pending member,
+        for the first JoinGroup of KIP-394, and would keep its dict for good)."""
+        timer = self.pending_members.pop(member_id)
+        if not self.pending_members:
+            self.pending_members = NO_ENTRIES
+        return timer
 
     # --- the rules ------------------------------------------------------------------------
 
@@ -191,6 +237,6 @@ class ClassicGroup:
                             [(value.protocol or "", m.subscription)], m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
-                group.static_members[m.group_instance_id] = m.member_id
+                group.own_static_members()[m.group_instance_id] = m.member_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group

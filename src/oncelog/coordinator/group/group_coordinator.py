@@ -136,6 +136,7 @@ model, test_group_coordinator.py the flows.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
@@ -155,7 +156,7 @@ from ..ownership import Load, Ownership, Status, load_each, load_retrying
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
-from .classic_group import ClassicGroup, GroupState, Member
+from .classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member, shared_name
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
 
@@ -168,6 +169,10 @@ _EMPTY, _PREPARING, _COMPLETING, _STABLE, _DEAD = (
 # A member that joined during a rebalance and never completed one is dropped after this
 # long without rejoining (Kafka's NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+# The coordinator's timers all run in this one context, not each in a copy of its caller's
+# (asyncio's default: 120 bytes a timer, and a member has one or two; issue 26). Their
+# callbacks read and set no context variable.
+_TIMERS = contextvars.Context()
 
 
 def _now_ms() -> int:
@@ -452,6 +457,9 @@ class GroupCoordinator:
             return JoinResult(E.inconsistent_group_protocol, member_id)
         if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
             return JoinResult(E.invalid_request, member_id)
+        client_id, client_host = shared_name(client_id), shared_name(client_host)
+        protocol_type = shared_name(protocol_type)
+        protocols = [(shared_name(name), metadata) for name, metadata in protocols]
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             # Kafka: a classic member joins a consumer group with members as a member of it
@@ -488,7 +496,7 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, list(protocols))
+                        session_timeout_ms, protocol_type, protocols)
         if not member_id:
             return await self._join_unknown(group, member, require_known_member_id,
                                             supports_skip_assignment)
@@ -505,9 +513,9 @@ class GroupCoordinator:
         if instance_id is None and require_known_member_id:
             # KIP-394: the id is handed out first, and counts only once it is used.
             loop = asyncio.get_running_loop()
-            group.pending_members[joining.member_id] = loop.call_later(
+            group.own_pending_members()[joining.member_id] = loop.call_later(
                 joining.session_timeout_ms / 1000, self._expire_pending, group,
-                joining.member_id)
+                joining.member_id, context=_TIMERS)
             return JoinResult(E.member_id_required, joining.member_id)
         return await self._add_and_rebalance(group, joining, "a new member joined")
 
@@ -516,7 +524,7 @@ class GroupCoordinator:
         if group.fenced(member_id, instance_id):
             return JoinResult(E.fenced_instance_id, member_id)
         if member_id in group.pending_members:
-            group.pending_members.pop(member_id).cancel()
+            group.pop_pending(member_id).cancel()
             return await self._add_and_rebalance(group, joining, "a pending member joined")
         member = group.members.get(member_id)
         if member is None or group.is_in(_EMPTY, _DEAD):
@@ -556,7 +564,7 @@ class GroupCoordinator:
         old_protocols = old.protocols
         self._take_over(old, joining)
         group.members[new_id] = old
-        group.static_members[instance_id] = new_id
+        group.own_static_members()[instance_id] = new_id
         was_leader = group.leader == old_id
         if was_leader:
             group.leader = new_id
@@ -578,7 +586,7 @@ class GroupCoordinator:
                 old.member_id = old_id
                 old.protocols = old_protocols
                 group.members[old_id] = old
-                group.static_members[instance_id] = old_id
+                group.own_static_members()[instance_id] = old_id
                 if was_leader:
                     group.leader = old_id
                 return JoinResult(exc.error)
@@ -617,7 +625,7 @@ class GroupCoordinator:
         member.is_new = True
         group.members[member.member_id] = member
         if member.group_instance_id is not None:
-            group.static_members[member.group_instance_id] = member.member_id
+            group.own_static_members()[member.group_instance_id] = member.member_id
         if group.protocol_type is None or not group.protocol_type:
             group.protocol_type = member.protocol_type
         if group.initial_delay is not None:
@@ -690,10 +698,11 @@ class GroupCoordinator:
             group.initial_delay = (delay, max(timeout - delay, 0))
             group.new_member_joined = False
             group.join_timer = loop.call_later(min(delay, timeout) / 1000,
-                                               self._initial_delay_over, group)
+                                               self._initial_delay_over, group, context=_TIMERS)
         else:
             group.initial_delay = None
-            group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group)
+            group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group,
+                                               context=_TIMERS)
         log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id,
                  group.generation, reason)
 
@@ -705,7 +714,7 @@ class GroupCoordinator:
             group.initial_delay = (delay, remaining - step)
             group.new_member_joined = False
             group.join_timer = asyncio.get_running_loop().call_later(
-                step / 1000, self._initial_delay_over, group)
+                step / 1000, self._initial_delay_over, group, context=_TIMERS)
             return
         group.initial_delay = None
         group.join_timer = None
@@ -730,9 +739,9 @@ class GroupCoordinator:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
             self._drop_member(group, member)
-        for member_id, timer in list(group.pending_members.items()):
+        for timer in group.pending_members.values():
             timer.cancel()
-            del group.pending_members[member_id]
+        group.pending_members = NO_ENTRIES
         now = self.now_ms()
         group.generation += 1
         if not group.members:
@@ -779,14 +788,15 @@ class GroupCoordinator:
             if timer.when() <= ends:
                 return
             timer.cancel()
-        member.session_timer = loop.call_at(ends, self._session_expired, group, member)
+        member.session_timer = loop.call_at(ends, self._session_expired, group, member,
+                                            context=_TIMERS)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
         member.session_timer = None
         loop = asyncio.get_running_loop()
         if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
             member.session_timer = loop.call_at(member.session_ends, self._session_expired,
-                                                group, member)
+                                                group, member, context=_TIMERS)
             return
         if group.members.get(member.member_id) is not member:
             return
@@ -797,7 +807,8 @@ class GroupCoordinator:
         self._remove_member(group, member, "a member's session timed out")
 
     def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
-        if group.pending_members.pop(member_id, None) is not None:
+        if member_id in group.pending_members:
+            group.pop_pending(member_id)
             log.info("group %s: pending member %s never joined", group.group_id, member_id)
             self._maybe_complete_join(group)
 
@@ -960,7 +971,7 @@ class GroupCoordinator:
                 errors.append(E.fenced_instance_id)
                 continue
             if member_id in group.pending_members:
-                group.pending_members.pop(member_id).cancel()
+                group.pop_pending(member_id).cancel()
                 self._maybe_complete_join(group)
                 errors.append(E.none)
                 continue

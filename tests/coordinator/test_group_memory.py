@@ -1,0 +1,80 @@
+"""What a one-member classic group holds (issue 26: 2,254 bytes a group, goal under 1 KiB):
+no instance dicts, no maps of its own for static or pending members it does not have, the
+names its members repeat kept once, its timers in one shared context. Structure, not bytes:
+the bytes are bench/groups.py's (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from support.group_coordinator_helpers import MemoryOffsetsLog
+
+from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
+from oncelog.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+
+
+def fresh(text: str) -> str:
+    """An equal string that is another object, as each request decodes its own."""
+    copy = "".join(list(text))
+    assert copy is not text or len(text) <= 1
+    return copy
+
+
+async def one_member_group(c: GroupCoordinator, group: str) -> Member:
+    protocols = [(fresh("range"), b"\x00\x01")]
+    args = (fresh("rdkafka"), fresh("/127.0.0.1"), 30_000, 30_000, fresh("consumer"))
+    first = await c.join(group, "", None, *args, protocols,
+                         require_known_member_id=True, supports_skip_assignment=True)
+    joined = await c.join(group, first.member_id, None, *args, protocols,
+                          require_known_member_id=True, supports_skip_assignment=True)
+    synced = await c.sync(group, joined.generation, joined.member_id, None, "consumer",
+                          "range", [(joined.member_id, b"assignment")])
+    assert synced.error.value == 0
+    return c.groups[group].members[joined.member_id]
+
+
+def session_context(member: Member):
+    timer = member.session_timer
+    return timer.get_context() if hasattr(timer, "get_context") else timer._context
+
+
+def test_a_one_member_group_holds_no_more_than_it_uses():
+    async def scenario():
+        c = GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=3,
+                                                             initial_rebalance_delay_ms=0),
+                             lambda t, p: True)
+        await c.load_all()
+        try:
+            a = await one_member_group(c, "a")
+            b = await one_member_group(c, "b")
+            for group in (c.groups["a"], c.groups["b"]):
+                assert isinstance(group, ClassicGroup)
+                # the KIP-394 handshake's pending member is gone, and its map with it
+                assert group.pending_members is NO_ENTRIES
+                assert group.static_members is NO_ENTRIES
+            for field in ("client_id", "client_host", "protocol_type"):
+                assert getattr(a, field) is getattr(b, field), field
+            assert a.protocols[0][0] is b.protocols[0][0]
+            assert c.groups["a"].protocol is c.groups["b"].protocol
+            assert session_context(a) is session_context(b)
+        finally:
+            c.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_groups_and_members_have_no_instance_dict():
+    assert not hasattr(ClassicGroup("g"), "__dict__")
+    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", []), "__dict__")
+
+
+def test_the_shared_empty_maps_cannot_be_written():
+    group = ClassicGroup("g")
+    try:
+        group.static_members["i"] = "m"
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("the shared empty map took a write")
+    group.own_static_members()["i"] = "m"
+    assert ClassicGroup("h").static_members == {} and group.static_members == {"i": "m"}
