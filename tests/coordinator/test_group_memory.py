@@ -1,6 +1,7 @@
 """What a one-member classic group holds (issue 26: 2,254 bytes a group, goal under 1 KiB):
 no instance dicts, no maps of its own for static or pending members it does not have, the
-names its members repeat kept once, its timers in one shared context. Structure, not bytes:
+names its members repeat kept once, its session deadline a small object on the coordinator's
+one loop timer (session_deadlines.py). Structure, not bytes:
 the bytes are bench/groups.py's (docs/benchmarks.md)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from support.group_coordinator_helpers import MemoryOffsetsLog
 
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
 from oncelog.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from oncelog.coordinator.group.session_deadlines import SessionDeadline, SessionDeadlines
 
 
 def fresh(text: str) -> str:
@@ -33,11 +35,6 @@ async def one_member_group(c: GroupCoordinator, group: str) -> Member:
     return c.groups[group].members[joined.member_id]
 
 
-def session_context(member: Member):
-    timer = member.session_timer
-    return timer.get_context() if hasattr(timer, "get_context") else timer._context
-
-
 def test_a_one_member_group_holds_no_more_than_it_uses():
     async def scenario():
         c = GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=3,
@@ -56,7 +53,9 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
                 assert getattr(a, field) is getattr(b, field), field
             assert a.protocols[0][0] is b.protocols[0][0]
             assert c.groups["a"].protocol is c.groups["b"].protocol
-            assert session_context(a) is session_context(b)
+            # one loop timer for every member's session, not one each
+            assert isinstance(a.session_timer, SessionDeadline)
+            assert len(c._sessions) == 2
         finally:
             c.close()
 
@@ -78,3 +77,35 @@ def test_the_shared_empty_maps_cannot_be_written():
         raise AssertionError("the shared empty map took a write")
     group.own_static_members()["i"] = "m"
     assert ClassicGroup("h").static_members == {} and group.static_members == {"i": "m"}
+
+
+def test_session_deadlines_run_in_order_once_and_never_when_cancelled():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        done = asyncio.Event()
+
+        def expired(group, member):
+            ran.append(member)
+            if member == "boom":
+                raise RuntimeError("an expiry that fails")  # logged; the others still run
+            if member == "last":
+                done.set()
+
+        deadlines = SessionDeadlines(expired)
+        now = loop.time()
+        handles = {name: deadlines.call_at(now + delay, "g", name) for name, delay in
+                   [("c", 0.003), ("a", 0.001), ("boom", 0.002), ("gone", 0.0025),
+                    ("last", 0.005)]}
+        # many cancelled ones are dropped from the heap, not kept until their time
+        for i in range(200):
+            deadlines.call_at(now + 60 + i, "g", f"later-{i}").cancel()
+        handles["gone"].cancel()
+        handles["gone"].cancel()  # twice changes nothing
+        await asyncio.wait_for(done.wait(), 5)
+        handles["a"].cancel()  # after it ran: changes nothing
+        assert ran == ["a", "boom", "c", "last"]
+        assert len(deadlines) == 0 and len(deadlines._heap) <= 100
+        deadlines.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -159,6 +159,7 @@ from .classic_answers import JoinResult, SyncResult, new_member_id
 from .classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member, shared_name
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
+from .session_deadlines import SessionDeadlines
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,8 @@ class GroupCoordinator:
         # Plain commits whose writes are not durable yet (O7), served once they are.
         self.in_flight = offset_rules.InFlightCommits()
         self._tasks: set[asyncio.Task] = set()
+        # Every classic member's session deadline, on one loop timer.
+        self._sessions = SessionDeadlines(self._session_expired)
 
     def _background(self, work) -> None:
         task = asyncio.ensure_future(work)
@@ -788,15 +791,13 @@ class GroupCoordinator:
             if timer.when() <= ends:
                 return
             timer.cancel()
-        member.session_timer = loop.call_at(ends, self._session_expired, group, member,
-                                            context=_TIMERS)
+        member.session_timer = self._sessions.call_at(ends, group, member)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
         member.session_timer = None
         loop = asyncio.get_running_loop()
         if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
-            member.session_timer = loop.call_at(member.session_ends, self._session_expired,
-                                                group, member, context=_TIMERS)
+            member.session_timer = self._sessions.call_at(member.session_ends, group, member)
             return
         if group.members.get(member.member_id) is not member:
             return
@@ -1446,6 +1447,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         self.consumer_groups.close()
+        self._sessions.close()
         for task in self._tasks:
             task.cancel()
         for group in self.groups.values():

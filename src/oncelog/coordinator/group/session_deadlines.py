@@ -1,0 +1,107 @@
+"""The classic members' session deadlines, all on one event-loop timer.
+
+A timer of the event loop for each member cost about 500 bytes of Python objects under uvloop
+(its TimerHandle, the libuv timer's wrapper, the bound method and arguments), plus the libuv
+timer itself, for every member of every group (issue 26: a one-member group held 2,254
+bytes). Here a member's deadline is one small object in a heap, and the coordinator has one
+loop timer, set for the earliest of them.
+
+The contract is the loop's: ``call_at(when, group, member)`` returns a handle with ``when()``
+and ``cancel()``; ``expired(group, member)`` runs once ``when`` has passed (in deadline order,
+each on its own: one that raises is logged and the others still run), never after
+``cancel()``. Cancelled deadlines leave the heap when they reach its top, or all at once when
+they are most of it (as asyncio does with its own timers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class SessionDeadline:
+    __slots__ = ("_owner", "_when", "group", "member")
+
+    def __init__(self, owner: SessionDeadlines, when: float, group: Any, member: Any) -> None:
+        self._owner: SessionDeadlines | None = owner
+        self._when = when
+        self.group = group
+        self.member = member
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        owner = self._owner
+        if owner is not None:  # not yet run or cancelled
+            self._owner = self.group = self.member = None
+            owner.cancelled += 1
+
+    def __lt__(self, other: SessionDeadline) -> bool:
+        return self._when < other._when
+
+
+class SessionDeadlines:
+    def __init__(self, expired: Callable[[Any, Any], None]) -> None:
+        self._expired = expired
+        self._heap: list[SessionDeadline] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.cancelled = 0  # cancelled deadlines still in the heap
+
+    def __len__(self) -> int:
+        return len(self._heap) - self.cancelled
+
+    def call_at(self, when: float, group: Any, member: Any) -> SessionDeadline:
+        deadline = SessionDeadline(self, when, group, member)
+        heap = self._heap
+        if self.cancelled > 64 and self.cancelled * 2 > len(heap):
+            heap[:] = [d for d in heap if d._owner is not None]
+            heapq.heapify(heap)
+            self.cancelled = 0
+        heapq.heappush(heap, deadline)
+        if heap[0] is deadline:
+            self._arm()
+        return deadline
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        heap = self._heap
+        while heap and heap[0]._owner is None:
+            heapq.heappop(heap)
+            self.cancelled -= 1
+        if self._timer is not None:
+            if heap and self._timer.when() == heap[0]._when:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if heap:
+            self._timer = asyncio.get_running_loop().call_at(heap[0]._when, self._run)
+
+    def _run(self) -> None:
+        self._timer = None
+        heap = self._heap
+        now = asyncio.get_running_loop().time()
+        # Only those due now: a deadline an expiry sets anew waits for the next turn.
+        due = []
+        while heap and heap[0]._when <= now:
+            deadline = heapq.heappop(heap)
+            if deadline._owner is None:
+                self.cancelled -= 1
+                continue
+            deadline._owner = None  # run: a cancel() from now on changes nothing
+            due.append(deadline)
+        for deadline in due:
+            try:
+                self._expired(deadline.group, deadline.member)
+            except Exception:
+                log.exception("a session expiry failed")
+        self._arm()
