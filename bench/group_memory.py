@@ -56,10 +56,10 @@ async def measure(groups: int, top: int) -> dict:
     await c.load_all()
 
     async def one(i: int) -> tuple[str, int, str]:
-        # Each request decodes its own strings: made afresh here too.
+        # Each request decodes its own strings and numbers: made afresh here too.
         group = f"group-{i}"
-        join = (None, "".join(["rd", "kafka"]), "".join(["/127.", "0.0.1"]), SESSION_MS,
-                SESSION_MS, "".join(["con", "sumer"]))
+        join = (None, "".join(["rd", "kafka"]), "".join(["/127.", "0.0.1"]),
+                int(str(SESSION_MS)), int(str(SESSION_MS)), "".join(["con", "sumer"]))
         first = await c.join(group, "", *join, [("".join(["ran", "ge"]), metadata)],
                              require_known_member_id=True, supports_skip_assignment=True)
         joined = await c.join(group, first.member_id, *join,

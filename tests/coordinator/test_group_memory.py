@@ -64,7 +64,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
 
 def test_groups_and_members_have_no_instance_dict():
     assert not hasattr(ClassicGroup("g"), "__dict__")
-    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", []), "__dict__")
+    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", ()), "__dict__")
 
 
 def test_the_shared_empty_maps_cannot_be_written():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -43,20 +44,31 @@ class GroupState(enum.Enum):
 # own_pending_members). 128 bytes a group (issue 26).
 NO_ENTRIES = cast(dict, MappingProxyType({}))
 
-# A few names every member repeats (protocol type and names, client id and host) are kept
-# once, however many requests bring them: a member holds them as long as it lives. Bounded,
-# as any client may send any name: past the bound a name is kept as it came.
+# A few values every member repeats (protocol type and names, client id and host, its
+# timeouts) are kept once, however many requests bring them: a member holds them as long as
+# it lives. Bounded, as any client may send anything: past the bound a value is kept as it
+# came.
 _NAMES: dict[str, str] = {}
-MAX_SHARED_NAMES = 1024
+_NUMBERS: dict[int, int] = {}
+MAX_SHARED = 1024
 
 
 def shared_name(name: str) -> str:
     known = _NAMES.get(name)
     if known is not None:
         return known
-    if len(_NAMES) < MAX_SHARED_NAMES:
+    if len(_NAMES) < MAX_SHARED:
         _NAMES[name] = name
     return name
+
+
+def shared_number(number: int) -> int:
+    known = _NUMBERS.get(number)
+    if known is not None:
+        return known
+    if len(_NUMBERS) < MAX_SHARED:
+        _NUMBERS[number] = number
+    return number
 
 
 @dataclass(eq=False, slots=True)
@@ -68,7 +80,7 @@ class Member:
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocol_type: str
-    protocols: list[tuple[str, bytes]]
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's preference order
     assignment: bytes = b""
     # A JoinGroup or SyncGroup waiting for its answer (the coordinator's futures).
     join_waiter: Any = None
@@ -86,7 +98,7 @@ class Member:
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 
-    def same_protocols(self, protocols: list[tuple[str, bytes]]) -> bool:
+    def same_protocols(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
         return self.protocols == protocols
 
 
@@ -145,7 +157,7 @@ class ClassicGroup:
     def size(self) -> int:
         return len(self.members) + len(self.pending_members)
 
-    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """A joining member's protocols are consistent with the group's (Kafka's rule: the
         same protocol type, and at least one protocol every member supports)."""
         if not protocol_type or not protocols:
@@ -234,7 +246,7 @@ class ClassicGroup:
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.rebalance_timeout, m.session_timeout, value.protocol_type,
-                            [(value.protocol or "", m.subscription)], m.assignment)
+                            ((value.protocol or "", m.subscription),), m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
                 group.own_static_members()[m.group_instance_id] = m.member_id
