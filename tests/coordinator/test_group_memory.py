@@ -1,8 +1,8 @@
 """What a one-member classic group holds (issue 26: 2,254 bytes a group, goal under 1 KiB):
-no instance dicts, no maps of its own for static or pending members it does not have, the
-names its members repeat kept once, its session deadline a small object on the coordinator's
-one loop timer (session_deadlines.py). Structure, not bytes:
-the bytes are bench/groups.py's (docs/benchmarks.md)."""
+no instance dicts, no maps of its own for static or pending members or offsets it does not
+have, the names and numbers its members repeat kept once, its session deadline a small object
+on the coordinator's one loop timer (session_deadlines.py). Structure, not bytes: the bytes
+are bench/group_memory.py's and bench/groups.py's (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ import asyncio
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
-from oncelog.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from oncelog.coordinator.group.group_coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    OffsetCommitPartition,
+)
 from oncelog.coordinator.group.session_deadlines import SessionDeadline, SessionDeadlines
 
 
@@ -49,10 +53,16 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
                 # the KIP-394 handshake's pending member is gone, and its map with it
                 assert group.pending_members is NO_ENTRIES
                 assert group.static_members is NO_ENTRIES
+                assert group.offsets is NO_ENTRIES  # nothing committed yet
             for field in ("client_id", "client_host", "protocol_type"):
                 assert getattr(a, field) is getattr(b, field), field
             assert a.protocols[0][0] is b.protocols[0][0]
             assert c.groups["a"].protocol is c.groups["b"].protocol
+            group = c.groups["a"]
+            errors = await c.commit("a", group.generation, a.member_id, None, -1,
+                                    [OffsetCommitPartition("t", 0, 5, -1, "")])
+            assert [e.value for e in errors] == [0]
+            assert list(group.offsets) == [("t", 0)] and c.groups["b"].offsets == {}
             # one loop timer for every member's session, not one each
             assert isinstance(a.session_timer, SessionDeadline)
             assert len(c._sessions) == 2

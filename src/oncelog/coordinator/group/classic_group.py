@@ -38,10 +38,11 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-# Most groups never have a static or a pending member: their two maps start as this shared
-# empty one, which cannot be written (a write raises, it never reaches another group), and
-# a group gets dicts of its own with its first entry (ClassicGroup.own_static_members /
-# own_pending_members). 128 bytes a group (issue 26).
+# Most groups never have a static or a pending member, and a group joined has no offset yet:
+# their maps start as this shared empty one, which cannot be written (a write raises, it never
+# reaches another group), and a group gets a dict of its own with its first entry
+# (ClassicGroup.own_static_members / own_pending_members, GroupCoordinator._offsets_of).
+# 64 bytes a map (issue 26).
 NO_ENTRIES = cast(dict, MappingProxyType({}))
 
 # A few values every member repeats (protocol type and names, client id and host, its
@@ -115,7 +116,8 @@ class ClassicGroup:
     static_members: dict[str, str] = field(default_factory=lambda: NO_ENTRIES)
     # member id -> its timer; NO_ENTRIES until the first (own_pending_members)
     pending_members: dict[str, Any] = field(default_factory=lambda: NO_ENTRIES)
-    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # NO_ENTRIES until the first commit (GroupCoordinator._offsets_of gives it its own)
+    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=lambda: NO_ENTRIES)
     state_timestamp: int = -1  # when the group last changed state (ms)
     join_timer: Any = None
     initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)

@@ -1140,6 +1140,8 @@ class GroupCoordinator:
         if group is None or group.is_in(_DEAD):
             group = self.groups[group_id] = ClassicGroup(group_id,
                                                         state_timestamp=self.now_ms())
+        if group.offsets is NO_ENTRIES:  # its first: a dict of its own
+            group.offsets = {}
         return group.offsets
 
     @staticmethod
@@ -1150,7 +1152,8 @@ class GroupCoordinator:
     def _forget_offsets(self, group_id: str, tps: Iterable[tuple[str, int]]) -> None:
         """Their tombstones are written: committed and pending offsets go (O2)."""
         group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None else None
+        offsets = group.offsets if group is not None and group.offsets is not NO_ENTRIES \
+            else None
         for tp in tps:
             offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp,
                                           self.in_flight)
