@@ -51,6 +51,7 @@ class SessionDeadlines:
         self._expired = expired
         self._heap: list[SessionDeadline] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0  # the deadline ``_timer`` was set for
         self.cancelled = 0  # cancelled deadlines still in the heap
 
     def __len__(self) -> int:
@@ -79,12 +80,14 @@ class SessionDeadlines:
             heapq.heappop(heap)
             self.cancelled -= 1
         if self._timer is not None:
-            if heap and self._timer.when() == heap[0]._when:
+            # Compared with the time it was asked for: a loop's handle may round its own.
+            if heap and self._armed_for == heap[0]._when:
                 return
             self._timer.cancel()
             self._timer = None
         if heap:
-            self._timer = asyncio.get_running_loop().call_at(heap[0]._when, self._run)
+            self._armed_for = heap[0]._when
+            self._timer = asyncio.get_running_loop().call_at(self._armed_for, self._run)
 
     def _run(self) -> None:
         self._timer = None
