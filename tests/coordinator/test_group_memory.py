@@ -10,6 +10,7 @@ import asyncio
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
+from oncelog.coordinator.group import session_deadlines
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
@@ -117,5 +118,37 @@ def test_session_deadlines_run_in_order_once_and_never_when_cancelled():
         assert ran == ["a", "boom", "c", "last"]
         assert len(deadlines) == 0 and len(deadlines._heap) <= 100
         deadlines.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_many_deadlines_due_at_once_run_over_several_turns():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        ran: list[int] = []
+        turns: list[int] = []
+        done = asyncio.Event()
+
+        def expired(group, member):
+            ran.append(member)
+            if len(ran) == count:
+                done.set()
+
+        async def count_turns():
+            while not done.is_set():
+                turns.append(len(ran))
+                await asyncio.sleep(0)
+
+        count = 3 * session_deadlines.RUN_AT_ONCE + 1
+        deadlines = SessionDeadlines(expired)
+        when = loop.time() + 0.001
+        for member in range(count):
+            deadlines.call_at(when, "g", member)
+        watcher = asyncio.ensure_future(count_turns())
+        await asyncio.wait_for(done.wait(), 5)
+        await watcher
+        assert sorted(ran) == list(range(count))
+        # the other task ran between the batches
+        assert {session_deadlines.RUN_AT_ONCE, 2 * session_deadlines.RUN_AT_ONCE} <= set(turns)
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -23,6 +23,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+RUN_AT_ONCE = 256
+
 
 class SessionDeadline:
     __slots__ = ("_owner", "_when", "group", "member")
@@ -93,9 +95,11 @@ class SessionDeadlines:
         self._timer = None
         heap = self._heap
         now = asyncio.get_running_loop().time()
-        # Only those due now: a deadline an expiry sets anew waits for the next turn.
+        # Only those due now: a deadline an expiry sets anew waits for the next turn. At most
+        # RUN_AT_ONCE a turn: the rest (many members loaded with one deadline) run in the
+        # loop's next turns, with other work between, as separate timers would.
         due = []
-        while heap and heap[0]._when <= now:
+        while heap and heap[0]._when <= now and len(due) < RUN_AT_ONCE:
             deadline = heapq.heappop(heap)
             if deadline._owner is None:
                 self.cancelled -= 1
