@@ -3,16 +3,11 @@
 The client names below are imported on first use (module ``__getattr__``), not with the
 package: ``import oncelog`` is paid by every broker, command-line tool and Spark Python
 worker, and most need one client or none.
-
-kio imports hypothesis whenever it is installed, to register strategies for its types: about
-half of what importing a client cost. Imported through oncelog, kio goes without it unless
-hypothesis was imported first (``_KioWithoutHypothesis``).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING
 
 # name -> the module that defines it
@@ -46,55 +41,6 @@ __all__ = ["AIOProducer", "Admin", "AlterConfigOp", "ConfigEntry", "ConfigResour
            "Producer", "ProducerFatalError", "RecordFuture", "RecordMetadata", "TopicPartition",
            "TransactionAbortableError", "TransactionAbortedError", "TransactionStateError"]
 __version__ = "0.1.0"
-
-
-class _KioWithoutHypothesis:
-    """On the meta path until kio.static._phantom is imported: that module tries ``import
-    hypothesis.strategies`` and goes without it on ImportError, which ``None`` in sys.modules
-    gives for the time the module runs. A process that imported hypothesis before (a test
-    run using kio's strategies) keeps them. Another thread importing hypothesis during those
-    milliseconds would fail; nothing in oncelog imports it."""
-
-    NAME = "kio.static._phantom"
-
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        if name != cls.NAME:
-            return None
-        if cls in sys.meta_path:
-            sys.meta_path.remove(cls)  # once: a reload imports it as kio ships it
-        if "hypothesis" in sys.modules:
-            return None
-        for finder in sys.meta_path:
-            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") \
-                else None
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _WithoutHypothesis(spec.loader)
-                return spec
-        return None
-
-
-class _WithoutHypothesis:
-    def __init__(self, loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        blocked = "hypothesis" not in sys.modules
-        if blocked:
-            sys.modules["hypothesis"] = None  # type: ignore[assignment]
-        try:
-            self.loader.exec_module(module)
-        finally:
-            if blocked and sys.modules.get("hypothesis", ...) is None:
-                del sys.modules["hypothesis"]
-
-
-if "kio.static._phantom" not in sys.modules:
-    sys.meta_path.insert(0, _KioWithoutHypothesis)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> object:
