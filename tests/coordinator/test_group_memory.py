@@ -10,14 +10,13 @@ import asyncio
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
-from oncelog.coordinator.group import session_deadlines
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
     OffsetCommitPartition,
 )
-from oncelog.coordinator.group.session_deadlines import SessionDeadline, SessionDeadlines
+from oncelog.coordinator.group.session_deadlines import SessionDeadline
 
 
 def fresh(text: str) -> str:
@@ -88,67 +87,3 @@ def test_the_shared_empty_maps_cannot_be_written():
         raise AssertionError("the shared empty map took a write")
     group.own_static_members()["i"] = "m"
     assert ClassicGroup("h").static_members == {} and group.static_members == {"i": "m"}
-
-
-def test_session_deadlines_run_in_order_once_and_never_when_cancelled():
-    async def scenario():
-        loop = asyncio.get_running_loop()
-        ran: list[str] = []
-        done = asyncio.Event()
-
-        def expired(group, member):
-            ran.append(member)
-            if member == "boom":
-                raise RuntimeError("an expiry that fails")  # logged; the others still run
-            if member == "last":
-                done.set()
-
-        deadlines = SessionDeadlines(expired)
-        now = loop.time()
-        handles = {name: deadlines.call_at(now + delay, "g", name) for name, delay in
-                   [("c", 0.003), ("a", 0.001), ("boom", 0.002), ("gone", 0.0025),
-                    ("last", 0.005)]}
-        # many cancelled ones are dropped from the heap, not kept until their time
-        for i in range(200):
-            deadlines.call_at(now + 60 + i, "g", f"later-{i}").cancel()
-        handles["gone"].cancel()
-        handles["gone"].cancel()  # twice changes nothing
-        await asyncio.wait_for(done.wait(), 5)
-        handles["a"].cancel()  # after it ran: changes nothing
-        assert ran == ["a", "boom", "c", "last"]
-        assert len(deadlines) == 0 and len(deadlines._heap) <= 100
-        deadlines.close()
-
-    asyncio.run(asyncio.wait_for(scenario(), 10))
-
-
-def test_many_deadlines_due_at_once_run_over_several_turns():
-    async def scenario():
-        loop = asyncio.get_running_loop()
-        ran: list[int] = []
-        turns: list[int] = []
-        done = asyncio.Event()
-
-        def expired(group, member):
-            ran.append(member)
-            if len(ran) == count:
-                done.set()
-
-        async def count_turns():
-            while not done.is_set():
-                turns.append(len(ran))
-                await asyncio.sleep(0)
-
-        count = 3 * session_deadlines.RUN_AT_ONCE + 1
-        deadlines = SessionDeadlines(expired)
-        when = loop.time() + 0.001
-        for member in range(count):
-            deadlines.call_at(when, "g", member)
-        watcher = asyncio.ensure_future(count_turns())
-        await asyncio.wait_for(done.wait(), 5)
-        await watcher
-        assert sorted(ran) == list(range(count))
-        # the other task ran between the batches
-        assert {session_deadlines.RUN_AT_ONCE, 2 * session_deadlines.RUN_AT_ONCE} <= set(turns)
-
-    asyncio.run(asyncio.wait_for(scenario(), 10))
