@@ -7,6 +7,7 @@ are bench/group_memory.py's and bench/groups.py's (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
@@ -40,10 +41,15 @@ async def one_member_group(c: GroupCoordinator, group: str) -> Member:
 
 
 def test_a_one_member_group_holds_no_more_than_it_uses():
+    offsets_log = MemoryOffsetsLog()
+
+    def coordinator() -> GroupCoordinator:
+        return GroupCoordinator(offsets_log, GroupConfig(num_partitions=3,
+                                                         initial_rebalance_delay_ms=0),
+                                lambda t, p: True)
+
     async def scenario():
-        c = GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=3,
-                                                             initial_rebalance_delay_ms=0),
-                             lambda t, p: True)
+        c = coordinator()
         await c.load_all()
         try:
             a = await one_member_group(c, "a")
@@ -68,6 +74,13 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
             assert len(c._sessions) == 2
         finally:
             c.close()
+        restarted = coordinator()  # the groups loaded from the log
+        await restarted.load_all()
+        try:
+            assert restarted.groups["b"].offsets is NO_ENTRIES
+            assert list(restarted.groups["a"].offsets) == [("t", 0)]
+        finally:
+            restarted.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
 
@@ -87,3 +100,40 @@ def test_the_shared_empty_maps_cannot_be_written():
         raise AssertionError("the shared empty map took a write")
     group.own_static_members()["i"] = "m"
     assert ClassicGroup("h").static_members == {} and group.static_members == {"i": "m"}
+
+
+def test_each_coordinator_runs_its_timers_in_a_context_of_its_own():
+    """One Context for the timers saves a copy of the caller's for each; it is one a
+    coordinator, as a Context is entered by one thread at a time: shared with a coordinator
+    whose loop runs a timer on another thread at that moment, this one's timer failed
+    ("cannot enter context") and its rebalance never completed."""
+    def coordinator() -> GroupCoordinator:
+        return GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=1,
+                                                                initial_rebalance_delay_ms=1),
+                                lambda t, p: True)
+
+    other = coordinator()
+    entered, release = threading.Event(), threading.Event()
+    # the other coordinator's timer, running on its loop's thread
+    elsewhere = threading.Thread(target=other._timers.run,
+                                 args=(lambda: (entered.set(), release.wait(10)),))
+    elsewhere.start()
+    try:
+        assert entered.wait(10)
+
+        async def scenario():
+            c = coordinator()
+            await c.load_all()
+            try:  # the initial rebalance delay's timer ends the rebalance
+                joined = await asyncio.wait_for(c.join(
+                    "g", "", None, "client", "/h", 30_000, 30_000, "consumer",
+                    [("range", b"")], require_known_member_id=False,
+                    supports_skip_assignment=True), 3)
+                assert joined.error.value == 0 and joined.generation == 1
+            finally:
+                c.close()
+
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        elsewhere.join(10)

@@ -90,6 +90,15 @@ model, test_group_coordinator.py the flows.
     Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
     NONE (the session restarts).
 
+    Session expiry (a member's session ends: Heartbeat, JoinGroup and SyncGroup restart it;
+    a new member rejoining in Preparing has NEW_MEMBER_JOIN_TIMEOUT_MS)
+    |H1 | no longer a member of the group (left, fenced,| nothing                              |
+    |   | dropped, replaced)                            |                                      |
+    |H2 | waiting in JoinGroup or SyncGroup             | alive: its session starts again      |
+    |H3 | otherwise                                     | removed as by LeaveGroup (below):    |
+    |   |                                               | Stable/Completing -> rebalance, and  |
+    |   |                                               | J18 if the others all wait           |
+
     LeaveGroup, per member (a consumer group: group_migration.py M8; no group:
     UNKNOWN_MEMBER_ID each; Dead:
     COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
@@ -177,10 +186,6 @@ _EMPTY, _PREPARING, _COMPLETING, _STABLE, _DEAD = (
 # A member that joined during a rebalance and never completed one is dropped after this
 # long without rejoining (Kafka's NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-# The coordinator's timers all run in this one context, not each in a copy of its caller's
-# (asyncio's default: 120 bytes a timer, and a member has one or two; issue 26). Their
-# callbacks read and set no context variable.
-_TIMERS = contextvars.Context()
 
 
 def _now_ms() -> int:
@@ -266,7 +271,8 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool],
                  now_ms: Callable[[], int] = _now_ms,
                  consumer_config: ConsumerGroupConfig | None = None,
-                 topic_image: TopicImage | None = None, owns_all: bool = True) -> None:
+                 topic_image: TopicImage | None = None, owns_all: bool = True,
+                 session_clock: Callable[[], float] | None = None) -> None:
         self.log = offsets_log
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
@@ -289,8 +295,14 @@ class GroupCoordinator:
         # Plain commits whose writes are not durable yet (O7), served once they are.
         self.in_flight = offset_rules.InFlightCommits()
         self._tasks: set[asyncio.Task] = set()
-        # Every classic member's session deadline, on one loop timer.
-        self._sessions = SessionDeadlines(self._session_expired)
+        # Every classic member's session deadline, on one loop timer (with a
+        # ``session_clock``, none: the caller runs what is due, ``_sessions.run_due``).
+        self._sessions = SessionDeadlines(self._session_expired, session_clock)
+        # The coordinator's loop timers all run in this one context, not each in a copy of
+        # its caller's (asyncio's default: 120 bytes a timer, and a member has one or two;
+        # issue 26); their callbacks read and set no context variable. One a coordinator: a
+        # Context is entered by one thread at a time, and each coordinator has its loop.
+        self._timers = contextvars.Context()
 
     def _background(self, work) -> None:
         task = asyncio.ensure_future(work)
@@ -424,7 +436,7 @@ class GroupCoordinator:
                 continue
             group = (ClassicGroup.from_value(group_id, value, now) if value is not None
                      else ClassicGroup(group_id, state_timestamp=now))
-            group.offsets = group_offsets
+            group.offsets = group_offsets or NO_ENTRIES  # _offsets_of: its own on a commit
             self.groups[group_id] = group
             for member in group.members.values():
                 self._schedule_session(group, member)
@@ -528,7 +540,7 @@ class GroupCoordinator:
             loop = asyncio.get_running_loop()
             group.own_pending_members()[joining.member_id] = loop.call_later(
                 joining.session_timeout_ms / 1000, self._expire_pending, group,
-                joining.member_id, context=_TIMERS)
+                joining.member_id, context=self._timers)
             return JoinResult(E.member_id_required, joining.member_id)
         return await self._add_and_rebalance(group, joining, "a new member joined")
 
@@ -711,11 +723,12 @@ class GroupCoordinator:
             group.initial_delay = (delay, max(timeout - delay, 0))
             group.new_member_joined = False
             group.join_timer = loop.call_later(min(delay, timeout) / 1000,
-                                               self._initial_delay_over, group, context=_TIMERS)
+                                               self._initial_delay_over, group,
+                                               context=self._timers)
         else:
             group.initial_delay = None
             group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group,
-                                               context=_TIMERS)
+                                               context=self._timers)
         log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id,
                  group.generation, reason)
 
@@ -727,7 +740,7 @@ class GroupCoordinator:
             group.initial_delay = (delay, remaining - step)
             group.new_member_joined = False
             group.join_timer = asyncio.get_running_loop().call_later(
-                step / 1000, self._initial_delay_over, group, context=_TIMERS)
+                step / 1000, self._initial_delay_over, group, context=self._timers)
             return
         group.initial_delay = None
         group.join_timer = None
@@ -794,8 +807,7 @@ class GroupCoordinator:
         it is set again for the end) rather than cancelled and made anew each time."""
         timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
                    else member.session_timeout_ms)
-        loop = asyncio.get_running_loop()
-        member.session_ends = ends = loop.time() + timeout / 1000
+        member.session_ends = ends = self._sessions.now() + timeout / 1000
         timer = member.session_timer
         if timer is not None:
             if timer.when() <= ends:
@@ -804,16 +816,17 @@ class GroupCoordinator:
         member.session_timer = self._sessions.call_at(ends, group, member)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
+        """H1-H3."""
         member.session_timer = None
-        loop = asyncio.get_running_loop()
-        if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
+        if self._sessions.now() < member.session_ends:  # heartbeats moved the end since
             member.session_timer = self._sessions.call_at(member.session_ends, group, member)
             return
-        if group.members.get(member.member_id) is not member:
+        if group.members.get(member.member_id) is not member:  # H1
             return
-        if member.join_waiter is not None or member.sync_waiter is not None:
-            self._schedule_session(group, member)  # waiting on us: alive
+        if member.join_waiter is not None or member.sync_waiter is not None:  # H2
+            self._schedule_session(group, member)
             return
+        # H3
         log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
         self._remove_member(group, member, "a member's session timed out")
 
