@@ -220,28 +220,35 @@ class GroupMachine(RuleBasedStateMachine):
     # --- rules ----------------------------------------------------------------------------
 
     @precondition(lambda self: self.m.members)
-    @rule()
-    def a_session_ends(self):
-        """Time passes until the first member's session ends, the others' later (two at once
-        would be decided in the order of the coordinator's heap: the step does nothing)."""
+    @rule(data=st.data())
+    def a_session_ends(self, data):
+        """Time passes until a member's session ends. Every session ended by then is
+        decided (H1-H3) in the order of the coordinator's deadlines (those a heartbeat
+        moved are set again); one a rebalance completed before its turn (J18) started
+        again. Two deadlines at the same time would be decided in an order the heap
+        chooses: the step does nothing then."""
         group = self.c.groups.get(G)
         # A member waiting in its first JoinGroup has no session yet.
-        ends = sorted((member.session_ends, member_id)
-                      for member_id, member in group.members.items()
-                      if member.session_timer is not None)
-        if not ends:
+        timed = {member_id: member for member_id, member in group.members.items()
+                 if member.session_timer is not None}
+        if not timed:
             return
-        when = session_deadlines.whole_ms(ends[0][0])
-        if len(ends) > 1 and ends[1][0] <= when:
+        chosen = data.draw(st.sampled_from([x for x in self.m.members if x in timed]))
+        when = session_deadlines.whole_ms(timed[chosen].session_ends)
+        ending = sorted((member.session_timer.when(), member_id)
+                        for member_id, member in timed.items() if member.session_ends <= when)
+        if len({at for at, _ in ending}) < len(ending):
             return
-        member = ends[0][1]
         self.session_now = when
         self.now(lambda: self.c._sessions.run_due(when))
         m = self.m
-        if member in m.joining or member in m.syncing:  # H2: alive
-            pass
-        else:  # H3: removed, as if it left
-            self._gone(member)
+        generation = m.generation
+        for _, member in ending:
+            if m.generation != generation:  # J18: every member's session started again
+                break
+            if member in m.joining or member in m.syncing:  # H2: alive
+                continue
+            self._gone(member)  # H3: removed, as if it left
         self.settle()
 
     @precondition(lambda self: len(self.m.members) < 3)
@@ -450,6 +457,7 @@ class GroupMachine(RuleBasedStateMachine):
                        *(tp for o in m.pending.values() for tp in o)]:
                 self._tombstone(tp)
             m.exists, m.stored, m.generation = False, None, 0
+            m.assignment_writes.clear()  # the gone group's: its generations come again
         self.waiting.remove(w)
 
     @precondition(lambda self: self.steps % 4 == 0)  # rarer: they wipe what others built
@@ -490,6 +498,7 @@ class GroupMachine(RuleBasedStateMachine):
             self._tombstone(tp)
         if dead:
             m.exists, m.stored, m.generation = False, None, 0
+            m.assignment_writes.clear()  # the gone group's: its generations come again
 
     @precondition(lambda self: self.log.held)
     @rule(fail=st.booleans())
