@@ -11,6 +11,7 @@ import threading
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
+from oncelog.coordinator.group import classic_group
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
@@ -27,20 +28,24 @@ def fresh(text: str) -> str:
     return copy
 
 
-async def one_member_group(c: GroupCoordinator, group: str) -> Member:
-    protocols = [(fresh("range"), b"\x00\x01")]
-    args = (fresh("rdkafka"), fresh("/127.0.0.1"), 30_000, 30_000, fresh("consumer"))
+async def one_member_group(c: GroupCoordinator, group: str, protocol: str = "range") -> Member:
+    protocols = [(fresh(protocol), b"\x00\x01")]
+    timeout = int(fresh("30000"))  # an int of its own, as each request decodes its own
+    args = (fresh("rdkafka"), fresh("/127.0.0.1"), timeout, timeout, fresh("consumer"))
     first = await c.join(group, "", None, *args, protocols,
                          require_known_member_id=True, supports_skip_assignment=True)
     joined = await c.join(group, first.member_id, None, *args, protocols,
                           require_known_member_id=True, supports_skip_assignment=True)
     synced = await c.sync(group, joined.generation, joined.member_id, None, "consumer",
-                          "range", [(joined.member_id, b"assignment")])
+                          protocol, [(joined.member_id, b"assignment")])
     assert synced.error.value == 0
     return c.groups[group].members[joined.member_id]
 
 
-def test_a_one_member_group_holds_no_more_than_it_uses():
+def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
+    # the shared values' tables as a fresh broker has them, whatever tests ran before
+    monkeypatch.setattr(classic_group, "_NAMES", {})
+    monkeypatch.setattr(classic_group, "_NUMBERS", {})
     offsets_log = MemoryOffsetsLog()
 
     def coordinator() -> GroupCoordinator:
@@ -60,9 +65,12 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
                 assert group.pending_members is NO_ENTRIES
                 assert group.static_members is NO_ENTRIES
                 assert group.offsets is NO_ENTRIES  # nothing committed yet
-            for field in ("client_id", "client_host", "protocol_type"):
+            for field in ("protocol_type", "session_timeout_ms", "rebalance_timeout_ms"):
                 assert getattr(a, field) is getattr(b, field), field
             assert a.protocols[0][0] is b.protocols[0][0]
+            # a member's own values, and long ones, are not kept for good in the tables
+            for field in ("client_id", "client_host"):
+                assert getattr(a, field) is not getattr(b, field), field
             assert c.groups["a"].protocol is c.groups["b"].protocol
             group = c.groups["a"]
             errors = await c.commit("a", group.generation, a.member_id, None, -1,
@@ -72,6 +80,10 @@ def test_a_one_member_group_holds_no_more_than_it_uses():
             # one loop timer for every member's session, not one each
             assert isinstance(a.session_timer, SessionDeadline)
             assert len(c._sessions) == 2
+            long = "p" * (classic_group.MAX_SHARED_LENGTH + 1)
+            c1, c2 = [await one_member_group(c, g, long) for g in ("c1", "c2")]
+            assert c1.protocols[0][0] is not c2.protocols[0][0]
+            assert sorted(classic_group._NAMES) == ["consumer", "range"]
         finally:
             c.close()
         restarted = coordinator()  # the groups loaded from the log

@@ -45,20 +45,22 @@ class GroupState(enum.Enum):
 # 64 bytes a map (issue 26).
 NO_ENTRIES = cast(dict, MappingProxyType({}))
 
-# A few values every member repeats (protocol type and names, client id and host, its
-# timeouts) are kept once, however many requests bring them: a member holds them as long as
-# it lives. Bounded, as any client may send anything: past the bound a value is kept as it
-# came.
+# The values most members repeat (protocol type and names, timeouts) are kept once, however
+# many requests bring them: a member holds them as long as it lives. Not client ids or
+# hosts, mostly one member's own: each would take a place in the table for good. Bounded, as
+# any client may send anything: past the bound, or longer than MAX_SHARED_LENGTH, a value is
+# kept as it came.
 _NAMES: dict[str, str] = {}
 _NUMBERS: dict[int, int] = {}
 MAX_SHARED = 1024
+MAX_SHARED_LENGTH = 64
 
 
 def shared_name(name: str) -> str:
     known = _NAMES.get(name)
     if known is not None:
         return known
-    if len(_NAMES) < MAX_SHARED:
+    if len(_NAMES) < MAX_SHARED and len(name) <= MAX_SHARED_LENGTH:
         _NAMES[name] = name
     return name
 

@@ -479,7 +479,6 @@ class GroupCoordinator:
             return JoinResult(E.inconsistent_group_protocol, member_id)
         if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
             return JoinResult(E.invalid_request, member_id)
-        client_id, client_host = shared_name(client_id), shared_name(client_host)
         protocol_type = shared_name(protocol_type)
         session_timeout_ms = shared_number(session_timeout_ms)
         rebalance_timeout_ms = shared_number(rebalance_timeout_ms)
