@@ -613,6 +613,7 @@ class GroupCoordinator:
                 group.own_static_members()[instance_id] = old_id
                 if was_leader:
                     group.leader = old_id
+                self._schedule_session(group, old)  # _fence ended it
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
             try:
