@@ -175,7 +175,7 @@ from .classic_group import (
 )
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
-from .session_deadlines import SessionDeadlines
+from .session_deadlines import SessionDeadlines, whole_ms
 
 log = logging.getLogger(__name__)
 
@@ -807,7 +807,8 @@ class GroupCoordinator:
         it is set again for the end) rather than cancelled and made anew each time."""
         timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
                    else member.session_timeout_ms)
-        member.session_ends = ends = self._sessions.now() + timeout / 1000
+        # in whole milliseconds, as its deadline is (session_deadlines.whole_ms)
+        member.session_ends = ends = whole_ms(self._sessions.now() + timeout / 1000)
         timer = member.session_timer
         if timer is not None:
             if timer.when() <= ends:

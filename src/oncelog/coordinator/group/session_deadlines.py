@@ -83,7 +83,9 @@ class SessionDeadlines:
         return clock() if clock is not None else asyncio.get_running_loop().time()
 
     def call_at(self, when: float, group: Any, member: Any) -> SessionDeadline:
-        deadline = SessionDeadline(self, whole_ms(when), group, member)
+        rounded = whole_ms(when)
+        # the caller's own float when it is whole already (a member keeps its session end)
+        deadline = SessionDeadline(self, when if rounded == when else rounded, group, member)
         heap = self._heap
         if self.cancelled > 64 and self.cancelled * 2 > len(heap):
             heap[:] = [d for d in heap if d._owner is not None]
