@@ -311,9 +311,9 @@ def test_lag_series_beyond_the_limit_keep_the_largest(tmp_path, monkeypatch):
         topic.partitions[0].append_records(encode_batch([(None, b"x", (), 0)] * 100))
         broker.topics.create("idle", 1, 1, {})
         for i in range(5):
-            group = ClassicGroup(f"g{i}")
-            group.offsets[("lagging", 0)] = OffsetValue(10 * i, -1, "", 0)
-            group.offsets[("idle", 0)] = OffsetValue(0, -1, "", 0)  # never opened: no line
+            group = ClassicGroup(f"g{i}", offsets={
+                ("lagging", 0): OffsetValue(10 * i, -1, "", 0),
+                ("idle", 0): OffsetValue(0, -1, "", 0)})  # never opened: no line
             broker.groups.groups[group.group_id] = group
         monkeypatch.setattr(metrics, "GROUP_SERIES_LIMIT", 3)
         lines = metrics.render(broker).splitlines()

@@ -211,6 +211,26 @@ def test_static_member_gets_its_assignment_back_and_the_old_id_is_fenced():
     run(scenario())
 
 
+def test_a_static_member_whose_rejoin_was_refused_keeps_its_session():
+    """J6 with the group record refused: undone, the old member back under its old id, and
+    with its session (the rejoin had ended it: without one again, it never expired)."""
+    async def scenario():
+        c = await loaded(coordinator())
+        a = await join(c, instance="i-a", session=200)
+        await c.sync("g", 1, a.member_id, None, None, None, [(a.member_id, b"A")])
+        c.log.fail_with = E.not_coordinator
+        assert (await join(c, instance="i-a", session=200)).error is E.not_coordinator
+        c.log.fail_with = None
+        assert list(c.groups["g"].members) == [a.member_id]
+        for _ in range(500):  # no heartbeats: the session ends
+            if c.groups["g"].state is GroupState.EMPTY:
+                break
+            await asyncio.sleep(0.01)
+        assert c.groups["g"].state is GroupState.EMPTY
+        c.close()
+    run(scenario())
+
+
 def test_leave_group_per_member_errors():
     async def scenario():
         c = await loaded(coordinator())

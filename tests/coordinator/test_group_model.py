@@ -2,7 +2,9 @@
 
 In process, over a log kept in memory whose writes can fail (the append refused) or wait
 (durability held until a later step, then given or failed); a restart is a new coordinator
-loading that log. The steps: members join, rejoin, sync (again, too), heartbeat and leave;
+loading that log. The steps: members join, rejoin, sync (again, too), heartbeat and leave,
+and time passes until a member's session ends (the coordinator's session clock is the
+test's: H1-H3);
 offsets are committed plain (by members, at the current or an old generation, or anonymously) and in
 transactions, whose markers commit or abort; the topic, the group and its offsets are
 deleted, or expire. After each step the coordinator's answers (also those that arrive later, when a
@@ -26,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kio.schema.errors import ErrorCode as E
 from support.group_model_helpers import ModelLog
 
+from oncelog.coordinator.group import session_deadlines
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
@@ -34,7 +37,7 @@ from oncelog.coordinator.group.group_coordinator import (
 
 G = "g"
 PROTOCOLS = [("range", b"\x00\x01")]
-LONG_MS = 60_000  # no session or rebalance timer fires within a test
+LONG_MS = 60_000  # no rebalance timer fires within a test; sessions end on the test's clock
 # Most steps on one partition and without injected faults, so that offsets of different
 # kinds meet often; the rest on the other and with faults.
 PARTITION = st.sampled_from([0, 0, 0, 1])
@@ -87,13 +90,20 @@ class GroupMachine(RuleBasedStateMachine):
         self.waiting: list[Waiting] = []
         self.steps = 0
         self.later_ms = 0  # the clock moved on by offsets_expire
+        # The coordinator's session clock (seconds): one second more each step, and moved to
+        # a member's session end by a_session_ends. Each member has a session timeout of its
+        # own (``timeouts``: 6, 20 or 60 s, so that one waiting in JoinGroup or SyncGroup can
+        # be the first to end, and a few ms more for each, so that two seldom end together).
+        self.session_now = 0.0
+        self.timeouts: dict[str, int] = {}
         self.c = self._start()
 
     def _start(self) -> GroupCoordinator:
         c = GroupCoordinator(self.log, GroupConfig(num_partitions=1,
                                                    initial_rebalance_delay_ms=0),
                              lambda t, p: self.topic_exists and t == "t" and p in (0, 1),
-                             now_ms=lambda: int(time.time() * 1000) + self.later_ms)
+                             now_ms=lambda: int(time.time() * 1000) + self.later_ms,
+                             session_clock=lambda: self.session_now)
         self.loop.run_until_complete(c.load_all())
         return c
 
@@ -209,15 +219,49 @@ class GroupMachine(RuleBasedStateMachine):
 
     # --- rules ----------------------------------------------------------------------------
 
+    @precondition(lambda self: self.m.members)
+    @rule(data=st.data())
+    def a_session_ends(self, data):
+        """Time passes until a member's session ends. Every session ended by then is
+        decided (H1-H3) in the order of the coordinator's deadlines (those a heartbeat
+        moved are set again); one a rebalance completed before its turn (J18) started
+        again. Two deadlines at the same time would be decided in an order the heap
+        chooses: the step does nothing then."""
+        group = self.c.groups.get(G)
+        # A member waiting in its first JoinGroup has no session yet.
+        timed = {member_id: member for member_id, member in group.members.items()
+                 if member.session_timer is not None}
+        if not timed:
+            return
+        chosen = data.draw(st.sampled_from([x for x in self.m.members if x in timed]))
+        when = session_deadlines.whole_ms(timed[chosen].session_ends)
+        ending = sorted((member.session_timer.when(), member_id)
+                        for member_id, member in timed.items() if member.session_ends <= when)
+        if len({at for at, _ in ending}) < len(ending):
+            return
+        self.session_now = when
+        self.now(lambda: self.c._sessions.run_due(when))
+        m = self.m
+        generation = m.generation
+        for _, member in ending:
+            if m.generation != generation:  # J18: every member's session started again
+                break
+            if member in m.joining or member in m.syncing:  # H2: alive
+                continue
+            self._gone(member)  # H3: removed, as if it left
+        self.settle()
+
     @precondition(lambda self: len(self.m.members) < 3)
-    @rule()
-    def a_new_member_joins(self):
+    @rule(session_s=st.sampled_from([6, 20, 60]))
+    def a_new_member_joins(self, session_s):
         before = set(self._members())
-        w = self.start("join", self._join(""))
+        timeout = session_s * 1000 + 10 * (len(self.timeouts) % 97 + 1)
+        w = self.start("join", self._join("", timeout))
         for _ in range(3):
             self.loop.run_until_complete(asyncio.sleep(0))
         new = [x for x in self._members() if x not in before]
         assert len(new) == 1, new
+        self.timeouts[new[0]] = timeout
         m = self.m
         m.exists = True
         m.members.append(new[0])
@@ -292,6 +336,13 @@ class GroupMachine(RuleBasedStateMachine):
         m = self.m
         member = data.draw(st.sampled_from(m.members))
         assert self.now(lambda: self.c.leave(G, [(member, None)])) == (E.none, [E.none])
+        self._gone(member)
+        self.settle()
+
+    def _gone(self, member: str) -> None:
+        """A member left or its session ended (H3): its waiting requests answered
+        UNKNOWN_MEMBER_ID, a rebalance, and J18 if the others all wait."""
+        m = self.m
         for waiting in (m.joining, m.syncing):
             w = waiting.pop(member, None)
             if w is not None:
@@ -302,7 +353,6 @@ class GroupMachine(RuleBasedStateMachine):
             m.leader = m.members[0] if m.members else None
         self._prepare()
         self._answer_joins()
-        self.settle()
 
     @rule(data=st.data(), generation=st.sampled_from(["current", "old", "none"]),
           partition=PARTITION, offset=st.integers(0, 100), fail=RARELY, hold=RARELY)
@@ -407,6 +457,7 @@ class GroupMachine(RuleBasedStateMachine):
                        *(tp for o in m.pending.values() for tp in o)]:
                 self._tombstone(tp)
             m.exists, m.stored, m.generation = False, None, 0
+            m.assignment_writes.clear()  # the gone group's: its generations come again
         self.waiting.remove(w)
 
     @precondition(lambda self: self.steps % 4 == 0)  # rarer: they wipe what others built
@@ -447,6 +498,7 @@ class GroupMachine(RuleBasedStateMachine):
             self._tombstone(tp)
         if dead:
             m.exists, m.stored, m.generation = False, None, 0
+            m.assignment_writes.clear()  # the gone group's: its generations come again
 
     @precondition(lambda self: self.log.held)
     @rule(fail=st.booleans())
@@ -508,6 +560,7 @@ class GroupMachine(RuleBasedStateMachine):
     @invariant()
     def the_group_is_the_models(self):
         self.steps += 1
+        self.session_now += 1
         m = self.m
         group = self.c.groups.get(G)
         if not m.exists:
@@ -540,8 +593,9 @@ class GroupMachine(RuleBasedStateMachine):
                                    [(x, b"a") for x in self.m.members])
         return (answer.error,)
 
-    async def _join(self, member: str):
-        answer = await self.c.join(G, member, None, "client", "/127.0.0.1", LONG_MS, LONG_MS,
+    async def _join(self, member: str, timeout: int | None = None):
+        session = timeout if timeout is not None else self.timeouts.get(member, LONG_MS)
+        answer = await self.c.join(G, member, None, "client", "/127.0.0.1", session, LONG_MS,
                                    "consumer", PROTOCOLS, require_known_member_id=False,
                                    supports_skip_assignment=True)
         return (answer.error, answer.member_id, answer.generation) if answer.error is E.none \

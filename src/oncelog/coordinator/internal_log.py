@@ -4,7 +4,6 @@ partition as a coordinator sees it (``OffsetsLog``), with the one error its writ
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
@@ -20,12 +19,26 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-@functools.lru_cache(maxsize=1 << 16)
+# Java's hash walks the id in Python, and every group request needs it: cached, per number
+# of partitions, in a plain dict (the id is the key the coordinator keeps anyway; an
+# lru_cache entry cost 150 bytes a group more, issue 26), emptied when full.
+_PARTITIONS: dict[int, dict[str, int]] = {}
+MAX_CACHED_PARTITIONS = 1 << 16
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The offsets-topic partition of a group, as Kafka chooses it (Utils.abs of the hash)."""
-    # Cached: Java's hash walks the id in Python, and every group request needs it.
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+    cache = _PARTITIONS.get(num_partitions)
+    if cache is None:
+        cache = _PARTITIONS[num_partitions] = {}
+    partition = cache.get(group_id)
+    if partition is None:
+        h = java_string_hash(group_id)
+        partition = (0 if h == -(1 << 31) else abs(h)) % num_partitions
+        if len(cache) >= MAX_CACHED_PARTITIONS:
+            cache.clear()
+        cache[group_id] = partition
+    return partition
 
 
 class WriteFailed(Exception):

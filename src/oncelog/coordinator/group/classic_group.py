@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from ...protocol.consumer_protocol import subscription_topics
 from .group_records import GroupValue, MemberValue, OffsetValue
@@ -36,7 +38,43 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-@dataclass(eq=False)
+# Most groups never have a static or a pending member, and a group joined has no offset yet:
+# their maps start as this shared empty one, which cannot be written (a write raises, it never
+# reaches another group), and a group gets a dict of its own with its first entry
+# (ClassicGroup.own_static_members / own_pending_members, GroupCoordinator._offsets_of).
+# 64 bytes a map (issue 26).
+NO_ENTRIES = cast(dict, MappingProxyType({}))
+
+# The values most members repeat (protocol type and names, timeouts) are kept once, however
+# many requests bring them: a member holds them as long as it lives. Not client ids or
+# hosts, mostly one member's own: each would take a place in the table for good. Bounded, as
+# any client may send anything: past the bound, or longer than MAX_SHARED_LENGTH, a value is
+# kept as it came.
+_NAMES: dict[str, str] = {}
+_NUMBERS: dict[int, int] = {}
+MAX_SHARED = 1024
+MAX_SHARED_LENGTH = 64
+
+
+def shared_name(name: str) -> str:
+    known = _NAMES.get(name)
+    if known is not None:
+        return known
+    if len(_NAMES) < MAX_SHARED and len(name) <= MAX_SHARED_LENGTH:
+        _NAMES[name] = name
+    return name
+
+
+def shared_number(number: int) -> int:
+    known = _NUMBERS.get(number)
+    if known is not None:
+        return known
+    if len(_NUMBERS) < MAX_SHARED:
+        _NUMBERS[number] = number
+    return number
+
+
+@dataclass(eq=False, slots=True)
 class Member:
     member_id: str
     group_instance_id: str | None
@@ -45,7 +83,7 @@ class Member:
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocol_type: str
-    protocols: list[tuple[str, bytes]]
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's preference order
     assignment: bytes = b""
     # A JoinGroup or SyncGroup waiting for its answer (the coordinator's futures).
     join_waiter: Any = None
@@ -63,11 +101,11 @@ class Member:
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 
-    def same_protocols(self, protocols: list[tuple[str, bytes]]) -> bool:
+    def same_protocols(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
         return self.protocols == protocols
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ClassicGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -76,15 +114,39 @@ class ClassicGroup:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: dict[str, Any] = field(default_factory=dict)  # member id -> its timer
-    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # instance id -> member id; NO_ENTRIES until the first (own_static_members)
+    static_members: dict[str, str] = field(default_factory=lambda: NO_ENTRIES)
+    # member id -> its timer; NO_ENTRIES until the first (own_pending_members)
+    pending_members: dict[str, Any] = field(default_factory=lambda: NO_ENTRIES)
+    # NO_ENTRIES until the first commit (GroupCoordinator._offsets_of gives it its own)
+    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=lambda: NO_ENTRIES)
     state_timestamp: int = -1  # when the group last changed state (ms)
     join_timer: Any = None
     initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
     new_member_joined: bool = False  # during the initial delay
     # The generation whose assignment is being written (SyncGroup of the leader), or None.
     assignment_write: int | None = None
+
+    def own_static_members(self) -> dict[str, str]:
+        """``static_members``, to write into."""
+        if self.static_members is NO_ENTRIES:
+            self.static_members = {}
+        return self.static_members
+
+    def own_pending_members(self) -> dict[str, Any]:
+        """``pending_members``, to write into."""
+        if self.pending_members is NO_ENTRIES:
+            self.pending_members = {}
+        return self.pending_members
+
+    def pop_pending(self, member_id: str) -> Any:
+        """A pending member's timer, the member no longer pending; the last one gone, the
+        group's map is the shared empty one again (a one-member group had one pending member,
+        for the first JoinGroup of KIP-394, and would keep its dict for good)."""
+        timer = self.pending_members.pop(member_id)
+        if not self.pending_members:
+            self.pending_members = NO_ENTRIES
+        return timer
 
     # --- the rules ------------------------------------------------------------------------
 
@@ -99,7 +161,7 @@ class ClassicGroup:
     def size(self) -> int:
         return len(self.members) + len(self.pending_members)
 
-    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """A joining member's protocols are consistent with the group's (Kafka's rule: the
         same protocol type, and at least one protocol every member supports)."""
         if not protocol_type or not protocols:
@@ -188,9 +250,9 @@ class ClassicGroup:
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.rebalance_timeout, m.session_timeout, value.protocol_type,
-                            [(value.protocol or "", m.subscription)], m.assignment)
+                            ((value.protocol or "", m.subscription),), m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
-                group.static_members[m.group_instance_id] = m.member_id
+                group.own_static_members()[m.group_instance_id] = m.member_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group

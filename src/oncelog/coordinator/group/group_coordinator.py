@@ -90,6 +90,15 @@ model, test_group_coordinator.py the flows.
     Heartbeat: S1-S5, then Empty UNKNOWN_MEMBER_ID, Preparing REBALANCE_IN_PROGRESS, else
     NONE (the session restarts).
 
+    Session expiry (a member's session ends: Heartbeat, JoinGroup and SyncGroup restart it;
+    a new member rejoining in Preparing has NEW_MEMBER_JOIN_TIMEOUT_MS)
+    |H1 | no longer a member of the group (left, fenced,| nothing                              |
+    |   | dropped, replaced)                            |                                      |
+    |H2 | waiting in JoinGroup or SyncGroup             | alive: its session starts again      |
+    |H3 | otherwise                                     | removed as by LeaveGroup (below):    |
+    |   |                                               | Stable/Completing -> rebalance, and  |
+    |   |                                               | J18 if the others all wait           |
+
     LeaveGroup, per member (a consumer group: group_migration.py M8; no group:
     UNKNOWN_MEMBER_ID each; Dead:
     COORDINATOR_NOT_AVAILABLE): an instance id alone finds its member id; FENCED_INSTANCE_ID
@@ -136,10 +145,11 @@ model, test_group_coordinator.py the flows.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -155,9 +165,17 @@ from ..ownership import Load, Ownership, Status, load_each, load_retrying
 from . import consumer_records, group_migration, offset_rules
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
-from .classic_group import ClassicGroup, GroupState, Member
+from .classic_group import (
+    NO_ENTRIES,
+    ClassicGroup,
+    GroupState,
+    Member,
+    shared_name,
+    shared_number,
+)
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicImage
+from .session_deadlines import SessionDeadlines, whole_ms
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +271,8 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool],
                  now_ms: Callable[[], int] = _now_ms,
                  consumer_config: ConsumerGroupConfig | None = None,
-                 topic_image: TopicImage | None = None, owns_all: bool = True) -> None:
+                 topic_image: TopicImage | None = None, owns_all: bool = True,
+                 session_clock: Callable[[], float] | None = None) -> None:
         self.log = offsets_log
         self.config = config
         self.partition_exists = partition_exists  # (topic, partition) is known to the broker
@@ -276,6 +295,14 @@ class GroupCoordinator:
         # Plain commits whose writes are not durable yet (O7), served once they are.
         self.in_flight = offset_rules.InFlightCommits()
         self._tasks: set[asyncio.Task] = set()
+        # Every classic member's session deadline, on one loop timer (with a
+        # ``session_clock``, none: the caller runs what is due, ``_sessions.run_due``).
+        self._sessions = SessionDeadlines(self._session_expired, session_clock)
+        # The coordinator's loop timers all run in this one context, not each in a copy of
+        # its caller's (asyncio's default: 120 bytes a timer, and a member has one or two;
+        # issue 26); their callbacks read and set no context variable. One a coordinator: a
+        # Context is entered by one thread at a time, and each coordinator has its loop.
+        self._timers = contextvars.Context()
 
     def _background(self, work) -> None:
         task = asyncio.ensure_future(work)
@@ -409,7 +436,7 @@ class GroupCoordinator:
                 continue
             group = (ClassicGroup.from_value(group_id, value, now) if value is not None
                      else ClassicGroup(group_id, state_timestamp=now))
-            group.offsets = group_offsets
+            group.offsets = group_offsets or NO_ENTRIES  # _offsets_of: its own on a commit
             self.groups[group_id] = group
             for member in group.members.values():
                 self._schedule_session(group, member)
@@ -440,7 +467,7 @@ class GroupCoordinator:
     async def join(self, group_id: str, member_id: str, instance_id: str | None,
                    client_id: str, client_host: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool,
                    supports_skip_assignment: bool) -> JoinResult:
         error = self._unavailable(group_id)
         if error is not None:
@@ -452,6 +479,11 @@ class GroupCoordinator:
             return JoinResult(E.inconsistent_group_protocol, member_id)
         if _too_long(protocol_type, instance_id or "", client_id, *(n for n, _ in protocols)):
             return JoinResult(E.invalid_request, member_id)
+        protocol_type = shared_name(protocol_type)
+        session_timeout_ms = shared_number(session_timeout_ms)
+        rebalance_timeout_ms = shared_number(rebalance_timeout_ms)
+        # A tuple: a member keeps it (a list comprehension's spare capacity is 40 bytes more).
+        protocols = tuple([(shared_name(name), metadata) for name, metadata in protocols])
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             # Kafka: a classic member joins a consumer group with members as a member of it
@@ -488,7 +520,7 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, list(protocols))
+                        session_timeout_ms, protocol_type, protocols)
         if not member_id:
             return await self._join_unknown(group, member, require_known_member_id,
                                             supports_skip_assignment)
@@ -505,9 +537,9 @@ class GroupCoordinator:
         if instance_id is None and require_known_member_id:
             # KIP-394: the id is handed out first, and counts only once it is used.
             loop = asyncio.get_running_loop()
-            group.pending_members[joining.member_id] = loop.call_later(
+            group.own_pending_members()[joining.member_id] = loop.call_later(
                 joining.session_timeout_ms / 1000, self._expire_pending, group,
-                joining.member_id)
+                joining.member_id, context=self._timers)
             return JoinResult(E.member_id_required, joining.member_id)
         return await self._add_and_rebalance(group, joining, "a new member joined")
 
@@ -516,7 +548,7 @@ class GroupCoordinator:
         if group.fenced(member_id, instance_id):
             return JoinResult(E.fenced_instance_id, member_id)
         if member_id in group.pending_members:
-            group.pending_members.pop(member_id).cancel()
+            group.pop_pending(member_id).cancel()
             return await self._add_and_rebalance(group, joining, "a pending member joined")
         member = group.members.get(member_id)
         if member is None or group.is_in(_EMPTY, _DEAD):
@@ -556,7 +588,7 @@ class GroupCoordinator:
         old_protocols = old.protocols
         self._take_over(old, joining)
         group.members[new_id] = old
-        group.static_members[instance_id] = new_id
+        group.own_static_members()[instance_id] = new_id
         was_leader = group.leader == old_id
         if was_leader:
             group.leader = new_id
@@ -578,9 +610,10 @@ class GroupCoordinator:
                 old.member_id = old_id
                 old.protocols = old_protocols
                 group.members[old_id] = old
-                group.static_members[instance_id] = old_id
+                group.own_static_members()[instance_id] = old_id
                 if was_leader:
                     group.leader = old_id
+                self._schedule_session(group, old)  # _fence ended it
                 return JoinResult(exc.error)
             self._schedule_session(group, old)
             try:
@@ -617,7 +650,7 @@ class GroupCoordinator:
         member.is_new = True
         group.members[member.member_id] = member
         if member.group_instance_id is not None:
-            group.static_members[member.group_instance_id] = member.member_id
+            group.own_static_members()[member.group_instance_id] = member.member_id
         if group.protocol_type is None or not group.protocol_type:
             group.protocol_type = member.protocol_type
         if group.initial_delay is not None:
@@ -690,10 +723,12 @@ class GroupCoordinator:
             group.initial_delay = (delay, max(timeout - delay, 0))
             group.new_member_joined = False
             group.join_timer = loop.call_later(min(delay, timeout) / 1000,
-                                               self._initial_delay_over, group)
+                                               self._initial_delay_over, group,
+                                               context=self._timers)
         else:
             group.initial_delay = None
-            group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group)
+            group.join_timer = loop.call_later(timeout / 1000, self._join_timeout, group,
+                                               context=self._timers)
         log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id,
                  group.generation, reason)
 
@@ -705,7 +740,7 @@ class GroupCoordinator:
             group.initial_delay = (delay, remaining - step)
             group.new_member_joined = False
             group.join_timer = asyncio.get_running_loop().call_later(
-                step / 1000, self._initial_delay_over, group)
+                step / 1000, self._initial_delay_over, group, context=self._timers)
             return
         group.initial_delay = None
         group.join_timer = None
@@ -730,9 +765,9 @@ class GroupCoordinator:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
             self._drop_member(group, member)
-        for member_id, timer in list(group.pending_members.items()):
+        for timer in group.pending_members.values():
             timer.cancel()
-            del group.pending_members[member_id]
+        group.pending_members = NO_ENTRIES
         now = self.now_ms()
         group.generation += 1
         if not group.members:
@@ -772,32 +807,33 @@ class GroupCoordinator:
         it is set again for the end) rather than cancelled and made anew each time."""
         timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
                    else member.session_timeout_ms)
-        loop = asyncio.get_running_loop()
-        member.session_ends = ends = loop.time() + timeout / 1000
+        # in whole milliseconds, as its deadline is (session_deadlines.whole_ms)
+        member.session_ends = ends = whole_ms(self._sessions.now() + timeout / 1000)
         timer = member.session_timer
         if timer is not None:
             if timer.when() <= ends:
                 return
             timer.cancel()
-        member.session_timer = loop.call_at(ends, self._session_expired, group, member)
+        member.session_timer = self._sessions.call_at(ends, group, member)
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
+        """H1-H3."""
         member.session_timer = None
-        loop = asyncio.get_running_loop()
-        if loop.time() < member.session_ends:  # heartbeats moved the end since it was set
-            member.session_timer = loop.call_at(member.session_ends, self._session_expired,
-                                                group, member)
+        if self._sessions.now() < member.session_ends:  # heartbeats moved the end since
+            member.session_timer = self._sessions.call_at(member.session_ends, group, member)
             return
-        if group.members.get(member.member_id) is not member:
+        if group.members.get(member.member_id) is not member:  # H1
             return
-        if member.join_waiter is not None or member.sync_waiter is not None:
-            self._schedule_session(group, member)  # waiting on us: alive
+        if member.join_waiter is not None or member.sync_waiter is not None:  # H2
+            self._schedule_session(group, member)
             return
+        # H3
         log.info("group %s: member %s's session timed out", group.group_id, member.member_id)
         self._remove_member(group, member, "a member's session timed out")
 
     def _expire_pending(self, group: ClassicGroup, member_id: str) -> None:
-        if group.pending_members.pop(member_id, None) is not None:
+        if member_id in group.pending_members:
+            group.pop_pending(member_id)
             log.info("group %s: pending member %s never joined", group.group_id, member_id)
             self._maybe_complete_join(group)
 
@@ -960,7 +996,7 @@ class GroupCoordinator:
                 errors.append(E.fenced_instance_id)
                 continue
             if member_id in group.pending_members:
-                group.pending_members.pop(member_id).cancel()
+                group.pop_pending(member_id).cancel()
                 self._maybe_complete_join(group)
                 errors.append(E.none)
                 continue
@@ -1118,6 +1154,8 @@ class GroupCoordinator:
         if group is None or group.is_in(_DEAD):
             group = self.groups[group_id] = ClassicGroup(group_id,
                                                         state_timestamp=self.now_ms())
+        if group.offsets is NO_ENTRIES:  # its first: a dict of its own
+            group.offsets = {}
         return group.offsets
 
     @staticmethod
@@ -1128,7 +1166,8 @@ class GroupCoordinator:
     def _forget_offsets(self, group_id: str, tps: Iterable[tuple[str, int]]) -> None:
         """Their tombstones are written: committed and pending offsets go (O2)."""
         group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None else None
+        offsets = group.offsets if group is not None and group.offsets is not NO_ENTRIES \
+            else None
         for tp in tps:
             offset_rules.replay_tombstone(offsets, self.pending_txn, group_id, tp,
                                           self.in_flight)
@@ -1435,6 +1474,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         self.consumer_groups.close()
+        self._sessions.close()
         for task in self._tasks:
             task.cancel()
         for group in self.groups.values():

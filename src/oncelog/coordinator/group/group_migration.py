@@ -73,7 +73,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from kio.schema.consumer_protocol_assignment.v0.data import (
@@ -86,7 +86,7 @@ from . import consumer_group as cg
 from . import consumer_records as cr
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
-from .classic_group import ClassicGroup, GroupState, Member
+from .classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def install_upgrade(coordinator: GroupCoordinator, classic: ClassicGroup,
         classic.join_timer = None
     for timer in classic.pending_members.values():
         timer.cancel()
-    classic.pending_members.clear()
+    classic.pending_members = NO_ENTRIES
     for member in classic.members.values():
         if member.session_timer is not None:
             member.session_timer.cancel()
@@ -268,9 +268,9 @@ def downgrade(cc: ConsumerGroupCoordinator, group: ConsumerGroup, leaving: str
         classic.members[m.member_id] = Member(
             m.member_id, m.instance_id, m.client_id, m.client_host,
             m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else m.classic.session_timeout_ms,
-            m.classic.session_timeout_ms, PROTOCOL_TYPE, list(m.classic.protocols))
+            m.classic.session_timeout_ms, PROTOCOL_TYPE, tuple(m.classic.protocols))
         if m.instance_id is not None:
-            classic.static_members[m.instance_id] = m.member_id
+            classic.own_static_members()[m.instance_id] = m.member_id
     classic.protocol = classic.select_protocol()
     classic.leader = next(iter(classic.members))
     for member in classic.members.values():
@@ -338,7 +338,7 @@ def _supports(group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool
 async def join(coordinator: GroupCoordinator, group: ConsumerGroup, member_id: str,
                instance_id: str | None, client_id: str, client_host: str,
                session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-               protocols: list[tuple[str, bytes]], require_known_member_id: bool
+               protocols: Sequence[tuple[str, bytes]], require_known_member_id: bool
                ) -> JoinResult:
     """M3-M5."""
 

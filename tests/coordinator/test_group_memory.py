@@ -1,0 +1,151 @@
+"""What a one-member classic group holds (issue 26: 2,254 bytes a group, goal under 1 KiB):
+no instance dicts, no maps of its own for static or pending members or offsets it does not
+have, the names and numbers its members repeat kept once, its session deadline a small object
+on the coordinator's one loop timer (session_deadlines.py). Structure, not bytes: the bytes
+are bench/group_memory.py's and bench/groups.py's (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from support.group_coordinator_helpers import MemoryOffsetsLog
+
+from oncelog.coordinator.group import classic_group
+from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
+from oncelog.coordinator.group.group_coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    OffsetCommitPartition,
+)
+from oncelog.coordinator.group.session_deadlines import SessionDeadline
+
+
+def fresh(text: str) -> str:
+    """An equal string that is another object, as each request decodes its own."""
+    copy = "".join(list(text))
+    assert copy is not text or len(text) <= 1
+    return copy
+
+
+async def one_member_group(c: GroupCoordinator, group: str, protocol: str = "range") -> Member:
+    protocols = [(fresh(protocol), b"\x00\x01")]
+    timeout = int(fresh("30000"))  # an int of its own, as each request decodes its own
+    args = (fresh("rdkafka"), fresh("/127.0.0.1"), timeout, timeout, fresh("consumer"))
+    first = await c.join(group, "", None, *args, protocols,
+                         require_known_member_id=True, supports_skip_assignment=True)
+    joined = await c.join(group, first.member_id, None, *args, protocols,
+                          require_known_member_id=True, supports_skip_assignment=True)
+    synced = await c.sync(group, joined.generation, joined.member_id, None, "consumer",
+                          protocol, [(joined.member_id, b"assignment")])
+    assert synced.error.value == 0
+    return c.groups[group].members[joined.member_id]
+
+
+def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
+    # the shared values' tables as a fresh broker has them, whatever tests ran before
+    monkeypatch.setattr(classic_group, "_NAMES", {})
+    monkeypatch.setattr(classic_group, "_NUMBERS", {})
+    offsets_log = MemoryOffsetsLog()
+
+    def coordinator() -> GroupCoordinator:
+        return GroupCoordinator(offsets_log, GroupConfig(num_partitions=3,
+                                                         initial_rebalance_delay_ms=0),
+                                lambda t, p: True)
+
+    async def scenario():
+        c = coordinator()
+        await c.load_all()
+        try:
+            a = await one_member_group(c, "a")
+            b = await one_member_group(c, "b")
+            for group in (c.groups["a"], c.groups["b"]):
+                assert isinstance(group, ClassicGroup)
+                # the KIP-394 handshake's pending member is gone, and its map with it
+                assert group.pending_members is NO_ENTRIES
+                assert group.static_members is NO_ENTRIES
+                assert group.offsets is NO_ENTRIES  # nothing committed yet
+            for field in ("protocol_type", "session_timeout_ms", "rebalance_timeout_ms"):
+                assert getattr(a, field) is getattr(b, field), field
+            assert a.protocols[0][0] is b.protocols[0][0]
+            # a member's own values, and long ones, are not kept for good in the tables
+            for field in ("client_id", "client_host"):
+                assert getattr(a, field) is not getattr(b, field), field
+            assert c.groups["a"].protocol is c.groups["b"].protocol
+            group = c.groups["a"]
+            errors = await c.commit("a", group.generation, a.member_id, None, -1,
+                                    [OffsetCommitPartition("t", 0, 5, -1, "")])
+            assert [e.value for e in errors] == [0]
+            assert list(group.offsets) == [("t", 0)] and c.groups["b"].offsets == {}
+            # one loop timer for every member's session, not one each
+            assert isinstance(a.session_timer, SessionDeadline)
+            assert len(c._sessions) == 2
+            long = "p" * (classic_group.MAX_SHARED_LENGTH + 1)
+            c1, c2 = [await one_member_group(c, g, long) for g in ("c1", "c2")]
+            assert c1.protocols[0][0] is not c2.protocols[0][0]
+            assert sorted(classic_group._NAMES) == ["consumer", "range"]
+        finally:
+            c.close()
+        restarted = coordinator()  # the groups loaded from the log
+        await restarted.load_all()
+        try:
+            assert restarted.groups["b"].offsets is NO_ENTRIES
+            assert list(restarted.groups["a"].offsets) == [("t", 0)]
+        finally:
+            restarted.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_groups_and_members_have_no_instance_dict():
+    assert not hasattr(ClassicGroup("g"), "__dict__")
+    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", ()), "__dict__")
+
+
+def test_the_shared_empty_maps_cannot_be_written():
+    group = ClassicGroup("g")
+    try:
+        group.static_members["i"] = "m"
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("the shared empty map took a write")
+    group.own_static_members()["i"] = "m"
+    assert ClassicGroup("h").static_members == {} and group.static_members == {"i": "m"}
+
+
+def test_each_coordinator_runs_its_timers_in_a_context_of_its_own():
+    """One Context for the timers saves a copy of the caller's for each; it is one a
+    coordinator, as a Context is entered by one thread at a time: shared with a coordinator
+    whose loop runs a timer on another thread at that moment, this one's timer failed
+    ("cannot enter context") and its rebalance never completed."""
+    def coordinator() -> GroupCoordinator:
+        return GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=1,
+                                                                initial_rebalance_delay_ms=1),
+                                lambda t, p: True)
+
+    other = coordinator()
+    entered, release = threading.Event(), threading.Event()
+    # the other coordinator's timer, running on its loop's thread
+    elsewhere = threading.Thread(target=other._timers.run,
+                                 args=(lambda: (entered.set(), release.wait(10)),))
+    elsewhere.start()
+    try:
+        assert entered.wait(10)
+
+        async def scenario():
+            c = coordinator()
+            await c.load_all()
+            try:  # the initial rebalance delay's timer ends the rebalance
+                joined = await asyncio.wait_for(c.join(
+                    "g", "", None, "client", "/h", 30_000, 30_000, "consumer",
+                    [("range", b"")], require_known_member_id=False,
+                    supports_skip_assignment=True), 3)
+                assert joined.error.value == 0 and joined.generation == 1
+            finally:
+                c.close()
+
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        elsewhere.join(10)
