@@ -38,6 +38,7 @@ import errno
 import functools
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator
@@ -50,6 +51,7 @@ from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
 from ..log.leader_epoch import LeaderEpochCache
 from ..log.log import ABSENT_LOG, Log, LogConfig
+from ..log.open_files import OPEN_FILES, OpenFiles
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
@@ -74,6 +76,7 @@ from ..protocol.record_batch import (
     split_batches,
 )
 from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
+from . import log_opening
 from .log_dirs import LogDir
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class _Built(NamedTuple):
+    """A log opened, not yet the partition's (Partition._build)."""
+    plog: Log
+    state: ProducerStateManager
+    start: int  # where producer state was replayed from
+    replayed: int
+    forget: bool  # every producer issued so far is to be forgotten
+
+    def abandon(self) -> None:
+        self.plog.abandon()
+
+
 class Partition:
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
@@ -146,6 +161,15 @@ class Partition:
         self.replication: Any = None
         self.leader_epoch = 0  # stamped on every batch appended as leader
         self._epochs: LeaderEpochCache | None = None
+        # Opening in a worker thread (open_async, broker/log_opening.py): the one opening
+        # every caller waits on; bumped by whatever makes an opening under way stale
+        # (close, abandon, delete, relocate); what the last opening failed with, until the
+        # next; the lock a worker's mkdir and a deletion's rename take (set_aside).
+        self._opening: asyncio.Future[None] | None = None
+        self._generation = 0
+        self._open_error: OSError | None = None
+        self._dir_lock = threading.Lock()
+        self._set_aside = False
 
     @property
     def name(self) -> str:
@@ -209,25 +233,131 @@ class Partition:
             return False
 
     def _open(self) -> None:
+        """Open the log on the calling thread (tools, tests, and the loop's paths not taught
+        to wait for ``open_async``). Refused while a worker opens the same directory, and
+        after a worker's opening failed until the next ``open_async`` tries again: the loop
+        never repeats a failed opening's file work itself."""
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
             raise self.log_dir.error()
+        if self._opening is not None or log_opening.busy(self.dir):
+            raise log_opening.OpenInProgress(self.dir)
+        if self._open_error is not None:
+            raise self._open_error
         try:
-            plog = Log(self.dir, self.config, self.disk)
+            built = self._build(OPEN_FILES, self.dir, self._snapshots)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
-        if self.topic_id is not None and partition_metadata.read(self.disk, self.dir) is None:
+        self._install(built)
+
+    async def open_async(self) -> None:
+        """Open (create, on the first write; recover, after a restart) the log in a worker
+        thread (broker/log_opening.py). Every caller waits on one opening; a caller
+        cancelled (its request timed out) leaves it running for the others. Raises what
+        opening raised (OSError, LogDirOffline; FileNotFoundError for a partition deleted
+        meanwhile); nothing is left half-open then."""
+        if self._log is not None:
+            return
+        if self._deleted:
+            raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
+        if self.log_dir.offline:
+            raise self.log_dir.error()
+        opening = self._opening
+        if opening is None:
+            opening = self._opening = asyncio.get_running_loop().create_future()
+            self._open_error = None
+            generation, directory, snapshots = self._generation, self.dir, self._snapshots
+            log_opening.open_off_loop(
+                directory,
+                lambda files: self._build(files, directory, snapshots, self._make_dir),
+                functools.partial(self._settle, opening, generation),
+                _Built.abandon)
+        await asyncio.shield(opening)
+
+    @property
+    def opening(self) -> bool:
+        """A worker is opening the log (``open_async``)."""
+        return self._opening is not None
+
+    def _settle(self, opening: asyncio.Future[None], generation: int,
+                error: BaseException | None, built: _Built | None) -> bool:
+        """On the loop, once the worker is done: install the log when the partition is
+        still as it was when the opening started (True); else refuse it (its files are
+        closed in a worker) and fail the waiters."""
+        current = generation == self._generation and self._opening is opening
+        if current:
+            self._opening = None
+        if isinstance(error, LogDirFailure):  # declared here: its callbacks touch the loop
+            error = self.log_dir.fail(error)
+        elif error is None and current and (self._deleted or self.log_dir.offline):
+            current = False
+        if error is None and current:
+            assert built is not None
             try:
-                partition_metadata.write(self.disk, self.dir, self.topic_id)
-            except BaseException:
-                plog.abandon()
-                raise
+                self._install(built)
+            except OSError as exc:  # the store asked for the producer id bound failed
+                error = exc
+            else:
+                if not opening.done():
+                    opening.set_result(None)
+                return True
+        if error is not None and current:
+            self._open_error = error if isinstance(error, OSError) else None
+        if not opening.done():
+            opening.set_exception(error if error is not None else self._gone())
+            opening.exception()  # retrieved: its callers may all have gone
+        return False
+
+    def _gone(self) -> OSError:
+        """What waiters of an opening given up are told."""
+        if self._deleted:
+            return FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
+        if self.log_dir.offline:
+            return self.log_dir.error()
+        return OSError(errno.EAGAIN, f"partition {self.name} was closed while its log opened")
+
+    def _let_go_of_opening(self) -> None:
+        """The partition is closed, abandoned, deleted or moved: an opening under way is
+        refused when it lands (``_settle``), and its waiters are answered now."""
+        self._generation += 1
+        self._open_error = None
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.set_exception(self._gone())
+            opening.exception()
+
+    def _make_dir(self, directory: str) -> None:
+        """A worker creates the partition's directory only while the partition has not been
+        set aside (deleted): never a directory brought back behind a deletion. The lock is
+        held for a mkdir here, a rename in ``set_aside``."""
+        with self._dir_lock:
+            if self._deleted or self._set_aside:
+                raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
+            self.disk.makedirs(directory)
+
+    def set_aside(self, move: Callable[[], None]) -> None:
+        """Run ``move`` (the deletion's rename of the directory, or nothing when there is
+        none) so that no worker creates the directory after it; raises what ``move`` raised
+        (the partition stays as it was)."""
+        with self._dir_lock:
+            move()
+            self._set_aside = True
+
+    def _build(self, files: OpenFiles, directory: str, snapshots: SnapshotFiles,
+               make_dir: Callable[[str], None] | None = None) -> _Built:
+        """The log and producer state as the files say, without touching the partition:
+        run on the loop by ``_open`` or in a worker by ``open_async``. Raises (the files
+        closed) when anything failed; LogDirFailure for the caller to declare."""
+        plog = Log(directory, self.config, self.disk, files, make_dir)
         try:
+            if self.topic_id is not None and \
+                    partition_metadata.read(self.disk, directory) is None:
+                partition_metadata.write(self.disk, directory, self.topic_id)
             state = ProducerStateManager(self.limits)
             untrusted = plog.txn_index_untrusted_from()
-            start = self._load_snapshot(plog, state,
-                                        plog.log_end_offset if untrusted is None else untrusted)
+            start, forget = self._load_snapshot(
+                plog, state, snapshots, plog.log_end_offset if untrusted is None else untrusted)
             plog.forget_aborted_from(start)
             replayed = 0
             now = _now_ms()
@@ -240,15 +370,26 @@ class Partition:
             # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
             # page cache; a power cut after it does not).
             plog.flush()
-        except LogDirFailure as exc:
-            plog.abandon()
-            raise self.log_dir.fail(exc) from exc
         except BaseException:
             plog.abandon()
             raise
-        if replayed:
+        return _Built(plog, state, start, replayed, forget)
+
+    def _install(self, built: _Built) -> None:
+        """On the loop: the log opened by ``_build`` becomes the partition's."""
+        plog, state = built.plog, built.state
+        if built.forget:
+            # Batches are gone: anyone who wrote only there is forgotten (asked here, on
+            # the loop: the bound may come from the metadata store).
+            try:
+                state.forget_everyone(self._producer_ids.highest_claimed())
+            except BaseException:
+                plog.abandon()
+                raise
+        plog.adopt(OPEN_FILES)
+        if built.replayed:
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,
-                     replayed, start)
+                     built.replayed, built.start)
         self.flushed_offset = plog.log_end_offset
         self._log, self._state = plog, state
 
@@ -268,21 +409,23 @@ class Partition:
         if completed is not None and completed.aborted:
             plog.add_aborted(_aborted_entry(completed))
 
-    def _load_snapshot(self, plog: Log, state: ProducerStateManager, at_most: int) -> int:
+    def _load_snapshot(self, plog: Log, state: ProducerStateManager, snapshots: SnapshotFiles,
+                       at_most: int) -> tuple[int, bool]:
         """Load the newest good snapshot at or before ``at_most``; returns the offset the log
-        must be replayed from."""
+        must be replayed from, and whether every producer issued so far is to be forgotten
+        (``_install`` does it)."""
         end = plog.log_end_offset
-        for offset in self._snapshots.offsets():
+        for offset in snapshots.offsets():
             if offset > end:
                 # Taken before a crash cut the log back: it describes batches that are gone.
                 log.warning("%s: snapshot at %d is past the log end %d; deleting it", self.name,
                             offset, end)
-                self._snapshots.delete(offset)
+                snapshots.delete(offset)
                 continue
             if offset > at_most:
                 continue  # the replay must cover a segment whose index is to be rebuilt
             try:
-                snap = snapshot.decode(self._snapshots.read(offset))
+                snap = snapshot.decode(snapshots.read(offset))
                 if snap.offset != offset:
                     raise snapshot.BadSnapshot(f"it says it covers offsets up to {snap.offset}")
             except (snapshot.BadSnapshot, OSError) as exc:
@@ -296,13 +439,13 @@ class Partition:
             if offset < plog.base_offset:
                 # Batches between the snapshot and the first segment are gone: anyone who
                 # wrote only there is forgotten.
-                state.forget_everyone(self._producer_ids.highest_claimed())
-            return max(offset, plog.base_offset)
+                return plog.base_offset, True
+            return max(offset, plog.base_offset), False
         if plog.base_offset > 0 or plog.first_dirty_offset is not None:
             # Batches are gone (deleted by retention, or compacted away: the cleaner keeps
             # the last batch only of producers the partition still remembered).
-            state.forget_everyone(self._producer_ids.highest_claimed())
-        return plog.base_offset
+            return plog.base_offset, True
+        return plog.base_offset, False
 
     # --- the produce path ------------------------------------------------------------------
 
@@ -763,6 +906,7 @@ class Partition:
     def close(self) -> None:
         """Clean shutdown: a snapshot at the log end, the log sealed and marked clean. Not
         for a partition whose directory failed: that one must be recovered (``abandon``)."""
+        self._let_go_of_opening()
         if self._log is None:
             return
         if self.log_dir.offline:
@@ -795,12 +939,14 @@ class Partition:
         """Use the partition's files at ``directory`` from now on (a move between log
         directories, see log_dir_moves.py); the partition must be closed."""
         assert self._log is None, "relocating an open partition"
+        self._let_go_of_opening()
         self.dir = directory
         self.log_dir = log_dir
         self._snapshots = SnapshotFiles(directory, self.disk)
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
+        self._let_go_of_opening()
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
@@ -811,7 +957,9 @@ class Partition:
 
     def delete(self) -> None:
         """Let go of the files for good (the caller moves the directory aside)."""
-        self._deleted = True
+        with self._dir_lock:  # no worker creates the directory from here on
+            self._deleted = True
+        self._let_go_of_opening()
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
