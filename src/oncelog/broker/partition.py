@@ -41,7 +41,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -259,6 +259,11 @@ class Partition:
         meanwhile); nothing is left half-open then."""
         if self._log is not None:
             return
+        await asyncio.shield(self.start_opening())
+
+    def start_opening(self) -> asyncio.Future[None]:
+        """The opening ``open_async`` waits for, started if none is under way (a caller
+        starts several partitions' openings before it waits for the first)."""
         if self._deleted:
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
@@ -273,7 +278,15 @@ class Partition:
                 lambda files: self._build(files, directory, snapshots, self._make_dir),
                 functools.partial(self._settle, opening, generation),
                 _Built.abandon)
-        await asyncio.shield(opening)
+        return opening
+
+    @property
+    def needs_open(self) -> bool:
+        """Whether a read would open files: a directory (written before, here or before a
+        restart) but no log yet. (Never written: it reads as empty, nothing to open;
+        deleted or offline: its use refuses at once.)"""
+        return self._log is None and not self._deleted and not self.log_dir.offline and \
+            self.disk.isdir(self.dir)
 
     @property
     def opening(self) -> bool:
@@ -343,6 +356,12 @@ class Partition:
         with self._dir_lock:
             move()
             self._set_aside = True
+
+    def kept(self) -> None:
+        """The deletion ``set_aside`` was for did not happen: the directory may be created
+        again."""
+        with self._dir_lock:
+            self._set_aside = False
 
     def _build(self, files: OpenFiles, directory: str, snapshots: SnapshotFiles,
                make_dir: Callable[[str], None] | None = None) -> _Built:
@@ -967,6 +986,36 @@ class Partition:
         if self._this_flush is not None or self._next_flush is not None:
             self._fail_flushes(self._this_flush, FileNotFoundError(
                 errno.ENOENT, f"partition {self.name} was deleted"))
+
+
+async def open_all(partitions: Iterable[Partition | None], writing: bool = False) -> None:
+    """Open in worker threads, side by side, the logs of ``partitions`` a read would open
+    (``writing``: every one not open, created if need be). A failure is left to the use
+    that follows, which meets it again (``_open`` repeats it, without the file work) and
+    answers it as any: KAFKA_STORAGE_ERROR, or the partition's offline handling."""
+    waiting = []
+    for p in partitions:
+        if p is None or p.is_open or not (writing or p.needs_open):
+            continue
+        try:
+            waiting.append(p.start_opening())
+        except OSError:
+            continue
+    if waiting:
+        await asyncio.wait(waiting)
+
+
+def opened_first(partitions: list[Partition | None], answer: Callable[[], Any]) -> Any:
+    """A handler's ``answer()``: at once when it opens no log, else a coroutine giving it
+    once the logs it would open were opened in worker threads (``open_all``)."""
+    if not any(p is not None and p.needs_open for p in partitions):
+        return answer()
+
+    async def opened() -> Any:
+        await open_all(partitions)
+        return answer()
+
+    return opened()
 
 
 def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import time
 from collections.abc import Sequence
 
 
@@ -93,7 +94,9 @@ class InstrumentedDisk(OsDisk):
 
     ONCELOG_DISK_FAULTS=<op>:<path suffix>:<after>:<errno name>[;...]: the operation ``op``
     (write, fsync, ftruncate) on a path ending in the suffix fails with that errno once it
-    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing.
+    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing. In
+    place of an errno name, ``SLOW<ms>`` makes it take that long instead (a slow disk), e.g.
+    ``fsync:partition.metadata.tmp:0:SLOW20``.
     """
 
     def __init__(self, journal: str | None, faults: str | None) -> None:
@@ -103,7 +106,9 @@ class InstrumentedDisk(OsDisk):
         self._faults: list[list] = []  # [op, suffix, successes left, errno]
         for spec in filter(None, (faults or "").split(";")):
             op, suffix, after, name = spec.split(":")
-            self._faults.append([op, suffix, int(after), getattr(errno, name)])
+            slow = name.startswith("SLOW")  # [..., -ms]: a delay, not an error
+            self._faults.append([op, suffix, int(after),
+                                 -int(name[4:]) if slow else getattr(errno, name)])
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
         fd = os.open(path, flags, mode)
@@ -123,7 +128,9 @@ class InstrumentedDisk(OsDisk):
         path = self._paths.get(fd, "")
         for fault in self._faults:
             if fault[0] == op and path.endswith(fault[1]):
-                if fault[2] <= 0:
+                if fault[2] <= 0 and fault[3] < 0:
+                    time.sleep(-fault[3] / 1000)
+                elif fault[2] <= 0:
                     raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
                 fault[2] -= 1
 

@@ -28,6 +28,7 @@ from ..authorize import Op, Rt
 from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import is_compacted
 from ..log_limits import log_safe
+from ..partition import opened_first
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import cluster_partitions
 from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates
@@ -110,6 +111,14 @@ def _added(broker, topics) -> int:
 # --- DeleteRecords -----------------------------------------------------------------------------
 
 def handle_delete_records(broker, request: Request):
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
+    named = [broker.topics.partition(t.name, p.partition_index)
+             for t in request.body.topics for p in t.partitions]
+    return opened_first(named, lambda: _delete_records_now(broker, request))
+
+
+def _delete_records_now(broker, request: Request):
     mod = response_module(DELETE_RECORDS, request.api_version)
     topics = []
     names = {t.name for t in request.body.topics}

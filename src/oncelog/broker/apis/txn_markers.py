@@ -41,6 +41,7 @@ from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op
+from ..partition import open_all
 from ..replication import ReplicationError
 from ..topics import OFFSETS_TOPIC
 
@@ -84,8 +85,11 @@ async def write_markers(broker, producer_id: int, producer_epoch: int, commit: b
                         coordinator_epoch: int, partitions: Iterable[TopicPartition],
                         transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
     """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition
-    (all of them before the first await), then wait until they are as durable as the flush
-    policy wants; returns each partition's error (NONE: written)."""
+    (logs not open yet are opened in worker threads first; then all of the markers before
+    the next await), then wait until they are as durable as the flush policy wants; returns
+    each partition's error (NONE: written)."""
+    partitions = list(partitions)
+    await open_all((broker.topics.partition(t, i) for t, i in partitions), writing=True)
     written = append_markers(broker, producer_id, producer_epoch, commit, coordinator_epoch,
                              partitions, transaction_version)
     return await written.durable()
@@ -145,6 +149,9 @@ async def handle_write_txn_markers(broker, request: Request):
     # Every marker appended before any is waited for (as Kafka): waited for one after the
     # other, a request of K markers could take K times the acks=all wait of each.
     written = []
+    if permitted:  # logs not open yet are opened in worker threads before any append
+        await open_all((broker.topics.partition(t.name, p) for marker in request.body.markers
+                        for t in marker.topics for p in t.partition_indexes), writing=True)
     for marker in request.body.markers:
         wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         written.append(append_markers(
