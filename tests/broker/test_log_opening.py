@@ -1,0 +1,248 @@
+"""The races of opening a partition's log in a worker thread (broker/log_opening.py),
+played deterministically: the worker is held at a chosen file operation (GatedDisk, the real
+filesystem under a tmp directory) while the event loop closes or deletes the partition, or
+opens it again.
+
+* An opening that lands after its partition was deleted or closed is never published, its
+  files are closed (no descriptor of the process points into them), and a deleted
+  partition's directory is not brought back on disk.
+* Concurrent callers share one opening (the segment file opened once).
+* The worker never touches the process's descriptor bound (log/open_files.OPEN_FILES, which
+  has no lock): with the bound at 3 descriptors, openings of multi-segment logs run in the
+  worker while the loop appends to other partitions, every record read back is in the
+  partition it was written to, and every call into the bound came from the loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import uuid
+
+import pytest
+from support.txn_storage_helpers import Issued, accept
+
+from oncelog.broker import log_opening
+from oncelog.broker.log_dirs import LogDir
+from oncelog.broker.partition import Partition
+from oncelog.log.disk import OsDisk
+from oncelog.log.log import LogConfig
+from oncelog.log.open_files import OPEN_FILES
+from oncelog.producer_state.manager import StateLimits
+from oncelog.protocol.record_batch import scan_batches
+from oncelog.protocol.records import decode_batch, encode_batch
+
+WAIT_S = 10
+
+
+class GatedDisk(OsDisk):
+    """The real filesystem; the first ``op`` on a path ending in ``suffix`` (once armed)
+    signals ``reached`` and waits for ``release``. Counts opens by path."""
+
+    def __init__(self) -> None:
+        self.gate: tuple[str, str] | None = None
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.opens: dict[str, int] = {}
+
+    def arm(self, op: str, suffix: str) -> None:
+        self.gate = (op, suffix)
+        self.reached.clear()
+        self.release.clear()
+
+    def _pass(self, op: str, path: str) -> None:
+        gate = self.gate
+        if gate is not None and gate[0] == op and str(path).endswith(gate[1]):
+            self.gate = None
+            self.reached.set()
+            assert self.release.wait(WAIT_S), "the test never released the worker"
+
+    def isdir(self, path: str) -> bool:  # type: ignore[override]
+        self._pass("isdir", path)
+        return os.path.isdir(path)
+
+    def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
+        self.opens[path] = self.opens.get(path, 0) + 1
+        self._pass("open", path)
+        return os.open(path, flags, mode)
+
+
+def _partition(root, disk: OsDisk, index: int = 0, config: LogConfig | None = None
+               ) -> Partition:
+    return Partition("t", index, str(root / f"t-{index}"), config or LogConfig(), 1 << 20,
+                     StateLimits(), Issued(), log_dir=LogDir(str(root)), disk=disk,
+                     topic_id=uuid.uuid4())
+
+
+def _record(value: bytes) -> bytes:
+    return encode_batch([(None, value, (), 1_700_000_000_000)])
+
+
+def _descriptors_into(path) -> list[str]:
+    """What this process holds open under ``path`` (its own descriptors, by /proc)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+async def _reached(disk: GatedDisk) -> None:
+    assert await asyncio.to_thread(disk.reached.wait, WAIT_S), "the worker never got there"
+
+
+async def _settled(directory: str) -> None:
+    """Until the opening of ``directory`` is over (refused ones: their files closed)."""
+    for _ in range(WAIT_S * 100):
+        if not log_opening.busy(directory):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the opening of {directory} never ended")
+
+
+def _delete(partition: Partition, aside: str) -> None:
+    """What TopicManager.delete does to a partition: its directory renamed away under the
+    partition's directory lock, then the partition let go of."""
+    def rename() -> None:
+        if os.path.isdir(partition.dir):
+            os.rename(partition.dir, aside)
+    partition.set_aside(rename)
+    partition.delete()
+
+
+@pytest.mark.parametrize("held_at", [("isdir", "t-0"), ("open", "partition.metadata.tmp")],
+                         ids=["before-mkdir", "files-open"])
+def test_an_opening_landing_after_its_partition_was_deleted_is_discarded(tmp_path, held_at):
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+    aside = str(tmp_path / "t-0.deleted")
+
+    async def scenario() -> None:
+        disk.arm(*held_at)
+        opening = asyncio.ensure_future(p.open_async())
+        await _reached(disk)
+        _delete(p, aside)
+        disk.release.set()
+        with pytest.raises(FileNotFoundError):
+            await opening
+        await _settled(p.dir)
+
+    asyncio.run(scenario())
+    assert not p.is_open
+    assert not os.path.exists(p.dir), "the deleted partition's directory came back"
+    assert _descriptors_into(tmp_path) == []
+    with pytest.raises(FileNotFoundError):  # and stays deleted for every use
+        p.append_records(_record(b"late"), accept)
+
+
+def test_an_opening_landing_after_close_is_discarded_and_the_next_one_works(tmp_path):
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+
+    async def scenario() -> None:
+        disk.arm("open", "partition.metadata.tmp")
+        opening = asyncio.ensure_future(p.open_async())
+        await _reached(disk)
+        p.close()  # the broker stopping, or the replica let go of
+        disk.release.set()
+        with pytest.raises(OSError, match="closed while its log opened"):
+            await opening
+        assert not p.is_open
+        await _settled(p.dir)
+        assert _descriptors_into(p.dir) == []  # the refused log's files closed
+        await p.open_async()  # the next opening is a fresh one, and is published
+        assert p.append_records(_record(b"after"), accept).base_offset == 0
+
+    asyncio.run(scenario())
+    p.close()
+
+
+def test_concurrent_openers_share_one_opening(tmp_path):
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+    segment = os.path.join(p.dir, "0" * 20 + ".log")
+
+    async def scenario() -> list:
+        disk.arm("open", segment)
+        waiting = [asyncio.ensure_future(p.open_async()) for _ in range(3)]
+        await _reached(disk)
+        waiting.append(asyncio.ensure_future(p.open_async()))  # one more while it runs
+        disk.release.set()
+        return await asyncio.gather(*waiting)
+
+    assert asyncio.run(scenario()) == [None] * 4
+    assert disk.opens[segment] == 1
+    assert p.append_records(_record(b"one"), accept).base_offset == 0
+    p.close()
+
+
+PARTITIONS = 12
+PREFILLED = 40  # records of about 100 bytes: 1 KiB segments, about 5 of them a partition
+
+
+def test_openings_in_workers_never_touch_the_loops_descriptor_bound(tmp_path, monkeypatch):
+    config = LogConfig(segment_bytes=1024)
+    disk = OsDisk()
+    written: dict[int, list[bytes]] = {}
+    for i in range(PARTITIONS):  # logs of several segments, left unclean: recovered
+        p = _partition(tmp_path, disk, i, config)
+        written[i] = []
+        for n in range(PREFILLED):
+            value = b"t-%d:%d:" % (i, n) + b"x" * 60
+            p.append_records(_record(value), accept)
+            written[i].append(value)
+        p.abandon()
+    loop_thread: list[int] = []
+    callers: set[int] = set()
+    for name in ("opened", "used", "closed"):  # who calls into the process's bound
+        method = getattr(OPEN_FILES, name)
+
+        def spy(holder, method=method):
+            callers.add(threading.get_ident())
+            return method(holder)
+        monkeypatch.setattr(OPEN_FILES, name, spy)
+    monkeypatch.setattr(OPEN_FILES, "limit", 3)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the worker and the loop interleave as finely as can be
+    partitions = [_partition(tmp_path, disk, i, config) for i in range(PARTITIONS)]
+
+    async def scenario() -> None:
+        loop_thread.append(threading.get_ident())
+        on_loop = partitions[: PARTITIONS // 2]
+        for p in on_loop:
+            p.log  # noqa: B018  (opened on the loop, appended to while the others open)
+        openings = [p.start_opening() for p in partitions[PARTITIONS // 2:]]
+        n = PREFILLED
+        while not all(o.done() for o in openings):
+            for p in partitions:
+                if p.is_open:
+                    value = b"t-%d:%d:" % (p.index, n) + b"y" * 60
+                    p.append_records(_record(value), accept)
+                    written[p.index].append(value)
+            n += 1
+            await asyncio.sleep(0)
+        await asyncio.gather(*openings)
+        for p in partitions:
+            p.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        sys.setswitchinterval(switch)
+    assert callers == set(loop_thread), "a worker thread used the loop's descriptor bound"
+    for i in range(PARTITIONS):  # every record where it was written, and nothing else
+        p = _partition(tmp_path, disk, i, config)
+        plog, values, offset = p.log, [], 0
+        while offset < plog.log_end_offset:
+            data = plog.read(offset, 1 << 20).records
+            for pos, header in scan_batches(data):
+                values += [bytes(r.value) for r in decode_batch(data, pos)[1]]
+                offset = header.last_offset + 1
+        assert values == written[i], f"partition {i} holds what was not written to it"
+        p.close()
