@@ -270,14 +270,17 @@ class Partition:
             raise self.log_dir.error()
         opening = self._opening
         if opening is None:
-            opening = self._opening = asyncio.get_running_loop().create_future()
-            self._open_error = None
-            generation, directory, snapshots = self._generation, self.dir, self._snapshots
-            log_opening.open_off_loop(
-                directory,
-                lambda files: self._build(files, directory, snapshots, self._make_dir),
-                functools.partial(self._settle, opening, generation),
-                _Built.abandon)
+            directory, snapshots = self.dir, self._snapshots
+            opening = self._begin_opening(
+                lambda files: self._build(files, directory, snapshots, self._make_dir))
+        return opening
+
+    def _begin_opening(self, build: Callable[[OpenFiles], _Built]) -> asyncio.Future[None]:
+        opening = self._opening = asyncio.get_running_loop().create_future()
+        self._open_error = None
+        log_opening.open_off_loop(self.dir, build,
+                                  functools.partial(self._settle, opening, self._generation),
+                                  _Built.abandon)
         return opening
 
     @property
@@ -287,6 +290,10 @@ class Partition:
         deleted or offline: its use refuses at once.)"""
         return self._log is None and not self._deleted and not self.log_dir.offline and \
             self.disk.isdir(self.dir)
+
+    @property
+    def deleted(self) -> bool:
+        return self._deleted
 
     @property
     def opening(self) -> bool:
@@ -411,6 +418,8 @@ class Partition:
                      built.replayed, built.start)
         self.flushed_offset = plog.log_end_offset
         self._log, self._state = plog, state
+        if self._next_flush is not None and self._this_flush is None:
+            asyncio.get_running_loop().call_soon(self._start_flush)  # held by _start_flush
 
     @staticmethod
     def _replay(plog: Log, state: ProducerStateManager, header: BatchHeader, now: int) -> None:
@@ -705,6 +714,37 @@ class Partition:
         self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
         self._wake_waiters()
 
+    async def truncate_async(self, offset: int) -> None:
+        """``truncate_to`` with its file work (the cut and its fsyncs, the recovery of the
+        cut segment, the replay of producer state) in a worker thread: the log is taken
+        from the loop (its segments moved to a bound of the worker's) and published again
+        once rebuilt, as an opening is; meanwhile uses wait for it or are refused. Raises
+        what the cut or the opening raised; the log is then not open (the next use opens
+        it from what is on disk)."""
+        await self.open_async()
+        plog = self._log
+        if plog is None or offset >= plog.log_end_offset:
+            return
+        files = OpenFiles(log_opening.WORKER_OPEN_FILES)
+        plog.adopt(files)  # on the loop: both bounds are used by this thread alone here
+        self._log = self._state = None
+        directory, snapshots = self.dir, self._snapshots
+
+        def cut_and_open(worker_files: OpenFiles) -> _Built:
+            try:
+                for snap in snapshots.offsets():
+                    if snap > offset:
+                        snapshots.delete(snap)
+                plog.truncate_to(offset)
+            finally:
+                plog.abandon()
+            return self._build(worker_files, directory, snapshots, self._make_dir)
+
+        await asyncio.shield(self._begin_opening(cut_and_open))
+        self.leader_epochs.truncate_from_end(self.log.log_end_offset)
+        self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
+        self._wake_waiters()
+
     @property
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the first offset of the earliest transaction
@@ -754,6 +794,10 @@ class Partition:
         try:
             if self.log_dir.offline:
                 raise self.log_dir.error()
+            if plog is None and self._opening is not None:
+                # Taken from the loop to be cut (truncate_async): the round waits for it.
+                self._next_flush = done
+                return
             if plog is None:  # closed meanwhile: sealing it fsynced everything
                 self._flush_done(done, None)
                 return
@@ -826,7 +870,7 @@ class Partition:
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
-        if self._absent():
+        if self._absent() or self._opening is not None:  # being opened: the next pass
             return
         plog = self.log
         try:
@@ -862,7 +906,7 @@ class Partition:
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None or self._absent():
+        if self.config.compaction is None or self._absent() or self._opening is not None:
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
