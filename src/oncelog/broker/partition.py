@@ -297,8 +297,9 @@ class Partition:
 
     @property
     def opening(self) -> bool:
-        """A worker is opening the log (``open_async``)."""
-        return self._opening is not None
+        """A worker is opening the log (``open_async``), or closing one it opened that was
+        refused."""
+        return self._opening is not None or log_opening.busy(self.dir)
 
     def _settle(self, opening: asyncio.Future[None], generation: int,
                 error: BaseException | None, built: _Built | None) -> bool:
@@ -870,7 +871,7 @@ class Partition:
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
-        if self._absent() or self._opening is not None:  # being opened: the next pass
+        if self._absent() or self.opening:  # being opened: the next pass
             return
         plog = self.log
         try:
@@ -906,7 +907,7 @@ class Partition:
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None or self._absent() or self._opening is not None:
+        if self.config.compaction is None or self._absent() or self.opening:
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
