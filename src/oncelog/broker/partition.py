@@ -414,6 +414,8 @@ class Partition:
                 plog.abandon()
                 raise
         plog.adopt(OPEN_FILES)
+        plog.config = self.config  # reconfigured while a worker opened it
+        state.set_limits(self.limits)
         if built.replayed:
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,
                      built.replayed, built.start)
