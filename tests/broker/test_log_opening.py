@@ -246,3 +246,30 @@ def test_openings_in_workers_never_touch_the_loops_descriptor_bound(tmp_path, mo
                 offset = header.last_offset + 1
         assert values == written[i], f"partition {i} holds what was not written to it"
         p.close()
+
+
+def test_a_truncation_cuts_and_reopens_the_log_in_a_worker(tmp_path):
+    """A follower's truncation (Partition.truncate_async): the log leaves the loop while a
+    worker cuts it and recovers it (a use meanwhile is refused, never a second log opened
+    over the files); then it is published again, cut, its segments in the loop's bound."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=LogConfig(segment_bytes=1024))
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"z" * 80), accept)
+    assert len(p.log.segments) > 2
+
+    async def scenario() -> None:
+        disk.arm("isdir", p.dir)  # the reopening, after the cut
+        cut = asyncio.ensure_future(p.truncate_async(10))
+        await _reached(disk)
+        assert not p.is_open
+        with pytest.raises(log_opening.OpenInProgress):
+            p.log  # noqa: B018
+        disk.release.set()
+        await cut
+
+    asyncio.run(scenario())
+    assert p.is_open and p.log.log_end_offset == 10
+    assert all(s in OPEN_FILES._lru for s in p.log.segments if s._fd >= 0)
+    assert p.append_records(_record(b"next"), accept).base_offset == 10
+    p.close()
