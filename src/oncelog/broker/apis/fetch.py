@@ -348,6 +348,14 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
 
 
 def handle_offset_for_leader_epoch(broker, request: Request):
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
+    named = [broker.topics.partition(t.topic, p.partition)
+             for t in request.body.topics for p in t.partitions]
+    return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request))
+
+
+def _offsets_for_leader_epoch(broker, request: Request):
     mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
     topics = []
     names = {t.topic for t in request.body.topics}
