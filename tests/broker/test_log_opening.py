@@ -29,6 +29,7 @@ from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.log.disk import OsDisk
 from oncelog.log.log import LogConfig
+from oncelog.log.memory_disk import MemoryDisk
 from oncelog.log.open_files import OPEN_FILES
 from oncelog.producer_state.manager import StateLimits
 from oncelog.protocol.record_batch import scan_batches
@@ -273,3 +274,37 @@ def test_a_truncation_cuts_and_reopens_the_log_in_a_worker(tmp_path):
     assert all(s in OPEN_FILES._lru for s in p.log.segments if s._fd >= 0)
     assert p.append_records(_record(b"next"), accept).base_offset == 10
     p.close()
+
+
+def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works():
+    """One write fails in the worker: every caller gets the error, nothing is open, a use
+    on the loop meets the same error without opening again; the next opening works. An
+    fsync failing in the worker takes the directory offline (declared on the loop)."""
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                  log_dir=LogDir("/data"), disk=disk, topic_id=uuid.uuid4())
+
+    async def openers(n: int) -> list:
+        return await asyncio.gather(*(p.open_async() for _ in range(n)),
+                                    return_exceptions=True)
+
+    disk.fail("write", path_suffix="partition.metadata.tmp")  # one write fails, once
+    failed = asyncio.run(openers(3))
+    assert [type(e) for e in failed] == [OSError] * 3
+    assert not p.is_open and not p.opening and not p.log_dir.offline
+    with pytest.raises(OSError) as again:
+        p.append_records(_record(b"x"), accept)
+    assert again.value is failed[0]  # the worker's error, not a second opening on the loop
+    assert asyncio.run(openers(2)) == [None] * 2
+    assert p.append_records(_record(b"first"), accept).base_offset == 0
+    p.close()
+
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                  log_dir=LogDir("/data"), disk=disk, topic_id=uuid.uuid4())
+    disk.fail("fsync_dir", path_suffix="t-0")
+    failed = asyncio.run(openers(2))
+    assert all("offline" in str(e) for e in failed), failed
+    assert not p.is_open and p.log_dir.offline
