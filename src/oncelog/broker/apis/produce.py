@@ -167,44 +167,59 @@ class _ProduceRun:
                                                             self.topics, self.pending))
         return _encode(self.broker, self.request, self.topics)
 
-    def _start_openings(self, partitions: list) -> None:
-        """Start opening, in worker threads, the logs of ``partitions`` not open yet that
-        this request may write (a refused one is not created); a failure is met again, and
-        answered, when each is appended to."""
-        for topic_data, pdata in partitions:
-            name = _topic_name(self.broker, topic_data)
-            partition = self.broker.topics.partition(name, pdata.index) if name else None
-            if partition is None or partition.is_open or name in INTERNAL_TOPICS or \
-                    pdata.records is None or \
-                    (self.refused is not None and self.refused(name) is not None) or \
-                    (partition.replication is not None and not partition.replication.is_leader):
-                continue
-            with contextlib.suppress(OSError):
-                partition.start_opening()
+    def _to_open(self, topic_data, pdata):
+        """The partition of ``pdata`` when its log is still to be opened for this request
+        (one it may write: a refused one is not created), else None."""
+        name = _topic_name(self.broker, topic_data)
+        partition = self.broker.topics.partition(name, pdata.index) if name else None
+        if partition is None or partition.is_open or name in INTERNAL_TOPICS or \
+                pdata.records is None or \
+                (self.refused is not None and self.refused(name) is not None) or \
+                (partition.replication is not None and not partition.replication.is_leader):
+            return None
+        return partition
+
+    async def _validate(self, partition, pdata) -> tuple:
+        """``pdata`` with its records as validate_off_loop leaves them, and the headers (or
+        the InvalidBatch refusing them)."""
+        try:
+            records, validated = await asyncio.get_running_loop().run_in_executor(
+                _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
+        except InvalidBatch as exc:
+            return pdata, exc
+        return pdata._replace(records=records), validated  # recompressed, maybe
 
     async def rest_off_loop(self, topic_data, pdata):
         """The partitions from ``pdata`` on, each validated in the worker thread first when
-        its batches need it; the requests behind this one wait (as behind a Fetch)."""
-        loop = asyncio.get_running_loop()
+        its batches need it; the requests behind this one wait (as behind a Fetch).
+
+        A first write creates the log, a first since a restart recovers it: file work and
+        fsyncs, in worker threads (broker/log_opening.py). The logs this request opens are
+        opened side by side, each once its batches validated (a refused batch creates
+        nothing), and appended to in the request's order."""
         every = [(t, p) for t in self.request.body.topic_data for p in t.partition_data]
         rest = next(i for i, item in enumerate(every) if item[1] is pdata)
-        # The logs still to be opened are opened side by side, each appended to in turn.
-        self._start_openings(every[rest:])
+        prepared: dict[int, tuple] = {}
+        for t, p in every[rest:]:
+            partition = self._to_open(t, p)
+            if partition is not None:
+                prepared[id(p)] = checked = await self._validate(partition, p)
+                if not isinstance(checked[1], InvalidBatch):
+                    with contextlib.suppress(OSError):  # met again when it is appended
+                        partition.start_opening()
         partitions = iter(every[rest + 1:])
         while True:
             name = _topic_name(self.broker, topic_data)
             partition = self.broker.topics.partition(name, pdata.index) if name else None
             validated: list | InvalidBatch | OSError | None = None
             if partition is not None:
-                try:
-                    records, validated = await loop.run_in_executor(
-                        _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
-                    pdata = pdata._replace(records=records)  # recompressed, maybe
-                    # A first write creates the log, a first since a restart recovers it:
-                    # file work and fsyncs, in a worker thread (broker/log_opening.py).
-                    await partition.open_async()
-                except (InvalidBatch, OSError) as exc:
-                    validated = exc
+                ready = prepared.pop(id(pdata), None)
+                pdata, validated = ready or await self._validate(partition, pdata)
+                if not isinstance(validated, InvalidBatch):
+                    try:
+                        await partition.open_async()
+                    except OSError as exc:
+                        validated = exc
             self.one(topic_data, pdata, validated)
             for topic_data, pdata in partitions:
                 if not self.one(topic_data, pdata):
