@@ -38,10 +38,9 @@ import errno
 import functools
 import logging
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -78,6 +77,7 @@ from ..protocol.record_batch import (
 from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
 from . import log_opening
 from .log_dirs import LogDir
+from .partition_opening import Built, OpensOffLoop
 
 log = logging.getLogger(__name__)
 
@@ -116,19 +116,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _Built(NamedTuple):
-    """A log opened, not yet the partition's (Partition._build)."""
-    plog: Log
-    state: ProducerStateManager
-    start: int  # where producer state was replayed from
-    replayed: int
-    forget: bool  # every producer issued so far is to be forgotten
-
-    def abandon(self) -> None:
-        self.plog.abandon()
-
-
-class Partition:
+class Partition(OpensOffLoop):
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
                  producer_ids: IssuedProducerIds, record_rules: RecordRules = DEFAULT_RULES,
@@ -161,15 +149,7 @@ class Partition:
         self.replication: Any = None
         self.leader_epoch = 0  # stamped on every batch appended as leader
         self._epochs: LeaderEpochCache | None = None
-        # Opening in a worker thread (open_async, broker/log_opening.py): the one opening
-        # every caller waits on; bumped by whatever makes an opening under way stale
-        # (close, abandon, delete, relocate); what the last opening failed with, until the
-        # next; the lock a worker's mkdir and a deletion's rename take (set_aside).
-        self._opening: asyncio.Future[None] | None = None
-        self._generation = 0
-        self._open_error: OSError | None = None
-        self._dir_lock = threading.Lock()
-        self._set_aside = False
+        self._init_opening()
 
     @property
     def name(self) -> str:
@@ -251,128 +231,8 @@ class Partition:
             raise self.log_dir.fail(exc) from exc
         self._install(built)
 
-    async def open_async(self) -> None:
-        """Open (create, on the first write; recover, after a restart) the log in a worker
-        thread (broker/log_opening.py). Every caller waits on one opening; a caller
-        cancelled (its request timed out) leaves it running for the others. Raises what
-        opening raised (OSError, LogDirOffline; FileNotFoundError for a partition deleted
-        meanwhile); nothing is left half-open then."""
-        if self._log is not None:
-            return
-        await asyncio.shield(self.start_opening())
-
-    def start_opening(self) -> asyncio.Future[None]:
-        """The opening ``open_async`` waits for, started if none is under way (a caller
-        starts several partitions' openings before it waits for the first)."""
-        if self._deleted:
-            raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
-        if self.log_dir.offline:
-            raise self.log_dir.error()
-        opening = self._opening
-        if opening is None:
-            directory, snapshots = self.dir, self._snapshots
-            opening = self._begin_opening(
-                lambda files: self._build(files, directory, snapshots, self._make_dir))
-        return opening
-
-    def _begin_opening(self, build: Callable[[OpenFiles], _Built]) -> asyncio.Future[None]:
-        opening = self._opening = asyncio.get_running_loop().create_future()
-        self._open_error = None
-        log_opening.open_off_loop(self.dir, build,
-                                  functools.partial(self._settle, opening, self._generation),
-                                  _Built.abandon)
-        return opening
-
-    @property
-    def needs_open(self) -> bool:
-        """Whether a read would open files: a directory (written before, here or before a
-        restart) but no log yet. (Never written: it reads as empty, nothing to open;
-        deleted or offline: its use refuses at once.)"""
-        return self._log is None and not self._deleted and not self.log_dir.offline and \
-            self.disk.isdir(self.dir)
-
-    @property
-    def deleted(self) -> bool:
-        return self._deleted
-
-    @property
-    def opening(self) -> bool:
-        """A worker is opening the log (``open_async``), or closing one it opened that was
-        refused."""
-        return self._opening is not None or log_opening.busy(self.dir)
-
-    def _settle(self, opening: asyncio.Future[None], generation: int,
-                error: BaseException | None, built: _Built | None) -> bool:
-        """On the loop, once the worker is done: install the log when the partition is
-        still as it was when the opening started (True); else refuse it (its files are
-        closed in a worker) and fail the waiters."""
-        current = generation == self._generation and self._opening is opening
-        if current:
-            self._opening = None
-        if isinstance(error, LogDirFailure):  # declared here: its callbacks touch the loop
-            error = self.log_dir.fail(error)
-        elif error is None and current and (self._deleted or self.log_dir.offline):
-            current = False
-        if error is None and current:
-            assert built is not None
-            try:
-                self._install(built)
-            except OSError as exc:  # the store asked for the producer id bound failed
-                error = exc
-            else:
-                if not opening.done():
-                    opening.set_result(None)
-                return True
-        if error is not None and current:
-            self._open_error = error if isinstance(error, OSError) else None
-        if not opening.done():
-            opening.set_exception(error if error is not None else self._gone())
-            opening.exception()  # retrieved: its callers may all have gone
-        return False
-
-    def _gone(self) -> OSError:
-        """What waiters of an opening given up are told."""
-        if self._deleted:
-            return FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
-        if self.log_dir.offline:
-            return self.log_dir.error()
-        return OSError(errno.EAGAIN, f"partition {self.name} was closed while its log opened")
-
-    def _let_go_of_opening(self) -> None:
-        """The partition is closed, abandoned, deleted or moved: an opening under way is
-        refused when it lands (``_settle``), and its waiters are answered now."""
-        self._generation += 1
-        self._open_error = None
-        opening, self._opening = self._opening, None
-        if opening is not None and not opening.done():
-            opening.set_exception(self._gone())
-            opening.exception()
-
-    def _make_dir(self, directory: str) -> None:
-        """A worker creates the partition's directory only while the partition has not been
-        set aside (deleted): never a directory brought back behind a deletion. The lock is
-        held for a mkdir here, a rename in ``set_aside``."""
-        with self._dir_lock:
-            if self._deleted or self._set_aside:
-                raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
-            self.disk.makedirs(directory)
-
-    def set_aside(self, move: Callable[[], None]) -> None:
-        """Run ``move`` (the deletion's rename of the directory, or nothing when there is
-        none) so that no worker creates the directory after it; raises what ``move`` raised
-        (the partition stays as it was)."""
-        with self._dir_lock:
-            move()
-            self._set_aside = True
-
-    def kept(self) -> None:
-        """The deletion ``set_aside`` was for did not happen: the directory may be created
-        again."""
-        with self._dir_lock:
-            self._set_aside = False
-
     def _build(self, files: OpenFiles, directory: str, snapshots: SnapshotFiles,
-               make_dir: Callable[[str], None] | None = None) -> _Built:
+               make_dir: Callable[[str], None] | None = None) -> Built:
         """The log and producer state as the files say, without touching the partition:
         run on the loop by ``_open`` or in a worker by ``open_async``. Raises (the files
         closed) when anything failed; LogDirFailure for the caller to declare."""
@@ -400,9 +260,9 @@ class Partition:
         except BaseException:
             plog.abandon()
             raise
-        return _Built(plog, state, start, replayed, forget)
+        return Built(plog, state, start, replayed, forget)
 
-    def _install(self, built: _Built) -> None:
+    def _install(self, built: Built) -> None:
         """On the loop: the log opened by ``_build`` becomes the partition's."""
         plog, state = built.plog, built.state
         if built.forget:
@@ -717,37 +577,6 @@ class Partition:
         self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
         self._wake_waiters()
 
-    async def truncate_async(self, offset: int) -> None:
-        """``truncate_to`` with its file work (the cut and its fsyncs, the recovery of the
-        cut segment, the replay of producer state) in a worker thread: the log is taken
-        from the loop (its segments moved to a bound of the worker's) and published again
-        once rebuilt, as an opening is; meanwhile uses wait for it or are refused. Raises
-        what the cut or the opening raised; the log is then not open (the next use opens
-        it from what is on disk)."""
-        await self.open_async()
-        plog = self._log
-        if plog is None or offset >= plog.log_end_offset:
-            return
-        files = OpenFiles(log_opening.WORKER_OPEN_FILES)
-        plog.adopt(files)  # on the loop: both bounds are used by this thread alone here
-        self._log = self._state = None
-        directory, snapshots = self.dir, self._snapshots
-
-        def cut_and_open(worker_files: OpenFiles) -> _Built:
-            try:
-                for snap in snapshots.offsets():
-                    if snap > offset:
-                        snapshots.delete(snap)
-                plog.truncate_to(offset)
-            finally:
-                plog.abandon()
-            return self._build(worker_files, directory, snapshots, self._make_dir)
-
-        await asyncio.shield(self._begin_opening(cut_and_open))
-        self.leader_epochs.truncate_from_end(self.log.log_end_offset)
-        self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
-        self._wake_waiters()
-
     @property
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the first offset of the earliest transaction
@@ -1033,36 +862,6 @@ class Partition:
         if self._this_flush is not None or self._next_flush is not None:
             self._fail_flushes(self._this_flush, FileNotFoundError(
                 errno.ENOENT, f"partition {self.name} was deleted"))
-
-
-async def open_all(partitions: Iterable[Partition | None], writing: bool = False) -> None:
-    """Open in worker threads, side by side, the logs of ``partitions`` a read would open
-    (``writing``: every one not open, created if need be). A failure is left to the use
-    that follows, which meets it again (``_open`` repeats it, without the file work) and
-    answers it as any: KAFKA_STORAGE_ERROR, or the partition's offline handling."""
-    waiting = []
-    for p in partitions:
-        if p is None or p.is_open or not (writing or p.needs_open):
-            continue
-        try:
-            waiting.append(p.start_opening())
-        except OSError:
-            continue
-    if waiting:
-        await asyncio.wait(waiting)
-
-
-def opened_first(partitions: list[Partition | None], answer: Callable[[], Any]) -> Any:
-    """A handler's ``answer()``: at once when it opens no log, else a coroutine giving it
-    once the logs it would open were opened in worker threads (``open_all``)."""
-    if not any(p is not None and p.needs_open for p in partitions):
-        return answer()
-
-    async def opened() -> Any:
-        await open_all(partitions)
-        return answer()
-
-    return opened()
 
 
 def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:

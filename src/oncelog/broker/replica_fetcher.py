@@ -33,7 +33,7 @@ from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
 from .inter_broker import BrokerConnection, InterBrokerError, connect, opener
-from .partition import open_all
+from .partition_opening import open_all
 
 log = logging.getLogger(__name__)
 

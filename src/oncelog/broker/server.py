@@ -53,7 +53,7 @@ from .inter_broker_connect import inter_broker_security
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
-from .partition import open_all
+from .partition_opening import open_all
 from .request_budget import RequestBudget
 from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session

@@ -55,7 +55,7 @@ from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
-from ..partition import open_all, opened_first
+from ..partition_opening import open_all, opened_first
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from ..authorize import Op, Rt
 from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import is_compacted
 from ..log_limits import log_safe
-from ..partition import opened_first
+from ..partition_opening import opened_first
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import cluster_partitions
 from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates

@@ -41,7 +41,7 @@ from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op
-from ..partition import open_all
+from ..partition_opening import open_all
 from ..replication import ReplicationError
 from ..topics import OFFSETS_TOPIC
 
