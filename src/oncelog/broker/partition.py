@@ -26,6 +26,11 @@ offset is the first offset of the earliest transaction still open here. On open,
 of aborted transactions the log cannot vouch for (a recovered segment) are rebuilt by the
 replay of producer state, which starts at a snapshot no later than the first such segment.
 
+Opening: the log is opened on first use. The request paths have it opened (created, or
+recovered after a restart) in a worker thread first (partition_opening.py); ``_build`` makes
+the log and producer state from the files wherever it runs, ``_install`` makes them the
+partition's on the loop, and ``_open`` does both at once where no loop waits (tools, tests).
+
 Failures: an OSError from an append leaves everything as before (KAFKA_STORAGE_ERROR for that
 request); LogDirFailure (an fsync or an undo that failed) takes the log directory offline, and
 every use of the partition then raises LogDirOffline until a restart.
