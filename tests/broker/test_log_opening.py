@@ -39,8 +39,8 @@ WAIT_S = 10
 
 
 class GatedDisk(OsDisk):
-    """The real filesystem; the first ``op`` on a path ending in ``suffix`` (once armed)
-    signals ``reached`` and waits for ``release``. Counts opens by path."""
+    """The real filesystem; the first ``op`` on a path ending in ``suffix`` (once armed) in
+    a worker thread signals ``reached`` and waits for ``release``. Counts opens by path."""
 
     def __init__(self) -> None:
         self.gate: tuple[str, str] | None = None
@@ -55,7 +55,8 @@ class GatedDisk(OsDisk):
 
     def _pass(self, op: str, path: str) -> None:
         gate = self.gate
-        if gate is not None and gate[0] == op and str(path).endswith(gate[1]):
+        if gate is not None and gate[0] == op and str(path).endswith(gate[1]) and \
+                threading.current_thread() is not threading.main_thread():  # workers only
             self.gate = None
             self.reached.set()
             assert self.release.wait(WAIT_S), "the test never released the worker"
@@ -308,3 +309,30 @@ def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works():
     failed = asyncio.run(openers(2))
     assert all("offline" in str(e) for e in failed), failed
     assert not p.is_open and p.log_dir.offline
+
+
+def test_retention_of_a_log_not_open_opens_it_in_a_worker_for_its_next_pass(tmp_path):
+    """After a restart, retention's pass meets logs not open: it starts their openings in
+    workers and leaves them to its next pass, never opening one on the loop."""
+    config = LogConfig(segment_bytes=1024, retention_ms=60_000)
+    p = _partition(tmp_path, OsDisk(), config=config)
+    for n in range(30):  # records of 2023: every sealed segment is past retention
+        p.append_records(_record(b"%d" % n + b"r" * 80), accept)
+    segments = len(p.log.segments)
+    p.close()
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=config)
+
+    async def scenario() -> None:
+        disk.arm("isdir", p.dir)
+        p.apply_retention(2_000_000_000_000)
+        await _reached(disk)  # the worker opens it; the loop went on
+        assert not p.is_open
+        disk.release.set()
+        await _settled(p.dir)
+        assert p.is_open and len(p.log.segments) == segments
+        p.apply_retention(2_000_000_000_000)  # the next pass applies it
+        assert len(p.log.segments) == 1
+
+    asyncio.run(scenario())
+    p.close()

@@ -707,7 +707,7 @@ class Partition(OpensOffLoop):
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
-        if self._absent() or self.opening:  # being opened: the next pass
+        if self._absent() or self.opened_for_a_duty():  # the next pass, once it is open
             return
         plog = self.log
         try:
@@ -743,7 +743,7 @@ class Partition(OpensOffLoop):
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None or self._absent() or self.opening:
+        if self.config.compaction is None or self._absent() or self.opened_for_a_duty():
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 

@@ -184,6 +184,23 @@ class OpensOffLoop:
         with self._dir_lock:
             self._set_aside = False
 
+    def opened_for_a_duty(self) -> bool:
+        """For the broker's duties (retention, the cleaner) on the event loop: True when the
+        log is not open, its opening then started in a worker (or under way) for a later
+        pass to find it open; False when the duty may use the log now (open, or no loop
+        runs: a tool opens it in place)."""
+        if self._log is not None:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.opening
+        try:
+            self.start_opening()
+        except OSError:  # deleted, or offline: the duty's own use says so
+            return False
+        return True
+
     async def truncate_async(self, offset: int) -> None:
         """``truncate_to`` with its file work (the cut and its fsyncs, the recovery of the
         cut segment, the replay of producer state) in a worker thread: the log is taken
