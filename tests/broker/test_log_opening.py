@@ -28,6 +28,7 @@ from oncelog.broker import log_opening
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.log.disk import OsDisk
+from oncelog.log.leader_epoch import LeaderEpochCache
 from oncelog.log.log import LogConfig
 from oncelog.log.memory_disk import MemoryDisk
 from oncelog.log.open_files import OPEN_FILES
@@ -335,4 +336,105 @@ def test_retention_of_a_log_not_open_opens_it_in_a_worker_for_its_next_pass(tmp_
         assert len(p.log.segments) == 1
 
     asyncio.run(scenario())
+    p.close()
+
+
+def _cut_held(p: Partition, offset: int, disk: GatedDisk):
+    """A truncation to ``offset`` started, its worker held at the reopening."""
+    disk.arm("isdir", p.dir)
+    return asyncio.ensure_future(p.truncate_async(offset))
+
+
+def test_a_leader_epoch_written_as_the_cut_log_is_published_is_kept(tmp_path):
+    """A follower cutting its log is made leader meanwhile: the role waits for the log and
+    is applied by a callback of the opening (ReplicaManager._log_opened), which may run
+    before the truncation's own continuation; the new leader's epoch entry must survive."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=LogConfig(segment_bytes=1024))
+    p.become_leader(4)
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"e" * 80), accept)
+    p.become_leader(5)
+    p.append_records(_record(b"at epoch 5"), accept)
+
+    async def scenario() -> None:
+        cut = _cut_held(p, 10, disk)
+        await _reached(disk)
+        p._opening.add_done_callback(lambda _: p.become_leader(6))  # the role, held
+        disk.release.set()
+        await cut
+
+    asyncio.run(scenario())
+    assert p.leader_epochs.entries == [(4, 0), (6, 10)]
+    assert LeaderEpochCache(p.dir, OsDisk()).entries == [(4, 0), (6, 10)]  # on disk too
+    p.close()
+
+
+def test_a_flush_asked_for_while_the_log_is_cut_completes(tmp_path):
+    """A flush round started while a truncation has the log runs once it is published (it
+    was left marked running, and never started: a produce waiting on it hung)."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=LogConfig(segment_bytes=1024))
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"f" * 80), accept)
+
+    async def scenario() -> None:
+        cut = _cut_held(p, 10, disk)
+        await _reached(disk)
+        flushed = p._request_flush()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the round's start runs, meets the log taken
+        disk.release.set()
+        await cut
+        await asyncio.wait_for(flushed, WAIT_S)
+        assert not p.flush_running
+        # and one asked for while a cut is closed off is answered at close
+        cut = _cut_held(p, 5, disk)
+        await _reached(disk)
+        waiting = p._request_flush()
+        await asyncio.sleep(0)
+        p.close()
+        assert waiting.done()
+        disk.release.set()
+        with pytest.raises(OSError):
+            await cut
+        await _settled(p.dir)
+
+    asyncio.run(scenario())
+
+
+class _StoreDown(Issued):
+    def highest_claimed(self) -> int:
+        from oncelog.metadata.store import MetadataUnavailable
+        raise MetadataUnavailable("zookeeper is away")
+
+
+def test_a_non_os_error_installing_the_log_fails_the_opening(tmp_path):
+    """Installing needs the producer id bound (the metadata store, in a cluster) when the
+    log lost batches: a store that fails with anything fails the opening's waiters (they
+    waited forever), and the next opening works."""
+    config = LogConfig(segment_bytes=1024, retention_ms=60_000)
+    p = _partition(tmp_path, OsDisk(), config=config)
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"s" * 80), accept)
+    p.apply_retention(2_000_000_000_000)
+    assert p.log.base_offset > 0
+    p.close()
+    for name in os.listdir(p.dir):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(p.dir, name))
+    p = Partition("t", 0, p.dir, config, 1 << 20, StateLimits(), _StoreDown(),
+                  log_dir=LogDir(str(tmp_path)), disk=OsDisk(), topic_id=p.topic_id)
+
+    async def scenario() -> None:
+        with pytest.raises(Exception, match="zookeeper is away"):
+            await asyncio.wait_for(p.open_async(), WAIT_S)
+        await _settled(p.dir)
+        assert not p.is_open and not p.opening
+        p._producer_ids = Issued()
+        await asyncio.wait_for(p.open_async(), WAIT_S)
+        assert p.is_open
+
+    asyncio.run(scenario())
+    assert _descriptors_into(p.dir) != []
     p.close()

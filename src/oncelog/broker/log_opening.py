@@ -116,6 +116,8 @@ async def _run(loop: asyncio.AbstractEventLoop, directory: str,
         installed = False
         try:
             installed = settle(error, built)
+        except Exception:  # settle answers its waiters whatever happens; this is a bug
+            log.exception("settling the opening of %s failed", directory)
         finally:
             if built is not None and not installed:
                 await loop.run_in_executor(_POOL, _close_quietly, close, built)

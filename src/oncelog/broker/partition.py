@@ -285,6 +285,9 @@ class Partition(OpensOffLoop):
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,
                      built.replayed, built.start)
         self.flushed_offset = plog.log_end_offset
+        # A round running still covers the log replaced (cut), none of this one's batches:
+        # an append here waits for the next round (durable).
+        self._flushing_to = -1
         self._log, self._state = plog, state
         if self._next_flush is not None and self._this_flush is None:
             asyncio.get_running_loop().call_soon(self._start_flush)  # held by _start_flush
@@ -632,8 +635,9 @@ class Partition(OpensOffLoop):
             if self.log_dir.offline:
                 raise self.log_dir.error()
             if plog is None and self._opening is not None:
-                # Taken from the loop to be cut (truncate_async): the round waits for it.
-                self._next_flush = done
+                # Taken from the loop to be cut (truncate_async): the round waits for it,
+                # started by _install (not running meanwhile, so that it is).
+                self._this_flush, self._next_flush = None, done
                 return
             if plog is None:  # closed meanwhile: sealing it fsynced everything
                 self._flush_done(done, None)
@@ -808,6 +812,10 @@ class Partition(OpensOffLoop):
         for a partition whose directory failed: that one must be recovered (``abandon``)."""
         self._let_go_of_opening()
         if self._log is None:
+            waiting, self._next_flush = self._next_flush, None  # asked while it was cut
+            if waiting is not None and not waiting.done():
+                waiting.set_exception(self._gone())
+                waiting.exception()
             return
         if self.log_dir.offline:
             self.abandon()

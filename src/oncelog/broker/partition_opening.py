@@ -49,6 +49,7 @@ class OpensOffLoop:
     _log: Log | None
     _deleted: bool
     _snapshots: SnapshotFiles
+    _epochs: Any
     dir: str
     log_dir: LogDir
     flushed_offset: int
@@ -126,21 +127,23 @@ class OpensOffLoop:
             error = self.log_dir.fail(error)
         elif error is None and current and (self._deleted or self.log_dir.offline):
             current = False
-        if error is None and current:
-            assert built is not None
-            try:
-                self._install(built)
-            except OSError as exc:  # the store asked for the producer id bound failed
-                error = exc
-            else:
-                if not opening.done():
-                    opening.set_result(None)
-                return True
-        if error is not None and current:
-            self._open_error = error if isinstance(error, OSError) else None
-        if not opening.done():
-            opening.set_exception(error if error is not None else self._gone())
-            opening.exception()  # retrieved: its callers may all have gone
+        try:
+            if error is None and current:
+                assert built is not None
+                try:
+                    self._install(built)
+                except Exception as exc:  # the store asked for the producer
+                    error = exc  # id bound failed (OSError, or MetadataUnavailable)
+                else:
+                    if not opening.done():
+                        opening.set_result(None)
+                    return True
+            if error is not None and current:
+                self._open_error = error if isinstance(error, OSError) else None
+        finally:  # whatever happened, the waiters are answered: never left waiting
+            if not opening.done():
+                opening.set_exception(error if error is not None else self._gone())
+                opening.exception()  # retrieved: its callers may all have gone
         return False
 
     def _gone(self) -> OSError:
@@ -214,7 +217,10 @@ class OpensOffLoop:
             return
         files = OpenFiles(log_opening.WORKER_OPEN_FILES)
         plog.adopt(files)  # on the loop: both bounds are used by this thread alone here
-        self._log = self._state = None
+        # The epochs are read again on their first use after, and cut to the log end then
+        # (leader_epochs): never cut here once published, after a role given meanwhile
+        # wrote its epoch; and cut too when this reopening fails or is refused.
+        self._log = self._state = self._epochs = None
         directory, snapshots = self.dir, self._snapshots
 
         def cut_and_open(worker_files: OpenFiles) -> Built:
@@ -228,8 +234,6 @@ class OpensOffLoop:
             return self._build(worker_files, directory, snapshots, self._make_dir)
 
         await asyncio.shield(self._begin_opening(cut_and_open))
-        self.leader_epochs.truncate_from_end(self.log.log_end_offset)
-        self.flushed_offset = min(self.flushed_offset, self.log.log_end_offset)
         self._wake_waiters()
 
 
