@@ -66,6 +66,10 @@ class GatedDisk(OsDisk):
         self._pass("isdir", path)
         return os.path.isdir(path)
 
+    def fsync_dir(self, path: str) -> None:  # type: ignore[override]
+        self._pass("fsync_dir", path)
+        OsDisk.fsync_dir(path)
+
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
         self.opens[path] = self.opens.get(path, 0) + 1
         self._pass("open", path)
@@ -438,3 +442,26 @@ def test_a_non_os_error_installing_the_log_fails_the_opening(tmp_path):
     asyncio.run(scenario())
     assert _descriptors_into(p.dir) != []
     p.close()
+
+
+def test_a_deletion_under_a_first_write_never_takes_the_directory_offline(tmp_path):
+    """The worker created the directory and first segment; the topic is deleted (its
+    directory renamed aside) before the worker's fsync of the directory, which then fails:
+    the opening is stale, its error is dropped, the log directory stays online."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+    aside = str(tmp_path / "t-0.deleted")
+
+    async def scenario() -> None:
+        disk.arm("fsync_dir", "t-0")
+        opening = asyncio.ensure_future(p.open_async())
+        await _reached(disk)
+        _delete(p, aside)
+        disk.release.set()
+        with pytest.raises(FileNotFoundError):
+            await opening
+        await _settled(p.dir)
+
+    asyncio.run(scenario())
+    assert not p.log_dir.offline
+    assert not os.path.exists(p.dir)

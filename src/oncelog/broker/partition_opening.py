@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -25,6 +26,8 @@ from ..log.log import Log
 from ..log.open_files import OpenFiles
 from ..producer_state.manager import ProducerStateManager
 from . import log_opening
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..log.snapshots import SnapshotFiles
@@ -123,7 +126,13 @@ class OpensOffLoop:
         current = generation == self._generation and self._opening is opening
         if current:
             self._opening = None
-        if isinstance(error, LogDirFailure):  # declared here: its callbacks touch the loop
+        if isinstance(error, LogDirFailure) and not current and \
+                (self._deleted or self._set_aside):
+            # Its directory was renamed away under it (a deletion): no failure of the disk.
+            log.info("%s: an opening outrun by the partition's deletion failed: %s",
+                     self.name, error)
+            error = None
+        elif isinstance(error, LogDirFailure):  # declared here: its callbacks touch the loop
             error = self.log_dir.fail(error)
         elif error is None and current and (self._deleted or self.log_dir.offline):
             current = False
