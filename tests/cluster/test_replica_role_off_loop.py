@@ -1,4 +1,4 @@
-"""A replica made leader (or follower) whose log is not open yet has it opened in a worker
+"""A replica made leader whose log is not open yet has it opened in a worker
 thread first (ReplicaManager._open_first): the role is applied once the log is open, with the
 newest state asked for meanwhile, and a state that needs no log (a fence) asked meanwhile
 overrides the one held. The real replica manager (apply_state called directly, on a real
@@ -91,6 +91,29 @@ def test_a_new_role_waits_for_its_log_opened_in_a_worker(zookeeper, tmp_path):
         await _until(lambda: not log_opening.busy(directory))
         await asyncio.sleep(0)
         assert not partition.replication.is_leader
+
+        # A demotion never waits for the log: a leader whose log is being reopened (here
+        # by a use after a close; a follower's cut alike) follows at once, so that no
+        # request queued behind the reopening appends as the stale leader.
+        assert apply(6) is Role.BECOME_LEADER and partition.replication.is_leader
+        partition.close()
+        disk.held, disk.reached, disk.release = directory, threading.Event(), \
+            threading.Event()
+        reopening = partition.start_opening()
+        assert await asyncio.to_thread(disk.reached.wait, WAIT_S)
+        assert manager.apply_state(partition, PartitionState(2, 7, (1, 2), 1), 7, (1, 2),
+                                   1) is Role.BECOME_FOLLOWER
+        assert not partition.replication.is_leader
+        assert partition.replication.leader == 2
+        assert manager.apply_state(partition, PartitionState(1, 8, (1, 2), 1), 8, (1, 2),
+                                   1) is Role.BECOME_LEADER  # waits for the log again
+        assert manager.apply_state(partition, PartitionState(1, 6, (1, 2), 1), 6, (1, 2),
+                                   1) is not Role.BECOME_FOLLOWER
+        disk.release.set()
+        await reopening
+        await _until(lambda: partition.replication.is_leader)
+        assert partition.replication.leader_epoch == 8  # never the stale state held
+        await manager.close()
 
     try:
         asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -385,17 +385,24 @@ class ReplicaManager:
         return role
 
     def _open_first(self, partition: Partition, role: rules.Role, args: tuple) -> bool:
-        """True when ``role`` (leading or following) needs a log not open yet: it is opened
+        """True when ``role`` is leading and needs a log not open yet: it is opened
         (created, or recovered after a restart) in a worker thread, and the newest state
         asked meanwhile is applied once it is (``_log_opened``); until then the replica
-        stays as it was (no leader yet, at start). False: apply the role now."""
-        if role not in (rules.Role.BECOME_LEADER, rules.Role.BECOME_FOLLOWER):
+        stays as it was (no leader yet, at start). False: apply the role now. Any other
+        role (following: its fetcher opens the log in a worker) is applied at once: a
+        demotion held while the log reopened left requests queued behind the reopening to
+        append as the stale leader."""
+        held = self._awaiting_log.get(partition)
+        if role is not rules.Role.BECOME_LEADER:
             self._awaiting_log.pop(partition, None)  # a later state overrides the one held
             return False
         if partition.is_open or partition.log_dir.offline or partition in self._unopened \
                 or not _loop_running():  # no event loop (tools, tests): opened in place
             return False
-        first = partition not in self._awaiting_log
+        if held is not None and (args[0].leader_epoch, args[1]) < \
+                (held[0].leader_epoch, held[1]):
+            return True  # older than the state held: that one is still the newest
+        first = held is None
         self._awaiting_log[partition] = args
         if first:
             try:
