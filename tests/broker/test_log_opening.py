@@ -465,3 +465,31 @@ def test_a_deletion_under_a_first_write_never_takes_the_directory_offline(tmp_pa
     asyncio.run(scenario())
     assert not p.log_dir.offline
     assert not os.path.exists(p.dir)
+
+
+def test_a_truncation_never_hands_the_loops_segments_to_its_worker(tmp_path):
+    """Code on the loop may hold the log's segments across an await (the cleaner, a
+    coordinator's load): while a worker cuts the log, such a holder meets a closed segment
+    (an error it answers as a log replaced), never a segment moved into the worker's
+    descriptor bound, which has no lock and would close or reuse a descriptor under it."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=LogConfig(segment_bytes=1024))
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"h" * 80), accept)
+    held = list(p.log.segments)
+
+    async def scenario() -> None:
+        disk.arm("fsync_dir", p.dir)  # the cut's fsync of the directory, in the worker
+        cut = asyncio.ensure_future(p.truncate_async(10))
+        await _reached(disk)
+        for segment in held:
+            with pytest.raises(OSError):
+                segment._file()
+        disk.release.set()
+        await cut
+
+    asyncio.run(scenario())
+    assert p.is_open and p.log.log_end_offset == 10
+    assert all(s._files is OPEN_FILES for s in p.log.segments)
+    assert p.append_records(_record(b"next"), accept).base_offset == 10
+    p.close()

@@ -215,17 +215,20 @@ class OpensOffLoop:
 
     async def truncate_async(self, offset: int) -> None:
         """``truncate_to`` with its file work (the cut and its fsyncs, the recovery of the
-        cut segment, the replay of producer state) in a worker thread: the log is taken
-        from the loop (its segments moved to a bound of the worker's) and published again
-        once rebuilt, as an opening is; meanwhile uses wait for it or are refused. Raises
-        what the cut or the opening raised; the log is then not open (the next use opens
-        it from what is on disk)."""
+        cut segment, the replay of producer state) in a worker thread: the loop's log is
+        closed, the worker cuts the files through a log it opens itself, and the log is
+        published again once rebuilt, as an opening is; meanwhile uses wait for it or are
+        refused. Raises what the cut or the opening raised; the log is then not open (the
+        next use opens it from what is on disk)."""
         await self.open_async()
         plog = self._log
         if plog is None or offset >= plog.log_end_offset:
             return
-        files = OpenFiles(log_opening.WORKER_OPEN_FILES)
-        plog.adopt(files)  # on the loop: both bounds are used by this thread alone here
+        # The loop's log is closed here, never handed to the worker: code on the loop
+        # holding its segments across an await (the cleaner, a coordinator's load) meets a
+        # closed segment then, not one in the worker's bound (no lock). The worker cuts
+        # the files through a log of its own.
+        plog.abandon()
         # The epochs are read again on their first use after, and cut to the log end then
         # (leader_epochs): never cut here once published, after a role given meanwhile
         # wrote its epoch; and cut too when this reopening fails or is refused.
@@ -233,13 +236,14 @@ class OpensOffLoop:
         directory, snapshots = self.dir, self._snapshots
 
         def cut_and_open(worker_files: OpenFiles) -> Built:
+            for snap in snapshots.offsets():
+                if snap > offset:
+                    snapshots.delete(snap)
+            cut = Log(directory, self.config, self.disk, worker_files, self._make_dir)
             try:
-                for snap in snapshots.offsets():
-                    if snap > offset:
-                        snapshots.delete(snap)
-                plog.truncate_to(offset)
+                cut.truncate_to(offset)
             finally:
-                plog.abandon()
+                cut.abandon()
             return self._build(worker_files, directory, snapshots, self._make_dir)
 
         await asyncio.shield(self._begin_opening(cut_and_open))
