@@ -493,3 +493,21 @@ def test_a_truncation_never_hands_the_loops_segments_to_its_worker(tmp_path):
     assert all(s._files is OPEN_FILES for s in p.log.segments)
     assert p.append_records(_record(b"next"), accept).base_offset == 10
     p.close()
+
+
+def test_markers_refused_create_no_log(tmp_path):
+    """WriteTxnMarkers opens (creates) in workers only the logs it will write: a marker
+    refused (this broker follows the partition) leaves no directory behind."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.apis.txn_markers import write_markers
+    from oncelog.broker.replication import ReplicaState
+
+    p = _partition(tmp_path, OsDisk())
+    p.replication = ReplicaState(1, 2, 3, (1, 2), (1, 2), 0)  # broker 2 leads
+    broker = SimpleNamespace(topics=SimpleNamespace(partition=lambda topic, index: p))
+    errors = asyncio.run(write_markers(broker, 7, 0, True, 0, [("t", 0)]))
+    assert errors == {("t", 0): ErrorCode.not_leader_or_follower}
+    assert not os.path.exists(p.dir)
