@@ -248,17 +248,17 @@ def _name_of(broker, topic_id) -> str | None:
 def handle_list_offsets(broker, request: Request):
     """The answer; a coroutine giving it when a partition named must be opened first (in a
     worker thread: a log written before a restart is recovered)."""
-    named = [broker.topics.partition(t.name, p.partition_index)
-             for t in request.body.topics for p in t.partitions]
-    return opened_first(named, lambda: _list_offsets(broker, request))
+    names = {t.name for t in request.body.topics}
+    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name not in denied for p in t.partitions]
+    return opened_first(named, lambda: _list_offsets(broker, request, denied))
 
 
-def _list_offsets(broker, request: Request):
+def _list_offsets(broker, request: Request, denied: set[str]):
     mod = response_module(LIST_OFFSETS, request.api_version)
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
-    names = {t.name for t in request.body.topics}
-    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
@@ -350,17 +350,17 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
 def handle_offset_for_leader_epoch(broker, request: Request):
     """The answer; a coroutine giving it when a log written before a restart must be
     opened first (in a worker thread)."""
-    named = [broker.topics.partition(t.topic, p.partition)
-             for t in request.body.topics for p in t.partitions]
-    return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request))
-
-
-def _offsets_for_leader_epoch(broker, request: Request):
-    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
-    topics = []
     names = {t.topic for t in request.body.topics}
     denied = set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION, quiet=True) else \
         names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.topic, p.partition)  # authorized first
+             for t in request.body.topics if t.topic not in denied for p in t.partitions]
+    return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request, denied))
+
+
+def _offsets_for_leader_epoch(broker, request: Request, denied: set[str]):
+    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
+    topics = []
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:

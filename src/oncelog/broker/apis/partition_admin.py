@@ -113,16 +113,16 @@ def _added(broker, topics) -> int:
 def handle_delete_records(broker, request: Request):
     """The answer; a coroutine giving it when a log written before a restart must be
     opened first (in a worker thread)."""
-    named = [broker.topics.partition(t.name, p.partition_index)
-             for t in request.body.topics for p in t.partitions]
-    return opened_first(named, lambda: _delete_records_now(broker, request))
-
-
-def _delete_records_now(broker, request: Request):
-    mod = response_module(DELETE_RECORDS, request.api_version)
-    topics = []
     names = {t.name for t in request.body.topics}
     deletable = authorize.allowed_names(broker, request, Op.DELETE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name in deletable for p in t.partitions]
+    return opened_first(named, lambda: _delete_records_now(broker, request, deletable))
+
+
+def _delete_records_now(broker, request: Request, deletable: set[str]):
+    mod = response_module(DELETE_RECORDS, request.api_version)
+    topics = []
     for t in request.body.topics:
         results = []
         for p in t.partitions:
