@@ -511,3 +511,26 @@ def test_markers_refused_create_no_log(tmp_path):
     errors = asyncio.run(write_markers(broker, 7, 0, True, 0, [("t", 0)]))
     assert errors == {("t", 0): ErrorCode.not_leader_or_follower}
     assert not os.path.exists(p.dir)
+
+
+def test_openings_still_queued_when_the_loop_ends_are_dropped(tmp_path):
+    """The broker stopping (its event loop ending) drops openings still queued for a
+    worker: the process's exit does not run every queued recovery (nor create logs)."""
+    held = threading.Event()
+    busy = [log_opening._POOL.submit(held.wait, WAIT_S) for _ in range(8)]  # every worker
+    p = _partition(tmp_path, OsDisk())
+
+    async def scenario() -> None:
+        p.start_opening()  # queued behind the busy workers; the loop ends meanwhile
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        held.set()
+    for job in busy:
+        job.result(WAIT_S)
+    workers = log_opening._POOL._max_workers
+    barrier = threading.Barrier(workers)  # every worker here: all jobs before are over
+    for job in [log_opening._POOL.submit(barrier.wait, WAIT_S) for _ in range(workers)]:
+        job.result(WAIT_S)
+    assert not os.path.exists(p.dir)

@@ -100,6 +100,10 @@ async def _run(loop: asyncio.AbstractEventLoop, directory: str,
                 _POOL.submit(_close_quietly, close, built)
 
         def job() -> None:
+            if landed.done() or loop.is_closed():
+                # The loop ended (the broker stopped) while this waited for a worker: no
+                # one takes it, and the process's exit would otherwise run every one queued.
+                return
             error, built = None, None
             try:
                 built = build(OpenFiles(WORKER_OPEN_FILES))
