@@ -6,16 +6,17 @@ Before, each open ran on the event loop: 1,000 fresh partitions froze every conn
 16 s (docs/benchmarks.md).
 
 The stall is asserted as a ratio measured side by side in one run: the longest ApiVersions
-round trip of a second connection while the spread runs, to its median round trip when the
-broker is idle. The same broker then meets an opening that fails (a segment file the test
-makes unopenable): KAFKA_STORAGE_ERROR to Produce and Fetch, and the first attempt after
-the fault is gone succeeds."""
+round trip of a second connection while the spread runs, to the quickest of the spreading
+Produce requests' round trips (both scale with the machine's load). With the opens on the
+loop, a probe waits behind a whole request (a ratio near 1); off it, a few percent.
+The same broker then meets an opening that fails (a segment file the test makes
+unopenable): KAFKA_STORAGE_ERROR to Produce and Fetch, and the first attempt after the
+fault is gone succeeds."""
 
 from __future__ import annotations
 
 import datetime
 import os
-import statistics
 import threading
 import time
 
@@ -37,13 +38,11 @@ from oncelog.protocol.schema import build
 API_VERSIONS = 18
 PARTITIONS = 300
 WRITERS = 3  # connections, each one Produce writing to its share of the partitions
-IDLE_PROBES = 100
 SLOW_OPEN_MS = 20
 # Each open on the loop stalled the probe, and a request writing to 100 fresh partitions
-# made 100 opens in a row: the worst stall was seconds against an idle round trip under
-# 1 ms, a ratio of 10,000 and more. Off the loop it is tens, a few hundred on a loaded
-# 2-core machine (the scheduler's stalls).
-MAX_STALL_RATIO = 1000
+# made 100 opens in a row: the worst stall was most of a request's round trip (seconds).
+# Off the loop it is a few percent of the quickest request.
+MAX_STALL_RATIO = 0.5
 RECORD = encode_batch([(None, b"first", (), 1_700_000_000_000)])
 
 
@@ -75,8 +74,9 @@ def _values(fetched) -> list[bytes]:
             for r in decode_batch(fetched.records, pos)[1]]
 
 
-def _spread(bootstrap: str, indexes: range, errors: list) -> None:
-    """One Produce request writing the first record of each partition of ``indexes``."""
+def _spread(bootstrap: str, indexes: range, errors: list, took: list) -> None:
+    """One Produce request writing the first record of each partition of ``indexes``
+    (its round trip added to ``took``)."""
     def make(mod, version):
         return build(mod.ProduceRequest, transactional_id=None, acks=1,
                      timeout=datetime.timedelta(seconds=60), topic_data=(build(
@@ -85,7 +85,9 @@ def _spread(bootstrap: str, indexes: range, errors: list) -> None:
                              for i in indexes)),))
 
     with client_connect(bootstrap, timeout=60) as conn:
+        started = time.perf_counter()
         response = conn.call(apis.PRODUCE, make)
+        took.append(time.perf_counter() - started)
     errors += [p.error_code for t in response.responses for p in t.partition_responses]
 
 
@@ -95,12 +97,12 @@ def test_first_writes_to_many_partitions_do_not_stall_other_clients(broker):
         probe.settimeout(60)
         for i in range(10):  # warm: the connection, the handler's first run
             _round_trip(probe, i)
-        idle = statistics.median(_round_trip(probe, 100 + i) for i in range(IDLE_PROBES))
         errors: list = []
+        took: list[float] = []
         share = -(-PARTITIONS // WRITERS)
         writers = [threading.Thread(target=_spread, args=(
-            broker.bootstrap, range(w * share, min(PARTITIONS, (w + 1) * share)), errors))
-            for w in range(WRITERS)]
+            broker.bootstrap, range(w * share, min(PARTITIONS, (w + 1) * share)), errors,
+            took)) for w in range(WRITERS)]
         started = time.perf_counter()
         for w in writers:
             w.start()
@@ -110,12 +112,12 @@ def test_first_writes_to_many_partitions_do_not_stall_other_clients(broker):
         for w in writers:
             w.join(60)
         spread = time.perf_counter() - started
-    assert errors == [0] * PARTITIONS
-    worst = max(stalls)
-    print(f"{PARTITIONS} first writes in {spread:.2f} s; ApiVersions idle {idle * 1e3:.2f} ms, "
-          f"worst during the spread {worst * 1e3:.1f} ms over {len(stalls)} probes: "
-          f"ratio {worst / idle:.0f}")
-    assert worst / idle < MAX_STALL_RATIO
+    assert errors == [0] * PARTITIONS and len(took) == WRITERS
+    worst, quickest = max(stalls), min(took)
+    print(f"{PARTITIONS} first writes in {spread:.2f} s; quickest Produce "
+          f"{quickest * 1e3:.0f} ms; worst ApiVersions during the spread "
+          f"{worst * 1e3:.1f} ms over {len(stalls)} probes: ratio {worst / quickest:.3f}")
+    assert worst / quickest < MAX_STALL_RATIO
     with client_connect(broker.bootstrap, timeout=30) as conn:  # each in its own partition
         for i in (0, PARTITIONS // 2, PARTITIONS - 1):
             assert _values(calls.fetch(conn, "spread", i, 0, max_wait_ms=0)) == [b"first"], i
