@@ -66,6 +66,10 @@ class GatedDisk(OsDisk):
         self._pass("isdir", path)
         return os.path.isdir(path)
 
+    def fdatasync(self, fd: int) -> None:  # type: ignore[override]
+        self._pass("fdatasync", "")  # a flush round's, in the executor
+        os.fdatasync(fd)
+
     def fsync_dir(self, path: str) -> None:  # type: ignore[override]
         self._pass("fsync_dir", path)
         OsDisk.fsync_dir(path)
@@ -534,3 +538,31 @@ def test_openings_still_queued_when_the_loop_ends_are_dropped(tmp_path):
     for job in [log_opening._POOL.submit(barrier.wait, WAIT_S) for _ in range(workers)]:
         job.result(WAIT_S)
     assert not os.path.exists(p.dir)
+
+
+def test_a_flush_running_over_a_cut_log_covers_nothing_of_the_new_one(tmp_path):
+    """A flush round's fsync started before a truncation (of the old log's files): a batch
+    appended to the log published after the cut waits for a round of its own, never that
+    one, whatever offsets it covered before the cut."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk, config=LogConfig(segment_bytes=1024))
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"d" * 80), accept)
+
+    async def scenario() -> None:
+        disk.arm("fdatasync", "")
+        running = p._request_flush()
+        await _reached(disk)
+        try:
+            await asyncio.wait_for(p.truncate_async(10), WAIT_S)
+            result = p.append_records(_record(b"after the cut"), accept)
+            assert result.base_offset == 10
+            waits = p.durable(result)
+            assert waits is not None and waits is not running
+        finally:
+            disk.release.set()
+        await asyncio.wait_for(asyncio.gather(running, waits), WAIT_S)
+        assert p.flushed_offset == 11
+
+    asyncio.run(scenario())
+    p.close()
