@@ -96,7 +96,8 @@ class OpensOffLoop:
         opening = self._opening = asyncio.get_running_loop().create_future()
         self._open_error = None
         log_opening.open_off_loop(self.dir, build,
-                                  functools.partial(self._settle, opening, self._generation),
+                                  functools.partial(self._settle, opening, self._generation,
+                                                    self.log_dir),
                                   Built.abandon)
         return opening
 
@@ -118,7 +119,7 @@ class OpensOffLoop:
         refused."""
         return self._opening is not None or log_opening.busy(self.dir)
 
-    def _settle(self, opening: asyncio.Future[None], generation: int,
+    def _settle(self, opening: asyncio.Future[None], generation: int, log_dir: LogDir,
                 error: BaseException | None, built: Built | None) -> bool:
         """On the loop, once the worker is done: install the log when the partition is
         still as it was when the opening started (True); else refuse it (its files are
@@ -133,7 +134,7 @@ class OpensOffLoop:
                      self.name, error)
             error = None
         elif isinstance(error, LogDirFailure):  # declared here: its callbacks touch the loop
-            error = self.log_dir.fail(error)
+            error = log_dir.fail(error)  # the directory it opened in (not one moved to)
         elif error is None and current and (self._deleted or self.log_dir.offline):
             current = False
         try:
