@@ -566,3 +566,31 @@ def test_a_flush_running_over_a_cut_log_covers_nothing_of_the_new_one(tmp_path):
 
     asyncio.run(scenario())
     p.close()
+
+
+def test_a_flush_asked_for_while_a_failing_cut_runs_is_answered(tmp_path):
+    """The reopening after a cut fails: a flush asked for meanwhile is failed with it (it
+    waited for a log that is not there)."""
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(segment_bytes=1024), 1 << 20,
+                  StateLimits(), Issued(), log_dir=LogDir("/data"), disk=disk,
+                  topic_id=uuid.uuid4())
+    for n in range(30):
+        p.append_records(_record(b"%d" % n + b"c" * 80), accept)
+    disk.fail("open", path_suffix=".log")  # the worker's log cannot open its segment
+
+    async def scenario() -> None:
+        cut = asyncio.ensure_future(p.truncate_async(10))
+        await asyncio.sleep(0)  # the log handed to the worker
+        assert not p.is_open
+        flushed = p._request_flush()
+        # (asyncio.wait, not wait_for: its TimeoutError is an OSError too)
+        done, _ = await asyncio.wait([cut, flushed], timeout=WAIT_S)
+        assert cut in done and flushed in done, "the flush was never answered"
+        assert isinstance(cut.exception(), OSError)
+        assert isinstance(flushed.exception(), OSError)
+        assert not p.flush_running
+
+    asyncio.run(scenario())
+    assert not p.log_dir.offline

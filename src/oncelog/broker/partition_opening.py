@@ -53,6 +53,7 @@ class OpensOffLoop:
     _deleted: bool
     _snapshots: SnapshotFiles
     _epochs: Any
+    _next_flush: asyncio.Future[None] | None
     dir: str
     log_dir: LogDir
     flushed_offset: int
@@ -151,9 +152,16 @@ class OpensOffLoop:
             if error is not None and current:
                 self._open_error = error if isinstance(error, OSError) else None
         finally:  # whatever happened, the waiters are answered: never left waiting
+            failed = error if isinstance(error, OSError) else self._gone()
             if not opening.done():
-                opening.set_exception(error if error is not None else self._gone())
+                opening.set_exception(error if error is not None else failed)
                 opening.exception()  # retrieved: its callers may all have gone
+            waiting = self._next_flush  # a flush asked for while a cut had the log
+            if current and self._log is None and waiting is not None:
+                self._next_flush = None
+                if not waiting.done():
+                    waiting.set_exception(failed)
+                    waiting.exception()
         return False
 
     def _gone(self) -> OSError:
