@@ -412,15 +412,19 @@ def test_a_flush_asked_for_while_the_log_is_cut_completes(tmp_path):
 
 
 class _StoreDown(Issued):
+    asked_on: list[threading.Thread] = []
+
     def highest_claimed(self) -> int:
         from oncelog.metadata.store import MetadataUnavailable
+        self.asked_on.append(threading.current_thread())
         raise MetadataUnavailable("zookeeper is away")
 
 
-def test_a_non_os_error_installing_the_log_fails_the_opening(tmp_path):
-    """Installing needs the producer id bound (the metadata store, in a cluster) when the
-    log lost batches: a store that fails with anything fails the opening's waiters (they
-    waited forever), and the next opening works."""
+def test_a_store_failing_while_the_log_opens_fails_the_opening(tmp_path):
+    """Opening needs the producer id bound (the metadata store, in a cluster) when the
+    log lost batches: it is read in the worker (ZooKeeper may take its session timeout to
+    answer), and a store that fails with anything fails the opening's waiters (they waited
+    forever), and the next opening works."""
     config = LogConfig(segment_bytes=1024, retention_ms=60_000)
     p = _partition(tmp_path, OsDisk(), config=config)
     for n in range(30):
@@ -437,6 +441,7 @@ def test_a_non_os_error_installing_the_log_fails_the_opening(tmp_path):
     async def scenario() -> None:
         with pytest.raises(Exception, match="zookeeper is away"):
             await asyncio.wait_for(p.open_async(), WAIT_S)
+        assert _StoreDown.asked_on and threading.main_thread() not in _StoreDown.asked_on
         await _settled(p.dir)
         assert not p.is_open and not p.opening
         p._producer_ids = Issued()

@@ -250,6 +250,11 @@ class Partition(OpensOffLoop):
             untrusted = plog.txn_index_untrusted_from()
             start, forget = self._load_snapshot(
                 plog, state, snapshots, plog.log_end_offset if untrusted is None else untrusted)
+            if forget:
+                # Batches are gone: anyone who wrote only there is forgotten. The bound may
+                # come from the metadata store (ZooKeeper: up to its session timeout), read
+                # here, in the worker, never on the loop.
+                state.forget_everyone(self._producer_ids.highest_claimed())
             plog.forget_aborted_from(start)
             replayed = 0
             now = _now_ms()
@@ -265,19 +270,11 @@ class Partition(OpensOffLoop):
         except BaseException:
             plog.abandon()
             raise
-        return Built(plog, state, start, replayed, forget)
+        return Built(plog, state, start, replayed)
 
     def _install(self, built: Built) -> None:
         """On the loop: the log opened by ``_build`` becomes the partition's."""
         plog, state = built.plog, built.state
-        if built.forget:
-            # Batches are gone: anyone who wrote only there is forgotten (asked here, on
-            # the loop: the bound may come from the metadata store).
-            try:
-                state.forget_everyone(self._producer_ids.highest_claimed())
-            except BaseException:
-                plog.abandon()
-                raise
         plog.adopt(OPEN_FILES)
         plog.config = self.config  # reconfigured while a worker opened it
         state.set_limits(self.limits)
@@ -312,7 +309,7 @@ class Partition(OpensOffLoop):
                        at_most: int) -> tuple[int, bool]:
         """Load the newest good snapshot at or before ``at_most``; returns the offset the log
         must be replayed from, and whether every producer issued so far is to be forgotten
-        (``_install`` does it)."""
+        (``_build`` does it)."""
         end = plog.log_end_offset
         for offset in snapshots.offsets():
             if offset > end:

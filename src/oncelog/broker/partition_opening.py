@@ -40,7 +40,6 @@ class Built(NamedTuple):
     state: ProducerStateManager
     start: int  # where producer state was replayed from
     replayed: int
-    forget: bool  # every producer issued so far is to be forgotten
 
     def abandon(self) -> None:
         self.plog.abandon()
@@ -123,8 +122,8 @@ class OpensOffLoop:
     def _settle(self, opening: asyncio.Future[None], generation: int, log_dir: LogDir,
                 error: BaseException | None, built: Built | None) -> bool:
         """On the loop, once the worker is done: install the log when the partition is
-        still as it was when the opening started (True); else refuse it (its files are
-        closed in a worker) and fail the waiters."""
+        still as it was when the opening started (True); else refuse it (False: its files
+        are closed in a worker) and fail the waiters."""
         current = generation == self._generation and self._opening is opening
         if current:
             self._opening = None
@@ -143,12 +142,16 @@ class OpensOffLoop:
                 assert built is not None
                 try:
                     self._install(built)
-                except Exception as exc:  # the store asked for the producer
-                    error = exc  # id bound failed (OSError, or MetadataUnavailable)
-                else:
-                    if not opening.done():
-                        opening.set_result(None)
+                except Exception as exc:  # a bug: the waiters are answered all the same
+                    log.exception("%s: installing its log failed", self.name)
+                    error = exc
+                    # Closed here: its segments may be in the loop's bound already, which a
+                    # worker must never touch (True: nothing left for the worker to close).
+                    built.abandon()
                     return True
+                if not opening.done():
+                    opening.set_result(None)
+                return True
             if error is not None and current:
                 self._open_error = error if isinstance(error, OSError) else None
         finally:  # whatever happened, the waiters are answered: never left waiting
