@@ -599,3 +599,44 @@ def test_a_flush_asked_for_while_a_failing_cut_runs_is_answered(tmp_path):
 
     asyncio.run(scenario())
     assert not p.log_dir.offline
+
+
+@pytest.mark.parametrize("api", ["list_offsets", "offset_for_leader_epoch", "delete_records"])
+def test_a_client_denied_the_topic_opens_no_log(tmp_path, api):
+    """ListOffsets, OffsetForLeaderEpoch and DeleteRecords authorize before they open (a
+    log not open since a restart is recovered in a worker): a denied client recovers
+    nothing."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.apis import fetch, partition_admin
+    from oncelog.protocol import api_versions as apis
+
+    p = _partition(tmp_path, OsDisk())
+    p.append_records(_record(b"before the restart"), accept)
+    p.close()
+    p = _partition(tmp_path, OsDisk())
+    assert p.needs_open
+    deny = SimpleNamespace(authorize=lambda *_: False)
+    broker = SimpleNamespace(authorizer=SimpleNamespace(decision=deny),
+                             topics=SimpleNamespace(partition=lambda topic, index: p))
+    partition = SimpleNamespace(partition_index=0, partition=0, timestamp=-1, offset=0,
+                                current_leader_epoch=-1, leader_epoch=0)
+    topic = SimpleNamespace(name="t", topic="t", partitions=[partition])
+    handler, key, version = {
+        "list_offsets": (fetch.handle_list_offsets, apis.LIST_OFFSETS, 7),
+        "offset_for_leader_epoch": (fetch.handle_offset_for_leader_epoch,
+                                    apis.OFFSET_FOR_LEADER_EPOCH, 4),
+        "delete_records": (partition_admin.handle_delete_records, apis.DELETE_RECORDS, 2)}[api]
+    request = SimpleNamespace(session=None, peer="127.0.0.1:1", api_key=key,
+                              api_version=version, body=SimpleNamespace(
+                                  topics=[topic], replica_id=-1, isolation_level=0,
+                                  timeout_ms=1000))
+
+    async def scenario() -> None:
+        answer = handler(broker, request)
+        if asyncio.iscoroutine(answer):
+            await answer
+        await _settled(p.dir)
+
+    asyncio.run(scenario())
+    assert not p.is_open
