@@ -33,6 +33,7 @@ from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
 from .inter_broker import BrokerConnection, InterBrokerError, connect, opener
+from .partition_opening import open_all
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,9 @@ class LeaderFetcher:
     async def _truncate(self, todo: list[_Followed]) -> None:
         """One OffsetForLeaderEpoch round for ``todo``, each asking for the end of its own
         latest epoch."""
+        # A replica's log not open (its first, or its first since a restart) is opened in
+        # worker threads, not on the loop.
+        await open_all((f.partition for f in todo), writing=True)
         mod = request_module(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
         asked = {}
         topics: dict[str, list] = {}
@@ -191,10 +195,10 @@ class LeaderFetcher:
                                     result.error_code.name)
                     self._back_off(f)
                     continue
-                f.truncated = self._truncate_one(f.partition, result)
+                f.truncated = await self._truncate_one(f.partition, result)
 
     @staticmethod
-    def _truncate_one(partition, result) -> bool:
+    async def _truncate_one(partition, result) -> bool:
         end = partition.log.log_end_offset
         ours = partition.leader_epochs.end_offset_for(result.leader_epoch, end) \
             if result.leader_epoch >= 0 else (rules.NO_EPOCH, -1)
@@ -203,7 +207,7 @@ class LeaderFetcher:
         if point < end:
             log.info("%s: truncating from %d to %d (leader epoch %d ends at %d there)",
                      partition.name, end, point, result.leader_epoch, result.end_offset)
-            partition.truncate_to(point)
+            await partition.truncate_async(point)  # its file work in a worker thread
         return done
 
     async def _fetch(self, ready: list[_Followed]) -> None:

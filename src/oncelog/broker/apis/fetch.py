@@ -55,6 +55,7 @@ from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
+from ..partition_opening import open_all, opened_first
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ async def handle_fetch(broker, request: Request):
     deadline = time.monotonic() + max_wait
     allowance = broker.quotas.fetch_allowance(request)  # a consumer quota's window
     denied = _fetch_denied(broker, request)
+    # A log written before a restart is recovered in worker threads, not on the loop.
+    await open_all(_named(broker, body, request.api_version, denied))
     while True:
         responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version,
                                                          allowance, denied)
@@ -97,6 +100,18 @@ async def handle_fetch(broker, request: Request):
                   ) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
+
+
+def _named(broker, body, version: int, denied: set[str] | None):
+    """The partitions a Fetch names that exist here and it may read."""
+    if denied is None:
+        return
+    for topic_req in body.topics:
+        name = _name_of(broker, getattr(topic_req, "topic_id", None)) if version >= 13 \
+            else topic_req.topic
+        if name is not None and name not in denied:
+            for preq in topic_req.partitions:
+                yield broker.topics.partition(name, preq.partition)
 
 
 def _fetch_denied(broker, request: Request) -> set[str] | None:
@@ -231,11 +246,19 @@ def _name_of(broker, topic_id) -> str | None:
 
 
 def handle_list_offsets(broker, request: Request):
+    """The answer; a coroutine giving it when a partition named must be opened first (in a
+    worker thread: a log written before a restart is recovered)."""
+    names = {t.name for t in request.body.topics}
+    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name not in denied for p in t.partitions]
+    return opened_first(named, lambda: _list_offsets(broker, request, denied))
+
+
+def _list_offsets(broker, request: Request, denied: set[str]):
     mod = response_module(LIST_OFFSETS, request.api_version)
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
-    names = {t.name for t in request.body.topics}
-    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
@@ -325,11 +348,19 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
 
 
 def handle_offset_for_leader_epoch(broker, request: Request):
-    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
-    topics = []
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
     names = {t.topic for t in request.body.topics}
     denied = set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION, quiet=True) else \
         names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.topic, p.partition)  # authorized first
+             for t in request.body.topics if t.topic not in denied for p in t.partitions]
+    return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request, denied))
+
+
+def _offsets_for_leader_epoch(broker, request: Request, denied: set[str]):
+    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
+    topics = []
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:

@@ -28,6 +28,7 @@ from ..authorize import Op, Rt
 from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import is_compacted
 from ..log_limits import log_safe
+from ..partition_opening import opened_first
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import cluster_partitions
 from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates
@@ -110,10 +111,18 @@ def _added(broker, topics) -> int:
 # --- DeleteRecords -----------------------------------------------------------------------------
 
 def handle_delete_records(broker, request: Request):
-    mod = response_module(DELETE_RECORDS, request.api_version)
-    topics = []
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
     names = {t.name for t in request.body.topics}
     deletable = authorize.allowed_names(broker, request, Op.DELETE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name in deletable for p in t.partitions]
+    return opened_first(named, lambda: _delete_records_now(broker, request, deletable))
+
+
+def _delete_records_now(broker, request: Request, deletable: set[str]):
+    mod = response_module(DELETE_RECORDS, request.api_version)
+    topics = []
     for t in request.body.topics:
         results = []
         for p in t.partitions:
