@@ -193,6 +193,48 @@ def test_concurrent_openers_share_one_opening(tmp_path):
     p.close()
 
 
+
+def test_an_opening_asked_for_once_the_log_is_open_opens_nothing(tmp_path):
+    """The produce path (apis/produce.py, rest_off_loop) finds the log not open, validates
+    the batches in a worker, then asks for the opening: another request may have opened
+    the log meanwhile and appended to it. Opened a second time, a second Log over the same
+    files was installed over the first: its producer state rebuilt from what the files held
+    when the worker read them (a producer's next batch: OUT_OF_ORDER_SEQUENCE_NUMBER), its
+    segment sizes behind the file's (O_APPEND writes at the file's end, the index and the
+    offsets said otherwise: a Fetch sent bytes from inside a batch, "Unsupported MagicByte"),
+    and the first log's descriptors leaked."""
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+    segment = os.path.join(p.dir, "0" * 20 + ".log")
+
+    def batch(sequence: int) -> bytes:
+        return encode_batch([(None, b"seq-%d" % sequence, (), 1_700_000_000_000)],
+                            producer_id=7, producer_epoch=0, base_sequence=sequence)
+
+    async def scenario() -> None:
+        await p.open_async()  # another request's opening, published
+        first = p.log
+        assert p.append_records(batch(0), accept).base_offset == 0
+        disk.arm("fdatasync", "")  # an opening's last file work, once it read the files
+        opening = p.start_opening()  # the produce request, its batches validated
+        if not opening.done():
+            await _reached(disk)
+        assert p.append_records(batch(1), accept).base_offset == 1  # meanwhile
+        disk.release.set()
+        await opening
+        assert p.log is first
+        assert p.append_records(batch(2), accept).base_offset == 2
+
+    asyncio.run(scenario())
+    assert disk.opens[segment] == 1
+    data = p.log.read(0, 1 << 20).records
+    values = [bytes(r.value) for pos, _ in scan_batches(data)
+              for r in decode_batch(data, pos)[1]]
+    assert values == [b"seq-0", b"seq-1", b"seq-2"]
+    p.close()
+    assert _descriptors_into(p.dir) == []
+
+
 PARTITIONS = 12
 PREFILLED = 40  # records of about 100 bytes: 1 KiB segments, about 5 of them a partition
 

@@ -80,7 +80,16 @@ class OpensOffLoop:
 
     def start_opening(self) -> asyncio.Future[None]:
         """The opening ``open_async`` waits for, started if none is under way (a caller
-        starts several partitions' openings before it waits for the first)."""
+        starts several partitions' openings before it waits for the first); done at once
+        when the log is open. A caller may have found it not open before an await (produce
+        validates its batches first): opened again, a second Log over the same files would
+        be installed over the one appended to meanwhile (its producer state and segment
+        sizes behind the files: OUT_OF_ORDER_SEQUENCE_NUMBER, and Fetch reading from inside
+        a batch)."""
+        if self._log is not None:
+            opened = asyncio.get_running_loop().create_future()
+            opened.set_result(None)
+            return opened
         if self._deleted:
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
