@@ -682,3 +682,55 @@ def test_a_client_denied_the_topic_opens_no_log(tmp_path, api):
 
     asyncio.run(scenario())
     assert not p.is_open
+
+
+def test_a_long_poll_reread_waits_for_an_opening_another_request_started(tmp_path):
+    """A Fetch woken from its long poll reads again: a log another request began opening
+    meanwhile (here a first write's, its directory made) is waited for, not answered
+    KAFKA_STORAGE_ERROR (OpenInProgress); and needs_open says so while the opening runs."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.apis import fetch
+
+    disk = GatedDisk()
+    opening, written = _partition(tmp_path, disk, 0), _partition(tmp_path, OsDisk(), 1)
+    written.append_records(_record(b"before"), accept)
+    parts = {0: opening, 1: written}
+    broker = SimpleNamespace(
+        authorizer=None, topics=SimpleNamespace(partition=lambda topic, i: parts[i]),
+        config=SimpleNamespace(get=lambda key: 1 << 20),
+        quotas=SimpleNamespace(fetch_allowance=lambda request: 1 << 20),
+        cluster_brokers=lambda listener=None: ())
+    preqs = [SimpleNamespace(partition=i, fetch_offset=o, partition_max_bytes=1 << 20,
+                             current_leader_epoch=-1, log_start_offset=-1)
+             for i, o in ((0, 0), (1, 1))]
+    request = SimpleNamespace(session=SimpleNamespace(listener=None), api_version=12,
+                              body=SimpleNamespace(
+                                  max_wait=timedelta(seconds=WAIT_S), min_bytes=1,
+                                  max_bytes=1 << 20, isolation_level=0, replica_id=-1,
+                                  topics=[SimpleNamespace(topic="t", partitions=preqs)]))
+
+    async def scenario() -> None:
+        polling = asyncio.create_task(fetch.handle_fetch(broker, request))
+        for _ in range(20):  # until it long-polls (nothing to read at first)
+            await asyncio.sleep(0)
+        assert not polling.done()
+        disk.arm("open", "partition.metadata.tmp")
+        first_write = opening.start_opening()
+        await _reached(disk)  # the directory is made, the worker held
+        assert opening.needs_open
+        written.append_records(_record(b"wakes the poll"), accept)
+        for _ in range(20):  # the re-read: refused at once before, waits for the opening now
+            await asyncio.sleep(0)
+        disk.release.set()
+        await asyncio.wait_for(first_write, WAIT_S)
+        answer = await asyncio.wait_for(polling, WAIT_S)
+        codes = [p.error_code for t in answer.responses for p in t.partitions]
+        assert codes == [ErrorCode.none, ErrorCode.none]
+
+    asyncio.run(scenario())
+    opening.close()
+    written.close()

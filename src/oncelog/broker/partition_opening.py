@@ -113,10 +113,12 @@ class OpensOffLoop:
     @property
     def needs_open(self) -> bool:
         """Whether a read would open files: a directory (written before, here or before a
-        restart) but no log yet. (Never written: it reads as empty, nothing to open;
-        deleted or offline: its use refuses at once.)"""
+        restart) but no log yet, or an opening under way (another request's: a read now
+        would be refused, OpenInProgress; a first write's worker may make the directory
+        between this answer and the read). (Never written: it reads as empty, nothing to
+        open; deleted or offline: its use refuses at once.)"""
         return self._log is None and not self._deleted and not self.log_dir.offline and \
-            self.disk.isdir(self.dir)
+            (self._opening is not None or self.disk.isdir(self.dir))
 
     @property
     def deleted(self) -> bool:
@@ -271,11 +273,14 @@ class OpensOffLoop:
         self._wake_waiters()
 
 
-async def open_all(partitions: Iterable[OpensOffLoop | None], writing: bool = False) -> None:
+async def open_all(partitions: Iterable[OpensOffLoop | None], writing: bool = False,
+                   timeout: float | None = None) -> None:
     """Open in worker threads, side by side, the logs of ``partitions`` a read would open
-    (``writing``: every one not open, created if need be). A failure is left to the use
-    that follows, which meets it again (``_open`` repeats it, without the file work) and
-    answers it as any: KAFKA_STORAGE_ERROR, or the partition's offline handling."""
+    (``writing``: every one not open, created if need be), waiting at most ``timeout``
+    (the openings go on after it); no await at all when none needs opening. A failure is
+    left to the use that follows, which meets it again (``_open`` repeats it, without the
+    file work) and answers it as any: KAFKA_STORAGE_ERROR, or the partition's offline
+    handling."""
     waiting = []
     for p in partitions:
         if p is None or p.is_open or not (writing or p.needs_open):
@@ -285,7 +290,7 @@ async def open_all(partitions: Iterable[OpensOffLoop | None], writing: bool = Fa
         except OSError:
             continue
     if waiting:
-        await asyncio.wait(waiting)
+        await asyncio.wait(waiting, timeout=timeout)
 
 
 def opened_first(partitions: list[OpensOffLoop | None], answer: Callable[[], Any]) -> Any:

@@ -93,6 +93,10 @@ async def handle_fetch(broker, request: Request):
         finally:
             for w in waiters:
                 w.cancel()
+        # Another request may have started an opening meanwhile (a first write, a
+        # follower's truncation): the re-read waits for it rather than being refused.
+        await open_all(_named(broker, body, request.api_version, denied),
+                       timeout=max(0.0, deadline - time.monotonic()))
     hinted = request.api_version >= LEADER_HINTS_FROM and any(
         p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
     nodes = tuple(build(mod.NodeEndpoint, node_id=node, host=host, port=port, rack=rack)
