@@ -138,6 +138,14 @@ class OpensOffLoop:
         current = generation == self._generation and self._opening is opening
         if current:
             self._opening = None
+        if error is not None and not isinstance(error, (OSError, LogDirFailure)):
+            # The metadata store away (MetadataUnavailable from the producer id bound): an
+            # OSError as any failed opening, answered retriable by every use, and kept
+            # (_open_error) so that no use repeats the recovery, and its store call, on
+            # the loop.
+            cause = error
+            error = OSError(errno.EAGAIN, f"{self.name}: opening its log failed: {cause}")
+            error.__cause__ = cause
         if isinstance(error, LogDirFailure) and not current and \
                 (self._deleted or self._set_aside):
             # Its directory was renamed away under it (a deletion): no failure of the disk.
