@@ -16,6 +16,7 @@ opens it again.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 import threading
@@ -739,3 +740,27 @@ def test_a_long_poll_reread_waits_for_an_opening_another_request_started(tmp_pat
     asyncio.run(scenario())
     opening.close()
     written.close()
+
+
+def test_a_synchronous_use_after_a_failed_opening_starts_the_next_try():
+    """A use that only reads ``partition.log`` (a coordinator's load retrying) after a
+    worker's opening failed is answered retriable and starts the next opening in a worker:
+    it is not refused forever until a duty happens to open the log."""
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                  log_dir=LogDir("/data"), disk=disk, topic_id=uuid.uuid4())
+    disk.fail("write", path_suffix="partition.metadata.tmp")  # one write fails, once
+
+    async def scenario() -> None:
+        with pytest.raises(OSError):
+            await asyncio.wait_for(p.open_async(), WAIT_S)
+        await _settled(p.dir)
+        with pytest.raises(OSError) as refused:
+            _ = p.log
+        assert refused.value.errno == errno.EAGAIN and p.opening  # the next try runs
+        await asyncio.wait_for(p.open_async(), WAIT_S)
+        assert p.is_open and p.log.log_end_offset == 0
+
+    asyncio.run(scenario())
+    p.close()

@@ -220,8 +220,8 @@ class Partition(OpensOffLoop):
     def _open(self) -> None:
         """Open the log on the calling thread (tools, tests, and the loop's paths not taught
         to wait for ``open_async``). Refused while a worker opens the same directory, and
-        after a worker's opening failed until the next ``open_async`` tries again: the loop
-        never repeats a failed opening's file work itself."""
+        after a worker's opening failed: the loop never repeats a failed opening's file
+        work itself; with a loop running, the refusal starts the next try in a worker."""
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
@@ -229,7 +229,16 @@ class Partition(OpensOffLoop):
         if self._opening is not None or log_opening.busy(self.dir):
             raise log_opening.OpenInProgress(self.dir)
         if self._open_error is not None:
-            raise self._open_error
+            failed = self._open_error
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                raise failed from None
+            # A use that never opens (a coordinator's load retrying through source.log)
+            # would meet the failure forever: it starts the next try, in a worker, and is
+            # answered retriable meanwhile (its own retries are the backoff).
+            self.start_opening()
+            raise log_opening.OpenInProgress(self.dir) from failed
         try:
             built = self._build(OPEN_FILES, self.dir, self._snapshots)
         except LogDirFailure as exc:
