@@ -764,3 +764,43 @@ def test_a_synchronous_use_after_a_failed_opening_starts_the_next_try():
 
     asyncio.run(scenario())
     p.close()
+
+
+def test_markers_whose_openings_outlast_the_shutdown_are_not_written(tmp_path):
+    """WriteTxnMarkers waits for its logs' openings before it appends: the broker's clean
+    shutdown (TopicManager.close, each partition shut) meanwhile leaves every log closed
+    for good. The append after the wait is refused (KAFKA_STORAGE_ERROR), not written to
+    a log opened again on the loop with its clean-shutdown marker removed."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.apis.txn_markers import write_markers
+    from oncelog.log.log import CLEAN_SHUTDOWN_FILE
+
+    disk = GatedDisk()
+    held, opened = _partition(tmp_path, disk, 0), _partition(tmp_path, OsDisk(), 1)
+    parts = {0: held, 1: opened}
+    broker = SimpleNamespace(topics=SimpleNamespace(partition=lambda topic, i: parts[i]))
+
+    async def scenario() -> dict:
+        disk.arm("open", "partition.metadata.tmp")
+        writing = asyncio.create_task(write_markers(broker, 7, 0, True, 0, [("t", 0), ("t", 1)]))
+        await _reached(disk)
+        for _ in range(WAIT_S * 100):
+            if opened.is_open:
+                break
+            await asyncio.sleep(0.01)
+        assert opened.is_open
+        for p in parts.values():  # what TopicManager.close does
+            p.shut()
+        disk.release.set()
+        errors = await asyncio.wait_for(writing, WAIT_S)
+        await _settled(held.dir)
+        return errors
+
+    errors = asyncio.run(scenario())
+    assert errors == {("t", 0): ErrorCode.kafka_storage_error,
+                      ("t", 1): ErrorCode.kafka_storage_error}
+    assert not opened.is_open and not held.is_open
+    assert os.path.exists(os.path.join(opened.dir, CLEAN_SHUTDOWN_FILE))

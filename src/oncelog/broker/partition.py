@@ -226,6 +226,7 @@ class Partition(OpensOffLoop):
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
             raise self.log_dir.error()
+        self._refuse_if_shut()
         if self._opening is not None or log_opening.busy(self.dir):
             raise log_opening.OpenInProgress(self.dir)
         if self._open_error is not None:

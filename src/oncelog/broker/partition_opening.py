@@ -67,6 +67,7 @@ class OpensOffLoop:
         self._open_error: OSError | None = None
         self._dir_lock = threading.Lock()
         self._set_aside = False
+        self._shut = False  # the broker's clean shutdown closed it: never opened again
 
     async def open_async(self) -> None:
         """Open (create, on the first write; recover, after a restart) the log in a worker
@@ -102,6 +103,7 @@ class OpensOffLoop:
         return opening
 
     def _begin_opening(self, build: Callable[[OpenFiles], Built]) -> asyncio.Future[None]:
+        self._refuse_if_shut()
         opening = self._opening = asyncio.get_running_loop().create_future()
         self._open_error = None
         log_opening.open_off_loop(self.dir, build,
@@ -109,6 +111,20 @@ class OpensOffLoop:
                                                     self.log_dir),
                                   Built.abandon)
         return opening
+
+    def shut(self) -> None:
+        """The broker's clean shutdown (TopicManager.close): closed, and never opened again.
+        A request still running, its await over (WriteTxnMarkers' openings, a Fetch's
+        long poll), is refused rather than opening the closed log and writing to it (its
+        clean-shutdown marker then gone: a full recovery at the next start, and a write
+        acknowledged by a broker shutting down)."""
+        self._shut = True
+        if self._log is not None or self.opening:  # an opening under way is refused
+            self.close()
+
+    def _refuse_if_shut(self) -> None:
+        if self._shut:
+            raise OSError(errno.ESHUTDOWN, f"{self.name}: the broker is shutting down")
 
     @property
     def needs_open(self) -> bool:

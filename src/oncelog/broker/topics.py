@@ -792,8 +792,7 @@ class TopicManager:
         self.moves.stop()
         for topic in self.topics.values():
             for partition in topic.partitions:
-                if partition.is_open or partition.opening:  # an opening is refused
-                    partition.close()
+                partition.shut()
 
 
 def _remove_all(paths: list[str]) -> None:
