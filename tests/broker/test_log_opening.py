@@ -804,3 +804,65 @@ def test_markers_whose_openings_outlast_the_shutdown_are_not_written(tmp_path):
                       ("t", 1): ErrorCode.kafka_storage_error}
     assert not opened.is_open and not held.is_open
     assert os.path.exists(os.path.join(opened.dir, CLEAN_SHUTDOWN_FILE))
+
+
+def test_a_replica_being_opened_fails_no_other_replicas_round(tmp_path):
+    """A follower's partition whose log is being opened in a worker is left out of the
+    fetcher's round (asked again once open) and of the ISR's high watermark move: its
+    ``partition.log`` (OpenInProgress) no longer fails the Fetch of every partition of
+    that leader, an answer applied to it, or the replica manager's pass over a topic."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.replica_fetcher import LeaderFetcher, _Followed
+    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.replication import ReplicaState
+    from oncelog.cluster import znodes as zn
+
+    disk = GatedDisk()
+    held = _partition(tmp_path, disk, 0)
+    held.append_records(_record(b"before the restart"), accept)
+    held.close()
+    held = _partition(tmp_path, disk, 0)
+    fetched = _partition(tmp_path, OsDisk(), 1)
+    fetched.append_records(_record(b"followed"), accept)
+    for p in (held, fetched):
+        p.replication = ReplicaState(2, 1, 3, (1, 2), (1, 2), 0)  # broker 1 leads
+    asked: list = []
+
+    async def call(api, version, body):
+        asked.extend((t.topic, p.partition) for t in body.topics for p in t.partitions)
+        return SimpleNamespace(error_code=ErrorCode.none, responses=[SimpleNamespace(
+            topic="t", partitions=[SimpleNamespace(
+                partition_index=i, error_code=ErrorCode.none, records=b"",
+                high_watermark=1, log_start_offset=0) for _, i in asked])])
+
+    manager = SimpleNamespace(config=SimpleNamespace(get=lambda key: 1000), broker_id=2)
+    fetcher = LeaderFetcher(manager, 1)
+    fetcher._conn = SimpleNamespace(call=call)
+    followed = [_Followed(held, 3), _Followed(fetched, 3)]
+    for f in followed:
+        f.truncated = True
+        fetcher.followed[(f.partition.topic, f.partition.index)] = f
+
+    async def scenario() -> None:
+        disk.arm("open", ".log")
+        opening = held.start_opening()
+        await _reached(disk)
+        await fetcher._fetch(followed)
+        assert asked == [("t", 1)] and followed[0].resume_at > 0
+        assert fetched.replication.high_watermark == 1
+        fetcher._apply(followed[0], 0, SimpleNamespace(
+            error_code=ErrorCode.none, records=_record(b"x"), high_watermark=1,
+            log_start_offset=0))
+        ReplicaManager._adopt_isr(SimpleNamespace(_count_isr=lambda *_: None), held,
+                                  held.replication, zn.PartitionState(1, 3, (1, 2), 0), 0,
+                                  (1, 2), 1)
+        disk.release.set()
+        await asyncio.wait_for(opening, WAIT_S)
+        assert held.log.log_end_offset == 1  # nothing applied while it was opened
+
+    asyncio.run(scenario())
+    held.close()
+    fetched.close()

@@ -217,11 +217,20 @@ class LeaderFetcher:
         topics: dict[str, list] = {}
         for f in ready:
             p = f.partition
+            if not p.is_open:
+                # Being opened (or cut) in a worker, or closed since: its log end is not
+                # known on the loop (partition.log would raise OpenInProgress and fail the
+                # round of every partition of this leader). Asked again once open.
+                p.opened_for_a_duty()
+                self._back_off(f)
+                continue
             offset = p.log.log_end_offset
             asked[(p.topic, p.index)] = (f, offset)
             topics.setdefault(p.topic, []).append(build(
                 mod.FetchPartition, partition=p.index, current_leader_epoch=f.epoch,
                 fetch_offset=offset, log_start_offset=-1, partition_max_bytes=self.max_bytes))
+        if not asked:
+            return
         body = build(mod.FetchRequest, replica_id=self.manager.broker_id,
                      max_wait=datetime.timedelta(milliseconds=self.wait_ms), min_bytes=1,
                      max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
@@ -254,8 +263,9 @@ class LeaderFetcher:
         if result.error_code != ErrorCode.none:
             self._back_off(f)
             return
-        if partition.log.log_end_offset != offset or partition.replication is None:
-            return  # truncated meanwhile: this answer is not ours to use
+        if not partition.is_open or partition.log.log_end_offset != offset or \
+                partition.replication is None:
+            return  # truncated (or being opened) meanwhile: this answer is not ours to use
         records = result.records or b""
         if records:
             partition.append_as_follower(records)

@@ -472,7 +472,11 @@ class ReplicaManager:
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
-        if not partition.log_dir.offline:  # else nothing moves until its leadership goes
+        # Offline: nothing moves until its leadership goes. Not open (being opened, or cut,
+        # in a worker): the next ISR read or follower fetch moves it; partition.log would
+        # raise OpenInProgress here, out of apply_state and past the topic's other
+        # partitions.
+        if not partition.log_dir.offline and partition.is_open:
             current.advance_high_watermark(partition.log.log_end_offset)
             current.resolve_waiters()
 
