@@ -866,3 +866,52 @@ def test_a_replica_being_opened_fails_no_other_replicas_round(tmp_path):
     asyncio.run(scenario())
     held.close()
     fetched.close()
+
+
+def test_a_partition_opened_before_its_turn_keeps_its_validation(tmp_path, monkeypatch):
+    """A Produce whose logs are opened in workers validates each partition's batches
+    once: one whose opening ends while an earlier partition's still runs is appended with
+    the validation done before (not validated again on the loop, its decompression charged
+    twice to the request's Inflation budget)."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.apis import produce
+
+    disk = GatedDisk()
+    first, second = _partition(tmp_path, disk, 0), _partition(tmp_path, OsDisk(), 1)
+    parts = {0: first, 1: second}
+    appended: dict[int, object] = {}
+    append = Partition.append_records
+
+    def recorded(self, records, verify=None, inflation=None, validated=None):
+        appended[self.index] = validated
+        return append(self, records, verify, inflation, validated)
+
+    monkeypatch.setattr(Partition, "append_records", recorded)
+    broker = SimpleNamespace(
+        authorizer=None, counters=SimpleNamespace(inc=lambda *_: None),
+        topics=SimpleNamespace(partition=lambda topic, i: parts[i], by_id=lambda _: None))
+    data = [SimpleNamespace(index=i, records=_record(b"v%d" % i)) for i in (0, 1)]
+    for d in data:
+        d._replace = lambda records, d=d: SimpleNamespace(index=d.index, records=records)
+    request = SimpleNamespace(client_id="c", body=SimpleNamespace(
+        acks=0, transactional_id=None, timeout_ms=1000,
+        topic_data=[SimpleNamespace(name="t", topic_id=None, partition_data=data)]))
+
+    async def scenario() -> None:
+        disk.arm("open", "partition.metadata.tmp")
+        producing = asyncio.ensure_future(produce._produce(broker, request))
+        await _reached(disk)
+        for _ in range(WAIT_S * 100):
+            if second.is_open:
+                break
+            await asyncio.sleep(0.01)
+        assert second.is_open and not first.is_open
+        disk.release.set()
+        assert await asyncio.wait_for(producing, WAIT_S) is None  # acks=0: all appended
+        assert first.log.log_end_offset == 1 and second.log.log_end_offset == 1
+        assert appended[0] is not None and appended[1] is not None
+
+    asyncio.run(scenario())
+    first.close()
+    second.close()

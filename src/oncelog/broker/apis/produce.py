@@ -222,8 +222,11 @@ class _ProduceRun:
                         validated = exc
             self.one(topic_data, pdata, validated)
             for topic_data, pdata in partitions:
-                if not self.one(topic_data, pdata):
+                # Opened meanwhile: appended with its validation done above (run again on
+                # the loop, it would charge the request's Inflation budget twice).
+                if not self.one(topic_data, *prepared.get(id(pdata), (pdata, None))):
                     break
+                prepared.pop(id(pdata), None)
             else:
                 break
         answer = self.answer()
@@ -368,7 +371,7 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
             return ErrorCode.invalid_txn_state
         return broker.txn_verifier(transactional_id, producer_id, epoch, topic, index)
 
-    if validated is None and not partition.is_open:
+    if not partition.is_open and not isinstance(validated, InvalidBatch | OSError):
         return None  # its log is opened in a worker thread first (rest_off_loop)
     try:
         if isinstance(validated, InvalidBatch | OSError):
