@@ -915,3 +915,48 @@ def test_a_partition_opened_before_its_turn_keeps_its_validation(tmp_path, monke
     asyncio.run(scenario())
     first.close()
     second.close()
+
+
+def test_a_second_log_is_never_installed_over_the_published_one(tmp_path):
+    """Defence against the double-opening class (an opening begun for a log already
+    open): its installation fails loudly (its waiters get the error, its files closed) and
+    the log appended to stays the partition's."""
+    p = _partition(tmp_path, OsDisk())
+    p.append_records(_record(b"first"), accept)
+    published = p.log
+
+    async def scenario() -> None:
+        again = p._begin_opening(lambda files: p._build(files, p.dir, p._snapshots))
+        with pytest.raises(AssertionError, match="second log"):
+            await asyncio.wait_for(again, WAIT_S)
+
+    asyncio.run(scenario())
+    assert p.log is published
+    assert p.append_records(_record(b"second"), accept).base_offset == 1
+    p.close()
+
+
+def test_a_truncation_asked_by_a_follower_that_leads_once_open_cuts_nothing(tmp_path):
+    """The fetcher's truncation waits for the log's opening: a role given meanwhile (this
+    broker leads now) makes its offset stale, and nothing is cut (acknowledged data)."""
+    from oncelog.broker.replication import ReplicaState
+
+    disk = GatedDisk()
+    p = _partition(tmp_path, disk)
+    for n in range(3):
+        p.append_records(_record(b"%d" % n), accept)
+    p.close()
+    p = _partition(tmp_path, disk)
+    p.replication = ReplicaState(2, 1, 3, (1, 2), (1, 2), 0)  # broker 1 leads
+
+    async def scenario() -> None:
+        disk.arm("open", ".log")
+        cutting = asyncio.ensure_future(p.truncate_async(1))
+        await _reached(disk)
+        p.replication = ReplicaState(2, 2, 4, (1, 2), (1, 2), 0)  # now this broker leads
+        disk.release.set()
+        await asyncio.wait_for(cutting, WAIT_S)
+        assert p.log.log_end_offset == 3
+
+    asyncio.run(scenario())
+    p.close()

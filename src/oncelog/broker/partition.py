@@ -284,6 +284,10 @@ class Partition(OpensOffLoop):
 
     def _install(self, built: Built) -> None:
         """On the loop: the log opened by ``_build`` becomes the partition's."""
+        # Never over a published log: a second Log over the same files would be installed
+        # over the one appended to meanwhile (producer state and segment sizes behind the
+        # files). Loud here (the opening's waiters fail) rather than silent corruption.
+        assert self._log is None, f"{self.name}: a second log opened over the published one"
         plog, state = built.plog, built.state
         plog.adopt(OPEN_FILES)
         plog.config = self.config  # reconfigured while a worker opened it

@@ -53,6 +53,7 @@ class OpensOffLoop:
     _snapshots: SnapshotFiles
     _epochs: Any
     _next_flush: asyncio.Future[None] | None
+    replication: Any
     dir: str
     log_dir: LogDir
     flushed_offset: int
@@ -266,8 +267,17 @@ class OpensOffLoop:
         closed, the worker cuts the files through a log it opens itself, and the log is
         published again once rebuilt, as an opening is; meanwhile uses wait for it or are
         refused. Raises what the cut or the opening raised; the log is then not open (the
-        next use opens it from what is on disk)."""
+        next use opens it from what is on disk). Cuts nothing when the role it was asked
+        for changed during the opening (a leader now, or another epoch: the offset was
+        the old leader's answer)."""
+        role = self.replication
+        epoch = None if role is None else role.leader_epoch
         await self.open_async()
+        if self.replication is not role or (role is not None and (
+                role.is_leader or role.leader_epoch != epoch)):
+            log.info("%s: its role changed while its log opened: no truncation to %d",
+                     self.name, offset)
+            return
         plog = self._log
         if plog is None or offset >= plog.log_end_offset:
             return
