@@ -960,3 +960,60 @@ def test_a_truncation_asked_by_a_follower_that_leads_once_open_cuts_nothing(tmp_
 
     asyncio.run(scenario())
     p.close()
+
+
+@pytest.mark.parametrize("api", ["fetch", "list_offsets", "offset_for_leader_epoch",
+                                 "delete_records"])
+def test_a_partition_this_broker_does_not_lead_opens_no_log(tmp_path, api):
+    """Fetch, ListOffsets, OffsetForLeaderEpoch and DeleteRecords answer a consumer's
+    partition this broker does not lead NOT_LEADER_OR_FOLLOWER without recovering its log
+    first (in a worker: file work for nothing)."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.apis import fetch, partition_admin
+    from oncelog.broker.replication import ReplicaState
+    from oncelog.protocol import api_versions as apis
+
+    p = _partition(tmp_path, OsDisk())
+    p.append_records(_record(b"before the restart"), accept)
+    p.close()
+    p = _partition(tmp_path, OsDisk())
+    p.replication = ReplicaState(1, 2, 3, (1, 2), (1, 2), 0)  # broker 2 leads
+    assert p.needs_open
+    broker = SimpleNamespace(authorizer=None, broker_id=1,
+                             topics=SimpleNamespace(partition=lambda topic, index: p),
+                             config=SimpleNamespace(get=lambda key: 1 << 20),
+                             quotas=SimpleNamespace(fetch_allowance=lambda request: 1 << 20),
+                             cluster_brokers=lambda listener=None: ())
+    partition = SimpleNamespace(partition_index=0, partition=0, timestamp=-1, offset=0,
+                                current_leader_epoch=-1, leader_epoch=0, fetch_offset=0,
+                                partition_max_bytes=1 << 20, log_start_offset=-1)
+    topic = SimpleNamespace(name="t", topic="t", partitions=[partition])
+    handler, key, version = {
+        "fetch": (fetch.handle_fetch, apis.FETCH, 12),
+        "list_offsets": (fetch.handle_list_offsets, apis.LIST_OFFSETS, 7),
+        "offset_for_leader_epoch": (fetch.handle_offset_for_leader_epoch,
+                                    apis.OFFSET_FOR_LEADER_EPOCH, 4),
+        "delete_records": (partition_admin.handle_delete_records, apis.DELETE_RECORDS, 2)}[api]
+    request = SimpleNamespace(session=SimpleNamespace(listener=None), peer="127.0.0.1:1",
+                              api_key=key, api_version=version, body=SimpleNamespace(
+                                  topics=[topic], replica_id=-1, isolation_level=0,
+                                  timeout_ms=1000, max_wait=timedelta(seconds=WAIT_S),
+                                  min_bytes=1, max_bytes=1 << 20))
+
+    async def scenario():
+        answer = handler(broker, request)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        await _settled(p.dir)
+        return answer
+
+    answer = asyncio.run(scenario())
+    codes = [getattr(q, "error_code", None)
+             for t in getattr(answer, "topics", None) or answer.responses
+             for q in (getattr(t, "partitions", None) or ())]
+    assert codes == [ErrorCode.not_leader_or_follower]
+    assert not p.is_open

@@ -107,15 +107,21 @@ async def handle_fetch(broker, request: Request):
 
 
 def _named(broker, body, version: int, denied: set[str] | None):
-    """The partitions a Fetch names that exist here and it may read."""
+    """The partitions a Fetch names that exist here and it may read (one refused for its
+    role, this broker not its leader, is not opened for nothing)."""
     if denied is None:
         return
+    replica_id = _replica_id(body, version)
     for topic_req in body.topics:
         name = _name_of(broker, getattr(topic_req, "topic_id", None)) if version >= 13 \
             else topic_req.topic
         if name is not None and name not in denied:
             for preq in topic_req.partitions:
-                yield broker.topics.partition(name, preq.partition)
+                partition = broker.topics.partition(name, preq.partition)
+                if partition is not None and not _role_problem(
+                        partition, getattr(preq, "current_leader_epoch", NO_EPOCH),
+                        replica_id):
+                    yield partition
 
 
 def _fetch_denied(broker, request: Request) -> set[str] | None:
@@ -255,8 +261,17 @@ def handle_list_offsets(broker, request: Request):
     names = {t.name for t in request.body.topics}
     denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
-             for t in request.body.topics if t.name not in denied for p in t.partitions]
+             for t in request.body.topics if t.name not in denied for p in t.partitions
+             if _readable_here(broker, t.name, p.partition_index, p)]
     return opened_first(named, lambda: _list_offsets(broker, request, denied))
+
+
+def _readable_here(broker, topic: str, index: int, preq) -> bool:
+    """The partition exists and its role lets this broker answer for it (else nothing is
+    opened for the refusal)."""
+    partition = broker.topics.partition(topic, index)
+    return partition is not None and not _role_problem(
+        partition, getattr(preq, "current_leader_epoch", NO_EPOCH))
 
 
 def _list_offsets(broker, request: Request, denied: set[str]):
@@ -273,14 +288,12 @@ def _list_offsets(broker, request: Request, denied: set[str]):
                                      timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             try:
-                error, timestamp, offset = _list_offset(broker, topic_req.name,
-                                                        preq.partition_index, preq.timestamp,
-                                                        committed)
+                # The role first: a partition refused for it is not read (nor opened).
                 partition = broker.topics.partition(topic_req.name, preq.partition_index)
                 fenced = None if partition is None else _role_problem(
                     partition, getattr(preq, "current_leader_epoch", NO_EPOCH))
-                if fenced and error == ErrorCode.none:
-                    error, timestamp, offset = fenced, -1, -1
+                error, timestamp, offset = (fenced, -1, -1) if fenced else _list_offset(
+                    broker, topic_req.name, preq.partition_index, preq.timestamp, committed)
             except OSError as exc:
                 log.error("list offsets of %s-%d failed: %s", topic_req.name,
                           preq.partition_index, exc)
@@ -358,7 +371,8 @@ def handle_offset_for_leader_epoch(broker, request: Request):
     denied = set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION, quiet=True) else \
         names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     named = [broker.topics.partition(t.topic, p.partition)  # authorized first
-             for t in request.body.topics if t.topic not in denied for p in t.partitions]
+             for t in request.body.topics if t.topic not in denied for p in t.partitions
+             if _readable_here(broker, t.topic, p.partition, p)]
     return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request, denied))
 
 
