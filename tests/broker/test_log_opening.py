@@ -329,10 +329,11 @@ def test_a_truncation_cuts_and_reopens_the_log_in_a_worker(tmp_path):
     p.close()
 
 
-def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works():
-    """One write fails in the worker: every caller gets the error, nothing is open, a use
-    on the loop meets the same error without opening again; the next opening works. An
-    fsync failing in the worker takes the directory offline (declared on the loop)."""
+def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works(caplog):
+    """One write fails in the worker: every caller gets the error (and the broker's log
+    says so), nothing is open, a use on the loop meets the same error without opening
+    again; the next opening works. An fsync failing in the worker takes the directory
+    offline (declared on the loop)."""
     disk = MemoryDisk()
     disk.makedirs("/data")
     p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
@@ -345,6 +346,7 @@ def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works():
     disk.fail("write", path_suffix="partition.metadata.tmp")  # one write fails, once
     failed = asyncio.run(openers(3))
     assert [type(e) for e in failed] == [OSError] * 3
+    assert any("opening its log failed" in r.getMessage() for r in caplog.records)
     assert not p.is_open and not p.opening and not p.log_dir.offline
     with pytest.raises(OSError) as again:
         p.append_records(_record(b"x"), accept)

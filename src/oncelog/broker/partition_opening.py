@@ -26,8 +26,12 @@ from ..log.log import Log
 from ..log.open_files import OpenFiles
 from ..producer_state.manager import ProducerStateManager
 from . import log_opening
+from .log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
+# An opening failing again and again (a bad segment file: each retry of a client's) is one
+# line per retry without a bound.
+_failed = RateLimitedLog(log)
 
 if TYPE_CHECKING:
     from ..log.snapshots import SnapshotFiles
@@ -190,6 +194,8 @@ class OpensOffLoop:
                 return True
             if error is not None and current:
                 self._open_error = error if isinstance(error, OSError) else None
+                _failed.log(logging.WARNING, "failed opening", "%s: opening its log failed: %s",
+                            self.name, error)
         finally:  # whatever happened, the waiters are answered: never left waiting
             failed = error if isinstance(error, OSError) else self._gone()
             if not opening.done():
