@@ -5,10 +5,13 @@ producer spreading over many fresh partitions never stalls the broker's other cl
 Before, each open ran on the event loop: 1,000 fresh partitions froze every connection for
 16 s (docs/benchmarks.md).
 
-The stall is asserted as a ratio measured side by side in one run: the longest ApiVersions
-round trip of a second connection while the spread runs, to the quickest of the spreading
-Produce requests' round trips (both scale with the machine's load). With the opens on the
-loop, a probe waits behind a whole request (a ratio near 1); off it, a few percent.
+What is asserted is structural: no log of the spread was opened on the event loop (the
+broker says so for each, Partition._open). The stall is measured and printed only, as a
+ratio side by side in one run: the longest ApiVersions round trip of a second connection
+while the spread runs, to the quickest of the spreading Produce requests' round trips
+(both scale with the machine's load; a wall-clock bound fails under a loaded CI). With the
+opens on the loop, a probe waited behind a whole request (a ratio near 1); off it, a few
+percent.
 The same broker then meets an opening that fails (a segment file the test makes
 unopenable): KAFKA_STORAGE_ERROR to Produce and Fetch, and the first attempt after the
 fault is gone succeeds."""
@@ -39,10 +42,6 @@ API_VERSIONS = 18
 PARTITIONS = 300
 WRITERS = 3  # connections, each one Produce writing to its share of the partitions
 SLOW_OPEN_MS = 20
-# Each open on the loop stalled the probe, and a request writing to 100 fresh partitions
-# made 100 opens in a row: the worst stall was most of a request's round trip (seconds).
-# Off the loop it is a few percent of the quickest request.
-MAX_STALL_RATIO = 0.5
 RECORD = encode_batch([(None, b"first", (), 1_700_000_000_000)])
 
 
@@ -117,7 +116,9 @@ def test_first_writes_to_many_partitions_do_not_stall_other_clients(broker):
     print(f"{PARTITIONS} first writes in {spread:.2f} s; quickest Produce "
           f"{quickest * 1e3:.0f} ms; worst ApiVersions during the spread "
           f"{worst * 1e3:.1f} ms over {len(stalls)} probes: ratio {worst / quickest:.3f}")
-    assert worst / quickest < MAX_STALL_RATIO
+    # Each open on the loop stalled the probe (a request writing to 100 fresh partitions
+    # made 100 opens in a row); none is.
+    assert "opened on the event loop" not in broker.log_text()
     with client_connect(broker.bootstrap, timeout=30) as conn:  # each in its own partition
         for i in (0, PARTITIONS // 2, PARTITIONS - 1):
             assert _values(calls.fetch(conn, "spread", i, 0, max_wait_ms=0)) == [b"first"], i

@@ -39,6 +39,7 @@ every use of the partition then raises LogDirOffline until a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import logging
@@ -82,7 +83,7 @@ from ..protocol.record_batch import (
 from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
 from . import log_opening
 from .log_dirs import LogDir
-from .partition_opening import Built, OpensOffLoop
+from .partition_opening import Built, OpensOffLoop, on_loop
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,12 @@ class Partition(OpensOffLoop):
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
         self._install(built)
+        with contextlib.suppress(RuntimeError):  # no loop: a tool, nothing to say
+            asyncio.get_running_loop()
+            # A stall of every connection (its file work, fsyncs): a path to teach to
+            # open in a worker (partition_opening.open_all), said so that tests can see it.
+            on_loop.log(logging.INFO, "opened on the loop",
+                        "%s: log opened on the event loop", self.name)
 
     def _build(self, files: OpenFiles, directory: str, snapshots: SnapshotFiles,
                make_dir: Callable[[str], None] | None = None) -> Built:

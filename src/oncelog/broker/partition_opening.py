@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # An opening failing again and again (a bad segment file: each retry of a client's) is one
 # line per retry without a bound.
 _failed = RateLimitedLog(log)
+on_loop = RateLimitedLog(log)  # a log opened on the event loop (Partition._open)
 
 if TYPE_CHECKING:
     from ..log.snapshots import SnapshotFiles
