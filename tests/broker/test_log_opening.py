@@ -1019,3 +1019,49 @@ def test_a_partition_this_broker_does_not_lead_opens_no_log(tmp_path, api):
              for q in (getattr(t, "partitions", None) or ())]
     assert codes == [ErrorCode.not_leader_or_follower]
     assert not p.is_open
+
+
+def _produce_to(parts: dict, acks: int = 0):
+    """A broker and a Produce request (topic t, one record per partition of ``parts``)
+    enough for produce._produce, which opens the logs in workers."""
+    from types import SimpleNamespace
+
+    broker = SimpleNamespace(
+        authorizer=None, counters=SimpleNamespace(inc=lambda *_: None),
+        topics=SimpleNamespace(partition=lambda topic, i: parts.get(i), by_id=lambda _: None))
+    data = [SimpleNamespace(index=i, records=_record(b"v%d" % i)) for i in parts]
+    for d in data:
+        d._replace = lambda records, d=d: SimpleNamespace(index=d.index, records=records)
+    request = SimpleNamespace(client_id="c", body=SimpleNamespace(
+        acks=acks, transactional_id=None, timeout_ms=1000,
+        topic_data=[SimpleNamespace(name="t", topic_id=None, partition_data=data)]))
+    return broker, request
+
+
+def test_a_log_closed_after_its_opening_is_opened_again_for_the_produce(tmp_path,
+                                                                        monkeypatch):
+    """A partition's log closed between the end of its opening and the Produce's turn (a
+    log-dir move's close, the broker's abandoning a failed directory) is opened again and
+    appended to: before, it was silently left out of the answer and never appended (acks=0:
+    the records dropped without a word)."""
+    from oncelog.broker.apis import produce
+
+    closed = _partition(tmp_path, OsDisk(), 0)
+    opened = Partition.open_async
+    closes = [1]
+
+    async def closed_once_opened(self) -> None:
+        await opened(self)
+        if closes:
+            closes.pop()
+            self.close()  # what a log-dir move's _finish does after the opening
+
+    monkeypatch.setattr(Partition, "open_async", closed_once_opened)
+    broker, request = _produce_to({0: closed})
+
+    async def scenario() -> None:
+        assert await asyncio.wait_for(produce._produce(broker, request), WAIT_S) is None
+        assert closed.log.log_end_offset == 1
+
+    asyncio.run(scenario())
+    closed.close()

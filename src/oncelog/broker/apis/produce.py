@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import logging
 from collections.abc import Callable
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
+# How many times a Produce opens a partition's log closed again before its turn.
+_OPENINGS = 3
 # Batches too large to decompress on the event loop are validated here, one at a time: what
 # clients' batches hold decompressed is one batch's at most, on one core, and cramjam lets
 # go of the GIL while it decompresses, so the loop serves everyone else meanwhile.
@@ -209,18 +212,27 @@ class _ProduceRun:
                         partition.start_opening()
         partitions = iter(every[rest + 1:])
         while True:
-            name = _topic_name(self.broker, topic_data)
-            partition = self.broker.topics.partition(name, pdata.index) if name else None
-            validated: list | InvalidBatch | OSError | None = None
-            if partition is not None:
-                ready = prepared.pop(id(pdata), None)
-                pdata, validated = ready or await self._validate(partition, pdata)
-                if not isinstance(validated, InvalidBatch):
-                    try:
-                        await partition.open_async()
-                    except OSError as exc:
-                        validated = exc
-            self.one(topic_data, pdata, validated)
+            # Its log may be closed again between its opening and this turn (a log-dir
+            # move, a failed directory abandoned, the shutdown): opened again, the
+            # partition looked up anew (it may be deleted), a bounded number of times.
+            for _ in range(_OPENINGS):
+                name = _topic_name(self.broker, topic_data)
+                partition = self.broker.topics.partition(name, pdata.index) if name else None
+                validated: list | InvalidBatch | OSError | None = None
+                if partition is not None:
+                    ready = prepared.pop(id(pdata), None)
+                    pdata, validated = ready or await self._validate(partition, pdata)
+                    if not isinstance(validated, InvalidBatch):
+                        try:
+                            await partition.open_async()
+                        except OSError as exc:
+                            validated = exc
+                if self.one(topic_data, pdata, validated):
+                    break
+                prepared[id(pdata)] = (pdata, validated)  # not validated twice
+            else:
+                self.one(topic_data, pdata, OSError(
+                    errno.EAGAIN, f"its log was closed {_OPENINGS} times once opened"))
             for topic_data, pdata in partitions:
                 # Opened meanwhile: appended with its validation done above (run again on
                 # the loop, it would charge the request's Inflation budget twice).
