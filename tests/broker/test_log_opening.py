@@ -1065,3 +1065,54 @@ def test_a_log_closed_after_its_opening_is_opened_again_for_the_produce(tmp_path
 
     asyncio.run(scenario())
     closed.close()
+
+
+def test_a_replica_whose_opening_failed_fails_no_other_replicas_truncation(tmp_path):
+    """A follower's partition whose log could not be opened (its worker's opening failed)
+    is left out of the fetcher's OffsetForLeaderEpoch round, backed off with its next
+    opening started: before, its ``leader_epochs`` (OpenInProgress) failed the round of
+    every partition of that leader, and they all stalled while that one log kept failing."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.replica_fetcher import LeaderFetcher, _Followed
+    from oncelog.broker.replication import ReplicaState
+
+    def replica(index: int) -> Partition:
+        disk = MemoryDisk()
+        disk.makedirs("/data")
+        return Partition("t", index, f"/data/t-{index}", LogConfig(), 1 << 20,
+                         StateLimits(), Issued(), log_dir=LogDir("/data"), disk=disk,
+                         topic_id=uuid.uuid4())
+
+    broken, fine = replica(0), replica(1)
+    broken.disk.fail("write", path_suffix="partition.metadata.tmp")  # its opening fails
+    for p in (broken, fine):
+        p.replication = ReplicaState(2, 1, 3, (1, 2), (1, 2), 0)  # broker 1 leads
+    asked: list = []
+
+    async def call(api, version, body):
+        asked.extend((t.topic, p.partition) for t in body.topics for p in t.partitions)
+        return SimpleNamespace(topics=[SimpleNamespace(topic="t", partitions=[
+            SimpleNamespace(partition=i, error_code=ErrorCode.none, leader_epoch=0,
+                            end_offset=0) for _, i in asked])])
+
+    manager = SimpleNamespace(config=SimpleNamespace(get=lambda key: 1000), broker_id=2)
+    fetcher = LeaderFetcher(manager, 1)
+    fetcher._conn = SimpleNamespace(call=call)
+    followed = [_Followed(broken, 3), _Followed(fine, 3)]
+    for f in followed:
+        fetcher.followed[(f.partition.topic, f.partition.index)] = f
+
+    async def scenario() -> None:
+        await asyncio.wait_for(fetcher._truncate(followed), WAIT_S)
+        assert asked == [("t", 1)]
+        assert followed[0].resume_at > 0 and not followed[0].truncated
+        assert followed[1].truncated
+        await asyncio.wait_for(broken.open_async(), WAIT_S)  # its next try, started
+        await _settled(broken.dir)
+
+    asyncio.run(scenario())
+    broken.close()
+    fine.close()

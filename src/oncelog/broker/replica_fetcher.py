@@ -175,10 +175,14 @@ class LeaderFetcher:
         topics: dict[str, list] = {}
         for f in todo:
             p = f.partition
+            if self._not_open(f):
+                continue
             asked[(p.topic, p.index)] = f
             topics.setdefault(p.topic, []).append(build(
                 mod.OffsetForLeaderPartition, partition=p.index, current_leader_epoch=f.epoch,
                 leader_epoch=p.leader_epochs.latest_epoch))
+        if not asked:
+            return
         body = build(mod.OffsetForLeaderEpochRequest, replica_id=self.manager.broker_id,
                      topics=tuple(build(mod.OffsetForLeaderTopic, topic=t,
                                         partitions=tuple(ps)) for t, ps in topics.items()))
@@ -195,7 +199,20 @@ class LeaderFetcher:
                                     result.error_code.name)
                     self._back_off(f)
                     continue
+                if self._not_open(f):  # closed during the call, or an earlier one's cut
+                    continue
                 f.truncated = await self._truncate_one(f.partition, result)
+
+    def _not_open(self, f: _Followed) -> bool:
+        """Its log is not open: its opening failed (or it was closed since, or is being
+        cut). Its log end and epochs are not known on the loop (partition.log would raise
+        OpenInProgress and fail the round of every partition of this leader): backed off,
+        its opening started, asked again once open."""
+        if f.partition.is_open:
+            return False
+        f.partition.opened_for_a_duty()
+        self._back_off(f)
+        return True
 
     @staticmethod
     async def _truncate_one(partition, result) -> bool:
@@ -217,12 +234,7 @@ class LeaderFetcher:
         topics: dict[str, list] = {}
         for f in ready:
             p = f.partition
-            if not p.is_open:
-                # Being opened (or cut) in a worker, or closed since: its log end is not
-                # known on the loop (partition.log would raise OpenInProgress and fail the
-                # round of every partition of this leader). Asked again once open.
-                p.opened_for_a_duty()
-                self._back_off(f)
+            if self._not_open(f):
                 continue
             offset = p.log.log_end_offset
             asked[(p.topic, p.index)] = (f, offset)
