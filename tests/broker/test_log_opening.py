@@ -1116,3 +1116,32 @@ def test_a_replica_whose_opening_failed_fails_no_other_replicas_truncation(tmp_p
     asyncio.run(scenario())
     broken.close()
     fine.close()
+
+
+def test_a_bug_failing_an_opening_is_said_with_its_traceback_and_kept(tmp_path, monkeypatch,
+                                                                      caplog):
+    """A worker opening failing with neither an OSError nor the metadata store's
+    unavailability is a bug: logged with its traceback and kept as it is (a use after it
+    is refused with it, no next try started), not turned into a retriable EAGAIN that
+    every use retries quietly forever."""
+    import logging
+
+    p = _partition(tmp_path, OsDisk())
+    os.makedirs(p.dir)  # written before: a read opens it
+
+    def broken(*_args, **_kwargs):
+        raise ZeroDivisionError("a bug in the recovery")
+
+    monkeypatch.setattr(Partition, "_build", broken)
+
+    async def scenario() -> None:
+        with caplog.at_level(logging.ERROR, logger="oncelog.broker.partition_opening"):
+            with pytest.raises(ZeroDivisionError):
+                await asyncio.wait_for(p.open_async(), WAIT_S)
+        await _settled(p.dir)
+        assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+        with pytest.raises(ZeroDivisionError):
+            _ = p.log
+        assert not p.opening  # no quiet retry
+
+    asyncio.run(scenario())

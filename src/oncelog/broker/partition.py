@@ -232,6 +232,8 @@ class Partition(OpensOffLoop):
             raise log_opening.OpenInProgress(self.dir)
         if self._open_error is not None:
             failed = self._open_error
+            if not isinstance(failed, OSError):  # a bug, logged: not retried quietly
+                raise failed.with_traceback(None)
             try:
                 asyncio.get_running_loop()
             except RuntimeError:

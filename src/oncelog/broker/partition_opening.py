@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..log.disk import LogDirFailure
 from ..log.log import Log
 from ..log.open_files import OpenFiles
+from ..metadata.store import MetadataUnavailable
 from ..producer_state.manager import ProducerStateManager
 from . import log_opening
 from .log_limits import RateLimitedLog
@@ -70,7 +71,7 @@ class OpensOffLoop:
         # (set_aside).
         self._opening: asyncio.Future[None] | None = None
         self._generation = 0
-        self._open_error: OSError | None = None
+        self._open_error: BaseException | None = None
         self._dir_lock = threading.Lock()
         self._set_aside = False
         self._shut = False  # the broker's clean shutdown closed it: never opened again
@@ -160,14 +161,17 @@ class OpensOffLoop:
         current = generation == self._generation and self._opening is opening
         if current:
             self._opening = None
-        if error is not None and not isinstance(error, (OSError, LogDirFailure)):
-            # The metadata store away (MetadataUnavailable from the producer id bound): an
-            # OSError as any failed opening, answered retriable by every use, and kept
-            # (_open_error) so that no use repeats the recovery, and its store call, on
-            # the loop.
+        if isinstance(error, MetadataUnavailable):
+            # The metadata store away (from the producer id bound): an OSError as any
+            # failed opening, answered retriable by every use, and kept (_open_error) so
+            # that no use repeats the recovery, and its store call, on the loop.
             cause = error
             error = OSError(errno.EAGAIN, f"{self.name}: opening its log failed: {cause}")
             error.__cause__ = cause
+        elif error is not None and not isinstance(error, (OSError, LogDirFailure)):
+            # A bug: said with its traceback, and kept as it is below (a use after it is
+            # refused with it, not retried quietly forever as a retriable failure).
+            log.error("%s: opening its log failed", self.name, exc_info=error)
         if isinstance(error, LogDirFailure) and not current and \
                 (self._deleted or self._set_aside):
             # Its directory was renamed away under it (a deletion): no failure of the disk.
@@ -194,7 +198,8 @@ class OpensOffLoop:
                     opening.set_result(None)
                 return True
             if error is not None and current:
-                self._open_error = error if isinstance(error, OSError) else None
+                self._open_error = error
+            if isinstance(error, OSError) and current:
                 _failed.log(logging.WARNING, "failed opening", "%s: opening its log failed: %s",
                             self.name, error)
         finally:  # whatever happened, the waiters are answered: never left waiting
