@@ -296,7 +296,8 @@ class Partition(OpensOffLoop):
         # Never over a published log: a second Log over the same files would be installed
         # over the one appended to meanwhile (producer state and segment sizes behind the
         # files). Loud here (the opening's waiters fail) rather than silent corruption.
-        assert self._log is None, f"{self.name}: a second log opened over the published one"
+        if self._log is not None:  # not an assert: python -O would strip it
+            raise RuntimeError(f"{self.name}: a second log opened over the published one")
         plog, state = built.plog, built.state
         plog.adopt(OPEN_FILES)
         plog.config = self.config  # reconfigured while a worker opened it
