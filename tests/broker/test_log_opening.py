@@ -81,6 +81,15 @@ class GatedDisk(OsDisk):
         return os.open(path, flags, mode)
 
 
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """The next opening after a failed one may start at once (no backoff: the test is
+    about something else)."""
+    from oncelog.broker import partition_opening
+
+    monkeypatch.setattr(partition_opening, "_RETRY_FIRST_S", 0.0)
+
+
 def _partition(root, disk: OsDisk, index: int = 0, config: LogConfig | None = None
                ) -> Partition:
     return Partition("t", index, str(root / f"t-{index}"), config or LogConfig(), 1 << 20,
@@ -329,7 +338,7 @@ def test_a_truncation_cuts_and_reopens_the_log_in_a_worker(tmp_path):
     p.close()
 
 
-def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works(caplog):
+def test_a_failed_opening_leaves_nothing_open_and_the_next_one_works(caplog, no_backoff):
     """One write fails in the worker: every caller gets the error (and the broker's log
     says so), nothing is open, a use on the loop meets the same error without opening
     again; the next opening works. An fsync failing in the worker takes the directory
@@ -465,7 +474,7 @@ class _StoreDown(Issued):
         raise MetadataUnavailable("zookeeper is away")
 
 
-def test_a_store_failing_while_the_log_opens_fails_the_opening(tmp_path):
+def test_a_store_failing_while_the_log_opens_fails_the_opening(tmp_path, no_backoff):
     """Opening needs the producer id bound (the metadata store, in a cluster) when the
     log lost batches: it is read in the worker (ZooKeeper may take its session timeout to
     answer), and a store that fails with anything fails the opening's waiters (they waited
@@ -744,7 +753,7 @@ def test_a_long_poll_reread_waits_for_an_opening_another_request_started(tmp_pat
     written.close()
 
 
-def test_a_synchronous_use_after_a_failed_opening_starts_the_next_try():
+def test_a_synchronous_use_after_a_failed_opening_starts_the_next_try(no_backoff):
     """A use that only reads ``partition.log`` (a coordinator's load retrying) after a
     worker's opening failed is answered retriable and starts the next opening in a worker:
     it is not refused forever until a duty happens to open the log."""
@@ -1068,7 +1077,8 @@ def test_a_log_closed_after_its_opening_is_opened_again_for_the_produce(tmp_path
     closed.close()
 
 
-def test_a_replica_whose_opening_failed_fails_no_other_replicas_truncation(tmp_path):
+def test_a_replica_whose_opening_failed_fails_no_other_replicas_truncation(tmp_path,
+                                                                           no_backoff):
     """A follower's partition whose log could not be opened (its worker's opening failed)
     is left out of the fetcher's OffsetForLeaderEpoch round, backed off with its next
     opening started: before, its ``leader_epochs`` (OpenInProgress) failed the round of
@@ -1146,3 +1156,49 @@ def test_a_bug_failing_an_opening_is_said_with_its_traceback_and_kept(tmp_path, 
         assert not p.opening  # no quiet retry
 
     asyncio.run(scenario())
+
+
+def test_the_next_try_after_a_failed_opening_waits_for_its_backoff(monkeypatch):
+    """A log whose opening keeps failing is not recovered back to back by every use: the
+    next try in the background starts only once its backoff is over (doubling from 0.5 s
+    to 30 s, back to the start once an opening works); a use before it is refused retriable
+    and starts nothing."""
+    from oncelog.broker import partition_opening
+
+    now = [1000.0]
+    monkeypatch.setattr(partition_opening, "_now", lambda: now[0], raising=False)
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                  log_dir=LogDir("/data"), disk=disk, topic_id=uuid.uuid4())
+    disk.fail("write", path_suffix="partition.metadata.tmp", times=2)
+
+    async def refused_without_a_try() -> None:
+        with pytest.raises(OSError) as refused:
+            _ = p.log
+        assert refused.value.errno == errno.EAGAIN
+        assert p.opened_for_a_duty() and not p.opening
+
+    async def a_try_started() -> asyncio.Future:
+        with pytest.raises(OSError) as refused:
+            _ = p.log
+        assert refused.value.errno == errno.EAGAIN and p.opening
+        return p.start_opening()
+
+    async def scenario() -> None:
+        with pytest.raises(OSError):
+            await asyncio.wait_for(p.open_async(), WAIT_S)
+        await _settled(p.dir)
+        await refused_without_a_try()
+        now[0] += 0.5
+        with pytest.raises(OSError):  # the second failure: 1 s now
+            await asyncio.wait_for(await a_try_started(), WAIT_S)
+        await _settled(p.dir)
+        now[0] += 0.9
+        await refused_without_a_try()
+        now[0] += 0.1
+        await asyncio.wait_for(await a_try_started(), WAIT_S)
+        assert p.is_open and p.log.log_end_offset == 0
+
+    asyncio.run(scenario())
+    p.close()

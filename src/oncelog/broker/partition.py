@@ -240,7 +240,8 @@ class Partition(OpensOffLoop):
                 raise failed from None
             # A use that never opens (a coordinator's load retrying through source.log)
             # would meet the failure forever: it starts the next try, in a worker, and is
-            # answered retriable meanwhile (its own retries are the backoff).
+            # answered retriable meanwhile; before the failure's backoff is over it starts
+            # nothing (start_opening refuses, EAGAIN).
             self.start_opening()
             raise log_opening.OpenInProgress(self.dir) from failed
         try:

@@ -18,6 +18,7 @@ import errno
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -34,6 +35,12 @@ log = logging.getLogger(__name__)
 # line per retry without a bound.
 _failed = RateLimitedLog(log)
 on_loop = RateLimitedLog(log)  # a log opened on the event loop (Partition._open)
+# After a failed opening the next try waits this long, doubled at each failure up to the
+# most: a log that cannot be opened (a bad segment file) is not recovered back to back by
+# every use and every client's retry.
+_RETRY_FIRST_S = 0.5
+_RETRY_MOST_S = 30.0
+_now = time.monotonic  # (a test moves the clock)
 
 if TYPE_CHECKING:
     from ..log.snapshots import SnapshotFiles
@@ -72,6 +79,8 @@ class OpensOffLoop:
         self._opening: asyncio.Future[None] | None = None
         self._generation = 0
         self._open_error: BaseException | None = None
+        self._retry_s = 0.0  # the backoff after the last failure (0: the last one worked)
+        self._retry_at = 0.0  # no next try before (monotonic)
         self._dir_lock = threading.Lock()
         self._set_aside = False
         self._shut = False  # the broker's clean shutdown closed it: never opened again
@@ -104,6 +113,7 @@ class OpensOffLoop:
             raise self.log_dir.error()
         opening = self._opening
         if opening is None:
+            self._refuse_if_backing_off()
             directory, snapshots = self.dir, self._snapshots
             opening = self._begin_opening(
                 lambda files: self._build(files, directory, snapshots, self._make_dir))
@@ -128,6 +138,15 @@ class OpensOffLoop:
         self._shut = True
         if self._log is not None or self.opening:  # an opening under way is refused
             self.close()
+
+    def _backing_off(self) -> bool:
+        return self._open_error is not None and _now() < self._retry_at
+
+    def _refuse_if_backing_off(self) -> None:
+        if self._backing_off():
+            raise OSError(errno.EAGAIN, f"{self.name}: opening its log failed "
+                          f"({self._open_error}); tried again in "
+                          f"{self._retry_at - _now():.1f}s") from self._open_error
 
     def _refuse_if_shut(self) -> None:
         if self._shut:
@@ -194,11 +213,14 @@ class OpensOffLoop:
                     # worker must never touch (True: nothing left for the worker to close).
                     built.abandon()
                     return True
+                self._retry_s = 0.0
                 if not opening.done():
                     opening.set_result(None)
                 return True
             if error is not None and current:
                 self._open_error = error
+                self._retry_s = min(_RETRY_MOST_S, max(_RETRY_FIRST_S, self._retry_s * 2))
+                self._retry_at = _now() + self._retry_s
             if isinstance(error, OSError) and current:
                 _failed.log(logging.WARNING, "failed opening", "%s: opening its log failed: %s",
                             self.name, error)
@@ -267,6 +289,8 @@ class OpensOffLoop:
             asyncio.get_running_loop()
         except RuntimeError:
             return self.opening
+        if self._backing_off():  # its last opening failed: a pass after the backoff
+            return True
         try:
             self.start_opening()
         except OSError:  # deleted, or offline: the duty's own use says so
