@@ -1202,3 +1202,31 @@ def test_the_next_try_after_a_failed_opening_waits_for_its_backoff(monkeypatch):
 
     asyncio.run(scenario())
     p.close()
+
+
+def test_an_isr_shrink_moves_the_high_watermark_of_a_leader_whose_log_is_closed(tmp_path):
+    """The ISR shrinking to the leader alone moves its high watermark and answers its
+    acks=-1 waiters even while its log is closed (a log-dir move, a failed opening): its
+    opening is started and the move made once it is open. Before, the ISR adoption
+    skipped it, and the Produce waited out its timeout."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.replication import ReplicaState
+    from oncelog.cluster import znodes as zn
+
+    p = _partition(tmp_path, OsDisk())
+    p.append_records(_record(b"acks=-1"), accept)
+    p.close()
+    current = p.replication = ReplicaState(1, 1, 3, (1, 2), (1, 2), 0)  # broker 1 leads
+
+    async def scenario() -> None:
+        waiting = current.wait_for(1, WAIT_S)
+        assert waiting is not None
+        ReplicaManager._adopt_isr(SimpleNamespace(_count_isr=lambda *_: None), p, current,
+                                  zn.PartitionState(1, 3, (1,), 0), 1, (1, 2), 1)
+        await asyncio.wait_for(waiting, WAIT_S)
+        assert current.high_watermark == 1 and p.is_open
+
+    asyncio.run(scenario())
+    p.close()

@@ -75,6 +75,15 @@ def topic_uuid(name: str, topic_id: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog-topic:{name}")
 
 
+def _advance(partition: Partition, current: ReplicaState) -> None:
+    """The high watermark moved to what the ISR read allows, its acks=-1 waiters answered,
+    when the role read is still the partition's and its log open."""
+    if partition.replication is current and partition.is_open and \
+            not partition.log_dir.offline:
+        current.advance_high_watermark(partition.log.log_end_offset)
+        current.resolve_waiters()
+
+
 class ReplicaManager:
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -473,12 +482,20 @@ class ReplicaManager:
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
         # Offline: nothing moves until its leadership goes. Not open (being opened, or cut,
-        # in a worker): the next ISR read or follower fetch moves it; partition.log would
-        # raise OpenInProgress here, out of apply_state and past the topic's other
-        # partitions.
-        if not partition.log_dir.offline and partition.is_open:
-            current.advance_high_watermark(partition.log.log_end_offset)
-            current.resolve_waiters()
+        # in a worker; or closed): moved once its opening, started here, is over;
+        # partition.log would raise OpenInProgress here, out of apply_state and past the
+        # topic's other partitions. (A leader's ISR shrunk: its acks=-1 waiters answered
+        # then, not at their timeout.)
+        if partition.log_dir.offline:
+            return
+        if partition.is_open:
+            _advance(partition, current)
+            return
+        try:
+            opening = partition.start_opening()
+        except OSError:  # deleted, or backing off after a failed opening: the next read
+            return
+        opening.add_done_callback(lambda _: _advance(partition, current))
 
     # --- as leader -----------------------------------------------------------------------
 
