@@ -28,6 +28,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from support.brokers import BrokerProcess, create_topic
 from support.raw_wire import connect, read_frame
+from support.waits import wait_for
 
 from oncelog.client.network import calls
 from oncelog.client.network.connection import KafkaError
@@ -127,13 +128,14 @@ def test_first_writes_to_many_partitions_do_not_stall_other_clients(broker):
 def test_a_failed_opening_is_answered_kafka_storage_error_and_retried(broker):
     """The partition's first segment cannot be opened (the test makes its name a
     directory): Produce and Fetch are answered KAFKA_STORAGE_ERROR, nothing is left
-    half-open and the directory stays online; once the fault is gone the next produce opens
+    half-open and the directory stays online; once the fault is gone a produce after the
+    failure's backoff (0.5 s: retries meanwhile are refused without opening again) opens
     the log and is stored."""
     create_topic(broker.bootstrap, "unopenable", 2)
     blocker = broker.data_dir / "unopenable-0" / ("0" * 20 + ".log")
     os.makedirs(blocker)
     with client_connect(broker.bootstrap, timeout=30) as conn:
-        for _ in range(2):  # a retry opens again, in the worker, and fails again
+        for _ in range(2):  # a retry: refused (its backoff), or opened again and failed
             with pytest.raises(KafkaError) as refused:
                 calls.produce(conn, "unopenable", 0, RECORD)
             assert refused.value.error == ErrorCode.kafka_storage_error
@@ -142,6 +144,15 @@ def test_a_failed_opening_is_answered_kafka_storage_error_and_retried(broker):
         assert unread.value.error == ErrorCode.kafka_storage_error
         calls.produce(conn, "unopenable", 1, RECORD)  # the directory is still online
         os.rmdir(blocker)
-        calls.produce(conn, "unopenable", 0, RECORD)
+
+        def stored() -> bool:
+            try:
+                calls.produce(conn, "unopenable", 0, RECORD)
+            except KafkaError as exc:
+                assert exc.error == ErrorCode.kafka_storage_error
+                return False
+            return True
+
+        wait_for(stored, 30, "a produce once the failed opening's backoff is over", 0.1)
         assert _values(calls.fetch(conn, "unopenable", 0, 0, max_wait_ms=0)) == [b"first"]
     assert "writing the log failed" in broker.log_text()
