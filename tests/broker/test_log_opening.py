@@ -1230,3 +1230,37 @@ def test_an_isr_shrink_moves_the_high_watermark_of_a_leader_whose_log_is_closed(
 
     asyncio.run(scenario())
     p.close()
+
+
+def test_a_new_leader_role_opens_its_log_during_a_failed_openings_backoff():
+    """Becoming leader is no retry: a log whose last opening failed is opened for the new
+    role at once, the role held until then, not applied over a log refused (its use
+    failing the pass over the topic's other partitions) until the backoff ends."""
+    from types import SimpleNamespace
+
+    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.cluster import isr as rules
+
+    disk = MemoryDisk()
+    disk.makedirs("/data")
+    p = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), Issued(),
+                  log_dir=LogDir("/data"), disk=disk, topic_id=uuid.uuid4())
+    disk.fail("write", path_suffix="partition.metadata.tmp")
+    opened: list = []
+    manager = SimpleNamespace(_awaiting_log={}, _unopened=set(), _log_opened=opened.append)
+
+    async def scenario() -> None:
+        with pytest.raises(OSError):
+            await asyncio.wait_for(p.open_async(), WAIT_S)
+        await _settled(p.dir)
+        args = (SimpleNamespace(leader_epoch=1), 0)
+        assert ReplicaManager._open_first(manager, p, rules.Role.BECOME_LEADER, args)
+        assert p.opening
+        for _ in range(WAIT_S * 100):
+            if opened:
+                break
+            await asyncio.sleep(0.01)
+        assert opened == [p] and p.is_open
+
+    asyncio.run(scenario())
+    p.close()

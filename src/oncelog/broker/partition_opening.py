@@ -95,14 +95,15 @@ class OpensOffLoop:
             return
         await asyncio.shield(self.start_opening())
 
-    def start_opening(self) -> asyncio.Future[None]:
+    def start_opening(self, *, now: bool = False) -> asyncio.Future[None]:
         """The opening ``open_async`` waits for, started if none is under way (a caller
         starts several partitions' openings before it waits for the first); done at once
         when the log is open. A caller may have found it not open before an await (produce
         validates its batches first): opened again, a second Log over the same files would
         be installed over the one appended to meanwhile (its producer state and segment
         sizes behind the files: OUT_OF_ORDER_SEQUENCE_NUMBER, and Fetch reading from inside
-        a batch)."""
+        a batch). After a failed opening, refused (EAGAIN) until its backoff is over, unless
+        ``now`` (a new role: not a retry)."""
         if self._log is not None:
             opened = asyncio.get_running_loop().create_future()
             opened.set_result(None)
@@ -113,7 +114,8 @@ class OpensOffLoop:
             raise self.log_dir.error()
         opening = self._opening
         if opening is None:
-            self._refuse_if_backing_off()
+            if not now:
+                self._refuse_if_backing_off()
             directory, snapshots = self.dir, self._snapshots
             opening = self._begin_opening(
                 lambda files: self._build(files, directory, snapshots, self._make_dir))

@@ -435,7 +435,9 @@ class ReplicaManager:
         self._awaiting_log[partition] = args
         if first:
             try:
-                opening = partition.start_opening()
+                # A new role is no retry: not held back by a failed opening's backoff (its
+                # use of the log would otherwise fail the topic's pass).
+                opening = partition.start_opening(now=True)
             except OSError:  # deleted: nothing to apply; offline: handled by the role
                 del self._awaiting_log[partition]
                 return False
