@@ -351,8 +351,8 @@ async def open_all(partitions: Iterable[OpensOffLoop | None], writing: bool = Fa
     (``writing``: every one not open, created if need be), waiting at most ``timeout``
     (the openings go on after it); no await at all when none needs opening. A failure is
     left to the use that follows, which is refused without any file work on the loop
-    (``_open``: retriable, the next try started in a worker) and answers it as any:
-    KAFKA_STORAGE_ERROR, or the partition's offline handling."""
+    (``_open``: retriable, the next try started in a worker once its backoff is over) and
+    answers it as any: KAFKA_STORAGE_ERROR, or the partition's offline handling."""
     waiting = []
     for p in partitions:
         if p is None or p.is_open or not (writing or p.needs_open):
