@@ -41,10 +41,12 @@ class Issued:
 
 
 async def settled(condition) -> None:
-    for _ in range(200):
+    # In time, not turns of the loop: a replica's log is opened in a worker thread before
+    # it leads (ReplicaManager._open_first).
+    for _ in range(500):
         if condition():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
     raise AssertionError("not settled")
 
 

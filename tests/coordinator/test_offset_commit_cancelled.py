@@ -134,6 +134,9 @@ def test_a_cancelled_produce_wait_leaves_the_produce_and_marker_sharing_its_fsyn
         await broker.start()
         try:
             broker.topics.create("t", 1, 1, {})
+            # Opened as a Produce request would first (in a worker): _produce_partition
+            # leaves a log not open yet to that.
+            await broker.topics.partition("t", 0).open_async()
 
             def produce() -> asyncio.Future:
                 batch = encode_batch([(None, b"v", (), 0)])

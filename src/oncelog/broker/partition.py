@@ -26,6 +26,11 @@ offset is the first offset of the earliest transaction still open here. On open,
 of aborted transactions the log cannot vouch for (a recovered segment) are rebuilt by the
 replay of producer state, which starts at a snapshot no later than the first such segment.
 
+Opening: the log is opened on first use. The request paths have it opened (created, or
+recovered after a restart) in a worker thread first (partition_opening.py); ``_build`` makes
+the log and producer state from the files wherever it runs, ``_install`` makes them the
+partition's on the loop, and ``_open`` does both at once where no loop waits (tools, tests).
+
 Failures: an OSError from an append leaves everything as before (KAFKA_STORAGE_ERROR for that
 request); LogDirFailure (an fsync or an undo that failed) takes the log directory offline, and
 every use of the partition then raises LogDirOffline until a restart.
@@ -34,6 +39,7 @@ every use of the partition then raises LogDirOffline until a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import logging
@@ -50,6 +56,7 @@ from ..log.compaction import Cleanable
 from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
 from ..log.leader_epoch import LeaderEpochCache
 from ..log.log import ABSENT_LOG, Log, LogConfig
+from ..log.open_files import OPEN_FILES, OpenFiles
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
@@ -74,7 +81,9 @@ from ..protocol.record_batch import (
     split_batches,
 )
 from ..protocol.validation import DEFAULT_RULES, Inflation, RecordRules, validate_batches
+from . import log_opening
 from .log_dirs import LogDir
+from .partition_opening import Built, OpensOffLoop, on_loop
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +122,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Partition:
+class Partition(OpensOffLoop):
     def __init__(self, topic: str, index: int, directory: str, config: LogConfig,
                  max_message_bytes: int, limits: StateLimits,
                  producer_ids: IssuedProducerIds, record_rules: RecordRules = DEFAULT_RULES,
@@ -146,6 +155,7 @@ class Partition:
         self.replication: Any = None
         self.leader_epoch = 0  # stamped on every batch appended as leader
         self._epochs: LeaderEpochCache | None = None
+        self._init_opening()
 
     @property
     def name(self) -> str:
@@ -209,25 +219,62 @@ class Partition:
             return False
 
     def _open(self) -> None:
+        """Open the log on the calling thread (tools, tests, and the loop's paths not taught
+        to wait for ``open_async``). Refused while a worker opens the same directory, and
+        after a worker's opening failed: the loop never repeats a failed opening's file
+        work itself; with a loop running, the refusal starts the next try in a worker."""
         if self._deleted:  # a request that still holds it must not bring its files back
             raise FileNotFoundError(errno.ENOENT, f"partition {self.name} was deleted")
         if self.log_dir.offline:
             raise self.log_dir.error()
+        self._refuse_if_shut()
+        if self._opening is not None or log_opening.busy(self.dir):
+            raise log_opening.OpenInProgress(self.dir)
+        if self._open_error is not None:
+            failed = self._open_error
+            if not isinstance(failed, OSError):  # a bug, logged: not retried quietly
+                raise failed.with_traceback(None)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                raise failed from None
+            # A use that never opens (a coordinator's load retrying through source.log)
+            # would meet the failure forever: it starts the next try, in a worker, and is
+            # answered retriable meanwhile; before the failure's backoff is over it starts
+            # nothing (start_opening refuses, EAGAIN).
+            self.start_opening()
+            raise log_opening.OpenInProgress(self.dir) from failed
         try:
-            plog = Log(self.dir, self.config, self.disk)
+            built = self._build(OPEN_FILES, self.dir, self._snapshots)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
-        if self.topic_id is not None and partition_metadata.read(self.disk, self.dir) is None:
-            try:
-                partition_metadata.write(self.disk, self.dir, self.topic_id)
-            except BaseException:
-                plog.abandon()
-                raise
+        self._install(built)
+        with contextlib.suppress(RuntimeError):  # no loop: a tool, nothing to say
+            asyncio.get_running_loop()
+            # A stall of every connection (its file work, fsyncs): a path to teach to
+            # open in a worker (partition_opening.open_all), said so that tests can see it.
+            on_loop.log(logging.INFO, "opened on the loop",
+                        "%s: log opened on the event loop", self.name)
+
+    def _build(self, files: OpenFiles, directory: str, snapshots: SnapshotFiles,
+               make_dir: Callable[[str], None] | None = None) -> Built:
+        """The log and producer state as the files say, without touching the partition:
+        run on the loop by ``_open`` or in a worker by ``open_async``. Raises (the files
+        closed) when anything failed; LogDirFailure for the caller to declare."""
+        plog = Log(directory, self.config, self.disk, files, make_dir)
         try:
+            if self.topic_id is not None and \
+                    partition_metadata.read(self.disk, directory) is None:
+                partition_metadata.write(self.disk, directory, self.topic_id)
             state = ProducerStateManager(self.limits)
             untrusted = plog.txn_index_untrusted_from()
-            start = self._load_snapshot(plog, state,
-                                        plog.log_end_offset if untrusted is None else untrusted)
+            start, forget = self._load_snapshot(
+                plog, state, snapshots, plog.log_end_offset if untrusted is None else untrusted)
+            if forget:
+                # Batches are gone: anyone who wrote only there is forgotten. The bound may
+                # come from the metadata store (ZooKeeper: up to its session timeout), read
+                # here, in the worker, never on the loop.
+                state.forget_everyone(self._producer_ids.highest_claimed())
             plog.forget_aborted_from(start)
             replayed = 0
             now = _now_ms()
@@ -240,17 +287,32 @@ class Partition:
             # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
             # page cache; a power cut after it does not).
             plog.flush()
-        except LogDirFailure as exc:
-            plog.abandon()
-            raise self.log_dir.fail(exc) from exc
         except BaseException:
             plog.abandon()
             raise
-        if replayed:
+        return Built(plog, state, start, replayed)
+
+    def _install(self, built: Built) -> None:
+        """On the loop: the log opened by ``_build`` becomes the partition's."""
+        # Never over a published log: a second Log over the same files would be installed
+        # over the one appended to meanwhile (producer state and segment sizes behind the
+        # files). Loud here (the opening's waiters fail) rather than silent corruption.
+        if self._log is not None:  # not an assert: python -O would strip it
+            raise RuntimeError(f"{self.name}: a second log opened over the published one")
+        plog, state = built.plog, built.state
+        plog.adopt(OPEN_FILES)
+        plog.config = self.config  # reconfigured while a worker opened it
+        state.set_limits(self.limits)
+        if built.replayed:
             log.info("%s: producer state rebuilt from %d batches after offset %d", self.name,
-                     replayed, start)
+                     built.replayed, built.start)
         self.flushed_offset = plog.log_end_offset
+        # A round running still covers the log replaced (cut), none of this one's batches:
+        # an append here waits for the next round (durable).
+        self._flushing_to = -1
         self._log, self._state = plog, state
+        if self._next_flush is not None and self._this_flush is None:
+            asyncio.get_running_loop().call_soon(self._start_flush)  # held by _start_flush
 
     @staticmethod
     def _replay(plog: Log, state: ProducerStateManager, header: BatchHeader, now: int) -> None:
@@ -268,21 +330,23 @@ class Partition:
         if completed is not None and completed.aborted:
             plog.add_aborted(_aborted_entry(completed))
 
-    def _load_snapshot(self, plog: Log, state: ProducerStateManager, at_most: int) -> int:
+    def _load_snapshot(self, plog: Log, state: ProducerStateManager, snapshots: SnapshotFiles,
+                       at_most: int) -> tuple[int, bool]:
         """Load the newest good snapshot at or before ``at_most``; returns the offset the log
-        must be replayed from."""
+        must be replayed from, and whether every producer issued so far is to be forgotten
+        (``_build`` does it)."""
         end = plog.log_end_offset
-        for offset in self._snapshots.offsets():
+        for offset in snapshots.offsets():
             if offset > end:
                 # Taken before a crash cut the log back: it describes batches that are gone.
                 log.warning("%s: snapshot at %d is past the log end %d; deleting it", self.name,
                             offset, end)
-                self._snapshots.delete(offset)
+                snapshots.delete(offset)
                 continue
             if offset > at_most:
                 continue  # the replay must cover a segment whose index is to be rebuilt
             try:
-                snap = snapshot.decode(self._snapshots.read(offset))
+                snap = snapshot.decode(snapshots.read(offset))
                 if snap.offset != offset:
                     raise snapshot.BadSnapshot(f"it says it covers offsets up to {snap.offset}")
             except (snapshot.BadSnapshot, OSError) as exc:
@@ -296,13 +360,13 @@ class Partition:
             if offset < plog.base_offset:
                 # Batches between the snapshot and the first segment are gone: anyone who
                 # wrote only there is forgotten.
-                state.forget_everyone(self._producer_ids.highest_claimed())
-            return max(offset, plog.base_offset)
+                return plog.base_offset, True
+            return max(offset, plog.base_offset), False
         if plog.base_offset > 0 or plog.first_dirty_offset is not None:
             # Batches are gone (deleted by retention, or compacted away: the cleaner keeps
             # the last batch only of producers the partition still remembered).
-            state.forget_everyone(self._producer_ids.highest_claimed())
-        return plog.base_offset
+            return plog.base_offset, True
+        return plog.base_offset, False
 
     # --- the produce path ------------------------------------------------------------------
 
@@ -595,6 +659,11 @@ class Partition:
         try:
             if self.log_dir.offline:
                 raise self.log_dir.error()
+            if plog is None and self._opening is not None:
+                # Taken from the loop to be cut (truncate_async): the round waits for it,
+                # started by _install (not running meanwhile, so that it is).
+                self._this_flush, self._next_flush = None, done
+                return
             if plog is None:  # closed meanwhile: sealing it fsynced everything
                 self._flush_done(done, None)
                 return
@@ -667,7 +736,7 @@ class Partition:
     # --- duties ----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> None:
-        if self._absent():
+        if self._absent() or self.opened_for_a_duty():  # the next pass, once it is open
             return
         plog = self.log
         try:
@@ -703,7 +772,7 @@ class Partition:
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
-        if self.config.compaction is None or self._absent():
+        if self.config.compaction is None or self._absent() or self.opened_for_a_duty():
             return None
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
@@ -766,7 +835,12 @@ class Partition:
     def close(self) -> None:
         """Clean shutdown: a snapshot at the log end, the log sealed and marked clean. Not
         for a partition whose directory failed: that one must be recovered (``abandon``)."""
+        self._let_go_of_opening()
         if self._log is None:
+            waiting, self._next_flush = self._next_flush, None  # asked while it was cut
+            if waiting is not None and not waiting.done():
+                waiting.set_exception(self._gone())
+                waiting.exception()
             return
         if self.log_dir.offline:
             self.abandon()
@@ -801,12 +875,14 @@ class Partition:
         """Use the partition's files at ``directory`` from now on (a move between log
         directories, see log_dir_moves.py); the partition must be closed."""
         assert self._log is None, "relocating an open partition"
+        self._let_go_of_opening()
         self.dir = directory
         self.log_dir = log_dir
         self._snapshots = SnapshotFiles(directory, self.disk)
 
     def abandon(self) -> None:
         """Let go of the files as a crash would: no snapshot, no clean-shutdown marker."""
+        self._let_go_of_opening()
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None
@@ -817,7 +893,9 @@ class Partition:
 
     def delete(self) -> None:
         """Let go of the files for good (the caller moves the directory aside)."""
-        self._deleted = True
+        with self._dir_lock:  # no worker creates the directory from here on
+            self._deleted = True
+        self._let_go_of_opening()
         if self._log is not None:
             self._log.abandon()
             self._log = self._state = None

@@ -34,6 +34,7 @@ from ..protocol.api_versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from ..protocol.record_batch import InvalidBatch
 from ..protocol.schema import build, request_module
 from .inter_broker import BrokerConnection, InterBrokerError, connect, opener
+from .partition_opening import open_all
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +185,22 @@ class LeaderFetcher:
     async def _truncate(self, todo: list[_Followed]) -> None:
         """One OffsetForLeaderEpoch round for ``todo``, each asking for the end of its own
         latest epoch."""
+        # A replica's log not open (its first, or its first since a restart) is opened in
+        # worker threads, not on the loop.
+        await open_all((f.partition for f in todo), writing=True)
         mod = request_module(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION)
         asked = {}
         topics: dict[str, list] = {}
         for f in todo:
             p = f.partition
+            if self._not_open(f):
+                continue
             asked[(p.topic, p.index)] = f
             topics.setdefault(p.topic, []).append(build(
                 mod.OffsetForLeaderPartition, partition=p.index, current_leader_epoch=f.epoch,
                 leader_epoch=p.leader_epochs.latest_epoch))
+        if not asked:
+            return
         body = build(mod.OffsetForLeaderEpochRequest, replica_id=self.manager.broker_id,
                      topics=tuple(build(mod.OffsetForLeaderTopic, topic=t,
                                         partitions=tuple(ps)) for t, ps in topics.items()))
@@ -209,10 +217,23 @@ class LeaderFetcher:
                                     result.error_code.name)
                     self._back_off(f)
                     continue
-                f.truncated = self._truncate_one(f.partition, result)
+                if self._not_open(f):  # closed during the call, or an earlier one's cut
+                    continue
+                f.truncated = await self._truncate_one(f.partition, result)
+
+    def _not_open(self, f: _Followed) -> bool:
+        """Its log is not open: its opening failed (or it was closed since, or is being
+        cut). Its log end and epochs are not known on the loop (partition.log would raise
+        OpenInProgress and fail the round of every partition of this leader): backed off,
+        its opening started, asked again once open."""
+        if f.partition.is_open:
+            return False
+        f.partition.opened_for_a_duty()
+        self._back_off(f)
+        return True
 
     @staticmethod
-    def _truncate_one(partition, result) -> bool:
+    async def _truncate_one(partition, result) -> bool:
         end = partition.log.log_end_offset
         ours = partition.leader_epochs.end_offset_for(result.leader_epoch, end) \
             if result.leader_epoch >= 0 else (rules.NO_EPOCH, -1)
@@ -221,7 +242,7 @@ class LeaderFetcher:
         if point < end:
             log.info("%s: truncating from %d to %d (leader epoch %d ends at %d there)",
                      partition.name, end, point, result.leader_epoch, result.end_offset)
-            partition.truncate_to(point)
+            await partition.truncate_async(point)  # its file work in a worker thread
         return done
 
     async def _fetch(self, ready: list[_Followed]) -> None:
@@ -231,11 +252,15 @@ class LeaderFetcher:
         topics: dict[str, list] = {}
         for f in ready:
             p = f.partition
+            if self._not_open(f):
+                continue
             offset = p.log.log_end_offset
             asked[(p.topic, p.index)] = (f, offset)
             topics.setdefault(p.topic, []).append(build(
                 mod.FetchPartition, partition=p.index, current_leader_epoch=f.epoch,
                 fetch_offset=offset, log_start_offset=-1, partition_max_bytes=self.max_bytes))
+        if not asked:
+            return
         body = build(mod.FetchRequest, replica_id=self.manager.broker_id,
                      max_wait=datetime.timedelta(milliseconds=self.wait_ms), min_bytes=1,
                      max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
@@ -269,8 +294,9 @@ class LeaderFetcher:
         if result.error_code != ErrorCode.none:
             self._back_off(f)
             return
-        if partition.log.log_end_offset != offset or partition.replication is None:
-            return  # truncated meanwhile: this answer is not ours to use
+        if not partition.is_open or partition.log.log_end_offset != offset or \
+                partition.replication is None:
+            return  # truncated (or being opened) meanwhile: this answer is not ours to use
         records = result.records  # a view into the answer's frame: appended as it came
         if records:
             partition.append_as_follower(records)

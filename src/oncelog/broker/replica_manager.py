@@ -55,6 +55,14 @@ log = logging.getLogger(__name__)
 LEAVE_TIMEOUT_S = 10.0
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -69,6 +77,15 @@ def topic_uuid(name: str, topic_id: str) -> uuid.UUID:
     except (binascii.Error, ValueError):
         pass
     return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog-topic:{name}")
+
+
+def _advance(partition: Partition, current: ReplicaState) -> None:
+    """The high watermark moved to what the ISR read allows, its acks=-1 waiters answered,
+    when the role read is still the partition's and its log open."""
+    if partition.replication is current and partition.is_open and \
+            not partition.log_dir.offline:
+        current.advance_high_watermark(partition.log.log_end_offset)
+        current.resolve_waiters()
 
 
 class ReplicaManager:
@@ -109,6 +126,10 @@ class ReplicaManager:
         # before, ISR wanted, state to write, version read)
         self._isr_queue: list[tuple] = []
         self._isr_writing = False
+        # A role that needs the log, for a partition whose log is being opened in a worker
+        # thread: the newest arguments of apply_state, applied once it is open.
+        self._awaiting_log: dict[Partition, tuple] = {}
+        self._unopened: set[Partition] = set()  # applied after a failed opening
         # Kafka's IsrShrinksPerSec / IsrExpandsPerSec counts (broker/replication_metrics.py)
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -351,6 +372,8 @@ class ReplicaManager:
         if role is rules.Role.ADOPT_ISR:
             self._adopt_isr(partition, current, state, version, tuple(replicas), min_insync)
             return role
+        if self._open_first(partition, role, (state, version, replicas, min_insync, vouched)):
+            return role
         hw = current.high_watermark if current is not None else \
             self._hw_checkpointed(partition)
         leader = rules.NO_LEADER if role is rules.Role.FENCE else state.leader
@@ -409,6 +432,56 @@ class ReplicaManager:
                          None if role is rules.Role.FENCE else state.leader_epoch)
         return role
 
+    def _open_first(self, partition: Partition, role: rules.Role, args: tuple) -> bool:
+        """True when ``role`` is leading and needs a log not open yet: it is opened
+        (created, or recovered after a restart) in a worker thread, and the newest state
+        asked meanwhile is applied once it is (``_log_opened``); until then the replica
+        stays as it was (no leader yet, at start). False: apply the role now. Any other
+        role (following: its fetcher opens the log in a worker) is applied at once: a
+        demotion held while the log reopened left requests queued behind the reopening to
+        append as the stale leader."""
+        held = self._awaiting_log.get(partition)
+        if role is not rules.Role.BECOME_LEADER:
+            self._awaiting_log.pop(partition, None)  # a later state overrides the one held
+            return False
+        if partition.is_open or partition.log_dir.offline or partition in self._unopened \
+                or not _loop_running():  # no event loop (tools, tests): opened in place
+            return False
+        if held is not None and (args[0].leader_epoch, args[1]) < \
+                (held[0].leader_epoch, held[1]):
+            return True  # older than the state held: that one is still the newest
+        first = held is None
+        self._awaiting_log[partition] = args
+        if first:
+            try:
+                # A new role is no retry: not held back by a failed opening's backoff (its
+                # use of the log would otherwise fail the topic's pass).
+                opening = partition.start_opening(now=True)
+            except OSError:  # deleted: nothing to apply; offline: handled by the role
+                del self._awaiting_log[partition]
+                return False
+            opening.add_done_callback(lambda _: self._log_opened(partition))
+        return True
+
+    def _log_opened(self, partition: Partition) -> None:
+        """On the loop, the opening over (published or not): the newest state asked for
+        the partition is applied, if it is still this broker's replica."""
+        args = self._awaiting_log.pop(partition, None)
+        if args is None or self._closed or partition.deleted:
+            return
+        if not partition.is_open:
+            # The opening failed: the role is applied as before this module opened logs in
+            # workers, its own use of the log meeting the failure (not opened again here).
+            log.error("%s: its log could not be opened for its new role", partition.name)
+            self._unopened.add(partition)
+        try:
+            self.apply_state(partition, *args)
+        except Exception:
+            log.exception("%s: applying its state once its log was open failed",
+                          partition.name)
+        finally:
+            self._unopened.discard(partition)
+
     def _leadership(self, partition: Partition, leader: bool, epoch: int | None) -> None:
         if self.on_leadership is not None and partition.topic in INTERNAL_TOPICS:
             try:
@@ -429,9 +502,21 @@ class ReplicaManager:
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
-        if not partition.log_dir.offline:  # else nothing moves until its leadership goes
-            current.advance_high_watermark(partition.log.log_end_offset)
-            current.resolve_waiters()
+        # Offline: nothing moves until its leadership goes. Not open (being opened, or cut,
+        # in a worker; or closed): moved once its opening, started here, is over;
+        # partition.log would raise OpenInProgress here, out of apply_state and past the
+        # topic's other partitions. (A leader's ISR shrunk: its acks=-1 waiters answered
+        # then, not at their timeout.)
+        if partition.log_dir.offline:
+            return
+        if partition.is_open:
+            _advance(partition, current)
+            return
+        try:
+            opening = partition.start_opening()
+        except OSError:  # deleted, or backing off after a failed opening: the next read
+            return
+        opening.add_done_callback(lambda _: _advance(partition, current))
 
     # --- as leader -----------------------------------------------------------------------
 

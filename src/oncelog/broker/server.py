@@ -53,11 +53,12 @@ from .inter_broker_connect import inter_broker_security
 from .listener_security import ListenerSecurity, certificate_principal, listener_securities
 from .log_cleaner import LogCleaner
 from .log_limits import RateLimitedLog, flush_rate_limited, log_safe
+from .partition_opening import open_all
 from .request_budget import RequestBudget
 from .sasl_gate import SaslGate
 from .session import PLAINTEXT_SESSION, Session
 from .splice_sender import SpliceSender, write_answers
-from .topics import TopicManager
+from .topics import INTERNAL_TOPICS, TopicManager
 from .txn_verification import TxnVerification, local_verifier
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,10 @@ class Broker:
                 log.exception("following the cluster's client quota changes failed")
 
     async def _load_groups(self) -> None:
+        # The internal partitions written before this start are recovered in worker
+        # threads first, not on the loop by the coordinators' reads.
+        await open_all(p for name in INTERNAL_TOPICS if (t := self.topics.get(name))
+                       for p in t.partitions)
         # A load that fails is logged and retried (coordinator/ownership.py O12); each
         # guarded all the same, so that one coordinator's bug never stops the other's load.
         for coordinator in (self.groups, self.transactions):

@@ -742,20 +742,26 @@ class TopicManager:
         aside, failed = [], []
         for partition in topic.partitions:
             self.moves.cancel(partition)
-            if os.path.isdir(partition.dir):
-                target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
-                    os.path.basename(partition.dir), topic.topic_id.hex, DELETE_SUFFIX))
-                try:
-                    self.disk.rename(partition.dir, target)
+            target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
+                os.path.basename(partition.dir), topic.topic_id.hex, DELETE_SUFFIX))
+
+            def rename(source: str = partition.dir, target: str = target) -> None:
+                if os.path.isdir(source):
+                    self.disk.rename(source, target)
                     aside.append(target)
-                except OSError as exc:
-                    failed.append(f"{partition.dir}: {exc}")
+
+            try:  # a log opening in a worker thread creates no directory after it
+                partition.set_aside(rename)
+            except OSError as exc:
+                failed.append(f"{partition.dir}: {exc}")
         for directory in {os.path.dirname(path) for path in aside}:
             try:
                 self.disk.fsync_dir(directory)
             except OSError as exc:
                 failed.append(f"fsync of {directory}: {exc}")
         if failed and not aside:  # nothing was decided: the topic stays as it was
+            for partition in topic.partitions:
+                partition.kept()
             raise TopicError(ErrorCode.kafka_storage_error,
                              f"renaming the topic's directories failed: {'; '.join(failed)}")
         if failed:  # decided by the renames that went through; the next start sets aside
@@ -784,8 +790,9 @@ class TopicManager:
 
     def close(self) -> None:
         self.moves.stop()
-        for partition in list(self.open_partitions()):
-            partition.close()
+        for topic in self.topics.values():
+            for partition in topic.partitions:
+                partition.shut()
 
 
 def _remove_all(paths: list[str]) -> None:

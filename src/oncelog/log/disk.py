@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 
@@ -99,7 +100,9 @@ class InstrumentedDisk(OsDisk):
 
     ONCELOG_DISK_FAULTS=<op>:<path suffix>:<after>:<errno name>[;...]: the operation ``op``
     (write, fsync, ftruncate) on a path ending in the suffix fails with that errno once it
-    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing.
+    has succeeded ``after`` times, e.g. ``fsync:.log:20:EIO``; it then keeps failing. In
+    place of an errno name, ``SLOW<ms>`` makes it take that long instead (a slow disk), e.g.
+    ``fsync:partition.metadata.tmp:0:SLOW20``.
     """
 
     def __init__(self, journal: str | None, faults: str | None) -> None:
@@ -108,10 +111,16 @@ class InstrumentedDisk(OsDisk):
         self._paths: dict[int, str] = {}
         self._durable: dict[str, int] = {}  # path -> its journal's last size
         self._journal_lock = threading.Lock()
-        self._faults: list[list] = []  # [op, suffix, successes left, errno]
+        # [op, suffix, successes left, errno or None, delay in seconds]; the counts are
+        # decremented by worker threads too (openings, fsyncs), hence the lock
+        self._faults: list[list] = []
+        self._lock = threading.Lock()
         for spec in filter(None, (faults or "").split(";")):
             op, suffix, after, name = spec.split(":")
-            self._faults.append([op, suffix, int(after), getattr(errno, name)])
+            slow = name.startswith("SLOW")  # a delay, not an error
+            self._faults.append([op, suffix, int(after),
+                                 None if slow else getattr(errno, name),
+                                 int(name[4:]) / 1000 if slow else 0.0])
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
         fd = os.open(path, flags, mode)
@@ -131,11 +140,17 @@ class InstrumentedDisk(OsDisk):
 
     def _check(self, op: str, fd: int) -> None:
         path = self._paths.get(fd, "")
-        for fault in self._faults:
-            if fault[0] == op and path.endswith(fault[1]):
-                if fault[2] <= 0:
-                    raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
-                fault[2] -= 1
+        delay = 0.0
+        with self._lock:
+            for fault in self._faults:
+                if fault[0] == op and path.endswith(fault[1]):
+                    if fault[2] <= 0 and fault[3] is None:
+                        delay += fault[4]
+                    elif fault[2] <= 0:
+                        raise OSError(fault[3], f"{os.strerror(fault[3])} (injected)", path)
+                    fault[2] -= 1
+        if delay:
+            time.sleep(delay)  # outside the lock: slow threads do not queue each other
 
     def _synced(self, fd: int, sync) -> None:
         path = self._paths.get(fd)

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_batches
@@ -29,6 +30,7 @@ from .disk import (
     replace_file,
     write_atomically,
 )
+from .open_files import OPEN_FILES, OpenFiles
 from .segment import LogSegment, segment_files
 from .txn_index import AbortedTxn
 
@@ -99,10 +101,18 @@ ABSENT_LOG = AbsentLog()
 
 
 class Log:
-    def __init__(self, directory: str, config: LogConfig, disk: OsDisk = OS_DISK) -> None:
+    def __init__(self, directory: str, config: LogConfig, disk: OsDisk = OS_DISK,
+                 files: OpenFiles = OPEN_FILES,
+                 make_dir: Callable[[str], None] | None = None) -> None:
+        """``files``: the bound its segments' descriptors count against; a log opened in a
+        worker thread has one of its own until ``adopt`` (OpenFiles has no lock: the
+        process's one is the event loop's alone). ``make_dir`` creates the directory when
+        it is missing (its owner may forbid that, see broker/log_opening.py)."""
         self.dir = directory
         self.config = config
         self.disk = disk
+        self.files = files
+        self._make_dir = make_dir or disk.makedirs
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.last_flush_ms = _now_ms()
@@ -125,7 +135,7 @@ class Log:
     def _open_segments(self) -> None:
         disk = self.disk
         if not disk.isdir(self.dir):
-            disk.makedirs(self.dir)
+            self._make_dir(self.dir)
             disk.fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
         marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
         clean = disk.exists(marker)
@@ -150,7 +160,8 @@ class Log:
         self.first_dirty_offset = self._read_cleaner_checkpoint()
         recovered = 0
         for i, base in enumerate(bases):
-            segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk)
+            segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk,
+                                 files=self.files)
             # Only the last segment is appended to; the others may have been compacted.
             segment.offsets_contiguous = i == len(bases) - 1
             self.segments.append(segment)
@@ -182,7 +193,8 @@ class Log:
                   len(self.segments), recovered, self.log_start_offset, self.log_end_offset)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        segment = LogSegment(self.dir, base_offset, self.config.index_interval_bytes, self.disk)
+        segment = LogSegment(self.dir, base_offset, self.config.index_interval_bytes, self.disk,
+                             files=self.files)
         try:
             # The new file's name must be durable before anything acknowledged is in it.
             self.disk.fsync_dir(self.dir)
@@ -196,6 +208,13 @@ class Log:
                 raise
             raise LogDirFailure(f"{self.dir}: fsync of the directory failed: {exc}") from exc
         return segment
+
+    def adopt(self, files: OpenFiles) -> None:
+        """Count the segments' descriptors against ``files`` from now on (a log opened in a
+        worker thread, handed to the event loop's bound; called on the loop)."""
+        for segment in self.segments:
+            segment.adopt(files)
+        self.files = files
 
     # --- state ---------------------------------------------------------------------------
 

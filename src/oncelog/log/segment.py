@@ -317,6 +317,16 @@ class LogSegment:
         self._files.opened(self)
         return fd
 
+    def adopt(self, files: OpenFiles) -> None:
+        """Move from the bound the segment was opened under to ``files`` (both used only by
+        the thread calling this): an open descriptor counts against ``files`` now."""
+        if files is self._files:
+            return
+        self._files.closed(self)
+        self._files = files
+        if self._fd >= 0 and not self._closed:
+            files.opened(self)
+
     def release(self) -> None:
         """Close the descriptor (the least recently used of the broker's); the next use
         opens the file again."""

@@ -55,6 +55,7 @@ from ...protocol.records import decode_batch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op, Rt
+from ..partition_opening import open_all, opened_first
 from .api_meta import NO_THROTTLE
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ async def handle_fetch(broker, request: Request):
     deadline = time.monotonic() + max_wait
     allowance = broker.quotas.fetch_allowance(request)  # a consumer quota's window
     denied = _fetch_denied(broker, request)
+    # A log written before a restart is recovered in worker threads, not on the loop.
+    await open_all(_named(broker, body, request.api_version, denied))
     while True:
         responses, total, errors, partitions = _read_all(broker, mod, body, request.api_version,
                                                          allowance, denied)
@@ -90,6 +93,10 @@ async def handle_fetch(broker, request: Request):
         finally:
             for w in waiters:
                 w.cancel()
+        # Another request may have started an opening meanwhile (a first write, a
+        # follower's truncation): the re-read waits for it rather than being refused.
+        await open_all(_named(broker, body, request.api_version, denied),
+                       timeout=max(0.0, deadline - time.monotonic()))
     hinted = request.api_version >= LEADER_HINTS_FROM and any(
         p.error_code in _LEADER_HINTED for t in responses for p in t.partitions)
     nodes = tuple(build(mod.NodeEndpoint, node_id=node, host=host, port=port, rack=rack)
@@ -97,6 +104,24 @@ async def handle_fetch(broker, request: Request):
                   ) if hinted else ()
     return build(mod.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  session_id=0, responses=tuple(responses), node_endpoints=nodes)
+
+
+def _named(broker, body, version: int, denied: set[str] | None):
+    """The partitions a Fetch names that exist here and it may read (one refused for its
+    role, this broker not its leader, is not opened for nothing)."""
+    if denied is None:
+        return
+    replica_id = _replica_id(body, version)
+    for topic_req in body.topics:
+        name = _name_of(broker, getattr(topic_req, "topic_id", None)) if version >= 13 \
+            else topic_req.topic
+        if name is not None and name not in denied:
+            for preq in topic_req.partitions:
+                partition = broker.topics.partition(name, preq.partition)
+                if partition is not None and not _role_problem(
+                        partition, getattr(preq, "current_leader_epoch", NO_EPOCH),
+                        replica_id):
+                    yield partition
 
 
 def _fetch_denied(broker, request: Request) -> set[str] | None:
@@ -231,11 +256,28 @@ def _name_of(broker, topic_id) -> str | None:
 
 
 def handle_list_offsets(broker, request: Request):
+    """The answer; a coroutine giving it when a partition named must be opened first (in a
+    worker thread: a log written before a restart is recovered)."""
+    names = {t.name for t in request.body.topics}
+    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name not in denied for p in t.partitions
+             if _readable_here(broker, t.name, p.partition_index, p)]
+    return opened_first(named, lambda: _list_offsets(broker, request, denied))
+
+
+def _readable_here(broker, topic: str, index: int, preq) -> bool:
+    """The partition exists and its role lets this broker answer for it (else nothing is
+    opened for the refusal)."""
+    partition = broker.topics.partition(topic, index)
+    return partition is not None and not _role_problem(
+        partition, getattr(preq, "current_leader_epoch", NO_EPOCH))
+
+
+def _list_offsets(broker, request: Request, denied: set[str]):
     mod = response_module(LIST_OFFSETS, request.api_version)
     committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
-    names = {t.name for t in request.body.topics}
-    denied = names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:
@@ -246,14 +288,12 @@ def handle_list_offsets(broker, request: Request):
                                      timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             try:
-                error, timestamp, offset = _list_offset(broker, topic_req.name,
-                                                        preq.partition_index, preq.timestamp,
-                                                        committed)
+                # The role first: a partition refused for it is not read (nor opened).
                 partition = broker.topics.partition(topic_req.name, preq.partition_index)
                 fenced = None if partition is None else _role_problem(
                     partition, getattr(preq, "current_leader_epoch", NO_EPOCH))
-                if fenced and error == ErrorCode.none:
-                    error, timestamp, offset = fenced, -1, -1
+                error, timestamp, offset = (fenced, -1, -1) if fenced else _list_offset(
+                    broker, topic_req.name, preq.partition_index, preq.timestamp, committed)
             except OSError as exc:
                 log.error("list offsets of %s-%d failed: %s", topic_req.name,
                           preq.partition_index, exc)
@@ -325,11 +365,20 @@ def _max_timestamp(plog) -> tuple[ErrorCode, int, int]:
 
 
 def handle_offset_for_leader_epoch(broker, request: Request):
-    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
-    topics = []
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
     names = {t.topic for t in request.body.topics}
     denied = set() if authorize.cluster(broker, request, Op.CLUSTER_ACTION, quiet=True) else \
         names - authorize.allowed_names(broker, request, Op.DESCRIBE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.topic, p.partition)  # authorized first
+             for t in request.body.topics if t.topic not in denied for p in t.partitions
+             if _readable_here(broker, t.topic, p.partition, p)]
+    return opened_first(named, lambda: _offsets_for_leader_epoch(broker, request, denied))
+
+
+def _offsets_for_leader_epoch(broker, request: Request, denied: set[str]):
+    mod = response_module(OFFSET_FOR_LEADER_EPOCH, request.api_version)
+    topics = []
     for topic_req in request.body.topics:
         results = []
         for preq in topic_req.partitions:

@@ -28,6 +28,7 @@ from ..authorize import Op, Rt
 from ..client_quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE
 from ..config import is_compacted
 from ..log_limits import log_safe
+from ..partition_opening import opened_first
 from ..topics import INTERNAL_TOPICS, TopicError
 from . import cluster_partitions
 from .admin import MAX_PARTITIONS_PER_REQUEST, _duplicates
@@ -110,10 +111,19 @@ def _added(broker, topics) -> int:
 # --- DeleteRecords -----------------------------------------------------------------------------
 
 def handle_delete_records(broker, request: Request):
-    mod = response_module(DELETE_RECORDS, request.api_version)
-    topics = []
+    """The answer; a coroutine giving it when a log written before a restart must be
+    opened first (in a worker thread)."""
     names = {t.name for t in request.body.topics}
     deletable = authorize.allowed_names(broker, request, Op.DELETE, Rt.TOPIC, names)
+    named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
+             for t in request.body.topics if t.name in deletable for p in t.partitions
+             if _refusal(broker, t.name, p.partition_index) is None]  # nor opened to refuse
+    return opened_first(named, lambda: _delete_records_now(broker, request, deletable))
+
+
+def _delete_records_now(broker, request: Request, deletable: set[str]):
+    mod = response_module(DELETE_RECORDS, request.api_version)
+    topics = []
     for t in request.body.topics:
         results = []
         for p in t.partitions:
@@ -127,6 +137,23 @@ def handle_delete_records(broker, request: Request):
     return build(mod.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
+def _refusal(broker, topic: str, index: int) -> tuple[ErrorCode, str] | None:
+    """Why DeleteRecords refuses the partition before reading it (None: it does not)."""
+    partition = broker.topics.partition(topic, index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition, "no such topic or partition"
+    if topic in INTERNAL_TOPICS:
+        return ErrorCode.invalid_topic_exception, \
+            f"cannot delete records of internal topic {topic}"
+    if partition.replication is not None and not partition.replication.is_leader:
+        return ErrorCode.not_leader_or_follower, f"broker {broker.broker_id} does not lead it"
+    policy = broker.topics.topic_config(broker.topics.get(topic), "cleanup.policy")
+    if is_compacted(policy) and "delete" not in policy.split(","):
+        return ErrorCode.policy_violation, \
+            f"records can not be deleted due to cleanup.policy={policy}"
+    return None
+
+
 def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
     """(error, low watermark) of one partition. The response has no message field: the
     reason of a refusal is in the broker's log."""
@@ -135,19 +162,10 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
                  why)
         return error, -1
 
+    refusal = _refusal(broker, topic, index)
+    if refusal is not None:
+        return refused(*refusal)
     partition = broker.topics.partition(topic, index)
-    if partition is None:
-        return refused(ErrorCode.unknown_topic_or_partition, "no such topic or partition")
-    if topic in INTERNAL_TOPICS:
-        return refused(ErrorCode.invalid_topic_exception,
-                       f"cannot delete records of internal topic {topic}")
-    if partition.replication is not None and not partition.replication.is_leader:
-        return refused(ErrorCode.not_leader_or_follower,
-                       f"broker {broker.broker_id} does not lead it")
-    policy = broker.topics.topic_config(broker.topics.get(topic), "cleanup.policy")
-    if is_compacted(policy) and "delete" not in policy.split(","):
-        return refused(ErrorCode.policy_violation,
-                       f"records can not be deleted due to cleanup.policy={policy}")
     try:
         hw = partition.high_watermark
         wanted = hw if offset == HIGH_WATERMARK else offset

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import errno
 import logging
 from collections.abc import Callable
 
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
+# How many times a Produce opens a partition's log closed again before its turn.
+_OPENINGS = 3
 # Batches too large to decompress on the event loop are validated here, one at a time: what
 # clients' batches hold decompressed is one batch's at most, on one core, and cramjam lets
 # go of the GIL while it decompresses, so the loop serves everyone else meanwhile.
@@ -122,7 +126,8 @@ class _ProduceRun:
         # topic -> what it is answered instead of being appended (authorization)
         self.refused: Callable[[str], ErrorCode | None] | None = None
 
-    def one(self, topic_data, pdata, validated: list | InvalidBatch | None = None) -> bool:
+    def one(self, topic_data, pdata,
+            validated: list | InvalidBatch | OSError | None = None) -> bool:
         """Append one partition's batches; False when they are to be validated off the
         event loop first (nothing was done)."""
         body = self.request.body
@@ -166,30 +171,75 @@ class _ProduceRun:
                                                             self.topics, self.pending))
         return _encode(self.broker, self.request, self.topics)
 
+    def _to_open(self, topic_data, pdata):
+        """The partition of ``pdata`` when its log is still to be opened for this request
+        (one it may write: a refused one is not created), else None."""
+        name = _topic_name(self.broker, topic_data)
+        partition = self.broker.topics.partition(name, pdata.index) if name else None
+        if partition is None or partition.is_open or name in INTERNAL_TOPICS or \
+                pdata.records is None or \
+                (self.refused is not None and self.refused(name) is not None) or \
+                (partition.replication is not None and not partition.replication.is_leader):
+            return None
+        return partition
+
+    async def _validate(self, partition, pdata) -> tuple:
+        """``pdata`` with its records as validate_off_loop leaves them, and the headers (or
+        the InvalidBatch refusing them)."""
+        try:
+            records, validated = await asyncio.get_running_loop().run_in_executor(
+                _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
+        except InvalidBatch as exc:
+            return pdata, exc
+        return pdata._replace(records=records), validated  # recompressed, maybe
+
     async def rest_off_loop(self, topic_data, pdata):
         """The partitions from ``pdata`` on, each validated in the worker thread first when
-        its batches need it; the requests behind this one wait (as behind a Fetch)."""
-        loop = asyncio.get_running_loop()
-        partitions = iter([(t, p) for t in self.request.body.topic_data
-                           for p in t.partition_data])
-        for item in partitions:
-            if item[1] is pdata:
-                break
-        while True:
-            name = _topic_name(self.broker, topic_data)
-            partition = self.broker.topics.partition(name, pdata.index) if name else None
-            validated: list | InvalidBatch | None = None
+        its batches need it; the requests behind this one wait (as behind a Fetch).
+
+        A first write creates the log, a first since a restart recovers it: file work and
+        fsyncs, in worker threads (broker/log_opening.py). The logs this request opens are
+        opened side by side, each once its batches validated (a refused batch creates
+        nothing), and appended to in the request's order."""
+        every = [(t, p) for t in self.request.body.topic_data for p in t.partition_data]
+        rest = next(i for i, item in enumerate(every) if item[1] is pdata)
+        prepared: dict[int, tuple] = {}
+        for t, p in every[rest:]:
+            partition = self._to_open(t, p)
             if partition is not None:
-                try:
-                    records, validated = await loop.run_in_executor(
-                        _INFLATER, partition.validate_off_loop, pdata.records, self.inflation)
-                    pdata = pdata._replace(records=records)  # recompressed, maybe
-                except InvalidBatch as exc:
-                    validated = exc
-            self.one(topic_data, pdata, validated)
-            for topic_data, pdata in partitions:
-                if not self.one(topic_data, pdata):
+                prepared[id(p)] = checked = await self._validate(partition, p)
+                if not isinstance(checked[1], InvalidBatch):
+                    with contextlib.suppress(OSError):  # met again when it is appended
+                        partition.start_opening()
+        partitions = iter(every[rest + 1:])
+        while True:
+            # Its log may be closed again between its opening and this turn (a log-dir
+            # move, a failed directory abandoned, the shutdown): opened again, the
+            # partition looked up anew (it may be deleted), a bounded number of times.
+            for _ in range(_OPENINGS):
+                name = _topic_name(self.broker, topic_data)
+                partition = self.broker.topics.partition(name, pdata.index) if name else None
+                validated: list | InvalidBatch | OSError | None = None
+                if partition is not None:
+                    ready = prepared.pop(id(pdata), None)
+                    pdata, validated = ready or await self._validate(partition, pdata)
+                    if not isinstance(validated, InvalidBatch):
+                        try:
+                            await partition.open_async()
+                        except OSError as exc:
+                            validated = exc
+                if self.one(topic_data, pdata, validated):
                     break
+                prepared[id(pdata)] = (pdata, validated)  # not validated twice
+            else:
+                self.one(topic_data, pdata, OSError(
+                    errno.EAGAIN, f"its log was closed {_OPENINGS} times once opened"))
+            for topic_data, pdata in partitions:
+                # Opened meanwhile: appended with its validation done above (run again on
+                # the loop, it would charge the request's Inflation budget twice).
+                if not self.one(topic_data, *prepared.get(id(pdata), (pdata, None))):
+                    break
+                prepared.pop(id(pdata), None)
             else:
                 break
         answer = self.answer()
@@ -290,7 +340,7 @@ def _answer_when_durable(broker, request: Request, topics: list, pending: _Pendi
 
 def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes | None,
                        client_id: str | None, transactional_id: str | None,
-                       inflation: Inflation, validated: list | InvalidBatch | None,
+                       inflation: Inflation, validated: list | InvalidBatch | OSError | None,
                        timeout_ms: int = 30_000
                        ) -> tuple[PartitionResult, asyncio.Future[None] | None] | None:
     """The partition's answer, and what must be done before it is sent (None: nothing); None
@@ -334,8 +384,10 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
             return ErrorCode.invalid_txn_state
         return broker.txn_verifier(transactional_id, producer_id, epoch, topic, index)
 
+    if not partition.is_open and not isinstance(validated, InvalidBatch | OSError):
+        return None  # its log is opened in a worker thread first (rest_off_loop)
     try:
-        if isinstance(validated, InvalidBatch):
+        if isinstance(validated, InvalidBatch | OSError):
             raise validated
         result = partition.append_records(records, verify, inflation, validated)
     except InflateOffLoop:
@@ -369,8 +421,8 @@ def _log_start_offset(partition) -> int:
     UNKNOWN_PRODUCER_ID to tell retention from lost state. A partition that holds nothing
     yet is not opened for it: a refused batch leaves no trace, not even an empty segment."""
     try:
-        if not partition.holds_data():
-            return 0
+        if not partition.is_open:  # not opened on the loop for an error's answer
+            return 0 if not partition.holds_data() else -1
         return partition.log.log_start_offset
     except OSError:  # EMFILE too: the error being answered must still be answered
         return -1

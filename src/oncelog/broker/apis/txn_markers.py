@@ -41,6 +41,7 @@ from ...protocol.record_batch import InvalidBatch
 from ...protocol.schema import build, response_module
 from .. import authorize
 from ..authorize import Op
+from ..partition_opening import open_all
 from ..replication import ReplicationError
 from ..topics import OFFSETS_TOPIC
 
@@ -84,11 +85,35 @@ async def write_markers(broker, producer_id: int, producer_epoch: int, commit: b
                         coordinator_epoch: int, partitions: Iterable[TopicPartition],
                         transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
     """Append a COMMIT (``commit``) or ABORT marker of ``producer_id`` to each partition
-    (all of them before the first await), then wait until they are as durable as the flush
-    policy wants; returns each partition's error (NONE: written)."""
+    (logs not open yet are opened in worker threads first; then all of the markers before
+    the next await), then wait until they are as durable as the flush policy wants; returns
+    each partition's error (NONE: written)."""
+    partitions = list(partitions)
+    await open_all(_to_write(broker, partitions), writing=True)
     written = append_markers(broker, producer_id, producer_epoch, commit, coordinator_epoch,
                              partitions, transaction_version)
     return await written.durable()
+
+
+def _refused(partition) -> ErrorCode:
+    """Why a marker is not written to ``partition`` (NONE: it is)."""
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    if partition.replication is not None and not partition.replication.is_leader:
+        return ErrorCode.not_leader_or_follower  # cluster mode: only its leader writes
+    if partition.replication is not None and isr_rules.acks_all_before(
+            len(partition.replication.isr), partition.replication.min_insync):
+        return ErrorCode.not_enough_replicas
+    return ErrorCode.none
+
+
+def _to_write(broker, partitions: Iterable[TopicPartition]):
+    """The partitions a marker will be written to (only their logs are opened first: a
+    refused marker creates nothing)."""
+    for topic, index in partitions:
+        partition = broker.topics.partition(topic, index)
+        if _refused(partition) is ErrorCode.none:
+            yield partition
 
 
 def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
@@ -99,16 +124,9 @@ def append_markers(broker, producer_id: int, producer_epoch: int, commit: bool,
                             transaction_version)
     written = MarkersWritten({})
     for topic, index in partitions:
-        error = ErrorCode.none
         partition = broker.topics.partition(topic, index)
-        if partition is None:
-            error = ErrorCode.unknown_topic_or_partition
-        elif partition.replication is not None and not partition.replication.is_leader:
-            error = ErrorCode.not_leader_or_follower  # cluster mode: only its leader writes
-        elif partition.replication is not None and isr_rules.acks_all_before(
-                len(partition.replication.isr), partition.replication.min_insync):
-            error = ErrorCode.not_enough_replicas
-        else:
+        error = _refused(partition)
+        if error is ErrorCode.none:
             try:
                 result = partition.append_marker(marker)
             except InvalidBatch as exc:
@@ -145,6 +163,10 @@ async def handle_write_txn_markers(broker, request: Request):
     # Every marker appended before any is waited for (as Kafka): waited for one after the
     # other, a request of K markers could take K times the acks=all wait of each.
     written = []
+    if permitted:  # logs not open yet are opened in worker threads before any append
+        await open_all(_to_write(broker, ((t.name, p) for marker in request.body.markers
+                                          for t in marker.topics for p in t.partition_indexes)),
+                       writing=True)
     for marker in request.body.markers:
         wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         written.append(append_markers(
