@@ -236,7 +236,7 @@ def test_an_opening_asked_for_once_the_log_is_open_opens_nothing(tmp_path):
         assert p.append_records(batch(2), accept).base_offset == 2
 
     asyncio.run(scenario())
-    assert disk.opens[segment] == 1
+    assert disk.opens[segment] == 2  # one opening: the worker's, then the loop's at its use
     data = p.log.read(0, 1 << 20).records
     values = [bytes(r.value) for pos, _ in scan_batches(data)
               for r in decode_batch(data, pos)[1]]
@@ -508,7 +508,7 @@ def test_a_store_failing_while_the_log_opens_fails_the_opening(tmp_path, no_back
         assert p.is_open
 
     asyncio.run(scenario())
-    assert _descriptors_into(p.dir) != []
+    assert p.append_records(_record(b"after"), accept).base_offset == 30  # it serves
     p.close()
 
 
@@ -830,6 +830,7 @@ def test_a_replica_being_opened_fails_no_other_replicas_round(tmp_path):
     from oncelog.broker.replica_manager import ReplicaManager
     from oncelog.broker.replication import ReplicaState
     from oncelog.cluster import znodes as zn
+    from oncelog.protocol import fetch_response
 
     disk = GatedDisk()
     held = _partition(tmp_path, disk, 0)
@@ -842,12 +843,10 @@ def test_a_replica_being_opened_fails_no_other_replicas_round(tmp_path):
         p.replication = ReplicaState(2, 1, 3, (1, 2), (1, 2), 0)  # broker 1 leads
     asked: list = []
 
-    async def call(api, version, body):
+    async def call(api, version, body, decode):  # answered as fetch_response decodes it
         asked.extend((t.topic, p.partition) for t in body.topics for p in t.partitions)
-        return SimpleNamespace(error_code=ErrorCode.none, responses=[SimpleNamespace(
-            topic="t", partitions=[SimpleNamespace(
-                partition_index=i, error_code=ErrorCode.none, records=b"",
-                high_watermark=1, log_start_offset=0) for _, i in asked])])
+        return 0, ErrorCode.none, [fetch_response.FetchedPartition(
+            "t", i, ErrorCode.none, 1, 1, 0, (), None) for _, i in asked]
 
     manager = SimpleNamespace(config=SimpleNamespace(get=lambda key: 1000), broker_id=2)
     fetcher = LeaderFetcher(manager, 1)
@@ -1263,4 +1262,31 @@ def test_a_new_leader_role_opens_its_log_during_a_failed_openings_backoff():
         assert opened == [p] and p.is_open
 
     asyncio.run(scenario())
+    p.close()
+
+
+def test_a_log_built_in_a_worker_waits_for_the_loop_holding_no_descriptor(tmp_path):
+    """While the loop has yet to install a log a worker finished, that log holds no file
+    open: the workers go on finishing others meanwhile, in no bound of descriptors (a
+    restart's retention pass opened every partition of a broker with a low RLIMIT_NOFILE
+    and ran it out of them). Installed, it opens its files again at their next use."""
+    p = _partition(tmp_path, OsDisk())
+    p.append_records(_record(b"before the restart"), accept)
+    p.close()
+    p = _partition(tmp_path, OsDisk())
+    seen: list = []
+
+    async def scenario() -> None:
+        settle = p._settle
+
+        def looking(*args):  # on the loop, before the install
+            seen.append(_descriptors_into(p.dir))
+            return settle(*args)
+
+        p._settle = looking
+        await p.open_async()
+        assert p.append_records(_record(b"after"), accept).base_offset == 1
+
+    asyncio.run(scenario())
+    assert seen == [[]]
     p.close()

@@ -11,8 +11,8 @@ The rules an opening here keeps (the review of the first attempt, docs/benchmark
 * The worker opens against an OpenFiles of its own (``OpenFiles(WORKER_OPEN_FILES)``),
   never the process's: that bound has no lock, and a worker evicting a descriptor the loop
   was using let a reused descriptor number write one partition's batch into another's file.
-  The opened segments join the process's bound on the loop thread (``Log.adopt``, in the
-  owner's ``install``).
+  It closes them all once the log is built; the segments join the process's bound on the
+  loop thread (``Log.adopt``, in the owner's ``install``) and open again at their next use.
 * Nothing is locked while the worker opens: the owner's ``settle`` runs on the loop once the
   worker is done and either installs the log (publishes it) or refuses it, when the
   partition was closed, deleted or abandoned meanwhile; a refused log's files are then
@@ -105,10 +105,16 @@ async def _run(loop: asyncio.AbstractEventLoop, directory: str,
                 # one takes it, and the process's exit would otherwise run every one queued.
                 return
             error, built = None, None
+            files = OpenFiles(WORKER_OPEN_FILES)
             try:
-                built = build(OpenFiles(WORKER_OPEN_FILES))
+                built = build(files)
             except BaseException as exc:  # the owner answers it
                 error = exc
+            # A built log waits for the loop to install it with no descriptor held: while
+            # the loop is busy, workers go on finishing others, and their descriptors,
+            # counted in no bound, ran a broker with a low RLIMIT_NOFILE out of them (a
+            # restart's retention pass opens every partition). Reopened by name on use.
+            files.release_all()
             try:
                 loop.call_soon_threadsafe(hand_over, error, built)
             except RuntimeError:  # the loop is gone (the broker stopped): nobody takes it

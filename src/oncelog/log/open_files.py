@@ -56,6 +56,12 @@ class OpenFiles:
     def closed(self, holder: Releasable) -> None:
         self._lru.pop(holder, None)
 
+    def release_all(self) -> None:
+        """Close every descriptor counted here; each opens again by name at its next use."""
+        while self._lru:
+            holder, _ = self._lru.popitem(last=False)
+            holder.release()
+
 
 def default_limit() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
