@@ -137,6 +137,20 @@ def _delete(partition: Partition, aside: str) -> None:
     partition.delete()
 
 
+async def _deleted_while_opening(partition: Partition, disk: GatedDisk, held_at: tuple,
+                                 aside: str) -> None:
+    """The partition deleted while a worker opening it is held at ``held_at``: the opening
+    fails FileNotFoundError and is over."""
+    disk.arm(*held_at)
+    opening = asyncio.ensure_future(partition.open_async())
+    await _reached(disk)
+    _delete(partition, aside)
+    disk.release.set()
+    with pytest.raises(FileNotFoundError):
+        await opening
+    await _settled(partition.dir)
+
+
 @pytest.mark.parametrize("held_at", [("isdir", "t-0"), ("open", "partition.metadata.tmp")],
                          ids=["before-mkdir", "files-open"])
 def test_an_opening_landing_after_its_partition_was_deleted_is_discarded(tmp_path, held_at):
@@ -144,17 +158,7 @@ def test_an_opening_landing_after_its_partition_was_deleted_is_discarded(tmp_pat
     p = _partition(tmp_path, disk)
     aside = str(tmp_path / "t-0.deleted")
 
-    async def scenario() -> None:
-        disk.arm(*held_at)
-        opening = asyncio.ensure_future(p.open_async())
-        await _reached(disk)
-        _delete(p, aside)
-        disk.release.set()
-        with pytest.raises(FileNotFoundError):
-            await opening
-        await _settled(p.dir)
-
-    asyncio.run(scenario())
+    asyncio.run(_deleted_while_opening(p, disk, held_at, aside))
     assert not p.is_open
     assert not os.path.exists(p.dir), "the deleted partition's directory came back"
     assert _descriptors_into(tmp_path) == []
@@ -520,17 +524,7 @@ def test_a_deletion_under_a_first_write_never_takes_the_directory_offline(tmp_pa
     p = _partition(tmp_path, disk)
     aside = str(tmp_path / "t-0.deleted")
 
-    async def scenario() -> None:
-        disk.arm("fsync_dir", "t-0")
-        opening = asyncio.ensure_future(p.open_async())
-        await _reached(disk)
-        _delete(p, aside)
-        disk.release.set()
-        with pytest.raises(FileNotFoundError):
-            await opening
-        await _settled(p.dir)
-
-    asyncio.run(scenario())
+    asyncio.run(_deleted_while_opening(p, disk, ("fsync_dir", "t-0"), aside))
     assert not p.log_dir.offline
     assert not os.path.exists(p.dir)
 

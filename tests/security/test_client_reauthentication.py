@@ -558,32 +558,41 @@ def test_an_idempotent_producers_batch_behind_a_refused_exchange_was_not_sent(se
 _SENTINEL_MS = 1_234_567  # replaced on the wire by a lifetime no timedelta can hold
 
 
-def _hostile_broker(server: socket.socket) -> None:
-    """One connection: ApiVersions answered as oncelog's broker does, SASL PLAIN accepted,
-    with a session lifetime of 2**62 ms (kio cannot decode it into a timedelta)."""
+def _sasl_plain_answers(conn: socket.socket, lifetime: datetime.timedelta):
+    """Requests read from ``conn`` until it closes: ApiVersions answered as oncelog's broker
+    does and SASL PLAIN accepted with a session lifetime of ``lifetime``; every other one is
+    yielded as (api_key, version, correlation) for the caller to answer."""
     from oncelog.broker.apis.api_meta import api_versions_body
     from oncelog.protocol.messages import encode_response, peek_header
     from oncelog.protocol.schema import response_module
 
+    while (head := conn.recv(4, socket.MSG_WAITALL)) and len(head) == 4:
+        frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
+        api_key, version, correlation = peek_header(frame)
+        mod = response_module(api_key, version)
+        if api_key == apis.API_VERSIONS_KEY:
+            body = api_versions_body(version)
+        elif api_key == apis.SASL_HANDSHAKE:
+            body = build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
+                         mechanisms=("PLAIN",))
+        elif api_key == apis.SASL_AUTHENTICATE:
+            body = build(mod.SaslAuthenticateResponse, error_code=ErrorCode.none,
+                         error_message=None, auth_bytes=b"", session_lifetime=lifetime)
+        else:
+            yield api_key, version, correlation
+            continue
+        conn.sendall(encode_response(api_key, version, correlation, body)
+                     .replace(_SENTINEL_MS.to_bytes(8, "big"), (1 << 62).to_bytes(8, "big")))
+
+
+def _hostile_broker(server: socket.socket) -> None:
+    """One connection: ApiVersions answered as oncelog's broker does, SASL PLAIN accepted,
+    with a session lifetime of 2**62 ms (kio cannot decode it into a timedelta)."""
     conn, _ = server.accept()
     conn.settimeout(TIMEOUT)
     with conn:
-        while (head := conn.recv(4, socket.MSG_WAITALL)) and len(head) == 4:
-            frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
-            api_key, version, correlation = peek_header(frame)
-            mod = response_module(api_key, version)
-            if api_key == apis.API_VERSIONS_KEY:
-                body = api_versions_body(version)
-            elif api_key == apis.SASL_HANDSHAKE:
-                body = build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
-                             mechanisms=("PLAIN",))
-            else:
-                body = build(mod.SaslAuthenticateResponse, error_code=ErrorCode.none,
-                             error_message=None, auth_bytes=b"",
-                             session_lifetime=datetime.timedelta(milliseconds=_SENTINEL_MS))
-            answer = encode_response(api_key, version, correlation, body)
-            conn.sendall(answer.replace(_SENTINEL_MS.to_bytes(8, "big"),
-                                        (1 << 62).to_bytes(8, "big")))
+        for _ in _sasl_plain_answers(conn, datetime.timedelta(milliseconds=_SENTINEL_MS)):
+            break  # the client sent something past authenticating: done
 
 
 def test_a_lifetime_too_large_to_decode_fails_as_a_kafka_error():
@@ -755,36 +764,18 @@ def _trickling_broker(server: socket.socket, stop: threading.Event, connections:
     """ApiVersions and SASL PLAIN answered (a session lifetime of 2 s), then every other
     request answered by a frame of 1 MiB whose bytes come one per 50 ms, until ``stop``: each
     recv of the client's gets a byte within its socket timeout, the frame never ends."""
-    from oncelog.broker.apis.api_meta import api_versions_body
-    from oncelog.protocol.messages import encode_response, peek_header
-    from oncelog.protocol.schema import response_module
-
     for _ in range(connections):
         conn, _ = server.accept()
         conn.settimeout(TIMEOUT)
         with conn:
-            while (head := conn.recv(4, socket.MSG_WAITALL)) and len(head) == 4:
-                frame = conn.recv(int.from_bytes(head, "big"), socket.MSG_WAITALL)
-                api_key, version, correlation = peek_header(frame)
-                mod = response_module(api_key, version)
-                if api_key == apis.API_VERSIONS_KEY:
-                    body = api_versions_body(version)
-                elif api_key == apis.SASL_HANDSHAKE:
-                    body = build(mod.SaslHandshakeResponse, error_code=ErrorCode.none,
-                                 mechanisms=("PLAIN",))
-                elif api_key == apis.SASL_AUTHENTICATE:
-                    body = build(mod.SaslAuthenticateResponse, error_code=ErrorCode.none,
-                                 error_message=None, auth_bytes=b"",
-                                 session_lifetime=datetime.timedelta(seconds=2))
-                else:
-                    conn.sendall((1 << 20).to_bytes(4, "big") + correlation.to_bytes(4, "big"))
-                    try:
-                        while not stop.wait(0.05):
-                            conn.sendall(b"\0")
-                    except OSError:
-                        pass  # the client gave up and closed
-                    break
-                conn.sendall(encode_response(api_key, version, correlation, body))
+            for _, _, correlation in _sasl_plain_answers(conn, datetime.timedelta(seconds=2)):
+                conn.sendall((1 << 20).to_bytes(4, "big") + correlation.to_bytes(4, "big"))
+                try:
+                    while not stop.wait(0.05):
+                        conn.sendall(b"\0")
+                except OSError:
+                    pass  # the client gave up and closed
+                break
 
 
 def test_a_trickled_answer_holds_no_read_past_its_timeout():
