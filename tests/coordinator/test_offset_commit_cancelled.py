@@ -11,6 +11,7 @@ real directory, fsync after every message), in process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from kio.schema.errors import ErrorCode as E
 from support.compaction_config_helpers import NoProducers
@@ -20,6 +21,22 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.topics import TopicManager
 from oncelog.coordinator.group.group_coordinator import OffsetCommitPartition
 from oncelog.metadata.store import LocalFileStore
+
+
+@contextlib.asynccontextmanager
+async def _durable_broker(tmp_path):
+    """A broker in process, fsync after every message, with a topic "t" of one partition."""
+    from oncelog.broker.server import Broker
+
+    broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
+                                  "listeners": "PLAINTEXT://127.0.0.1:0",
+                                  "log.flush.interval.messages": "1"}))
+    await broker.start()
+    try:
+        broker.topics.create("t", 1, 1, {})
+        yield broker
+    finally:
+        await broker.stop()
 
 
 def _offset(coordinator, group: str) -> int | None:
@@ -90,15 +107,9 @@ def test_a_cancelled_marker_write_leaves_the_markers_sharing_its_fsync_answered(
     step, which its close cancels) share a data partition's flush with every produce and
     marker of that pass: their waits are their own too."""
     from oncelog.broker.apis.txn_markers import write_markers
-    from oncelog.broker.server import Broker
 
     async def main() -> None:
-        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
-                                      "listeners": "PLAINTEXT://127.0.0.1:0",
-                                      "log.flush.interval.messages": "1"}))
-        await broker.start()
-        try:
-            broker.topics.create("t", 1, 1, {})
+        async with _durable_broker(tmp_path) as broker:
 
             def markers(producer_id: int) -> asyncio.Future:
                 return asyncio.ensure_future(write_markers(broker, producer_id, 0, True, 0,
@@ -109,8 +120,6 @@ def test_a_cancelled_marker_write_leaves_the_markers_sharing_its_fsync_answered(
             assert not gone.done() and not kept.done()
             gone.cancel()
             assert await asyncio.wait_for(kept, 10) == {("t", 0): E.none}
-        finally:
-            await broker.stop()
 
     asyncio.run(asyncio.wait_for(main(), 20))
 
@@ -123,17 +132,11 @@ def test_a_cancelled_produce_wait_leaves_the_produce_and_marker_sharing_its_fsyn
     coordinator would otherwise get CancelledError and leave the transaction pending."""
     from oncelog.broker.apis.produce import _produce_partition
     from oncelog.broker.apis.txn_markers import write_markers
-    from oncelog.broker.server import Broker
     from oncelog.protocol.records import encode_batch
     from oncelog.protocol.validation import Inflation
 
     async def main() -> None:
-        broker = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"),
-                                      "listeners": "PLAINTEXT://127.0.0.1:0",
-                                      "log.flush.interval.messages": "1"}))
-        await broker.start()
-        try:
-            broker.topics.create("t", 1, 1, {})
+        async with _durable_broker(tmp_path) as broker:
             # Opened as a Produce request would first (in a worker): _produce_partition
             # leaves a log not open yet to that.
             await broker.topics.partition("t", 0).open_async()
@@ -152,7 +155,5 @@ def test_a_cancelled_produce_wait_leaves_the_produce_and_marker_sharing_its_fsyn
             gone.cancel()
             await asyncio.wait_for(kept, 10)
             assert await asyncio.wait_for(marker, 10) == {("t", 0): E.none}
-        finally:
-            await broker.stop()
 
     asyncio.run(asyncio.wait_for(main(), 20))
