@@ -51,23 +51,13 @@ from oncelog.cluster.membership import ClusterMember
 from oncelog.cluster.topic_admin import TopicAdmin
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.zookeepers import count_requests  # tests/: the kazoo request counter
+
 TOPIC = "bench-control"
 PARTS = ("pass", "shutdown")
 SESSION_MS = 6000
-
-
-def count_requests(store: ZooKeeperStore) -> list[int]:
-    """A counter of the requests ``store``'s kazoo client sends from now on."""
-    client = store.client
-    sent = [0]
-    call = client._call
-
-    def counted(request, async_object):
-        sent[0] += 1
-        return call(request, async_object)
-
-    client._call = counted
-    return sent
 
 
 def _states(store: ZooKeeperStore, partitions: int) -> None:
@@ -131,7 +121,7 @@ def passes(partitions: int, repeats: int, profile: cProfile.Profile | None) -> N
         TopicAdmin(admin).ensure_paths()
         _topic(admin, partitions)
         controller = Controller(members[0], lambda: False)
-        sent = count_requests(members[0].store)
+        sent = count_requests(members[0].store.client)
         controller.pass_once()  # the first pass reads the registrations
         steady: list[tuple[float, float, int, bool]] = []
         moved: list[tuple[float, float, int, bool]] = []

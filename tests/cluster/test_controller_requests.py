@@ -8,6 +8,7 @@ the controller's kazoo client (a multi is one)."""
 from __future__ import annotations
 
 import pytest
+from support.zookeepers import count_requests
 
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
@@ -52,19 +53,6 @@ def cluster(zookeeper):
             member.close()
 
 
-def counted(controller: Controller) -> list[int]:
-    client = controller.store.client
-    sent = [0]
-    call = client._call
-
-    def count(request, async_object):
-        sent[0] += 1
-        return call(request, async_object)
-
-    client._call = count
-    return sent
-
-
 def settle(controller: Controller) -> None:
     for _ in range(10):
         if not controller.pass_once():
@@ -79,7 +67,7 @@ def state(zk, p: int) -> zn.PartitionState:
 def test_a_steady_pass_makes_a_few_requests_whatever_the_partition_count(cluster):
     controller, _ = cluster
     settle(controller)  # the first pass reads everything
-    sent = counted(controller)
+    sent = count_requests(controller.store.client)
     assert controller.pass_once() is False
     assert sent[0] <= STEADY_REQUESTS, f"{sent[0]} requests for {PARTITIONS} partitions"
 
@@ -90,7 +78,7 @@ def test_a_pass_reads_again_only_the_states_that_changed(cluster):
     changed = range(0, PARTITIONS, 10)
     for p in changed:  # a leader's ISR writes: (1, 2) -> (1,) -> (1, 2), versions moved on
         zk.set(zn.partition_state_path(TOPIC, p), zn.PartitionState(1, 0, (1,), 1).encode())
-    sent = counted(controller)
+    sent = count_requests(controller.store.client)
     assert controller.pass_once() is False  # (1,) is a valid ISR: nothing to decide
     assert sent[0] <= STEADY_REQUESTS + len(changed), sent[0]
 
@@ -107,7 +95,7 @@ def test_a_pass_decides_on_a_change_made_just_before_it(cluster):
     got = state(zk, 7)
     assert (got.leader, got.leader_epoch, got.isr) == (1, 5, (1,))
     # broker 2 leaves: every partition's ISR shrinks (L1), in a few transactions
-    sent = counted(controller)
+    sent = count_requests(controller.store.client)
     zk.create(f"{zn.CONTROLLED_SHUTDOWN}/2", b"", ephemeral=True, makepath=True)
     assert controller.pass_once() is True
     assert sent[0] <= STEADY_REQUESTS + PARTITIONS // 100 + 2, sent[0]
@@ -143,7 +131,7 @@ def test_a_replica_watch_reads_again_only_what_changed(cluster):
         assert len(first[TOPIC].states) == PARTITIONS
         zk.set(zn.partition_state_path(TOPIC, 11),
                zn.PartitionState(2, 1, (2, 1), 1).encode())
-        sent = counted(controller)
+        sent = count_requests(controller.store.client)
         again = watch.read_view()
     finally:
         watch.close()

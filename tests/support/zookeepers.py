@@ -169,3 +169,16 @@ class ZooKeeperServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def count_requests(client) -> list[int]:
+    """A counter (``[n]``) of the requests a kazoo ``client`` sends from now on."""
+    sent = [0]
+    call = client._call
+
+    def counted(request, async_object):
+        sent[0] += 1
+        return call(request, async_object)
+
+    client._call = counted
+    return sent
