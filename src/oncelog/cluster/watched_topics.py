@@ -205,27 +205,24 @@ class WatchedTopics:
     def _read_topics(self, names: list[str]) -> dict[str, TopicRead]:
         out, no_config, no_partitions = read_topics(
             self.store, names, self._topic_changed, self._partitions_changed)
-        # told when a config is written for the first time
-        for name, stat in zip(no_config, gather(self.store, [
-                lambda n=n: self.zk.exists_async(zn.topic_config_path(n),
-                                                 watch=self._topic_changed)
-                for n in no_config]), strict=True):
+        # told when a config is written for the first time, and when its partitions znode
+        # is made (so that its children get their watch)
+        self._watch_creation(no_config, zn.topic_config_path, self._topic_changed)
+        self._watch_creation(no_partitions, zn.partitions_path, self._partitions_changed)
+        return out
+
+    def _watch_creation(self, names: list[str], path_of: Callable[[str], str],
+                        watch: Callable) -> None:
+        """An existence watch on ``path_of(name)`` for each of ``names`` (absent when read);
+        one made meanwhile marks its topic to be read again at once."""
+        for name, stat in zip(names, gather(self.store, [
+                lambda n=n: self.zk.exists_async(path_of(n), watch=watch)
+                for n in names]), strict=True):
             if isinstance(stat, Exception):
                 raise stat
             if stat is not None:
                 self.mark(name)  # written since: read it next time
                 self._wake()
-        # and when its partitions znode is made, so that its children get their watch
-        for name, stat in zip(no_partitions, gather(self.store, [
-                lambda n=n: self.zk.exists_async(zn.partitions_path(n),
-                                                 watch=self._partitions_changed)
-                for n in no_partitions]), strict=True):
-            if isinstance(stat, Exception):
-                raise stat
-            if stat is not None:
-                self.mark(name)
-                self._wake()
-        return out
 
     def _read_states(self, keys: list[tuple[str, int]]) -> None:
         missing = []
