@@ -76,12 +76,8 @@ class OncelogBroker:
         raise RuntimeError(f"oncelog broker did not start; its log:\n{self.log_text()}")
 
     def env(self) -> dict[str, str]:
-        """The broker's environment: ``self.src`` first on the path (ahead of the editable
-        install's .pth entry), so that a snapshot of another version can be measured."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        src = str(self.src)
-        env["PYTHONPATH"] = src + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else src
-        return env
+        """The broker's environment: ``self.src`` first on the path."""
+        return tree_env(self.src)
 
     def package_dir(self) -> str:
         """Where the broker's ``oncelog`` package is imported from."""
@@ -121,6 +117,34 @@ class OncelogBroker:
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT)
             self.proc = None
+
+
+def source_tree(path: Path | None) -> Path:
+    """The directory that holds package ``oncelog`` for ``path``, a checkout's root or its
+    ``src/`` (``--src`` takes either); this repo's ``src/`` for None."""
+    if path is None:
+        return REPO / "src"
+    return path / "src" if (path / "src" / "oncelog").is_dir() else path
+
+
+def tree_env(src: Path) -> dict[str, str]:
+    """An environment importing ``oncelog`` from ``src`` first (ahead of the editable
+    install's .pth entry), so that a snapshot of another version can be measured."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    src_dir = str(Path(src).resolve())
+    env["PYTHONPATH"] = (src_dir + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                         else src_dir)
+    return env
+
+
+def python_in_tree(src: Path, code: str, *args: str, timeout: float) -> str:
+    """Run ``code`` in a fresh interpreter that imports ``oncelog`` from ``src`` (a client
+    of another version, beside its broker); its stdout. ``args`` are its ``sys.argv[1:]``."""
+    out = subprocess.run([sys.executable, "-c", code, *args], env=tree_env(src),
+                         capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"the child under {src} failed ({out.returncode}):\n{out.stderr}")
+    return out.stdout
 
 
 class _Capture(logging.Handler):

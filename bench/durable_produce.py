@@ -14,7 +14,14 @@ fsync) and oncelog.Producer (five in flight, so one fsync can cover several). Th
 producer against a broker without fsync is measured too: the broker's ceiling for it.
 
     .venv/bin/python bench/durable_produce.py [--messages N] [--repeats R] [--data-dir D]
+        [--src DIR] [--json PATH]
     make bench ARGS="--only durable_produce"
+
+``--src DIR`` (another checkout's root or ``src/``, its codecs built with ``setup.py
+build_ext --inplace``) runs that tree's broker, and its oncelog.Producer, beside this tree's
+in every repetition, the two in turn (alternating which goes first), each with its own bare
+loop: an A/B of two commits in the same minutes, reported as this / --src (median and
+paired). oncelog.Producer always runs in a child interpreter of the tree under test.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import struct
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from _support import (
@@ -34,21 +41,29 @@ from _support import (
     machine,
     median,
     produce_all,
+    python_in_tree,
+    source_tree,
     write_json,
 )
 
 VALUE_SIZE = 1024
-PAYLOAD = random.Random(20261124).randbytes(VALUE_SIZE)
+SEED = 20261124
+PAYLOAD = random.Random(SEED).randbytes(VALUE_SIZE)
 SCENARIOS = {"default": None, "16KiB": 16384}  # batch.size: the client's default, or this
 CLIENTS = ("confluent", "oncelog")
 RUN_TIMEOUT = 300.0
 GOAL = 0.8
 
 
-def produce(client: str, bootstrap: str, topic: str, n: int, batch_size: int | None) -> float:
-    """Seconds to produce ``n`` values with ``client`` and have every one acknowledged."""
+def produce(client: str, bootstrap: str, topic: str, n: int, batch_size: int | None,
+            src: Path) -> float:
+    """Seconds to produce ``n`` values with ``client`` and have every one acknowledged
+    (oncelog.Producer as the package in ``src`` has it)."""
     if client == "oncelog":
-        return _produce_oncelog(bootstrap, topic, n, batch_size)
+        out = python_in_tree(src, _PRODUCE_ONCELOG, bootstrap, topic, str(n),
+                             str(batch_size or 0), str(SEED), str(VALUE_SIZE),
+                             str(RUN_TIMEOUT), timeout=RUN_TIMEOUT + 60)
+        return float(out.split()[-1])
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -69,29 +84,41 @@ def produce(client: str, bootstrap: str, topic: str, n: int, batch_size: int | N
     return seconds
 
 
-def _produce_oncelog(bootstrap: str, topic: str, n: int, batch_size: int | None) -> float:
-    import oncelog
-
-    extra = {} if batch_size is None else {"batch.size": batch_size}
-    with oncelog.Producer({"bootstrap.servers": bootstrap, "acks": "all", **extra}) as producer:
-        producer.produce(topic, PAYLOAD, partition=0).result(30)
-        start = time.perf_counter()
-        for _ in range(n):
-            producer.produce(topic, PAYLOAD, partition=0)
-        producer.flush(RUN_TIMEOUT)
-        return time.perf_counter() - start
+# A child interpreter's run of oncelog.Producer, so that --src measures that tree's client
+# too (the seconds on its last line). argv: bootstrap topic n batch.size (0: the client's
+# default) seed value-size timeout.
+_PRODUCE_ONCELOG = """
+import random, sys, time
+import oncelog
+bootstrap, topic, n, batch_size, seed, size, timeout = sys.argv[1:]
+payload = random.Random(int(seed)).randbytes(int(size))
+extra = {"batch.size": int(batch_size)} if int(batch_size) else {}
+with oncelog.Producer({"bootstrap.servers": bootstrap, "acks": "all", **extra}) as producer:
+    producer.produce(topic, payload, partition=0).result(30)
+    start = time.perf_counter()
+    for _ in range(int(n)):
+        producer.produce(topic, payload, partition=0)
+    producer.flush(float(timeout))
+    print(time.perf_counter() - start)
+"""
 
 
 def stored_batches(broker: OncelogBroker, topic: str) -> tuple[int, int]:
-    """(bytes in the partition's segments, batches appended) as the broker counts them."""
-    directory = broker.data_dir / f"{topic}-0"
-    size = sum(p.stat().st_size for p in directory.glob("*.log"))
-    with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith("oncelog_produce_batches_total") and f'topic="{topic}"' in line \
-                    and 'outcome="appended"' in line:
-                return size, int(line.rsplit(" ", 1)[1])
-    raise RuntimeError("the broker counted no appended batches")
+    """(bytes in the partition's segments, batches in them), read from the files (so that a
+    broker of any version can be measured: each batch starts with its base offset and its
+    length)."""
+    size = batches = 0
+    for segment in sorted((broker.data_dir / f"{topic}-0").glob("*.log")):
+        data = segment.read_bytes()
+        size += len(data)
+        position = 0
+        while position + 12 <= len(data):
+            (length,) = struct.unpack_from(">i", data, position + 8)
+            position += 12 + length
+            batches += 1
+    if not batches:
+        raise RuntimeError("the broker stored no batches")
+    return size, batches
 
 
 def bare_loop(directory: Path, batch_bytes: int, batches: int) -> float:
@@ -112,45 +139,63 @@ def bare_loop(directory: Path, batch_bytes: int, batches: int) -> float:
         os.unlink(path)
 
 
+def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, base: Path,
+            src: Path) -> dict:
+    """One repetition of one tree: durable, its bare loop, and the same without fsync."""
+    durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
+    with OncelogBroker(durable, src=src, base_dir=base) as broker:
+        topic = f"durable-{name}-{rep}"
+        seconds = produce(client, broker.bootstrap, topic, n, batch_size, src)
+        size, batches = stored_batches(broker, topic)
+        batch_bytes = max(1, size // batches)
+        bare = bare_loop(broker.data_dir, batch_bytes, batches)
+    with OncelogBroker({}, src=src, base_dir=base) as broker:  # the same without fsync
+        plain = produce(client, broker.bootstrap, f"plain-{name}-{rep}", n, batch_size, src)
+    # The bare loop wrote the same bytes in the same number of batches (the warm-up batch
+    # included), so the ratio of the rates is that of the times.
+    return {"oncelog_msgs_per_s": n / seconds, "bare_msgs_per_s": n / bare,
+            "no_fsync_msgs_per_s": n / plain, "batch_bytes": batch_bytes, "batches": batches,
+            "ratio": bare / seconds}
+
+
+KEYS = ("oncelog_msgs_per_s", "bare_msgs_per_s", "no_fsync_msgs_per_s", "batch_bytes", "ratio")
+
+
 def run(args) -> dict:
     results: dict = {"machine": machine(), "messages": args.messages, "scenarios": {}}
     base = args.data_dir
     base.mkdir(parents=True, exist_ok=True)
     results["filesystem"] = filesystem_of(base)
-    durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30),
-               "metrics.listener": "127.0.0.1:0"}
+    trees = {"this": source_tree(None)}
+    if args.src:
+        trees["src"] = source_tree(args.src)
+        results["src"] = str(trees["src"])
     for client in args.clients:
         for name, batch_size in SCENARIOS.items():
             rows = []
             for rep in range(args.repeats):
-                with OncelogBroker(durable, base_dir=base) as broker:
-                    topic = f"durable-{name}-{rep}"
-                    seconds = produce(client, broker.bootstrap, topic, args.messages,
-                                      batch_size)
-                    size, batches = stored_batches(broker, topic)
-                    batch_bytes = max(1, size // batches)
-                    bare = bare_loop(broker.data_dir, batch_bytes, batches)
-                with OncelogBroker({}, base_dir=base) as broker:  # the same without fsync
-                    plain = produce(client, broker.bootstrap, f"plain-{name}-{rep}",
-                                    args.messages, batch_size)
-                # The bare loop wrote the same bytes in the same number of batches (the
-                # warm-up batch included), so the ratio of the rates is that of the times.
-                row = {"oncelog_msgs_per_s": args.messages / seconds,
-                       "bare_msgs_per_s": args.messages / bare,
-                       "no_fsync_msgs_per_s": args.messages / plain,
-                       "batch_bytes": batch_bytes, "batches": batches, "ratio": bare / seconds}
+                order = list(trees) if rep % 2 == 0 else list(reversed(trees))
+                row = {}
+                for tree in order:
+                    row[tree] = r = measure(client, name, batch_size, rep, args.messages,
+                                                base, trees[tree])
+                    print(f"  {client} {name} rep {rep + 1} {tree}: durable "
+                          f"{r['oncelog_msgs_per_s']:,.0f} msgs/s, bare write+fdatasync "
+                          f"{r['bare_msgs_per_s']:,.0f} msgs/s ({r['batches']} batches of "
+                          f"{r['batch_bytes']:,} B), ratio {r['ratio']:.2f}; without fsync "
+                          f"{r['no_fsync_msgs_per_s']:,.0f} msgs/s", file=sys.stderr,
+                          flush=True)
                 rows.append(row)
-                print(f"  {client} {name} rep {rep + 1}: durable "
-                      f"{row['oncelog_msgs_per_s']:,.0f} msgs/s, bare write+fdatasync "
-                      f"{row['bare_msgs_per_s']:,.0f} msgs/s ({batches} batches of "
-                      f"{batch_bytes:,} B), ratio {row['ratio']:.2f}; without fsync "
-                      f"{row['no_fsync_msgs_per_s']:,.0f} msgs/s", file=sys.stderr, flush=True)
-            results["scenarios"][f"{client} {name}"] = {
-                "runs": rows,
-                **{key: median([r[key] for r in rows])
-                   for key in ("oncelog_msgs_per_s", "bare_msgs_per_s", "no_fsync_msgs_per_s",
-                               "batch_bytes", "ratio")},
-            }
+            scenario = {"runs": rows,
+                        **{key: median([r["this"][key] for r in rows]) for key in KEYS}}
+            if "src" in trees:
+                scenario["src"] = {key: median([r["src"][key] for r in rows]) for key in KEYS}
+                scenario["paired_durable"] = median(
+                    [r["this"]["oncelog_msgs_per_s"] / r["src"]["oncelog_msgs_per_s"]
+                     for r in rows])
+                scenario["paired_ratio"] = median(
+                    [r["this"]["ratio"] / r["src"]["ratio"] for r in rows])
+            results["scenarios"][f"{client} {name}"] = scenario
     return results
 
 
@@ -166,6 +211,20 @@ def report(results: dict) -> None:
         print(f"| {name} | {row['oncelog_msgs_per_s']:,.0f} | {row['bare_msgs_per_s']:,.0f} | "
               f"{row['batch_bytes']:,.0f} B | {row['ratio']:.2f} | >= {GOAL} | {met} | "
               f"{row['no_fsync_msgs_per_s']:,.0f} |")
+    if "src" not in results:
+        return
+    print(f"\nA/B: this tree and --src {results['src']} (broker and oncelog.Producer), "
+          "same repetitions, in turn")
+    print("| client, batching | durable msgs/s this / --src | this / --src | paired | "
+          "ratio to bare loop, this / --src | paired | without fsync msgs/s this / --src |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, row in results["scenarios"].items():
+        other = row["src"]
+        print(f"| {name} | {row['oncelog_msgs_per_s']:,.0f} / {other['oncelog_msgs_per_s']:,.0f}"
+              f" | {row['oncelog_msgs_per_s'] / other['oncelog_msgs_per_s']:.2f} | "
+              f"{row['paired_durable']:.2f} | {row['ratio']:.2f} / {other['ratio']:.2f} | "
+              f"{row['paired_ratio']:.2f} | {row['no_fsync_msgs_per_s']:,.0f} / "
+              f"{other['no_fsync_msgs_per_s']:,.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
     parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parent.parent
                         / ".bench-data", help="where the brokers and the bare loop write")
+    parser.add_argument("--src", type=Path, metavar="DIR",
+                        help="another checkout (its root or src/) whose broker and "
+                             "oncelog.Producer run beside this tree's, in turn")
     add_json_argument(parser)
     args, _ = parser.parse_known_args(argv)  # other modules' options are not ours
     results = run(args)

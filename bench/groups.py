@@ -67,6 +67,7 @@ from _support import (
     cpu_seconds_probe,
     machine,
     median,
+    source_tree,
     wait_if_asked,
     write_json,
 )
@@ -517,8 +518,7 @@ def _other_broker(args):
     """The --src checkout's broker (group.initial.rebalance.delay.ms=0), or nothing."""
     if not args.src:
         return contextlib.nullcontext()
-    src = args.src / "src" if (args.src / "src" / "oncelog").is_dir() else args.src
-    return OncelogBroker(NO_DELAY, src=src)
+    return OncelogBroker(NO_DELAY, src=source_tree(args.src))
 
 
 def _used(summary: dict, limit: float) -> str:
