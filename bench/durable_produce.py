@@ -37,6 +37,7 @@ from pathlib import Path
 from _support import (
     OncelogBroker,
     add_json_argument,
+    cpu_seconds_probe,
     filesystem_of,
     machine,
     median,
@@ -103,12 +104,12 @@ with oncelog.Producer({"bootstrap.servers": bootstrap, "acks": "all", **extra}) 
 """
 
 
-def stored_batches(broker: OncelogBroker, topic: str) -> tuple[int, int]:
+def stored_batches(partition_dir: Path) -> tuple[int, int]:
     """(bytes in the partition's segments, batches in them), read from the files (so that a
     broker of any version can be measured: each batch starts with its base offset and its
     length)."""
     size = batches = 0
-    for segment in sorted((broker.data_dir / f"{topic}-0").glob("*.log")):
+    for segment in sorted(partition_dir.glob("*.log")):
         data = segment.read_bytes()
         size += len(data)
         position = 0
@@ -145,8 +146,11 @@ def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, ba
     durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
     with OncelogBroker(durable, src=src, base_dir=base) as broker:
         topic = f"durable-{name}-{rep}"
+        cpu = cpu_seconds_probe(broker.pid)
+        cpu_before = cpu()
         seconds = produce(client, broker.bootstrap, topic, n, batch_size, src)
-        size, batches = stored_batches(broker, topic)
+        broker_cpu = cpu() - cpu_before  # the warm-up's included: the same on both trees
+        size, batches = stored_batches(broker.data_dir / f"{topic}-0")
         batch_bytes = max(1, size // batches)
         bare = bare_loop(broker.data_dir, batch_bytes, batches)
     with OncelogBroker({}, src=src, base_dir=base) as broker:  # the same without fsync
@@ -155,10 +159,11 @@ def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, ba
     # included), so the ratio of the rates is that of the times.
     return {"oncelog_msgs_per_s": n / seconds, "bare_msgs_per_s": n / bare,
             "no_fsync_msgs_per_s": n / plain, "batch_bytes": batch_bytes, "batches": batches,
-            "ratio": bare / seconds}
+            "ratio": bare / seconds, "broker_cpu_us_per_msg": broker_cpu / n * 1e6}
 
 
-KEYS = ("oncelog_msgs_per_s", "bare_msgs_per_s", "no_fsync_msgs_per_s", "batch_bytes", "ratio")
+KEYS = ("oncelog_msgs_per_s", "bare_msgs_per_s", "no_fsync_msgs_per_s", "batch_bytes", "ratio",
+        "broker_cpu_us_per_msg")
 
 
 def run(args) -> dict:
@@ -183,7 +188,8 @@ def run(args) -> dict:
                           f"{r['oncelog_msgs_per_s']:,.0f} msgs/s, bare write+fdatasync "
                           f"{r['bare_msgs_per_s']:,.0f} msgs/s ({r['batches']} batches of "
                           f"{r['batch_bytes']:,} B), ratio {r['ratio']:.2f}; without fsync "
-                          f"{r['no_fsync_msgs_per_s']:,.0f} msgs/s", file=sys.stderr,
+                          f"{r['no_fsync_msgs_per_s']:,.0f} msgs/s; durable broker CPU "
+                          f"{r['broker_cpu_us_per_msg']:.1f} us/msg", file=sys.stderr,
                           flush=True)
                 rows.append(row)
             scenario = {"runs": rows,
@@ -216,15 +222,17 @@ def report(results: dict) -> None:
     print(f"\nA/B: this tree and --src {results['src']} (broker and oncelog.Producer), "
           "same repetitions, in turn")
     print("| client, batching | durable msgs/s this / --src | this / --src | paired | "
-          "ratio to bare loop, this / --src | paired | without fsync msgs/s this / --src |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "ratio to bare loop, this / --src | paired | without fsync msgs/s this / --src | "
+          "durable broker CPU per msg, this / --src |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, row in results["scenarios"].items():
         other = row["src"]
         print(f"| {name} | {row['oncelog_msgs_per_s']:,.0f} / {other['oncelog_msgs_per_s']:,.0f}"
               f" | {row['oncelog_msgs_per_s'] / other['oncelog_msgs_per_s']:.2f} | "
               f"{row['paired_durable']:.2f} | {row['ratio']:.2f} / {other['ratio']:.2f} | "
               f"{row['paired_ratio']:.2f} | {row['no_fsync_msgs_per_s']:,.0f} / "
-              f"{other['no_fsync_msgs_per_s']:,.0f} |")
+              f"{other['no_fsync_msgs_per_s']:,.0f} | {row['broker_cpu_us_per_msg']:.1f} / "
+              f"{other['broker_cpu_us_per_msg']:.1f} us |")
 
 
 def main(argv: list[str] | None = None) -> int:
