@@ -53,6 +53,7 @@ PAYLOAD = random.Random(SEED).randbytes(VALUE_SIZE)
 SCENARIOS = {"default": None, "16KiB": 16384}  # batch.size: the client's default, or this
 CLIENTS = ("confluent", "oncelog")
 RUN_TIMEOUT = 300.0
+START_TIMEOUT = 120.0  # a broker of either tree; a loaded machine took over 30 s to start one
 GOAL = 0.8
 
 
@@ -144,7 +145,8 @@ def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, ba
             src: Path) -> dict:
     """One repetition of one tree: durable, its bare loop, and the same without fsync."""
     durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
-    with OncelogBroker(durable, src=src, base_dir=base) as broker:
+    with OncelogBroker(durable, src=src, base_dir=base,
+                       start_timeout=START_TIMEOUT) as broker:
         topic = f"durable-{name}-{rep}"
         cpu = cpu_seconds_probe(broker.pid)
         cpu_before = cpu()
@@ -153,7 +155,8 @@ def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, ba
         size, batches = stored_batches(broker.data_dir / f"{topic}-0")
         batch_bytes = max(1, size // batches)
         bare = bare_loop(broker.data_dir, batch_bytes, batches)
-    with OncelogBroker({}, src=src, base_dir=base) as broker:  # the same without fsync
+    with OncelogBroker({}, src=src, base_dir=base,  # the same without fsync
+                       start_timeout=START_TIMEOUT) as broker:
         plain = produce(client, broker.bootstrap, f"plain-{name}-{rep}", n, batch_size, src)
     # The bare loop wrote the same bytes in the same number of batches (the warm-up batch
     # included), so the ratio of the rates is that of the times.
