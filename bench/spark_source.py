@@ -55,7 +55,8 @@ def register_floor(spark) -> None:
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from oncelog.spark.columns import arrow_schema, spark_schema
+    from oncelog.spark.columns import arrow_schema
+    from oncelog.spark.schema import spark_schema
 
     class FloorReader(DataSourceReader):
         def __init__(self, rows: int, partitions: int) -> None:

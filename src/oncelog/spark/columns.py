@@ -15,17 +15,6 @@ from collections.abc import Iterator
 
 import cramjam
 import pyarrow as pa
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from ..client.topic_reader import (
     TOPIC_GONE,
@@ -45,30 +34,13 @@ log = logging.getLogger(__name__)
 ROWS_PER_BATCH = 10_000  # Arrow batch handed to Spark: at most this many rows ...
 BYTES_PER_BATCH = 16 << 20  # ... or about this many bytes of keys and values
 
-_HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-
-
-def spark_schema(include_headers: bool) -> StructType:
-    fields = [
-        StructField("key", BinaryType()), StructField("value", BinaryType()),
-        StructField("topic", StringType()), StructField("partition", IntegerType()),
-        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-    if include_headers:
-        fields.append(StructField("headers", ArrayType(_HEADER)))
-    fields += [StructField("producerId", LongType()), StructField("producerEpoch", ShortType()),
-               StructField("sequence", IntegerType())]
-    return StructType(fields)
-
-
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _ARROW_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()),
                                                          ("value", pa.binary())])))
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
-    """What Spark expects of ``spark_schema`` batches, exactly (it refuses any other types)."""
+    """What Spark expects of ``schema.spark_schema`` batches, exactly (it refuses others)."""
     fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
               ("partition", pa.int32()), ("offset", pa.int64()),
               ("timestamp", _TIMESTAMP), ("timestampType", pa.int32())]

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -51,6 +50,9 @@ from pyspark.sql.types import (
 from ..client.producer.producer import Producer
 from . import two_phase
 from .options import EXACTLY_ONCE, OptionError, WriteOptions, write_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FLUSH_TIMEOUT = 300.0  # seconds a task waits for its last records to be acknowledged
 # The local property Spark sets to the micro-batch a stream's tasks run for.
@@ -116,19 +118,22 @@ def _column(batch: pa.RecordBatch, name: str) -> list | None:
     return None if array is None else array.to_pylist()
 
 
-_BINARY = (pa.binary(), pa.string())
-
-
 def _binary_layout(array: pa.Array) -> tuple | None:
     """A binary or string column as Producer.append_columns takes it (None: another
     type, such as large_binary, which takes the row by row path)."""
-    if array.type not in _BINARY:
+    # pyarrow only here, in the tasks: the driver's planners (create, write, commit) unpickle
+    # this module without it.
+    import pyarrow as pa
+
+    if array.type not in (pa.binary(), pa.string()):
         return None
     validity, offsets, data = array.buffers()
     return validity, offsets, b"" if data is None else data, array.offset
 
 
 def _int_layout(array: pa.Array) -> tuple | None:
+    import pyarrow as pa
+
     if array.type != pa.int32():
         try:
             array = array.cast(pa.int32())  # Spark's short and long partition columns

@@ -26,7 +26,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from . import progress
-from .columns import read_range, spark_schema
 from .offsets import (
     Cluster,
     DataLossError,
@@ -46,6 +45,7 @@ from .options import (
     read_options,
     write_options,
 )
+from .schema import spark_schema
 from .sink import OncelogStreamWriter, OncelogWriter, writer_options
 from .source_options import ByTimestamp
 
@@ -75,6 +75,9 @@ class _ReadsRanges:
         if not isinstance(partition, RangePartition) and partition.value is None:
             return iter(())  # nothing to read: Spark still runs one task, with no range
         assert isinstance(partition, RangePartition), partition
+        # Here, in a task: the planners on the driver unpickle this module without pyarrow.
+        from .columns import read_range
+
         return read_range(opts.bootstrap, partition.range, opts.include_headers,
                           opts.fail_on_data_loss, opts.poll_timeout_ms, opts.read_committed,
                           opts.security)
