@@ -100,7 +100,7 @@ class ReplicaManager:
                                   lambda: member.vouches)
         member.on_registered = self.watch.refresh  # registered again: B7 on a fresh read
         member.store.add_session_listener(self._on_session)
-        self._last_view: dict[str, TopicView] | None = None
+        self._last_view: dict[str, TopicView | None] | None = None
         # Since this broker stopped vouching for its session until a view read once it
         # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
         self.fenced = False
@@ -232,7 +232,7 @@ class ReplicaManager:
             except Exception:
                 log.exception("replica duty %s failed", duty.__name__)
 
-    def _on_view(self, view: dict[str, TopicView], vouched: bool) -> None:
+    def _on_view(self, view: dict[str, TopicView | None], vouched: bool) -> None:
         """On the watch's thread: the view goes to the event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -282,7 +282,7 @@ class ReplicaManager:
 
     # --- following ZooKeeper -------------------------------------------------------------
 
-    def apply_view(self, view: dict[str, TopicView], vouched: bool = True) -> None:
+    def apply_view(self, view: dict[str, TopicView | None], vouched: bool = True) -> None:
         """``vouched``: the broker vouched for its session when the view was read (and
         still does: the standing table)."""
         if self._closed:
@@ -293,6 +293,8 @@ class ReplicaManager:
             log.info("broker %d vouches for its ZooKeeper session again", self.broker_id)
             self.fenced = False
         for name, tv in view.items():
+            if tv is None:  # unreadable in ZooKeeper (cluster/unreadable.py): kept as it is
+                continue
             try:
                 self._apply_topic(tv, vouched)
             except TopicError as exc:  # e.g. every log directory offline: no place for it

@@ -234,7 +234,9 @@ class Controller:
                 if p in t.partition_nodes]
         by_name = {t.name: t for t in topics}
         for (name, p), got in read_states(self.store, keys).items():
-            if got is not None:
+            if isinstance(got, Exception):  # unreadable.py: that partition alone
+                by_name[name].bad_states[p] = str(got)
+            elif got is not None:
                 by_name[name].states[p] = got
         return topics
 
@@ -253,12 +255,16 @@ class Controller:
         topics = self.context.read()  # after the requests above: caught up with them
         chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
         for topic in topics:
+            if topic.problem is not None:  # unreadable (the picture said so): left alone
+                continue
             if topic.name in deleting:
                 self._delete(topic)
                 again = True
                 continue
             decisions = {}
             for p in sorted(topic.assignment.partitions):
+                if p in topic.bad_states:
+                    continue
                 facts = self.facts(topic, p, live, shutting, offline)
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
                 if decision.state is not None:
@@ -335,6 +341,7 @@ class Controller:
         enabled, _, percentage = self.rebalance_configs()
         keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
                 if t.states.get(p) is not None and t.assignment.partitions[p]
+                and t.problem is None and p not in t.bad_states  # unreadable: left alone
                 and reassignment_target(t.assignment, p) is None]  # as Kafka: not those
         asked = rebalance([(t.assignment.partitions[p][0], t.states[p][0].leader)
                            for t, p in keys], enabled, percentage)
@@ -494,7 +501,7 @@ class Controller:
 
         def build(txn) -> None:
             for p in sorted(topic.partition_nodes):
-                if p in topic.states:
+                if p in topic.states or p in topic.bad_states:
                     txn.delete(zn.partition_state_path(topic.name, p))
                 txn.delete(f"{zn.partitions_path(topic.name)}/{p}")
             if topic.has_partitions_node:
@@ -536,6 +543,11 @@ class Controller:
         chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for name, p in wanted:
             topic = topics.get(name)
+            why = None if topic is None else topic.problem or topic.bad_states.get(p)
+            if why is not None:  # that partition alone (unreadable.py), Kafka's per-partition
+                answers[(name, p)] = (ErrorCode.unknown_server_error,  # ApiError
+                                      f"its znodes in ZooKeeper cannot be read: {why}")
+                continue
             if topic is None or p not in topic.assignment.partitions:
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")

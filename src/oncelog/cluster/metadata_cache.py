@@ -11,7 +11,11 @@ watch while it is not written yet) and on ``/config/changes`` (Kafka's change no
 each new ``config_change_<seq>`` names the topic whose ``/config/topics/<t>`` to read
 again). A watch only marks what changed; the cache's own thread reads it (kazoo's watch
 thread must not block) and re-arms the watch with that read, so no change is missed between
-two reads. After a new ZooKeeper session everything is read again.
+two reads. After a new ZooKeeper session everything is read again. A topic's assignment,
+config or partition state that cannot be read through its own fault (unreadable.py: a
+NoAuth, bytes that are not Kafka's JSON) stays as last read (a topic never read stays out
+of the picture), is read again at each refresh and logged once per change; the other
+topics' changes are published as ever. ZooKeeper being away fails the whole refresh.
 
 Listeners (``add_listener``) are told the names of the topics whose picture changed, on the
 cache's thread: the broker applies config changes, a replica manager may follow
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
+from .unreadable import Told, Unreadable, decoded, unreadable
 from .wakeups import woken
 from .watched_topics import read_states
 
@@ -119,6 +124,12 @@ class MetadataCache:
         self._listeners: list[Callable[[set[str]], None]] = []
         self._recheck_s = recheck_s or store.session_timeout_ms / 3000
         self._thread: threading.Thread | None = None
+        # what cannot be read through its own fault: the topic's assignment or config (by
+        # name, each), a state (by key); re-read at each refresh, logged once per change
+        self._bad_topics: dict[str, str] = {}
+        self._bad_configs: dict[str, str] = {}
+        self._bad_states: dict[tuple[str, int], str] = {}
+        self._told = Told("metadata cache", log)
         store.add_session_listener(self._on_session)
 
     # --- what the broker reads -----------------------------------------------------------
@@ -207,6 +218,14 @@ class MetadataCache:
             raise
         if changed:
             self._publish(changed)
+        with self._lock:  # read again at the next refresh: an ACL change fires no watch
+            self._dirty_topics.update(self._bad_topics)
+            self._dirty_configs.update(self._bad_configs)
+            self._dirty_states.update(self._bad_states)
+        problems: dict = {name: f"its config: {why}" for name, why in self._bad_configs.items()}
+        problems.update(self._bad_topics)
+        problems.update(self._bad_states)
+        self._told.now(problems)
 
     def _read(self, dirty_list: bool, topics: set[str], states: set[tuple[str, int]],
               configs: set[str], dirty_changes: bool) -> set[str]:
@@ -229,12 +248,19 @@ class MetadataCache:
             try:
                 data, _ = self._op(self.zk.get_async, zn.topic_path(name),
                                    watch=self._mark("topic", name))
+                assignment = decoded(zn.TopicAssignment.decode, data)
             except NoNodeError:
+                self._bad_topics.pop(name, None)
                 if name in self._assignments:
                     self._forget(name)
                     changed.add(name)
                 continue
-            assignment = zn.TopicAssignment.decode(data)
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                self._bad_topics[name] = f"its assignment: {bad}"  # as last read meanwhile
+                continue
+            self._bad_topics.pop(name, None)
             before = self._assignments.get(name)
             self._assignments[name] = assignment
             known = set(before.partitions) if before is not None else set()
@@ -248,6 +274,10 @@ class MetadataCache:
         missing = []
         for key, got in read_states(self.store, keys,
                                     watch_of=lambda k: self._mark("state", k)).items():
+            if isinstance(got, Unreadable):
+                self._bad_states[key] = str(got)  # as last read meanwhile
+                continue
+            self._bad_states.pop(key, None)
             if got is None:
                 self._states.pop(key, None)
                 missing.append(key)
@@ -265,9 +295,15 @@ class MetadataCache:
                 continue
             try:
                 data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_TOPICS}/{name}")
-                self._configs[name] = zn.decode_topic_config(data)
+                self._configs[name] = decoded(zn.decode_topic_config, data)
             except NoNodeError:
                 self._configs[name] = {}
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                self._bad_configs[name] = str(bad)  # as last read meanwhile
+                continue
+            self._bad_configs.pop(name, None)
             changed.add(name)
         return changed
 
@@ -297,6 +333,10 @@ class MetadataCache:
     def _forget(self, name: str) -> None:
         assignment = self._assignments.pop(name, None)
         self._configs.pop(name, None)
+        self._bad_topics.pop(name, None)
+        self._bad_configs.pop(name, None)
+        for key in [k for k in self._bad_states if k[0] == name]:
+            del self._bad_states[key]
         if assignment is not None:
             for p in assignment.partitions:
                 self._states.pop((name, p), None)

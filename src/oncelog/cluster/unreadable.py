@@ -1,0 +1,96 @@
+"""A znode that cannot be read through its own fault, told apart from ZooKeeper being away.
+
+Reading Kafka's topic znodes, three outcomes are not the answer wanted:
+
+| what the read met                                | means                   | the reader        |
+|--------------------------------------------------|-------------------------|-------------------|
+| NoNode                                           | absent                  | as absent         |
+| NoAuth (an ACL refusing this broker), or bytes   | that znode unreadable   | keeps what it last|
+| that are not Kafka's JSON (hand-written, corrupt)| (``Unreadable``): that  | read of it, takes |
+|                                                  | topic or partition only | no decision on it,|
+|                                                  |                         | reads it again    |
+|                                                  |                         | next time, says   |
+|                                                  |                         | it once (``Told``)|
+| anything else: the connection lost, the session  | ZooKeeper is away: the  | the whole read    |
+| expired, no answer in time, a server error       | whole read fails        | raises, retried   |
+
+One topic's unreadable znode used to fail every read it was part of: the controller's pass
+(no leader elected for any topic), ElectLeaders, each broker's metadata cache (no topic
+change reached Metadata) and replica watch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+from kazoo.exceptions import NoAuthError
+
+T = TypeVar("T")
+
+# what a decoder of Kafka's JSON raises on bytes that are not it (UnicodeDecodeError and
+# JSONDecodeError are ValueErrors; a list where an object is wanted is an AttributeError;
+# deep nesting a RecursionError)
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RecursionError)
+
+
+class Unreadable(Exception):
+    """This znode cannot be read, through its own fault (the message says why)."""
+
+
+def answer(got: object) -> Any:
+    """One pipelined read's answer (batches.gather's: a value or an exception): the value;
+    ``Unreadable`` for a NoAuth; any other exception raised as it is (NoNode included: the
+    caller reads it as absence first)."""
+    if isinstance(got, NoAuthError):
+        raise Unreadable("NoAuth: its ACL refuses this broker") from None
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+def decoded(decode: Callable[[bytes], T], data: bytes) -> T:
+    try:
+        return decode(data)
+    except _DECODE_ERRORS as exc:
+        raise Unreadable(f"not Kafka's JSON: {exc!r}"[:300]) from None
+
+
+def unreadable(error: BaseException) -> Unreadable | None:
+    """``error`` as an Unreadable when it is the znode's own fault (store.op raised it)."""
+    if isinstance(error, Unreadable):
+        return error
+    if isinstance(error, NoAuthError):
+        return Unreadable("NoAuth: its ACL refuses this broker")
+    return None
+
+
+def describe(key: Hashable) -> str:
+    if isinstance(key, tuple):
+        topic, partition = key[0], key[1]
+        return f"the state of partition {topic}-{partition}"
+    return f"topic {key}"
+
+
+class Told:
+    """What one reader has said about unreadable znodes: each key (a topic name, or a
+    (topic, partition) state) logged when it becomes unreadable or its reason changes, and
+    when it is readable again; never at every read."""
+
+    def __init__(self, reader: str, logger: logging.Logger) -> None:
+        self.reader = reader
+        self.log = logger
+        self._said: dict[Hashable, str] = {}
+
+    def now(self, problems: dict[Hashable, str]) -> None:
+        """Every unreadable key as the reader's picture holds them now."""
+        for key, why in problems.items():
+            if self._said.get(key) != why:
+                self.log.warning("%s: %s cannot be read from ZooKeeper (%s); left as last "
+                                 "read, no decision taken on it, read again at each pass",
+                                 self.reader, describe(key), why)
+        for key in self._said.keys() - problems.keys():
+            self.log.info("%s: %s can be read from ZooKeeper again", self.reader,
+                          describe(key))
+        self._said = dict(problems)
