@@ -96,6 +96,21 @@ leader had when the shutdown began, at most 10 s (``LEAVE_TIMEOUT_S``):
 | L3  | not within the 10 s (its own timer, or still      | lacking: logged, and the        |
 |     | waiting at the bound)                             | leaderships are moved anyway    |
 
+A whole cluster stopped at once (``oncelog cluster up``'s Ctrl-C, SIGTERM to every broker):
+no leader waits out the 10 s on a follower that is leaving too. A leaving follower keeps
+fetching while its own L wait runs (so the other leaving leaders' high watermarks move);
+once that wait is over it stops fetching and asks for its controlled shutdown, and the
+controller's pass takes it out of every ISR whose leader is still eligible
+(leader_election.py's L1; a leader itself past its wait is no longer eligible and keeps its
+ISR, S1), so the high watermark of a leader still waiting is the least log end of those
+still fetching. Kafka's ZooKeeper-mode controller does the same on a ControlledShutdown
+request (the broker's follower replicas go offline and out of their ISRs, never emptying
+one) but, as it never waits for the ISR first, a broker whose leaderships no ISR member can
+take (all of them stopping) is refused and retries controlled.shutdown.max.retries (3)
+times, controlled.shutdown.retry.backoff.ms (5 s) apart, before it stops anyway.
+(tests/cluster/test_cluster_control_plane.py's whole-cluster test: three brokers stop
+within 8 s of SIGTERM, every acknowledged record there after a restart.)
+
 K6 is stricter than Kafka, whose old leader acknowledges acks=1 until it hears of the move
 and then truncates what the new leader lacks: the controller elects the new leader from the
 ISR, and every ISR member holds what is below the high watermark, so nothing the stopping
