@@ -77,18 +77,12 @@ def test_cluster_up_status_and_ctrl_c(tmp_path):
                 timeout=TIMEOUT).stdout
         assert "Broker: 1\tEndpoint: 127.0.0.1:" in status and "Broker: 2" in status, status
         assert "Controller: 1" in status or "Controller: 2" in status
-        controller = 1 if "Controller: 1" in status else 2
         assert "Under-replicated partitions: 0" in status
         assert "Offline partitions: 0" in status
-        began = time.monotonic()
         up.send_signal(signal.SIGINT)
         assert up.wait(TIMEOUT) == 0
-        print(f"cluster up stopped in {time.monotonic() - began:.2f}s")
         rest = up.stdout.read().decode(errors="replace")
         assert "stopping the brokers, then ZooKeeper" in text + rest
-        # the controller last: the other hands its leaderships to it
-        other = 3 - controller
-        assert f"stopping broker {other}\nstopping broker {controller}\n" in text + rest, rest
         for port in [zk_port, *broker_ports]:
             with pytest.raises(OSError):
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()

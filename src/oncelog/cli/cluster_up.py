@@ -7,10 +7,8 @@ manifest names its dependencies, as the tests run it) with its data under
 ``<data-dir>/zookeeper``, then ``oncelog broker`` N times with ``broker.id`` 1..N on
 consecutive ports from ``--base-port``, each with its log directory ``<data-dir>/broker-<id>``
 and its log file beside it, all under the ZooKeeper chroot ``/oncelog``. It prints the
-bootstrap list and waits; Ctrl-C (or SIGTERM) stops the brokers with SIGTERM, every one but
-the controller at once, then the controller: each of the others hands its leaderships over
-to the controller, still running (all at once, no broker could take any over; one at a
-time, the stop took the sum of each broker's seconds: docs/benchmarks.md), then ZooKeeper.
+bootstrap list and waits; Ctrl-C (or SIGTERM) stops the brokers with SIGTERM (each hands its
+leaderships over first), then ZooKeeper.
 """
 
 from __future__ import annotations
@@ -86,40 +84,6 @@ def _start_broker(broker_id: int, port: int, data: Path, connect: str,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _stop_order(brokers: list[tuple[str, subprocess.Popen]], connect: str
-                ) -> list[list[tuple[str, subprocess.Popen]]]:
-    """The brokers in the groups they stop in: all but the controller, then the controller
-    (no controller election meanwhile, and one broker the others hand their leaderships
-    to). Asked of ZooKeeper, briefly; unknown: all at once."""
-    from ..cluster import znodes as zn
-
-    controller = None
-    client = None
-    try:
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=connect, timeout=2.0)
-        client.start(timeout=2.0)
-        controller = f"broker {zn.decode_controller(client.get(zn.CONTROLLER)[0])}"
-    except Exception as exc:  # ZooKeeper away, no controller, no kazoo: all at once
-        print(f"the controller is not known ({exc!r}): stopping the brokers at once",
-              file=sys.stderr)
-    finally:
-        if client is not None:
-            client.stop()
-            client.close()
-    groups = [[b for b in brokers if b[0] != controller],
-              [b for b in brokers if b[0] == controller]]
-    return [group for group in groups if group]
-
-
-def _stop_in_turn(groups: list[list[tuple[str, subprocess.Popen]]]) -> None:
-    """SIGTERM to each group once the one before has exited (or was killed)."""
-    for group in groups:
-        print(f"stopping {', '.join(name for name, _ in group)}", flush=True)
-        _stop(group)
-
-
 def _stop(procs: list[tuple[str, subprocess.Popen]]) -> None:
     for _, proc in procs:
         if proc.poll() is None:
@@ -166,7 +130,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         print("stopping the brokers, then ZooKeeper", flush=True)
-        _stop_in_turn(_stop_order(brokers, connect))
+        _stop(brokers)
         _stop([("ZooKeeper", zookeeper)])
     return 0
 
