@@ -199,6 +199,7 @@ class ReplicaManager:
                  "shutdown)", self.broker_id)
         if self._last_view is not None and not self._closed:
             self.apply_view(self._last_view, False)
+        self._fence_leaderships()
 
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
@@ -273,6 +274,20 @@ class ReplicaManager:
                     self.broker_id, self.broker.cluster.standing().value)
         self.fenced = True
         self.apply_view(self._last_view, False)
+        self._fence_leaderships()
+
+    def _fence_leaderships(self) -> None:
+        """Every replica this broker leads now is fenced (B0), whether or not the last view
+        holds its state: one whose state znode could not be read (cluster/unreadable.py) is
+        led all the same, and must stop acknowledging as the others do."""
+        if self._closed:
+            return
+        for partition in list(self._replicated()):
+            r = partition.replication
+            if r is not None and r.is_leader:
+                self.apply_state(partition, zn.PartitionState(
+                    self.broker_id, r.leader_epoch, r.isr, r.controller_epoch),
+                    r.zk_version, r.replicas, r.min_insync, False)
 
     def _replicated(self):
         for name in list(self._replicas):

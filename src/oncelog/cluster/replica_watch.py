@@ -71,7 +71,7 @@ class TopicView:
 
 class ReplicaWatch:
     def __init__(self, store: ZooKeeperStore, broker_id: int,
-                 on_view: Callable[[dict[str, TopicView], bool], None],
+                 on_view: Callable[[dict[str, TopicView | None], bool], None],
                  vouches: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.vouches = vouches
@@ -138,9 +138,11 @@ class ReplicaWatch:
             ours = [p for p, replicas in assignment.partitions.items()
                     if self.broker_id in replicas]
             if ours:
+                kept = before.states if before is not None else {}
                 view[topic.name] = TopicView(
                     topic.name, assignment, configs,
-                    {p: found for p in ours if (found := topic.states.get(p)) is not None})
+                    {p: found for p in ours if (found := topic.states.get(p) or (
+                        kept.get(p) if p in topic.bad_states else None)) is not None})
         self._handed = {name: tv for name, tv in view.items() if tv is not None}
         return view
 

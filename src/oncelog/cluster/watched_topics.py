@@ -26,7 +26,8 @@ Why the picture is never older than a fresh read would be, where a decision depe
   conditional on the version read, so a stale entry can only lose a write (BadVersion),
   never overwrite a newer state; its writer ``mark``s it and the next read takes it again.
 - ``reset`` (a new controllership) and a new or resumed ZooKeeper session (watches may be
-  lost with it) read everything again.
+  lost with it) read everything again (what cannot be read then is kept as last read, as
+  below: a reconnection must not turn a partition led here into one with no state).
 
 A topic or state znode that cannot be read through its own fault (unreadable.py: a NoAuth,
 bytes that are not Kafka's JSON) fails only itself: the picture keeps what it last read of
@@ -201,8 +202,8 @@ class WatchedTopics:
 
     def _read(self, everything: bool, listed: bool, topics: set[str],
               states: set[tuple[str, int]]) -> None:
-        if everything:
-            self._topics.clear()
+        if everything:  # every topic and state read again; what cannot be, kept as it was
+            topics = topics | set(self._topics)
         if listed:
             try:
                 names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
@@ -222,16 +223,19 @@ class WatchedTopics:
             old = self._topics.get(name)
             if topic.problem is not None and old is not None and not old.never_read:
                 old.problem = topic.problem  # what was last read of it stays
+                if everything:
+                    states |= {(name, p) for p in self._wanted(old.assignment)}
                 continue
             self._topics[name] = topic
             if old is not None:
                 topic.bad_states.update((p, why) for p, why in old.bad_states.items()
                                         if p in topic.assignment.partitions)
             # a new topic, or a new partition: every state of it is read; the others stay
+            # (read again too after a reset, kept where they cannot be read)
             for p in self._wanted(topic.assignment):
                 if old is not None and p in old.states:
                     topic.states[p] = old.states[p]
-                else:
+                if old is None or p not in old.states or everything:
                     states.add((name, p))
         wanted = {name: self._wanted(self._topics[name].assignment)
                   for name in {t for t, _ in states} if name in self._topics}

@@ -1,0 +1,104 @@
+"""What cannot be read of a topic stays as last read across a reset of the picture (a new
+controllership, a new or resumed ZooKeeper session: watched_topics.py reads everything
+again): a state znode or an assignment that cannot be read then (cluster/unreadable.py) keeps
+its entry and states, and the replica watch keeps handing the state it last handed. And a
+broker that cannot vouch for its session fences every replica it leads, whether or not its
+last view holds that partition's state (one unreadable state must not keep a leader that ZooKeeper
+cut off acknowledging acks=1 writes while another broker is elected). Real ZooKeeper, the
+real replica manager with apply_state as the broker calls it."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from kazoo.security import make_digest_acl
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.log_dirs import LogDir
+from oncelog.broker.partition import Partition
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.cluster import znodes as zn
+from oncelog.cluster.isr import Role
+from oncelog.cluster.replica_watch import ReplicaWatch
+from oncelog.cluster.watched_topics import WatchedTopics
+from oncelog.log.log import LogConfig
+from oncelog.log.memory_disk import MemoryDisk
+from oncelog.metadata.zookeeper import ZooKeeperStore
+from oncelog.producer_state.manager import StateLimits
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+@pytest.fixture
+def store(zookeeper):
+    opened = ZooKeeperStore(zookeeper.chroot("unreadable_after_reset"), 5000)
+    yield opened
+    opened.close()
+
+
+def _topic(store: ZooKeeperStore, name: str) -> None:
+    store.client.create(zn.topic_path(name), zn.TopicAssignment(
+        _ID, {0: (1, 2)}, {}, {}).encode(), makepath=True)
+    store.client.create(zn.partition_state_path(name, 0),
+                        zn.PartitionState(1, 3, (1, 2), 1).encode(), makepath=True)
+
+
+def test_an_unreadable_state_or_assignment_is_kept_across_a_reset(store):
+    _topic(store, "state")
+    _topic(store, "assigned")
+    picture = WatchedTopics(store, lambda: None)
+    watch = ReplicaWatch(store, 1, lambda view, vouched: None)
+    watch.read_view()
+    picture.read()
+    store.client.set(zn.partition_state_path("state", 0), b"\xff{")
+    store.client.set_acls(zn.topic_path("assigned"),
+                          [make_digest_acl("someone-else", "secret", all=True)])
+    for reset in (picture.reset, watch.topics.reset):
+        reset()  # as a reconnection does
+    read = {t.name: t for t in picture.read()}
+    # before: the picture started over, and the unreadable state / assignment left an entry
+    # with no state (and an empty assignment)
+    assert read["state"].bad_states and read["state"].states[0][0].leader_epoch == 3
+    assert read["assigned"].problem and read["assigned"].assignment.partitions == {0: (1, 2)}
+    assert read["assigned"].states[0][0].leader == 1
+    view = watch.read_view()
+    assert view["state"].states[0][0].leader_epoch == 3
+    assert view["assigned"] is not None and view["assigned"].states[0][0].leader == 1
+
+
+def test_an_unvouched_fence_fences_a_leadership_missing_from_the_view(zookeeper):
+    store = ZooKeeperStore(zookeeper.chroot(), 10_000)
+    partition = Partition("t", 0, "/data/t-0", LogConfig(), 1 << 20, StateLimits(), None,
+                          log_dir=LogDir("/data"), disk=MemoryDisk())
+    topics = SimpleNamespace(topics={}, log_dirs={}, get=lambda name: SimpleNamespace(
+        partitions=[partition]) if name == "t" else None)
+    cluster = SimpleNamespace(store=store, vouches=True, standing=lambda: SimpleNamespace(
+        value="expired"))
+    broker = SimpleNamespace(broker_id=1, topics=topics, config=BrokerConfig(),
+                             cluster=cluster)
+
+    async def scenario():
+        manager = ReplicaManager(broker)
+        manager._replicas.add("t")
+        assert manager.apply_state(partition, zn.PartitionState(1, 4, (1, 2), 1), 3, (1, 2),
+                                   1) is Role.BECOME_LEADER
+        for _ in range(500):  # its log is opened in a worker thread first
+            if partition.replication is not None and partition.replication.is_leader:
+                break
+            await asyncio.sleep(0.01)
+        assert partition.replication.is_leader
+        # the last view holds no state of it (its state znode could not be read)
+        manager._last_view = {"t": None}
+        cluster.vouches = False
+        manager._fence_if_unvouched()
+        assert manager.fenced
+        assert not partition.replication.is_leader  # before: still leading
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), 10))
+    finally:
+        store.close()
