@@ -1,9 +1,11 @@
-"""The decision tables of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4; RB1-RB3
-below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps
-cost a second;
+"""The decision tables of cluster/leader_election.py (rows X1, N1-L2, D1, P1-P3, U1-U4;
+RB1-RB3 below) held by a model-based test of the table alone (no ZooKeeper, so thousands of
+steps cost a second;
 test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back (a restart recovers its failed log directories), begin controlled
-shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
+brokers die and come back (a restart recovers its failed log directories), bounce (counted
+dead for each partition until a decision on it lands: never left leader or, but for F3/F4/S1,
+in the ISR by that decision), partitions' znodes become unreadable (X1: nothing decided,
+ElectLeaders answers UNKNOWN_SERVER_ERROR) and readable again, begin controlled shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
 to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
 controller's pass is applied after each step until nothing is left to write. Checked after
 every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
@@ -17,6 +19,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from kio.schema.errors import ErrorCode
 
 from oncelog.cluster.leader_election import Ask, Facts, decide, rebalance
 from oncelog.cluster.znodes import NO_LEADER, PartitionState
@@ -39,12 +42,17 @@ class Table(RuleBasedStateMachine):
         self.states: dict[int, PartitionState | None] = dict.fromkeys(self.replicas)
         self.seen = dict(self.states)
         self.asked_unclean: set[int] = set()
+        # X1: partitions whose znodes cannot be read; *live*: brokers counted dead for a
+        # partition since they bounced, until a decision on it lands
+        self.unreadable: set[int] = set()
+        self.owed: dict[int, set[int]] = {p: set() for p in self.replicas}
         self.settle()
 
     def facts(self, p: int) -> Facts:
         return Facts(self.replicas[p], self.states[p], frozenset(self.live),
                      frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p),
-                     frozenset(b for b, q in self.offline if q == p))
+                     frozenset(b for b, q in self.offline if q == p),
+                     frozenset(self.owed[p]), "NoAuth" if p in self.unreadable else None)
 
     def apply(self, p: int, ask: Ask):
         decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
@@ -59,12 +67,25 @@ class Table(RuleBasedStateMachine):
         self.check()
         for p in self.replicas:
             for _ in range(5):
-                if self.apply(p, Ask.PASS).state is None:
+                before = self.states[p]
+                decision = self.apply(p, Ask.PASS)
+                if decision.row == "X1":  # nothing decided on what cannot be read
+                    assert decision.state is None and self.states[p] == before
+                    break
+                state, owed = self.states[p], self.owed[p]
+                if owed and state is not None:  # the decision that lands on it pays them
+                    assert state.leader not in owed, (owed, before, state)
+                    assert state.leader == NO_LEADER or state.leader in self.shutting or \
+                        not owed & set(state.isr), (owed, before, state)
+                owed.clear()
+                if decision.state is None:
                     break
             else:
                 raise AssertionError(f"partition {p} did not settle")
         self.check()
         for p, state in self.states.items():
+            if p in self.unreadable:
+                continue
             eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting
                         and (b, p) not in self.offline]
             if state is None:
@@ -93,6 +114,20 @@ class Table(RuleBasedStateMachine):
         if broker not in self.live:  # restarted: its failed directories recovered
             self.offline = {(b, p) for b, p in self.offline if b != broker}
         self.live.add(broker)
+        self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def bounces(self, broker):
+        """Registered again within the session timeout, perhaps with a wiped disk: counted
+        dead for every partition until a decision on it lands (an unreadable one's waits)."""
+        if broker in self.live:
+            for owed in self.owed.values():
+                owed.add(broker)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), readable=st.booleans())
+    def znodes_become(self, p, readable):
+        (self.unreadable.discard if readable else self.unreadable.add)(p)
         self.settle()
 
     @rule(broker=st.sampled_from(BROKERS), p=st.integers(0, PARTITIONS - 1))
@@ -129,6 +164,11 @@ class Table(RuleBasedStateMachine):
 
     @rule(p=st.integers(0, PARTITIONS - 1), unclean=st.booleans())
     def elect_leaders(self, p, unclean):
+        if p in self.unreadable:
+            decision = self.apply(p, Ask.UNCLEAN if unclean else Ask.PREFERRED)
+            assert decision.row == "X1" and decision.state is None
+            assert decision.error == ErrorCode.unknown_server_error
+            return
         if unclean:
             decision = self.apply(p, Ask.UNCLEAN)
             if decision.row == "U3":

@@ -102,3 +102,61 @@ def test_an_unvouched_fence_fences_a_leadership_missing_from_the_view(zookeeper)
         asyncio.run(asyncio.wait_for(scenario(), 10))
     finally:
         store.close()
+
+
+def test_a_broker_bounced_while_a_state_was_unreadable_is_dead_there_until_decided(zookeeper):
+    """leader_election.py's *live* and X1 through the real controller: the broker bounced
+    (registered again, perhaps with a wiped disk) while a partition's state could not be
+    read is taken out of that ISR once it can be read; before, the pass that skipped it
+    forgot the bounce, and the state read again named it in the ISR, live."""
+    from oncelog.cluster.controller import Controller
+    from oncelog.cluster.membership import ClusterMember
+    from oncelog.cluster.metadata_cache import encode_topic_id
+    from oncelog.cluster.topic_admin import TopicAdmin
+
+    connect = zookeeper.chroot("bounced_while_unreadable")
+    observer = ZooKeeperStore(connect, 4000)
+    members: dict[int, ClusterMember] = {}
+
+    def join(broker: int) -> None:
+        members[broker] = ClusterMember(ZooKeeperStore(connect, 4000), broker, None)
+        members[broker].start("127.0.0.1", 9000 + broker, background=False)
+
+    try:
+        TopicAdmin(observer).ensure_paths()
+        for broker in (1, 2, 3):
+            join(broker)
+        for member in members.values():
+            member.pass_once()
+        [leading] = [m for m in members.values() if m.is_controller]
+        controller = Controller(leading, lambda: False)
+        bouncing = next(b for b in (1, 2, 3) if b != leading.broker_id)
+        import uuid
+        TopicAdmin(observer).create_topic("t", zn.TopicAssignment(
+            encode_topic_id(uuid.UUID(int=7)), {0: (1, 2, 3)}, {}, {}), {})
+
+        def settle() -> None:
+            for _ in range(8):
+                if not controller.pass_once():
+                    return
+            raise AssertionError("the controller did not settle")
+
+        settle()
+        path = zn.partition_state_path("t", 0)
+        data, _ = observer.client.get(path)
+        assert set(zn.PartitionState.decode(data).isr) == {1, 2, 3}
+        observer.client.set(path, b"\xff{")  # unreadable
+        members.pop(bouncing).close()
+        join(bouncing)  # a new registration: it bounced
+        settle()
+        observer.client.set(path, data)  # readable again, the ISR still names it
+        settle()
+        state = zn.PartitionState.decode(observer.client.get(path)[0])
+        assert bouncing not in state.isr and state.leader != bouncing, state
+        settle()  # paid: it counts live again (the leader adds it back once caught up)
+        assert bouncing not in zn.PartitionState.decode(observer.client.get(path)[0]).isr
+        controller.close()
+    finally:
+        for member in members.values():
+            member.close()
+        observer.close()

@@ -100,6 +100,9 @@ class Controller:
         # bounced, until a pass lands every decision (the pass thread and ElectLeaders read)
         self._registrations: dict[int, int] = {}
         self._bounced: set[int] = set()
+        # the same, owed per partition a pass skipped (leader_election.py's X1, *live*):
+        # (topic, partition; None: every partition of a topic never read) -> brokers
+        self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
         # what the passes read, kept between them and read again where watches say it
@@ -144,6 +147,7 @@ class Controller:
                 with self._registrations_lock:  # a new controllership starts from what is
                     self._registrations.clear()
                     self._bounced.clear()
+                    self._owed.clear()
                 self.context.reset()
                 self._told.clear()
                 self._next_full_read = time.monotonic() + _FULL_READ_S
@@ -254,19 +258,20 @@ class Controller:
         again = False
         topics = self.context.read()  # after the requests above: caught up with them
         chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
+        skipped: list[tuple[str, int | None]] = []  # X1: owed every broker counted dead
+        decided: list[tuple[str, int | None]] = []
         for topic in topics:
-            if topic.problem is not None:  # unreadable (the picture said so): left alone
-                continue
-            if topic.name in deleting:
+            if topic.name in deleting and topic.problem is None:
                 self._delete(topic)
                 again = True
                 continue
+            if topic.never_read:
+                skipped.append((topic.name, None))
             decisions = {}
             for p in sorted(topic.assignment.partitions):
-                if p in topic.bad_states:
-                    continue
                 facts = self.facts(topic, p, live, shutting, offline)
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
+                (skipped if decision.row == "X1" else decided).append((topic.name, p))
                 if decision.state is not None:
                     decisions[p] = decision
                 # a reassignment completes when its ISR grows (the leader's write): the
@@ -282,9 +287,8 @@ class Controller:
                 for p in decisions:
                     self.context.mark(topic.name, p)
             raise
+        self._settle_owed(topics, counted_dead, skipped, decided, landed)
         if all(landed.values()):
-            with self._registrations_lock:
-                self._bounced -= counted_dead  # out of every ISR now (or the last of one)
             self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
@@ -297,9 +301,42 @@ class Controller:
                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
 
+    def _settle_owed(self, topics: list[TopicRead], counted_dead: set[int],
+                     skipped: list[tuple[str, int | None]],
+                     decided: list[tuple[str, int | None]],
+                     landed: dict[tuple[str, int], bool]) -> None:
+        """leader_election.py's *live*: once every decision of the pass landed, the brokers
+        it counted dead since they bounced are out of every ISR it decided on, and are
+        owed only to the partitions it skipped (X1), until a decision on each lands."""
+        names = {t.name for t in topics}
+        with self._registrations_lock:
+            for key in decided + skipped:  # a topic read at last: its partitions owe
+                whole = self._owed.get((key[0], None))
+                if whole and key[1] is not None:
+                    self._owed[key] = self._owed.get(key, frozenset()) | whole
+            for name in {t for t, p in decided + skipped if p is not None}:
+                self._owed.pop((name, None), None)
+            for key in decided:
+                if landed.get(key, True):  # nothing to write, or written
+                    self._owed.pop(key, None)
+            if not all(landed.values()):
+                return
+            for key in skipped:
+                if counted_dead:
+                    self._owed[key] = self._owed.get(key, frozenset()) | counted_dead
+            self._bounced -= counted_dead  # out of every ISR now (or the last of one)
+            for key in [k for k in self._owed if k[0] not in names]:
+                del self._owed[key]  # deleted
+
+    def _owed_at(self, name: str, p: int) -> frozenset[int]:
+        with self._registrations_lock:
+            return self._owed.get((name, p), frozenset()) | \
+                self._owed.get((name, None), frozenset())
+
     def _tell_moved(self, shutting: frozenset[int]) -> None:
         """Every decision of this pass landed: each broker shutting down leads nothing
-        another eligible ISR member could (F1 moved it, S1 keeps it), which its
+        another eligible ISR member could (F1 moved it, S1 keeps it) among the partitions
+        it could read (one skipped as unreadable, X1, is left as it is), which its
         controlled-shutdown znode now says; once per request (a new znode is a new one).
         Written as the decisions were, only while this controller's epoch holds: a deposed
         one's word could stop a broker whose moves nobody made."""
@@ -365,13 +402,15 @@ class Controller:
               offline: dict[tuple[str, int], frozenset[int]] | None = None) -> Facts:
         found = topic.states.get(p)
         unclean = topic.configs.get("unclean.leader.election.enable")
-        return Facts(replicas=topic.assignment.partitions[p],
+        return Facts(replicas=topic.assignment.partitions.get(p, ()),
                      state=None if found is None else found[0], live=live,
                      shutting_down=shutting,
                      unclean=self.unclean_default() if unclean is None
                      else unclean.strip().lower() == "true",
                      target=reassignment_target(topic.assignment, p),
-                     offline=(offline or {}).get((topic.name, p), frozenset()))
+                     offline=(offline or {}).get((topic.name, p), frozenset()),
+                     bounced=self._owed_at(topic.name, p),
+                     unreadable=topic.problem or topic.bad_states.get(p))
 
     def write(self, chosen: list[tuple[TopicRead, dict[int, Decision]]]
               ) -> dict[tuple[str, int], bool]:
@@ -543,19 +582,17 @@ class Controller:
         chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for name, p in wanted:
             topic = topics.get(name)
-            why = None if topic is None else topic.problem or topic.bad_states.get(p)
-            if why is not None:  # that partition alone (unreadable.py), Kafka's per-partition
-                answers[(name, p)] = (ErrorCode.unknown_server_error,  # ApiError
-                                      f"its znodes in ZooKeeper cannot be read: {why}")
-                continue
-            if topic is None or p not in topic.assignment.partitions:
+            if topic is None or (p not in topic.assignment.partitions
+                                 and topic.problem is None):
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")
                 continue
-            decision = decide(self.facts(topic, p, live, shutting, offline), ask,
-                              self.member.controller.epoch)
+            facts = self.facts(topic, p, live, shutting, offline)
+            decision = decide(facts, ask, self.member.controller.epoch)
             if decision.state is None:
-                answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))
+                answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(
+                    decision.error) if decision.row != "X1" else
+                    f"its znodes in ZooKeeper cannot be read: {facts.unreadable}")
                 continue
             chosen.setdefault(name, (topic, {}))[1][p] = decision
         for key, ok in self.write(list(chosen.values())).items():
