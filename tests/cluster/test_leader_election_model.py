@@ -1,17 +1,17 @@
-"""The decision tables of cluster/leader_election.py (rows X1, N1-L2, D1, P1-P3, U1-U4;
-RB1-RB3 below) held by a model-based test of the table alone (no ZooKeeper, so thousands of
-steps cost a second;
-test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back (a restart recovers its failed log directories), bounce (counted
-dead for each partition until a decision on it lands: never left leader or, but for F3/F4/S1,
-in the ISR by that decision), partitions' znodes become unreadable (X1: nothing decided,
-ElectLeaders answers UNKNOWN_SERVER_ERROR) and readable again, begin controlled shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
-to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
-controller's pass is applied after each step until nothing is left to write. Checked after
-every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
-down and go up with every leader change, a leader outside the last ISR only by unclean
-election (enabled, or asked), and after the passes every partition that could have a clean
-leader has one, which is live and not shutting down when another could lead.
+"""The decision tables of cluster/leader_election.py (rows X1, N1-L2, D1, P1-P3, U1-U4; RB1-RB3
+below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps cost a
+second; test_controller_model.py runs the same table through the real controller on ZooKeeper):
+brokers die and come back (a restart recovers its failed log directories), bounce (counted dead
+for each partition until a decision on it lands: never left leader or, but for F3/F4/S1, in the
+ISR by that decision), partitions' znodes become unreadable (X1: nothing decided, ElectLeaders
+answers UNKNOWN_SERVER_ERROR) and readable again, begin controlled shutdowns, have a replica's
+log directory fail, leaders add caught-up replicas back to the ISR, partitions are reassigned,
+preferred and unclean elections are asked; the controller's pass is applied after each step
+until nothing is left to write. Checked after every step: the leader is in the ISR or -1, the
+ISR is never empty, leader epochs never go down and go up with every leader change, a leader
+outside the last ISR only by unclean election (enabled, or asked), and after the passes every
+partition that could have a clean leader has one, which is live and not shutting down when
+another could lead.
 """
 
 from __future__ import annotations

@@ -160,3 +160,25 @@ def test_a_broker_bounced_while_a_state_was_unreadable_is_dead_there_until_decid
         for member in members.values():
             member.close()
         observer.close()
+
+
+def test_a_topic_first_listed_unreadable_gets_its_config_once_readable(store):
+    """The metadata cache: a topic listed while its assignment could not be read has its
+    config read once the assignment is taken in; before, it kept no overrides, and
+    DescribeConfigs answered defaults (IncrementalAlterConfigs would build on none and
+    erase cleanup.policy=compact from the znode)."""
+    from oncelog.cluster.metadata_cache import MetadataCache
+
+    _topic(store, "compacted")
+    store.client.create(zn.topic_config_path("compacted"),
+                        b'{"version":1,"config":{"cleanup.policy":"compact"}}',
+                        makepath=True)
+    store.client.set_acls(zn.topic_path("compacted"),
+                          [make_digest_acl("someone-else", "secret", all=True)])
+    cache = MetadataCache(store)
+    cache.refresh()
+    assert cache.image.get("compacted") is None  # never read: out of the picture
+    store.client.add_auth("digest", "someone-else:secret")  # readable to this session now
+    cache.refresh()
+    topic = cache.image.get("compacted")
+    assert topic is not None and topic.configs == {"cleanup.policy": "compact"}

@@ -262,6 +262,8 @@ class MetadataCache:
                 continue
             self._bad_topics.pop(name, None)
             before = self._assignments.get(name)
+            if before is None:  # first taken in (listed while unreadable, perhaps): its
+                configs.add(name)  # config was skipped then
             self._assignments[name] = assignment
             known = set(before.partitions) if before is not None else set()
             states |= {(name, p) for p in assignment.partitions if p not in known}
