@@ -28,12 +28,9 @@ to or read from a partition this broker has not been told it leads.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import os
 import time
-import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -65,18 +62,6 @@ def _loop_running() -> bool:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def topic_uuid(name: str, topic_id: str) -> uuid.UUID:
-    """Kafka's topic id (base64 of 16 bytes); a topic written without one gets one made
-    from its name, the same on every broker."""
-    try:
-        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
-        if len(raw) == 16:
-            return uuid.UUID(bytes=raw)
-    except (binascii.Error, ValueError):
-        pass
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog-topic:{name}")
 
 
 def _advance(partition: Partition, current: ReplicaState) -> None:
@@ -323,12 +308,12 @@ class ReplicaManager:
     def _apply_topic(self, tv: TopicView, vouched: bool) -> None:
         count = max(tv.assignment.partitions) + 1
         topic = self.topics.get(tv.name)
-        fresh = topic is None or topic.topic_id != topic_uuid(tv.name, tv.assignment.topic_id)
+        fresh = topic is None or topic.topic_id != zn.decode_topic_id(tv.assignment.topic_id)
         if fresh:
             if topic is not None:
                 self._delete_local(tv.name)
             topic = self.topics.ensure_replica_topic(
-                tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
+                tv.name, zn.decode_topic_id(tv.assignment.topic_id), count, tv.configs)
             self._replicas.add(tv.name)
             for partition in topic.partitions:
                 self._no_leader_yet(partition)

@@ -86,14 +86,8 @@ class ClusterImage:
 
 
 def topic_id_of(assignment: zn.TopicAssignment) -> uuid.UUID:
-    """Kafka's topic id: a UUID in url-safe base64 without padding."""
-    import base64
-
-    text = assignment.topic_id
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, TypeError):
-        return uuid.UUID(int=0)
+    """Kafka's topic id (a decoded assignment's is whole: znodes.TopicAssignment.decode)."""
+    return zn.decode_topic_id(assignment.topic_id)
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
