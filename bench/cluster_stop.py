@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from cluster.test_cluster_up_cli import _free_ports, _read_until
+from support.cluster_up import free_ports, read_until
 
 
 def one_run(acks: str) -> float:
@@ -27,14 +27,14 @@ def one_run(acks: str) -> float:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     data = tempfile.mkdtemp(prefix="cluster-stop-")
-    zk_port, *ports = _free_ports(4)
+    zk_port, *ports = free_ports(4)
     up = subprocess.Popen(
         [sys.executable, "-m", "oncelog", "cluster", "up", "--brokers", "3", "--data-dir",
          data, "--base-port", str(ports[0]), "--zookeeper-port", str(zk_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     done = threading.Event()
     try:
-        _read_until(up, "Ctrl-C stops them all", 60)
+        read_until(up, "Ctrl-C stops them all", 60)
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
         admin = AdminClient({"bootstrap.servers": bootstrap})  # kept while its future runs
         admin.create_topics([NewTopic("s", 6, 3)])["s"].result(30)

@@ -461,13 +461,14 @@ def test_an_election_zookeeper_refuses_is_answered_with_an_error(cluster):
 
 def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(cluster):
     """`make cluster`'s Ctrl-C: every broker gets SIGTERM at once while acks=1 and acks=all
-    records are coming in; all stop cleanly, well within cluster_up's bound. Each leaving
-    leader waits for its ISRs to have what it appended before it stops following the others,
-    so the high watermarks still advance and no broker waits out replica_manager.py's
-    LEAVE_TIMEOUT_S (it would log that it moved partitions anyway): the three stop within
-    8 s, where a wait out of the 10 s per broker would take longer. Started again, every
-    record acknowledged before (either acks) is where its acknowledgement said. Last in the
-    module: it restarts all three."""
+    records are coming in; all stop cleanly. Each leaving leader waits for its ISRs to have
+    what it appended before it stops following the others, so the high watermarks still
+    advance and no broker waits out replica_manager.py's LEAVE_TIMEOUT_S: one that did logs
+    that its ISR lacks records and moves its partitions anyway, which the test looks for (a
+    log line, not a clock: no wall-time bound to flake on a loaded machine). Started again,
+    once every ISR is of three again (a high watermark still behind must not read as a
+    loss), every record acknowledged before (either acks) is where its acknowledgement
+    said. Last in the module: it restarts all three."""
     import signal
     import threading
 
@@ -514,7 +515,7 @@ def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(clust
         for broker in cluster.brokers.values():
             broker.proc.send_signal(signal.SIGTERM)  # to all three at once
         for broker in cluster.brokers.values():
-            assert broker.proc.wait(max(0.1, began + 8 - time.monotonic())) == 0
+            assert broker.proc.wait(TIMEOUT) == 0
             broker.proc = None
         print(f"the whole cluster stopped in {time.monotonic() - began:.2f}s")
     finally:
@@ -530,6 +531,8 @@ def test_whole_cluster_stopped_at_once_does_not_wait_out_the_leave_timeout(clust
         broker.start()
     wait_for(lambda: sorted(cluster.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
              TIMEOUT, "three brokers registered again")
+    wait_for(lambda: all(len(cluster.state("allstop", p)["isr"]) == 3
+                         for p in range(partitions)), TIMEOUT, "every ISR of three again")
     found = read_to_end(cluster.bootstrap(), "allstop", partitions)
     stored = {(p, offset): value for p, records in found.items() for offset, value in records}
     lost = sorted((where, value) for value, where in acked.items()

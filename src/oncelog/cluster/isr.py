@@ -108,8 +108,8 @@ request (the broker's follower replicas go offline and out of their ISRs, never 
 one) but, as it never waits for the ISR first, a broker whose leaderships no ISR member can
 take (all of them stopping) is refused and retries controlled.shutdown.max.retries (3)
 times, controlled.shutdown.retry.backoff.ms (5 s) apart, before it stops anyway.
-(tests/cluster/test_cluster_control_plane.py's whole-cluster test: three brokers stop
-within 8 s of SIGTERM, every acknowledged record there after a restart.)
+(tests/cluster/test_cluster_control_plane.py's whole-cluster test: no broker logs an L3
+wait-out after a SIGTERM to all three, every acknowledged record there after a restart.)
 
 K6 is stricter than Kafka, whose old leader acknowledges acks=1 until it hears of the move
 and then truncates what the new leader lacks: the controller elects the new leader from the
