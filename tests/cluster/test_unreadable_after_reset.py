@@ -182,3 +182,57 @@ def test_a_topic_first_listed_unreadable_gets_its_config_once_readable(store):
     cache.refresh()
     topic = cache.image.get("compacted")
     assert topic is not None and topic.configs == {"cleanup.policy": "compact"}
+
+
+def test_a_corrupt_config_change_notification_fails_no_refresh(store):
+    """One config_change_<seq> that is not Kafka's JSON: before, every refresh of the
+    metadata cache raised on it (a warning every 100 ms, no change published again); now
+    every config is read again once, and the refreshes go on."""
+    from oncelog.cluster.metadata_cache import MetadataCache
+
+    _topic(store, "changing")
+    store.client.create(zn.topic_config_path("changing"), b'{"version":1,"config":{}}',
+                        makepath=True)
+    cache = MetadataCache(store)
+    cache.refresh()
+    store.client.create(f"{zn.CONFIG_CHANGES}/config_change_", b"\xff{", sequence=True,
+                        makepath=True)
+    store.client.set(zn.topic_config_path("changing"),
+                     b'{"version":1,"config":{"retention.ms":"-1"}}')
+    cache._dirty_changes = True  # as its watch would mark it
+    cache.refresh()  # before: raised
+    assert cache.image.get("changing").configs == {"retention.ms": "-1"}
+    cache.refresh()
+
+
+def test_an_unreadable_assignment_is_that_topics_error_in_admin_requests(zookeeper, tmp_path):
+    """CreatePartitions and AlterPartitionReassignments on a topic whose assignment cannot
+    be read answer that topic's error; before, the NoAuth escaped their TopicError
+    handlers (the whole request failed)."""
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.broker.server import Broker
+    from oncelog.broker.topics import TopicError
+    from oncelog.cluster.topic_admin import TopicAdmin
+    from oncelog.cluster.unreadable import Unreadable
+
+    connect = zookeeper.chroot("admin_unreadable")
+    store = ZooKeeperStore(connect, 5000)
+    _topic(store, "refused")
+    store.client.set_acls(zn.topic_path("refused"),
+                          [make_digest_acl("someone-else", "secret", all=True)])
+    with pytest.raises(Unreadable):
+        TopicAdmin(store).assignment("refused")
+    store.close()
+    broker = Broker(BrokerConfig({
+        "log.dirs": str(tmp_path), "broker.id": "1", "listeners": "PLAINTEXT://127.0.0.1:0",
+        "zookeeper.connect": connect}))
+    try:
+        with pytest.raises(TopicError) as refused:
+            broker.cluster_topics.add_partitions("refused", 2)
+        assert refused.value.error == ErrorCode.unknown_server_error
+        answers = broker.cluster_mode.reassign("refused", {0: (2, 1)})
+        assert answers[0][0] == ErrorCode.unknown_server_error
+    finally:
+        broker.topics.close()
+        broker.cluster.close()

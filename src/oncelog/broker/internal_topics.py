@@ -112,11 +112,17 @@ def num_partitions(broker, name: str, default: int) -> int:
     """The internal topic's partition count: ZooKeeper's when it exists (a broker whose
     setting differs maps keys as the topic does), else the setting."""
     from ..cluster.topic_admin import TopicMissing
+    from ..cluster.unreadable import Unreadable
     from ..metadata.store import MetadataUnavailable
 
     try:
         assignment, _ = broker.cluster_mode.admin.assignment(name)
     except (TopicMissing, MetadataUnavailable):
+        return default
+    except Unreadable as exc:  # a broker must start: the setting, said
+        log.warning("the assignment of internal topic %s cannot be read from ZooKeeper "
+                    "(%s): %d partitions assumed, as the broker's setting says", name, exc,
+                    default)
         return default
     return len(assignment.partitions)
 

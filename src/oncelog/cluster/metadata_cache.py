@@ -317,9 +317,18 @@ class MetadataCache:
                 continue
             try:
                 data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_CHANGES}/{child}")
+                entity = decoded(zn.decode_config_change, data)
             except NoNodeError:
                 continue
-            entity = zn.decode_config_change(data)
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                # which topic it names is unknown: every config is read again; said once,
+                # as the notifications read are never read again
+                log.warning("config change notification %s cannot be read (%s): every "
+                            "topic's config is read again", child, bad)
+                named |= set(self._assignments)
+                continue
             if entity.startswith("topics/"):
                 named.add(entity[len("topics/"):])
         if children:
