@@ -119,8 +119,8 @@ began is replicated before it asks the controller to move, unless the ISR has no
 within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved by a
 preferred election (leader_election.py's P2, the RB rows) or a reassignment (A1) has no such
 handover yet: the old leader acknowledges acks=1 until it reads the new state, then
-truncates (bench/preferred_election_acks1.py: 343 and 12,949 of ~50,000-75,000 records
-acknowledged at full speed were lost in two runs).
+truncates (bench/preferred_election_acks1.py, docs/benchmarks.md: 135 to 12,949 of
+~45,000-75,000 records acknowledged at full speed were lost in three runs).
 
 Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
 OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets
