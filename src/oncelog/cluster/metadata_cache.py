@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
-from .unreadable import Told, Unreadable, decoded, unreadable
+from .unreadable import Unreadable, Unreadables, decoded, unreadable
 from .wakeups import woken
 from .watched_topics import read_states
 
@@ -118,12 +118,9 @@ class MetadataCache:
         self._listeners: list[Callable[[set[str]], None]] = []
         self._recheck_s = recheck_s or store.session_timeout_ms / 3000
         self._thread: threading.Thread | None = None
-        # what cannot be read through its own fault: the topic's assignment or config (by
-        # name, each), a state (by key); re-read at each refresh, logged once per change
-        self._bad_topics: dict[str, str] = {}
-        self._bad_configs: dict[str, str] = {}
-        self._bad_states: dict[tuple[str, int], str] = {}
-        self._told = Told("metadata cache", log)
+        # what cannot be read through its own fault: (topic, "assignment"), (topic,
+        # "config"), (topic, partition) for a state
+        self._unreadable = Unreadables("metadata cache", log)
         store.add_session_listener(self._on_session)
 
     # --- what the broker reads -----------------------------------------------------------
@@ -212,14 +209,17 @@ class MetadataCache:
             raise
         if changed:
             self._publish(changed)
-        with self._lock:  # read again at the next refresh: an ACL change fires no watch
-            self._dirty_topics.update(self._bad_topics)
-            self._dirty_configs.update(self._bad_configs)
-            self._dirty_states.update(self._bad_states)
-        problems: dict = {name: f"its config: {why}" for name, why in self._bad_configs.items()}
-        problems.update(self._bad_topics)
-        problems.update(self._bad_states)
-        self._told.now(problems)
+        with self._lock:
+            self._unreadable.again(self._again)
+
+    def _again(self, key: tuple) -> None:
+        name, what = key
+        if what == "assignment":
+            self._dirty_topics.add(name)
+        elif what == "config":
+            self._dirty_configs.add(name)
+        else:
+            self._dirty_states.add(key)
 
     def _read(self, dirty_list: bool, topics: set[str], states: set[tuple[str, int]],
               configs: set[str], dirty_changes: bool) -> set[str]:
@@ -244,7 +244,7 @@ class MetadataCache:
                                    watch=self._mark("topic", name))
                 assignment = decoded(zn.TopicAssignment.decode, data)
             except NoNodeError:
-                self._bad_topics.pop(name, None)
+                self._unreadable.read((name, "assignment"))
                 if name in self._assignments:
                     self._forget(name)
                     changed.add(name)
@@ -252,9 +252,9 @@ class MetadataCache:
             except Exception as exc:
                 if (bad := unreadable(exc)) is None:
                     raise
-                self._bad_topics[name] = f"its assignment: {bad}"  # as last read meanwhile
+                self._unreadable.failed((name, "assignment"), bad)  # as last read meanwhile
                 continue
-            self._bad_topics.pop(name, None)
+            self._unreadable.read((name, "assignment"))
             before = self._assignments.get(name)
             if before is None:  # first taken in (listed while unreadable, perhaps): its
                 configs.add(name)  # config was skipped then
@@ -271,9 +271,9 @@ class MetadataCache:
         for key, got in read_states(self.store, keys,
                                     watch_of=lambda k: self._mark("state", k)).items():
             if isinstance(got, Unreadable):
-                self._bad_states[key] = str(got)  # as last read meanwhile
+                self._unreadable.failed(key, got)  # as last read meanwhile
                 continue
-            self._bad_states.pop(key, None)
+            self._unreadable.read(key)
             if got is None:
                 self._states.pop(key, None)
                 missing.append(key)
@@ -297,9 +297,9 @@ class MetadataCache:
             except Exception as exc:
                 if (bad := unreadable(exc)) is None:
                     raise
-                self._bad_configs[name] = str(bad)  # as last read meanwhile
+                self._unreadable.failed((name, "config"), bad)  # as last read meanwhile
                 continue
-            self._bad_configs.pop(name, None)
+            self._unreadable.read((name, "config"))
             changed.add(name)
         return changed
 
@@ -338,10 +338,7 @@ class MetadataCache:
     def _forget(self, name: str) -> None:
         assignment = self._assignments.pop(name, None)
         self._configs.pop(name, None)
-        self._bad_topics.pop(name, None)
-        self._bad_configs.pop(name, None)
-        for key in [k for k in self._bad_states if k[0] == name]:
-            del self._bad_states[key]
+        self._unreadable.forget(name)
         if assignment is not None:
             for p in assignment.partitions:
                 self._states.pop((name, p), None)

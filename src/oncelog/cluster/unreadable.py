@@ -67,10 +67,16 @@ def unreadable(error: BaseException) -> Unreadable | None:
 
 
 def describe(key: Hashable) -> str:
-    if isinstance(key, tuple):
+    if isinstance(key, tuple) and isinstance(key[1], int):
         topic, partition = key[0], key[1]
         return f"the state of partition {topic}-{partition}"
+    if isinstance(key, tuple):
+        return f"the {key[1]} of topic {key[0]}"
     return f"topic {key}"
+
+
+def topic_of(key: Hashable) -> str:
+    return key[0] if isinstance(key, tuple) else key  # type: ignore[return-value]
 
 
 class Told:
@@ -94,3 +100,30 @@ class Told:
             self.log.info("%s: %s can be read from ZooKeeper again", self.reader,
                           describe(key))
         self._said = dict(problems)
+
+
+class Unreadables:
+    """One reader's znodes that cannot be read through their own fault, by key (a topic
+    name; (topic, partition) for a state; (topic, "config") and the like for one znode of a
+    topic): the reader keeps what it last read of them, reads them again at each of its
+    reads (an ACL change fires no watch) and says so once per change (``Told``)."""
+
+    def __init__(self, reader: str, logger: logging.Logger) -> None:
+        self.why: dict[Hashable, str] = {}
+        self._told = Told(reader, logger)
+
+    def failed(self, key: Hashable, why: object) -> None:
+        self.why[key] = str(why)
+
+    def read(self, key: Hashable) -> None:
+        self.why.pop(key, None)
+
+    def forget(self, topic: str) -> None:
+        for key in [k for k in self.why if topic_of(k) == topic]:
+            del self.why[key]
+
+    def again(self, mark: Callable[[Hashable], None]) -> None:
+        """After a read: each key marked to be read at the next, and said when changed."""
+        for key in self.why:
+            mark(key)
+        self._told.now(self.why)

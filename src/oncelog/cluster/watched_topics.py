@@ -33,7 +33,7 @@ A topic or state znode that cannot be read through its own fault (unreadable.py:
 bytes that are not Kafka's JSON) fails only itself: the picture keeps what it last read of
 it, marks it (``TopicRead.problem``, ``TopicRead.bad_states``; a topic never read has an
 empty assignment and version -1), reads it again at every ``read`` (an ACL change fires no
-watch) and says so once per change (``unreadable.Told``). The readers take no decision on
+watch) and says so once per change (``unreadable.Unreadables``). The readers take no decision on
 what is marked. ZooKeeper being away still fails the whole read.
 
 One thread calls ``read`` and ``forget``; ``reset``, ``mark`` and the watch and session
@@ -53,7 +53,7 @@ from kazoo.protocol.states import Callback, KazooState
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
 from .batches import gather
-from .unreadable import Told, Unreadable, answer, decoded
+from .unreadable import Unreadable, Unreadables, answer, decoded
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class WatchedTopics:
         self._list = True
         self._dirty_topics: set[str] = set()
         self._dirty_states: set[tuple[str, int]] = set()
-        self._told = Told(reader, log)
+        self._unreadable = Unreadables(reader, log)
         store.add_session_listener(self._on_session)
 
     # --- marks (any thread) ----------------------------------------------------------------
@@ -181,16 +181,13 @@ class WatchedTopics:
                 self._dirty_states |= states
             raise
         topics = [self._topics[name] for name in sorted(self._topics)]
-        problems: dict = {}
+        self._unreadable.why = {topic.name: topic.problem for topic in topics
+                                if topic.problem is not None}
+        self._unreadable.why.update(((topic.name, p), why) for topic in topics
+                                    for p, why in topic.bad_states.items())
         with self._lock:  # read again next time, unwatched as they may be (a NoAuth)
-            for topic in topics:
-                if topic.problem is not None:
-                    problems[topic.name] = topic.problem
-                    self._dirty_topics.add(topic.name)
-                for p, why in topic.bad_states.items():
-                    problems[(topic.name, p)] = why
-                    self._dirty_states.add((topic.name, p))
-        self._told.now(problems)
+            self._unreadable.again(lambda key: (self._dirty_states if isinstance(key, tuple)
+                                                else self._dirty_topics).add(key))
         return topics
 
     def _caught_up(self) -> None:
