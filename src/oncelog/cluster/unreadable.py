@@ -6,17 +6,20 @@ Reading Kafka's topic znodes, three outcomes are not the answer wanted:
 |--------------------------------------------------|-------------------------|-------------------|
 | NoNode                                           | absent                  | as absent         |
 | NoAuth (an ACL refusing this broker), or bytes   | that znode unreadable   | keeps what it last|
-| that are not Kafka's JSON (hand-written, corrupt)| (``Unreadable``): that  | read of it, takes |
-|                                                  | topic or partition only | no decision on it,|
-|                                                  |                         | reads it again    |
+| that are not Kafka's JSON (hand-written, corrupt;| (``Unreadable``): that  | read of it, takes |
+| an assignment without partitions or a well-formed| topic or partition only | no decision on it,|
+| topic_id, which would make brokers delete logs)  |                         | reads it again    |
 |                                                  |                         | next time, says   |
-|                                                  |                         | it once (``Told``)|
+|                                                  |                         | it once           |
+|                                                  |                         | (``Unreadables``) |
 | anything else: the connection lost, the session  | ZooKeeper is away: the  | the whole read    |
 | expired, no answer in time, a server error       | whole read fails        | raises, retried   |
 
 One topic's unreadable znode used to fail every read it was part of: the controller's pass
 (no leader elected for any topic), ElectLeaders, each broker's metadata cache (no topic
-change reached Metadata) and replica watch.
+change reached Metadata) and replica watch. What a reader keeps of it survives a reset of its
+picture (a reconnection); a broker bounced meanwhile stays counted dead for a skipped
+partition until a decision on it lands (leader_election.py's *live*, X1).
 """
 
 from __future__ import annotations
