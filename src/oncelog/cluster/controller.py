@@ -310,6 +310,10 @@ class Controller:
         owed only to the partitions it skipped (X1), until a decision on each lands."""
         names = {t.name for t in topics}
         with self._registrations_lock:
+            if not self._owed and not (skipped and counted_dead):  # the usual pass
+                if all(landed.values()):
+                    self._bounced -= counted_dead
+                return
             for key in decided + skipped:  # a topic read at last: its partitions owe
                 whole = self._owed.get((key[0], None))
                 if whole and key[1] is not None:
