@@ -587,7 +587,7 @@ class Controller:
         for name, p in wanted:
             topic = topics.get(name)
             if topic is None or (p not in topic.assignment.partitions
-                                 and topic.problem is None):
+                                 and not topic.never_read):  # never read: X1 below
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")
                 continue
