@@ -54,7 +54,12 @@ def test_bytes_that_are_not_kafkas_json_are_unreadable(data):
     {"version": 3, "topic_id": _ID, "partitions": {}},
     {"version": 3, "partitions": {"0": [1]}},  # no id: each broker would take it for new
     {"version": 3, "topic_id": "not-an-id", "partitions": {"0": [1]}},
-    {"version": 3, "topic_id": 7, "partitions": {"0": [1]}}])
+    {"version": 3, "topic_id": 7, "partitions": {"0": [1]}},
+    # a partition no broker holds would leave every broker's view: its logs deleted
+    {"version": 3, "topic_id": _ID, "partitions": {"0": []}},
+    {"version": 3, "topic_id": _ID, "partitions": {"0": [1], "1": []}},
+    {"version": 3, "topic_id": _ID, "partitions": {"0": [-1]}},
+    {"version": 3, "topic_id": _ID, "partitions": {"0": [1, 2, 1]}}])
 def test_an_assignment_that_would_delete_logs_is_unreadable(value):
     """Before, these decoded (to no partitions, or an id made from the topic's name), and
     the replica manager deleted the topic's local log."""

@@ -8,9 +8,9 @@ Reading Kafka's topic znodes, three outcomes are not the answer wanted:
 | NoAuth (an ACL refusing this broker), or bytes   | that znode unreadable   | keeps what it last|
 | that are not Kafka's JSON (hand-written, corrupt;| (``Unreadable``): that  | read of it, takes |
 | an assignment without partitions or a well-formed| topic or partition only | no decision on it,|
-| topic_id, which would make brokers delete logs)  |                         | reads it again    |
-|                                                  |                         | next time, says   |
-|                                                  |                         | it once           |
+| topic_id, or with a partition whose replicas are |                         | reads it again    |
+| not distinct broker ids, which would make brokers|                         | next time, says   |
+| delete logs)                                     |                         | it once           |
 |                                                  |                         | (``Unreadables``) |
 | anything else: the connection lost, the session  | ZooKeeper is away: the  | the whole read    |
 | expired, no answer in time, a server error       | whole read fails        | raises, retried   |

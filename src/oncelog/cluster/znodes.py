@@ -182,9 +182,15 @@ class TopicAssignment:
         # What the brokers act on must be whole: an assignment without partitions would
         # drop the topic on every broker, one without its id would make each broker take
         # it for a new topic; both delete local logs. Either is unreadable (unreadable.py).
+        # A partition without replicas (or with a negative or repeated broker id) is
+        # left out of every broker's view, which deletes its local logs: unreadable too.
         partitions = tuples("partitions")
         if not partitions:
             raise ValueError("an assignment without partitions")
+        for p, replicas in partitions.items():
+            if not replicas or min(replicas) < 0 or len(set(replicas)) != len(replicas):
+                raise ValueError(f"partition {p}'s replicas {list(replicas)[:10]} are not "
+                                 f"distinct broker ids")
         topic_id = value.get("topic_id")
         if not isinstance(topic_id, str):
             raise ValueError("an assignment without a topic_id")
