@@ -1,16 +1,17 @@
-"""The decision tables of cluster/leader_election.py (rows X1, N1-L2, D1, P1-P3, U1-U4; RB1-RB3
-below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps cost a
-second; test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back (a restart recovers its failed log directories), bounce (counted dead
-for each partition until a decision on it lands: never left leader or, but for F3/F4/S1, in the
-ISR by that decision), partitions' znodes become unreadable (X1: nothing decided, ElectLeaders
-answers UNKNOWN_SERVER_ERROR) and readable again, begin controlled shutdowns, have a replica's
-log directory fail, leaders add caught-up replicas back to the ISR, partitions are reassigned,
-preferred and unclean elections are asked; the controller's pass is applied after each step
-until nothing is left to write. Checked after every step: the leader is in the ISR or -1, the
-ISR is never empty, leader epochs never go down and go up with every leader change, a leader
-outside the last ISR only by unclean election (enabled, or asked), and after the passes every
-partition that could have a clean leader has one, which is live and not shutting down when
+"""The decision tables of cluster/leader_election.py (rows T1-T2, X1, N1-L2, D1, P1-P3, U1-U4;
+RB1-RB3 below) held by a model-based test of the table alone (no ZooKeeper, so thousands of
+steps cost a second; test_controller_model.py runs the same table through the real controller on
+ZooKeeper): brokers die and come back (a restart recovers its failed log directories), bounce
+(counted dead for each partition until a decision on it lands: never left leader or, but for
+F3/F4/S1, in the ISR by that decision), partitions' znodes become unreadable (X1: nothing
+decided, ElectLeaders answers UNKNOWN_SERVER_ERROR) and readable again, assignments lose their
+topic_id (T1: named by the next pass, X1 until then), begin controlled shutdowns, have a
+replica's log directory fail, leaders add caught-up replicas back to the ISR, partitions are
+reassigned, preferred and unclean elections are asked; the controller's pass is applied after
+each step until nothing is left to write. Checked after every step: the leader is in the ISR or
+-1, the ISR is never empty, leader epochs never go down and go up with every leader change, a
+leader outside the last ISR only by unclean election (enabled, or asked), and after the passes
+every partition that could have a clean leader has one, which is live and not shutting down when
 another could lead.
 """
 
@@ -21,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from oncelog.cluster.leader_election import Ask, Facts, decide, rebalance
-from oncelog.cluster.znodes import NO_LEADER, PartitionState
+from oncelog.cluster.leader_election import Ask, Facts, decide, name_topic, rebalance
+from oncelog.cluster.znodes import NO_LEADER, PartitionState, decode_topic_id
 
 BROKERS = (1, 2, 3, 4)
 PARTITIONS = 4
@@ -46,13 +47,17 @@ class Table(RuleBasedStateMachine):
         # partition since they bounced, until a decision on it lands
         self.unreadable: set[int] = set()
         self.owed: dict[int, set[int]] = {p: set() for p in self.replicas}
+        # T1: partitions (each its own topic here) whose assignment lacks only its topic_id
+        self.unnamed: set[int] = set()
+        self.named: dict[int, str] = {}
         self.settle()
 
     def facts(self, p: int) -> Facts:
         return Facts(self.replicas[p], self.states[p], frozenset(self.live),
                      frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p),
                      frozenset(b for b, q in self.offline if q == p),
-                     frozenset(self.owed[p]), "NoAuth" if p in self.unreadable else None)
+                     frozenset(self.owed[p]), "NoAuth" if p in self.unreadable else
+                     "no topic_id" if p in self.unnamed else None)
 
     def apply(self, p: int, ask: Ask):
         decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
@@ -65,6 +70,14 @@ class Table(RuleBasedStateMachine):
 
     def settle(self):
         self.check()
+        for p in sorted(self.unnamed):  # T1 before any partition of it is decided
+            assert decide(self.facts(p), Ask.PASS, CONTROLLER_EPOCH).row == "X1"
+            assert name_topic(True, deleting=True) is None  # T2: a deletion goes first
+            topic_id = name_topic(True, deleting=False)
+            assert topic_id is not None and decode_topic_id(topic_id)
+            assert topic_id not in self.named.values()  # a new id, never an old one
+            self.named[p] = topic_id
+            self.unnamed.discard(p)
         for p in self.replicas:
             for _ in range(5):
                 before = self.states[p]
@@ -129,6 +142,15 @@ class Table(RuleBasedStateMachine):
     def znodes_become(self, p, readable):
         (self.unreadable.discard if readable else self.unreadable.add)(p)
         self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1))
+    def written_by_old_tooling(self, p):
+        """Its assignment written again without a topic_id (pre-2.8 tooling): T1 names it
+        at the next pass, and only then are its partitions decided again."""
+        self.unnamed.add(p)
+        self.named.pop(p, None)
+        self.settle()
+        assert p in self.named and name_topic(False, deleting=False) is None  # T2
 
     @rule(broker=st.sampled_from(BROKERS), p=st.integers(0, PARTITIONS - 1))
     def log_dir_fails(self, broker, p):

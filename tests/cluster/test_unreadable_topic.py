@@ -130,3 +130,64 @@ def test_one_unreadable_topic_stops_no_election_elsewhere(cluster):
              "bad-1 repaired and its dead leader replaced")
     cluster.brokers[dead].start()
 
+
+
+def _live(cluster) -> list[int]:
+    return sorted(i for i, b in cluster.brokers.items() if b.alive)
+
+
+def test_an_assignment_without_topic_id_is_named_by_the_controller(cluster):
+    """leader_election.py T1: pre-2.8 tooling (kafka-topics.sh --zookeeper, AdminZkClient)
+    writes version 1 without a topic_id; the controller names it, the topic gets leaders
+    and takes a produce. Before: unreadable for good (no leader, ever)."""
+    from confluent_kafka import Producer
+
+    replicas = _live(cluster)[:2]
+    cluster.zk.create(zn.topic_path("legacy"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    named = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy"))[0])
+                     .get("topic_id"), TIMEOUT, "legacy named by the controller")
+    assert zn.decode_topic_id(named)
+    assignment = zn.TopicAssignment.decode(cluster.zk.get(zn.topic_path("legacy"))[0])
+    assert assignment.partitions == {0: tuple(replicas)}
+    state = wait_for(lambda: cluster.zk.exists(zn.partition_state_path("legacy", 0))
+                     and _state(cluster, "legacy", 0), TIMEOUT, "legacy-0 led")
+    assert state["leader"] in replicas
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
+                         "acks": "all", "message.timeout.ms": int(TIMEOUT * 1000)})
+    producer.produce("legacy", b"named", partition=0,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT) == 0
+    assert delivered == [(None, 0)], delivered
+
+
+def test_deleting_a_topic_whose_assignment_is_not_whole(cluster):
+    """DeleteTopics of a topic whose assignment's bytes were read but are not Kafka's
+    whole JSON completes (before: the request stayed for good); one whose assignment the
+    controller may not read waits, said once, and completes once it can be read."""
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    replicas = _live(cluster)[:2]
+    for name in ("corrupt", "locked"):
+        cluster.zk.create(zn.topic_path(name), zn.TopicAssignment(
+            "AAAAAAAAAAAAAAAAAAAAAA", {0: tuple(replicas)}, {}, {}).encode())
+        wait_for(lambda n=name: cluster.zk.exists(zn.partition_state_path(n, 0)), TIMEOUT,
+                 f"{name}-0 led")
+    cluster.zk.set(zn.topic_path("corrupt"), b"\xff not json")
+    cluster.zk.add_auth("digest", "someone-else:secret")  # ADMIN on it, to lift its ACL
+    cluster.zk.set_acls(zn.topic_path("locked"),
+                        [make_digest_acl("someone-else", "secret", all=True)])
+    for name in ("corrupt", "locked"):
+        cluster.zk.create(zn.delete_topic_path(name), b"", makepath=True)
+    wait_for(lambda: cluster.zk.exists(zn.topic_path("corrupt")) is None
+             and cluster.zk.exists(zn.delete_topic_path("corrupt")) is None, TIMEOUT,
+             "corrupt deleted")
+    controller = cluster.brokers[_controller(cluster)]
+    wait_for(lambda: "deleting topic locked waits" in controller.log_text(), TIMEOUT,
+             "the wait said")
+    passes = controller.log_text().count("deleting topic locked waits")
+    cluster.zk.set_acls(zn.topic_path("locked"), OPEN_ACL_UNSAFE)
+    wait_for(lambda: cluster.zk.exists(zn.topic_path("locked")) is None, TIMEOUT,
+             "locked deleted once readable")
+    assert passes == 1 == controller.log_text().count("deleting topic locked waits")

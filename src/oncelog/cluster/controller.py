@@ -19,7 +19,10 @@ notifications it has read, as Kafka's controller does once it has handled them.
 A deletion removes the topic's state, partition and assignment znodes, its config and the
 deletion request, in one such transaction; each broker's replica manager drops its local
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
-StopReplica first; here the brokers follow the znodes).
+StopReplica first; here the brokers follow the znodes). A topic whose assignment's bytes
+were read but are not whole (corrupt, id-less, without partitions) is deleted from a fresh
+listing of its partitions (unwhole_topics.py); one that cannot be read at all (a NoAuth)
+waits, said once. An assignment lacking only its topic_id is named first (T1).
 
 A broker shutting down (its ``/oncelog/controlled_shutdown/<id>``) is told, in that znode,
 once a pass has landed every decision (``_tell_moved``): it leads nothing another eligible
@@ -55,11 +58,13 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
+from . import unwhole_topics
 from . import znodes as zn
 from .batches import gather, outcome, settle
-from .leader_election import Ask, Decision, Facts, decide, rebalance
+from .leader_election import Ask, Decision, Facts, decide, name_topic, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
+from .unreadable import unreadable
 from .wakeups import woken
 from .watched_topics import TopicRead, WatchedTopics, read_states, read_topics
 
@@ -105,6 +110,7 @@ class Controller:
         self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
+        self._waits: set[str] = set()  # deletions said to wait for what cannot be read
         # what the passes read, kept between them and read again where watches say it
         # changed (watched_topics.py)
         self.context = WatchedTopics(self.store, self.wake)
@@ -261,10 +267,19 @@ class Controller:
         skipped: list[tuple[str, int | None]] = []  # X1: owed every broker counted dead
         decided: list[tuple[str, int | None]] = []
         for topic in topics:
-            if topic.name in deleting and topic.problem is None:
-                self._delete(topic)
+            if topic.name in deleting:
+                if topic.problem is None:
+                    self._delete(topic)
+                    again = True
+                    continue
+                if topic.read_version is not None:  # its bytes read, if not whole
+                    again |= self._delete_unwhole(topic)
+                    continue
+                self._say_waits(topic)
+            named = name_topic(topic.unnamed is not None, topic.name in deleting)
+            if named is not None:
+                self._name(topic, named)
                 again = True
-                continue
             if topic.never_read:
                 skipped.append((topic.name, None))
             decisions = {}
@@ -293,6 +308,7 @@ class Controller:
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
+        self._waits &= deleting
         self._purge_config_changes()
         if not again and self._rebalance_due():
             again = self.rebalance(topics, live, shutting, offline)
@@ -561,13 +577,57 @@ class Controller:
             self.context.mark(topic.name)
             self._stopped.wait(_RETRY_PAUSE_S)
             return
+        self._deleted(topic)
+
+    def _deleted(self, topic: TopicRead) -> None:
+        from kazoo.exceptions import NoNodeError
+
         # Its config goes after it: a topic re-created meanwhile writes its own.
         try:
             self._op(self.zk.delete_async, zn.topic_config_path(topic.name))
         except NoNodeError:
             pass
         self.context.forget(topic.name)
+        self._waits.discard(topic.name)
         log.info("deleted topic %s", topic.name)
+
+    def _delete_unwhole(self, topic: TopicRead) -> bool:
+        """A deletion asked for a topic whose assignment's bytes were read but are not
+        whole (unwhole_topics.py); True when it landed or lost a race (read again)."""
+        try:
+            unwhole_topics.delete(self.member, self.store, topic)
+        except unwhole_topics.LOST as exc:
+            log.info("deleting topic %s lost to a concurrent change (%r); reading again",
+                     topic.name, exc)
+            self.context.mark(topic.name)
+            self._stopped.wait(_RETRY_PAUSE_S)
+            return True
+        except Exception as exc:
+            if unreadable(exc) is None:
+                raise
+            self._say_waits(topic, str(unreadable(exc)))
+            return False
+        self._deleted(topic)
+        return True
+
+    def _say_waits(self, topic: TopicRead, why: str | None = None) -> None:
+        """Once per deletion: it waits for what cannot be read (a NoAuth)."""
+        if topic.name not in self._waits:
+            self._waits.add(topic.name)
+            log.warning("deleting topic %s waits: %s", topic.name, why or topic.problem)
+
+    def _name(self, topic: TopicRead, topic_id: str) -> None:
+        """T1: the topic id written; the topic is read again at the next pass."""
+        try:
+            unwhole_topics.write_topic_id(self.member, topic, topic_id)
+        except unwhole_topics.LOST as exc:
+            log.info("naming topic %s lost to a concurrent change (%r); reading again",
+                     topic.name, exc)
+            self._stopped.wait(_RETRY_PAUSE_S)
+        else:
+            log.info("topic %s: T1 its assignment had no topic_id (pre-2.8 tooling): "
+                     "named %s", topic.name, topic_id)
+        self.context.mark(topic.name)
 
     # --- ElectLeaders --------------------------------------------------------------------
 

@@ -53,6 +53,16 @@ A controller pass (``Ask.PASS``), rows in the order they are tried:
 |     |                                                    | and leader_epoch kept                 |
 | L2  | leader eligible, every ISR member eligible         | KEEP                                  |
 
+Before its partitions, a pass takes one decision per topic (``name_topic``):
+
+| row | topic as found                                     | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| T1  | its assignment whole but for a missing topic_id    | NAME it: a new random topic id written|
+|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | at the version read (Kafka's          |
+|     | AdminZkClient write version 1 without one), not    | setTopicIds); its partitions are X1   |
+|     | being deleted                                      | until it lands (brokers delete no log)|
+| T2  | otherwise                                          | nothing                               |
+
 ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
 
 | row | asked, partition as found                          | decision                              |
@@ -83,7 +93,9 @@ a member of the ISR it is written with, or -1; an out-of-sync replica leads only
 
 from __future__ import annotations
 
+import base64
 import enum
+import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -191,6 +203,14 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
                                              tuple(b for b in state.isr if _eligible(facts, b)),
                                              controller_epoch))
     return Decision("L2")
+
+
+def name_topic(unnamed: bool, deleting: bool) -> str | None:
+    """T1-T2: a new topic id (Kafka's encoding) for a topic whose assignment lacks only its
+    id (``unnamed``), else None."""
+    if not unnamed or deleting:
+        return None  # T2
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1
 
 
 def rebalance(preferred_leaders: list[tuple[int, int]], enabled: bool,

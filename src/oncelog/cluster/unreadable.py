@@ -20,6 +20,11 @@ One topic's unreadable znode used to fail every read it was part of: the control
 change reached Metadata) and replica watch. What a reader keeps of it survives a reset of its
 picture (a reconnection); a broker bounced meanwhile stays counted dead for a skipped
 partition until a decision on it lands (leader_election.py's *live*, X1).
+
+An assignment whole but for a missing topic_id (pre-2.8 tooling) is unreadable to every
+broker until the controller names it (leader_election.py T1). A deletion asked for a topic
+whose assignment's bytes were read, whole or not, goes ahead (unwhole_topics.py); one the
+controller may not read (a NoAuth) waits, said once.
 """
 
 from __future__ import annotations

@@ -73,6 +73,12 @@ class TopicRead:
     # rest is as last read (nothing, version -1, when never read); no decision on it
     problem: str | None = None
     bad_states: dict[int, str] = field(default_factory=dict)  # partition -> why, as above
+    # the assignment znode's version at the last read that got its bytes, whole or not
+    # (None: a NoAuth), which a deletion names (controller.py)
+    read_version: int | None = None
+    # an assignment whole but for its topic_id (pre-2.8 tooling): the controller names it
+    # (leader_election.py T1); unreadable until then
+    unnamed: zn.TopicAssignment | None = None
 
     @property
     def never_read(self) -> bool:
@@ -220,6 +226,7 @@ class WatchedTopics:
             old = self._topics.get(name)
             if topic.problem is not None and old is not None and not old.never_read:
                 old.problem = topic.problem  # what was last read of it stays
+                old.read_version, old.unnamed = topic.read_version, topic.unnamed
                 if everything:
                     states |= {(name, p) for p in self._wanted(old.assignment)}
                 continue
@@ -328,9 +335,19 @@ def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
             continue
         try:
             data, stat = answer(got)
-            assignment = decoded(zn.TopicAssignment.decode, data)
         except Unreadable as exc:
             out[name] = _unread(name, f"its assignment: {exc}")
+            continue
+        try:
+            assignment = decoded(zn.TopicAssignment.decode, data)
+        except Unreadable as exc:
+            out[name] = unread = _unread(name, f"its assignment: {exc}")
+            unread.read_version = stat.version
+            try:
+                unread.unnamed = decoded(
+                    lambda d: zn.TopicAssignment.decode(d, unnamed=True), data)
+            except Unreadable:
+                pass
             continue
         problem = None
         config = answers[k + i]
@@ -352,7 +369,8 @@ def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
             except Unreadable as exc:
                 problem = problem or f"its partitions: {exc}"
         out[name] = TopicRead(name, assignment, stat.version, configs, {}, nodes,
-                              not isinstance(children, Exception), problem)
+                              not isinstance(children, Exception), problem,
+                              read_version=stat.version)
     return out, no_config, no_partitions
 
 

@@ -172,7 +172,9 @@ class TopicAssignment:
                        "removing_replicas": lists(self.removing_replicas)})
 
     @classmethod
-    def decode(cls, data: bytes) -> TopicAssignment:
+    def decode(cls, data: bytes, unnamed: bool = False) -> TopicAssignment:
+        """``unnamed``: one without a topic_id key (pre-2.8 tooling's version 1) decodes
+        with topic_id "" (for the controller alone, which names it: leader_election.py T1)."""
         value = json.loads(data)
 
         def tuples(key: str) -> dict[int, tuple[int, ...]]:
@@ -192,9 +194,12 @@ class TopicAssignment:
                 raise ValueError(f"partition {p}'s replicas {list(replicas)[:10]} are not "
                                  f"distinct broker ids")
         topic_id = value.get("topic_id")
-        if not isinstance(topic_id, str):
+        if unnamed and "topic_id" not in value:
+            topic_id = ""
+        elif not isinstance(topic_id, str):
             raise ValueError("an assignment without a topic_id")
-        decode_topic_id(topic_id)
+        else:
+            decode_topic_id(topic_id)
         return cls(topic_id, partitions, tuples("adding_replicas"),
                    tuples("removing_replicas"))
 
