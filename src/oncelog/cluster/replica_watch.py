@@ -137,12 +137,10 @@ class ReplicaWatch:
                 else (before.assignment, before.configs)
             ours = [p for p, replicas in assignment.partitions.items()
                     if self.broker_id in replicas]
-            if ours:
-                kept = before.states if before is not None else {}
+            if ours:  # a state that cannot be read is as last read: the picture keeps it
                 view[topic.name] = TopicView(
                     topic.name, assignment, configs,
-                    {p: found for p in ours if (found := topic.states.get(p) or (
-                        kept.get(p) if p in topic.bad_states else None)) is not None})
+                    {p: found for p in ours if (found := topic.states.get(p)) is not None})
         self._handed = {name: tv for name, tv in view.items() if tv is not None}
         return view
 
