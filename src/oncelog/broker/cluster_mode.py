@@ -68,11 +68,11 @@ from .topics import (
 log = logging.getLogger(__name__)
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
+_CACHE_POLL_S = 0.1  # how often the cache's picture is looked at while no word comes
+
+
 def _unreadable(exc: Unreadable) -> str:
     return f"its assignment in ZooKeeper cannot be read: {exc}"
-
-
-_CACHE_POLL_S = 0.1  # how often the cache's picture is looked at while no word comes
 
 
 @dataclass
