@@ -25,6 +25,12 @@ An assignment whole but for a missing topic_id (pre-2.8 tooling) is unreadable t
 broker until the controller names it (leader_election.py T1). A deletion asked for a topic
 whose assignment's bytes were read, whole or not, goes ahead (unwhole_topics.py); one the
 controller may not read (a NoAuth) waits, said once.
+
+A limitation, left as it is: the readers do not all share one ACL. If the controller cannot
+read a state znode but a bounced broker it names as leader can (an ACL per broker), that
+broker takes the leadership at the state's epoch (isr.py B4), perhaps over a wiped log,
+while X1 means no controller pass moves it away or takes it out of the ISR until the
+controller can read that state again. Give every broker the same ACL on Kafka's znodes.
 """
 
 from __future__ import annotations
