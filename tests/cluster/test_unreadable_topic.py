@@ -161,6 +161,24 @@ def test_an_assignment_without_topic_id_is_named_by_the_controller(cluster):
     assert producer.flush(TIMEOUT) == 0
     assert delivered == [(None, 0)], delivered
 
+    # rewritten by an old tool (no topic_id again): named with the id it had, so no broker
+    # takes it for a new topic and deletes its log
+    cluster.zk.set(zn.topic_path("legacy"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy"))[0])
+             .get("topic_id"), TIMEOUT, "legacy named again")
+    assert zn.TopicAssignment.decode(
+        cluster.zk.get(zn.topic_path("legacy"))[0]).topic_id == named
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
+                         "group.id": "legacy-check"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("legacy", 0),
+                                              timeout=TIMEOUT) == (0, 1)
+    finally:
+        consumer.close()
+
 
 def test_deleting_a_topic_whose_assignment_is_not_whole(cluster):
     """DeleteTopics of a topic whose assignment's bytes were read but are not Kafka's

@@ -276,7 +276,8 @@ class Controller:
                     again |= self._delete_unwhole(topic)
                     continue
                 self._say_waits(topic)
-            named = name_topic(topic.unnamed is not None, topic.name in deleting)
+            named = name_topic(topic.unnamed is not None, topic.name in deleting,
+                               topic.assignment.topic_id or None)  # kept as last read
             if named is not None:
                 self._name(topic, named)
                 again = True

@@ -57,10 +57,12 @@ Before its partitions, a pass takes one decision per topic (``name_topic``):
 
 | row | topic as found                                     | decision                              |
 |-----|----------------------------------------------------|---------------------------------------|
-| T1  | its assignment whole but for a missing topic_id    | NAME it: a new random topic id written|
-|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | at the version read (Kafka's          |
-|     | AdminZkClient write version 1 without one), not    | setTopicIds); its partitions are X1   |
-|     | being deleted                                      | until it lands (brokers delete no log)|
+| T1  | its assignment whole but for a missing topic_id    | NAME it, at the version read: the id  |
+|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | last read of it when it had one (an   |
+|     | AdminZkClient write version 1 without one), not    | old tool rewrote it: a new id would   |
+|     | being deleted                                      | make brokers delete its logs), else a |
+|     |                                                    | new random one (Kafka's setTopicIds); |
+|     |                                                    | its partitions are X1 until it lands  |
 | T2  | otherwise                                          | nothing                               |
 
 ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
@@ -205,12 +207,13 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
     return Decision("L2")
 
 
-def name_topic(unnamed: bool, deleting: bool) -> str | None:
-    """T1-T2: a new topic id (Kafka's encoding) for a topic whose assignment lacks only its
-    id (``unnamed``), else None."""
+def name_topic(unnamed: bool, deleting: bool, known: str | None = None) -> str | None:
+    """T1-T2: the topic id (Kafka's encoding) to write for a topic whose assignment lacks
+    only its id (``unnamed``): ``known``, the id last read of it, else a new one; else
+    None."""
     if not unnamed or deleting:
         return None  # T2
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1
+    return known or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1
 
 
 def rebalance(preferred_leaders: list[tuple[int, int]], enabled: bool,
