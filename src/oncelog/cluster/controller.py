@@ -272,10 +272,13 @@ class Controller:
                     self._delete(topic)
                     again = True
                     continue
-                if topic.read_version is not None:  # its bytes read, if not whole
-                    again |= self._delete_unwhole(topic)
-                    continue
-                self._say_waits(topic)
+                if topic.read_version is None:
+                    self._say_waits(topic)
+                elif (deleted := self._delete_unwhole(topic)) is not None:
+                    again = True  # landed: look again; lost a race: read again
+                    if deleted:
+                        continue
+                # not deleted: skipped as any unreadable topic (X1, what bounced is owed)
             named = name_topic(topic.unnamed is not None, topic.name in deleting,
                                topic.assignment.topic_id or None)  # kept as last read
             if named is not None:
@@ -592,9 +595,10 @@ class Controller:
         self._waits.discard(topic.name)
         log.info("deleted topic %s", topic.name)
 
-    def _delete_unwhole(self, topic: TopicRead) -> bool:
+    def _delete_unwhole(self, topic: TopicRead) -> bool | None:
         """A deletion asked for a topic whose assignment's bytes were read but are not
-        whole (unwhole_topics.py); True when it landed or lost a race (read again)."""
+        whole (unwhole_topics.py): True when it landed, False when it lost a race (read
+        again), None when its partitions cannot be listed (it waits)."""
         try:
             unwhole_topics.delete(self.member, self.store, topic)
         except unwhole_topics.LOST as exc:
@@ -602,12 +606,12 @@ class Controller:
                      topic.name, exc)
             self.context.mark(topic.name)
             self._stopped.wait(_RETRY_PAUSE_S)
-            return True
-        except Exception as exc:
-            if unreadable(exc) is None:
-                raise
-            self._say_waits(topic, str(unreadable(exc)))
             return False
+        except Exception as exc:
+            if (bad := unreadable(exc)) is None:
+                raise
+            self._say_waits(topic, str(bad))
+            return None
         self._deleted(topic)
         return True
 
