@@ -12,60 +12,20 @@ import sys
 import time
 
 import pytest
+from support.cluster_up import free_ports, read_until
 
 TIMEOUT = 60.0
 
 
-def _free_ports(n: int) -> list[int]:
-    """n consecutive free loopback ports, bound and released for the brokers to bind next.
-
-    Taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 on): a port
-    from that range, once released, may be handed to any other process's connect() before
-    ZooKeeper binds it (seen once: ZooKeeper exited at start). Below it only an explicit bind
-    can take the port, and the tests bind port 0."""
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-    start = 10_000 + (os.getpid() * 7919) % max(1, low - 10_000 - 1000)
-    for base in range(start, start + 50 * n, n):
-        sockets = []
-        try:
-            for port in range(base, base + n):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return list(range(base, base + n))
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise AssertionError("no run of free ports")
-
-
-def _read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
-    os.set_blocking(proc.stdout.fileno(), False)
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        chunk = proc.stdout.read()
-        if chunk:
-            text += chunk.decode(errors="replace")
-            if marker in text:
-                return text
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"no {marker!r} from oncelog cluster up; got:\n{text}")
-
-
 def test_cluster_up_status_and_ctrl_c(tmp_path):
-    zk_port, *broker_ports = _free_ports(3)
+    zk_port, *broker_ports = free_ports(3)
     up = subprocess.Popen(
         [sys.executable, "-m", "oncelog", "cluster", "up", "--brokers", "2",
          "--data-dir", str(tmp_path / "cluster"), "--base-port", str(broker_ports[0]),
          "--zookeeper-port", str(zk_port), "--set", "zookeeper.session.timeout.ms=2000"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        text = _read_until(up, "Ctrl-C stops them all", TIMEOUT)
+        text = read_until(up, "Ctrl-C stops them all", TIMEOUT)
         bootstrap = f"127.0.0.1:{broker_ports[0]},127.0.0.1:{broker_ports[1]}"
         assert f"bootstrap servers: {bootstrap}" in text
         status = ""

@@ -1,15 +1,18 @@
-"""The decision tables of cluster/leader_election.py (rows N1-L2, D1, P1-P3, U1-U4; RB1-RB3
-below) held by a model-based test of the table alone (no ZooKeeper, so thousands of steps
-cost a second;
-test_controller_model.py runs the same table through the real controller on ZooKeeper):
-brokers die and come back (a restart recovers its failed log directories), begin controlled
-shutdowns, have a replica's log directory fail, leaders add caught-up replicas back
-to the ISR, partitions are reassigned, preferred and unclean elections are asked; the
-controller's pass is applied after each step until nothing is left to write. Checked after
-every step: the leader is in the ISR or -1, the ISR is never empty, leader epochs never go
-down and go up with every leader change, a leader outside the last ISR only by unclean
-election (enabled, or asked), and after the passes every partition that could have a clean
-leader has one, which is live and not shutting down when another could lead.
+"""The decision tables of cluster/leader_election.py (rows T1-T2, X1, N1-L2, D1, P1-P3, U1-U4;
+RB1-RB3 below) held by a model-based test of the table alone (no ZooKeeper, so thousands of
+steps cost a second; test_controller_model.py runs the same table through the real controller on
+ZooKeeper): brokers die and come back (a restart recovers its failed log directories), bounce
+(counted dead for each partition until a decision on it lands: never left leader or, but for
+F3/F4/S1, in the ISR by that decision), partitions' znodes become unreadable (X1: nothing
+decided, ElectLeaders answers UNKNOWN_SERVER_ERROR) and readable again, assignments lose their
+topic_id (T1: named by the next pass, X1 until then), begin controlled shutdowns, have a
+replica's log directory fail, leaders add caught-up replicas back to the ISR, partitions are
+reassigned, preferred and unclean elections are asked; the controller's pass is applied after
+each step until nothing is left to write. Checked after every step: the leader is in the ISR or
+-1, the ISR is never empty, leader epochs never go down and go up with every leader change, a
+leader outside the last ISR only by unclean election (enabled, or asked), and after the passes
+every partition that could have a clean leader has one, which is live and not shutting down when
+another could lead.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from kio.schema.errors import ErrorCode
 
-from oncelog.cluster.leader_election import Ask, Facts, decide, rebalance
-from oncelog.cluster.znodes import NO_LEADER, PartitionState
+from oncelog.cluster.leader_election import Ask, Facts, decide, name_topic, rebalance
+from oncelog.cluster.znodes import NO_LEADER, PartitionState, decode_topic_id
 
 BROKERS = (1, 2, 3, 4)
 PARTITIONS = 4
@@ -39,12 +43,21 @@ class Table(RuleBasedStateMachine):
         self.states: dict[int, PartitionState | None] = dict.fromkeys(self.replicas)
         self.seen = dict(self.states)
         self.asked_unclean: set[int] = set()
+        # X1: partitions whose znodes cannot be read; *live*: brokers counted dead for a
+        # partition since they bounced, until a decision on it lands
+        self.unreadable: set[int] = set()
+        self.owed: dict[int, set[int]] = {p: set() for p in self.replicas}
+        # T1: partitions (each its own topic here) whose assignment lacks only its topic_id
+        self.unnamed: set[int] = set()
+        self.named: dict[int, str] = {}
         self.settle()
 
     def facts(self, p: int) -> Facts:
         return Facts(self.replicas[p], self.states[p], frozenset(self.live),
                      frozenset(self.shutting & self.live), self.unclean[p], self.targets.get(p),
-                     frozenset(b for b, q in self.offline if q == p))
+                     frozenset(b for b, q in self.offline if q == p),
+                     frozenset(self.owed[p]), "NoAuth" if p in self.unreadable else
+                     "no topic_id" if p in self.unnamed else None)
 
     def apply(self, p: int, ask: Ask):
         decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
@@ -57,14 +70,39 @@ class Table(RuleBasedStateMachine):
 
     def settle(self):
         self.check()
+        for p in sorted(self.unnamed):  # T1 before any partition of it is decided
+            assert decide(self.facts(p), Ask.PASS, CONTROLLER_EPOCH).row == "X1"
+            known = self.named.get(p)
+            assert name_topic(True, True, known) is None  # T2: a deletion goes first
+            topic_id = name_topic(True, False, known)
+            assert topic_id is not None and decode_topic_id(topic_id)
+            if known is not None:  # rewritten by an old tool: its logs keep their id
+                assert topic_id == known
+            else:  # a new id, never another topic's
+                assert topic_id not in self.named.values()
+            self.named[p] = topic_id
+            self.unnamed.discard(p)
         for p in self.replicas:
             for _ in range(5):
-                if self.apply(p, Ask.PASS).state is None:
+                before = self.states[p]
+                decision = self.apply(p, Ask.PASS)
+                if decision.row == "X1":  # nothing decided on what cannot be read
+                    assert decision.state is None and self.states[p] == before
+                    break
+                state, owed = self.states[p], self.owed[p]
+                if owed and state is not None:  # the decision that lands on it pays them
+                    assert state.leader not in owed, (owed, before, state)
+                    assert state.leader == NO_LEADER or state.leader in self.shutting or \
+                        not owed & set(state.isr), (owed, before, state)
+                owed.clear()
+                if decision.state is None:
                     break
             else:
                 raise AssertionError(f"partition {p} did not settle")
         self.check()
         for p, state in self.states.items():
+            if p in self.unreadable:
+                continue
             eligible = [b for b in self.replicas[p] if b in self.live and b not in self.shutting
                         and (b, p) not in self.offline]
             if state is None:
@@ -94,6 +132,30 @@ class Table(RuleBasedStateMachine):
             self.offline = {(b, p) for b, p in self.offline if b != broker}
         self.live.add(broker)
         self.settle()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def bounces(self, broker):
+        """Registered again within the session timeout, perhaps with a wiped disk: counted
+        dead for every partition until a decision on it lands (an unreadable one's waits)."""
+        if broker in self.live:
+            for owed in self.owed.values():
+                owed.add(broker)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), readable=st.booleans())
+    def znodes_become(self, p, readable):
+        (self.unreadable.discard if readable else self.unreadable.add)(p)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1))
+    def written_by_old_tooling(self, p):
+        """Its assignment written again without a topic_id (pre-2.8 tooling): T1 names it
+        at the next pass, and only then are its partitions decided again."""
+        known = self.named.get(p)
+        self.unnamed.add(p)
+        self.settle()
+        assert p in self.named and name_topic(False, False) is None  # T2
+        assert known is None or self.named[p] == known
 
     @rule(broker=st.sampled_from(BROKERS), p=st.integers(0, PARTITIONS - 1))
     def log_dir_fails(self, broker, p):
@@ -129,6 +191,11 @@ class Table(RuleBasedStateMachine):
 
     @rule(p=st.integers(0, PARTITIONS - 1), unclean=st.booleans())
     def elect_leaders(self, p, unclean):
+        if p in self.unreadable:
+            decision = self.apply(p, Ask.UNCLEAN if unclean else Ask.PREFERRED)
+            assert decision.row == "X1" and decision.state is None
+            assert decision.error == ErrorCode.unknown_server_error
+            return
         if unclean:
             decision = self.apply(p, Ask.UNCLEAN)
             if decision.row == "U3":

@@ -49,6 +49,7 @@ from ..cluster import znodes as zn
 from ..cluster.leader_election import Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
 from ..cluster.placement import Candidate, PlacementError, assign, usable
+from ..cluster.unreadable import Unreadable
 from ..metadata.store import MetadataUnavailable
 from .config import ConfigError
 from .log_limits import log_safe
@@ -68,6 +69,10 @@ log = logging.getLogger(__name__)
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 _CACHE_POLL_S = 0.1  # how often the cache's picture is looked at while no word comes
+
+
+def _unreadable(exc: Unreadable) -> str:
+    return f"its assignment in ZooKeeper cannot be read: {exc}"
 
 
 @dataclass
@@ -292,6 +297,8 @@ class ClusterMode:
                                            "The topic does not exist."))
         except MetadataUnavailable as exc:
             return dict.fromkeys(changes, (ErrorCode.request_timed_out, str(exc)))
+        except Unreadable as exc:  # that topic alone (cluster/unreadable.py)
+            return dict.fromkeys(changes, (ErrorCode.unknown_server_error, _unreadable(exc)))
         new = assignment
         for p, target in changes.items():
             if p not in assignment.partitions:
@@ -588,6 +595,8 @@ class ClusterTopics:
                              f"The topic '{name}' does not exist.") from None
         except MetadataUnavailable as exc:
             raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
+        except Unreadable as exc:  # that topic alone (cluster/unreadable.py)
+            raise TopicError(ErrorCode.unknown_server_error, _unreadable(exc)) from None
         current = len(assignment.partitions)
         if assignment.adding_replicas or assignment.removing_replicas:
             raise TopicError(ErrorCode.reassignment_in_progress,

@@ -21,7 +21,9 @@ topic; the coordinator of a group (a transactional id) is the leader of its part
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 
 from kio.schema.errors import ErrorCode
 
@@ -108,17 +110,65 @@ async def _replicated(durable, replicated) -> None:
                             str(exc)) from None
 
 
-def num_partitions(broker, name: str, default: int) -> int:
+# the waits between reads of an internal topic's partition count that cannot be read
+_COUNT_RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class _NoCount(Exception):
+    """Neither the assignment nor the partitions' znodes tell the count."""
+
+
+def num_partitions(broker, name: str, default: int, sleep=time.sleep) -> int:
     """The internal topic's partition count: ZooKeeper's when it exists (a broker whose
-    setting differs maps keys as the topic does), else the setting."""
-    from ..cluster.topic_admin import TopicMissing
+    setting differs maps keys as the topic does), else the setting. Never a guess while the
+    topic exists: a broker mapping transactional ids (groups) by hash % its own setting while
+    the others use the topic's count makes two coordinators for one id. When the assignment
+    cannot be read, the children of its ``partitions`` znode are counted; when neither can
+    be, or ZooKeeper is away, it reads again after a bounded wait, saying so once per
+    change, and the coordinator does not start meanwhile."""
+    from ..cluster.unreadable import Unreadable
     from ..metadata.store import MetadataUnavailable
 
+    said = None
+    for attempt in itertools.count():
+        try:
+            return _partition_count(broker.cluster_mode.admin, name, default)
+        except (Unreadable, MetadataUnavailable, _NoCount) as exc:
+            if str(exc) != said:
+                said = str(exc)
+                log.warning("the partition count of internal topic %s cannot be read from "
+                            "ZooKeeper (%s): its coordinator waits for it, reading again",
+                            name, said)
+        sleep(_COUNT_RETRY_S[min(attempt, len(_COUNT_RETRY_S) - 1)])
+    raise AssertionError("unreachable")
+
+
+def _partition_count(admin, name: str, default: int) -> int:
+    from kazoo.exceptions import NoNodeError
+
+    from ..cluster.topic_admin import TopicMissing
+    from ..cluster.unreadable import Unreadable, unreadable
+
     try:
-        assignment, _ = broker.cluster_mode.admin.assignment(name)
-    except (TopicMissing, MetadataUnavailable):
-        return default
-    return len(assignment.partitions)
+        assignment, _ = admin.assignment(name)
+        return len(assignment.partitions)
+    except TopicMissing:
+        return default  # it will be created with the setting
+    except Unreadable as exc:
+        reason = str(exc)
+    try:
+        children = admin.store.op(admin.zk.get_children_async, zn.partitions_path(name))
+    except NoNodeError:
+        children = []
+    except Exception as exc:
+        if (bad := unreadable(exc)) is None:
+            raise
+        raise _NoCount(f"its assignment: {reason}; its partitions: {bad}") from None
+    numbers = sorted(int(c) for c in children if c.isdigit())
+    if not numbers or numbers != list(range(len(numbers))) or len(numbers) != len(children):
+        raise _NoCount(f"its assignment: {reason}; its partitions znode names "
+                       f"{sorted(children)[:10]}")
+    return len(numbers)
 
 
 def on_leadership(broker):

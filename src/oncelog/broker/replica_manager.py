@@ -28,12 +28,9 @@ to or read from a partition this broker has not been told it leads.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import os
 import time
-import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -67,18 +64,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def topic_uuid(name: str, topic_id: str) -> uuid.UUID:
-    """Kafka's topic id (base64 of 16 bytes); a topic written without one gets one made
-    from its name, the same on every broker."""
-    try:
-        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
-        if len(raw) == 16:
-            return uuid.UUID(bytes=raw)
-    except (binascii.Error, ValueError):
-        pass
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog-topic:{name}")
-
-
 def _advance(partition: Partition, current: ReplicaState) -> None:
     """The high watermark moved to what the ISR read allows, its acks=-1 waiters answered,
     when the role read is still the partition's and its log open."""
@@ -100,7 +85,7 @@ class ReplicaManager:
                                   lambda: member.vouches)
         member.on_registered = self.watch.refresh  # registered again: B7 on a fresh read
         member.store.add_session_listener(self._on_session)
-        self._last_view: dict[str, TopicView] | None = None
+        self._last_view: dict[str, TopicView | None] | None = None
         # Since this broker stopped vouching for its session until a view read once it
         # vouches again is applied: its leaderships fenced (B0), its Metadata refused.
         self.fenced = False
@@ -199,6 +184,7 @@ class ReplicaManager:
                  "shutdown)", self.broker_id)
         if self._last_view is not None and not self._closed:
             self.apply_view(self._last_view, False)
+        self._fence_leaderships()
 
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
@@ -232,7 +218,7 @@ class ReplicaManager:
             except Exception:
                 log.exception("replica duty %s failed", duty.__name__)
 
-    def _on_view(self, view: dict[str, TopicView], vouched: bool) -> None:
+    def _on_view(self, view: dict[str, TopicView | None], vouched: bool) -> None:
         """On the watch's thread: the view goes to the event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -273,6 +259,20 @@ class ReplicaManager:
                     self.broker_id, self.broker.cluster.standing().value)
         self.fenced = True
         self.apply_view(self._last_view, False)
+        self._fence_leaderships()
+
+    def _fence_leaderships(self) -> None:
+        """Every replica this broker leads now is fenced (B0), whether or not the last view
+        holds its state: one whose state znode could not be read (cluster/unreadable.py) is
+        led all the same, and must stop acknowledging as the others do."""
+        if self._closed:
+            return
+        for partition in list(self._replicated()):
+            r = partition.replication
+            if r is not None and r.is_leader:
+                self.apply_state(partition, zn.PartitionState(
+                    self.broker_id, r.leader_epoch, r.isr, r.controller_epoch),
+                    r.zk_version, r.replicas, r.min_insync, False)
 
     def _replicated(self):
         for name in list(self._replicas):
@@ -282,7 +282,7 @@ class ReplicaManager:
 
     # --- following ZooKeeper -------------------------------------------------------------
 
-    def apply_view(self, view: dict[str, TopicView], vouched: bool = True) -> None:
+    def apply_view(self, view: dict[str, TopicView | None], vouched: bool = True) -> None:
         """``vouched``: the broker vouched for its session when the view was read (and
         still does: the standing table)."""
         if self._closed:
@@ -293,6 +293,8 @@ class ReplicaManager:
             log.info("broker %d vouches for its ZooKeeper session again", self.broker_id)
             self.fenced = False
         for name, tv in view.items():
+            if tv is None:  # unreadable in ZooKeeper (cluster/unreadable.py): kept as it is
+                continue
             try:
                 self._apply_topic(tv, vouched)
             except TopicError as exc:  # e.g. every log directory offline: no place for it
@@ -306,12 +308,12 @@ class ReplicaManager:
     def _apply_topic(self, tv: TopicView, vouched: bool) -> None:
         count = max(tv.assignment.partitions) + 1
         topic = self.topics.get(tv.name)
-        fresh = topic is None or topic.topic_id != topic_uuid(tv.name, tv.assignment.topic_id)
+        fresh = topic is None or topic.topic_id != zn.decode_topic_id(tv.assignment.topic_id)
         if fresh:
             if topic is not None:
                 self._delete_local(tv.name)
             topic = self.topics.ensure_replica_topic(
-                tv.name, topic_uuid(tv.name, tv.assignment.topic_id), count, tv.configs)
+                tv.name, zn.decode_topic_id(tv.assignment.topic_id), count, tv.configs)
             self._replicas.add(tv.name)
             for partition in topic.partitions:
                 self._no_leader_yet(partition)

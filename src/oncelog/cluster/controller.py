@@ -19,7 +19,10 @@ notifications it has read, as Kafka's controller does once it has handled them.
 A deletion removes the topic's state, partition and assignment znodes, its config and the
 deletion request, in one such transaction; each broker's replica manager drops its local
 replicas when the assignment goes (Kafka's controller waits for the replicas to answer
-StopReplica first; here the brokers follow the znodes).
+StopReplica first; here the brokers follow the znodes). A topic whose assignment's bytes
+were read but are not whole (corrupt, id-less, without partitions) is deleted from a fresh
+listing of its partitions (unwhole_topics.py); one that cannot be read at all (a NoAuth)
+waits, said once. An assignment lacking only its topic_id is named first (T1).
 
 A broker shutting down (its ``/oncelog/controlled_shutdown/<id>``) is told, in that znode,
 once a pass has landed every decision (``_tell_moved``): it leads nothing another eligible
@@ -55,11 +58,13 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
+from . import unwhole_topics
 from . import znodes as zn
 from .batches import gather, outcome, settle
-from .leader_election import Ask, Decision, Facts, decide, rebalance
+from .leader_election import Ask, Decision, Facts, decide, name_topic, rebalance
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
+from .unreadable import unreadable
 from .wakeups import woken
 from .watched_topics import TopicRead, WatchedTopics, read_states, read_topics
 
@@ -100,8 +105,12 @@ class Controller:
         # bounced, until a pass lands every decision (the pass thread and ElectLeaders read)
         self._registrations: dict[int, int] = {}
         self._bounced: set[int] = set()
+        # the same, owed per partition a pass skipped (leader_election.py's X1, *live*):
+        # (topic, partition; None: every partition of a topic never read) -> brokers
+        self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
+        self._waits: set[str] = set()  # deletions said to wait for what cannot be read
         # what the passes read, kept between them and read again where watches say it
         # changed (watched_topics.py)
         self.context = WatchedTopics(self.store, self.wake)
@@ -144,6 +153,7 @@ class Controller:
                 with self._registrations_lock:  # a new controllership starts from what is
                     self._registrations.clear()
                     self._bounced.clear()
+                    self._owed.clear()
                 self.context.reset()
                 self._told.clear()
                 self._next_full_read = time.monotonic() + _FULL_READ_S
@@ -234,7 +244,9 @@ class Controller:
                 if p in t.partition_nodes]
         by_name = {t.name: t for t in topics}
         for (name, p), got in read_states(self.store, keys).items():
-            if got is not None:
+            if isinstance(got, Exception):  # unreadable.py: that partition alone
+                by_name[name].bad_states[p] = str(got)
+            elif got is not None:
                 by_name[name].states[p] = got
         return topics
 
@@ -252,15 +264,33 @@ class Controller:
         again = False
         topics = self.context.read()  # after the requests above: caught up with them
         chosen: list[tuple[TopicRead, dict[int, Decision]]] = []
+        skipped: list[tuple[str, int | None]] = []  # X1: owed every broker counted dead
+        decided: list[tuple[str, int | None]] = []
         for topic in topics:
             if topic.name in deleting:
-                self._delete(topic)
+                if topic.problem is None:
+                    self._delete(topic)
+                    again = True
+                    continue
+                if topic.read_version is None:
+                    self._say_waits(topic)
+                elif (deleted := self._delete_unwhole(topic)) is not None:
+                    again = True  # landed: look again; lost a race: read again
+                    if deleted:
+                        continue
+                # not deleted: skipped as any unreadable topic (X1, what bounced is owed)
+            named = name_topic(topic.unnamed is not None, topic.name in deleting,
+                               topic.assignment.topic_id or None)  # kept as last read
+            if named is not None:
+                self._name(topic, named)
                 again = True
-                continue
+            if topic.never_read:
+                skipped.append((topic.name, None))
             decisions = {}
             for p in sorted(topic.assignment.partitions):
                 facts = self.facts(topic, p, live, shutting, offline)
                 decision = decide(facts, Ask.PASS, self.member.controller.epoch)
+                (skipped if decision.row == "X1" else decided).append((topic.name, p))
                 if decision.state is not None:
                     decisions[p] = decision
                 # a reassignment completes when its ISR grows (the leader's write): the
@@ -276,13 +306,13 @@ class Controller:
                 for p in decisions:
                     self.context.mark(topic.name, p)
             raise
+        self._settle_owed(topics, counted_dead, skipped, decided, landed)
         if all(landed.values()):
-            with self._registrations_lock:
-                self._bounced -= counted_dead  # out of every ISR now (or the last of one)
             self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
             self.member.controller_transaction(
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
+        self._waits &= deleting
         self._purge_config_changes()
         if not again and self._rebalance_due():
             again = self.rebalance(topics, live, shutting, offline)
@@ -291,9 +321,46 @@ class Controller:
                 f"{zn.LOG_DIR_EVENT_NOTIFICATION}/{e}") for e in events])
         return again
 
+    def _settle_owed(self, topics: list[TopicRead], counted_dead: set[int],
+                     skipped: list[tuple[str, int | None]],
+                     decided: list[tuple[str, int | None]],
+                     landed: dict[tuple[str, int], bool]) -> None:
+        """leader_election.py's *live*: once every decision of the pass landed, the brokers
+        it counted dead since they bounced are out of every ISR it decided on, and are
+        owed only to the partitions it skipped (X1), until a decision on each lands."""
+        names = {t.name for t in topics}
+        with self._registrations_lock:
+            if not self._owed and not (skipped and counted_dead):  # the usual pass
+                if all(landed.values()):
+                    self._bounced -= counted_dead
+                return
+            for key in decided + skipped:  # a topic read at last: its partitions owe
+                whole = self._owed.get((key[0], None))
+                if whole and key[1] is not None:
+                    self._owed[key] = self._owed.get(key, frozenset()) | whole
+            for name in {t for t, p in decided + skipped if p is not None}:
+                self._owed.pop((name, None), None)
+            for key in decided:
+                if landed.get(key, True):  # nothing to write, or written
+                    self._owed.pop(key, None)
+            if not all(landed.values()):
+                return
+            for key in skipped:
+                if counted_dead:
+                    self._owed[key] = self._owed.get(key, frozenset()) | counted_dead
+            self._bounced -= counted_dead  # out of every ISR now (or the last of one)
+            for key in [k for k in self._owed if k[0] not in names]:
+                del self._owed[key]  # deleted
+
+    def _owed_at(self, name: str, p: int) -> frozenset[int]:
+        with self._registrations_lock:
+            return self._owed.get((name, p), frozenset()) | \
+                self._owed.get((name, None), frozenset())
+
     def _tell_moved(self, shutting: frozenset[int]) -> None:
         """Every decision of this pass landed: each broker shutting down leads nothing
-        another eligible ISR member could (F1 moved it, S1 keeps it), which its
+        another eligible ISR member could (F1 moved it, S1 keeps it) among the partitions
+        it could read (one skipped as unreadable, X1, is left as it is), which its
         controlled-shutdown znode now says; once per request (a new znode is a new one).
         Written as the decisions were, only while this controller's epoch holds: a deposed
         one's word could stop a broker whose moves nobody made."""
@@ -335,6 +402,7 @@ class Controller:
         enabled, _, percentage = self.rebalance_configs()
         keys = [(t, p) for t in topics for p in sorted(t.assignment.partitions)
                 if t.states.get(p) is not None and t.assignment.partitions[p]
+                and t.problem is None and p not in t.bad_states  # unreadable: left alone
                 and reassignment_target(t.assignment, p) is None]  # as Kafka: not those
         asked = rebalance([(t.assignment.partitions[p][0], t.states[p][0].leader)
                            for t, p in keys], enabled, percentage)
@@ -358,13 +426,15 @@ class Controller:
               offline: dict[tuple[str, int], frozenset[int]] | None = None) -> Facts:
         found = topic.states.get(p)
         unclean = topic.configs.get("unclean.leader.election.enable")
-        return Facts(replicas=topic.assignment.partitions[p],
+        return Facts(replicas=topic.assignment.partitions.get(p, ()),
                      state=None if found is None else found[0], live=live,
                      shutting_down=shutting,
                      unclean=self.unclean_default() if unclean is None
                      else unclean.strip().lower() == "true",
                      target=reassignment_target(topic.assignment, p),
-                     offline=(offline or {}).get((topic.name, p), frozenset()))
+                     offline=(offline or {}).get((topic.name, p), frozenset()),
+                     bounced=self._owed_at(topic.name, p),
+                     unreadable=topic.problem or topic.bad_states.get(p))
 
     def write(self, chosen: list[tuple[TopicRead, dict[int, Decision]]]
               ) -> dict[tuple[str, int], bool]:
@@ -494,7 +564,7 @@ class Controller:
 
         def build(txn) -> None:
             for p in sorted(topic.partition_nodes):
-                if p in topic.states:
+                if p in topic.states or p in topic.bad_states:
                     txn.delete(zn.partition_state_path(topic.name, p))
                 txn.delete(f"{zn.partitions_path(topic.name)}/{p}")
             if topic.has_partitions_node:
@@ -511,13 +581,58 @@ class Controller:
             self.context.mark(topic.name)
             self._stopped.wait(_RETRY_PAUSE_S)
             return
+        self._deleted(topic)
+
+    def _deleted(self, topic: TopicRead) -> None:
+        from kazoo.exceptions import NoNodeError
+
         # Its config goes after it: a topic re-created meanwhile writes its own.
         try:
             self._op(self.zk.delete_async, zn.topic_config_path(topic.name))
         except NoNodeError:
             pass
         self.context.forget(topic.name)
+        self._waits.discard(topic.name)
         log.info("deleted topic %s", topic.name)
+
+    def _delete_unwhole(self, topic: TopicRead) -> bool | None:
+        """A deletion asked for a topic whose assignment's bytes were read but are not
+        whole (unwhole_topics.py): True when it landed, False when it lost a race (read
+        again), None when its partitions cannot be listed (it waits)."""
+        try:
+            unwhole_topics.delete(self.member, self.store, topic)
+        except unwhole_topics.LOST as exc:
+            log.info("deleting topic %s lost to a concurrent change (%r); reading again",
+                     topic.name, exc)
+            self.context.mark(topic.name)
+            self._stopped.wait(_RETRY_PAUSE_S)
+            return False
+        except Exception as exc:
+            if (bad := unreadable(exc)) is None:
+                raise
+            self._say_waits(topic, str(bad))
+            return None
+        self._deleted(topic)
+        return True
+
+    def _say_waits(self, topic: TopicRead, why: str | None = None) -> None:
+        """Once per deletion: it waits for what cannot be read (a NoAuth)."""
+        if topic.name not in self._waits:
+            self._waits.add(topic.name)
+            log.warning("deleting topic %s waits: %s", topic.name, why or topic.problem)
+
+    def _name(self, topic: TopicRead, topic_id: str) -> None:
+        """T1: the topic id written; the topic is read again at the next pass."""
+        try:
+            unwhole_topics.write_topic_id(self.member, topic, topic_id)
+        except unwhole_topics.LOST as exc:
+            log.info("naming topic %s lost to a concurrent change (%r); reading again",
+                     topic.name, exc)
+            self._stopped.wait(_RETRY_PAUSE_S)
+        else:
+            log.info("topic %s: T1 its assignment had no topic_id (pre-2.8 tooling): "
+                     "named %s", topic.name, topic_id)
+        self.context.mark(topic.name)
 
     # --- ElectLeaders --------------------------------------------------------------------
 
@@ -536,14 +651,17 @@ class Controller:
         chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for name, p in wanted:
             topic = topics.get(name)
-            if topic is None or p not in topic.assignment.partitions:
+            if topic is None or (p not in topic.assignment.partitions
+                                 and not topic.never_read):  # never read: X1 below
                 answers[(name, p)] = (ErrorCode.unknown_topic_or_partition,
                                       "The partition does not exist.")
                 continue
-            decision = decide(self.facts(topic, p, live, shutting, offline), ask,
-                              self.member.controller.epoch)
+            facts = self.facts(topic, p, live, shutting, offline)
+            decision = decide(facts, ask, self.member.controller.epoch)
             if decision.state is None:
-                answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(decision.error))
+                answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(
+                    decision.error) if decision.row != "X1" else
+                    f"its znodes in ZooKeeper cannot be read: {facts.unreadable}")
                 continue
             chosen.setdefault(name, (topic, {}))[1][p] = decision
         for key, ok in self.write(list(chosen.values())).items():

@@ -96,12 +96,31 @@ leader had when the shutdown began, at most 10 s (``LEAVE_TIMEOUT_S``):
 | L3  | not within the 10 s (its own timer, or still      | lacking: logged, and the        |
 |     | waiting at the bound)                             | leaderships are moved anyway    |
 
+A whole cluster stopped at once (``oncelog cluster up``'s Ctrl-C, SIGTERM to every broker):
+no leader waits out the 10 s on a follower that is leaving too. A leaving follower keeps
+fetching while its own L wait runs (so the other leaving leaders' high watermarks move);
+once that wait is over it stops fetching and asks for its controlled shutdown, and the
+controller's pass takes it out of every ISR whose leader is still eligible
+(leader_election.py's L1; a leader itself past its wait is no longer eligible and keeps its
+ISR, S1), so the high watermark of a leader still waiting is the least log end of those
+still fetching. Kafka's ZooKeeper-mode controller does the same on a ControlledShutdown
+request (the broker's follower replicas go offline and out of their ISRs, never emptying
+one) but, as it never waits for the ISR first, a broker whose leaderships no ISR member can
+take (all of them stopping) is refused and retries controlled.shutdown.max.retries (3)
+times, controlled.shutdown.retry.backoff.ms (5 s) apart, before it stops anyway.
+(tests/cluster/test_cluster_control_plane.py's whole-cluster test: no broker logs an L3
+wait-out after a SIGTERM to all three, every acknowledged record there after a restart.)
+
 K6 is stricter than Kafka, whose old leader acknowledges acks=1 until it hears of the move
 and then truncates what the new leader lacks: the controller elects the new leader from the
 ISR, and every ISR member holds what is below the high watermark, so nothing the stopping
 leader acknowledged is lost by its own shutdown. (What it acknowledged before the shutdown
 began is replicated before it asks the controller to move, unless the ISR has not caught up
-within 10 s (L3, logged): broker/replica_manager.py's leave.)
+within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved by a
+preferred election (leader_election.py's P2, the RB rows) or a reassignment (A1) has no such
+handover yet: the old leader acknowledges acks=1 until it reads the new state, then
+truncates (bench/preferred_election_acks1.py, docs/benchmarks.md: 135 to 12,949 of
+~45,000-75,000 records acknowledged at full speed were lost in three runs).
 
 Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
 OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets

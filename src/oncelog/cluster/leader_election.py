@@ -7,7 +7,13 @@ Decision: the row taken, the state (and replica list) to write, or an ElectLeade
 It writes nothing: the controller (controller.py) writes the answer in one conditional
 ZooKeeper transaction fenced by its epoch, and reads again when that fails.
 
-Words: *eligible*: live, not shutting down, and its replica of this partition not on a log
+Words: *live*: registered, and not a broker counted dead for this partition since it
+bounced (``Facts.bounced``: it registered again within the session timeout, perhaps with a
+wiped disk; the controller counts it dead for every partition until a pass lands every
+decision, and for a partition that pass skipped (X1) until a decision on that partition
+lands: else, read again at epoch E, a state naming it leader or ISR member would find it
+live and leave it there, and it would lead an empty log); *eligible*: live, not shutting
+down, and its replica of this partition not on a log
 directory its broker reported failed (``/oncelog/offline_replicas/<id>``, announced by
 Kafka's ``/log_dir_event_notification``: rows D1, F3, L1); *first ... in assignment order*: the
 assignment's replica order (its first replica is the preferred leader). The leader's replica
@@ -17,6 +23,10 @@ A controller pass (``Ask.PASS``), rows in the order they are tried:
 
 | row | partition as found                                 | decision                              |
 |-----|----------------------------------------------------|---------------------------------------|
+| X1  | a znode of it (its topic's assignment, config or   | nothing: no decision on what cannot   |
+|     | partitions list, its state) cannot be read through | be read (kept as last read, read again|
+|     | its own fault (unreadable.py: NoAuth, not JSON)    | at the next pass); ElectLeaders       |
+|     |                                                    | answers UNKNOWN_SERVER_ERROR for it   |
 | N1  | no state znode, an eligible replica                | CREATE: leader = first eligible       |
 |     |                                                    | replica, ISR = eligible replicas,     |
 |     |                                                    | leader_epoch 0                        |
@@ -42,6 +52,18 @@ A controller pass (``Ask.PASS``), rows in the order they are tried:
 | L1  | leader eligible, an ISR member not eligible        | SHRINK: ISR = eligible members, leader|
 |     |                                                    | and leader_epoch kept                 |
 | L2  | leader eligible, every ISR member eligible         | KEEP                                  |
+
+Before its partitions, a pass takes one decision per topic (``name_topic``):
+
+| row | topic as found                                     | decision                              |
+|-----|----------------------------------------------------|---------------------------------------|
+| T1  | its assignment whole but for a missing topic_id    | NAME it, at the version read: the id  |
+|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | last read of it when it had one (an   |
+|     | AdminZkClient write version 1 without one), not    | old tool rewrote it: a new id would   |
+|     | being deleted                                      | make brokers delete its logs), else a |
+|     |                                                    | new random one (Kafka's setTopicIds); |
+|     |                                                    | its partitions are X1 until it lands  |
+| T2  | otherwise                                          | nothing                               |
 
 ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
 
@@ -73,7 +95,9 @@ a member of the ISR it is written with, or -1; an out-of-sync replica leads only
 
 from __future__ import annotations
 
+import base64
 import enum
+import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -98,6 +122,8 @@ class Facts:
     unclean: bool = False  # unclean.leader.election.enable of its topic
     target: tuple[int, ...] | None = None  # an ongoing reassignment's target replicas
     offline: frozenset[int] = frozenset()  # brokers whose replica is on a failed log dir
+    bounced: frozenset[int] = frozenset()  # counted dead here since they bounced (*live*)
+    unreadable: str | None = None  # why a znode of it cannot be read (X1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +134,19 @@ class Decision:
     error: ErrorCode = ErrorCode.none
 
 
+def _live(facts: Facts, broker: int) -> bool:
+    return broker in facts.live and broker not in facts.bounced
+
+
 def _eligible(facts: Facts, broker: int) -> bool:
-    return broker in facts.live and broker not in facts.shutting_down and \
+    return _live(facts, broker) and broker not in facts.shutting_down and \
         broker not in facts.offline
 
 
 def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
+    if facts.unreadable is not None:
+        return Decision("X1", error=ErrorCode.none if ask is Ask.PASS
+                        else ErrorCode.unknown_server_error)
     state = facts.state
     eligible = [b for b in facts.replicas if _eligible(facts, b)]
     if state is None:
@@ -155,9 +188,9 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
             return elect("F2", eligible[0], eligible[:1])
         if state.leader == NO_LEADER:
             return Decision("F4")
-        if state.leader in facts.live and state.leader not in facts.offline:
+        if _live(facts, state.leader) and state.leader not in facts.offline:
             return Decision("S1")  # shutting down, nobody to hand over to
-        live_isr = [b for b in state.isr if b in facts.live]
+        live_isr = [b for b in state.isr if _live(facts, b)]
         return elect("F3", NO_LEADER, live_isr or state.isr)
     target = facts.target
     if target and all(b in isr_eligible for b in target):
@@ -172,6 +205,15 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
                                              tuple(b for b in state.isr if _eligible(facts, b)),
                                              controller_epoch))
     return Decision("L2")
+
+
+def name_topic(unnamed: bool, deleting: bool, known: str | None = None) -> str | None:
+    """T1-T2: the topic id (Kafka's encoding) to write for a topic whose assignment lacks
+    only its id (``unnamed``): ``known``, the id last read of it, else a new one; else
+    None."""
+    if not unnamed or deleting:
+        return None  # T2
+    return known or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1
 
 
 def rebalance(preferred_leaders: list[tuple[int, int]], enabled: bool,

@@ -11,7 +11,11 @@ watch while it is not written yet) and on ``/config/changes`` (Kafka's change no
 each new ``config_change_<seq>`` names the topic whose ``/config/topics/<t>`` to read
 again). A watch only marks what changed; the cache's own thread reads it (kazoo's watch
 thread must not block) and re-arms the watch with that read, so no change is missed between
-two reads. After a new ZooKeeper session everything is read again.
+two reads. After a new ZooKeeper session everything is read again. A topic's assignment,
+config or partition state that cannot be read through its own fault (unreadable.py: a
+NoAuth, bytes that are not Kafka's JSON) stays as last read (a topic never read stays out
+of the picture), is read again at each refresh and logged once per change; the other
+topics' changes are published as ever. ZooKeeper being away fails the whole refresh.
 
 Listeners (``add_listener``) are told the names of the topics whose picture changed, on the
 cache's thread: the broker applies config changes, a replica manager may follow
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
+from .unreadable import Unreadable, Unreadables, decoded, unreadable
 from .wakeups import woken
 from .watched_topics import read_states
 
@@ -81,14 +86,8 @@ class ClusterImage:
 
 
 def topic_id_of(assignment: zn.TopicAssignment) -> uuid.UUID:
-    """Kafka's topic id: a UUID in url-safe base64 without padding."""
-    import base64
-
-    text = assignment.topic_id
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, TypeError):
-        return uuid.UUID(int=0)
+    """Kafka's topic id (a decoded assignment's is whole: znodes.TopicAssignment.decode)."""
+    return zn.decode_topic_id(assignment.topic_id)
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
@@ -119,6 +118,9 @@ class MetadataCache:
         self._listeners: list[Callable[[set[str]], None]] = []
         self._recheck_s = recheck_s or store.session_timeout_ms / 3000
         self._thread: threading.Thread | None = None
+        # what cannot be read through its own fault: (topic, "assignment"), (topic,
+        # "config"), (topic, partition) for a state
+        self._unreadable = Unreadables("metadata cache", log)
         store.add_session_listener(self._on_session)
 
     # --- what the broker reads -----------------------------------------------------------
@@ -207,6 +209,17 @@ class MetadataCache:
             raise
         if changed:
             self._publish(changed)
+        with self._lock:
+            self._unreadable.again(self._again)
+
+    def _again(self, key: tuple) -> None:
+        name, what = key
+        if what == "assignment":
+            self._dirty_topics.add(name)
+        elif what == "config":
+            self._dirty_configs.add(name)
+        else:
+            self._dirty_states.add(key)
 
     def _read(self, dirty_list: bool, topics: set[str], states: set[tuple[str, int]],
               configs: set[str], dirty_changes: bool) -> set[str]:
@@ -229,13 +242,22 @@ class MetadataCache:
             try:
                 data, _ = self._op(self.zk.get_async, zn.topic_path(name),
                                    watch=self._mark("topic", name))
+                assignment = decoded(zn.TopicAssignment.decode, data)
             except NoNodeError:
+                self._unreadable.read((name, "assignment"))
                 if name in self._assignments:
                     self._forget(name)
                     changed.add(name)
                 continue
-            assignment = zn.TopicAssignment.decode(data)
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                self._unreadable.failed((name, "assignment"), bad)  # as last read meanwhile
+                continue
+            self._unreadable.read((name, "assignment"))
             before = self._assignments.get(name)
+            if before is None:  # first taken in (listed while unreadable, perhaps): its
+                configs.add(name)  # config was skipped then
             self._assignments[name] = assignment
             known = set(before.partitions) if before is not None else set()
             states |= {(name, p) for p in assignment.partitions if p not in known}
@@ -248,6 +270,10 @@ class MetadataCache:
         missing = []
         for key, got in read_states(self.store, keys,
                                     watch_of=lambda k: self._mark("state", k)).items():
+            if isinstance(got, Unreadable):
+                self._unreadable.failed(key, got)  # as last read meanwhile
+                continue
+            self._unreadable.read(key)
             if got is None:
                 self._states.pop(key, None)
                 missing.append(key)
@@ -265,9 +291,15 @@ class MetadataCache:
                 continue
             try:
                 data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_TOPICS}/{name}")
-                self._configs[name] = zn.decode_topic_config(data)
+                self._configs[name] = decoded(zn.decode_topic_config, data)
             except NoNodeError:
                 self._configs[name] = {}
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                self._unreadable.failed((name, "config"), bad)  # as last read meanwhile
+                continue
+            self._unreadable.read((name, "config"))
             changed.add(name)
         return changed
 
@@ -285,9 +317,18 @@ class MetadataCache:
                 continue
             try:
                 data, _ = self._op(self.zk.get_async, f"{zn.CONFIG_CHANGES}/{child}")
+                entity = decoded(zn.decode_config_change, data)
             except NoNodeError:
                 continue
-            entity = zn.decode_config_change(data)
+            except Exception as exc:
+                if (bad := unreadable(exc)) is None:
+                    raise
+                # which topic it names is unknown: every config is read again; said once,
+                # as the notifications read are never read again
+                log.warning("config change notification %s cannot be read (%s): every "
+                            "topic's config is read again", child, bad)
+                named |= set(self._assignments)
+                continue
             if entity.startswith("topics/"):
                 named.add(entity[len("topics/"):])
         if children:
@@ -297,6 +338,7 @@ class MetadataCache:
     def _forget(self, name: str) -> None:
         assignment = self._assignments.pop(name, None)
         self._configs.pop(name, None)
+        self._unreadable.forget(name)
         if assignment is not None:
             for p in assignment.partitions:
                 self._states.pop((name, p), None)

@@ -15,7 +15,10 @@ leading within half the session timeout (membership.py's V3), which bounds how l
 acks=all produce can wait on an ISR the leader does not know.
 A pass that fails (ZooKeeper away) hands nothing: the broker keeps acting on the last view,
 and never takes a partial view for the truth (a topic missing from a failed read is not a
-deleted topic).
+deleted topic). A topic whose assignment, config or partitions list cannot be read through
+its own fault (unreadable.py) is handed with the assignment and configs last handed and the
+states read (a state that cannot be read: as last read), or as None when none was handed
+yet: the broker keeps its replicas of it as they are, and never deletes them for that.
 
 Writes: ``write_isrs``, the leader's ISR changes (many partitions in one transaction:
 batches.py), each conditional on the state znode's version as the leader read it (Kafka's
@@ -68,7 +71,7 @@ class TopicView:
 
 class ReplicaWatch:
     def __init__(self, store: ZooKeeperStore, broker_id: int,
-                 on_view: Callable[[dict[str, TopicView], bool], None],
+                 on_view: Callable[[dict[str, TopicView | None], bool], None],
                  vouches: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.vouches = vouches
@@ -82,7 +85,9 @@ class ReplicaWatch:
         # the assignments, configs and this broker's partitions' states, read again only
         # where a watch says they changed: each view read cost two requests per partition
         self.topics = WatchedTopics(store, self._wake.set, lambda assignment: [
-            p for p, replicas in assignment.partitions.items() if broker_id in replicas])
+            p for p, replicas in assignment.partitions.items() if broker_id in replicas],
+            reader="replica watch")
+        self._handed: dict[str, TopicView] = {}  # as last handed, for an unreadable topic
         store.add_session_listener(self._on_session)
 
     def start(self) -> None:
@@ -118,17 +123,25 @@ class ReplicaWatch:
     def _op(self, call_async, *args, **kwargs):
         return self.store.op(call_async, *args, **kwargs)
 
-    def read_view(self) -> dict[str, TopicView]:
-        """Every topic with a partition assigned to this broker, watched. The picture is
+    def read_view(self) -> dict[str, TopicView | None]:
+        """Every topic with a partition assigned to this broker, watched (None: unreadable,
+        never handed: the broker leaves its replicas of it as they are). The picture is
         kept between reads (watched_topics.py): only what changed is read again."""
-        view = {}
+        view: dict[str, TopicView | None] = {}
         for topic in self.topics.read():
-            ours = [p for p, replicas in topic.assignment.partitions.items()
+            before = self._handed.get(topic.name)
+            if topic.problem is not None and before is None:
+                view[topic.name] = None
+                continue
+            assignment, configs = (topic.assignment, topic.configs) if topic.problem is None \
+                else (before.assignment, before.configs)
+            ours = [p for p, replicas in assignment.partitions.items()
                     if self.broker_id in replicas]
-            if ours:
+            if ours:  # a state that cannot be read is as last read: the picture keeps it
                 view[topic.name] = TopicView(
-                    topic.name, topic.assignment, topic.configs,
+                    topic.name, assignment, configs,
                     {p: found for p in ours if (found := topic.states.get(p)) is not None})
+        self._handed = {name: tv for name, tv in view.items() if tv is not None}
         return view
 
     def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]

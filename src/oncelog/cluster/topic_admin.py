@@ -25,6 +25,7 @@ about one topic at once cannot overwrite each other; the loser answers a retriab
 from __future__ import annotations
 
 from . import znodes as zn
+from .unreadable import decoded, unreadable
 
 
 class TopicExists(Exception):
@@ -74,14 +75,19 @@ class TopicAdmin:
         return frozenset(found)
 
     def assignment(self, topic: str) -> tuple[zn.TopicAssignment, int]:
-        """The assignment and its znode version; TopicMissing."""
+        """The assignment and its znode version; TopicMissing; Unreadable when its znode
+        cannot be read through its own fault (unreadable.py: that topic's error alone)."""
         from kazoo.exceptions import NoNodeError
 
         try:
             data, stat = self._op(self.zk.get_async, zn.topic_path(topic))
         except NoNodeError:
             raise TopicMissing(topic) from None
-        return zn.TopicAssignment.decode(data), stat.version
+        except Exception as exc:
+            if (bad := unreadable(exc)) is None:
+                raise
+            raise bad from None
+        return decoded(zn.TopicAssignment.decode, data), stat.version
 
     def create_topic(self, topic: str, assignment: zn.TopicAssignment,
                      configs: dict[str, str]) -> None:

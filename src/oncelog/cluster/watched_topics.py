@@ -26,7 +26,15 @@ Why the picture is never older than a fresh read would be, where a decision depe
   conditional on the version read, so a stale entry can only lose a write (BadVersion),
   never overwrite a newer state; its writer ``mark``s it and the next read takes it again.
 - ``reset`` (a new controllership) and a new or resumed ZooKeeper session (watches may be
-  lost with it) read everything again.
+  lost with it) read everything again (what cannot be read then is kept as last read, as
+  below: a reconnection must not turn a partition led here into one with no state).
+
+A topic or state znode that cannot be read through its own fault (unreadable.py: a NoAuth,
+bytes that are not Kafka's JSON) fails only itself: the picture keeps what it last read of
+it, marks it (``TopicRead.problem``, ``TopicRead.bad_states``; a topic never read has an
+empty assignment and version -1), reads it again at every ``read`` (an ACL change fires no
+watch) and says so once per change (``unreadable.Unreadables``). The readers take no decision on
+what is marked. ZooKeeper being away still fails the whole read.
 
 One thread calls ``read`` and ``forget``; ``reset``, ``mark`` and the watch and session
 callbacks (kazoo's threads among them) only mark, under a lock.
@@ -37,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import Callback, KazooState
@@ -45,6 +53,7 @@ from kazoo.protocol.states import Callback, KazooState
 from ..metadata.store import MetadataUnavailable
 from . import znodes as zn
 from .batches import gather
+from .unreadable import Unreadable, Unreadables, answer, decoded
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +69,34 @@ class TopicRead:
     states: dict[int, tuple[zn.PartitionState, int] | None]  # (state, znode version)
     partition_nodes: set[int]  # partitions/<p> znodes that exist
     has_partitions_node: bool
+    # why its assignment, config or partitions list cannot be read (unreadable.py): the
+    # rest is as last read (nothing, version -1, when never read); no decision on it
+    problem: str | None = None
+    bad_states: dict[int, str] = field(default_factory=dict)  # partition -> why, as above
+    # the assignment znode's version at the last read that got its bytes, whole or not
+    # (None: a NoAuth), which a deletion names (controller.py)
+    read_version: int | None = None
+    # an assignment whole but for its topic_id (pre-2.8 tooling): the controller names it
+    # (leader_election.py T1); unreadable until then
+    unnamed: zn.TopicAssignment | None = None
+
+    @property
+    def never_read(self) -> bool:
+        return self.version < 0
+
+
+def _unread(name: str, why: str) -> TopicRead:
+    """A topic whose assignment could not be read: nothing known of it but that."""
+    return TopicRead(name, zn.TopicAssignment("", {}, {}, {}), -1, {}, {}, set(), False, why)
 
 
 class WatchedTopics:
     def __init__(self, store, wake: Callable[[], None],
-                 states_of: Callable[[zn.TopicAssignment], Iterable[int]] | None = None
-                 ) -> None:
+                 states_of: Callable[[zn.TopicAssignment], Iterable[int]] | None = None,
+                 reader: str = "controller") -> None:
         """``wake``: called after a watch marked something; ``states_of``: the partitions of
-        a topic whose states are read and watched (None: every one)."""
+        a topic whose states are read and watched (None: every one); ``reader``: who reads,
+        in what the log says of unreadable znodes."""
         self.store = store
         self.zk = store.client
         self._wake = wake
@@ -78,6 +107,7 @@ class WatchedTopics:
         self._list = True
         self._dirty_topics: set[str] = set()
         self._dirty_states: set[tuple[str, int]] = set()
+        self._unreadable = Unreadables(reader, log)
         store.add_session_listener(self._on_session)
 
     # --- marks (any thread) ----------------------------------------------------------------
@@ -156,7 +186,15 @@ class WatchedTopics:
                 self._dirty_topics |= topics
                 self._dirty_states |= states
             raise
-        return [self._topics[name] for name in sorted(self._topics)]
+        topics = [self._topics[name] for name in sorted(self._topics)]
+        self._unreadable.why = {topic.name: topic.problem for topic in topics
+                                if topic.problem is not None}
+        self._unreadable.why.update(((topic.name, p), why) for topic in topics
+                                    for p, why in topic.bad_states.items())
+        with self._lock:  # read again next time, unwatched as they may be (a NoAuth)
+            self._unreadable.again(lambda key: (self._dirty_states if isinstance(key, tuple)
+                                                else self._dirty_topics).add(key))
+        return topics
 
     def _caught_up(self) -> None:
         """Every watch callback kazoo had queued has run."""
@@ -167,8 +205,8 @@ class WatchedTopics:
 
     def _read(self, everything: bool, listed: bool, topics: set[str],
               states: set[tuple[str, int]]) -> None:
-        if everything:
-            self._topics.clear()
+        if everything:  # every topic and state read again; what cannot be, kept as it was
+            topics = topics | set(self._topics)
         if listed:
             try:
                 names = set(self.store.op(self.zk.get_children_async, zn.BROKER_TOPICS,
@@ -186,12 +224,22 @@ class WatchedTopics:
                 self._topics.pop(name, None)  # gone meanwhile: the list's watch fires too
         for name, topic in read.items():
             old = self._topics.get(name)
+            if topic.problem is not None and old is not None and not old.never_read:
+                old.problem = topic.problem  # what was last read of it stays
+                old.read_version, old.unnamed = topic.read_version, topic.unnamed
+                if everything:
+                    states |= {(name, p) for p in self._wanted(old.assignment)}
+                continue
             self._topics[name] = topic
+            if old is not None:
+                topic.bad_states.update((p, why) for p, why in old.bad_states.items()
+                                        if p in topic.assignment.partitions)
             # a new topic, or a new partition: every state of it is read; the others stay
+            # (read again too after a reset, kept where they cannot be read)
             for p in self._wanted(topic.assignment):
                 if old is not None and p in old.states:
                     topic.states[p] = old.states[p]
-                else:
+                if old is None or p not in old.states or everything:
                     states.add((name, p))
         wanted = {name: self._wanted(self._topics[name].assignment)
                   for name in {t for t, _ in states} if name in self._topics}
@@ -228,6 +276,10 @@ class WatchedTopics:
         missing = []
         for (t, p), got in read_states(self.store, keys, self._state_changed).items():
             topic = self._topics[t]
+            if isinstance(got, Unreadable):  # what was last read of it stays
+                topic.bad_states[p] = str(got)
+                continue
+            topic.bad_states.pop(p, None)
             if got is None:
                 topic.states.pop(p, None)
                 missing.append((t, p))
@@ -248,7 +300,8 @@ class WatchedTopics:
 # --- the one reading of topics and states (the picture's, and the controller's unwatched
 # one for ElectLeaders and its tests) ----------------------------------------------------
 #
-# Only an absent znode (NoNodeError) is read as absence; any other failure (a lost
+# Only an absent znode (NoNodeError) is read as absence; a znode unreadable through its own
+# fault (unreadable.py) marks its topic or partition alone; any other failure (a lost
 # connection, a timeout) raises, and the pass or request that read is tried again. Read as
 # absence, a config read that failed would hand the controller a topic without its overrides
 # (unclean.leader.election.enable among them), and a partitions list that failed one without
@@ -261,8 +314,10 @@ def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
     """Each named topic's assignment, config and partition znodes, pipelined (``batches.
     gather``), with watches when given (``topic_watch`` on the assignment and config,
     ``partitions_watch`` on the partitions' children); a topic whose assignment is absent
-    is left out. Also the topics read without a config znode, and without a partitions
-    znode (a watch for their creation is the caller's). States are not read."""
+    is left out, one whose assignment, config or partitions list is unreadable has its
+    ``problem`` (and an empty assignment when that is the assignment). Also the topics read
+    without a config znode, and without a partitions znode (a watch for their creation is
+    the caller's). States are not read."""
     zk = store.client
     answers = gather(store, [
         lambda n=n: zk.get_async(zn.topic_path(n), watch=topic_watch) for n in names]
@@ -278,34 +333,52 @@ def read_topics(store, names: list[str], topic_watch=None, partitions_watch=None
         got = answers[i]
         if isinstance(got, NoNodeError):
             continue
-        if isinstance(got, Exception):
-            raise got
-        data, stat = got
+        try:
+            data, stat = answer(got)
+        except Unreadable as exc:
+            out[name] = _unread(name, f"its assignment: {exc}")
+            continue
+        try:
+            assignment = decoded(zn.TopicAssignment.decode, data)
+        except Unreadable as exc:
+            out[name] = unread = _unread(name, f"its assignment: {exc}")
+            unread.read_version = stat.version
+            try:
+                unread.unnamed = decoded(
+                    lambda d: zn.TopicAssignment.decode(d, unnamed=True), data)
+            except Unreadable:
+                pass
+            continue
+        problem = None
         config = answers[k + i]
+        configs: dict[str, str] = {}
         if isinstance(config, NoNodeError):
             no_config.append(name)
-            configs: dict[str, str] = {}
-        elif isinstance(config, Exception):
-            raise config
         else:
-            configs = zn.decode_topic_config(config[0])
+            try:
+                configs = decoded(zn.decode_topic_config, answer(config)[0])
+            except Unreadable as exc:
+                problem = f"its config: {exc}"
         children = answers[2 * k + i]
+        nodes: set[int] = set()
         if isinstance(children, NoNodeError):
             no_partitions.append(name)
-            nodes: set[int] = set()
-        elif isinstance(children, Exception):
-            raise children
         else:
-            nodes = {int(c) for c in children}
-        out[name] = TopicRead(name, zn.TopicAssignment.decode(data), stat.version, configs,
-                              {}, nodes, not isinstance(children, Exception))
+            try:
+                nodes = decoded(lambda c: {int(x) for x in c}, answer(children))
+            except Unreadable as exc:
+                problem = problem or f"its partitions: {exc}"
+        out[name] = TopicRead(name, assignment, stat.version, configs, {}, nodes,
+                              not isinstance(children, Exception), problem,
+                              read_version=stat.version)
     return out, no_config, no_partitions
 
 
 def read_states(store, keys: list[tuple[str, int]], watch=None, watch_of=None
-                ) -> dict[tuple[str, int], tuple[zn.PartitionState, int] | None]:
+                ) -> dict[tuple[str, int], tuple[zn.PartitionState, int] | Unreadable | None]:
     """Each (topic, partition)'s state znode and its version, pipelined, watched when
-    ``watch`` is given (or ``watch_of(key)``, a watch per key); None where it is absent."""
+    ``watch`` is given (or ``watch_of(key)``, a watch per key); None where it is absent, an
+    Unreadable where it cannot be read through its own fault (unreadable.py)."""
     zk = store.client
     answers = gather(store, [lambda k=k: zk.get_async(
         zn.partition_state_path(*k), watch=watch if watch_of is None else watch_of(k))
@@ -314,8 +387,10 @@ def read_states(store, keys: list[tuple[str, int]], watch=None, watch_of=None
     for key, got in zip(keys, answers, strict=True):
         if isinstance(got, NoNodeError):
             out[key] = None
-        elif isinstance(got, Exception):
-            raise got
-        else:
-            out[key] = (zn.PartitionState.decode(got[0]), got[1].version)
+            continue
+        try:
+            data, stat = answer(got)
+            out[key] = (decoded(zn.PartitionState.decode, data), stat.version)
+        except Unreadable as exc:
+            out[key] = exc
     return out

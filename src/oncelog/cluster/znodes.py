@@ -15,8 +15,11 @@ writes them, so tools that read a Kafka cluster's ZooKeeper read ours).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import time
+import uuid
 from dataclasses import dataclass
 
 BROKER_IDS = "/brokers/ids"
@@ -169,15 +172,47 @@ class TopicAssignment:
                        "removing_replicas": lists(self.removing_replicas)})
 
     @classmethod
-    def decode(cls, data: bytes) -> TopicAssignment:
+    def decode(cls, data: bytes, unnamed: bool = False) -> TopicAssignment:
+        """``unnamed``: one without a topic_id key (pre-2.8 tooling's version 1) decodes
+        with topic_id "" (for the controller alone, which names it: leader_election.py T1)."""
         value = json.loads(data)
 
         def tuples(key: str) -> dict[int, tuple[int, ...]]:
             return {int(p): tuple(int(b) for b in replicas)
                     for p, replicas in (value.get(key) or {}).items()}
 
-        return cls(str(value.get("topic_id", "")), tuples("partitions"),
-                   tuples("adding_replicas"), tuples("removing_replicas"))
+        # What the brokers act on must be whole: an assignment without partitions would
+        # drop the topic on every broker, one without its id would make each broker take
+        # it for a new topic; both delete local logs. Either is unreadable (unreadable.py).
+        # A partition without replicas (or with a negative or repeated broker id) is
+        # left out of every broker's view, which deletes its local logs: unreadable too.
+        partitions = tuples("partitions")
+        if not partitions:
+            raise ValueError("an assignment without partitions")
+        for p, replicas in partitions.items():
+            if not replicas or min(replicas) < 0 or len(set(replicas)) != len(replicas):
+                raise ValueError(f"partition {p}'s replicas {list(replicas)[:10]} are not "
+                                 f"distinct broker ids")
+        topic_id = value.get("topic_id")
+        if unnamed and "topic_id" not in value:
+            topic_id = ""
+        elif not isinstance(topic_id, str):
+            raise ValueError("an assignment without a topic_id")
+        else:
+            decode_topic_id(topic_id)
+        return cls(topic_id, partitions, tuples("adding_replicas"),
+                   tuples("removing_replicas"))
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    """Kafka's topic id: 16 bytes in url-safe base64 without padding (ValueError else)."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"a topic_id that is not base64: {text[:40]!r}") from exc
+    if len(raw) != 16:
+        raise ValueError(f"a topic_id that is not 16 bytes: {text[:40]!r}")
+    return uuid.UUID(bytes=raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,87 @@
+"""acks=1 records acknowledged and then lost across a preferred-leader election (issue 23's
+open window, not fixed): three brokers on the test harness's ZooKeeper, one partition x 3
+replicas led by a non-preferred replica, librdkafka producing acks=1 as fast as it can; a
+preferred election moves the leadership while records come in. The old leader is not told
+before the controller writes the new leader, keeps acknowledging until its replica watch
+reads the new state, then truncates to the new leader: those acknowledgements are lost.
+Prints how many acknowledged records are not at their offset afterwards.
+
+    .venv/bin/python bench/preferred_election_acks1.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.brokers import read_to_end
+from support.three_brokers import ThreeBrokers
+from support.waits import wait_for
+from support.zookeepers import ZooKeeperServer
+
+
+def main() -> None:
+    from confluent_kafka import ElectionType, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    zookeeper = ZooKeeperServer().start()
+    cluster = None
+    try:
+        cluster = ThreeBrokers(zookeeper, Path(tempfile.mkdtemp(prefix="pref-acks1-")),
+                               "pref", {"default.replication.factor": "3"})
+        bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("p", 1, 3)])["p"].result(30)
+
+        def state() -> dict:
+            return json.loads(cluster.zk.get("/brokers/topics/p/partitions/0/state")[0])
+
+        wait_for(lambda: len(state()["isr"]) == 3, 30, "an ISR of three")
+        preferred = state()["leader"]
+        cluster.brokers[preferred].stop()  # its leadership moves; back, it only follows
+        cluster.brokers[preferred].start()
+        wait_for(lambda: len(state()["isr"]) == 3 and state()["leader"] != preferred, 60,
+                 "the preferred replica back in the ISR, not leading")
+        acked: dict[bytes, int] = {}
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 1,
+                             "enable.idempotence": False, "message.timeout.ms": 10000})
+        done = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            while not done.is_set():
+                try:
+                    producer.produce("p", b"%d" % i, partition=0, on_delivery=lambda e, m:
+                                     e or acked.__setitem__(m.value(), m.offset()))
+                except BufferError:
+                    producer.poll(0.01)
+                i += 1
+                producer.poll(0)
+
+        writer = threading.Thread(target=produce, daemon=True)
+        writer.start()
+        wait_for(lambda: len(acked) > 20000, 60, "20,000 acknowledged")
+        admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("p", 0)]).result(30)
+        before = len(acked)
+        wait_for(lambda: len(acked) > before + 20000, 60, "20,000 more acknowledged")
+        done.set()
+        writer.join(30)
+        producer.flush(10)
+        stored = dict(read_to_end(bootstrap, "p", 1)[0])
+        lost = sorted(o for v, o in acked.items() if stored.get(o) != v)
+        print(f"leader now {state()['leader']} (preferred {preferred}); {len(acked)} "
+              f"acknowledged with acks=1, {len(lost)} not at their offset afterwards"
+              + (f" (offsets {lost[0]}..{lost[-1]})" if lost else ""))
+    finally:
+        if cluster is not None:
+            cluster.close()
+        zookeeper.close()
+
+
+if __name__ == "__main__":
+    main()

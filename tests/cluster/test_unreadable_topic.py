@@ -1,0 +1,211 @@
+"""One topic whose znodes cannot be read stops nothing else (issue 23's poison pill).
+
+On a real ZooKeeper and three broker processes: topic ``bad``'s config znode gets an ACL
+that refuses the brokers (NoAuth) and one of its partition state znodes is overwritten with
+bytes that are not JSON. Before, every controller pass, every ElectLeaders and every
+metadata cache refresh raised on them: no leader was elected for any topic, and topics
+created afterwards never reached Metadata. Now the controller leaves that topic alone and
+says so once, elects the others: the leader of ``good``'s partition killed with SIGKILL is
+replaced and librdkafka produces to the new one; a topic created after the damage is in
+Metadata; ElectLeaders answers ``bad``'s partitions with an error, the others with theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from kazoo.security import make_digest_acl
+from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
+from support.waits import wait_for
+
+from oncelog.cluster import znodes as zn
+
+pytestmark = pytest.mark.xdist_group("zookeeper")
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    running = ThreeBrokers(zookeeper, tmp_path_factory.mktemp("unreadable"), "unreadable",
+                           {"default.replication.factor": "3"})
+    yield running
+    running.close()
+
+
+def _admin(cluster):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": ",".join(
+        b.bootstrap for b in cluster.brokers.values())})
+
+
+def _state(cluster, topic: str, p: int) -> dict:
+    return json.loads(cluster.zk.get(zn.partition_state_path(topic, p))[0])
+
+
+def _controller(cluster) -> int:
+    return json.loads(cluster.zk.get(zn.CONTROLLER)[0])["brokerid"]
+
+
+def test_one_unreadable_topic_stops_no_election_elsewhere(cluster):
+    from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(cluster)
+    for name in ("good", "bad"):
+        admin.create_topics([NewTopic(name, 2, 3)])[name].result(TIMEOUT)
+    for name in ("good", "bad"):
+        wait_for(lambda n=name: all(len(_state(cluster, n, p)["isr"]) == 3 for p in (0, 1)),
+                 TIMEOUT, f"{name}'s ISRs of three")
+    cluster.zk.set_acls(zn.topic_config_path("bad"),
+                        [make_digest_acl("someone-else", "secret", all=True)])
+    cluster.zk.set(zn.partition_state_path("bad", 1), b"\x00 not json")
+    controller = _controller(cluster)
+    p, state = next((p, s) for p in (0, 1)
+                    if (s := _state(cluster, "good", p))["leader"] != controller)
+    dead = state["leader"]
+    cluster.brokers[dead].kill()
+    # elected within the session timeout (the kill's registration to expire) and a pass
+    new = wait_for(lambda: (s := _state(cluster, "good", p))["leader"] not in (dead, -1) and s,
+                   SESSION_MS / 1000 + 10, f"a new leader of good-{p}")
+    assert new["leader_epoch"] == state["leader_epoch"] + 1 and dead not in new["isr"]
+
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": cluster.brokers[new["leader"]].bootstrap,
+                         "acks": "all", "message.timeout.ms": int(TIMEOUT * 1000)})
+    producer.produce("good", b"after", partition=p,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT) == 0
+    assert delivered and delivered[0][0] is None, delivered
+
+    # metadata keeps flowing: a topic made after the damage reaches every live broker's cache
+    admin.create_topics([NewTopic("later", 1, 2)])["later"].result(TIMEOUT)
+    live = [b for b in cluster.brokers.values() if b.alive]
+    for broker in live:
+        from confluent_kafka.admin import AdminClient
+
+        one = AdminClient({"bootstrap.servers": broker.bootstrap})
+        wait_for(lambda a=one: (t := a.list_topics("later", timeout=TIMEOUT).topics["later"])
+                 .error is None and all(q.leader >= 0 for q in t.partitions.values()),
+                 TIMEOUT, f"'later' led in {broker.bootstrap}'s Metadata")
+
+    # ElectLeaders: each partition its own answer (bad's an error, good's theirs)
+    def elected():
+        asking = _admin(cluster)  # kept while its future runs
+        try:
+            return asking.elect_leaders(ElectionType.PREFERRED, [
+                TopicPartition(t, q) for t in ("good", "bad") for q in (0, 1)]).result(TIMEOUT)
+        except Exception as exc:  # the controller moved: ask the new one
+            assert "NOT_CONTROLLER" in str(exc), exc
+            return None
+
+    answers = {(tp.topic, tp.partition): err
+               for tp, err in wait_for(elected, TIMEOUT, "ElectLeaders answered", 0.2).items()}
+    for q in (0, 1):
+        assert answers[("bad", q)] is not None
+        assert answers[("bad", q)].code() == KafkaError.UNKNOWN, answers[("bad", q)]
+        assert "cannot be read" in answers[("bad", q)].str()
+    for q in (0, 1):  # decided as ever: not needed, or the preferred replica is the dead one
+        assert answers[("good", q)] is not None and answers[("good", q)].code() in (
+            KafkaError.ELECTION_NOT_NEEDED, KafkaError.PREFERRED_LEADER_NOT_AVAILABLE)
+
+    # said once per reader, not at every pass (passes run every third of the session timeout)
+    for broker in live:
+        text = broker.log_text()
+        lines = [line for line in text.splitlines() if "elect leaders of" not in line
+                 and re.search(r"topic bad\b.*cannot be read|bad-1.*cannot be read", line)]
+        assert lines, text[-3000:]
+        assert len(lines) <= 6, lines  # config and state, each by at most three readers
+
+    # repaired: read again, and elected again as any other topic
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    cluster.zk.add_auth("digest", "someone-else:secret")  # ADMIN on it, to lift its ACL
+    cluster.zk.set_acls(zn.topic_config_path("bad"), OPEN_ACL_UNSAFE)
+    cluster.zk.set(zn.partition_state_path("bad", 1), json.dumps(
+        {"controller_epoch": 1, "leader": dead, "version": 1, "leader_epoch": 50,
+         "isr": [dead]}).encode())
+    wait_for(lambda: _state(cluster, "bad", 1)["leader_epoch"] == 51, TIMEOUT,
+             "bad-1 repaired and its dead leader replaced")
+    cluster.brokers[dead].start()
+
+
+
+def _live(cluster) -> list[int]:
+    return sorted(i for i, b in cluster.brokers.items() if b.alive)
+
+
+def test_an_assignment_without_topic_id_is_named_by_the_controller(cluster):
+    """leader_election.py T1: pre-2.8 tooling (kafka-topics.sh --zookeeper, AdminZkClient)
+    writes version 1 without a topic_id; the controller names it, the topic gets leaders
+    and takes a produce. Before: unreadable for good (no leader, ever)."""
+    from confluent_kafka import Producer
+
+    replicas = _live(cluster)[:2]
+    cluster.zk.create(zn.topic_path("legacy"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    named = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy"))[0])
+                     .get("topic_id"), TIMEOUT, "legacy named by the controller")
+    assert zn.decode_topic_id(named)
+    assignment = zn.TopicAssignment.decode(cluster.zk.get(zn.topic_path("legacy"))[0])
+    assert assignment.partitions == {0: tuple(replicas)}
+    state = wait_for(lambda: cluster.zk.exists(zn.partition_state_path("legacy", 0))
+                     and _state(cluster, "legacy", 0), TIMEOUT, "legacy-0 led")
+    assert state["leader"] in replicas
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
+                         "acks": "all", "message.timeout.ms": int(TIMEOUT * 1000)})
+    producer.produce("legacy", b"named", partition=0,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT) == 0
+    assert delivered == [(None, 0)], delivered
+
+    # rewritten by an old tool (no topic_id again): named with the id it had, so no broker
+    # takes it for a new topic and deletes its log
+    cluster.zk.set(zn.topic_path("legacy"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy"))[0])
+             .get("topic_id"), TIMEOUT, "legacy named again")
+    assert zn.TopicAssignment.decode(
+        cluster.zk.get(zn.topic_path("legacy"))[0]).topic_id == named
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
+                         "group.id": "legacy-check"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("legacy", 0),
+                                              timeout=TIMEOUT) == (0, 1)
+    finally:
+        consumer.close()
+
+
+def test_deleting_a_topic_whose_assignment_is_not_whole(cluster):
+    """DeleteTopics of a topic whose assignment's bytes were read but are not Kafka's
+    whole JSON completes (before: the request stayed for good); one whose assignment the
+    controller may not read waits, said once, and completes once it can be read."""
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    replicas = _live(cluster)[:2]
+    for name in ("corrupt", "locked"):
+        cluster.zk.create(zn.topic_path(name), zn.TopicAssignment(
+            "AAAAAAAAAAAAAAAAAAAAAA", {0: tuple(replicas)}, {}, {}).encode())
+        wait_for(lambda n=name: cluster.zk.exists(zn.partition_state_path(n, 0)), TIMEOUT,
+                 f"{name}-0 led")
+    cluster.zk.set(zn.topic_path("corrupt"), b"\xff not json")
+    cluster.zk.add_auth("digest", "someone-else:secret")  # ADMIN on it, to lift its ACL
+    cluster.zk.set_acls(zn.topic_path("locked"),
+                        [make_digest_acl("someone-else", "secret", all=True)])
+    for name in ("corrupt", "locked"):
+        cluster.zk.create(zn.delete_topic_path(name), b"", makepath=True)
+    wait_for(lambda: cluster.zk.exists(zn.topic_path("corrupt")) is None
+             and cluster.zk.exists(zn.delete_topic_path("corrupt")) is None, TIMEOUT,
+             "corrupt deleted")
+    controller = cluster.brokers[_controller(cluster)]
+    wait_for(lambda: "deleting topic locked waits" in controller.log_text(), TIMEOUT,
+             "the wait said")
+    passes = controller.log_text().count("deleting topic locked waits")
+    cluster.zk.set_acls(zn.topic_path("locked"), OPEN_ACL_UNSAFE)
+    wait_for(lambda: cluster.zk.exists(zn.topic_path("locked")) is None, TIMEOUT,
+             "locked deleted once readable")
+    assert passes == 1 == controller.log_text().count("deleting topic locked waits")
