@@ -334,9 +334,11 @@ def test_copier_exactly_once_through_hard_bounces(cluster, tmp_path, client):
     bootstrap = cluster.bootstrap()  # all three: each comes back on its own port
 
     def start_copier() -> subprocess.Popen:
+        # -X faulthandler: a loaded run's copier died of SIGSEGV, its log empty
         return subprocess.Popen(
-            [sys.executable, str(COPIER), client, bootstrap, source, target, group, txn_id,
-             f"{records},{records}", str(gate)], stdout=copier_log, stderr=copier_log)
+            [sys.executable, "-X", "faulthandler", str(COPIER), client, bootstrap, source,
+             target, group, txn_id, f"{records},{records}", str(gate)],
+            stdout=copier_log, stderr=copier_log)
 
     open_gate(records // 2)
     copier = start_copier()
