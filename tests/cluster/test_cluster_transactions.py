@@ -297,6 +297,12 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     new_leader = wait_for(lambda: (lead := cluster.state(SPAN, victim)["leader"])
                           not in (leader, -1) and lead, TIMEOUT, "a new leader")
     assert new_leader != leader
+    # EndTxn is answered before the markers are written: until then the new leader's high
+    # watermark may stand below k-0 (it moves once its followers fetch), so "settled"
+    # (last stable offset at the high watermark) can hold without the transaction in view
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        wait_for(lambda: admin.describe_transactions(["span-kill"])["span-kill"].state
+                 == "CompleteCommit", TIMEOUT, "the transaction completed")
     settled(cluster, SPAN, 3)
     after = read_committed(cluster.bootstrap(), SPAN, 3)
     assert {p: after[p][len(before[p]):] for p in range(3)} == \
