@@ -18,6 +18,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTP
 from confluent_kafka.admin import AdminClient
 from support.brokers import create_topic
+from support.sigstop import sigstop
 
 import oncelog
 from oncelog import AIOProducer, Consumer, KafkaError, Producer, TopicPartition
@@ -227,7 +228,7 @@ def test_full_buffer_blocks_then_raises_and_recovers(broker):
     p = Producer({"bootstrap.servers": broker.bootstrap, "buffer.memory": 4096,
                   "max.block.ms": 300, "linger.ms": 0})
     p.produce("full", b"warm-up").result(TIMEOUT)
-    os.kill(broker.proc.pid, signal.SIGSTOP)  # the broker stops answering
+    sigstop(broker.proc.pid)  # the broker stops answering
     try:
         with pytest.raises(KafkaError, match=r"buffer\.memory is full"):
             for _ in range(100):
@@ -604,7 +605,7 @@ def test_a_held_back_deterministic_batch_does_not_expire(broker):
 def test_close_with_a_timeout_settles_every_future(broker):
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     p.produce("stuck", b"warm-up").result(TIMEOUT)
-    os.kill(broker.proc.pid, signal.SIGSTOP)
+    sigstop(broker.proc.pid)  # stopped, not only signalled: "x" is never answered
     try:
         future = p.produce("stuck", b"x")
         p.close(timeout=0.5)

@@ -228,11 +228,13 @@ def test_a_stale_coordinator_epoch_is_fenced(cluster):
     # the followers replayed the marker: its new leader fences the stale epoch as well
     leader = cluster.leaders(SPAN)[1]
     cluster.kill(leader, SPAN, 1)
-    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
-        refused = wait_for(lambda: _abort_error(admin, producer, 6), TIMEOUT,
-                           "an answer from the new leader")
-        assert refused == ErrorCode.transaction_coordinator_fenced
-    cluster.bring_back(leader, [SPAN])
+    try:
+        with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+            refused = wait_for(lambda: _abort_error(admin, producer, 6), TIMEOUT,
+                               "an answer from the new leader")
+            assert refused == ErrorCode.transaction_coordinator_fenced
+    finally:  # the module's other tests need all three
+        cluster.bring_back(leader, [SPAN])
 
 
 def _abort_error(admin: Admin, producer, coordinator_epoch: int) -> ErrorCode | None:
@@ -241,7 +243,10 @@ def _abort_error(admin: Admin, producer, coordinator_epoch: int) -> ErrorCode | 
         admin.abort_transaction(SPAN, 1, producer.producer_id, producer.epoch,
                                 coordinator_epoch)
     except KafkaError as exc:
-        if exc.error in (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available):
+        # NETWORK_EXCEPTION: the admin's Metadata, answered by a broker whose picture was
+        # still behind ZooKeeper's, named the killed leader (a loaded run's did)
+        if exc.error in (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+                         ErrorCode.network_exception):
             return None
         return exc.error
     return ErrorCode.none
@@ -292,6 +297,12 @@ def test_markers_are_retried_until_a_new_leader_takes_them(cluster):
     new_leader = wait_for(lambda: (lead := cluster.state(SPAN, victim)["leader"])
                           not in (leader, -1) and lead, TIMEOUT, "a new leader")
     assert new_leader != leader
+    # EndTxn is answered before the markers are written: until then the new leader's high
+    # watermark may stand below k-0 (it moves once its followers fetch), so "settled"
+    # (last stable offset at the high watermark) can hold without the transaction in view
+    with Admin({"bootstrap.servers": cluster.bootstrap()}) as admin:
+        wait_for(lambda: admin.describe_transactions(["span-kill"])["span-kill"].state
+                 == "CompleteCommit", TIMEOUT, "the transaction completed")
     settled(cluster, SPAN, 3)
     after = read_committed(cluster.bootstrap(), SPAN, 3)
     assert {p: after[p][len(before[p]):] for p in range(3)} == \
@@ -329,9 +340,11 @@ def test_copier_exactly_once_through_hard_bounces(cluster, tmp_path, client):
     bootstrap = cluster.bootstrap()  # all three: each comes back on its own port
 
     def start_copier() -> subprocess.Popen:
+        # -X faulthandler: a loaded run's copier died of SIGSEGV, its log empty
         return subprocess.Popen(
-            [sys.executable, str(COPIER), client, bootstrap, source, target, group, txn_id,
-             f"{records},{records}", str(gate)], stdout=copier_log, stderr=copier_log)
+            [sys.executable, "-X", "faulthandler", str(COPIER), client, bootstrap, source,
+             target, group, txn_id, f"{records},{records}", str(gate)],
+            stdout=copier_log, stderr=copier_log)
 
     open_gate(records // 2)
     copier = start_copier()

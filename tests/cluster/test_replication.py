@@ -37,6 +37,7 @@ from kazoo.exceptions import BadVersionError
 from kio.schema.errors import ErrorCode
 from support.audit_helpers import batch as idempotent_batch
 from support.brokers import BrokerProcess, batches_on_disk, read_to_end
+from support.sigstop import sigstop
 from support.txn_wire import write_marker
 from support.waits import wait_for
 from support.zookeepers import observer
@@ -398,7 +399,7 @@ def test_an_old_leader_truncates_what_only_it_had(cluster):
         pid, _ = calls.init_producer_id(conn)
         calls.produce(conn, LONELY, 0, idempotent_batch(pid, 0, 0, [b"x0", b"x1"]))
         for follower in (brokers[2], brokers[3]):
-            os.kill(follower.proc.pid, signal.SIGSTOP)
+            sigstop(follower.proc.pid)  # stopped, not only signalled
         try:
             # A fetch the followers had in flight may still carry x2 to them; x3 cannot
             # (the leader dies before they fetch again).
