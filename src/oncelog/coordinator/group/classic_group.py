@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -85,10 +85,6 @@ class Member:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's preference order
     assignment: bytes = b""
-    # A JoinGroup or SyncGroup waiting for its answer (the coordinator's futures).
-    join_waiter: Any = None
-    sync_waiter: Any = None
-    is_new: bool = False  # joined during the current rebalance
     session_timer: Any = None
     session_ends: float = 0.0  # the event loop's time the session ends at
 
@@ -106,6 +102,84 @@ class Member:
 
 
 @dataclass(eq=False, slots=True)
+class Rebalance:
+    """What a group holds only while it rebalances (Kafka's fields of a rebalance in
+    progress), made when the first of it is set and gone when the group is Stable, Empty or
+    Dead again: a stable group does not carry it (issue 26)."""
+
+    join_timer: Any = None
+    initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
+    new_member_joined: bool = False  # during the initial delay
+    # The generation whose assignment is being written (SyncGroup of the leader), or None.
+    assignment_write: int | None = None
+    # The JoinGroup or SyncGroup each member waits in for its answer (the coordinator's
+    # futures), and the members that joined during this rebalance; keyed by the Member itself,
+    # which keeps its identity when a static member takes a new member id.
+    join_waiters: dict[Member, Any] = field(default_factory=dict)
+    sync_waiters: dict[Member, Any] = field(default_factory=dict)
+    new_members: set[Member] = field(default_factory=set)
+
+
+def _rebalance_field(name: str, default: Any) -> property:
+    """A field of the group's Rebalance read and written as the group's own: its default
+    while none is going on (writing the default then makes none)."""
+    def get(group: ClassicGroup) -> Any:
+        rebalance = group.rebalance
+        return default if rebalance is None else getattr(rebalance, name)
+
+    def put(group: ClassicGroup, value: Any) -> None:
+        if group.rebalance is not None or value != default:
+            setattr(group.rebalancing(), name, value)
+    return property(get, put)
+
+
+class _OneMember(MutableMapping):
+    """The members of a group of at most one, held in the group itself (``_members``: the
+    member, or None) rather than in a dict of their own (184 bytes, issue 26); a second
+    member gives the group a dict. Keys are member ids, as the dict's."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ClassicGroup) -> None:
+        self._group = group
+
+    def __getitem__(self, member_id: str) -> Member:
+        member = self._group._members
+        if member is None or member.member_id != member_id:
+            raise KeyError(member_id)
+        return member
+
+    def get(self, member_id: str, default: Any = None) -> Any:
+        member = self._group._members
+        return member if member is not None and member.member_id == member_id else default
+
+    def __contains__(self, member_id: object) -> bool:
+        member = self._group._members
+        return member is not None and member.member_id == member_id
+
+    def __setitem__(self, member_id: str, member: Member) -> None:
+        group = self._group
+        held = group._members
+        if member.member_id == member_id and (held is None or held.member_id == member_id):
+            group._members = member
+        else:
+            group._members = {} if held is None else {held.member_id: held}
+            group._members[member_id] = member
+
+    def __delitem__(self, member_id: str) -> None:
+        self[member_id]  # KeyError when not a member
+        self._group._members = None
+
+    def __iter__(self) -> Iterator[str]:
+        member = self._group._members
+        if member is not None:
+            yield member.member_id
+
+    def __len__(self) -> int:
+        return 0 if self._group._members is None else 1
+
+
+@dataclass(eq=False, slots=True)
 class ClassicGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -113,7 +187,8 @@ class ClassicGroup:
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    # The members (``members``): None, the one member, or a dict of two or more by member id.
+    _members: Member | dict[str, Member] | None = None
     # instance id -> member id; NO_ENTRIES until the first (own_static_members)
     static_members: dict[str, str] = field(default_factory=lambda: NO_ENTRIES)
     # member id -> its timer; NO_ENTRIES until the first (own_pending_members)
@@ -121,11 +196,65 @@ class ClassicGroup:
     # NO_ENTRIES until the first commit (GroupCoordinator._offsets_of gives it its own)
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=lambda: NO_ENTRIES)
     state_timestamp: int = -1  # when the group last changed state (ms)
-    join_timer: Any = None
-    initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
-    new_member_joined: bool = False  # during the initial delay
-    # The generation whose assignment is being written (SyncGroup of the leader), or None.
-    assignment_write: int | None = None
+    rebalance: Rebalance | None = None  # while one is going on (rebalancing())
+
+    @property
+    def members(self) -> MutableMapping[str, Member]:
+        """member id -> Member, in the order they joined. A group back to one member keeps
+        it in itself again (the dict goes) the next time its members are asked for: hold
+        no reference to this mapping across a change of the group."""
+        members = self._members
+        if type(members) is dict:
+            if len(members) > 1:
+                return members
+            self._members = next(iter(members.values()), None)
+        return _OneMember(self)
+
+    def rebalancing(self) -> Rebalance:
+        """The rebalance going on, made if none is."""
+        if self.rebalance is None:
+            self.rebalance = Rebalance()
+        return self.rebalance
+
+    join_timer = _rebalance_field("join_timer", None)
+    initial_delay = _rebalance_field("initial_delay", None)
+    new_member_joined = _rebalance_field("new_member_joined", False)
+    assignment_write = _rebalance_field("assignment_write", None)
+
+    def join_waiter(self, member: Member) -> Any:
+        """The member's JoinGroup waiting for its answer, or None."""
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.join_waiters.get(member)
+
+    def sync_waiter(self, member: Member) -> Any:
+        """The member's SyncGroup waiting for its answer, or None."""
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.sync_waiters.get(member)
+
+    def set_join_waiter(self, member: Member, waiter: Any) -> None:
+        self.rebalancing().join_waiters[member] = waiter
+
+    def set_sync_waiter(self, member: Member, waiter: Any) -> None:
+        self.rebalancing().sync_waiters[member] = waiter
+
+    def pop_join_waiter(self, member: Member) -> Any:
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.join_waiters.pop(member, None)
+
+    def pop_sync_waiter(self, member: Member) -> Any:
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.sync_waiters.pop(member, None)
+
+    def is_new(self, member: Member) -> bool:
+        """The member joined during the current rebalance."""
+        rebalance = self.rebalance
+        return rebalance is not None and member in rebalance.new_members
+
+    def set_new(self, member: Member, new: bool) -> None:
+        if new:
+            self.rebalancing().new_members.add(member)
+        elif self.rebalance is not None:
+            self.rebalance.new_members.discard(member)
 
     def own_static_members(self) -> dict[str, str]:
         """``static_members``, to write into."""
@@ -151,8 +280,12 @@ class ClassicGroup:
     # --- the rules ------------------------------------------------------------------------
 
     def transition(self, state: GroupState, now_ms: int) -> None:
+        """To ``state``; Stable, Empty or Dead end the rebalance (the coordinator has answered
+        its waiting requests and stopped its timer by then)."""
         self.state = state
         self.state_timestamp = now_ms
+        if state is GroupState.STABLE or state is GroupState.EMPTY or state is GroupState.DEAD:
+            self.rebalance = None
 
     def is_in(self, *states: GroupState) -> bool:
         return self.state in states
@@ -204,7 +337,7 @@ class ClassicGroup:
 
     def all_rejoined(self) -> bool:
         return not self.pending_members and all(
-            m.join_waiter is not None for m in self.members.values())
+            self.join_waiter(m) is not None for m in self.members.values())
 
     def is_static(self, member_id: str, instance_id: str | None) -> bool:
         return instance_id is not None and self.static_members.get(instance_id) == member_id

@@ -357,7 +357,7 @@ class GroupCoordinator:
         """A classic group's timers cancelled and its waiting requests answered ``error``."""
         _cancel_timers(group)
         for member in group.members.values():
-            self._answer_waiters(member, error)
+            self._answer_waiters(group, member, error)
 
     async def _load_logged(self, load: Load) -> None:
         """The load, and its retries while it fails (ownership.py O12-O16)."""
@@ -583,7 +583,7 @@ class GroupCoordinator:
         if old is None:  # a stale mapping: join as new
             del group.static_members[instance_id]
             return await self._add_and_rebalance(group, joining, "a static member joined")
-        self._fence(old)
+        self._fence(group, old)
         del group.members[old_id]
         old_protocols = old.protocols
         self._take_over(old, joining)
@@ -630,24 +630,24 @@ class GroupCoordinator:
         member.member_id = joining.member_id
         cls._take_over_protocols(member, joining)
 
-    def _fence(self, member: Member) -> None:
+    def _fence(self, group: ClassicGroup, member: Member) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        self._answer_waiters(member, E.fenced_instance_id)
+        self._answer_waiters(group, member, E.fenced_instance_id)
 
     @staticmethod
-    def _answer_waiters(member: Member, error: ErrorCode) -> None:
+    def _answer_waiters(group: ClassicGroup, member: Member, error: ErrorCode) -> None:
         """End a member's JoinGroup and SyncGroup in waiting with ``error``."""
-        for waiter, answer in ((member.join_waiter, JoinResult(error, member.member_id)),
-                               (member.sync_waiter, SyncResult(error))):
+        for waiter, answer in ((group.pop_join_waiter(member),
+                                JoinResult(error, member.member_id)),
+                               (group.pop_sync_waiter(member), SyncResult(error))):
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer)
-        member.join_waiter = member.sync_waiter = None
 
     async def _add_and_rebalance(self, group: ClassicGroup, member: Member,
                                  reason: str) -> JoinResult:
-        member.is_new = True
+        group.set_new(member, True)
         group.members[member.member_id] = member
         if member.group_instance_id is not None:
             group.own_static_members()[member.group_instance_id] = member.member_id
@@ -676,23 +676,25 @@ class GroupCoordinator:
 
     async def _rebalance_and_wait(self, group: ClassicGroup, member: Member,
                                   reason: str) -> JoinResult:
-        future = self._await_join(member)
+        future = self._await_join(group, member)
         if group.is_in(_STABLE, _COMPLETING, _EMPTY):
             self._prepare_rebalance(group, reason)
         self._maybe_complete_join(group)
         return await future
 
     async def _wait_join(self, group: ClassicGroup, member: Member) -> JoinResult:
-        future = self._await_join(member)
+        future = self._await_join(group, member)
         self._maybe_complete_join(group)
         return await future
 
-    def _await_join(self, member: Member) -> asyncio.Future:
-        if member.join_waiter is not None and not member.join_waiter.done():
+    def _await_join(self, group: ClassicGroup, member: Member) -> asyncio.Future:
+        older = group.join_waiter(member)
+        if older is not None and not older.done():
             # The member sent another JoinGroup: the older one is answered as Kafka does.
-            member.join_waiter.set_result(JoinResult(E.unknown_member_id, member.member_id))
-        member.join_waiter = asyncio.get_running_loop().create_future()
-        return member.join_waiter
+            older.set_result(JoinResult(E.unknown_member_id, member.member_id))
+        future = asyncio.get_running_loop().create_future()
+        group.set_join_waiter(member, future)
+        return future
 
     def _join_answer(self, group: ClassicGroup, member: Member) -> JoinResult:
         members: tuple = ()
@@ -709,9 +711,9 @@ class GroupCoordinator:
             # Assignments of the generation that never became stable are void.
             for member in group.members.values():
                 member.assignment = b""
-                if member.sync_waiter is not None and not member.sync_waiter.done():
-                    member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
-                member.sync_waiter = None
+                waiter = group.pop_sync_waiter(member)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(SyncResult(E.rebalance_in_progress))
         if group.join_timer is not None:
             group.join_timer.cancel()
         loop = asyncio.get_running_loop()
@@ -761,7 +763,7 @@ class GroupCoordinator:
     def _complete_join(self, group: ClassicGroup) -> None:
         if not group.is_in(_PREPARING):
             return
-        for member in [m for m in group.members.values() if m.join_waiter is None]:
+        for member in [m for m in group.members.values() if group.join_waiter(m) is None]:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
             self._drop_member(group, member)
@@ -785,8 +787,8 @@ class GroupCoordinator:
                  group.group_id, group.generation, len(group.members), group.protocol,
                  group.leader)
         for member in group.members.values():
-            member.is_new = False
-            waiter, member.join_waiter = member.join_waiter, None
+            group.set_new(member, False)
+            waiter = group.pop_join_waiter(member)
             self._schedule_session(group, member)
             if waiter is not None and not waiter.done():
                 waiter.set_result(self._join_answer(group, member))
@@ -805,7 +807,7 @@ class GroupCoordinator:
         """The member's session now ends ``timeout`` from now. Every Heartbeat moves it, so
         a timer that fires no later than the new end is kept (when it fires before the end,
         it is set again for the end) rather than cancelled and made anew each time."""
-        timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
+        timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if group.is_in(_PREPARING) and group.is_new(member)
                    else member.session_timeout_ms)
         # in whole milliseconds, as its deadline is (session_deadlines.whole_ms)
         member.session_ends = ends = whole_ms(self._sessions.now() + timeout / 1000)
@@ -824,7 +826,7 @@ class GroupCoordinator:
             return
         if group.members.get(member.member_id) is not member:  # H1
             return
-        if member.join_waiter is not None or member.sync_waiter is not None:  # H2
+        if group.join_waiter(member) is not None or group.sync_waiter(member) is not None:  # H2
             self._schedule_session(group, member)
             return
         # H3
@@ -849,7 +851,7 @@ class GroupCoordinator:
             group.leader = next(iter(group.members), None)
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
-        self._answer_waiters(member, E.unknown_member_id)
+        self._answer_waiters(group, member, E.unknown_member_id)
         self._drop_member(group, member)
         if group.is_in(_STABLE, _COMPLETING):
             self._prepare_rebalance(group, reason)
@@ -897,9 +899,11 @@ class GroupCoordinator:
             self._schedule_session(group, member)
             return SyncResult(E.none, group.protocol_type, group.protocol, member.assignment)
         # CompletingRebalance
-        if member.sync_waiter is not None and not member.sync_waiter.done():
-            member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
-        future = member.sync_waiter = asyncio.get_running_loop().create_future()
+        older = group.sync_waiter(member)
+        if older is not None and not older.done():
+            older.set_result(SyncResult(E.rebalance_in_progress))
+        future = asyncio.get_running_loop().create_future()
+        group.set_sync_waiter(member, future)
         self._schedule_session(group, member)
         if member_id == group.leader and group.assignment_write != group.generation:
             self._write_assignment(group, dict(assignments))
@@ -925,7 +929,7 @@ class GroupCoordinator:
                            error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = previous.get(member.member_id, b"")
-            waiter, member.sync_waiter = member.sync_waiter, None
+            waiter = group.pop_sync_waiter(member)
             if waiter is not None and not waiter.done():
                 waiter.set_result(SyncResult(error))
         self._prepare_rebalance(group, "storing the assignment failed")
@@ -946,10 +950,11 @@ class GroupCoordinator:
         if error is not None:
             self._assignment_failed(group, previous, error)
             return
+        # (the waiters taken before the transition, which ends the rebalance holding them)
+        waiters = [(member, group.pop_sync_waiter(member)) for member in group.members.values()]
         group.transition(_STABLE, self.now_ms())
         log.info("group %s: stable at generation %d", group.group_id, generation)
-        for member in group.members.values():
-            waiter, member.sync_waiter = member.sync_waiter, None
+        for member, waiter in waiters:
             if waiter is not None and not waiter.done():
                 waiter.set_result(SyncResult(E.none, group.protocol_type, group.protocol,
                                              member.assignment))

@@ -129,7 +129,8 @@ class GroupCoordinator(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def _answer_waiters(self, member: Member, error: ErrorCode) -> None: ...
+    def _answer_waiters(self, group: ClassicGroup, member: Member, error: ErrorCode
+                        ) -> None: ...
 
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None: ...
 
@@ -213,7 +214,7 @@ def install_upgrade(coordinator: GroupCoordinator, classic: ClassicGroup,
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        coordinator._answer_waiters(member, E.rebalance_in_progress)
+        coordinator._answer_waiters(classic, member, E.rebalance_in_progress)
     classic.transition(GroupState.DEAD, coordinator.now_ms())
     coordinator.groups[classic.group_id] = upgrade.group
     for member_id in upgrade.group.members:
