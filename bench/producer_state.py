@@ -7,6 +7,10 @@ tracemalloc (every byte Python allocated for the state). Target: <= 180 bytes a 
 Kafka's (issue 26; it was <= 256 before). What bounds it: docs/benchmarks.md, "Memory and
 import time (issue 26)".
 
+CPU: validate + apply of a live producer's next batch (rule 7, the produce path's common
+case), one producer and ``--producers`` taking turns, in process CPU microseconds a batch
+(bench/idempotence_append.py measures the whole append of a batch).
+
 Restart: a partition whose log holds one idempotent batch from each of N producers is opened
 (a) with the snapshot its clean shutdown wrote, (b) with no snapshot, rebuilt from the log.
 Printed as seconds and as the ratio rebuild / snapshot, measured side by side in one run.
@@ -50,6 +54,32 @@ def memory_per_producer(producers: int) -> float:
     tracemalloc.stop()
     assert len(state) == producers
     return (after - before) / producers
+
+
+def validate_apply_cpu(producers: int, batches: int = 300_000) -> float:
+    """CPU microseconds for validate + apply of one batch (rule 7, a live producer's next
+    batch: the produce path's common case), ``producers`` of them taking turns, each with 5
+    cached batches already; ``batches`` in all, timed by process CPU time."""
+    state = ProducerStateManager(StateLimits(max_producers=producers))
+    pids = range(10**6, 10**6 + producers)
+    offset = 0
+    for pid in pids:
+        for i in range(5):
+            offset += 10
+            state.apply(Append(BatchIdentity(pid, 0, i * 10, i * 10 + 9), reset=i == 0),
+                        offset - 1, NOW, NOW)
+    rounds = max(1, batches // producers)
+    work = [BatchIdentity(pid, 0, r * 10, r * 10 + 9)
+            for r in range(5, 5 + rounds) for pid in pids]
+    issued = EveryIdIssued().is_issued
+    start = time.process_time()
+    for batch in work:
+        decision = state.validate(batch, issued)
+        offset += 10
+        state.apply(decision, offset - 1, NOW, NOW)
+    elapsed = time.process_time() - start
+    assert isinstance(decision, Append)
+    return elapsed / len(work) * 1e6
 
 
 def build_log(directory: str, producers: int) -> None:
@@ -128,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if per <= 180 else "MISS"
     print(f"producer state memory: {per:.0f} bytes per producer with 5 cached batches "
           f"({args.producers:,} producers on one partition; target <= 180, Kafka's: {verdict})")
+    for count in (1, args.producers):
+        print(f"validate + apply of a producer's next batch, {count:,} producers taking "
+              f"turns: {validate_apply_cpu(count):.2f} us of CPU a batch")
     snap, rebuild = restart_times(args.restart_producers)
     print(f"partition open with {args.restart_producers:,} producers: {snap:.2f} s from the "
           f"snapshot, {rebuild:.2f} s rebuilt from the log; rebuild / snapshot = "

@@ -67,7 +67,8 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
                 assert group.offsets is NO_ENTRIES  # nothing committed yet
             for field in ("protocol_type", "session_timeout_ms", "rebalance_timeout_ms"):
                 assert getattr(a, field) is getattr(b, field), field
-            assert a.protocols[0][0] is b.protocols[0][0]
+            assert a.protocols[0] is b.protocols[0]
+            assert a.protocols == ("range", b"\x00\x01")  # flat: one tuple, not one a pair
             # a member's own values, and long ones, are not kept for good in the tables
             for field in ("client_id", "client_host"):
                 assert getattr(a, field) is not getattr(b, field), field
@@ -82,7 +83,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
             assert len(c._sessions) == 2
             long = "p" * (classic_group.MAX_SHARED_LENGTH + 1)
             c1, c2 = [await one_member_group(c, g, long) for g in ("c1", "c2")]
-            assert c1.protocols[0][0] is not c2.protocols[0][0]
+            assert c1.protocols[0] is not c2.protocols[0]
             assert sorted(classic_group._NAMES) == ["consumer", "range"]
         finally:
             c.close()

@@ -341,13 +341,14 @@ class ProducerStateManager:
 
     def _store(self, pid: int, packed: bytes, now_ms: int) -> None:
         entries = self._entries
-        if pid not in entries:
-            self._tombstones.pop(pid, None)
-            if len(entries) >= self.limits.max_producers:
-                oldest = next((p for p in entries if p not in self._ongoing), None)
-                if oldest is not None:  # else all hold transactions open: none may go
-                    self._retire(oldest, now_ms)
-        entries.put(pid, packed)  # the most recently active now
+        if entries.replace(pid, packed):  # the most recently active now
+            return
+        self._tombstones.pop(pid, None)
+        if len(entries) >= self.limits.max_producers:
+            oldest = next((p for p in entries if p not in self._ongoing), None)
+            if oldest is not None:  # else all hold transactions open: none may go
+                self._retire(oldest, now_ms)
+        entries.put(pid, packed)
 
     def _retire(self, producer_id: int, now_ms: int) -> None:
         """Move a producer out of memory, keeping what judges its next batch."""

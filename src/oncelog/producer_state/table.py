@@ -46,8 +46,11 @@ class ProducerTable:
         self._free = _NONE  # free slots, linked through _newer
         self._bits = _MIN_INDEX_BITS
         self._index = array("i", [_NONE]) * (1 << self._bits)
-        self._found_pid: int | None = None  # the last producer looked up, and its slot
+        # The last producer looked up or written, its slot, and its entry once read or
+        # written (validate then apply of one batch read it twice: copied out once).
+        self._found_pid: int | None = None
         self._found_slot = _NONE
+        self._found_packed: bytes | None = None
         if capacity:
             self._grow_slots(capacity)
             self._reindex(capacity)
@@ -57,15 +60,18 @@ class ProducerTable:
     def __len__(self) -> int:
         return self._count
 
-    def __contains__(self, pid: object) -> bool:
-        return isinstance(pid, int) and self._slot(pid) != _NONE
+    def __contains__(self, pid: int) -> bool:
+        return self._slot(pid) != _NONE
 
     def get(self, pid: int) -> bytes | None:
+        if pid == self._found_pid and self._found_packed is not None:
+            return self._found_packed
         slot = self._slot(pid)
         if slot == _NONE:
             return None
         at = slot * self._width
-        return bytes(self._view[at:at + self._lengths[slot]])
+        packed = self._found_packed = bytes(self._view[at:at + self._lengths[slot]])
+        return packed
 
     def __iter__(self) -> Iterator[int]:
         """Producer ids, least recently active first."""
@@ -91,17 +97,31 @@ class ProducerTable:
 
     def put(self, pid: int, packed: bytes) -> None:
         """``packed`` is the producer's entry, and the producer the most recently active."""
-        if len(packed) > self._width:
-            self._widen(len(packed))
+        if not self.replace(pid, packed):
+            if len(packed) > self._width:
+                self._widen(len(packed))
+            self._write(self._new_slot(pid), packed)
+
+    def replace(self, pid: int, packed: bytes) -> bool:
+        """``put`` for a producer already here (False, nothing done: it is not)."""
         slot = self._slot(pid)
         if slot == _NONE:
-            slot = self._new_slot(pid)
-        elif slot != self._newest:
+            return False
+        if len(packed) > self._width:
+            self._widen(len(packed))
+        if slot != self._newest:
             self._unlink(slot)
             self._link_newest(slot)
+        self._write(slot, packed)
+        return True
+
+    def _write(self, slot: int, packed: bytes) -> None:
         at = slot * self._width
-        self._view[at:at + len(packed)] = packed
-        self._lengths[slot] = len(packed)
+        size = len(packed)
+        self._view[at:at + size] = packed
+        self._lengths[slot] = size
+        # (the producer's slot is _found_slot: put and replace looked it up or made it)
+        self._found_packed = packed if type(packed) is bytes else None
 
     def pop(self, pid: int) -> bytes:
         """The producer's entry, the producer gone (KeyError: not here)."""
@@ -117,17 +137,45 @@ class ProducerTable:
         self._free = slot
         self._count -= 1
         if self._found_pid == pid:
-            self._found_pid, self._found_slot = None, _NONE
+            self._found_pid, self._found_slot, self._found_packed = None, _NONE, None
         return packed
 
     @classmethod
     def of(cls, entries: Iterable[tuple[int, bytes]], width: int) -> ProducerTable:
-        """A table of ``entries``, least recently active first (a snapshot's order)."""
+        """A table of ``entries``, least recently active first (a snapshot's order), made in
+        one pass: each in the next slot. A producer id twice keeps its first place and its
+        last entry, as ``dict(entries)`` did."""
         entries = list(entries)
-        widest = max((len(packed) for _, packed in entries), default=0)
-        table = cls(max(width, widest), len(entries))
+        width = max(width, max((len(packed) for _, packed in entries), default=0))
+        table = cls(width, len(entries))
+        index, pids, lengths, view = table._index, table._pids, table._lengths, table._view
+        mask = (1 << table._bits) - 1
+        shift = 64 - table._bits
+        slot = 0
         for pid, packed in entries:
-            table.put(pid, packed)
+            position = ((pid * _MULTIPLIER) & _MASK64) >> shift
+            while True:
+                held = index[position]
+                if held == _NONE or pids[held] == pid:
+                    break
+                position = (position + 1) & mask
+            at = (slot if held == _NONE else held) * width
+            view[at:at + len(packed)] = packed
+            if held != _NONE:
+                lengths[held] = len(packed)
+                continue
+            index[position] = slot
+            pids[slot] = pid
+            lengths[slot] = len(packed)
+            slot += 1
+        if slot:
+            # slots 0..slot-1 in order, the rest free (as _grow_slots left them, after them)
+            table._older[:slot] = array("i", range(-1, slot - 1))
+            table._newer[:slot] = array("i", range(1, slot + 1))
+            table._newer[slot - 1] = _NONE
+            table._oldest, table._newest = 0, slot - 1
+            table._free = slot if slot < table._slots else _NONE
+            table._count = slot
         return table
 
     # --- the index -------------------------------------------------------------------------
@@ -151,7 +199,7 @@ class ProducerTable:
             return self._found_slot
         slot = self._index[self._position(pid)]
         if slot != _NONE:
-            self._found_pid, self._found_slot = pid, slot
+            self._found_pid, self._found_slot, self._found_packed = pid, slot, None
         return slot
 
     def _unindex(self, position: int) -> None:
@@ -203,7 +251,7 @@ class ProducerTable:
         self._pids[slot] = pid
         self._count += 1
         self._link_newest(slot)
-        self._found_pid, self._found_slot = pid, slot
+        self._found_pid, self._found_slot, self._found_packed = pid, slot, None
         return slot
 
     def _grow_slots(self, slots: int) -> None:

@@ -83,22 +83,34 @@ class Member:
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's preference order
+    # name, metadata, name, metadata, ... in the member's preference order: one flat tuple
+    # (a tuple of pairs was 48 bytes more a member of one protocol, issue 26); flat_protocols
+    protocols: tuple[str | bytes, ...]
     assignment: bytes = b""
     session_timer: Any = None
     session_ends: float = 0.0  # the event loop's time the session ends at
 
     def metadata(self, protocol: str | None) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
+        protocols = self.protocols
+        for i in range(0, len(protocols), 2):
+            if protocols[i] == protocol:
+                return cast(bytes, protocols[i + 1])
         return b""
 
     def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
+        return cast(list[str], list(self.protocols[::2]))
 
-    def same_protocols(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+    def protocol_pairs(self) -> tuple[tuple[str, bytes], ...]:
+        """(name, metadata) in the member's preference order."""
+        return cast(tuple, tuple(zip(self.protocols[::2], self.protocols[1::2], strict=True)))
+
+    def same_protocols(self, protocols: tuple[str | bytes, ...]) -> bool:
         return self.protocols == protocols
+
+
+def flat_protocols(pairs: Sequence[tuple[str, bytes]]) -> tuple[str | bytes, ...]:
+    """A member's ``protocols`` from (name, metadata) pairs."""
+    return tuple([part for pair in pairs for part in pair])
 
 
 @dataclass(eq=False, slots=True)
@@ -383,7 +395,7 @@ class ClassicGroup:
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.rebalance_timeout, m.session_timeout, value.protocol_type,
-                            ((value.protocol or "", m.subscription),), m.assignment)
+                            (value.protocol or "", m.subscription), m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
                 group.own_static_members()[m.group_instance_id] = m.member_id

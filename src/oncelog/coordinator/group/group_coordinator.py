@@ -170,6 +170,7 @@ from .classic_group import (
     ClassicGroup,
     GroupState,
     Member,
+    flat_protocols,
     shared_name,
     shared_number,
 )
@@ -520,7 +521,7 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, protocols)
+                        session_timeout_ms, protocol_type, flat_protocols(protocols))
         if not member_id:
             return await self._join_unknown(group, member, require_known_member_id,
                                             supports_skip_assignment)
