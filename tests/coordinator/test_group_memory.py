@@ -12,7 +12,7 @@ import threading
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
 from oncelog.coordinator.group import classic_group
-from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
+from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
@@ -59,8 +59,10 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
         try:
             a = await one_member_group(c, "a")
             b = await one_member_group(c, "b")
-            for group in (c.groups["a"], c.groups["b"]):
+            for group, member in ((c.groups["a"], a), (c.groups["b"], b)):
                 assert isinstance(group, ClassicGroup)
+                # the member in the group itself, and no rebalance held once Stable
+                assert group._members is member and group.rebalance is None
                 # the KIP-394 handshake's pending member is gone, and its map with it
                 assert group.pending_members is NO_ENTRIES
                 assert group.static_members is NO_ENTRIES
@@ -150,3 +152,44 @@ def test_each_coordinator_runs_its_timers_in_a_context_of_its_own():
     finally:
         release.set()
         elsewhere.join(10)
+
+
+def test_a_group_of_one_holds_its_member_in_itself():
+    group = ClassicGroup("g")
+    one = Member("m1", None, "c", "/h", 1, 1, "consumer", ())
+    two = Member("m2", None, "c", "/h", 1, 1, "consumer", ())
+    group.members["m1"] = one
+    assert group._members is one and dict(group.members) == {"m1": one}
+    group.members["m2"] = two  # a second member: a dict, in joining order
+    assert type(group._members) is dict and list(group.members) == ["m1", "m2"]
+    del group.members["m1"]
+    assert dict(group.members) == {"m2": two} and group._members is two  # inline again
+    assert group.members.pop("m2") is two and group._members is None and not group.members
+    group.members["m1"] = one
+    try:
+        group.members["m2"]
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("found a member that is not there")
+
+
+def test_only_a_rebalance_holds_a_rebalance():
+    """Its timer, the waiting JoinGroups and SyncGroups, who joined during it: made with its
+    first field, gone with the rebalance (Stable, Empty, Dead), none on a stable group."""
+    group = ClassicGroup("g")
+    member = Member("m1", None, "c", "/h", 1, 1, "consumer", ())
+    group.join_timer = None
+    group.initial_delay = None
+    assert group.rebalance is None and group.join_waiter(member) is None
+    assert not hasattr(member, "join_waiter") and not hasattr(member, "is_new")
+    group.set_new(member, True)
+    group.set_sync_waiter(member, "waiting")
+    group.assignment_write = 3
+    assert group.rebalance is not None and group.is_new(member)
+    assert group.sync_waiter(member) == "waiting" and group.assignment_write == 3
+    group.transition(GroupState.COMPLETING_REBALANCE, 1)
+    assert group.pop_sync_waiter(member) == "waiting" and group.sync_waiter(member) is None
+    group.transition(GroupState.STABLE, 2)
+    assert group.rebalance is None and not group.is_new(member)
+    assert group.assignment_write is None
