@@ -671,7 +671,7 @@ class GroupCoordinator:
     @staticmethod
     def _take_over_protocols(member: Member, joining: Member) -> None:
         member.protocols = joining.protocols
-        member.client_id, member.client_host = joining.client_id, joining.client_host
+        member.client, member.host_at = joining.client, joining.host_at
         member.session_timeout_ms = joining.session_timeout_ms
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
 
