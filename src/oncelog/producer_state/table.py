@@ -104,15 +104,20 @@ class ProducerTable:
 
     def replace(self, pid: int, packed: bytes) -> bool:
         """``put`` for a producer already here (False, nothing done: it is not)."""
-        slot = self._slot(pid)
+        # (the produce path's: the producer is the one validate just read, as a rule)
+        slot = self._found_slot if pid == self._found_pid else self._slot(pid)
         if slot == _NONE:
             return False
-        if len(packed) > self._width:
-            self._widen(len(packed))
+        size = len(packed)
+        if size > self._width:
+            self._widen(size)
         if slot != self._newest:
             self._unlink(slot)
             self._link_newest(slot)
-        self._write(slot, packed)
+        at = slot * self._width
+        self._view[at:at + size] = packed
+        self._lengths[slot] = size
+        self._found_packed = packed if type(packed) is bytes else None
         return True
 
     def _write(self, slot: int, packed: bytes) -> None:
