@@ -67,7 +67,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
                 assert group.pending_members is NO_ENTRIES
                 assert group.static_members is NO_ENTRIES
                 assert group.offsets is NO_ENTRIES  # nothing committed yet
-            for field in ("protocol_type", "session_timeout_ms", "rebalance_timeout_ms"):
+            for field in ("session_timeout_ms", "rebalance_timeout_ms"):
                 assert getattr(a, field) is getattr(b, field), field
             assert a.protocols[0] is b.protocols[0]
             assert a.protocols == ("range", b"\x00\x01")  # flat: one tuple, not one a pair
@@ -75,6 +75,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
             assert a.client is not b.client  # client id and host: one string, a member's own
             assert (a.client_id, a.client_host) == ("rdkafka", "/127.0.0.1")
             assert c.groups["a"].protocol is c.groups["b"].protocol
+            assert c.groups["a"].protocol_type is c.groups["b"].protocol_type
             group = c.groups["a"]
             errors = await c.commit("a", group.generation, a.member_id, None, -1,
                                     [OffsetCommitPartition("t", 0, 5, -1, "")])
@@ -102,7 +103,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
 
 def test_groups_and_members_have_no_instance_dict():
     assert not hasattr(ClassicGroup("g"), "__dict__")
-    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", ()), "__dict__")
+    assert not hasattr(Member("m", None, "c", "/h", 1, 1, ()), "__dict__")
 
 
 def test_the_shared_empty_maps_cannot_be_written():
@@ -156,8 +157,8 @@ def test_each_coordinator_runs_its_timers_in_a_context_of_its_own():
 
 def test_a_group_of_one_holds_its_member_in_itself():
     group = ClassicGroup("g")
-    one = Member("m1", None, "c", "/h", 1, 1, "consumer", ())
-    two = Member("m2", None, "c", "/h", 1, 1, "consumer", ())
+    one = Member("m1", None, "c", "/h", 1, 1, ())
+    two = Member("m2", None, "c", "/h", 1, 1, ())
     group.members["m1"] = one
     assert group._members is one and dict(group.members) == {"m1": one}
     group.members["m2"] = two  # a second member: a dict, in joining order
@@ -178,7 +179,7 @@ def test_only_a_rebalance_holds_a_rebalance():
     """Its timer, the waiting JoinGroups and SyncGroups, who joined during it: made with its
     first field, gone with the rebalance (Stable, Empty, Dead), none on a stable group."""
     group = ClassicGroup("g")
-    member = Member("m1", None, "c", "/h", 1, 1, "consumer", ())
+    member = Member("m1", None, "c", "/h", 1, 1, ())
     group.join_timer = None
     group.initial_delay = None
     assert group.rebalance is None and group.join_waiter(member) is None

@@ -85,7 +85,8 @@ class Member:
     host_at: int
     rebalance_timeout_ms: int
     session_timeout_ms: int
-    protocol_type: str
+    # (no protocol type: the group's is the one answered; a joining member's is read once, as
+    # it is added, GroupCoordinator._add_and_rebalance)
     # name, metadata, name, metadata, ... in the member's preference order: one flat tuple
     # (a tuple of pairs was 48 bytes more a member of one protocol, issue 26); flat_protocols
     protocols: tuple[str | bytes, ...]
@@ -95,14 +96,12 @@ class Member:
 
     def __init__(self, member_id: str, group_instance_id: str | None, client_id: str,
                  client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
-                 protocol_type: str, protocols: tuple[str | bytes, ...],
-                 assignment: bytes = b"") -> None:
+                 protocols: tuple[str | bytes, ...], assignment: bytes = b"") -> None:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.set_client(client_id, client_host)
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.session_timeout_ms = session_timeout_ms
-        self.protocol_type = protocol_type
         self.protocols = protocols
         self.assignment = assignment
         self.session_timer = None
@@ -424,7 +423,7 @@ class ClassicGroup:
                     state_timestamp=value.state_timestamp if value.state_timestamp >= 0 else now_ms)
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            m.rebalance_timeout, m.session_timeout, value.protocol_type,
+                            m.rebalance_timeout, m.session_timeout,
                             (value.protocol or "", m.subscription), m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:

@@ -521,17 +521,17 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, flat_protocols(protocols))
+                        session_timeout_ms, flat_protocols(protocols))
         if not member_id:
-            return await self._join_unknown(group, member, require_known_member_id,
+            return await self._join_unknown(group, member, protocol_type, require_known_member_id,
                                             supports_skip_assignment)
-        return await self._join_known(group, member)
+        return await self._join_known(group, member, protocol_type)
 
-    async def _join_unknown(self, group: ClassicGroup, joining: Member,
+    async def _join_unknown(self, group: ClassicGroup, joining: Member, protocol_type: str,
                             require_known_member_id: bool, skip_ok: bool) -> JoinResult:
         instance_id = joining.group_instance_id
         if instance_id is not None and instance_id in group.static_members:
-            return await self._replace_static_member(group, joining, skip_ok)
+            return await self._replace_static_member(group, joining, protocol_type, skip_ok)
         if group.size >= self.config.max_size:
             return JoinResult(E.group_max_size_reached)
         joining.member_id = new_member_id(instance_id or joining.client_id)
@@ -542,15 +542,18 @@ class GroupCoordinator:
                 joining.session_timeout_ms / 1000, self._expire_pending, group,
                 joining.member_id, context=self._timers)
             return JoinResult(E.member_id_required, joining.member_id)
-        return await self._add_and_rebalance(group, joining, "a new member joined")
+        return await self._add_and_rebalance(group, joining, protocol_type,
+                                             "a new member joined")
 
-    async def _join_known(self, group: ClassicGroup, joining: Member) -> JoinResult:
+    async def _join_known(self, group: ClassicGroup, joining: Member,
+                          protocol_type: str) -> JoinResult:
         member_id, instance_id = joining.member_id, joining.group_instance_id
         if group.fenced(member_id, instance_id):
             return JoinResult(E.fenced_instance_id, member_id)
         if member_id in group.pending_members:
             group.pop_pending(member_id).cancel()
-            return await self._add_and_rebalance(group, joining, "a pending member joined")
+            return await self._add_and_rebalance(group, joining, protocol_type,
+                                                 "a pending member joined")
         member = group.members.get(member_id)
         if member is None or group.is_in(_EMPTY, _DEAD):
             return JoinResult(E.unknown_member_id, member_id)
@@ -573,7 +576,7 @@ class GroupCoordinator:
         return self._join_answer(group, member)
 
     async def _replace_static_member(self, group: ClassicGroup, joining: Member,
-                                     skip_ok: bool) -> JoinResult:
+                                     protocol_type: str, skip_ok: bool) -> JoinResult:
         """KIP-345: a static member restarted; it takes its old place under a new member id,
         and the old id is fenced."""
         instance_id = joining.group_instance_id
@@ -583,7 +586,8 @@ class GroupCoordinator:
         joining.member_id = new_id
         if old is None:  # a stale mapping: join as new
             del group.static_members[instance_id]
-            return await self._add_and_rebalance(group, joining, "a static member joined")
+            return await self._add_and_rebalance(group, joining, protocol_type,
+                                                 "a static member joined")
         self._fence(group, old)
         del group.members[old_id]
         old_protocols = old.protocols
@@ -646,14 +650,14 @@ class GroupCoordinator:
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer)
 
-    async def _add_and_rebalance(self, group: ClassicGroup, member: Member,
+    async def _add_and_rebalance(self, group: ClassicGroup, member: Member, protocol_type: str,
                                  reason: str) -> JoinResult:
         group.set_new(member, True)
         group.members[member.member_id] = member
         if member.group_instance_id is not None:
             group.own_static_members()[member.group_instance_id] = member.member_id
         if group.protocol_type is None or not group.protocol_type:
-            group.protocol_type = member.protocol_type
+            group.protocol_type = protocol_type
         if group.initial_delay is not None:
             group.new_member_joined = True
         return await self._rebalance_and_wait(group, member, reason)

@@ -269,7 +269,7 @@ def downgrade(cc: ConsumerGroupCoordinator, group: ConsumerGroup, leaving: str
         classic.members[m.member_id] = Member(
             m.member_id, m.instance_id, m.client_id, m.client_host,
             m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else m.classic.session_timeout_ms,
-            m.classic.session_timeout_ms, PROTOCOL_TYPE, flat_protocols(m.classic.protocols))
+            m.classic.session_timeout_ms, flat_protocols(m.classic.protocols))
         if m.instance_id is not None:
             classic.own_static_members()[m.instance_id] = m.member_id
     classic.protocol = classic.select_protocol()
