@@ -111,9 +111,19 @@ class ProducerTable:
         size = len(packed)
         if size > self._width:
             self._widen(size)
-        if slot != self._newest:
-            self._unlink(slot)
-            self._link_newest(slot)
+        newest = self._newest
+        if slot != newest:  # moved to the newest end (_unlink, _link_newest, inline here)
+            older, newer = self._older, self._newer
+            before, after = older[slot], newer[slot]
+            if before == _NONE:
+                self._oldest = after
+            else:
+                newer[before] = after
+            older[after] = before  # (not the newest: someone is after it)
+            older[slot] = newest
+            newer[slot] = _NONE
+            newer[newest] = slot
+            self._newest = slot
         at = slot * self._width
         self._view[at:at + size] = packed
         self._lengths[slot] = size
@@ -202,7 +212,14 @@ class ProducerTable:
     def _slot(self, pid: int) -> int:
         if pid == self._found_pid:
             return self._found_slot
-        slot = self._index[self._position(pid)]
+        index, pids = self._index, self._pids  # _position, inline on the produce path
+        mask = (1 << self._bits) - 1
+        position = ((pid * _MULTIPLIER) & _MASK64) >> (64 - self._bits)
+        while True:
+            slot = index[position]
+            if slot == _NONE or pids[slot] == pid:
+                break
+            position = (position + 1) & mask
         if slot != _NONE:
             self._found_pid, self._found_slot, self._found_packed = pid, slot, None
         return slot
