@@ -418,8 +418,10 @@ class ProducerStateManager:
         self._entries = ProducerTable.of(entries, self._entry_width())
         self._tombstones = dict(tombstones)
         self.forgotten_up_to = forgotten_up_to
-        ongoing = [(_TXN_FIRST.unpack_from(packed, _TXN_AT)[0], pid)
-                   for pid, packed in self._entries.items()]
+        # (the snapshot's own list when no producer is in it twice, as ours never is: the
+        # same entries, without copying each out of the table again)
+        held = entries if len(entries) == len(self._entries) else self._entries.items()
+        ongoing = [(_TXN_FIRST.unpack_from(packed, _TXN_AT)[0], pid) for pid, packed in held]
         self._ongoing = {pid: first for first, pid in sorted(ongoing) if first != NO_TXN}
         while len(self._entries) > self.limits.max_producers:
             oldest = next((p for p in self._entries if p not in self._ongoing), None)
