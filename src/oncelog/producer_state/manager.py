@@ -4,14 +4,13 @@ Split as Kafka splits it: ``validate`` judges a batch (rules.decide) without cha
 anything, the caller appends the batch to the log, then ``apply`` records it. A batch the log
 did not take leaves no trace here.
 
-Memory: each live producer is one packed entry (epoch, transaction, timestamps and the last N
-batches packed with struct) in a slot of a ProducerTable (table.py): about 150-170 bytes a
-producer with 5 cached batches, where Python objects would take over a kilobyte (and a dict of
-``bytes`` values 227). The table's order is recency: the least recently active producer is
-evicted first when ``max_producers`` is reached and becomes a Tombstone, as do producers idle
-longer than ``expiration_ms``. Tombstones are packed too and go after ``tombstone_ms``. A
-producer with a transaction ongoing here is never moved out (Kafka never expires one either):
-its transaction holds the last stable offset.
+Memory: each live producer is one ``bytes`` value (epoch, transaction, timestamps and the last
+N batches packed with struct) in a dict keyed by producer id: about 230 bytes a producer with 5
+cached batches, where Python objects would take over a kilobyte. The dict's order is recency: the
+least recently active producer is evicted first when ``max_producers`` is reached and becomes
+a Tombstone, as do producers idle longer than ``expiration_ms``. Tombstones are packed too and
+go after ``tombstone_ms``. A producer with a transaction ongoing here is never moved out
+(Kafka never expires one either): its transaction holds the last stable offset.
 
 Transactions: ``_ongoing`` maps each producer with a transaction ongoing here to its first
 offset, in the order they began, which is offset order (appends are sequential): the last
@@ -48,7 +47,6 @@ from .rules import (
     decide_unsequenced,
     judge_next,
 )
-from .table import ProducerTable
 
 # epoch, start sequence, first offset of the ongoing transaction (-1: none), coordinator
 # epoch, last timestamp, last append in whole seconds (a day-scale expiration needs no more).
@@ -108,17 +106,13 @@ class ProducerStateManager:
         self.limits = limits or StateLimits()
         # Bytes of cached batches an append keeps from the packed entry it replaces.
         self._kept_bytes = (self.limits.batches_to_retain - 1) * _BATCH.size
-        self._entries = ProducerTable(self._entry_width())  # least recently active first
+        self._entries: dict[int, bytes] = {}  # least recently active first
         self._tombstones: dict[int, bytes] = {}  # oldest first
         # producer id -> first offset of its transaction ongoing here, in offset order
         self._ongoing: dict[int, int] = {}
         # Producer ids up to this one may have written here and been forgotten since (their
         # compact record dropped): rows 2-2c of the rules. -1 on a new partition.
         self.forgotten_up_to = -1
-
-    def _entry_width(self) -> int:
-        """Bytes of the widest entry an append makes (the table widens for wider ones)."""
-        return _HEAD.size + self.limits.batches_to_retain * _BATCH.size
 
     def set_limits(self, limits: StateLimits) -> None:
         """New limits (a config changed): the next append keeps batches_to_retain batches,
@@ -341,14 +335,18 @@ class ProducerStateManager:
 
     def _store(self, pid: int, packed: bytes, now_ms: int) -> None:
         entries = self._entries
-        if entries.replace(pid, packed):  # the most recently active now
-            return
-        self._tombstones.pop(pid, None)
-        if len(entries) >= self.limits.max_producers:
-            oldest = next((p for p in entries if p not in self._ongoing), None)
-            if oldest is not None:  # else all hold transactions open: none may go
-                self._retire(oldest, now_ms)
-        entries.put(pid, packed)
+        if pid in entries:
+            # Moved to the end (most recently active) unless already there: a pop and
+            # re-insert leaves a hole in the dict until its next resize.
+            if next(reversed(entries)) != pid:
+                del entries[pid]
+        else:
+            self._tombstones.pop(pid, None)
+            if len(entries) >= self.limits.max_producers:
+                oldest = next((p for p in entries if p not in self._ongoing), None)
+                if oldest is not None:  # else all hold transactions open: none may go
+                    self._retire(oldest, now_ms)
+        entries[pid] = packed
 
     def _retire(self, producer_id: int, now_ms: int) -> None:
         """Move a producer out of memory, keeping what judges its next batch."""
@@ -415,20 +413,16 @@ class ProducerStateManager:
         recently active first. An entry with more batches than batches_to_retain is trimmed
         at its next append; producers beyond max_producers (a limit lowered since) become
         compact records, as eviction would have made them."""
-        self._entries = ProducerTable.of(entries, self._entry_width())
+        self._entries = dict(entries)
         self._tombstones = dict(tombstones)
         self.forgotten_up_to = forgotten_up_to
-        # (the snapshot's own list when no producer is in it twice, as ours never is: the
-        # same entries, without copying each out of the table again)
-        held = entries if len(entries) == len(self._entries) else self._entries.items()
-        ongoing = [(_TXN_FIRST.unpack_from(packed, _TXN_AT)[0], pid) for pid, packed in held]
+        ongoing = [(_TXN_FIRST.unpack_from(packed, _TXN_AT)[0], pid)
+                   for pid, packed in self._entries.items()]
         self._ongoing = {pid: first for first, pid in sorted(ongoing) if first != NO_TXN}
         while len(self._entries) > self.limits.max_producers:
             oldest = next((p for p in self._entries if p not in self._ongoing), None)
             if oldest is None:
                 break
-            packed = self._entries.get(oldest)
-            assert packed is not None
-            self._retire(oldest, _unpack(oldest, packed).last_append_ms)
+            self._retire(oldest, _unpack(oldest, self._entries[oldest]).last_append_ms)
         while len(self._tombstones) > self.limits.max_tombstones:
             self._forget(next(iter(self._tombstones)))
