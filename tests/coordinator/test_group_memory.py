@@ -7,11 +7,16 @@ are bench/group_memory.py's and bench/groups.py's (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
+from types import SimpleNamespace
+from typing import cast
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
-from oncelog.coordinator.group import classic_group
+from oncelog.broker import metrics
+from oncelog.coordinator.group import classic_group, group_coordinator
 from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
@@ -163,8 +168,9 @@ def test_a_group_of_one_holds_its_member_in_itself():
     assert group._members is one and dict(group.members) == {"m1": one}
     group.members["m2"] = two  # a second member: a dict, in joining order
     assert type(group._members) is dict and list(group.members) == ["m1", "m2"]
-    del group.members["m1"]
-    assert dict(group.members) == {"m2": two} and group._members is two  # inline again
+    assert group.remove_member("m1") is one
+    assert group._members is two and dict(group.members) == {"m2": two}  # inline again
+    assert group.remove_member("m1") is None and group._members is two
     assert group.members.pop("m2") is two and group._members is None and not group.members
     group.members["m1"] = one
     try:
@@ -194,3 +200,100 @@ def test_only_a_rebalance_holds_a_rebalance():
     group.transition(GroupState.STABLE, 2)
     assert group.rebalance is None and not group.is_new(member)
     assert group.assignment_write is None
+
+
+# --- reading the members, as the metrics scrape does from its own thread --------------------
+
+@contextlib.contextmanager
+def a_read_between_every_line(read, modules=(classic_group, group_coordinator)):
+    """``read()`` run between any two lines the coordinator's group code runs, as a thread
+    reading the groups (the metrics scrape, broker/metrics.py) may be switched to there."""
+    files = {module.__file__ for module in modules}
+    reading = False
+
+    def each_line(frame, event, arg):
+        nonlocal reading
+        if event == "line" and not reading:
+            reading = True
+            try:
+                read()
+            finally:
+                reading = False
+        return each_line
+
+    def each_call(frame, event, arg):
+        return each_line if frame.f_code.co_filename in files else None
+
+    before = sys.gettrace()
+    sys.settrace(each_call)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
+
+
+def scrape(c: GroupCoordinator) -> list[str]:
+    """The metrics scrape's lines of the groups, read from the coordinator ``c``."""
+    broker = SimpleNamespace(groups=c, topics=SimpleNamespace(partition=lambda t, i: None))
+    return metrics._groups(broker)
+
+
+def test_reading_the_members_changes_nothing():
+    """Reading is all a thread other than the loop does to a group: a group whose dict is
+    down to one member keeps it as it is when read (it is made inline by the write that
+    removed the other member, on the loop)."""
+    group = ClassicGroup("g")
+    one = Member("m1", None, "c", "/h", 1, 1, ())
+    group._members = {"m1": one}
+    held = group._members
+    assert len(group.members) == 1 and group.members["m1"] is one and list(group.members)
+    assert group.size == 1 and group._members is held
+
+
+def test_a_read_between_two_steps_of_a_write_loses_no_member():
+    """A member left a group of two, another joins: a read of the members between two lines
+    of the join found a dict of one and made the member inline again, and the join's next
+    line wrote into a Member (TypeError), or its dict was replaced, the new member lost."""
+    group = ClassicGroup("g")
+    a, b, c = (Member(m, None, "c", "/h", 1, 1, ()) for m in ("a", "b", "c"))
+    group.members["a"] = a
+    group.members["b"] = b
+    coordinator = SimpleNamespace(groups={"g": group})
+    with a_read_between_every_line(lambda: scrape(coordinator)):
+        GroupCoordinator._drop_member(cast(GroupCoordinator, None), group, b)
+        group.members["c"] = c
+    assert dict(group.members) == {"a": a, "c": c}
+
+
+def test_a_static_member_rejoins_while_the_members_are_read():
+    """J6 (a static member restarted takes its old place under a new id) with the metrics
+    scrape reading the groups between any two of its lines: the group keeps both members."""
+    async def scenario():
+        c = GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=1,
+                                                             initial_rebalance_delay_ms=50),
+                             lambda t, p: True)
+        await c.load_all()
+        try:
+            def join(instance):
+                return c.join("g", "", instance, "client", "/h", 10_000, 10_000, "consumer",
+                              [("range", b"")], require_known_member_id=True,
+                              supports_skip_assignment=True)
+
+            a, b = await asyncio.gather(join("i-a"), join("i-b"))
+            leader = a if a.member_id == a.leader else b
+            follower = b if leader is a else a
+            waiting = asyncio.ensure_future(c.sync("g", 1, follower.member_id, None, None,
+                                                   None, []))
+            await c.sync("g", 1, leader.member_id, None, None, None,
+                         [(leader.member_id, b"L"), (follower.member_id, b"F")])
+            await waiting
+            instance = "i-b" if follower is b else "i-a"
+            with a_read_between_every_line(lambda: scrape(c)):
+                restarted = await join(instance)
+            assert restarted.error.value == 0
+            assert set(c.groups["g"].members) == {leader.member_id, restarted.member_id}
+            assert 'oncelog_consumer_group_members{group="g"} 2' in scrape(c)
+        finally:
+            c.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

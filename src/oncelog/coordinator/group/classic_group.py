@@ -203,13 +203,13 @@ class _OneMember(MutableMapping):
         held = group._members
         if member.member_id == member_id and (held is None or held.member_id == member_id):
             group._members = member
-        else:
-            group._members = {} if held is None else {held.member_id: held}
-            group._members[member_id] = member
+        else:  # the dict whole before the group holds it: a reader never sees half of it
+            group._members = ({member_id: member} if held is None
+                              else {held.member_id: held, member_id: member})
 
     def __delitem__(self, member_id: str) -> None:
-        self[member_id]  # KeyError when not a member
-        self._group._members = None
+        if self._group.remove_member(member_id) is None:
+            raise KeyError(member_id)
 
     def __iter__(self) -> Iterator[str]:
         member = self._group._members
@@ -241,15 +241,30 @@ class ClassicGroup:
 
     @property
     def members(self) -> MutableMapping[str, Member]:
-        """member id -> Member, in the order they joined. A group back to one member keeps
-        it in itself again (the dict goes) the next time its members are asked for: hold
-        no reference to this mapping across a change of the group."""
+        """member id -> Member, in the order they joined; remove one with remove_member.
+        Reading changes nothing: the metrics scrape reads it from a thread of its own while
+        the loop writes. Hold no reference to this mapping across a change of the group."""
         members = self._members
-        if type(members) is dict:
-            if len(members) > 1:
-                return members
+        return members if type(members) is dict else _OneMember(self)
+
+    def member_count(self) -> int:
+        """len(members), with no mapping made (the metrics scrape's, for every group)."""
+        members = self._members
+        return len(members) if type(members) is dict else 0 if members is None else 1
+
+    def remove_member(self, member_id: str) -> Member | None:
+        """The member removed (None: it was not one). The one place a group's members shrink,
+        on the loop: a group back at one member holds it in itself again (its dict goes)."""
+        members = self._members
+        if type(members) is not dict:
+            if members is None or members.member_id != member_id:
+                return None
+            self._members = None
+            return members
+        member = members.pop(member_id, None)
+        if len(members) <= 1:
             self._members = next(iter(members.values()), None)
-        return _OneMember(self)
+        return member
 
     def rebalancing(self) -> Rebalance:
         """The rebalance going on, made if none is."""
@@ -333,7 +348,7 @@ class ClassicGroup:
 
     @property
     def size(self) -> int:
-        return len(self.members) + len(self.pending_members)
+        return self.member_count() + len(self.pending_members)
 
     def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """A joining member's protocols are consistent with the group's (Kafka's rule: the

@@ -589,7 +589,7 @@ class GroupCoordinator:
             return await self._add_and_rebalance(group, joining, protocol_type,
                                                  "a static member joined")
         self._fence(group, old)
-        del group.members[old_id]
+        group.remove_member(old_id)
         old_protocols = old.protocols
         self._take_over(old, joining)
         group.members[new_id] = old
@@ -611,7 +611,7 @@ class GroupCoordinator:
                 durable = self._append_group(group)
             except WriteFailed as exc:
                 # Not written: undone before anything else saw it, the old id stays.
-                del group.members[new_id]
+                group.remove_member(new_id)
                 old.member_id = old_id
                 old.protocols = old_protocols
                 group.members[old_id] = old
@@ -848,7 +848,7 @@ class GroupCoordinator:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        group.members.pop(member.member_id, None)
+        group.remove_member(member.member_id)
         instance = member.group_instance_id
         if instance is not None and group.static_members.get(instance) == member.member_id:
             del group.static_members[instance]
