@@ -7,12 +7,17 @@ are bench/group_memory.py's and bench/groups.py's (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
+from types import SimpleNamespace
+from typing import cast
 
 from support.group_coordinator_helpers import MemoryOffsetsLog
 
-from oncelog.coordinator.group import classic_group
-from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, Member
+from oncelog.broker import metrics
+from oncelog.coordinator.group import classic_group, group_coordinator
+from oncelog.coordinator.group.classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member
 from oncelog.coordinator.group.group_coordinator import (
     GroupConfig,
     GroupCoordinator,
@@ -59,19 +64,23 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
         try:
             a = await one_member_group(c, "a")
             b = await one_member_group(c, "b")
-            for group in (c.groups["a"], c.groups["b"]):
+            for group, member in ((c.groups["a"], a), (c.groups["b"], b)):
                 assert isinstance(group, ClassicGroup)
+                # the member in the group itself, and no rebalance held once Stable
+                assert group._members is member and group.rebalance is None
                 # the KIP-394 handshake's pending member is gone, and its map with it
                 assert group.pending_members is NO_ENTRIES
                 assert group.static_members is NO_ENTRIES
                 assert group.offsets is NO_ENTRIES  # nothing committed yet
-            for field in ("protocol_type", "session_timeout_ms", "rebalance_timeout_ms"):
+            for field in ("session_timeout_ms", "rebalance_timeout_ms"):
                 assert getattr(a, field) is getattr(b, field), field
-            assert a.protocols[0][0] is b.protocols[0][0]
+            assert a.protocols[0] is b.protocols[0]
+            assert a.protocols == ("range", b"\x00\x01")  # flat: one tuple, not one a pair
             # a member's own values, and long ones, are not kept for good in the tables
-            for field in ("client_id", "client_host"):
-                assert getattr(a, field) is not getattr(b, field), field
+            assert a.client is not b.client  # client id and host: one string, a member's own
+            assert (a.client_id, a.client_host) == ("rdkafka", "/127.0.0.1")
             assert c.groups["a"].protocol is c.groups["b"].protocol
+            assert c.groups["a"].protocol_type is c.groups["b"].protocol_type
             group = c.groups["a"]
             errors = await c.commit("a", group.generation, a.member_id, None, -1,
                                     [OffsetCommitPartition("t", 0, 5, -1, "")])
@@ -82,7 +91,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
             assert len(c._sessions) == 2
             long = "p" * (classic_group.MAX_SHARED_LENGTH + 1)
             c1, c2 = [await one_member_group(c, g, long) for g in ("c1", "c2")]
-            assert c1.protocols[0][0] is not c2.protocols[0][0]
+            assert c1.protocols[0] is not c2.protocols[0]
             assert sorted(classic_group._NAMES) == ["consumer", "range"]
         finally:
             c.close()
@@ -99,7 +108,7 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
 
 def test_groups_and_members_have_no_instance_dict():
     assert not hasattr(ClassicGroup("g"), "__dict__")
-    assert not hasattr(Member("m", None, "c", "/h", 1, 1, "consumer", ()), "__dict__")
+    assert not hasattr(Member("m", None, "c", "/h", 1, 1, ()), "__dict__")
 
 
 def test_the_shared_empty_maps_cannot_be_written():
@@ -149,3 +158,142 @@ def test_each_coordinator_runs_its_timers_in_a_context_of_its_own():
     finally:
         release.set()
         elsewhere.join(10)
+
+
+def test_a_group_of_one_holds_its_member_in_itself():
+    group = ClassicGroup("g")
+    one = Member("m1", None, "c", "/h", 1, 1, ())
+    two = Member("m2", None, "c", "/h", 1, 1, ())
+    group.members["m1"] = one
+    assert group._members is one and dict(group.members) == {"m1": one}
+    group.members["m2"] = two  # a second member: a dict, in joining order
+    assert type(group._members) is dict and list(group.members) == ["m1", "m2"]
+    assert group.remove_member("m1") is one
+    assert group._members is two and dict(group.members) == {"m2": two}  # inline again
+    assert group.remove_member("m1") is None and group._members is two
+    assert group.members.pop("m2") is two and group._members is None and not group.members
+    group.members["m1"] = one
+    try:
+        group.members["m2"]
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("found a member that is not there")
+
+
+def test_only_a_rebalance_holds_a_rebalance():
+    """Its timer, the waiting JoinGroups and SyncGroups, who joined during it: made with its
+    first field, gone with the rebalance (Stable, Empty, Dead), none on a stable group."""
+    group = ClassicGroup("g")
+    member = Member("m1", None, "c", "/h", 1, 1, ())
+    group.join_timer = None
+    group.initial_delay = None
+    assert group.rebalance is None and group.join_waiter(member) is None
+    assert not hasattr(member, "join_waiter") and not hasattr(member, "is_new")
+    group.set_new(member, True)
+    group.set_sync_waiter(member, "waiting")
+    group.assignment_write = 3
+    assert group.rebalance is not None and group.is_new(member)
+    assert group.sync_waiter(member) == "waiting" and group.assignment_write == 3
+    group.transition(GroupState.COMPLETING_REBALANCE, 1)
+    assert group.pop_sync_waiter(member) == "waiting" and group.sync_waiter(member) is None
+    group.transition(GroupState.STABLE, 2)
+    assert group.rebalance is None and not group.is_new(member)
+    assert group.assignment_write is None
+
+
+# --- reading the members, as the metrics scrape does from its own thread --------------------
+
+@contextlib.contextmanager
+def a_read_between_every_line(read, modules=(classic_group, group_coordinator)):
+    """``read()`` run between any two lines the coordinator's group code runs, as a thread
+    reading the groups (the metrics scrape, broker/metrics.py) may be switched to there."""
+    files = {module.__file__ for module in modules}
+    reading = False
+
+    def each_line(frame, event, arg):
+        nonlocal reading
+        if event == "line" and not reading:
+            reading = True
+            try:
+                read()
+            finally:
+                reading = False
+        return each_line
+
+    def each_call(frame, event, arg):
+        return each_line if frame.f_code.co_filename in files else None
+
+    before = sys.gettrace()
+    sys.settrace(each_call)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
+
+
+def scrape(c: GroupCoordinator) -> list[str]:
+    """The metrics scrape's lines of the groups, read from the coordinator ``c``."""
+    broker = SimpleNamespace(groups=c, topics=SimpleNamespace(partition=lambda t, i: None))
+    return metrics._groups(broker)
+
+
+def test_reading_the_members_changes_nothing():
+    """Reading is all a thread other than the loop does to a group: a group whose dict is
+    down to one member keeps it as it is when read (it is made inline by the write that
+    removed the other member, on the loop)."""
+    group = ClassicGroup("g")
+    one = Member("m1", None, "c", "/h", 1, 1, ())
+    group._members = {"m1": one}
+    held = group._members
+    assert len(group.members) == 1 and group.members["m1"] is one and list(group.members)
+    assert group.size == 1 and group._members is held
+
+
+def test_a_read_between_two_steps_of_a_write_loses_no_member():
+    """A member left a group of two, another joins: a read of the members between two lines
+    of the join found a dict of one and made the member inline again, and the join's next
+    line wrote into a Member (TypeError), or its dict was replaced, the new member lost."""
+    group = ClassicGroup("g")
+    a, b, c = (Member(m, None, "c", "/h", 1, 1, ()) for m in ("a", "b", "c"))
+    group.members["a"] = a
+    group.members["b"] = b
+    coordinator = SimpleNamespace(groups={"g": group})
+    with a_read_between_every_line(lambda: scrape(coordinator)):
+        GroupCoordinator._drop_member(cast(GroupCoordinator, None), group, b)
+        group.members["c"] = c
+    assert dict(group.members) == {"a": a, "c": c}
+
+
+def test_a_static_member_rejoins_while_the_members_are_read():
+    """J6 (a static member restarted takes its old place under a new id) with the metrics
+    scrape reading the groups between any two of its lines: the group keeps both members."""
+    async def scenario():
+        c = GroupCoordinator(MemoryOffsetsLog(), GroupConfig(num_partitions=1,
+                                                             initial_rebalance_delay_ms=50),
+                             lambda t, p: True)
+        await c.load_all()
+        try:
+            def join(instance):
+                return c.join("g", "", instance, "client", "/h", 10_000, 10_000, "consumer",
+                              [("range", b"")], require_known_member_id=True,
+                              supports_skip_assignment=True)
+
+            a, b = await asyncio.gather(join("i-a"), join("i-b"))
+            leader = a if a.member_id == a.leader else b
+            follower = b if leader is a else a
+            waiting = asyncio.ensure_future(c.sync("g", 1, follower.member_id, None, None,
+                                                   None, []))
+            await c.sync("g", 1, leader.member_id, None, None, None,
+                         [(leader.member_id, b"L"), (follower.member_id, b"F")])
+            await waiting
+            instance = "i-b" if follower is b else "i-a"
+            with a_read_between_every_line(lambda: scrape(c)):
+                restarted = await join(instance)
+            assert restarted.error.value == 0
+            assert set(c.groups["g"].members) == {leader.member_id, restarted.member_id}
+            assert 'oncelog_consumer_group_members{group="g"} 2' in scrape(c)
+        finally:
+            c.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -136,8 +136,9 @@ def _groups(broker) -> list[str]:
     lags: list[tuple[int, str, str, int]] = []
     for group in list(broker.groups.groups.values()):
         states[group.state.value] += 1
-        if group.members:
-            members.append((len(group.members), group.group_id))
+        count = group.member_count()  # read once, and no mapping made for it
+        if count:
+            members.append((count, group.group_id))
         for (topic, index), committed in list(group.offsets.items()):
             partition = broker.topics.partition(topic, index)
             if partition is not None and partition.is_open:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -74,35 +74,150 @@ def shared_number(number: int) -> int:
     return number
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Member:
     member_id: str
     group_instance_id: str | None
-    client_id: str
-    client_host: str
+    # The member's client id and host (client_id, client_host), its own, as one string: the
+    # client id, then the host from ``host_at`` on (one string's header, 49 bytes, less a
+    # member than two; issue 26).
+    client: str
+    host_at: int
     rebalance_timeout_ms: int
     session_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), the member's preference order
+    # (no protocol type: the group's is the one answered; a joining member's is read once, as
+    # it is added, GroupCoordinator._add_and_rebalance)
+    # name, metadata, name, metadata, ... in the member's preference order: one flat tuple
+    # (a tuple of pairs was 48 bytes more a member of one protocol, issue 26); flat_protocols
+    protocols: tuple[str | bytes, ...]
     assignment: bytes = b""
-    # A JoinGroup or SyncGroup waiting for its answer (the coordinator's futures).
-    join_waiter: Any = None
-    sync_waiter: Any = None
-    is_new: bool = False  # joined during the current rebalance
     session_timer: Any = None
     session_ends: float = 0.0  # the event loop's time the session ends at
 
+    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str,
+                 client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
+                 protocols: tuple[str | bytes, ...], assignment: bytes = b"") -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.set_client(client_id, client_host)
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocols = protocols
+        self.assignment = assignment
+        self.session_timer = None
+        self.session_ends = 0.0
+
+    @property
+    def client_id(self) -> str:
+        return self.client[:self.host_at]
+
+    @property
+    def client_host(self) -> str:
+        return self.client[self.host_at:]
+
+    def set_client(self, client_id: str, client_host: str) -> None:
+        self.client = client_id + client_host
+        self.host_at = len(client_id)
+
     def metadata(self, protocol: str | None) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
+        protocols = self.protocols
+        for i in range(0, len(protocols), 2):
+            if protocols[i] == protocol:
+                return cast(bytes, protocols[i + 1])
         return b""
 
     def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
+        return cast(list[str], list(self.protocols[::2]))
 
-    def same_protocols(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+    def protocol_pairs(self) -> tuple[tuple[str, bytes], ...]:
+        """(name, metadata) in the member's preference order."""
+        return cast(tuple, tuple(zip(self.protocols[::2], self.protocols[1::2], strict=True)))
+
+    def same_protocols(self, protocols: tuple[str | bytes, ...]) -> bool:
         return self.protocols == protocols
+
+
+def flat_protocols(pairs: Sequence[tuple[str, bytes]]) -> tuple[str | bytes, ...]:
+    """A member's ``protocols`` from (name, metadata) pairs."""
+    return tuple([part for pair in pairs for part in pair])
+
+
+@dataclass(eq=False, slots=True)
+class Rebalance:
+    """What a group holds only while it rebalances (Kafka's fields of a rebalance in
+    progress), made when the first of it is set and gone when the group is Stable, Empty or
+    Dead again: a stable group does not carry it (issue 26)."""
+
+    join_timer: Any = None
+    initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
+    new_member_joined: bool = False  # during the initial delay
+    # The generation whose assignment is being written (SyncGroup of the leader), or None.
+    assignment_write: int | None = None
+    # The JoinGroup or SyncGroup each member waits in for its answer (the coordinator's
+    # futures), and the members that joined during this rebalance; keyed by the Member itself,
+    # which keeps its identity when a static member takes a new member id.
+    join_waiters: dict[Member, Any] = field(default_factory=dict)
+    sync_waiters: dict[Member, Any] = field(default_factory=dict)
+    new_members: set[Member] = field(default_factory=set)
+
+
+def _rebalance_field(name: str, default: Any) -> property:
+    """A field of the group's Rebalance read and written as the group's own: its default
+    while none is going on (writing the default then makes none)."""
+    def get(group: ClassicGroup) -> Any:
+        rebalance = group.rebalance
+        return default if rebalance is None else getattr(rebalance, name)
+
+    def put(group: ClassicGroup, value: Any) -> None:
+        if group.rebalance is not None or value != default:
+            setattr(group.rebalancing(), name, value)
+    return property(get, put)
+
+
+class _OneMember(MutableMapping):
+    """The members of a group of at most one, held in the group itself (``_members``: the
+    member, or None) rather than in a dict of their own (184 bytes, issue 26); a second
+    member gives the group a dict. Keys are member ids, as the dict's."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ClassicGroup) -> None:
+        self._group = group
+
+    def __getitem__(self, member_id: str) -> Member:
+        member = self._group._members
+        if member is None or member.member_id != member_id:
+            raise KeyError(member_id)
+        return member
+
+    def get(self, member_id: str, default: Any = None) -> Any:
+        member = self._group._members
+        return member if member is not None and member.member_id == member_id else default
+
+    def __contains__(self, member_id: object) -> bool:
+        member = self._group._members
+        return member is not None and member.member_id == member_id
+
+    def __setitem__(self, member_id: str, member: Member) -> None:
+        group = self._group
+        held = group._members
+        if member.member_id == member_id and (held is None or held.member_id == member_id):
+            group._members = member
+        else:  # the dict whole before the group holds it: a reader never sees half of it
+            group._members = ({member_id: member} if held is None
+                              else {held.member_id: held, member_id: member})
+
+    def __delitem__(self, member_id: str) -> None:
+        if self._group.remove_member(member_id) is None:
+            raise KeyError(member_id)
+
+    def __iter__(self) -> Iterator[str]:
+        member = self._group._members
+        if member is not None:
+            yield member.member_id
+
+    def __len__(self) -> int:
+        return 0 if self._group._members is None else 1
 
 
 @dataclass(eq=False, slots=True)
@@ -113,7 +228,8 @@ class ClassicGroup:
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    # The members (``members``): None, the one member, or a dict of two or more by member id.
+    _members: Member | dict[str, Member] | None = None
     # instance id -> member id; NO_ENTRIES until the first (own_static_members)
     static_members: dict[str, str] = field(default_factory=lambda: NO_ENTRIES)
     # member id -> its timer; NO_ENTRIES until the first (own_pending_members)
@@ -121,11 +237,80 @@ class ClassicGroup:
     # NO_ENTRIES until the first commit (GroupCoordinator._offsets_of gives it its own)
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=lambda: NO_ENTRIES)
     state_timestamp: int = -1  # when the group last changed state (ms)
-    join_timer: Any = None
-    initial_delay: tuple[int, int] | None = None  # (delay ms, ms left of the rebalance timeout)
-    new_member_joined: bool = False  # during the initial delay
-    # The generation whose assignment is being written (SyncGroup of the leader), or None.
-    assignment_write: int | None = None
+    rebalance: Rebalance | None = None  # while one is going on (rebalancing())
+
+    @property
+    def members(self) -> MutableMapping[str, Member]:
+        """member id -> Member, in the order they joined; remove one with remove_member.
+        Reading changes nothing: the metrics scrape reads it from a thread of its own while
+        the loop writes. Hold no reference to this mapping across a change of the group."""
+        members = self._members
+        return members if type(members) is dict else _OneMember(self)
+
+    def member_count(self) -> int:
+        """len(members), with no mapping made (the metrics scrape's, for every group)."""
+        members = self._members
+        return len(members) if type(members) is dict else 0 if members is None else 1
+
+    def remove_member(self, member_id: str) -> Member | None:
+        """The member removed (None: it was not one). The one place a group's members shrink,
+        on the loop: a group back at one member holds it in itself again (its dict goes)."""
+        members = self._members
+        if type(members) is not dict:
+            if members is None or members.member_id != member_id:
+                return None
+            self._members = None
+            return members
+        member = members.pop(member_id, None)
+        if len(members) <= 1:
+            self._members = next(iter(members.values()), None)
+        return member
+
+    def rebalancing(self) -> Rebalance:
+        """The rebalance going on, made if none is."""
+        if self.rebalance is None:
+            self.rebalance = Rebalance()
+        return self.rebalance
+
+    join_timer = _rebalance_field("join_timer", None)
+    initial_delay = _rebalance_field("initial_delay", None)
+    new_member_joined = _rebalance_field("new_member_joined", False)
+    assignment_write = _rebalance_field("assignment_write", None)
+
+    def join_waiter(self, member: Member) -> Any:
+        """The member's JoinGroup waiting for its answer, or None."""
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.join_waiters.get(member)
+
+    def sync_waiter(self, member: Member) -> Any:
+        """The member's SyncGroup waiting for its answer, or None."""
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.sync_waiters.get(member)
+
+    def set_join_waiter(self, member: Member, waiter: Any) -> None:
+        self.rebalancing().join_waiters[member] = waiter
+
+    def set_sync_waiter(self, member: Member, waiter: Any) -> None:
+        self.rebalancing().sync_waiters[member] = waiter
+
+    def pop_join_waiter(self, member: Member) -> Any:
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.join_waiters.pop(member, None)
+
+    def pop_sync_waiter(self, member: Member) -> Any:
+        rebalance = self.rebalance
+        return None if rebalance is None else rebalance.sync_waiters.pop(member, None)
+
+    def is_new(self, member: Member) -> bool:
+        """The member joined during the current rebalance."""
+        rebalance = self.rebalance
+        return rebalance is not None and member in rebalance.new_members
+
+    def set_new(self, member: Member, new: bool) -> None:
+        if new:
+            self.rebalancing().new_members.add(member)
+        elif self.rebalance is not None:
+            self.rebalance.new_members.discard(member)
 
     def own_static_members(self) -> dict[str, str]:
         """``static_members``, to write into."""
@@ -151,15 +336,19 @@ class ClassicGroup:
     # --- the rules ------------------------------------------------------------------------
 
     def transition(self, state: GroupState, now_ms: int) -> None:
+        """To ``state``; Stable, Empty or Dead end the rebalance (the coordinator has answered
+        its waiting requests and stopped its timer by then)."""
         self.state = state
         self.state_timestamp = now_ms
+        if state is GroupState.STABLE or state is GroupState.EMPTY or state is GroupState.DEAD:
+            self.rebalance = None
 
     def is_in(self, *states: GroupState) -> bool:
         return self.state in states
 
     @property
     def size(self) -> int:
-        return len(self.members) + len(self.pending_members)
+        return self.member_count() + len(self.pending_members)
 
     def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """A joining member's protocols are consistent with the group's (Kafka's rule: the
@@ -204,7 +393,7 @@ class ClassicGroup:
 
     def all_rejoined(self) -> bool:
         return not self.pending_members and all(
-            m.join_waiter is not None for m in self.members.values())
+            self.join_waiter(m) is not None for m in self.members.values())
 
     def is_static(self, member_id: str, instance_id: str | None) -> bool:
         return instance_id is not None and self.static_members.get(instance_id) == member_id
@@ -249,8 +438,8 @@ class ClassicGroup:
                     state_timestamp=value.state_timestamp if value.state_timestamp >= 0 else now_ms)
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            m.rebalance_timeout, m.session_timeout, value.protocol_type,
-                            ((value.protocol or "", m.subscription),), m.assignment)
+                            m.rebalance_timeout, m.session_timeout,
+                            (value.protocol or "", m.subscription), m.assignment)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
                 group.own_static_members()[m.group_instance_id] = m.member_id

@@ -296,6 +296,10 @@ class ConsumerGroup:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
+    def member_count(self) -> int:
+        """As ClassicGroup's (the metrics scrape reads both)."""
+        return len(self.members)
+
     def is_in(self, *states: enum.Enum) -> bool:
         """Whether the group is in one of the states, by name: Empty and Dead mean the same
         in both protocols, so the classic coordinator's offset rules read the same here."""

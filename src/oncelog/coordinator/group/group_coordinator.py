@@ -170,6 +170,7 @@ from .classic_group import (
     ClassicGroup,
     GroupState,
     Member,
+    flat_protocols,
     shared_name,
     shared_number,
 )
@@ -357,7 +358,7 @@ class GroupCoordinator:
         """A classic group's timers cancelled and its waiting requests answered ``error``."""
         _cancel_timers(group)
         for member in group.members.values():
-            self._answer_waiters(member, error)
+            self._answer_waiters(group, member, error)
 
     async def _load_logged(self, load: Load) -> None:
         """The load, and its retries while it fails (ownership.py O12-O16)."""
@@ -520,17 +521,17 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, protocols)
+                        session_timeout_ms, flat_protocols(protocols))
         if not member_id:
-            return await self._join_unknown(group, member, require_known_member_id,
+            return await self._join_unknown(group, member, protocol_type, require_known_member_id,
                                             supports_skip_assignment)
-        return await self._join_known(group, member)
+        return await self._join_known(group, member, protocol_type)
 
-    async def _join_unknown(self, group: ClassicGroup, joining: Member,
+    async def _join_unknown(self, group: ClassicGroup, joining: Member, protocol_type: str,
                             require_known_member_id: bool, skip_ok: bool) -> JoinResult:
         instance_id = joining.group_instance_id
         if instance_id is not None and instance_id in group.static_members:
-            return await self._replace_static_member(group, joining, skip_ok)
+            return await self._replace_static_member(group, joining, protocol_type, skip_ok)
         if group.size >= self.config.max_size:
             return JoinResult(E.group_max_size_reached)
         joining.member_id = new_member_id(instance_id or joining.client_id)
@@ -541,15 +542,18 @@ class GroupCoordinator:
                 joining.session_timeout_ms / 1000, self._expire_pending, group,
                 joining.member_id, context=self._timers)
             return JoinResult(E.member_id_required, joining.member_id)
-        return await self._add_and_rebalance(group, joining, "a new member joined")
+        return await self._add_and_rebalance(group, joining, protocol_type,
+                                             "a new member joined")
 
-    async def _join_known(self, group: ClassicGroup, joining: Member) -> JoinResult:
+    async def _join_known(self, group: ClassicGroup, joining: Member,
+                          protocol_type: str) -> JoinResult:
         member_id, instance_id = joining.member_id, joining.group_instance_id
         if group.fenced(member_id, instance_id):
             return JoinResult(E.fenced_instance_id, member_id)
         if member_id in group.pending_members:
             group.pop_pending(member_id).cancel()
-            return await self._add_and_rebalance(group, joining, "a pending member joined")
+            return await self._add_and_rebalance(group, joining, protocol_type,
+                                                 "a pending member joined")
         member = group.members.get(member_id)
         if member is None or group.is_in(_EMPTY, _DEAD):
             return JoinResult(E.unknown_member_id, member_id)
@@ -572,7 +576,7 @@ class GroupCoordinator:
         return self._join_answer(group, member)
 
     async def _replace_static_member(self, group: ClassicGroup, joining: Member,
-                                     skip_ok: bool) -> JoinResult:
+                                     protocol_type: str, skip_ok: bool) -> JoinResult:
         """KIP-345: a static member restarted; it takes its old place under a new member id,
         and the old id is fenced."""
         instance_id = joining.group_instance_id
@@ -582,9 +586,10 @@ class GroupCoordinator:
         joining.member_id = new_id
         if old is None:  # a stale mapping: join as new
             del group.static_members[instance_id]
-            return await self._add_and_rebalance(group, joining, "a static member joined")
-        self._fence(old)
-        del group.members[old_id]
+            return await self._add_and_rebalance(group, joining, protocol_type,
+                                                 "a static member joined")
+        self._fence(group, old)
+        group.remove_member(old_id)
         old_protocols = old.protocols
         self._take_over(old, joining)
         group.members[new_id] = old
@@ -606,7 +611,7 @@ class GroupCoordinator:
                 durable = self._append_group(group)
             except WriteFailed as exc:
                 # Not written: undone before anything else saw it, the old id stays.
-                del group.members[new_id]
+                group.remove_member(new_id)
                 old.member_id = old_id
                 old.protocols = old_protocols
                 group.members[old_id] = old
@@ -630,29 +635,29 @@ class GroupCoordinator:
         member.member_id = joining.member_id
         cls._take_over_protocols(member, joining)
 
-    def _fence(self, member: Member) -> None:
+    def _fence(self, group: ClassicGroup, member: Member) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        self._answer_waiters(member, E.fenced_instance_id)
+        self._answer_waiters(group, member, E.fenced_instance_id)
 
     @staticmethod
-    def _answer_waiters(member: Member, error: ErrorCode) -> None:
+    def _answer_waiters(group: ClassicGroup, member: Member, error: ErrorCode) -> None:
         """End a member's JoinGroup and SyncGroup in waiting with ``error``."""
-        for waiter, answer in ((member.join_waiter, JoinResult(error, member.member_id)),
-                               (member.sync_waiter, SyncResult(error))):
+        for waiter, answer in ((group.pop_join_waiter(member),
+                                JoinResult(error, member.member_id)),
+                               (group.pop_sync_waiter(member), SyncResult(error))):
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer)
-        member.join_waiter = member.sync_waiter = None
 
-    async def _add_and_rebalance(self, group: ClassicGroup, member: Member,
+    async def _add_and_rebalance(self, group: ClassicGroup, member: Member, protocol_type: str,
                                  reason: str) -> JoinResult:
-        member.is_new = True
+        group.set_new(member, True)
         group.members[member.member_id] = member
         if member.group_instance_id is not None:
             group.own_static_members()[member.group_instance_id] = member.member_id
         if group.protocol_type is None or not group.protocol_type:
-            group.protocol_type = member.protocol_type
+            group.protocol_type = protocol_type
         if group.initial_delay is not None:
             group.new_member_joined = True
         return await self._rebalance_and_wait(group, member, reason)
@@ -670,29 +675,31 @@ class GroupCoordinator:
     @staticmethod
     def _take_over_protocols(member: Member, joining: Member) -> None:
         member.protocols = joining.protocols
-        member.client_id, member.client_host = joining.client_id, joining.client_host
+        member.client, member.host_at = joining.client, joining.host_at
         member.session_timeout_ms = joining.session_timeout_ms
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
 
     async def _rebalance_and_wait(self, group: ClassicGroup, member: Member,
                                   reason: str) -> JoinResult:
-        future = self._await_join(member)
+        future = self._await_join(group, member)
         if group.is_in(_STABLE, _COMPLETING, _EMPTY):
             self._prepare_rebalance(group, reason)
         self._maybe_complete_join(group)
         return await future
 
     async def _wait_join(self, group: ClassicGroup, member: Member) -> JoinResult:
-        future = self._await_join(member)
+        future = self._await_join(group, member)
         self._maybe_complete_join(group)
         return await future
 
-    def _await_join(self, member: Member) -> asyncio.Future:
-        if member.join_waiter is not None and not member.join_waiter.done():
+    def _await_join(self, group: ClassicGroup, member: Member) -> asyncio.Future:
+        older = group.join_waiter(member)
+        if older is not None and not older.done():
             # The member sent another JoinGroup: the older one is answered as Kafka does.
-            member.join_waiter.set_result(JoinResult(E.unknown_member_id, member.member_id))
-        member.join_waiter = asyncio.get_running_loop().create_future()
-        return member.join_waiter
+            older.set_result(JoinResult(E.unknown_member_id, member.member_id))
+        future = asyncio.get_running_loop().create_future()
+        group.set_join_waiter(member, future)
+        return future
 
     def _join_answer(self, group: ClassicGroup, member: Member) -> JoinResult:
         members: tuple = ()
@@ -709,9 +716,9 @@ class GroupCoordinator:
             # Assignments of the generation that never became stable are void.
             for member in group.members.values():
                 member.assignment = b""
-                if member.sync_waiter is not None and not member.sync_waiter.done():
-                    member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
-                member.sync_waiter = None
+                waiter = group.pop_sync_waiter(member)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(SyncResult(E.rebalance_in_progress))
         if group.join_timer is not None:
             group.join_timer.cancel()
         loop = asyncio.get_running_loop()
@@ -761,7 +768,7 @@ class GroupCoordinator:
     def _complete_join(self, group: ClassicGroup) -> None:
         if not group.is_in(_PREPARING):
             return
-        for member in [m for m in group.members.values() if m.join_waiter is None]:
+        for member in [m for m in group.members.values() if group.join_waiter(m) is None]:
             log.info("group %s: member %s did not rejoin in time", group.group_id,
                      member.member_id)
             self._drop_member(group, member)
@@ -785,8 +792,8 @@ class GroupCoordinator:
                  group.group_id, group.generation, len(group.members), group.protocol,
                  group.leader)
         for member in group.members.values():
-            member.is_new = False
-            waiter, member.join_waiter = member.join_waiter, None
+            group.set_new(member, False)
+            waiter = group.pop_join_waiter(member)
             self._schedule_session(group, member)
             if waiter is not None and not waiter.done():
                 waiter.set_result(self._join_answer(group, member))
@@ -805,7 +812,7 @@ class GroupCoordinator:
         """The member's session now ends ``timeout`` from now. Every Heartbeat moves it, so
         a timer that fires no later than the new end is kept (when it fires before the end,
         it is set again for the end) rather than cancelled and made anew each time."""
-        timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new and group.is_in(_PREPARING)
+        timeout = (NEW_MEMBER_JOIN_TIMEOUT_MS if group.is_in(_PREPARING) and group.is_new(member)
                    else member.session_timeout_ms)
         # in whole milliseconds, as its deadline is (session_deadlines.whole_ms)
         member.session_ends = ends = whole_ms(self._sessions.now() + timeout / 1000)
@@ -824,7 +831,7 @@ class GroupCoordinator:
             return
         if group.members.get(member.member_id) is not member:  # H1
             return
-        if member.join_waiter is not None or member.sync_waiter is not None:  # H2
+        if group.join_waiter(member) is not None or group.sync_waiter(member) is not None:  # H2
             self._schedule_session(group, member)
             return
         # H3
@@ -841,7 +848,7 @@ class GroupCoordinator:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        group.members.pop(member.member_id, None)
+        group.remove_member(member.member_id)
         instance = member.group_instance_id
         if instance is not None and group.static_members.get(instance) == member.member_id:
             del group.static_members[instance]
@@ -849,7 +856,7 @@ class GroupCoordinator:
             group.leader = next(iter(group.members), None)
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> None:
-        self._answer_waiters(member, E.unknown_member_id)
+        self._answer_waiters(group, member, E.unknown_member_id)
         self._drop_member(group, member)
         if group.is_in(_STABLE, _COMPLETING):
             self._prepare_rebalance(group, reason)
@@ -897,9 +904,11 @@ class GroupCoordinator:
             self._schedule_session(group, member)
             return SyncResult(E.none, group.protocol_type, group.protocol, member.assignment)
         # CompletingRebalance
-        if member.sync_waiter is not None and not member.sync_waiter.done():
-            member.sync_waiter.set_result(SyncResult(E.rebalance_in_progress))
-        future = member.sync_waiter = asyncio.get_running_loop().create_future()
+        older = group.sync_waiter(member)
+        if older is not None and not older.done():
+            older.set_result(SyncResult(E.rebalance_in_progress))
+        future = asyncio.get_running_loop().create_future()
+        group.set_sync_waiter(member, future)
         self._schedule_session(group, member)
         if member_id == group.leader and group.assignment_write != group.generation:
             self._write_assignment(group, dict(assignments))
@@ -925,7 +934,7 @@ class GroupCoordinator:
                            error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = previous.get(member.member_id, b"")
-            waiter, member.sync_waiter = member.sync_waiter, None
+            waiter = group.pop_sync_waiter(member)
             if waiter is not None and not waiter.done():
                 waiter.set_result(SyncResult(error))
         self._prepare_rebalance(group, "storing the assignment failed")
@@ -946,10 +955,11 @@ class GroupCoordinator:
         if error is not None:
             self._assignment_failed(group, previous, error)
             return
+        # (the waiters taken before the transition, which ends the rebalance holding them)
+        waiters = [(member, group.pop_sync_waiter(member)) for member in group.members.values()]
         group.transition(_STABLE, self.now_ms())
         log.info("group %s: stable at generation %d", group.group_id, generation)
-        for member in group.members.values():
-            waiter, member.sync_waiter = member.sync_waiter, None
+        for member, waiter in waiters:
             if waiter is not None and not waiter.done():
                 waiter.set_result(SyncResult(E.none, group.protocol_type, group.protocol,
                                              member.assignment))

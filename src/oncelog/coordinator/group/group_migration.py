@@ -86,7 +86,7 @@ from . import consumer_group as cg
 from . import consumer_records as cr
 from . import group_records as rec
 from .classic_answers import JoinResult, SyncResult, new_member_id
-from .classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member
+from .classic_group import NO_ENTRIES, ClassicGroup, GroupState, Member, flat_protocols
 from .consumer_group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,8 @@ class GroupCoordinator(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def _answer_waiters(self, member: Member, error: ErrorCode) -> None: ...
+    def _answer_waiters(self, group: ClassicGroup, member: Member, error: ErrorCode
+                        ) -> None: ...
 
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None: ...
 
@@ -181,7 +182,7 @@ def plan_upgrade(classic: ClassicGroup, cfg: ConsumerGroupConfig, image: cg.Topi
             m.member_id, m.group_instance_id, getattr(subscription, "rack_id", None) or None,
             m.client_id, m.client_host, tuple(subscription.topics), None,
             m.rebalance_timeout_ms, None, epoch, epoch, cg.MemberState.STABLE, assigned, {},
-            cr.ClassicMemberMetadata(m.session_timeout_ms, tuple(m.protocols)))
+            cr.ClassicMemberMetadata(m.session_timeout_ms, m.protocol_pairs()))
         records.append(cr.Record(cr.Key(cr.MEMBER_METADATA, g, m.member_id), member.metadata()))
         records.append(cr.Record(cr.Key(cr.TARGET_MEMBER, g, m.member_id),
                                  cr.TargetMemberValue(assigned)))
@@ -213,7 +214,7 @@ def install_upgrade(coordinator: GroupCoordinator, classic: ClassicGroup,
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        coordinator._answer_waiters(member, E.rebalance_in_progress)
+        coordinator._answer_waiters(classic, member, E.rebalance_in_progress)
     classic.transition(GroupState.DEAD, coordinator.now_ms())
     coordinator.groups[classic.group_id] = upgrade.group
     for member_id in upgrade.group.members:
@@ -268,7 +269,7 @@ def downgrade(cc: ConsumerGroupCoordinator, group: ConsumerGroup, leaving: str
         classic.members[m.member_id] = Member(
             m.member_id, m.instance_id, m.client_id, m.client_host,
             m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else m.classic.session_timeout_ms,
-            m.classic.session_timeout_ms, PROTOCOL_TYPE, tuple(m.classic.protocols))
+            m.classic.session_timeout_ms, flat_protocols(m.classic.protocols))
         if m.instance_id is not None:
             classic.own_static_members()[m.instance_id] = m.member_id
     classic.protocol = classic.select_protocol()
