@@ -68,6 +68,20 @@ def connection_lost(exc: KafkaError) -> bool:
     return exc.error == ErrorCode.network_exception
 
 
+# Retriable in Kafka, yet answered at once: a topic that may never be made is not waited
+# for (as Kafka's Admin answers it), and a broker whose disk failed keeps the directory
+# online here (Kafka takes it offline and moves the leader), so asking again would only
+# write again to the disk that just failed.
+_FINAL_AT_LEADER = frozenset({ErrorCode.unknown_topic_or_partition,
+                              ErrorCode.kafka_storage_error})
+
+
+def at_leader_again(exc: KafkaError) -> bool:
+    """A partition's error its leader, looked up again, may not answer: Kafka's retriable
+    errors (a connection lost included) but _FINAL_AT_LEADER."""
+    return exc.is_retriable() and exc.error not in _FINAL_AT_LEADER
+
+
 class AdminBase:
     def __init__(self, config: dict[str, str]) -> None:
         self.bootstrap = config.get("bootstrap.servers", "127.0.0.1:9092")
@@ -166,14 +180,39 @@ class AdminBase:
                 by_leader.setdefault(address, {})[topic, partition] = value
         return by_leader
 
-    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
-        info = self.metadata([topic])
-        leaders = {p.index: p.leader for p in info.topics[topic].partitions}
-        if partition not in leaders:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
-        if leaders[partition] < 0 or leaders[partition] not in info.brokers:
-            raise KafkaError(ErrorCode.leader_not_available, f"{topic}-{partition}")
-        return info.brokers[leaders[partition]]
+    def _leader_call(self, wanted: dict[tuple[str, int], Any],
+                     ask: Callable[[BrokerConnection, dict[tuple[str, int], Any]],
+                                   dict[tuple[str, int], Any]]
+                     ) -> dict[tuple[str, int], Any]:
+        """Each partition of ``wanted`` asked of its leader: ``ask(leader's connection, its
+        partitions)`` -> (topic, partition) -> the answer, or its KafkaError. As Kafka's
+        Admin does, every attempt looks the leaders up afresh, and a partition whose leader
+        moved or died (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, its connection lost:
+        any retriable error, see at_leader_again) is asked again after RETRY_BACKOFF until
+        the admin's timeout; then it keeps its last error."""
+        deadline = time.monotonic() + self.timeout
+        result: dict[tuple[str, int], Any] = {}
+        left = dict(wanted)
+        while True:
+            try:
+                by_leader = self._by_leader(left, result)
+            except KafkaError as exc:  # no broker answered Metadata
+                if not at_leader_again(exc):
+                    raise
+                by_leader = {}
+                result.update(dict.fromkeys(left, exc))
+            for leader, asked in by_leader.items():
+                try:
+                    result.update(ask(self._broker(*leader), asked))
+                except KafkaError as exc:  # the leader's broker died: look it up again
+                    if not at_leader_again(exc):
+                        raise
+                    result.update(dict.fromkeys(asked, exc))
+            left = {tp: value for tp, value in left.items()
+                    if isinstance(result.get(tp), KafkaError) and at_leader_again(result[tp])}
+            if not left or time.monotonic() + RETRY_BACKOFF >= deadline:
+                return result
+            time.sleep(RETRY_BACKOFF)
 
     def _brokers_by_id(self) -> list[tuple[int, BrokerConnection]]:
         brokers = self.metadata([]).brokers

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol import api_versions as apis
 from ...protocol.schema import build
 from ..network.connection import KafkaError
-from .base import AdminBase, raise_for
+from .base import AdminBase
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,43 +73,37 @@ class RecordsAdmin(AdminBase):
         """One request to each partition's leader, made by ``request`` from its partitions
         (topic -> [(partition, value)]): (topic, partition) -> ``value_of`` its answer, or
         its error."""
-        result: dict[tuple[str, int], int | KafkaError] = {}
-        for leader, asked in self._by_leader(wanted, result).items():
-            response = self._broker(*leader).call(api_key, request(_by_topic(asked)))
-            for t in response.topics:
-                for p in t.partitions:
-                    result[t.name, p.partition_index] = (
-                        value_of(p) if p.error_code == ErrorCode.none
-                        else KafkaError(p.error_code, f"{t.name}-{p.partition_index}"))
-        return result
+        def ask(conn, asked):
+            response = conn.call(api_key, request(_by_topic(asked)))
+            return {(t.name, p.partition_index): value_of(p) if p.error_code == ErrorCode.none
+                    else KafkaError(p.error_code, f"{t.name}-{p.partition_index}")
+                    for t in response.topics for p in t.partitions}
+
+        return self._leader_call(wanted, ask)
 
     def describe_producers(self, topic: str,
                            partitions: list[int]) -> dict[int, list[ProducerInfo]]:
         """DescribeProducers (KIP-664): the idempotent producers each partition remembers,
         asked of each partition's leader (the one that knows them), as Kafka's admin does."""
-        errors: dict[tuple[str, int], KafkaError] = {}
-        by_leader = self._by_leader({(topic, p): p for p in partitions}, errors)
-        for error in errors.values():
-            raise error
-        result = {}
-        for (host, port), wanted in by_leader.items():
-            led = sorted(wanted.values())
-
-            def make(mod, version, led=led):
+        def ask(conn, asked):
+            def make(mod, version):
                 return build(mod.DescribeProducersRequest, topics=(
-                    build(mod.TopicRequest, name=topic, partition_indexes=tuple(led)),))
+                    build(mod.TopicRequest, name=topic,
+                          partition_indexes=tuple(sorted(asked.values()))),))
 
-            response = self._broker(host, port).call(apis.DESCRIBE_PRODUCERS, make)
-            for t in response.topics:
-                for p in t.partitions:
-                    raise_for(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
-                    result[p.partition_index] = [
-                        ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
-                                     s.last_timestamp, s.coordinator_epoch,
-                                     s.current_txn_start_offset)
-                        for s in p.active_producers
-                    ]
-        return result
+            response = conn.call(apis.DESCRIBE_PRODUCERS, make)
+            return {(topic, p.partition_index): [
+                ProducerInfo(s.producer_id, s.producer_epoch, s.last_sequence,
+                             s.last_timestamp, s.coordinator_epoch, s.current_txn_start_offset)
+                for s in p.active_producers] if p.error_code == ErrorCode.none
+                else KafkaError(p.error_code, p.error_message or f"{topic}-{p.partition_index}")
+                for t in response.topics for p in t.partitions}
+
+        answers = self._leader_call({(topic, p): p for p in partitions}, ask)
+        for answer in answers.values():
+            if isinstance(answer, KafkaError):
+                raise answer
+        return {p: answer for (_, p), answer in answers.items()}
 
 
 def _by_topic(wanted: dict[tuple[str, int], int]) -> dict[str, list[tuple[int, int]]]:

@@ -124,8 +124,6 @@ class TransactionsAdmin(AdminBase):
                           producer_epoch: int, coordinator_epoch: int) -> None:
         """Write an ABORT marker of the producer to the partition (WriteTxnMarkers to its
         leader), as Kafka's Admin.abortTransaction does for a hanging transaction."""
-        host, port = self._leader(topic, partition)
-
         def make(mod, version):
             marker = build(mod.WritableTxnMarker, producer_id=producer_id,
                            producer_epoch=producer_epoch, transaction_result=False,
@@ -134,11 +132,15 @@ class TransactionsAdmin(AdminBase):
                                          partition_indexes=(partition,)),))
             return build(mod.WriteTxnMarkersRequest, markers=(marker,))
 
-        response = self._broker(host, port).call(apis.WRITE_TXN_MARKERS, make)
-        for m in response.markers:
-            for t in m.topics:
-                for p in t.partitions:
-                    raise_for(p.error_code, f"{t.name}-{p.partition_index}")
+        def ask(conn, asked):
+            response = conn.call(apis.WRITE_TXN_MARKERS, make)
+            return {(t.name, p.partition_index): None if p.error_code == ErrorCode.none
+                    else KafkaError(p.error_code, f"{t.name}-{p.partition_index}")
+                    for m in response.markers for t in m.topics for p in t.partitions}
+
+        for answer in self._leader_call({(topic, partition): partition}, ask).values():
+            if answer is not None:
+                raise answer
 
     # --- ending others' transactions (KIP-939) -------------------------------------------
 
