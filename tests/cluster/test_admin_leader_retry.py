@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 from support.three_brokers import TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
@@ -75,3 +76,13 @@ def test_a_leader_call_gives_up_at_the_timeout_with_the_retriable_error(cluster)
             admin.abort_transaction("orphan", 0, producer_id=1, producer_epoch=0,
                                     coordinator_epoch=0)
         assert raised.value.is_retriable(), raised.value
+
+
+def test_a_topic_metadata_refuses_is_answered_its_own_error_at_once(cluster):
+    """A topic the Metadata answer leaves out with an error of its own (here a name Kafka
+    refuses; an ACL's TOPIC_AUTHORIZATION_FAILED takes the same way) keeps that error,
+    not UNKNOWN_TOPIC_OR_PARTITION, and is not asked again."""
+    with _admin(cluster, TIMEOUT) as admin:
+        answer = admin.list_offsets({("no spaces!", 0): calls.LATEST})[("no spaces!", 0)]
+        assert isinstance(answer, KafkaError), answer
+        assert answer.error == ErrorCode.invalid_topic_exception, answer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Self
 
@@ -47,6 +47,8 @@ class ClusterInfo:
     cluster_id: str | None
     brokers: dict[int, tuple[str, int]]
     topics: dict[str, TopicInfo]
+    # a named topic the answer left out (missing_ok), with the error it was answered
+    topic_errors: dict[str, ErrorCode] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +147,20 @@ class AdminBase:
 
         response = self._bootstrap_call(apis.METADATA, make)
         result = {}
+        topic_errors = {}
         for t in response.topics:
             if t.error_code != ErrorCode.none:
                 if topics is not None and not missing_ok:
                     raise_for(t.error_code, f"topic {t.name!r}")
+                topic_errors[t.name] = ErrorCode(t.error_code)
                 continue
             result[t.name] = TopicInfo(t.name, tuple(sorted(
                 (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes),
                                tuple(p.isr_nodes)) for p in t.partitions),
                 key=lambda p: p.index)))
         return ClusterInfo(getattr(response, "cluster_id", None),
-                           {b.node_id: (b.host, b.port) for b in response.brokers}, result)
+                           {b.node_id: (b.host, b.port) for b in response.brokers}, result,
+                           topic_errors)
 
     # --- where a request goes: a partition's leader, every broker, a coordinator -------------
 
@@ -169,9 +174,11 @@ class AdminBase:
         for (topic, partition), value in wanted.items():
             known = info.topics.get(topic)
             leaders = {p.index: p.leader for p in known.partitions} if known else {}
-            if partition not in leaders:
-                errors[topic, partition] = KafkaError(ErrorCode.unknown_topic_or_partition,
-                                                      f"{topic}-{partition}")
+            if partition not in leaders:  # the topic's own error (e.g. not authorized)
+                errors[topic, partition] = KafkaError(
+                    info.topic_errors.get(topic, ErrorCode.unknown_topic_or_partition)
+                    if known is None else ErrorCode.unknown_topic_or_partition,
+                    f"{topic}-{partition}")
             elif leaders[partition] not in info.brokers:
                 errors[topic, partition] = KafkaError(ErrorCode.leader_not_available,
                                                       f"{topic}-{partition}")
