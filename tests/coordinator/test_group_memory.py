@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 import threading
 from types import SimpleNamespace
@@ -89,6 +90,12 @@ def test_a_one_member_group_holds_no_more_than_it_uses(monkeypatch):
             # one loop timer for every member's session, not one each
             assert isinstance(a.session_timer, SessionDeadline)
             assert len(c._sessions) == 2
+            # the deadline's time inside it, not a float beside it (the join moved the
+            # member's session end past the deadline's: two times, one float object)
+            assert a.session_timer.when() < a.session_ends
+            assert not [o for o in gc.get_referents(a.session_timer) if type(o) is float]
+            # a partition's group ids: a dict's keys, no set's stored hashes
+            assert {type(held) for held in c.groups._of.values()} == {dict}
             long = "p" * (classic_group.MAX_SHARED_LENGTH + 1)
             c1, c2 = [await one_member_group(c, g, long) for g in ("c1", "c2")]
             assert c1.protocols[0] is not c2.protocols[0]
