@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -613,6 +617,57 @@ def test_close_with_a_timeout_settles_every_future(broker):
         assert isinstance(future.exception(0), KafkaError)
     finally:
         os.kill(broker.proc.pid, signal.SIGCONT)
+
+
+# A program that ends without closing its producer. ``slow_exit`` (argv[2], when given), a
+# shared library whose destructor sleeps, holds the process in exit() for 1.5 s after
+# Py_FinalizeEx (which takes a few tenths of a second here), as a loaded machine may hold it:
+# the sender's loop, idle, its next timer retry.backoff.ms * 10 (1 s) after the flush, then
+# wakes there if it still runs.
+EXIT_WITHOUT_CLOSE = """
+import atexit, ctypes, sys, threading, time
+import oncelog
+
+def sender_threads():
+    names = [t.name for t in threading.enumerate() if t.name == "oncelog-producer-sender"]
+    print("sender threads at finalisation:", len(names), flush=True)
+
+atexit.register(sender_threads)  # runs after what the producer registers later (LIFO)
+if len(sys.argv) > 2:
+    ctypes.CDLL(sys.argv[2])
+p = oncelog.Producer({"bootstrap.servers": sys.argv[1]})
+p.produce("exit", b"v", partition=0)
+p.flush(30)
+time.sleep(0.1)  # the sender idle, waiting on its timer
+"""
+SLOW_EXIT_C = """
+#include <unistd.h>
+__attribute__((destructor)) static void slow_exit(void) { usleep(1500000); }
+"""
+
+
+def test_a_program_ending_without_close_exits_cleanly(broker, tmp_path):
+    """The sender thread runs uvloop, whose callbacks take the GIL with PyGILState_Ensure:
+    woken after Py_FinalizeEx has torn down the thread states, that makes a thread state for
+    a NULL interpreter, a SIGSEGV with nothing logged (a transactional copier that returned
+    without close() died so, once, under load). At exit the producer stops its loop, so
+    nothing of it runs once the interpreter finalises."""
+    create_topic(broker.bootstrap, "exit")
+    done = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSE, broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "sender threads at finalisation: 0" in done.stdout, done.stdout + done.stderr
+    assert done.stderr == ""
+    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    # oncelog's own extensions are built with it, so make test always has one
+    assert shutil.which(compiler[0]) is not None, f"no C compiler {compiler[0]!r}"
+    (tmp_path / "slow_exit.c").write_text(SLOW_EXIT_C)
+    library = tmp_path / "slow_exit.so"
+    subprocess.run([*compiler, "-shared", "-fPIC", "-o", str(library),
+                    str(tmp_path / "slow_exit.c")], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSE, broker.bootstrap,
+                           str(library)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"exited {done.returncode}: {done.stderr}"  # -11 before
 
 
 def test_giving_up_on_one_record_does_not_cancel_its_batch(broker):

@@ -40,6 +40,8 @@ a prepared transaction with ``init_transactions(keep_prepared_txn=True)``.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import logging
 import random
 import threading
@@ -276,6 +278,39 @@ def topic_name(topic: Any) -> str:
     raise TypeError(f"topic must be a str, not {type(topic).__name__}")
 
 
+# How long interpreter exit waits for the sender of a producer not closed to stop.
+EXIT_STOP_TIMEOUT = 5.0
+
+
+def _stop_at_exit(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """The atexit hook of a Producer not closed: its sender's loop stops and its thread ends
+    before the interpreter finalises. The thread is a daemon, which exit does not wait for;
+    left in uvloop's run_forever, idle, it wakes for its next timer (within retry.backoff.ms
+    * 10) or socket into uvloop's callbacks, which take the GIL with PyGILState_Ensure.
+    During finalisation that ends the thread, but once Py_FinalizeEx has deleted the thread
+    states it makes a new one for no interpreter: a SIGSEGV, with nothing logged
+    (faulthandler is off by then). Nothing is flushed here: records not delivered by exit
+    are lost, as they were. Its tasks (the sender's run) are cancelled first, as
+    asyncio.run() ends: a task still pending when the interpreter collects it logs "Task was
+    destroyed but it is pending!"."""
+    if not thread.is_alive():
+        return
+
+    async def stop() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=EXIT_STOP_TIMEOUT / 2)
+        loop.stop()
+
+    try:
+        asyncio.run_coroutine_threadsafe(stop(), loop)
+    except RuntimeError:  # closed
+        return
+    thread.join(EXIT_STOP_TIMEOUT)
+
+
 def _new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -298,6 +333,8 @@ class Producer:
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="oncelog-producer-sender", daemon=True)
         self._thread.start()
+        self._at_exit = functools.partial(_stop_at_exit, self._loop, self._thread)
+        atexit.register(self._at_exit)
         sender = self._core.sender
         self._core.acc.wake = lambda: self._loop.call_soon_threadsafe(sender._wake)
         try:
@@ -520,6 +557,7 @@ class Producer:
         self._thread.join(10)
         if not self._thread.is_alive():
             self._loop.close()
+            atexit.unregister(self._at_exit)
 
     def __enter__(self) -> Producer:
         return self
