@@ -6,7 +6,10 @@ Python workers, tools), from its setup to its teardown.
         -o cpu_profile_file=/tmp/cpu.tsv
 
 prints the 30 most expensive tests at the end and writes every test's row to the file
-(nodeid, wall s, CPU s, of which in the test process itself). Session fixtures are charged to
+(nodeid, wall s, CPU s, of which in the test process itself), then a ``#process`` row per
+process it started (command line, own CPU). Under xdist (``make test ARGS="-p
+support.cpu_profile -o cpu_profile_file=/tmp/cpu.tsv"``) each worker writes its own file,
+``/tmp/cpu.tsv.gw0``, ``.gw1``, ..., and nothing is printed. Session fixtures are charged to
 the first test that uses them. Wall time says little on a shared machine; CPU is what two
 xdist workers that finish together divide between them.
 
@@ -136,13 +139,22 @@ class CpuProfile:
         self.rows.append((item.nodeid, time.monotonic() - wall, self.tree.sample() - cpu,
                           _own() - own))
 
+    def pytest_sessionfinish(self, session):
+        # Under xdist each worker holds its own tests' rows and the controller none: each
+        # writes its own file (the worker's id appended), and a worker prints no summary.
+        self.stopping.set()
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        if self.path and (self.rows or not worker):
+            path = f"{self.path}.{worker}" if worker else self.path
+            with open(path, "w") as out:
+                for nodeid, wall, cpu, own in self.rows:
+                    out.write(f"{nodeid}\t{wall:.2f}\t{cpu:.2f}\t{own:.2f}\n")
+                for command, own in self.tree.kinds.values():
+                    out.write(f"#process\t{command}\t{own:.2f}\n")
+
     def pytest_terminal_summary(self, terminalreporter):
         self.stopping.set()
         rows = sorted(self.rows, key=lambda row: -row[2])
-        if self.path:
-            with open(self.path, "w") as out:
-                for nodeid, wall, cpu, own in self.rows:
-                    out.write(f"{nodeid}\t{wall:.2f}\t{cpu:.2f}\t{own:.2f}\n")
         write = terminalreporter.write_line
         write(f"CPU of the tests and their processes: {sum(r[2] for r in rows):.1f} s in "
               f"{len(rows)} tests ({sum(r[3] for r in rows):.1f} s in this process); "
