@@ -67,7 +67,7 @@ test: $(TEST_STAMP) system-deps
 		echo "the tests' temporary files (the brokers' log.dirs) on tmpfs: TMPDIR=/dev/shm"; \
 		export TMPDIR=/dev/shm; keep="-o tmp_path_retention_policy=failed"; \
 	fi; \
-	set -x; $(PY) -m pytest -n 2 --dist loadgroup --durations=30 $$keep $(ARGS)
+	set -x; $(PY) -m pytest -n 4 --dist loadgroup --durations=30 $$keep $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check src tests bench examples

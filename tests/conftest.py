@@ -127,3 +127,68 @@ def _own_spark_master(item: pytest.Item) -> bool:
     nothing switches it back."""
     names = getattr(item, "fixturenames", ())
     return "_spark_sessions" in names and "spark" not in names
+
+
+# --- xdist: more workers than cores, the Spark tests on two of them -------------------------
+#
+# Most of the suite waits (brokers starting, timeouts a test lets run out, kills and
+# elections): measured with support.cpu_profile on 2 cores, the tests' CPU was 42% of their
+# wall time, so two workers left the cores idle more than half the run (10:08). Four workers
+# fill that time (7:01) but each started its own Spark JVM and ran a quarter of the Spark
+# tests in it, with less JIT warmth to share: the Spark tests' CPU went from 349 s to 659 s.
+# So Spark's tests go to the first SPARK_WORKERS workers only (their shared sessions, as with
+# two workers), and the others take the rest of the suite meanwhile.
+SPARK_WORKERS = 2
+
+
+def _is_spark(nodeid: str) -> bool:
+    return nodeid.startswith("tests/spark/")
+
+
+def _worker_number(node) -> int:
+    return int(node.gateway.id.removeprefix("gw"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None  # xdist's own for any other --dist
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkOnFewScheduling(LoadScopeScheduling):
+        """One test a unit, handed out in collection order (pytest_collection_modifyitems)
+        as a worker runs low, as ``--dist loadgroup`` with no groups does, except that a
+        Spark test goes only to a Spark worker while one is alive (a worker that crashed and
+        was replaced gets a new number: then any worker takes them)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid
+
+        def _may_run(self, node, nodeid: str) -> bool:
+            if not _is_spark(nodeid) or _worker_number(node) < SPARK_WORKERS:
+                return True
+            return not any(_worker_number(n) < SPARK_WORKERS and not n.shutting_down
+                           for n in self.nodes)
+
+        def _assign_work_unit(self, node) -> None:
+            scope = next((s for s in self.workqueue if self._may_run(node, s)), None)
+            if scope is None:
+                return  # only Spark tests are left, for the Spark workers
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid)
+                                    for nodeid, done in work_unit.items() if not done])
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not any(self._may_run(node, s) for s in self.workqueue):
+                # Nothing left it may run: it finishes what it holds. (A worker keeps its
+                # last test unreported until it is sent more or shut down, so waiting for
+                # it to run dry would wait for ever.)
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work.get(node, {})) <= 2:
+                self._assign_work_unit(node)
+
+    return SparkOnFewScheduling(config, log)
