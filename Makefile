@@ -55,10 +55,12 @@ system-deps:
 # power cuts, failed fsyncs and full disks are the tests' own (fault injection, their own small
 # tmpfs). Only the failed tests' directories are kept there (they live in memory).
 SHM_MIN_KB := 4000000
-# --dist loadgroup with no test in a group (under pytest 9 xdist's groups do nothing: xdist
-# renames item._nodeid, which pytest no longer reads) makes each test a unit of its own, handed
-# out in tests/conftest.py's order as a worker runs low; --dist load would send each worker a
-# first chunk of a quarter of its share, all the Spark tests in the first one's.
+# Four workers on two cores: most of the suite waits (brokers starting, timeouts it lets run
+# out, kills and elections), and two workers left the cores idle more than half the run.
+# --dist loadgroup selects tests/conftest.py's scheduler: each test a unit of its own, handed
+# out in that file's order as a worker runs low, the Spark tests to two workers only (each
+# worker that runs them starts a Spark JVM); --dist load would send each worker a first chunk
+# of a quarter of its share.
 test: $(TEST_STAMP) system-deps
 	$(PY) -m ruff check src tests bench examples
 	@if [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')" -ge $(SHM_MIN_KB) ] \
