@@ -114,8 +114,9 @@ LONG = {
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The Spark tests first, then those of the LONG files, then the rest (stable within
     each): ``-n 4 --dist loadgroup`` hands tests out one at a time in this order as workers
-    free up (see the Makefile and SparkOnFewScheduling below). Collected late (protocol/, producer_state/), a long one left
-    one worker running for a minute after the other had finished."""
+    free up (see the Makefile and SparkOnFewScheduling below). Collected late (protocol/,
+    producer_state/), a long one left one worker running for a minute after the others had
+    finished."""
     items.sort(key=lambda item: (not item.path.name.startswith("test_spark"),
                                  item.path.name not in LONG, _own_spark_master(item)))
 

@@ -44,6 +44,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on ``port`` (in its own network
+    namespace). The port was free when probed, but another worker's ZooKeeper may have bound it
+    first: then "imok" came from that server while ours was failing to bind, and a test took it
+    for its own (one connected to a server its test had SIGSTOPped, and timed out)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def four_letter_word(port: int, word: bytes, timeout: float = 1.0,
                      host: str = "127.0.0.1") -> bytes:
     with socket.create_connection((host, port), timeout=timeout) as s:
@@ -132,7 +160,8 @@ class ZooKeeperServer:
                 self.proc = None
                 return False
             try:
-                if four_letter_word(self.port, b"ruok", host=self.host) == b"imok":
+                if four_letter_word(self.port, b"ruok", host=self.host) == b"imok" \
+                        and _listens(self.proc.pid, self.port):
                     return True
             except OSError:
                 pass
