@@ -204,6 +204,20 @@ def test_broker_id_taken_exits_with_a_clear_error(cluster, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_an_internal_topic_count_not_to_be_read_exits_with_a_clear_error(cluster, tmp_path):
+    """__consumer_offsets exists in ZooKeeper, but neither its assignment (not Kafka's JSON)
+    nor its partitions' znodes (none) tell its partition count: the broker does not guess it
+    (its group coordinator would map group ids unlike its peers') and, after reading again for
+    zookeeper.connection.timeout.ms, exits saying why. Before, it waited for ever."""
+    cluster.zk.create("/brokers/topics/__consumer_offsets", b"\xff{", makepath=True)
+    done = _broker_exit(tmp_path, "broker.id=8", f"zookeeper.connect={cluster.connect}",
+                        "zookeeper.connection.timeout.ms=1500")
+    assert done.returncode == 3, done.stderr
+    assert "the partition count of internal topic __consumer_offsets could not be read from " \
+           "ZooKeeper within 1.5s" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def init_producer_id_error(conn) -> ErrorCode:
     def make(mod, version):
         return build(mod.InitProducerIdRequest, transactional_id=None,

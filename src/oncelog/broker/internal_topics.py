@@ -118,18 +118,23 @@ class _NoCount(Exception):
     """Neither the assignment nor the partitions' znodes tell the count."""
 
 
-def num_partitions(broker, name: str, default: int, sleep=time.sleep) -> int:
+def num_partitions(broker, name: str, default: int, limit_s: float, sleep=time.sleep,
+                   clock=time.monotonic) -> int:
     """The internal topic's partition count: ZooKeeper's when it exists (a broker whose
     setting differs maps keys as the topic does), else the setting. Never a guess while the
     topic exists: a broker mapping transactional ids (groups) by hash % its own setting while
     the others use the topic's count makes two coordinators for one id. When the assignment
     cannot be read, the children of its ``partitions`` znode are counted; when neither can
     be, or ZooKeeper is away, it reads again after a bounded wait, saying so once per
-    change, and the coordinator does not start meanwhile."""
+    change, for at most ``limit_s`` (the broker's ``zookeeper.connection.timeout.ms``, as for
+    its first connection): then the broker cannot start (ClusterStartError: it exits saying
+    why, as when ZooKeeper cannot be reached at all)."""
+    from ..cluster import ClusterStartError
     from ..cluster.unreadable import Unreadable
     from ..metadata.store import MetadataUnavailable
 
     said = None
+    deadline = clock() + limit_s
     for attempt in itertools.count():
         try:
             return _partition_count(broker.cluster_mode.admin, name, default)
@@ -139,7 +144,13 @@ def num_partitions(broker, name: str, default: int, sleep=time.sleep) -> int:
                 log.warning("the partition count of internal topic %s cannot be read from "
                             "ZooKeeper (%s): its coordinator waits for it, reading again",
                             name, said)
-        sleep(_COUNT_RETRY_S[min(attempt, len(_COUNT_RETRY_S) - 1)])
+        left = deadline - clock()
+        if left <= 0:
+            raise ClusterStartError(
+                f"the partition count of internal topic {name} could not be read from "
+                f"ZooKeeper within {limit_s:g}s ({said}); a broker does not guess it (its "
+                f"coordinator would map ids unlike its peers')")
+        sleep(min(_COUNT_RETRY_S[min(attempt, len(_COUNT_RETRY_S) - 1)], left))
     raise AssertionError("unreachable")
 
 

@@ -164,7 +164,10 @@ def internal_log(broker, config: BrokerConfig, topics: TopicManager, name: str,
     replicated = internal_topics.ReplicatedTopicLog(
         InternalTopicLog(topics, name, internal_topics.local_replica(topics, name)), topics,
         name, config.get("offsets.commit.timeout.ms"))
-    return replicated, internal_topics.num_partitions(broker, name, config.get(partitions_key))
+    limit_ms = config.get("zookeeper.connection.timeout.ms") or \
+        config.get("zookeeper.session.timeout.ms")
+    return replicated, internal_topics.num_partitions(broker, name, config.get(partitions_key),
+                                                      limit_ms / 1000)
 
 
 def make_coordinator(config: BrokerConfig, topics: TopicManager,
