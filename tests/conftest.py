@@ -150,6 +150,7 @@ def _worker_number(node) -> int:
     return int(node.gateway.id.removeprefix("gw"))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: -p no:xdist runs without it
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadgroup":
         return None  # xdist's own for any other --dist

@@ -180,6 +180,59 @@ def test_an_assignment_without_topic_id_is_named_by_the_controller(cluster):
         consumer.close()
 
 
+def test_a_topic_rewritten_without_id_keeps_its_id_across_a_controller_change(cluster):
+    """An old tool rewrites a named topic without its topic_id while the controller is stopped,
+    and that controller dies before naming it: the next controller has read no id of it, and
+    names it with the id its own broker knows (its replica's, its metadata cache's). Before:
+    a new id, and every replica took the topic for a new one and deleted its log (the record
+    below, acknowledged by both replicas, lost)."""
+    import os
+    import signal
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    replicas = _live(cluster)[:2]
+    cluster.zk.create(zn.topic_path("legacy2"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    named = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy2"))[0])
+                     .get("topic_id"), TIMEOUT, "legacy2 named by the controller")
+    wait_for(lambda: cluster.zk.exists(zn.partition_state_path("legacy2", 0))
+             and len(_state(cluster, "legacy2", 0)["isr"]) == 2, TIMEOUT, "legacy2-0's ISR")
+    leader = _state(cluster, "legacy2", 0)["leader"]
+    producer = Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap,
+                         "acks": "all", "message.timeout.ms": int(TIMEOUT * 1000)})
+    delivered: list = []
+    producer.produce("legacy2", b"kept", partition=0,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT) == 0 and delivered == [(None, 0)], delivered
+
+    old = _controller(cluster)
+    stopped = cluster.brokers[old]
+    os.kill(stopped.proc.pid, signal.SIGSTOP)
+    try:
+        cluster.zk.set(zn.topic_path("legacy2"), json.dumps(
+            {"version": 1, "partitions": {"0": replicas}}).encode())
+    finally:
+        stopped.kill()  # dies stopped: it never named it
+    try:
+        wait_for(lambda: cluster.zk.exists(zn.CONTROLLER) and _controller(cluster) != old,
+                 SESSION_MS / 1000 + 10, "another controller")
+        again = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy2"))[0])
+                         .get("topic_id"), TIMEOUT, "legacy2 named by the next controller")
+        assert again == named
+        state = wait_for(lambda: (s := _state(cluster, "legacy2", 0))["leader"] not in (old, -1)
+                         and s, TIMEOUT, "legacy2-0 led by a live broker")
+        consumer = Consumer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
+                             "group.id": "legacy2-check"})
+        try:
+            assert consumer.get_watermark_offsets(TopicPartition("legacy2", 0),
+                                                  timeout=TIMEOUT) == (0, 1)
+        finally:
+            consumer.close()
+    finally:
+        stopped.start()
+
+
 def test_deleting_a_topic_whose_assignment_is_not_whole(cluster):
     """DeleteTopics of a topic whose assignment's bytes were read but are not Kafka's
     whole JSON completes (before: the request stayed for good); one whose assignment the

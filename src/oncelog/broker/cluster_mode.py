@@ -98,6 +98,7 @@ class ClusterMode:
             lambda: (config.get("auto.leader.rebalance.enable"),
                      config.get("leader.imbalance.check.interval.seconds"),
                      config.get("leader.imbalance.per.broker.percentage")))
+        self.controller.known_topic_id = self._known_topic_id
         self.topics = ClusterTopics(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
@@ -105,6 +106,17 @@ class ClusterMode:
         self._live_of: tuple = ()
         self._live: frozenset[int] = frozenset()
         self.cache.add_listener(self._cache_changed)
+
+    def _known_topic_id(self, name: str) -> str | None:
+        """The id this broker knows for topic ``name``: its own replica's (kept with its
+        log), else its metadata cache's last whole read; None if neither. On the
+        controller's thread: two dict reads."""
+        local = self.broker.topics.get(name)
+        found = local.topic_id if local is not None else None
+        if found is None:
+            cached = self.cache.image.get(name)
+            found = cached.topic_id if cached is not None else None
+        return encode_topic_id(found) if found is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------
 

@@ -110,6 +110,10 @@ class Controller:
         self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
+        # name -> a topic id this broker knows for it (its replica's, its metadata cache's),
+        # for T1 when the pass has read none: a controller elected after an old tool
+        # rewrote a known topic without its id, before the last controller named it
+        self.known_topic_id: Callable[[str], str | None] = lambda name: None
         self._waits: set[str] = set()  # deletions said to wait for what cannot be read
         # what the passes read, kept between them and read again where watches say it
         # changed (watched_topics.py)
@@ -280,7 +284,8 @@ class Controller:
                         continue
                 # not deleted: skipped as any unreadable topic (X1, what bounced is owed)
             named = name_topic(topic.unnamed is not None, topic.name in deleting,
-                               topic.assignment.topic_id or None)  # kept as last read
+                               topic.assignment.topic_id  # kept as last read
+                               or (self.known_topic_id(topic.name) if topic.unnamed else None))
             if named is not None:
                 self._name(topic, named)
                 again = True
