@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 from kazoo.security import make_digest_acl
+from support.zookeepers import store_fixture
 
 from oncelog.broker.internal_topics import num_partitions
 from oncelog.cluster import ClusterStartError
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.topic_admin import TopicAdmin
-from oncelog.metadata.zookeeper import ZooKeeperStore
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -23,11 +23,7 @@ _ID = "AAAAAAAAAAAAAAAAAAAAAA"
 LIMIT_S = 60.0
 
 
-@pytest.fixture
-def store(zookeeper):
-    opened = ZooKeeperStore(zookeeper.chroot("internal_topic_partition_count"), 5000)
-    yield opened
-    opened.close()
+store = store_fixture("internal_topic_partition_count")
 
 
 def _broker(store):

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from kazoo.exceptions import NoNodeError
+from support.zookeepers import store_fixture
 
 from oncelog.cluster import batches
 from oncelog.cluster import znodes as zn
@@ -27,11 +28,7 @@ TOPIC = "batched"
 PARTITIONS = 7
 
 
-@pytest.fixture
-def store(zookeeper):
-    opened = ZooKeeperStore(zookeeper.chroot("batches"), 5000)
-    yield opened
-    opened.close()
+store = store_fixture("batches")
 
 
 def _topic(store: ZooKeeperStore, partitions: int = PARTITIONS) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from kazoo.security import make_digest_acl
 from kio.schema.errors import ErrorCode
+from support.zookeepers import store_fixture
 
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
@@ -24,11 +25,7 @@ from oncelog.metadata.zookeeper import ZooKeeperStore
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
 
-@pytest.fixture
-def store(zookeeper):
-    opened = ZooKeeperStore(zookeeper.chroot("topic_reads"), 5000)
-    yield opened
-    opened.close()
+store = store_fixture("topic_reads")
 
 
 def _topic(store: ZooKeeperStore, name: str, config_acl=None) -> None:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from kazoo.security import make_digest_acl
+from support.zookeepers import store_fixture
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.log_dirs import LogDir
@@ -33,11 +34,7 @@ pytestmark = pytest.mark.xdist_group("zookeeper")
 _ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
-@pytest.fixture
-def store(zookeeper):
-    opened = ZooKeeperStore(zookeeper.chroot("unreadable_after_reset"), 5000)
-    yield opened
-    opened.close()
+store = store_fixture("unreadable_after_reset")
 
 
 def _topic(store: ZooKeeperStore, name: str) -> None:

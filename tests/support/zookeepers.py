@@ -211,3 +211,20 @@ def count_requests(client) -> list[int]:
 
     client._call = counted
     return sent
+
+
+def store_fixture(name: str):
+    """A module's ``store`` fixture: ``store = store_fixture("topic_reads")`` gives each test
+    a ZooKeeperStore (5 s sessions) on a chroot of its own in the session's ZooKeeper
+    (the ``zookeeper`` fixture), closed after it."""
+    import pytest
+
+    from oncelog.metadata.zookeeper import ZooKeeperStore
+
+    @pytest.fixture
+    def store(zookeeper):
+        opened = ZooKeeperStore(zookeeper.chroot(name), 5000)
+        yield opened
+        opened.close()
+
+    return store
