@@ -147,7 +147,11 @@ def _is_spark(nodeid: str) -> bool:
 
 
 def _worker_number(node) -> int:
-    return int(node.gateway.id.removeprefix("gw"))
+    """xdist's gw<N>; a worker named otherwise (--tx ...//id=) is not a Spark worker."""
+    try:
+        return int(node.gateway.id.removeprefix("gw"))
+    except ValueError:
+        return SPARK_WORKERS
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist's: -p no:xdist runs without it
@@ -160,7 +164,13 @@ def pytest_xdist_make_scheduler(config, log):
         """One test a unit, handed out in collection order (pytest_collection_modifyitems)
         as a worker runs low, as ``--dist loadgroup`` with no groups does, except that a
         Spark test goes only to a Spark worker while one is alive (a worker that crashed and
-        was replaced gets a new number: then any worker takes them)."""
+        was replaced gets a new number: then any worker takes them).
+
+        A worker reports its last test only once it is sent another or shut down, so a
+        worker is never left holding fewer than two tests while any it may run is queued,
+        and is shut down as soon as none is. After a crash xdist queues every unit the dead
+        worker had, finished ones too: those are dropped here, never sent (an empty unit
+        sent to a worker holding one test left it waiting for ever)."""
 
         def _split_scope(self, nodeid: str) -> str:
             return nodeid
@@ -171,26 +181,30 @@ def pytest_xdist_make_scheduler(config, log):
             return not any(_worker_number(n) < SPARK_WORKERS and not n.shutting_down
                            for n in self.nodes)
 
-        def _assign_work_unit(self, node) -> None:
-            scope = next((s for s in self.workqueue if self._may_run(node, s)), None)
-            if scope is None:
-                return  # only Spark tests are left, for the Spark workers
-            work_unit = self.workqueue.pop(scope)
-            self.assigned_work.setdefault(node, {})[scope] = work_unit
-            collection = self.registered_collections[node]
-            node.send_runtest_some([collection.index(nodeid)
-                                    for nodeid, done in work_unit.items() if not done])
+        def _assign_work_unit(self, node) -> bool:
+            for scope in list(self.workqueue):
+                work_unit = self.workqueue[scope]
+                if all(work_unit.values()):
+                    del self.workqueue[scope]  # finished: re-queued by a crash
+                    continue
+                if not self._may_run(node, scope):
+                    continue
+                del self.workqueue[scope]
+                self.assigned_work.setdefault(node, {})[scope] = work_unit
+                collection = self.registered_collections[node]
+                node.send_runtest_some([collection.index(nodeid)
+                                        for nodeid, done in work_unit.items() if not done])
+                return True
+            return False
 
         def _reschedule(self, node) -> None:
-            if node.shutting_down:
-                return
-            if not any(self._may_run(node, s) for s in self.workqueue):
-                # Nothing left it may run: it finishes what it holds. (A worker keeps its
-                # last test unreported until it is sent more or shut down, so waiting for
-                # it to run dry would wait for ever.)
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work.get(node, {})) <= 2:
-                self._assign_work_unit(node)
+            if node.shutting_down or node not in self.registered_collections:
+                return  # a replacement still collecting: scheduled once it has
+            while self._pending_of(self.assigned_work.get(node, {})) < 2:
+                if not self._assign_work_unit(node):
+                    break
+            if not any(self._may_run(node, scope) and not all(unit.values())
+                       for scope, unit in self.workqueue.items()):
+                node.shutdown()  # nothing left it may run: it finishes what it holds
 
     return SparkOnFewScheduling(config, log)

@@ -108,15 +108,14 @@ class ClusterMode:
         self.cache.add_listener(self._cache_changed)
 
     def _known_topic_id(self, name: str) -> str | None:
-        """The id this broker knows for topic ``name``: its own replica's (kept with its
-        log), else its metadata cache's last whole read; None if neither. On the
-        controller's thread: two dict reads."""
-        local = self.broker.topics.get(name)
-        found = local.topic_id if local is not None else None
-        if found is None:
-            cached = self.cache.image.get(name)
-            found = cached.topic_id if cached is not None else None
-        return encode_topic_id(found) if found is not None else None
+        """The id of topic ``name`` in this broker's metadata cache: its last whole read,
+        kept while the assignment is unreadable (an old tool's rewrite without the id).
+        Not the local replica's: that may be of an earlier incarnation of the name (deleted
+        and made again while this broker was down) or a topic it kept alone before it
+        joined; naming the topic with it would make every current replica delete its log.
+        On the controller's thread: one read of an image swapped whole."""
+        cached = self.cache.image.get(name)
+        return encode_topic_id(cached.topic_id) if cached is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------
 

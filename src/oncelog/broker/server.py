@@ -97,6 +97,16 @@ class Broker:
         self.store = LocalFileStore(os.path.join(config.log_dir, METADATA_DIR))
         dynamic_config.load(self.store, config)  # AlterConfigs of earlier runs
         self.cluster = _join_cluster(config)  # None without zookeeper.connect
+        try:
+            self._build(config)
+        except BaseException:
+            # e.g. ClusterStartError from an internal topic's partition count: the ZooKeeper
+            # session and the logs opened so far are closed, not left to the process's end
+            self._close_unstarted()
+            raise
+
+    def _build(self, config: BrokerConfig) -> None:
+        """What __init__ makes once the broker joined its cluster (if any)."""
         self.cluster_id = self._cluster_id()
         # In cluster mode the producer-id blocks are claimed in ZooKeeper, shared by all,
         # above any this broker claimed alone before.
@@ -156,6 +166,13 @@ class Broker:
         self._connections: set[Connection] = set()
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
+
+    def _close_unstarted(self) -> None:
+        topics = getattr(self, "topics", None)
+        if topics is not None:
+            topics.close()
+        if self.cluster is not None:
+            self.cluster.close()
 
     def _cluster_id(self) -> str:
         value, _ = self.store.get("cluster/id")

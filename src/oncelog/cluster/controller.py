@@ -110,9 +110,9 @@ class Controller:
         self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
-        # name -> a topic id this broker knows for it (its replica's, its metadata cache's),
-        # for T1 when the pass has read none: a controller elected after an old tool
-        # rewrote a known topic without its id, before the last controller named it
+        # name -> the topic id this broker's metadata cache last read of it, for T1 when the
+        # pass has read none: a controller elected after an old tool rewrote a known topic
+        # without its id, before the last controller named it
         self.known_topic_id: Callable[[str], str | None] = lambda name: None
         self._waits: set[str] = set()  # deletions said to wait for what cannot be read
         # what the passes read, kept between them and read again where watches say it
