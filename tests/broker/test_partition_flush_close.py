@@ -4,7 +4,6 @@ flush asked for before it, and no write after it is handed that answer."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import uuid
 
 from support.txn_storage_helpers import Issued, accept
@@ -43,12 +42,11 @@ def test_a_flush_answered_by_a_close_is_not_handed_to_a_write_after_it(tmp_path)
     asyncio.run(scenario())
 
 
-def test_the_active_segment_is_written_back_as_it_grows_and_afresh_after_a_roll(tmp_path):
+def test_the_active_segment_is_written_back_every_32_mib_and_afresh_after_a_roll(tmp_path):
     """So that the fsync sealing a segment at its roll (on the event loop) finds little left
-    to write (OsDisk.write_back): each write-back asks for the bytes appended since the last,
-    at least WRITE_BACK_BYTES, in a worker, one at a time; a new segment starts from its
-    beginning. Appends without a loop (tools) ask none."""
-    from oncelog.broker.partition import WRITE_BACK_BYTES
+    to write (OsDisk.write_back; 277 ms for a dirty 1 GiB segment here, 9 ms with these):
+    each write-back asks for the bytes appended since the last, in a worker, one at a time;
+    a new segment starts from its beginning. Appends without a loop (tools) ask none."""
     from oncelog.log import disk as disks
     from oncelog.log.disk import OsDisk
 
@@ -63,16 +61,15 @@ def test_the_active_segment_is_written_back_as_it_grows_and_afresh_after_a_roll(
             super().write_back(path, offset, length)
 
     disk = Recording()
-    segment = 6 * WRITE_BACK_BYTES
-    p = Partition("t", 0, str(tmp_path / "t-0"), LogConfig(segment_bytes=segment), 4 << 20,
+    p = Partition("t", 0, str(tmp_path / "t-0"), LogConfig(segment_bytes=80 << 20), 4 << 20,
                   StateLimits(), Issued(), log_dir=LogDir(str(tmp_path)), topic_id=uuid.uuid4(),
                   disk=disk)
-    batch = _record(b"v" * (WRITE_BACK_BYTES // 3))
+    batch = _record(b"v" * (1 << 20))
     p.append_records(batch, accept)  # no loop: nothing asked
     assert disk.asked == []
 
     async def scenario() -> None:
-        for _ in range(30):  # 10 WRITE_BACK_BYTES: a roll after 6
+        for _ in range(120):  # 120 MiB: a roll at 80
             p.append_records(batch, accept)
             while p._writing_back:
                 await asyncio.sleep(0.001)
@@ -81,8 +78,6 @@ def test_the_active_segment_is_written_back_as_it_grows_and_afresh_after_a_roll(
     asyncio.run(asyncio.wait_for(scenario(), WAIT_S))
     segments = sorted({name for name, _, _ in disk.asked})
     assert len(segments) == 2, disk.asked
-    for name in segments:
-        ranges = [(o, n) for s, o, n in disk.asked if s == name]
-        assert ranges[0][0] == 0 and all(n >= WRITE_BACK_BYTES for _, n in ranges), ranges
-        assert all(o == po + pn for (po, pn), (o, _) in itertools.pairwise(ranges)), ranges
-    assert len([1 for s, _, _ in disk.asked if s == segments[0]]) >= 4
+    first = [(o, n) for name, o, n in disk.asked if name == segments[0]]
+    assert [o for o, _ in first] == [0, first[0][1]] and all(n >= 32 << 20 for _, n in first)
+    assert [o for name, o, _ in disk.asked if name == segments[1]] == [0]

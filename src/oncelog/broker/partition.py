@@ -88,10 +88,8 @@ from .partition_opening import Built, OpensOffLoop, on_loop
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
-# How much of the active segment may be dirty before a write-back starts (_write_back):
-# measured (docs/benchmarks.md), a roll's fsync held the loop 4-5 ms after write-backs of
-# 4 MiB, 8-13 ms after 16-32 MiB (and writes stalled 5-9 ms more often), 280 ms without.
-WRITE_BACK_BYTES = 4 << 20
+# How much of the active segment may be dirty before a write-back starts (_write_back).
+WRITE_BACK_BYTES = 32 << 20
 
 # Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
 # to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
