@@ -88,8 +88,6 @@ from .partition_opening import Built, OpensOffLoop, on_loop
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
-# How much of the active segment may be dirty before a write-back starts (_write_back).
-WRITE_BACK_BYTES = 32 << 20
 
 # Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
 # to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
@@ -152,10 +150,6 @@ class Partition(OpensOffLoop):
         self._flushing_to = -1
         self._this_flush: asyncio.Future[None] | None = None
         self._next_flush: asyncio.Future[None] | None = None
-        # Write-back of the active segment (OsDisk.write_back): the segment and how far it
-        # was asked for; one at a time, off the loop.
-        self._written_back: tuple[object, int] = (None, 0)
-        self._writing_back = False
         # Cluster mode only (broker/replica_manager.py): this replica's role, leader epoch,
         # ISR and high watermark; None: one broker alone, the partition its own leader.
         self.replication: Any = None
@@ -445,7 +439,6 @@ class Partition(OpensOffLoop):
             plog.append(parts, headers)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
-        self._write_back(plog)
         if isinstance(decision, Append):
             last = headers[-1]
             state.apply(decision, last.last_offset, last.max_timestamp, now,
@@ -480,7 +473,6 @@ class Partition(OpensOffLoop):
             plog.append(parts, headers)
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
-        self._write_back(plog)
         offset = headers[0].base_offset
         completed = state.apply_marker(decision, offset, now, now)
         if completed is not None and completed.aborted:
@@ -504,32 +496,6 @@ class Partition(OpensOffLoop):
             raise InvalidBatch(ErrorCode.invalid_record,
                                "a batch with a producer id needs a sequence and an epoch")
         return header
-
-    def _write_back(self, plog: Log) -> None:
-        """Every WRITE_BACK_BYTES appended to the active segment, start writing them to the
-        disk in a worker (OsDisk.write_back), so that the fsync sealing the segment at its
-        roll, on the event loop, finds little left to write. Durability is unchanged."""
-        segment = plog.active
-        known, asked = self._written_back
-        if known is not segment:  # rolled: the sealing fsync wrote the last one
-            asked = 0
-            self._written_back = (segment, 0)
-        if self._writing_back or segment.size - asked < WRITE_BACK_BYTES:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # a tool: no loop to hand it to, and no one waiting on the roll
-        self._written_back = (segment, segment.size)
-        self._writing_back = True
-        running = loop.run_in_executor(None, self.disk.write_back, segment.path, asked,
-                                       segment.size - asked)
-        running.add_done_callback(self._wrote_back)
-
-    def _wrote_back(self, running: asyncio.Future) -> None:
-        self._writing_back = False
-        if not running.cancelled() and running.exception() is not None:
-            log.debug("%s: write-back failed: %s", self.name, running.exception())
 
     def _roll(self) -> None:
         """Snapshot producer state at the log end, then roll: the snapshot names the new
@@ -594,7 +560,6 @@ class Partition(OpensOffLoop):
                 plog.append([batch], [header])
             except LogDirFailure as exc:
                 raise self.log_dir.fail(exc) from exc
-            self._write_back(plog)
             self._assign_epoch(epochs, header.partition_leader_epoch, header.base_offset)
             if header.has_producer_id:
                 self._replay(plog, state, header, now)

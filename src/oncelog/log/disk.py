@@ -37,25 +37,6 @@ def out_of_descriptors(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
-_SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range_call: list = []
-
-
-def _sync_file_range():
-    """libc's sync_file_range, or None where there is none (not Linux)."""
-    if not _sync_file_range_call:
-        import ctypes
-
-        try:
-            call = ctypes.CDLL(None, use_errno=True).sync_file_range
-            call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            call.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            call = None
-        _sync_file_range_call.append(call)
-    return _sync_file_range_call[0]
-
-
 class OsDisk:
     """The real filesystem."""
 
@@ -77,28 +58,6 @@ class OsDisk:
     @staticmethod
     def size(fd: int) -> int:
         return os.fstat(fd).st_size
-
-    @staticmethod
-    def write_back(path: str, offset: int, length: int) -> None:
-        """Start writing ``path``'s dirty pages in [offset, offset + length) to the disk
-        without waiting (Linux's sync_file_range with SYNC_FILE_RANGE_WRITE), so that the
-        fsync that seals a segment at its roll finds little left to write: with a 1 GiB
-        segment dirty, that fsync held the event loop 277 ms on this project's disk, 9 ms
-        with a write-back every 32 MiB. It promises nothing (durability stays the fsyncs'),
-        runs on a file description of its own (an error it meets is still reported to the
-        segment's next fsync), may block on a busy disk (call it off the event loop), and
-        does nothing where the call is missing or fails."""
-        call = _sync_file_range()
-        if call is None:
-            return
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return  # deleted meanwhile, or out of descriptors: nothing to hurry
-        try:
-            call(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
-        finally:
-            os.close(fd)
 
     @staticmethod
     def mtime_ms(path: str) -> int:

@@ -56,9 +56,6 @@ def _oserror(code: int, path: str = "") -> OSError:
 
 
 class MemoryDisk:
-    def write_back(self, path: str, offset: int, length: int) -> None:
-        """OsDisk.write_back: a hint, nothing to do in memory."""
-
     def __init__(self) -> None:
         self._files: dict[str, _Inode] = {}
         self._dirs: set[str] = {"/"}
