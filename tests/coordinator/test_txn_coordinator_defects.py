@@ -207,9 +207,9 @@ def _best_of(work, rounds: int = 3) -> float:
         gc.collect()
         gc.disable()  # the collector's pauses depend on the whole heap, not on the work
         try:
-            start = time.perf_counter()
+            start = time.thread_time()
             work()
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.thread_time() - start)
         finally:
             gc.enable()
     return best
@@ -229,9 +229,9 @@ def test_add_partitions_costs_linear_time_in_its_size():
             gc.collect()
             gc.disable()
             try:
-                start = time.perf_counter()
+                start = time.thread_time()
                 answer = await c.add_partitions("tx", pid, epoch, wanted)
-                elapsed = time.perf_counter() - start
+                elapsed = time.thread_time() - start
             finally:
                 gc.enable()
             cost = elapsed if cost == 0.0 else min(cost, elapsed)
@@ -255,9 +255,9 @@ def test_list_transactions_pattern_is_matched_in_linear_time():
         await c.load_all()
         await c.init_producer_id("a" * 40, 60000, -1, -1)
         await c.init_producer_id("ab", 60000, -1, -1)
-        start = time.perf_counter()
+        start = time.thread_time()
         _, found = c.list(set(), set(), -1, "(a+)+b")
-        assert time.perf_counter() - start < 1.0  # backtracking takes minutes here
+        assert time.thread_time() - start < 1.0  # backtracking takes minutes here
         assert [t.transactional_id for t in found] == ["ab"]
         _, found = c.list(set(), set(), -1, "a")
         assert found == []  # full match, as RE2/J's matches()

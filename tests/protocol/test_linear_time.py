@@ -35,6 +35,7 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
+from support.brokers import loop_cpu
 from support.raw_wire import read_frame
 
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
@@ -156,12 +157,6 @@ def _send(sock: socket.socket, api_key: int, version: int, body: Any) -> None:
     decode_response(api_key, version, read_frame(sock))
 
 
-def _loop_cpu(pid: int) -> float:
-    """Seconds of CPU the broker's event loop (its main thread) has run, to the nanosecond."""
-    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
-        return int(f.read().split()[0]) / 1e9
-
-
 def _stall(probe: Probe, broker, api_key: int, version: int, make_body
            ) -> tuple[float, float]:
     """(event-loop CPU, stall) of the request, each the least over two tries. The stall is
@@ -176,13 +171,13 @@ def _stall(probe: Probe, broker, api_key: int, version: int, make_body
         if body is not None or frame is None:  # None: the same frame again
             frame = encode_request(api_key, version, 1, "linear", body)
         with socket.create_connection(("127.0.0.1", broker.port), timeout=120) as sock:
-            cpu = _loop_cpu(broker.proc.pid)
+            cpu = loop_cpu(broker.proc.pid)
             start = time.perf_counter()
             sock.sendall(frame)
             read_frame(sock)
             end = time.perf_counter()
             time.sleep(0.005)  # the loop finishes what follows the answer, and is accounted
-            best_cpu = min(best_cpu, _loop_cpu(broker.proc.pid) - cpu)
+            best_cpu = min(best_cpu, loop_cpu(broker.proc.pid) - cpu)
             best_stall = min(best_stall, max(end - start, probe.stall(start, end)))
     return best_cpu, best_stall
 

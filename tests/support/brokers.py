@@ -114,6 +114,14 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def loop_cpu(pid: int) -> float:
+    """Seconds of CPU a broker's event loop (its main thread) has run, to the nanosecond:
+    what a request cost it, whatever else the shared machine runs meanwhile (wall-time
+    ratios swing with the other xdist workers' load)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     """Create a topic with confluent-kafka's admin client (a client we did not write)."""
     from confluent_kafka.admin import AdminClient, NewTopic
