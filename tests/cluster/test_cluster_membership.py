@@ -261,3 +261,13 @@ def test_zookeeper_restarted_the_broker_comes_back(start_broker):
             zk.stop()
             zk.close()
         server.close()
+
+
+def test_a_clean_stop_does_not_say_its_session_expired(cluster):
+    """Closing its own ZooKeeper session at a stop is not an expiry: before, every clean
+    stop logged a WARNING "session ... expired: re-registering"."""
+    broker = cluster(11)
+    assert broker.stop() == 0
+    text = broker.log_text()
+    assert "stopped cleanly" in text and "ZooKeeper session of broker 11 closed" in text
+    assert "expired" not in text, text

@@ -454,8 +454,11 @@ class ClusterMember:
         if state == KazooState.LOST:
             # The session's ephemeral znodes are gone: we are neither registered nor the
             # controller until the next pass redoes R1 and E1 on the new session.
-            log.warning("ZooKeeper session of broker %d expired: re-registering",
-                        self.broker_id)
+            if self._stopped.is_set():  # closed by close(): a stop, not an expiry
+                log.info("ZooKeeper session of broker %d closed", self.broker_id)
+            else:
+                log.warning("ZooKeeper session of broker %d expired: re-registering",
+                            self.broker_id)
             self._view = ControllerView(NO_CONTROLLER, self._view.epoch)
             self._registered_session = None  # V4 until R1
         elif state == KazooState.CONNECTED:
