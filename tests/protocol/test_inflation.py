@@ -15,7 +15,7 @@ import time
 
 import pytest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from support.brokers import create_topic
+from support.brokers import create_topic, loop_cpu
 from support.crafted import batch_of, record
 from support.raw_wire import api_versions_request, call, connect, read_frame
 
@@ -110,8 +110,20 @@ def test_a_bomb_does_not_stall_other_clients(broker, codec, compression):
             sock.sendall(frame)
             assert _errors(read_frame(sock)) == [0]
 
+    def loop_cpu_of(frame: bytes) -> float:
+        before = loop_cpu(broker.proc.pid)
+        send(frame)
+        time.sleep(0.005)  # the loop finishes what follows the answer
+        return loop_cpu(broker.proc.pid) - before
+
+    small_cpu, bomb_cpu = loop_cpu_of(small), loop_cpu_of(bomb)
     small_stall = _max_stall(broker, lambda: send(small))
     bomb_stall = _max_stall(broker, lambda: send(bomb))
-    print(f"probe stall: {small_stall * 1000:.1f} ms during a small produce, "
-          f"{bomb_stall * 1000:.1f} ms during a 200 MB bomb")
-    assert bomb_stall < 10 * max(small_stall, 0.005)
+    print(f"event loop CPU: {small_cpu * 1000:.1f} ms for a small produce, "
+          f"{bomb_cpu * 1000:.1f} ms for a 200 MB bomb; probe stall {small_stall * 1000:.1f} "
+          f"ms and {bomb_stall * 1000:.1f} ms")
+    # The 200 MB are inflated (and recompressed) in a worker: the event loop, which serves
+    # every client, spends on the bomb about what it spends on a small produce (on the loop
+    # it took hundreds of ms). Its CPU, not the probe's wall clock: with four xdist workers
+    # on two cores a probe's round trip swung past 50 ms under others' load.
+    assert bomb_cpu < 10 * max(small_cpu, 0.005), (small_cpu, bomb_cpu)
