@@ -132,6 +132,18 @@ def test_one_unreadable_topic_stops_no_election_elsewhere(cluster):
 
 
 
+def _watermarks(cluster, leader: int, topic: str) -> tuple[int, int]:
+    """(low, high) of ``topic``-0 as its leader answers them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.brokers[leader].bootstrap,
+                         "group.id": f"{topic}-check"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)
+    finally:
+        consumer.close()
+
+
 def _live(cluster) -> list[int]:
     return sorted(i for i, b in cluster.brokers.items() if b.alive)
 
@@ -169,15 +181,7 @@ def test_an_assignment_without_topic_id_is_named_by_the_controller(cluster):
              .get("topic_id"), TIMEOUT, "legacy named again")
     assert zn.TopicAssignment.decode(
         cluster.zk.get(zn.topic_path("legacy"))[0]).topic_id == named
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
-                         "group.id": "legacy-check"})
-    try:
-        assert consumer.get_watermark_offsets(TopicPartition("legacy", 0),
-                                              timeout=TIMEOUT) == (0, 1)
-    finally:
-        consumer.close()
+    assert _watermarks(cluster, state["leader"], "legacy") == (0, 1)
 
 
 def test_a_topic_rewritten_without_id_keeps_its_id_across_a_controller_change(cluster):
@@ -189,7 +193,7 @@ def test_a_topic_rewritten_without_id_keeps_its_id_across_a_controller_change(cl
     import os
     import signal
 
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
     from kazoo.exceptions import NoNodeError
 
     replicas = _live(cluster)[:2]
@@ -228,13 +232,7 @@ def test_a_topic_rewritten_without_id_keeps_its_id_across_a_controller_change(cl
         assert again == named
         state = wait_for(lambda: (s := _state(cluster, "legacy2", 0))["leader"] not in (old, -1)
                          and s, TIMEOUT, "legacy2-0 led by a live broker")
-        consumer = Consumer({"bootstrap.servers": cluster.brokers[state["leader"]].bootstrap,
-                             "group.id": "legacy2-check"})
-        try:
-            assert consumer.get_watermark_offsets(TopicPartition("legacy2", 0),
-                                                  timeout=TIMEOUT) == (0, 1)
-        finally:
-            consumer.close()
+        assert _watermarks(cluster, state["leader"], "legacy2") == (0, 1)
     finally:
         stopped.start()
 

@@ -10,8 +10,9 @@ prints the 30 most expensive tests at the end and writes every test's row to the
 process it started (command line, own CPU). Under xdist (``make test ARGS="-p
 support.cpu_profile -o cpu_profile_file=/tmp/cpu.tsv"``) each worker writes its own file,
 ``/tmp/cpu.tsv.gw0``, ``.gw1``, ..., and nothing is printed. Session fixtures are charged to
-the first test that uses them. Wall time says little on a shared machine; CPU is what two
-xdist workers that finish together divide between them.
+the first test that uses them. Wall time says little on a shared machine; the summed CPU
+against the summed wall time says how much of the run the cores sat idle (what more xdist
+workers than cores fill, see the Makefile).
 
 The CPU of a process tree: this process's own (``RUSAGE_SELF``), its reaped children's
 (``RUSAGE_CHILDREN``), and each live descendant's own plus its reaped children's
