@@ -44,6 +44,7 @@ from support.txn_wire import (
     wait_settled,
     write_marker,
 )
+from support.waits import wait_for
 
 from oncelog.client.network import calls
 from oncelog.protocol import api_versions as apis
@@ -145,6 +146,12 @@ def test_every_call_of_a_zombie_is_refused_on_the_wire(broker):
         assert add_partitions(conn, "raw-zombie", pid, new, [(TOPIC, 1)]) == \
             {(TOPIC, 1): E.none}
         assert end_txn(conn, "raw-zombie", pid, new, False)[0] is E.none
+        # Partition 1 holds no record of the aborted transaction, so its last stable offset
+        # equals its end before the marker is written too (the coordinator writes markers
+        # after it answers EndTxn): wait for the marker, then for everything settled (a
+        # fresh-clone run read 0 here).
+        wait_for(lambda: latest_offsets(conn, TOPIC, PARTITIONS, 0)[1] >= 1, TIMEOUT,
+                 "the abort marker on partition 1")
         end = wait_settled(conn, TOPIC, PARTITIONS)
         assert end[1] == 1  # only the new instance's abort marker
     assert_read_committed(broker.bootstrap, end, set())
