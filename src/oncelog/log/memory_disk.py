@@ -14,14 +14,18 @@ fsync of it; for every directory, the names made durable by the last fsync of it
   may show), and a truncation or overwrite that was never synced is undone.
 
 Directories themselves are durable once made (a simplification: the log fsyncs the parent of
-a directory it creates anyway). It is for tests and fault checks; nothing here is fast.
+a directory it creates anyway). It is for tests and fault checks; nothing here is fast. Each
+operation holds a lock: a seal (sealing.py) and a flush use it from worker threads while the
+event loop does.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -68,6 +72,17 @@ class MemoryDisk:
         # descriptors fails with EMFILE, as the process's limit makes it
         self.max_fds: int | None = None
         self.faults_hit = 0
+        self._lock = threading.RLock()
+
+    # A copy (tests deep-copy a disk to replay a history) gets a lock of its own.
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # --- faults ----------------------------------------------------------------------------
 
@@ -309,3 +324,19 @@ class MemoryDisk:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+for _name in ("fail", "clear_faults", "crash", "power_loss", "open", "close", "dup", "size",
+              "mtime_ms", "write", "writev", "pread", "ftruncate", "fsync", "listdir",
+              "exists", "isdir", "makedirs", "unlink", "rename", "fsync_dir", "open_dir",
+              "fsync_open_dir"):
+    setattr(MemoryDisk, _name, _locked(getattr(MemoryDisk, _name)))
+MemoryDisk.fdatasync = MemoryDisk.fsync
