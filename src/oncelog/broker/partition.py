@@ -283,6 +283,7 @@ class Partition(OpensOffLoop):
                     self._replay(plog, state, header, now)
                     replayed += 1
             plog.rebuilt_txn_indexes()
+            plog.seal_recovered()  # the segments recovered from their marker: indexes whole
             # What recovery kept is what the next start will find: make it durable now, so
             # that every answer from here on speaks of bytes on disk (a kill -9 keeps the
             # page cache; a power cut after it does not).

@@ -113,8 +113,10 @@ def plan(plog: Log, now_ms: int, last_stable_offset: int = LONG_MAX) -> Cleanabl
     first_dirty = plog.first_dirty_offset
     if first_dirty is None:
         first_dirty = plog.log_start_offset
+    # Nothing from a segment still being sealed on: its marker's removal is not durable
+    # until a directory fsync (the swap's) after it (sealing.py).
     return cleanable(plog.summaries(), first_dirty, now_ms, plog.config.compaction,
-                     plog.next_delete_horizon_ms, last_stable_offset)
+                     plog.next_delete_horizon_ms, min(last_stable_offset, plog.sealed_end))
 
 
 def clean(plog: Log, producer_last_offsets: Mapping[int, int], now_ms: int,

@@ -31,6 +31,14 @@ from .disk import (
     write_atomically,
 )
 from .open_files import OPEN_FILES, OpenFiles
+from .sealing import (
+    UNSEALED_SUFFIX,
+    Seal,
+    marker_path,
+    seal_here,
+    wait_done,
+    wait_synced,
+)
 from .segment import LogSegment, segment_files
 from .txn_index import AbortedTxn
 
@@ -43,7 +51,8 @@ CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 # Kafka's log-start-offset-checkpoint, one per partition here too: where DeleteRecords moved
 # the log start to (it may lie inside a segment, so the segments alone cannot say).
 LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
-_INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+# Files that belong to a segment's log, removed when it is not there.
+_SIDE_SUFFIXES = (".index", ".timeindex", ".txnindex", UNSEALED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,11 @@ class Log:
         # a restart, such tombstones go at the next clean due for another reason).
         self.next_delete_horizon_ms = LONG_MAX
         self._log_start_checkpoint = 0  # DeleteRecords' log start; at most the log end
+        # The rolled segments whose seal is under way, or ended with their marker still
+        # there (sealing.py), oldest first; and those a start recovered from their marker,
+        # sealed once producer state rebuilt their aborted transactions (seal_recovered).
+        self._seals: dict[LogSegment, Seal] = {}
+        self._recovered: list[LogSegment] = []
         self._open()
 
     # --- opening -------------------------------------------------------------------------
@@ -149,27 +163,43 @@ class Log:
             names = disk.listdir(self.dir)
         bases = sorted(int(name[:-4]) for name in names
                        if name.endswith(".log") and name[:-4].isdigit())
+        marked = set()
         for name in names:
             stem, ext = os.path.splitext(name)
             # Leftovers of an interrupted atomic write, of a clean that was not committed,
             # or of a segment whose deletion was cut short after its log went
             # (segment.delete removes the log first).
             if name.endswith((".tmp", swap.CLEANED)) or (
-                    ext in _INDEX_SUFFIXES and stem.isdigit() and int(stem) not in bases):
+                    ext in _SIDE_SUFFIXES and stem.isdigit() and int(stem) not in bases):
                 disk.unlink(os.path.join(self.dir, name))
+            elif ext == UNSEALED_SUFFIX and stem.isdigit():
+                marked.add(int(stem))
         self.first_dirty_offset = self._read_cleaner_checkpoint()
         recovered = 0
         for i, base in enumerate(bases):
             segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk,
                                  files=self.files)
-            # Only the last segment is appended to; the others may have been compacted.
-            segment.offsets_contiguous = i == len(bases) - 1
+            last = i == len(bases) - 1
+            # Only the last segment is appended to; the others may have been compacted,
+            # but not one still marked unsealed (sealing.py).
+            segment.offsets_contiguous = last or base in marked
             self.segments.append(segment)
-            if clean or i < len(bases) - 1:
+            if base not in marked and (clean or not last):
                 recovered += not segment.load()
+                continue
+            # The active segment after an unclean shutdown, or one whose seal was cut
+            # short: every batch checked, the torn or corrupt tail cut away.
+            cut = segment.recover()
+            recovered += 1
+            if base not in marked:
+                continue
+            if last:
+                disk.unlink(marker_path(self.dir, base))  # the active one: recovered anyway
+            elif cut or segment.next_offset != bases[i + 1]:
+                self._drop_after_hole(segment, bases[i + 1:])
+                break
             else:
-                segment.recover()
-                recovered += 1
+                self._recovered.append(segment)
         self._log_start_checkpoint = self._read_log_start_checkpoint()
         if self.segments and self._log_start_checkpoint > self.segments[-1].next_offset:
             # Cannot come from advance_log_start (it makes the log durable up to its offset
@@ -181,6 +211,7 @@ class Log:
             for segment in self.segments:
                 segment.delete()
             self.segments.clear()
+            self._recovered.clear()
         if not self.segments:
             self.segments.append(self._new_segment(self._log_start_checkpoint))
         self._base_offsets = [s.base_offset for s in self.segments]
@@ -191,6 +222,35 @@ class Log:
             disk.unlink(marker)
         log.debug("%s: opened %d segments (%d recovered), offsets %d to %d", self.dir,
                   len(self.segments), recovered, self.log_start_offset, self.log_end_offset)
+
+    def _drop_after_hole(self, segment: LogSegment, later: list[int]) -> None:
+        """``segment``, recovered from its marker, ends before the next one begins: what
+        followed it was lost to a power cut, and records after a hole must not be served
+        (Kafka's LogLoader deletes them too). Every later segment goes, durably: appends
+        will take their offsets again."""
+        log.warning("%s: segment %d ends at offset %d after its recovery, where %d segments "
+                    "follow from offset %d: deleting them (records after a hole)", self.dir,
+                    segment.base_offset, segment.next_offset, len(later), later[0])
+        for base in later:
+            for path in (*segment_files(self.dir, base), marker_path(self.dir, base)):
+                with contextlib.suppress(FileNotFoundError):
+                    self.disk.unlink(path)
+        self.disk.unlink(marker_path(self.dir, segment.base_offset))  # the active one now
+        self.disk.fsync_dir(self.dir)
+
+    def seal_recovered(self) -> None:
+        """Seal the segments a start recovered from their marker, once producer state was
+        replayed over them (their aborted transaction indexes whole again): fsync, index
+        files, the marker removed, on the calling thread, as a roll's seal does in a worker.
+        Until then (a log opened without a partition) the markers stay, and the next start
+        recovers those segments again."""
+        recovered, self._recovered = self._recovered, []
+        for segment in recovered:
+            segment.end_time_index()
+            seal = Seal(segment, marker_path(self.dir, segment.base_offset),
+                        self.disk.open(segment.path, os.O_RDONLY))
+            self._seals[segment] = seal
+            seal_here(seal)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.dir, base_offset, self.config.index_interval_bytes, self.disk,
@@ -279,23 +339,76 @@ class Log:
         """
         self.active.append(parts, headers)
 
-    def roll(self) -> None:
-        """Seal the active segment and start a new one at the log end (the caller snapshots
-        producer state first). A failure leaves the active segment where it was."""
+    def roll(self, start_seal: Callable[[Seal], None] = seal_here) -> None:
+        """Start a new segment at the log end (the caller snapshots producer state first),
+        without waiting for the old one's fsync: its seal (sealing.py) is handed to
+        ``start_seal``, which runs it in a worker thread, or here by default (then a failed
+        fsync raises LogDirFailure, the roll done). Any other failure leaves the active
+        segment where it was."""
         old = self.active
-        old.seal()
-        segment = self._new_segment(old.next_offset)
+        marker = marker_path(self.dir, old.base_offset)
+        # The seal's own descriptor, and the marker, before anything changes: out of
+        # descriptors (EMFILE), the roll fails having done nothing.
+        fd = self.disk.open(old.path, os.O_RDONLY)
+        try:
+            self.disk.close(self.disk.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                           0o644))
+            # Its directory fsync makes the marker durable with the new segment's name.
+            segment = self._new_segment(old.next_offset)
+        except BaseException as exc:
+            self.disk.close(fd)
+            if isinstance(exc, OSError):  # the new segment is not there: neither is a roll
+                with contextlib.suppress(OSError):
+                    self.disk.unlink(marker)
+            raise
+        old.end_time_index()
         self.segments.append(segment)
         self._base_offsets.append(segment.base_offset)
+        seal = self._seals[old] = Seal(old, marker, fd)
         log.debug("%s: rolled new segment at offset %d", self.dir, segment.base_offset)
+        start_seal(seal)
+
+    def pending_seals(self) -> list[Seal]:
+        """The seals not done with their marker, oldest first (forgetting those done)."""
+        if any(seal.unmarked for seal in self._seals.values()):
+            self._seals = {s: seal for s, seal in self._seals.items() if not seal.unmarked}
+        return list(self._seals.values())
+
+    @property
+    def sealed_end(self) -> int:
+        """The base offset of the first segment not sealed for good (the active one's when
+        every other is): the cleaner stops there (sealing.py)."""
+        seals = self.pending_seals()
+        return seals[0].segment.base_offset if seals else self.active.base_offset
+
+    def _cancel_seal(self, segment: LogSegment) -> None:
+        """``segment`` is deleted or cut: its seal, if under way, writes no file from now
+        (nor does seal_recovered)."""
+        if segment in self._recovered:
+            self._recovered.remove(segment)
+        seal = self._seals.pop(segment, None)
+        if seal is not None:
+            seal.cancel()
+
+    def _delete_segment(self, segment: LogSegment) -> None:
+        """Delete ``segment``'s files, its marker last (at a start, a marker without its
+        log is removed)."""
+        self._cancel_seal(segment)
+        segment.delete()
+        with contextlib.suppress(FileNotFoundError):
+            self.disk.unlink(marker_path(self.dir, segment.base_offset))
 
     @property
     def unflushed_messages(self) -> int:
         return self.active.unflushed_messages
 
     def flush(self) -> None:
-        """fsync the active segment (older ones were sealed); LogDirFailure when it fails."""
+        """fsync the active segment, and wait for the fsync of the rolled ones still being
+        sealed: everything appended is on disk when it returns; LogDirFailure when not (a
+        failed fsync, or seals longer than SEAL_WAIT_S)."""
+        seals = self.pending_seals()
         self.active.flush()
+        wait_synced(seals)
         self.last_flush_ms = _now_ms()
 
     # --- reading -------------------------------------------------------------------------
@@ -439,7 +552,8 @@ class Log:
         start = next((i for i, s in enumerate(self.segments) if s is old[0]), -1)
         if start < 0 or self.segments[start:start + len(old)] != old or \
                 start + len(old) >= len(self.segments) or \
-                not all(s.is_open for s in old) or cleaned.base_offset != old[0].base_offset:
+                not all(s.is_open for s in old) or cleaned.base_offset != old[0].base_offset \
+                or any(s in self._seals for s in old):
             raise ValueError("the segments cleaned are no longer those of the log")
         end_offset = self.segments[start + len(old)].base_offset
         # Every descriptor the swap needs from its commit on is taken first: out of
@@ -571,17 +685,20 @@ class Log:
         if offset >= self.log_end_offset:
             return
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().delete()
+            self._delete_segment(self.segments.pop())
             self._base_offsets.pop()
         segment = self.active
         if offset <= segment.base_offset:
-            segment.delete()
+            self._delete_segment(segment)
             self.segments[-1] = self._new_segment(offset)
             self._base_offsets[-1] = offset
             self._log_start_checkpoint = min(self._log_start_checkpoint, offset)
         else:
             position = segment.position_of(offset)
             if position is not None:
+                # Its seal must not write its indexes after the cut: its marker stays, and
+                # the reopening that follows a truncation recovers the segment.
+                self._cancel_seal(segment)
                 segment.truncate_at(position)
         self.disk.fsync_dir(self.dir)
         log.info("%s: truncated to offset %d", self.dir, offset)
@@ -590,12 +707,15 @@ class Log:
         segment = self.segments.pop(0)
         self._base_offsets.pop(0)
         log.info("%s: deleting segment %d by %s", self.dir, segment.base_offset, reason)
-        segment.delete()
+        self._delete_segment(segment)
 
     # --- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Clean shutdown: seal the active segment and leave the marker that skips recovery."""
+        """Clean shutdown: wait for the seals under way (LogDirFailure when one failed, or
+        they took more than SEAL_WAIT_S), seal the active segment, and leave the marker that
+        skips recovery."""
+        wait_done(self.pending_seals())
         self.active.seal()
         for segment in self.segments:
             segment.close()
@@ -605,15 +725,24 @@ class Log:
 
     def abandon(self) -> None:
         """Close the files without sealing anything: the directory failed, and the next start
-        must recover from what is on disk."""
+        must recover from what is on disk. A seal under way writes no file after it."""
+        self._cancel_seals()
         for segment in self.segments:
             try:
                 segment.close()
             except OSError:
                 pass
 
+    def _cancel_seals(self) -> None:
+        for segment in list(self._seals):
+            try:
+                self._cancel_seal(segment)
+            except LogDirFailure as exc:
+                log.error("%s: %s", self.dir, exc)
+
     def delete(self) -> None:
+        self._cancel_seals()
         for segment in self.segments:
-            segment.delete()
+            self._delete_segment(segment)
         self.segments.clear()
         self._base_offsets.clear()

@@ -250,15 +250,26 @@ class LogSegment:
         return self._disk.dup(self._file())
 
     def seal(self) -> None:
-        """Make the segment durable with its indexes (on roll and clean shutdown)."""
+        """Make the segment durable with its indexes, on the calling thread (a clean
+        shutdown; a roll seals off it, see sealing.py)."""
         self.flush()
         self.save_indexes()
 
     def save_indexes(self) -> None:
+        self.end_time_index()
+        self.write_indexes()
+
+    def end_time_index(self) -> None:
+        """The time index's last entry: the segment's largest timestamp (it takes no more
+        appends)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
             )
+
+    def write_indexes(self) -> None:
+        """Write the index files; changes nothing in memory, so that a worker thread may do
+        it for a segment no longer appended to."""
         self.offset_index.save()
         self.time_index.save()
         self.txn_index.save()
