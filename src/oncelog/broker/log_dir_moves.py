@@ -225,16 +225,16 @@ class LogDirMoves:
                 move.copied_to = end
                 if move.cancelled or copied < _SMALL_PASS:
                     break
-            # The last pass runs where nothing else does: wait for a running fsync, an
-            # opening of its log and a clean of this partition (each works in worker
-            # threads) to be over.
+            # The last pass runs where nothing else does: wait for a running fsync, a
+            # rolled segment's seal, an opening of its log and a clean of this partition
+            # (each works in worker threads) to be over.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 60
-            while partition.flush_running or partition.opening or \
-                    self.cleaning() is partition:
+            while partition.flush_running or partition.seal_running or \
+                    partition.opening or self.cleaning() is partition:
                 if loop.time() > deadline:
-                    raise MoveFailed("the partition stayed busy (fsync, opening or clean) "
-                                     "for 60 s")
+                    raise MoveFailed("the partition stayed busy (fsync, seal, opening or "
+                                     "clean) for 60 s")
                 await asyncio.sleep(0.01)
             if move.cancelled:
                 raise MoveFailed("cancelled")

@@ -15,7 +15,10 @@ Durability (``flush.messages``): a batch that the flush policy says must be on d
 is acknowledged gets a future from ``durable`` that the produce handler awaits. fsync runs in a
 worker thread, never on the event loop, and one fsync covers every batch written before it
 started (group commit). A retry answered from the producer cache waits for the same fsync as
-its original, so no answer gets ahead of the disk.
+its original, so no answer gets ahead of the disk. A roll does not wait for the old segment's
+fsync: its seal runs in a worker thread (log/sealing.py), and a flush round that starts
+while it runs waits for it too, so flushed_offset never passes bytes not on disk; a seal
+whose fsync failed takes the log directory offline, as a failed flush does.
 
 Transactions: a transactional batch that would begin a transaction here is appended only
 after ``verify`` (the coordinator, KIP-890 part 1) said the producer's transaction includes
@@ -39,6 +42,7 @@ every use of the partition then raises LogDirOffline until a restart.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -57,6 +61,7 @@ from ..log.disk import OS_DISK, LogDirFailure, OsDisk, out_of_descriptors
 from ..log.leader_epoch import LeaderEpochCache
 from ..log.log import ABSENT_LOG, Log, LogConfig
 from ..log.open_files import OPEN_FILES, OpenFiles
+from ..log.sealing import Seal, seal_here, wait_synced
 from ..log.snapshots import SnapshotFiles
 from ..log.txn_index import AbortedTxn
 from ..producer_state import snapshot
@@ -88,6 +93,10 @@ from .partition_opening import Built, OpensOffLoop, on_loop
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
+# The seals of rolled segments (log/sealing.py) run here, never in the loop's default
+# executor: a flush round there waits for a seal, and must not wait for one queued behind
+# it. Kafka flushes after a roll in its background threads likewise.
+_SEALS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="seal")
 
 # Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
 # to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
@@ -505,12 +514,35 @@ class Partition(OpensOffLoop):
         plog, state = self.log, self.state
         offset = plog.log_end_offset
         self._snapshots.write(offset, snapshot.of_state(offset, state))
-        plog.roll()
-        self.flushed_offset = max(self.flushed_offset, offset)  # sealing fsynced it
+        # flushed_offset stays: the old segment is on disk once its seal's fsync is done,
+        # which the next flush round waits for.
+        plog.roll(self._start_seal)
         try:
             self._snapshots.keep_newest(SNAPSHOTS_KEPT)
         except OSError as exc:  # only old fallbacks stay behind
             log.warning("%s: removing old snapshots failed: %s", self.name, exc)
+
+    def _start_seal(self, seal: Seal) -> None:
+        """Run a rolled segment's seal in a worker thread, off the event loop (in place
+        where no loop runs: tools, tests)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            seal_here(seal)
+            return
+        running = loop.run_in_executor(_SEALS, seal.run)
+        running.add_done_callback(functools.partial(self._sealed, seal))
+
+    def _sealed(self, seal: Seal, running: asyncio.Future) -> None:
+        """On the loop: a seal whose fsync failed takes the log directory offline, as a
+        failed flush does (the flushes waiting for it fail by themselves)."""
+        if not running.cancelled() and seal.error is not None:
+            self.log_dir.fail(seal.error)
+
+    @property
+    def seal_running(self) -> bool:
+        plog = self._log
+        return plog is not None and any(not s.done for s in plog.pending_seals())
 
     @property
     def high_watermark(self) -> int:
@@ -670,19 +702,23 @@ class Partition(OpensOffLoop):
                 return
             segment = plog.active
             fd = segment.dup_fd()
+            # The rolled segments still being sealed are covered by their seal's fsync,
+            # which the round waits for (log/sealing.py says why not by one of its own).
+            seals = plog.pending_seals()
             self._flushing_to = plog.log_end_offset
             segment.unflushed_messages = 0
         except OSError as exc:
             self._flush_failed(done, exc)
             return
-        running = asyncio.get_running_loop().run_in_executor(None, self._sync, fd)
+        running = asyncio.get_running_loop().run_in_executor(None, self._sync, fd, seals)
         running.add_done_callback(functools.partial(self._synced, done, plog))
 
-    def _sync(self, fd: int) -> None:
+    def _sync(self, fd: int, seals: list[Seal]) -> None:
         try:
             self.disk.fdatasync(fd)
         finally:
             self.disk.close(fd)
+        wait_synced(seals)
 
     def _synced(self, done: asyncio.Future[None], plog: Log, running: asyncio.Future) -> None:
         if running.cancelled():  # the event loop is shutting down

@@ -1,0 +1,271 @@
+"""A roll seals the old segment in a worker thread, never on the event loop (log/sealing.py),
+and every promise holds while the seal runs, played deterministically: the fsync of segment 0
+in a worker waits at a gate the test opens (GatedDisk, a MemoryDisk).
+
+* The roll's append returns with the seal's fsync held; an acknowledgement of a batch after
+  the roll (log.flush.interval.messages=1) waits for it, and flushed_offset stays behind the
+  old segment's end until it is done; after a power cut every acknowledged batch is there.
+* The seal's fsync fails: the log directory goes offline, and neither the batch left in the
+  old segment nor the one after the roll is acknowledged.
+* A clean close waits for the seal (its marker gone before the clean-shutdown file is made);
+  one that cannot within the bound leaves the log to the next start's recovery.
+* A truncation while the seal runs cancels it: no index file of the cut segment is written
+  behind the truncation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from oncelog.broker.log_dirs import LogDir
+from oncelog.broker.partition import Partition
+from oncelog.log.log import CLEAN_SHUTDOWN_FILE, LogConfig
+from oncelog.log.memory_disk import MemoryDisk
+from oncelog.producer_state.manager import StateLimits
+from oncelog.protocol.records import decode_batch, encode_batch
+
+WAIT_S = 10
+LOG_DIR = "/data"
+DIRECTORY = "/data/t-0"
+SEGMENT0 = "00000000000000000000"
+CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=100, flush_messages=1)
+
+
+class GatedDisk(MemoryDisk):
+    """Once ``armed``, the fsync of segment 0's log: on the event loop's thread it is counted
+    (``on_loop``) and goes through; in a worker it signals ``reached`` and waits for
+    ``release`` (set by the test, or by the next snapshot written once
+    ``release_at_snapshot``), then fails with EIO if ``fail`` is set. Notes the files it
+    creates and removes, in order (``names``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.fail = False
+        self.release_at_snapshot = False
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.on_loop = 0
+        self.names: list[str] = []
+
+    def fsync(self, fd: int) -> None:  # type: ignore[override]
+        opened = self._fds.get(fd)
+        if self.armed and opened is not None and opened.path.endswith(SEGMENT0 + ".log"):
+            if threading.current_thread() is threading.main_thread():
+                self.on_loop += 1
+            else:
+                self.armed = False
+                self.reached.set()
+                assert self.release.wait(WAIT_S), "the test never opened the gate"
+                if self.fail:
+                    MemoryDisk.fail(self, "fsync", path_suffix=SEGMENT0 + ".log")
+        MemoryDisk.fsync(self, fd)
+
+    fdatasync = fsync
+
+    def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
+        if flags & os.O_CREAT:
+            self.names.append("create " + os.path.basename(path))
+            if self.release_at_snapshot and path.endswith(".snapshot.tmp"):
+                self.release.set()
+        return MemoryDisk.open(self, path, flags, mode)
+
+    def unlink(self, path: str) -> None:  # type: ignore[override]
+        self.names.append("remove " + os.path.basename(path))
+        MemoryDisk.unlink(self, path)
+
+
+class Issued:
+    def is_issued(self, producer_id: int) -> bool:
+        return True
+
+    def highest_claimed(self) -> int:
+        return 0
+
+
+def open_partition(disk: MemoryDisk) -> Partition:
+    partition = Partition("t", 0, DIRECTORY, CONFIG, 1 << 20, StateLimits(), Issued(),
+                          log_dir=LogDir(LOG_DIR), disk=disk)
+    assert partition.state is not None
+    return partition
+
+
+def record(n: int) -> bytes:
+    return encode_batch([(None, b"%d:" % n + b"r" * 90, (), int(time.time() * 1000))])
+
+
+def values(partition: Partition) -> list[int]:
+    plog, found, offset = partition.log, [], 0
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1 << 20).records
+        assert data, f"nothing readable at {offset}"
+        pos = 0
+        while pos < len(data):
+            header, records = decode_batch(data, pos)
+            found += [int(r.value.split(b":")[0]) for r in records]
+            pos += header.size
+        offset = header.last_offset + 1
+    return found
+
+
+async def fill_segment0(p: Partition, leave: int = 0) -> int:
+    """Acknowledged batches (each on disk) until one more would roll, with ``leave`` bytes to
+    spare; returns how many."""
+    n = 0
+    while p.log.active.size + len(record(n)) + leave <= CONFIG.segment_bytes:
+        waiting = p.durable(p.append_records(record(n)))
+        assert waiting is not None
+        await asyncio.wait_for(waiting, WAIT_S)
+        n += 1
+    return n
+
+
+async def seal_held(disk: GatedDisk) -> None:
+    assert disk.on_loop == 0, "the old segment was fsynced on the event loop"
+    assert await asyncio.to_thread(disk.reached.wait, WAIT_S), "no seal reached its fsync"
+
+
+async def seals_done(p: Partition) -> None:
+    for _ in range(WAIT_S * 100):
+        if not p.seal_running:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the seal never ended")
+
+
+def test_a_roll_does_not_wait_for_the_old_segments_fsync_and_an_ack_after_it_does():
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> int:
+        n = await fill_segment0(p)
+        disk.armed = True
+        rolled = p.append_records(record(n))
+        assert rolled.base_offset == n and len(p.log.segments) == 2
+        await seal_held(disk)
+        waiting = p.durable(rolled)
+        assert waiting is not None
+        done, _ = await asyncio.wait([waiting], timeout=0.2)
+        assert not done, "acknowledged before the old segment was on disk"
+        assert p.flushed_offset <= n
+        disk.release.set()
+        await asyncio.wait_for(waiting, WAIT_S)
+        assert p.flushed_offset == n + 1
+        await seals_done(p)
+        return n + 1
+
+    acked = asyncio.run(scenario())
+    p.abandon()
+    disk.power_loss(random.Random(20261129))
+    assert values(open_partition(disk))[:acked] == list(range(acked))
+
+
+def test_a_failed_fsync_of_the_seal_takes_the_directory_offline_and_acks_nothing():
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> None:
+        small = encode_batch([(None, b"last", (), int(time.time() * 1000))])
+        n = await fill_segment0(p, leave=len(small))
+        disk.armed = disk.fail = True
+        # One more batch in segment 0, its fsync asked for, and in the same turn of the
+        # loop the batch that rolls: the round that covers both starts after the roll.
+        last = p.append_records(small)
+        assert last.base_offset == n and len(p.log.segments) == 1
+        waiting = [p.durable(last)]
+        rolled = p.append_records(record(n + 1))
+        assert len(p.log.segments) == 2
+        waiting.append(p.durable(rolled))
+        await seal_held(disk)
+        disk.release.set()
+        for future in waiting:
+            assert future is not None
+            with pytest.raises(OSError):
+                await asyncio.wait_for(future, WAIT_S)
+        assert p.log_dir.offline
+        assert p.flushed_offset == n
+
+    asyncio.run(scenario())
+    p.abandon()
+
+
+def test_a_clean_close_waits_for_the_seal():
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> int:
+        n = await fill_segment0(p)
+        disk.armed = True
+        p.append_records(record(n))
+        await seal_held(disk)
+        disk.release_at_snapshot = True  # the close's snapshot, before the log's close
+        p.close()
+        return n + 1
+
+    written = asyncio.run(scenario())
+    names = disk.names
+    assert names.index(f"remove {SEGMENT0}.unsealed") < names.index(
+        f"create {CLEAN_SHUTDOWN_FILE}"), names
+    assert f"{SEGMENT0}.index" in disk.listdir(DIRECTORY)
+    assert values(open_partition(disk)) == list(range(written))
+
+
+def test_a_close_that_cannot_wait_for_the_seal_leaves_the_log_to_recovery(monkeypatch):
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> int:
+        n = await fill_segment0(p)
+        disk.armed = True
+        p.append_records(record(n))
+        await seal_held(disk)
+        seal = p.log.pending_seals()[0]
+        from oncelog.log import sealing  # (imported here: the tests run against main too)
+
+        monkeypatch.setattr(sealing, "SEAL_WAIT_S", 0.05)
+        p.close()  # gives up waiting: not a clean shutdown
+        assert CLEAN_SHUTDOWN_FILE not in disk.listdir(DIRECTORY)
+        disk.release.set()
+        assert await asyncio.to_thread(seal._done.wait, WAIT_S)
+        return n + 1
+
+    written = asyncio.run(scenario())
+    names = disk.listdir(DIRECTORY)
+    assert f"{SEGMENT0}.unsealed" in names and f"{SEGMENT0}.index" not in names, names
+    assert values(open_partition(disk)) == list(range(written))
+    assert f"{SEGMENT0}.unsealed" not in disk.listdir(DIRECTORY)
+
+
+def test_a_truncation_while_the_seal_runs_cancels_its_file_writes():
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> None:
+        n = await fill_segment0(p)
+        disk.armed = True
+        p.append_records(record(n))
+        await seal_held(disk)
+        seal = p.log.pending_seals()[0]
+        p.truncate_to(2)  # inside segment 0, whose seal is held
+        disk.release.set()
+        assert await asyncio.to_thread(seal._done.wait, WAIT_S)
+        assert seal.error is None and not seal.unmarked
+
+    asyncio.run(scenario())
+    names = disk.listdir(DIRECTORY)
+    assert f"{SEGMENT0}.index" not in names, "the cancelled seal wrote the cut segment's index"
+    assert values(p) == [0, 1]
+    p.close()
+    assert values(open_partition(disk)) == [0, 1]
+
