@@ -72,7 +72,8 @@ class Seal:
     def run(self) -> None:
         """fsync, then the index files (each written atomically), then the marker removed.
         Never raises: a failed fsync is ``error``; a failed index write leaves the marker
-        (the next start recovers the segment, as it would rebuild a missing index)."""
+        (the next start recovers the segment, as it would rebuild a missing index, and the
+        cleaner leaves it alone until then)."""
         segment, disk = self.segment, self.segment._disk
         try:
             try:
