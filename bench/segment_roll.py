@@ -111,7 +111,7 @@ def run_tree(src: Path, root: str, gib: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gib", type=int, default=4, help="GiB appended per run")
+    parser.add_argument("--gib", type=int, default=3, help="GiB appended per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", default=None,
                         help="where each run's partition directory is made (system temp dir)")
