@@ -310,8 +310,10 @@ class ReplicaManager:
         topic = self.topics.get(tv.name)
         fresh = topic is None or topic.topic_id != zn.decode_topic_id(tv.assignment.topic_id)
         if fresh:
-            if topic is not None:
-                self._delete_local(tv.name)
+            if topic is not None:  # the deletion was not seen (it may have happened while
+                # this broker was down; it may also be a controller's mistake): the old
+                # replica is set aside, not removed, as Kafka keeps its stray replicas
+                self._delete_local(tv.name, keep=True)
             topic = self.topics.ensure_replica_topic(
                 tv.name, zn.decode_topic_id(tv.assignment.topic_id), count, tv.configs)
             self._replicas.add(tv.name)
@@ -331,7 +333,7 @@ class ReplicaManager:
                 self.apply_state(topic.partitions[index], state, version, replicas, min_insync,
                                  vouched)
 
-    def _delete_local(self, name: str) -> None:
+    def _delete_local(self, name: str, keep: bool = False) -> None:
         topic = self.topics.get(name)
         if topic is None:
             return
@@ -343,7 +345,7 @@ class ReplicaManager:
             self._leadership(partition, False, None)
         self._replicas.discard(name)
         try:
-            self.topics.delete(name, internal=name in INTERNAL_TOPICS)
+            self.topics.delete(name, internal=name in INTERNAL_TOPICS, keep=keep)
         except Exception:
             log.exception("deleting the local replica of topic %s failed", name)
 

@@ -283,9 +283,9 @@ class Controller:
                     if deleted:
                         continue
                 # not deleted: skipped as any unreadable topic (X1, what bounced is owed)
-            named = name_topic(topic.unnamed is not None, topic.name in deleting,
-                               topic.assignment.topic_id  # kept as last read
-                               or (self.known_topic_id(topic.name) if topic.unnamed else None))
+            unnamed = topic.unnamed is not None and topic.name not in deleting
+            named = name_topic(unnamed, topic.name in deleting,
+                               self._known_id(topic) if unnamed else None)
             if named is not None:
                 self._name(topic, named)
                 again = True
@@ -493,7 +493,8 @@ class Controller:
                     n += 1
                     if not topic.has_partitions_node and any(
                             t is topic and t.states.get(q) is None for t, q, _ in items):
-                        txn.create(zn.partitions_path(topic.name), b"")
+                        txn.create(zn.partitions_path(topic.name),
+                                   zn.encode_partitions_node(topic.assignment.topic_id))
                         n += 1
                     topic_ops[topic.name] = range(first, n)
                 first = n
@@ -539,7 +540,8 @@ class Controller:
                 txn.check(zn.topic_path(topic.name), topic.version)
             if not topic.has_partitions_node and any(
                     topic.states.get(p) is None for p in decisions):
-                txn.create(zn.partitions_path(topic.name), b"")
+                txn.create(zn.partitions_path(topic.name),
+                           zn.encode_partitions_node(assignment.topic_id))
             for p, decision in sorted(decisions.items()):
                 path = zn.partition_state_path(topic.name, p)
                 found = topic.states.get(p)
@@ -625,6 +627,13 @@ class Controller:
         if topic.name not in self._waits:
             self._waits.add(topic.name)
             log.warning("deleting topic %s waits: %s", topic.name, why or topic.problem)
+
+    def _known_id(self, topic: TopicRead) -> str | None:
+        """T1's id of an unnamed topic: the one recorded with its partitions, else the one
+        last read of it (kept as last read), else the one this broker's metadata cache
+        last read."""
+        return (unwhole_topics.recorded_topic_id(self.store, topic.name)
+                or topic.assignment.topic_id or self.known_topic_id(topic.name))
 
     def _name(self, topic: TopicRead, topic_id: str) -> None:
         """T1: the topic id written; the topic is read again at the next pass."""

@@ -58,14 +58,15 @@ Before its partitions, a pass takes one decision per topic (``name_topic``):
 | row | topic as found                                     | decision                              |
 |-----|----------------------------------------------------|---------------------------------------|
 | T1  | its assignment whole but for a missing topic_id    | NAME it, at the version read: the id  |
-|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | last read of it when it had one (an   |
-|     | AdminZkClient write version 1 without one), not    | old tool rewrote it: a new id would   |
-|     | being deleted                                      | make brokers delete its logs), or the |
-|     |                                                    | one the controller's broker's         |
-|     |                                                    | metadata cache last read (a           |
-|     |                                                    | controller elected since), else a new |
-|     |                                                    | random one (Kafka's setTopicIds); its |
-|     |                                                    | partitions are X1 until it lands      |
+|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | it had when an old tool rewrote it (a |
+|     | AdminZkClient write version 1 without one), not    | new id would make every replica set   |
+|     | being deleted                                      | its log aside): the one recorded in   |
+|     |                                                    | its ``partitions`` znode, else the    |
+|     |                                                    | one last read of it, else the one the |
+|     |                                                    | controller's broker's metadata cache  |
+|     |                                                    | last read; else a new random one      |
+|     |                                                    | (Kafka's setTopicIds); its partitions |
+|     |                                                    | are X1 until it lands                 |
 | T2  | otherwise                                          | nothing                               |
 
 ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
@@ -212,8 +213,9 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
 
 def name_topic(unnamed: bool, deleting: bool, known: str | None = None) -> str | None:
     """T1-T2: the topic id (Kafka's encoding) to write for a topic whose assignment lacks
-    only its id (``unnamed``): ``known``, the id last read of it (by the controller,
-    else by its broker's metadata cache), else a new one; else None."""
+    only its id (``unnamed``): ``known``, the id it had (recorded with its partitions, else
+    last read by the controller or by its broker's metadata cache), else a new one; else
+    None."""
     if not unnamed or deleting:
         return None  # T2
     return known or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1

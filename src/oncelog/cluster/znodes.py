@@ -258,6 +258,32 @@ def partitions_path(topic: str) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions"
 
 
+# Not Kafka's (its ``partitions`` znode holds no data; its tools neither read nor write it):
+# the controller creates it with the topic id its first states were written under. Pre-2.8
+# tooling rewrites the assignment znode without the id, and a controller naming it again
+# (leader_election.py T1) must use the id the replicas' logs carry even when no broker
+# read the topic whole before (a controller started after the rewrite), or every replica
+# would take it for a new topic.
+def encode_partitions_node(topic_id: str) -> bytes:
+    return _dumps({"version": 1, "topic_id": topic_id})
+
+
+def decode_partitions_node(data: bytes | None) -> str | None:
+    """The topic id recorded, or None: Kafka's empty znode, or bytes that are not ours."""
+    try:
+        value = json.loads(data or b"null")
+    except ValueError:
+        return None
+    topic_id = value.get("topic_id") if isinstance(value, dict) else None
+    if not isinstance(topic_id, str):
+        return None
+    try:
+        decode_topic_id(topic_id)
+    except ValueError:
+        return None
+    return topic_id
+
+
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
