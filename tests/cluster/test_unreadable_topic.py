@@ -304,12 +304,12 @@ def test_a_topic_id_changed_without_a_deletion_sets_the_replicas_aside(cluster):
         "AAAAAAAAAAAAAAAAAAAAAg", {0: tuple(replicas)}, {}, {}).encode(), version=version)
     for i in replicas:
         broker = cluster.brokers[i]
-        aside = wait_for(lambda b=broker: list(b.data_dir.glob("renamed-0.*-stray")), TIMEOUT,
-                         f"broker {i}'s replica set aside")
+        wait_for(lambda b=broker: "kept for an operator" in b.log_text(), TIMEOUT,
+                 f"broker {i}'s replica set aside")  # logged once renamed
+        aside = list(broker.data_dir.glob("renamed-0.*-stray"))
         assert len(aside) == 1
         logs = list(aside[0].glob("*.log"))
         assert logs and b"set aside, not lost" in logs[0].read_bytes()
-        assert "kept for an operator" in broker.log_text()
     wait_for(lambda: len(_state(cluster, "renamed", 0)["isr"]) == 2, TIMEOUT,
              "renamed-0's ISR under the new id")
     assert _watermarks(cluster, _state(cluster, "renamed", 0)["leader"], "renamed") == (0, 0)
