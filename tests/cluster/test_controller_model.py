@@ -349,8 +349,21 @@ def test_auto_leader_rebalance(zookeeper):
         for configs in ((False, 0, 10), (True, 0, 100), (True, 3600, 10)):
             Controller(member, lambda: False, lambda c=configs: c).pass_once()
             assert leaders() == [(2, 1), (2, 1)], configs  # RB1, RB3, not due yet
-        Controller(member, lambda: False, lambda: (True, 0, 10)).pass_once()
-        assert leaders() == [(1, 2), (1, 2)]  # RB2: a preferred election each
+        controller = Controller(member, lambda: False, lambda: (True, 0, 10))
+        controller.pass_once()
+        # RB2: a preferred election each, of a live leader: asked to hand over first (H4)
+        assert leaders() == [(2, 1), (2, 1)]
+        for p in (0, 1):
+            data, stat = client.get(zn.partition_state_path("t", p))
+            state = zn.PartitionState.decode(data)
+            assert (state.handover_for, state.handover_ready) == (zn.HANDOVER_PREFERRED, False)
+            client.set(zn.partition_state_path("t", p), zn.PartitionState(  # as its leader
+                2, 1, state.isr, state.controller_epoch, state.handover_for, True).encode(),
+                version=stat.version)  # says once its ISR holds what it acknowledged (H7)
+        controller.pass_once()  # H2: elected, the ask gone with the old state
+        assert leaders() == [(1, 2), (1, 2)]
+        assert not zn.PartitionState.decode(
+            client.get(zn.partition_state_path("t", 0))[0]).handover_for
     finally:
         two.close()
         member.close()

@@ -98,6 +98,7 @@ class ReplicaManager:
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self._handing_over: set[asyncio.Task] = set()
         # the high watermarks as last written, one checkpoint file per log directory
         self._hw_written: dict[str, offset_checkpoint.Entries] = {}
         self._hw_writing: asyncio.Future | None = None
@@ -189,7 +190,7 @@ class ReplicaManager:
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
         self.watch.close()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._handing_over]:
             task.cancel()
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
@@ -412,6 +413,7 @@ class ReplicaManager:
             new.advance_high_watermark(partition.log.log_end_offset)
             log.info("%s: leader at epoch %d, ISR %s, high watermark %d", partition.name,
                      state.leader_epoch, list(state.isr), new.high_watermark)
+            self._handover_read(partition, new, state)
         elif role is rules.Role.BECOME_FOLLOWER:
             partition.replication = new
             # B5: a broker in controlled shutdown fetches no more, nor a replica whose log
@@ -503,6 +505,7 @@ class ReplicaManager:
         if version > current.zk_version:  # a newer write (the controller's): counted
             self._count_isr(current.isr, state.isr)
         current.isr_read(state.isr, version)
+        self._handover_read(partition, current, state)
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
@@ -521,6 +524,49 @@ class ReplicaManager:
         except OSError:  # deleted, or backing off after a failed opening: the next read
             return
         opening.add_done_callback(lambda _: _advance(partition, current))
+
+    # --- handing a leadership over (isr.py's H7-H9) ---------------------------------------
+
+    def _handover_read(self, partition: Partition, r: ReplicaState,
+                       state: zn.PartitionState) -> None:
+        """The state just read for a partition led here: whether it asks a handover (K6 for
+        it from this moment: an acks=1 answer now waits for the ISR)."""
+        r.handover_for, r.handover_ready = state.handover_for, state.handover_ready
+        if not rules.handover_starts(r.is_leader, bool(r.handover_for), r.handover_ready,
+                                     r.handing_over) or not partition.is_open \
+                or not _loop_running():
+            return  # H9 (not open: read again once it is, with the next state)
+        r.handing_over = True
+        log.info("%s: handing its leadership over (%s): acks=1 now waits for the ISR",
+                 partition.name, r.handover_for)
+        task = asyncio.get_running_loop().create_task(self._hand_over(partition, r))
+        self._handing_over.add(task)
+        task.add_done_callback(self._handing_over.discard)
+
+    async def _hand_over(self, partition: Partition, r: ReplicaState) -> None:
+        """H7/H8: once the ISR holds the log end of now (everything acknowledged before
+        the ask), the state written ready, at the version read."""
+        try:
+            lacking = await until_replicated([partition], LEAVE_TIMEOUT_S)
+            if partition.replication is not r or not r.is_leader or not r.handover_for \
+                    or r.handover_ready:
+                return  # moved, or taken back (H6), meanwhile
+            if lacking:  # H8
+                log.warning("%s: its ISR still lacks records after %.0fs; the controller "
+                            "moves the leadership at its own bound", partition.name,
+                            LEAVE_TIMEOUT_S)
+                return
+            ready = zn.PartitionState(self.broker_id, r.leader_epoch, r.isr,
+                                      r.controller_epoch, r.handover_for, True)
+            versions = await asyncio.get_running_loop().run_in_executor(
+                None, self.watch.write_isrs,
+                [(partition.topic, partition.index, ready, r.zk_version)])
+            if versions[0] is not None and partition.replication is r:
+                r.zk_version, r.handover_ready = versions[0], True
+                log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
+                         r.leader_epoch)
+        finally:
+            r.handing_over = False  # a write lost to another reads the state again: H7
 
     # --- as leader -----------------------------------------------------------------------
 
@@ -551,7 +597,8 @@ class ReplicaManager:
         if wanted is None:
             return
         r.isr_write_started(wanted)
-        state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch)
+        state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch,
+                                  r.handover_for, r.handover_ready)  # the ask stays
         self._isr_queue.append((partition, r, r.isr, wanted, state, r.zk_version))
         if not self._isr_writing:
             self._write_isrs()

@@ -66,6 +66,11 @@ class ReplicaState:
     # controller may then elect a follower it added. Until then the high watermark counts
     # the maximal ISR (ours and the one asked for), as Kafka's leader does.
     pending_isr: tuple[int, ...] = ()
+    # A handover of this leadership the controller asked for, as the state read says
+    # (leader_election.py's H rows; isr.py's H7-H9), and whether its wait is running here.
+    handover_for: str = ""
+    handover_ready: bool = False
+    handing_over: bool = False
 
     @property
     def is_leader(self) -> bool:

@@ -61,7 +61,17 @@ from ..metadata.store import MetadataUnavailable
 from . import unwhole_topics
 from . import znodes as zn
 from .batches import gather, outcome, settle
-from .leader_election import Ask, Decision, Facts, decide, name_topic, rebalance
+from .leader_election import (
+    HANDOVER_TIMEOUT_S,
+    Ask,
+    Decision,
+    Facts,
+    HandoverClock,
+    election_decision,
+    name_topic,
+    pass_decision,
+    rebalance,
+)
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .unreadable import unreadable
@@ -75,6 +85,10 @@ log = logging.getLogger(__name__)
 # 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
 _FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
+# ElectLeaders waiting for a leader's handover: looked at again this often, and given this
+# long past H3's bound (the pass that moves it, and the state's read)
+_HANDOVER_POLL_S = 0.05
+_HANDOVER_MARGIN_S = 5.0
 # Config change notifications kept (Kafka purges them after 15 minutes): a broker that
 # missed more than these (its session expired) reads every topic's config again anyway.
 CONFIG_CHANGES_KEPT = 100
@@ -109,6 +123,8 @@ class Controller:
         # (topic, partition; None: every partition of a topic never read) -> brokers
         self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
+        self._handover_lock = threading.Lock()  # the passes' thread and ElectLeaders'
+        self._handovers = HandoverClock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
         # name -> the topic id this broker's metadata cache last read of it, for T1 when the
         # pass has read none: a controller elected after an old tool rewrote a known topic
@@ -294,7 +310,9 @@ class Controller:
             decisions = {}
             for p in sorted(topic.assignment.partitions):
                 facts = self.facts(topic, p, live, shutting, offline)
-                decision = decide(facts, Ask.PASS, self.member.controller.epoch)
+                handover, decision = pass_decision(facts, self._waited(topic.name, p, facts),
+                                                   self.member.controller.epoch)
+                self._say_handover(topic.name, p, handover, facts)
                 (skipped if decision.row == "X1" else decided).append((topic.name, p))
                 if decision.state is not None:
                     decisions[p] = decision
@@ -312,6 +330,8 @@ class Controller:
                     self.context.mark(topic.name, p)
             raise
         self._settle_owed(topics, counted_dead, skipped, decided, landed)
+        with self._handover_lock:
+            self._handovers.keep_only({t.name for t in topics})
         if all(landed.values()):
             self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
@@ -414,9 +434,12 @@ class Controller:
         decisions: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for i in asked:
             topic, p = keys[i]
-            decision = decide(self.facts(topic, p, live, shutting, offline), Ask.PREFERRED,
-                              self.member.controller.epoch)
-            if decision.state is not None:  # P2; P3 (not live, not in sync) waits
+            facts = self.facts(topic, p, live, shutting, offline)
+            handover, decision = election_decision(
+                facts, Ask.PREFERRED, self._waited(topic.name, p, facts),
+                self.member.controller.epoch)
+            self._say_handover(topic.name, p, handover, facts)
+            if decision.state is not None:  # P2 (or its handover); P3 (not live, not in sync) waits
                 decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
         self.write(list(decisions.values()))
         return bool(decisions)
@@ -650,10 +673,46 @@ class Controller:
 
     # --- ElectLeaders --------------------------------------------------------------------
 
+    def _waited(self, name: str, p: int, facts: Facts) -> float | None:
+        with self._handover_lock:
+            return self._handovers.waited((name, p), facts.state, time.monotonic())
+
+    def _say_handover(self, name: str, p: int, row: str | None, facts: Facts) -> None:
+        state = facts.state
+        if row == "H4":
+            log.info("partition %s-%d: H4 asks broker %d to hand its leadership over",
+                     name, p, state.leader)
+        elif row == "H3":
+            log.warning("partition %s-%d: H3 broker %d did not say its ISR holds what it "
+                        "acknowledged within %.0fs; moving its leadership all the same",
+                        name, p, state.leader, HANDOVER_TIMEOUT_S)
+
     def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask
               ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
         """ElectLeaders on the controller: each partition's answer (None: every partition
-        whose preferred replica does not lead, answering only those elected or failed)."""
+        whose preferred replica does not lead, answering only those elected or failed).
+        A preferred election that moves a live leader waits for its handover (the H rows),
+        asking again until the partition is decided, at most HANDOVER_TIMEOUT_S and a
+        margin: by then H3 moves it."""
+        deadline = time.monotonic() + HANDOVER_TIMEOUT_S + _HANDOVER_MARGIN_S
+        answers, waiting = self._elect_once(wanted, ask)
+        while waiting and time.monotonic() < deadline and not self._stopped.is_set():
+            self._stopped.wait(_HANDOVER_POLL_S)  # the leader's ready write, or H3's bound
+            more, waiting = self._elect_once(waiting, ask, handing_over=True)
+            answers.update(more)
+        for key in waiting:
+            answers[key] = (ErrorCode.request_timed_out,
+                            "the leader did not hand its leadership over in time")
+        return answers
+
+    def _elect_once(self, wanted: list[tuple[str, int]] | None, ask: Ask,
+                    handing_over: bool = False
+                    ) -> tuple[dict[tuple[str, int], tuple[ErrorCode, str | None]],
+                               list[tuple[str, int]]]:
+        """One look at ``wanted``: the answers decided, and the partitions whose handover
+        is asked and not over. ``handing_over``: ``wanted`` are partitions this request
+        asked a handover of, which a pass may have elected meanwhile (the preferred replica
+        leading is this request's election) or be electing (a lost write: look again)."""
         live = self.live_brokers()
         shutting = self.shutting_down() & live
         offline, _ = self.offline_replicas()
@@ -663,6 +722,7 @@ class Controller:
             wanted = [(t.name, p) for t in topics.values() for p in t.assignment.partitions]
         answers: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
+        waiting: list[tuple[str, int]] = []
         for name, p in wanted:
             topic = topics.get(name)
             if topic is None or (p not in topic.assignment.partitions
@@ -671,7 +731,17 @@ class Controller:
                                       "The partition does not exist.")
                 continue
             facts = self.facts(topic, p, live, shutting, offline)
-            decision = decide(facts, ask, self.member.controller.epoch)
+            handover, decision = election_decision(facts, ask, self._waited(name, p, facts),
+                                                   self.member.controller.epoch)
+            self._say_handover(name, p, handover, facts)
+            if handover in ("H4", "H5"):
+                waiting.append((name, p))
+                if decision.state is not None:  # the ask (H4), or an ISR shrink meanwhile
+                    chosen.setdefault(name, (topic, {}))[1][p] = decision
+                continue
+            if handing_over and decision.row == "P1":
+                answers[(name, p)] = (ErrorCode.none, None)  # elected by a pass (H2, H3)
+                continue
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(
                     decision.error) if decision.row != "X1" else
@@ -679,10 +749,14 @@ class Controller:
                 continue
             chosen.setdefault(name, (topic, {}))[1][p] = decision
         for key, ok in self.write(list(chosen.values())).items():
+            if key in waiting or (handing_over and not ok):
+                if key not in waiting:
+                    waiting.append(key)  # a pass wrote first, perhaps this very election
+                continue
             answers[key] = (ErrorCode.none, None) if ok else (
                 ErrorCode.eligible_leaders_not_available,
                 "the partition changed meanwhile; try again")
-        return answers
+        return answers, waiting
 
 
 _ELECTION_MESSAGES = {

@@ -75,12 +75,27 @@ acks=1, ``acks_one_waits`` (acks=0 is never answered, so nothing is acknowledged
 
 | row | when                                              | answer                          |
 |-----|---------------------------------------------------|---------------------------------|
-| K5  | the broker is not in controlled shutdown          | on the append (Kafka's acks=1)  |
+| K5  | neither below                                     | on the append (Kafka's acks=1)  |
 | K6  | its controlled shutdown began: its leaderships    | K2/K4 with min.insync.replicas  |
-|     | are about to move                                 | 1: once the high watermark      |
-|     |                                                   | passed the batch, or            |
-|     |                                                   | NOT_LEADER_OR_FOLLOWER when the |
-|     |                                                   | leadership moved first          |
+|     | are about to move; or the partition's state asks  | 1: once the high watermark      |
+|     | a handover of its leadership (leader_election.py's| passed the batch, or            |
+|     | H4: a preferred election or a reassignment will   | NOT_LEADER_OR_FOLLOWER when the |
+|     | move it)                                          | leadership moved first          |
+
+A handover asked of this leader (``handover_starts``; the state znode's ``oncelog_handover``):
+
+| row | the state read                                    | the leader                      |
+|-----|---------------------------------------------------|---------------------------------|
+| H7  | asks it, not ready, no wait of it running here    | K6 for the partition from now;  |
+|     |                                                   | waits as L1-L3 for its ISR to   |
+|     |                                                   | hold its log end of now, then   |
+|     |                                                   | writes the state ready (at the  |
+|     |                                                   | version read: a write in between|
+|     |                                                   | reads it again, H7 again)       |
+| H8  | the wait ended lacking (L3)                       | writes nothing: the controller  |
+|     |                                                   | moves it at its own bound (H3)  |
+| H9  | asks nothing (H6 took it back), or already ready, | nothing more; without an ask,   |
+|     | or a wait running                                 | acks=1 on the append again (K5) |
 
 A controlled shutdown's wait before it asks the controller to move the leaderships
 (broker/replica_manager.py's leave, ``leave_lacks`` for each partition led there; its
@@ -116,11 +131,12 @@ and then truncates what the new leader lacks: the controller elects the new lead
 ISR, and every ISR member holds what is below the high watermark, so nothing the stopping
 leader acknowledged is lost by its own shutdown. (What it acknowledged before the shutdown
 began is replicated before it asks the controller to move, unless the ISR has not caught up
-within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved by a
-preferred election (leader_election.py's P2, the RB rows) or a reassignment (A1) has no such
-handover yet: the old leader acknowledges acks=1 until it reads the new state, then
-truncates (bench/preferred_election_acks1.py, docs/benchmarks.md: 135 to 12,949 of
-~45,000-75,000 records acknowledged at full speed were lost in three runs).
+within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved off
+a live leader by a preferred election (leader_election.py's P2, the RB rows) or a
+reassignment (A1) is handed over the same way (H7-H9 here, H1-H6 there): before, the old
+leader acknowledged acks=1 until it read the new state, then truncated what the new leader
+lacked (bench/preferred_election_acks1.py: 135 to 12,949 of ~45,000-75,000 records
+acknowledged at full speed were lost in three runs), as Kafka's does.
 
 Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
 OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets
@@ -248,9 +264,14 @@ def acks_all_step(high_watermark_now: int, needed: int, isr_size: int, min_insyn
     return Acks.DONE if isr_size >= min_insync else Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
-def acks_one_waits(leaving: bool) -> bool:
+def acks_one_waits(leaving: bool, handover_asked: bool) -> bool:
     """K5/K6: whether an acks=1 answer waits for the ISR (with min.insync.replicas 1)."""
-    return leaving
+    return leaving or handover_asked
+
+
+def handover_starts(leading: bool, asked: bool, ready: bool, running: bool) -> bool:
+    """H7/H9: whether a state just read starts this leader's handover wait."""
+    return leading and asked and not ready and not running
 
 
 def leave_lacks(finished: bool, error: ErrorCode | None) -> bool:

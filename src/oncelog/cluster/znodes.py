@@ -215,26 +215,51 @@ def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
+# What a leadership handover was asked for (leader_election.py's H rows): a preferred
+# election (ElectLeaders, the auto rebalance) or a reassignment's completion (A1).
+HANDOVER_PREFERRED = "preferred"
+HANDOVER_REASSIGNMENT = "reassignment"
+_HANDOVERS = (HANDOVER_PREFERRED, HANDOVER_REASSIGNMENT)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     """Leader, leader epoch and ISR of one partition, as the controller (or, for ISR changes,
-    the leader) last wrote them."""
+    the leader) last wrote them.
+
+    ``handover_for``/``handover_ready`` are not Kafka's (its tools ignore a key they do not
+    know): the controller asks the live leader to hand its leadership over before it moves
+    it (``"oncelog_handover": {"for": ..., "ready": false}``), and the leader says ``ready``
+    once its ISR holds every record it acknowledged (isr.py's rows H7-H9)."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int
+    handover_for: str = ""  # "": none asked
+    handover_ready: bool = False
 
     def encode(self) -> bytes:
-        return _dumps({"controller_epoch": self.controller_epoch, "leader": self.leader,
-                       "version": _STATE_VERSION, "leader_epoch": self.leader_epoch,
-                       "isr": list(self.isr)})
+        value = {"controller_epoch": self.controller_epoch, "leader": self.leader,
+                 "version": _STATE_VERSION, "leader_epoch": self.leader_epoch,
+                 "isr": list(self.isr)}
+        if self.handover_for:
+            value["oncelog_handover"] = {"for": self.handover_for,
+                                         "ready": self.handover_ready}
+        return _dumps(value)
 
     @classmethod
     def decode(cls, data: bytes) -> PartitionState:
         value = json.loads(data)
+        handover = value.get("oncelog_handover")
+        asked = handover.get("for") if isinstance(handover, dict) else None
         return cls(int(value["leader"]), int(value["leader_epoch"]),
-                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]))
+                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]),
+                   asked if asked in _HANDOVERS else "",
+                   asked in _HANDOVERS and handover.get("ready") is True)
+
+    def without_handover(self, controller_epoch: int) -> PartitionState:
+        return PartitionState(self.leader, self.leader_epoch, self.isr, controller_epoch)
 
 
 def encode_topic_config(config: dict[str, str]) -> bytes:
