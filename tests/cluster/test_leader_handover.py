@@ -85,79 +85,79 @@ class AcksOneWriter:
         assert self._producer.flush(TIMEOUT) == 0
 
 
-def _led_by_a_non_preferred_replica(cluster, topic: str) -> int:
-    """``topic``-0 with three replicas in sync, led by one that is not the preferred (as
-    after a failover whose old leader came back): the preferred replica's id."""
+def _created(cluster, topic: str) -> int:
+    """``topic``-0 with three replicas in sync: its leader."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": _bootstrap(cluster)})
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(TIMEOUT)
     wait_for(lambda: cluster.zk.exists(zn.partition_state_path(topic, 0))
              and len(_state(cluster, topic)["isr"]) == 3, TIMEOUT, "an ISR of three")
-    preferred = _state(cluster, topic)["leader"]
-    cluster.brokers[preferred].stop()  # its leadership moves; back, it only follows
-    cluster.brokers[preferred].start()
-    wait_for(lambda: len(_state(cluster, topic)["isr"]) == 3
-             and _state(cluster, topic)["leader"] != preferred, TIMEOUT,
-             "the preferred replica back in the ISR, not leading")
-    return preferred
+    return _state(cluster, topic)["leader"]
 
 
-def _controller_log(cluster) -> str:
-    return "".join(b.log_text() for b in cluster.brokers.values())
-
-
-def test_a_preferred_election_loses_no_acks_one_record(cluster):
-    """ElectLeaders moves the leadership back to the preferred replica while acks=1 records
-    pour in: the old leader hands over (H4, H7, H2), none of them is lost."""
-    from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    preferred = _led_by_a_non_preferred_replica(cluster, "preferred")
-    old = _state(cluster, "preferred")["leader"]
-    writer = AcksOneWriter(_bootstrap(cluster), "preferred")
+def _moved_under_acks_one(cluster, topic: str, move) -> None:
+    """``move()`` the leadership of ``topic``-0 while acks=1 records pour in: every record
+    acknowledged is at its offset afterwards, and the old leader handed over (H7)."""
+    old = _state(cluster, topic)["leader"]
+    writer = AcksOneWriter(_bootstrap(cluster), topic)
     try:
         wait_for(lambda: len(writer.acked) > BEFORE, TIMEOUT, f"{BEFORE} acknowledged")
-
-        def elect() -> bool:
-            # a fresh admin: librdkafka keeps asking the controller it last knew
-            admin = AdminClient({"bootstrap.servers": _bootstrap(cluster)})
-            try:
-                admin.elect_leaders(ElectionType.PREFERRED,
-                                    [TopicPartition("preferred", 0)]).result(TIMEOUT)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.NOT_CONTROLLER:
-                    raise
-                return False
-            return True
-
-        wait_for(elect, TIMEOUT, "a preferred election by the controller")
-        assert _state(cluster, "preferred")["leader"] == preferred  # answered once done
+        move()
         moved = len(writer.acked)
         wait_for(lambda: len(writer.acked) > moved + AFTER, TIMEOUT, f"{AFTER} more")
     finally:
         writer.stop()
-    assert acknowledged_lost(_bootstrap(cluster), "preferred", writer.acked) == []
+    assert _state(cluster, topic)["leader"] != old
+    assert acknowledged_lost(_bootstrap(cluster), topic, writer.acked) == []
     assert "ready to hand its leadership over" in cluster.brokers[old].log_text()
-    assert "H4 asks broker" in _controller_log(cluster)
+
+
+def test_a_preferred_election_loses_no_acks_one_record(cluster):
+    """ElectLeaders moves the leadership back to the preferred replica while acks=1 records
+    pour in: the old leader hands over (H4, H7, H2), none of them is lost; ElectLeaders
+    answers once the preferred replica leads."""
+    from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    preferred = _created(cluster, "preferred")
+    cluster.brokers[preferred].stop()  # its leadership moves; back, it only follows
+    cluster.brokers[preferred].start()
+    wait_for(lambda: len(_state(cluster, "preferred")["isr"]) == 3
+             and _state(cluster, "preferred")["leader"] != preferred, TIMEOUT,
+             "the preferred replica back in the ISR, not leading")
+
+    def elect() -> bool:
+        # a fresh admin: librdkafka keeps asking the controller it last knew
+        admin = AdminClient({"bootstrap.servers": _bootstrap(cluster)})
+        try:
+            admin.elect_leaders(ElectionType.PREFERRED,
+                                [TopicPartition("preferred", 0)]).result(TIMEOUT)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.NOT_CONTROLLER:
+                raise
+            return False
+        return True
+
+    def move() -> None:
+        wait_for(elect, TIMEOUT, "a preferred election by the controller")
+        assert _state(cluster, "preferred")["leader"] == preferred
+
+    _moved_under_acks_one(cluster, "preferred", move)
+    assert "H4 asks broker" in "".join(b.log_text() for b in cluster.brokers.values())
 
 
 def test_a_reassignment_away_from_the_leader_loses_no_acks_one_record(cluster):
     """A reassignment whose target leaves the live leader out completes (A1) through its
-    handover while acks=1 records pour in: none is lost."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    handover while acks=1 records pour in, right after the topic's creation (its followers
+    in the ISR by creation, perhaps before their first fetch): none is lost."""
     from kafka import TopicPartition
     from kafka.admin import KafkaAdminClient
 
-    creator = AdminClient({"bootstrap.servers": _bootstrap(cluster)})  # kept until answered
-    creator.create_topics([NewTopic("moving", 1, 3)])["moving"].result(TIMEOUT)
-    wait_for(lambda: cluster.zk.exists(zn.partition_state_path("moving", 0))
-             and len(_state(cluster, "moving")["isr"]) == 3, TIMEOUT, "an ISR of three")
-    old = _state(cluster, "moving")["leader"]
+    old = _created(cluster, "moving")
     target = [b for b in sorted(cluster.brokers) if b != old]
-    writer = AcksOneWriter(_bootstrap(cluster), "moving")
-    try:
-        wait_for(lambda: len(writer.acked) > BEFORE, TIMEOUT, f"{BEFORE} acknowledged")
+
+    def move() -> None:
         admin = KafkaAdminClient(bootstrap_servers=_bootstrap(cluster))
         try:
             admin.alter_partition_reassignments({TopicPartition("moving", 0): target})
@@ -165,9 +165,5 @@ def test_a_reassignment_away_from_the_leader_loses_no_acks_one_record(cluster):
             admin.close()
         wait_for(lambda: _state(cluster, "moving")["leader"] in target, TIMEOUT,
                  "the leadership moved to the target")
-        moved = len(writer.acked)
-        wait_for(lambda: len(writer.acked) > moved + AFTER, TIMEOUT, f"{AFTER} more")
-    finally:
-        writer.stop()
-    assert acknowledged_lost(_bootstrap(cluster), "moving", writer.acked) == []
-    assert "ready to hand its leadership over" in cluster.brokers[old].log_text()
+
+    _moved_under_acks_one(cluster, "moving", move)
