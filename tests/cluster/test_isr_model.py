@@ -300,8 +300,26 @@ def test_leave_rows(finished, error, lacks):
 @pytest.mark.parametrize("asked", [False, True])
 @pytest.mark.parametrize("ready", [False, True])
 @pytest.mark.parametrize("running", [False, True])
-def test_handover_table(leading, asked, ready, running):
-    """H7: a leader reading an ask it has not answered, with no wait of it running, starts
-    one; H9 otherwise (a follower is never asked: the ask names the leader's state)."""
+def test_handover_start_table(leading, asked, ready, running):
+    """H7: a leader reading an ask it has not answered, with no wait running for this very
+    ask, starts one; H9 otherwise."""
     assert isr.handover_starts(leading, asked, ready, running) == \
         (leading and asked and not ready and not running)
+
+
+@pytest.mark.parametrize("same_role", [False, True])
+@pytest.mark.parametrize("same_ask", [False, True])
+@pytest.mark.parametrize("lacking", [False, True])
+@pytest.mark.parametrize("pending", [False, True])
+def test_handover_after_wait_table(same_role, same_ask, lacking, pending):
+    """H10-H13, in the order the rows are tried: ready is written only for the role and
+    the very ask the wait began with, caught up, with no ISR write of its own in flight."""
+    step = isr.handover_after_wait(same_role, same_ask, lacking, pending)
+    if not (same_role and same_ask):
+        assert step is isr.HandoverStep.NOTHING  # H11
+    elif lacking:
+        assert step is isr.HandoverStep.LACKING  # H12
+    elif pending:
+        assert step is isr.HandoverStep.READ_AGAIN  # H13
+    else:
+        assert step is isr.HandoverStep.WRITE_READY  # H10

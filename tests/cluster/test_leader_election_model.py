@@ -20,6 +20,7 @@ another could lead.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -31,6 +32,7 @@ from oncelog.cluster.leader_election import (
     Facts,
     HandoverClock,
     decide,
+    election_answer,
     election_decision,
     name_topic,
     pass_decision,
@@ -96,7 +98,8 @@ class Table(RuleBasedStateMachine):
             # a live leader's leadership moves only once it said ready, or at the bound
             assert row in ("H2", "H3"), (row, before, new)
             assert before.handover_ready or waited >= HANDOVER_TIMEOUT_S, (before, waited)
-        if row == "H4":
+        if row == "H4":  # never over another's ask: two askers would take turns for ever
+            assert not before.handover_for, before
             assert new.leader == before.leader and new.handover_for and not new.handover_ready
         if row in ("H4", "H5"):  # the move waits: the ISR still sheds what is not eligible
             assert new is None or new.isr == tuple(b for b in before.isr
@@ -293,8 +296,12 @@ class Table(RuleBasedStateMachine):
         self.settle()
         if data.draw(st.booleans()):  # and the preferred replica asked back at once,
             self.elect_leaders(p, False)
-            if data.draw(st.booleans()):  # its leader perhaps saying ready at once (H2)
+            then = data.draw(st.sampled_from(["ready", "silent", "later"]))
+            if then == "ready":  # its leader saying ready at once (H2)
                 self.leader_says_ready(data)
+            elif then == "silent":  # or never, past the bound (H3)
+                self.now += HANDOVER_TIMEOUT_S
+                self.settle()
 
     @rule()
     def time_passes(self):
@@ -345,3 +352,17 @@ def test_auto_leader_rebalance_table(partitions, enabled, percentage):
         away = [i for i in mine if partitions[i][1] != broker]
         expected = away if mine and len(away) / len(mine) > percentage / 100 else []
         assert [i for i in asked if i in mine] == expected  # RB2, RB3
+
+
+@pytest.mark.parametrize("landed", [False, True])
+@pytest.mark.parametrize("handing_over", [False, True])
+def test_election_answer_table(landed, handing_over):
+    """E1-E4: written (or, asked about again, elected by a pass) is NONE; a write lost
+    while this request waits for a handover is looked at again, otherwise answered."""
+    answer = election_answer(landed, handing_over)
+    if landed:
+        assert answer == (ErrorCode.none, None)  # E1, E3
+    elif handing_over:
+        assert answer is None  # E4
+    else:
+        assert answer[0] == ErrorCode.eligible_leaders_not_available  # E2

@@ -376,6 +376,7 @@ class ReplicaManager:
             return role
         if role is rules.Role.ADOPT_ISR:
             self._adopt_isr(partition, current, state, version, tuple(replicas), min_insync)
+            self._handover_read(partition, current, state)
             return role
         if self._open_first(partition, role, (state, version, replicas, min_insync, vouched)):
             return role
@@ -505,7 +506,6 @@ class ReplicaManager:
         if version > current.zk_version:  # a newer write (the controller's): counted
             self._count_isr(current.isr, state.isr)
         current.isr_read(state.isr, version)
-        self._handover_read(partition, current, state)
         current.replicas = replicas  # B2: a reassignment's added replica may join the ISR
         current.controller_epoch = state.controller_epoch  # our next ISR write keeps it
         current.min_insync = min_insync
@@ -531,42 +531,52 @@ class ReplicaManager:
                        state: zn.PartitionState) -> None:
         """The state just read for a partition led here: whether it asks a handover (K6 for
         it from this moment: an acks=1 answer now waits for the ISR)."""
+        if state.handover_for and not r.handover_for:
+            r.handover_asks += 1  # asked anew: a wait from before the ask was taken back
+            # (H6) saw acks=1 answered on the append meanwhile, so it vouches for nothing
         r.handover_for, r.handover_ready = state.handover_for, state.handover_ready
         if not rules.handover_starts(r.is_leader, bool(r.handover_for), r.handover_ready,
-                                     r.handing_over) or not partition.is_open \
-                or not _loop_running():
+                                     r.handover_waiting == r.handover_asks) \
+                or not partition.is_open or not _loop_running():
             return  # H9 (not open: read again once it is, with the next state)
-        r.handing_over = True
+        r.handover_waiting = r.handover_asks
         log.info("%s: handing its leadership over (%s): acks=1 now waits for the ISR",
                  partition.name, r.handover_for)
-        task = asyncio.get_running_loop().create_task(self._hand_over(partition, r))
+        task = asyncio.get_running_loop().create_task(
+            self._hand_over(partition, r, r.handover_asks))
         self._handing_over.add(task)
         task.add_done_callback(self._handing_over.discard)
 
-    async def _hand_over(self, partition: Partition, r: ReplicaState) -> None:
+    async def _hand_over(self, partition: Partition, r: ReplicaState, ask: int) -> None:
         """H7/H8: once the ISR holds the log end of now (everything acknowledged before
-        the ask), the state written ready, at the version read."""
-        try:
-            lacking = await until_replicated([partition], LEAVE_TIMEOUT_S)
-            if partition.replication is not r or not r.is_leader or not r.handover_for \
-                    or r.handover_ready:
-                return  # moved, or taken back (H6), meanwhile
-            if lacking:  # H8
+        the ask), the state written ready, at the version read (H10-H13)."""
+        lacking = await until_replicated([partition], LEAVE_TIMEOUT_S)
+        step = rules.handover_after_wait(
+            partition.replication is r and not partition.deleted and r.is_leader,
+            r.handover_asks == ask and bool(r.handover_for) and not r.handover_ready,
+            bool(lacking), r.isr_write_pending)
+        if step is not rules.HandoverStep.WRITE_READY:
+            if step is rules.HandoverStep.READ_AGAIN and r.handover_waiting == ask:
+                r.handover_waiting = -1  # the next read of the state waits again (H7)
+                self.watch.refresh()
+            if step is rules.HandoverStep.LACKING:
                 log.warning("%s: its ISR still lacks records after %.0fs; the controller "
                             "moves the leadership at its own bound", partition.name,
                             LEAVE_TIMEOUT_S)
-                return
-            ready = zn.PartitionState(self.broker_id, r.leader_epoch, r.isr,
-                                      r.controller_epoch, r.handover_for, True)
-            versions = await asyncio.get_running_loop().run_in_executor(
-                None, self.watch.write_isrs,
-                [(partition.topic, partition.index, ready, r.zk_version)])
-            if versions[0] is not None and partition.replication is r:
-                r.zk_version, r.handover_ready = versions[0], True
-                log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
-                         r.leader_epoch)
-        finally:
-            r.handing_over = False  # a write lost to another reads the state again: H7
+            return
+        ready = zn.PartitionState(self.broker_id, r.leader_epoch, r.isr, r.controller_epoch,
+                                  r.handover_for, True)
+        versions = await asyncio.get_running_loop().run_in_executor(
+            None, self.watch.write_isrs,
+            [(partition.topic, partition.index, ready, r.zk_version)], False)
+        if versions[0] is not None and partition.replication is r and \
+                r.handover_asks == ask:
+            r.zk_version, r.handover_ready = versions[0], True
+            log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
+                     r.leader_epoch)
+        elif r.handover_waiting == ask:  # lost to a write in between: read, H7 again
+            r.handover_waiting = -1
+            self.watch.refresh()
 
     # --- as leader -----------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ from .leader_election import (
     Decision,
     Facts,
     HandoverClock,
+    election_answer,
     election_decision,
     name_topic,
     pass_decision,
@@ -85,10 +86,6 @@ log = logging.getLogger(__name__)
 # 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
 _FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
-# ElectLeaders waiting for a leader's handover: looked at again this often, and given this
-# long past H3's bound (the pass that moves it, and the state's read)
-_HANDOVER_POLL_S = 0.05
-_HANDOVER_MARGIN_S = 5.0
 # Config change notifications kept (Kafka purges them after 15 minutes): a broker that
 # missed more than these (its session expired) reads every topic's config again anyway.
 CONFIG_CHANGES_KEPT = 100
@@ -176,6 +173,8 @@ class Controller:
                     self._owed.clear()
                 self.context.reset()
                 self._told.clear()
+                with self._handover_lock:  # H3 counts from this controllership's first look
+                    self._handovers = HandoverClock()
                 self._next_full_read = time.monotonic() + _FULL_READ_S
             elif time.monotonic() >= self._next_full_read:
                 self.context.reset()
@@ -687,32 +686,14 @@ class Controller:
                         "acknowledged within %.0fs; moving its leadership all the same",
                         name, p, state.leader, HANDOVER_TIMEOUT_S)
 
-    def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask
-              ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
-        """ElectLeaders on the controller: each partition's answer (None: every partition
-        whose preferred replica does not lead, answering only those elected or failed).
-        A preferred election that moves a live leader waits for its handover (the H rows),
-        asking again until the partition is decided, at most HANDOVER_TIMEOUT_S and a
-        margin: by then H3 moves it."""
-        deadline = time.monotonic() + HANDOVER_TIMEOUT_S + _HANDOVER_MARGIN_S
-        answers, waiting = self._elect_once(wanted, ask)
-        while waiting and time.monotonic() < deadline and not self._stopped.is_set():
-            self._stopped.wait(_HANDOVER_POLL_S)  # the leader's ready write, or H3's bound
-            more, waiting = self._elect_once(waiting, ask, handing_over=True)
-            answers.update(more)
-        for key in waiting:
-            answers[key] = (ErrorCode.request_timed_out,
-                            "the leader did not hand its leadership over in time")
-        return answers
-
-    def _elect_once(self, wanted: list[tuple[str, int]] | None, ask: Ask,
-                    handing_over: bool = False
-                    ) -> tuple[dict[tuple[str, int], tuple[ErrorCode, str | None]],
-                               list[tuple[str, int]]]:
-        """One look at ``wanted``: the answers decided, and the partitions whose handover
-        is asked and not over. ``handing_over``: ``wanted`` are partitions this request
-        asked a handover of, which a pass may have elected meanwhile (the preferred replica
-        leading is this request's election) or be electing (a lost write: look again)."""
+    def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask,
+              handing_over: bool = False
+              ) -> tuple[dict[tuple[str, int], tuple[ErrorCode, str | None]],
+                         list[tuple[str, int]]]:
+        """One round of ElectLeaders on the controller (``wanted`` None: every partition
+        whose preferred replica does not lead): each partition's answer (rows E1-E4), and
+        the partitions still waiting for their leader's handover, which the caller asks
+        about again (``handing_over``) until they are answered or its time is up."""
         live = self.live_brokers()
         shutting = self.shutting_down() & live
         offline, _ = self.offline_replicas()
@@ -740,7 +721,7 @@ class Controller:
                     chosen.setdefault(name, (topic, {}))[1][p] = decision
                 continue
             if handing_over and decision.row == "P1":
-                answers[(name, p)] = (ErrorCode.none, None)  # elected by a pass (H2, H3)
+                answers[(name, p)] = election_answer(True, True)  # E3: elected by a pass
                 continue
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(
@@ -749,13 +730,13 @@ class Controller:
                 continue
             chosen.setdefault(name, (topic, {}))[1][p] = decision
         for key, ok in self.write(list(chosen.values())).items():
-            if key in waiting or (handing_over and not ok):
-                if key not in waiting:
-                    waiting.append(key)  # a pass wrote first, perhaps this very election
-                continue
-            answers[key] = (ErrorCode.none, None) if ok else (
-                ErrorCode.eligible_leaders_not_available,
-                "the partition changed meanwhile; try again")
+            if key in waiting:
+                continue  # E4: its handover asked or awaited; looked at again
+            answer = election_answer(ok, handing_over)
+            if answer is None:
+                waiting.append(key)  # E4: a pass wrote first, perhaps this very election
+            else:
+                answers[key] = answer
         return answers, waiting
 
 

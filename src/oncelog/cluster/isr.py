@@ -95,7 +95,19 @@ A handover asked of this leader (``handover_starts``; the state znode's ``oncelo
 | H8  | the wait ended lacking (L3)                       | writes nothing: the controller  |
 |     |                                                   | moves it at its own bound (H3)  |
 | H9  | asks nothing (H6 took it back), or already ready, | nothing more; without an ask,   |
-|     | or a wait running                                 | acks=1 on the append again (K5) |
+|     | or a wait running for this very ask (an ask that  | acks=1 on the append again (K5) |
+|     | appears again after H6 is a new one)              |                                 |
+
+Its wait over (``handover_after_wait``):
+
+| row | the leader, the ask                               | the leader                      |
+|-----|---------------------------------------------------|---------------------------------|
+| H10 | same role, same ask, ISR caught up, no ISR write  | writes the state ready (no ISR  |
+|     | of its own in flight                              | change notification)            |
+| H11 | moved, fenced, deleted, or the ask taken back or  | nothing (a new ask has its own  |
+|     | already ready                                     | wait)                           |
+| H12 | lacking (H8)                                      | nothing, logged                 |
+| H13 | its own ISR write in flight (same znode version)  | reads the state again: H7 anew  |
 
 A controlled shutdown's wait before it asks the controller to move the leaderships
 (broker/replica_manager.py's leave, ``leave_lacks`` for each partition led there; its
@@ -270,8 +282,32 @@ def acks_one_waits(leaving: bool, handover_asked: bool) -> bool:
 
 
 def handover_starts(leading: bool, asked: bool, ready: bool, running: bool) -> bool:
-    """H7/H9: whether a state just read starts this leader's handover wait."""
+    """H7/H9: whether a state just read starts this leader's handover wait (``running``:
+    one runs for this very ask)."""
     return leading and asked and not ready and not running
+
+
+class HandoverStep(enum.Enum):
+    WRITE_READY = "H10"
+    NOTHING = "H11"
+    LACKING = "H12"
+    READ_AGAIN = "H13"
+
+
+def handover_after_wait(same_role: bool, same_ask: bool, lacking: bool,
+                        isr_write_pending: bool) -> HandoverStep:
+    """H10-H13: what a leader does once its handover wait is over. ``same_role``: it
+    still leads the partition in the role it waited in (not moved, fenced, deleted);
+    ``same_ask``: the ask it waited for is still there, not ready, never taken back
+    meanwhile (an ask taken back, H6, and asked again is another ask: acks=1 was answered
+    on the append in between)."""
+    if not same_role or not same_ask:
+        return HandoverStep.NOTHING  # H11
+    if lacking:
+        return HandoverStep.LACKING  # H12 (H8): the controller's H3 moves it
+    if isr_write_pending:
+        return HandoverStep.READ_AGAIN  # H13: two writes at one version: one would lose
+    return HandoverStep.WRITE_READY  # H10
 
 
 def leave_lacks(finished: bool, error: ErrorCode | None) -> bool:

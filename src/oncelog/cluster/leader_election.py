@@ -106,15 +106,30 @@ the leader) keep it.
 |-----|----------------------------------------------------|---------------------------------------|
 | H1  | keeps the leader, or the leader is not eligible    | the decision (a dead, stopping or     |
 |     | (dead, shutting down: K6 already, offline)         | offline leader has nothing to hand)   |
-| H2  | moves a live leader that said ready (this ask)     | the decision: the ask goes with it    |
+| H2  | moves a live leader that said ready (to any ask:   | the decision: the ask goes with it    |
+|     | ready is about what it acknowledged, not the move) |                                       |
 | H3  | ... asked, not ready, HANDOVER_TIMEOUT_S since the | the decision (logged: the ISR may lack|
 |     | controller first saw the ask                       | acks=1 records, as L3)                |
-| H4  | ... not asked (or asked for another move)          | the state with the handover asked;    |
+| H4  | ... not asked                                      | the state with the handover asked;    |
 |     |                                                    | the move waits                        |
 | H5  | ... asked, not ready, within the bound             | nothing: the leader's write wakes it  |
 |     |                                                    | (H4, H5: the ISR without its members  |
 |     |                                                    | that are not eligible, as L1)         |
 | H6  | a state asked for a move that no longer applies    | the state without the ask             |
+
+ElectLeaders' answer for a partition a preferred election moves (``election_answer``; a
+request goes on asking about those waiting for a handover, at most its timeout and
+HANDOVER_TIMEOUT_S and a margin: broker/cluster_mode.py):
+
+| row | the partition                                      | answer                                |
+|-----|----------------------------------------------------|---------------------------------------|
+| E1  | its decision written                               | NONE                                  |
+| E2  | its write lost to a concurrent change, no handover | ELIGIBLE_LEADERS_NOT_AVAILABLE (try   |
+|     | asked by this request                              | again)                                |
+| E3  | a handover this request asked, the preferred       | NONE (elected by a pass, H2 or H3)    |
+|     | replica leads now                                  |                                       |
+| E4  | a handover asked or awaited (H4, H5), or its write | asked about again; REQUEST_TIMED_OUT  |
+|     | lost while one is (a pass moving it first)         | when the request's time is up         |
 
 Every leader change raises leader_epoch by one and nothing lowers it; the leader is always
 a member of the ISR it is written with, or -1; an out-of-sync replica leads only by F2/U3.
@@ -243,12 +258,14 @@ def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float 
               controller_epoch: int) -> tuple[str, Decision]:
     """H1-H5: the row, and what to write, for ``decision`` (``asked_for``: what decided
     it, znodes.HANDOVER_PREFERRED or HANDOVER_REASSIGNMENT). ``waited_s``: how long this
-    controller has seen the handover asked (None: not seen yet)."""
+    controller has seen the handover asked (None: not seen yet). Whatever an outstanding
+    ask was asked for, it serves this move: ready says the leader's ISR holds what it
+    acknowledged, whoever moves it (two askers never overwrite each other's ask)."""
     state, new = facts.state, decision.state
     if state is None or new is None or new.leader == state.leader or \
             state.leader == NO_LEADER or not _eligible(facts, state.leader):
         return "H1", decision
-    if state.handover_for == asked_for:
+    if state.handover_for:
         if state.handover_ready:
             return "H2", decision
         if waited_s is not None and waited_s >= HANDOVER_TIMEOUT_S:
@@ -256,7 +273,7 @@ def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float 
     # While the move waits, the ISR still loses its members that are not eligible (L1):
     # a pass that counted a bounced broker dead must land its removal (controller.py).
     isr = tuple(b for b in state.isr if _eligible(facts, b))
-    if state.handover_for == asked_for:
+    if state.handover_for:
         return "H5", Decision("H5", None if isr == state.isr else replace(
             state, isr=isr, controller_epoch=controller_epoch))
     return "H4", Decision("H4", replace(state, isr=isr, handover_for=asked_for,
@@ -291,6 +308,19 @@ def election_decision(facts: Facts, ask: Ask, waited_s: float | None,
     if ask is not Ask.PREFERRED or decision.state is None:
         return None, decision
     return hand_over(facts, decision, HANDOVER_PREFERRED, waited_s, controller_epoch)
+
+
+def election_answer(landed: bool, handing_over: bool
+                    ) -> tuple[ErrorCode, str | None] | None:
+    """E1-E4: ElectLeaders' answer for a partition whose decision was written (``landed``:
+    it was, else a concurrent write won), or, ``handing_over``, one whose handover this
+    request asked and the preferred replica now leads (``landed`` True); None: look again."""
+    if landed:
+        return ErrorCode.none, None  # E1, E3
+    if handing_over:
+        return None  # E4: a pass moving the same leadership wrote first
+    return (ErrorCode.eligible_leaders_not_available,  # E2
+            "the partition changed meanwhile; try again")
 
 
 class HandoverClock:

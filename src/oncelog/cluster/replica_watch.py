@@ -144,12 +144,14 @@ class ReplicaWatch:
         self._handed = {name: tv for name, tv in view.items() if tv is not None}
         return view
 
-    def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
-                   ) -> list[int | None]:
+    def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]],
+                   notify: bool = True) -> list[int | None]:
         """Write each (topic, partition, state, version): the leader's ISR changes, each at
         the version it read, in transactions of many (batches.py); each one's new version,
         or None when its znode moved on (or ZooKeeper is away: the next pass decides
-        again). One change notification names every partition written."""
+        again). One change notification names every partition written (``notify``; a
+        handover's ready, which changes no ISR, needs none: the controller watches the
+        state znode itself)."""
         try:
             fates = settle(changes, self._commit_isrs)
         except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
@@ -167,7 +169,7 @@ class ReplicaWatch:
             self.refresh()
         written = [{"topic": t, "partition": p}
                    for (t, p, _, _), v in zip(changes, versions, strict=True) if v is not None]
-        if not written:
+        if not written or not notify:
             return versions
         try:
             self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
