@@ -464,3 +464,24 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
     finally:
         for member in members.values():
             member.close()
+
+
+def test_isr_change_notifications_do_not_pile_up(zookeeper):
+    """Leaders write Kafka's ``/isr_change_notification/isr_change_<seq>`` with each ISR
+    change; Kafka's controller deletes them once read. Before, nothing deleted them: one
+    znode per ISR change, kept in ZooKeeper for as long as the cluster ran."""
+    connect = zookeeper.chroot("isr-notes")
+    member = _registered(connect, 1)
+    try:
+        client = member.zk
+        TopicAdmin(member.store).ensure_paths()
+        controller = Controller(member, lambda: False)
+        controller.pass_once()  # none yet: nothing to delete, nothing fails
+        for _ in range(3):
+            client.create("/isr_change_notification/isr_change_", b'{"version":1,'
+                          b'"partitions":[{"topic":"t","partition":0}]}', sequence=True,
+                          makepath=True)
+        controller.pass_once()
+        assert client.get_children("/isr_change_notification") == []
+    finally:
+        member.close()

@@ -54,7 +54,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
@@ -338,6 +338,7 @@ class Controller:
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
         self._waits &= deleting
         self._purge_config_changes()
+        self._purge_isr_change_notifications()
         if not again and self._rebalance_due():
             again = self.rebalance(topics, live, shutting, offline)
         if events and not again:  # handled: every decision they called for is written
@@ -447,6 +448,16 @@ class Controller:
         changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))
         self._gather([lambda c=c: self.zk.delete_async(f"{zn.CONFIG_CHANGES}/{c}")
                       for c in changes[:-CONFIG_CHANGES_KEPT]])
+
+    def _purge_isr_change_notifications(self) -> None:
+        """Every ``isr_change_<seq>`` the leaders wrote (znodes.py): nothing here needs
+        them, and left they would pile up in ZooKeeper for as long as the cluster runs."""
+        try:
+            notes = self._op(self.zk.get_children_async, zn.ISR_CHANGE_NOTIFICATION)
+        except NoNodeError:  # no ISR has changed yet
+            return
+        self._gather([lambda n=n: self.zk.delete_async(f"{zn.ISR_CHANGE_NOTIFICATION}/{n}")
+                      for n in notes])
 
     def facts(self, topic: TopicRead, p: int, live: frozenset[int],
               shutting: frozenset[int],

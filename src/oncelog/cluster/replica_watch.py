@@ -56,7 +56,6 @@ from .watched_topics import WatchedTopics
 
 log = logging.getLogger(__name__)
 
-ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +171,7 @@ class ReplicaWatch:
         if not written or not notify:
             return versions
         try:
-            self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
+            self._op(self.zk.create_async, f"{zn.ISR_CHANGE_NOTIFICATION}/isr_change_",
                      json.dumps({"version": 1, "partitions": written}).encode(),
                      sequence=True, makepath=True)
         except (NodeExistsError, MetadataUnavailable, ConnectionLoss,

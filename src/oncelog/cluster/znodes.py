@@ -330,6 +330,10 @@ CONTROLLED_SHUTDOWN_MOVED = b"moved"
 # ``log_dir_event_<seq>`` here with ``{"version":1,"broker":<id>,"event":1}`` (1: a log
 # directory failure); the controller reads which replicas went offline and deletes it.
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+# Kafka's: a leader that changed ISRs creates a sequential ``isr_change_<seq>`` here naming
+# them; Kafka's controller reads and deletes them. Ours reads the state znodes themselves
+# (watched), so it only deletes them (controller.py).
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
 # Not Kafka's (its controller asks the broker with LeaderAndIsr which replicas are offline):
