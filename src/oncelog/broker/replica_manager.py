@@ -569,11 +569,11 @@ class ReplicaManager:
         versions = await asyncio.get_running_loop().run_in_executor(
             None, self.watch.write_isrs,
             [(partition.topic, partition.index, ready, r.zk_version)], False)
-        if versions[0] is not None and partition.replication is r and \
-                r.handover_asks == ask:
-            r.zk_version, r.handover_ready = versions[0], True
+        if versions[0] is not None:  # (the move may already have been read meanwhile)
             log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
                      r.leader_epoch)
+            if partition.replication is r and r.handover_asks == ask:
+                r.zk_version, r.handover_ready = versions[0], True
         elif r.handover_waiting == ask:  # lost to a write in between: read, H7 again
             r.handover_waiting = -1
             self.watch.refresh()
