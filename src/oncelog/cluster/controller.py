@@ -692,6 +692,9 @@ class Controller:
         if row == "H4":
             log.info("partition %s-%d: H4 asks broker %d to hand its leadership over",
                      name, p, state.leader)
+        elif row == "H2":
+            log.info("partition %s-%d: H2 broker %d handed its leadership over", name, p,
+                     state.leader)
         elif row == "H3":
             log.warning("partition %s-%d: H3 broker %d did not say its ISR holds what it "
                         "acknowledged within %.0fs; moving its leadership all the same",
