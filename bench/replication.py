@@ -6,8 +6,9 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 
 * ``throughput``: confluent-kafka writes N records of 1 KiB (idempotent, acks=all,
   librdkafka's default batching; then the same with its plain producer, acks=all) to a
-  topic with replication factor 3 and ``min.insync.replicas`` 2, and to a topic with replication factor 1 on the same cluster
-  (one broker holds it: no follower fetches), in alternating order; the ratio rf3 / rf1 of
+  topic with replication factor 3 and ``min.insync.replicas`` 2, and to a topic with
+  replication factor 1 on the same cluster (one broker holds it: no follower fetches), in
+  alternating order; the ratio rf3 / rf1 of
   each pair, in one run (issue goal: at least 0.6 on 2 cores).
 * ``failover``: a producer writes a record every millisecond (acks=all) to a partition; its
   leader is killed with ``kill -9``; the time from the kill to the first acknowledgement
