@@ -5,9 +5,10 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 (``oncelog.cli.scenario_cluster.LocalCluster``, ``zookeeper.session.timeout.ms`` 3000).
 
 * ``throughput``: confluent-kafka writes N records of 1 KiB (idempotent, acks=all,
-  librdkafka's default batching) to a topic with replication factor 3 and
-  ``min.insync.replicas`` 2, and to a topic with replication factor 1 on the same cluster
-  (one broker holds it: no follower fetches), in alternating order; the ratio rf3 / rf1 of
+  librdkafka's default batching; then the same with its plain producer, acks=all) to a
+  topic with replication factor 3 and ``min.insync.replicas`` 2, and to a topic with
+  replication factor 1 on the same cluster (one broker holds it: no follower fetches), in
+  alternating order; the ratio rf3 / rf1 of
   each pair, in one run (issue goal: at least 0.6 on 2 cores).
 * ``failover``: a producer writes a record every millisecond (acks=all) to a partition; its
   leader is killed with ``kill -9``; the time from the kill to the first acknowledgement
@@ -136,17 +137,22 @@ class _Detail:
                   f"flight to the leader {flying} (mean)")
 
 
-def throughput(cluster: LocalCluster, messages: int, repeats: int, detail: bool = False
-               ) -> None:
+def throughput(cluster: LocalCluster, messages: int, repeats: int, detail: bool = False,
+               idempotent: bool = True) -> None:
+    """``idempotent``: librdkafka's idempotent producer, which keeps one produce request in
+    flight per partition while a batch is out (docs/benchmarks.md), else its plain one
+    (acks=all too, its default max.in.flight), which pipelines."""
     bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
     rates: dict[int, list[float]] = {3: [], 1: []}
+    kind = "idempotent" if idempotent else "plain"
     for repeat in range(repeats):
         for rf in (3, 1) if repeat % 2 == 0 else (1, 3):
-            topic = f"bench-rf{rf}-{repeat}"
+            topic = f"bench-{kind}-rf{rf}-{repeat}"
             _create(bootstrap, topic, 1, rf, **({"min.insync.replicas": "2"} if rf == 3 else {}))
             stats: list[str] = []
-            producer = _producer(bootstrap, **({"statistics.interval.ms": 100,
-                                                "stats_cb": stats.append} if detail else {}))
+            producer = _producer(bootstrap, **{"enable.idempotence": idempotent},
+                                 **({"statistics.interval.ms": 100,
+                                     "stats_cb": stats.append} if detail else {}))
             producer.produce(topic, PAYLOAD, partition=0)
             producer.flush(TIMEOUT)
             meter = _Detail(cluster, _partitions(bootstrap, topic)[0].leader, stats) \
@@ -159,7 +165,8 @@ def throughput(cluster: LocalCluster, messages: int, repeats: int, detail: bool 
             if meter is not None:
                 print(meter.line(rf, messages, took), flush=True)
     ratios = [a / b for a, b in zip(rates[3], rates[1], strict=True)]
-    print(f"throughput, {messages:,} x 1 KiB, acks=all: rf3 {statistics.median(rates[3]):,.0f} "
+    print(f"throughput, {messages:,} x 1 KiB, acks=all, {kind}: rf3 "
+          f"{statistics.median(rates[3]):,.0f} "
           f"msgs/s, rf1 {statistics.median(rates[1]):,.0f} msgs/s, ratio rf3/rf1 "
           f"{statistics.median(ratios):.2f} (pairs: {', '.join(f'{r:.2f}' for r in ratios)})",
           flush=True)
@@ -396,7 +403,8 @@ def main() -> int:
     with LocalCluster(args.data_dir, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
             as cluster:
         if "throughput" in parts:
-            throughput(cluster, args.messages, args.repeats, args.detail)
+            for idempotent in (True, False):
+                throughput(cluster, args.messages, args.repeats, args.detail, idempotent)
         if "failover" in parts:
             failover(cluster, args.repeats)
         if "shutdown" in parts:
