@@ -525,7 +525,7 @@ class ReplicaManager:
             return
         opening.add_done_callback(lambda _: _advance(partition, current))
 
-    # --- handing a leadership over (isr.py's H7-H9) ---------------------------------------
+    # --- handing a leadership over (isr.py's H7-H13) --------------------------------------
 
     def _handover_read(self, partition: Partition, r: ReplicaState,
                        state: zn.PartitionState) -> None:
