@@ -265,19 +265,19 @@ def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float 
     if state is None or new is None or new.leader == state.leader or \
             state.leader == NO_LEADER or not _eligible(facts, state.leader):
         return "H1", decision
-    if state.handover_for:
-        if state.handover_ready:
-            return "H2", decision
-        if waited_s is not None and waited_s >= HANDOVER_TIMEOUT_S:
-            return "H3", decision
-    # While the move waits, the ISR still loses its members that are not eligible (L1):
-    # a pass that counted a bounced broker dead must land its removal (controller.py).
+    # While the move waits (H4, H5), the ISR still loses its members that are not eligible
+    # (L1): a pass that counted a bounced broker dead must land its removal (controller.py).
     isr = tuple(b for b in state.isr if _eligible(facts, b))
-    if state.handover_for:
-        return "H5", Decision("H5", None if isr == state.isr else replace(
-            state, isr=isr, controller_epoch=controller_epoch))
-    return "H4", Decision("H4", replace(state, isr=isr, handover_for=asked_for,
-                                        handover_ready=False, controller_epoch=controller_epoch))
+    if not state.handover_for:
+        return "H4", Decision("H4", replace(state, isr=isr, handover_for=asked_for,
+                                            handover_ready=False,
+                                            controller_epoch=controller_epoch))
+    if state.handover_ready:
+        return "H2", decision
+    if waited_s is not None and waited_s >= HANDOVER_TIMEOUT_S:
+        return "H3", decision
+    return "H5", Decision("H5", None if isr == state.isr else replace(
+        state, isr=isr, controller_epoch=controller_epoch))
 
 
 def pass_decision(facts: Facts, waited_s: float | None,
