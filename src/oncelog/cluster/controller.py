@@ -309,9 +309,7 @@ class Controller:
             decisions = {}
             for p in sorted(topic.assignment.partitions):
                 facts = self.facts(topic, p, live, shutting, offline)
-                handover, decision = pass_decision(facts, self._waited(topic.name, p, facts),
-                                                   self.member.controller.epoch)
-                self._say_handover(topic.name, p, handover, facts)
+                _, decision = self._decide(topic.name, p, facts, Ask.PASS)
                 (skipped if decision.row == "X1" else decided).append((topic.name, p))
                 if decision.state is not None:
                     decisions[p] = decision
@@ -435,10 +433,7 @@ class Controller:
         for i in asked:
             topic, p = keys[i]
             facts = self.facts(topic, p, live, shutting, offline)
-            handover, decision = election_decision(
-                facts, Ask.PREFERRED, self._waited(topic.name, p, facts),
-                self.member.controller.epoch)
-            self._say_handover(topic.name, p, handover, facts)
+            _, decision = self._decide(topic.name, p, facts, Ask.PREFERRED)
             if decision.state is not None:  # P2 (or its handover); P3 (not live, not in sync) waits
                 decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
         self.write(list(decisions.values()))
@@ -683,9 +678,17 @@ class Controller:
 
     # --- ElectLeaders --------------------------------------------------------------------
 
-    def _waited(self, name: str, p: int, facts: Facts) -> float | None:
+    def _decide(self, name: str, p: int, facts: Facts, ask: Ask
+                ) -> tuple[str | None, Decision]:
+        """One partition's decision, a pass's or an election's, through the H rows (the H
+        row taken, said in the log when it is worth saying, and the decision)."""
         with self._handover_lock:
-            return self._handovers.waited((name, p), facts.state, time.monotonic())
+            waited = self._handovers.waited((name, p), facts.state, time.monotonic())
+        epoch = self.member.controller.epoch
+        row, decision = pass_decision(facts, waited, epoch) if ask is Ask.PASS \
+            else election_decision(facts, ask, waited, epoch)
+        self._say_handover(name, p, row, facts)
+        return row, decision
 
     def _say_handover(self, name: str, p: int, row: str | None, facts: Facts) -> None:
         state = facts.state
@@ -726,9 +729,7 @@ class Controller:
                                       "The partition does not exist.")
                 continue
             facts = self.facts(topic, p, live, shutting, offline)
-            handover, decision = election_decision(facts, ask, self._waited(name, p, facts),
-                                                   self.member.controller.epoch)
-            self._say_handover(name, p, handover, facts)
+            handover, decision = self._decide(name, p, facts, ask)
             if handover in ("H4", "H5"):
                 waiting.append((name, p))
                 if decision.state is not None:  # the ask (H4), or an ISR shrink meanwhile
