@@ -25,8 +25,8 @@ class FakeWatch:
     def write_isrs(self, changes, notify=True):
         if self.lose:
             return [None] * len(changes)
-        self.written.extend(state for _, _, state, _ in changes)
-        return [version + 1 for _, _, _, version in changes]
+        self.written.extend(change.state for change in changes)
+        return [change.version + 1 for change in changes]
 
     def refresh(self) -> None:
         self.refreshed += 1

@@ -36,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster import isr as rules
 from ..cluster import znodes as zn
-from ..cluster.replica_watch import ReplicaWatch, TopicView
+from ..cluster.replica_watch import IsrWrite, ReplicaWatch, TopicView
 from ..log import offset_checkpoint
 from ..log.disk import OsDisk
 from .log_dirs import LogDirOffline
@@ -568,7 +568,7 @@ class ReplicaManager:
                                   r.handover_for, True)
         versions = await asyncio.get_running_loop().run_in_executor(
             None, self.watch.write_isrs,
-            [(partition.topic, partition.index, ready, r.zk_version)], False)
+            [IsrWrite(partition.topic, partition.index, ready, r.zk_version)], False)
         if versions[0] is not None:  # (the move may already have been read meanwhile)
             log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
                      r.leader_epoch)
@@ -620,7 +620,9 @@ class ReplicaManager:
         self._isr_writing = True
         written = asyncio.get_running_loop().run_in_executor(
             None, self.watch.write_isrs,
-            [(p.topic, p.index, state, version) for p, _, _, _, state, version in queued])
+            [IsrWrite(p.topic, p.index, state, version,
+                      tuple(b for b in wanted if b not in old))
+             for p, _, old, wanted, state, version in queued])
 
         def done(fut: asyncio.Future) -> None:
             self._isr_writing = False

@@ -51,6 +51,10 @@ maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
 KIP-841: only a registered broker joins an ISR. One that lost its ZooKeeper session (cut off
 from ZooKeeper, or paused past the session timeout) but still fetches would otherwise flap:
 the controller takes it out of every ISR, its leaders put it back on its next fetch.
+"Registered" is the leader's list, from a watch that can trail the state it read; the write
+that lets a broker in is also conditional on its registration in ZooKeeper
+(replica_watch.py), so a leader that has not yet heard of an expiry cannot undo the
+controller's removal.
 
 "Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
 leader's log end offset catches the follower up at its time; one that asks for the log end
