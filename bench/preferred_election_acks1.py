@@ -1,10 +1,11 @@
-"""acks=1 records acknowledged and then lost across a preferred-leader election (issue 23's
-open window, not fixed): three brokers on the test harness's ZooKeeper, one partition x 3
-replicas led by a non-preferred replica, librdkafka producing acks=1 as fast as it can; a
-preferred election moves the leadership while records come in. The old leader is not told
-before the controller writes the new leader, keeps acknowledging until its replica watch
-reads the new state, then truncates to the new leader: those acknowledgements are lost.
-Prints how many acknowledged records are not at their offset afterwards.
+"""acks=1 records acknowledged and then lost across a preferred-leader election (issue 23):
+three brokers on the test harness's ZooKeeper, one partition x 3 replicas led by a
+non-preferred replica, librdkafka producing acks=1 as fast as it can; a preferred election
+moves the leadership while records come in. Before the handover (leader_election.py's H
+rows), the old leader was not told before the controller wrote the new leader, kept
+acknowledging until its replica watch read the new state, then truncated to the new leader:
+those acknowledgements were lost. Prints how many acknowledged records are not at their
+offset afterwards, and how long the ElectLeaders call took (the handover's price).
 
     .venv/bin/python bench/preferred_election_acks1.py
 """
@@ -15,11 +16,12 @@ import json
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.brokers import read_to_end
+from support.brokers import acknowledged_lost
 from support.three_brokers import ThreeBrokers
 from support.waits import wait_for
 from support.zookeepers import ZooKeeperServer
@@ -80,17 +82,19 @@ def main() -> None:
                 return False
             return True
 
+        began = time.monotonic()
         wait_for(elect, 30, "a preferred election by the controller")
+        took = time.monotonic() - began
         before = len(acked)
         wait_for(lambda: len(acked) > before + 20000, 60, "20,000 more acknowledged")
         done.set()
         writer.join(30)
         producer.flush(10)
-        stored = dict(read_to_end(bootstrap, "p", 1)[0])
-        lost = sorted(o for v, o in acked.items() if stored.get(o) != v)
+        lost = acknowledged_lost(bootstrap, "p", acked)
         print(f"leader now {state()['leader']} (preferred {preferred}); {len(acked)} "
               f"acknowledged with acks=1, {len(lost)} not at their offset afterwards"
-              + (f" (offsets {lost[0]}..{lost[-1]})" if lost else ""))
+              + (f" (offsets {lost[0]}..{lost[-1]})" if lost else "")
+              + f"; ElectLeaders answered in {took * 1000:,.0f} ms")
     finally:
         if cluster is not None:
             cluster.close()

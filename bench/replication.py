@@ -5,9 +5,10 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 (``oncelog.cli.scenario_cluster.LocalCluster``, ``zookeeper.session.timeout.ms`` 3000).
 
 * ``throughput``: confluent-kafka writes N records of 1 KiB (idempotent, acks=all,
-  librdkafka's default batching) to a topic with replication factor 3 and
-  ``min.insync.replicas`` 2, and to a topic with replication factor 1 on the same cluster
-  (one broker holds it: no follower fetches), in alternating order; the ratio rf3 / rf1 of
+  librdkafka's default batching; then the same with its plain producer, acks=all) to a
+  topic with replication factor 3 and ``min.insync.replicas`` 2, and to a topic with
+  replication factor 1 on the same cluster (one broker holds it: no follower fetches), in
+  alternating order; the ratio rf3 / rf1 of
   each pair, in one run (issue goal: at least 0.6 on 2 cores).
 * ``failover``: a producer writes a record every millisecond (acks=all) to a partition; its
   leader is killed with ``kill -9``; the time from the kill to the first acknowledgement
@@ -30,7 +31,7 @@ A ZooKeeper and three brokers on loopback, as ``oncelog scenario failover`` star
 
     .venv/bin/python bench/replication.py [--messages N] [--repeats R] [--partitions P]
                                           [--parts throughput,failover,shutdown,restart]
-                                          [--set KEY=VALUE ...] [--data-dir D]
+                                          [--set KEY=VALUE ...] [--data-dir D] [--detail]
     make bench ARGS="--only replication"
 """
 
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import os
 import random
 import re
 import statistics
@@ -45,7 +48,7 @@ import sys
 import threading
 import time
 
-from _support import LoadMeter, add_parts_argument, machine, produce_all
+from _support import LoadMeter, add_parts_argument, cpu_seconds_probe, machine, produce_all
 
 from oncelog.cli.scenario_cluster import SETTINGS, LocalCluster
 from oncelog.client.admin.admin import Admin
@@ -90,22 +93,80 @@ def _producer(bootstrap: str, **extra):
                      **extra})
 
 
-def throughput(cluster: LocalCluster, messages: int, repeats: int) -> None:
+def _run_queue_wait(pid: int) -> float:
+    """Seconds the broker's event-loop thread (its main thread) has waited for a CPU while
+    runnable (/proc/PID/task/PID/schedstat's second field)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
+class _Detail:
+    """``--detail``: where one run's time went, per 1,000 records (librdkafka's default
+    batch of 1 KiB records, ~1 MB): each broker's CPU and its event loop's wait for a CPU,
+    this process's CPU (the client: librdkafka's threads and the produce loop), and how many
+    produce requests librdkafka had in flight to the leader (its statistics, every 100 ms)."""
+
+    def __init__(self, cluster: LocalCluster, leader: int, stats: list[str]) -> None:
+        self.pids = {b: cluster.procs[b].pid for b in cluster.ids}
+        self.leader = leader
+        self.stats = stats
+        self.cpu = {b: cpu_seconds_probe(pid) for b, pid in self.pids.items()}
+        self.client = cpu_seconds_probe(os.getpid())
+        self.start = self._sample()
+        stats.clear()
+
+    def _sample(self):
+        return ({b: probe() for b, probe in self.cpu.items()},
+                {b: _run_queue_wait(pid) for b, pid in self.pids.items()}, self.client())
+
+    def line(self, rf: int, messages: int, seconds: float) -> str:
+        (cpu0, wait0, client0), (cpu1, wait1, client1) = self.start, self._sample()
+        per = 1000 / messages * 1000  # ms per 1,000 records
+
+        def broker(b: int) -> str:
+            role = "leader" if b == self.leader else "follower"
+            return (f"{role} {b} CPU {(cpu1[b] - cpu0[b]) * per:.2f} ms, waited for a CPU "
+                    f"{(wait1[b] - wait0[b]) * per:.2f} ms")
+        in_flight = [b["waitresp_cnt"] for s in self.stats
+                     for b in json.loads(s)["brokers"].values() if b["nodeid"] == self.leader]
+        flying = f"{statistics.mean(in_flight):.1f}" if in_flight else "?"
+        return (f"  rf{rf} per 1,000 records: {seconds * per:.2f} ms; "
+                + "; ".join(broker(b) for b in sorted(self.pids)
+                            if rf == 3 or b == self.leader)
+                + f"; client CPU {(client1 - client0) * per:.2f} ms; produce requests in "
+                  f"flight to the leader {flying} (mean)")
+
+
+def throughput(cluster: LocalCluster, messages: int, repeats: int, detail: bool = False,
+               idempotent: bool = True) -> None:
+    """``idempotent``: librdkafka's idempotent producer, which keeps one produce request in
+    flight per partition while a batch is out (docs/benchmarks.md), else its plain one
+    (acks=all too, its default max.in.flight), which pipelines."""
     bootstrap = ",".join(cluster.bootstrap(b) for b in cluster.ids)
     rates: dict[int, list[float]] = {3: [], 1: []}
+    kind = "idempotent" if idempotent else "plain"
     for repeat in range(repeats):
         for rf in (3, 1) if repeat % 2 == 0 else (1, 3):
-            topic = f"bench-rf{rf}-{repeat}"
+            topic = f"bench-{kind}-rf{rf}-{repeat}"
             _create(bootstrap, topic, 1, rf, **({"min.insync.replicas": "2"} if rf == 3 else {}))
-            producer = _producer(bootstrap)
+            stats: list[str] = []
+            producer = _producer(bootstrap, **{"enable.idempotence": idempotent},
+                                 **({"statistics.interval.ms": 100,
+                                     "stats_cb": stats.append} if detail else {}))
             producer.produce(topic, PAYLOAD, partition=0)
             producer.flush(TIMEOUT)
+            meter = _Detail(cluster, _partitions(bootstrap, topic)[0].leader, stats) \
+                if detail else None
             start = time.perf_counter()
             produce_all(producer, topic, PAYLOAD, messages, time.monotonic() + TIMEOUT)
             assert producer.flush(TIMEOUT) == 0
-            rates[rf].append(messages / (time.perf_counter() - start))
+            took = time.perf_counter() - start
+            rates[rf].append(messages / took)
+            if meter is not None:
+                print(meter.line(rf, messages, took), flush=True)
     ratios = [a / b for a, b in zip(rates[3], rates[1], strict=True)]
-    print(f"throughput, {messages:,} x 1 KiB, acks=all: rf3 {statistics.median(rates[3]):,.0f} "
+    print(f"throughput, {messages:,} x 1 KiB, acks=all, {kind}: rf3 "
+          f"{statistics.median(rates[3]):,.0f} "
           f"msgs/s, rf1 {statistics.median(rates[1]):,.0f} msgs/s, ratio rf3/rf1 "
           f"{statistics.median(ratios):.2f} (pairs: {', '.join(f'{r:.2f}' for r in ratios)})",
           flush=True)
@@ -330,6 +391,8 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting more (repeatable)")
     parser.add_argument("--data-dir", help="kept afterwards, with the brokers' logs")
+    parser.add_argument("--detail", action="store_true",
+                        help="throughput: each run's CPU and waits per 1,000 records")
     add_parts_argument(parser, PARTS)
     args = parser.parse_args()
     parts = args.parts.split(",")
@@ -340,7 +403,8 @@ def main() -> int:
     with LocalCluster(args.data_dir, 3, [*settings, f"zookeeper.session.timeout.ms={SESSION_MS}"]) \
             as cluster:
         if "throughput" in parts:
-            throughput(cluster, args.messages, args.repeats)
+            for idempotent in (True, False):
+                throughput(cluster, args.messages, args.repeats, args.detail, idempotent)
         if "failover" in parts:
             failover(cluster, args.repeats)
         if "shutdown" in parts:

@@ -133,6 +133,18 @@ def test_a_killed_member_s_partitions_go_to_the_others_after_its_session(group_b
             child.kill()
             child.wait(WAIT)
     reader.join(WAIT)
+    assert not reader.is_alive()
+    # Killed in the middle of a print: with PYTHONUNBUFFERED (the sessions that run the
+    # suite set it, and the child inherits it) print("R", value) is four write()s to the
+    # pipe ("R", " ", the value, "\n"), so the child's output may end in "R" or "R " or
+    # "R 123" without its newline (readline hands such a line over at the end of the
+    # output only). Only that last, unfinished line is left out: its record was not
+    # committed (the child commits after printing a whole poll's records), so the
+    # survivors read it again.
+    if lines and not lines[-1].endswith("\n"):
+        unfinished = lines.pop()
+        assert re.fullmatch(r"(R|A)( \d*)?", unfinished), unfinished
+    assert all(re.fullmatch(r"(R|A) \d+\n", line) for line in lines), lines
     expected += produce(boot, 900, 300)
     poll_until(members, lambda: split_evenly(members), "the survivors take its partitions")
     # The coordinator handed them on when the dead member's session expired.

@@ -3,7 +3,8 @@ ZooKeeper transaction, each still conditional on its znode's version (and the co
 on its epoch). On a real ZooKeeper: a partition whose znode moved on underneath fails alone
 (its writer reads it again) and every other partition of the batch is written; a deposed
 controller's batch writes nothing; a batch larger than a transaction's bound is split and
-written whole."""
+written whole; a leader letting a broker into an ISR writes only while that broker is
+registered."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.leader_election import Decision
 from oncelog.cluster.membership import ClusterMember, ControllerMoved
-from oncelog.cluster.replica_watch import ReplicaWatch
+from oncelog.cluster.replica_watch import IsrWrite, ReplicaWatch
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
@@ -108,7 +109,7 @@ def test_a_leaders_isr_batch_loses_only_the_partition_that_moved_on(store):
     store.client.set(zn.partition_state_path(TOPIC, 5),
                      zn.PartitionState(2, 1, (2, 3), 1).encode())
     wanted = zn.PartitionState(1, 0, (1, 2), 1)
-    versions = watch.write_isrs([(TOPIC, p, wanted, 0) for p in range(PARTITIONS)])
+    versions = watch.write_isrs([IsrWrite(TOPIC, p, wanted, 0) for p in range(PARTITIONS)])
     assert versions == [None if p == 5 else 1 for p in range(PARTITIONS)]
     for p in range(PARTITIONS):
         assert _state(store, p)["isr"] == ([2, 3] if p == 5 else [1, 2]), p
@@ -156,3 +157,26 @@ def test_answers_kazoo_makes_itself_are_not_heard_from_zookeeper(store):
         client._state = KeeperState.CONNECTED
     assert all(isinstance(a, AuthFailedError) for a in answers)
     assert store.heard_at == before
+
+
+def test_a_leader_lets_only_a_registered_broker_into_an_isr(store):
+    """KIP-841 at the write: the leader's list of registered brokers comes from a watch that
+    can trail the state it read, so the registration of every joining broker is a condition
+    of the same transaction. Broker 3 lost its session (the controller took it out of the
+    ISR); a leader that has not yet heard puts it back nowhere, and the partitions of its
+    batch that let in only registered brokers are written."""
+    _topic(store)
+    member = ClusterMember(store, 2, None)
+    member.start("127.0.0.1", 9093, background=False)  # broker 2 registered, 3 is not
+    watch = ReplicaWatch(store, 1, lambda view, vouched: None)
+    for p in range(PARTITIONS):  # the controller's removal of 3 and 2, read by the leader
+        store.client.set(zn.partition_state_path(TOPIC, p),
+                         zn.PartitionState(1, 0, (1,), 1).encode(), version=0)
+    joins = {0: (3,), 1: (2,), 2: (2, 3), 3: (), 4: (2,)}
+    versions = watch.write_isrs([
+        IsrWrite(TOPIC, p, zn.PartitionState(1, 0, (1, *joining), 1), 1, joining)
+        for p, joining in joins.items()])
+    assert versions == [None, 2, None, 2, 2]
+    assert {p: _state(store, p)["isr"] for p in joins} == \
+        {0: [1], 1: [1, 2], 2: [1], 3: [1], 4: [1, 2]}
+    member.close()

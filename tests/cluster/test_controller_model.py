@@ -349,8 +349,21 @@ def test_auto_leader_rebalance(zookeeper):
         for configs in ((False, 0, 10), (True, 0, 100), (True, 3600, 10)):
             Controller(member, lambda: False, lambda c=configs: c).pass_once()
             assert leaders() == [(2, 1), (2, 1)], configs  # RB1, RB3, not due yet
-        Controller(member, lambda: False, lambda: (True, 0, 10)).pass_once()
-        assert leaders() == [(1, 2), (1, 2)]  # RB2: a preferred election each
+        controller = Controller(member, lambda: False, lambda: (True, 0, 10))
+        controller.pass_once()
+        # RB2: a preferred election each, of a live leader: asked to hand over first (H4)
+        assert leaders() == [(2, 1), (2, 1)]
+        for p in (0, 1):
+            data, stat = client.get(zn.partition_state_path("t", p))
+            state = zn.PartitionState.decode(data)
+            assert (state.handover_for, state.handover_ready) == (zn.HANDOVER_PREFERRED, False)
+            client.set(zn.partition_state_path("t", p), zn.PartitionState(  # as its leader
+                2, 1, state.isr, state.controller_epoch, state.handover_for, True).encode(),
+                version=stat.version)  # says once its ISR holds what it acknowledged (H7)
+        controller.pass_once()  # H2: elected, the ask gone with the old state
+        assert leaders() == [(1, 2), (1, 2)]
+        assert not zn.PartitionState.decode(
+            client.get(zn.partition_state_path("t", 0))[0]).handover_for
     finally:
         two.close()
         member.close()
@@ -451,3 +464,24 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
     finally:
         for member in members.values():
             member.close()
+
+
+def test_isr_change_notifications_do_not_pile_up(zookeeper):
+    """Leaders write Kafka's ``/isr_change_notification/isr_change_<seq>`` with each ISR
+    change; Kafka's controller deletes them once read. Before, nothing deleted them: one
+    znode per ISR change, kept in ZooKeeper for as long as the cluster ran."""
+    connect = zookeeper.chroot("isr-notes")
+    member = _registered(connect, 1)
+    try:
+        client = member.zk
+        TopicAdmin(member.store).ensure_paths()
+        controller = Controller(member, lambda: False)
+        controller.pass_once()  # none yet: nothing to delete, nothing fails
+        for _ in range(3):
+            client.create("/isr_change_notification/isr_change_", b'{"version":1,'
+                          b'"partitions":[{"topic":"t","partition":0}]}', sequence=True,
+                          makepath=True)
+        controller.pass_once()
+        assert client.get_children("/isr_change_notification") == []
+    finally:
+        member.close()

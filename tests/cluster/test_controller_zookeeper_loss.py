@@ -19,7 +19,7 @@ from support.zookeepers import ZooKeeperServer
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.membership import ClusterMember
-from oncelog.cluster.replica_watch import ReplicaWatch
+from oncelog.cluster.replica_watch import IsrWrite, ReplicaWatch
 from oncelog.metadata.store import MetadataUnavailable
 from oncelog.metadata.zookeeper import ZooKeeperStore
 
@@ -72,6 +72,7 @@ def test_an_isr_write_in_flight_when_the_connection_drops_answers_none():
         watch = ReplicaWatch(store, 1, lambda view: None)
         path = zn.partition_state_path("t", 0)
         store.client.create(path, zn.PartitionState(1, 0, (1, 2), 0).encode(), makepath=True)
-        return lambda: watch.write_isrs([("t", 0, zn.PartitionState(1, 0, (1, 2, 3), 0), 0)])
+        wanted = zn.PartitionState(1, 0, (1, 2, 3), 0)
+        return lambda: watch.write_isrs([IsrWrite("t", 0, wanted, 0)])
 
     assert dropped_under(write) == [[None]]

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
-from support.brokers import BrokerProcess
 from support.three_brokers import SESSION_MS, TIMEOUT, ThreeBrokers
 from support.waits import wait_for
 
@@ -43,18 +42,8 @@ class Cluster(ThreeBrokers):
     def back(self, broker_id: int) -> None:
         """Start a stopped broker again; once every broker's Metadata names all three (a
         CreateTopics with replication factor 3 may follow on any of them)."""
-        from oncelog.client.admin.admin import Admin
-
         self.brokers[broker_id].start()
-
-        def whole(b: BrokerProcess) -> bool:
-            admin = Admin({"bootstrap.servers": b.bootstrap})
-            try:
-                return len(admin.metadata([]).brokers) == 3
-            finally:
-                admin.close()
-        wait_for(lambda: all(whole(b) for b in self.brokers.values()), TIMEOUT,
-                 f"broker {broker_id} back, named by every broker")
+        self.wait_named_by_all(f"broker {broker_id} back")
 
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.alive)

@@ -6,10 +6,10 @@
   the leader's log end, every ISR member has everything below it, a follower caught up
   within replica.lag.time.max.ms stays in the ISR and one behind longer leaves it, and an
   acks=all produce is acknowledged exactly when the high watermark passed it with
-  min.insync.replicas in the ISR, an acks=1 one in controlled shutdown (row K6) exactly when
-  the high watermark passed it, whatever the ISR's size; a follower whose registration is
-  gone (its ZooKeeper session lost) never joins the ISR, however caught up it fetches
-  (KIP-841).
+  min.insync.replicas in the ISR, an acks=1 one in controlled shutdown or with a handover
+  asked (row K6) exactly when the high watermark passed it, whatever the ISR's size; a
+  follower whose registration is gone (its ZooKeeper session lost) never joins the ISR,
+  however caught up it fetches (KIP-841).
 - Truncation: a follower whose log diverged from its leader's after a common prefix (it led
   an epoch the leader never saw all of) truncates, over OffsetForLeaderEpoch rounds
   (isr.truncation_point with the real LeaderEpochCache on both sides), to exactly that
@@ -59,15 +59,18 @@ class LeaderModel(RuleBasedStateMachine):
     def _settle(self):
         self.loop.run_until_complete(asyncio.sleep(0))
 
-    @rule(count=st.integers(1, 5), acks=st.sampled_from(["1", "all", "1 leaving"]))
+    @rule(count=st.integers(1, 5),
+          acks=st.sampled_from(["1", "all", "1 leaving", "1 handing over"]))
     def append(self, count, acks):
         if acks == "all" and isr.acks_all_before(len(self.state.isr), self.state.min_insync):
             return  # K1: refused before the append
         self.leo[LEADER] += count
         self.state.advance_high_watermark(self.leo[LEADER])
         if acks == "1 leaving":
-            assert isr.acks_one_waits(True)  # K6: it waits for the ISR, K5 no longer
-        if acks in ("all", "1 leaving"):
+            assert isr.acks_one_waits(True, False)  # K6: it waits for the ISR, K5 no longer
+        if acks == "1 handing over":
+            assert isr.acks_one_waits(False, True)  # K6 for a handover asked (H4)
+        if acks in ("all", "1 leaving", "1 handing over"):
             minimum = None if acks == "all" else 1
 
             async def wait(needed=self.leo[LEADER]):
@@ -82,7 +85,7 @@ class LeaderModel(RuleBasedStateMachine):
                     assert not fut.done()  # K4: not acknowledged before the ISR has it
                 self.waiting.append((self.leo[LEADER], minimum, fut))
         else:
-            assert not isr.acks_one_waits(False)  # K5: answered on the append
+            assert not isr.acks_one_waits(False, False)  # K5: answered on the append
 
     @rule(follower=st.sampled_from([F1, F2]))
     def session_lost_or_registered_again(self, follower):
@@ -291,3 +294,32 @@ def test_an_unregistered_follower_is_not_put_back_into_the_isr():
 ])
 def test_leave_rows(finished, error, lacks):
     assert isr.leave_lacks(finished, error) is lacks
+
+
+@pytest.mark.parametrize("leading", [False, True])
+@pytest.mark.parametrize("asked", [False, True])
+@pytest.mark.parametrize("ready", [False, True])
+@pytest.mark.parametrize("running", [False, True])
+def test_handover_start_table(leading, asked, ready, running):
+    """H7: a leader reading an ask it has not answered, with no wait running for this very
+    ask, starts one; H9 otherwise."""
+    assert isr.handover_starts(leading, asked, ready, running) == \
+        (leading and asked and not ready and not running)
+
+
+@pytest.mark.parametrize("same_role", [False, True])
+@pytest.mark.parametrize("same_ask", [False, True])
+@pytest.mark.parametrize("lacking", [False, True])
+@pytest.mark.parametrize("pending", [False, True])
+def test_handover_after_wait_table(same_role, same_ask, lacking, pending):
+    """H10-H13, in the order the rows are tried: ready is written only for the role and
+    the very ask the wait began with, caught up, with no ISR write of its own in flight."""
+    step = isr.handover_after_wait(same_role, same_ask, lacking, pending)
+    if not (same_role and same_ask):
+        assert step is isr.HandoverStep.NOTHING  # H11
+    elif lacking:
+        assert step is isr.HandoverStep.LACKING  # H12
+    elif pending:
+        assert step is isr.HandoverStep.READ_AGAIN  # H13
+    else:
+        assert step is isr.HandoverStep.WRITE_READY  # H10

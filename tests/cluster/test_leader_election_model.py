@@ -7,8 +7,11 @@ F3/F4/S1, in the ISR by that decision), partitions' znodes become unreadable (X1
 decided, ElectLeaders answers UNKNOWN_SERVER_ERROR) and readable again, assignments lose their
 topic_id (T1: named by the next pass, X1 until then), begin controlled shutdowns, have a
 replica's log directory fail, leaders add caught-up replicas back to the ISR, partitions are
-reassigned, preferred and unclean elections are asked; the controller's pass is applied after
-each step until nothing is left to write. Checked after every step: the leader is in the ISR or
+reassigned, preferred and unclean elections are asked, leaders asked to hand over say ready,
+time passes; the controller's pass is applied after each step until nothing is left to write.
+A live, eligible leader loses its leadership only once it said ready or the handover's bound
+passed (H2, H3), and after the passes a handover is asked only for a move that still applies
+(H6). Checked after every step: the leader is in the ISR or
 -1, the ISR is never empty, leader epochs never go down and go up with every leader change, a
 leader outside the last ISR only by unclean election (enabled, or asked), and after the passes
 every partition that could have a clean leader has one, which is live and not shutting down when
@@ -17,13 +20,31 @@ another could lead.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from oncelog.cluster.leader_election import Ask, Facts, decide, name_topic, rebalance
-from oncelog.cluster.znodes import NO_LEADER, PartitionState, decode_topic_id
+from oncelog.cluster.leader_election import (
+    HANDOVER_TIMEOUT_S,
+    Ask,
+    Facts,
+    HandoverClock,
+    decide,
+    election_answer,
+    election_decision,
+    name_topic,
+    pass_decision,
+    rebalance,
+)
+from oncelog.cluster.znodes import (
+    HANDOVER_PREFERRED,
+    HANDOVER_REASSIGNMENT,
+    NO_LEADER,
+    PartitionState,
+    decode_topic_id,
+)
 
 BROKERS = (1, 2, 3, 4)
 PARTITIONS = 4
@@ -50,6 +71,9 @@ class Table(RuleBasedStateMachine):
         # T1: partitions (each its own topic here) whose assignment lacks only its topic_id
         self.unnamed: set[int] = set()
         self.named: dict[int, str] = {}
+        # H rows: the controller's clock, when it first saw each handover asked
+        self.now = 0.0
+        self.handovers = HandoverClock()
         self.settle()
 
     def facts(self, p: int) -> Facts:
@@ -59,8 +83,27 @@ class Table(RuleBasedStateMachine):
                      frozenset(self.owed[p]), "NoAuth" if p in self.unreadable else
                      "no topic_id" if p in self.unnamed else None)
 
+    def eligible(self, p: int, broker: int) -> bool:
+        return broker in self.live and broker not in self.shutting and \
+            (broker, p) not in self.offline and broker not in self.owed[p]
+
     def apply(self, p: int, ask: Ask):
-        decision = decide(self.facts(p), ask, CONTROLLER_EPOCH)
+        facts, before = self.facts(p), self.states[p]
+        waited = self.handovers.waited(("t", p), before, self.now)
+        row, decision = pass_decision(facts, waited, CONTROLLER_EPOCH) if ask is Ask.PASS \
+            else election_decision(facts, ask, waited, CONTROLLER_EPOCH)
+        new = decision.state
+        if before is not None and new is not None and new.leader != before.leader and \
+                before.leader != NO_LEADER and self.eligible(p, before.leader):
+            # a live leader's leadership moves only once it said ready, or at the bound
+            assert row in ("H2", "H3"), (row, before, new)
+            assert before.handover_ready or waited >= HANDOVER_TIMEOUT_S, (before, waited)
+        if row == "H4":  # never over another's ask: two askers would take turns for ever
+            assert not before.handover_for, before
+            assert new.leader == before.leader and new.handover_for and not new.handover_ready
+        if row in ("H4", "H5"):  # the move waits: the ISR still sheds what is not eligible
+            assert new is None or new.isr == tuple(b for b in before.isr
+                                                   if self.eligible(p, b))
         if decision.state is not None:
             self.states[p] = decision.state
         if decision.replicas is not None:
@@ -109,6 +152,20 @@ class Table(RuleBasedStateMachine):
                 assert not eligible
                 continue
             clean = [b for b in state.isr if b in eligible]
+            if state.handover_for:  # H6 took back every ask whose move no longer applies
+                assert self.eligible(p, state.leader), state
+
+                def in_sync(b: int, state=state, p=p) -> bool:
+                    return b in state.isr and self.eligible(p, b)
+
+                if state.handover_for == HANDOVER_PREFERRED:
+                    assert self.replicas[p][0] != state.leader and \
+                        in_sync(self.replicas[p][0]), (state, self.replicas[p])
+                else:
+                    assert state.handover_for == HANDOVER_REASSIGNMENT
+                    target = self.targets.get(p)
+                    assert target and state.leader not in target and \
+                        all(in_sync(b) for b in target), (state, target)
             if state.leader == NO_LEADER:
                 assert not clean and not (self.unclean[p] and eligible)
             else:
@@ -178,7 +235,8 @@ class Table(RuleBasedStateMachine):
         if behind:
             added = data.draw(st.sampled_from(behind))
             self.states[p] = PartitionState(state.leader, state.leader_epoch,
-                                            (*state.isr, added), state.controller_epoch)
+                                            (*state.isr, added), state.controller_epoch,
+                                            state.handover_for, state.handover_ready)
         self.settle()
 
     @rule(p=st.integers(0, PARTITIONS - 1), data=st.data())
@@ -201,9 +259,54 @@ class Table(RuleBasedStateMachine):
             if decision.row == "U3":
                 self.asked_unclean.add(p)
         else:
+            before = self.states[p]
             decision = self.apply(p, Ask.PREFERRED)
-            if decision.state is not None:
+            if decision.row in ("H4", "H5"):  # a live leader hands over first
+                assert before is not None and before.leader != self.replicas[p][0]
+            elif decision.state is not None:
                 assert decision.state.leader == self.replicas[p][0]
+        self.settle()
+
+    @rule(data=st.data())
+    def leader_says_ready(self, data):
+        """H7: a leader asked to hand over writes its state ready once its ISR holds
+        everything it acknowledged (at the version it read: ISR and epoch as they are)."""
+        asked = [p for p, s in self.states.items() if s is not None and s.handover_for
+                 and not s.handover_ready and s.leader in self.live]
+        if asked:
+            p = data.draw(st.sampled_from(asked))
+            state = self.states[p]
+            self.states[p] = PartitionState(state.leader, state.leader_epoch, state.isr,
+                                            state.controller_epoch, state.handover_for, True)
+        self.settle()
+
+    @rule(p=st.integers(0, PARTITIONS - 1), data=st.data())
+    def led_by_another_in_sync_replica(self, p, data):
+        """As after a failover whose old leader caught up again: another ISR member leads,
+        the preferred replica in sync (a preferred election or a reassignment then moves
+        a live leader: the H rows)."""
+        state = self.states[p]
+        if state is None or state.leader == NO_LEADER or state.leader not in self.live:
+            return
+        others = [b for b in state.isr if b != state.leader and self.eligible(p, b)]
+        if others:
+            self.states[p] = PartitionState(data.draw(st.sampled_from(others)),
+                                            state.leader_epoch + 1, state.isr,
+                                            state.controller_epoch)
+        self.settle()
+        if data.draw(st.booleans()):  # and the preferred replica asked back at once,
+            self.elect_leaders(p, False)
+            then = data.draw(st.sampled_from(["ready", "silent", "later"]))
+            if then == "ready":  # its leader saying ready at once (H2)
+                self.leader_says_ready(data)
+            elif then == "silent":  # or never, past the bound (H3)
+                self.now += HANDOVER_TIMEOUT_S
+                self.settle()
+
+    @rule()
+    def time_passes(self):
+        """H3's bound: a leader that never says ready loses its leadership all the same."""
+        self.now += HANDOVER_TIMEOUT_S / 2
         self.settle()
 
     def check(self):
@@ -249,3 +352,17 @@ def test_auto_leader_rebalance_table(partitions, enabled, percentage):
         away = [i for i in mine if partitions[i][1] != broker]
         expected = away if mine and len(away) / len(mine) > percentage / 100 else []
         assert [i for i in asked if i in mine] == expected  # RB2, RB3
+
+
+@pytest.mark.parametrize("landed", [False, True])
+@pytest.mark.parametrize("handing_over", [False, True])
+def test_election_answer_table(landed, handing_over):
+    """E1-E4: written (or, asked about again, elected by a pass) is NONE; a write lost
+    while this request waits for a handover is looked at again, otherwise answered."""
+    answer = election_answer(landed, handing_over)
+    if landed:
+        assert answer == (ErrorCode.none, None)  # E1, E3
+    elif handing_over:
+        assert answer is None  # E4
+    else:
+        assert answer[0] == ErrorCode.eligible_leaders_not_available  # E2

@@ -241,10 +241,11 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
     net.create(topic, 3)
     controller = net.controller()
     cut = next(b for b in BROKERS if b != controller)
-    states: dict[int, list[dict]] = {p: [] for p in range(3)}
+    states: dict[int, list[tuple[int, dict]]] = {p: [] for p in range(3)}
 
-    def record(p: int):
-        return lambda data, _stat, _event=None: data and states[p].append(json.loads(data))
+    def record(p: int):  # each state with the zxid ZooKeeper wrote it at
+        return lambda data, stat, _event=None: data and states[p].append(
+            (stat.mzxid, json.loads(data)))
 
     for p in range(3):  # every state each partition goes through
         net.zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state", record(p))
@@ -267,6 +268,11 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
     try:
         wait_for(lambda: cut not in net.registered(), SESSION_MS / 1000 + TIMEOUT,
                  f"broker {cut}'s session expired")
+        # ZooKeeper's order, not the watches' arrival: the expiry's zxid (its registration's
+        # deletion, the last change of /brokers/ids's children). Before it the broker was
+        # registered, and a leader rightly put it back after a lag shrink (load can make
+        # one before the cut, or while its session still runs).
+        expired = net.zk.exists("/brokers/ids").pzxid
         wait_for(lambda: all(cut not in (s := net.state(topic, p))["isr"] and
                              s["leader"] != cut for p in range(3)), TIMEOUT,
                  f"broker {cut} out of every ISR, leading nothing")
@@ -298,8 +304,9 @@ def test_broker_cut_off_from_zookeeper_only_stays_out_of_every_isr(net):
                      net.log_of(leader, topic, p), TIMEOUT, f"broker {cut} caught up on {p}")
         assert cut not in net.registered()
         for p, seen in states.items():
-            out = next(i for i, s in enumerate(seen) if cut not in s["isr"])
-            assert all(cut not in s["isr"] for s in seen[out:]), \
+            after = [s for zxid, s in seen if zxid > expired]
+            out = next(i for i, s in enumerate(after) if cut not in s["isr"])
+            assert all(cut not in s["isr"] for s in after[out:]), \
                 f"{topic}-{p}: broker {cut} put back into the ISR unregistered: {seen}"
     finally:
         heal()
@@ -390,8 +397,11 @@ def test_leader_cut_off_refuses_acks_1_before_a_new_leader_is_elected(net):
             wait_for(lambda: elected, SESSION_MS / 1000 + TIMEOUT, "a new leader elected")
         finally:
             heal()
-    assert acked > 0  # it led, answering acks=1, until it could no longer vouch
-    print(f"broker {old} refused acks=1 {elected[0] - refused_at:.3f}s before the new leader")
+    # It led, answering acks=1 (leads() above), until it could no longer vouch: how many
+    # it answered after the cut depends on how soon the next produce came (under load the
+    # first one may come after half the session timeout, refused at once), not a property.
+    print(f"broker {old} answered {acked} acks=1 produces after the cut, then refused "
+          f"{elected[0] - refused_at:.3f}s before the new leader")
     assert refused_at < elected[0], \
         f"broker {old} refused acks=1 only {refused_at - elected[0]:.3f}s after broker " \
         f"{net.state(topic, p)['leader']} was elected leader"

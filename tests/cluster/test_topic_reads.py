@@ -57,7 +57,9 @@ def test_absent_is_absence_unreadable_is_that_topic_alone(store):
     assert corrupt.problem is None and 0 in corrupt.bad_states and 0 not in corrupt.states
     TopicAdmin(store).ensure_paths()
     store.client.ensure_path(zn.BROKER_IDS)
-    answers = controller.elect([("plain", 0), ("locked", 0), ("corrupt", 0)], Ask.PREFERRED)
+    answers, waiting = controller.elect([("plain", 0), ("locked", 0), ("corrupt", 0)],
+                                        Ask.PREFERRED)
+    assert waiting == []  # no handover: none of them moves a live leader
     assert answers[("plain", 0)][0] == ErrorCode.election_not_needed
     assert answers[("locked", 0)][0] == ErrorCode.unknown_server_error
     assert answers[("corrupt", 0)][0] == ErrorCode.unknown_server_error

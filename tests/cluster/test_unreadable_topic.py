@@ -237,6 +237,91 @@ def test_a_topic_rewritten_without_id_keeps_its_id_across_a_controller_change(cl
         stopped.start()
 
 
+def _produce_one(cluster, topic: str, value: bytes) -> int:
+    """A record in ``topic``-0 acknowledged by its whole ISR (two replicas): the leader."""
+    from confluent_kafka import Producer
+
+    wait_for(lambda: cluster.zk.exists(zn.partition_state_path(topic, 0))
+             and len(_state(cluster, topic, 0)["isr"]) == 2, TIMEOUT, f"{topic}-0's ISR")
+    leader = _state(cluster, topic, 0)["leader"]
+    producer = Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap,
+                         "acks": "all", "message.timeout.ms": int(TIMEOUT * 1000)})
+    delivered: list = []
+    producer.produce(topic, value, partition=0,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT) == 0 and delivered == [(None, 0)], delivered
+    return leader
+
+
+def test_a_controller_started_after_an_id_less_rewrite_names_the_topic_as_it_was(cluster):
+    """Every broker stopped, an old tool rewrites a topic without its topic_id, and the first
+    broker to start again becomes controller: neither it nor its metadata cache ever read
+    the topic with its id. It names the topic with the id the controller recorded with the
+    topic's partitions (znodes.py). Before: a new id, and both replicas' logs (the record
+    below, acknowledged by both) were taken for an older topic's."""
+    replicas = _live(cluster)[:2]
+    cluster.zk.create(zn.topic_path("legacy3"), json.dumps(
+        {"version": 1, "partitions": {"0": replicas}}).encode())
+    named = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy3"))[0])
+                     .get("topic_id"), TIMEOUT, "legacy3 named by the controller")
+    _produce_one(cluster, "legacy3", b"kept")
+    assert zn.decode_partitions_node(cluster.zk.get(zn.partitions_path("legacy3"))[0]) \
+        == named
+    first = replicas[0]
+    try:
+        for broker in cluster.brokers.values():
+            broker.stop()
+        cluster.zk.set(zn.topic_path("legacy3"), json.dumps(
+            {"version": 1, "partitions": {"0": replicas}}).encode())
+        cluster.brokers[first].start()
+        wait_for(lambda: cluster.zk.exists(zn.CONTROLLER) and _controller(cluster) == first,
+                 TIMEOUT, f"broker {first} controller")
+        again = wait_for(lambda: json.loads(cluster.zk.get(zn.topic_path("legacy3"))[0])
+                         .get("topic_id"), TIMEOUT, "legacy3 named by the new controller")
+        assert again == named
+    finally:
+        for broker in cluster.brokers.values():
+            if not broker.alive:
+                broker.start()
+    wait_for(lambda: len(_state(cluster, "legacy3", 0)["isr"]) == 2, TIMEOUT,
+             "legacy3-0's ISR whole again")
+    assert _watermarks(cluster, _state(cluster, "legacy3", 0)["leader"], "legacy3") == (0, 1)
+    for i in replicas:
+        assert not list(cluster.brokers[i].data_dir.glob("legacy3-0.*-stray"))
+
+
+def test_a_topic_id_changed_without_a_deletion_sets_the_replicas_aside(cluster):
+    """A topic's id changes without the topic being deleted first (what a controller naming
+    it wrongly, or a tool, would write): each replica sets its log aside as
+    "<topic>-0.<unique>-stray", whole, and says so; the topic starts empty under the new id.
+    Before: each replica deleted its log (the record acknowledged by both, gone)."""
+    replicas = _live(cluster)[:2]
+    cluster.zk.create(zn.topic_path("renamed"), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAQ", {0: tuple(replicas)}, {}, {}).encode())
+    _produce_one(cluster, "renamed", b"set aside, not lost")
+    version = cluster.zk.get(zn.topic_path("renamed"))[1].version
+    cluster.zk.set(zn.topic_path("renamed"), zn.TopicAssignment(
+        "AAAAAAAAAAAAAAAAAAAAAg", {0: tuple(replicas)}, {}, {}).encode(), version=version)
+    for i in replicas:
+        broker = cluster.brokers[i]
+        wait_for(lambda b=broker: "kept for an operator" in b.log_text(), TIMEOUT,
+                 f"broker {i}'s replica set aside")  # logged once renamed
+        aside = list(broker.data_dir.glob("renamed-0.*-stray"))
+        assert len(aside) == 1
+        logs = list(aside[0].glob("*.log"))
+        assert logs and b"set aside, not lost" in logs[0].read_bytes()
+    leader = _state(cluster, "renamed", 0)["leader"]  # the state stayed as it was
+
+    def led_anew():  # the new replica leads once its broker applied the state to it
+        from confluent_kafka import KafkaException
+        try:
+            return _watermarks(cluster, leader, "renamed")
+        except KafkaException:  # NOT_LEADER_OR_FOLLOWER until then
+            return None
+
+    assert wait_for(led_anew, TIMEOUT, "renamed-0 led under its new id") == (0, 0)
+
+
 def test_deleting_a_topic_whose_assignment_is_not_whole(cluster):
     """DeleteTopics of a topic whose assignment's bytes were read but are not Kafka's
     whole JSON completes (before: the request stayed for good); one whose assignment the

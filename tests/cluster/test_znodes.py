@@ -41,3 +41,14 @@ def test_log_dir_event_and_offline_replicas():
     offline = [("t", 0), ("__consumer_offsets", 17)]
     assert zn.decode_offline_replicas(zn.encode_offline_replicas(offline)) == set(offline)
     assert zn.decode_offline_replicas(b"{not json") == set()
+
+
+def test_the_partitions_znode_records_the_topic_id_and_reads_anything_else_as_none():
+    """What the controller records with a topic's partitions (T1's id when an old tool
+    rewrote the assignment without one): Kafka's empty znode, JSON not ours, and an id that
+    is not 16 bytes of url-safe base64 read as nothing recorded, never as an id."""
+    topic_id = "dY7yyJxeQyWunDj4nS41tQ"
+    assert zn.decode_partitions_node(zn.encode_partitions_node(topic_id)) == topic_id
+    for data in (b"", None, b"\xff not json", b"[]", b'{"topic_id": 7}',
+                 b'{"topic_id": "short"}', b'{"version": 1}'):
+        assert zn.decode_partitions_node(data) is None, data

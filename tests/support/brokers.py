@@ -222,3 +222,24 @@ def read_to_end(bootstrap: str, topic: str, partitions: int = 1,
         consumer.close()
     assert len(at_end) == partitions, f"did not reach the end of {topic} within {timeout}s"
     return found
+
+
+def acknowledged_lost(bootstrap: str, topic: str, acked: dict[bytes, int],
+                      timeout: float = 60.0) -> list[int]:
+    """The offsets of partition 0 at which a record acknowledged there (``acked``: value ->
+    offset, values unique) is not found, read once the high watermark has passed every one
+    of them (an acks=1 answer comes before the followers have the record)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from support.waits import wait_for
+
+    last = max(acked.values(), default=-1)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        wait_for(lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                        timeout=timeout)[1] > last,
+                 timeout, "the high watermark past every acknowledged record")
+    finally:
+        consumer.close()
+    stored = dict(read_to_end(bootstrap, topic, 1, timeout)[0])
+    return sorted(o for v, o in acked.items() if stored.get(o) != v)

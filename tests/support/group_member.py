@@ -5,7 +5,10 @@
 CLIENT is confluent, kafka-python or aiokafka. It prints, flushed, one line per event:
 ``R partition offset`` for each record consumed, ``C partition offset`` for each position
 whose commit the broker acknowledged (a synchronous commit after every batch, so what was
-consumed and not committed is at most the last batch), ``A n`` when it holds n partitions.
+consumed and not committed is at most the last batch before each rebalance: a failed commit
+is made good by the next one only while the assignment lasts), ``A n`` when it holds n
+partitions (confluent: ``A 0`` when its partitions are revoked and ``A n`` when n are
+assigned, at every rebalance; the others when the number changes).
 It stops on SIGTERM (closing the consumer: leaving the group) or after SECONDS.
 """
 

@@ -28,6 +28,22 @@ class ThreeBrokers:
             list(starting.map(BrokerProcess.start, self.brokers.values()))
         wait_for(lambda: sorted(self.zk.get_children("/brokers/ids")) == ["1", "2", "3"],
                  TIMEOUT, "three brokers registered")
+        self.wait_named_by_all("three brokers")
+
+    def wait_named_by_all(self, what: str) -> None:
+        """Until every live broker's Metadata names all three: each answers from its own
+        cache of ZooKeeper, a moment behind the registrations (a CreateTopics with
+        replication factor 3 on a broker naming fewer is INVALID_REPLICATION_FACTOR)."""
+        from oncelog.client.admin.admin import Admin
+
+        def whole(b) -> bool:
+            admin = Admin({"bootstrap.servers": b.bootstrap})
+            try:
+                return len(admin.metadata([]).brokers) == 3
+            finally:
+                admin.close()
+        wait_for(lambda: all(whole(b) for b in self.brokers.values() if b.alive), TIMEOUT,
+                 f"{what}, named by every broker")
 
     def close(self) -> None:
         for broker in self.brokers.values():

@@ -46,7 +46,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
-from ..cluster.leader_election import Ask
+from ..cluster.leader_election import HANDOVER_TIMEOUT_S, Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
 from ..cluster.placement import Candidate, PlacementError, assign, usable
 from ..cluster.unreadable import Unreadable
@@ -64,6 +64,11 @@ from .topics import (
     check_partition_count,
     topic_name_problem,
 )
+
+# ElectLeaders waiting for a leader's handover: asked about again this often, and for at
+# most this long past H3's bound (the pass that moves it, then the state's read)
+_HANDOVER_POLL_S = 0.1
+_HANDOVER_MARGIN_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -248,13 +253,28 @@ class ClusterMode:
                 "isr_nodes": partition.isr,
                 "offline_replicas": tuple(b for b in partition.replicas if b not in live)}
 
-    async def elect(self, wanted: list[tuple[str, int]] | None, unclean: bool):
+    async def elect(self, wanted: list[tuple[str, int]] | None, unclean: bool,
+                    timeout: datetime.timedelta):
         """ElectLeaders: each partition's (error, message); NOT_CONTROLLER off the
-        controller (clients send it to the controller Metadata names)."""
+        controller (clients send it to the controller Metadata names). A preferred
+        election waiting for its leader's handover (leader_election.py's E4) is asked
+        about again, no thread held in between, until it is answered or the request's
+        timeout (at most H3's bound and a margin) is up: REQUEST_TIMED_OUT."""
         if not self.member.is_controller:
             return None
-        return await asyncio.to_thread(self.controller.elect, wanted,
-                                       Ask.UNCLEAN if unclean else Ask.PREFERRED)
+        ask = Ask.UNCLEAN if unclean else Ask.PREFERRED
+        answers, waiting = await asyncio.to_thread(self.controller.elect, wanted, ask)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(timeout.total_seconds(), 0.0),
+                                     HANDOVER_TIMEOUT_S + _HANDOVER_MARGIN_S)
+        while waiting and loop.time() < deadline:
+            await asyncio.sleep(_HANDOVER_POLL_S)  # the leader's ready write, or H3
+            more, waiting = await asyncio.to_thread(self.controller.elect, waiting, ask, True)
+            answers.update(more)
+        for key in waiting:
+            answers[key] = (ErrorCode.request_timed_out,
+                            "the leader did not hand its leadership over in time")
+        return answers
 
     async def answer_when(self, wait, names, timeout: datetime.timedelta,
                           answer):

@@ -36,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster import isr as rules
 from ..cluster import znodes as zn
-from ..cluster.replica_watch import ReplicaWatch, TopicView
+from ..cluster.replica_watch import IsrWrite, ReplicaWatch, TopicView
 from ..log import offset_checkpoint
 from ..log.disk import OsDisk
 from .log_dirs import LogDirOffline
@@ -98,6 +98,7 @@ class ReplicaManager:
         self._following: dict[str, int] = {}  # partition name -> the leader it fetches from
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self._handing_over: set[asyncio.Task] = set()
         # the high watermarks as last written, one checkpoint file per log directory
         self._hw_written: dict[str, offset_checkpoint.Entries] = {}
         self._hw_writing: asyncio.Future | None = None
@@ -189,7 +190,7 @@ class ReplicaManager:
     async def close(self) -> None:
         self._closed = True  # a view already on its way to the loop changes nothing now
         self.watch.close()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._handing_over]:
             task.cancel()
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
@@ -310,8 +311,10 @@ class ReplicaManager:
         topic = self.topics.get(tv.name)
         fresh = topic is None or topic.topic_id != zn.decode_topic_id(tv.assignment.topic_id)
         if fresh:
-            if topic is not None:
-                self._delete_local(tv.name)
+            if topic is not None:  # the deletion was not seen (it may have happened while
+                # this broker was down; it may also be a controller's mistake): the old
+                # replica is set aside, not removed, as Kafka keeps its stray replicas
+                self._delete_local(tv.name, keep=True)
             topic = self.topics.ensure_replica_topic(
                 tv.name, zn.decode_topic_id(tv.assignment.topic_id), count, tv.configs)
             self._replicas.add(tv.name)
@@ -331,7 +334,7 @@ class ReplicaManager:
                 self.apply_state(topic.partitions[index], state, version, replicas, min_insync,
                                  vouched)
 
-    def _delete_local(self, name: str) -> None:
+    def _delete_local(self, name: str, keep: bool = False) -> None:
         topic = self.topics.get(name)
         if topic is None:
             return
@@ -343,7 +346,7 @@ class ReplicaManager:
             self._leadership(partition, False, None)
         self._replicas.discard(name)
         try:
-            self.topics.delete(name, internal=name in INTERNAL_TOPICS)
+            self.topics.delete(name, internal=name in INTERNAL_TOPICS, keep=keep)
         except Exception:
             log.exception("deleting the local replica of topic %s failed", name)
 
@@ -373,6 +376,7 @@ class ReplicaManager:
             return role
         if role is rules.Role.ADOPT_ISR:
             self._adopt_isr(partition, current, state, version, tuple(replicas), min_insync)
+            self._handover_read(partition, current, state)
             return role
         if self._open_first(partition, role, (state, version, replicas, min_insync, vouched)):
             return role
@@ -410,6 +414,7 @@ class ReplicaManager:
             new.advance_high_watermark(partition.log.log_end_offset)
             log.info("%s: leader at epoch %d, ISR %s, high watermark %d", partition.name,
                      state.leader_epoch, list(state.isr), new.high_watermark)
+            self._handover_read(partition, new, state)
         elif role is rules.Role.BECOME_FOLLOWER:
             partition.replication = new
             # B5: a broker in controlled shutdown fetches no more, nor a replica whose log
@@ -520,6 +525,59 @@ class ReplicaManager:
             return
         opening.add_done_callback(lambda _: _advance(partition, current))
 
+    # --- handing a leadership over (isr.py's H7-H13) --------------------------------------
+
+    def _handover_read(self, partition: Partition, r: ReplicaState,
+                       state: zn.PartitionState) -> None:
+        """The state just read for a partition led here: whether it asks a handover (K6 for
+        it from this moment: an acks=1 answer now waits for the ISR)."""
+        if state.handover_for and not r.handover_for:
+            r.handover_asks += 1  # asked anew: a wait from before the ask was taken back
+            # (H6) saw acks=1 answered on the append meanwhile, so it vouches for nothing
+        r.handover_for, r.handover_ready = state.handover_for, state.handover_ready
+        if not rules.handover_starts(r.is_leader, bool(r.handover_for), r.handover_ready,
+                                     r.handover_waiting == r.handover_asks) \
+                or not partition.is_open or not _loop_running():
+            return  # H9 (not open: read again once it is, with the next state)
+        r.handover_waiting = r.handover_asks
+        log.info("%s: handing its leadership over (%s): acks=1 now waits for the ISR",
+                 partition.name, r.handover_for)
+        task = asyncio.get_running_loop().create_task(
+            self._hand_over(partition, r, r.handover_asks))
+        self._handing_over.add(task)
+        task.add_done_callback(self._handing_over.discard)
+
+    async def _hand_over(self, partition: Partition, r: ReplicaState, ask: int) -> None:
+        """H7/H8: once the ISR holds the log end of now (everything acknowledged before
+        the ask), the state written ready, at the version read (H10-H13)."""
+        lacking = await until_replicated([partition], LEAVE_TIMEOUT_S)
+        step = rules.handover_after_wait(
+            partition.replication is r and not partition.deleted and r.is_leader,
+            r.handover_asks == ask and bool(r.handover_for) and not r.handover_ready,
+            bool(lacking), r.isr_write_pending)
+        if step is not rules.HandoverStep.WRITE_READY:
+            if step is rules.HandoverStep.READ_AGAIN and r.handover_waiting == ask:
+                r.handover_waiting = -1  # the next read of the state waits again (H7)
+                self.watch.refresh()
+            if step is rules.HandoverStep.LACKING:
+                log.warning("%s: its ISR still lacks records after %.0fs; the controller "
+                            "moves the leadership at its own bound", partition.name,
+                            LEAVE_TIMEOUT_S)
+            return
+        ready = zn.PartitionState(self.broker_id, r.leader_epoch, r.isr, r.controller_epoch,
+                                  r.handover_for, True)
+        versions = await asyncio.get_running_loop().run_in_executor(
+            None, self.watch.write_isrs,
+            [IsrWrite(partition.topic, partition.index, ready, r.zk_version)], False)
+        if versions[0] is not None:  # (the move may already have been read meanwhile)
+            log.info("%s: ready to hand its leadership over at epoch %d", partition.name,
+                     r.leader_epoch)
+            if partition.replication is r and r.handover_asks == ask:
+                r.zk_version, r.handover_ready = versions[0], True
+        elif r.handover_waiting == ask:  # lost to a write in between: read, H7 again
+            r.handover_waiting = -1
+            self.watch.refresh()
+
     # --- as leader -----------------------------------------------------------------------
 
     def follower_fetched(self, partition: Partition, replica_id: int,
@@ -549,7 +607,8 @@ class ReplicaManager:
         if wanted is None:
             return
         r.isr_write_started(wanted)
-        state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch)
+        state = zn.PartitionState(self.broker_id, r.leader_epoch, wanted, r.controller_epoch,
+                                  r.handover_for, r.handover_ready)  # the ask stays
         self._isr_queue.append((partition, r, r.isr, wanted, state, r.zk_version))
         if not self._isr_writing:
             self._write_isrs()
@@ -561,7 +620,9 @@ class ReplicaManager:
         self._isr_writing = True
         written = asyncio.get_running_loop().run_in_executor(
             None, self.watch.write_isrs,
-            [(p.topic, p.index, state, version) for p, _, _, _, state, version in queued])
+            [IsrWrite(p.topic, p.index, state, version,
+                      tuple(b for b in wanted if b not in old))
+             for p, _, old, wanted, state, version in queued])
 
         def done(fut: asyncio.Future) -> None:
             self._isr_writing = False

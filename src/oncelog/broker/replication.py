@@ -66,6 +66,13 @@ class ReplicaState:
     # controller may then elect a follower it added. Until then the high watermark counts
     # the maximal ISR (ours and the one asked for), as Kafka's leader does.
     pending_isr: tuple[int, ...] = ()
+    # A handover of this leadership the controller asked for, as the state read says
+    # (leader_election.py's H rows; isr.py's H7-H13): how many times an ask appeared since
+    # this role began, and which of them a wait was started for (-1: none running).
+    handover_for: str = ""
+    handover_ready: bool = False
+    handover_asks: int = 0
+    handover_waiting: int = -1
 
     @property
     def is_leader(self) -> bool:

@@ -576,12 +576,12 @@ class TopicManager:
                              configs: dict[str, str]) -> Topic:
         """Cluster mode: this broker's local replica of a topic ZooKeeper assigns to it
         (broker/replica_manager.py), created with the topic's configs; a local topic of that
-        name with another id (an older topic) goes first."""
+        name with another id (an older topic) is set aside first, kept."""
         topic = self.topics.get(name)
         if topic is not None and topic.topic_id == topic_id:
             return topic
         if topic is not None:
-            self.delete(name, internal=True)
+            self.delete(name, internal=True, keep=True)
         value = {"id": str(topic_id), "partitions": num_partitions, "configs": configs,
                  REPLICA_MARK: True}
         try:
@@ -726,15 +726,18 @@ class TopicManager:
         offsets.topic.num.partitions partitions of offsets.topic.segment.bytes segments."""
         return self._internal_topic(OFFSETS_TOPIC, "offsets.topic.num.partitions")
 
-    def delete(self, name: str, internal: bool = False) -> None:
-        """``internal``: the replica manager drops its replica of an internal topic."""
+    def delete(self, name: str, internal: bool = False, keep: bool = False) -> None:
+        """``internal``: the replica manager drops its replica of an internal topic.
+        ``keep``: the partition directories are renamed "...-stray" and kept for an
+        operator, not removed (the replica manager's copy of a topic whose id changed
+        without this broker seeing it deleted: Kafka sets such replicas aside too)."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if name in INTERNAL_TOPICS and not internal:
             raise TopicError(ErrorCode.invalid_topic_exception,
                              f"topic {name!r} is internal: the broker keeps its state there")
-        if not self.config.get("delete.topic.enable"):
+        if not keep and not self.config.get("delete.topic.enable"):
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         # The renames go first and durably: they are the moment of deletion (a crash after
         # them is rolled forward at the next start, see _remove_stale_directories). Then the
@@ -743,7 +746,8 @@ class TopicManager:
         for partition in topic.partitions:
             self.moves.cancel(partition)
             target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
-                os.path.basename(partition.dir), topic.topic_id.hex, DELETE_SUFFIX))
+                os.path.basename(partition.dir), uuid.uuid4().hex if keep
+                else topic.topic_id.hex, STRAY_SUFFIX if keep else DELETE_SUFFIX))
 
             def rename(source: str = partition.dir, target: str = target) -> None:
                 if os.path.isdir(source):
@@ -777,7 +781,11 @@ class TopicManager:
         except OSError as exc:  # the renames decided it: the next start finishes it
             log.error("topic %s: removing its metadata failed (%s); the next start does it",
                       name, exc)
-        if aside:
+        if keep:
+            for path in aside:
+                log.warning("%s: the replica of an earlier topic %s (id %s), kept for an "
+                            "operator: not read, not removed", path, name, topic.topic_id)
+        elif aside:
             threading.Thread(target=_remove_all, args=(aside,), name=f"delete-{name}",
                              daemon=True).start()
         log.info("deleted topic %s", name)

@@ -54,14 +54,25 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from ..metadata.store import MetadataUnavailable
 from . import unwhole_topics
 from . import znodes as zn
 from .batches import gather, outcome, settle
-from .leader_election import Ask, Decision, Facts, decide, name_topic, rebalance
+from .leader_election import (
+    HANDOVER_TIMEOUT_S,
+    Ask,
+    Decision,
+    Facts,
+    HandoverClock,
+    election_answer,
+    election_decision,
+    name_topic,
+    pass_decision,
+    rebalance,
+)
 from .membership import ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .unreadable import unreadable
@@ -109,6 +120,8 @@ class Controller:
         # (topic, partition; None: every partition of a topic never read) -> brokers
         self._owed: dict[tuple[str, int | None], frozenset[int]] = {}
         self._registrations_lock = threading.Lock()
+        self._handover_lock = threading.Lock()  # the passes' thread and ElectLeaders'
+        self._handovers = HandoverClock()
         self._told: set[int] = set()  # brokers shutting down told their moves landed
         # name -> the topic id this broker's metadata cache last read of it, for T1 when the
         # pass has read none: a controller elected after an old tool rewrote a known topic
@@ -160,6 +173,8 @@ class Controller:
                     self._owed.clear()
                 self.context.reset()
                 self._told.clear()
+                with self._handover_lock:  # H3 counts from this controllership's first look
+                    self._handovers = HandoverClock()
                 self._next_full_read = time.monotonic() + _FULL_READ_S
             elif time.monotonic() >= self._next_full_read:
                 self.context.reset()
@@ -283,9 +298,9 @@ class Controller:
                     if deleted:
                         continue
                 # not deleted: skipped as any unreadable topic (X1, what bounced is owed)
-            named = name_topic(topic.unnamed is not None, topic.name in deleting,
-                               topic.assignment.topic_id  # kept as last read
-                               or (self.known_topic_id(topic.name) if topic.unnamed else None))
+            unnamed = topic.unnamed is not None and topic.name not in deleting
+            named = name_topic(unnamed, topic.name in deleting,
+                               self._known_id(topic) if unnamed else None)
             if named is not None:
                 self._name(topic, named)
                 again = True
@@ -294,7 +309,7 @@ class Controller:
             decisions = {}
             for p in sorted(topic.assignment.partitions):
                 facts = self.facts(topic, p, live, shutting, offline)
-                decision = decide(facts, Ask.PASS, self.member.controller.epoch)
+                _, decision = self._decide(topic.name, p, facts, Ask.PASS)
                 (skipped if decision.row == "X1" else decided).append((topic.name, p))
                 if decision.state is not None:
                     decisions[p] = decision
@@ -312,6 +327,8 @@ class Controller:
                     self.context.mark(topic.name, p)
             raise
         self._settle_owed(topics, counted_dead, skipped, decided, landed)
+        with self._handover_lock:
+            self._handovers.keep_only({t.name for t in topics})
         if all(landed.values()):
             self._tell_moved(shutting)
         for name in deleting - {t.name for t in topics}:  # nothing left but the request
@@ -319,6 +336,7 @@ class Controller:
                 lambda txn, n=name: txn.delete(zn.delete_topic_path(n)))
         self._waits &= deleting
         self._purge_config_changes()
+        self._purge_isr_change_notifications()
         if not again and self._rebalance_due():
             again = self.rebalance(topics, live, shutting, offline)
         if events and not again:  # handled: every decision they called for is written
@@ -414,9 +432,9 @@ class Controller:
         decisions: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
         for i in asked:
             topic, p = keys[i]
-            decision = decide(self.facts(topic, p, live, shutting, offline), Ask.PREFERRED,
-                              self.member.controller.epoch)
-            if decision.state is not None:  # P2; P3 (not live, not in sync) waits
+            facts = self.facts(topic, p, live, shutting, offline)
+            _, decision = self._decide(topic.name, p, facts, Ask.PREFERRED)
+            if decision.state is not None:  # P2 (or its handover); P3 (not live, not in sync) waits
                 decisions.setdefault(topic.name, (topic, {}))[1][p] = decision
         self.write(list(decisions.values()))
         return bool(decisions)
@@ -425,6 +443,16 @@ class Controller:
         changes = sorted(self._op(self.zk.get_children_async, zn.CONFIG_CHANGES))
         self._gather([lambda c=c: self.zk.delete_async(f"{zn.CONFIG_CHANGES}/{c}")
                       for c in changes[:-CONFIG_CHANGES_KEPT]])
+
+    def _purge_isr_change_notifications(self) -> None:
+        """Every ``isr_change_<seq>`` the leaders wrote (znodes.py): nothing here needs
+        them, and left they would pile up in ZooKeeper for as long as the cluster runs."""
+        try:
+            notes = self._op(self.zk.get_children_async, zn.ISR_CHANGE_NOTIFICATION)
+        except NoNodeError:  # no ISR has changed yet
+            return
+        self._gather([lambda n=n: self.zk.delete_async(f"{zn.ISR_CHANGE_NOTIFICATION}/{n}")
+                      for n in notes])
 
     def facts(self, topic: TopicRead, p: int, live: frozenset[int],
               shutting: frozenset[int],
@@ -493,7 +521,8 @@ class Controller:
                     n += 1
                     if not topic.has_partitions_node and any(
                             t is topic and t.states.get(q) is None for t, q, _ in items):
-                        txn.create(zn.partitions_path(topic.name), b"")
+                        txn.create(zn.partitions_path(topic.name),
+                                   zn.encode_partitions_node(topic.assignment.topic_id))
                         n += 1
                     topic_ops[topic.name] = range(first, n)
                 first = n
@@ -539,7 +568,8 @@ class Controller:
                 txn.check(zn.topic_path(topic.name), topic.version)
             if not topic.has_partitions_node and any(
                     topic.states.get(p) is None for p in decisions):
-                txn.create(zn.partitions_path(topic.name), b"")
+                txn.create(zn.partitions_path(topic.name),
+                           zn.encode_partitions_node(assignment.topic_id))
             for p, decision in sorted(decisions.items()):
                 path = zn.partition_state_path(topic.name, p)
                 found = topic.states.get(p)
@@ -626,6 +656,13 @@ class Controller:
             self._waits.add(topic.name)
             log.warning("deleting topic %s waits: %s", topic.name, why or topic.problem)
 
+    def _known_id(self, topic: TopicRead) -> str | None:
+        """T1's id of an unnamed topic: the one recorded with its partitions, else the one
+        last read of it (kept as last read), else the one this broker's metadata cache
+        last read."""
+        return (unwhole_topics.recorded_topic_id(self.store, topic.name)
+                or topic.assignment.topic_id or self.known_topic_id(topic.name))
+
     def _name(self, topic: TopicRead, topic_id: str) -> None:
         """T1: the topic id written; the topic is read again at the next pass."""
         try:
@@ -641,10 +678,39 @@ class Controller:
 
     # --- ElectLeaders --------------------------------------------------------------------
 
-    def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask
-              ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
-        """ElectLeaders on the controller: each partition's answer (None: every partition
-        whose preferred replica does not lead, answering only those elected or failed)."""
+    def _decide(self, name: str, p: int, facts: Facts, ask: Ask
+                ) -> tuple[str | None, Decision]:
+        """One partition's decision, a pass's or an election's, through the H rows (the H
+        row taken, said in the log when it is worth saying, and the decision)."""
+        with self._handover_lock:
+            waited = self._handovers.waited((name, p), facts.state, time.monotonic())
+        epoch = self.member.controller.epoch
+        row, decision = pass_decision(facts, waited, epoch) if ask is Ask.PASS \
+            else election_decision(facts, ask, waited, epoch)
+        self._say_handover(name, p, row, facts)
+        return row, decision
+
+    def _say_handover(self, name: str, p: int, row: str | None, facts: Facts) -> None:
+        state = facts.state
+        if row == "H4":
+            log.info("partition %s-%d: H4 asks broker %d to hand its leadership over",
+                     name, p, state.leader)
+        elif row == "H2":
+            log.info("partition %s-%d: H2 broker %d handed its leadership over", name, p,
+                     state.leader)
+        elif row == "H3":
+            log.warning("partition %s-%d: H3 broker %d did not say its ISR holds what it "
+                        "acknowledged within %.0fs; moving its leadership all the same",
+                        name, p, state.leader, HANDOVER_TIMEOUT_S)
+
+    def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask,
+              handing_over: bool = False
+              ) -> tuple[dict[tuple[str, int], tuple[ErrorCode, str | None]],
+                         list[tuple[str, int]]]:
+        """One round of ElectLeaders on the controller (``wanted`` None: every partition
+        whose preferred replica does not lead): each partition's answer (rows E1-E4), and
+        the partitions still waiting for their leader's handover, which the caller asks
+        about again (``handing_over``) until they are answered or its time is up."""
         live = self.live_brokers()
         shutting = self.shutting_down() & live
         offline, _ = self.offline_replicas()
@@ -654,6 +720,7 @@ class Controller:
             wanted = [(t.name, p) for t in topics.values() for p in t.assignment.partitions]
         answers: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         chosen: dict[str, tuple[TopicRead, dict[int, Decision]]] = {}
+        waiting: list[tuple[str, int]] = []
         for name, p in wanted:
             topic = topics.get(name)
             if topic is None or (p not in topic.assignment.partitions
@@ -662,7 +729,15 @@ class Controller:
                                       "The partition does not exist.")
                 continue
             facts = self.facts(topic, p, live, shutting, offline)
-            decision = decide(facts, ask, self.member.controller.epoch)
+            handover, decision = self._decide(name, p, facts, ask)
+            if handover in ("H4", "H5"):
+                waiting.append((name, p))
+                if decision.state is not None:  # the ask (H4), or an ISR shrink meanwhile
+                    chosen.setdefault(name, (topic, {}))[1][p] = decision
+                continue
+            if handing_over and decision.row == "P1":
+                answers[(name, p)] = election_answer(True, True)  # E3: elected by a pass
+                continue
             if decision.state is None:
                 answers[(name, p)] = (decision.error, _ELECTION_MESSAGES.get(
                     decision.error) if decision.row != "X1" else
@@ -670,10 +745,14 @@ class Controller:
                 continue
             chosen.setdefault(name, (topic, {}))[1][p] = decision
         for key, ok in self.write(list(chosen.values())).items():
-            answers[key] = (ErrorCode.none, None) if ok else (
-                ErrorCode.eligible_leaders_not_available,
-                "the partition changed meanwhile; try again")
-        return answers
+            if key in waiting:
+                continue  # E4: its handover asked or awaited; looked at again
+            answer = election_answer(ok, handing_over)
+            if answer is None:
+                waiting.append(key)  # E4: a pass wrote first, perhaps this very election
+            else:
+                answers[key] = answer
+        return answers, waiting
 
 
 _ELECTION_MESSAGES = {

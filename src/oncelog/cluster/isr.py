@@ -51,6 +51,10 @@ maybeShrinkIsr / maybeExpandIsr in ZooKeeper mode):
 KIP-841: only a registered broker joins an ISR. One that lost its ZooKeeper session (cut off
 from ZooKeeper, or paused past the session timeout) but still fetches would otherwise flap:
 the controller takes it out of every ISR, its leaders put it back on its next fetch.
+"Registered" is the leader's list, from a watch that can trail the state it read; the write
+that lets a broker in is also conditional on its registration in ZooKeeper
+(replica_watch.py), so a leader that has not yet heard of an expiry cannot undo the
+controller's removal.
 
 "Caught up" is Kafka's lastCaughtUpTime (``caught_up_at``): a fetch that asks for the
 leader's log end offset catches the follower up at its time; one that asks for the log end
@@ -75,12 +79,39 @@ acks=1, ``acks_one_waits`` (acks=0 is never answered, so nothing is acknowledged
 
 | row | when                                              | answer                          |
 |-----|---------------------------------------------------|---------------------------------|
-| K5  | the broker is not in controlled shutdown          | on the append (Kafka's acks=1)  |
+| K5  | neither below                                     | on the append (Kafka's acks=1)  |
 | K6  | its controlled shutdown began: its leaderships    | K2/K4 with min.insync.replicas  |
-|     | are about to move                                 | 1: once the high watermark      |
-|     |                                                   | passed the batch, or            |
-|     |                                                   | NOT_LEADER_OR_FOLLOWER when the |
-|     |                                                   | leadership moved first          |
+|     | are about to move; or the partition's state asks  | 1: once the high watermark      |
+|     | a handover of its leadership (leader_election.py's| passed the batch, or            |
+|     | H4: a preferred election or a reassignment will   | NOT_LEADER_OR_FOLLOWER when the |
+|     | move it)                                          | leadership moved first          |
+
+A handover asked of this leader (``handover_starts``; the state znode's ``oncelog_handover``):
+
+| row | the state read                                    | the leader                      |
+|-----|---------------------------------------------------|---------------------------------|
+| H7  | asks it, not ready, no wait of it running here    | K6 for the partition from now;  |
+|     |                                                   | waits as L1-L3 for its ISR to   |
+|     |                                                   | hold its log end of now, then   |
+|     |                                                   | writes the state ready (at the  |
+|     |                                                   | version read: a write in between|
+|     |                                                   | reads it again, H7 again)       |
+| H8  | the wait ended lacking (L3)                       | writes nothing: the controller  |
+|     |                                                   | moves it at its own bound (H3)  |
+| H9  | asks nothing (H6 took it back), or already ready, | nothing more; without an ask,   |
+|     | or a wait running for this very ask (an ask that  | acks=1 on the append again (K5) |
+|     | appears again after H6 is a new one)              |                                 |
+
+Its wait over (``handover_after_wait``):
+
+| row | the leader, the ask                               | the leader                      |
+|-----|---------------------------------------------------|---------------------------------|
+| H10 | same role, same ask, ISR caught up, no ISR write  | writes the state ready (no ISR  |
+|     | of its own in flight                              | change notification)            |
+| H11 | moved, fenced, deleted, or the ask taken back or  | nothing (a new ask has its own  |
+|     | already ready                                     | wait)                           |
+| H12 | lacking (H8)                                      | nothing, logged                 |
+| H13 | its own ISR write in flight (same znode version)  | reads the state again: H7 anew  |
 
 A controlled shutdown's wait before it asks the controller to move the leaderships
 (broker/replica_manager.py's leave, ``leave_lacks`` for each partition led there; its
@@ -116,11 +147,12 @@ and then truncates what the new leader lacks: the controller elects the new lead
 ISR, and every ISR member holds what is below the high watermark, so nothing the stopping
 leader acknowledged is lost by its own shutdown. (What it acknowledged before the shutdown
 began is replicated before it asks the controller to move, unless the ISR has not caught up
-within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved by a
-preferred election (leader_election.py's P2, the RB rows) or a reassignment (A1) has no such
-handover yet: the old leader acknowledges acks=1 until it reads the new state, then
-truncates (bench/preferred_election_acks1.py, docs/benchmarks.md: 135 to 12,949 of
-~45,000-75,000 records acknowledged at full speed were lost in three runs).
+within 10 s (L3, logged): broker/replica_manager.py's leave.) A leadership moved off
+a live leader by a preferred election (leader_election.py's P2, the RB rows) or a
+reassignment (A1) is handed over the same way (H7-H9 here, H1-H6 there): before, the old
+leader acknowledged acks=1 until it read the new state, then truncated what the new leader
+lacked (bench/preferred_election_acks1.py: 135 to 12,949 of ~45,000-75,000 records
+acknowledged at full speed were lost in three runs), as Kafka's does.
 
 Truncation of a replica that becomes follower, ``truncation_point`` (Kafka's follower with
 OffsetForLeaderEpoch): it asks the leader for the end of its own latest epoch and gets
@@ -248,9 +280,38 @@ def acks_all_step(high_watermark_now: int, needed: int, isr_size: int, min_insyn
     return Acks.DONE if isr_size >= min_insync else Acks.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
-def acks_one_waits(leaving: bool) -> bool:
+def acks_one_waits(leaving: bool, handover_asked: bool) -> bool:
     """K5/K6: whether an acks=1 answer waits for the ISR (with min.insync.replicas 1)."""
-    return leaving
+    return leaving or handover_asked
+
+
+def handover_starts(leading: bool, asked: bool, ready: bool, running: bool) -> bool:
+    """H7/H9: whether a state just read starts this leader's handover wait (``running``:
+    one runs for this very ask)."""
+    return leading and asked and not ready and not running
+
+
+class HandoverStep(enum.Enum):
+    WRITE_READY = "H10"
+    NOTHING = "H11"
+    LACKING = "H12"
+    READ_AGAIN = "H13"
+
+
+def handover_after_wait(same_role: bool, same_ask: bool, lacking: bool,
+                        isr_write_pending: bool) -> HandoverStep:
+    """H10-H13: what a leader does once its handover wait is over. ``same_role``: it
+    still leads the partition in the role it waited in (not moved, fenced, deleted);
+    ``same_ask``: the ask it waited for is still there, not ready, never taken back
+    meanwhile (an ask taken back, H6, and asked again is another ask: acks=1 was answered
+    on the append in between)."""
+    if not same_role or not same_ask:
+        return HandoverStep.NOTHING  # H11
+    if lacking:
+        return HandoverStep.LACKING  # H12 (H8): the controller's H3 moves it
+    if isr_write_pending:
+        return HandoverStep.READ_AGAIN  # H13: two writes at one version: one would lose
+    return HandoverStep.WRITE_READY  # H10
 
 
 def leave_lacks(finished: bool, error: ErrorCode | None) -> bool:

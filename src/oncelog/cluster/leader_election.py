@@ -58,14 +58,15 @@ Before its partitions, a pass takes one decision per topic (``name_topic``):
 | row | topic as found                                     | decision                              |
 |-----|----------------------------------------------------|---------------------------------------|
 | T1  | its assignment whole but for a missing topic_id    | NAME it, at the version read: the id  |
-|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | last read of it when it had one (an   |
-|     | AdminZkClient write version 1 without one), not    | old tool rewrote it: a new id would   |
-|     | being deleted                                      | make brokers delete its logs), or the |
-|     |                                                    | one the controller's broker's         |
-|     |                                                    | metadata cache last read (a           |
-|     |                                                    | controller elected since), else a new |
-|     |                                                    | random one (Kafka's setTopicIds); its |
-|     |                                                    | partitions are X1 until it lands      |
+|     | (pre-2.8 tooling: kafka-topics.sh --zookeeper,     | it had when an old tool rewrote it (a |
+|     | AdminZkClient write version 1 without one), not    | new id would make every replica set   |
+|     | being deleted                                      | its log aside): the one recorded in   |
+|     |                                                    | its ``partitions`` znode, else the    |
+|     |                                                    | one last read of it, else the one the |
+|     |                                                    | controller's broker's metadata cache  |
+|     |                                                    | last read; else a new random one      |
+|     |                                                    | (Kafka's setTopicIds); its partitions |
+|     |                                                    | are X1 until it lands                 |
 | T2  | otherwise                                          | nothing                               |
 
 ElectLeaders (``Ask.PREFERRED``, ``Ask.UNCLEAN``), only for partitions with a state:
@@ -92,6 +93,44 @@ left out, as Kafka does):
 |     | leader.imbalance.per.broker.percentage             | it does not lead                      |
 | RB3 | at or below it                                     | nothing                               |
 
+A decision that moves the leadership off a live leader (P2 from ElectLeaders or the auto
+rebalance, A1 completing a reassignment) first asks that leader to hand it over
+(``hand_over``; not Kafka's, whose old leader acknowledges acks=1 until it reads the move,
+then truncates what the new leader lacks): the state is written with the handover asked,
+and the leader answers acks=1 only once its ISR has the batch, waits until its ISR holds
+everything it acknowledged before, and writes the state ``ready`` (isr.py's H7-H9). The
+ask rides on the state znode: the leader's and the controller's ISR writes (L1, A1 keeping
+the leader) keep it.
+
+| row | the decision, the partition's state                | written                               |
+|-----|----------------------------------------------------|---------------------------------------|
+| H1  | keeps the leader, or the leader is not eligible    | the decision (a dead, stopping or     |
+|     | (dead, shutting down: K6 already, offline)         | offline leader has nothing to hand)   |
+| H2  | moves a live leader that said ready (to any ask:   | the decision: the ask goes with it    |
+|     | ready is about what it acknowledged, not the move) |                                       |
+| H3  | ... asked, not ready, HANDOVER_TIMEOUT_S since the | the decision (logged: the ISR may lack|
+|     | controller first saw the ask                       | acks=1 records, as L3)                |
+| H4  | ... not asked                                      | the state with the handover asked;    |
+|     |                                                    | the move waits                        |
+| H5  | ... asked, not ready, within the bound             | nothing: the leader's write wakes it  |
+|     |                                                    | (H4, H5: the ISR without its members  |
+|     |                                                    | that are not eligible, as L1)         |
+| H6  | a state asked for a move that no longer applies    | the state without the ask             |
+
+ElectLeaders' answer for a partition a preferred election moves (``election_answer``; a
+request goes on asking about those waiting for a handover, at most its timeout and
+HANDOVER_TIMEOUT_S and a margin: broker/cluster_mode.py):
+
+| row | the partition                                      | answer                                |
+|-----|----------------------------------------------------|---------------------------------------|
+| E1  | its decision written                               | NONE                                  |
+| E2  | its write lost to a concurrent change, no handover | ELIGIBLE_LEADERS_NOT_AVAILABLE (try   |
+|     | asked by this request                              | again)                                |
+| E3  | a handover this request asked, the preferred       | NONE (elected by a pass, H2 or H3)    |
+|     | replica leads now                                  |                                       |
+| E4  | a handover asked or awaited (H4, H5), or its write | asked about again; REQUEST_TIMED_OUT  |
+|     | lost while one is (a pass moving it first)         | when the request's time is up         |
+
 Every leader change raises leader_epoch by one and nothing lowers it; the leader is always
 a member of the ISR it is written with, or -1; an out-of-sync replica leads only by F2/U3.
 """
@@ -101,11 +140,16 @@ from __future__ import annotations
 import base64
 import enum
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from .znodes import NO_LEADER, PartitionState
+from .znodes import HANDOVER_PREFERRED, HANDOVER_REASSIGNMENT, NO_LEADER, PartitionState
+
+# How long a controller waits for a live leader to say its ISR holds what it acknowledged
+# before it moves the leadership all the same (H3), as a controlled shutdown waits (isr.py's
+# L3).
+HANDOVER_TIMEOUT_S = 10.0
 
 
 class Ask(enum.Enum):
@@ -198,22 +242,123 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
     target = facts.target
     if target and all(b in isr_eligible for b in target):
         isr = tuple(b for b in target if b in state.isr)
-        if state.leader in target:
-            new = PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
+        if state.leader in target:  # a handover asked of it stays asked (H rows)
+            new = replace(state, isr=isr, controller_epoch=controller_epoch)
         else:
             new = PartitionState(isr[0], state.leader_epoch + 1, isr, controller_epoch)
         return Decision("A1", new, replicas=tuple(target))
     if len(isr_eligible) < len(state.isr):
-        return Decision("L1", PartitionState(state.leader, state.leader_epoch,
-                                             tuple(b for b in state.isr if _eligible(facts, b)),
-                                             controller_epoch))
+        return Decision("L1", replace(state, isr=tuple(b for b in state.isr
+                                                      if _eligible(facts, b)),
+                                      controller_epoch=controller_epoch))
     return Decision("L2")
+
+
+def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float | None,
+              controller_epoch: int) -> tuple[str, Decision]:
+    """H1-H5: the row, and what to write, for ``decision`` (``asked_for``: what decided
+    it, znodes.HANDOVER_PREFERRED or HANDOVER_REASSIGNMENT). ``waited_s``: how long this
+    controller has seen the handover asked (None: not seen yet). Whatever an outstanding
+    ask was asked for, it serves this move: ready says the leader's ISR holds what it
+    acknowledged, whoever moves it (two askers never overwrite each other's ask)."""
+    state, new = facts.state, decision.state
+    if state is None or new is None or new.leader == state.leader or \
+            state.leader == NO_LEADER or not _eligible(facts, state.leader):
+        return "H1", decision
+    # While the move waits (H4, H5), the ISR still loses its members that are not eligible
+    # (L1): a pass that counted a bounced broker dead must land its removal (controller.py).
+    isr = tuple(b for b in state.isr if _eligible(facts, b))
+    if not state.handover_for:
+        return "H4", Decision("H4", replace(state, isr=isr, handover_for=asked_for,
+                                            handover_ready=False,
+                                            controller_epoch=controller_epoch))
+    if state.handover_ready:
+        return "H2", decision
+    if waited_s is not None and waited_s >= HANDOVER_TIMEOUT_S:
+        return "H3", decision
+    return "H5", Decision("H5", None if isr == state.isr else replace(
+        state, isr=isr, controller_epoch=controller_epoch))
+
+
+def pass_decision(facts: Facts, waited_s: float | None,
+                  controller_epoch: int) -> tuple[str | None, Decision]:
+    """A controller pass on one partition: ``decide`` (Ask.PASS) through the H rows (the
+    H row taken, or None), and a handover asked for a preferred election (ElectLeaders,
+    the auto rebalance) carried on once no pass row decides anything."""
+    decision = decide(facts, Ask.PASS, controller_epoch)
+    state = facts.state
+    if decision.row == "X1" or state is None:
+        return None, decision
+    if decision.state is not None:  # only A1 moves a live leader among the pass's rows
+        return hand_over(facts, decision, HANDOVER_REASSIGNMENT, waited_s, controller_epoch)
+    if not state.handover_for:
+        return None, decision
+    if state.handover_for == HANDOVER_PREFERRED:
+        preferred = decide(facts, Ask.PREFERRED, controller_epoch)
+        if preferred.state is not None:
+            return hand_over(facts, preferred, HANDOVER_PREFERRED, waited_s, controller_epoch)
+    return "H6", handover_dropped(state, controller_epoch)
+
+
+def election_decision(facts: Facts, ask: Ask, waited_s: float | None,
+                      controller_epoch: int) -> tuple[str | None, Decision]:
+    """ElectLeaders (and the auto rebalance) on one partition: ``decide``, a preferred
+    election through the H rows (an unclean one moves no eligible leader: U1)."""
+    decision = decide(facts, ask, controller_epoch)
+    if ask is not Ask.PREFERRED or decision.state is None:
+        return None, decision
+    return hand_over(facts, decision, HANDOVER_PREFERRED, waited_s, controller_epoch)
+
+
+def election_answer(landed: bool, handing_over: bool
+                    ) -> tuple[ErrorCode, str | None] | None:
+    """E1-E4: ElectLeaders' answer for a partition whose decision was written (``landed``:
+    it was, else a concurrent write won), or, ``handing_over``, one whose handover this
+    request asked and the preferred replica now leads (``landed`` True); None: look again."""
+    if landed:
+        return ErrorCode.none, None  # E1, E3
+    if handing_over:
+        return None  # E4: a pass moving the same leadership wrote first
+    return (ErrorCode.eligible_leaders_not_available,  # E2
+            "the partition changed meanwhile; try again")
+
+
+class HandoverClock:
+    """When this controller first saw each partition's handover asked (and not yet ready):
+    H3's bound counts from there (a controller elected meanwhile starts counting anew)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int], tuple[tuple[int, str], float]] = {}
+
+    def waited(self, key: tuple[str, int], state: PartitionState | None,
+               now: float) -> float | None:
+        if state is None or not state.handover_for or state.handover_ready:
+            self._seen.pop(key, None)
+            return None
+        mark = (state.leader_epoch, state.handover_for)
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != mark:
+            self._seen[key] = (mark, now)
+            return 0.0
+        return now - seen[1]
+
+    def keep_only(self, topics: set[str]) -> None:
+        for key in [k for k in self._seen if k[0] not in topics]:
+            del self._seen[key]
+
+
+def handover_dropped(state: PartitionState, controller_epoch: int) -> Decision:
+    """H6: a handover asked for a move that no longer applies (the preferred replica leads
+    or cannot, the reassignment is gone or its target is not in sync): the ask is taken
+    back, and its leader answers acks=1 on the append again."""
+    return Decision("H6", state.without_handover(controller_epoch))
 
 
 def name_topic(unnamed: bool, deleting: bool, known: str | None = None) -> str | None:
     """T1-T2: the topic id (Kafka's encoding) to write for a topic whose assignment lacks
-    only its id (``unnamed``): ``known``, the id last read of it (by the controller,
-    else by its broker's metadata cache), else a new one; else None."""
+    only its id (``unnamed``): ``known``, the id it had (recorded with its partitions, else
+    last read by the controller or by its broker's metadata cache), else a new one; else
+    None."""
     if not unnamed or deleting:
         return None  # T2
     return known or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # T1

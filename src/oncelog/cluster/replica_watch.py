@@ -26,7 +26,12 @@ ZooKeeper mode before AlterPartition): leader and leader epoch kept, the control
 it was. A controller write in between wins for that partition (BadVersion: the leader reads
 the new state and the role table decides again; the others of the batch are written); a
 sequential ``/isr_change_notification/isr_change_`` znode tells the controller which
-partitions changed.
+partitions changed. A change that lets brokers into the ISR is also conditional on their
+registrations (``/brokers/ids/<id>`` there, in the same transaction): KIP-841 lets only a
+registered broker join (isr.py's I3), and the leader's list of registered brokers comes
+from a watch that can trail the state it read, so a broker that has just lost its session,
+and been taken out by the controller, would otherwise be put back by a leader that has not
+yet heard of it.
 
 Must not know: logs, partitions' bytes, the broker's loop.
 """
@@ -38,6 +43,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kazoo.exceptions import (
     ConnectionLoss,
@@ -50,13 +56,22 @@ from kazoo.protocol.states import KazooState
 from ..metadata.store import MetadataUnavailable
 from ..metadata.zookeeper import ZooKeeperStore
 from . import znodes as zn
-from .batches import settle
+from .batches import outcome, settle
 from .wakeups import woken
 from .watched_topics import WatchedTopics
 
 log = logging.getLogger(__name__)
 
-ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+
+class IsrWrite(NamedTuple):
+    """One partition's state as its leader writes it: at the version it read, and only
+    while every broker it lets into the ISR is registered."""
+    topic: str
+    partition: int
+    state: zn.PartitionState
+    version: int
+    joining: tuple[int, ...] = ()
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,33 +159,34 @@ class ReplicaWatch:
         self._handed = {name: tv for name, tv in view.items() if tv is not None}
         return view
 
-    def write_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
-                   ) -> list[int | None]:
-        """Write each (topic, partition, state, version): the leader's ISR changes, each at
-        the version it read, in transactions of many (batches.py); each one's new version,
-        or None when its znode moved on (or ZooKeeper is away: the next pass decides
-        again). One change notification names every partition written."""
+    def write_isrs(self, changes: list[IsrWrite], notify: bool = True) -> list[int | None]:
+        """Write each change: the leader's ISR changes, each at the version it read and
+        with every joining broker registered, in transactions of many (batches.py); each
+        one's new version, or None when its znode moved on or a joining broker is not
+        registered (or ZooKeeper is away: the next pass decides again). One change
+        notification names every partition written (``notify``; a handover's ready, which
+        changes no ISR, needs none: the controller watches the state znode itself)."""
         try:
             fates = settle(changes, self._commit_isrs)
         except (MetadataUnavailable, ConnectionLoss, SessionExpiredError) as exc:
             # perhaps written: the leader counts the ISR asked for until it reads the state
             log.warning("ISR changes of %d partitions not written: %r", len(changes), exc)
-            for topic, partition, _, _ in changes:
+            for topic, partition, *_ in changes:
                 self.topics.mark(topic, partition)
             self.refresh()
             return [None] * len(changes)
         versions = [None if isinstance(f, Exception) else f.version for f in fates]
-        for (topic, partition, _, _), version in zip(changes, versions, strict=True):
+        for (topic, partition, *_), version in zip(changes, versions, strict=True):
             if version is None:  # its state moved on: read it again
                 self.topics.mark(topic, partition)
         if any(v is None for v in versions):
             self.refresh()
         written = [{"topic": t, "partition": p}
-                   for (t, p, _, _), v in zip(changes, versions, strict=True) if v is not None]
-        if not written:
+                   for (t, p, *_), v in zip(changes, versions, strict=True) if v is not None]
+        if not written or not notify:
             return versions
         try:
-            self._op(self.zk.create_async, f"{ISR_CHANGE_NOTIFICATION}/isr_change_",
+            self._op(self.zk.create_async, f"{zn.ISR_CHANGE_NOTIFICATION}/isr_change_",
                      json.dumps({"version": 1, "partitions": written}).encode(),
                      sequence=True, makepath=True)
         except (NodeExistsError, MetadataUnavailable, ConnectionLoss,
@@ -179,13 +195,21 @@ class ReplicaWatch:
             log.debug("ISR change notification not written: %r", exc)
         return versions
 
-    def _commit_isrs(self, changes: list[tuple[str, int, zn.PartitionState, int]]
-                     ) -> list[object]:
+    def _commit_isrs(self, changes: list[IsrWrite]) -> list[object]:
         txn = self.zk.transaction()
-        for topic, partition, state, version in changes:
-            txn.set_data(zn.partition_state_path(topic, partition), state.encode(),
-                         version=version)
-        return self._op(txn.commit_async)
+        spans = []
+        for change in changes:
+            for broker in change.joining:  # a check of version -1 fails on no node only
+                txn.check(zn.broker_path(broker), -1)
+            txn.set_data(zn.partition_state_path(change.topic, change.partition),
+                         change.state.encode(), version=change.version)
+            spans.append(len(change.joining) + 1)
+        results = self._op(txn.commit_async)
+        answers, at = [], 0
+        for ops in spans:  # each change's fate from its own ops (the write's last)
+            answers.append(outcome(results[at:at + ops]))
+            at += ops
+        return answers
 
     def report_offline(self, partitions: list[tuple[str, int]],
                        all_log_dirs: bool = False) -> None:

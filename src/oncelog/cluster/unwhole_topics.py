@@ -1,6 +1,7 @@
 """The controller's writes for a topic whose assignment znode it read but cannot use whole
 (watched_topics.TopicRead's ``problem``, with the ``read_version`` of the bytes it got):
-naming one that lacks only its topic_id (leader_election.py T1), and a deletion asked for
+naming one that lacks only its topic_id (leader_election.py T1, with the id recorded with
+its partitions when there is one), and a deletion asked for
 one whose assignment is corrupt, id-less or without partitions. Both are conditional on the
 version read and fenced by the controller epoch (membership.controller_transaction), as
 the controller's other writes; a lost race is read again at the next pass.
@@ -12,13 +13,23 @@ meanwhile fails it: NotEmpty, read again)."""
 
 from __future__ import annotations
 
-from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NoAuthError, NoNodeError, NotEmptyError
 
 from . import znodes as zn
 from .batches import gather
 from .watched_topics import TopicRead
 
 LOST = (BadVersionError, NoNodeError, NotEmptyError)  # a concurrent change: read again
+
+
+def recorded_topic_id(store, name: str) -> str | None:
+    """The topic id the controller recorded with the topic's partitions (znodes.py), or
+    None: no partitions yet, none recorded (made before it was), or unreadable (NoAuth)."""
+    try:
+        data, _ = store.op(store.client.get_async, zn.partitions_path(name))
+    except (NoNodeError, NoAuthError):
+        return None
+    return zn.decode_partitions_node(data)
 
 
 def write_topic_id(member, topic: TopicRead, topic_id: str) -> zn.TopicAssignment:

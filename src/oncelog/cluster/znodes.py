@@ -215,26 +215,51 @@ def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
+# What a leadership handover was asked for (leader_election.py's H rows): a preferred
+# election (ElectLeaders, the auto rebalance) or a reassignment's completion (A1).
+HANDOVER_PREFERRED = "preferred"
+HANDOVER_REASSIGNMENT = "reassignment"
+_HANDOVERS = (HANDOVER_PREFERRED, HANDOVER_REASSIGNMENT)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     """Leader, leader epoch and ISR of one partition, as the controller (or, for ISR changes,
-    the leader) last wrote them."""
+    the leader) last wrote them.
+
+    ``handover_for``/``handover_ready`` are not Kafka's (its tools ignore a key they do not
+    know): the controller asks the live leader to hand its leadership over before it moves
+    it (``"oncelog_handover": {"for": ..., "ready": false}``), and the leader says ``ready``
+    once its ISR holds every record it acknowledged (isr.py's rows H7-H9)."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int
+    handover_for: str = ""  # "": none asked
+    handover_ready: bool = False
 
     def encode(self) -> bytes:
-        return _dumps({"controller_epoch": self.controller_epoch, "leader": self.leader,
-                       "version": _STATE_VERSION, "leader_epoch": self.leader_epoch,
-                       "isr": list(self.isr)})
+        value = {"controller_epoch": self.controller_epoch, "leader": self.leader,
+                 "version": _STATE_VERSION, "leader_epoch": self.leader_epoch,
+                 "isr": list(self.isr)}
+        if self.handover_for:
+            value["oncelog_handover"] = {"for": self.handover_for,
+                                         "ready": self.handover_ready}
+        return _dumps(value)
 
     @classmethod
     def decode(cls, data: bytes) -> PartitionState:
         value = json.loads(data)
+        handover = value.get("oncelog_handover")
+        asked = handover.get("for") if isinstance(handover, dict) else None
         return cls(int(value["leader"]), int(value["leader_epoch"]),
-                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]))
+                   tuple(int(b) for b in value["isr"]), int(value["controller_epoch"]),
+                   asked if asked in _HANDOVERS else "",
+                   asked in _HANDOVERS and handover.get("ready") is True)
+
+    def without_handover(self, controller_epoch: int) -> PartitionState:
+        return PartitionState(self.leader, self.leader_epoch, self.isr, controller_epoch)
 
 
 def encode_topic_config(config: dict[str, str]) -> bytes:
@@ -258,6 +283,32 @@ def partitions_path(topic: str) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions"
 
 
+# Not Kafka's (its ``partitions`` znode holds no data; its tools neither read nor write it):
+# the controller creates it with the topic id its first states were written under. Pre-2.8
+# tooling rewrites the assignment znode without the id, and a controller naming it again
+# (leader_election.py T1) must use the id the replicas' logs carry even when no broker
+# read the topic whole before (a controller started after the rewrite), or every replica
+# would take it for a new topic.
+def encode_partitions_node(topic_id: str) -> bytes:
+    return _dumps({"version": 1, "topic_id": topic_id})
+
+
+def decode_partitions_node(data: bytes | None) -> str | None:
+    """The topic id recorded, or None: Kafka's empty znode, or bytes that are not ours."""
+    try:
+        value = json.loads(data or b"null")
+    except ValueError:
+        return None
+    topic_id = value.get("topic_id") if isinstance(value, dict) else None
+    if not isinstance(topic_id, str):
+        return None
+    try:
+        decode_topic_id(topic_id)
+    except ValueError:
+        return None
+    return topic_id
+
+
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
@@ -279,6 +330,10 @@ CONTROLLED_SHUTDOWN_MOVED = b"moved"
 # ``log_dir_event_<seq>`` here with ``{"version":1,"broker":<id>,"event":1}`` (1: a log
 # directory failure); the controller reads which replicas went offline and deletes it.
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+# Kafka's: a leader that changed ISRs creates a sequential ``isr_change_<seq>`` here naming
+# them; Kafka's controller reads and deletes them. Ours reads the state znodes themselves
+# (watched), so it only deletes them (controller.py).
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
 # Not Kafka's (its controller asks the broker with LeaderAndIsr which replicas are offline):

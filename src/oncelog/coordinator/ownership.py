@@ -263,6 +263,24 @@ class Ownership:
         held = self.held(partition)
         return error(held, self.named(partition) if held.status is Status.NOT_OWNED else None)
 
+    def incomplete(self, partitions: int) -> ErrorCode | None:
+        """What a listing of every key this coordinator serves (ListTransactions,
+        ListGroups) is answered while it cannot list them all, or None: the error of the
+        first of the topic's ``partitions`` that is loading, failed, or named this broker's
+        by the cluster's metadata but not held (A1; a resign seen before the metadata moved
+        on). Kafka answers such a listing COORDINATOR_LOAD_IN_PROGRESS while a partition
+        loads: a client that took what is listed meanwhile for all would miss the keys
+        still being read (the Spark sink's recovery, an open transaction never ended)."""
+        for partition in range(partitions):
+            held = self.held(partition)
+            if held.status is Status.OWNED:
+                continue
+            named = self.named(partition) if held.status is Status.NOT_OWNED else None
+            if held.status is Status.NOT_OWNED and named is None:
+                continue
+            return error(held, named) or ErrorCode.coordinator_load_in_progress
+        return None
+
     def status(self, partition: int) -> Status:
         return self.held(partition).status
 

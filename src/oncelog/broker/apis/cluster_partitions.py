@@ -37,7 +37,8 @@ async def elect_leaders(broker, request: Request):
     wanted = None if body.topic_partitions is None else [
         (t.topic, p) for t in body.topic_partitions for p in t.partitions]
     try:
-        answers = await broker.cluster_mode.elect(wanted, election == UNCLEAN_ELECTION)
+        answers = await broker.cluster_mode.elect(wanted, election == UNCLEAN_ELECTION,
+                                                  body.timeout)
     except Exception as exc:  # ZooKeeper failed a read or write: nothing was elected
         # Kafka answers a failed election with the error of its failure, unknown to clients
         log.warning("elect leaders failed: %r", exc)

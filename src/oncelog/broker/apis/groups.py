@@ -503,7 +503,10 @@ def handle_list_groups(broker, request: Request):
             broker, request, Op.DESCRIBE, Rt.GROUP, g.group_id, quiet=True)]
     groups = tuple(build(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
                          group_state=g.state, group_type=g.group_type) for g in overviews)
-    return build(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+    # A partition not loaded yet: the groups listed are not all (Kafka answers them with
+    # COORDINATOR_LOAD_IN_PROGRESS).
+    error = broker.groups.listing_error() or ErrorCode.none
+    return build(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error,
                  groups=groups)
 
 

@@ -406,7 +406,8 @@ def _produce_partition(broker, acks: int, topic: str, index: int, records: bytes
     # Asked with acks=0 too: the flush policy holds whether or not anyone waits for it.
     durable = partition.durable(result)
     if replication is not None and (acks == -1 or (acks == 1 and isr_rules.acks_one_waits(
-            broker.replicas is not None and broker.replicas.leaving))):
+            broker.replicas is not None and broker.replicas.leaving,
+            bool(replication.handover_for)))):
         # answered once the ISR has it (acks=1 with no minimum: row K6)
         replicated = replication.wait_for(result.last_offset + 1, timeout_ms / 1000,
                                           None if acks == -1 else 1)

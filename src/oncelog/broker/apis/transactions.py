@@ -305,6 +305,10 @@ def handle_describe_transactions(broker, request: Request):
 def handle_list_transactions(broker, request: Request):
     mod = response_module(apis.LIST_TRANSACTIONS, request.api_version)
     body = request.body
+    error = broker.transactions.listing_error()
+    if error is not None:  # a partition not loaded yet: the list would miss its ids
+        return build(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE,
+                     error_code=error, unknown_state_filters=(), transaction_states=())
     try:
         unknown, txns = broker.transactions.list(
             set(body.state_filters), set(body.producer_id_filters),

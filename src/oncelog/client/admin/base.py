@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +23,7 @@ from ..network.connection import BrokerConnection, KafkaError, connect, parse_bo
 from ..network.security import ClientSecurity
 
 RETRY_BACKOFF = 0.1
+T = TypeVar("T")
 COORDINATOR_MOVING = frozenset({ErrorCode.coordinator_load_in_progress,
                                 ErrorCode.coordinator_not_available,
                                 ErrorCode.not_coordinator})
@@ -136,16 +137,7 @@ class AdminBase:
                  missing_ok: bool = False) -> ClusterInfo:
         """Brokers and topics; a named topic the broker does not know raises KafkaError,
         unless ``missing_ok`` (then it is left out)."""
-        def make(mod, version):
-            wanted = None if topics is None else tuple(
-                build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
-            if version == 0 and wanted is None:
-                wanted = ()
-            return build(mod.MetadataRequest, topics=wanted, allow_auto_topic_creation=auto_create,
-                         include_topic_authorized_operations=False,
-                         include_cluster_authorized_operations=False)
-
-        response = self._bootstrap_call(apis.METADATA, make)
+        response = self._bootstrap_call(apis.METADATA, _metadata_request(topics, auto_create))
         result = {}
         topic_errors = {}
         for t in response.topics:
@@ -221,10 +213,63 @@ class AdminBase:
                 return result
             time.sleep(RETRY_BACKOFF)
 
-    def _brokers_by_id(self) -> list[tuple[int, BrokerConnection]]:
-        brokers = self.metadata([]).brokers
-        return [(node_id, self._broker(host, port))
-                for node_id, (host, port) in sorted(brokers.items())]
+    def _each_broker(self, ask: Callable[[int, BrokerConnection], T],
+                     covering: str | None = None, only: int | None = None) -> dict[int, T]:
+        """``ask(broker id, its connection)`` of every broker the cluster's metadata names
+        (``only``: of that one, if named), as Kafka's Admin sends ListTransactions,
+        ListGroups, DescribeLogDirs to every broker: broker id -> its answer, returned only
+        once every broker named answered, all in one attempt. An attempt that fails
+        retriably (a dead broker still named until its ZooKeeper session expires: its
+        connection refused; a coordinator loading: COORDINATOR_LOAD_IN_PROGRESS, which
+        ``ask`` raises) is made again whole, with fresh metadata, after RETRY_BACKOFF until
+        the admin's timeout; then its error is raised. A listing is never answered with a
+        broker left out: the caller (the Spark sink's recovery) would take what is missing
+        for absent.
+
+        ``covering``: an internal topic whose keys the answers list (__transaction_state,
+        __consumer_offsets); the attempt also fails retriably (COORDINATOR_NOT_AVAILABLE)
+        unless each of its partitions was led by a broker that answered, as that broker saw
+        it just before and just after its answer (the same leader epoch both times: it led
+        the partition throughout; and the broker refuses a listing while a partition it
+        leads is not loaded, ownership.py ``incomplete``). A partition whose leader died,
+        not yet moved, is so waited for until its coordinator moves."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self._each_broker_once(ask, covering, only)
+            except KafkaError as exc:
+                if not exc.is_retriable() or time.monotonic() + RETRY_BACKOFF >= deadline:
+                    raise
+            time.sleep(RETRY_BACKOFF)
+
+    def _each_broker_once(self, ask: Callable[[int, BrokerConnection], T],
+                          covering: str | None, only: int | None) -> dict[int, T]:
+        brokers = self._brokers_by_id()
+        answers: dict[int, T] = {}
+        partitions, covered = 0, set()
+        for node_id, address in brokers.items():
+            if only is not None and node_id != only:
+                continue
+            conn = self._broker(*address)
+            if covering is None:
+                answers[node_id] = ask(node_id, conn)
+                continue
+            count, before = _led_by(conn, node_id, covering)
+            answers[node_id] = ask(node_id, conn)
+            count_after, after = _led_by(conn, node_id, covering)
+            partitions = max(partitions, count, count_after)
+            covered |= {p for p, epoch in before.items() if after.get(p) == epoch}
+        missing = sorted(set(range(partitions)) - covered)
+        if missing:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"no broker answered as the leader of {covering} partitions "
+                             f"{missing}")
+        return answers
+
+    def _brokers_by_id(self) -> dict[int, tuple[str, int]]:
+        """Every broker the cluster's metadata names: id -> address. Not connected to: one
+        of them may be dead (named until its session expires)."""
+        return dict(sorted(self.metadata([]).brokers.items()))
 
     def _broker(self, host: str, port: int) -> BrokerConnection:
         if (host, port) == (self.conn.host, self.conn.port):
@@ -247,10 +292,6 @@ class AdminBase:
             if b.broker_id == response.controller_id:
                 return self._broker(b.host, b.port)
         return self.conn
-
-    def _every_broker(self) -> list[BrokerConnection]:
-        brokers = self.metadata([]).brokers.values()
-        return [self._broker(host, port) for host, port in brokers] or [self.conn]
 
     def _find_coordinator(self, key: str, key_type: int) -> Coordinator:
         what = "group" if key_type == calls.COORDINATOR_GROUP else "transactional id"
@@ -295,3 +336,28 @@ class AdminBase:
                     return response
             self._coordinators.pop((key_type, key), None)
             time.sleep(RETRY_BACKOFF)
+
+
+def _metadata_request(topics: list[str] | None, auto_create: bool = False):
+    def make(mod, version):
+        wanted = None if topics is None else tuple(
+            build(mod.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+        if version == 0 and wanted is None:
+            wanted = ()
+        return build(mod.MetadataRequest, topics=wanted, allow_auto_topic_creation=auto_create,
+                     include_topic_authorized_operations=False,
+                     include_cluster_authorized_operations=False)
+
+    return make
+
+
+def _led_by(conn: BrokerConnection, node_id: int, topic: str) -> tuple[int, dict[int, int]]:
+    """(how many partitions ``topic`` has, 0 when the broker does not know it; partition ->
+    leader epoch of those it names itself the leader of), asked of the broker ``node_id``
+    itself: its own metadata, which its coordinator follows."""
+    response = conn.call(apis.METADATA, _metadata_request([topic]))
+    for t in response.topics:
+        if t.name == topic and t.error_code == ErrorCode.none:
+            return len(t.partitions), {p.partition_index: p.leader_epoch
+                                       for p in t.partitions if p.leader_id == node_id}
+    return 0, {}

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol import api_versions as apis
 from ...protocol.schema import build
-from ..network.connection import KafkaError
+from ..network.connection import BrokerConnection, KafkaError
 from .base import AdminBase, PartitionInfo, raise_for
 
 # Kafka's AclOperation codes, by the bit each has in an authorized_operations field
@@ -125,21 +125,19 @@ class ClusterAdmin(AdminBase):
     def describe_log_dirs(self, topics: dict[str, Iterable[int]] | None = None,
                           broker_id: int | None = None) -> dict[int, list[LogDirDescription]]:
         """broker id -> its log directories, each with the partitions in it (all, or those
-        of ``topics``: topic -> partition indexes)."""
+        of ``topics``: topic -> partition indexes): every broker's, or only ``broker_id``'s;
+        answered once each broker asked did (AdminBase._each_broker)."""
         def make(mod, version):
             wanted = None if topics is None else tuple(
                 build(mod.DescribableLogDirTopic, topic=name, partitions=tuple(indexes))
                 for name, indexes in topics.items())
             return build(mod.DescribeLogDirsRequest, topics=wanted)
 
-        result: dict[int, list[LogDirDescription]] = {}
-        for node_id, conn in self._brokers_by_id():
-            if broker_id is not None and node_id != broker_id:
-                continue
+        def ask(node_id: int, conn: BrokerConnection) -> list[LogDirDescription]:
             response = conn.call(apis.DESCRIBE_LOG_DIRS, make)
             raise_for(getattr(response, "error_code", ErrorCode.none),
                       f"DescribeLogDirs on broker {node_id}")
-            result[node_id] = [
+            return [
                 LogDirDescription(
                     d.log_dir, None if d.error_code == ErrorCode.none else d.error_code,
                     tuple(ReplicaInfo(t.name, p.partition_index, p.partition_size,
@@ -147,7 +145,8 @@ class ClusterAdmin(AdminBase):
                           for t in d.topics for p in t.partitions),
                     getattr(d, "total_bytes", -1), getattr(d, "usable_bytes", -1))
                 for d in response.results]
-        return result
+
+        return self._each_broker(ask, only=broker_id)
 
     def alter_replica_log_dirs(self, moves: dict[tuple[str, int], str],
                                broker_id: int | None = None) -> dict[tuple[str, int], ErrorCode]:
@@ -158,10 +157,10 @@ class ClusterAdmin(AdminBase):
         if broker_id is None:
             if len(brokers) != 1:
                 raise ValueError("several brokers: name the one whose directories change")
-            broker_id = brokers[0][0]
-        conn = dict(brokers).get(broker_id)
-        if conn is None:
+            broker_id = next(iter(brokers))
+        if broker_id not in brokers:
             raise KafkaError(ErrorCode.broker_not_available, f"no broker {broker_id}")
+        conn = self._broker(*brokers[broker_id])
         by_dir: dict[str, dict[str, list[int]]] = {}
         for (topic, index), path in moves.items():
             by_dir.setdefault(path, {}).setdefault(topic, []).append(index)

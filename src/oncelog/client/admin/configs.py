@@ -87,7 +87,7 @@ class ConfigsAdmin(AdminBase):
                         ) -> dict[BrokerConnection, list[ConfigResource]]:
         """Where each resource is asked: a broker's own configs at that broker, the rest at
         any broker."""
-        by_id = dict(self._brokers_by_id()) if any(
+        by_id = self._brokers_by_id() if any(
             r.type_id == admin_configs.RESOURCE_TYPES["broker"] and r.name
             for r in resources) else {}
         groups: dict[BrokerConnection, list[ConfigResource]] = {}
@@ -97,6 +97,6 @@ class ConfigsAdmin(AdminBase):
                 if not r.name.isdigit() or int(r.name) not in by_id:
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"broker {r.name!r} is not in the cluster")
-                conn = by_id[int(r.name)]
+                conn = self._broker(*by_id[int(r.name)])
             groups.setdefault(conn, []).append(r)
         return groups

@@ -20,6 +20,8 @@ from ..network.connection import BrokerConnection, KafkaError
 from ..topic_partition import SIMPLE_COMMIT, OffsetAndMetadata, TopicPartition
 from .base import AdminBase, Coordinator, raise_for
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
 
 @dataclass(frozen=True, slots=True)
 class GroupListing:
@@ -58,19 +60,21 @@ class GroupsAdmin(AdminBase):
         return self._find_coordinator(group_id, calls.COORDINATOR_GROUP)
 
     def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
-        """Every group of every broker (ListGroups), optionally only those in ``states``."""
+        """Every group of every broker (ListGroups), optionally only those in ``states``;
+        answered once every broker did, as list_transactions (AdminBase._each_broker)."""
         states = tuple(states)
-        listed: dict[str, GroupListing] = {}
-        for conn in self._every_broker():
+
+        def ask(node_id: int, conn: BrokerConnection) -> list[GroupListing]:
             if states and conn.version(apis.LIST_GROUPS) < 4:
                 raise KafkaError(ErrorCode.unsupported_version,
                                  "the broker cannot filter groups by state (ListGroups v4)")
             response = conn.call(apis.LIST_GROUPS, _list_groups_request(states))
-            raise_for(response.error_code, "ListGroups")
-            for g in response.groups:
-                listed[g.group_id] = GroupListing(g.group_id, g.protocol_type,
-                                                  getattr(g, "group_state", None),
-                                                  getattr(g, "group_type", None))
+            raise_for(response.error_code, f"ListGroups on broker {node_id}")
+            return [GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None),
+                                 getattr(g, "group_type", None)) for g in response.groups]
+
+        listed = {g.group_id: g for found in
+                  self._each_broker(ask, covering=OFFSETS_TOPIC).values() for g in found}
         return sorted(listed.values(), key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> GroupInfo:

@@ -21,11 +21,12 @@ from kio.schema.errors import ErrorCode
 from ...protocol import api_versions as apis
 from ...protocol.schema import build
 from ..network import calls
-from ..network.connection import KafkaError
+from ..network.connection import BrokerConnection, KafkaError
 from ..producer.transactions import TWO_PHASE_FROM, Action, Api, judge
 from .base import RETRY_BACKOFF, AdminBase, Coordinator, connection_lost, raise_for
 
 COORDINATOR_TRANSACTION = 1  # FindCoordinator key type
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 # Required in InitProducerId; two-phase commit transactions have none (the broker ignores it).
 _FENCE_TXN_TIMEOUT = datetime.timedelta(minutes=1)
 
@@ -100,10 +101,13 @@ class TransactionsAdmin(AdminBase):
                           ) -> dict[int, list[TransactionListing]]:
         """ListTransactions of every broker: broker id -> its transactions that pass every
         filter (states, producer ids, open for at least ``duration_ms``, transactional id
-        matching the regular expression ``pattern``)."""
+        matching the regular expression ``pattern``). Answered only once every broker did,
+        each coordinator loaded, and every partition of __transaction_state was led by one
+        of them; until the admin's timeout, then the retriable error is raised
+        (AdminBase._each_broker): a transaction is never left out unsaid."""
         wanted = _ListFilter(tuple(states), tuple(producer_ids), duration_ms, pattern)
-        result: dict[int, list[TransactionListing]] = {}
-        for node_id, conn in self._brokers_by_id():
+
+        def ask(node_id: int, conn: BrokerConnection) -> list[TransactionListing]:
             version = conn.version(apis.LIST_TRANSACTIONS)
             if duration_ms >= 0 and version < 1:
                 raise KafkaError(ErrorCode.unsupported_version, "the broker cannot filter "
@@ -113,12 +117,12 @@ class TransactionsAdmin(AdminBase):
                                  "transactional ids by pattern (ListTransactions v2)")
             response = conn.call(apis.LIST_TRANSACTIONS, _list_transactions_request(wanted))
             raise_for(response.error_code, f"ListTransactions on broker {node_id}")
-            result[node_id] = sorted(
-                (TransactionListing(t.transactional_id, node_id, t.producer_id,
-                                    t.transaction_state)
-                 for t in response.transaction_states),
-                key=lambda t: t.transactional_id)
-        return result
+            return sorted((TransactionListing(t.transactional_id, node_id, t.producer_id,
+                                              t.transaction_state)
+                           for t in response.transaction_states),
+                          key=lambda t: t.transactional_id)
+
+        return self._each_broker(ask, covering=TRANSACTION_STATE_TOPIC)
 
     def abort_transaction(self, topic: str, partition: int, producer_id: int,
                           producer_epoch: int, coordinator_epoch: int) -> None:

@@ -1256,6 +1256,11 @@ class GroupCoordinator:
 
     # --- listing, describing, deleting ------------------------------------------------------
 
+    def listing_error(self) -> ErrorCode | None:
+        """ListGroups' error while a partition this broker leads is not loaded (ownership.py
+        ``incomplete``), else None."""
+        return self.ownership.incomplete(self.config.num_partitions)
+
     def list_groups(self, states: set[str], types: set[str]) -> list[GroupOverview]:
         states = {s.lower() for s in states}
         types = {t.lower() for t in types}

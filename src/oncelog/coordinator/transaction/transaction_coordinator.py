@@ -540,6 +540,11 @@ class TransactionCoordinator:
             return E.transactional_id_not_found, None
         return E.none, self.overview(transactional_id, entry)
 
+    def listing_error(self) -> ErrorCode | None:
+        """ListTransactions' error while a partition this broker leads is not loaded
+        (ownership.py ``incomplete``), else None."""
+        return self.ownership.incomplete(self.config.num_partitions)
+
     def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int = -1,
              pattern: str | None = None) -> tuple[list[str], list[TxnOverview]]:
         """(unknown state names, the transactions that pass every filter); raises
