@@ -11,11 +11,19 @@ in a worker waits at a gate the test opens (GatedDisk, a MemoryDisk).
   one that cannot within the bound leaves the log to the next start's recovery.
 * A truncation while the seal runs cancels it: no index file of the cut segment is written
   behind the truncation.
+* Retention deletes the segment whose seal runs, and the directory's fsync after fails: the
+  flush of a batch after the roll still waits for that seal (a power cut could bring the
+  segment back cut short, and a start would drop what follows it).
+* A truncation whose directory fsync fails takes the directory offline.
+* A seal queued behind others holds the flush as long as it takes, never takes the
+  directory offline (no bound counts the time it waited its turn).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import os
 import random
 import threading
@@ -23,6 +31,7 @@ import time
 
 import pytest
 
+from oncelog.broker import partition as partition_module
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.log.log import CLEAN_SHUTDOWN_FILE, LogConfig
@@ -38,9 +47,9 @@ CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=100, flush_messages=
 
 
 class GatedDisk(MemoryDisk):
-    """Once ``armed``, the fsync of segment 0's log: on the event loop's thread it is counted
-    (``on_loop``) and goes through; in a worker it signals ``reached`` and waits for
-    ``release`` (set by the test, or by the next snapshot written once
+    """Once ``armed``, the fsync of segment 0's log (or ``segment``'s): on the event loop's
+    thread it is counted (``on_loop``) and goes through; in a worker it signals ``reached``
+    and waits for ``release`` (set by the test, or by the next snapshot written once
     ``release_at_snapshot``), then fails with EIO if ``fail`` is set. Notes the files it
     creates and removes, in order (``names``)."""
 
@@ -53,10 +62,11 @@ class GatedDisk(MemoryDisk):
         self.release = threading.Event()
         self.on_loop = 0
         self.names: list[str] = []
+        self.segment = SEGMENT0
 
     def fsync(self, fd: int) -> None:  # type: ignore[override]
         opened = self._fds.get(fd)
-        if self.armed and opened is not None and opened.path.endswith(SEGMENT0 + ".log"):
+        if self.armed and opened is not None and opened.path.endswith(self.segment + ".log"):
             if threading.current_thread() is threading.main_thread():
                 self.on_loop += 1
             else:
@@ -64,7 +74,7 @@ class GatedDisk(MemoryDisk):
                 self.reached.set()
                 assert self.release.wait(WAIT_S), "the test never opened the gate"
                 if self.fail:
-                    MemoryDisk.fail(self, "fsync", path_suffix=SEGMENT0 + ".log")
+                    MemoryDisk.fail(self, "fsync", path_suffix=self.segment + ".log")
         MemoryDisk.fsync(self, fd)
 
     fdatasync = fsync
@@ -89,8 +99,8 @@ class Issued:
         return 0
 
 
-def open_partition(disk: MemoryDisk) -> Partition:
-    partition = Partition("t", 0, DIRECTORY, CONFIG, 1 << 20, StateLimits(), Issued(),
+def open_partition(disk: MemoryDisk, config: LogConfig = CONFIG) -> Partition:
+    partition = Partition("t", 0, DIRECTORY, config, 1 << 20, StateLimits(), Issued(),
                           log_dir=LogDir(LOG_DIR), disk=disk)
     assert partition.state is not None
     return partition
@@ -101,7 +111,9 @@ def record(n: int) -> bytes:
 
 
 def values(partition: Partition) -> list[int]:
-    plog, found, offset = partition.log, [], 0
+    """The record each offset from the log start holds: nothing missing before the end."""
+    plog, found = partition.log, []
+    offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         data = plog.read(offset, 1 << 20).records
         assert data, f"nothing readable at {offset}"
@@ -269,3 +281,168 @@ def test_a_truncation_while_the_seal_runs_cancels_its_file_writes():
     p.close()
     assert values(open_partition(disk)) == [0, 1]
 
+
+
+def power_cut_copy(disk: MemoryDisk) -> MemoryDisk:
+    """The disk as it is now, in a MemoryDisk of its own: a power cut of the copy stops no
+    thread still working on ``disk``."""
+    cut = MemoryDisk()
+    with disk._lock:
+        cut._files, cut._dirs, cut._durable_names = copy.deepcopy(
+            (disk._files, disk._dirs, disk._durable_names))
+    return cut
+
+
+def survivors(cut: MemoryDisk, seed: int) -> list[int]:
+    cut = copy.deepcopy(cut)
+    cut.power_loss(random.Random(seed))
+    return values(open_partition(cut))
+
+
+def signal_when_a_flush_waits_for(monkeypatch, base_offset: int) -> threading.Event:
+    """Set once a flush round (in its worker) is about to wait for the seal of the segment
+    at ``base_offset``."""
+    waits = threading.Event()
+    real = partition_module.wait_synced
+
+    def wait_synced(seals) -> None:
+        if any(s.segment.base_offset == base_offset for s in seals):
+            waits.set()
+        real(seals)
+
+    monkeypatch.setattr(partition_module, "wait_synced", wait_synced)
+    return waits
+
+
+def test_a_segment_deleted_while_its_seal_runs_holds_the_flush_until_it_is_on_disk(
+        monkeypatch):
+    """Retention deletes segment 0 (never flushed but by its seal) while its seal's fsync is
+    held, and the directory's fsync after the unlink fails: a power cut brings segment 0
+    back with its marker, cut short. The flush of a batch after the roll waits for that
+    seal all the same, so that the start never drops an acknowledged segment 1 after it: a
+    power cut while the seal is held (nothing of segment 1 acknowledged yet) and one after
+    it (all of it acknowledged) keep every acknowledged batch."""
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    config = dataclasses.replace(CONFIG, retention_bytes=0)
+    p = open_partition(disk, config)
+    flush_waits = signal_when_a_flush_waits_for(monkeypatch, 0)
+    cuts: list[tuple[MemoryDisk, list[int]]] = []  # (a power cut, what was acknowledged)
+
+    async def scenario() -> None:
+        n = 0
+        while p.log.active.size + len(record(n)) <= config.segment_bytes:
+            p.append_records(record(n))  # no acknowledgement asked: on disk by the seal
+            n += 1
+        disk.armed = True
+        assert p.append_records(record(n)).base_offset == n  # the roll: the seal held
+        first = n
+        n += 1
+        await seal_held(disk)
+        MemoryDisk.fail(disk, "fsync_dir", path_suffix="t-0")  # (fail: the gate's flag)
+        with pytest.raises(OSError):
+            p.apply_retention(int(time.time() * 1000))
+        assert p.log.log_start_offset == first  # segment 0 deleted, not durably
+        last = p.append_records(record(n))
+        n += 1
+        waiting = p.durable(last)
+        assert waiting is not None
+        waits = asyncio.ensure_future(asyncio.to_thread(flush_waits.wait, WAIT_S))
+        try:
+            await asyncio.wait([waiting, waits], timeout=WAIT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+            acked = list(range(first, n)) if waiting.done() else []
+            cuts.append((power_cut_copy(disk), acked))
+            disk.release.set()
+            await asyncio.wait_for(waiting, WAIT_S)
+            await seals_done(p)
+            cuts.append((power_cut_copy(disk), list(range(first, n))))
+        finally:
+            flush_waits.set()
+            disk.release.set()
+            await waits
+
+    asyncio.run(scenario())
+    assert not p.log_dir.offline
+    p.abandon()
+    for i, (cut, acked) in enumerate(cuts):
+        for seed in range(8):
+            kept = survivors(cut, seed)
+            assert set(acked) <= set(kept), f"acknowledged batches lost (cut {i}, seed {seed})"
+            assert len(kept) == len(set(kept)), f"a batch kept twice (cut {i}, seed {seed})"
+
+
+def test_a_truncation_whose_directory_fsync_fails_takes_the_directory_offline():
+    """A follower's cut into segment 0 deletes segment 1, whose seal's fsync is held, and the
+    directory's fsync after fails: nothing would wait for that seal once the log is opened
+    again, and segment 1 could come back after a power cut beside what is appended after
+    the cut. The directory goes offline instead, as for any failed fsync; a power cut keeps
+    what was below the cut."""
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+
+    async def scenario() -> None:
+        n = await fill_segment0(p)  # acknowledged, on disk
+        p.append_records(record(n))  # the roll: segment 0's seal runs freely
+        await seals_done(p)
+        disk.segment, disk.armed = f"{n:020d}", True
+        while len(p.log.segments) < 3:  # segment 1 not flushed; its seal held at the roll
+            n += 1
+            p.append_records(record(n))
+        await seal_held(disk)
+        MemoryDisk.fail(disk, "fsync_dir", path_suffix="t-0")  # (fail: the gate's flag)
+        with pytest.raises(OSError):
+            p.truncate_to(2)
+        assert p.log_dir.offline
+        disk.release.set()
+        await asyncio.to_thread(time.sleep, 0)
+
+    asyncio.run(scenario())
+    p.abandon()
+    for seed in range(4):
+        cut = copy.deepcopy(power_cut_copy(disk))
+        cut.power_loss(random.Random(seed))
+        reopened = open_partition(cut)
+        assert values(reopened)[:2] == [0, 1], seed
+
+
+def test_a_seal_queued_behind_others_holds_the_flush_and_never_takes_the_directory_offline(
+        monkeypatch):
+    """Every seal worker busy (other partitions' seals): a roll's seal waits its turn. The
+    flush of a batch after it waits as long as that takes, whatever the bound on a close's
+    wait (zero here), and the directory stays online."""
+    from oncelog.log import sealing  # (imported here: the tests run against main too)
+
+    monkeypatch.setattr(sealing, "SEAL_WAIT_S", 0.0)
+    disk = MemoryDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+    flush_waits = signal_when_a_flush_waits_for(monkeypatch, 0)
+    gate = threading.Event()
+    pool = partition_module._SEALS
+    busy = [pool.submit(gate.wait, WAIT_S) for _ in range(pool._max_workers)]
+
+    async def scenario() -> int:
+        try:
+            n = await fill_segment0(p)
+            rolled = p.append_records(record(n))
+            assert len(p.log.segments) == 2
+            waiting = p.durable(rolled)
+            assert waiting is not None
+            assert await asyncio.to_thread(flush_waits.wait, WAIT_S)
+            gate.set()  # the seal's turn comes
+            await asyncio.wait_for(waiting, WAIT_S)
+            assert p.flushed_offset == n + 1
+            await seals_done(p)
+            return n + 1
+        finally:
+            gate.set()
+
+    written = asyncio.run(scenario())
+    for job in busy:
+        job.result(WAIT_S)
+    assert not p.log_dir.offline
+    p.abandon()
+    disk.power_loss(random.Random(20261129))
+    assert values(open_partition(disk)) == list(range(written))

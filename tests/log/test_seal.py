@@ -12,9 +12,11 @@ what was not synced (memory_disk.py), and the partition is opened again as a sta
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import random
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,8 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
+from oncelog.log import cleaning
+from oncelog.log.compaction import CompactionConfig
 from oncelog.log.disk import LogDirFailure
 from oncelog.log.log import Log, LogConfig
 from oncelog.log.memory_disk import MemoryDisk
@@ -41,7 +45,7 @@ CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100)
 TIMESTAMP = 1_700_000_000_000
 UNSEALED_SUFFIX = ".unsealed"
 MUTATIONS = ("open", "write", "writev", "ftruncate", "fsync", "fdatasync", "rename", "unlink",
-             "fsync_dir")
+             "fsync_dir", "open_dir", "fsync_open_dir")
 
 
 class PowerCut(BaseException):
@@ -284,3 +288,121 @@ def test_a_segment_recovered_from_its_marker_keeps_its_aborted_transactions():
         assert aborted(partition(disk)) == [(1, 0, 1)], where
         partition(disk).close()  # clean: the next start trusts the index files
         assert aborted(partition(disk)) == [(1, 0, 1)], where
+
+
+# --- the seal's failures, and its cancelling --------------------------------------------
+
+def test_a_failed_index_write_of_a_seal_is_retried_and_never_holds_the_cleaner(caplog):
+    """The offset index of a rolled segment cannot be written (a full disk): its marker
+    stays (a start would recover the segment), and the cleaner, which stops before a marked
+    segment, looks at the partition: the seal's files are written again then, and the
+    clean goes on."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100,
+                       compaction=CompactionConfig(min_cleanable_dirty_ratio=0.0))
+    disk = MemoryDisk()
+    disk.makedirs(LOG_DIR)
+    p = Partition("t", 0, DIRECTORY, config, 1 << 20, StateLimits(), IssuedBelow(),
+                  log_dir=LogDir(LOG_DIR), disk=disk)
+    for i in range(6):
+        p.append_records(encode_batch([(b"k%d" % (i % 2), b"v%d" % i, (), TIMESTAMP + i)]))
+    disk.fail("write", errno.ENOSPC, path_suffix=".index.tmp")
+    p._roll()  # no event loop: the seal runs in place, and its offset index fails
+    p.append_records(encode_batch([(b"k9", b"active", (), TIMESTAMP + 9)]))
+    names = disk.listdir(DIRECTORY)
+    assert "00000000000000000000.unsealed" in names and \
+        "00000000000000000000.index" not in names, names
+    assert "writing its index" in caplog.text
+    now = TIMESTAMP + 1000
+    where = p.cleanable(now)
+    assert where is not None and where.first_uncleanable == 6, where
+    names = disk.listdir(DIRECTORY)
+    assert "00000000000000000000.unsealed" not in names and \
+        "00000000000000000000.index" in names, names
+    assert not [n for n in names if n.endswith(".tmp")], names
+    result = cleaning.run(p.clean_steps(now, 1 << 20))
+    assert result is not None and result.records_removed == 4
+    p.close()
+    assert not p.log_dir.offline
+
+
+def test_a_sealed_segments_marker_never_comes_back_for_damage_to_drop_what_follows():
+    """A seal removes its marker after the segment's fsync, and makes the removal durable:
+    a power cut later never brings the marker back. (Were it back, the start would scan the
+    whole segment as one whose seal was cut short, and media damage found inside it would
+    drop every later segment: acknowledged batches, undamaged.)"""
+    disk = MemoryDisk()
+    disk.makedirs(LOG_DIR)
+    log = Log(DIRECTORY, CONFIG, disk)
+    held: list[Seal] = []
+    for i in range(5):
+        append(log, i)
+    log.roll(held.append)
+    held[0].run()
+    held[0].check()
+    for i in range(5, 10):
+        append(log, i)
+    log.flush()  # all ten on disk: acknowledged
+    # A bit rots inside batch 2's record (no header field: only its CRC can tell).
+    inode = disk._files[os.path.join(DIRECTORY, "00000000000000000000.log")]
+    position = log.segments[0].position_of(2) + 100
+    inode.data[position] ^= 0xFF
+    inode.durable = bytes(inode.data)
+    log.abandon()
+    disk.power_loss(random.Random(SEEDS[0]))
+    reopened = Log(DIRECTORY, CONFIG, disk)
+    assert reopened.log_end_offset == 10
+    data = reopened.read(5, 1 << 20).records
+    kept, pos = [], 0
+    while pos < len(data):
+        header, records = decode_batch(data, pos)
+        kept.append(int(records[0].value.split(b".")[0][len(b"record-"):]))
+        pos += header.size
+    assert kept == list(range(5, 10))
+
+
+class IndexWriteGate(MemoryDisk):
+    """The first write, by a thread other than the test's, to a file whose name ends in
+    ``.index.tmp`` (a seal's offset index) signals ``reached`` and waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, fd: int, data) -> int:  # type: ignore[override]
+        opened = self._fds.get(fd)
+        if opened is not None and opened.path.endswith(".index.tmp") and \
+                threading.current_thread() is not threading.main_thread() and \
+                not self.reached.is_set():
+            self.reached.set()
+            assert self.release.wait(10), "the test never opened the gate"
+        return MemoryDisk.write(self, fd, data)
+
+
+def test_cancelling_a_seal_waits_for_none_of_its_index_writes(monkeypatch):
+    """Retention deletes a segment whose seal is writing its index files (held at its first
+    write): the deletion cancels the seal without waiting for that write (on the event
+    loop, it would stall every connection; the branch's cancel gave up after the bound),
+    and the seal then leaves no file behind."""
+    from oncelog.log import sealing  # (imported here: the tests run against main too)
+
+    monkeypatch.setattr(sealing, "SEAL_WAIT_S", 1.0)
+    disk = IndexWriteGate()
+    disk.makedirs(LOG_DIR)
+    log = Log(DIRECTORY, LogConfig(retention_bytes=0, index_interval_bytes=100), disk)
+    held: list[Seal] = []
+    append(log, 0)
+    log.roll(held.append)
+    append(log, 1)
+    worker = threading.Thread(target=held[0].run)
+    worker.start()
+    try:
+        assert disk.reached.wait(10)
+        assert log.delete_old_segments(TIMESTAMP) == 1
+    finally:
+        disk.release.set()
+        worker.join(10)
+    assert held[0].done and held[0].error is None and not held[0].unmarked
+    names = disk.listdir(DIRECTORY)
+    assert not [n for n in names if n.startswith("00000000000000000000")], names
+    log.close()

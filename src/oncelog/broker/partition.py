@@ -17,8 +17,10 @@ worker thread, never on the event loop, and one fsync covers every batch written
 started (group commit). A retry answered from the producer cache waits for the same fsync as
 its original, so no answer gets ahead of the disk. A roll does not wait for the old segment's
 fsync: its seal runs in a worker thread (log/sealing.py), and a flush round that starts
-while it runs waits for it too, so flushed_offset never passes bytes not on disk; a seal
-whose fsync failed takes the log directory offline, as a failed flush does.
+while it runs waits for it too (and for the seal of a segment deleted meanwhile, until its
+deletion is durable), so flushed_offset never passes bytes not on disk; a seal whose fsync
+failed takes the log directory offline, as a failed flush does. A seal whose index files
+failed is run again when the cleaner or retention next looks at the partition.
 
 Transactions: a transactional batch that would begin a transaction here is appended only
 after ``verify`` (the coordinator, KIP-890 part 1) said the producer's transaction includes
@@ -536,8 +538,21 @@ class Partition(OpensOffLoop):
     def _sealed(self, seal: Seal, running: asyncio.Future) -> None:
         """On the loop: a seal whose fsync failed takes the log directory offline, as a
         failed flush does (the flushes waiting for it fail by themselves)."""
-        if not running.cancelled() and seal.error is not None:
+        if seal.error is not None:
             self.log_dir.fail(seal.error)
+
+    def _retry_seals(self) -> None:
+        """Run again, as a roll runs them, the seals whose index files failed (a full disk,
+        EIO): until one succeeds the cleaner stops before that segment, so a failure is
+        retried at each look of the cleaner's or retention's, never left for a restart."""
+        plog = self._log
+        if plog is None:
+            return
+        for seal in plog.seals_to_retry():
+            log.info("%s: writing the index files of segment %d again", self.name,
+                     seal.segment.base_offset)
+            seal.rearm()
+            self._start_seal(seal)
 
     @property
     def seal_running(self) -> bool:
@@ -776,6 +791,7 @@ class Partition(OpensOffLoop):
         if self._absent() or self.opened_for_a_duty():  # the next pass, once it is open
             return
         plog = self.log
+        self._retry_seals()
         try:
             if plog.active_expired(now_ms):
                 self._roll()
@@ -811,6 +827,7 @@ class Partition(OpensOffLoop):
         """Where the log cleaner stands with this partition (None: it is not compacted)."""
         if self.config.compaction is None or self._absent() or self.opened_for_a_duty():
             return None
+        self._retry_seals()
         return cleaning.plan(self.log, now_ms, self.last_stable_offset)
 
     def clean_steps(self, now_ms: int, map_capacity: int

@@ -69,9 +69,12 @@ class OffsetIndex:
         del self.relative_offsets[:]
         del self.positions[:]
 
+    def encoded(self) -> bytes:
+        """The file's bytes (read-only: a seal encodes a rolled segment's in a worker)."""
+        return _big_endian_rows(self.relative_offsets, self.positions)
+
     def save(self) -> None:
-        write_atomically(self._disk, self.path,
-                         _big_endian_rows(self.relative_offsets, self.positions))
+        write_atomically(self._disk, self.path, self.encoded())
 
     def load(self, segment_size: int) -> bool:
         """Load from disk; False when the file is missing or cannot describe this segment."""
@@ -123,9 +126,11 @@ class TimeIndex:
         del self.timestamps[:]
         del self.relative_offsets[:]
 
+    def encoded(self) -> bytes:
+        return _big_endian_rows(self.timestamps, self.relative_offsets)
+
     def save(self) -> None:
-        write_atomically(self._disk, self.path,
-                         _big_endian_rows(self.timestamps, self.relative_offsets))
+        write_atomically(self._disk, self.path, self.encoded())
 
     def load(self, max_relative_offset: int) -> bool:
         try:

@@ -135,6 +135,10 @@ class Log:
         # sealed once producer state rebuilt their aborted transactions (seal_recovered).
         self._seals: dict[LogSegment, Seal] = {}
         self._recovered: list[LogSegment] = []
+        # The seals of segments deleted before their fsync was done, whose deletion no
+        # directory fsync has made durable yet: a power cut may bring such a segment back,
+        # cut short, so flushes wait for them too (pending_seals; _sync_dir drops them).
+        self._unlinked: list[Seal] = []
         self._open()
 
     # --- opening -------------------------------------------------------------------------
@@ -194,7 +198,10 @@ class Log:
             if base not in marked:
                 continue
             if last:
-                disk.unlink(marker_path(self.dir, base))  # the active one: recovered anyway
+                # The active one, recovered at any start anyway: its marker goes once what
+                # the scan kept of it is on disk (never a marker before its bytes).
+                segment.flush()
+                disk.unlink(marker_path(self.dir, base))
             elif cut or segment.next_offset != bases[i + 1]:
                 self._drop_after_hole(segment, bases[i + 1:])
                 break
@@ -235,7 +242,8 @@ class Log:
             for path in (*segment_files(self.dir, base), marker_path(self.dir, base)):
                 with contextlib.suppress(FileNotFoundError):
                     self.disk.unlink(path)
-        self.disk.unlink(marker_path(self.dir, segment.base_offset))  # the active one now
+        segment.flush()  # the active one now: its marker goes once its bytes are on disk
+        self.disk.unlink(marker_path(self.dir, segment.base_offset))
         self.disk.fsync_dir(self.dir)
 
     def seal_recovered(self) -> None:
@@ -257,7 +265,7 @@ class Log:
                              files=self.files)
         try:
             # The new file's name must be durable before anything acknowledged is in it.
-            self.disk.fsync_dir(self.dir)
+            self._sync_dir()
         except OSError as exc:
             segment.close()
             if out_of_descriptors(exc):
@@ -369,34 +377,58 @@ class Log:
         start_seal(seal)
 
     def pending_seals(self) -> list[Seal]:
-        """The seals not done with their marker, oldest first (forgetting those done)."""
+        """What a flush waits for (the fsync of each): the seals of deleted segments that a
+        power cut could still bring back cut short (``_unlinked``), then the seals not done
+        with their marker, oldest first. Forgets those done with."""
         if any(seal.unmarked for seal in self._seals.values()):
             self._seals = {s: seal for s, seal in self._seals.items() if not seal.unmarked}
-        return list(self._seals.values())
+        if self._unlinked:
+            # Its bytes on disk, a deleted segment that comes back is whole: no hole.
+            self._unlinked = [seal for seal in self._unlinked if not seal.synced]
+        return [*self._unlinked, *self._seals.values()]
 
     @property
     def sealed_end(self) -> int:
         """The base offset of the first segment not sealed for good (the active one's when
         every other is): the cleaner stops there (sealing.py)."""
-        seals = self.pending_seals()
-        return seals[0].segment.base_offset if seals else self.active.base_offset
+        self.pending_seals()
+        first = next(iter(self._seals.values()), None)
+        return first.segment.base_offset if first is not None else self.active.base_offset
 
-    def _cancel_seal(self, segment: LogSegment) -> None:
-        """``segment`` is deleted or cut: its seal, if under way, writes no file from now
-        (nor does seal_recovered)."""
+    def seals_to_retry(self) -> list[Seal]:
+        """The seals whose index files (or the marker's removal) failed: each ``rearm``-ed
+        and run again by the caller (sealing.py)."""
+        return [seal for seal in self._seals.values() if seal.needs_retry]
+
+    def _cancel_seal(self, segment: LogSegment) -> Seal | None:
+        """``segment`` is deleted or cut: its seal, if under way, renames or removes no file
+        from now (nor does seal_recovered). Returns it."""
         if segment in self._recovered:
             self._recovered.remove(segment)
         seal = self._seals.pop(segment, None)
         if seal is not None:
             seal.cancel()
+        return seal
 
     def _delete_segment(self, segment: LogSegment) -> None:
         """Delete ``segment``'s files, its marker last (at a start, a marker without its
-        log is removed)."""
-        self._cancel_seal(segment)
+        log is removed). A seal under way stays among those flushes wait for until a
+        directory fsync after the deletion (``_sync_dir``): until then a power cut brings
+        the segment back, with its marker, and had its fsync not been waited for, the
+        start would find it cut short and drop every segment after it (Log._open)."""
+        seal = self._cancel_seal(segment)
+        if seal is not None and not seal.unmarked:
+            self._unlinked.append(seal)
         segment.delete()
         with contextlib.suppress(FileNotFoundError):
             self.disk.unlink(marker_path(self.dir, segment.base_offset))
+
+    def _sync_dir(self) -> None:
+        """fsync the log's directory: the deletions before it are durable from its success
+        on, and their seals no longer held for flushes."""
+        deleted = len(self._unlinked)
+        self.disk.fsync_dir(self.dir)
+        del self._unlinked[:deleted]
 
     @property
     def unflushed_messages(self) -> int:
@@ -604,8 +636,10 @@ class Log:
                 deleted += 1
         if deleted:
             # A deletion lost to a power cut would bring the segment back below the log
-            # start; harmless, but the directory is synced so that it stays gone.
-            self.disk.fsync_dir(self.dir)
+            # start (harmless once its bytes are on disk: _delete_segment), but the
+            # directory is synced so that it stays gone. A failure is the caller's OSError:
+            # the deleted segments' seals are waited for until a later fsync succeeds.
+            self._sync_dir()
         return deleted
 
     @staticmethod
@@ -661,7 +695,7 @@ class Log:
                      b"%d\n" % offset)
         self._log_start_checkpoint = offset  # the file says so now, whatever follows
         try:
-            disk.fsync_dir(self.dir)
+            self._sync_dir()
         except OSError as exc:
             if out_of_descriptors(exc):
                 raise  # not synced yet: the next fsync of the directory makes it durable
@@ -669,7 +703,7 @@ class Log:
                                 f"start checkpoint moved to {offset}: {exc}") from exc
         try:
             if self._delete_segments_below_start():
-                disk.fsync_dir(self.dir)
+                self._sync_dir()
         except OSError as exc:
             log.error("%s: deleting segments below the log start %d failed (%s); retention "
                       "or the next start retries", self.dir, offset, exc)
@@ -681,26 +715,36 @@ class Log:
         whole), durably. The caller abandons the log and opens it again: the cut segment is
         recovered then, its indexes rebuilt by the path every unclean start takes. Below the
         first segment, the log starts over empty at ``offset`` (Kafka's
-        truncateFullyAndStartAt)."""
+        truncateFullyAndStartAt). LogDirFailure when a step fails: the cut is then half
+        done, and segments deleted but not durably so could come back after a power cut
+        beside what is appended after the cut. (Out of descriptors, an OSError: the step
+        never ran, and running out is never the directory's failure.)"""
         if offset >= self.log_end_offset:
             return
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self._delete_segment(self.segments.pop())
-            self._base_offsets.pop()
-        segment = self.active
-        if offset <= segment.base_offset:
-            self._delete_segment(segment)
-            self.segments[-1] = self._new_segment(offset)
-            self._base_offsets[-1] = offset
-            self._log_start_checkpoint = min(self._log_start_checkpoint, offset)
-        else:
-            position = segment.position_of(offset)
-            if position is not None:
-                # Its seal must not write its indexes after the cut: its marker stays, and
-                # the reopening that follows a truncation recovers the segment.
-                self._cancel_seal(segment)
-                segment.truncate_at(position)
-        self.disk.fsync_dir(self.dir)
+        try:
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                self._delete_segment(self.segments.pop())
+                self._base_offsets.pop()
+            segment = self.active
+            if offset <= segment.base_offset:
+                self._delete_segment(segment)
+                self.segments[-1] = self._new_segment(offset)
+                self._base_offsets[-1] = offset
+                self._log_start_checkpoint = min(self._log_start_checkpoint, offset)
+            else:
+                position = segment.position_of(offset)
+                if position is not None:
+                    # Its seal must not write its indexes after the cut: its marker stays
+                    # (the cut's fsync makes what is left of it durable), and the reopening
+                    # that follows a truncation recovers the segment.
+                    self._cancel_seal(segment)
+                    segment.truncate_at(position)
+            self._sync_dir()
+        except OSError as exc:
+            if out_of_descriptors(exc):
+                raise
+            raise LogDirFailure(f"{self.dir}: truncating to offset {offset} failed: "
+                                f"{exc}") from exc
         log.info("%s: truncated to offset %d", self.dir, offset)
 
     def _delete_first(self, reason: str) -> None:
@@ -712,16 +756,18 @@ class Log:
     # --- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Clean shutdown: wait for the seals under way (LogDirFailure when one failed, or
-        they took more than SEAL_WAIT_S), seal the active segment, and leave the marker that
-        skips recovery."""
-        wait_done(self.pending_seals())
+        """Clean shutdown: wait for the seals under way (LogDirFailure when a fsync failed;
+        OSError when they took more than SEAL_WAIT_S: the next start recovers them), seal
+        the active segment, and leave the marker that skips recovery. A seal whose index
+        files failed keeps its marker: the next start recovers that segment."""
+        self.pending_seals()
+        wait_done(list(self._seals.values()))
         self.active.seal()
         for segment in self.segments:
             segment.close()
         marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
         self.disk.close(self.disk.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-        self.disk.fsync_dir(self.dir)
+        self._sync_dir()
 
     def abandon(self) -> None:
         """Close the files without sealing anything: the directory failed, and the next start
@@ -735,10 +781,10 @@ class Log:
 
     def _cancel_seals(self) -> None:
         for segment in list(self._seals):
-            try:
-                self._cancel_seal(segment)
-            except LogDirFailure as exc:
-                log.error("%s: %s", self.dir, exc)
+            self._cancel_seal(segment)
+        unlinked, self._unlinked = self._unlinked, []
+        for seal in unlinked:
+            seal.cancel()
 
     def delete(self) -> None:
         self._cancel_seals()
