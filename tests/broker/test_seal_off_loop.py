@@ -17,6 +17,7 @@ in a worker waits at a gate the test opens (GatedDisk, a MemoryDisk).
 * A truncation whose directory fsync fails takes the directory offline.
 * A seal queued behind others holds the flush as long as it takes, never takes the
   directory offline (no bound counts the time it waited its turn).
+* DeleteRecords waits for a seal in a worker, the event loop free meanwhile.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ import os
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncelog.broker import partition as partition_module
+from oncelog.broker.apis import partition_admin
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.log.log import CLEAN_SHUTDOWN_FILE, LogConfig
@@ -446,3 +450,35 @@ def test_a_seal_queued_behind_others_holds_the_flush_and_never_takes_the_directo
     p.abandon()
     disk.power_loss(random.Random(20261129))
     assert values(open_partition(disk)) == list(range(written))
+
+
+def test_delete_records_waits_for_a_seal_off_the_event_loop(monkeypatch):
+    """DeleteRecords past what is on disk: its flush waits for a seal held at its fsync, in a
+    worker. The gate is opened by the event loop itself, which a wait on the loop would
+    hold until the seal's bound ran out (then the directory offline)."""
+    from oncelog.log import sealing  # (imported here: the tests run against main too)
+
+    monkeypatch.setattr(sealing, "SEAL_WAIT_S", 2.0)
+    disk = GatedDisk()
+    disk.makedirs(LOG_DIR)
+    p = open_partition(disk)
+    broker = SimpleNamespace(topics=SimpleNamespace(
+        partition=lambda topic, index: p, get=lambda topic: None,
+        topic_config=lambda topic, key: "delete"))
+
+    async def scenario() -> tuple[ErrorCode, int]:
+        n = await fill_segment0(p)
+        disk.armed = True
+        p.append_records(record(n))  # the roll: the seal held
+        p.append_records(record(n + 1))
+        await seal_held(disk)
+        asyncio.get_running_loop().call_soon(disk.release.set)
+        answer = partition_admin._delete_records(broker, "t", 0, n + 1)
+        if asyncio.iscoroutine(answer):
+            answer = await asyncio.wait_for(answer, WAIT_S)
+        return answer
+
+    assert asyncio.run(scenario()) == (ErrorCode.none, p.log.log_end_offset - 1)
+    assert not p.log_dir.offline
+    assert p.log.log_start_offset == p.log.log_end_offset - 1
+    p.close()

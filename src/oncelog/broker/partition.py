@@ -800,11 +800,36 @@ class Partition(OpensOffLoop):
         except LogDirFailure as exc:
             raise self.log_dir.fail(exc) from exc
 
+    async def delete_records_async(self, offset: int) -> int:
+        """``delete_records`` for the event loop: what must be on disk first is made so by
+        a flush round (in a worker, waiting for the seals under way), never on the loop.
+        OSError (EAGAIN) when the log was replaced meanwhile (a truncation) and the round
+        covered nothing of the new one: the client retries."""
+        if offset > self.log.log_start_offset and offset > self.flushed_offset:
+            await _own(self._request_flush())
+            if offset > self.flushed_offset:
+                raise OSError(errno.EAGAIN, f"{self.name}: the log changed while the records "
+                                            f"before {offset} were made durable")
+        return self.delete_records(offset)
+
+    def follow_log_start(self, offset: int) -> None:
+        """A follower's log start follows its leader's: moved now when the records before
+        ``offset`` are on disk, else a flush round is started and the next fetch answer
+        (which carries the leader's log start again) moves it."""
+        if offset <= self.log.log_start_offset:
+            return
+        if offset > self.flushed_offset:
+            self._request_flush()
+            return
+        self.delete_records(offset)
+
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start forward to ``offset`` (the caller checked it is
         at most the high watermark); returns the log start after it. Producer state is left
         as retention leaves it. OSError: nothing changed (a failed fsync or the directory's
-        failure takes the directory offline, as for an append)."""
+        failure takes the directory offline, as for an append). Flushes on the calling
+        thread when ``offset`` is not on disk yet: the event loop's callers use
+        ``delete_records_async`` or ``follow_log_start``, which never get here then."""
         plog = self.log
         if offset <= plog.log_start_offset:
             return plog.log_start_offset  # it only moves forward

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import inspect
 import logging
 import threading
 import time
@@ -367,12 +368,14 @@ async def open_all(partitions: Iterable[OpensOffLoop | None], writing: bool = Fa
 
 def opened_first(partitions: list[OpensOffLoop | None], answer: Callable[[], Any]) -> Any:
     """A handler's ``answer()``: at once when it opens no log, else a coroutine giving it
-    once the logs it would open were opened in worker threads (``open_all``)."""
+    once the logs it would open were opened in worker threads (``open_all``). ``answer``
+    may itself give a coroutine (a handler that then waits too)."""
     if not any(p is not None and p.needs_open for p in partitions):
         return answer()
 
     async def opened() -> Any:
         await open_all(partitions)
-        return answer()
+        answered = answer()
+        return await answered if inspect.iscoroutine(answered) else answered
 
     return opened()

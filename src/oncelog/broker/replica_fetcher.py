@@ -308,5 +308,6 @@ class LeaderFetcher:
             replication.high_watermark = new_hw
             partition._wake_waiters()
         if result.log_start_offset > partition.log.log_start_offset:
-            # DeleteRecords on the leader (or its retention): the log start follows it
-            partition.delete_records(min(result.log_start_offset, end))
+            # DeleteRecords on the leader (or its retention): the log start follows it,
+            # once what is before it is on disk (a flush round started, else)
+            partition.follow_log_start(min(result.log_start_offset, end))

@@ -111,8 +111,9 @@ def _added(broker, topics) -> int:
 # --- DeleteRecords -----------------------------------------------------------------------------
 
 def handle_delete_records(broker, request: Request):
-    """The answer; a coroutine giving it when a log written before a restart must be
-    opened first (in a worker thread)."""
+    """A coroutine giving the answer: a log written before a restart is opened first (in a
+    worker thread), and the records before each new log start are made durable by a flush
+    round (in a worker thread too) before the log start checkpoint names it."""
     names = {t.name for t in request.body.topics}
     deletable = authorize.allowed_names(broker, request, Op.DELETE, Rt.TOPIC, names)
     named = [broker.topics.partition(t.name, p.partition_index)  # authorized first
@@ -121,13 +122,14 @@ def handle_delete_records(broker, request: Request):
     return opened_first(named, lambda: _delete_records_now(broker, request, deletable))
 
 
-def _delete_records_now(broker, request: Request, deletable: set[str]):
+async def _delete_records_now(broker, request: Request, deletable: set[str]):
     mod = response_module(DELETE_RECORDS, request.api_version)
     topics = []
     for t in request.body.topics:
         results = []
         for p in t.partitions:
-            error, low_watermark = _delete_records(broker, t.name, p.partition_index, p.offset) \
+            error, low_watermark = \
+                await _delete_records(broker, t.name, p.partition_index, p.offset) \
                 if t.name in deletable else (ErrorCode.topic_authorization_failed, -1)
             results.append(build(mod.DeleteRecordsPartitionResult,
                                  partition_index=p.partition_index, low_watermark=low_watermark,
@@ -154,7 +156,8 @@ def _refusal(broker, topic: str, index: int) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+async def _delete_records(broker, topic: str, index: int, offset: int
+                          ) -> tuple[ErrorCode, int]:
     """(error, low watermark) of one partition. The response has no message field: the
     reason of a refusal is in the broker's log."""
     def refused(error: ErrorCode, why: str) -> tuple[ErrorCode, int]:
@@ -174,7 +177,7 @@ def _delete_records(broker, topic: str, index: int, offset: int) -> tuple[ErrorC
         if wanted > hw:
             return refused(ErrorCode.offset_out_of_range,
                            f"the offset {wanted} is larger than the high watermark {hw}")
-        return ErrorCode.none, partition.delete_records(wanted)
+        return ErrorCode.none, await partition.delete_records_async(wanted)
     except OSError as exc:
         log.error("delete records of %s-%d before offset %d failed: %s", topic, index, offset,
                   exc)
