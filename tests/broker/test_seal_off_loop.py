@@ -18,6 +18,8 @@ in a worker waits at a gate the test opens (GatedDisk, a MemoryDisk).
 * A seal queued behind others holds the flush as long as it takes, never takes the
   directory offline (no bound counts the time it waited its turn).
 * DeleteRecords waits for a seal in a worker, the event loop free meanwhile.
+* A close after a seal's failed fsync declares the directory offline at once, so that a
+  move between log directories never goes on with the partition.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.broker import partition as partition_module
 from oncelog.broker.apis import partition_admin
+from oncelog.broker.log_dir_moves import LogDirMoves, Move, MoveFailed
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
 from oncelog.log.log import CLEAN_SHUTDOWN_FILE, LogConfig
@@ -482,3 +485,36 @@ def test_delete_records_waits_for_a_seal_off_the_event_loop(monkeypatch):
     assert not p.log_dir.offline
     assert p.log.log_start_offset == p.log.log_end_offset - 1
     p.close()
+
+
+def test_a_close_after_a_failed_seal_stops_a_move_between_log_directories(tmp_path):
+    """The seal's fsync failed and its report has not reached the event loop yet when a
+    move's last step closes the partition: the close declares the directory offline, and
+    the move stops there (never copying nor committing a partition whose fsync failed)."""
+    source, target = str(tmp_path / "a"), str(tmp_path / "b")
+    disk = GatedDisk()
+    disk.makedirs(source)
+    p = Partition("t", 0, os.path.join(source, "t-0"), CONFIG, 1 << 20, StateLimits(),
+                  Issued(), log_dir=LogDir(source), disk=disk)
+    assert p.state is not None
+    moves = LogDirMoves(SimpleNamespace(disk=disk, store=None, log_dirs={},
+                                        placed_in=lambda a, b: None))
+
+    async def scenario() -> None:
+        n = await fill_segment0(p)
+        disk.armed = disk.fail = True
+        p.append_records(record(n))  # the roll: the seal held, then failing
+        await seal_held(disk)
+        seal = p.log.pending_seals()[0]
+        disk.release.set()
+        # Waited for on the loop: its report (Partition._sealed) cannot have run.
+        assert seal._done.wait(WAIT_S) and seal.error is not None
+        assert not p.log_dir.offline
+        move = Move(p, p.log_dir, LogDir(target))
+        moves.moving[p] = move
+        with pytest.raises(MoveFailed):
+            moves._finish(move)
+        assert p.log_dir.offline
+
+    asyncio.run(scenario())
+    assert not os.path.exists(tmp_path / "b")

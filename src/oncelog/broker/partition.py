@@ -935,6 +935,11 @@ class Partition(OpensOffLoop):
                       self.name, exc)
             plog.abandon()
             self._log = self._state = None
+            if isinstance(exc, LogDirFailure):
+                # A failed fsync (a seal's, whose own report may still be on its way to the
+                # loop): declared now, so that a caller going on after the close (a move
+                # between log directories) sees the directory offline.
+                self.log_dir.fail(exc)
             self._fail_flushes(self._this_flush, OSError(errno.EIO, str(exc)))
             return
         self._log = self._state = None
