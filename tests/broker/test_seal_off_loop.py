@@ -20,15 +20,19 @@ in a worker waits at a gate the test opens (GatedDisk, a MemoryDisk).
 * DeleteRecords waits for a seal in a worker, the event loop free meanwhile.
 * A close after a seal's failed fsync declares the directory offline at once, so that a
   move between log directories never goes on with the partition.
+* A power cut at each step of a move between log directories whose first copy pass ran
+  while a seal was in flight keeps every acknowledged batch, in one copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import os
 import random
+import shutil
 import threading
 import time
 from types import SimpleNamespace
@@ -41,6 +45,7 @@ from oncelog.broker.apis import partition_admin
 from oncelog.broker.log_dir_moves import LogDirMoves, Move, MoveFailed
 from oncelog.broker.log_dirs import LogDir
 from oncelog.broker.partition import Partition
+from oncelog.log.disk import OsDisk
 from oncelog.log.log import CLEAN_SHUTDOWN_FILE, LogConfig
 from oncelog.log.memory_disk import MemoryDisk
 from oncelog.producer_state.manager import StateLimits
@@ -518,3 +523,194 @@ def test_a_close_after_a_failed_seal_stops_a_move_between_log_directories(tmp_pa
 
     asyncio.run(scenario())
     assert not os.path.exists(tmp_path / "b")
+
+
+# --- a power cut at every step of a move between log directories, a seal in flight --------
+
+class PowerCut(BaseException):
+    """The power goes here: nothing after it runs (no handler takes it for an OSError)."""
+
+
+class PowerCutDisk(OsDisk):
+    """The real filesystem, journalling in memory what each fsync made durable of each file
+    (its size then, as InstrumentedDisk does, following renames of files and directories);
+    the power goes at its ``cut_at``-th file operation (from 0), after which ``cut`` leaves
+    each file with what was durable of it. (Names are not undone: a rename or unlink done
+    is taken as durable, a limit of a test on a real filesystem.)"""
+
+    def __init__(self) -> None:
+        self.cut_at: int | None = None
+        self.done: list[str] = []
+        self.durable: dict[str, int] = {}
+        self.paths: dict[int, str] = {}
+
+    def _step(self, name: str, target: str) -> None:
+        if self.cut_at is not None and len(self.done) >= self.cut_at:
+            raise PowerCut(name)
+        self.done.append(f"{name} {os.path.basename(target)}")
+
+    def open(self, path: str, flags: int, mode: int = 0o777) -> int:  # type: ignore[override]
+        path = os.path.abspath(path)
+        self._step("open", path)
+        fd = os.open(path, flags, mode)
+        self.paths[fd] = path
+        if flags & os.O_TRUNC:
+            self.durable[path] = 0
+        return fd
+
+    def close(self, fd: int) -> None:  # type: ignore[override]
+        self.paths.pop(fd, None)
+        os.close(fd)
+
+    def dup(self, fd: int) -> int:  # type: ignore[override]
+        new = os.dup(fd)
+        self.paths[new] = self.paths.get(fd, "")
+        return new
+
+    def write(self, fd: int, data) -> int:  # type: ignore[override]
+        self._step("write", self.paths.get(fd, ""))
+        return os.write(fd, data)
+
+    def writev(self, fd: int, parts) -> int:  # type: ignore[override]
+        self._step("writev", self.paths.get(fd, ""))
+        return os.writev(fd, parts)
+
+    def ftruncate(self, fd: int, length: int) -> None:  # type: ignore[override]
+        path = self.paths.get(fd, "")
+        self._step("ftruncate", path)
+        os.ftruncate(fd, length)
+        self.durable[path] = min(self.durable.get(path, 0), length)
+
+    def fsync(self, fd: int) -> None:  # type: ignore[override]
+        path = self.paths.get(fd, "")
+        self._step("fsync", path)
+        size = os.fstat(fd).st_size
+        os.fsync(fd)
+        self.durable[path] = size
+
+    fdatasync = fsync
+
+    def unlink(self, path: str) -> None:  # type: ignore[override]
+        path = os.path.abspath(path)
+        self._step("unlink", path)
+        os.unlink(path)
+        self.durable.pop(path, None)
+
+    def rename(self, src: str, dst: str) -> None:  # type: ignore[override]
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        self._step("rename", src)
+        os.replace(src, dst)
+        for path in [p for p in self.durable if p == src or p.startswith(src + os.sep)]:
+            self.durable[dst + path[len(src):]] = self.durable.pop(path)
+
+    def fsync_dir(self, path: str) -> None:  # type: ignore[override]
+        self._step("fsync_dir", path)
+        OsDisk.fsync_dir(path)
+
+    def open_dir(self, path: str) -> int:  # type: ignore[override]
+        self._step("open_dir", path)
+        return OsDisk.open_dir(path)
+
+    def fsync_open_dir(self, fd: int) -> None:  # type: ignore[override]
+        self._step("fsync_open_dir", str(fd))
+        os.fsync(fd)
+
+    def cut(self, root: str) -> None:
+        """The power cut: every descriptor gone, every file cut back to what was durable."""
+        for fd in list(self.paths):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.paths.clear()
+        for folder, _, names in os.walk(root):
+            for name in names:
+                path = os.path.join(folder, name)
+                os.truncate(path, min(os.path.getsize(path), self.durable.get(path, 0)))
+
+
+def move_history(root: str, disk: OsDisk, acked: list[int]) -> None:
+    """Batches acknowledged, two more on disk only by the seal of segment 0, which is held
+    while a move's first copy pass runs; the seal ends, the rest is acknowledged, the move
+    finishes (close, last copy, fsyncs, commit, rename), and the partition, opened again in
+    its new directory, takes one more."""
+    a, b = os.path.join(root, "a"), os.path.join(root, "b")
+    source, target = LogDir(a), LogDir(b)
+    p = Partition("t", 0, os.path.join(a, "t-0"), CONFIG, 1 << 20, StateLimits(), Issued(),
+                  log_dir=source, disk=disk)
+    held: list = []
+    p._start_seal = held.append  # the partition's rolls hand their seals to the test
+    for n in range(3):
+        p.append_records(record(n))
+        p.flush_now()
+        acked.append(n)
+    for n in range(3, 5):
+        p.append_records(record(n))
+    p._roll()
+    for n in range(5, 7):
+        p.append_records(record(n))
+    moves = LogDirMoves(SimpleNamespace(disk=disk, store=None, log_dirs={a: source, b: target},
+                                        placed_in=lambda s, t: None))
+    move = Move(p, source, target)
+    moves.moving[p] = move
+    os.makedirs(move.future_dir)
+    moves._copy_pass(move, True)  # the seal of segment 0 in flight: its marker copied
+    held.pop().run()
+    p.flush_now()
+    acked.extend(range(3, 7))
+    moves._copy_pass(move, True)
+    moves._finish(move)
+    assert p.dir == os.path.join(b, "t-0")
+    p.append_records(record(7))
+    p.flush_now()
+    acked.append(7)
+    p.close()
+
+
+def join_removals() -> None:
+    """Wait for a finished move's removal of its source, in the background."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("moved-"):
+            thread.join(WAIT_S)
+
+
+def test_power_lost_at_any_step_of_a_move_with_a_seal_in_flight_keeps_every_ack(tmp_path):
+    """A power cut at each file operation of the history above: the start (the moves'
+    recovery, then the partition opened wherever the commit decided) finds every
+    acknowledged batch once, at its offset, with no hole and no marker left."""
+    whole = PowerCutDisk()
+    os.makedirs(tmp_path / "whole" / "a")
+    os.makedirs(tmp_path / "whole" / "b")
+    move_history(str(tmp_path / "whole"), whole, [])
+    join_removals()
+    steps = whole.done[:]
+    assert any(s.startswith("rename t-0") for s in steps), steps
+    for cut_at in range(len(steps) + 1):
+        root = str(tmp_path / f"cut{cut_at}")
+        a, b = os.path.join(root, "a"), os.path.join(root, "b")
+        os.makedirs(a)
+        os.makedirs(b)
+        disk = PowerCutDisk()
+        disk.cut_at = cut_at
+        acked: list[int] = []
+        try:
+            move_history(root, disk, acked)
+        except PowerCut:
+            pass
+        join_removals()  # (the power would stop them; what they removed stays removed)
+        disk.cut(root)
+        where = f"the power cut at #{cut_at} ({steps[cut_at - 1] if cut_at else '-'} done)"
+        LogDirMoves(SimpleNamespace(disk=OsDisk(), store=None,
+                                    log_dirs={a: LogDir(a), b: LogDir(b)},
+                                    placed_in=lambda s, t: None)).recover()
+        live = [d for d in (a, b) if os.path.isdir(os.path.join(d, "t-0"))]
+        assert len(live) == 1, f"{where}: {os.listdir(a)} {os.listdir(b)}"
+        leftovers = [n for d in (a, b) for n in os.listdir(d)
+                     if n != "t-0" and not n.endswith("-delete")]
+        assert not leftovers, f"{where}: {leftovers}"
+        p = Partition("t", 0, os.path.join(live[0], "t-0"), CONFIG, 1 << 20, StateLimits(),
+                      Issued(), log_dir=LogDir(live[0]), disk=OsDisk())
+        kept = values(p)
+        assert kept == list(range(len(kept))), where
+        assert set(acked) <= set(kept), f"acknowledged batches lost: {where}"
+        assert not [n for n in os.listdir(p.dir) if n.endswith(".unsealed")], where
+        p.close()
+        shutil.rmtree(root)

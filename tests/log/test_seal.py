@@ -12,12 +12,14 @@ what was not synced (memory_disk.py), and the partition is opened again as a sta
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import logging
 import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -406,3 +408,223 @@ def test_cancelling_a_seal_waits_for_none_of_its_index_writes(monkeypatch):
     names = disk.listdir(DIRECTORY)
     assert not [n for n in names if n.startswith("00000000000000000000")], names
     log.close()
+
+
+# --- a power cut at every step of retention, DeleteRecords, a truncation and a clean, with a
+# seal in flight -------------------------------------------------------------------------
+
+def put(log: Log, i: int, tag: bytes = b"a", key: bytes | None = None) -> bytes:
+    """Batch ``i`` of generation ``tag`` at offset ``i``; returns its value's name."""
+    name = b"%d:%s" % (i, tag)
+    batch = encode_batch([(key, name + b"|" + b"." * 200, (), TIMESTAMP + i)])
+    headers = split_batches(batch, 1 << 20)
+    headers, parts = assign_offsets(batch, headers, log.log_end_offset, 0)
+    log.append(parts, headers)
+    assert headers[0].base_offset == i
+    return name
+
+
+def kept_values(partition: Partition) -> list[bytes]:
+    """The batches from the log start to the log end: one at each offset (no hole, none
+    twice), each the batch put there."""
+    plog, found = partition.log, []
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1 << 20).records
+        assert data, f"nothing readable at {offset} below the log end {plog.log_end_offset}"
+        pos = 0
+        while pos < len(data):
+            header, records = decode_batch(data, pos)
+            assert header.base_offset == offset, "offsets are not contiguous"
+            name = records[0].value.split(b"|")[0]
+            assert int(name.split(b":")[0]) == offset, (name, offset)
+            found.append(name)
+            offset = header.last_offset + 1
+            pos += header.size
+    return found
+
+
+class Acks:
+    """What a history put, what of it was acknowledged (a flush returned after it), and
+    below which offset retention or DeleteRecords may have taken it away."""
+
+    def __init__(self) -> None:
+        self.appended: dict[int, bytes] = {}
+        self.acked: dict[int, bytes] = {}
+        self.floor = 0
+
+    def put(self, log: Log, i: int, tag: bytes = b"a", key: bool = False) -> None:
+        self.appended[i] = put(log, i, tag, b"k%d" % i if key else None)
+
+    def flush(self, log: Log) -> None:
+        log.flush()
+        self.acked.update((o, v) for o, v in self.appended.items() if o < log.log_end_offset)
+
+    def truncating_to(self, offset: int) -> None:
+        assert all(o < offset for o in self.acked), "a history never cuts what it acknowledged"
+        self.appended = {o: v for o, v in self.appended.items() if o < offset}
+
+    def required(self) -> set[bytes]:
+        return {v for o, v in self.acked.items() if o >= self.floor}
+
+
+def retention_history(seal_first: bool) -> Callable[[MemoryDisk, Acks], None]:
+    """Retention deletes segment 0 (two batches on disk only by its seal), then segment 5,
+    each while its seal is held (or, ``seal_first``, just after the first seal ran)."""
+    def history(disk: MemoryDisk, acks: Acks) -> None:
+        log = Log(DIRECTORY, CONFIG, disk)
+        held: list[Seal] = []
+        for i in range(3):
+            acks.put(log, i)
+        acks.flush(log)
+        for i in range(3, 5):
+            acks.put(log, i)
+        log.roll(held.append)
+        for i in range(5, 8):
+            acks.put(log, i)
+        if seal_first:
+            held.pop().run()
+        log.config = dataclasses.replace(CONFIG, retention_bytes=0)
+        acks.floor = 5
+        assert log.delete_old_segments(TIMESTAMP) == 1
+        for seal in held:  # cancelled by the deletion: its fsync only
+            seal.run()
+        held.clear()
+        acks.flush(log)
+        log.roll(held.append)
+        for i in range(8, 10):
+            acks.put(log, i)
+        acks.floor = 8
+        assert log.delete_old_segments(TIMESTAMP) == 1
+        acks.flush(log)
+        held.pop().run()
+        acks.put(log, 10)
+        acks.flush(log)
+        log.close()
+    return history
+
+
+def delete_records_history(disk: MemoryDisk, acks: Acks) -> None:
+    """DeleteRecords to offset 8 deletes segments 0 and 5, the seal of 5 held."""
+    log = Log(DIRECTORY, CONFIG, disk)
+    held: list[Seal] = []
+    for i in range(5):
+        acks.put(log, i)
+    acks.flush(log)
+    log.roll(held.append)
+    for i in range(5, 8):
+        acks.put(log, i)
+    held.pop().run()
+    acks.flush(log)
+    log.roll(held.append)
+    for i in range(8, 10):
+        acks.put(log, i)
+    acks.floor = 8
+    log.advance_log_start(8)  # what precedes it is on disk (the caller's promise)
+    held.pop().run()
+    acks.flush(log)
+    acks.put(log, 10)
+    acks.flush(log)
+    log.close()
+
+
+def truncation_history(seal_first: bool) -> Callable[[MemoryDisk, Acks], None]:
+    """A follower's cut to offset 6 with the seals of segments 0 and 5 held (or,
+    ``seal_first``, the first one run), then the log opened again as the partition opens
+    it after a cut, and written to."""
+    def history(disk: MemoryDisk, acks: Acks) -> None:
+        log = Log(DIRECTORY, CONFIG, disk)
+        held: list[Seal] = []
+        for i in range(5):
+            acks.put(log, i)
+        acks.flush(log)
+        log.roll(held.append)
+        for i in range(5, 8):
+            acks.put(log, i)
+        if seal_first:
+            held.pop().run()
+        log.roll(held.append)
+        for i in range(8, 10):
+            acks.put(log, i)
+        acks.truncating_to(6)
+        log.truncate_to(6)
+        log.abandon()
+        for seal in held:  # cancelled: their fsync only
+            seal.run()
+        reopened = Log(DIRECTORY, CONFIG, disk)
+        reopened.seal_recovered()
+        acks.flush(reopened)
+        for i in range(6, 8):
+            acks.put(reopened, i, b"b")
+        acks.flush(reopened)
+        reopened.close()
+    return history
+
+
+def clean_history(disk: MemoryDisk, acks: Acks) -> None:
+    """A compacted log of unique keys: the clean rewrites segments 0 and 4 and swaps them
+    in while the seal of segment 8 is held."""
+    config = dataclasses.replace(CONFIG, compaction=CompactionConfig(
+        min_cleanable_dirty_ratio=0.0))
+    log = Log(DIRECTORY, config, disk)
+    held: list[Seal] = []
+    for first in (0, 4):
+        for i in range(first, first + 4):
+            acks.put(log, i, key=True)
+        acks.flush(log)
+        log.roll(held.append)
+        held.pop().run()
+    for i in range(8, 10):
+        acks.put(log, i, key=True)
+    log.roll(held.append)
+    for i in range(10, 12):
+        acks.put(log, i, key=True)
+    result = cleaning.run(cleaning.clean(log, {}, TIMESTAMP + 100, 1 << 20))
+    assert result is not None and result.segments_before == 2
+    held.pop().run()
+    acks.flush(log)
+    log.close()
+
+
+@pytest.mark.parametrize("history", [
+    pytest.param(retention_history(False), id="retention-seal-held"),
+    pytest.param(retention_history(True), id="retention-seal-run-first"),
+    pytest.param(delete_records_history, id="delete-records"),
+    pytest.param(truncation_history(False), id="truncation-seals-held"),
+    pytest.param(truncation_history(True), id="truncation-first-seal-run"),
+    pytest.param(clean_history, id="clean"),
+])
+def test_power_lost_at_any_step_with_a_seal_in_flight_keeps_every_acknowledged_batch(
+        history):
+    """Every acknowledged batch (not deleted by retention or DeleteRecords before the cut)
+    is there after a power cut at each file operation, once, at its offset, with nothing
+    after a hole; and what the start kept is what the next starts find."""
+    whole = CuttingDisk()
+    whole.makedirs(LOG_DIR)
+    history(whole, Acks())
+    steps = whole.done[:]
+    for cut_at in range(len(steps) + 1):
+        for seed in SEEDS[:2]:
+            disk = CuttingDisk()
+            disk.makedirs(LOG_DIR)
+            disk.cut_at = cut_at
+            acks = Acks()
+            try:
+                history(disk, acks)
+            except PowerCut:
+                pass
+            disk.restore()
+            disk.power_loss(random.Random(seed))
+            where = f"the power cut at #{cut_at} ({steps[cut_at - 1] if cut_at else '-'} " \
+                    f"done), seed {seed}"
+            partition = open_partition(disk)
+            kept = kept_values(partition)
+            assert acks.required() <= set(kept), f"acknowledged batches lost: {where}"
+            assert not [n for n in disk.listdir(DIRECTORY) if n.endswith(UNSEALED_SUFFIX)], \
+                where
+            partition.abandon()
+            disk.power_loss(random.Random(seed + 1))
+            again = open_partition(disk)
+            assert kept_values(again) == kept, where
+            again.close()
+            assert kept_values(open_partition(disk)) == kept, where
