@@ -113,8 +113,9 @@ def plan(plog: Log, now_ms: int, last_stable_offset: int = LONG_MAX) -> Cleanabl
     first_dirty = plog.first_dirty_offset
     if first_dirty is None:
         first_dirty = plog.log_start_offset
-    # Nothing from a segment still being sealed on: its marker's removal is not durable
-    # until a directory fsync (the swap's) after it (sealing.py).
+    # Nothing from a segment not sealed for good on (its marker's removal not durable yet):
+    # a start scans a marked segment as contiguous, and would take a compacted one's offset
+    # gaps for damage and drop every segment after it (sealing.py).
     return cleanable(plog.summaries(), first_dirty, now_ms, plog.config.compaction,
                      plog.next_delete_horizon_ms, min(last_stable_offset, plog.sealed_end))
 
