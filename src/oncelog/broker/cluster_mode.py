@@ -46,6 +46,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
+from ..cluster.departed_brokers import DepartedBrokers
 from ..cluster.leader_election import HANDOVER_TIMEOUT_S, Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
 from ..cluster.placement import Candidate, PlacementError, assign, usable
@@ -110,6 +111,8 @@ class ClusterMode:
         self._started = False
         self._live_of: tuple = ()
         self._live: frozenset[int] = frozenset()
+        self._departed = DepartedBrokers()  # what Metadata names besides the registered
+        self._observed_of: tuple = ()
         self.cache.add_listener(self._cache_changed)
 
     def _known_topic_id(self, name: str) -> str | None:
@@ -203,7 +206,10 @@ class ClusterMode:
 
     def _apply(self, _names: set[str]) -> None:
         # The local replicas take a changed config from the replica manager, which follows
-        # the same znodes; here only the requests waiting for the cluster's picture.
+        # the same znodes; here the requests waiting for the cluster's picture, and whether
+        # a departed broker still leads anything (D2 of departed_brokers.py).
+        if self._departed.departed:
+            self._note_departed_leaders()
         for event in list(self._waiters):
             event.set()
 
@@ -235,6 +241,25 @@ class ClusterMode:
         if brokers is not self._live_of:
             self._live_of, self._live = brokers, frozenset(b.broker_id for b in brokers)
         return self._live
+
+    def metadata_brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The brokers a Metadata answer names: the registered, and those that left a
+        moment ago (cluster/departed_brokers.py: librdkafka must not see a dead leader's
+        partitions moved and the leader dropped in one answer)."""
+        brokers = self.member.brokers
+        if brokers is not self._observed_of:
+            self._observed_of = brokers
+            self._departed.observe(brokers, time.monotonic())
+            if self._departed.departed:
+                self._note_departed_leaders()
+        return self._departed.named(brokers, time.monotonic())
+
+    def _note_departed_leaders(self) -> None:
+        """One walk of the picture, only while some broker is departed (seconds)."""
+        departed = self._departed.departed
+        leading = {p.leader for t in self.cache.image.topics.values() for p in t.partitions
+                   if p.leader in departed}
+        self._departed.leaders(leading, time.monotonic())
 
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:
         """A broker that cannot vouch for its ZooKeeper session (membership.py's standing
