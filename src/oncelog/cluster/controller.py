@@ -206,6 +206,16 @@ class Controller:
     def live_brokers(self) -> frozenset[int]:
         """The registered brokers, less those that bounced since this controller last saw
         them (counted dead until a pass lands every decision)."""
+        return self._live_and_absent()[0]
+
+    def _live_and_absent(self) -> tuple[frozenset[int], dict[int, int]]:
+        """``live_brokers``, and the brokers known registered before and not now, with the
+        registration (czxid) each was last seen with. An absent broker's registration is
+        kept until a pass that counted it dead lands every decision (``_forget``): only
+        then is it out of every ISR, and its return no bounce. A reader that merely saw it
+        gone (an ElectLeaders round, a pass whose write lost a race) acted on nothing, and
+        forgetting there made a quick bounce look like a first registration: the broker
+        stayed in every ISR and kept leading, whatever log it came back with."""
         ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self.wake)
         stats = self._gather([lambda b=b: self.zk.exists_async(f"{zn.BROKER_IDS}/{b}")
                               for b in ids])
@@ -218,9 +228,17 @@ class Controller:
                              "until it has caught up", broker)
                     self._bounced.add(broker)
                 self._registrations[broker] = czxid
-            for broker in self._registrations.keys() - found.keys():
-                del self._registrations[broker]  # seen dead: its return is no bounce
-            return frozenset(found) - self._bounced
+            absent = {b: czxid for b, czxid in self._registrations.items() if b not in found}
+            return frozenset(found) - self._bounced, absent
+
+    def _forget(self, absent: dict[int, int]) -> None:
+        """A pass counted these brokers dead and landed every decision: each is out of
+        every ISR, so a later registration of it is a first one (unless it came back
+        meanwhile and another reader saw it: then the czxid moved on, and it stays)."""
+        with self._registrations_lock:
+            for broker, czxid in absent.items():
+                if self._registrations.get(broker) == czxid:
+                    del self._registrations[broker]
 
     def shutting_down(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(
@@ -274,7 +292,7 @@ class Controller:
         concurrent write (another pass should follow at once)."""
         self.passes += 1
         self._watch_controller()
-        live = self.live_brokers()
+        live, absent = self._live_and_absent()
         with self._registrations_lock:  # those this pass counts dead (an ElectLeaders on
             counted_dead = set(self._bounced)  # another thread may find more meanwhile)
         shutting = self.shutting_down() & live
@@ -327,6 +345,8 @@ class Controller:
                     self.context.mark(topic.name, p)
             raise
         self._settle_owed(topics, counted_dead, skipped, decided, landed)
+        if all(landed.values()):
+            self._forget(absent)
         with self._handover_lock:
             self._handovers.keep_only({t.name for t in topics})
         if all(landed.values()):
