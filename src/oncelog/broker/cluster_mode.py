@@ -130,6 +130,8 @@ class ClusterMode:
     def start(self) -> None:
         """After the broker registered (ClusterMember.start), on the event loop."""
         self._loop = asyncio.get_running_loop()
+        self.member.on_brokers_changed = self._brokers_changed
+        self._observe_brokers()
         self.admin.ensure_paths()
         self.cache.start()
         self.controller.start()
@@ -200,6 +202,10 @@ class ClusterMode:
 
     # --- the cache's news, on the event loop -------------------------------------------
 
+    def _brokers_changed(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._observe_brokers)
+
     def _cache_changed(self, names: set[str]) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._apply, names)
@@ -246,19 +252,28 @@ class ClusterMode:
         """The brokers a Metadata answer names: the registered, and those that left a
         moment ago (cluster/departed_brokers.py: librdkafka must not see a dead leader's
         partitions moved and the leader dropped in one answer)."""
+        brokers = self._observe_brokers()
+        return self._departed.named(brokers, time.monotonic())
+
+    def _observe_brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The registered brokers, a departure among them observed with the leaders of
+        now: the membership pass tells as soon as the list changes, which is usually
+        before the controller's moves after it reach the cache (departed_brokers.py)."""
         brokers = self.member.brokers
         if brokers is not self._observed_of:
             self._observed_of = brokers
             self._departed.observe(brokers, time.monotonic())
             if self._departed.departed:
                 self._note_departed_leaders()
-        return self._departed.named(brokers, time.monotonic())
+        return brokers
 
     def _note_departed_leaders(self) -> None:
-        """One walk of the picture, only while some broker is departed (seconds)."""
-        departed = self._departed.departed
+        """One walk of the picture, only while some broker is departed (seconds). A
+        partition counts for D2 only while a registered broker of its ISR can take it
+        over: one it alone held goes to no leader, which races nothing in librdkafka."""
+        departed, live = self._departed.departed, self.live()
         leading = {p.leader for t in self.cache.image.topics.values() for p in t.partitions
-                   if p.leader in departed}
+                   if p.leader in departed and any(b in live for b in p.isr)}
         self._departed.leaders(leading, time.monotonic())
 
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:

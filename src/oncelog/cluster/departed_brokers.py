@@ -16,16 +16,25 @@ its partitions, the dead broker is decommissioned by a later answer, when it hol
 | row | broker                                                   | named           |
 |-----|----------------------------------------------------------|-----------------|
 | D1  | registered                                               | yes, as now     |
-| D2  | left; a partition's state still names it leader (no      | yes, as it was  |
-|     | election yet, or none possible)                          | registered      |
-| D3  | left, leads nothing, and it is less than GRACE_S since   | yes, as it was  |
-|     | this broker saw it leave, or saw it lead last            | registered      |
-| D4  | left longer ago, or registered again                     | no (D1 if again)|
+| D2  | left; a partition's state still names it leader, and a   | yes, as it was  |
+|     | registered broker of that ISR can take it over (no       | registered      |
+|     | election yet)                                            |                 |
+| D3  | left while leading, leads nothing now, and it is less    | yes, as it was  |
+|     | than GRACE_S since this broker saw it stop leading       | registered      |
+| D4  | left leading nothing another could take over (a          | no (D1 if again)|
+|     | controlled shutdown moved those before it left: no       |                 |
+|     | answer can race), or past D3's grace, or registered again|                 |
 
-A client that tries a named dead broker meets a refused connection (a dead process) or a
-connection timeout (a broker cut off) and asks another, as it does for a broker that died
-before its session expired; only Metadata names departed brokers (DescribeCluster, the
-Produce and Fetch answers' leader endpoints do not).
+D4's first case keeps a rolling restart's stopped broker out of Metadata at once: a
+client's fan-out to every named broker (ListGroups, as kafka-python's admin and ours send it)
+would otherwise meet its refused connection for the grace. The broker learns of a departure
+from its membership pass (ClusterMode observes it as soon as the list changes), which
+ZooKeeper's order puts before the controller's moves it reads; when it reads the moves first
+the departed broker leads nothing by then (D4) and librdkafka's race is back for that
+failover, never worse than Kafka. A client that tries a named dead broker meets a refused
+connection (a dead process) or a connection timeout (a broker cut off) and asks another, as
+it does for a broker that died before its session expired; only Metadata names departed
+brokers (DescribeCluster, the Produce and Fetch answers' leader endpoints do not).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ GRACE_S = 3.0  # librdkafka's metadata queries back off to 1 s: two of them, and
 @dataclass
 class _Departed:
     registration: BrokerRegistration
-    until: float  # named until then, unless it leads something (D2)
+    until: float  # named until then (D3), or while it leads something (D2)
     leading: bool
 
 
@@ -58,35 +67,37 @@ class DepartedBrokers:
         return self._departed.keys()
 
     def observe(self, registered: Iterable[BrokerRegistration], now: float) -> None:
-        """The registrations read now: those gone since the last read begin their grace
-        (D3, or D2 once ``leaders`` says so), those back are D1 again."""
+        """The registrations read now: those gone since the last read are departed, named
+        only once ``leaders`` finds them leading (D2); those back are D1 again."""
         current = {b.broker_id: b for b in registered}
         for broker_id, gone in self._registered.items():
             if broker_id not in current:
-                self._departed[broker_id] = _Departed(gone, now + GRACE_S, False)
+                self._departed[broker_id] = _Departed(gone, now, False)
         for broker_id in current:
             self._departed.pop(broker_id, None)
         self._registered = current
 
     def leaders(self, leading: Collection[int], now: float) -> None:
         """Which departed brokers some partition's state names leader now (D2); one that
-        stops leading is named GRACE_S more from now (D3)."""
+        stops leading is named GRACE_S more from now (D3); one that led nothing since it
+        left is forgotten (D4)."""
         for broker_id, d in self._departed.items():
             if broker_id in leading:
                 d.leading = True
             elif d.leading:
                 d.leading, d.until = False, now + GRACE_S
+        self._expire(now)
 
     def named(self, registered: tuple[BrokerRegistration, ...], now: float
               ) -> tuple[BrokerRegistration, ...]:
-        """The brokers to name, by id: ``registered`` (D1) and the departed under D2/D3;
-        those past their grace are forgotten (D4)."""
-        if not self._departed:
-            return registered
-        for broker_id in [b for b, d in self._departed.items()
-                          if not d.leading and d.until <= now]:
-            del self._departed[broker_id]
+        """The brokers to name, by id: ``registered`` (D1) and the departed under D2/D3."""
+        self._expire(now)
         if not self._departed:
             return registered
         return tuple(sorted((*registered, *(d.registration for d in self._departed.values())),
                             key=lambda b: b.broker_id))
+
+    def _expire(self, now: float) -> None:
+        for broker_id in [b for b, d in self._departed.items()
+                          if not d.leading and d.until <= now]:
+            del self._departed[broker_id]  # D4
