@@ -47,7 +47,7 @@ from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
 from ..cluster.departed_brokers import DepartedBrokers
-from ..cluster.leader_election import HANDOVER_TIMEOUT_S, Ask
+from ..cluster.leader_election import Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
 from ..cluster.placement import Candidate, PlacementError, assign, usable
 from ..cluster.unreadable import Unreadable
@@ -306,7 +306,7 @@ class ClusterMode:
         answers, waiting = await asyncio.to_thread(self.controller.elect, wanted, ask)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(timeout.total_seconds(), 0.0),
-                                     HANDOVER_TIMEOUT_S + _HANDOVER_MARGIN_S)
+                                     self.controller.handover_bound_s + _HANDOVER_MARGIN_S)
         while waiting and loop.time() < deadline:
             await asyncio.sleep(_HANDOVER_POLL_S)  # the leader's ready write, or H3
             more, waiting = await asyncio.to_thread(self.controller.elect, waiting, ask, True)
