@@ -162,8 +162,6 @@ class Log:
         for i, base in enumerate(bases):
             segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk,
                                  files=self.files)
-            # Only the last segment is appended to; the others may have been compacted.
-            segment.offsets_contiguous = i == len(bases) - 1
             self.segments.append(segment)
             if clean or i < len(bases) - 1:
                 recovered += not segment.load()
