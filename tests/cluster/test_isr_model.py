@@ -230,14 +230,16 @@ def test_a_follower_truncates_to_exactly_the_common_prefix(logs, hw):
 
 
 @given(st.one_of(st.none(), st.integers(0, 5)), st.booleans(), st.integers(-1, 3),
-       st.integers(0, 6), st.booleans())
-def test_role_table(our_epoch, leading, leader, epoch, vouched):
-    role = isr.role_step(our_epoch, leading, leader, epoch, 1, vouched)
+       st.integers(0, 6), st.booleans(), st.booleans())
+def test_role_table(our_epoch, leading, leader, epoch, vouched, older):
+    role = isr.role_step(our_epoch, leading, leader, epoch, 1, vouched, older)
     if our_epoch is not None and epoch < our_epoch:
         assert role is isr.Role.IGNORE  # B1
     elif not vouched and ((leading and epoch == our_epoch) or
                           (leader == 1 and epoch != our_epoch)):
         assert role is isr.Role.FENCE  # B0
+    elif our_epoch is not None and epoch == our_epoch and leading and older:
+        assert role is isr.Role.IGNORE  # B8
     elif our_epoch is not None and epoch == our_epoch and not leading and leader == 1 \
             and vouched:
         assert role is isr.Role.BECOME_LEADER  # B7

@@ -137,6 +137,25 @@ def test_damaged_base_offset_is_cut_although_the_crc_does_not_cover_it(tmp_path)
     assert read_values(reopened) == [b"a", b"b"]
 
 
+def test_gaps_a_follower_took_from_a_compacted_leader_survive_an_unclean_restart(tmp_path):
+    """A follower appends a compacted leader's batches with the gaps between them, in the
+    segment it appends to; recovery after an unclean stop used to take that segment for a
+    contiguous one and cut it at the first gap, with every batch after it (found by a
+    review of the segment seal: log end 7 became 1)."""
+    from oncelog.protocol.record_batch import assign_offsets, split_batches
+
+    log = Log(str(tmp_path), LogConfig())
+    for base, value in ((0, b"a"), (3, b"b"), (6, b"c")):  # 1-2 and 4-5 compacted away
+        batch = encode_batch([(None, value, (), NOW)])
+        headers, parts = assign_offsets(batch, split_batches(batch, 1 << 30), base, 0)
+        log.append(parts, headers)
+    log.flush()
+    assert log.log_end_offset == 7
+    reopened = Log(str(tmp_path), LogConfig())  # not closed: the last segment is recovered
+    assert reopened.log_end_offset == 7
+    assert read_values(reopened) == [b"a", b"b", b"c"]
+
+
 def flip_byte(path: str, position: int) -> None:
     with open(path, "r+b") as f:
         f.seek(position)

@@ -46,7 +46,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..cluster import znodes as zn
-from ..cluster.leader_election import HANDOVER_TIMEOUT_S, Ask
+from ..cluster.departed_brokers import DepartedBrokers
+from ..cluster.leader_election import Ask
 from ..cluster.metadata_cache import ClusterImage, PartitionImage, encode_topic_id
 from ..cluster.placement import Candidate, PlacementError, assign, usable
 from ..cluster.unreadable import Unreadable
@@ -110,6 +111,8 @@ class ClusterMode:
         self._started = False
         self._live_of: tuple = ()
         self._live: frozenset[int] = frozenset()
+        self._departed = DepartedBrokers()  # what Metadata names besides the registered
+        self._observed_of: tuple = ()
         self.cache.add_listener(self._cache_changed)
 
     def _known_topic_id(self, name: str) -> str | None:
@@ -127,6 +130,8 @@ class ClusterMode:
     def start(self) -> None:
         """After the broker registered (ClusterMember.start), on the event loop."""
         self._loop = asyncio.get_running_loop()
+        self.member.on_brokers_changed = self._brokers_changed
+        self._observe_brokers()
         self.admin.ensure_paths()
         self.cache.start()
         self.controller.start()
@@ -197,13 +202,20 @@ class ClusterMode:
 
     # --- the cache's news, on the event loop -------------------------------------------
 
+    def _brokers_changed(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._observe_brokers)
+
     def _cache_changed(self, names: set[str]) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._apply, names)
 
     def _apply(self, _names: set[str]) -> None:
         # The local replicas take a changed config from the replica manager, which follows
-        # the same znodes; here only the requests waiting for the cluster's picture.
+        # the same znodes; here the requests waiting for the cluster's picture, and whether
+        # a departed broker still leads anything (D2 of departed_brokers.py).
+        if self._departed.departed:
+            self._note_departed_leaders()
         for event in list(self._waiters):
             event.set()
 
@@ -236,6 +248,34 @@ class ClusterMode:
             self._live_of, self._live = brokers, frozenset(b.broker_id for b in brokers)
         return self._live
 
+    def metadata_brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The brokers a Metadata answer names: the registered, and those that left a
+        moment ago (cluster/departed_brokers.py: librdkafka must not see a dead leader's
+        partitions moved and the leader dropped in one answer)."""
+        brokers = self._observe_brokers()
+        return self._departed.named(brokers, time.monotonic())
+
+    def _observe_brokers(self) -> tuple[zn.BrokerRegistration, ...]:
+        """The registered brokers, a departure among them observed with the leaders of
+        now: the membership pass tells as soon as the list changes, which is usually
+        before the controller's moves after it reach the cache (departed_brokers.py)."""
+        brokers = self.member.brokers
+        if brokers is not self._observed_of:
+            self._observed_of = brokers
+            self._departed.observe(brokers, time.monotonic())
+            if self._departed.departed:
+                self._note_departed_leaders()
+        return brokers
+
+    def _note_departed_leaders(self) -> None:
+        """One walk of the picture, only while some broker is departed (seconds). A
+        partition counts for D2 only while a registered broker of its ISR can take it
+        over: one it alone held goes to no leader, which races nothing in librdkafka."""
+        departed, live = self._departed.departed, self.live()
+        leading = {p.leader for t in self.cache.image.topics.values() for p in t.partitions
+                   if p.leader in departed and any(b in live for b in p.isr)}
+        self._departed.leaders(leading, time.monotonic())
+
     def partition_fields(self, partition: PartitionImage) -> dict[str, Any]:
         """A broker that cannot vouch for its ZooKeeper session (membership.py's standing
         table) names itself leader of nothing (DescribeTopicPartitions; Metadata it refuses
@@ -266,7 +306,7 @@ class ClusterMode:
         answers, waiting = await asyncio.to_thread(self.controller.elect, wanted, ask)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(timeout.total_seconds(), 0.0),
-                                     HANDOVER_TIMEOUT_S + _HANDOVER_MARGIN_S)
+                                     self.controller.handover_bound_s + _HANDOVER_MARGIN_S)
         while waiting and loop.time() < deadline:
             await asyncio.sleep(_HANDOVER_POLL_S)  # the leader's ready write, or H3
             more, waiting = await asyncio.to_thread(self.controller.elect, waiting, ask, True)

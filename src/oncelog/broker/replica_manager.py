@@ -368,10 +368,12 @@ class ReplicaManager:
         our_epoch = None if current is None or current.leader_epoch < 0 \
             else current.leader_epoch
         leading = current is not None and current.is_leader
+        older = current is not None and version < current.zk_version
         role = rules.role_step(our_epoch, leading, state.leader, state.leader_epoch,
-                               self.broker_id, vouched)
+                               self.broker_id, vouched, older)
         if role is rules.Role.IGNORE:
-            if current is not None and state.leader_epoch == current.leader_epoch:
+            if current is not None and state.leader_epoch == current.leader_epoch \
+                    and not older:
                 current.isr, current.zk_version = state.isr, version  # shown by Metadata
             return role
         if role is rules.Role.ADOPT_ISR:

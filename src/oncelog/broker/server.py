@@ -185,12 +185,15 @@ class Broker:
         # In cluster mode the first broker's id is everyone's (ZooKeeper's /cluster/id).
         return value if self.cluster is None else self.cluster.cluster_id(value)
 
-    def cluster_brokers(self, listener: str | None = None
+    def cluster_brokers(self, listener: str | None = None, departed: bool = False
                         ) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of the brokers Metadata names: every registered one in
-        cluster mode (as registered), else this one on ``listener``."""
+        """(id, host, port, rack) of the cluster's brokers: every registered one in
+        cluster mode (as registered), and with ``departed`` (Metadata's list) those that
+        left a moment ago (cluster/departed_brokers.py); else this one on ``listener``."""
         if self.cluster is not None and self.cluster.brokers:
-            return [(b.broker_id, *b.endpoint(listener), b.rack) for b in self.cluster.brokers]
+            brokers = self.cluster_mode.metadata_brokers() \
+                if departed and self.cluster_mode is not None else self.cluster.brokers
+            return [(b.broker_id, *b.endpoint(listener), b.rack) for b in brokers]
         return [(self.broker_id, *self.endpoint(listener), None)]
 
     def endpoint(self, listener: str | None = None) -> tuple[str, int]:

@@ -73,7 +73,7 @@ from .leader_election import (
     pass_decision,
     rebalance,
 )
-from .membership import ClusterMember, ControllerMoved
+from .membership import SILENCE_FRACTION, ClusterMember, ControllerMoved
 from .topic_admin import reassignment_target
 from .unreadable import unreadable
 from .wakeups import woken
@@ -86,6 +86,16 @@ log = logging.getLogger(__name__)
 # 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
 _FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
+_FENCED_MARGIN_S = 1.0
+
+
+def handover_bound_s(session_timeout_ms: int) -> float:
+    """H3's bound (leader_election.py): HANDOVER_TIMEOUT_S, or longer with a long session.
+    A leader cut off from ZooKeeper reads no ask and goes on answering acks=1 on the append
+    until it fences itself, SILENCE_FRACTION of its session timeout after ZooKeeper last
+    heard from it (membership.py's V3): H3 moves its leadership only after that."""
+    return max(HANDOVER_TIMEOUT_S,
+               session_timeout_ms * SILENCE_FRACTION / 1000 + _FENCED_MARGIN_S)
 # Config change notifications kept (Kafka purges them after 15 minutes): a broker that
 # missed more than these (its session expired) reads every topic's config again anyway.
 CONFIG_CHANGES_KEPT = 100
@@ -122,6 +132,7 @@ class Controller:
         self._registrations_lock = threading.Lock()
         self._handover_lock = threading.Lock()  # the passes' thread and ElectLeaders'
         self._handovers = HandoverClock()
+        self.handover_bound_s = handover_bound_s(self.store.session_timeout_ms)
         self._told: set[int] = set()  # brokers shutting down told their moves landed
         # name -> the topic id this broker's metadata cache last read of it, for T1 when the
         # pass has read none: a controller elected after an old tool rewrote a known topic
@@ -149,6 +160,12 @@ class Controller:
     def wake(self, _event=None) -> None:
         self._wake.set()
 
+    def _handover_due(self) -> float | None:
+        """When the first outstanding ask reaches H3's bound: a pass then, not at the next
+        recheck (a third of the session timeout later) or watch."""
+        with self._handover_lock:
+            return self._handovers.next_due(time.monotonic(), self.handover_bound_s)
+
     def _watch_controller(self) -> None:
         try:
             self.store.op(self.zk.exists_async, zn.CONTROLLER, watch=self.wake)
@@ -156,7 +173,7 @@ class Controller:
             log.debug("watch on /controller not set: %r", exc)
 
     def _run(self) -> None:
-        for _ in woken(self._stopped, self._wake, self._recheck_s):
+        for _ in woken(self._stopped, self._wake, self._recheck_s, self._handover_due):
             view = self.member.controller
             if not self.member.is_controller or not self.zk.connected:
                 self._acting_epoch = -1
@@ -206,6 +223,16 @@ class Controller:
     def live_brokers(self) -> frozenset[int]:
         """The registered brokers, less those that bounced since this controller last saw
         them (counted dead until a pass lands every decision)."""
+        return self._live_and_absent()[0]
+
+    def _live_and_absent(self) -> tuple[frozenset[int], dict[int, int]]:
+        """``live_brokers``, and the brokers known registered before and not now, with the
+        registration (czxid) each was last seen with. An absent broker's registration is
+        kept until a pass that counted it dead lands every decision (``_forget``): only
+        then is it out of every ISR, and its return no bounce. A reader that merely saw it
+        gone (an ElectLeaders round, a pass whose write lost a race) acted on nothing, and
+        forgetting there made a quick bounce look like a first registration: the broker
+        stayed in every ISR and kept leading, whatever log it came back with."""
         ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self.wake)
         stats = self._gather([lambda b=b: self.zk.exists_async(f"{zn.BROKER_IDS}/{b}")
                               for b in ids])
@@ -218,9 +245,17 @@ class Controller:
                              "until it has caught up", broker)
                     self._bounced.add(broker)
                 self._registrations[broker] = czxid
-            for broker in self._registrations.keys() - found.keys():
-                del self._registrations[broker]  # seen dead: its return is no bounce
-            return frozenset(found) - self._bounced
+            absent = {b: czxid for b, czxid in self._registrations.items() if b not in found}
+            return frozenset(found) - self._bounced, absent
+
+    def _forget(self, absent: dict[int, int]) -> None:
+        """A pass counted these brokers dead and landed every decision: each is out of
+        every ISR, so a later registration of it is a first one (unless it came back
+        meanwhile and another reader saw it: then the czxid moved on, and it stays)."""
+        with self._registrations_lock:
+            for broker, czxid in absent.items():
+                if self._registrations.get(broker) == czxid:
+                    del self._registrations[broker]
 
     def shutting_down(self) -> frozenset[int]:
         return frozenset(int(b) for b in self._op(
@@ -274,7 +309,7 @@ class Controller:
         concurrent write (another pass should follow at once)."""
         self.passes += 1
         self._watch_controller()
-        live = self.live_brokers()
+        live, absent = self._live_and_absent()
         with self._registrations_lock:  # those this pass counts dead (an ElectLeaders on
             counted_dead = set(self._bounced)  # another thread may find more meanwhile)
         shutting = self.shutting_down() & live
@@ -327,6 +362,8 @@ class Controller:
                     self.context.mark(topic.name, p)
             raise
         self._settle_owed(topics, counted_dead, skipped, decided, landed)
+        if all(landed.values()):
+            self._forget(absent)
         with self._handover_lock:
             self._handovers.keep_only({t.name for t in topics})
         if all(landed.values()):
@@ -685,8 +722,9 @@ class Controller:
         with self._handover_lock:
             waited = self._handovers.waited((name, p), facts.state, time.monotonic())
         epoch = self.member.controller.epoch
-        row, decision = pass_decision(facts, waited, epoch) if ask is Ask.PASS \
-            else election_decision(facts, ask, waited, epoch)
+        row, decision = pass_decision(facts, waited, epoch, self.handover_bound_s) \
+            if ask is Ask.PASS else \
+            election_decision(facts, ask, waited, epoch, self.handover_bound_s)
         self._say_handover(name, p, row, facts)
         return row, decision
 
@@ -701,7 +739,7 @@ class Controller:
         elif row == "H3":
             log.warning("partition %s-%d: H3 broker %d did not say its ISR holds what it "
                         "acknowledged within %.0fs; moving its leadership all the same",
-                        name, p, state.leader, HANDOVER_TIMEOUT_S)
+                        name, p, state.leader, self.handover_bound_s)
 
     def elect(self, wanted: list[tuple[str, int]] | None, ask: Ask,
               handing_over: bool = False

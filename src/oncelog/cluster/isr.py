@@ -26,6 +26,11 @@ again when that happens, and a view read before it registered again vouches for 
 |     |                                                    | reassignment adds and removes  |
 |     |                                                    | them at the same epoch: I3     |
 |     |                                                    | grows the ISR over them)       |
+| B8  | same leader_epoch, we lead it, the znode at a      | IGNORE: a view read before our |
+|     | version below the one we last read or wrote        | own ISR write landed; its ISR  |
+|     |                                                    | is not ZooKeeper's (adopted,   |
+|     |                                                    | the high watermark would count |
+|     |                                                    | without a follower let in)     |
 | B3  | same leader_epoch, we follow or have no leader     | IGNORE: nothing changes        |
 | B4  | newer epoch (or none yet), leader is us            | BECOME_LEADER at that epoch    |
 | B5  | newer epoch, leader another broker                 | BECOME_FOLLOWER of it (in      |
@@ -193,14 +198,17 @@ class Role(enum.Enum):
 
 
 def role_step(our_epoch: int | None, leading: bool, state_leader: int, state_epoch: int,
-              our_id: int, vouched: bool = True) -> Role:
+              our_id: int, vouched: bool = True, older: bool = False) -> Role:
     """``our_epoch``: the leader epoch this replica acts on (None: none yet); ``leading``:
-    whether it leads at that epoch; ``vouched``: the standing table's VOUCH."""
+    whether it leads at that epoch; ``vouched``: the standing table's VOUCH; ``older``: the
+    state znode's version is below the one this replica last read or wrote."""
     if our_epoch is not None and state_epoch < our_epoch:
         return Role.IGNORE
     if our_epoch is not None and state_epoch == our_epoch:
         if leading:
-            return Role.ADOPT_ISR if vouched else Role.FENCE
+            if not vouched:
+                return Role.FENCE
+            return Role.IGNORE if older else Role.ADOPT_ISR
         return Role.BECOME_LEADER if vouched and state_leader == our_id else Role.IGNORE
     if state_leader == our_id:
         return Role.BECOME_LEADER if vouched else Role.FENCE

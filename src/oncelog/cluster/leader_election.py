@@ -108,8 +108,9 @@ the leader) keep it.
 |     | (dead, shutting down: K6 already, offline)         | offline leader has nothing to hand)   |
 | H2  | moves a live leader that said ready (to any ask:   | the decision: the ask goes with it    |
 |     | ready is about what it acknowledged, not the move) |                                       |
-| H3  | ... asked, not ready, HANDOVER_TIMEOUT_S since the | the decision (logged: the ISR may lack|
-|     | controller first saw the ask                       | acks=1 records, as L3)                |
+| H3  | ... asked, not ready, the bound since the          | the decision (logged: the ISR may lack|
+|     | controller first saw the ask (HANDOVER_TIMEOUT_S,  | acks=1 records, as L3)                |
+|     | longer with a long session: controller.py)         |                                       |
 | H4  | ... not asked                                      | the state with the handover asked;    |
 |     |                                                    | the move waits                        |
 | H5  | ... asked, not ready, within the bound             | nothing: the leader's write wakes it  |
@@ -118,8 +119,8 @@ the leader) keep it.
 | H6  | a state asked for a move that no longer applies    | the state without the ask             |
 
 ElectLeaders' answer for a partition a preferred election moves (``election_answer``; a
-request goes on asking about those waiting for a handover, at most its timeout and
-HANDOVER_TIMEOUT_S and a margin: broker/cluster_mode.py):
+request goes on asking about those waiting for a handover, at most its timeout and H3's
+bound and a margin: broker/cluster_mode.py):
 
 | row | the partition                                      | answer                                |
 |-----|----------------------------------------------------|---------------------------------------|
@@ -255,7 +256,8 @@ def decide(facts: Facts, ask: Ask, controller_epoch: int) -> Decision:
 
 
 def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float | None,
-              controller_epoch: int) -> tuple[str, Decision]:
+              controller_epoch: int, bound_s: float = HANDOVER_TIMEOUT_S
+              ) -> tuple[str, Decision]:
     """H1-H5: the row, and what to write, for ``decision`` (``asked_for``: what decided
     it, znodes.HANDOVER_PREFERRED or HANDOVER_REASSIGNMENT). ``waited_s``: how long this
     controller has seen the handover asked (None: not seen yet). Whatever an outstanding
@@ -274,14 +276,14 @@ def hand_over(facts: Facts, decision: Decision, asked_for: str, waited_s: float 
                                             controller_epoch=controller_epoch))
     if state.handover_ready:
         return "H2", decision
-    if waited_s is not None and waited_s >= HANDOVER_TIMEOUT_S:
+    if waited_s is not None and waited_s >= bound_s:
         return "H3", decision
     return "H5", Decision("H5", None if isr == state.isr else replace(
         state, isr=isr, controller_epoch=controller_epoch))
 
 
-def pass_decision(facts: Facts, waited_s: float | None,
-                  controller_epoch: int) -> tuple[str | None, Decision]:
+def pass_decision(facts: Facts, waited_s: float | None, controller_epoch: int,
+                  bound_s: float = HANDOVER_TIMEOUT_S) -> tuple[str | None, Decision]:
     """A controller pass on one partition: ``decide`` (Ask.PASS) through the H rows (the
     H row taken, or None), and a handover asked for a preferred election (ElectLeaders,
     the auto rebalance) carried on once no pass row decides anything."""
@@ -290,24 +292,28 @@ def pass_decision(facts: Facts, waited_s: float | None,
     if decision.row == "X1" or state is None:
         return None, decision
     if decision.state is not None:  # only A1 moves a live leader among the pass's rows
-        return hand_over(facts, decision, HANDOVER_REASSIGNMENT, waited_s, controller_epoch)
+        return hand_over(facts, decision, HANDOVER_REASSIGNMENT, waited_s, controller_epoch,
+                         bound_s)
     if not state.handover_for:
         return None, decision
     if state.handover_for == HANDOVER_PREFERRED:
         preferred = decide(facts, Ask.PREFERRED, controller_epoch)
         if preferred.state is not None:
-            return hand_over(facts, preferred, HANDOVER_PREFERRED, waited_s, controller_epoch)
+            return hand_over(facts, preferred, HANDOVER_PREFERRED, waited_s, controller_epoch,
+                             bound_s)
     return "H6", handover_dropped(state, controller_epoch)
 
 
 def election_decision(facts: Facts, ask: Ask, waited_s: float | None,
-                      controller_epoch: int) -> tuple[str | None, Decision]:
+                      controller_epoch: int, bound_s: float = HANDOVER_TIMEOUT_S
+                      ) -> tuple[str | None, Decision]:
     """ElectLeaders (and the auto rebalance) on one partition: ``decide``, a preferred
     election through the H rows (an unclean one moves no eligible leader: U1)."""
     decision = decide(facts, ask, controller_epoch)
     if ask is not Ask.PREFERRED or decision.state is None:
         return None, decision
-    return hand_over(facts, decision, HANDOVER_PREFERRED, waited_s, controller_epoch)
+    return hand_over(facts, decision, HANDOVER_PREFERRED, waited_s, controller_epoch,
+                     bound_s)
 
 
 def election_answer(landed: bool, handing_over: bool
@@ -345,6 +351,14 @@ class HandoverClock:
     def keep_only(self, topics: set[str]) -> None:
         for key in [k for k in self._seen if k[0] not in topics]:
             del self._seen[key]
+
+    def next_due(self, now: float, bound_s: float) -> float | None:
+        """Seconds until the next ask seen reaches ``bound_s`` (H3), None when none will:
+        the controller looks again then, not at its next recheck. One past it already was
+        decided H3 by the pass that saw it so; should that write not land, the watches and
+        rechecks carry it, not a pass at once again and again."""
+        due = [at + bound_s - now for _, at in self._seen.values() if at + bound_s > now]
+        return min(due) if due else None
 
 
 def handover_dropped(state: PartitionState, controller_epoch: int) -> Decision:

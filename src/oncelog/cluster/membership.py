@@ -195,6 +195,9 @@ class ClusterMember:
         # Told (on this member's thread) when a session registered us (R1): the replica
         # manager reads the partition states again, and may vouch for them (B7).
         self.on_registered: Callable[[], None] | None = None
+        # Told (on this member's thread) when the registered brokers changed: Metadata's
+        # departed brokers are decided on the leaders of that moment (departed_brokers.py).
+        self.on_brokers_changed: Callable[[], None] | None = None
         self._recheck_s = store.session_timeout_ms / 3000
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -256,7 +259,10 @@ class ClusterMember:
             except NoNodeError:
                 continue  # gone between the listing and the read: the watch tells us
             brokers.append(zn.BrokerRegistration.decode(int(name), data))
+        before = {b.broker_id for b in self._brokers}
         self._brokers = tuple(sorted(brokers, key=lambda b: b.broker_id))
+        if before != {b.broker_id for b in brokers} and self.on_brokers_changed is not None:
+            self.on_brokers_changed()
 
     def cluster_id(self, proposed: str) -> str:
         """The cluster's id, Kafka's /cluster/id ``{"version":"1","id":...}``: the first

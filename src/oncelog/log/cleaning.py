@@ -249,7 +249,6 @@ def _clean_group(plog: Log, to_clean: list[LogSegment], first: int, offsets: Off
     paths = segment_files(plog.dir, base, CLEANED)
     _remove(disk, paths)  # from a clean given up without its clean-up (a crash)
     cleaned = LogSegment(plog.dir, base, plog.config.index_interval_bytes, disk, CLEANED)
-    cleaned.offsets_contiguous = False
     committed = False
     try:
         parts: list = []

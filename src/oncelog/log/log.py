@@ -184,9 +184,6 @@ class Log:
             segment = LogSegment(self.dir, base, self.config.index_interval_bytes, disk,
                                  files=self.files)
             last = i == len(bases) - 1
-            # Only the last segment is appended to; the others may have been compacted,
-            # but not one still marked unsealed (sealing.py).
-            segment.offsets_contiguous = last or base in marked
             self.segments.append(segment)
             if base not in marked and (clean or not last):
                 recovered += not segment.load()

@@ -65,9 +65,6 @@ class LogSegment:
         # False: the aborted transaction index must be rebuilt from the log (the partition
         # replays producer state over this segment), after a recovery or a bad file.
         self.txn_index_trusted = True
-        # Offsets run on from batch to batch in a segment appended to; a compacted one has
-        # gaps (log.py says which segments may, see _scan).
-        self.offsets_contiguous = True
         self.index_interval_bytes = index_interval_bytes
         # The descriptor, -1 while released (see open_files.py): every use goes through
         # _file(), and no raw descriptor is kept across a call that may open another file.
@@ -156,11 +153,12 @@ class LogSegment:
                 header.magic != 2
                 or header.batch_length < HEADER_SIZE - LOG_OVERHEAD
                 or pos + header.size > self.size
-                # Offsets in an appended segment are contiguous, so a batch that does not
-                # start where the previous one ended has a damaged base offset (a field the
-                # CRC does not cover); in a compacted one they only rise.
+                # Offsets only rise: a follower takes a compacted leader's batches with
+                # the gaps between them (as the cleaner leaves them here), in any segment,
+                # the one appended to as well. So only a base offset (a field the CRC does
+                # not cover) damaged below the last or out of the segment's range is seen,
+                # as Kafka's recovery sees no more.
                 or header.base_offset < self.next_offset
-                or (self.offsets_contiguous and header.base_offset != self.next_offset)
                 or header.last_offset_delta < 0
                 or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
             ):

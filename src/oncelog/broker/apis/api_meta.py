@@ -102,7 +102,7 @@ def handle_metadata(broker, request: Request):
         results.append(_metadata_topic(broker, mod, name, auto_create, topic_ops))
     brokers = tuple(build(mod.MetadataResponseBroker, node_id=node, host=host, port=port,
                           rack=rack) for node, host, port, rack in broker.cluster_brokers(
-                              request.session.listener))
+                              request.session.listener, departed=True))
     return build(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.cluster_id, controller_id=broker.controller_id(),
                  topics=tuple(results), error_code=ErrorCode.none,
