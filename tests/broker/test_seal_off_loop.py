@@ -432,7 +432,7 @@ def test_a_seal_queued_behind_others_holds_the_flush_and_never_takes_the_directo
     p = open_partition(disk)
     flush_waits = signal_when_a_flush_waits_for(monkeypatch, 0)
     gate = threading.Event()
-    pool = partition_module._SEALS
+    pool = p.log_dir.seal_pool
     busy = [pool.submit(gate.wait, WAIT_S) for _ in range(pool._max_workers)]
 
     async def scenario() -> int:

@@ -9,6 +9,7 @@ online (see log/segment.py); an fsync that failed, or a cut that failed, takes i
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import logging
 import os
@@ -28,11 +29,28 @@ class LogDirOffline(OSError):
                                     "broker to recover it")
 
 
+SEAL_WORKERS = 4
+
+
 class LogDir:
     def __init__(self, path: str) -> None:
         self.path = path
         self.offline_reason: str | None = None
         self._on_offline: list[Callable[[], None]] = []
+        self._seal_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def seal_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Where the seals of this directory's rolled segments run (log/sealing.py): a pool
+        of the directory's own, never the loop's default executor (a flush round there waits
+        for a seal, and must not wait for one queued behind it) nor one shared with another
+        directory (a hung disk would hold a healthy one's acknowledgements). Kafka flushes
+        after a roll in background threads likewise."""
+        if self._seal_pool is None:
+            self._seal_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=SEAL_WORKERS,
+                thread_name_prefix=f"seal-{os.path.basename(self.path.rstrip(os.sep))}")
+        return self._seal_pool
 
     @property
     def offline(self) -> bool:

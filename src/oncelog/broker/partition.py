@@ -44,7 +44,6 @@ every use of the partition then raises LogDirOffline until a restart.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -95,11 +94,6 @@ from .partition_opening import Built, OpensOffLoop, on_loop
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 3
-# The seals of rolled segments (log/sealing.py) run here, never in the loop's default
-# executor: a flush round there waits for a seal, and must not wait for one queued behind
-# it. Kafka flushes after a roll in its background threads likewise.
-_SEALS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="seal")
-
 # Asked before a transactional batch begins a transaction here: (producer id, epoch) -> NONE
 # to go on, or the error to answer (the coordinator's word, KIP-890 part 1).
 Verify = Callable[[int, int], ErrorCode]
@@ -532,7 +526,7 @@ class Partition(OpensOffLoop):
         except RuntimeError:
             seal_here(seal)
             return
-        running = loop.run_in_executor(_SEALS, seal.run)
+        running = loop.run_in_executor(self.log_dir.seal_pool, seal.run)
         running.add_done_callback(functools.partial(self._sealed, seal))
 
     def _sealed(self, seal: Seal, running: asyncio.Future) -> None:

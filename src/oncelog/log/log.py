@@ -241,7 +241,13 @@ class Log:
                     self.disk.unlink(path)
         segment.flush()  # the active one now: its marker goes once its bytes are on disk
         self.disk.unlink(marker_path(self.dir, segment.base_offset))
-        self.disk.fsync_dir(self.dir)
+        try:
+            self.disk.fsync_dir(self.dir)
+        except OSError as exc:
+            # Not an opening to try again: the retry would find the deletions done in
+            # memory and go on without their ever being made durable.
+            raise LogDirFailure(f"{self.dir}: fsync of the directory after deleting the "
+                                f"segments after a hole failed: {exc}") from exc
 
     def seal_recovered(self) -> None:
         """Seal the segments a start recovered from their marker, once producer state was
@@ -367,6 +373,10 @@ class Log:
                     self.disk.unlink(marker)
             raise
         old.end_time_index()
+        # What flush.messages counts goes on: the old segment's messages are not on disk
+        # before its seal's fsync, which the next flush round waits for (Kafka counts the
+        # log end less the recovery point, which a roll does not move).
+        segment.unflushed_messages, old.unflushed_messages = old.unflushed_messages, 0
         self.segments.append(segment)
         self._base_offsets.append(segment.base_offset)
         seal = self._seals[old] = Seal(old, marker, fd)
@@ -719,9 +729,16 @@ class Log:
         if offset >= self.log_end_offset:
             return
         try:
+            dropped = False
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 self._delete_segment(self.segments.pop())
                 self._base_offsets.pop()
+                dropped = True
+            if dropped:
+                # The later segments gone durably before the cut: a power cut between the
+                # cut's fsync and the directory's would bring them back after a hole, the
+                # old leader's records served after offsets that exist nowhere.
+                self._sync_dir()
             segment = self.active
             if offset <= segment.base_offset:
                 self._delete_segment(segment)

@@ -27,9 +27,10 @@ it); so does ``Log.roll``, and this module keeps every promise while a seal runs
   directory fsync after its unlink: the log keeps such a seal among those a flush waits for
   until then (``Log.pending_seals``), so that nothing after it is acknowledged while a start
   could still find it cut short and drop what follows.
-- Failure. A failed fsync of the segment is ``error`` (LogDirFailure): its owner takes the
-  directory offline, and every flush waiting on it fails. A failed write of the index files
-  or of the marker's removal (a full disk, EIO) is ``index_error``: the marker stays (a start
+- Failure. A failed fsync of the segment, or of its index files or of the directory after
+  the marker's removal, is ``error`` (LogDirFailure): its owner takes the directory offline,
+  and every flush waiting on it fails. A failed write of the index files or of the marker's
+  removal (a full disk, EIO) is ``index_error``: the marker stays (a start
   recovers the segment and rebuilds its indexes, as for any index missing), and the owner
   runs the seal again (``retry``) when the cleaner or retention next looks at the partition.
 - Files. The index files are written under names of this seal's own and fsynced, no lock
@@ -160,7 +161,7 @@ class Seal:
                 fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
                     write_fully(disk, fd, data)
-                    disk.fsync(fd)
+                    _fsynced(disk.fsync, fd)
                 finally:
                     disk.close(fd)
             with self._files:
@@ -175,7 +176,14 @@ class Seal:
                         del written[path]
                 with contextlib.suppress(FileNotFoundError):
                     disk.unlink(self.marker)
-            disk.fsync_dir(os.path.dirname(self.marker))
+            _fsynced(disk.fsync_dir, os.path.dirname(self.marker))
+        except _FsyncFailed as exc:
+            # As the segment's own fsync: what the disk says of a failed fsync is said
+            # once, so nothing written since can be trusted; the owner takes the directory
+            # offline (the marker stays: a start recovers the segment).
+            self.error = LogDirFailure(f"{segment.path}: an fsync of its seal failed: "
+                                       f"{exc.__cause__}")
+            return
         except OSError as exc:
             self.index_error = exc
             log.warning("%s: writing its index files failed (%s); tried again when the "
@@ -199,6 +207,17 @@ class Seal:
         """LogDirFailure when the fsync failed."""
         if self.error is not None:
             raise LogDirFailure(str(self.error))
+
+
+class _FsyncFailed(OSError):
+    """An fsync of the seal's second half failed (not a write: a full disk is retried)."""
+
+
+def _fsynced(fsync, target) -> None:
+    try:
+        fsync(target)
+    except OSError as exc:
+        raise _FsyncFailed(exc.errno, str(exc)) from exc
 
 
 def seal_here(seal: Seal) -> None:
