@@ -365,13 +365,14 @@ def wait_if_asked(args) -> float | None:
     return wait_for_quiet(QUIET, args.wait_quiet) if args.wait_quiet > 0 else None
 
 
-def produce_all(producer, topic: str, payload: bytes, n: int, deadline: float) -> None:
-    """``n`` records into partition 0 through a confluent-kafka producer, waiting on a full
+def produce_all(producer, topic: str, payload: bytes, n: int, deadline: float,
+                partition: int = 0) -> None:
+    """``n`` records into ``partition`` through a confluent-kafka producer, waiting on a full
     queue for deliveries, never past ``deadline`` (time.monotonic())."""
     for i in range(n):
         while True:
             try:
-                producer.produce(topic, payload, partition=0)
+                producer.produce(topic, payload, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.001)

@@ -17,6 +17,17 @@ producer against a broker without fsync is measured too: the broker's ceiling fo
         [--src DIR] [--json PATH]
     make bench ARGS="--only durable_produce"
 
+Many producers (``--producers K``, default 8; 0 skips it): K confluent-kafka producers
+(plain, then idempotent) at once, each in its own thread writing 1 KiB values in 16 KiB
+batches to its own partition of one topic (K partitions on one disk), against the same bare
+loop (one writer, the same batch size) and against K bare loops at once, one file each: what
+the disk gives K concurrent writers that fdatasync every batch (ext4 commits concurrent
+fdatasyncs in shared journal transactions). One producer waits for each fsync in turn; K of
+them give the broker K partitions' fsyncs to run at once, each round covering what its
+partition's connections wrote meanwhile (issue 26: many producers with ``acks=all`` and
+``flush.messages=1``). The clients' CPU is reported: librdkafka's idempotent producer spins
+while its one request in flight waits (docs/benchmarks.md), K of them on two CPUs.
+
 ``--src DIR`` (another checkout's root or ``src/``, its codecs built with ``setup.py
 build_ext --inplace``) runs that tree's broker, and its oncelog.Producer, beside this tree's
 in every repetition, the two in turn (alternating which goes first), each with its own bare
@@ -165,6 +176,107 @@ def measure(client: str, name: str, batch_size: int | None, rep: int, n: int, ba
             "ratio": bare / seconds, "broker_cpu_us_per_msg": broker_cpu / n * 1e6}
 
 
+def produce_many(bootstrap: str, topic: str, k: int, n_each: int, batch_size: int,
+                 idempotent: bool) -> tuple[float, float]:
+    """Seconds for ``k`` confluent-kafka producers, one thread each, to have ``n_each``
+    values each acknowledged, producer i writing to partition i, and the CPU seconds the
+    clients used meanwhile (this process)."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producers = [Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                           "enable.idempotence": idempotent, "batch.size": batch_size,
+                           "on_delivery": lambda err, msg: err and errors.append(str(err))})
+                 for _ in range(k)]
+    for i, producer in enumerate(producers):  # connected, producer ids taken
+        producer.produce(topic, PAYLOAD, partition=i)
+        producer.flush(30)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    failed: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            produce_all(producers[i], topic, PAYLOAD, n_each, deadline, partition=i)
+            while len(producers[i]) and time.monotonic() < deadline:
+                producers[i].flush(1)
+        except BaseException as exc:  # reported below, not lost in the thread
+            failed.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(k)]
+    start, cpu = time.perf_counter(), time.process_time()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(RUN_TIMEOUT + 10)
+    seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    left = sum(len(p) for p in producers)
+    if failed or left or errors or any(t.is_alive() for t in threads):
+        raise RuntimeError(f"undelivered: {left}, errors: {errors[:3]}, failed: {failed[:3]}")
+    return seconds, cpu
+
+
+def bare_loops(directory: Path, batch_bytes: int, batches: int, k: int) -> float:
+    """Seconds for ``k`` threads, one file each, to write and fdatasync ``batches`` batches
+    of ``batch_bytes`` bytes between them (each its share)."""
+    import threading
+
+    shares = [batches // k + (i < batches % k) for i in range(k)]
+    sub = [directory / f"bare-{i}" for i in range(k)]
+    for path in sub:
+        path.mkdir(exist_ok=True)
+    threads = [threading.Thread(target=bare_loop, args=(sub[i], batch_bytes, shares[i]))
+               for i in range(k)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - start
+    for path in sub:
+        path.rmdir()
+    return seconds
+
+
+MANY_BATCH = 16384
+
+
+def measure_many(k: int, rep: int, n: int, base: Path, src: Path, idempotent: bool) -> dict:
+    """One repetition of the many-producers part: ``n`` values in all, K producers."""
+    durable = {"log.flush.interval.messages": "1", "log.segment.bytes": str(1 << 30)}
+    with OncelogBroker(durable, src=src, base_dir=base,
+                       start_timeout=START_TIMEOUT) as broker:
+        topic = f"many-{rep}-{int(idempotent)}"
+        _create(broker.bootstrap, topic, k)
+        cpu = cpu_seconds_probe(broker.pid)
+        cpu_before = cpu()
+        seconds, client_cpu = produce_many(broker.bootstrap, topic, k, n // k, MANY_BATCH,
+                                           idempotent)
+        broker_cpu = cpu() - cpu_before
+        size = batches = 0
+        for i in range(k):
+            s, b = stored_batches(broker.data_dir / f"{topic}-{i}")
+            size, batches = size + s, batches + b
+        batch_bytes = max(1, size // batches)
+        one = bare_loop(broker.data_dir, batch_bytes, batches)
+        many = bare_loops(broker.data_dir, batch_bytes, batches, k)
+    sent = n // k * k
+    return {"oncelog_msgs_per_s": sent / seconds, "bare_msgs_per_s": sent / one,
+            "bare_k_msgs_per_s": sent / many, "batch_bytes": batch_bytes, "batches": batches,
+            "ratio": one / seconds, "ratio_k": many / seconds,
+            "broker_cpu_us_per_msg": broker_cpu / sent * 1e6,
+            "client_cpu_share": client_cpu / seconds}
+
+
+def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
 KEYS = ("oncelog_msgs_per_s", "bare_msgs_per_s", "no_fsync_msgs_per_s", "batch_bytes", "ratio",
         "broker_cpu_us_per_msg")
 
@@ -205,6 +317,26 @@ def run(args) -> dict:
                 scenario["paired_ratio"] = median(
                     [r["this"]["ratio"] / r["src"]["ratio"] for r in rows])
             results["scenarios"][f"{client} {name}"] = scenario
+    if args.producers:
+        results["many"] = {}
+        for idempotent in (False, True):
+            rows = []
+            for rep in range(args.repeats):
+                r = measure_many(args.producers, rep, args.messages, base, trees["this"],
+                                 idempotent)
+                print(f"  {args.producers} confluent producers"
+                      f"{' (idempotent)' if idempotent else ''}, 16 KiB batches, rep {rep + 1}: "
+                      f"durable {r['oncelog_msgs_per_s']:,.0f} msgs/s, bare write+fdatasync "
+                      f"{r['bare_msgs_per_s']:,.0f} msgs/s one loop, "
+                      f"{r['bare_k_msgs_per_s']:,.0f} {args.producers} loops ({r['batches']} "
+                      f"batches of {r['batch_bytes']:,} B), ratio {r['ratio']:.2f} / "
+                      f"{r['ratio_k']:.2f}; broker CPU {r['broker_cpu_us_per_msg']:.1f} us/msg, "
+                      f"clients {r['client_cpu_share']:.0%} of a CPU", file=sys.stderr,
+                      flush=True)
+                rows.append(r)
+            results["many"]["idempotent" if idempotent else "plain"] = {
+                "producers": args.producers, "runs": rows,
+                **{key: median([r[key] for r in rows]) for key in rows[0]}}
     return results
 
 
@@ -220,6 +352,13 @@ def report(results: dict) -> None:
         print(f"| {name} | {row['oncelog_msgs_per_s']:,.0f} | {row['bare_msgs_per_s']:,.0f} | "
               f"{row['batch_bytes']:,.0f} B | {row['ratio']:.2f} | >= {GOAL} | {met} | "
               f"{row['no_fsync_msgs_per_s']:,.0f} |")
+    for kind, many in results.get("many", {}).items():
+        met = "met" if many["ratio"] >= GOAL else "MISSED"
+        print(f"| {many['producers']} confluent producers ({kind}), 16 KiB, a partition each | "
+              f"{many['oncelog_msgs_per_s']:,.0f} | {many['bare_msgs_per_s']:,.0f} | "
+              f"{many['batch_bytes']:,.0f} B | {many['ratio']:.2f} | >= {GOAL} | {met} | "
+              f"(bare, {many['producers']} loops at once: {many['bare_k_msgs_per_s']:,.0f}, "
+              f"ratio {many['ratio_k']:.2f}; clients {many['client_cpu_share']:.0%} of a CPU) |")
     if "src" not in results:
         return
     print(f"\nA/B: this tree and --src {results['src']} (broker and oncelog.Producer), "
@@ -243,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
+    parser.add_argument("--producers", type=int, default=8,
+                        help="the many-producers part's K (0: skip it)")
     parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parent.parent
                         / ".bench-data", help="where the brokers and the bare loop write")
     parser.add_argument("--src", type=Path, metavar="DIR",

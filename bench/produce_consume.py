@@ -87,6 +87,9 @@ class Throughput:
     seconds: float
     broker_cpu: float | None = None  # CPU seconds the oncelog broker used meanwhile
     others: float = 0.0  # share of all CPUs that other processes used meanwhile
+    # CPU seconds of this process meanwhile: the client's threads (and, against the mock,
+    # the mock cluster's own, which runs inside the client)
+    client_cpu: float | None = None
 
     @property
     def msgs_per_s(self) -> float:
@@ -165,6 +168,7 @@ def produce_throughput(bootstrap: str, topic: str, n: int, extra: dict,
     _warm_up(producer, topic, deadline)
     produce, poll = producer.produce, producer.poll
     cpu = probe() if probe else None
+    client = time.process_time()
     start = time.perf_counter()
     for i in range(n):
         while True:
@@ -180,11 +184,12 @@ def produce_throughput(bootstrap: str, topic: str, n: int, extra: dict,
     _flush(producer, deadline)
     seconds = time.perf_counter() - start
     cpu = probe() - cpu if probe else None
+    client = time.process_time() - client
     poll(0)
     if errors:
         raise BenchError(f"{len(errors)} deliveries failed, first: {errors[0]}")
     _check_delivered(bootstrap, topic, n + 1)
-    return Throughput(n, seconds, cpu)
+    return Throughput(n, seconds, cpu, client_cpu=client)
 
 
 def fill_topic(bootstrap: str, topic: str, n: int) -> None:
@@ -227,17 +232,19 @@ def consume_throughput(bootstrap: str, topic: str, per_pass: int, n: int,
         passes = max(1, math.ceil(n / per_pass))
         _read_pass(consumer, topic, per_pass, deadline)  # warm-up: connections, first fetch
         cpu = probe() if probe else None
+        client = time.process_time()
         start = time.perf_counter()
         nbytes = 0
         for _ in range(passes):
             nbytes += _read_pass(consumer, topic, per_pass, deadline)
         seconds = time.perf_counter() - start
         cpu = probe() - cpu if probe else None
+        client = time.process_time() - client
     finally:
         consumer.close()
     if nbytes != passes * per_pass * VALUE_SIZE:
         raise BenchError(f"read {nbytes} value bytes, expected {passes * per_pass * VALUE_SIZE}")
-    return Throughput(passes * per_pass, seconds, cpu)
+    return Throughput(passes * per_pass, seconds, cpu, client_cpu=client)
 
 
 def _read_pass(consumer, topic: str, per_pass: int, deadline: float) -> int:
@@ -596,6 +603,9 @@ def _progress(what: str, name: str, rep: int, result: Throughput) -> None:
     cpu = ""
     if result.broker_cpu is not None:
         cpu = f"  broker CPU {result.broker_cpu / result.seconds:4.0%}"
+    if result.client_cpu is not None:
+        cpu += f"  client{'' if result.broker_cpu is not None else '+mock'} CPU " \
+               f"{result.client_cpu / result.seconds:4.0%}"
     print(f"  {what:15} {name:7} #{rep + 1}: {result.msgs_per_s:10,.0f} msgs/s "
           f"{result.mb_per_s:7.1f} MB/s{cpu}  (others {result.others:.0%})", flush=True)
 
@@ -619,6 +629,9 @@ def _summary(runs: dict[str, list[Throughput]], max_other_load: float) -> dict:
             out[name]["broker_cpu_share"] = median(cpu)
             out[name]["broker_cpu_us_per_msg"] = median(
                 [r.broker_cpu / r.messages * 1e6 for r in results])
+        client = [r.client_cpu / r.seconds for r in results if r.client_cpu is not None]
+        if client:  # a share of one CPU; against the mock, the mock's own threads included
+            out[name]["client_cpu_share"] = median(client)
     out["ratio"] = out["oncelog"]["msgs_per_s"] / out["mock"]["msgs_per_s"]
     # oncelog and the mock run back to back in each repetition: the median of the per-pair
     # ratios is less sensitive to slow drift of the machine than the ratio of the medians.
@@ -672,7 +685,8 @@ def _report_comparison(results: dict) -> None:
         on, mock = summary["oncelog"], summary["mock"]
         print(f"{label:26} {on['min_msgs_per_s']:9,.0f}..{on['max_msgs_per_s']:<9,.0f} "
               f"{mock['min_msgs_per_s']:9,.0f}..{mock['max_msgs_per_s']:<9,.0f} "
-              f"{on['broker_cpu_share']:5.0%} busy, {on['broker_cpu_us_per_msg']:.1f} us/msg")
+              f"{on['broker_cpu_share']:5.0%} busy, {on['broker_cpu_us_per_msg']:.1f} us/msg"
+              + _idle(on))
     print()
     for name, lat in results["latency"].items():
         print(f"produce latency, {name:7} paced at {lat['rate']:,.0f} msgs/s "
@@ -680,6 +694,17 @@ def _report_comparison(results: dict) -> None:
               f"p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  "
               f"max {lat['max_ms']:.2f} ms  ({lat['samples']:,} of {lat['messages']:,} "
               f"messages timed; others {lat['others']:.0%})")
+
+
+def _idle(on: dict) -> str:
+    """What a second broker process could use at most (issue 26, "both cores"): the share
+    of the machine's CPUs neither the broker nor the client used during oncelog's runs."""
+    if "client_cpu_share" not in on:
+        return ""
+    used = on["broker_cpu_share"] + on["client_cpu_share"]
+    cpus = os.cpu_count() or 1
+    return (f"; client {on['client_cpu_share']:.0%}; of {cpus} CPUs "
+            f"{max(0.0, 1 - used / cpus):.0%} left idle")
 
 
 def report(results: dict) -> None:
