@@ -155,6 +155,16 @@ async def seal_held(disk: GatedDisk) -> None:
     assert await asyncio.to_thread(disk.reached.wait, WAIT_S), "no seal reached its fsync"
 
 
+async def roll_holding_the_seal(p: Partition, disk: GatedDisk) -> int:
+    """Segment 0 filled (each batch acknowledged), then one batch more, which rolls it: its
+    seal's fsync held at the gate. Returns the batches before that one."""
+    n = await fill_segment0(p)
+    disk.armed = True
+    p.append_records(record(n))
+    await seal_held(disk)
+    return n
+
+
 async def seals_done(p: Partition) -> None:
     for _ in range(WAIT_S * 100):
         if not p.seal_running:
@@ -227,10 +237,7 @@ def test_a_clean_close_waits_for_the_seal():
     p = open_partition(disk)
 
     async def scenario() -> int:
-        n = await fill_segment0(p)
-        disk.armed = True
-        p.append_records(record(n))
-        await seal_held(disk)
+        n = await roll_holding_the_seal(p, disk)
         disk.release_at_snapshot = True  # the close's snapshot, before the log's close
         p.close()
         return n + 1
@@ -249,10 +256,7 @@ def test_a_close_that_cannot_wait_for_the_seal_leaves_the_log_to_recovery(monkey
     p = open_partition(disk)
 
     async def scenario() -> int:
-        n = await fill_segment0(p)
-        disk.armed = True
-        p.append_records(record(n))
-        await seal_held(disk)
+        n = await roll_holding_the_seal(p, disk)
         seal = p.log.pending_seals()[0]
         from oncelog.log import sealing  # (imported here: the tests run against main too)
 
@@ -276,10 +280,7 @@ def test_a_truncation_while_the_seal_runs_cancels_its_file_writes():
     p = open_partition(disk)
 
     async def scenario() -> None:
-        n = await fill_segment0(p)
-        disk.armed = True
-        p.append_records(record(n))
-        await seal_held(disk)
+        await roll_holding_the_seal(p, disk)
         seal = p.log.pending_seals()[0]
         p.truncate_to(2)  # inside segment 0, whose seal is held
         disk.release.set()

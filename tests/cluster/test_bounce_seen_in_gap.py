@@ -35,18 +35,24 @@ def _registered(connect: str, broker_id: int) -> ClusterMember:
     return member
 
 
+def _three(connect: str, members: dict[int, ClusterMember]):
+    """Brokers 1-3 registered (into ``members``, for the caller to close), and broker 1's
+    ZooKeeper client and topic admin."""
+    for b in (1, 2, 3):
+        members[b] = _registered(connect, b)
+    admin = TopicAdmin(members[1].store)
+    admin.ensure_paths()
+    return members[1].zk, admin
+
+
 @pytest.mark.parametrize("round_in_gap", [False, True], ids=["control", "round-in-gap"])
 def test_a_bounce_whose_gap_an_election_round_saw_is_still_a_bounce(zookeeper, round_in_gap):
     """``control``: the same bounce without an ElectLeaders round in its gap;
     ``round-in-gap``: one round read the brokers while broker 3 was gone."""
     connect = zookeeper.chroot("review-bounce-poll")
-    members = {}
+    members: dict[int, ClusterMember] = {}
     try:
-        for b in (1, 2, 3):
-            members[b] = _registered(connect, b)
-        client = members[1].zk
-        admin = TopicAdmin(members[1].store)
-        admin.ensure_paths()
+        client, admin = _three(connect, members)
         admin.create_topic("t", zn.TopicAssignment(TOPIC_ID, {0: (1, 2, 3), 1: (3, 1, 2)},
                                                    {}, {}), {})
         # "h": a partition whose preferred replica (1) does not lead: the preferred
@@ -95,13 +101,9 @@ def test_a_broker_seen_dead_by_a_pass_whose_removal_lost_a_race_is_forgotten(zoo
 
     Expected: broker 3 out of t-0's ISR after the next pass."""
     connect = zookeeper.chroot("review-bounce-lost")
-    members = {}
+    members: dict[int, ClusterMember] = {}
     try:
-        for b in (1, 2, 3):
-            members[b] = _registered(connect, b)
-        client = members[1].zk
-        admin = TopicAdmin(members[1].store)
-        admin.ensure_paths()
+        client, admin = _three(connect, members)
         admin.create_topic("t", zn.TopicAssignment(TOPIC_ID, {0: (1, 2, 3)}, {}, {}), {})
         path = zn.partition_state_path("t", 0)
 

@@ -8,7 +8,6 @@ operation of a history and checks what a start keeps."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 
 from oncelog.broker.log_dirs import LogDir
@@ -20,52 +19,13 @@ from oncelog.log.memory_disk import MemoryDisk
 from oncelog.producer_state.manager import StateLimits
 from oncelog.protocol.record_batch import assign_offsets, split_batches
 from oncelog.protocol.records import decode_batch, encode_batch
+from support.power_cuts import CuttingDisk, IssuedBelow, PowerCut
 
 LOG_DIR = "/data"
 DIRECTORY = "/data/t-0"
 CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100,
                    compaction=CompactionConfig(min_cleanable_dirty_ratio=0.0))
 TIMESTAMP = 1_700_000_000_000
-MUTATIONS = ("open", "write", "writev", "ftruncate", "fsync", "fdatasync", "rename", "unlink",
-             "fsync_dir", "open_dir", "fsync_open_dir")
-
-
-class PowerCut(BaseException):
-    """The power goes here: nothing after it runs."""
-
-
-class CuttingDisk(MemoryDisk):
-    def __init__(self) -> None:
-        super().__init__()
-        self.cut_at: int | None = None
-        self.done: list[str] = []
-
-
-def _cutting(name):
-    method = getattr(MemoryDisk, name)
-
-    def operation(self, *args, **kwargs):
-        if self.cut_at is not None and len(self.done) >= self.cut_at:
-            raise PowerCut(name)
-        target = args[0] if args and isinstance(args[0], str) else \
-            self._fds[args[0]].path if args and args[0] in self._fds else ""
-        self.done.append(f"{name} {os.path.basename(target)}")
-        return method(self, *args, **kwargs)
-
-    operation.__name__ = name
-    return operation
-
-
-for _name in MUTATIONS:
-    setattr(CuttingDisk, _name, _cutting(_name))
-
-
-class IssuedBelow:
-    def is_issued(self, producer_id: int) -> bool:
-        return True
-
-    def highest_claimed(self) -> int:
-        return 0
 
 
 def open_partition(disk: MemoryDisk) -> Partition:
