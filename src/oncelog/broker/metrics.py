@@ -289,6 +289,12 @@ class MetricsServer:
             await asyncio.wait_for(writer.drain(), _READ_TIMEOUT_S)
         except (TimeoutError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # The broker stopping with a scrape open: the loop's end cancels this task, and
+            # Python 3.11's StreamReaderProtocol then asks the cancelled task for its
+            # exception, which raises into asyncio's handler and logs a traceback. Ended
+            # here, the task is done, not cancelled: nothing is left to run for it.
+            return
         except Exception:
             log.exception("metrics: a scrape failed")
         finally:
