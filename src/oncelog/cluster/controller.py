@@ -86,7 +86,10 @@ log = logging.getLogger(__name__)
 # 0.8 s of CPU at 1,000 partitions: docs/benchmarks.md) every 5 minutes, 0.3% of a core.
 _FULL_READ_S = 300.0
 _RETRY_PAUSE_S = 0.05  # after a transaction lost to a concurrent write: read again soon
-_FENCED_MARGIN_S = 1.0
+_FENCED_MARGIN_S = 1.0  # H3 after a cut-off leader fenced itself: handover_bound_s
+# Config change notifications kept (Kafka purges them after 15 minutes): a broker that
+# missed more than these (its session expired) reads every topic's config again anyway.
+CONFIG_CHANGES_KEPT = 100
 
 
 def handover_bound_s(session_timeout_ms: int) -> float:
@@ -96,9 +99,6 @@ def handover_bound_s(session_timeout_ms: int) -> float:
     heard from it (membership.py's V3): H3 moves its leadership only after that."""
     return max(HANDOVER_TIMEOUT_S,
                session_timeout_ms * SILENCE_FRACTION / 1000 + _FENCED_MARGIN_S)
-# Config change notifications kept (Kafka purges them after 15 minutes): a broker that
-# missed more than these (its session expired) reads every topic's config again anyway.
-CONFIG_CHANGES_KEPT = 100
 
 
 __all__ = ["Controller", "TopicRead"]

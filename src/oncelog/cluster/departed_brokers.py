@@ -28,10 +28,12 @@ its partitions, the dead broker is decommissioned by a later answer, when it hol
 D4's first case keeps a rolling restart's stopped broker out of Metadata at once: a
 client's fan-out to every named broker (ListGroups, as kafka-python's admin and ours send it)
 would otherwise meet its refused connection for the grace. The broker learns of a departure
-from its membership pass (ClusterMode observes it as soon as the list changes), which
-ZooKeeper's order puts before the controller's moves it reads; when it reads the moves first
-the departed broker leads nothing by then (D4) and librdkafka's race is back for that
-failover, never worse than Kafka. A client that tries a named dead broker meets a refused
+from its membership pass (ClusterMode observes it as soon as the list changes). ZooKeeper
+tells it of the departure before the controller's moves, which the controller makes only
+after it saw the departure itself, so the pass (a few round trips) usually ends before the
+moves reach this broker's cache; when the cache reads them first the departed broker leads
+nothing by then (D4) and librdkafka's race is back for that failover, never worse than
+Kafka. A client that tries a named dead broker meets a refused
 connection (a dead process) or a connection timeout (a broker cut off) and asks another, as
 it does for a broker that died before its session expired; only Metadata names departed
 brokers (DescribeCluster, the Produce and Fetch answers' leader endpoints do not).
