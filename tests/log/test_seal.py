@@ -423,6 +423,19 @@ class Acks:
         return {v for o, v in self.acked.items() if o >= self.floor}
 
 
+def two_segments(disk: MemoryDisk, acks: Acks) -> tuple[Log, list[Seal]]:
+    """Values 0-4 acknowledged in segment 0, rolled (its seal held), 5-7 put in segment 5."""
+    log = Log(DIRECTORY, CONFIG, disk)
+    held: list[Seal] = []
+    for i in range(5):
+        acks.put(log, i)
+    acks.flush(log)
+    log.roll(held.append)
+    for i in range(5, 8):
+        acks.put(log, i)
+    return log, held
+
+
 def retention_history(seal_first: bool) -> Callable[[MemoryDisk, Acks], None]:
     """Retention deletes segment 0 (two batches on disk only by its seal), then segment 5,
     each while its seal is held (or, ``seal_first``, just after the first seal ran)."""
@@ -461,14 +474,7 @@ def retention_history(seal_first: bool) -> Callable[[MemoryDisk, Acks], None]:
 
 def delete_records_history(disk: MemoryDisk, acks: Acks) -> None:
     """DeleteRecords to offset 8 deletes segments 0 and 5, the seal of 5 held."""
-    log = Log(DIRECTORY, CONFIG, disk)
-    held: list[Seal] = []
-    for i in range(5):
-        acks.put(log, i)
-    acks.flush(log)
-    log.roll(held.append)
-    for i in range(5, 8):
-        acks.put(log, i)
+    log, held = two_segments(disk, acks)
     held.pop().run()
     acks.flush(log)
     log.roll(held.append)
@@ -488,14 +494,7 @@ def truncation_history(seal_first: bool) -> Callable[[MemoryDisk, Acks], None]:
     ``seal_first``, the first one run), then the log opened again as the partition opens
     it after a cut, and written to."""
     def history(disk: MemoryDisk, acks: Acks) -> None:
-        log = Log(DIRECTORY, CONFIG, disk)
-        held: list[Seal] = []
-        for i in range(5):
-            acks.put(log, i)
-        acks.flush(log)
-        log.roll(held.append)
-        for i in range(5, 8):
-            acks.put(log, i)
+        log, held = two_segments(disk, acks)
         if seal_first:
             held.pop().run()
         log.roll(held.append)
