@@ -39,16 +39,36 @@ def test_d2_a_departed_leader_is_named_until_its_partitions_move_then_d3_then_d4
     assert not d.departed
 
 
-def test_d4_one_that_left_leading_nothing_is_not_named():
-    """A controlled shutdown moved its leaderships before it left: no answer can race."""
+def test_d3_one_killed_while_leading_nothing_is_named_for_the_grace():
     d = DepartedBrokers()
     d.observe((_reg(1), _reg(2)), 0.0)
     d.observe((_reg(2),), 1.0)
     d.leaders(set(), 1.0)
+    assert _ids(d.named((_reg(2),), 1.0 + GRACE_S - 0.01)) == [1, 2]
+    assert _ids(d.named((_reg(2),), 1.0 + GRACE_S)) == [2]
+
+
+def test_d4_one_stopped_cleanly_leading_nothing_is_not_named():
+    """Its controlled shutdown moved its leaderships before it left: no answer can race."""
+    d = DepartedBrokers()
+    d.observe((_reg(1), _reg(2)), 0.0)
+    d.observe((_reg(2),), 1.0, cleanly={1})
+    d.leaders(set(), 1.0)
     assert _ids(d.named((_reg(2),), 1.0)) == [2]
     assert not d.departed
-    d.leaders({1}, 2.0)  # a state naming it later (an offline partition) does not bring it
-    assert _ids(d.named((_reg(2),), 2.0)) == [2]
+
+
+def test_d2_one_stopped_cleanly_still_leading_is_named_until_its_move_and_the_grace():
+    """Its controlled shutdown gave up before every leadership moved: the failover after
+    it races as a crash's does."""
+    d = DepartedBrokers()
+    d.observe((_reg(1), _reg(2)), 0.0)
+    d.observe((_reg(2),), 1.0, cleanly={1})
+    d.leaders({1}, 1.0)
+    assert _ids(d.named((_reg(2),), 5.0)) == [1, 2]
+    d.leaders(set(), 5.0)
+    assert _ids(d.named((_reg(2),), 5.0 + GRACE_S - 0.01)) == [1, 2]
+    assert _ids(d.named((_reg(2),), 5.0 + GRACE_S)) == [2]
 
 
 def test_d4_one_registered_again_is_named_as_registered_now():
@@ -63,27 +83,29 @@ def test_d4_one_registered_again_is_named_as_registered_now():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.frozensets(st.integers(1, 4)),  # registered
+                          st.frozensets(st.integers(1, 4)),  # of those gone: stopped cleanly
                           st.frozensets(st.integers(1, 4)),  # named leader by some state
                           st.floats(0, 2 * GRACE_S)),  # time passing before the step
                 min_size=1, max_size=30))
 def test_model(steps):
-    """Each step: the registrations observed, then the leaders read, then the answer."""
+    """Each step: the registrations observed (with the clean stops), then the leaders read,
+    then the answer."""
     d = DepartedBrokers()
     now = 0.0
     ever: dict[int, BrokerRegistration] = {}
     registered_before: frozenset[int] = frozenset()
     # the model, for each departed broker still remembered: named until (inf while leading)
     until: dict[int, float] = {}
-    for registered, leading, elapsed in steps:
+    for registered, cleanly, leading, elapsed in steps:
         now += elapsed
         brokers = tuple(_reg(b) for b in sorted(registered))
         ever.update({b.broker_id: b for b in brokers})
         for b in registered_before - registered:
-            until[b] = now  # D4 unless it leads now
+            until[b] = now if b in cleanly else now + GRACE_S  # D4 or D3
         for b in registered:
             until.pop(b, None)
         registered_before = registered
-        d.observe(brokers, now)
+        d.observe(brokers, now, cleanly)
         d.leaders(leading, now)
         for b in list(until):
             if b in leading:

@@ -73,3 +73,39 @@ def test_a_cleanly_stopped_broker_is_not_named_once_gone(cluster):
         client.list_groups()  # kafka-python raises on the first broker that does not answer
     finally:
         client.close()
+
+
+def test_a_broker_seen_in_controlled_shutdown_left_cleanly_a_killed_one_not(zookeeper):
+    """membership.py's ``left_cleanly``, on a real ZooKeeper: broker 2 makes its controlled
+    shutdown znode, then its session closes; broker 3's session closes without one (a
+    crash); broker 2 registers again."""
+    from oncelog.cluster import znodes as zn
+    from oncelog.cluster.membership import ClusterMember
+    from oncelog.metadata.zookeeper import ZooKeeperStore
+
+    connect = zookeeper.chroot("left-cleanly")
+    members: dict[int, ClusterMember] = {}
+
+    def registered(b: int) -> ClusterMember:
+        member = ClusterMember(ZooKeeperStore(connect, 4000), b, None)
+        member.start("127.0.0.1", 9000 + b, background=False)
+        return member
+
+    try:
+        for b in (1, 2, 3):
+            members[b] = registered(b)
+        me = members[1]
+        me.zk.ensure_path(zn.CONTROLLED_SHUTDOWN)
+        members[2].zk.create(f"{zn.CONTROLLED_SHUTDOWN}/2", b"", ephemeral=True)
+        me.pass_once()  # the stop's znode read (its watch would start this pass)
+        members.pop(2).close()
+        members.pop(3).close()
+        me.pass_once()
+        assert [b.broker_id for b in me.brokers] == [1]
+        assert me.left_cleanly == {2}
+        members[2] = registered(2)
+        me.pass_once()
+        assert me.left_cleanly == frozenset()
+    finally:
+        for member in members.values():
+            member.close()

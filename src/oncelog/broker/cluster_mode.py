@@ -256,13 +256,13 @@ class ClusterMode:
         return self._departed.named(brokers, time.monotonic())
 
     def _observe_brokers(self) -> tuple[zn.BrokerRegistration, ...]:
-        """The registered brokers, a departure among them observed with the leaders of
-        now: the membership pass tells as soon as the list changes, which is usually
-        before the controller's moves after it reach the cache (departed_brokers.py)."""
+        """The registered brokers, a departure among them observed (told by the membership
+        pass as soon as the list changes), with whether it was a clean stop and the
+        leaders of now (departed_brokers.py)."""
         brokers = self.member.brokers
         if brokers is not self._observed_of:
             self._observed_of = brokers
-            self._departed.observe(brokers, time.monotonic())
+            self._departed.observe(brokers, time.monotonic(), self.member.left_cleanly)
             if self._departed.departed:
                 self._note_departed_leaders()
         return brokers

@@ -19,24 +19,26 @@ its partitions, the dead broker is decommissioned by a later answer, when it hol
 | D2  | left; a partition's state still names it leader, and a   | yes, as it was  |
 |     | registered broker of that ISR can take it over (no       | registered      |
 |     | election yet)                                            |                 |
-| D3  | left while leading, leads nothing now, and it is less    | yes, as it was  |
-|     | than GRACE_S since this broker saw it stop leading       | registered      |
-| D4  | left leading nothing another could take over (a          | no (D1 if again)|
-|     | controlled shutdown moved those before it left: no       |                 |
-|     | answer can race), or past D3's grace, or registered again|                 |
+| D3  | left without a controlled shutdown (killed, cut off),    | yes, as it was  |
+|     | less than GRACE_S since this broker saw it leave or, D2  | registered      |
+|     | over, stop leading                                       |                 |
+| D4  | left after this broker saw it in controlled shutdown and | no (D1 if again)|
+|     | leading nothing another could take (its leaderships      |                 |
+|     | moved before it left: no answer can race), or past D3's  |                 |
+|     | grace, or registered again                               |                 |
 
 D4's first case keeps a rolling restart's stopped broker out of Metadata at once: a
 client's fan-out to every named broker (ListGroups, as kafka-python's admin and ours send it)
-would otherwise meet its refused connection for the grace. The broker learns of a departure
-from its membership pass (ClusterMode observes it as soon as the list changes). ZooKeeper
-tells it of the departure before the controller's moves, which the controller makes only
-after it saw the departure itself, so the pass (a few round trips) usually ends before the
-moves reach this broker's cache; when the cache reads them first the departed broker leads
-nothing by then (D4) and librdkafka's race is back for that failover, never worse than
-Kafka. A client that tries a named dead broker meets a refused
-connection (a dead process) or a connection timeout (a broker cut off) and asks another, as
-it does for a broker that died before its session expired; only Metadata names departed
-brokers (DescribeCluster, the Produce and Fetch answers' leader endpoints do not).
+would otherwise meet its refused connection for the grace. A stop is known by its znode
+(``/oncelog/controlled_shutdown/<id>``, membership.py's ``left_cleanly``), made before its
+leaderships move, which the broker waits for before it leaves. D3 does not ask whether the
+broker led anything when it left: this broker's picture of the leaders and of the
+registrations come by different threads, and the controller's moves after a crash could be
+read first. A broker killed or cut off while leading nothing is named for the grace, as it
+was named, dead, until its session expired. A client that tries a named dead broker meets a
+refused connection (a dead process) or a connection timeout (a broker cut off) and asks
+another, as it does for a broker that died before its session expired; only Metadata names
+departed brokers (DescribeCluster, the Produce and Fetch answers' leader endpoints do not).
 """
 
 from __future__ import annotations
@@ -68,21 +70,24 @@ class DepartedBrokers:
         """The ids of the brokers named under D2 or D3 (as last observed)."""
         return self._departed.keys()
 
-    def observe(self, registered: Iterable[BrokerRegistration], now: float) -> None:
+    def observe(self, registered: Iterable[BrokerRegistration], now: float,
+                cleanly: Collection[int] = ()) -> None:
         """The registrations read now: those gone since the last read are departed, named
-        only once ``leaders`` finds them leading (D2); those back are D1 again."""
+        for the grace (D3) unless they left ``cleanly`` (then only while ``leaders`` finds
+        them leading, D2); those back are D1 again."""
         current = {b.broker_id: b for b in registered}
         for broker_id, gone in self._registered.items():
             if broker_id not in current:
-                self._departed[broker_id] = _Departed(gone, now, False)
+                self._departed[broker_id] = _Departed(
+                    gone, now if broker_id in cleanly else now + GRACE_S, False)
         for broker_id in current:
             self._departed.pop(broker_id, None)
         self._registered = current
 
     def leaders(self, leading: Collection[int], now: float) -> None:
         """Which departed brokers some partition's state names leader now (D2); one that
-        stops leading is named GRACE_S more from now (D3); one that led nothing since it
-        left is forgotten (D4)."""
+        stops leading is named GRACE_S more from now (D3); one past its grace is forgotten
+        (D4)."""
         for broker_id, d in self._departed.items():
             if broker_id in leading:
                 d.leading = True

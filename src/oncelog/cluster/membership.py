@@ -189,6 +189,11 @@ class ClusterMember:
         self.registration: zn.BrokerRegistration | None = None
         self._view = ControllerView(NO_CONTROLLER, zn.INITIAL_CONTROLLER_EPOCH)
         self._brokers: tuple[zn.BrokerRegistration, ...] = ()
+        # The brokers seen in controlled shutdown (/oncelog/controlled_shutdown/<id>, made
+        # before their leaderships move, gone with their session) at the last read, and
+        # those that left /brokers/ids from there: stopped cleanly (departed_brokers.py).
+        self._stopping: frozenset[int] = frozenset()
+        self._left_cleanly: frozenset[int] = frozenset()
         self._epoch_version = -1  # of /controller_epoch, as our winning claim left it
         self._registered_session: int | None = None  # the session R1/R2 last found ours
         self.heartbeat = ZooKeeperHeartbeat(store)  # V3 counts from its answers
@@ -250,8 +255,20 @@ class ClusterMember:
         watch on /brokers/ids: no ZooKeeper round trip here, safe on the event loop)."""
         return self._brokers
 
+    @property
+    def left_cleanly(self) -> frozenset[int]:
+        """The brokers that left /brokers/ids after this member saw them in controlled
+        shutdown, until they register again."""
+        return self._left_cleanly
+
     def _read_brokers(self) -> None:
         brokers = []
+        try:  # read first: a broker already gone is seen stopping by this read or none
+            stopping = frozenset(int(b) for b in self._op(
+                self.zk.get_children_async, zn.CONTROLLED_SHUTDOWN, watch=self._on_change))
+        except NoNodeError:  # not made yet (the first broker of a cluster makes it)
+            self._op(self.zk.exists_async, zn.CONTROLLED_SHUTDOWN, watch=self._on_change)
+            stopping = frozenset()
         ids = self._op(self.zk.get_children_async, zn.BROKER_IDS, watch=self._on_change)
         for name in ids:
             try:
@@ -260,8 +277,15 @@ class ClusterMember:
                 continue  # gone between the listing and the read: the watch tells us
             brokers.append(zn.BrokerRegistration.decode(int(name), data))
         before = {b.broker_id for b in self._brokers}
+        present = {b.broker_id for b in brokers}
+        # Seen stopping at this read or the last (a stop's znode is made before its moves,
+        # which the broker waits for: a pass in between is all but certain).
+        self._left_cleanly = frozenset(
+            (self._left_cleanly | ((before - present) & (self._stopping | stopping)))
+            - present)
+        self._stopping = stopping
         self._brokers = tuple(sorted(brokers, key=lambda b: b.broker_id))
-        if before != {b.broker_id for b in brokers} and self.on_brokers_changed is not None:
+        if before != present and self.on_brokers_changed is not None:
             self.on_brokers_changed()
 
     def cluster_id(self, proposed: str) -> str:
