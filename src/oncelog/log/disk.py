@@ -21,7 +21,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class LogDirFailure(Exception):
@@ -266,22 +266,33 @@ def write_fully(disk: OsDisk, fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+def write_synced(disk: OsDisk, path: str, data: bytes,
+                 fsync: Callable[[int], None] | None = None) -> None:
+    """``data`` written to ``path`` (created or emptied) and fsynced (by ``fsync``, the
+    disk's own unless the caller wraps it); on any failure the file is removed."""
+    fd = disk.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            write_fully(disk, fd, data)
+            (fsync or disk.fsync)(fd)
+        finally:
+            disk.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            disk.unlink(path)
+        raise
+
+
 def replace_file(disk: OsDisk, path: str, data: bytes) -> None:
     """Write ``data`` to a temporary file, fsync it and rename it over ``path``: the part of
     an atomic replace whose failure (an OSError) changes nothing, the temporary file
     removed. The directory's fsync, which makes the rename durable, is the caller's: what
     its failure means depends on the file."""
     tmp = path + ".tmp"
-    fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    write_synced(disk, tmp, data)
     try:
-        write_fully(disk, fd, data)
-        disk.fsync(fd)
-        disk.close(fd)
-        fd = -1
         disk.rename(tmp, path)
     except BaseException:
-        if fd >= 0:
-            disk.close(fd)
         with contextlib.suppress(OSError):
             disk.unlink(tmp)
         raise

@@ -443,8 +443,8 @@ class Log:
 
     def flush(self) -> None:
         """fsync the active segment, and wait for the fsync of the rolled ones still being
-        sealed: everything appended is on disk when it returns; LogDirFailure when not (a
-        failed fsync, or seals longer than SEAL_WAIT_S)."""
+        sealed: everything appended is on disk when it returns; LogDirFailure when a fsync
+        failed."""
         seals = self.pending_seals()
         self.active.flush()
         wait_synced(seals)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -52,9 +53,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from .disk import LogDirFailure, write_fully
+from .disk import LogDirFailure, write_synced
 from .segment import LogSegment, segment_name
-from .txn_index import encode as encode_txn_index
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +144,8 @@ class Seal:
         the lock, unless cancelled) renamed into place and the marker removed, then the
         directory fsynced: the renames and the removal durable together, after the data."""
         segment, disk = self.segment, self.segment._disk
-        txn = segment.txn_index.entries
-        files = [(segment.offset_index.path, segment.offset_index.encoded()),
-                 (segment.time_index.path, segment.time_index.encoded()),
-                 # no entry: no file (one left by an earlier seal of the segment goes)
-                 (segment.txn_index.path, encode_txn_index(txn) if txn else None)]
+        files = [(index.path, index.encoded())  # None: no file (one left behind goes)
+                 for index in (segment.offset_index, segment.time_index, segment.txn_index)]
         written: dict[str, str] = {}  # final path -> its temporary file
         try:
             for path, data in files:
@@ -157,13 +154,9 @@ class Seal:
                 if self._cancelled:
                     return
                 stem, ext = os.path.splitext(path)
-                tmp = written[path] = stem + self._tmp + ext + ".tmp"
-                fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    write_fully(disk, fd, data)
-                    _fsynced(disk.fsync, fd)
-                finally:
-                    disk.close(fd)
+                tmp = stem + self._tmp + ext + ".tmp"
+                write_synced(disk, tmp, data, functools.partial(_fsynced, disk.fsync))
+                written[path] = tmp
             with self._files:
                 if self._cancelled:
                     return

@@ -255,7 +255,9 @@ class LogSegment:
 
     def save_indexes(self) -> None:
         self.end_time_index()
-        self.write_indexes()
+        self.offset_index.save()
+        self.time_index.save()
+        self.txn_index.save()
 
     def end_time_index(self) -> None:
         """The time index's last entry: the segment's largest timestamp (it takes no more
@@ -264,13 +266,6 @@ class LogSegment:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
             )
-
-    def write_indexes(self) -> None:
-        """Write the index files; changes nothing in memory, so that a worker thread may do
-        it for a segment no longer appended to."""
-        self.offset_index.save()
-        self.time_index.save()
-        self.txn_index.save()
 
     # --- reading -------------------------------------------------------------------------
 

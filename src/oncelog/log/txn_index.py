@@ -56,9 +56,14 @@ class TransactionIndex:
         """Entries of transactions with data in [start, upper)."""
         return [e for e in self.entries if e.last_offset >= start and e.first_offset < upper]
 
+    def encoded(self) -> bytes | None:
+        """The file's bytes; None: no entry, no file (one left behind is removed)."""
+        return encode(self.entries) if self.entries else None
+
     def save(self) -> None:
-        if self.entries:
-            write_atomically(self._disk, self.path, encode(self.entries))
+        data = self.encoded()
+        if data is not None:
+            write_atomically(self._disk, self.path, data)
             return
         with contextlib.suppress(FileNotFoundError):
             self._disk.unlink(self.path)
