@@ -15,13 +15,13 @@ ISR (L1) and moves its leadership (F1). Found by a review; both cases failed bef
 from __future__ import annotations
 
 import pytest
+from support.zookeepers import registered_member
 
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.leader_election import Ask
 from oncelog.cluster.membership import ClusterMember
 from oncelog.cluster.topic_admin import TopicAdmin
-from oncelog.metadata.zookeeper import ZooKeeperStore
 
 pytestmark = pytest.mark.xdist_group("zookeeper")
 
@@ -29,17 +29,11 @@ SESSION_MS = 4000
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
-def _registered(connect: str, broker_id: int) -> ClusterMember:
-    member = ClusterMember(ZooKeeperStore(connect, SESSION_MS), broker_id, None)
-    member.start("127.0.0.1", 9000 + broker_id, background=False)
-    return member
-
-
 def _three(connect: str, members: dict[int, ClusterMember]):
     """Brokers 1-3 registered (into ``members``, for the caller to close), and broker 1's
     ZooKeeper client and topic admin."""
     for b in (1, 2, 3):
-        members[b] = _registered(connect, b)
+        members[b] = registered_member(connect, b, SESSION_MS)
     admin = TopicAdmin(members[1].store)
     admin.ensure_paths()
     return members[1].zk, admin
@@ -80,7 +74,7 @@ def test_a_bounce_whose_gap_an_election_round_saw_is_still_a_bounce(zookeeper, r
         if round_in_gap:
             controller.elect(waiting, Ask.PREFERRED, True)
         # ... and broker 3 is back (a new session, perhaps a wiped disk) before any pass ran
-        members[3] = _registered(connect, 3)
+        members[3] = registered_member(connect, 3, SESSION_MS)
         controller.elect(waiting, Ask.PREFERRED, True)  # another round: it is back
         controller.pass_once()
         # as when a pass itself finds the newer czxid: counted dead, out of every ISR (L1)
@@ -128,7 +122,7 @@ def test_a_broker_seen_dead_by_a_pass_whose_removal_lost_a_race_is_forgotten(zoo
         controller.race = True
         controller.pass_once()  # sees it gone, decides L1: lost to the leader's write
         assert isr() == (1, 2, 3)
-        members[3] = _registered(connect, 3)  # back (new session) before the next pass
+        members[3] = registered_member(connect, 3, SESSION_MS)  # back, before the next pass
         for _ in range(3):
             controller.pass_once()
         assert isr() == (1, 2), "broker 3, seen dead and back, stays in the ISR"

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from support.zookeepers import registered_member
 
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import Controller
@@ -369,13 +370,6 @@ def test_auto_leader_rebalance(zookeeper):
         member.close()
 
 
-def _registered(connect: str, broker_id: int) -> ClusterMember:
-    """Broker ``broker_id`` registered in ZooKeeper on a session of its own."""
-    member = ClusterMember(ZooKeeperStore(connect, SESSION_MS), broker_id, None)
-    member.start("127.0.0.1", 9000 + broker_id, background=False)
-    return member
-
-
 def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zookeeper):
     """Broker 3 killed and started again between two passes (its registration's czxid is
     newer: it may be back with a wiped disk): the next pass counts it dead, as Kafka's
@@ -386,7 +380,7 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
     members = {}
     try:
         for b in (1, 2, 3):
-            members[b] = _registered(connect, b)
+            members[b] = registered_member(connect, b, SESSION_MS)
         client = members[1].zk
         admin = TopicAdmin(members[1].store)
         admin.ensure_paths()
@@ -401,7 +395,7 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
         controller.pass_once()  # N1
         assert states() == [(1, 0, (1, 2, 3)), (3, 0, (3, 1, 2))]
         members[3].close()  # killed, and registered again before the next pass
-        members[3] = _registered(connect, 3)
+        members[3] = registered_member(connect, 3, SESSION_MS)
         controller.pass_once()
         assert states() == [(1, 0, (1, 2)), (1, 1, (1, 2))]  # L1, F1
         controller.pass_once()
@@ -414,7 +408,7 @@ def test_a_bounced_broker_is_out_of_every_isr_until_its_leader_adds_it_back(zook
         members[2].close()
         controller.pass_once()
         assert states() == [(1, 0, (1, 3)), (1, 1, (1,))]
-        members[2] = _registered(connect, 2)
+        members[2] = registered_member(connect, 2, SESSION_MS)
         client.set(zn.partition_state_path("t", 0), zn.PartitionState(1, 0, (1, 3, 2), 1)
                    .encode())
         controller.pass_once()
@@ -432,7 +426,7 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
     members = {}
     try:
         for b in (1, 2, 3):
-            members[b] = _registered(connect, b)
+            members[b] = registered_member(connect, b, SESSION_MS)
         client = members[1].zk
         admin = TopicAdmin(members[1].store)
         admin.ensure_paths()
@@ -446,7 +440,7 @@ def test_a_bounce_an_election_request_finds_during_a_pass_is_not_forgotten(zooke
                 if self.bounce_during_write:
                     self.bounce_during_write = False
                     members[3].close()
-                    members[3] = _registered(connect, 3)
+                    members[3] = registered_member(connect, 3, SESSION_MS)
                     self.live_brokers()  # what elect() reads first, on its own thread
                 return super().write(chosen)
 
@@ -471,7 +465,7 @@ def test_isr_change_notifications_do_not_pile_up(zookeeper):
     change; Kafka's controller deletes them once read. Before, nothing deleted them: one
     znode per ISR change, kept in ZooKeeper for as long as the cluster ran."""
     connect = zookeeper.chroot("isr-notes")
-    member = _registered(connect, 1)
+    member = registered_member(connect, 1, SESSION_MS)
     try:
         client = member.zk
         TopicAdmin(member.store).ensure_paths()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 from support.three_brokers import TIMEOUT, ThreeBrokers
 from support.waits import wait_for
+from support.zookeepers import registered_member
 
 from oncelog.client.admin.admin import Admin
 from oncelog.cluster.departed_brokers import GRACE_S
@@ -81,19 +82,13 @@ def test_a_broker_seen_in_controlled_shutdown_left_cleanly_a_killed_one_not(zook
     crash); broker 2 registers again."""
     from oncelog.cluster import znodes as zn
     from oncelog.cluster.membership import ClusterMember
-    from oncelog.metadata.zookeeper import ZooKeeperStore
 
     connect = zookeeper.chroot("left-cleanly")
     members: dict[int, ClusterMember] = {}
 
-    def registered(b: int) -> ClusterMember:
-        member = ClusterMember(ZooKeeperStore(connect, 4000), b, None)
-        member.start("127.0.0.1", 9000 + b, background=False)
-        return member
-
     try:
         for b in (1, 2, 3):
-            members[b] = registered(b)
+            members[b] = registered_member(connect, b)
         me = members[1]
         me.zk.ensure_path(zn.CONTROLLED_SHUTDOWN)
         members[2].zk.create(f"{zn.CONTROLLED_SHUTDOWN}/2", b"", ephemeral=True)
@@ -103,7 +98,7 @@ def test_a_broker_seen_in_controlled_shutdown_left_cleanly_a_killed_one_not(zook
         me.pass_once()
         assert [b.broker_id for b in me.brokers] == [1]
         assert me.left_cleanly == {2}
-        members[2] = registered(2)
+        members[2] = registered_member(connect, 2)
         me.pass_once()
         assert me.left_cleanly == frozenset()
     finally:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 
+from support.zookeepers import registered_member
+
 from oncelog.cluster import znodes as zn
 from oncelog.cluster.controller import handover_bound_s
 from oncelog.cluster.leader_election import HANDOVER_TIMEOUT_S, HandoverClock
@@ -80,21 +82,15 @@ def test_a_controller_elected_mid_handover_counts_h3_afresh_and_moves_it(zookeep
     from oncelog.cluster.leader_election import Ask
     from oncelog.cluster.membership import ClusterMember
     from oncelog.cluster.topic_admin import TopicAdmin
-    from oncelog.metadata.zookeeper import ZooKeeperStore
 
     clock = _Clock()
     monkeypatch.setattr(controller_module, "time", clock)
     connect = zookeeper.chroot("handover-new-controller")
     members: dict[int, ClusterMember] = {}
 
-    def registered(b: int) -> ClusterMember:
-        member = ClusterMember(ZooKeeperStore(connect, 4000), b, None)
-        member.start("127.0.0.1", 9000 + b, background=False)
-        return member
-
     try:
         for b in (3, 1, 2):  # 3 first: the controller
-            members[b] = registered(b)
+            members[b] = registered_member(connect, b)
         assert members[3].is_controller
         zk, path = members[3].zk, zn.partition_state_path("t", 0)
         admin = TopicAdmin(members[3].store)

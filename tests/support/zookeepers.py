@@ -228,3 +228,14 @@ def store_fixture(name: str):
         opened.close()
 
     return store
+
+
+def registered_member(connect: str, broker_id: int, session_ms: int = 4000):
+    """Broker ``broker_id``'s ClusterMember on a session of its own, registered (and, when
+    first, controller) by one pass on the caller's thread; the caller closes it."""
+    from oncelog.cluster.membership import ClusterMember
+    from oncelog.metadata.zookeeper import ZooKeeperStore
+
+    member = ClusterMember(ZooKeeperStore(connect, session_ms), broker_id, None)
+    member.start("127.0.0.1", 9000 + broker_id, background=False)
+    return member
