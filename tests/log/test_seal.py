@@ -12,6 +12,7 @@ what was not synced (memory_disk.py), and the partition is opened again as a sta
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import errno
 import logging
@@ -192,6 +193,54 @@ def test_a_failed_fsync_of_a_seal_fails_the_flush_and_the_close():
     with pytest.raises(LogDirFailure):
         log.close()
     assert "00000000000000000000.unsealed" in disk.listdir(DIRECTORY)
+
+
+@pytest.mark.parametrize("op,suffix", [
+    ("open", ".unsealed"),  # the marker not made (ENOSPC)
+    ("open", "00000000000000000001.log"),  # the new segment not made (ENOSPC)
+])
+def test_a_roll_that_fails_leaves_the_log_as_it_was(op, suffix):
+    """A step of a roll before the new segment is in place fails: the roll raises, the old
+    segment stays the one appended to, no marker is left behind, and the log opens again
+    with everything appended."""
+    disk = MemoryDisk()
+    disk.makedirs(LOG_DIR)
+    log = Log(DIRECTORY, CONFIG, disk)
+    held: list[Seal] = []
+    append(log, 0)
+    disk.fail(op, errno.ENOSPC, path_suffix=suffix)
+    with pytest.raises(OSError):
+        log.roll(held.append)
+    assert not held and len(log.segments) == 1
+    assert "00000000000000000000.unsealed" not in disk.listdir(DIRECTORY)
+    append(log, 1)
+    log.flush()
+    log.close()
+    reopened = Log(DIRECTORY, CONFIG, disk)
+    assert reopened.log_end_offset == 2 and len(reopened.segments) == 1
+
+
+def test_a_roll_whose_directory_fsync_fails_fails_the_directory_and_keeps_what_was_on_disk():
+    """The directory fsync that makes the marker and the new segment's name durable fails:
+    LogDirFailure (the directory goes offline), and after a power cut the next start keeps
+    every batch that was on disk, the old segment recovered from its marker if it came
+    back."""
+    disk = MemoryDisk()
+    disk.makedirs(LOG_DIR)
+    log = Log(DIRECTORY, CONFIG, disk)
+    for i in range(3):
+        append(log, i)
+    log.flush()
+    disk.fail("fsync_dir", errno.EIO, path_suffix="t-0")
+    with pytest.raises(LogDirFailure):
+        log.roll(lambda seal: None)
+    log.abandon()
+    for seed in range(8):
+        cut = copy.deepcopy(disk)
+        cut.power_loss(random.Random(seed))
+        reopened = Log(DIRECTORY, CONFIG, cut)
+        assert reopened.log_end_offset == 3, seed
+        reopened.close()
 
 
 def test_a_segment_recovered_from_its_marker_keeps_its_aborted_transactions():
