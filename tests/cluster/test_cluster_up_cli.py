@@ -23,7 +23,10 @@ def test_cluster_up_status_and_ctrl_c(tmp_path):
         [sys.executable, "-m", "oncelog", "cluster", "up", "--brokers", "2",
          "--data-dir", str(tmp_path / "cluster"), "--base-port", str(broker_ports[0]),
          "--zookeeper-port", str(zk_port), "--set", "zookeeper.session.timeout.ms=2000"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        # started as a shell script's background job is: SIGINT inherited ignored (it
+        # went unheard then, and `cluster up` ran on until killed)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         text = read_until(up, "Ctrl-C stops them all", TIMEOUT)
         bootstrap = f"127.0.0.1:{broker_ports[0]},127.0.0.1:{broker_ports[1]}"

@@ -104,7 +104,11 @@ def _cluster_up(args: argparse.Namespace) -> int:
     connect = f"127.0.0.1:{args.zookeeper_port}{CHROOT}"
     brokers: list[tuple[str, subprocess.Popen]] = []
     stopping = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # Ctrl-C is KeyboardInterrupt even when SIGINT came ignored: a process started in the
+    # background of a shell script inherits it so, and Python leaves it so (a bench's
+    # SIGINT went unheard for minutes).
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: stopping.append(True)),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         for i in range(1, args.brokers + 1):  # all at once: each takes seconds to import
             brokers.append((f"broker {i}", _start_broker(
@@ -128,7 +132,8 @@ def _cluster_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         print("stopping the brokers, then ZooKeeper", flush=True)
         _stop(brokers)
         _stop([("ZooKeeper", zookeeper)])
