@@ -167,6 +167,38 @@ def test_confluent_transactions_span_partitions_led_by_three_brokers(cluster):
     assert cluster.leaders(SPAN) == [1, 2, 3]
 
 
+def test_a_transaction_begun_right_after_a_commit_is_added_and_its_abort_ends_it(cluster):
+    """librdkafka's abort_transaction() sends EndTxn whenever an AddPartitionsToTxn of the
+    transaction went out, answered or refused (its issue #4849). An add refused
+    CONCURRENT_TRANSACTIONS because the last commit's markers were still going to the
+    leaders on the other brokers left an abort that met the completed commit:
+    INVALID_TXN_STATE, fatal to the producer (this module's confluent test met it once).
+    Now the add waits for the markers and is taken, and the abort ends the transaction it
+    began. On the wire, as librdkafka does it: the add sent the moment the commit is
+    answered."""
+    txn_id = "begun-after-commit"
+    coordinator = txn_coordinator(cluster, txn_id)[1]
+    conn = BrokerConnection("127.0.0.1", cluster.brokers[coordinator].port, client_id="t",
+                            timeout=TIMEOUT)
+    everywhere = [(SPAN, p) for p in range(3)]  # leaders 1, 2, 3: markers to each
+    try:
+        error, pid, epoch = txn_wire.init_producer_id(conn, txn_id)
+        assert error is ErrorCode.none
+        for n in range(4):
+            assert txn_wire.add_partitions(conn, txn_id, pid, epoch, everywhere) == \
+                dict.fromkeys(everywhere, ErrorCode.none)
+            error, epoch = txn_wire.end_txn(conn, txn_id, pid, epoch, commit=True)
+            assert error is ErrorCode.none
+            added = [(SPAN, n % 3)]
+            assert txn_wire.add_partitions(conn, txn_id, pid, epoch, added) == \
+                dict.fromkeys(added, ErrorCode.none), f"round {n}"
+            error, epoch = txn_wire.end_txn(conn, txn_id, pid, epoch, commit=False)
+            assert error is ErrorCode.none, f"round {n}: {error.name}"
+    finally:
+        conn.close()
+    settled(cluster, SPAN, 3)
+
+
 def test_a_transactional_write_is_verified_with_the_coordinator_on_another_broker(cluster):
     """KIP-890 part 1 across brokers: a partition's leader asks the transaction's
     coordinator (on another broker) whether the partition is in the transaction: a write to

@@ -8,6 +8,7 @@ TxnOffsetCommit, the GroupCoordinator, and the result into that version's respon
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 
@@ -124,13 +125,14 @@ async def handle_add_partitions_to_txn(broker, request: Request):
             return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                          error_code=ErrorCode.cluster_authorization_failed,
                          results_by_transaction=())
-        results = []
-        for txn in body.transactions:
-            topic_results = await results_of(txn.transactional_id, txn.producer_id,
-                                             txn.producer_epoch, txn.topics, txn.verify_only)
-            results.append(build(mod.AddPartitionsToTxnResult,
-                                 transactional_id=txn.transactional_id,
-                                 topic_results=topic_results))
+        # Together: each may wait for its id's pending step (the coordinator's
+        # PENDING_WAIT_S), and the request as a whole no longer than one of them.
+        answered = await asyncio.gather(*(
+            results_of(txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+                       txn.verify_only) for txn in body.transactions))
+        results = [build(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                         topic_results=topic_results)
+                   for txn, topic_results in zip(body.transactions, answered, strict=True)]
         return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                      error_code=ErrorCode.none, results_by_transaction=tuple(results))
     topic_results = await results_of(body.v3_and_below_transactional_id,

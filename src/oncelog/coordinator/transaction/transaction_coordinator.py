@@ -7,8 +7,14 @@ module only carries them out. One discipline makes the table true under concurre
 marked *pending* before the first await of any change (the write to ``__transaction_state``
 and its fsync, the markers, the completion), and every request on a pending id is answered
 by the table's pending rows (CONCURRENT_TRANSACTIONS), so no two requests ever decide on the
-same state. A change is written before it is answered or acted on; a write that fails
-changes nothing in memory. The steps no client waits for (the fence and abort of a timed-out
+same state. A request that finds its id pending first waits, up to ``PENDING_WAIT_S``, for the
+step to release it, and is decided on what the step left (the pending rows answer only when
+the wait runs out): a transaction begun right after a commit is added once the commit's
+markers are in, instead of being refused. librdkafka needs that: after a refused
+AddPartitionsToTxn it still sends EndTxn on abort_transaction(), which the completed commit
+then answers INVALID_TXN_STATE, a fatal error (librdkafka issue #4849; Kafka answers so too).
+A change is written before it is answered or acted on; a write that fails changes nothing in
+memory. The steps no client waits for (the fence and abort of a timed-out
 or replaced transaction, the markers and the completion) retry a failed write until it is
 taken, so nothing is left half done until a restart.
 
@@ -52,6 +58,9 @@ E = ErrorCode
 S = TxnState
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
+# How long a request on a pending id waits for its release: a marker round's usual time,
+# well under every client's request timeout (librdkafka 60 s, Java 30 s).
+PENDING_WAIT_S = 1.0
 
 # (producer id, epoch, commit, coordinator epoch, partitions, transaction version, current:
 # whether this coordinator still is the transaction's at that coordinator epoch)
@@ -131,6 +140,10 @@ class TransactionCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._idle_logged: dict[str, int] = {}  # id -> start of the prepared one logged
+        self.pending_wait_s = PENDING_WAIT_S
+        # Requests waiting for a pending id's release (``_settled``), woken when it is
+        # released or dropped; at most one per request being handled.
+        self._waiting: dict[str, list[asyncio.Future]] = {}
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
@@ -182,6 +195,7 @@ class TransactionCoordinator:
         gone = self.txns.keys_of(partition)
         for txn_id in gone:
             del self.txns[txn_id]
+            self._wake(txn_id)
         return len(gone)
 
     async def _load(self, load: Load) -> None:
@@ -218,6 +232,31 @@ class TransactionCoordinator:
 
     # --- carrying a decision out ----------------------------------------------------------
 
+    async def _settled(self, transactional_id: str) -> ErrorCode | None:
+        """``_unavailable``, once the id is not pending: a request meeting a pending id
+        waits (up to ``pending_wait_s``) for the step to release it, then is decided on what
+        the step left; still pending then, the table's pending rows answer it."""
+        error = self._unavailable(transactional_id)
+        entry = self.txns.get(transactional_id)
+        if error is not None or entry is None or not entry.pending:
+            return error
+        woken = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(transactional_id, [])
+        waiting.append(woken)
+        try:
+            await asyncio.wait((woken,), timeout=self.pending_wait_s)
+        finally:
+            if woken in waiting:
+                waiting.remove(woken)
+            if not waiting:
+                self._waiting.pop(transactional_id, None)
+        return self._unavailable(transactional_id)  # the lead may have moved meanwhile
+
+    def _wake(self, txn_id: str) -> None:
+        for woken in self._waiting.pop(txn_id, ()):
+            if not woken.done():
+                woken.set_result(None)
+
     def _unavailable(self, transactional_id: str | None) -> ErrorCode | None:
         # An id its record key cannot hold (an int16-length STRING) is refused as the empty
         # one is, before anything is decided or written for it.
@@ -241,6 +280,7 @@ class TransactionCoordinator:
             del self.txns[txn_id]  # its first record was never written
         else:
             self.txns[txn_id] = dataclasses.replace(entry, pending=False)
+        self._wake(txn_id)
 
     async def _write(self, txn_id: str, entry: Entry, ticket: int) -> None:
         """Write the id's next Entry and take it (still pending) once durable, while the
@@ -333,6 +373,9 @@ class TransactionCoordinator:
             timeout_ms = NO_TIMEOUT_MS
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return E.invalid_transaction_timeout, -1, -1, -1, -1
+        error = await self._settled(transactional_id)
+        if error is not None:
+            return error, -1, -1, -1, -1
         request = rules.Init(timeout_ms, self.now_ms(), producer_id, epoch, keep_prepared)
         decision = rules.decide(self.txns.get(transactional_id), request)
         try:
@@ -383,6 +426,9 @@ class TransactionCoordinator:
             return dict.fromkeys(partitions, error)
         wanted = frozenset(partitions)
         unknown = {tp for tp in wanted if not self.partition_exists(*tp)}
+        error = await self._settled(transactional_id)
+        if error is not None:
+            return dict.fromkeys(partitions, error)
         decision = rules.decide(self.txns.get(transactional_id),
                                 rules.Add(producer_id, epoch, wanted, self.now_ms()))
         if decision.error is E.none and unknown:
@@ -411,6 +457,9 @@ class TransactionCoordinator:
                       bump_epoch: bool) -> tuple[ErrorCode, int, int]:
         """``bump_epoch``: transaction version 2 (EndTxn v5+), this request's only."""
         error = self._unavailable(transactional_id)
+        if error is not None:
+            return error, -1, -1
+        error = await self._settled(transactional_id)
         if error is not None:
             return error, -1, -1
         request = rules.End(producer_id, epoch, commit, 2 if bump_epoch else 0, self.now_ms())

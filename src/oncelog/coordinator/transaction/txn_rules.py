@@ -16,7 +16,9 @@ of the transaction that exhausted the epoch). Requests name (P, E): their produc
 epoch. TV: the transaction version of the request that ends the transaction: 2 for EndTxn v5
 and later (KIP-890 part 2: every end bumps the epoch), else 0; taken from each EndTxn, never
 kept for the next transaction. "Prepare*" is PrepareCommit / PrepareAbort, "Complete*"
-CompleteCommit / CompleteAbort, "Idle" is Empty or Complete*.
+CompleteCommit / CompleteAbort, "Idle" is Empty or Complete*. "pending": a step of the
+coordinator holds the id; a request meeting it waits (the coordinator's PENDING_WAIT_S) and is
+decided on what the step left, so the pending rows answer only a step still running then.
 
 InitProducerId (its requests carry an optional (P, E), KIP-360):
 
