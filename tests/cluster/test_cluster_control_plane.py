@@ -57,8 +57,14 @@ class Cluster(ThreeBrokers):
         futures[topic].result(TIMEOUT)
 
     def metadata(self, broker_id: int, topic: str) -> dict[int, tuple[int, list, list]]:
-        """{partition: (leader, replicas, isr)} as librdkafka reads Metadata."""
-        md = self.admin(broker_id).list_topics(topic, timeout=TIMEOUT)
+        """{partition: (leader, replicas, isr)} as librdkafka reads this broker's Metadata:
+        through a client bootstrapped at it alone, new each time. A kept client may send the
+        request to a broker just killed, its connection not yet seen closed, and librdkafka
+        then retries it there, reconnecting, until the call's timeout (seen in CI)."""
+        from confluent_kafka.admin import AdminClient
+
+        one_shot = AdminClient({"bootstrap.servers": self.brokers[broker_id].bootstrap})
+        md = one_shot.list_topics(topic, timeout=TIMEOUT)
         return {p.id: (p.leader, list(p.replicas), list(p.isrs))
                 for p in md.topics[topic].partitions.values()}
 

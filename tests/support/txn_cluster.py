@@ -16,7 +16,6 @@ from support.waits import wait_for
 
 class TxnCluster(ThreeBrokers):
     def __init__(self, zookeeper, root, name: str, **settings: str) -> None:
-        self._admins: dict = {}
         super().__init__(zookeeper, root, name, {
             "default.replication.factor": "3", "num.partitions": "3",
             "offsets.topic.num.partitions": "2",
