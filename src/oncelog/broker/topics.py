@@ -244,18 +244,34 @@ class TopicManager:
                 continue
             topic = self.topics.get(match.group(1))
             index = int(match.group(2))
+            state = self.log_dirs[os.path.dirname(path)]
+            if state.offline:  # failed by an earlier entry: nothing more is read of it
+                continue
             if topic is None or index >= len(topic.partitions) or \
                     topic.partitions[index].dir != path or \
                     partition_metadata.read(self.disk, path) not in (None, topic.topic_id):
-                aside = self._move_aside(path, STRAY_SUFFIX)
+                try:
+                    aside = self._move_aside(path, STRAY_SUFFIX)
+                except OSError as exc:  # never read as a topic's: its directory goes
+                    state.fail(exc)
+                    continue
                 log.warning("%s belongs to no topic of this broker (a lost or restored "
                             "metadata store, or a second copy in another log directory?): "
                             "renamed to %s, not read, not deleted", path, aside)
                 strays += 1
                 touched.add(os.path.dirname(path))
         for directory in touched:
-            self.disk.fsync_dir(directory)
+            self._fsync_or_fail(directory)
         _remove_all(deleted)
+
+    def _fsync_or_fail(self, directory: str) -> None:
+        """The directory's fsync after renames in it; failed, the directory goes offline
+        (what the renames moved may come back after a power cut: nothing of it is read
+        until the next start sets it aside again)."""
+        try:
+            self.disk.fsync_dir(directory)
+        except OSError as exc:
+            self.log_dirs[directory].fail(exc)
 
     def _entries(self):
         """(name, path) of everything in the online log directories."""
@@ -600,8 +616,8 @@ class TopicManager:
                 try:
                     log.warning("%s: set aside as %s before the new partition uses its name",
                                 partition.dir, self._move_aside(partition.dir, STRAY_SUFFIX))
-                except OSError as exc:  # the next start tells it apart by its topic id
-                    log.error("%s: could not be set aside: %s", partition.dir, exc)
+                except OSError as exc:  # never opened as the new partition: the directory
+                    partition.log_dir.fail(exc)  # goes; the next start sets it aside
 
     # --- manual assignments and new partitions ---------------------------------------------
 
@@ -742,7 +758,7 @@ class TopicManager:
         # The renames go first and durably: they are the moment of deletion (a crash after
         # them is rolled forward at the next start, see _remove_stale_directories). Then the
         # metadata entry, then the directories, in the background.
-        aside, failed = [], []
+        aside = []
         for partition in topic.partitions:
             self.moves.cancel(partition)
             target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
@@ -757,19 +773,12 @@ class TopicManager:
             try:  # a log opening in a worker thread creates no directory after it
                 partition.set_aside(rename)
             except OSError as exc:
-                failed.append(f"{partition.dir}: {exc}")
+                # A directory that cannot be renamed goes offline (Kafka's rule for a
+                # failed operation on a log directory): what it holds of the topic is not
+                # read again, and the next start sets it aside as a stray.
+                partition.log_dir.fail(exc)
         for directory in {os.path.dirname(path) for path in aside}:
-            try:
-                self.disk.fsync_dir(directory)
-            except OSError as exc:
-                failed.append(f"fsync of {directory}: {exc}")
-        if failed and not aside:  # nothing was decided: the topic stays as it was
-            for partition in topic.partitions:
-                partition.kept()
-            raise TopicError(ErrorCode.kafka_storage_error,
-                             f"renaming the topic's directories failed: {'; '.join(failed)}")
-        if failed:  # decided by the renames that went through; the next start sets aside
-            log.error("deleting topic %s: %s", name, "; ".join(failed))  # the rest as strays
+            self._fsync_or_fail(directory)
         for partition in topic.partitions:
             partition.delete()
             self._load[partition.log_dir.path] -= 1
