@@ -53,9 +53,25 @@ class Cluster:
     def registered(self) -> set[int]:
         return {int(b) for b in self.zk.retry(self.zk.get_children, "/brokers/ids")}
 
+    def vouching(self) -> bool:
+        """Every broker answers Metadata. One that cannot vouch for its ZooKeeper session
+        (silent for half the session timeout, as after ZooKeeper's restart, even once its
+        registration is seen again) closes the connection instead, and with it a
+        CreateTopics librdkafka sent to it as the controller (seen in CI)."""
+        from oncelog.client.admin.admin import Admin
+
+        for broker in self.brokers.values():
+            try:
+                with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+                    admin.metadata([])
+            except (KafkaError, OSError):
+                return False
+        return True
+
     def create(self, topic: str) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
+        wait_for(self.vouching, TIMEOUT, "every broker answering Metadata")
         self.admin = self.admin or AdminClient({"bootstrap.servers": self.bootstrap()})
         self.admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=10)[topic] \
             .result(TIMEOUT)
