@@ -54,6 +54,7 @@ def coordinator(log, markers) -> TransactionCoordinator:
     c = TransactionCoordinator(log, TxnConfig(num_partitions=1), lambda: next(ids),
                                lambda t, p: True, markers, owns_all=False)
     c.retry_s = 0
+    c.pending_wait_s = 0.2  # a step held by the test is not waited out for 5 s
     return c
 
 
@@ -128,6 +129,7 @@ def test_a_write_of_the_old_lead_failing_late_does_not_release_the_new_leads_ste
         c = TransactionCoordinator(log, TxnConfig(num_partitions=1), lambda: next(ids),
                                    lambda t, p: True, markers, now_ms=lambda: clock[0],
                                    owns_all=False)
+        c.pending_wait_s = 0.2  # the fence held by the test is not waited out for 5 s
         c.elect(0, 1)
         await settled(lambda: c.ownership.error(0) is None)
         _, pid, epoch, *_ = await c.init("tx", 10_000, -1, -1)

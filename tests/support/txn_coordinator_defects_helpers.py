@@ -88,4 +88,5 @@ def coordinator(log: HeldLog, markers: Markers | None = None, first_id: int = 10
                                lambda: next(ids), lambda t, p: (t, p) in TOPICS,
                                markers or Markers(), now_ms=lambda: NOW)
     c.retry_s = 0.01
+    c.pending_wait_s = 0.2  # a step held by the test is not waited out for 5 s
     return c

@@ -8,7 +8,6 @@ TxnOffsetCommit, the GroupCoordinator, and the result into that version's respon
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 
@@ -102,7 +101,7 @@ async def handle_add_partitions_to_txn(broker, request: Request):
     body = request.body
     coordinator = broker.transactions
 
-    async def results_of(txn_id, producer_id, epoch, topics, verify_only):
+    async def results_of(txn_id, producer_id, epoch, topics, verify_only, wait=True):
         wanted = [(t.name, p) for t in topics for p in t.partitions]
         refused = None if verify_only else _add_refused(broker, request, txn_id, wanted)
         if refused is not None:
@@ -110,7 +109,8 @@ async def handle_add_partitions_to_txn(broker, request: Request):
         elif verify_only:
             errors = {tp: coordinator.verify(txn_id, producer_id, epoch, *tp) for tp in wanted}
         else:
-            errors = await coordinator.add_partitions(txn_id, producer_id, epoch, wanted)
+            errors = await coordinator.add_partitions(txn_id, producer_id, epoch, wanted,
+                                                      wait=wait)
         by_topic: dict[str, list] = {}
         for (topic, index), error in errors.items():
             by_topic.setdefault(topic, []).append(build(
@@ -125,14 +125,14 @@ async def handle_add_partitions_to_txn(broker, request: Request):
             return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                          error_code=ErrorCode.cluster_authorization_failed,
                          results_by_transaction=())
-        # Together: each may wait for its id's pending step (the coordinator's
-        # PENDING_WAIT_S), and the request as a whole no longer than one of them.
-        answered = await asyncio.gather(*(
-            results_of(txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
-                       txn.verify_only) for txn in body.transactions))
-        results = [build(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
-                         topic_results=topic_results)
-                   for txn, topic_results in zip(body.transactions, answered, strict=True)]
+        results = []
+        for txn in body.transactions:
+            topic_results = await results_of(txn.transactional_id, txn.producer_id,
+                                             txn.producer_epoch, txn.topics, txn.verify_only,
+                                             wait=False)
+            results.append(build(mod.AddPartitionsToTxnResult,
+                                 transactional_id=txn.transactional_id,
+                                 topic_results=topic_results))
         return build(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                      error_code=ErrorCode.none, results_by_transaction=tuple(results))
     topic_results = await results_of(body.v3_and_below_transactional_id,

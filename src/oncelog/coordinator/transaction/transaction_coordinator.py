@@ -58,9 +58,12 @@ E = ErrorCode
 S = TxnState
 NO_TIMEOUT_MS = 2**31 - 1  # one broker leads every partition of __transaction_state for good
 _RETRY_S = 1.0  # between attempts of a marker or state write nobody waits for
-# How long a request on a pending id waits for its release: a marker round's usual time,
-# well under every client's request timeout (librdkafka 60 s, Java 30 s).
-PENDING_WAIT_S = 1.0
+# How long a request on a pending id waits for its release: a marker round with a retry or
+# two (_RETRY_S) while a leader moves, well under every client's request timeout (librdkafka
+# 60 s, Java 30 s). It holds back only the coordinator's own traffic on the connection:
+# librdkafka talks to the coordinator on a connection of its own, and Java's Sender sends
+# no produce while a transactional request is in flight.
+PENDING_WAIT_S = 5.0
 
 # (producer id, epoch, commit, coordinator epoch, partitions, transaction version, current:
 # whether this coordinator still is the transaction's at that coordinator epoch)
@@ -143,7 +146,7 @@ class TransactionCoordinator:
         self.pending_wait_s = PENDING_WAIT_S
         # Requests waiting for a pending id's release (``_settled``), woken when it is
         # released or dropped; at most one per request being handled.
-        self._waiting: dict[str, list[asyncio.Future]] = {}
+        self._waiting: dict[str, dict[asyncio.Future, None]] = {}  # in arrival order
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
@@ -234,23 +237,28 @@ class TransactionCoordinator:
 
     async def _settled(self, transactional_id: str) -> ErrorCode | None:
         """``_unavailable``, once the id is not pending: a request meeting a pending id
-        waits (up to ``pending_wait_s``) for the step to release it, then is decided on what
-        the step left; still pending then, the table's pending rows answer it."""
-        error = self._unavailable(transactional_id)
-        entry = self.txns.get(transactional_id)
-        if error is not None or entry is None or not entry.pending:
-            return error
-        woken = asyncio.get_running_loop().create_future()
-        waiting = self._waiting.setdefault(transactional_id, [])
-        waiting.append(woken)
-        try:
-            await asyncio.wait((woken,), timeout=self.pending_wait_s)
-        finally:
-            if woken in waiting:
-                waiting.remove(woken)
-            if not waiting:
-                self._waiting.pop(transactional_id, None)
-        return self._unavailable(transactional_id)  # the lead may have moved meanwhile
+        waits, up to ``pending_wait_s`` in all, for the step to release it, then is decided
+        on what the step left; still pending then, the table's pending rows answer it.
+        Woken, it may find the id taken again (another request woken with it, or arriving
+        meanwhile, decided first): it waits on, within the same bound."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.pending_wait_s
+        while True:
+            error = self._unavailable(transactional_id)  # the lead may have moved meanwhile
+            entry = self.txns.get(transactional_id)
+            left = deadline - loop.time()
+            if error is not None or entry is None or not entry.pending or left <= 0:
+                return error
+            woken = loop.create_future()
+            waiting = self._waiting.setdefault(transactional_id, {})
+            waiting[woken] = None
+            try:
+                await asyncio.wait((woken,), timeout=left)
+            finally:
+                waiting.pop(woken, None)
+                # _wake took this one out already: a list there now is newer waiters'
+                if not waiting and self._waiting.get(transactional_id) is waiting:
+                    del self._waiting[transactional_id]
 
     def _wake(self, txn_id: str) -> None:
         for woken in self._waiting.pop(txn_id, ()):
@@ -419,16 +427,16 @@ class TransactionCoordinator:
     # --- AddPartitionsToTxn, AddOffsetsToTxn, verification --------------------------------
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                             partitions: list[tuple[str, int]]
+                             partitions: list[tuple[str, int]], wait: bool = True
                              ) -> dict[tuple[str, int], ErrorCode]:
-        error = self._unavailable(transactional_id)
+        """``wait``: for a pending id's step (``_settled``); not for the entries of a
+        brokers' AddPartitionsToTxn v4, which may name one id many times."""
+        error = await self._settled(transactional_id) if wait \
+            else self._unavailable(transactional_id)
         if error is not None:
             return dict.fromkeys(partitions, error)
         wanted = frozenset(partitions)
         unknown = {tp for tp in wanted if not self.partition_exists(*tp)}
-        error = await self._settled(transactional_id)
-        if error is not None:
-            return dict.fromkeys(partitions, error)
         decision = rules.decide(self.txns.get(transactional_id),
                                 rules.Add(producer_id, epoch, wanted, self.now_ms()))
         if decision.error is E.none and unknown:
@@ -456,9 +464,6 @@ class TransactionCoordinator:
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                       bump_epoch: bool) -> tuple[ErrorCode, int, int]:
         """``bump_epoch``: transaction version 2 (EndTxn v5+), this request's only."""
-        error = self._unavailable(transactional_id)
-        if error is not None:
-            return error, -1, -1
         error = await self._settled(transactional_id)
         if error is not None:
             return error, -1, -1
