@@ -430,11 +430,15 @@ class Log:
         with contextlib.suppress(FileNotFoundError):
             self.disk.unlink(marker_path(self.dir, segment.base_offset))
 
-    def _sync_dir(self) -> None:
-        """fsync the log's directory: the deletions before it are durable from its success
-        on, and their seals no longer held for flushes."""
+    def _sync_dir(self, dir_fd: int | None = None) -> None:
+        """fsync the log's directory (through ``dir_fd``, its descriptor taken ahead, when
+        given): the deletions before it are durable from its success on, and their seals no
+        longer held for flushes."""
         deleted = len(self._unlinked)
-        self.disk.fsync_dir(self.dir)
+        if dir_fd is None:
+            self.disk.fsync_dir(self.dir)
+        else:
+            self.disk.fsync_open_dir(dir_fd)
         del self._unlinked[:deleted]
 
     @property
@@ -724,13 +728,18 @@ class Log:
         first segment, the log starts over empty at ``offset`` (Kafka's
         truncateFullyAndStartAt). LogDirFailure when a step fails: the cut is then half
         done, and segments deleted but not durably so could come back after a power cut
-        beside what is appended after the cut. (Out of descriptors, an OSError: the step
-        never ran, and running out is never the directory's failure.)"""
+        beside what is appended after the cut. Out of descriptors (EMFILE) before anything
+        changed, an OSError: the directory's descriptor is taken first, so that running
+        out never stops a cut between its deletions and their fsync (after a change, the
+        half-done cut is the directory's failure, as any other)."""
         if offset >= self.log_end_offset:
             return
+        dir_fd = self.disk.open_dir(self.dir)  # EMFILE here: nothing done
+        changed = False
         try:
             dropped = False
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                changed = True
                 self._delete_segment(self.segments.pop())
                 self._base_offsets.pop()
                 dropped = True
@@ -738,9 +747,10 @@ class Log:
                 # The later segments gone durably before the cut: a power cut between the
                 # cut's fsync and the directory's would bring them back after a hole, the
                 # old leader's records served after offsets that exist nowhere.
-                self._sync_dir()
+                self._sync_dir(dir_fd)
             segment = self.active
             if offset <= segment.base_offset:
+                changed = True
                 self._delete_segment(segment)
                 self.segments[-1] = self._new_segment(offset)
                 self._base_offsets[-1] = offset
@@ -752,13 +762,16 @@ class Log:
                     # (the cut's fsync makes what is left of it durable), and the reopening
                     # that follows a truncation recovers the segment.
                     self._cancel_seal(segment)
+                    changed = True
                     segment.truncate_at(position)
-            self._sync_dir()
+            self._sync_dir(dir_fd)
         except OSError as exc:
-            if out_of_descriptors(exc):
+            if out_of_descriptors(exc) and not changed:
                 raise
             raise LogDirFailure(f"{self.dir}: truncating to offset {offset} failed: "
                                 f"{exc}") from exc
+        finally:
+            self.disk.close(dir_fd)
         log.info("%s: truncated to offset %d", self.dir, offset)
 
     def _delete_first(self, reason: str) -> None:
