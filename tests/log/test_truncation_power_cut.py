@@ -88,7 +88,8 @@ def test_out_of_descriptors_before_a_truncation_changes_nothing():
     disk = MemoryDisk()
     log = _two_segments(disk)
     before = sorted(disk.listdir(DIRECTORY))
-    disk.max_fds = len(disk._fds)  # not one more
+    # Not one more, even once segment 5's is closed: before, its deletion went first.
+    disk.max_fds = len(disk._fds) - 1
     try:
         log.truncate_to(2)
     except LogDirFailure as exc:

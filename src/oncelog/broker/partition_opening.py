@@ -275,6 +275,12 @@ class OpensOffLoop:
             move()
             self._set_aside = True
 
+    def kept(self) -> None:
+        """The deletion ``set_aside`` was for did not happen: the directory may be created
+        again."""
+        with self._dir_lock:
+            self._set_aside = False
+
     def opened_for_a_duty(self) -> bool:
         """For the broker's duties (retention, the cleaner) on the event loop: True when the
         log is not open, its opening then started in a worker (or under way) for a later

@@ -265,13 +265,36 @@ class TopicManager:
         _remove_all(deleted)
 
     def _fsync_or_fail(self, directory: str) -> None:
-        """The directory's fsync after renames in it; failed, the directory goes offline
-        (what the renames moved may come back after a power cut: nothing of it is read
-        until the next start sets it aside again)."""
+        """The directory's fsync after renames in it at start; failed, the directory goes
+        offline (what the renames moved may come back after a power cut: nothing of it is
+        read until the next start sets it aside again). Out of descriptors is no failure
+        of the directory: raised, the start fails (as listdir_at_start)."""
         try:
             self.disk.fsync_dir(directory)
         except OSError as exc:
+            if out_of_descriptors(exc):
+                raise
             self.log_dirs[directory].fail(exc)
+
+    def _open_dirs(self, directories: set[str]) -> dict[str, int]:
+        """A descriptor of each online directory, for fsyncs after renames in it: out of
+        descriptors, none is kept and TopicError (retriable) says nothing was done; a
+        directory that cannot be opened otherwise has failed, and goes offline."""
+        fds: dict[str, int] = {}
+        for directory in sorted(directories):
+            state = self.log_dirs.get(directory)
+            if state is None or state.offline:  # nothing read of it again anyway
+                continue
+            try:
+                fds[directory] = self.disk.open_dir(directory)
+            except OSError as exc:
+                if out_of_descriptors(exc):
+                    for fd in fds.values():
+                        self.disk.close(fd)
+                    raise TopicError(ErrorCode.kafka_storage_error,
+                                     f"out of file descriptors: {exc}") from exc
+                state.fail(exc)
+        return fds
 
     def _entries(self):
         """(name, path) of everything in the online log directories."""
@@ -757,39 +780,60 @@ class TopicManager:
             raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         # The renames go first and durably: they are the moment of deletion (a crash after
         # them is rolled forward at the next start, see _remove_stale_directories). Then the
-        # metadata entry, then the directories, in the background.
-        aside = []
-        for partition in topic.partitions:
-            self.moves.cancel(partition)
-            target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
-                os.path.basename(partition.dir), uuid.uuid4().hex if keep
-                else topic.topic_id.hex, STRAY_SUFFIX if keep else DELETE_SUFFIX))
+        # metadata entry, then the directories, in the background. Each directory's
+        # descriptor is taken before anything changes: out of descriptors, nothing is done.
+        dir_fds = self._open_dirs({os.path.dirname(p.dir) for p in topic.partitions})
+        aside: list[str] = []
+        try:
+            for partition in topic.partitions:
+                self.moves.cancel(partition)
+                target = os.path.join(os.path.dirname(partition.dir), suffixed_dir_name(
+                    os.path.basename(partition.dir), uuid.uuid4().hex if keep
+                    else topic.topic_id.hex, STRAY_SUFFIX if keep else DELETE_SUFFIX))
 
-            def rename(source: str = partition.dir, target: str = target) -> None:
-                if os.path.isdir(source):
-                    self.disk.rename(source, target)
-                    aside.append(target)
+                def rename(source: str = partition.dir, target: str = target) -> None:
+                    if os.path.isdir(source):
+                        self.disk.rename(source, target)
+                        aside.append(target)
 
-            try:  # a log opening in a worker thread creates no directory after it
-                partition.set_aside(rename)
+                try:  # a log opening in a worker thread creates no directory after it
+                    partition.set_aside(rename)
+                except OSError as exc:
+                    # A directory that cannot be renamed goes offline (Kafka's rule for a
+                    # failed operation on a log directory): what it holds of the topic is
+                    # not read again, and the next start sets it aside as a stray.
+                    self.log_dirs.get(os.path.dirname(partition.dir),
+                                      partition.log_dir).fail(exc)
+            for directory in {os.path.dirname(path) for path in aside} & dir_fds.keys():
+                try:
+                    self.disk.fsync_open_dir(dir_fds[directory])
+                except OSError as exc:  # the renames may come back: nothing read of them
+                    self.log_dirs[directory].fail(exc)
+        finally:
+            for fd in dir_fds.values():
+                self.disk.close(fd)
+        removed = False
+        if not aside:  # no rename decided it: the metadata entry's removal does
+            try:
+                self.store.delete(f"topics/{name}")
             except OSError as exc:
-                # A directory that cannot be renamed goes offline (Kafka's rule for a
-                # failed operation on a log directory): what it holds of the topic is not
-                # read again, and the next start sets it aside as a stray.
-                partition.log_dir.fail(exc)
-        for directory in {os.path.dirname(path) for path in aside}:
-            self._fsync_or_fail(directory)
+                for partition in topic.partitions:
+                    partition.kept()
+                raise TopicError(ErrorCode.kafka_storage_error,
+                                 f"deleting topic {name}: {exc}") from exc
+            removed = True
         for partition in topic.partitions:
             partition.delete()
             self._load[partition.log_dir.path] -= 1
         del self.topics[name]
         self._by_id.pop(topic.topic_id, None)
         self._unified.pop(_unify(name), None)
-        try:
-            self.store.delete(f"topics/{name}")
-        except OSError as exc:  # the renames decided it: the next start finishes it
-            log.error("topic %s: removing its metadata failed (%s); the next start does it",
-                      name, exc)
+        if not removed:
+            try:
+                self.store.delete(f"topics/{name}")
+            except OSError as exc:  # the renames decided it: the next start finishes it
+                log.error("topic %s: removing its metadata failed (%s); the next start "
+                          "does it", name, exc)
         if keep:
             for path in aside:
                 log.warning("%s: the replica of an earlier topic %s (id %s), kept for an "
