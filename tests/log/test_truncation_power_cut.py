@@ -126,3 +126,4 @@ def test_out_of_descriptors_half_way_through_a_truncation_fails_the_directory():
         pass
     else:
         raise AssertionError("a half-done truncation was not the directory's failure")
+

@@ -153,8 +153,14 @@ class Log:
     def _open_segments(self) -> None:
         disk = self.disk
         if not disk.isdir(self.dir):
-            self._make_dir(self.dir)
-            disk.fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
+            # The parent's descriptor first: out of descriptors (EMFILE) once the directory
+            # is made, the retry would find it there and never fsync its name.
+            parent = disk.open_dir(os.path.dirname(os.path.abspath(self.dir)))
+            try:
+                self._make_dir(self.dir)
+                disk.fsync_open_dir(parent)
+            finally:
+                disk.close(parent)
         marker = os.path.join(self.dir, CLEAN_SHUTDOWN_FILE)
         clean = disk.exists(marker)
         names = disk.listdir(self.dir)
