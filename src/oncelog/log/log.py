@@ -155,7 +155,10 @@ class Log:
         if not disk.isdir(self.dir):
             # The parent's descriptor first: out of descriptors (EMFILE) once the directory
             # is made, the retry would find it there and never fsync its name.
-            parent = disk.open_dir(os.path.dirname(os.path.abspath(self.dir)))
+            above = os.path.dirname(os.path.abspath(self.dir))
+            if not disk.isdir(above):  # a log directory made on first use (a tool, a test)
+                disk.makedirs(above)
+            parent = disk.open_dir(above)
             try:
                 self._make_dir(self.dir)
                 disk.fsync_open_dir(parent)
