@@ -85,6 +85,8 @@ def test_replication_metrics_and_status_follow_a_follower_killed_and_restarted(c
     controller = cluster.controller()
     assert cluster.metric(controller, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert cluster.metric(victim, "kafka_controller_kafkacontroller_activecontrollercount") == 0
+    assert cluster.metric(victim, 'kafka_server_sessionexpirelistener_sessionstate'
+                                  '{state="CONNECTED"}') == 1
 
     cluster.brokers[victim].kill()
     wait_for(lambda: cluster.metric(leader, m + "underreplicatedpartitions") >= 1, TIMEOUT,

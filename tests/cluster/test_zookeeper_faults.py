@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -54,14 +55,19 @@ class Cluster:
         return {int(b) for b in self.zk.retry(self.zk.get_children, "/brokers/ids")}
 
     def vouching(self) -> bool:
-        """Every broker answers Metadata. One that cannot vouch for its ZooKeeper session
-        (silent for half the session timeout, as after ZooKeeper's restart, even once its
-        registration is seen again) closes the connection instead, and with it a
-        CreateTopics librdkafka sent to it as the controller (seen in CI)."""
+        """Every broker connected to ZooKeeper (its /metrics' session state) and answering
+        Metadata. After ZooKeeper's restart the registrations are seen again at once (the
+        sessions survive it) while a broker may still be reconnecting: the controller then
+        refuses a CreateTopics (REQUEST_TIMED_OUT, "not connected to ZooKeeper"), and one
+        silent for half the session timeout, unable to vouch for its session, closes the
+        connection on Metadata, and with it librdkafka's CreateTopics (both seen in CI)."""
         from oncelog.client.admin.admin import Admin
 
         for broker in self.brokers.values():
             try:
+                with urllib.request.urlopen(broker.metrics_url, timeout=TIMEOUT) as answer:
+                    if 'sessionstate{state="CONNECTED"} 1' not in answer.read().decode():
+                        return False
                 with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
                     admin.metadata([])
             except (KafkaError, OSError):

@@ -86,4 +86,9 @@ def lines(broker) -> list[str]:
                 "1 on the controller, else 0.", controller),
         *_gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
                 "Partitions without a leader (on the controller, else 0).", offline),
+        # Kafka's SessionExpireListener SessionState, a string there: a label here.
+        *_gauge("kafka_server_sessionexpirelistener_sessionstate",
+                "1 for the state of this broker's ZooKeeper session's connection.", 1,
+                '{state="%s"}' % ("CONNECTED" if member.store.connected
+                                  else "NOT_CONNECTED")),
     ]

@@ -186,7 +186,7 @@ class ZooKeeperStore:
         """One ZooKeeper operation (a kazoo ``*_async`` method), answered within the session
         timeout or MetadataUnavailable: kazoo itself would hold a request made while it is
         disconnected until it reconnects, however long ZooKeeper is away."""
-        if not self.client.connected:
+        if not self.connected:
             raise MetadataUnavailable(f"not connected to ZooKeeper at {self.connect}")
         sent = time.monotonic()
         try:
@@ -210,6 +210,12 @@ class ZooKeeperStore:
                         "maxSessionTimeout bound it): the broker's fence and heartbeats follow "
                         "%d ms", self.connect, timeout_ms, self.requested_session_timeout_ms,
                         timeout_ms)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session has a connection to a server now (kazoo reconnects by itself;
+        a request meanwhile is refused, ``op``)."""
+        return bool(self.client.connected)
 
     def heard(self, sent: float) -> None:
         """A request sent at ``sent`` (time.monotonic) was answered: ZooKeeper heard from
