@@ -82,6 +82,12 @@ def entries(path: str) -> list[str]:
     return sorted(os.listdir(path))
 
 
+def stray(directory: str) -> None:
+    """A partition directory "ghost-0" of a topic no metadata knows."""
+    os.makedirs(os.path.join(directory, "ghost-0"))
+    partition_metadata.write(OsDisk(), os.path.join(directory, "ghost-0"), uuid.uuid4())
+
+
 def test_a_stray_that_cannot_be_set_aside_at_start_takes_only_its_directory_offline(tmp_path):
     a, b = dirs(tmp_path)
     first = manager(tmp_path)
@@ -114,8 +120,7 @@ def test_a_stray_that_cannot_be_set_aside_at_start_takes_only_its_directory_offl
 
 def test_a_failed_fsync_after_setting_strays_aside_takes_the_directory_offline(tmp_path):
     a, _ = dirs(tmp_path)
-    os.makedirs(os.path.join(a, "ghost-0"))
-    partition_metadata.write(OsDisk(), os.path.join(a, "ghost-0"), uuid.uuid4())
+    stray(a)
     disk = FailingDisk(a, fsyncs=True)
     topics = manager(tmp_path, disk)
     try:
@@ -213,8 +218,7 @@ def test_out_of_descriptors_at_a_deletion_does_nothing_and_is_retriable(tmp_path
 
 def test_out_of_descriptors_on_the_fsync_after_strays_at_start_fails_the_start(tmp_path):
     a, _ = dirs(tmp_path)
-    os.makedirs(os.path.join(a, "ghost-0"))
-    partition_metadata.write(OsDisk(), os.path.join(a, "ghost-0"), uuid.uuid4())
+    stray(a)
     disk = FailingDisk(a, fsyncs=True, error=errno.EMFILE)
     try:
         started = manager(tmp_path, disk)

@@ -264,13 +264,17 @@ class TopicManager:
             self._fsync_or_fail(directory)
         _remove_all(deleted)
 
-    def _fsync_or_fail(self, directory: str) -> None:
-        """The directory's fsync after renames in it at start; failed, the directory goes
-        offline (what the renames moved may come back after a power cut: nothing of it is
-        read until the next start sets it aside again). Out of descriptors is no failure
-        of the directory: raised, the start fails (as listdir_at_start)."""
+    def _fsync_or_fail(self, directory: str, fd: int | None = None) -> None:
+        """The directory's fsync after renames in it (through ``fd``, its descriptor taken
+        before them, when given); failed, the directory goes offline (what the renames moved
+        may come back after a power cut: nothing of it is read until the next start sets it
+        aside again). Out of descriptors is no failure of the directory: raised (at start,
+        the start fails, as listdir_at_start)."""
         try:
-            self.disk.fsync_dir(directory)
+            if fd is None:
+                self.disk.fsync_dir(directory)
+            else:
+                self.disk.fsync_open_dir(fd)
         except OSError as exc:
             if out_of_descriptors(exc):
                 raise
@@ -805,10 +809,7 @@ class TopicManager:
                     self.log_dirs.get(os.path.dirname(partition.dir),
                                       partition.log_dir).fail(exc)
             for directory in {os.path.dirname(path) for path in aside} & dir_fds.keys():
-                try:
-                    self.disk.fsync_open_dir(dir_fds[directory])
-                except OSError as exc:  # the renames may come back: nothing read of them
-                    self.log_dirs[directory].fail(exc)
+                self._fsync_or_fail(directory, dir_fds[directory])
         finally:
             for fd in dir_fds.values():
                 self.disk.close(fd)

@@ -746,13 +746,11 @@ class Log:
         dir_fd = self.disk.open_dir(self.dir)  # EMFILE here: nothing done
         changed = False
         try:
-            dropped = False
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 changed = True
                 self._delete_segment(self.segments.pop())
                 self._base_offsets.pop()
-                dropped = True
-            if dropped:
+            if changed:
                 # The later segments gone durably before the cut: a power cut between the
                 # cut's fsync and the directory's would bring them back after a hole, the
                 # old leader's records served after offsets that exist nowhere.
